@@ -1,0 +1,161 @@
+"""``callgate`` command line: ``serve``, ``check``, ``eval``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from sidecar.clock import FixedClock, SystemClock
+from sidecar.config import Config, load_config
+from sidecar.errors import CallgateError, LoadError
+from sidecar.evalcases import case_arguments, mismatches
+from sidecar.gate import Gate, ProposeOutcome, SessionSpec, decision_to_dict
+from sidecar.model import Proposal, Subject
+from sidecar.snapshot import load_snapshot_from_config
+from sidecar.store.sqlite import SQLiteStore
+from sidecar.trace import TraceContext
+
+
+def _config(path: str | None) -> Config:
+    if path:
+        return load_config(path)
+    default = Path("callgate.toml")
+    return load_config(default) if default.exists() else Config(base_dir=str(Path.cwd()))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from sidecar.server.app import serve
+
+    cfg = _config(args.config)
+    return asyncio.run(serve(cfg))
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Validate config, ToolSpecs and policies; print ``file:line: code: message`` on error."""
+    try:
+        cfg = _config(args.config)
+        snap = load_snapshot_from_config(cfg)
+    except LoadError as exc:
+        print(f"error: {exc}", file=out)
+        for v in exc.violations[1:]:
+            print(f"  {v.pointer}: {v.message}", file=out)
+        return 1
+    print(f"ok: {len(snap.tools)} tools, engine {snap.engine.name}, revision {snap.revision}", file=out)
+    for t in snap.tools:
+        print(f"  {t.spec.key:<32} {t.spec.side_effect_class.value:<9} {', '.join(t.spec.required_capabilities)}", file=out)
+    return 0
+
+
+def _read_cases(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    if path.endswith(".jsonl") or path == "-":
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                yield n, json.loads(line)
+    else:
+        doc = json.loads(text)
+        defaults: dict[str, Any] = {}
+        if isinstance(doc, dict) and "cases" in doc:
+            defaults, doc = doc.get("defaults", {}), doc["cases"]
+        for n, case in enumerate(doc if isinstance(doc, list) else [doc], 1):
+            yield n, {**defaults, **case}
+
+
+def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict[str, Any]:
+    r = o.record
+    return {
+        "case": case.get("name", case_no),
+        "tool": f"{r.tool_name}@{r.tool_version}",
+        "state": r.state.value,
+        "decision": decision_to_dict(o.decision) if o.decision else None,
+        "digest": r.digest or None,
+        "normalized_arguments": json.loads(r.normalized_arguments) if r.normalized_arguments else None,
+        "rejection": o.rejection.as_dict() if o.rejection else None,
+        "invocation_id": r.invocation_id,
+    }
+
+
+async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: TextIO) -> int:
+    snap = load_snapshot_from_config(cfg)
+    store = SQLiteStore(":memory:")
+    failures = 0
+    try:
+        for n, case in cases:
+            clock = (
+                FixedClock(datetime.fromisoformat(case["reference_clock"]))
+                if "reference_clock" in case
+                else SystemClock()
+            )
+            gate = Gate(config=cfg, snapshot=snap, store=store, clock=clock)
+            subj = case.get("subject", {})
+            session = await gate.open_session(
+                SessionSpec(
+                    subject=Subject(tenant=subj.get("tenant", ""), id=subj.get("id", "")),
+                    timezone=case.get("timezone", "UTC"),
+                    locale=case.get("locale", "en"),
+                )
+            )
+            await gate.list_tools(session.session_id, "eval")
+            name, _, version = str(case.get("tool", "")).partition("@")
+            raw = case_arguments(case)
+            outcome = await gate.propose(
+                Proposal(session.session_id, "eval", f"case-{n}", name, version, raw, case.get("idempotency_key")),
+                TraceContext.from_traceparent(None),
+            )
+            result = _outcome_json(n, case, outcome)
+            if "expect" in case:
+                problems = mismatches(result, case["expect"])
+                result["pass"] = not problems
+                if problems:
+                    result["mismatches"] = problems
+                    failures += 1
+            print(json.dumps(result, ensure_ascii=False, sort_keys=True), file=out)
+    finally:
+        await store.close()
+    return 1 if failures else 0
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Run proposal cases through the whole pipeline offline (in-memory store, no server)."""
+    try:
+        cfg = _config(args.config)
+        cases = list(_read_cases(args.file))
+        return asyncio.run(_eval(cfg, cases, out))
+    except (CallgateError, json.JSONDecodeError, OSError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="callgate", description="Authorization sidecar for AI-agent tool calls.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the gRPC sidecar")
+    p.add_argument("--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)")
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
+    p.add_argument("--config", "-c")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("eval", help="run proposal cases (.json or .jsonl, '-' for stdin) offline")
+    p.add_argument("file")
+    p.add_argument("--config", "-c")
+    p.set_defaults(func=cmd_eval)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

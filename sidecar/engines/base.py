@@ -1,0 +1,73 @@
+"""The authorization engine contract (spec 6.6): ``authorize(subject, capability, resource,
+context) -> allow | deny | confirm``.
+
+An engine never raises for a policy outcome: deny and confirm are :class:`Decision` values. An
+engine *fault* (bad policy evaluation, timeout, undefined result, exception) is also returned as
+a deny, with ``error_code`` set, so a caller cannot turn a fault into an allow by forgetting to
+catch something (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from sidecar.errors import ErrorCode
+from sidecar.model import AuthzRequest, Decision, Effect, Reason
+
+
+class Engine(Protocol):
+    """One narrow interface per engine. Implementations must be safe to call concurrently."""
+
+    @property
+    def name(self) -> str:
+        """Engine name recorded on every decision (e.g. ``cedar``)."""
+        ...
+
+    @property
+    def revision(self) -> str:
+        """Content digest of the policy snapshot currently serving."""
+        ...
+
+    def authorize_batch(self, requests: Sequence[AuthzRequest]) -> list[Decision]:
+        """Decide each request; never raises (faults are fail-closed denies)."""
+        ...
+
+
+def fault(engine: str, code: ErrorCode, message: str, policy_id: str = "") -> Decision:
+    """A fail-closed deny for an engine fault."""
+    return Decision(
+        effect=Effect.DENY,
+        reasons=(Reason(code=code.value, policy_id=policy_id, message=message),),
+        engine=engine,
+        error_code=code.value,
+    )
+
+
+def combine(decisions: Sequence[Decision], engine: str) -> Decision:
+    """Combine the decisions for several required capabilities of one invocation.
+
+    Every capability must be allowed: any deny wins (its reasons are kept), then any confirm,
+    and only if all allow is the result allow. No decisions at all is a deny (fail closed).
+    """
+    if not decisions:
+        return fault(engine, ErrorCode.ENGINE_NO_DECISION, "no capability was evaluated")
+    denies = [d for d in decisions if d.effect is Effect.DENY]
+    if denies:
+        error_code = next((d.error_code for d in denies if d.error_code), "")
+        return Decision(
+            effect=Effect.DENY,
+            reasons=tuple(r for d in denies for r in d.reasons),
+            engine=engine,
+            error_code=error_code,
+        )
+    confirms = [d for d in decisions if d.effect is Effect.CONFIRM]
+    if confirms:
+        return Decision(
+            effect=Effect.CONFIRM,
+            reasons=tuple(r for d in decisions for r in d.reasons),
+            engine=engine,
+        )
+    return Decision(
+        effect=Effect.ALLOW, reasons=tuple(r for d in decisions for r in d.reasons), engine=engine
+    )

@@ -1,0 +1,531 @@
+"""The gate: composes the pipeline stages and the state machine, transport-agnostic.
+
+    Proposal --lookup--> CompiledTool --parse--> ParsedArguments --validate--> ValidatedArguments
+      --normalize--> NormalizedArguments --re-validate--> --authorize--> Decision
+      --allow--> PREPARED | --confirm--> AUTHORIZED (parked, digest-bound) | --deny--> AUTHORIZATION_REJECTED
+
+Every transition is an event (spec 6.13); all events of one call are written in one transaction
+and the call answers only after the store confirmed them durable. Stage failures of the
+*proposal* are recorded and returned as a :class:`Rejection`; failures of the *call* (unknown
+session, store down) raise :class:`~sidecar.errors.CallgateError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import uuid
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sidecar.clock import Clock, rfc3339
+from sidecar.config import Config
+from sidecar.errors import CallgateError, ErrorCode, RejectedError, Violation
+from sidecar.model import (
+    AuthzRequest,
+    Decision,
+    Effect,
+    NormalizationContext,
+    NormalizedArguments,
+    Proposal,
+    Subject,
+)
+from sidecar.snapshot import PolicySnapshot
+from sidecar.stages.authorize import authorize_invocation
+from sidecar.stages.normalize import load_zone, normalize
+from sidecar.stages.parse import ParseLimits, parse_arguments
+from sidecar.states import CANCELLABLE, State, check_transition
+from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, Store, ToolViewRecord
+from sidecar.toolspecs import CompiledTool
+from sidecar.trace import TraceContext, new_span_id
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    code: str
+    message: str
+    violations: tuple[Violation, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "violations": [
+                {"pointer": v.pointer, "message": v.message, "keyword": v.keyword} for v in self.violations
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    subject: Subject
+    timezone: str
+    locale: str = "en"
+    budgets: Mapping[str, int] = field(default_factory=dict)
+    tool_allowlist: tuple[str, ...] = ()
+    session_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolView:
+    tools: tuple[CompiledTool, ...]
+    tool_set_digest: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProposeOutcome:
+    record: InvocationRecord
+    decision: Decision | None
+    rejection: Rejection | None
+    validator: str = ""
+    schema_dialect: str = ""
+
+
+def decision_to_dict(d: Decision) -> dict[str, Any]:
+    return {
+        "effect": d.effect.value,
+        "reasons": [{"code": r.code, "policy_id": r.policy_id, "message": r.message} for r in d.reasons],
+        "policy_ids": list(d.policy_ids),
+        "engine": d.engine,
+        "error_code": d.error_code,
+    }
+
+
+def _check_id(name: str, value: str, max_len: int = 256) -> None:
+    if not value or len(value) > max_len or "\x00" in value:
+        raise CallgateError(
+            code=ErrorCode.INVALID_REQUEST, message=f"{name} must be 1..{max_len} characters without NUL"
+        )
+
+
+class _Trail:
+    """Accumulates the events of one call, enforcing the 6.2 edges."""
+
+    def __init__(
+        self, gate: Gate, invocation_id: str, state: State | None, seq: int, trace: TraceContext, at: str
+    ) -> None:
+        self._gate = gate
+        self.invocation_id = invocation_id
+        self.state = state
+        self.seq = seq
+        self.trace = trace
+        self.at = at
+        self.events: list[EventRecord] = []
+
+    def add(self, kind: str, to: State, data: Mapping[str, Any] | None = None) -> None:
+        if self.state is not None and to is not self.state:
+            check_transition(self.state, to)
+        self.seq += 1
+        self.events.append(
+            EventRecord(
+                event_id=uuid.uuid4().hex,
+                invocation_id=self.invocation_id,
+                seq=self.seq,
+                at=self.at,
+                kind=kind,
+                from_state=self.state,
+                to_state=to,
+                trace_id=self.trace.trace_id,
+                span_id=new_span_id(),
+                data=dict(data or {}),
+            )
+        )
+        self.state = to
+
+
+class Gate:
+    """Sessions, tool views, proposals, confirmation and cancellation over one store."""
+
+    def __init__(self, *, config: Config, snapshot: PolicySnapshot, store: Store, clock: Clock) -> None:
+        self._cfg = config
+        self._snap = snapshot
+        self._store = store
+        self._clock = clock
+        self._limits = ParseLimits(
+            max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
+        )
+        self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._views: OrderedDict[tuple[str, str], ToolViewRecord] = OrderedDict()
+        self._cache_max = config.limits.max_sessions
+
+    # ------------------------------------------------------------------ snapshot
+    @property
+    def snapshot(self) -> PolicySnapshot:
+        return self._snap
+
+    def swap_snapshot(self, snapshot: PolicySnapshot) -> None:
+        """Atomically replace ToolSpecs + policies (one reference assignment)."""
+        self._snap = snapshot
+
+    # ------------------------------------------------------------------ helpers
+    def _remember(self, cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > self._cache_max:
+            cache.popitem(last=False)
+
+    async def _session(self, session_id: str) -> SessionRecord:
+        s = self._sessions.get(session_id)
+        if s is None:
+            s = await self._store.get_session(session_id)
+            if s is None:
+                raise CallgateError(code=ErrorCode.SESSION_NOT_FOUND, message="unknown session_id")
+            self._remember(self._sessions, session_id, s)
+        return s
+
+    async def _view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+        key = (session_id, model_call_id)
+        v = self._views.get(key)
+        if v is None:
+            v = await self._store.get_tool_view(session_id, model_call_id)
+            if v is not None:
+                self._remember(self._views, key, v)
+        return v
+
+    async def _invocation(self, invocation_id: str) -> InvocationRecord:
+        inv = await self._store.get_invocation(invocation_id)
+        if inv is None:
+            raise CallgateError(code=ErrorCode.INVOCATION_NOT_FOUND, message="unknown invocation_id")
+        return inv
+
+    # ------------------------------------------------------------------ sessions & tools
+    async def open_session(self, spec: SessionSpec) -> SessionRecord:
+        _check_id("subject.tenant", spec.subject.tenant)
+        _check_id("subject.id", spec.subject.id)
+        if load_zone(spec.timezone) is None:
+            raise CallgateError(
+                code=ErrorCode.INVALID_REQUEST, message="timezone must be an IANA zone name, e.g. Europe/Paris"
+            )
+        session_id = spec.session_id or "ses_" + uuid.uuid4().hex
+        _check_id("session_id", session_id)
+        record = SessionRecord(
+            session_id=session_id,
+            tenant=spec.subject.tenant,
+            subject=spec.subject.id,
+            timezone=spec.timezone,
+            locale=spec.locale or "en",
+            budgets={k: int(v) for k, v in spec.budgets.items() if v},
+            tool_allowlist=tuple(spec.tool_allowlist),
+            opened_at=rfc3339(self._clock.now()),
+        )
+        if await self._store.get_session(session_id) is not None:
+            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="session_id already exists")
+        await self._store.put_session(record)
+        self._remember(self._sessions, session_id, record)
+        return record
+
+    def _visible(self, session: SessionRecord, snap: PolicySnapshot) -> tuple[CompiledTool, ...]:
+        allow = set(session.tool_allowlist)
+        return tuple(
+            t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow
+        )
+
+    async def list_tools(self, session_id: str, model_call_id: str) -> ToolView:
+        _check_id("model_call_id", model_call_id)
+        session = await self._session(session_id)
+        snap = self._snap
+        tools = self._visible(session, snap)
+        digests = {t.spec.key: t.spec.spec_digest for t in tools}
+        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
+        view = ToolViewRecord(
+            session_id=session_id,
+            model_call_id=model_call_id,
+            tools=tuple(sorted(digests)),
+            spec_digests=digests,
+            tool_set_digest="sha256:" + h.hexdigest(),
+            created_at=rfc3339(self._clock.now()),
+        )
+        await self._store.put_tool_view(view)
+        self._remember(self._views, (session_id, model_call_id), view)
+        return ToolView(tools=tools, tool_set_digest=view.tool_set_digest)
+
+    # ------------------------------------------------------------------ propose
+    async def propose(self, p: Proposal, trace: TraceContext) -> ProposeOutcome:
+        for name, value in (
+            ("model_call_id", p.model_call_id),
+            ("proposal_id", p.proposal_id),
+            ("tool_name", p.tool_name),
+            ("tool_version", p.tool_version),
+        ):
+            _check_id(name, value)
+        if p.idempotency_key is not None and p.idempotency_key:
+            _check_id("idempotency_key", p.idempotency_key)
+        session = await self._session(p.session_id)
+        view = await self._view(p.session_id, p.model_call_id)
+        snap = self._snap
+        now = self._clock.now()
+        at = rfc3339(now)
+        inv_id = "inv_" + uuid.uuid4().hex
+        trail = _Trail(self, inv_id, None, 0, trace, at)
+        subject = Subject(tenant=session.tenant, id=session.subject)
+        record = InvocationRecord(
+            invocation_id=inv_id,
+            session_id=p.session_id,
+            model_call_id=p.model_call_id,
+            proposal_id=p.proposal_id,
+            tool_name=p.tool_name,
+            tool_version=p.tool_version,
+            tenant=session.tenant,
+            subject=session.subject,
+            state=State.PROPOSED,
+            raw_arguments=p.arguments_bytes,
+            idempotency_key=p.idempotency_key or "",
+            policy_revision=snap.revision,
+            created_at=at,
+            updated_at=at,
+        )
+        trail.add(
+            "proposed",
+            State.PROPOSED,
+            {
+                "proposal_id": p.proposal_id,
+                "model_call_id": p.model_call_id,
+                "tool": f"{p.tool_name}@{p.tool_version}",
+                "raw_sha256": hashlib.sha256(p.arguments_bytes).hexdigest(),
+                "raw_len": len(p.arguments_bytes),
+                "tool_set_digest": view.tool_set_digest if view else "",
+                "policy_revision": snap.revision,
+                "parent_span_id": trace.parent_span_id,
+            },
+        )
+
+        async def finish(
+            state_record: InvocationRecord,
+            decision: Decision | None = None,
+            rejection: Rejection | None = None,
+            validator: str = "",
+            dialect: str = "",
+        ) -> ProposeOutcome:
+            final = replace(
+                state_record,
+                state=trail.state or State.PROPOSED,
+                decision=decision_to_dict(decision) if decision else None,
+                rejection=rejection.as_dict() if rejection else None,
+            )
+            await self._store.create_invocation(final, trail.events)
+            return ProposeOutcome(final, decision, rejection, validator, dialect)
+
+        def reject(exc: CallgateError, to: State, kind: str) -> Rejection:
+            rej = Rejection(exc.code.value, exc.message, exc.violations)
+            trail.add(kind, to, {"rejection": rej.as_dict()})
+            return rej
+
+        # --- lookup (6.2 invariant 2; 6.14 row 1: no approximate matching)
+        tool = snap.tools.get(p.tool_name, p.tool_version)
+        key = f"{p.tool_name}@{p.tool_version}"
+        lookup_error: CallgateError | None = None
+        if view is None:
+            lookup_error = CallgateError(
+                code=ErrorCode.TOOLS_NOT_LISTED,
+                message="no ListTools was recorded for this model_call_id; the model cannot have seen this tool",
+            )
+        elif key not in view.tools or tool is None:
+            lookup_error = CallgateError(
+                code=ErrorCode.UNKNOWN_TOOL_VERSION,
+                message=f"tool {key} is not in the set shown for this model call",
+            )
+        elif view.spec_digests.get(key) != tool.spec.spec_digest:
+            lookup_error = CallgateError(
+                code=ErrorCode.UNKNOWN_TOOL_VERSION,
+                message=f"tool {key} changed since it was shown to the model; list tools again",
+            )
+        if lookup_error is not None or tool is None:
+            assert lookup_error is not None
+            return await finish(record, rejection=reject(lookup_error, State.PARSE_REJECTED, "parse_rejected"))
+
+        # --- strict parse (6.3, 6.4 layer 1)
+        try:
+            parsed = parse_arguments(p.arguments_bytes, self._limits)
+        except RejectedError as exc:
+            return await finish(record, rejection=reject(exc, State.PARSE_REJECTED, "parse_rejected"))
+        trail.add("parsed", State.PARSED, {"top_level_keys": len(parsed.value)})
+
+        # --- schema validation (6.4 layer 2)
+        try:
+            validated = tool.schema.validate(parsed)
+        except RejectedError as exc:
+            return await finish(record, rejection=reject(exc, State.VALIDATION_REJECTED, "validation_rejected"))
+        vinfo = {
+            "dialect": validated.dialect,
+            "validator": validated.validator,
+            "validator_version": validated.validator_version,
+            "format_assertion": validated.format_assertion,
+            "tool_spec_digest": tool.spec.spec_digest,
+        }
+        trail.add("validated", State.VALIDATED, vinfo)
+        validator = f"{validated.validator} {validated.validator_version}"
+
+        # --- normalization + canonical digest (6.4 layer 3, 6.5)
+        zone = load_zone(session.timezone)
+        if zone is None:  # the zone was valid at OpenSession; tzdata changed under us
+            raise CallgateError(code=ErrorCode.INTERNAL, message="session time zone is no longer known")
+        ctx = NormalizationContext(
+            reference_clock=now.astimezone(zone).isoformat(), timezone=session.timezone, locale=session.locale
+        )
+        try:
+            normalized: NormalizedArguments = normalize(
+                validated,
+                tool.normalizers,
+                ctx,
+                tenant=session.tenant,
+                tool_name=tool.spec.name,
+                tool_version=tool.spec.version,
+            )
+            post = tool.normalized_schema.validate_value(normalized.value)
+            if post:
+                raise RejectedError(
+                    code=ErrorCode.SCHEMA_VIOLATION,
+                    message="normalized arguments do not satisfy the tool's normalized schema",
+                    violations=post,
+                )
+        except RejectedError as exc:
+            return await finish(
+                record,
+                rejection=reject(exc, State.VALIDATION_REJECTED, "validation_rejected"),
+                validator=validator,
+                dialect=validated.dialect,
+            )
+        record = replace(record, digest=normalized.digest, normalized_arguments=normalized.canonical)
+        trail.add(
+            "normalized",
+            State.VALIDATED,
+            {
+                "reference_clock": ctx.reference_clock,
+                "timezone": ctx.timezone,
+                "locale": ctx.locale,
+                "applied": list(normalized.applied),
+                "normalized_arguments": normalized.canonical.decode("utf-8"),
+                "digest": normalized.digest,
+            },
+        )
+
+        # --- authorization (6.6)
+        result = authorize_invocation(snap.engine, tool, normalized, subject)
+        decision = result.decision
+        auth_data = {
+            "subject": {"tenant": subject.tenant, "id": subject.id},
+            "capabilities": list(tool.spec.required_capabilities),
+            "resource": result.resource,
+            "decision": decision_to_dict(decision),
+            "policy_revision": snap.revision,
+        }
+        if decision.effect is Effect.DENY:
+            trail.add("authorization_rejected", State.AUTHORIZATION_REJECTED, auth_data)
+            return await finish(record, decision=decision, validator=validator, dialect=validated.dialect)
+        trail.add("authorized", State.AUTHORIZED, auth_data)
+        deadline = rfc3339(now + timedelta(milliseconds=tool.spec.timeout_ms))
+        record = replace(record, deadline=deadline)
+        if decision.effect is Effect.CONFIRM:
+            expires = rfc3339(now + timedelta(seconds=self._cfg.confirmation.ttl_seconds))
+            record = replace(record, confirmation_expires_at=expires)
+            trail.add(
+                "confirmation_requested",
+                State.AUTHORIZED,
+                {"digest": normalized.digest, "expires_at": expires},
+            )
+        else:
+            trail.add("prepared", State.PREPARED, {"digest": normalized.digest, "confirmation": "not_required"})
+        return await finish(record, decision=decision, validator=validator, dialect=validated.dialect)
+
+    # ------------------------------------------------------------------ confirmation
+    async def _move(
+        self, inv: InvocationRecord, to: State, kind: str, data: Mapping[str, Any], trace: TraceContext
+    ) -> InvocationRecord | None:
+        events = await self._store.list_events(inv.invocation_id)
+        at = rfc3339(self._clock.now())
+        trail = _Trail(self, inv.invocation_id, inv.state, events[-1].seq if events else 0, trace, at)
+        trail.add(kind, to, data)
+        new = replace(inv, state=to, updated_at=at)
+        ok = await self._store.transition(new, inv.state, trail.events)
+        return new if ok else None
+
+    async def confirm(
+        self, invocation_id: str, digest: str, confirmed_by: str, trace: TraceContext
+    ) -> InvocationRecord:
+        inv = await self._invocation(invocation_id)
+        if inv.state is not State.AUTHORIZED or not inv.confirmation_expires_at:
+            raise CallgateError(
+                code=ErrorCode.CONFIRMATION_NOT_PENDING,
+                message=f"invocation has no pending confirmation (state {inv.state.value})",
+            )
+        now = self._clock.now()
+        if now >= datetime.fromisoformat(inv.confirmation_expires_at):
+            await self._move(
+                inv,
+                State.CANCELLED_BEFORE_COMMIT,
+                "confirmation_expired",
+                {"expired_at": inv.confirmation_expires_at},
+                trace,
+            )
+            raise CallgateError(code=ErrorCode.CONFIRMATION_EXPIRED, message="the confirmation window has passed")
+        if not hmac.compare_digest(digest.encode(), inv.digest.encode()):
+            # 6.6 / 6.11: a confirmation of anything else than the parked digest cancels it.
+            moved = await self._move(
+                inv,
+                State.CANCELLED_BEFORE_COMMIT,
+                "confirmation_rejected",
+                {"reason": ErrorCode.CONFIRMATION_DIGEST_MISMATCH.value, "confirmed_by": confirmed_by},
+                trace,
+            )
+            if moved is None:
+                raise CallgateError(
+                    code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
+                )
+            raise CallgateError(
+                code=ErrorCode.CONFIRMATION_DIGEST_MISMATCH,
+                message="digest does not match the parked invocation; it was cancelled, propose again",
+            )
+        moved = await self._move(
+            inv,
+            State.PREPARED,
+            "confirmed",
+            {"digest": inv.digest, "confirmed_by": confirmed_by},
+            trace,
+        )
+        if moved is None:
+            raise CallgateError(
+                code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
+            )
+        return moved
+
+    async def list_pending(self, tenant: str) -> list[InvocationRecord]:
+        now = self._clock.now()
+        return [
+            inv
+            for inv in await self._store.list_pending(tenant)
+            if now < datetime.fromisoformat(inv.confirmation_expires_at)
+        ]
+
+    # ------------------------------------------------------------------ cancel / read
+    async def cancel(self, invocation_id: str, reason: str, trace: TraceContext) -> InvocationRecord:
+        inv = await self._invocation(invocation_id)
+        if inv.state not in CANCELLABLE:
+            check_transition(inv.state, State.CANCELLED_BEFORE_COMMIT)  # raises the precise error
+        moved = await self._move(inv, State.CANCELLED_BEFORE_COMMIT, "cancelled", {"reason": reason[:500]}, trace)
+        if moved is None:  # lost a race: report the state that won
+            latest = await self._invocation(invocation_id)
+            check_transition(latest.state, State.CANCELLED_BEFORE_COMMIT)
+            raise CallgateError(code=ErrorCode.ILLEGAL_TRANSITION, message="invocation changed concurrently")
+        return moved
+
+    async def get_invocation(self, invocation_id: str) -> tuple[InvocationRecord, list[EventRecord]]:
+        inv = await self._invocation(invocation_id)
+        return inv, await self._store.list_events(invocation_id)
+
+    # ------------------------------------------------------------------ generic decision point
+    def authorize(self, request: AuthzRequest) -> Decision:
+        decisions = self._snap.engine.authorize_batch([request])
+        return decisions[0]
+
+
+__all__ = [
+    "Gate",
+    "ProposeOutcome",
+    "Rejection",
+    "SessionSpec",
+    "ToolView",
+    "decision_to_dict",
+]

@@ -1,0 +1,1 @@
+"""Generated code (scripts/gen-proto). Do not edit."""

@@ -1,0 +1,379 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STATE_UNSPECIFIED: _ClassVar[State]
+    PROPOSED: _ClassVar[State]
+    PARSED: _ClassVar[State]
+    VALIDATED: _ClassVar[State]
+    AUTHORIZED: _ClassVar[State]
+    PREPARED: _ClassVar[State]
+    EXECUTING: _ClassVar[State]
+    COMMITTED: _ClassVar[State]
+    OBSERVED: _ClassVar[State]
+    PARSE_REJECTED: _ClassVar[State]
+    VALIDATION_REJECTED: _ClassVar[State]
+    AUTHORIZATION_REJECTED: _ClassVar[State]
+    CANCELLED_BEFORE_COMMIT: _ClassVar[State]
+    FAILED_BEFORE_COMMIT: _ClassVar[State]
+    OUTCOME_UNKNOWN: _ClassVar[State]
+    FAILED_AFTER_COMMIT: _ClassVar[State]
+
+class Effect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EFFECT_UNSPECIFIED: _ClassVar[Effect]
+    ALLOW: _ClassVar[Effect]
+    DENY: _ClassVar[Effect]
+    CONFIRM: _ClassVar[Effect]
+STATE_UNSPECIFIED: State
+PROPOSED: State
+PARSED: State
+VALIDATED: State
+AUTHORIZED: State
+PREPARED: State
+EXECUTING: State
+COMMITTED: State
+OBSERVED: State
+PARSE_REJECTED: State
+VALIDATION_REJECTED: State
+AUTHORIZATION_REJECTED: State
+CANCELLED_BEFORE_COMMIT: State
+FAILED_BEFORE_COMMIT: State
+OUTCOME_UNKNOWN: State
+FAILED_AFTER_COMMIT: State
+EFFECT_UNSPECIFIED: Effect
+ALLOW: Effect
+DENY: Effect
+CONFIRM: Effect
+
+class Subject(_message.Message):
+    __slots__ = ("tenant", "id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    id: str
+    def __init__(self, tenant: _Optional[str] = ..., id: _Optional[str] = ...) -> None: ...
+
+class Reason(_message.Message):
+    __slots__ = ("code", "policy_id", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    POLICY_ID_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    policy_id: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., policy_id: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class Decision(_message.Message):
+    __slots__ = ("effect", "reasons", "policy_ids", "error_code", "engine")
+    EFFECT_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_IDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    effect: Effect
+    reasons: _containers.RepeatedCompositeFieldContainer[Reason]
+    policy_ids: _containers.RepeatedScalarFieldContainer[str]
+    error_code: str
+    engine: str
+    def __init__(self, effect: _Optional[_Union[Effect, str]] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., policy_ids: _Optional[_Iterable[str]] = ..., error_code: _Optional[str] = ..., engine: _Optional[str] = ...) -> None: ...
+
+class Violation(_message.Message):
+    __slots__ = ("pointer", "message", "keyword")
+    POINTER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_FIELD_NUMBER: _ClassVar[int]
+    pointer: str
+    message: str
+    keyword: str
+    def __init__(self, pointer: _Optional[str] = ..., message: _Optional[str] = ..., keyword: _Optional[str] = ...) -> None: ...
+
+class Rejection(_message.Message):
+    __slots__ = ("code", "message", "violations")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    violations: _containers.RepeatedCompositeFieldContainer[Violation]
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., violations: _Optional[_Iterable[_Union[Violation, _Mapping]]] = ...) -> None: ...
+
+class Budgets(_message.Message):
+    __slots__ = ("max_model_calls", "max_tool_calls", "max_wall_clock_seconds", "max_result_bytes", "max_external_cost_micros")
+    MAX_MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WALL_CLOCK_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESULT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_EXTERNAL_COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    max_model_calls: int
+    max_tool_calls: int
+    max_wall_clock_seconds: int
+    max_result_bytes: int
+    max_external_cost_micros: int
+    def __init__(self, max_model_calls: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_wall_clock_seconds: _Optional[int] = ..., max_result_bytes: _Optional[int] = ..., max_external_cost_micros: _Optional[int] = ...) -> None: ...
+
+class ToolSpec(_message.Message):
+    __slots__ = ("name", "version", "description", "input_schema_json", "schema_dialect", "side_effect_class", "required_capabilities", "resource_template", "spec_digest")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_DIALECT_FIELD_NUMBER: _ClassVar[int]
+    SIDE_EFFECT_CLASS_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    SPEC_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    description: str
+    input_schema_json: str
+    schema_dialect: str
+    side_effect_class: str
+    required_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    resource_template: str
+    spec_digest: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., side_effect_class: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., resource_template: _Optional[str] = ..., spec_digest: _Optional[str] = ...) -> None: ...
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("subject", "timezone", "locale", "budgets", "tool_allowlist", "session_id")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    LOCALE_FIELD_NUMBER: _ClassVar[int]
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    subject: Subject
+    timezone: str
+    locale: str
+    budgets: Budgets
+    tool_allowlist: _containers.RepeatedScalarFieldContainer[str]
+    session_id: str
+    def __init__(self, subject: _Optional[_Union[Subject, _Mapping]] = ..., timezone: _Optional[str] = ..., locale: _Optional[str] = ..., budgets: _Optional[_Union[Budgets, _Mapping]] = ..., tool_allowlist: _Optional[_Iterable[str]] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class OpenSessionResponse(_message.Message):
+    __slots__ = ("session_id", "opened_at")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    OPENED_AT_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    opened_at: str
+    def __init__(self, session_id: _Optional[str] = ..., opened_at: _Optional[str] = ...) -> None: ...
+
+class ListToolsRequest(_message.Message):
+    __slots__ = ("session_id", "model_call_id")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    model_call_id: str
+    def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ...) -> None: ...
+
+class ListToolsResponse(_message.Message):
+    __slots__ = ("tools", "tool_set_digest")
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_SET_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    tools: _containers.RepeatedCompositeFieldContainer[ToolSpec]
+    tool_set_digest: str
+    def __init__(self, tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ..., tool_set_digest: _Optional[str] = ...) -> None: ...
+
+class ProposeRequest(_message.Message):
+    __slots__ = ("session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "arguments", "idempotency_key")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    model_call_id: str
+    proposal_id: str
+    tool_name: str
+    tool_version: str
+    arguments: bytes
+    idempotency_key: str
+    def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., arguments: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class ProposeResponse(_message.Message):
+    __slots__ = ("invocation_id", "state", "decision", "digest", "normalized_arguments", "rejection", "confirmation_expires_at", "schema_dialect", "validator")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    REJECTION_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_DIALECT_FIELD_NUMBER: _ClassVar[int]
+    VALIDATOR_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    state: State
+    decision: Decision
+    digest: str
+    normalized_arguments: bytes
+    rejection: Rejection
+    confirmation_expires_at: str
+    schema_dialect: str
+    validator: str
+    def __init__(self, invocation_id: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., confirmation_expires_at: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., validator: _Optional[str] = ...) -> None: ...
+
+class CancelRequest(_message.Message):
+    __slots__ = ("invocation_id", "reason")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    reason: str
+    def __init__(self, invocation_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
+
+class GetInvocationRequest(_message.Message):
+    __slots__ = ("invocation_id",)
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    def __init__(self, invocation_id: _Optional[str] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("event_id", "invocation_id", "seq", "at", "kind", "from_state", "to_state", "trace_id", "span_id", "data")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FROM_STATE_FIELD_NUMBER: _ClassVar[int]
+    TO_STATE_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SPAN_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    invocation_id: str
+    seq: int
+    at: str
+    kind: str
+    from_state: State
+    to_state: State
+    trace_id: str
+    span_id: str
+    data: _struct_pb2.Struct
+    def __init__(self, event_id: _Optional[str] = ..., invocation_id: _Optional[str] = ..., seq: _Optional[int] = ..., at: _Optional[str] = ..., kind: _Optional[str] = ..., from_state: _Optional[_Union[State, str]] = ..., to_state: _Optional[_Union[State, str]] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class Invocation(_message.Message):
+    __slots__ = ("invocation_id", "session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "subject", "state", "digest", "normalized_arguments", "raw_arguments", "decision", "idempotency_key", "created_at", "updated_at", "confirmation_expires_at", "rejection")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    PROPOSAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    RAW_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMATION_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    REJECTION_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    session_id: str
+    model_call_id: str
+    proposal_id: str
+    tool_name: str
+    tool_version: str
+    subject: Subject
+    state: State
+    digest: str
+    normalized_arguments: bytes
+    raw_arguments: bytes
+    decision: Decision
+    idempotency_key: str
+    created_at: str
+    updated_at: str
+    confirmation_expires_at: str
+    rejection: Rejection
+    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., state: _Optional[_Union[State, str]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., raw_arguments: _Optional[bytes] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., confirmation_expires_at: _Optional[str] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
+
+class GetInvocationResponse(_message.Message):
+    __slots__ = ("invocation", "events")
+    INVOCATION_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    invocation: Invocation
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, invocation: _Optional[_Union[Invocation, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class ConfirmRequest(_message.Message):
+    __slots__ = ("invocation_id", "digest", "confirmed_by")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CONFIRMED_BY_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    digest: str
+    confirmed_by: str
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., confirmed_by: _Optional[str] = ...) -> None: ...
+
+class ConfirmResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
+
+class ListPendingRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class PendingConfirmation(_message.Message):
+    __slots__ = ("invocation_id", "digest", "tool_name", "tool_version", "subject", "normalized_arguments", "expires_at", "reasons")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    digest: str
+    tool_name: str
+    tool_version: str
+    subject: Subject
+    normalized_arguments: bytes
+    expires_at: str
+    reasons: _containers.RepeatedCompositeFieldContainer[Reason]
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., normalized_arguments: _Optional[bytes] = ..., expires_at: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
+
+class ListPendingResponse(_message.Message):
+    __slots__ = ("pending",)
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    pending: _containers.RepeatedCompositeFieldContainer[PendingConfirmation]
+    def __init__(self, pending: _Optional[_Iterable[_Union[PendingConfirmation, _Mapping]]] = ...) -> None: ...
+
+class AuthorizeRequest(_message.Message):
+    __slots__ = ("subject", "capability", "resource", "context")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITY_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    subject: Subject
+    capability: str
+    resource: str
+    context: _struct_pb2.Struct
+    def __init__(self, subject: _Optional[_Union[Subject, _Mapping]] = ..., capability: _Optional[str] = ..., resource: _Optional[str] = ..., context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+
+class AuthorizeResponse(_message.Message):
+    __slots__ = ("decision",)
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    decision: Decision
+    def __init__(self, decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,164 @@
+"""Composition root: config -> components -> gRPC servers. No globals.
+
+Each role gets its own ``grpc.aio`` server bound only to that role's listeners, so a service is
+reachable only where it is registered: the agent's socket does not serve ``Confirmations``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sidecar.clock import Clock, SystemClock
+from sidecar.config import Config, ListenerConfig
+from sidecar.errors import CallgateError, LoadError
+from sidecar.gate import Gate
+from sidecar.gen.callgate.v1 import callgate_pb2 as pb
+from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
+from sidecar.server.services import AuthorizerService, ConfirmationsService, GateService
+from sidecar.snapshot import PolicySnapshot, load_snapshot_from_config
+from sidecar.store.base import Store
+from sidecar.store.sqlite import SQLiteStore
+
+log = logging.getLogger("callgate")
+
+ROLE_SERVICES = {
+    "agent": "callgate.v1.Gate",
+    "confirmer": "callgate.v1.Confirmations",
+    "authorizer": "callgate.v1.Authorizer",
+}
+
+
+@dataclass
+class Components:
+    """Everything the servers need, built once from the config and passed in."""
+
+    config: Config
+    clock: Clock
+    store: Store
+    gate: Gate
+
+
+def build_components(
+    cfg: Config, *, clock: Clock | None = None, store: Store | None = None, snapshot: PolicySnapshot | None = None
+) -> Components:
+    """Load the policy snapshot and open the store. Raises LoadError / CallgateError."""
+    clock = clock or SystemClock()
+    snapshot = snapshot or load_snapshot_from_config(cfg)
+    if store is None:
+        store = SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
+    gate = Gate(config=cfg, snapshot=snapshot, store=store, clock=clock)
+    return Components(config=cfg, clock=clock, store=store, gate=gate)
+
+
+@dataclass
+class Sidecar:
+    components: Components
+    servers: dict[str, grpc.aio.Server] = field(default_factory=dict)
+    health: dict[str, health.aio.HealthServicer] = field(default_factory=dict)
+    addresses: dict[str, list[str]] = field(default_factory=dict)
+    """Bound addresses per role (``unix:/path`` or ``127.0.0.1:PORT`` with the real port)."""
+
+    def _add_role(self, role: str, listener: ListenerConfig) -> None:
+        if not listener.socket and not listener.tcp:
+            return
+        gate = self.components.gate
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        if role == "agent":
+            pb_grpc.add_GateServicer_to_server(GateService(gate), server)
+        elif role == "confirmer":
+            pb_grpc.add_ConfirmationsServicer_to_server(ConfirmationsService(gate), server)
+        else:
+            pb_grpc.add_AuthorizerServicer_to_server(AuthorizerService(gate), server)
+        hs = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(hs, server)
+        if self.components.config.server.reflection:
+            names = (
+                pb.DESCRIPTOR.services_by_name[ROLE_SERVICES[role].split(".")[-1]].full_name,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            )
+            reflection.enable_server_reflection(names, server)
+        bound: list[str] = []
+        cfg = self.components.config
+        if listener.socket:
+            path = cfg.path(listener.socket).resolve()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists() or path.is_socket():
+                path.unlink()
+            server.add_insecure_port(f"unix:{path}")
+            bound.append(f"unix:{path}")
+        if listener.tcp:
+            host, _, port = listener.tcp.rpartition(":")
+            real = server.add_insecure_port(listener.tcp)
+            bound.append(f"{host}:{real}")
+        self.servers[role] = server
+        self.health[role] = hs
+        self.addresses[role] = bound
+
+    async def start(self) -> None:
+        s = self.components.config.server
+        for role in ("agent", "confirmer", "authorizer"):
+            self._add_role(role, getattr(s, role))
+        for role, server in self.servers.items():
+            await server.start()
+            for addr in self.addresses[role]:
+                if addr.startswith("unix:"):
+                    os.chmod(addr[5:], 0o660)
+        for role, hs in self.health.items():
+            await hs.set("", health_pb2.HealthCheckResponse.SERVING)
+            await hs.set(ROLE_SERVICES[role], health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "callgate serving: %s; policy revision %s",
+            ", ".join(f"{r}={a}" for r, addrs in self.addresses.items() for a in addrs),
+            self.components.gate.snapshot.revision,
+        )
+
+    def reload(self) -> bool:
+        """Load a new snapshot and swap it in; on any error keep serving the old one."""
+        try:
+            snap = load_snapshot_from_config(self.components.config)
+        except LoadError as exc:
+            log.error("policy reload rejected, still serving %s: %s", self.components.gate.snapshot.revision, exc)
+            return False
+        self.components.gate.swap_snapshot(snap)
+        log.info("policy reloaded: revision %s", snap.revision)
+        return True
+
+    async def stop(self, grace: float = 2.0) -> None:
+        for hs in self.health.values():
+            await hs.enter_graceful_shutdown()
+        await asyncio.gather(*(s.stop(grace) for s in self.servers.values()))
+        await self.components.store.close()
+        for addrs in self.addresses.values():
+            for a in addrs:
+                if a.startswith("unix:"):
+                    Path(a[5:]).unlink(missing_ok=True)
+
+
+async def serve(cfg: Config) -> int:
+    """Run until SIGINT/SIGTERM. SIGHUP reloads policies and ToolSpecs atomically."""
+    try:
+        components = build_components(cfg)
+    except CallgateError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
+    sidecar = Sidecar(components)
+    await sidecar.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, sidecar.reload)
+    await stop.wait()
+    log.info("shutting down")
+    await sidecar.stop()
+    return 0

@@ -1,0 +1,320 @@
+"""SQLite store (the embedded default): WAL mode, one writer thread, group commit.
+
+All database work runs on one dedicated thread that owns the connection, so the asyncio event
+loop never blocks on disk. Operations queued while a commit is in flight are executed together in
+the next transaction (group commit), each inside its own SAVEPOINT so one failing operation does
+not poison the others. A future resolves only after its transaction committed: with
+``synchronous=FULL`` (default) the events are on disk before the gate answers the RPC.
+
+Events are append-only, enforced by the database itself (triggers abort UPDATE and DELETE).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sidecar.errors import CallgateError, ErrorCode
+from sidecar.states import State
+from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, ToolViewRecord
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+  session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, subject TEXT NOT NULL,
+  timezone TEXT NOT NULL, locale TEXT NOT NULL, budgets TEXT NOT NULL,
+  tool_allowlist TEXT NOT NULL, opened_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tool_views (
+  session_id TEXT NOT NULL, model_call_id TEXT NOT NULL, tools TEXT NOT NULL,
+  spec_digests TEXT NOT NULL, tool_set_digest TEXT NOT NULL, created_at TEXT NOT NULL,
+  PRIMARY KEY (session_id, model_call_id));
+CREATE TABLE IF NOT EXISTS invocations (
+  invocation_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, model_call_id TEXT NOT NULL,
+  proposal_id TEXT NOT NULL, tool_name TEXT NOT NULL, tool_version TEXT NOT NULL,
+  tenant TEXT NOT NULL, subject TEXT NOT NULL, state TEXT NOT NULL, raw_arguments BLOB NOT NULL,
+  digest TEXT NOT NULL, normalized_arguments BLOB NOT NULL, decision TEXT, rejection TEXT,
+  idempotency_key TEXT NOT NULL, deadline TEXT NOT NULL, confirmation_expires_at TEXT NOT NULL,
+  policy_revision TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS invocations_pending ON invocations (state, tenant)
+  WHERE confirmation_expires_at != '';
+CREATE TABLE IF NOT EXISTS events (
+  invocation_id TEXT NOT NULL, seq INTEGER NOT NULL, event_id TEXT NOT NULL UNIQUE,
+  at TEXT NOT NULL, kind TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+  trace_id TEXT NOT NULL, span_id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (invocation_id, seq));
+CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+"""
+
+_INV_COLS = (
+    "invocation_id, session_id, model_call_id, proposal_id, tool_name, tool_version, tenant, "
+    "subject, state, raw_arguments, digest, normalized_arguments, decision, rejection, "
+    "idempotency_key, deadline, confirmation_expires_at, policy_revision, created_at, updated_at"
+)
+
+_Op = Callable[[sqlite3.Connection], Any]
+
+
+def _dump(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _inv_row(r: InvocationRecord) -> tuple[Any, ...]:
+    return (
+        r.invocation_id, r.session_id, r.model_call_id, r.proposal_id, r.tool_name, r.tool_version,
+        r.tenant, r.subject, r.state.value, r.raw_arguments, r.digest, r.normalized_arguments,
+        _dump(r.decision), _dump(r.rejection), r.idempotency_key, r.deadline,
+        r.confirmation_expires_at, r.policy_revision, r.created_at, r.updated_at,
+    )  # fmt: skip
+
+
+def _inv_from(row: sqlite3.Row) -> InvocationRecord:
+    return InvocationRecord(
+        invocation_id=row[0], session_id=row[1], model_call_id=row[2], proposal_id=row[3],
+        tool_name=row[4], tool_version=row[5], tenant=row[6], subject=row[7], state=State(row[8]),
+        raw_arguments=bytes(row[9]), digest=row[10], normalized_arguments=bytes(row[11]),
+        decision=json.loads(row[12]) if row[12] else None,
+        rejection=json.loads(row[13]) if row[13] else None,
+        idempotency_key=row[14], deadline=row[15], confirmation_expires_at=row[16],
+        policy_revision=row[17], created_at=row[18], updated_at=row[19],
+    )  # fmt: skip
+
+
+def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> None:
+    conn.executemany(
+        "INSERT INTO events (invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, "
+        "span_id, data) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        [
+            (
+                e.invocation_id, e.seq, e.event_id, e.at, e.kind,
+                e.from_state.value if e.from_state else None, e.to_state.value,
+                e.trace_id, e.span_id, _dump(dict(e.data)),
+            )  # fmt: skip
+            for e in events
+        ],
+    )
+
+
+class SQLiteStore:
+    """:class:`~sidecar.store.base.Store` on SQLite."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "full", max_batch: int = 256) -> None:
+        self._path = str(path)
+        if self._path != ":memory:":
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        self._sync = synchronous.upper()
+        self._max_batch = max_batch
+        self._q: queue.SimpleQueue[tuple[_Op, asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._ready = threading.Event()
+        self._init_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="callgate-sqlite", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._init_error is not None:
+            raise CallgateError(
+                code=ErrorCode.STORE_UNAVAILABLE, message=f"cannot open SQLite store: {self._init_error}"
+            )
+
+    # ------------------------------------------------------------------ worker thread
+    def _run(self) -> None:
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self._sync}")
+            conn.execute("PRAGMA busy_timeout=5000")
+            conn.executescript(_SCHEMA)
+        except BaseException as exc:  # noqa: BLE001
+            self._init_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        stop = False
+        while not stop:
+            first = self._q.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._run_batch(conn, batch)
+        conn.close()
+
+    def _run_batch(
+        self,
+        conn: sqlite3.Connection,
+        batch: list[tuple[_Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]],
+    ) -> None:
+        results: list[tuple[bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for op, _, _ in batch:
+                conn.execute("SAVEPOINT op")
+                try:
+                    results.append((True, op(conn)))
+                    conn.execute("RELEASE op")
+                except Exception as exc:  # noqa: BLE001 - delivered to the caller's future
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    results.append((False, exc))
+            conn.execute("COMMIT")
+        except Exception as exc:  # noqa: BLE001 - commit failed: nothing of the batch is durable
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"store write failed: {exc}")
+            results = [(False, err)] * len(batch)
+        for (ok, value), (_, loop, fut) in zip(results, batch):
+            loop.call_soon_threadsafe(_settle, fut, ok, value)
+
+    async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        if not self._thread.is_alive():
+            raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="store is closed")
+        self._q.put((op, loop, fut))
+        return await fut
+
+    # ------------------------------------------------------------------ API
+    async def put_session(self, s: SessionRecord) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)",
+                (s.session_id, s.tenant, s.subject, s.timezone, s.locale, _dump(dict(s.budgets)),
+                 _dump(list(s.tool_allowlist)), s.opened_at),
+            )  # fmt: skip
+
+        await self._call(op)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        def op(c: sqlite3.Connection) -> SessionRecord | None:
+            row = c.execute("SELECT * FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+            if row is None:
+                return None
+            return SessionRecord(
+                session_id=row[0], tenant=row[1], subject=row[2], timezone=row[3], locale=row[4],
+                budgets=json.loads(row[5]), tool_allowlist=tuple(json.loads(row[6])), opened_at=row[7],
+            )  # fmt: skip
+
+        return await self._call(op)
+
+    async def put_tool_view(self, v: ToolViewRecord) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT OR REPLACE INTO tool_views VALUES (?,?,?,?,?,?)",
+                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
+                 v.tool_set_digest, v.created_at),
+            )  # fmt: skip
+
+        await self._call(op)
+
+    async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+        def op(c: sqlite3.Connection) -> ToolViewRecord | None:
+            row = c.execute(
+                "SELECT * FROM tool_views WHERE session_id=? AND model_call_id=?", (session_id, model_call_id)
+            ).fetchone()
+            if row is None:
+                return None
+            return ToolViewRecord(
+                session_id=row[0], model_call_id=row[1], tools=tuple(json.loads(row[2])),
+                spec_digests=json.loads(row[3]), tool_set_digest=row[4], created_at=row[5],
+            )  # fmt: skip
+
+        return await self._call(op)
+
+    async def create_invocation(self, record: InvocationRecord, events: Sequence[EventRecord]) -> None:
+        row = _inv_row(record)
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(f"INSERT INTO invocations ({_INV_COLS}) VALUES ({','.join('?' * len(row))})", row)
+            _insert_events(c, events)
+
+        await self._call(op)
+
+    async def transition(
+        self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
+    ) -> bool:
+        row = _inv_row(record)
+        sets = ", ".join(f"{col.strip()}=?" for col in _INV_COLS.split(",")[1:])
+
+        def op(c: sqlite3.Connection) -> bool:
+            cur = c.execute(
+                f"UPDATE invocations SET {sets} WHERE invocation_id=? AND state=?",
+                (*row[1:], record.invocation_id, expected.value),
+            )
+            if cur.rowcount != 1:
+                return False
+            _insert_events(c, events)
+            return True
+
+        return await self._call(op)
+
+    async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        def op(c: sqlite3.Connection) -> InvocationRecord | None:
+            row = c.execute(
+                f"SELECT {_INV_COLS} FROM invocations WHERE invocation_id=?", (invocation_id,)
+            ).fetchone()
+            return None if row is None else _inv_from(row)
+
+        return await self._call(op)
+
+    async def list_events(self, invocation_id: str) -> list[EventRecord]:
+        def op(c: sqlite3.Connection) -> list[EventRecord]:
+            rows = c.execute(
+                "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
+                "FROM events WHERE invocation_id=? ORDER BY seq",
+                (invocation_id,),
+            ).fetchall()
+            return [
+                EventRecord(
+                    event_id=r[0], invocation_id=r[1], seq=r[2], at=r[3], kind=r[4],
+                    from_state=State(r[5]) if r[5] else None, to_state=State(r[6]),
+                    trace_id=r[7], span_id=r[8], data=json.loads(r[9]),
+                )  # fmt: skip
+                for r in rows
+            ]
+
+        return await self._call(op)
+
+    async def list_pending(self, tenant: str) -> list[InvocationRecord]:
+        def op(c: sqlite3.Connection) -> list[InvocationRecord]:
+            q = f"SELECT {_INV_COLS} FROM invocations WHERE state=? AND confirmation_expires_at != ''"
+            args: tuple[Any, ...] = (State.AUTHORIZED.value,)
+            if tenant:
+                q += " AND tenant=?"
+                args += (tenant,)
+            return [_inv_from(r) for r in c.execute(q + " ORDER BY created_at", args).fetchall()]
+
+        return await self._call(op)
+
+    async def close(self) -> None:
+        if self._thread.is_alive():
+            self._q.put(None)
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+
+def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if fut.done():
+        return
+    if ok:
+        fut.set_result(value)
+    else:
+        fut.set_exception(value)

@@ -1,0 +1,77 @@
+"""`callgate check` and `callgate eval` as a policy author runs them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import DATA, POLICIES, ROOT
+
+
+def callgate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sidecar", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_check_ok_on_example_policies() -> None:
+    r = callgate("check", "--config", str(ROOT / "callgate.toml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "weather.get@v1" in r.stdout and "calendar.create_event@v1" in r.stdout
+
+
+def _project_copy(tmp_path: Path) -> Path:
+    shutil.copytree(POLICIES, tmp_path / "policies")
+    shutil.copy(ROOT / "callgate.toml", tmp_path / "callgate.toml")
+    return tmp_path
+
+
+def test_check_reports_toolspec_file_and_line(tmp_path: Path) -> None:
+    proj = _project_copy(tmp_path)
+    spec = proj / "policies" / "tools" / "weather.get@v1.json"
+    text = spec.read_text().replace('"format": "date"', '"format": "datum"')
+    spec.write_text(text)
+    line = next(i for i, l in enumerate(text.splitlines(), 1) if '"datum"' in l)
+    r = callgate("check", "--config", str(proj / "callgate.toml"))
+    assert r.returncode == 1
+    assert f"weather.get@v1.json:{line}" in r.stdout and "unsupported_format" in r.stdout, r.stdout
+
+
+def test_check_reports_duplicate_key_in_toolspec(tmp_path: Path) -> None:
+    proj = _project_copy(tmp_path)
+    spec = proj / "policies" / "tools" / "files.delete@v1.json"
+    spec.write_text(spec.read_text().replace('"version": "v1",', '"version": "v1",\n  "version": "v2",'))
+    r = callgate("check", "--config", str(proj / "callgate.toml"))
+    assert r.returncode == 1 and "files.delete@v1.json:4" in r.stdout and "duplicate" in r.stdout, r.stdout
+
+
+def test_check_reports_cedar_policy_line(tmp_path: Path) -> None:
+    proj = _project_copy(tmp_path)
+    pol = proj / "policies" / "cedar" / "policies.cedar"
+    text = pol.read_text() + '\n@id("broken")\npermit (principal, action, resource) when { context.args.nope };\n'
+    pol.write_text(text)
+    r = callgate("check", "--config", str(proj / "callgate.toml"))
+    assert r.returncode == 1
+    line = text.splitlines().index('@id("broken")') + 1
+    assert f"policies.cedar:{line}" in r.stdout, r.stdout
+
+
+def test_eval_runs_the_case_table_offline() -> None:
+    r = callgate("eval", str(DATA / "gate_cases.json"), "--config", str(ROOT / "callgate.toml"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(results) == len(json.loads((DATA / "gate_cases.json").read_text())["cases"])
+    assert all(res["pass"] for res in results), [res for res in results if not res["pass"]]
+    weather = results[0]
+    assert weather["digest"].startswith("sha256:") and weather["normalized_arguments"]["date"] == "2026-07-20"
+
+
+def test_eval_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
+    case = {"subject": {"tenant": "acme", "id": "bob"}, "tool": "files.delete@v1",
+            "arguments": {"path": "/tmp/x"}, "expect": "allow"}
+    f = tmp_path / "one.jsonl"
+    f.write_text(json.dumps(case) + "\n")
+    r = callgate("eval", str(f), "--config", str(ROOT / "callgate.toml"))
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["pass"] is False

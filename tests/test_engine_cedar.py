@@ -1,0 +1,122 @@
+"""Cedar engine: fail closed on every fault (spec 6.6, field notes), load errors with file:line,
+atomic snapshot swap."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import cedarpy
+import pytest
+
+from sidecar.engines.cedar import CedarEngine, load_cedar_dir
+from sidecar.errors import ErrorCode, LoadError
+from sidecar.model import AuthzRequest, Effect, Subject
+from tests.conftest import DATA, POLICIES
+
+FAULTS = DATA / "cedar_faults"
+
+
+def req(n: Any, **extra: Any) -> AuthzRequest:
+    return AuthzRequest(
+        subject=Subject("acme", "u1"), capability="t.act", resource="thing:1", context={"tool": "t@v1", "args": {"n": n, **extra}}
+    )
+
+
+@pytest.fixture
+def engine() -> CedarEngine:
+    return CedarEngine(load_cedar_dir(FAULTS))
+
+
+def test_permit_alone_allows(engine: CedarEngine) -> None:
+    (d,) = engine.authorize_batch([req(1)])
+    assert d.effect is Effect.ALLOW and d.policy_ids == ("permit-everyone",)
+
+
+def test_erroring_forbid_is_deny_not_allow(engine: CedarEngine) -> None:
+    # Cedar itself answers Allow here (the forbid errored and was skipped).
+    raw = cedarpy.is_authorized(
+        {"principal": {"type": "User", "id": "u1"}, "action": {"type": "Action", "id": "t.act"},
+         "resource": {"type": "Resource", "id": "thing:1"}, "context": {"tenant": "acme", "tool": "t", "args": {"n": 10**3}}},
+        engine._p.policy_set,
+        cedarpy.Entities.from_json_str('[{"uid":{"type":"User","id":"u1"},"attrs":{"tenant":"acme"},"parents":[]},'
+                                       '{"uid":{"type":"Resource","id":"thing:1"},"attrs":{"kind":"thing","name":"1","tenant":"acme"},"parents":[]}]'),
+    )
+    assert raw.decision == cedarpy.Decision.Allow and raw.diagnostics.errors
+    (d,) = engine.authorize_batch([req(10**3)])
+    assert d.effect is Effect.DENY
+    assert d.error_code == ErrorCode.POLICY_EVALUATION_ERROR.value
+    assert d.reasons[0].policy_id == "forbid-overflowing"
+    assert "1000" not in d.reasons[0].message  # no request values echoed
+
+
+@pytest.mark.parametrize(
+    "ctx_args",
+    [
+        {"n": "not a long"},  # does not conform to the schema
+        {"n": 1, "owner": {"__entity": {"type": "User", "id": "admin"}}},  # forged entity reference
+        {"n": 1, "__extn": {"fn": "ip", "arg": "1.2.3.4"}},
+        {"n": 2**64},  # outside Cedar's Long
+        {"n": 1.23456},  # not a Cedar decimal
+    ],
+)
+def test_bad_context_fails_closed(engine: CedarEngine, ctx_args: dict[str, Any]) -> None:
+    r = AuthzRequest(subject=Subject("acme", "u1"), capability="t.act", resource="thing:1", context={"tool": "t", "args": ctx_args})
+    (d,) = engine.authorize_batch([r])
+    assert d.effect is Effect.DENY and d.error_code
+
+
+def test_engine_exception_is_deny(engine: CedarEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    def boom(*a: Any, **k: Any) -> Any:
+        raise RuntimeError("engine exploded")
+
+    monkeypatch.setattr(cedarpy, "is_authorized", boom)
+    (d,) = engine.authorize_batch([req(1)])
+    assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_ERROR.value
+
+
+def test_no_decision_is_deny(engine: CedarEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoDecision:
+        decision = cedarpy.Decision.NoDecision
+
+        class diagnostics:
+            errors: list[str] = []
+            reasons: list[str] = []
+
+    monkeypatch.setattr(cedarpy, "is_authorized", lambda *a, **k: NoDecision())
+    (d,) = engine.authorize_batch([req(1)])
+    assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_NO_DECISION.value
+
+
+def _broken_copy(tmp_path: Path, text: str) -> Path:
+    d = tmp_path / "cedar"
+    shutil.copytree(POLICIES / "cedar", d)
+    (d / "policies.cedar").write_text(text)
+    return d
+
+
+@pytest.mark.parametrize(
+    "text,line,fragment",
+    [
+        ('@id("a")\npermit (principal, action, resource);\n\n@id("b")\npermit (principal, action resource);\n', 4, "syntax error"),
+        ('@id("a")\npermit (principal, action, resource);\npermit (principal, action, resource);\n', 3, "@id"),
+        ('@id("a")\npermit (principal, action, resource);\n@id("a")\nforbid (principal, action, resource);\n', 3, "duplicate @id"),
+        ('@id("f")\n@confirm("x")\nforbid (principal, action, resource);\n', 1, "@confirm"),
+        ('@id("ok")\npermit (principal, action, resource);\n@id("typo")\npermit (principal, action == Action::"weather.read", resource)\n  when { context.args.cty == "x" };\n', 3, "typo"),
+    ],
+    ids=["syntax", "missing-id", "duplicate-id", "confirm-on-forbid", "schema-validation"],
+)
+def test_load_errors_name_file_and_line(tmp_path: Path, text: str, line: int, fragment: str) -> None:
+    with pytest.raises(LoadError) as err:
+        load_cedar_dir(_broken_copy(tmp_path, text))
+    assert err.value.code is ErrorCode.POLICY_INVALID
+    assert err.value.source.endswith(f"policies.cedar:{line}"), err.value.source
+    assert fragment in str(err.value)
+
+
+def test_swap_is_atomic_per_batch(engine: CedarEngine) -> None:
+    before = engine.revision
+    other = load_cedar_dir(POLICIES / "cedar")
+    engine.swap(other)
+    assert engine.revision == other.revision != before

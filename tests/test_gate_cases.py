@@ -1,0 +1,83 @@
+"""Data-driven proposals through a real sidecar over gRPC (Unix socket).
+
+Cases live in tests/data/gate_cases.json (the same format `callgate eval` runs offline, so policy
+authors and the suite share one table). Covers the 6.14 rows that belong to parse, schema,
+normalization and authorization: unknown tool version, extra field, date format, admin claim.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+
+from sidecar.evalcases import case_arguments, mismatches
+from sidecar.gen.callgate.v1 import callgate_pb2 as pb
+from tests.conftest import DATA, Running
+
+_DOC = json.loads((DATA / "gate_cases.json").read_text(encoding="utf-8"))
+CASES = [{**_DOC["defaults"], **c} for c in _DOC["cases"]]
+
+
+def result_of(resp: pb.ProposeResponse) -> dict[str, Any]:
+    """The gRPC answer in `callgate eval`'s result shape."""
+    d = json_format.MessageToDict(resp, preserving_proto_field_name=True)
+    decision = d.get("decision")
+    if decision:
+        decision["effect"] = decision["effect"].lower()
+    return {
+        "state": pb.State.Name(resp.state),
+        "decision": decision,
+        "rejection": d.get("rejection"),
+        "normalized_arguments": json.loads(resp.normalized_arguments) if resp.normalized_arguments else None,
+    }
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_case(shared_server: Running, case: dict[str, Any]) -> None:
+    assert case["reference_clock"] == "2026-07-19T14:00:00+08:00"  # the shared server's clock
+    sid = shared_server.open_session(tenant=case["subject"]["tenant"], subject=case["subject"]["id"], tz=case["timezone"])
+    shared_server.list_tools(sid)
+    resp = shared_server.propose(sid, case["tool"], case_arguments(case))
+    assert mismatches(result_of(resp), case["expect"]) == []
+    # Every answer is backed by a stored invocation with its ordered events (6.13).
+    got = shared_server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))
+    assert got.invocation.state == resp.state
+    assert [e.seq for e in got.events] == list(range(1, len(got.events) + 1))
+    assert got.events[-1].to_state == resp.state
+    assert got.invocation.raw_arguments == case_arguments(case)
+
+
+def test_proposal_for_unlisted_model_call_is_rejected(shared_server: Running) -> None:
+    sid = shared_server.open_session()
+    shared_server.list_tools(sid, model_call_id="mc-listed")
+    resp = shared_server.propose(
+        sid, "weather.get@v1", {"city": "Paris", "date": "2026-07-20"}, model_call_id="mc-other"
+    )
+    assert pb.State.Name(resp.state) == "PARSE_REJECTED"
+    assert resp.rejection.code == "tools_not_listed"
+
+
+def test_tool_outside_session_allowlist_is_unknown(shared_server: Running) -> None:
+    sid = shared_server.open_session(tool_allowlist=["weather.get"])
+    listed = shared_server.list_tools(sid)
+    assert [t.name for t in listed.tools] == ["weather.get"]
+    resp = shared_server.propose(sid, "files.delete@v1", {"path": "/tmp/x"})
+    assert resp.rejection.code == "unknown_tool_version"
+
+
+def test_canary_in_arguments_never_in_rejection(shared_server: Running) -> None:
+    canary = "CANARY-7f3e-SECRET"
+    sid = shared_server.open_session()
+    shared_server.list_tools(sid)
+    for raw in (
+        f'{{"city": "{canary}", "city": "x", "date": "2026-07-20"}}',
+        f'{{"city": 5, "date": "{canary}"}}',
+        f'{{"city": "x", "date": "{canary}"}}',
+    ):
+        resp = shared_server.propose(sid, "weather.get@v1", raw)
+        assert resp.rejection.code, raw
+        text = resp.rejection.SerializeToString().decode("utf-8", "replace")
+        assert canary not in text, text  # values never; property *names* may be named (pointers)

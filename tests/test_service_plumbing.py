@@ -1,0 +1,79 @@
+"""Health, reflection, the Authorizer decision point, error mapping and stub freshness."""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from google.protobuf import struct_pb2
+
+from sidecar.errors import CallgateError, ErrorCode
+from sidecar.gen.callgate.v1 import callgate_pb2 as pb
+from sidecar.server.status import STATUS, to_status
+from tests.conftest import ROOT, Running
+
+
+@pytest.mark.parametrize(
+    "role,service",
+    [("agent", "callgate.v1.Gate"), ("confirmer", "callgate.v1.Confirmations"), ("authorizer", "callgate.v1.Authorizer")],
+)
+def test_health_and_reflection_per_listener(shared_server: Running, role: str, service: str) -> None:
+    ch = shared_server.channels[role]
+    hs = health_pb2_grpc.HealthStub(ch)
+    for name in ("", service):
+        assert hs.Check(health_pb2.HealthCheckRequest(service=name)).status == health_pb2.HealthCheckResponse.SERVING
+    stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+    answers = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+    names = {s.name for s in answers[0].list_services_response.service}
+    assert service in names
+    assert not ({"callgate.v1.Gate", "callgate.v1.Confirmations", "callgate.v1.Authorizer"} - {service}) & names
+
+
+def test_authorizer_decision_point(shared_server: Running) -> None:
+    ctx = struct_pb2.Struct()
+    ctx.update({"tool": "files.delete@v1", "args": {"path": "/tmp/a"}})
+    allow = shared_server.authorizer.Authorize(
+        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="carol"), capability="files.delete", resource="file:/tmp/a", context=ctx)
+    )
+    assert allow.decision.effect == pb.ALLOW and list(allow.decision.policy_ids) == ["files-delete-admin"]
+    deny = shared_server.authorizer.Authorize(
+        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="bob"), capability="files.delete", resource="file:/tmp/a", context=ctx)
+    )
+    assert deny.decision.effect == pb.DENY
+    # An unknown capability is not in the Cedar schema: fail closed with an error code.
+    unknown = shared_server.authorizer.Authorize(
+        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="carol"), capability="files.nuke", resource="file:/", context=ctx)
+    )
+    assert unknown.decision.effect == pb.DENY and unknown.decision.error_code == "policy_evaluation_error"
+    with pytest.raises(grpc.RpcError) as err:
+        shared_server.authorizer.Authorize(pb.AuthorizeRequest())
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_every_error_code_is_mapped_once() -> None:
+    assert set(STATUS) == set(ErrorCode)
+    for code in ErrorCode:
+        st = to_status(CallgateError(code=code, message="m"))
+        assert st.code == STATUS[code]
+        assert st.code != grpc.StatusCode.OK
+
+
+def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
+    out = tmp_path / "gen"
+    subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gen-proto"), str(out)],
+        check=True,
+        env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
+    )
+    committed = ROOT / "sidecar" / "gen" / "callgate" / "v1"
+    fresh = out / "callgate" / "v1"
+    names = sorted(p.name for p in fresh.glob("*.py*"))
+    assert names == sorted(p.name for p in committed.glob("*.py*"))
+    match, mismatch, errors = filecmp.cmpfiles(committed, fresh, names, shallow=False)
+    assert not mismatch and not errors, f"stale generated stubs: {mismatch or errors}; run scripts/gen-proto"
