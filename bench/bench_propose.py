@@ -93,12 +93,17 @@ async def closed_loop(call: Callable[[int], Awaitable[object]], seconds: float, 
 async def open_loop(call: Callable[[int], Awaitable[object]], seconds: float, rate: float) -> tuple[list[float], float, int]:
     """Fire at a fixed schedule regardless of completions; latency counts from the scheduled time."""
     lat: list[float] = []
+    errors: list[str] = []
     n = int(seconds * rate)
     start = time.perf_counter() + 0.05
     late = 0
 
     async def one(i: int, at: float) -> None:
-        await call(i)
+        try:
+            await call(i)
+        except grpc.RpcError as exc:
+            errors.append(str(exc.code()))
+            return
         lat.append(time.perf_counter() - at)
 
     tasks = []
@@ -111,6 +116,8 @@ async def open_loop(call: Callable[[int], Awaitable[object]], seconds: float, ra
             late += 1
         tasks.append(asyncio.ensure_future(one(i, at)))
     await asyncio.gather(*tasks)
+    if errors:
+        print(f"  open loop: {len(errors)} errors: {sorted(set(errors))}", flush=True)
     return lat, time.perf_counter() - start, late
 
 
@@ -120,6 +127,7 @@ async def main() -> None:
     ap.add_argument("--rate", type=float, default=1000.0)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--json", help="write results to this file")
+    ap.add_argument("--synchronous", default="full", choices=["full", "normal"], help="SQLite synchronous pragma")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-"))
@@ -135,14 +143,13 @@ authorizer = {{ socket = "{tmp}/authorizer.sock" }}
 dir = "{ROOT}/policies"
 [store]
 path = "{tmp}/callgate.db"
-synchronous = "full"
+synchronous = "{args.synchronous}"
 """
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "sidecar", "serve", "--config", str(cfg)],
         cwd=ROOT,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=open(tmp / "sidecar.log", "w"),
     )
     try:
         target = f"127.0.0.1:{port}"

@@ -121,7 +121,7 @@ class _Trail:
         self.seq += 1
         self.events.append(
             EventRecord(
-                event_id=uuid.uuid4().hex,
+                event_id=f"{self.invocation_id}.{self.seq}",
                 invocation_id=self.invocation_id,
                 seq=self.seq,
                 at=self.at,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import re
 import secrets
 from dataclasses import dataclass
@@ -24,5 +25,9 @@ class TraceContext:
         return TraceContext(trace_id=secrets.token_hex(16))
 
 
+_span_rng = random.Random(secrets.randbits(64))
+
+
 def new_span_id() -> str:
-    return secrets.token_hex(8)
+    """A non-zero 64-bit span id (unique, not secret: no syscall per event)."""
+    return f"{_span_rng.getrandbits(64) | 1:016x}"

@@ -24,7 +24,8 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from sidecar.errors import ErrorCode, LoadError, Violation
 from sidecar.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 
 ENGINE_NAME = "cedar"
+ENTITY_CACHE_SIZE = 4096
 PRINCIPAL_TYPE = "User"
 RESOURCE_TYPE = "Resource"
 ACTION_TYPE = "Action"
@@ -62,6 +64,10 @@ class CedarPolicies:
     """Positional id -> ``@confirm`` text, for permits that require confirmation."""
     revision: str
     """``sha256:`` of the three files' bytes."""
+    entity_cache: OrderedDict[tuple[str, str, str], cedarpy.Entities] = field(
+        default_factory=OrderedDict, compare=False, repr=False
+    )
+    """Per-snapshot LRU of entity sets with the request's principal/resource added."""
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -308,6 +314,20 @@ class CedarEngine:
             )
         return added
 
+    def _entities_for(self, p: CedarPolicies, req: AuthzRequest) -> cedarpy.Entities:
+        key = (req.subject.tenant, req.subject.id, req.resource)
+        cache = p.entity_cache
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+            return hit
+        added = self._request_entities(p, req)
+        entities = p.entities.with_added_json_str(json.dumps(added), p.schema) if added else p.entities
+        cache[key] = entities
+        if len(cache) > ENTITY_CACHE_SIZE:
+            cache.popitem(last=False)
+        return entities
+
     def _decide(self, p: CedarPolicies, req: AuthzRequest) -> Decision:
         try:
             context = to_cedar_value(dict(req.context))
@@ -315,8 +335,7 @@ class CedarEngine:
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, f"context not representable in Cedar: {exc}")
         context["tenant"] = req.subject.tenant
         try:
-            added = self._request_entities(p, req)
-            entities = p.entities.with_added_json_str(json.dumps(added), p.schema) if added else p.entities
+            entities = self._entities_for(p, req)
             result = cedarpy.is_authorized(
                 {
                     "principal": {"type": PRINCIPAL_TYPE, "id": req.subject.id},

@@ -2,8 +2,8 @@
 
 All database work runs on one dedicated thread that owns the connection, so the asyncio event
 loop never blocks on disk. Operations queued while a commit is in flight are executed together in
-the next transaction (group commit), each inside its own SAVEPOINT so one failing operation does
-not poison the others. A future resolves only after its transaction committed: with
+the next transaction (group commit); if one of them fails, the batch is replayed one transaction
+per operation so a failing operation does not take the others down. A future resolves only after its transaction committed: with
 ``synchronous=FULL`` (default) the events are on disk before the gate answers the RPC.
 
 Events are append-only, enforced by the database itself (triggers abort UPDATE and DELETE).
@@ -162,28 +162,45 @@ class SQLiteStore:
         conn: sqlite3.Connection,
         batch: list[tuple[_Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]],
     ) -> None:
+        """Run a batch in one transaction (group commit). If an operation fails, the whole
+        transaction is rolled back and each operation is retried in its own transaction, so a
+        failing operation never takes the others' writes with it."""
+        try:
+            results = self._transaction(conn, [op for op, _, _ in batch])
+        except _OpFailed:
+            results = []
+            for op, _, _ in batch:
+                try:
+                    results.extend(self._transaction(conn, [op]))
+                except _OpFailed as failed:
+                    results.append((False, failed.error))
+        except Exception as exc:  # noqa: BLE001 - commit failed: nothing of the batch is durable
+            err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"store write failed: {exc}")
+            results = [(False, err)] * len(batch)
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+        for (ok, value), (_, loop, fut) in zip(results, batch):
+            by_loop.setdefault(loop, []).append((fut, ok, value))
+        for loop, items in by_loop.items():  # one wake-up per loop per batch
+            loop.call_soon_threadsafe(_settle_all, items)
+
+    @staticmethod
+    def _transaction(conn: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any]]:
+        conn.execute("BEGIN IMMEDIATE")
         results: list[tuple[bool, Any]] = []
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for op, _, _ in batch:
-                conn.execute("SAVEPOINT op")
+            for op in ops:
                 try:
                     results.append((True, op(conn)))
-                    conn.execute("RELEASE op")
-                except Exception as exc:  # noqa: BLE001 - delivered to the caller's future
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                    results.append((False, exc))
+                except Exception as exc:  # noqa: BLE001
+                    raise _OpFailed(exc) from exc
             conn.execute("COMMIT")
-        except Exception as exc:  # noqa: BLE001 - commit failed: nothing of the batch is durable
+        except BaseException:
             try:
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"store write failed: {exc}")
-            results = [(False, err)] * len(batch)
-        for (ok, value), (_, loop, fut) in zip(results, batch):
-            loop.call_soon_threadsafe(_settle, fut, ok, value)
+            raise
+        return results
 
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
@@ -311,10 +328,17 @@ class SQLiteStore:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
 
 
-def _settle(fut: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if fut.done():
-        return
-    if ok:
-        fut.set_result(value)
-    else:
-        fut.set_exception(value)
+class _OpFailed(Exception):
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _settle_all(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in items:
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)
