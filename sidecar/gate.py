@@ -403,7 +403,7 @@ class Gate:
         )
 
         # --- authorization (6.6)
-        result = authorize_invocation(snap.engine, tool, normalized, subject)
+        result = await authorize_invocation(snap.engine, tool, normalized, subject)
         decision = result.decision
         auth_data = {
             "subject": {"tenant": subject.tenant, "id": subject.id},
@@ -516,8 +516,8 @@ class Gate:
         return inv, await self._store.list_events(invocation_id)
 
     # ------------------------------------------------------------------ generic decision point
-    def authorize(self, request: AuthzRequest) -> Decision:
-        decisions = self._snap.engine.authorize_batch([request])
+    async def authorize(self, request: AuthzRequest) -> Decision:
+        decisions = await self._snap.engine.authorize_batch([request])
         return decisions[0]
 
 

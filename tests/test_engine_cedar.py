@@ -30,7 +30,7 @@ def engine() -> CedarEngine:
 
 
 def test_permit_alone_allows(engine: CedarEngine) -> None:
-    (d,) = engine.authorize_batch([req(1)])
+    (d,) = engine.authorize_batch_sync([req(1)])
     assert d.effect is Effect.ALLOW and d.policy_ids == ("permit-everyone",)
 
 
@@ -44,7 +44,7 @@ def test_erroring_forbid_is_deny_not_allow(engine: CedarEngine) -> None:
                                        '{"uid":{"type":"Resource","id":"thing:1"},"attrs":{"kind":"thing","name":"1","tenant":"acme"},"parents":[]}]'),
     )
     assert raw.decision == cedarpy.Decision.Allow and raw.diagnostics.errors
-    (d,) = engine.authorize_batch([req(10**3)])
+    (d,) = engine.authorize_batch_sync([req(10**3)])
     assert d.effect is Effect.DENY
     assert d.error_code == ErrorCode.POLICY_EVALUATION_ERROR.value
     assert d.reasons[0].policy_id == "forbid-overflowing"
@@ -63,7 +63,7 @@ def test_erroring_forbid_is_deny_not_allow(engine: CedarEngine) -> None:
 )
 def test_bad_context_fails_closed(engine: CedarEngine, ctx_args: dict[str, Any]) -> None:
     r = AuthzRequest(subject=Subject("acme", "u1"), capability="t.act", resource="thing:1", context={"tool": "t", "args": ctx_args})
-    (d,) = engine.authorize_batch([r])
+    (d,) = engine.authorize_batch_sync([r])
     assert d.effect is Effect.DENY and d.error_code
 
 
@@ -72,7 +72,7 @@ def test_engine_exception_is_deny(engine: CedarEngine, monkeypatch: pytest.Monke
         raise RuntimeError("engine exploded")
 
     monkeypatch.setattr(cedarpy, "is_authorized", boom)
-    (d,) = engine.authorize_batch([req(1)])
+    (d,) = engine.authorize_batch_sync([req(1)])
     assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_ERROR.value
 
 
@@ -85,7 +85,7 @@ def test_no_decision_is_deny(engine: CedarEngine, monkeypatch: pytest.MonkeyPatc
             reasons: list[str] = []
 
     monkeypatch.setattr(cedarpy, "is_authorized", lambda *a, **k: NoDecision())
-    (d,) = engine.authorize_batch([req(1)])
+    (d,) = engine.authorize_batch_sync([req(1)])
     assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_NO_DECISION.value
 
 

@@ -41,18 +41,6 @@ REMOTE_BASE = "http://localhost:1234/"  # where the official harness serves remo
 # --------------------------------------------------------------------------------------
 
 R_FORMAT = "callgate turns format assertion on, per spec 6.4/6.14"
-R_REGEX = (
-    "callgate turns format assertion on, per spec 6.4/6.14; format 'regex' cannot be asserted "
-    "by this build (Python re is not ECMA-262), so a schema using it is refused at load"
-)
-R_META_REGEX = (
-    "the 2020-12 metaschema contains format 'regex', which this build cannot assert; a schema "
-    "that $refs the metaschema is refused at load instead of silently skipping that check"
-)
-R_UNICODE_PROPERTY = (
-    "pattern uses \\p{...}: Python re (python-jsonschema's regex engine) has no Unicode property "
-    "escapes, so the schema fails the metaschema's pattern check and is refused at load"
-)
 R_VOCABULARY = (
     "custom metaschemas/vocabularies are refused: validation is bound to the one 2020-12 "
     "dialect (spec 6.4)"
@@ -61,7 +49,7 @@ R_VOCABULARY = (
 _ANNOTATION_ONLY_FORMATS = (
     "email", "idn-email", "ipv4", "ipv6", "idn-hostname", "hostname", "date", "date-time", "time",
     "json-pointer", "relative-json-pointer", "iri", "iri-reference", "uri", "uri-reference",
-    "uri-template", "uuid", "duration",
+    "uri-template", "uuid", "duration", "regex",
 )  # fmt: skip
 _ALL_STRING_FORMATS_IGNORE = ("integers", "floats", "objects", "arrays", "booleans", "nulls")
 
@@ -74,53 +62,6 @@ EXCLUSIONS: dict[tuple[str, str, str], tuple[str, str]] = {
             f"invalid {fmt} string is only an annotation by default",
         ): ("invalid", R_FORMAT)
         for fmt in _ANNOTATION_ONLY_FORMATS
-    },
-    # format.json: format 'regex' is excluded from SUPPORTED_FORMATS -> load error for the case.
-    **{
-        ("format.json", "regex format", f"all string formats ignore {kind}"): (
-            "load_error:unsupported_format",
-            R_REGEX,
-        )
-        for kind in _ALL_STRING_FORMATS_IGNORE
-    },
-    ("format.json", "regex format", "invalid regex string is only an annotation by default"): (
-        "load_error:unsupported_format",
-        R_REGEX,
-    ),
-    # $ref to the official metaschema reaches format 'regex'.
-    ("defs.json", "validate definition against metaschema", "valid definition schema"): (
-        "load_error:unsupported_format",
-        R_META_REGEX,
-    ),
-    ("defs.json", "validate definition against metaschema", "invalid definition schema"): (
-        "load_error:unsupported_format",
-        R_META_REGEX,
-    ),
-    ("ref.json", "remote ref, containing refs itself", "remote ref valid"): (
-        "load_error:unsupported_format",
-        R_META_REGEX,
-    ),
-    ("ref.json", "remote ref, containing refs itself", "remote ref invalid"): (
-        "load_error:unsupported_format",
-        R_META_REGEX,
-    ),
-    # \p{...} patterns.
-    **{
-        ("pattern.json", "pattern with Unicode property escape requires unicode mode", t): (
-            "load_error:toolspec_invalid",
-            R_UNICODE_PROPERTY,
-        )
-        for t in ("ASCII letters match", "Non-ASCII letters match", "Digits do not match")
-    },
-    **{
-        ("patternProperties.json", "patternProperties with Unicode property escape", t): (
-            "load_error:toolspec_invalid",
-            R_UNICODE_PROPERTY,
-        )
-        for t in (
-            "Unicode letter property name matches",
-            "Non-letter property name does not match pattern",
-        )
     },
     # Custom metaschemas with $vocabulary.
     **{
@@ -274,17 +215,20 @@ def test_supported_formats() -> None:
     assert SUPPORTED_FORMATS == {
         "date", "date-time", "time", "duration", "email", "idn-email", "hostname",
         "idn-hostname", "ipv4", "ipv6", "uri", "uri-reference", "iri", "iri-reference", "uuid",
-        "uri-template", "json-pointer", "relative-json-pointer",
+        "uri-template", "json-pointer", "relative-json-pointer", "regex",
     }  # fmt: skip
-    assert set(EXCLUDED_FORMATS) == {"regex"}
+    assert dict(EXCLUDED_FORMATS) == {}
     assert not SUPPORTED_FORMATS & set(EXCLUDED_FORMATS)
+
+
+GARBAGE = {"regex": "garbage ( \u0000 value"}  # any plain string is a valid regex
 
 
 @pytest.mark.parametrize("fmt", sorted(SUPPORTED_FORMATS))
 def test_supported_format_rejects_garbage(fmt: str) -> None:
     """The field-notes failure mode: a 'supported' format that accepts anything."""
     compiled = CompiledSchema.compile({"format": fmt})
-    assert compiled.validate_value("garbage \u0000 value") != []
+    assert compiled.validate_value(GARBAGE.get(fmt, "garbage \u0000 value")) != []
     assert compiled.validate_value(12) == []  # formats only constrain strings
 
 
@@ -295,8 +239,9 @@ def test_unsupported_format_is_refused(fmt: str) -> None:
     assert exc.value.code is ErrorCode.UNSUPPORTED_FORMAT
 
 
-def test_regex_really_is_not_ecma262() -> None:
-    """Evidence for excluding 'regex': Python re disagrees with format/ecmascript-regex.json."""
+def test_python_re_is_not_ecma262_but_the_regex_format_is() -> None:
+    """Why 'regex' needs callgate's own parser: Python re disagrees with
+    format/ecmascript-regex.json, the ECMA-262 checker agrees with every case."""
     import re
 
     disagree = 0
@@ -308,6 +253,7 @@ def test_regex_really_is_not_ecma262() -> None:
             except re.error:
                 python_ok = False
             disagree += python_ok != test["valid"]
+            assert validate_mod._is_regex(test["data"]) is test["valid"], test["data"]
     assert disagree > 0
 
 
@@ -446,7 +392,6 @@ UNKNOWN_FORMAT_SCHEMAS: list[tuple[str, dict[str, Any], str]] = [
         {"$ref": "#/x-extra/thing", "x-extra": {"thing": {"format": "made-up"}}},
         "/$ref",
     ),
-    ("regex (excluded)", {"properties": {"p": {"format": "regex"}}}, "/properties/p/format"),
 ]
 
 
@@ -819,3 +764,474 @@ def test_false_subschemas_keep_their_pointer() -> None:
 def test_validate_value_reports_valid_as_empty_list() -> None:
     compiled = CompiledSchema.compile(NESTED)
     assert compiled.validate_value({"items": [{"name": "a", "qty": 2, "gift": True}]}) == []
+
+
+# --------------------------------------------------------------------------------------
+# 5. ECMA-262 regular expressions: pattern, patternProperties, format "regex"
+# --------------------------------------------------------------------------------------
+
+OPTIONAL_DIR = REQUIRED_DIR / "optional"
+REGEX_SUITE_FILES = (
+    OPTIONAL_DIR / "ecmascript-regex.json",
+    OPTIONAL_DIR / "non-bmp-regex.json",
+    FORMAT_DIR / "ecmascript-regex.json",
+)
+
+# Cases of REGEX_SUITE_FILES that callgate deliberately does not answer as the suite does. Each
+# entry must be a compile-time refusal ("load_error:toolspec_invalid"), never a wrong answer.
+# Currently empty: every case passes.
+REGEX_SUITE_EXCLUSIONS: dict[tuple[str, str, str], tuple[str, str]] = {}
+
+
+def _suite_name(path: Path) -> str:
+    return path.relative_to(REQUIRED_DIR).as_posix()
+
+
+def regex_suite_params() -> list[Any]:
+    params: list[Any] = []
+    for path in REGEX_SUITE_FILES:
+        if not path.is_file():
+            params.append(pytest.param(path, 0, 0, id=f"{_suite_name(path)}::{MISSING}"))
+            continue
+        for ci, case in enumerate(load_file(path)):
+            for ti, test in enumerate(case["tests"]):
+                params.append(
+                    pytest.param(
+                        path, ci, ti,
+                        id=f"{_suite_name(path)}::{case['description']}::{test['description']}",
+                    )
+                )  # fmt: skip
+    return params
+
+
+@pytest.mark.parametrize(("path", "case_index", "test_index"), regex_suite_params())
+def test_regex_suite(path: Any, case_index: int, test_index: int) -> None:
+    path = _require_corpus(path)
+    case = load_file(path)[case_index]
+    test = case["tests"][test_index]
+    key = (_suite_name(path), case["description"], test["description"])
+    expected = "valid" if test["valid"] else "invalid"
+    if key in REGEX_SUITE_EXCLUSIONS:
+        expected = REGEX_SUITE_EXCLUSIONS[key][0]
+    assert outcome(path, case_index, test["data"]) == expected
+
+
+def test_regex_suite_exclusions_are_refusals() -> None:
+    present = {
+        (_suite_name(p), c["description"], t["description"])
+        for p in REGEX_SUITE_FILES
+        for c in load_file(_require_corpus(p))
+        for t in c["tests"]
+    }
+    for key, (ours, reason) in REGEX_SUITE_EXCLUSIONS.items():
+        assert key in present, f"stale exclusion {key}"
+        assert ours == "load_error:toolspec_invalid" and reason
+
+
+# (pattern, string, ECMA-262 RegExp(pattern, "u").test(string)). Every row was checked against
+# V8 (node 20) when written; rows marked "Python: ..." are ones Python re gets wrong.
+PATTERN_CASES: list[tuple[str, str, bool]] = [
+    # $ is end of input only
+    ("^[a-z0-9]+$", "abc", True),
+    ("^[a-z0-9]+$", "abc\n", False),  # Python: True
+    ("^abc$", "abc\n", False),  # Python: True
+    ("^a\\nb$", "a\nb", True),
+    ("^b$", "a\nb", False),
+    # \d \D \w \W \b \B are ASCII
+    ("^\\d+$", "123", True),
+    ("^\\d+$", "\u0661\u0662\u0663", False),  # Arabic-Indic digits; Python: True
+    ("^\\d+$", "\u09ea\u09e8", False),  # Bengali digits; Python: True
+    ("^\\D$", "\u0661", True),  # Python: False
+    ("^\\w+$", "abc_09", True),
+    ("^\\w+$", "caf\u00e9", False),  # Python: True
+    ("^\\W$", "\u00e9", True),  # Python: False
+    ("\\bfoo\\b", "\u00e9foo\u00e9", True),  # Python: False
+    ("\\Bfoo", "\u00e9foo", False),  # Python: True
+    ("\\B", "", True),  # Python's \B never matches ""
+    ("\\b", "", False),
+    # . excludes all four line terminators; one code point per astral character
+    ("a.b", "a\u2028b", False),  # Python: True
+    ("a.b", "a\u2029b", False),  # Python: True
+    ("a.b", "a\rb", False),  # Python: True
+    ("a.b", "a\nb", False),
+    ("a.b", "a\u0085b", True),
+    ("a.b", "a\u00e9b", True),
+    ("^.$", "\U0001f600", True),
+    ("^[^]*$", "a\nb\u2028", True),
+    ("[]", "", False),
+    ("[]", "a", False),
+    # \s is ECMA WhiteSpace + LineTerminator
+    *[("^\\s$", ch, True) for ch in " \t\u000b\f\r\n\u00a0\ufeff\u1680\u2003\u2028\u2029\u202f\u3000"],
+    ("^\\s$", "\u0085", False),  # NEL is not ECMA whitespace; Python: True
+    ("^\\s$", "\u001c", False),  # Python: True
+    ("^\\s$", "\u180e", False),
+    ("^\\s$", "\u200b", False),
+    ("^\\S$", "\u2013", True),
+    ("^[\\S]$", "\u00a0", False),
+    # escapes
+    ("^\\cJ\\cj$", "\n\n", True),
+    ("^\\t$", "\t", True),
+    ("^\\t$", "\\t", False),
+    ("^\\x41\\u0042\\u{43}$", "ABC", True),
+    ("^\\uD83D\\uDE00$", "\U0001f600", True),
+    ("^\\u{1F600}+$", "\U0001f600\U0001f600", True),
+    ("^\\0$", "\x00", True),
+    ("^[\\b]$", "\x08", True),
+    ("^\\/\\.\\*$", "/.*", True),
+    ("^[\\-a]+$", "-a-", True),
+    ("^\U0001f432*$", "\U0001f432\U0001f432", True),
+    ("^\U0001f432*$", "\U0001f409", False),
+    ("^\ud83d\udc32*$", "\U0001f432\U0001f432", True),  # a surrogate pair in the source
+    ("^[\ud83d\udc32]$", "\U0001f432", True),
+    # Unicode property escapes (General_Category, some binary properties)
+    ("^\\p{L}+$", "\u00e9t\u00e9", True),
+    ("^\\p{Letter}+$", "abc1", False),
+    ("^\\p{Lu}$", "\u00c9", True),
+    ("^\\p{Lu}$", "\u00e9", False),
+    ("^\\p{Nd}+$", "\u0661\u0662", True),
+    ("^\\p{digit}+$", "\u09ea", True),
+    ("^\\P{L}$", "1", True),
+    ("^[\\p{L}\\d]+$", "\u00e91", True),
+    ("^[^\\P{Lu}]$", "A", True),
+    ("^[^\\P{Lu}]$", "a", False),
+    ("^\\p{gc=Zs}$", "\u3000", True),
+    ("^\\p{General_Category=Decimal_Number}$", "7", True),
+    ("^\\p{ASCII}+$", "abc\u00e9", False),
+    ("^\\p{Any}$", "\U0010ffff", True),
+    ("^\\p{Assigned}$", "\u0378", False),
+    ("^\\p{AHex}+$", "fF0", True),
+    # backreferences (a reference to a group that did not participate matches "")
+    ("^(a)\\1$", "aa", True),
+    ("^(?<q>['\"]).*\\k<q>$", "'x'", True),
+    ("^(?<q>['\"]).*\\k<q>$", "'x\"", False),
+    ("^(?:(a)|b)\\1c$", "bc", True),  # Python: False
+    ("^\\1(a)$", "a", True),
+    ("^(a\\1)$", "a", True),
+    ("^(?!(a)b)\\1ac$", "ac", True),
+    # lookarounds
+    ("^(?=.*\\d)(?=.*[a-z]).{8,}$", "abcdefg1", True),
+    ("^(?=.*\\d)(?=.*[a-z]).{8,}$", "abcdefgh", False),
+    ("(?<=\\$)\\d+", "$42", True),
+    ("(?<!\\$)\\b\\d+", "$42", False),
+    # ES2025 modifiers s and m
+    ("^(?s:a.b)$", "a\nb", True),
+    ("^(?-s:a.b)$", "a\nb", False),
+    ("(?m:^b$)", "a\nb\nc", True),
+    ("(?m:^b$)", "a\u2028b\rc", True),
+    ("^(?m:b$)", "b\n", True),
+    # quantifiers
+    ("^a{2,3}$", "aaaa", False),
+    ("^a{2}?$", "aa", True),
+    ("^a{0,99999999999}$", "aaa", True),
+    ("^(?:ab){2,}?$", "ababab", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "matches"),
+    PATTERN_CASES,
+    ids=[f"{p!r}~{t!r}" for p, t, _ in PATTERN_CASES],
+)
+def test_pattern_semantics(pattern: str, text: str, matches: bool) -> None:
+    compiled = CompiledSchema.compile({"pattern": pattern})
+    violations = compiled.validate_value(text)
+    assert (violations == []) is matches, violations
+    if not matches:
+        assert [(v.pointer, v.keyword) for v in violations] == [("", "pattern")]
+    # the same semantics for property names
+    keyed = CompiledSchema.compile({"patternProperties": {pattern: False}})
+    assert (keyed.validate_value({text: 1}) != []) is matches
+
+
+FILES_DELETE = Path(__file__).resolve().parents[1] / "policies" / "tools" / "files.delete@v1.json"
+FILES_DELETE_PATH_CASES: list[tuple[str, bool]] = [
+    ("/tmp/x", True),
+    ("/tmp/x.txt", True),
+    ("/tmp/..x", True),  # a file named "..x" is not traversal
+    ("/tmp/x\n", True),  # "\n" is allowed by [^\u0000]
+    ("/a/..\n", True),  # last segment is "..\n" (ECMA $ does not match before "\n")
+    ("/tmp/../etc", False),
+    ("/a/..", False),
+    ("/a/.", False),
+    ("/..", False),
+    ("/./x", False),
+    ("tmp/x", False),
+    ("", False),
+    ("/tmp/x\u0000", False),
+]
+
+
+@pytest.mark.parametrize(("path_value", "ok"), FILES_DELETE_PATH_CASES)
+def test_files_delete_path_pattern(path_value: str, ok: bool) -> None:
+    spec = json.loads(FILES_DELETE.read_text(encoding="utf-8"))
+    compiled = CompiledSchema.compile(spec["input_schema"], dialect=spec["schema_dialect"])
+    violations = compiled.validate_value({"path": path_value})
+    assert (violations == []) is ok, violations
+    if not ok:
+        assert [(v.pointer, v.keyword) for v in violations] == [("/path", "pattern")]
+
+
+def test_dot_in_lookahead_stops_at_line_terminators() -> None:
+    """ECMA '.' does not cross a newline, so `^(?!.*/\\.\\.?(/|$))` only inspects the first line
+    (Python re behaves the same here): a traversal after a "\\n" is not caught. `[\\s\\S]*`
+    inspects the whole value."""
+    weak = "^(?!.*/\\.\\.?(/|$))/[^\\u0000]*$"
+    strong = "^(?![\\s\\S]*/\\.\\.?(/|$))/[^\\u0000]*$"
+    assert CompiledSchema.compile({"pattern": weak}).validate_value("/a\n/../etc") == []
+    assert CompiledSchema.compile({"pattern": strong}).validate_value("/a\n/../etc") != []
+    assert CompiledSchema.compile({"pattern": strong}).validate_value("/tmp/x") == []
+
+
+def test_pattern_properties_and_additional_properties_agree() -> None:
+    """A key that only Python re would match must count as an additional property."""
+    compiled = CompiledSchema.compile(
+        {"patternProperties": {"^[a-z]+$": {"type": "integer"}}, "additionalProperties": False}
+    )
+    assert compiled.validate_value({"abc": 1}) == []
+    assert [(v.pointer, v.keyword) for v in compiled.validate_value({"abc": "x"})] == [
+        ("/abc", "type")
+    ]
+    assert compiled.validate_value({"abc\n": 1}) == [
+        Violation(
+            pointer="/abc\n",
+            message="additional property 'abc\\n' is not allowed",
+            keyword="additionalProperties",
+        )
+    ]
+
+
+def test_pattern_properties_and_unevaluated_properties_agree() -> None:
+    compiled = CompiledSchema.compile(
+        {"patternProperties": {"^x$": True}, "unevaluatedProperties": False}
+    )
+    assert compiled.validate_value({"x": 1}) == []
+    assert [v.keyword for v in compiled.validate_value({"x\n": 1})] == ["unevaluatedProperties"]
+    nested = CompiledSchema.compile(
+        {"allOf": [{"patternProperties": {"^\\d+$": True}}], "unevaluatedProperties": False}
+    )
+    assert nested.validate_value({"12": 1}) == []
+    assert nested.validate_value({"\u0661\u0662": 1}) != []
+
+
+def test_property_names_pattern() -> None:
+    compiled = CompiledSchema.compile({"propertyNames": {"pattern": "^[a-z]+$"}})
+    assert compiled.validate_value({"abc": 1}) == []
+    got = compiled.validate_value({"abc\n": 1})
+    assert [(v.pointer, v.keyword) for v in got] == [("/abc\n", "propertyNames")]
+
+
+# Valid ECMA-262 (2025, Unicode mode) regexes: format "regex" accepts them.
+VALID_REGEXES = [
+    "", "|", "()", "(?:)", "[]", "[^]", "[-]", "[a-]", "[-a]", "[\\-]", "[\\b]", "\\/", "a{2,}?",
+    "(?<n>a)\\k<n>", "\\k<a>(?<a>x)", "(?<$>a)", "(?<\\u0061>a)\\k<a>", "(?<\u03c0>a)",
+    "(?<=a+)b", "(?<!a)b", "\\cA", "\\0", "\\u{10FFFF}", "\\uD83D\\uDE00", "\\uD83D",
+    "\\p{L}", "\\P{Lu}", "\\p{gc=Nd}", "\\p{Script=Greek}", "\\p{scx=Grek}", "\\p{Emoji}",
+    "\\p{ASCII_Hex_Digit}", "[\\p{L}\\d-]", "[\\w-a]"[:0] + "[a-z\\d]",
+    "(?<a>x)|(?<a>y)", "(?i:a)", "(?-i:a)", "(?ms-i:a)", "^(a)\\1$", "a{1}", "\\1(a)",
+]  # fmt: skip
+# Invalid ones (all Python re accepts except those marked): format "regex" rejects them, and a
+# schema using one as pattern is refused at compile.
+INVALID_REGEXES: list[tuple[str, str]] = [
+    ("(?P<n>x)", "invalid group"),
+    ("(?P<n>a)(?P=n)", "invalid group"),
+    ("(?#comment)a", "invalid group"),
+    ("(?i)abc", "invalid group"),
+    ("(?ims)abc", "invalid group"),
+    ("(?-:a)", "invalid modifiers"),
+    ("(?ii:a)", "invalid modifiers"),
+    ("(?i-i:a)", "invalid modifiers"),
+    ("(?x:a)", "invalid group"),
+    ("\\a", "invalid escape"),
+    ("\\-", "invalid escape"),
+    ("\\e", "invalid escape"),
+    ("a{2,1}", "out of order"),
+    ("a{,2}", "lone '{'"),
+    ("{", "lone '{'"),
+    ("}", "lone '}'"),
+    ("]", "lone ']'"),
+    ("a**", "nothing to repeat"),
+    ("(?=a)*", "nothing to repeat"),
+    ("\\b+", "nothing to repeat"),
+    ("[z-a]", "out of order"),
+    ("[\\d-z]", "range bound"),
+    ("[a-\\w]", "range bound"),
+    ("[\\1]", "invalid escape"),
+    ("\\k<x>", "does not exist"),
+    ("(?<x>a)\\k<y>", "does not exist"),
+    ("(a)\\2", "does not exist"),
+    ("\\8", "does not exist"),
+    ("(?<a>x)(?<a>y)", "duplicate group name"),
+    ("(?<a>(?<a>x)|y)", "duplicate group name"),
+    ("(?<1a>x)", "invalid group name"),
+    ("\\p{Foo}", "unknown Unicode property"),
+    ("\\p{ascii}", "unknown Unicode property"),
+    ("\\p{Script=Foo}", "unknown Unicode property"),
+    ("\\p{L", "invalid property escape"),
+    ("\\pL", "invalid property escape"),
+    ("\\u{110000}", "out of range"),
+    ("\\u12", "invalid \\u escape"),
+    ("\\x1", "invalid \\x escape"),
+    ("\\c1", "control escape"),
+    ("\\01", "octal"),
+    ("(", "missing ')'"),
+    (")", "unmatched ')'"),
+    ("[a", "missing ']'"),
+    ("\\", "end of pattern"),
+]
+
+
+@pytest.mark.parametrize("source", VALID_REGEXES)
+def test_regex_format_accepts(source: str) -> None:
+    assert CompiledSchema.compile({"format": "regex"}).validate_value(source) == []
+
+
+@pytest.mark.parametrize(("source", "reason"), INVALID_REGEXES)
+def test_regex_format_rejects(source: str, reason: str) -> None:
+    assert validate_mod._ecma_syntax_error(source) is not None
+    assert reason in str(validate_mod._ecma_syntax_error(source))
+    violations = CompiledSchema.compile({"format": "regex"}).validate_value(source)
+    assert violations == [
+        Violation(pointer="", message="value does not match format 'regex'", keyword="format")
+    ]
+
+
+@pytest.mark.parametrize(("source", "reason"), INVALID_REGEXES)
+def test_invalid_pattern_is_refused_at_compile(source: str, reason: str) -> None:
+    for schema, pointer in (
+        ({"properties": {"a": {"pattern": source}}}, "/properties/a/pattern"),
+        ({"patternProperties": {source: True}}, "/patternProperties/" + source.replace(
+            "~", "~0").replace("/", "~1")),
+    ):
+        with pytest.raises(LoadError) as exc:
+            CompiledSchema.compile(schema, source="tools/t.json:1")
+        err = exc.value
+        assert err.code is ErrorCode.TOOLSPEC_INVALID
+        assert err.source == "tools/t.json:1"
+        hits = [v for v in err.violations if v.pointer == pointer]
+        assert hits, err.violations
+        assert "not a valid ECMA-262 regular expression" in hits[0].message
+        assert reason in hits[0].message
+
+
+# Valid ECMA-262 that callgate cannot match faithfully (or refuses as a ReDoS risk): refused at
+# compile with TOOLSPEC_INVALID, never matched approximately.
+UNSUPPORTED_PATTERNS: list[tuple[str, str]] = [
+    ("(?<=a+)b", "variable-width lookbehind"),
+    ("(?<=a|bc)d", "variable-width lookbehind"),
+    ("\\p{Script=Greek}", "no Script property"),
+    ("[\\p{scx=Latn}]", "no Script property"),
+    ("\\p{Emoji}", "binary properties"),
+    ("\\P{Alphabetic}", "binary properties"),
+    ("(?i:abc)", "case-insensitive modifier"),
+    ("(?:(a)|b)*\\1", "repeated expression"),
+    ("(a)+\\1", "repeated expression"),
+    ("(?<=(a)\\1)b", "inside a lookbehind"),
+    ("(?<a>x)|(?<a>y)\\k<a>", "duplicated group name"),
+    ("(?:){5000000000}", "too large"),
+    # ReDoS heuristic
+    ("(a+)+", "nested quantifier"),
+    ("^(a+)+$", "nested quantifier"),
+    ("(a*)*b", "nested quantifier"),
+    ("(\\w+\\s?)*$", "nested quantifier"),
+    ("^(([a-z])+.)+[A-Z]([a-z])+$", "nested quantifier"),
+    ("(.*a){20}", "nested quantifier"),
+    ("((ab)*)+", "nested quantifier"),
+    ("(x+x+)+y", "nested quantifier"),
+    ("(?:a|(b+))+", "nested quantifier"),
+    ("(-\\d+\\d+)*", "adjacent overlapping quantifiers"),
+    ("(-[a-z]+\\w?[a-z]*)+", "adjacent overlapping quantifiers"),
+]
+
+
+@pytest.mark.parametrize(("source", "reason"), UNSUPPORTED_PATTERNS)
+def test_unsupported_pattern_is_refused_at_compile(source: str, reason: str) -> None:
+    assert validate_mod._ecma_syntax_error(source) is None  # valid ECMA-262
+    assert validate_mod._is_regex(source)
+    for schema, pointer, keyword in (
+        ({"properties": {"a": {"pattern": source}}}, "/properties/a/pattern", "pattern"),
+        ({"patternProperties": {source: True}}, "/patternProperties/" + source,
+         "patternProperties"),
+    ):  # fmt: skip
+        with pytest.raises(LoadError) as exc:
+            CompiledSchema.compile(schema)
+        err = exc.value
+        assert err.code is ErrorCode.TOOLSPEC_INVALID
+        assert [(v.pointer, v.keyword) for v in err.violations] == [(pointer, keyword)]
+        assert "cannot be matched with ECMA-262 semantics" in err.violations[0].message
+        assert reason in err.violations[0].message
+
+
+# Patterns with nested or repeated quantifiers that the ReDoS heuristic accepts (a mandatory
+# delimiter separates the iterations).
+REDOS_ACCEPTED = [
+    "^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*$",  # sidecar/toolspec.schema.json
+    "^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$",
+    "^(\\d{1,3}\\.){3}\\d{1,3}$",
+    "^([a-z0-9]+(-[a-z0-9]+)*\\.)+[a-z]{2,}$",
+    "^(?:[a-z0-9]+-)*[a-z0-9]+$",
+    "(?:(?:-|_)[a-z]+)*",
+    "^(?:a?b?)*$",
+    "^(?:ab|cd)+$",
+    "^(?!.*/\\.\\.?(/|$))/[^\\u0000]*$",
+]
+
+
+@pytest.mark.parametrize("source", REDOS_ACCEPTED)
+def test_redos_heuristic_accepts(source: str) -> None:
+    CompiledSchema.compile({"pattern": source, "patternProperties": {source: True}})
+
+
+def test_unsupported_pattern_in_referenced_document() -> None:
+    registry: Registry[Any] = Registry().with_resource(
+        "https://schemas.example/p.json",
+        DRAFT202012.create_resource({"type": "string", "pattern": "(a+)+"}),
+    )
+    with pytest.raises(LoadError) as exc:
+        CompiledSchema.compile(
+            {"properties": {"p": {"$ref": "https://schemas.example/p.json"}}}, registry=registry
+        )
+    assert exc.value.code is ErrorCode.TOOLSPEC_INVALID
+    assert [(v.pointer, v.keyword) for v in exc.value.violations] == [
+        ("/properties/p/$ref", "pattern")
+    ]
+
+
+def test_patterns_are_translated_once_at_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"p": {"type": "string", "pattern": "^[a-z]+-compile-once$"}},
+        "patternProperties": {"^x-compile-once-\\d+$": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    compiled = CompiledSchema.compile(schema)
+
+    def forbidden(source: str) -> str:
+        raise AssertionError(f"pattern {source!r} translated at validation time")
+
+    monkeypatch.setattr(validate_mod, "_translate_ecma", forbidden)
+    assert compiled.validate_value({"p": "ab-compile-once", "x-compile-once-1": 1}) == []
+    assert len(compiled.validate_value({"p": "AB", "x-compile-once-\u0661": 1})) == 2
+
+
+def test_space_separators_match_unicodedata() -> None:
+    import sys
+    import unicodedata
+
+    zs = {cp for cp in range(sys.maxunicode + 1) if unicodedata.category(chr(cp)) == "Zs"}
+    table = {cp for lo, hi in validate_mod._SPACE_SEPARATORS for cp in range(lo, hi + 1)}
+    assert table == zs
+
+
+def test_regex_format_on_non_strings_and_in_metaschema() -> None:
+    compiled = CompiledSchema.compile({"format": "regex"})
+    assert compiled.validate_value(12) == []
+    with pytest.raises(LoadError) as exc:
+        CompiledSchema.compile({"properties": {"a": {"pattern": "(?P<n>x)"}}})
+    assert exc.value.violations == (
+        Violation(
+            pointer="/properties/a/pattern",
+            message="'(?P<n>x)' is not a valid ECMA-262 regular expression: invalid group at "
+            "offset 0",
+            keyword="format",
+        ),
+    )

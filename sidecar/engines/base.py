@@ -29,8 +29,18 @@ class Engine(Protocol):
         """Content digest of the policy snapshot currently serving."""
         ...
 
-    def authorize_batch(self, requests: Sequence[AuthzRequest]) -> list[Decision]:
-        """Decide each request; never raises (faults are fail-closed denies)."""
+    async def authorize_batch(self, requests: Sequence[AuthzRequest]) -> list[Decision]:
+        """Decide each request; never raises (faults are fail-closed denies). Must not block
+        the event loop for long: remote engines use async I/O with a timeout."""
+        ...
+
+    async def ready(self) -> bool:
+        """True when the engine can decide with the snapshot it was built for (readiness).
+        Embedded engines are ready once built; a remote engine checks its server."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections/threads. Idempotent."""
         ...
 
 

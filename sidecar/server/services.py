@@ -266,7 +266,7 @@ class AuthorizerService(pb_grpc.AuthorizerServicer):
                 code=ErrorCode.INVALID_REQUEST, message="subject.tenant, subject.id and capability are required"
             )
         ctx = json_format.MessageToDict(request.context) if request.HasField("context") else {}
-        decision = self._gate.authorize(
+        decision = await self._gate.authorize(
             AuthzRequest(
                 subject=Subject(tenant=request.subject.tenant, id=request.subject.id),
                 capability=request.capability,

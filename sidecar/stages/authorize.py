@@ -22,7 +22,7 @@ class AuthorizationResult:
     requests: tuple[AuthzRequest, ...]
 
 
-def authorize_invocation(
+async def authorize_invocation(
     engine: Engine, tool: CompiledTool, normalized: NormalizedArguments, subject: Subject
 ) -> AuthorizationResult:
     """Build one request per required capability and combine the engine's answers.
@@ -39,7 +39,7 @@ def authorize_invocation(
         for cap in tool.spec.required_capabilities
     )
     try:
-        decisions = engine.authorize_batch(requests)
+        decisions = await engine.authorize_batch(requests)
     except Exception:  # noqa: BLE001 - the engine contract says never raise; fail closed anyway
         return AuthorizationResult(
             fault(engine.name, ErrorCode.ENGINE_ERROR, "engine raised"), resource, requests
