@@ -11,8 +11,8 @@ Design points:
 
 * **Compile once.** :meth:`CompiledSchema.compile` checks the schema against the 2020-12
   metaschema, checks every ``$schema``, resolves every ``$ref`` / ``$dynamicRef`` and scans every
-  ``format`` keyword, then builds the ``Draft202012Validator``. :meth:`CompiledSchema.validate`
-  only runs that validator.
+  ``format`` keyword, translates every regex, then builds the validator (``Draft202012Validator``
+  extended with ECMA-262 regex keywords). :meth:`CompiledSchema.validate` only runs it.
 * **Formats are asserted or refused.** Only the formats in :data:`SUPPORTED_FORMATS` are accepted
   in a schema; any other ``format`` (including ones python-jsonschema knows but checks wrongly,
   see :data:`EXCLUDED_FORMATS`) is a :class:`~sidecar.errors.LoadError` with
@@ -20,6 +20,15 @@ Design points:
   the official JSON-Schema-Test-Suite ``optional/format`` files by ``tests/test_validate.py``) and
   are self-tested at import time: a checker that does not reject its known-bad samples is not
   listed as supported.
+* **Regexes are ECMA-262.** ``pattern``, ``patternProperties`` (also where
+  ``additionalProperties`` / ``unevaluatedProperties`` consult them) and format ``regex`` follow
+  ECMA-262 in Unicode mode, as JSON Schema requires -- not Python ``re``. Each schema regex is
+  parsed with the ECMA-262 grammar and translated once, at compile, into a Python pattern made of
+  explicit code-point classes (``$`` = end of input, ASCII ``\\d``/``\\w``/``\\b``, ECMA ``\\s``,
+  ``.`` excluding all line terminators, ``\\p{General_Category}``). A regex that is invalid, that
+  cannot be matched faithfully (e.g. variable-width lookbehind, ``\\p{Script=...}``) or that the
+  nested-quantifier heuristic flags as a catastrophic-backtracking risk is a
+  :class:`~sidecar.errors.LoadError` (``TOOLSPEC_INVALID``); nothing is matched approximately.
 * **No network, ever.** ``$ref`` resolves only inside the schema document, the official
   metaschemas and an explicitly passed :class:`referencing.Registry`. The registry never
   retrieves; an unknown remote URI is a load error.
@@ -584,7 +593,8 @@ _BINARY_PROPERTIES: Final = frozenset(
     "LOE Lowercase Lower Math Noncharacter_Code_Point NChar Pattern_Syntax Pat_Syn "
     "Pattern_White_Space Pat_WS Quotation_Mark QMark Radical Regional_Indicator RI "
     "Sentence_Terminal STerm Soft_Dotted SD Terminal_Punctuation Term Unified_Ideograph UIdeo "
-    "Uppercase Upper Variation_Selector VS White_Space space XID_Continue XIDC XID_Start XIDS".split()
+    "Uppercase Upper Variation_Selector VS White_Space space XID_Continue XIDC XID_Start "
+    "XIDS".split()
 )
 # Binary properties this build can compute exactly (everything else is refused in patterns).
 _BINARY_SUPPORTED: Final[Mapping[str, Callable[[], _Ranges]]] = {
@@ -784,13 +794,29 @@ class _Repeat:
 _RxNode = _Class | _Assert | _Group | _Look | _Backref | _Repeat
 
 
+class _Place:
+    """Where a group was opened: alternative ``alt`` of the group (or root) numbered ``uid``,
+    itself at ``parent``. Places share their parents, so making one is O(1)."""
+
+    __slots__ = ("alt", "depth", "parent", "uid")
+
+    def __init__(self, uid: int, alt: int, parent: _Place | None) -> None:
+        self.uid, self.alt, self.parent = uid, alt, parent
+        self.depth: int = 1 if parent is None else parent.depth + 1
+
+
 class _Frame:
     """An open group while parsing (the parser is iterative: nesting depth is unbounded)."""
 
-    __slots__ = ("alts", "behind", "dotall", "index", "kind", "multiline", "negative", "uid")
+    __slots__ = (
+        "alts", "behind", "dotall", "index", "kind", "multiline", "negative", "place", "uid",
+    )  # fmt: skip
 
-    def __init__(self, kind: str, uid: int, *, dotall: bool, multiline: bool) -> None:
-        self.kind, self.uid, self.dotall, self.multiline = kind, uid, dotall, multiline
+    def __init__(
+        self, kind: str, uid: int, place: _Place | None, *, dotall: bool, multiline: bool
+    ) -> None:
+        self.kind, self.uid, self.place = kind, uid, place
+        self.dotall, self.multiline = dotall, multiline
         self.alts: list[list[_RxNode]] = [[]]
         self.index: int | None = None
         self.behind = self.negative = False
@@ -824,9 +850,9 @@ class _EcmaParser:
         self.s = source
         self.n = len(source)
         self.group_count = 0
-        # name -> [(alternative path, capture index)]; the path identifies which alternative of
-        # which disjunction the group sits in (duplicate names are legal only across alternatives)
-        self.names: dict[str, list[tuple[tuple[tuple[int, int], ...], int]]] = {}
+        # name -> [(place, capture index)] in source order (duplicate names are legal only in
+        # different alternatives)
+        self.names: dict[str, list[tuple[_Place, int]]] = {}
         self.backrefs: list[_Backref] = []
         self.unsupported: list[str] = []
         self._uid = 0
@@ -836,7 +862,7 @@ class _EcmaParser:
 
     def parse(self) -> _RxParse:
         s, n = self.s, self.n
-        stack = [_Frame("root", 0, dotall=False, multiline=False)]
+        stack = [_Frame("root", 0, None, dotall=False, multiline=False)]
         i = 0
         while i < n:
             top = stack[-1]
@@ -915,20 +941,28 @@ class _EcmaParser:
                     )
                 ref.indices = [index for _, index in self.names[ref.name]]
         for name, entries in self.names.items():
-            for a, (path_a, _) in enumerate(entries):
-                for path_b, _ in entries[a + 1 :]:
-                    if not self._other_alternative(path_a, path_b):
-                        raise _RegexError(f"duplicate group name <{name}>", syntax=True)
+            # Entries are in source order (= tree order): a clash between any two of them
+            # implies a clash between two neighbours, so only neighbours are compared.
+            for (place_a, _), (place_b, _) in zip(entries, entries[1:]):
+                if not self._other_alternative(place_a, place_b):
+                    raise _RegexError(f"duplicate group name <{name}>", syntax=True)
 
     @staticmethod
-    def _other_alternative(
-        a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]
-    ) -> bool:
-        """ES2025: two groups may share a name only if they are in different alternatives."""
-        for (uid_a, alt_a), (uid_b, alt_b) in zip(a, b):
-            if (uid_a, alt_a) != (uid_b, alt_b):
-                return uid_a == uid_b
-        return False
+    def _other_alternative(a: _Place, b: _Place) -> bool:
+        """ES2025: two groups may share a name only if they are in different alternatives of
+        some disjunction (then they can never both participate)."""
+        while a.depth > b.depth:
+            assert a.parent is not None
+            a = a.parent
+        while b.depth > a.depth:
+            assert b.parent is not None
+            b = b.parent
+        if a is b:
+            return False  # one group is inside the other
+        while a.parent is not b.parent:
+            assert a.parent is not None and b.parent is not None
+            a, b = a.parent, b.parent
+        return a.alt != b.alt  # same parent, so same disjunction
 
     # --- groups ---
 
@@ -936,7 +970,8 @@ class _EcmaParser:
         s, n = self.s, self.n
         top = stack[-1]
         self._uid += 1
-        frame = _Frame("group", self._uid, dotall=top.dotall, multiline=top.multiline)
+        place = _Place(top.uid, len(top.alts) - 1, top.place)
+        frame = _Frame("group", self._uid, place, dotall=top.dotall, multiline=top.multiline)
         if not s.startswith("(?", i):
             self.group_count += 1
             frame.index = self.group_count
@@ -957,10 +992,9 @@ class _EcmaParser:
             return j + 2 if behind else j + 1
         if d == "<":
             name, k = self._group_name(j + 1)
-            path = tuple((f.uid, len(f.alts) - 1) for f in stack)
             self.group_count += 1
             frame.index = self.group_count
-            self.names.setdefault(name, []).append((path, frame.index))
+            self.names.setdefault(name, []).append((place, frame.index))
             stack.append(frame)
             return k
         # ES2025 modifiers: (?ims-ims: ... )
@@ -1325,6 +1359,11 @@ class _Translator:
                 f"backreference \\k<{ref.name}> to a duplicated group name is not supported"
             )
             return
+        if any(isinstance(a, _Look) and a.behind for a in ancestors):
+            # ECMA-262 matches a lookbehind right to left (so even "forward" references see
+            # their group); Python re cannot express that.
+            self.problems.append("backreference inside a lookbehind (matched right-to-left)")
+            return
         group, group_ancestors = groups[ref.indices[0]]
         inside = set(map(id, ancestors))
         if (
@@ -1337,9 +1376,7 @@ class _Translator:
         ):
             self.empty_refs.add(id(ref))  # ECMA: a reference to an unset group matches ""
             return
-        if any(isinstance(a, _Look) and a.behind for a in ancestors):
-            self.problems.append("backreference inside a lookbehind (matched right-to-left)")
-        elif any(isinstance(a, _Repeat) and a.multi for a in group_ancestors):
+        if any(isinstance(a, _Repeat) and a.multi for a in group_ancestors):
             self.problems.append(
                 "backreference to a group inside a repeated expression (ECMA-262 resets the "
                 "group on every iteration, Python re does not)"
@@ -1664,7 +1701,9 @@ _FORMAT_CHECKER: Final = _format_checker()
 # =====================================================================================
 
 
-def _kw_pattern(validator: Any, pattern: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+def _kw_pattern(
+    validator: Any, pattern: Any, instance: Any, schema: Any
+) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and not _ecma_search(pattern, instance):
         yield ValidationError("string does not match pattern")
 
@@ -2227,8 +2266,10 @@ class CompiledSchema:
         """Check ``schema`` and build its validator.
 
         Raises :class:`LoadError` with ``ErrorCode.TOOLSPEC_INVALID`` if ``dialect`` is not
-        2020-12, if any ``$schema`` differs from it, if the schema fails the 2020-12 metaschema or
-        if a ``$ref``/``$dynamicRef`` cannot be resolved offline; with
+        2020-12, if any ``$schema`` differs from it, if the schema fails the 2020-12 metaschema
+        (which includes "every pattern is a valid ECMA-262 regex"), if a ``$ref``/``$dynamicRef``
+        cannot be resolved offline, or if a ``pattern`` / ``patternProperties`` regex anywhere
+        reachable cannot be matched with ECMA-262 semantics (see the module docstring); with
         ``ErrorCode.UNSUPPORTED_FORMAT`` if any ``format`` reachable from the schema is not in
         :data:`SUPPORTED_FORMATS`.
 
