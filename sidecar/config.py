@@ -34,6 +34,8 @@ class ServerConfig:
     """Listener of the ``Confirmations`` service: never reachable from the agent's listener."""
     authorizer: ListenerConfig = ListenerConfig(socket="var/run/authorizer.sock")
     """Listener of the generic ``Authorizer`` decision point for other components."""
+    executor: ListenerConfig = ListenerConfig(socket="var/run/executor.sock")
+    """Listener of the ``Executor`` service (attempts, credentials, outcomes, secrets)."""
     reflection: bool = True
     """Serve gRPC server reflection on every listener."""
 
@@ -73,12 +75,73 @@ class ConfirmationConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CredentialsConfig:
+    issuer: str = "callgate"
+    """``iss`` of minted credentials."""
+    ttl_seconds: int = 60
+    """Default credential lifetime (never past the invocation deadline)."""
+    max_ttl_seconds: int = 300
+    """Hard cap on any credential lifetime."""
+    rotation_seconds: int = 3600
+    """Signing keys rotate on this schedule (next/current/previous are published)."""
+    key_dir: str = ""
+    """Directory holding the key ring (PEM, 0600); "" keeps keys in memory only."""
+    executors: tuple[str, ...] = ()
+    """Executor identities (credential audiences) allowed to begin attempts; empty = any."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyConfig:
+    backend: str = "sqlite"
+    """``sqlite`` (embedded default) or ``postgres`` (shared by several pods)."""
+    path: str = "var/idempotency.db"
+    """SQLite file of the idempotency store."""
+    dsn_env: str = "CALLGATE_POSTGRES_DSN"
+    """Environment variable holding the PostgreSQL DSN (mounted from a Secret)."""
+    dsn_file: str = ""
+    """Alternatively a file holding the DSN."""
+    retention_seconds: int = 86400
+    """How long a key's record answers replays; ToolSpecs may set their own."""
+    expired_policy: str = "reject"
+    """What a key past retention means: ``reject`` or ``new`` (never a guess, 6.8)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetsConfig:
+    max_model_calls: int = 50
+    """Default per-session limits (6.11); a session may ask for less, never more."""
+    max_tool_calls: int = 100
+    max_wall_clock_seconds: int = 3600
+    max_result_bytes: int = 10 * 1024 * 1024
+    max_external_cost_micros: int = 0
+    """0 = no external cost limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretConfig:
+    name: str = ""
+    """Name executors ask for in ``RedeemSecret``."""
+    file: str = ""
+    """File holding the value (e.g. a mounted Kubernetes Secret key); trailing newline stripped."""
+    env: str = ""
+    """Or an environment variable holding the value."""
+    tools: tuple[str, ...] = ()
+    """Tools (``name`` or ``name@version``) whose credentials may redeem it."""
+    resources: tuple[str, ...] = ("*",)
+    """Resource globs (``calendar:*``) the credential's resource must match."""
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
     policy: PolicyConfig = PolicyConfig()
     store: StoreConfig = StoreConfig()
     limits: LimitsConfig = LimitsConfig()
     confirmation: ConfirmationConfig = ConfirmationConfig()
+    credentials: CredentialsConfig = CredentialsConfig()
+    idempotency: IdempotencyConfig = IdempotencyConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    secrets: tuple[SecretConfig, ...] = ()
     base_dir: str = "."
     """Directory that relative paths are resolved against (the config file's directory)."""
 
@@ -88,12 +151,17 @@ class Config:
         return q if q.is_absolute() else Path(self.base_dir) / q
 
 
+ROLES = ("agent", "confirmer", "authorizer", "executor")
+
 _SECTIONS: dict[str, type[Any]] = {
     "server": ServerConfig,
     "policy": PolicyConfig,
     "store": StoreConfig,
     "limits": LimitsConfig,
     "confirmation": ConfirmationConfig,
+    "credentials": CredentialsConfig,
+    "idempotency": IdempotencyConfig,
+    "budgets": BudgetsConfig,
 }
 
 
@@ -116,6 +184,9 @@ def _build(cls: type[Any], data: dict[str, Any], where: str, source: str) -> Any
                     source=source,
                 )
             kwargs[key] = _build(ListenerConfig, value, f"{where}{key}.", source)
+            continue
+        if isinstance(default, tuple) and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            kwargs[key] = tuple(value)
             continue
         if type(value) is not type(default):
             raise LoadError(
@@ -167,13 +238,13 @@ def validate(cfg: Config, *, source: str = "") -> Config:
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID, message="store.synchronous must be 'full' or 'normal'", source=source
         )
-    for role in ("agent", "confirmer", "authorizer"):
+    for role in ROLES:
         lc: ListenerConfig = getattr(cfg.server, role)
         if lc.tcp:
             check_loopback(lc.tcp, source=source)
     if not cfg.server.agent.socket and not cfg.server.agent.tcp:
         raise LoadError(code=ErrorCode.CONFIG_INVALID, message="server.agent needs a socket or tcp", source=source)
-    sockets = [getattr(cfg.server, r).socket for r in ("agent", "confirmer", "authorizer")]
+    sockets = [getattr(cfg.server, r).socket for r in ROLES]
     sockets = [s for s in sockets if s]
     if len(set(sockets)) != len(sockets):
         raise LoadError(
@@ -185,6 +256,27 @@ def validate(cfg: Config, *, source: str = "") -> Config:
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID, message="confirmation.ttl_seconds must be positive", source=source
         )
+    if cfg.idempotency.backend not in ("sqlite", "postgres"):
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="idempotency.backend must be sqlite or postgres", source=source)
+    if cfg.idempotency.expired_policy not in ("reject", "new"):
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="idempotency.expired_policy must be reject or new", source=source)
+    c = cfg.credentials
+    if not 0 < c.ttl_seconds <= c.max_ttl_seconds <= 300:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="credentials: need 0 < ttl_seconds <= max_ttl_seconds <= 300",
+            source=source,
+        )
+    names = [sc.name for sc in cfg.secrets]
+    for sc in cfg.secrets:
+        if not sc.name or bool(sc.file) == bool(sc.env) or not sc.tools:
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message=f"secret '{sc.name}': needs a name, exactly one of file/env, and tools",
+                source=source,
+            )
+    if len(set(names)) != len(names):
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="secret names must be unique", source=source)
     return cfg
 
 
@@ -201,6 +293,11 @@ def load_config(path: str | Path) -> Config:
         raise LoadError(code=ErrorCode.CONFIG_INVALID, message=str(exc), source=source) from None
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
+        if key == "secrets":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise LoadError(code=ErrorCode.CONFIG_INVALID, message="[[secrets]] must be an array of tables", source=source)
+            kwargs["secrets"] = tuple(_build(SecretConfig, v, "secrets.", source) for v in value)
+            continue
         if key not in _SECTIONS:
             raise LoadError(
                 code=ErrorCode.CONFIG_INVALID,
@@ -221,7 +318,12 @@ def with_overrides(cfg: Config, **sections: Any) -> Config:
 
 __all__ = [
     "Config",
+    "BudgetsConfig",
     "ConfirmationConfig",
+    "CredentialsConfig",
+    "IdempotencyConfig",
+    "ROLES",
+    "SecretConfig",
     "LimitsConfig",
     "ListenerConfig",
     "PolicyConfig",

@@ -38,7 +38,9 @@ from sidecar.stages.authorize import authorize_invocation
 from sidecar.stages.normalize import load_zone, normalize
 from sidecar.stages.parse import ParseLimits, parse_arguments
 from sidecar.states import CANCELLABLE, State, check_transition
-from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, Store, ToolViewRecord
+from sidecar import budgets
+from sidecar.budgets import effective_limits
+from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, Store, ToolViewRecord, Usage
 from sidecar.toolspecs import CompiledTool
 from sidecar.trace import TraceContext, new_span_id
 
@@ -207,7 +209,7 @@ class Gate:
             subject=spec.subject.id,
             timezone=spec.timezone,
             locale=spec.locale or "en",
-            budgets={k: int(v) for k, v in spec.budgets.items() if v},
+            budgets=effective_limits(spec.budgets, self._cfg.budgets).as_dict(),
             tool_allowlist=tuple(spec.tool_allowlist),
             opened_at=rfc3339(self._clock.now()),
         )
@@ -223,9 +225,16 @@ class Gate:
             t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow
         )
 
+    async def _consume(self, session: SessionRecord, delta: Usage) -> None:
+        """Count against the session budgets (6.11); raises ``budget_exhausted``."""
+        usage = await self._store.add_usage(session.session_id, delta)
+        limits = effective_limits(session.budgets, self._cfg.budgets)
+        budgets.check(limits, usage, datetime.fromisoformat(session.opened_at), self._clock.now())
+
     async def list_tools(self, session_id: str, model_call_id: str) -> ToolView:
         _check_id("model_call_id", model_call_id)
         session = await self._session(session_id)
+        await self._consume(session, Usage(model_calls=1))
         snap = self._snap
         tools = self._visible(session, snap)
         digests = {t.spec.key: t.spec.spec_digest for t in tools}
@@ -254,6 +263,7 @@ class Gate:
         if p.idempotency_key is not None and p.idempotency_key:
             _check_id("idempotency_key", p.idempotency_key)
         session = await self._session(p.session_id)
+        await self._consume(session, Usage(tool_calls=1))
         view = await self._view(p.session_id, p.model_call_id)
         snap = self._snap
         now = self._clock.now()

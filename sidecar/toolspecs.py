@@ -109,6 +109,22 @@ class ToolSpec:
         return f"{self.name}@{self.version}"
 
     @property
+    def idempotency_supported(self) -> bool:
+        return bool(self.idempotency.get("supported", False))
+
+    @property
+    def keyless_allowed(self) -> bool:
+        """May this tool run without an idempotency key? Read-only tools always may; writes
+        only when the ToolSpec says ``"without_key": "allow"`` (default: reject)."""
+        if self.side_effect_class is SideEffectClass.READ_ONLY:
+            return True
+        return str(self.idempotency.get("without_key", "reject")) == "allow"
+
+    def retention_seconds(self, default: int) -> int:
+        v = self.idempotency.get("retention_seconds", default)
+        return int(v) if isinstance(v, int) else default
+
+    @property
     def timeout_ms(self) -> int:
         v = self.timeout_policy.get("timeout_ms", 30000)
         return int(v) if isinstance(v, int) else 30000

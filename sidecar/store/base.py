@@ -61,6 +61,13 @@ class InvocationRecord:
     policy_revision: str = ""
     created_at: str = ""
     updated_at: str = ""
+    attempts: int = 0
+    """Attempts begun so far (6.9: every attempt is recorded)."""
+    external_resource_id: str = ""
+    commit_time: str = ""
+    cancel_requested_at: str = ""
+    """Set when Cancel arrived after the commit boundary: the record stays COMMITTED but nothing
+    further (no tool message) is produced (6.7, 6.14 row 9)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,48 @@ class EventRecord:
     trace_id: str
     span_id: str
     data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    attempt_id: str
+    invocation_id: str
+    number: int
+    executor_id: str
+    jti: str
+    started_at: str
+    credential_expires_at: str
+    outcome: str = ""
+    failure_class: str = ""
+    finished_at: str = ""
+    external_resource_id: str = ""
+    http_status: int = 0
+    cost_micros: int = 0
+    retry_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """The encoded tool message of an invocation and, when truncated, the rest for paging."""
+
+    invocation_id: str
+    status: str
+    message: bytes
+    truncated: bool
+    remaining: bytes
+    page_token: str
+    redactions: int
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Cumulative consumption of one session (6.11)."""
+
+    model_calls: int = 0
+    tool_calls: int = 0
+    result_bytes: int = 0
+    cost_micros: int = 0
 
 
 class Store(Protocol):
@@ -103,6 +152,39 @@ class Store(Protocol):
 
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         """Invocations parked for confirmation (state AUTHORIZED with a pending confirmation)."""
+        ...
+
+    async def begin_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        """CAS the invocation (``expected`` state and attempt count ``record.attempts - 1``),
+        insert the attempt and append events, atomically. False if another writer won."""
+        ...
+
+    async def finish_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        """CAS the invocation and the unfinished attempt, record the outcome, append events."""
+        ...
+
+    async def get_attempt(self, attempt_id: str) -> AttemptRecord | None: ...
+
+    async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]: ...
+
+    async def put_result(
+        self, record: InvocationRecord, expected: State, result: ResultRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        """Store the encoded result once (CAS on the invocation state) with its events."""
+        ...
+
+    async def get_result(self, invocation_id: str) -> ResultRecord | None: ...
+
+    async def add_usage(self, session_id: str, delta: Usage) -> Usage:
+        """Atomically add ``delta`` to the session's usage and return the new totals."""
+        ...
+
+    async def redeem_once(self, attempt_id: str, secret_name: str, at: str) -> bool:
+        """Record that a secret was released for an attempt; False if it already was."""
         ...
 
     async def close(self) -> None: ...

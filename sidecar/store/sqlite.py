@@ -22,7 +22,15 @@ from typing import Any, TypeVar
 
 from sidecar.errors import CallgateError, ErrorCode
 from sidecar.states import State
-from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, ToolViewRecord
+from sidecar.store.base import (
+    AttemptRecord,
+    EventRecord,
+    InvocationRecord,
+    ResultRecord,
+    SessionRecord,
+    ToolViewRecord,
+    Usage,
+)
 
 T = TypeVar("T")
 
@@ -41,7 +49,9 @@ CREATE TABLE IF NOT EXISTS invocations (
   tenant TEXT NOT NULL, subject TEXT NOT NULL, state TEXT NOT NULL, raw_arguments BLOB NOT NULL,
   digest TEXT NOT NULL, normalized_arguments BLOB NOT NULL, decision TEXT, rejection TEXT,
   idempotency_key TEXT NOT NULL, deadline TEXT NOT NULL, confirmation_expires_at TEXT NOT NULL,
-  policy_revision TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+  policy_revision TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, external_resource_id TEXT NOT NULL DEFAULT '',
+  commit_time TEXT NOT NULL DEFAULT '', cancel_requested_at TEXT NOT NULL DEFAULT '');
 CREATE INDEX IF NOT EXISTS invocations_pending ON invocations (state, tenant)
   WHERE confirmation_expires_at != '';
 CREATE TABLE IF NOT EXISTS events (
@@ -49,6 +59,23 @@ CREATE TABLE IF NOT EXISTS events (
   at TEXT NOT NULL, kind TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
   trace_id TEXT NOT NULL, span_id TEXT NOT NULL, data TEXT NOT NULL,
   PRIMARY KEY (invocation_id, seq));
+CREATE TABLE IF NOT EXISTS attempts (
+  attempt_id TEXT PRIMARY KEY, invocation_id TEXT NOT NULL, number INTEGER NOT NULL,
+  executor_id TEXT NOT NULL, jti TEXT NOT NULL, started_at TEXT NOT NULL,
+  credential_expires_at TEXT NOT NULL, outcome TEXT NOT NULL, failure_class TEXT NOT NULL,
+  finished_at TEXT NOT NULL, external_resource_id TEXT NOT NULL, http_status INTEGER NOT NULL,
+  cost_micros INTEGER NOT NULL, retry_reason TEXT NOT NULL,
+  UNIQUE (invocation_id, number));
+CREATE TABLE IF NOT EXISTS results (
+  invocation_id TEXT PRIMARY KEY, status TEXT NOT NULL, message BLOB NOT NULL,
+  truncated INTEGER NOT NULL, remaining BLOB NOT NULL, page_token TEXT NOT NULL,
+  redactions INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS usage (
+  session_id TEXT PRIMARY KEY, model_calls INTEGER NOT NULL, tool_calls INTEGER NOT NULL,
+  result_bytes INTEGER NOT NULL, cost_micros INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS redemptions (
+  attempt_id TEXT NOT NULL, secret_name TEXT NOT NULL, at TEXT NOT NULL,
+  PRIMARY KEY (attempt_id, secret_name));
 CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
@@ -58,7 +85,12 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
 _INV_COLS = (
     "invocation_id, session_id, model_call_id, proposal_id, tool_name, tool_version, tenant, "
     "subject, state, raw_arguments, digest, normalized_arguments, decision, rejection, "
-    "idempotency_key, deadline, confirmation_expires_at, policy_revision, created_at, updated_at"
+    "idempotency_key, deadline, confirmation_expires_at, policy_revision, created_at, updated_at, "
+    "attempts, external_resource_id, commit_time, cancel_requested_at"
+)
+_ATT_COLS = (
+    "attempt_id, invocation_id, number, executor_id, jti, started_at, credential_expires_at, outcome, "
+    "failure_class, finished_at, external_resource_id, http_status, cost_micros, retry_reason"
 )
 
 _Op = Callable[[sqlite3.Connection], Any]
@@ -74,6 +106,7 @@ def _inv_row(r: InvocationRecord) -> tuple[Any, ...]:
         r.tenant, r.subject, r.state.value, r.raw_arguments, r.digest, r.normalized_arguments,
         _dump(r.decision), _dump(r.rejection), r.idempotency_key, r.deadline,
         r.confirmation_expires_at, r.policy_revision, r.created_at, r.updated_at,
+        r.attempts, r.external_resource_id, r.commit_time, r.cancel_requested_at,
     )  # fmt: skip
 
 
@@ -85,8 +118,31 @@ def _inv_from(row: sqlite3.Row) -> InvocationRecord:
         decision=json.loads(row[12]) if row[12] else None,
         rejection=json.loads(row[13]) if row[13] else None,
         idempotency_key=row[14], deadline=row[15], confirmation_expires_at=row[16],
-        policy_revision=row[17], created_at=row[18], updated_at=row[19],
+        policy_revision=row[17], created_at=row[18], updated_at=row[19], attempts=row[20],
+        external_resource_id=row[21], commit_time=row[22], cancel_requested_at=row[23],
     )  # fmt: skip
+
+
+def _att_row(a: AttemptRecord) -> tuple[Any, ...]:
+    return (
+        a.attempt_id, a.invocation_id, a.number, a.executor_id, a.jti, a.started_at,
+        a.credential_expires_at, a.outcome, a.failure_class, a.finished_at, a.external_resource_id,
+        a.http_status, a.cost_micros, a.retry_reason,
+    )  # fmt: skip
+
+
+def _att_from(row: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(*row)
+
+
+def _cas_invocation(c: sqlite3.Connection, record: InvocationRecord, expected: State, extra: str = "", args: tuple[Any, ...] = ()) -> bool:
+    row = _inv_row(record)
+    sets = ", ".join(f"{col.strip()}=?" for col in _INV_COLS.split(",")[1:])
+    cur = c.execute(
+        f"UPDATE invocations SET {sets} WHERE invocation_id=? AND state=?{extra}",
+        (*row[1:], record.invocation_id, expected.value, *args),
+    )
+    return cur.rowcount == 1
 
 
 def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> None:
@@ -269,18 +325,114 @@ class SQLiteStore:
     async def transition(
         self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
     ) -> bool:
-        row = _inv_row(record)
-        sets = ", ".join(f"{col.strip()}=?" for col in _INV_COLS.split(",")[1:])
-
         def op(c: sqlite3.Connection) -> bool:
-            cur = c.execute(
-                f"UPDATE invocations SET {sets} WHERE invocation_id=? AND state=?",
-                (*row[1:], record.invocation_id, expected.value),
-            )
-            if cur.rowcount != 1:
+            if not _cas_invocation(c, record, expected):
                 return False
             _insert_events(c, events)
             return True
+
+        return await self._call(op)
+
+    async def begin_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            if not _cas_invocation(c, record, expected, " AND attempts=?", (record.attempts - 1,)):
+                return False
+            c.execute(f"INSERT INTO attempts ({_ATT_COLS}) VALUES ({','.join('?' * 14)})", _att_row(attempt))
+            _insert_events(c, events)
+            return True
+
+        return await self._call(op)
+
+    async def finish_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            if not _cas_invocation(c, record, expected):
+                return False
+            cur = c.execute(
+                "UPDATE attempts SET outcome=?, failure_class=?, finished_at=?, external_resource_id=?, "
+                "http_status=?, cost_micros=?, retry_reason=? WHERE attempt_id=? AND outcome=''",
+                (attempt.outcome, attempt.failure_class, attempt.finished_at, attempt.external_resource_id,
+                 attempt.http_status, attempt.cost_micros, attempt.retry_reason, attempt.attempt_id),
+            )  # fmt: skip
+            if cur.rowcount != 1:
+                raise _Conflict()
+            _insert_events(c, events)
+            return True
+
+        try:
+            return await self._call(op)
+        except _Conflict:
+            return False
+
+    async def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
+        def op(c: sqlite3.Connection) -> AttemptRecord | None:
+            row = c.execute(f"SELECT {_ATT_COLS} FROM attempts WHERE attempt_id=?", (attempt_id,)).fetchone()
+            return None if row is None else _att_from(row)
+
+        return await self._call(op)
+
+    async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]:
+        def op(c: sqlite3.Connection) -> list[AttemptRecord]:
+            rows = c.execute(
+                f"SELECT {_ATT_COLS} FROM attempts WHERE invocation_id=? ORDER BY number", (invocation_id,)
+            ).fetchall()
+            return [_att_from(r) for r in rows]
+
+        return await self._call(op)
+
+    async def put_result(
+        self, record: InvocationRecord, expected: State, result: ResultRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            if not _cas_invocation(c, record, expected):
+                return False
+            cur = c.execute(
+                "INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?)",
+                (result.invocation_id, result.status, result.message, int(result.truncated), result.remaining,
+                 result.page_token, result.redactions, result.created_at),
+            )  # fmt: skip
+            if cur.rowcount != 1:
+                raise _Conflict()
+            _insert_events(c, events)
+            return True
+
+        try:
+            return await self._call(op)
+        except _Conflict:
+            return False
+
+    async def get_result(self, invocation_id: str) -> ResultRecord | None:
+        def op(c: sqlite3.Connection) -> ResultRecord | None:
+            row = c.execute("SELECT * FROM results WHERE invocation_id=?", (invocation_id,)).fetchone()
+            if row is None:
+                return None
+            return ResultRecord(row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7])
+
+        return await self._call(op)
+
+    async def add_usage(self, session_id: str, delta: Usage) -> Usage:
+        def op(c: sqlite3.Connection) -> Usage:
+            c.execute(
+                "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
+                "model_calls=model_calls+excluded.model_calls, tool_calls=tool_calls+excluded.tool_calls, "
+                "result_bytes=result_bytes+excluded.result_bytes, cost_micros=cost_micros+excluded.cost_micros",
+                (session_id, delta.model_calls, delta.tool_calls, delta.result_bytes, delta.cost_micros),
+            )
+            row = c.execute(
+                "SELECT model_calls, tool_calls, result_bytes, cost_micros FROM usage WHERE session_id=?",
+                (session_id,),
+            ).fetchone()
+            return Usage(*row)
+
+        return await self._call(op)
+
+    async def redeem_once(self, attempt_id: str, secret_name: str, at: str) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            cur = c.execute("INSERT OR IGNORE INTO redemptions VALUES (?,?,?)", (attempt_id, secret_name, at))
+            return cur.rowcount == 1
 
         return await self._call(op)
 
@@ -326,6 +478,10 @@ class SQLiteStore:
         if self._thread.is_alive():
             self._q.put(None)
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+
+class _Conflict(Exception):
+    """A compare-and-set lost inside an operation: roll its writes back, report False."""
 
 
 class _OpFailed(Exception):

@@ -33,6 +33,22 @@ class Effect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ALLOW: _ClassVar[Effect]
     DENY: _ClassVar[Effect]
     CONFIRM: _ClassVar[Effect]
+
+class FailureClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FAILURE_CLASS_UNSPECIFIED: _ClassVar[FailureClass]
+    NOT_REACHED: _ClassVar[FailureClass]
+    TRANSIENT: _ClassVar[FailureClass]
+    TIMEOUT: _ClassVar[FailureClass]
+    BUSINESS_REJECTION: _ClassVar[FailureClass]
+
+class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTCOME_UNSPECIFIED: _ClassVar[Outcome]
+    OUTCOME_COMMITTED: _ClassVar[Outcome]
+    OUTCOME_FAILED_BEFORE_COMMIT: _ClassVar[Outcome]
+    OUTCOME_UNKNOWN_COMMIT: _ClassVar[Outcome]
+    OUTCOME_FAILED_AFTER_COMMIT: _ClassVar[Outcome]
 STATE_UNSPECIFIED: State
 PROPOSED: State
 PARSED: State
@@ -53,6 +69,16 @@ EFFECT_UNSPECIFIED: Effect
 ALLOW: Effect
 DENY: Effect
 CONFIRM: Effect
+FAILURE_CLASS_UNSPECIFIED: FailureClass
+NOT_REACHED: FailureClass
+TRANSIENT: FailureClass
+TIMEOUT: FailureClass
+BUSINESS_REJECTION: FailureClass
+OUTCOME_UNSPECIFIED: Outcome
+OUTCOME_COMMITTED: Outcome
+OUTCOME_FAILED_BEFORE_COMMIT: Outcome
+OUTCOME_UNKNOWN_COMMIT: Outcome
+OUTCOME_FAILED_AFTER_COMMIT: Outcome
 
 class Subject(_message.Message):
     __slots__ = ("tenant", "id")
@@ -201,7 +227,7 @@ class ProposeRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., arguments: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class ProposeResponse(_message.Message):
-    __slots__ = ("invocation_id", "state", "decision", "digest", "normalized_arguments", "rejection", "confirmation_expires_at", "schema_dialect", "validator")
+    __slots__ = ("invocation_id", "state", "decision", "digest", "normalized_arguments", "rejection", "confirmation_expires_at", "schema_dialect", "validator", "idempotent_replay", "replayed_message")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -211,6 +237,8 @@ class ProposeResponse(_message.Message):
     CONFIRMATION_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_DIALECT_FIELD_NUMBER: _ClassVar[int]
     VALIDATOR_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENT_REPLAY_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     state: State
     decision: Decision
@@ -220,7 +248,9 @@ class ProposeResponse(_message.Message):
     confirmation_expires_at: str
     schema_dialect: str
     validator: str
-    def __init__(self, invocation_id: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., confirmation_expires_at: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., validator: _Optional[str] = ...) -> None: ...
+    idempotent_replay: bool
+    replayed_message: bytes
+    def __init__(self, invocation_id: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., confirmation_expires_at: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., validator: _Optional[str] = ..., idempotent_replay: _Optional[bool] = ..., replayed_message: _Optional[bytes] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("invocation_id", "reason")
@@ -311,6 +341,146 @@ class GetInvocationResponse(_message.Message):
     invocation: Invocation
     events: _containers.RepeatedCompositeFieldContainer[Event]
     def __init__(self, invocation: _Optional[_Union[Invocation, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
+class GetResultRequest(_message.Message):
+    __slots__ = ("invocation_id", "page_token")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    page_token: str
+    def __init__(self, invocation_id: _Optional[str] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class GetResultResponse(_message.Message):
+    __slots__ = ("message", "truncated", "next_page_token")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    message: bytes
+    truncated: bool
+    next_page_token: str
+    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class BeginAttemptRequest(_message.Message):
+    __slots__ = ("invocation_id", "executor_id")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    executor_id: str
+    def __init__(self, invocation_id: _Optional[str] = ..., executor_id: _Optional[str] = ...) -> None: ...
+
+class BeginAttemptResponse(_message.Message):
+    __slots__ = ("attempt_id", "attempt_number", "credential", "credential_expires_at", "tool_name", "tool_version", "normalized_arguments", "idempotency_key", "deadline", "state")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_NUMBER_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIAL_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NORMALIZED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    attempt_number: int
+    credential: str
+    credential_expires_at: str
+    tool_name: str
+    tool_version: str
+    normalized_arguments: bytes
+    idempotency_key: str
+    deadline: str
+    state: State
+    def __init__(self, attempt_id: _Optional[str] = ..., attempt_number: _Optional[int] = ..., credential: _Optional[str] = ..., credential_expires_at: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., deadline: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ...) -> None: ...
+
+class RetryAdvice(_message.Message):
+    __slots__ = ("retry", "reason", "backoff_ms", "attempts_left", "same_key")
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    SAME_KEY_FIELD_NUMBER: _ClassVar[int]
+    retry: bool
+    reason: str
+    backoff_ms: int
+    attempts_left: int
+    same_key: bool
+    def __init__(self, retry: _Optional[bool] = ..., reason: _Optional[str] = ..., backoff_ms: _Optional[int] = ..., attempts_left: _Optional[int] = ..., same_key: _Optional[bool] = ...) -> None: ...
+
+class ReportOutcomeRequest(_message.Message):
+    __slots__ = ("attempt_id", "outcome", "failure_class", "external_resource_id", "commit_time", "http_status", "cost_micros", "message")
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    COST_MICROS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    attempt_id: str
+    outcome: Outcome
+    failure_class: FailureClass
+    external_resource_id: str
+    commit_time: str
+    http_status: int
+    cost_micros: int
+    message: str
+    def __init__(self, attempt_id: _Optional[str] = ..., outcome: _Optional[_Union[Outcome, str]] = ..., failure_class: _Optional[_Union[FailureClass, str]] = ..., external_resource_id: _Optional[str] = ..., commit_time: _Optional[str] = ..., http_status: _Optional[int] = ..., cost_micros: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ReportOutcomeResponse(_message.Message):
+    __slots__ = ("state", "retry")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    retry: RetryAdvice
+    def __init__(self, state: _Optional[_Union[State, str]] = ..., retry: _Optional[_Union[RetryAdvice, _Mapping]] = ...) -> None: ...
+
+class EncodeResultRequest(_message.Message):
+    __slots__ = ("invocation_id", "status", "value")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    status: str
+    value: bytes
+    def __init__(self, invocation_id: _Optional[str] = ..., status: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class EncodeResultResponse(_message.Message):
+    __slots__ = ("message", "truncated", "next_page_token", "state", "redactions")
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REDACTIONS_FIELD_NUMBER: _ClassVar[int]
+    message: bytes
+    truncated: bool
+    next_page_token: str
+    state: State
+    redactions: int
+    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., redactions: _Optional[int] = ...) -> None: ...
+
+class GetJwksRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetJwksResponse(_message.Message):
+    __slots__ = ("jwks_json",)
+    JWKS_JSON_FIELD_NUMBER: _ClassVar[int]
+    jwks_json: str
+    def __init__(self, jwks_json: _Optional[str] = ...) -> None: ...
+
+class RedeemSecretRequest(_message.Message):
+    __slots__ = ("credential", "secret_name")
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    SECRET_NAME_FIELD_NUMBER: _ClassVar[int]
+    credential: str
+    secret_name: str
+    def __init__(self, credential: _Optional[str] = ..., secret_name: _Optional[str] = ...) -> None: ...
+
+class RedeemSecretResponse(_message.Message):
+    __slots__ = ("value",)
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    value: bytes
+    def __init__(self, value: _Optional[bytes] = ...) -> None: ...
 
 class ConfirmRequest(_message.Message):
     __slots__ = ("invocation_id", "digest", "confirmed_by")

@@ -59,6 +59,11 @@ class GateStub:
                 request_serializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.FromString,
                 _registered_method=True)
+        self.GetResult = channel.unary_unary(
+                '/callgate.v1.Gate/GetResult',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.GetResultRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.GetResultResponse.FromString,
+                _registered_method=True)
 
 
 class GateServicer:
@@ -94,6 +99,13 @@ class GateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetResult(self, request, context):
+        """The encoded tool message of an observed invocation (6.10), and further pages of a truncated one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +133,11 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.GetInvocation,
                     request_deserializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.SerializeToString,
+            ),
+            'GetResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetResult,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.GetResultRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.GetResultResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +275,277 @@ class Gate:
             '/callgate.v1.Gate/GetInvocation',
             callgate_dot_v1_dot_callgate__pb2.GetInvocationRequest.SerializeToString,
             callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Gate/GetResult',
+            callgate_dot_v1_dot_callgate__pb2.GetResultRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.GetResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ExecutorStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.BeginAttempt = channel.unary_unary(
+                '/callgate.v1.Executor/BeginAttempt',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.BeginAttemptRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.BeginAttemptResponse.FromString,
+                _registered_method=True)
+        self.ReportOutcome = channel.unary_unary(
+                '/callgate.v1.Executor/ReportOutcome',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.ReportOutcomeRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.ReportOutcomeResponse.FromString,
+                _registered_method=True)
+        self.EncodeResult = channel.unary_unary(
+                '/callgate.v1.Executor/EncodeResult',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.EncodeResultRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.EncodeResultResponse.FromString,
+                _registered_method=True)
+        self.GetJwks = channel.unary_unary(
+                '/callgate.v1.Executor/GetJwks',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.GetJwksRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.GetJwksResponse.FromString,
+                _registered_method=True)
+        self.RedeemSecret = channel.unary_unary(
+                '/callgate.v1.Executor/RedeemSecret',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretResponse.FromString,
+                _registered_method=True)
+
+
+class ExecutorServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def BeginAttempt(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportOutcome(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EncodeResult(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetJwks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RedeemSecret(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ExecutorServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'BeginAttempt': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginAttempt,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.BeginAttemptRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.BeginAttemptResponse.SerializeToString,
+            ),
+            'ReportOutcome': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportOutcome,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.ReportOutcomeRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.ReportOutcomeResponse.SerializeToString,
+            ),
+            'EncodeResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.EncodeResult,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.EncodeResultRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.EncodeResultResponse.SerializeToString,
+            ),
+            'GetJwks': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetJwks,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.GetJwksRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.GetJwksResponse.SerializeToString,
+            ),
+            'RedeemSecret': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedeemSecret,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'callgate.v1.Executor', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('callgate.v1.Executor', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Executor:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def BeginAttempt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Executor/BeginAttempt',
+            callgate_dot_v1_dot_callgate__pb2.BeginAttemptRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.BeginAttemptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportOutcome(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Executor/ReportOutcome',
+            callgate_dot_v1_dot_callgate__pb2.ReportOutcomeRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.ReportOutcomeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EncodeResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Executor/EncodeResult',
+            callgate_dot_v1_dot_callgate__pb2.EncodeResultRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.EncodeResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetJwks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Executor/GetJwks',
+            callgate_dot_v1_dot_callgate__pb2.GetJwksRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.GetJwksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedeemSecret(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Executor/RedeemSecret',
+            callgate_dot_v1_dot_callgate__pb2.RedeemSecretRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.RedeemSecretResponse.FromString,
             options,
             channel_credentials,
             insecure,
