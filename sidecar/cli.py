@@ -20,6 +20,7 @@ from sidecar.evalcases import case_arguments, mismatches
 from sidecar.gate import Gate, ProposeOutcome, SessionSpec, decision_to_dict
 from sidecar.model import Proposal, Subject
 from sidecar.snapshot import load_snapshot_from_config
+from sidecar.idempotency.sqlite import SQLiteIdempotencyStore
 from sidecar.store.sqlite import SQLiteStore
 from sidecar.trace import TraceContext
 
@@ -90,6 +91,8 @@ def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict
 async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: TextIO) -> int:
     snap = load_snapshot_from_config(cfg)
     store = SQLiteStore(":memory:")
+    idem = SQLiteIdempotencyStore(":memory:")
+    await idem.start()
     failures = 0
     try:
         for n, case in cases:
@@ -98,7 +101,7 @@ async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: T
                 if "reference_clock" in case
                 else SystemClock()
             )
-            gate = Gate(config=cfg, snapshot=snap, store=store, clock=clock)
+            gate = Gate(config=cfg, snapshot=snap, store=store, clock=clock, idempotency=idem)
             subj = case.get("subject", {})
             session = await gate.open_session(
                 SessionSpec(
@@ -124,6 +127,7 @@ async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: T
             print(json.dumps(result, ensure_ascii=False, sort_keys=True), file=out)
     finally:
         await store.close()
+        await idem.close()
     return 1 if failures else 0
 
 

@@ -43,9 +43,22 @@ class ServerConfig:
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     engine: str = "cedar"
-    """Authorization engine: ``cedar`` (embedded, default)."""
+    """Authorization engine: ``cedar`` (embedded, default), ``rego`` (embedded regopy) or
+    ``opa`` (a real OPA server, e.g. the container beside the sidecar)."""
     dir: str = "policies"
-    """Directory with ``tools/*.json`` ToolSpecs and the engine's policy files (``cedar/``)."""
+    """Directory with ``tools/*.json`` ToolSpecs and the engine's files (``cedar/`` or ``rego/``)."""
+    opa_url: str = "http://127.0.0.1:8181"
+    """OPA server for ``engine = "opa"`` (loopback in the same pod, or a configured URL)."""
+    opa_timeout_ms: int = 250
+    """Per-decision deadline for OPA; a timeout is a deny (``engine_timeout``)."""
+    opa_upload_policies: bool = False
+    """Upload ``rego/`` to an OPA that started empty (else OPA must serve the same files)."""
+    watch: bool = True
+    """Reload the snapshot when a file under ``dir`` changes (SIGHUP always reloads)."""
+    watch_interval_ms: int = 1000
+    """How often the policy directory is checked for changes."""
+    shadow: tuple[str, ...] = ()
+    """Policy ids in shadow mode: evaluated and logged, never enforced (see docs/POLICIES.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,10 +235,10 @@ def check_loopback(addr: str, *, source: str = "") -> tuple[str, int]:
 
 def validate(cfg: Config, *, source: str = "") -> Config:
     """Semantic checks that types alone cannot express."""
-    if cfg.policy.engine != "cedar":
+    if cfg.policy.engine not in ("cedar", "rego", "opa"):
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID,
-            message=f"policy.engine '{cfg.policy.engine}' is not supported (supported: cedar)",
+            message=f"policy.engine '{cfg.policy.engine}' is not supported (supported: cedar, rego, opa)",
             source=source,
         )
     if cfg.store.backend != "sqlite":

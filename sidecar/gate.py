@@ -37,11 +37,13 @@ from sidecar.snapshot import PolicySnapshot
 from sidecar.stages.authorize import authorize_invocation
 from sidecar.stages.normalize import load_zone, normalize
 from sidecar.stages.parse import ParseLimits, parse_arguments
-from sidecar.states import CANCELLABLE, State, check_transition
+from sidecar.states import AFTER_BOUNDARY, CANCELLABLE, State, check_transition
 from sidecar import budgets
 from sidecar.budgets import effective_limits
 from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, Store, ToolViewRecord, Usage
 from sidecar.toolspecs import CompiledTool
+from sidecar.engines.base import decision_from_dict
+from sidecar.idempotency.base import ClaimKind, ExpiredPolicy, IdempotencyKey, IdempotencyStore
 from sidecar.trace import TraceContext, new_span_id
 
 
@@ -84,6 +86,9 @@ class ProposeOutcome:
     rejection: Rejection | None
     validator: str = ""
     schema_dialect: str = ""
+    idempotent_replay: bool = False
+    """The key matched an earlier invocation with the same digest: ``record`` is that one."""
+    replayed_message: bytes = b""
 
 
 def decision_to_dict(d: Decision) -> dict[str, Any]:
@@ -116,14 +121,19 @@ class _Trail:
         self.trace = trace
         self.at = at
         self.events: list[EventRecord] = []
+        self.auto_seq = state is not None
+        """Appending to an existing invocation: sequence numbers come from the store."""
 
     def add(self, kind: str, to: State, data: Mapping[str, Any] | None = None) -> None:
         if self.state is not None and to is not self.state:
             check_transition(self.state, to)
-        self.seq += 1
+        if self.auto_seq:
+            self.seq = 0  # the store assigns the next sequence number in the same transaction
+        else:
+            self.seq += 1
         self.events.append(
             EventRecord(
-                event_id=f"{self.invocation_id}.{self.seq}",
+                event_id=f"{self.invocation_id}.{self.seq}" if not self.auto_seq else uuid.uuid4().hex,
                 invocation_id=self.invocation_id,
                 seq=self.seq,
                 at=self.at,
@@ -141,11 +151,20 @@ class _Trail:
 class Gate:
     """Sessions, tool views, proposals, confirmation and cancellation over one store."""
 
-    def __init__(self, *, config: Config, snapshot: PolicySnapshot, store: Store, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        snapshot: PolicySnapshot,
+        store: Store,
+        clock: Clock,
+        idempotency: IdempotencyStore,
+    ) -> None:
         self._cfg = config
         self._snap = snapshot
         self._store = store
         self._clock = clock
+        self._idem = idempotency
         self._limits = ParseLimits(
             max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
         )
@@ -225,16 +244,19 @@ class Gate:
             t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow
         )
 
-    async def _consume(self, session: SessionRecord, delta: Usage) -> None:
-        """Count against the session budgets (6.11); raises ``budget_exhausted``."""
+    async def consume(self, session: SessionRecord, delta: Usage, *, check: bool = True) -> None:
+        """Count against the session budgets (6.11); raises ``budget_exhausted`` when ``check``
+        and a limit is exceeded (result bytes and cost are counted after the fact and stop the
+        *next* model or tool call)."""
         usage = await self._store.add_usage(session.session_id, delta)
-        limits = effective_limits(session.budgets, self._cfg.budgets)
-        budgets.check(limits, usage, datetime.fromisoformat(session.opened_at), self._clock.now())
+        if check:
+            limits = effective_limits(session.budgets, self._cfg.budgets)
+            budgets.check(limits, usage, datetime.fromisoformat(session.opened_at), self._clock.now())
 
     async def list_tools(self, session_id: str, model_call_id: str) -> ToolView:
         _check_id("model_call_id", model_call_id)
         session = await self._session(session_id)
-        await self._consume(session, Usage(model_calls=1))
+        await self.consume(session, Usage(model_calls=1))
         snap = self._snap
         tools = self._visible(session, snap)
         digests = {t.spec.key: t.spec.spec_digest for t in tools}
@@ -263,7 +285,7 @@ class Gate:
         if p.idempotency_key is not None and p.idempotency_key:
             _check_id("idempotency_key", p.idempotency_key)
         session = await self._session(p.session_id)
-        await self._consume(session, Usage(tool_calls=1))
+        await self.consume(session, Usage(tool_calls=1))
         view = await self._view(p.session_id, p.model_call_id)
         snap = self._snap
         now = self._clock.now()
@@ -412,6 +434,39 @@ class Gate:
             },
         )
 
+        # --- idempotency key contract (6.8), before anything can run
+        key = p.idempotency_key or ""
+        if not key and not tool.spec.keyless_allowed:
+            problem = CallgateError(
+                code=ErrorCode.IDEMPOTENCY_KEY_REQUIRED,
+                message=f"{tool.spec.key} writes and needs an idempotency key",
+            )
+            return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
+        idem_key = self.idempotency_key(record) if key else None
+        if idem_key is not None:
+            claim = await self._idem.claim(
+                idem_key,
+                normalized.digest,
+                inv_id,
+                now=now,
+                retention=timedelta(seconds=tool.spec.retention_seconds(self._cfg.idempotency.retention_seconds)),
+                expired_policy=ExpiredPolicy(self._cfg.idempotency.expired_policy),
+            )
+            if claim.kind in (ClaimKind.IN_PROGRESS, ClaimKind.COMPLETED) and claim.record is not None:
+                return await self._replay(claim.record.invocation_id, p, normalized.digest, claim.record.result, trace)
+            if claim.kind is ClaimKind.MISMATCH:
+                problem = CallgateError(
+                    code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
+                    message="idempotency key already used with other arguments; use a new key",
+                )
+                return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
+            if claim.kind is not ClaimKind.NEW:
+                problem = CallgateError(
+                    code=ErrorCode.IDEMPOTENCY_KEY_EXPIRED,
+                    message="idempotency key is past its retention window; use a new key",
+                )
+                return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
+
         # --- authorization (6.6)
         result = await authorize_invocation(snap.engine, tool, normalized, subject)
         decision = result.decision
@@ -424,7 +479,10 @@ class Gate:
         }
         if decision.effect is Effect.DENY:
             trail.add("authorization_rejected", State.AUTHORIZATION_REJECTED, auth_data)
-            return await finish(record, decision=decision, validator=validator, dialect=validated.dialect)
+            out = await finish(record, decision=decision, validator=validator, dialect=validated.dialect)
+            if idem_key is not None:
+                await self._idem.release(idem_key, inv_id, now=now)
+            return out
         trail.add("authorized", State.AUTHORIZED, auth_data)
         deadline = rfc3339(now + timedelta(milliseconds=tool.spec.timeout_ms))
         record = replace(record, deadline=deadline)
@@ -440,13 +498,41 @@ class Gate:
             trail.add("prepared", State.PREPARED, {"digest": normalized.digest, "confirmation": "not_required"})
         return await finish(record, decision=decision, validator=validator, dialect=validated.dialect)
 
+    # ------------------------------------------------------------------ idempotency
+    @staticmethod
+    def idempotency_key(inv: InvocationRecord) -> IdempotencyKey:
+        """The 6.8 lookup key: scope (tenant + subject), tool name, version, key."""
+        return IdempotencyKey(inv.tenant, inv.subject, inv.tool_name, inv.tool_version, inv.idempotency_key)
+
+    async def release_key(self, inv: InvocationRecord) -> None:
+        """Give the key back: the invocation ended before the commit boundary."""
+        if inv.idempotency_key:
+            await self._idem.release(self.idempotency_key(inv), inv.invocation_id, now=self._clock.now())
+
+    async def _replay(
+        self, original_id: str, p: Proposal, digest: str, result: bytes | None, trace: TraceContext
+    ) -> ProposeOutcome:
+        """A repeated key with the same digest: answer with the original invocation; nothing new
+        runs (6.8 rules 1-2). The repeat is recorded on the original's trail."""
+        original = await self._invocation(original_id)
+        trail = _Trail(self, original_id, original.state, 0, trace, rfc3339(self._clock.now()))
+        trail.add(
+            "idempotent_replay",
+            original.state,
+            {"proposal_id": p.proposal_id, "model_call_id": p.model_call_id, "digest": digest},
+        )
+        await self._store.append_events(trail.events)
+        decision = None
+        if original.decision:
+            decision = decision_from_dict(original.decision)
+        return ProposeOutcome(original, decision, None, idempotent_replay=True, replayed_message=result or b"")
+
     # ------------------------------------------------------------------ confirmation
     async def _move(
         self, inv: InvocationRecord, to: State, kind: str, data: Mapping[str, Any], trace: TraceContext
     ) -> InvocationRecord | None:
-        events = await self._store.list_events(inv.invocation_id)
         at = rfc3339(self._clock.now())
-        trail = _Trail(self, inv.invocation_id, inv.state, events[-1].seq if events else 0, trace, at)
+        trail = _Trail(self, inv.invocation_id, inv.state, 0, trace, at)
         trail.add(kind, to, data)
         new = replace(inv, state=to, updated_at=at)
         ok = await self._store.transition(new, inv.state, trail.events)
@@ -463,13 +549,14 @@ class Gate:
             )
         now = self._clock.now()
         if now >= datetime.fromisoformat(inv.confirmation_expires_at):
-            await self._move(
+            if await self._move(
                 inv,
                 State.CANCELLED_BEFORE_COMMIT,
                 "confirmation_expired",
                 {"expired_at": inv.confirmation_expires_at},
                 trace,
-            )
+            ):
+                await self.release_key(inv)
             raise CallgateError(code=ErrorCode.CONFIRMATION_EXPIRED, message="the confirmation window has passed")
         if not hmac.compare_digest(digest.encode(), inv.digest.encode()):
             # 6.6 / 6.11: a confirmation of anything else than the parked digest cancels it.
@@ -484,6 +571,7 @@ class Gate:
                 raise CallgateError(
                     code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
                 )
+            await self.release_key(inv)
             raise CallgateError(
                 code=ErrorCode.CONFIRMATION_DIGEST_MISMATCH,
                 message="digest does not match the parked invocation; it was cancelled, propose again",
@@ -511,15 +599,31 @@ class Gate:
 
     # ------------------------------------------------------------------ cancel / read
     async def cancel(self, invocation_id: str, reason: str, trace: TraceContext) -> InvocationRecord:
+        """Cancel (6.7): before the commit boundary the invocation becomes CANCELLED_BEFORE_COMMIT
+        and its idempotency key is released. From EXECUTING on, a cancel cannot make the call
+        "not happen": the record keeps its state, no further attempt may start and no tool
+        message is produced for it (6.12, 6.14 row 9)."""
         inv = await self._invocation(invocation_id)
-        if inv.state not in CANCELLABLE:
-            check_transition(inv.state, State.CANCELLED_BEFORE_COMMIT)  # raises the precise error
-        moved = await self._move(inv, State.CANCELLED_BEFORE_COMMIT, "cancelled", {"reason": reason[:500]}, trace)
-        if moved is None:  # lost a race: report the state that won
-            latest = await self._invocation(invocation_id)
-            check_transition(latest.state, State.CANCELLED_BEFORE_COMMIT)
-            raise CallgateError(code=ErrorCode.ILLEGAL_TRANSITION, message="invocation changed concurrently")
-        return moved
+        if inv.state in CANCELLABLE:
+            moved = await self._move(
+                inv, State.CANCELLED_BEFORE_COMMIT, "cancelled", {"reason": reason[:500]}, trace
+            )
+            if moved is not None:
+                await self.release_key(inv)
+                return moved
+            inv = await self._invocation(invocation_id)  # lost a race; fall through with the winner
+        if inv.state in AFTER_BOUNDARY and not inv.cancel_requested_at:
+            at = rfc3339(self._clock.now())
+            trail = _Trail(self, inv.invocation_id, inv.state, 0, trace, at)
+            trail.add("cancel_requested", inv.state, {"reason": reason[:500], "effect": "stops_what_follows"})
+            new = replace(inv, cancel_requested_at=at, updated_at=at)
+            if await self._store.transition(new, inv.state, trail.events):
+                return new
+            inv = await self._invocation(invocation_id)
+        if inv.cancel_requested_at:
+            return inv
+        check_transition(inv.state, State.CANCELLED_BEFORE_COMMIT)  # raises the precise error
+        raise CallgateError(code=ErrorCode.ILLEGAL_TRANSITION, message="invocation changed concurrently")
 
     async def get_invocation(self, invocation_id: str) -> tuple[InvocationRecord, list[EventRecord]]:
         inv = await self._invocation(invocation_id)

@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from sidecar.config import Config
+from sidecar.config import Config, PolicyConfig
 from sidecar.engines.base import Engine
 from sidecar.engines.cedar import CedarEngine, load_cedar_dir
 from sidecar.toolspecs import ToolRegistry, load_tools
@@ -24,12 +24,21 @@ class PolicySnapshot:
     """``sha256:`` over every ToolSpec digest and the engine's policy revision."""
 
 
-def load_snapshot(policy_dir: Path, engine_name: str = "cedar") -> PolicySnapshot:
+def load_snapshot(policy_dir: Path, engine_name: str = "cedar", *, policy: PolicyConfig | None = None) -> PolicySnapshot:
     """Load ``tools/`` and the engine's files from ``policy_dir``. Raises LoadError."""
     tools = load_tools(policy_dir / "tools")
     engine: Engine
     if engine_name == "cedar":
         engine = CedarEngine(load_cedar_dir(policy_dir / "cedar"))
+    elif engine_name == "rego":
+        from sidecar.engines.rego import RegoEngine
+
+        engine = RegoEngine.from_dir(policy_dir / "rego")
+    elif engine_name == "opa":
+        from sidecar.engines.opa import OpaEngine
+
+        pc = policy or PolicyConfig()
+        engine = OpaEngine.from_dir(policy_dir / "rego", url=pc.opa_url, timeout=pc.opa_timeout_ms / 1000)
     else:  # config validation keeps this unreachable; fail loudly if it is reached
         raise ValueError(f"unknown engine {engine_name}")
     h = hashlib.sha256()
@@ -40,4 +49,4 @@ def load_snapshot(policy_dir: Path, engine_name: str = "cedar") -> PolicySnapsho
 
 
 def load_snapshot_from_config(cfg: Config) -> PolicySnapshot:
-    return load_snapshot(cfg.path(cfg.policy.dir), cfg.policy.engine)
+    return load_snapshot(cfg.path(cfg.policy.dir), cfg.policy.engine, policy=cfg.policy)

@@ -77,6 +77,12 @@ CANCELLABLE: frozenset[State] = frozenset(
 )
 
 
+AFTER_BOUNDARY: frozenset[State] = frozenset(
+    {S.EXECUTING, S.COMMITTED, S.OUTCOME_UNKNOWN, S.FAILED_AFTER_COMMIT}
+)
+"""States where a commit may have happened: cancel stops only what follows (6.7)."""
+
+
 def check_transition(current: State, target: State) -> None:
     """Raise unless ``current -> target`` is an edge of 6.2."""
     if current in TERMINAL:

@@ -18,10 +18,12 @@ import grpc
 import pytest
 
 from sidecar.clock import FixedClock
-from sidecar.config import Config, ListenerConfig, ServerConfig, StoreConfig
+from sidecar.config import Config, IdempotencyConfig, ListenerConfig, ServerConfig, StoreConfig
 from sidecar.gen.callgate.v1 import callgate_pb2 as pb
 from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
 from sidecar.server.app import Sidecar, build_components
+
+pytest_plugins = ["tests.pg_fixture"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -41,6 +43,7 @@ class Running:
     gate: pb_grpc.GateStub
     confirmations: pb_grpc.ConfirmationsStub
     authorizer: pb_grpc.AuthorizerStub
+    executor: pb_grpc.ExecutorStub
     channels: dict[str, grpc.Channel]
     db_path: Path
 
@@ -102,8 +105,10 @@ def start_sidecar(policy_dir: Path = POLICIES, *, clock_at: datetime = SPEC_CLOC
             agent=ListenerConfig(socket=str(tmp / "agent.sock")),
             confirmer=ListenerConfig(socket=str(tmp / "confirmer.sock")),
             authorizer=ListenerConfig(socket=str(tmp / "authorizer.sock")),
+            executor=ListenerConfig(socket=str(tmp / "executor.sock")),
         ),
         store=StoreConfig(path=str(tmp / "callgate.db")),
+        idempotency=IdempotencyConfig(path=str(tmp / "idempotency.db")),
         base_dir=str(policy_dir.parent),
     )
     cfg = replace(cfg, policy=replace(cfg.policy, dir=str(policy_dir)), **cfg_kw)
@@ -117,7 +122,7 @@ def start_sidecar(policy_dir: Path = POLICIES, *, clock_at: datetime = SPEC_CLOC
 
         async def boot() -> None:
             try:
-                sc = Sidecar(build_components(cfg, clock=clock))
+                sc = Sidecar(await build_components(cfg, clock=clock))
                 await sc.start()
                 holder["sidecar"] = sc
             except BaseException as exc:  # surfaced to the test thread
@@ -144,6 +149,7 @@ def start_sidecar(policy_dir: Path = POLICIES, *, clock_at: datetime = SPEC_CLOC
         gate=pb_grpc.GateStub(channels["agent"]),
         confirmations=pb_grpc.ConfirmationsStub(channels["confirmer"]),
         authorizer=pb_grpc.AuthorizerStub(channels["authorizer"]),
+        executor=pb_grpc.ExecutorStub(channels["executor"]),
         channels=channels,
         db_path=tmp / "callgate.db",
     )

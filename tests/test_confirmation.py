@@ -31,7 +31,7 @@ def error_reason(err: grpc.RpcError) -> str:
 def park(server: Running, args: dict[str, Any], proposal_id: str = "p1") -> pb.ProposeResponse:
     sid = server.open_session(subject="alice")
     server.list_tools(sid)
-    resp = server.propose(sid, "calendar.create_event@v1", args, proposal_id=proposal_id)
+    resp = server.propose(sid, "calendar.create_event@v1", args, proposal_id=proposal_id, idempotency_key=f"key-{proposal_id}")
     assert resp.decision.effect == pb.CONFIRM, resp
     return resp
 

@@ -40,7 +40,9 @@ def test_case(shared_server: Running, case: dict[str, Any]) -> None:
     assert case["reference_clock"] == "2026-07-19T14:00:00+08:00"  # the shared server's clock
     sid = shared_server.open_session(tenant=case["subject"]["tenant"], subject=case["subject"]["id"], tz=case["timezone"])
     shared_server.list_tools(sid)
-    resp = shared_server.propose(sid, case["tool"], case_arguments(case))
+    resp = shared_server.propose(
+        sid, case["tool"], case_arguments(case), idempotency_key=f"{sid}:{case.get('idempotency_key', '')}" if case.get("idempotency_key") else ""
+    )
     assert mismatches(result_of(resp), case["expect"]) == []
     # Every answer is backed by a stored invocation with its ordered events (6.13).
     got = shared_server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))

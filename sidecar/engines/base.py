@@ -9,8 +9,8 @@ catch something (fail closed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from sidecar.errors import ErrorCode
 from sidecar.model import AuthzRequest, Decision, Effect, Reason
@@ -80,4 +80,17 @@ def combine(decisions: Sequence[Decision], engine: str) -> Decision:
         )
     return Decision(
         effect=Effect.ALLOW, reasons=tuple(r for d in decisions for r in d.reasons), engine=engine
+    )
+
+
+def decision_from_dict(d: Mapping[str, Any]) -> Decision:
+    """Inverse of :func:`sidecar.gate.decision_to_dict` (stored decisions)."""
+    return Decision(
+        effect=Effect(d["effect"]),
+        reasons=tuple(
+            Reason(code=r.get("code", ""), policy_id=r.get("policy_id", ""), message=r.get("message", ""))
+            for r in d.get("reasons", [])
+        ),
+        engine=d.get("engine", ""),
+        error_code=d.get("error_code", ""),
     )

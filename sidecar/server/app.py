@@ -10,7 +10,9 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 import grpc
@@ -18,12 +20,18 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from sidecar.clock import Clock, SystemClock
-from sidecar.config import Config, ListenerConfig
-from sidecar.errors import CallgateError, LoadError
+from sidecar.config import ROLES, Config, ListenerConfig
+from sidecar.credentials import KeyRing
+from sidecar.errors import CallgateError, ErrorCode, LoadError
+from sidecar.execution import Execution
 from sidecar.gate import Gate
+from sidecar.idempotency.base import IdempotencyStore
+from sidecar.idempotency.sqlite import SQLiteIdempotencyStore
+from sidecar.redaction import Redactor
+from sidecar.secrets import SecretStore
 from sidecar.gen.callgate.v1 import callgate_pb2 as pb
 from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
-from sidecar.server.services import AuthorizerService, ConfirmationsService, GateService
+from sidecar.server.services import AuthorizerService, ConfirmationsService, ExecutorService, GateService
 from sidecar.snapshot import PolicySnapshot, load_snapshot_from_config
 from sidecar.store.base import Store
 from sidecar.store.sqlite import SQLiteStore
@@ -34,6 +42,7 @@ ROLE_SERVICES = {
     "agent": "callgate.v1.Gate",
     "confirmer": "callgate.v1.Confirmations",
     "authorizer": "callgate.v1.Authorizer",
+    "executor": "callgate.v1.Executor",
 }
 
 
@@ -44,19 +53,72 @@ class Components:
     config: Config
     clock: Clock
     store: Store
+    idempotency: IdempotencyStore
     gate: Gate
+    execution: Execution
+
+    async def close(self) -> None:
+        await self.store.close()
+        await self.idempotency.close()
+        await self.gate.snapshot.engine.close()
 
 
-def build_components(
-    cfg: Config, *, clock: Clock | None = None, store: Store | None = None, snapshot: PolicySnapshot | None = None
+async def build_idempotency(cfg: Config) -> IdempotencyStore:
+    ic = cfg.idempotency
+    store: IdempotencyStore
+    if ic.backend == "postgres":
+        from sidecar.idempotency.postgres import PostgresIdempotencyStore
+
+        dsn = cfg.path(ic.dsn_file).read_text().strip() if ic.dsn_file else os.environ.get(ic.dsn_env, "")
+        if not dsn:
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message=f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file",
+            )
+        store = PostgresIdempotencyStore(dsn)
+    else:
+        store = SQLiteIdempotencyStore(cfg.path(ic.path), synchronous=cfg.store.synchronous)
+    await store.start()
+    return store
+
+
+async def build_components(
+    cfg: Config,
+    *,
+    clock: Clock | None = None,
+    store: Store | None = None,
+    snapshot: PolicySnapshot | None = None,
+    idempotency: IdempotencyStore | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Components:
-    """Load the policy snapshot and open the store. Raises LoadError / CallgateError."""
+    """Load the policy snapshot, secrets and keys; open the stores. Raises LoadError / CallgateError."""
     clock = clock or SystemClock()
     snapshot = snapshot or load_snapshot_from_config(cfg)
+    secrets = SecretStore.load(cfg.secrets, Path(cfg.base_dir), environ)
     if store is None:
         store = SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
-    gate = Gate(config=cfg, snapshot=snapshot, store=store, clock=clock)
-    return Components(config=cfg, clock=clock, store=store, gate=gate)
+    if idempotency is None:
+        idempotency = await build_idempotency(cfg)
+    gate = Gate(config=cfg, snapshot=snapshot, store=store, clock=clock, idempotency=idempotency)
+    cc = cfg.credentials
+    keyring = KeyRing(
+        clock.now(),
+        key_dir=cfg.path(cc.key_dir) if cc.key_dir else None,
+        rotation_interval=timedelta(seconds=cc.rotation_seconds),
+    )
+    execution = Execution(
+        config=cfg,
+        gate=gate,
+        store=store,
+        clock=clock,
+        keyring=keyring,
+        idempotency=idempotency,
+        secrets=secrets,
+        redactor=Redactor(secrets=secrets.values()),
+    )
+    return Components(
+        config=cfg, clock=clock, store=store, idempotency=idempotency, gate=gate, execution=execution
+    )
 
 
 @dataclass
@@ -72,10 +134,13 @@ class Sidecar:
             return
         gate = self.components.gate
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        execution = self.components.execution
         if role == "agent":
-            pb_grpc.add_GateServicer_to_server(GateService(gate), server)
+            pb_grpc.add_GateServicer_to_server(GateService(gate, execution), server)
         elif role == "confirmer":
             pb_grpc.add_ConfirmationsServicer_to_server(ConfirmationsService(gate), server)
+        elif role == "executor":
+            pb_grpc.add_ExecutorServicer_to_server(ExecutorService(execution), server)
         else:
             pb_grpc.add_AuthorizerServicer_to_server(AuthorizerService(gate), server)
         hs = health.aio.HealthServicer()
@@ -106,7 +171,7 @@ class Sidecar:
 
     async def start(self) -> None:
         s = self.components.config.server
-        for role in ("agent", "confirmer", "authorizer"):
+        for role in ROLES:
             self._add_role(role, getattr(s, role))
         for role, server in self.servers.items():
             await server.start()
@@ -137,7 +202,7 @@ class Sidecar:
         for hs in self.health.values():
             await hs.enter_graceful_shutdown()
         await asyncio.gather(*(s.stop(grace) for s in self.servers.values()))
-        await self.components.store.close()
+        await self.components.close()
         for addrs in self.addresses.values():
             for a in addrs:
                 if a.startswith("unix:"):
@@ -147,7 +212,7 @@ class Sidecar:
 async def serve(cfg: Config) -> int:
     """Run until SIGINT/SIGTERM. SIGHUP reloads policies and ToolSpecs atomically."""
     try:
-        components = build_components(cfg)
+        components = await build_components(cfg)
     except CallgateError as exc:
         log.error("cannot start: %s", exc)
         return 2

@@ -6,6 +6,7 @@ Errors are mapped in exactly one place (:func:`_guarded` -> :mod:`sidecar.server
 from __future__ import annotations
 
 import functools
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -14,6 +15,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2
 
 from sidecar.errors import CallgateError, ErrorCode
+from sidecar.execution import Execution
 from sidecar.gate import Gate, ProposeOutcome, Rejection, SessionSpec
 from sidecar.gen.callgate.v1 import callgate_pb2 as pb
 from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
@@ -143,12 +145,20 @@ def propose_pb(o: ProposeOutcome) -> pb.ProposeResponse:
         confirmation_expires_at=r.confirmation_expires_at,
         schema_dialect=o.schema_dialect,
         validator=o.validator,
+        idempotent_replay=o.idempotent_replay,
+        replayed_message=o.replayed_message,
     )
 
 
 class GateService(pb_grpc.GateServicer):
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, execution: Execution) -> None:
         self._gate = gate
+        self._x = execution
+
+    @_guarded
+    async def GetResult(self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext) -> pb.GetResultResponse:
+        page = await self._x.get_result(request.invocation_id, request.page_token)
+        return pb.GetResultResponse(message=page.message, truncated=page.truncated, next_page_token=page.next_page_token)
 
     @_guarded
     async def OpenSession(self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext) -> pb.OpenSessionResponse:
@@ -275,3 +285,83 @@ class AuthorizerService(pb_grpc.AuthorizerServicer):
             )
         )
         return pb.AuthorizeResponse(decision=decision_pb(decision))
+
+
+_OUTCOME_NAMES = {
+    pb.OUTCOME_COMMITTED: "COMMITTED",
+    pb.OUTCOME_FAILED_BEFORE_COMMIT: "FAILED_BEFORE_COMMIT",
+    pb.OUTCOME_UNKNOWN_COMMIT: "OUTCOME_UNKNOWN",
+    pb.OUTCOME_FAILED_AFTER_COMMIT: "FAILED_AFTER_COMMIT",
+}
+_FAILURE_NAMES = {
+    pb.FAILURE_CLASS_UNSPECIFIED: "",
+    pb.NOT_REACHED: "not_reached",
+    pb.TRANSIENT: "transient",
+    pb.TIMEOUT: "timeout",
+    pb.BUSINESS_REJECTION: "business_rejection",
+}
+
+
+class ExecutorService(pb_grpc.ExecutorServicer):
+    def __init__(self, execution: Execution) -> None:
+        self._x = execution
+
+    @_guarded
+    async def BeginAttempt(self, request: pb.BeginAttemptRequest, context: grpc.aio.ServicerContext) -> pb.BeginAttemptResponse:
+        started = await self._x.begin_attempt(request.invocation_id, request.executor_id, trace_of(context))
+        inv = started.invocation
+        return pb.BeginAttemptResponse(
+            attempt_id=started.attempt.attempt_id,
+            attempt_number=started.attempt.number,
+            credential=started.credential.token,
+            credential_expires_at=started.attempt.credential_expires_at,
+            tool_name=inv.tool_name,
+            tool_version=inv.tool_version,
+            normalized_arguments=inv.normalized_arguments,
+            idempotency_key=inv.idempotency_key,
+            deadline=inv.deadline,
+            state=state_pb(inv.state),  # type: ignore[arg-type]
+        )
+
+    @_guarded
+    async def ReportOutcome(self, request: pb.ReportOutcomeRequest, context: grpc.aio.ServicerContext) -> pb.ReportOutcomeResponse:
+        outcome = _OUTCOME_NAMES.get(request.outcome)
+        if outcome is None:
+            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="outcome is required")
+        reported = await self._x.report_outcome(
+            request.attempt_id,
+            outcome,
+            failure_class=_FAILURE_NAMES.get(request.failure_class, ""),
+            external_resource_id=request.external_resource_id,
+            commit_time=request.commit_time,
+            http_status=request.http_status,
+            cost_micros=request.cost_micros,
+            trace=trace_of(context),
+        )
+        a = reported.advice
+        return pb.ReportOutcomeResponse(
+            state=state_pb(reported.invocation.state),  # type: ignore[arg-type]
+            retry=pb.RetryAdvice(
+                retry=a.retry, reason=a.reason, backoff_ms=a.backoff_ms, attempts_left=a.attempts_left, same_key=a.same_key
+            ),
+        )
+
+    @_guarded
+    async def EncodeResult(self, request: pb.EncodeResultRequest, context: grpc.aio.ServicerContext) -> pb.EncodeResultResponse:
+        result = await self._x.encode(request.invocation_id, request.status, request.value, trace_of(context))
+        inv = await self._x.invocation(request.invocation_id)
+        return pb.EncodeResultResponse(
+            message=result.message,
+            truncated=result.truncated,
+            next_page_token=result.page_token,
+            state=state_pb(inv.state),  # type: ignore[arg-type]
+            redactions=result.redactions,
+        )
+
+    @_guarded
+    async def GetJwks(self, request: pb.GetJwksRequest, context: grpc.aio.ServicerContext) -> pb.GetJwksResponse:
+        return pb.GetJwksResponse(jwks_json=json.dumps(self._x.jwks(), sort_keys=True))
+
+    @_guarded
+    async def RedeemSecret(self, request: pb.RedeemSecretRequest, context: grpc.aio.ServicerContext) -> pb.RedeemSecretResponse:
+        return pb.RedeemSecretResponse(value=await self._x.redeem_secret(request.credential, request.secret_name))

@@ -114,6 +114,8 @@ class ResultRecord:
     page_token: str
     redactions: int
     created_at: str
+    nonce: str = ""
+    """Boundary nonce of the message; continuation pages reuse it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,10 @@ class Store(Protocol):
     ) -> bool:
         """Replace the invocation row with ``record`` and append ``events`` iff its stored state
         is still ``expected``. Returns False (and writes nothing) when another writer won."""
+        ...
+
+    async def append_events(self, events: Sequence[EventRecord]) -> None:
+        """Append events to existing invocations without changing them (seq 0 = next)."""
         ...
 
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None: ...

@@ -17,6 +17,7 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,7 +70,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 CREATE TABLE IF NOT EXISTS results (
   invocation_id TEXT PRIMARY KEY, status TEXT NOT NULL, message BLOB NOT NULL,
   truncated INTEGER NOT NULL, remaining BLOB NOT NULL, page_token TEXT NOT NULL,
-  redactions INTEGER NOT NULL, created_at TEXT NOT NULL);
+  redactions INTEGER NOT NULL, created_at TEXT NOT NULL, nonce TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS usage (
   session_id TEXT PRIMARY KEY, model_calls INTEGER NOT NULL, tool_calls INTEGER NOT NULL,
   result_bytes INTEGER NOT NULL, cost_micros INTEGER NOT NULL);
@@ -146,6 +147,11 @@ def _cas_invocation(c: sqlite3.Connection, record: InvocationRecord, expected: S
 
 
 def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> None:
+    if events and events[0].seq == 0:  # appended to an existing invocation: next numbers
+        (last,) = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE invocation_id=?", (events[0].invocation_id,)
+        ).fetchone()
+        events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
     conn.executemany(
         "INSERT INTO events (invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, "
         "span_id, data) VALUES (?,?,?,?,?,?,?,?,?,?)",
@@ -390,9 +396,9 @@ class SQLiteStore:
             if not _cas_invocation(c, record, expected):
                 return False
             cur = c.execute(
-                "INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?)",
+                "INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?)",
                 (result.invocation_id, result.status, result.message, int(result.truncated), result.remaining,
-                 result.page_token, result.redactions, result.created_at),
+                 result.page_token, result.redactions, result.created_at, result.nonce),
             )  # fmt: skip
             if cur.rowcount != 1:
                 raise _Conflict()
@@ -409,7 +415,7 @@ class SQLiteStore:
             row = c.execute("SELECT * FROM results WHERE invocation_id=?", (invocation_id,)).fetchone()
             if row is None:
                 return None
-            return ResultRecord(row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7])
+            return ResultRecord(row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7], row[8])
 
         return await self._call(op)
 
@@ -435,6 +441,9 @@ class SQLiteStore:
             return cur.rowcount == 1
 
         return await self._call(op)
+
+    async def append_events(self, events: Sequence[EventRecord]) -> None:
+        await self._call(lambda c: _insert_events(c, events))
 
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
         def op(c: sqlite3.Connection) -> InvocationRecord | None:

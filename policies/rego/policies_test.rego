@@ -1,0 +1,175 @@
+# `opa test policies/rego` (tests/test_engine_opa.py runs it): the example policies, one
+# expectation per policy id and per edge, on the input document callgate sends (docs/ENGINES.md).
+# The same requests run through Cedar, rego-cpp and OPA in tests/test_engines_parity.py.
+package callgate.authz_test
+
+import data.callgate.authz
+
+req(subject, capability, resource, args) := {
+	"subject": {"tenant": "acme", "id": subject},
+	"capability": capability,
+	"resource": {"id": resource, "kind": split(resource, ":")[0], "name": substring(resource, indexof(resource, ":") + 1, -1)},
+	"context": {"tenant": "acme", "tool": "t@v1", "args": args},
+}
+
+weather := {"city": "Paris", "date": "2026-07-20"}
+
+event(minutes) := {"calendar_id": "primary", "title": "standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": minutes}
+
+effect_of(doc) := doc.effect
+
+ids_of(doc) := [r.policy_id | some r in doc.reasons]
+
+codes_of(doc) := [r.code | some r in doc.reasons]
+
+test_weather_allowed_in_own_tenant if {
+	d := authz.decision with input as req("alice", "weather.read", "weather:Paris", weather)
+	d.effect == "allow"
+	ids_of(d) == ["weather-read-own-tenant"]
+	codes_of(d) == ["policy_permit"]
+}
+
+test_weather_unknown_user_is_of_the_session_tenant if {
+	d := authz.decision with input as req("zed", "weather.read", "weather:Paris", weather)
+	d.effect == "allow"
+}
+
+test_weather_other_tenant_denied if {
+	r := json.patch(req("alice", "weather.read", "weather:Paris", weather), [
+		{"op": "replace", "path": "/subject/tenant", "value": "globex"},
+		{"op": "replace", "path": "/context/tenant", "value": "globex"},
+	])
+	d := authz.decision with input as r
+	d.effect == "deny"
+	codes_of(d) == ["no_matching_permit"]
+}
+
+test_calendar_scheduler_needs_confirmation if {
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(30))
+	d.effect == "confirm"
+	ids_of(d) == ["calendar-create-scheduler"]
+	codes_of(d) == ["confirm_required"]
+}
+
+test_calendar_480_minutes_is_at_the_limit if {
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(480))
+	d.effect == "confirm"
+}
+
+test_calendar_481_minutes_forbidden if {
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(481))
+	d.effect == "deny"
+	ids_of(d) == ["calendar-max-duration"]
+	codes_of(d) == ["policy_forbid"]
+}
+
+test_calendar_non_scheduler_denied if {
+	d := authz.decision with input as req("bob", "calendar.create", "calendar:primary", event(30))
+	codes_of(d) == ["no_matching_permit"]
+}
+
+test_calendar_duration_as_string_is_an_evaluation_error if {
+	# "481" > 480 is true in Rego (strings sort after numbers); the schema check catches it first.
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event("481"))
+	d.effect == "deny"
+	codes_of(d) == ["policy_evaluation_error"]
+}
+
+test_calendar_missing_duration_is_an_evaluation_error if {
+	args := json.remove(event(30), ["duration_minutes"])
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", args)
+	codes_of(d) == ["policy_evaluation_error"]
+}
+
+test_admin_deletes_files if {
+	d := authz.decision with input as req("carol", "files.delete", "file:/tmp/x", {"path": "/tmp/x"})
+	d.effect == "allow"
+	ids_of(d) == ["files-delete-admin"]
+}
+
+test_nobody_deletes_under_etc if {
+	d := authz.decision with input as req("carol", "files.delete", "file:/etc/passwd", {"path": "/etc/passwd"})
+	d.effect == "deny"
+	ids_of(d) == ["files-delete-protected"]
+}
+
+test_etc_itself_is_not_under_etc if {
+	d := authz.decision with input as req("carol", "files.delete", "file:/etc", {"path": "/etc"})
+	d.effect == "allow"
+}
+
+test_non_admin_cannot_delete if {
+	d := authz.decision with input as req("bob", "files.delete", "file:/tmp/x", {"path": "/tmp/x"})
+	codes_of(d) == ["no_matching_permit"]
+}
+
+test_admin_deletes_only_files if {
+	d := authz.decision with input as req("carol", "files.delete", "calendar:primary", {"path": "/tmp/x"})
+	codes_of(d) == ["no_matching_permit"]
+}
+
+test_unknown_capability_is_an_evaluation_error if {
+	d := authz.decision with input as req("carol", "files.purge", "file:/tmp/x", {"path": "/tmp/x"})
+	codes_of(d) == ["policy_evaluation_error"]
+}
+
+test_undeclared_argument_is_an_evaluation_error if {
+	d := authz.decision with input as req("alice", "weather.read", "weather:Paris", object.union(weather, {"role": "admin"}))
+	codes_of(d) == ["policy_evaluation_error"]
+}
+
+test_empty_input_is_denied if {
+	d := authz.decision with input as {}
+	d.effect == "deny"
+}
+
+test_roles_come_from_data if {
+	# a role granted in data (not in the request) is what counts
+	d := authz.decision with input as req("bob", "files.delete", "file:/tmp/x", {"path": "/tmp/x"})
+		with data.callgate.entities.users.bob as {"tenant": "acme", "roles": ["admin"]}
+	d.effect == "allow"
+}
+
+test_roles_are_transitive if {
+	d := authz.decision with input as req("bob", "files.delete", "file:/tmp/x", {"path": "/tmp/x"})
+		with data.callgate.entities.users.bob as {"tenant": "acme", "roles": ["ops"]}
+		with data.callgate.entities.roles as {"ops": {"parents": ["admin"]}, "admin": {"parents": []}}
+	d.effect == "allow"
+}
+
+# `conforms` (what decision.rego uses) and `request_errors` (what explains a refusal) agree.
+samples := [
+	{},
+	{"subject": {"tenant": "acme", "id": "alice"}},
+	req("alice", "weather.read", "weather:Paris", weather),
+	req("alice", "weather.read", "weather:Paris", {"city": "Paris"}),
+	req("alice", "weather.read", "weather:Paris", object.union(weather, {"x": 1})),
+	req("alice", "weather.read", "weather:Paris", "Paris"),
+	req("alice", "calendar.create", "calendar:primary", event(30)),
+	req("alice", "calendar.create", "calendar:primary", event(480.5)),
+	req("alice", "calendar.create", "calendar:primary", event("30")),
+	req("carol", "files.delete", "file:/tmp/x", {"path": "/tmp/x"}),
+	req("carol", "files.delete", "file:/tmp/x", {"path": "/tmp/x", "reason": "r"}),
+	req("carol", "files.delete", "file:/tmp/x", {"path": "/tmp/x", "reason": 1}),
+	req("carol", "files.delete", "file:/tmp/x", {"reason": "r"}),
+	req("carol", "files.purge", "file:/tmp/x", {"path": "/tmp/x"}),
+	json.remove(req("alice", "weather.read", "weather:Paris", weather), ["context/tool"]),
+	json.patch(req("alice", "weather.read", "weather:Paris", weather), [{"op": "add", "path": "/context/extra", "value": 1}]),
+	json.patch(req("alice", "weather.read", "weather:Paris", weather), [{"op": "replace", "path": "/subject/id", "value": 7}]),
+]
+
+test_conforms_agrees_with_request_errors if {
+	every s in samples {
+		verdicts_agree(s)
+	}
+}
+
+verdicts_agree(s) if {
+	authz.conforms with input as s
+	count(authz.request_errors) == 0 with input as s
+}
+
+verdicts_agree(s) if {
+	not authz.conforms with input as s
+	count(authz.request_errors) > 0 with input as s
+}

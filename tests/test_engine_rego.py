@@ -1,0 +1,257 @@
+"""Embedded Rego engine (regopy / rego-cpp): compiled once, one interpreter per thread, strict
+built-in errors, default deny, every fault a deny with a stable code, load errors with file:line."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sidecar.engines.rego import RegoEngine
+from sidecar.engines.requests import (
+    ENGINE_MALFORMED,
+    ENGINE_UNDEFINED,
+    build_input,
+    decision_from_document,
+    load_rego_dir,
+    normalize_decision_path,
+    MalformedDecision,
+)
+from sidecar.errors import ErrorCode, LoadError
+from sidecar.model import AuthzRequest, Effect, Subject
+
+ROOT = Path(__file__).resolve().parents[1]
+REGO = ROOT / "policies" / "rego"
+
+# Policies that misbehave on purpose (package callgate.faults), evaluated at their own paths.
+FAULTS = '''package callgate.faults
+
+default builtin_error := {"effect": "deny", "reasons": [{"code": "no_matching_permit"}]}
+
+# with strict built-in errors, to_number("calendar.create") fails the query instead of making
+# this (allowing!) rule silently undefined
+builtin_error := {"effect": "allow", "reasons": [{"code": "policy_permit", "policy_id": "p"}]} if {
+\tto_number(input.capability) > 0
+}
+
+undefined := {"effect": "deny", "reasons": [{"code": "no_matching_permit"}]} if not input.subject
+
+unknown_effect := {"effect": "permit", "reasons": [{"code": "policy_permit"}]}
+
+no_reasons := {"effect": "allow", "reasons": []}
+
+not_an_object := "allow"
+
+error_on_allow := {"effect": "allow", "reasons": [{"code": "policy_evaluation_error"}]}
+
+bad_reason := {"effect": "deny", "reasons": [{"policy_id": 7}]}
+'''
+
+
+def request(user: str = "alice", capability: str = "calendar.create", **args: Any) -> AuthzRequest:
+    a = {"calendar_id": "primary", "title": "t", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 30}
+    a.update(args)
+    return AuthzRequest(Subject("acme", user), capability, "calendar:primary", {"tool": "calendar.create_event@v1", "args": a})
+
+
+@pytest.fixture(scope="module")
+def engine() -> RegoEngine:
+    return RegoEngine.from_dir(REGO)
+
+
+def faults_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "rego"
+    d.mkdir()
+    (d / "faults.rego").write_text(FAULTS)
+    return d
+
+
+def test_decides_and_names_policies(engine: RegoEngine) -> None:
+    (d,) = engine.authorize_batch_sync([request()])
+    assert d.effect is Effect.CONFIRM and d.policy_ids == ("calendar-create-scheduler",)
+    assert d.engine == "rego" and not d.error_code
+    (d,) = engine.authorize_batch_sync([request(duration_minutes=481)])
+    assert d.effect is Effect.DENY and [r.code for r in d.reasons] == ["policy_forbid"]
+
+
+def test_revision_covers_modules_and_data(tmp_path: Path, engine: RegoEngine) -> None:
+    copy = tmp_path / "rego"
+    shutil.copytree(REGO, copy)
+    assert load_rego_dir(copy).revision == engine.revision  # content, not location
+    (copy / "policies_test.rego").write_text("package callgate.authz_test\n")
+    assert load_rego_dir(copy).revision == engine.revision  # tests are not policy
+    (copy / "data.json").write_text((REGO / "data.json").read_text().replace('"acme"', '"acme2"', 1))
+    assert load_rego_dir(copy).revision != engine.revision
+
+
+@pytest.mark.parametrize(
+    "path,code",
+    [
+        ("callgate/faults/builtin_error", ErrorCode.POLICY_EVALUATION_ERROR.value),
+        ("callgate/faults/undefined", ENGINE_UNDEFINED),
+        ("callgate/faults/unknown_effect", ENGINE_MALFORMED),
+        ("callgate/faults/no_reasons", ENGINE_MALFORMED),
+        ("callgate/faults/not_an_object", ENGINE_MALFORMED),
+        ("callgate/faults/error_on_allow", ENGINE_MALFORMED),
+        ("callgate/faults/bad_reason", ENGINE_MALFORMED),
+    ],
+)
+def test_faults_are_denies_with_stable_codes(tmp_path: Path, path: str, code: str) -> None:
+    e = RegoEngine.from_dir(faults_dir(tmp_path), decision_path=path)
+    (d,) = e.authorize_batch_sync([request()])
+    assert d.effect is Effect.DENY and d.error_code == code, d
+    assert "calendar" not in d.reasons[0].message  # no request values echoed
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        {"__entity": {"type": "User", "id": "carol"}},
+        {"duration_minutes": 2**64},
+        {"duration_minutes": float("nan")},
+        {"duration_minutes": 1.23456},
+    ],
+    ids=["forged-key", "beyond-64-bits", "nan", "decimal-digits"],
+)
+def test_requests_outside_the_contract_are_engine_errors(engine: RegoEngine, args: dict[str, Any]) -> None:
+    (d,) = engine.authorize_batch_sync([request(**args)])
+    assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_ERROR.value
+
+
+def test_engine_exception_is_deny(engine: RegoEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Boom:
+        def __init__(self, *a: Any) -> None:
+            raise RuntimeError("boom")
+
+    monkeypatch.setattr("sidecar.engines.rego.regopy.Input", Boom)
+    (d,) = engine.authorize_batch_sync([request()])
+    assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_ERROR.value
+
+
+@pytest.mark.parametrize(
+    "files,where,fragment",
+    [
+        ({"a.rego": "package callgate.authz\n\ndefault decision := {\n"}, "a.rego:3", "rego-cpp"),
+        ({"a.rego": "package other\n\nx := 1\n"}, "a.rego:1", "outside 'callgate'"),
+        ({"a.rego": "# no package\n"}, "a.rego", "no package"),
+        ({"a.rego": "package callgate.authz\n\nx := 1\n"}, "rego", "default"),
+        ({"a.rego": "package callgate.authz\n\ndefault decision := 1\n", "data.json": '{"callgate": {"a": 1, "a": 2}}'}, "data.json", "duplicate key"),
+        ({"a.rego": "package callgate.authz\n\ndefault decision := 1\n", "data.json": '{"other": {}}'}, "data.json", "only key"),
+    ],
+    ids=["syntax", "foreign-package", "no-package", "no-default-decision", "duplicate-data-key", "foreign-data"],
+)
+def test_load_errors_name_file_and_line(tmp_path: Path, files: dict[str, str], where: str, fragment: str) -> None:
+    d = tmp_path / "rego"
+    d.mkdir()
+    for name, text in files.items():
+        (d / name).write_text(text)
+    with pytest.raises(LoadError) as err:
+        RegoEngine.from_dir(d)
+    assert err.value.code is ErrorCode.POLICY_INVALID
+    assert err.value.source.endswith(where), err.value.source
+    assert fragment in str(err.value)
+
+
+def test_one_interpreter_per_thread(engine: RegoEngine) -> None:
+    """Many threads deciding at once get their own interpreters and the right answers."""
+    reqs = [request(duration_minutes=m) for m in (30, 480, 481)] * 20
+    want = [d.effect for d in engine.authorize_batch_sync(reqs)]
+    interpreters: set[int] = set()
+    errors: list[str] = []
+
+    def work() -> None:
+        for _ in range(5):
+            got = [d.effect for d in engine.authorize_batch_sync(reqs)]
+            if got != want:
+                errors.append("mismatch")
+        interpreters.add(id(engine._local.state[1]))
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(interpreters) == 4
+
+
+def test_offloaded_batches_keep_the_loop_free() -> None:
+    async def main() -> tuple[int, list[Effect]]:
+        e = RegoEngine.from_dir(REGO, offload=True)
+        ticks = 0
+        stop = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not stop:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.create_task(ticker())
+        decisions = await e.authorize_batch([request()] * 300)
+        stop = True
+        await t
+        await e.close()
+        await e.close()  # idempotent
+        return ticks, [d.effect for d in decisions]
+
+    ticks, effects = asyncio.run(main())
+    assert set(effects) == {Effect.CONFIRM}
+    assert ticks > 10  # the loop ran while rego-cpp evaluated on the pool
+
+
+def test_inline_mode_and_swap(tmp_path: Path) -> None:
+    e = RegoEngine.from_dir(REGO, offload=False)
+    (d,) = asyncio.run(e.authorize_batch([request(duration_minutes=481)]))
+    assert d.policy_ids == ("calendar-max-duration",)
+    copy = tmp_path / "rego"
+    shutil.copytree(REGO, copy)
+    text = (copy / "policies.rego").read_text().replace("duration_minutes > 480", "duration_minutes > 600")
+    (copy / "policies.rego").write_text(text)
+    before = e.revision
+    e.swap(load_rego_dir(copy))
+    assert e.revision != before
+    (d,) = e.authorize_batch_sync([request(duration_minutes=481)])
+    assert d.effect is Effect.CONFIRM  # the thread's interpreter was rebuilt for the new snapshot
+    (copy / "policies.rego").write_text("package callgate.authz\n\np := {\n")
+    with pytest.raises(LoadError):
+        e.swap(load_rego_dir(copy))
+    assert e.authorize_batch_sync([request()])[0].effect is Effect.CONFIRM  # old set keeps serving
+
+
+def test_compiled_once_per_thread(engine: RegoEngine) -> None:
+    """A decision is bundle + entrypoint, far below a recompilation (~10 ms)."""
+    engine.authorize_batch_sync([request()])  # this thread's interpreter exists now
+    n = 200
+    t = time.perf_counter()
+    engine.authorize_batch_sync([request()] * n)
+    per_call = (time.perf_counter() - t) / n
+    assert per_call < 0.005, f"{per_call * 1e6:.0f} us per decision"
+
+
+def test_input_document_shape() -> None:
+    doc = build_input(
+        AuthzRequest(Subject("acme", "alice"), "files.delete", "file:/a:b", {"tool": "files.delete@v1", "tenant": "x", "args": {"path": "/a:b", "reason": None, "n": 3.0}})
+    )
+    assert doc == {
+        "subject": {"tenant": "acme", "id": "alice"},
+        "capability": "files.delete",
+        "resource": {"id": "file:/a:b", "kind": "file", "name": "/a:b"},
+        "context": {"tenant": "acme", "tool": "files.delete@v1", "args": {"path": "/a:b", "n": 3}},
+    }
+
+
+def test_decision_documents() -> None:
+    d = decision_from_document({"effect": "deny", "reasons": [{"code": "policy_evaluation_error"}]}, "x")
+    assert d.error_code == "policy_evaluation_error"
+    with pytest.raises(MalformedDecision):
+        decision_from_document({"effect": "ALLOW", "reasons": [{"code": "c"}]}, "x")
+    assert normalize_decision_path("data.callgate.authz.decision") == "callgate/authz/decision"
+    assert normalize_decision_path("/callgate/authz/decision/") == "callgate/authz/decision"
+    for bad in ("decision", "callgate/../x", "callgate.authz.de-cision"):
+        with pytest.raises(ValueError):
+            normalize_decision_path(bad)
