@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -121,12 +122,17 @@ class _Trail:
         self.trace = trace
         self.at = at
         self.events: list[EventRecord] = []
+        self._mark = time.perf_counter()
         self.auto_seq = state is not None
         """Appending to an existing invocation: sequence numbers come from the store."""
 
     def add(self, kind: str, to: State, data: Mapping[str, Any] | None = None) -> None:
         if self.state is not None and to is not self.state:
             check_transition(self.state, to)
+        now = time.perf_counter()
+        payload = dict(data or {})
+        payload["duration_us"] = int((now - self._mark) * 1e6)  # time spent in this stage
+        self._mark = now
         if self.auto_seq:
             self.seq = 0  # the store assigns the next sequence number in the same transaction
         else:
@@ -142,7 +148,7 @@ class _Trail:
                 to_state=to,
                 trace_id=self.trace.trace_id,
                 span_id=new_span_id(),
-                data=dict(data or {}),
+                data=payload,
             )
         )
         self.state = to
@@ -155,13 +161,14 @@ class Gate:
         self,
         *,
         config: Config,
-        snapshot: PolicySnapshot,
+        snapshot: PolicySnapshot | None,
         store: Store,
         clock: Clock,
         idempotency: IdempotencyStore,
     ) -> None:
         self._cfg = config
         self._snap = snapshot
+        self._ready = snapshot is not None
         self._store = store
         self._clock = clock
         self._idem = idempotency
@@ -175,7 +182,22 @@ class Gate:
     # ------------------------------------------------------------------ snapshot
     @property
     def snapshot(self) -> PolicySnapshot:
+        """The serving snapshot; raises ``not_ready`` until a good one is loaded and its engine
+        is ready (fail closed: no decision on half-loaded policies)."""
+        snap = self._snap
+        if snap is None or not self._ready:
+            raise CallgateError(
+                code=ErrorCode.NOT_READY,
+                message="no usable policy snapshot yet (see the health service and the sidecar log)",
+            )
+        return snap
+
+    @property
+    def snapshot_or_none(self) -> PolicySnapshot | None:
         return self._snap
+
+    def set_ready(self, ready: bool) -> None:
+        self._ready = ready and self._snap is not None
 
     def swap_snapshot(self, snapshot: PolicySnapshot) -> None:
         """Atomically replace ToolSpecs + policies (one reference assignment)."""
@@ -256,8 +278,8 @@ class Gate:
     async def list_tools(self, session_id: str, model_call_id: str) -> ToolView:
         _check_id("model_call_id", model_call_id)
         session = await self._session(session_id)
+        snap = self.snapshot
         await self.consume(session, Usage(model_calls=1))
-        snap = self._snap
         tools = self._visible(session, snap)
         digests = {t.spec.key: t.spec.spec_digest for t in tools}
         h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
@@ -285,9 +307,9 @@ class Gate:
         if p.idempotency_key is not None and p.idempotency_key:
             _check_id("idempotency_key", p.idempotency_key)
         session = await self._session(p.session_id)
+        snap = self.snapshot
         await self.consume(session, Usage(tool_calls=1))
         view = await self._view(p.session_id, p.model_call_id)
-        snap = self._snap
         now = self._clock.now()
         at = rfc3339(now)
         inv_id = "inv_" + uuid.uuid4().hex
@@ -631,7 +653,7 @@ class Gate:
 
     # ------------------------------------------------------------------ generic decision point
     async def authorize(self, request: AuthzRequest) -> Decision:
-        decisions = await self._snap.engine.authorize_batch([request])
+        decisions = await self.snapshot.engine.authorize_batch([request])
         return decisions[0]
 
 

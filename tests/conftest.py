@@ -23,7 +23,7 @@ from sidecar.gen.callgate.v1 import callgate_pb2 as pb
 from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
 from sidecar.server.app import Sidecar, build_components
 
-pytest_plugins = ["tests.pg_fixture"]
+pytest_plugins = ["tests.pg_fixture", "tests.opa_fixture"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
@@ -98,7 +98,14 @@ def short_tmpdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="cg-", dir="/tmp"))
 
 
-def start_sidecar(policy_dir: Path = POLICIES, *, clock_at: datetime = SPEC_CLOCK, **cfg_kw: Any) -> tuple[Running, Path]:
+def start_sidecar(
+    policy_dir: Path = POLICIES,
+    *,
+    clock_at: datetime = SPEC_CLOCK,
+    tolerate_bad_policies: bool = False,
+    policy: Any = None,
+    **cfg_kw: Any,
+) -> tuple[Running, Path]:
     tmp = short_tmpdir()
     cfg = Config(
         server=ServerConfig(
@@ -111,7 +118,7 @@ def start_sidecar(policy_dir: Path = POLICIES, *, clock_at: datetime = SPEC_CLOC
         idempotency=IdempotencyConfig(path=str(tmp / "idempotency.db")),
         base_dir=str(policy_dir.parent),
     )
-    cfg = replace(cfg, policy=replace(cfg.policy, dir=str(policy_dir)), **cfg_kw)
+    cfg = replace(cfg, policy=replace(policy or cfg.policy, dir=str(policy_dir)), **cfg_kw)
     clock = FixedClock(clock_at)
     loop = asyncio.new_event_loop()
     started = threading.Event()
@@ -122,7 +129,7 @@ def start_sidecar(policy_dir: Path = POLICIES, *, clock_at: datetime = SPEC_CLOC
 
         async def boot() -> None:
             try:
-                sc = Sidecar(await build_components(cfg, clock=clock))
+                sc = Sidecar(await build_components(cfg, clock=clock, tolerate_bad_policies=tolerate_bad_policies))
                 await sc.start()
                 holder["sidecar"] = sc
             except BaseException as exc:  # surfaced to the test thread

@@ -83,3 +83,27 @@ def test_canary_in_arguments_never_in_rejection(shared_server: Running) -> None:
         assert resp.rejection.code, raw
         text = resp.rejection.SerializeToString().decode("utf-8", "replace")
         assert canary not in text, text  # values never; property *names* may be named (pointers)
+
+
+@pytest.fixture(scope="module", params=["rego", "opa"])
+def engine_server(request: pytest.FixtureRequest) -> Any:
+    """The same sidecar pipeline on the embedded Rego engine and on a real OPA server."""
+    from sidecar.config import PolicyConfig
+    from tests.conftest import start_sidecar, stop_sidecar
+    from tests.opa_fixture import shared_opa
+
+    policy = PolicyConfig(engine=request.param)
+    if request.param == "opa":
+        policy = PolicyConfig(engine="opa", opa_url=shared_opa().url)
+    running, tmp = start_sidecar(policy=policy)
+    try:
+        yield running
+    finally:
+        stop_sidecar(running, tmp)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_case_same_answer_on_rego_and_opa(engine_server: Running, case: dict[str, Any]) -> None:
+    """One decision contract (issue 4): the whole pipeline gives the table's answers on every engine."""
+    test_case(engine_server, case)
+    assert engine_server.sidecar.components.gate.snapshot.engine.name in ("rego", "opa")

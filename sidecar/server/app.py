@@ -27,6 +27,7 @@ from sidecar.execution import Execution
 from sidecar.gate import Gate
 from sidecar.idempotency.base import IdempotencyStore
 from sidecar.idempotency.sqlite import SQLiteIdempotencyStore
+from sidecar.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
 from sidecar.redaction import Redactor
 from sidecar.secrets import SecretStore
 from sidecar.gen.callgate.v1 import callgate_pb2 as pb
@@ -60,7 +61,9 @@ class Components:
     async def close(self) -> None:
         await self.store.close()
         await self.idempotency.close()
-        await self.gate.snapshot.engine.close()
+        snap = self.gate.snapshot_or_none
+        if snap is not None:
+            await snap.engine.close()
 
 
 async def build_idempotency(cfg: Config) -> IdempotencyStore:
@@ -90,10 +93,19 @@ async def build_components(
     snapshot: PolicySnapshot | None = None,
     idempotency: IdempotencyStore | None = None,
     environ: Mapping[str, str] | None = None,
+    tolerate_bad_policies: bool = False,
 ) -> Components:
-    """Load the policy snapshot, secrets and keys; open the stores. Raises LoadError / CallgateError."""
+    """Load the policy snapshot, secrets and keys; open the stores. Raises LoadError /
+    CallgateError. With ``tolerate_bad_policies`` (``callgate serve``) a policy set that does not
+    load leaves the gate NOT_READY instead of failing: the lifecycle retries until it loads."""
     clock = clock or SystemClock()
-    snapshot = snapshot or load_snapshot_from_config(cfg)
+    if snapshot is None:
+        try:
+            snapshot = load_snapshot_from_config(cfg)
+        except LoadError as exc:
+            if not tolerate_bad_policies:
+                raise
+            log.error("policies do not load; serving NOT_READY until they do: %s", exc)
     secrets = SecretStore.load(cfg.secrets, Path(cfg.base_dir), environ)
     if store is None:
         store = SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
@@ -128,6 +140,7 @@ class Sidecar:
     health: dict[str, health.aio.HealthServicer] = field(default_factory=dict)
     addresses: dict[str, list[str]] = field(default_factory=dict)
     """Bound addresses per role (``unix:/path`` or ``127.0.0.1:PORT`` with the real port)."""
+    lifecycle: PolicyLifecycle | None = None
 
     def _add_role(self, role: str, listener: ListenerConfig) -> None:
         if not listener.socket and not listener.tcp:
@@ -169,6 +182,14 @@ class Sidecar:
         self.health[role] = hs
         self.addresses[role] = bound
 
+    async def _set_health(self, ready: bool, files_ok: bool) -> None:
+        serving = health_pb2.HealthCheckResponse.SERVING
+        not_serving = health_pb2.HealthCheckResponse.NOT_SERVING
+        for role, hs in self.health.items():
+            await hs.set("", serving if ready else not_serving)
+            await hs.set(ROLE_SERVICES[role], serving if ready else not_serving)
+            await hs.set(SNAPSHOT_HEALTH_SERVICE, serving if files_ok and ready else not_serving)
+
     async def start(self) -> None:
         s = self.components.config.server
         for role in ROLES:
@@ -178,27 +199,29 @@ class Sidecar:
             for addr in self.addresses[role]:
                 if addr.startswith("unix:"):
                     os.chmod(addr[5:], 0o660)
-        for role, hs in self.health.items():
-            await hs.set("", health_pb2.HealthCheckResponse.SERVING)
-            await hs.set(ROLE_SERVICES[role], health_pb2.HealthCheckResponse.SERVING)
+        await self._set_health(False, False)  # NOT_SERVING until a good snapshot is ready
+        c = self.components
+        self.lifecycle = PolicyLifecycle(
+            config=c.config, gate=c.gate, store=c.store, clock=c.clock, set_health=self._set_health
+        )
+        await self.lifecycle.start()
+        snap = c.gate.snapshot_or_none
         log.info(
-            "callgate serving: %s; policy revision %s",
+            "callgate listening: %s; policy revision %s; %s",
             ", ".join(f"{r}={a}" for r, addrs in self.addresses.items() for a in addrs),
-            self.components.gate.snapshot.revision,
+            snap.revision if snap else "-",
+            "ready" if self.lifecycle.last_error == "" and snap else "NOT READY",
         )
 
-    def reload(self) -> bool:
+    async def reload(self) -> bool:
         """Load a new snapshot and swap it in; on any error keep serving the old one."""
-        try:
-            snap = load_snapshot_from_config(self.components.config)
-        except LoadError as exc:
-            log.error("policy reload rejected, still serving %s: %s", self.components.gate.snapshot.revision, exc)
-            return False
-        self.components.gate.swap_snapshot(snap)
-        log.info("policy reloaded: revision %s", snap.revision)
-        return True
+        if self.lifecycle is None:
+            raise RuntimeError("sidecar not started")
+        return await self.lifecycle.reload("signal")
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.lifecycle is not None:
+            await self.lifecycle.stop()
         for hs in self.health.values():
             await hs.enter_graceful_shutdown()
         await asyncio.gather(*(s.stop(grace) for s in self.servers.values()))
@@ -212,7 +235,7 @@ class Sidecar:
 async def serve(cfg: Config) -> int:
     """Run until SIGINT/SIGTERM. SIGHUP reloads policies and ToolSpecs atomically."""
     try:
-        components = await build_components(cfg)
+        components = await build_components(cfg, tolerate_bad_policies=True)
     except CallgateError as exc:
         log.error("cannot start: %s", exc)
         return 2
@@ -222,7 +245,7 @@ async def serve(cfg: Config) -> int:
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, sidecar.reload)
+    loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(sidecar.reload()))
     await stop.wait()
     log.info("shutting down")
     await sidecar.stop()

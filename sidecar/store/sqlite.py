@@ -16,7 +16,7 @@ import json
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -77,6 +77,8 @@ CREATE TABLE IF NOT EXISTS usage (
 CREATE TABLE IF NOT EXISTS redemptions (
   attempt_id TEXT NOT NULL, secret_name TEXT NOT NULL, at TEXT NOT NULL,
   PRIMARY KEY (attempt_id, secret_name));
+CREATE TABLE IF NOT EXISTS snapshots (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, revision TEXT NOT NULL, at TEXT NOT NULL, detail TEXT NOT NULL);
 CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
@@ -482,6 +484,13 @@ class SQLiteStore:
             return [_inv_from(r) for r in c.execute(q + " ORDER BY created_at", args).fetchall()]
 
         return await self._call(op)
+
+    async def record_snapshot(self, revision: str, at: str, detail: Mapping[str, Any]) -> None:
+        await self._call(
+            lambda c: c.execute(
+                "INSERT INTO snapshots (revision, at, detail) VALUES (?,?,?)", (revision, at, _dump(dict(detail)))
+            )
+        )
 
     async def close(self) -> None:
         if self._thread.is_alive():
