@@ -58,7 +58,8 @@ class PolicyConfig:
     watch_interval_ms: int = 1000
     """How often the policy directory is checked for changes."""
     shadow: tuple[str, ...] = ()
-    """Policy ids in shadow mode: evaluated and logged, never enforced (see docs/POLICIES.md)."""
+    """Cedar policy ids in shadow mode besides those annotated ``@shadow``: evaluated and logged
+    on the decision event, never enforced (docs/POLICIES.md). Part of the snapshot revision."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -93,13 +93,16 @@ class ProposeOutcome:
 
 
 def decision_to_dict(d: Decision) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "effect": d.effect.value,
         "reasons": [{"code": r.code, "policy_id": r.policy_id, "message": r.message} for r in d.reasons],
         "policy_ids": list(d.policy_ids),
         "engine": d.engine,
         "error_code": d.error_code,
     }
+    if d.shadow_effect:
+        out["shadow"] = {"effect": d.shadow_effect, "policy_ids": list(d.shadow_policy_ids)}
+    return out
 
 
 def _check_id(name: str, value: str, max_len: int = 256) -> None:

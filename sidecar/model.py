@@ -133,6 +133,10 @@ class Decision:
     engine: str = ""
     error_code: str = ""
     """Set when the decision is a fail-closed deny caused by an engine fault."""
+    shadow_effect: str = ""
+    """When policies in shadow mode would have changed the answer: the effect they would have
+    given (logged on the event, never enforced). Empty when they agree or there are none."""
+    shadow_policy_ids: tuple[str, ...] = ()
 
     @property
     def policy_ids(self) -> tuple[str, ...]:

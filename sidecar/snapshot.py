@@ -29,7 +29,7 @@ def load_snapshot(policy_dir: Path, engine_name: str = "cedar", *, policy: Polic
     tools = load_tools(policy_dir / "tools")
     engine: Engine
     if engine_name == "cedar":
-        engine = CedarEngine(load_cedar_dir(policy_dir / "cedar"))
+        engine = CedarEngine(load_cedar_dir(policy_dir / "cedar", shadow=(policy or PolicyConfig()).shadow))
     elif engine_name == "rego":
         from sidecar.engines.rego import RegoEngine
 

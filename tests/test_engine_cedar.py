@@ -120,3 +120,23 @@ def test_swap_is_atomic_per_batch(engine: CedarEngine) -> None:
     other = load_cedar_dir(POLICIES / "cedar")
     engine.swap(other)
     assert engine.revision == other.revision != before
+
+
+def test_shadow_policy_is_logged_not_enforced(tmp_path: Path) -> None:
+    """A policy marked @shadow reports what it would have decided; the enforced answer ignores it.
+    Removing the annotation (a policy file change, hence a new recorded snapshot revision) enforces it."""
+    text = (POLICIES / "cedar" / "policies.cedar").read_text() + (
+        '\n@id("no-weather-in-paris")\n@shadow("trial")\n'
+        'forbid (principal, action == Action::"weather.read", resource) when { resource.name == "Paris" };\n'
+    )
+    engine = CedarEngine(load_cedar_dir(_broken_copy(tmp_path, text)))
+    r = AuthzRequest(Subject("acme", "bob"), "weather.read", "weather:Paris", {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}})
+    (d,) = engine.authorize_batch_sync([r])
+    assert d.effect is Effect.ALLOW
+    assert d.shadow_effect == "deny" and d.shadow_policy_ids == ("no-weather-in-paris",)
+    (other,) = engine.authorize_batch_sync([AuthzRequest(Subject("acme", "bob"), "weather.read", "weather:Lyon", {"tool": "weather.get@v1", "args": {"city": "Lyon", "date": "2026-07-20"}})])
+    assert other.effect is Effect.ALLOW and not other.shadow_effect  # agreement is not noise
+    enforced = CedarEngine(load_cedar_dir(_broken_copy(tmp_path / "2", text.replace('@shadow("trial")\n', ""))))
+    (e,) = enforced.authorize_batch_sync([r])
+    assert e.effect is Effect.DENY and e.policy_ids == ("no-weather-in-paris",)
+    assert enforced.revision != engine.revision

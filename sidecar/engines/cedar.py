@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,7 @@ PRINCIPAL_TYPE = "User"
 RESOURCE_TYPE = "Resource"
 ACTION_TYPE = "Action"
 CONFIRM_ANNOTATION = "confirm"
+SHADOW_ANNOTATION = "shadow"
 
 _POLICY_REF = re.compile(r"policy `([^`]+)`")
 
@@ -64,6 +65,9 @@ class CedarPolicies:
     """Positional id -> ``@confirm`` text, for permits that require confirmation."""
     revision: str
     """``sha256:`` of the three files' bytes."""
+    shadow_set: cedarpy.PolicySet | None = None
+    """All policies including those marked ``@shadow``; ``policy_set`` then holds only the
+    enforcing ones. ``None`` when no policy is in shadow mode."""
     entity_cache: OrderedDict[tuple[str, str, str], cedarpy.Entities] = field(
         default_factory=OrderedDict, compare=False, repr=False
     )
@@ -116,7 +120,7 @@ def _id_lines(text: str) -> dict[str, int]:
     return {m.group(1): _line_of(text, m.start()) for m in re.finditer(r'@id\(\s*"([^"]*)"\s*\)', text)}
 
 
-def load_cedar_dir(directory: Path) -> CedarPolicies:
+def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies:
     """Load, parse and validate ``policies.cedar``, ``schema.cedarschema`` and ``entities.json``.
 
     Raises :class:`LoadError` (``policy_invalid``) with ``file:line`` where it can be located.
@@ -187,6 +191,17 @@ def load_cedar_dir(directory: Path) -> CedarPolicies:
                 )
             confirm[pos_id] = ann[CONFIRM_ANNOTATION] or "confirmation required"
 
+    shadow_ids = [
+        pos
+        for pos, body in static.items()
+        if SHADOW_ANNOTATION in (body.get("annotations") or {}) or policy_ids.get(pos) in shadow
+    ]
+    shadow_set: cedarpy.PolicySet | None = None
+    if shadow_ids:
+        enforcing = {k: v for k, v in static.items() if k not in shadow_ids}
+        shadow_set = policy_set
+        policy_set = cedarpy.PolicySet.from_json_str(json.dumps({**est, "staticPolicies": enforcing}))
+
     result = cedarpy.validate_policies(pol_text, schema)
     if not result.validation_passed:
         violations = []
@@ -214,6 +229,7 @@ def load_cedar_dir(directory: Path) -> CedarPolicies:
     digest = hashlib.sha256()
     for p in (pol_path, sch_path, ent_path):
         digest.update(p.name.encode() + b"\x00" + texts[p].encode() + b"\x00")
+    digest.update(("shadow:" + ",".join(sorted(shadow))).encode())
     return CedarPolicies(
         policy_set=policy_set,
         schema=schema,
@@ -222,6 +238,7 @@ def load_cedar_dir(directory: Path) -> CedarPolicies:
         policy_ids=policy_ids,
         confirm=confirm,
         revision="sha256:" + digest.hexdigest(),
+        shadow_set=shadow_set,
     )
 
 
@@ -336,20 +353,24 @@ class CedarEngine:
         context["tenant"] = req.subject.tenant
         try:
             entities = self._entities_for(p, req)
-            result = cedarpy.is_authorized(
-                {
-                    "principal": {"type": PRINCIPAL_TYPE, "id": req.subject.id},
-                    "action": {"type": ACTION_TYPE, "id": req.capability},
-                    "resource": {"type": RESOURCE_TYPE, "id": req.resource},
-                    "context": context,
-                },
-                p.policy_set,
-                entities,
-                p.schema,
+            request = {
+                "principal": {"type": PRINCIPAL_TYPE, "id": req.subject.id},
+                "action": {"type": ACTION_TYPE, "id": req.capability},
+                "resource": {"type": RESOURCE_TYPE, "id": req.resource},
+                "context": context,
+            }
+            result = cedarpy.is_authorized(request, p.policy_set, entities, p.schema)
+            shadow = (
+                cedarpy.is_authorized(request, p.shadow_set, entities, p.schema) if p.shadow_set is not None else None
             )
         except Exception:  # noqa: BLE001 - any engine exception is a fail-closed deny
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, "the Cedar engine raised an exception")
-        return self._interpret(p, result)
+        decision = self._interpret(p, result)
+        if shadow is not None:
+            would = self._interpret(p, shadow)
+            if would.effect is not decision.effect:
+                decision = replace(decision, shadow_effect=would.effect.value, shadow_policy_ids=would.policy_ids)
+        return decision
 
     def _interpret(self, p: CedarPolicies, result: Any) -> Decision:
         diag = result.diagnostics
