@@ -14,7 +14,9 @@ secrets are released to it by ``RedeemSecret`` and never pass through the agent'
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import functools
 import json
 import os
 import random
@@ -33,7 +35,7 @@ from sidecar.idempotency.base import IdempotencyStore
 from sidecar.redaction import Redactor
 from sidecar.retry import Advice, FailureClass, RetryPolicy, advise, reliability
 from sidecar.secrets import SecretStore
-from sidecar.stages.encode import EncodeInput, encode_result, page
+from sidecar.stages.encode import EncodeInput, encode_result, limits_from_spec, page
 from sidecar.states import State
 from sidecar.store.base import AttemptRecord, InvocationRecord, ResultRecord, Store, Usage
 from sidecar.toolspecs import CompiledTool
@@ -356,7 +358,7 @@ class Execution:
         if cost_micros:
             session = await self._store.get_session(inv.session_id)
             if session is not None:
-                await self._store.add_usage(session.session_id, Usage(cost_micros=cost_micros))
+                await self._gate.consume(session, Usage(cost_micros=cost_micros), check=False)
         return ReportedOutcome(new, advice)
 
     # ------------------------------------------------------------------ results (6.10)
@@ -387,15 +389,14 @@ class Execution:
             value = parse_json_document(value_bytes, ParseLimits(max_bytes=16 * 1024 * 1024, max_depth=128))
         except CallgateError as exc:
             raise CallgateError(code=exc.code, message=f"result value: {exc.message}") from None
-        limits = tool.spec.result_limits
+        max_bytes, max_items = limits_from_spec(tool.spec.result_limits)
         token = f"pg_{_secrets.token_hex(12)}"
         commit_status = {
             State.COMMITTED: "COMMITTED",
             State.FAILED_AFTER_COMMIT: "COMMITTED",
             State.OUTCOME_UNKNOWN: "UNKNOWN",
         }.get(inv.state, "NOT_COMMITTED")
-        encoded = encode_result(
-            EncodeInput(
+        encode_input = EncodeInput(
                 invocation_id=inv.invocation_id,
                 tool_call_id=inv.proposal_id,
                 tool_name=inv.tool_name,
@@ -403,13 +404,14 @@ class Execution:
                 status="ok" if status == "ok" else "error",
                 value=value,
                 commit_status=commit_status,
-                max_bytes=int(limits.get("max_bytes", 65536)),
-                max_items=int(limits["max_items"]) if "max_items" in limits else None,
-            ),
-            self._redactor,
-            continuation_token=token,
-            nonce_key=self._nonce_key,
+                max_bytes=max_bytes,
+                max_items=max_items,
+            )
+        encode = functools.partial(
+            encode_result, encode_input, self._redactor, continuation_token=token, nonce_key=self._nonce_key
         )
+        # Large results take tens of milliseconds to encode: keep the event loop free for them.
+        encoded = await asyncio.to_thread(encode) if len(value_bytes) > 64 * 1024 else encode()
         now = self._clock.now()
         at = rfc3339(now)
         target = State.OBSERVED if inv.state is State.COMMITTED else inv.state
@@ -464,7 +466,7 @@ class Execution:
             chunk, nxt = page(
                 result.remaining,
                 offset,
-                int(tool.spec.result_limits.get("max_bytes", 65536)),
+                limits_from_spec(tool.spec.result_limits)[0],
                 tool_call_id=inv.proposal_id,
                 invocation_id=inv.invocation_id,
                 token=result.page_token,

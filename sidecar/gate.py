@@ -12,8 +12,10 @@ session, store down) raise :class:`~sidecar.errors.CallgateError`.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -46,6 +48,8 @@ from sidecar.toolspecs import CompiledTool
 from sidecar.engines.base import decision_from_dict
 from sidecar.idempotency.base import ClaimKind, ExpiredPolicy, IdempotencyKey, IdempotencyStore
 from sidecar.trace import TraceContext, new_span_id
+
+log = logging.getLogger("callgate.gate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +183,8 @@ class Gate:
             max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
         )
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._usage: OrderedDict[str, Usage] = OrderedDict()
+        self._pending: set[asyncio.Future[Usage]] = set()
         self._views: OrderedDict[tuple[str, str], ToolViewRecord] = OrderedDict()
         self._cache_max = config.limits.max_sessions
 
@@ -272,11 +278,33 @@ class Gate:
     async def consume(self, session: SessionRecord, delta: Usage, *, check: bool = True) -> None:
         """Count against the session budgets (6.11); raises ``budget_exhausted`` when ``check``
         and a limit is exceeded (result bytes and cost are counted after the fact and stop the
-        *next* model or tool call)."""
-        usage = await self._store.add_usage(session.session_id, delta)
+        *next* model or tool call).
+
+        Counting happens in memory (one event loop: atomic), and the increment is queued to the
+        store's writer ahead of the call's own write, so it becomes durable in the same or an
+        earlier group commit without a transaction of its own on the hot path."""
+        sid = session.session_id
+        usage = self._usage.get(sid)
+        if usage is None:
+            usage = await self._store.add_usage(sid, Usage())  # load (a zero increment)
+        usage = Usage(
+            model_calls=usage.model_calls + delta.model_calls,
+            tool_calls=usage.tool_calls + delta.tool_calls,
+            result_bytes=usage.result_bytes + delta.result_bytes,
+            cost_micros=usage.cost_micros + delta.cost_micros,
+        )
+        self._remember(self._usage, sid, usage)
+        task = asyncio.ensure_future(self._store.add_usage(sid, delta))
+        self._pending.add(task)
+        task.add_done_callback(self._usage_written)
         if check:
             limits = effective_limits(session.budgets, self._cfg.budgets)
             budgets.check(limits, usage, datetime.fromisoformat(session.opened_at), self._clock.now())
+
+    def _usage_written(self, task: asyncio.Future[Usage]) -> None:
+        self._pending.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("persisting budget usage failed: %s", task.exception())
 
     async def list_tools(self, session_id: str, model_call_id: str) -> ToolView:
         _check_id("model_call_id", model_call_id)

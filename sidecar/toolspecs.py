@@ -21,6 +21,7 @@ import jsonschema
 
 from sidecar.errors import CallgateError, ErrorCode, LoadError, RejectedError, Violation
 from sidecar.model import JSONValue, SideEffectClass
+from sidecar.stages.encode import limits_from_spec
 from sidecar.stages.normalize import NormalizerChain
 from sidecar.stages.parse import ParseLimits, parse_json_document
 from sidecar.stages.validate import CompiledSchema
@@ -240,6 +241,14 @@ def compile_tool(path: Path) -> CompiledTool:
         chain = NormalizerChain.build(doc.get("normalizers", []), source=source)
     except LoadError as exc:
         raise located(exc) from None
+    try:
+        limits_from_spec(doc.get("result_limits", {}))
+    except ValueError as exc:
+        raise LoadError(
+            code=ErrorCode.TOOLSPEC_INVALID,
+            message=str(exc),
+            source=f"{source}:{_line_for_pointer(text, '/result_limits')}",
+        ) from None
     resource = ResourceTemplate.compile(doc["resource_template"], source=f"{source}:{_line_for_pointer(text, '/resource_template')}")
     spec = ToolSpec(
         name=name,

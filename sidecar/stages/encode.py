@@ -17,7 +17,8 @@ inputs give the same bytes. Steps:
    17-256, noncharacters ...), show the boundary brackets as text (``⟦`` becomes ``[U+27E6]``),
    replace lone surrogates. Redact known secrets and configured patterns (the strings are first
    checked together, in one scan, and redacted one by one only if that finds something). Sort
-   object members by key; keys that collide after cleaning get ``#2``, ``#3`` ... The compact
+   object members by key; keys that collide after cleaning get ``#2``, ``#3`` ... in the order
+   of their original keys, so the bytes never depend on the tool's member order. The compact
    JSON of the cleaned payload is the **complete data**.
 2. **Nonce**: the first 12 hex digits of HMAC-SHA256(nonce_key, ``callgate/untrusted/v1`` ‖
    invocation id ‖ SHA-256(complete data)).
@@ -393,17 +394,18 @@ def _build(
         if depth >= MAX_DEPTH:
             raise ValueError(f"result nested deeper than {MAX_DEPTH}")
         if t is dict:
-            pairs = []
+            members = []
             for key, child in v.items():
                 if type(key) is not str:
                     raise TypeError("result object keys must be str")
                 if neutral or redact:
-                    key = clean(key)
+                    members.append((clean(key), key, child))
                 else:
                     append(key)
-                pairs.append((key, child))
-            pairs.sort(key=itemgetter(0))
-            pairs = unique_keys(pairs)
+                    members.append((key, key, child))
+            # sorted by cleaned key, ties (keys equal after cleaning) by the original key
+            members.sort(key=itemgetter(0, 1))
+            pairs = unique_keys([(k, c) for k, _, c in members])
             out: dict[str, Any] = {}
             if not trusted and not live:  # everything below is untrusted
                 for key, child in pairs:
@@ -502,13 +504,6 @@ def _longest_string(node: Any) -> int:
 
 def _is_leaf(node: Any) -> bool:
     return not isinstance(node, (list, dict)) or not node
-
-
-def _count_leaves(node: Any) -> int:
-    if _is_leaf(node):
-        return 1
-    children = node.values() if isinstance(node, dict) else node
-    return sum(_count_leaves(v) for v in children)
 
 
 _DROP = object()
@@ -621,31 +616,48 @@ def _preview_text(env: _Envelope, full: Any, preview: Any) -> tuple[str, Omitted
 
 
 def _fit(env: _Envelope, full: Any, max_bytes: int, max_items: int | None) -> tuple[str, Omitted]:
-    """The largest preview of ``full`` whose message fits (``full`` itself did not fit or was cut)."""
+    """The largest preview of ``full`` whose message fits (``full`` itself did not fit or was cut).
+
+    Bounds that hold for any message of at most ``max_bytes``: no string longer than
+    ``max_bytes`` bytes, at most ``max_bytes // 2 + 1`` leaves (each leaf takes a byte and a
+    separator). They cap the searches, so a 1 MB result costs a few passes over 1 MB plus
+    O(max_bytes) per search step.
+    """
     base = _cap_items(full, max_items) if max_items is not None else full
-    text, omitted = _preview_text(env, full, base)
-    if _size(text) <= max_bytes:
-        return text, omitted
+    max_leaves = max_bytes // 2 + 1
+    budget = [max_leaves + 1]
+    _take(base, budget)  # stops after max_leaves + 1 leaves
+    few = budget[0] > 0
+    if few:
+        text, omitted = _preview_text(env, full, base)
+        if _size(text) <= max_bytes:
+            return text, omitted
+        leaves = max_leaves + 1 - budget[0]
+    else:  # every preview that fits drops leaves: keep the first ones only, from the start
+        base = _cut_leaves(base, max_leaves)
+        leaves = max_leaves
+    base = _cap_strings(base, max_bytes)  # longer strings cannot be shown whole anyway
+    floor = MIN_STRING_PREVIEW if env.inp.status == "ok" else 0
+    best: tuple[str, Omitted] | None = None
 
     # Shorten strings: the largest per-string limit that fits (binary search; size is monotone).
-    floor = MIN_STRING_PREVIEW if env.inp.status == "ok" else 0
-    lo, hi = floor, _longest_string(base)
-    best: tuple[str, Omitted] | None = None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        text, omitted = _preview_text(env, full, _cap_strings(base, mid))
-        if _size(text) <= max_bytes:
-            best, lo = (text, omitted), mid + 1
-        else:
-            hi = mid - 1
-    if best is not None:
-        return best
+    if few:
+        lo, hi = floor, min(_longest_string(base), max_bytes)
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            text, omitted = _preview_text(env, full, _cap_strings(base, mid))
+            if _size(text) <= max_bytes:
+                best, lo = (text, omitted), mid + 1
+            else:
+                hi = mid - 1
+        if best is not None:
+            return best
     if env.inp.status == "error":
         raise ValueError(f"max_bytes={max_bytes} is too small for the envelope of this message")
 
     # Keep only the first N leaves in document order (binary search on N).
     capped = _cap_strings(base, floor)
-    lo, hi = 0, _count_leaves(capped)
+    lo, hi = 0, min(leaves, max_leaves)
     while lo <= hi:
         mid = (lo + hi) // 2
         text, omitted = _preview_text(env, full, _cut_leaves(capped, mid))

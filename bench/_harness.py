@@ -1,0 +1,197 @@
+"""Shared pieces of the load benchmarks: start a real sidecar process, drive it, report.
+
+The sidecar runs as its own process (``python -m sidecar serve``) with a temporary config; the
+load generator is the calling process (grpc.aio). Latencies are wall-clock per call; throughput
+is completed calls per second over the measured window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+Call = Callable[[int], Awaitable[object]]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kib(pid: int, field: str = "VmHWM") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p / 100 * len(xs)))]
+
+
+def report(name: str, lat: list[float], elapsed: float, extra: str = "") -> dict[str, float]:
+    r = {
+        "n": len(lat),
+        "p50_ms": pct(lat, 50) * 1e3,
+        "p99_ms": pct(lat, 99) * 1e3,
+        "mean_ms": statistics.fmean(lat) * 1e3,
+        "throughput_rps": len(lat) / elapsed,
+    }
+    print(
+        f"{name:<44} n={r['n']:>6}  p50={r['p50_ms']:7.3f} ms  p99={r['p99_ms']:7.3f} ms  "
+        f"throughput={r['throughput_rps']:6.0f}/s{extra}",
+        flush=True,
+    )
+    return r
+
+
+async def closed_loop(call: Call, seconds: float, inflight: int) -> tuple[list[float], float]:
+    lat: list[float] = []
+    deadline = time.perf_counter() + seconds
+    counter = iter(range(10**9))
+
+    async def worker() -> None:
+        while time.perf_counter() < deadline:
+            i = next(counter)
+            t0 = time.perf_counter()
+            await call(i)
+            lat.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    return lat, time.perf_counter() - t0
+
+
+async def open_loop(call: Call, seconds: float, rate: float) -> tuple[list[float], float, int, int]:
+    """Fire on a fixed schedule regardless of completions; latency counts from the scheduled
+    time (no coordinated omission). Returns (latencies, elapsed, late sends, errors)."""
+    lat: list[float] = []
+    errors = 0
+    n = int(seconds * rate)
+    start = time.perf_counter() + 0.05
+    late = 0
+
+    async def one(i: int, at: float) -> None:
+        nonlocal errors
+        try:
+            await call(i)
+        except grpc.RpcError:
+            errors += 1
+            return
+        lat.append(time.perf_counter() - at)
+
+    tasks = []
+    for i in range(n):
+        at = start + i / rate
+        delay = at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        else:
+            late += 1
+        tasks.append(asyncio.ensure_future(one(i, at)))
+    await asyncio.gather(*tasks)
+    return lat, time.perf_counter() - start, late, errors
+
+
+@dataclass
+class SidecarProcess:
+    proc: subprocess.Popen[bytes]
+    tmp: Path
+    agent: str
+    executor: str
+    authorizer: str
+
+    @property
+    def peak_rss_mib(self) -> float:
+        return rss_kib(self.proc.pid) / 1024
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the sidecar process so far (all threads)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def sidecar(extra_toml: str = "", synchronous: str = "full", policy: str = "") -> Iterator[SidecarProcess]:
+    tmp = Path(tempfile.mkdtemp(prefix="cg-bench-"))
+    port = free_port()
+    cfg = tmp / "callgate.toml"
+    cfg.write_text(
+        f"""
+[server]
+agent = {{ socket = "{tmp}/agent.sock", tcp = "127.0.0.1:{port}" }}
+confirmer = {{ socket = "{tmp}/confirmer.sock" }}
+authorizer = {{ socket = "{tmp}/authorizer.sock" }}
+executor = {{ socket = "{tmp}/executor.sock" }}
+[policy]
+dir = "{ROOT}/policies"
+watch = false
+{policy}
+[store]
+path = "{tmp}/callgate.db"
+synchronous = "{synchronous}"
+[idempotency]
+path = "{tmp}/idempotency.db"
+[budgets]
+max_model_calls = 100000000
+max_tool_calls = 100000000
+max_wall_clock_seconds = 100000000
+max_result_bytes = 100000000000
+{extra_toml}
+"""
+    )
+    env = dict(os.environ)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sidecar", "serve", "--config", str(cfg)],
+        cwd=ROOT,
+        stderr=open(tmp / "sidecar.log", "wb"),
+        env=env,
+    )
+    try:
+        yield SidecarProcess(proc, tmp, f"127.0.0.1:{port}", f"unix:{tmp}/executor.sock", f"unix:{tmp}/authorizer.sock")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+async def ready(channel: grpc.aio.Channel) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    await asyncio.wait_for(channel.channel_ready(), 30)
+    stub = health_pb2_grpc.HealthStub(channel)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (await stub.Check(health_pb2.HealthCheckRequest())).status == health_pb2.HealthCheckResponse.SERVING:
+            return
+        await asyncio.sleep(0.05)
+    raise RuntimeError("sidecar never became SERVING")
+
+
+def machine_line() -> str:
+    return f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}, grpcio {grpc.__version__}"
+
+
+def dump(path: str | None, results: dict[str, object]) -> None:
+    if path:
+        Path(path).write_text(json.dumps(results, indent=2))
