@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import datetime
@@ -142,6 +143,53 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 2
 
 
+def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Run the request files in DIR/ALLOW, DIR/DENY, DIR/CONFIRM on an engine; print a pass/fail
+    table (format: ``sidecar/policytest.py``). 0 only if all pass and at least one ran."""
+    from sidecar.policytest import run_command
+
+    try:
+        cfg = _config(args.config)
+    except CallgateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(run_command(cfg, Path(args.dir), engine=args.engine, opa_url=args.opa_url, out=out))
+
+
+# --- callgate explain (sidecar/explain.py) ---------------------------------------------------
+def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Answer the 6.13 questions for one invocation from the configured store (read-only; the
+    sidecar may be running or stopped). Exit 1 for an unknown id, 2 for an unusable store."""
+    from sidecar.explain import SQLiteReader, explain, render_text, spec_files_in, to_json
+
+    try:
+        cfg = _config(args.config)
+    except CallgateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    db = cfg.path(cfg.store.path)
+    try:
+        reader = SQLiteReader(db)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"error: cannot open the event store {db}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        found = asyncio.run(explain(reader, args.invocation_id, spec_files=spec_files_in(cfg.path(cfg.policy.dir))))
+    except sqlite3.Error as exc:
+        print(f"error: cannot read the event store {db}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        reader.close()
+    if found is None:
+        print(f"error: unknown invocation_id {args.invocation_id!r} (not in {db})", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)
+    else:
+        out.write(render_text(found))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="callgate", description="Authorization sidecar for AI-agent tool calls.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -156,6 +204,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("file")
     p.add_argument("--config", "-c")
     p.set_defaults(func=cmd_eval)
+    p = sub.add_parser("policy", help="policy authoring tools")
+    policy_sub = p.add_subparsers(dest="policy_command", required=True)
+    p = policy_sub.add_parser("test", help="run ALLOW/, DENY/, CONFIRM/ request files; non-zero exit unless all pass")
+    p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
+    p.add_argument("--config", "-c")
+    p.add_argument("--engine", choices=("cedar", "rego", "opa"), help="default: the config's policy.engine")
+    p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
+    p.set_defaults(func=cmd_policy_test)
+    p = sub.add_parser("explain", help="what happened to one invocation (the 8 questions of 6.13), from the event store")
+    p.add_argument("invocation_id")
+    p.add_argument("--config", "-c")
+    p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
+    p.set_defaults(func=cmd_explain)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
