@@ -145,6 +145,50 @@ class SecretConfig:
     """Resource globs (``calendar:*``) the credential's resource must match."""
 
 
+# --- observability (metrics, decision log, traces): docs/OPERATE.md -------------------------
+@dataclass(frozen=True, slots=True)
+class ObservabilityConfig:
+    """Metrics, decision logs and traces, all fed from the committed event trail (6.13)."""
+
+    metrics_address: str = ""
+    """``host:port`` of the Prometheus ``/metrics`` endpoint ("" = off, port 0 = any free port).
+    The only listener allowed on a non-loopback address (e.g. ``0.0.0.0:9464`` in a pod, so
+    Prometheus can scrape the pod IP): it serves bounded-cardinality counters and histograms,
+    never arguments, subjects or free text."""
+    decision_log: str = ""
+    """Where events are exported as JSON lines: "" (off), ``stdout``, ``stderr`` or a file path
+    (appended; relative to the config file)."""
+    decision_log_mode: str = "lossless"
+    """``lossless``: a line is written before the RPC answers and a failed write fails the RPC
+    (``store_unavailable``), so no decision is returned without its log line. ``bounded``: lines
+    go through a queue of ``decision_log_queue`` events written in the background; when it is full
+    lines are dropped and counted (``callgate_audit_events_dropped_total``), RPCs never wait."""
+    decision_log_queue: int = 10000
+    """Queue length, in events, of the ``bounded`` mode."""
+    decision_log_fsync: bool = False
+    """``lossless`` only: fsync the file after each write (durable across a host crash, slower)."""
+    decision_log_mask: tuple[str, ...] = ()
+    """Argument fields masked in the log, as JSON pointers into the arguments (``/title``,
+    ``/attendees/*/email``; ``*`` = every member). Prefix ``name#`` or ``name@version#`` to limit
+    one to a tool. Masked values become ``***`` (or ``***:`` + a keyed hash, see below); a resource
+    rendered from a masked top-level field is masked too."""
+    decision_log_mask_key_env: str = ""
+    """Environment variable holding a key: masked values become ``***:<hmac-sha256 prefix>`` so
+    equal values can be correlated without being revealed ("" = plain ``***``)."""
+    tracing_exporter: str = "none"
+    """OpenTelemetry span export: ``none`` (default), ``console`` (stderr), ``otlp`` (OTLP/gRPC;
+    needs the ``opentelemetry-exporter-otlp-proto-grpc`` package) or ``memory`` (kept in
+    process, for tests)."""
+    tracing_endpoint: str = ""
+    """OTLP collector endpoint (e.g. ``http://otel-collector:4317``; "" = the exporter's default
+    or ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+    tracing_sample_ratio: float = 1.0
+    """Fraction of traces exported, decided on the trace id (the same calls as other services
+    sampling by trace id at the same ratio)."""
+    service_name: str = "callgate"
+    """``service.name`` resource attribute of exported spans."""
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
@@ -155,6 +199,7 @@ class Config:
     credentials: CredentialsConfig = CredentialsConfig()
     idempotency: IdempotencyConfig = IdempotencyConfig()
     budgets: BudgetsConfig = BudgetsConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
     secrets: tuple[SecretConfig, ...] = ()
     base_dir: str = "."
     """Directory that relative paths are resolved against (the config file's directory)."""
@@ -176,6 +221,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "credentials": CredentialsConfig,
     "idempotency": IdempotencyConfig,
     "budgets": BudgetsConfig,
+    "observability": ObservabilityConfig,
 }
 
 
@@ -291,7 +337,30 @@ def validate(cfg: Config, *, source: str = "") -> Config:
             )
     if len(set(names)) != len(names):
         raise LoadError(code=ErrorCode.CONFIG_INVALID, message="secret names must be unique", source=source)
+    _validate_observability(cfg.observability, source)
     return cfg
+
+
+def _validate_observability(oc: ObservabilityConfig, source: str) -> None:
+    def bad(message: str) -> LoadError:
+        return LoadError(code=ErrorCode.CONFIG_INVALID, message=f"observability.{message}", source=source)
+
+    if oc.metrics_address:
+        host, sep, port = oc.metrics_address.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise bad(f"metrics_address '{oc.metrics_address}' is not host:port")
+    if oc.decision_log_mode not in ("lossless", "bounded"):
+        raise bad("decision_log_mode must be 'lossless' or 'bounded'")
+    if oc.decision_log_queue <= 0:
+        raise bad("decision_log_queue must be positive")
+    for entry in oc.decision_log_mask:
+        pointer = entry.partition("#")[2] if "#" in entry else entry
+        if not pointer.startswith("/"):
+            raise bad(f"decision_log_mask entry '{entry}' is not a JSON pointer ('/field', 'tool#/field')")
+    if oc.tracing_exporter not in ("none", "console", "otlp", "memory"):
+        raise bad("tracing_exporter must be none, console, otlp or memory")
+    if not 0.0 <= oc.tracing_sample_ratio <= 1.0:
+        raise bad("tracing_sample_ratio must be within 0..1")
 
 
 def load_config(path: str | Path) -> Config:
@@ -339,6 +408,7 @@ __all__ = [
     "ROLES",
     "SecretConfig",
     "LimitsConfig",
+    "ObservabilityConfig",
     "ListenerConfig",
     "PolicyConfig",
     "ServerConfig",

@@ -28,11 +28,20 @@ from sidecar.gate import Gate
 from sidecar.idempotency.base import IdempotencyStore
 from sidecar.idempotency.sqlite import SQLiteIdempotencyStore
 from sidecar.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
+from sidecar.observability import PublishingStore
+from sidecar.observability.build import build_sinks, observes_rpcs
+from sidecar.observability.metrics import Metrics, MetricsServer
 from sidecar.redaction import Redactor
 from sidecar.secrets import SecretStore
 from sidecar.gen.callgate.v1 import callgate_pb2 as pb
 from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
-from sidecar.server.services import AuthorizerService, ConfirmationsService, ExecutorService, GateService
+from sidecar.server.services import (
+    AuthorizerService,
+    ConfirmationsService,
+    ExecutorService,
+    GateService,
+    observe_rpcs,
+)
 from sidecar.snapshot import PolicySnapshot, load_snapshot_from_config
 from sidecar.store.base import Store
 from sidecar.store.sqlite import SQLiteStore
@@ -57,6 +66,8 @@ class Components:
     idempotency: IdempotencyStore
     gate: Gate
     execution: Execution
+    metrics: Metrics | None = None
+    """Prometheus metrics of this sidecar (docs/OPERATE.md); served when configured."""
 
     async def close(self) -> None:
         await self.store.close()
@@ -109,9 +120,18 @@ async def build_components(
     secrets = SecretStore.load(cfg.secrets, Path(cfg.base_dir), environ)
     if store is None:
         store = SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
+    # observability: committed events fan out to the decision log, metrics and traces
+    sinks, metrics = build_sinks(cfg.observability, base_dir=cfg.base_dir, lookup=store.get_invocation, environ=environ)
+    metrics.set_snapshot(snapshot)
+    if sinks:
+        store = PublishingStore(store, sinks)
     if idempotency is None:
         idempotency = await build_idempotency(cfg)
     gate = Gate(config=cfg, snapshot=snapshot, store=store, clock=clock, idempotency=idempotency)
+    try:
+        redactor = Redactor(secrets=secrets.values())
+    except ValueError as exc:
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secrets: {exc}") from None
     cc = cfg.credentials
     keyring = KeyRing(
         clock.now(),
@@ -126,11 +146,12 @@ async def build_components(
         keyring=keyring,
         idempotency=idempotency,
         secrets=secrets,
-        redactor=Redactor(secrets=secrets.values()),
+        redactor=redactor,
     )
     return Components(
-        config=cfg, clock=clock, store=store, idempotency=idempotency, gate=gate, execution=execution
-    )
+        config=cfg, clock=clock, store=store, idempotency=idempotency, gate=gate, execution=execution,
+        metrics=metrics,
+    )  # fmt: skip
 
 
 @dataclass
@@ -141,6 +162,8 @@ class Sidecar:
     addresses: dict[str, list[str]] = field(default_factory=dict)
     """Bound addresses per role (``unix:/path`` or ``127.0.0.1:PORT`` with the real port)."""
     lifecycle: PolicyLifecycle | None = None
+    metrics_server: MetricsServer | None = None
+    """The ``/metrics`` endpoint when ``observability.metrics_address`` is set (``.url``)."""
 
     def _add_role(self, role: str, listener: ListenerConfig) -> None:
         if not listener.socket and not listener.tcp:
@@ -148,14 +171,21 @@ class Sidecar:
         gate = self.components.gate
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
         execution = self.components.execution
+        servicer: object
         if role == "agent":
-            pb_grpc.add_GateServicer_to_server(GateService(gate, execution), server)
+            servicer = GateService(gate, execution)
+            pb_grpc.add_GateServicer_to_server(servicer, server)
         elif role == "confirmer":
-            pb_grpc.add_ConfirmationsServicer_to_server(ConfirmationsService(gate), server)
+            servicer = ConfirmationsService(gate)
+            pb_grpc.add_ConfirmationsServicer_to_server(servicer, server)
         elif role == "executor":
-            pb_grpc.add_ExecutorServicer_to_server(ExecutorService(execution), server)
+            servicer = ExecutorService(execution)
+            pb_grpc.add_ExecutorServicer_to_server(servicer, server)
         else:
-            pb_grpc.add_AuthorizerServicer_to_server(AuthorizerService(gate), server)
+            servicer = AuthorizerService(gate)
+            pb_grpc.add_AuthorizerServicer_to_server(servicer, server)
+        metrics = self.components.metrics
+        observe_rpcs(servicer, metrics if observes_rpcs(metrics) else None)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
         if self.components.config.server.reflection:
@@ -205,6 +235,13 @@ class Sidecar:
             config=c.config, gate=c.gate, store=c.store, clock=c.clock, set_health=self._set_health
         )
         await self.lifecycle.start()
+        if c.metrics is not None:  # count reloads from now on (file change, SIGHUP, retry)
+            metrics = c.metrics
+            metrics.set_snapshot(c.gate.snapshot_or_none)
+            self.lifecycle.on_reload = lambda ok: metrics.policy_reload(ok, c.gate.snapshot_or_none)
+            if c.config.observability.metrics_address:
+                self.metrics_server = MetricsServer(metrics, c.config.observability.metrics_address)
+                await self.metrics_server.start()
         snap = c.gate.snapshot_or_none
         log.info(
             "callgate listening: %s; policy revision %s; %s",
@@ -222,6 +259,8 @@ class Sidecar:
     async def stop(self, grace: float = 2.0) -> None:
         if self.lifecycle is not None:
             await self.lifecycle.stop()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         for hs in self.health.values():
             await hs.enter_graceful_shutdown()
         await asyncio.gather(*(s.stop(grace) for s in self.servers.values()))

@@ -9,7 +9,7 @@ import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 from google.protobuf import json_format, struct_pb2
@@ -34,21 +34,48 @@ Handler = Callable[[Any, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
 _EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
 
 
+# --- per-RPC observation (metrics, caller trace context): sidecar/observability ------------
+class RpcObserver(Protocol):
+    def rpc_started(self, metadata: Any) -> object: ...
+
+    def rpc_finished(self, token: object, service: str, method: str, code: str) -> None: ...
+
+
+def observe_rpcs(servicer: object, observer: RpcObserver | None) -> None:
+    """Attach an observer that :func:`_guarded` tells about every RPC of ``servicer``."""
+    setattr(servicer, "_rpc_observer", observer)
+
+
 def _guarded(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
+    service = "callgate.v1." + fn.__qualname__.split(".")[0].removesuffix("Service")
+    method = fn.__name__
+
     @functools.wraps(fn)
     async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+        obs: RpcObserver | None = getattr(self, "_rpc_observer", None)
+        token = obs.rpc_started(context.invocation_metadata()) if obs is not None else None
+        code = "cancelled"  # stays so only if the handler is cancelled (client went away)
         try:
-            return await fn(self, request, context)
+            response = await fn(self, request, context)
+            code = "ok"
+            return response
         except CallgateError as err:
+            code = err.code.value
             await context.abort_with_status(to_status(err))
         except grpc.aio.AbortError:
+            code = "aborted"
             raise
         except Exception:  # noqa: BLE001 - never leak internals; log type + traceback, not arguments
+            code = ErrorCode.INTERNAL.value
             log.exception("unhandled error in %s", fn.__name__)
             await context.abort_with_status(to_status(internal_error()))
+        finally:
+            if obs is not None:
+                obs.rpc_finished(token, service, method, code)
         raise AssertionError("unreachable")  # abort_with_status always raises
 
     return wrapper
+# --- end per-RPC observation ------------------------------------------------------------------
 
 
 def trace_of(context: grpc.aio.ServicerContext) -> TraceContext:
