@@ -99,7 +99,14 @@ class CredentialsConfig:
     rotation_seconds: int = 3600
     """Signing keys rotate on this schedule (next/current/previous are published)."""
     key_dir: str = ""
-    """Directory holding the key ring (PEM, 0600); "" keeps keys in memory only."""
+    """Directory holding the rotating key ring (PEM, 0600); "" keeps keys in memory only."""
+    key_file: str = ""
+    """A fixed Ed25519 private key (PKCS#8 PEM, e.g. a mounted Kubernetes Secret) instead of a
+    rotating ring; rotate by changing the Secret (next/previous keys below keep both valid)."""
+    next_key_file: str = ""
+    """Optional next key, published in the JWKS ahead of use."""
+    previous_key_files: tuple[str, ...] = ()
+    """Retired keys still published until their credentials have expired."""
     executors: tuple[str, ...] = ()
     """Executor identities (credential audiences) allowed to begin attempts; empty = any."""
 
@@ -327,6 +334,10 @@ def validate(cfg: Config, *, source: str = "") -> Config:
             message="credentials: need 0 < ttl_seconds <= max_ttl_seconds <= 300",
             source=source,
         )
+    if c.key_file and c.key_dir:
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="credentials: key_file and key_dir exclude each other", source=source)
+    if (c.next_key_file or c.previous_key_files) and not c.key_file:
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="credentials: next/previous key files need key_file", source=source)
     names = [sc.name for sc in cfg.secrets]
     for sc in cfg.secrets:
         if not sc.name or bool(sc.file) == bool(sc.env) or not sc.tools:

@@ -255,3 +255,19 @@ def test_decision_documents() -> None:
     for bad in ("decision", "callgate/../x", "callgate.authz.de-cision"):
         with pytest.raises(ValueError):
             normalize_decision_path(bad)
+
+
+def test_configmap_hidden_copies_are_not_loaded_twice(tmp_path: Path) -> None:
+    """A ConfigMap volume keeps its files in a hidden ``..<timestamp>/`` folder beside symlinks."""
+    import shutil
+
+    from sidecar.engines.requests import load_rego_dir
+
+    target = tmp_path / "rego"
+    hidden = target / "..2026_11_30_12_00_00.123"
+    shutil.copytree(REGO, hidden, ignore=shutil.ignore_patterns("*_test.rego"))
+    for f in hidden.iterdir():
+        (target / f.name).symlink_to(f)
+    direct = load_rego_dir(REGO)
+    mounted = load_rego_dir(target)
+    assert len(mounted.modules) == len(direct.modules)

@@ -234,6 +234,8 @@ def load_rego_dir(directory: Path) -> RegoPolicies:
         if path.name.endswith(TEST_SUFFIX):
             continue
         rel = path.relative_to(directory).as_posix()
+        if any(part.startswith(".") for part in path.relative_to(directory).parts):
+            continue  # e.g. a ConfigMap volume's ..<timestamp>/ copies: each module once
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

@@ -133,11 +133,22 @@ async def build_components(
     except ValueError as exc:
         raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secrets: {exc}") from None
     cc = cfg.credentials
-    keyring = KeyRing(
-        clock.now(),
-        key_dir=cfg.path(cc.key_dir) if cc.key_dir else None,
-        rotation_interval=timedelta(seconds=cc.rotation_seconds),
-    )
+    if cc.key_file:
+        try:
+            keyring = KeyRing.from_private_pem(
+                cfg.path(cc.key_file).read_bytes(),
+                now=clock.now(),
+                next_pem=cfg.path(cc.next_key_file).read_bytes() if cc.next_key_file else None,
+                previous_pems=[cfg.path(p).read_bytes() for p in cc.previous_key_files],
+            )
+        except OSError as exc:
+            raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"credentials key file: {exc.strerror}") from None
+    else:
+        keyring = KeyRing(
+            clock.now(),
+            key_dir=cfg.path(cc.key_dir) if cc.key_dir else None,
+            rotation_interval=timedelta(seconds=cc.rotation_seconds),
+        )
     execution = Execution(
         config=cfg,
         gate=gate,

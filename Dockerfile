@@ -1,0 +1,35 @@
+# callgate sidecar image.
+#   docker build -t callgate:0.1.0 .
+# Two stages: the first builds a virtualenv from PyPI (wheels only need pip, no compiler), the
+# second copies it onto a clean python:3.11-slim and runs as an unprivileged user. The Helm chart
+# (charts/callgate) runs it with a read-only root filesystem as uid/gid 10001.
+ARG PYTHON_IMAGE=python:3.11-slim
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+RUN python -m venv /opt/callgate
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY sidecar ./sidecar
+RUN /opt/callgate/bin/pip install . \
+ && /opt/callgate/bin/python -m compileall -q /opt/callgate/lib \
+ && /opt/callgate/bin/callgate --help >/dev/null
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="callgate" \
+      org.opencontainers.image.description="Authorization sidecar for AI-agent tool calls" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --system --gid 10001 callgate \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin callgate
+COPY --from=build /opt/callgate /opt/callgate
+# PATH: `callgate` and the venv's `python` (the chart's exec probes run `python -m sidecar.healthcheck`).
+ENV PATH=/opt/callgate/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 10001:10001
+WORKDIR /tmp
+ENTRYPOINT ["callgate"]
+CMD ["serve", "--config", "/etc/callgate/config/callgate.toml"]
