@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sqlite3
 import sys
 from collections.abc import Iterator, Sequence
@@ -37,10 +36,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from sidecar.server.app import serve
 
     cfg = _config(args.config)
-    if os.environ.get("CALLGATE_UVLOOP") == "1":
-        import uvloop
-
-        return uvloop.run(serve(cfg))
     return asyncio.run(serve(cfg))
 
 

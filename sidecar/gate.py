@@ -46,7 +46,7 @@ from sidecar.budgets import effective_limits
 from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, Store, ToolViewRecord, Usage
 from sidecar.toolspecs import CompiledTool
 from sidecar.engines.base import decision_from_dict
-from sidecar.idempotency.base import ClaimKind, ExpiredPolicy, IdempotencyKey, IdempotencyStore
+from sidecar.idempotency.base import ClaimKind, ExpiredPolicy, IdempotencyKey, IdempotencyRecord, IdempotencyStore
 from sidecar.trace import TraceContext, new_span_id
 
 log = logging.getLogger("callgate.gate")
@@ -506,7 +506,7 @@ class Gate:
                 expired_policy=ExpiredPolicy(self._cfg.idempotency.expired_policy),
             )
             if claim.kind in (ClaimKind.IN_PROGRESS, ClaimKind.COMPLETED) and claim.record is not None:
-                return await self._replay(claim.record.invocation_id, p, normalized.digest, claim.record.result, trace)
+                return await self._replay(claim.record, p, normalized.digest, trace)
             if claim.kind is ClaimKind.MISMATCH:
                 problem = CallgateError(
                     code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
@@ -562,13 +562,37 @@ class Gate:
         if inv.idempotency_key:
             await self._idem.release(self.idempotency_key(inv), inv.invocation_id, now=self._clock.now())
 
-    async def _replay(
-        self, original_id: str, p: Proposal, digest: str, result: bytes | None, trace: TraceContext
-    ) -> ProposeOutcome:
+    async def _replay(self, held: IdempotencyRecord, p: Proposal, digest: str, trace: TraceContext) -> ProposeOutcome:
         """A repeated key with the same digest: answer with the original invocation; nothing new
-        runs (6.8 rules 1-2). The repeat is recorded on the original's trail."""
-        original = await self._invocation(original_id)
-        trail = _Trail(self, original_id, original.state, 0, trace, rfc3339(self._clock.now()))
+        runs (6.8 rules 1-2). The repeat is recorded on the original's trail.
+
+        With a shared (PostgreSQL) idempotency store the original may belong to another sidecar
+        (another pod): its events are there, so the answer is built from the shared record alone
+        (state known only once completed; the tool message once encoded)."""
+        result = held.result or b""
+        original = await self._store.get_invocation(held.invocation_id)
+        if original is None:
+            log.info("idempotent replay of %s held by another sidecar", held.invocation_id)
+            state = State.PROPOSED
+            if held.state == "completed":
+                state = State.OBSERVED if result else State(held.outcome) if held.outcome in State.__members__ else State.COMMITTED
+            remote = InvocationRecord(
+                invocation_id=held.invocation_id,
+                session_id=p.session_id,
+                model_call_id=p.model_call_id,
+                proposal_id=p.proposal_id,
+                tool_name=p.tool_name,
+                tool_version=p.tool_version,
+                tenant=held.key.tenant,
+                subject=held.key.subject,
+                state=state,
+                raw_arguments=p.arguments_bytes,
+                digest=held.digest,
+                idempotency_key=held.key.key,
+                external_resource_id=held.external_resource_id,
+            )
+            return ProposeOutcome(remote, None, None, idempotent_replay=True, replayed_message=result)
+        trail = _Trail(self, original.invocation_id, original.state, 0, trace, rfc3339(self._clock.now()))
         trail.add(
             "idempotent_replay",
             original.state,
@@ -578,7 +602,7 @@ class Gate:
         decision = None
         if original.decision:
             decision = decision_from_dict(original.decision)
-        return ProposeOutcome(original, decision, None, idempotent_replay=True, replayed_message=result or b"")
+        return ProposeOutcome(original, decision, None, idempotent_replay=True, replayed_message=result)
 
     # ------------------------------------------------------------------ confirmation
     async def _move(
