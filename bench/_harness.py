@@ -82,9 +82,11 @@ async def closed_loop(call: Call, seconds: float, inflight: int) -> tuple[list[f
 
 async def open_loop(call: Call, seconds: float, rate: float) -> tuple[list[float], float, int, int]:
     """Fire on a fixed schedule regardless of completions; latency counts from the scheduled
-    time (no coordinated omission). Returns (latencies, elapsed, late sends, errors)."""
+    time (no coordinated omission). Returns (latencies, elapsed, late sends, errors); error
+    codes are printed."""
     lat: list[float] = []
     errors = 0
+    codes: dict[str, int] = {}
     n = int(seconds * rate)
     start = time.perf_counter() + 0.05
     late = 0
@@ -93,8 +95,10 @@ async def open_loop(call: Call, seconds: float, rate: float) -> tuple[list[float
         nonlocal errors
         try:
             await call(i)
-        except grpc.RpcError:
+        except grpc.RpcError as exc:
             errors += 1
+            code = str(exc.code()) if hasattr(exc, "code") else type(exc).__name__
+            codes[code] = codes.get(code, 0) + 1
             return
         lat.append(time.perf_counter() - at)
 
@@ -108,6 +112,8 @@ async def open_loop(call: Call, seconds: float, rate: float) -> tuple[list[float
             late += 1
         tasks.append(asyncio.ensure_future(one(i, at)))
     await asyncio.gather(*tasks)
+    if codes:
+        print(f"  open loop errors by code: {codes}", flush=True)
     return lat, time.perf_counter() - start, late, errors
 
 
