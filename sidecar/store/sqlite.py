@@ -1,27 +1,20 @@
-"""SQLite store (the embedded default): WAL mode, one writer thread, group commit.
-
-All database work runs on one dedicated thread that owns the connection, so the asyncio event
-loop never blocks on disk. Operations queued while a commit is in flight are executed together in
-the next transaction (group commit); if one of them fails, the batch is replayed one transaction
-per operation so a failing operation does not take the others down. A future resolves only after its transaction committed: with
-``synchronous=FULL`` (default) the events are on disk before the gate answers the RPC.
+"""SQLite store (the embedded default): WAL mode, one writer thread, group commit
+(:mod:`sidecar.sqlite_worker`): with ``synchronous=FULL`` (default) the events are on disk
+before the gate answers the RPC, and the asyncio event loop never blocks on the disk.
 
 Events are append-only, enforced by the database itself (triggers abort UPDATE and DELETE).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import queue
 import sqlite3
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sidecar.errors import CallgateError, ErrorCode
+from sidecar.sqlite_worker import SQLiteWorker
 from sidecar.states import State
 from sidecar.store.base import (
     AttemptRecord,
@@ -96,7 +89,6 @@ _ATT_COLS = (
     "failure_class, finished_at, external_resource_id, http_status, cost_micros, retry_reason"
 )
 
-_Op = Callable[[sqlite3.Connection], Any]
 
 
 def _dump(v: Any) -> str | None:
@@ -169,110 +161,16 @@ def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> N
 
 
 class SQLiteStore:
-    """:class:`~sidecar.store.base.Store` on SQLite."""
+    """:class:`~sidecar.store.base.Store` on SQLite (one writer thread, group commit:
+    :class:`~sidecar.sqlite_worker.SQLiteWorker`)."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "full", max_batch: int = 256) -> None:
-        self._path = str(path)
-        if self._path != ":memory:":
-            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-        self._sync = synchronous.upper()
-        self._max_batch = max_batch
-        self._q: queue.SimpleQueue[tuple[_Op, asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
-            queue.SimpleQueue()
+        self._worker = SQLiteWorker(
+            path, schema=_SCHEMA, synchronous=synchronous, max_batch=max_batch, name="callgate-events"
         )
-        self._ready = threading.Event()
-        self._init_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="callgate-sqlite", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._init_error is not None:
-            raise CallgateError(
-                code=ErrorCode.STORE_UNAVAILABLE, message=f"cannot open SQLite store: {self._init_error}"
-            )
-
-    # ------------------------------------------------------------------ worker thread
-    def _run(self) -> None:
-        try:
-            conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self._sync}")
-            conn.execute("PRAGMA busy_timeout=5000")
-            conn.executescript(_SCHEMA)
-        except BaseException as exc:  # noqa: BLE001
-            self._init_error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        stop = False
-        while not stop:
-            first = self._q.get()
-            if first is None:
-                break
-            batch = [first]
-            while len(batch) < self._max_batch:
-                try:
-                    nxt = self._q.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                batch.append(nxt)
-            self._run_batch(conn, batch)
-        conn.close()
-
-    def _run_batch(
-        self,
-        conn: sqlite3.Connection,
-        batch: list[tuple[_Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]],
-    ) -> None:
-        """Run a batch in one transaction (group commit). If an operation fails, the whole
-        transaction is rolled back and each operation is retried in its own transaction, so a
-        failing operation never takes the others' writes with it."""
-        try:
-            results = self._transaction(conn, [op for op, _, _ in batch])
-        except _OpFailed:
-            results = []
-            for op, _, _ in batch:
-                try:
-                    results.extend(self._transaction(conn, [op]))
-                except _OpFailed as failed:
-                    results.append((False, failed.error))
-        except Exception as exc:  # noqa: BLE001 - commit failed: nothing of the batch is durable
-            err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"store write failed: {exc}")
-            results = [(False, err)] * len(batch)
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-        for (ok, value), (_, loop, fut) in zip(results, batch):
-            by_loop.setdefault(loop, []).append((fut, ok, value))
-        for loop, items in by_loop.items():  # one wake-up per loop per batch
-            loop.call_soon_threadsafe(_settle_all, items)
-
-    @staticmethod
-    def _transaction(conn: sqlite3.Connection, ops: list[_Op]) -> list[tuple[bool, Any]]:
-        conn.execute("BEGIN IMMEDIATE")
-        results: list[tuple[bool, Any]] = []
-        try:
-            for op in ops:
-                try:
-                    results.append((True, op(conn)))
-                except Exception as exc:  # noqa: BLE001
-                    raise _OpFailed(exc) from exc
-            conn.execute("COMMIT")
-        except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
-        return results
 
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
-        if not self._thread.is_alive():
-            raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="store is closed")
-        self._q.put((op, loop, fut))
-        return await fut
+        return await self._worker.run(op)
 
     # ------------------------------------------------------------------ API
     async def put_session(self, s: SessionRecord) -> None:
@@ -493,26 +391,10 @@ class SQLiteStore:
         )
 
     async def close(self) -> None:
-        if self._thread.is_alive():
-            self._q.put(None)
-            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+        await self._worker.close()
 
 
 class _Conflict(Exception):
     """A compare-and-set lost inside an operation: roll its writes back, report False."""
 
 
-class _OpFailed(Exception):
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _settle_all(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
-    for fut, ok, value in items:
-        if fut.done():
-            continue
-        if ok:
-            fut.set_result(value)
-        else:
-            fut.set_exception(value)
