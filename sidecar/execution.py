@@ -448,7 +448,7 @@ class Execution:
             await self._gate.consume(session, Usage(result_bytes=len(encoded.message_bytes)), check=False)
         return result
 
-    async def get_result(self, invocation_id: str, page_token: str = "") -> Page:
+    async def get_result(self, invocation_id: str, page_token: str = "", tool_call_id: str = "") -> Page:
         result = await self._store.get_result(invocation_id)
         if result is None:
             raise CallgateError(code=ErrorCode.RESULT_NOT_AVAILABLE, message="no tool message for this invocation yet")
@@ -467,7 +467,7 @@ class Execution:
                 result.remaining,
                 offset,
                 limits_from_spec(tool.spec.result_limits)[0],
-                tool_call_id=inv.proposal_id,
+                tool_call_id=tool_call_id or inv.proposal_id,
                 invocation_id=inv.invocation_id,
                 token=result.page_token,
                 nonce=result.nonce,

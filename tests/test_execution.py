@@ -341,3 +341,37 @@ def test_budgets_end_the_loop(sc: Running) -> None:
     with pytest.raises(grpc.RpcError) as err:
         sc.propose(sid2, "weather.get@v1", {"city": "A", "date": "today"}, model_call_id="m1")
     assert error_reason(err.value) == "budget_exhausted"
+
+
+def test_truncated_result_pages_through_get_result(sc: Running) -> None:
+    """6.10: a result over the ToolSpec limit is truncated with truncated=true and the rest is
+    fetched page by page; each page answers the fetching call's tool_call_id."""
+    sid = sc.open_session(subject="bob")
+    sc.list_tools(sid)
+    resp = sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "today"})
+    att = sc.executor.BeginAttempt(pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="w"))
+    sc.executor.ReportOutcome(pb.ReportOutcomeRequest(attempt_id=att.attempt_id, outcome=pb.OUTCOME_COMMITTED))
+    big = {"hours": [{"h": h, "forecast": "sunny with a light breeze " * 8} for h in range(120)]}
+    enc = sc.executor.EncodeResult(
+        pb.EncodeResultRequest(invocation_id=resp.invocation_id, status="ok", value=json.dumps(big).encode())
+    )
+    first = json.loads(enc.message)
+    assert enc.truncated and first["content"]["truncated"] is True and enc.next_page_token
+    assert len(enc.message) <= 8192
+    fragments, token, pages = [], enc.next_page_token, 0
+    while token:
+        page = sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id, page_token=token, tool_call_id="call_more"))
+        msg = json.loads(page.message)
+        assert msg["tool_call_id"] == "call_more" and len(page.message) <= 8192
+        fragments.append(msg["content"]["fragment"])
+        token, pages = page.next_page_token, pages + 1
+    assert pages >= 2
+    with pytest.raises(grpc.RpcError) as err:
+        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id, page_token="pg_forged:0"))
+    assert error_reason(err.value) == "result_not_available"
+    text = "".join(fragments)
+    # Fragments are wrapped in untrusted-data markers; the unwrapped concatenation is the data.
+    import re
+
+    data = re.sub(r"⟦/?untrusted:[0-9a-f]+⟧", "", text)
+    assert json.loads(data) == big

@@ -184,7 +184,7 @@ class GateService(pb_grpc.GateServicer):
 
     @_guarded
     async def GetResult(self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext) -> pb.GetResultResponse:
-        page = await self._x.get_result(request.invocation_id, request.page_token)
+        page = await self._x.get_result(request.invocation_id, request.page_token, request.tool_call_id)
         return pb.GetResultResponse(message=page.message, truncated=page.truncated, next_page_token=page.next_page_token)
 
     @_guarded

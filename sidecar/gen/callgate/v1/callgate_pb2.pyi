@@ -343,12 +343,14 @@ class GetInvocationResponse(_message.Message):
     def __init__(self, invocation: _Optional[_Union[Invocation, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class GetResultRequest(_message.Message):
-    __slots__ = ("invocation_id", "page_token")
+    __slots__ = ("invocation_id", "page_token", "tool_call_id")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     page_token: str
-    def __init__(self, invocation_id: _Optional[str] = ..., page_token: _Optional[str] = ...) -> None: ...
+    tool_call_id: str
+    def __init__(self, invocation_id: _Optional[str] = ..., page_token: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
 
 class GetResultResponse(_message.Message):
     __slots__ = ("message", "truncated", "next_page_token")
