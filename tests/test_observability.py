@@ -247,7 +247,7 @@ def test_decision_log_lines_with_masking_and_keyed_hash(tmp_path: Path, monkeypa
 
 def test_lossless_decision_log_withholds_the_decision_when_it_cannot_write() -> None:
     if not Path("/dev/full").exists():
-        pytest.skip("needs /dev/full")
+        pytest.fail("this test needs /dev/full (present on every Linux machine of this kind)")
     sc, tmp = start_sidecar(
         observability=ObservabilityConfig(decision_log="/dev/full", decision_log_mode="lossless", metrics_address="127.0.0.1:0")
     )
@@ -291,7 +291,7 @@ def test_bounded_decision_log_drops_and_counts_instead_of_failing(tmp_path: Path
 
 def test_bounded_decision_log_write_failures_never_fail_rpcs() -> None:
     if not Path("/dev/full").exists():
-        pytest.skip("needs /dev/full")
+        pytest.fail("this test needs /dev/full (present on every Linux machine of this kind)")
     sc, tmp = start_sidecar(
         observability=ObservabilityConfig(decision_log="/dev/full", decision_log_mode="bounded", metrics_address="127.0.0.1:0")
     )
