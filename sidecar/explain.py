@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from sidecar.states import State
 from sidecar.store.base import AttemptRecord, EventRecord, InvocationRecord, ResultRecord, ToolViewRecord
-from sidecar.store.sqlite import _ATT_COLS, _INV_COLS, _att_from, _inv_from
+from sidecar.store.sqlite import _ATT_COLS, _INV_COLS, _att_from, _inv_from, read_events
 
 
 class ExplainSource(Protocol):
@@ -708,19 +708,7 @@ class SQLiteReader:
         return None if row is None else _inv_from(row)
 
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
-        rows = self._conn.execute(
-            "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
-            "FROM events WHERE invocation_id=? ORDER BY seq",
-            (invocation_id,),
-        ).fetchall()
-        return [
-            EventRecord(
-                event_id=r[0], invocation_id=r[1], seq=r[2], at=r[3], kind=r[4],
-                from_state=State(r[5]) if r[5] else None, to_state=State(r[6]),
-                trace_id=r[7], span_id=r[8], data=json.loads(r[9]),
-            )  # fmt: skip
-            for r in rows
-        ]
+        return read_events(self._conn, invocation_id)
 
     async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]:
         rows = self._conn.execute(

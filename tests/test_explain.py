@@ -19,7 +19,7 @@ from sidecar.config import SecretConfig
 from sidecar.explain import SQLiteReader, explain, printable, render_text, to_json
 from sidecar.gen.callgate.v1 import callgate_pb2 as pb
 from tests.conftest import POLICIES, ROOT, Running, start_sidecar
-from tests.test_execution import CANARY, FakeCalendar, prepared_event, propose_event, run_attempt
+from tests.test_execution import CANARY, FakeCalendar, propose_event, run_attempt
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{TRACE_ID}-00f067aa0ba902b7-01"

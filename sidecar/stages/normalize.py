@@ -22,7 +22,6 @@ from the host's ``/usr/share/zoneinfo``), so two sidecars with the same lockfile
 
 from __future__ import annotations
 
-import copy
 import functools
 import importlib
 import re

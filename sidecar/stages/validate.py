@@ -47,7 +47,6 @@ import re
 import unicodedata
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import date
 from importlib import metadata
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final

@@ -140,6 +140,23 @@ def _cas_invocation(c: sqlite3.Connection, record: InvocationRecord, expected: S
     return cur.rowcount == 1
 
 
+def read_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
+    """The ordered events of one invocation (also used by the read-only explain reader)."""
+    rows = c.execute(
+        "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
+        "FROM events WHERE invocation_id=? ORDER BY seq",
+        (invocation_id,),
+    ).fetchall()
+    return [
+        EventRecord(
+            event_id=r[0], invocation_id=r[1], seq=r[2], at=r[3], kind=r[4],
+            from_state=State(r[5]) if r[5] else None, to_state=State(r[6]),
+            trace_id=r[7], span_id=r[8], data=json.loads(r[9]),
+        )  # fmt: skip
+        for r in rows
+    ]
+
+
 def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> None:
     if events and events[0].seq == 0:  # appended to an existing invocation: next numbers
         (last,) = conn.execute(
@@ -355,22 +372,7 @@ class SQLiteStore:
         return await self._call(op)
 
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
-        def op(c: sqlite3.Connection) -> list[EventRecord]:
-            rows = c.execute(
-                "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
-                "FROM events WHERE invocation_id=? ORDER BY seq",
-                (invocation_id,),
-            ).fetchall()
-            return [
-                EventRecord(
-                    event_id=r[0], invocation_id=r[1], seq=r[2], at=r[3], kind=r[4],
-                    from_state=State(r[5]) if r[5] else None, to_state=State(r[6]),
-                    trace_id=r[7], span_id=r[8], data=json.loads(r[9]),
-                )  # fmt: skip
-                for r in rows
-            ]
-
-        return await self._call(op)
+        return await self._call(lambda c: read_events(c, invocation_id))
 
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         def op(c: sqlite3.Connection) -> list[InvocationRecord]:
