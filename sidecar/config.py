@@ -58,8 +58,9 @@ class PolicyConfig:
     watch_interval_ms: int = 1000
     """How often the policy directory is checked for changes."""
     shadow: tuple[str, ...] = ()
-    """Cedar policy ids in shadow mode besides those annotated ``@shadow``: evaluated and logged
-    on the decision event, never enforced (docs/POLICIES.md). Part of the snapshot revision."""
+    """Policy ids in shadow mode besides those the policy files mark (Cedar ``@shadow``, Rego
+    ``data.callgate.shadow``): evaluated and logged on the decision event, never enforced
+    (docs/POLICIES.md). Part of the snapshot revision."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,12 +33,14 @@ def load_snapshot(policy_dir: Path, engine_name: str = "cedar", *, policy: Polic
     elif engine_name == "rego":
         from sidecar.engines.rego import RegoEngine
 
-        engine = RegoEngine.from_dir(policy_dir / "rego")
+        engine = RegoEngine.from_dir(policy_dir / "rego", shadow=(policy or PolicyConfig()).shadow)
     elif engine_name == "opa":
         from sidecar.engines.opa import OpaEngine
 
         pc = policy or PolicyConfig()
-        engine = OpaEngine.from_dir(policy_dir / "rego", url=pc.opa_url, timeout=pc.opa_timeout_ms / 1000)
+        engine = OpaEngine.from_dir(
+            policy_dir / "rego", shadow=pc.shadow, url=pc.opa_url, timeout=pc.opa_timeout_ms / 1000
+        )
     else:  # config validation keeps this unreachable; fail loudly if it is reached
         raise ValueError(f"unknown engine {engine_name}")
     h = hashlib.sha256()

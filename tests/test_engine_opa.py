@@ -26,6 +26,7 @@ from sidecar.engines.requests import (
 from sidecar.errors import ErrorCode
 from sidecar.model import AuthzRequest, Effect, Subject
 from tests.opa_fixture import OpaServer, free_port, opa_binary, opa_factory, opa_server  # noqa: F401
+from tests.test_engine_rego import shadow_copy, weather
 
 ROOT = Path(__file__).resolve().parents[1]
 REGO = ROOT / "policies" / "rego"
@@ -45,6 +46,8 @@ unknown_effect := {"effect": "permit", "reasons": [{"code": "policy_permit"}]}
 no_reasons := {"effect": "allow", "reasons": []}
 
 not_an_object := "allow"
+
+bad_shadow := {"effect": "allow", "reasons": [{"code": "policy_permit"}], "shadow": {"effect": "deny", "policy_ids": "p"}}
 
 conflict := "a" if input.subject
 
@@ -178,6 +181,7 @@ def test_connection_refused_is_unavailable_fast() -> None:
         ("faults/unknown_effect", ENGINE_MALFORMED),
         ("faults/no_reasons", ENGINE_MALFORMED),
         ("faults/not_an_object", ENGINE_MALFORMED),
+        ("faults/bad_shadow", ENGINE_MALFORMED),
     ],
 )
 def test_faults_are_denies_with_stable_codes(faults_server: OpaServer, path: str, code: str) -> None:
@@ -243,3 +247,99 @@ def test_url_and_path_validation() -> None:
         OpaEngine.from_dir(REGO, decision_path="decision")
     with pytest.raises(ValueError):
         OpaEngine.from_dir(REGO, timeout=0)
+
+
+# -- shadow mode on a real OPA (the contract of the Cedar engine's @shadow) -----------------------
+
+
+def test_shadow_policy_is_logged_not_enforced(opa_factory: Callable[..., OpaServer], tmp_path: Path) -> None:  # noqa: F811
+    """data.callgate.shadow served by OPA: the shadow forbid is reported, not enforced; out of the
+    list it is enforced (another data.json: another revision)."""
+    shadowed = shadow_copy(tmp_path / "1", ["no-weather-in-paris"])
+    enforcing = shadow_copy(tmp_path / "2", [])
+    s1, s2 = opa_factory(shadowed), opa_factory(enforcing)
+
+    async def main() -> None:
+        e = OpaEngine.from_dir(shadowed, url=s1.url, timeout=5.0)
+        f = OpaEngine.from_dir(enforcing, url=s2.url, timeout=5.0)
+        try:
+            ok, why = await e.readiness()
+            assert ok, why
+            d, other = await e.authorize_batch([weather("Paris"), weather("Lyon")])
+            assert d.effect is Effect.ALLOW and d.policy_ids == ("weather-read-own-tenant",)
+            assert d.shadow_effect == "deny" and d.shadow_policy_ids == ("no-weather-in-paris",)
+            assert other.effect is Effect.ALLOW and not other.shadow_effect and not other.shadow_policy_ids
+            assert await f.ready()
+            (x,) = await f.authorize_batch([weather("Paris")])
+            assert x.effect is Effect.DENY and x.policy_ids == ("no-weather-in-paris",) and not x.shadow_effect
+            assert f.revision != e.revision
+            # an engine expecting the enforcing set is not ready against the shadowing server
+            ok, why = await OpaEngine.from_dir(enforcing, url=s1.url).readiness()
+            assert not ok and "data.callgate.shadow" in why
+        finally:
+            await e.close()
+            await f.close()
+
+    run(main())
+
+
+def test_config_shadow_ids_go_in_the_input(opa_factory: Callable[..., OpaServer], tmp_path: Path) -> None:  # noqa: F811
+    """policy.shadow ids are sent as input.shadow: the server serves exactly the policy files and
+    the engine is ready, and the same server enforces for an engine without them."""
+    d = shadow_copy(tmp_path, [])
+    server = opa_factory(d)
+
+    async def main() -> None:
+        e = OpaEngine.from_dir(d, url=server.url, timeout=5.0, shadow=["no-weather-in-paris"])
+        plain = OpaEngine.from_dir(d, url=server.url, timeout=5.0)
+        try:
+            ok, why = await e.readiness()
+            assert ok, why
+            (p,) = await e.authorize_batch([weather("Paris")])
+            assert p.effect is Effect.ALLOW
+            assert (p.shadow_effect, p.shadow_policy_ids) == ("deny", ("no-weather-in-paris",))
+            (q,) = await plain.authorize_batch([weather("Paris")])
+            assert q.effect is Effect.DENY and not q.shadow_effect
+            assert e.revision != plain.revision  # the switch is on record
+        finally:
+            await e.close()
+            await plain.close()
+
+    run(main())
+
+
+def test_stale_shadow_ids_are_not_ready(opa_factory: Callable[..., OpaServer], tmp_path: Path) -> None:  # noqa: F811
+    """A data.json without shadow ids is not served by an OPA that still holds some (they would
+    silently stop enforcing policies); an upload replaces the whole base document."""
+    import urllib.request
+
+    empty = opa_factory(None)
+    no_key = shadow_copy(tmp_path / "a", None)
+    with_ids = shadow_copy(tmp_path / "b", ["no-weather-in-paris"])
+
+    async def main() -> None:
+        old = OpaEngine.from_dir(with_ids, url=empty.url, timeout=5.0)
+        new = OpaEngine.from_dir(no_key, url=empty.url, timeout=5.0)
+        try:
+            await old.load_policies()
+            assert await old.ready()
+            ok, why = await new.readiness()
+            assert not ok and "data.callgate.shadow" in why  # same modules, stale shadow ids
+            await new.load_policies()
+            ok, why = await new.readiness()
+            assert ok, why
+            assert empty.get_json("/v1/data/callgate/shadow") == {}  # undefined: the upload dropped it
+            (x,) = await new.authorize_batch([weather("Paris")])
+            assert x.effect is Effect.DENY
+            put = urllib.request.Request(
+                empty.url + "/v1/data/callgate/shadow", data=b'["no-weather-in-paris"]', method="PUT",
+                headers={"Content-Type": "application/json"},
+            )
+            urllib.request.build_opener(urllib.request.ProxyHandler({})).open(put, timeout=5).close()
+            ok, why = await new.readiness()
+            assert not ok and "data.callgate.shadow" in why
+        finally:
+            await old.close()
+            await new.close()
+
+    run(main())

@@ -4,6 +4,7 @@ built-in errors, default deny, every fault a deny with a stable code, load error
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import threading
 import time
@@ -22,8 +23,10 @@ from sidecar.engines.requests import (
     normalize_decision_path,
     MalformedDecision,
 )
+from sidecar.config import PolicyConfig
 from sidecar.errors import ErrorCode, LoadError
 from sidecar.model import AuthzRequest, Effect, Subject
+from sidecar.snapshot import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 REGO = ROOT / "policies" / "rego"
@@ -50,6 +53,8 @@ not_an_object := "allow"
 error_on_allow := {"effect": "allow", "reasons": [{"code": "policy_evaluation_error"}]}
 
 bad_reason := {"effect": "deny", "reasons": [{"policy_id": 7}]}
+
+bad_shadow := {"effect": "allow", "reasons": [{"code": "policy_permit"}], "shadow": {"effect": "permit", "policy_ids": []}}
 '''
 
 
@@ -99,6 +104,7 @@ def test_revision_covers_modules_and_data(tmp_path: Path, engine: RegoEngine) ->
         ("callgate/faults/not_an_object", ENGINE_MALFORMED),
         ("callgate/faults/error_on_allow", ENGINE_MALFORMED),
         ("callgate/faults/bad_reason", ENGINE_MALFORMED),
+        ("callgate/faults/bad_shadow", ENGINE_MALFORMED),
     ],
 )
 def test_faults_are_denies_with_stable_codes(tmp_path: Path, path: str, code: str) -> None:
@@ -271,3 +277,111 @@ def test_configmap_hidden_copies_are_not_loaded_twice(tmp_path: Path) -> None:
     direct = load_rego_dir(REGO)
     mounted = load_rego_dir(target)
     assert len(mounted.modules) == len(direct.modules)
+
+
+# -- shadow mode (the contract of the Cedar engine's @shadow, tests/test_engine_cedar.py) --------
+
+PARIS_FORBID = """
+# trial: no weather for Paris
+forbid contains "no-weather-in-paris" if {
+\tinput.capability == "weather.read"
+\tresource.name == "Paris"
+}
+"""
+
+
+def weather(city: str) -> AuthzRequest:
+    return AuthzRequest(Subject("acme", "bob"), "weather.read", f"weather:{city}", {"tool": "weather.get@v1", "args": {"city": city, "date": "2026-07-20"}})
+
+
+def shadow_copy(tmp_path: Path, shadow: list[str] | None) -> Path:
+    """policies/rego plus the forbid ``no-weather-in-paris``; ``data.callgate.shadow`` set to
+    ``shadow`` (``None``: no shadow key in data.json at all)."""
+    d = tmp_path / "rego"
+    shutil.copytree(REGO, d)
+    (d / "policies.rego").write_text((d / "policies.rego").read_text() + PARIS_FORBID)
+    data = json.loads((d / "data.json").read_text())
+    if shadow is None:
+        data["callgate"].pop("shadow", None)
+    else:
+        data["callgate"]["shadow"] = shadow
+    (d / "data.json").write_text(json.dumps(data, indent=2))
+    return d
+
+
+def test_shadow_policy_is_logged_not_enforced(tmp_path: Path) -> None:
+    """A policy listed in data.callgate.shadow reports what it would have decided; the enforced
+    answer ignores it. Taking it out of the list (a policy file change, hence a new revision)
+    enforces it."""
+    engine = RegoEngine.from_dir(shadow_copy(tmp_path / "1", ["no-weather-in-paris"]))
+    (d,) = engine.authorize_batch_sync([weather("Paris")])
+    assert d.effect is Effect.ALLOW and d.policy_ids == ("weather-read-own-tenant",)
+    assert d.shadow_effect == "deny" and d.shadow_policy_ids == ("no-weather-in-paris",)
+    (other,) = engine.authorize_batch_sync([weather("Lyon")])
+    assert other.effect is Effect.ALLOW and not other.shadow_effect and not other.shadow_policy_ids
+    enforced = RegoEngine.from_dir(shadow_copy(tmp_path / "2", []))
+    (e,) = enforced.authorize_batch_sync([weather("Paris")])
+    assert e.effect is Effect.DENY and e.policy_ids == ("no-weather-in-paris",) and not e.shadow_effect
+    assert enforced.revision != engine.revision
+
+
+def test_shadow_ids_from_the_config(tmp_path: Path) -> None:
+    """``policy.shadow`` ids reach the policies as ``input.shadow`` and are part of the revision."""
+    d = shadow_copy(tmp_path, None)
+    engine = RegoEngine.from_dir(d, shadow=["no-weather-in-paris", "no-weather-in-paris"])
+    assert engine.policies.shadow == ("no-weather-in-paris",)
+    assert engine.policies.shadow_ids == ("no-weather-in-paris",)
+    (p,) = engine.authorize_batch_sync([weather("Paris")])
+    assert p.effect is Effect.ALLOW
+    assert (p.shadow_effect, p.shadow_policy_ids) == ("deny", ("no-weather-in-paris",))
+    enforced = RegoEngine.from_dir(d)
+    assert enforced.authorize_batch_sync([weather("Paris")])[0].effect is Effect.DENY
+    assert enforced.revision != engine.revision
+    assert build_input(weather("Paris"), engine.policies.shadow)["shadow"] == ["no-weather-in-paris"]
+    assert "shadow" not in build_input(weather("Paris"))
+    # the snapshot passes the config's ids to the engine (and its revision changes with them)
+    policy_dir = tmp_path / "policies"
+    shutil.copytree(ROOT / "policies" / "tools", policy_dir / "tools")
+    shutil.copytree(d, policy_dir / "rego")
+    snap = load_snapshot(policy_dir, "rego", policy=PolicyConfig(engine="rego", shadow=("no-weather-in-paris",)))
+    plain = load_snapshot(policy_dir, "rego", policy=PolicyConfig(engine="rego"))
+    (s,) = asyncio.run(snap.engine.authorize_batch([weather("Paris")]))
+    (p,) = asyncio.run(plain.engine.authorize_batch([weather("Paris")]))
+    assert s.effect is Effect.ALLOW and s.shadow_effect == "deny" and p.effect is Effect.DENY
+    assert snap.revision != plain.revision
+
+
+def test_shadow_member_of_the_decision_document() -> None:
+    base = {"effect": "allow", "reasons": [{"code": "policy_permit", "policy_id": "p"}]}
+    d = decision_from_document({**base, "shadow": {"effect": "deny", "policy_ids": ["f", "g"]}}, "x")
+    assert d.effect is Effect.ALLOW and d.shadow_effect == "deny" and d.shadow_policy_ids == ("f", "g")
+    d = decision_from_document({**base, "shadow": {"effect": "deny", "policy_ids": []}}, "x")
+    assert d.shadow_effect == "deny" and d.shadow_policy_ids == ()
+    assert decision_from_document(base, "x").shadow_effect == ""
+    for bad in (
+        None,
+        "deny",
+        [],
+        {},
+        {"effect": "deny"},
+        {"policy_ids": ["f"]},
+        {"effect": "DENY", "policy_ids": ["f"]},
+        {"effect": "permit", "policy_ids": ["f"]},
+        {"effect": 1, "policy_ids": ["f"]},
+        {"effect": "deny", "policy_ids": "f"},
+        {"effect": "deny", "policy_ids": [1]},
+        {"effect": "deny", "policy_ids": None},
+        {"effect": "deny", "policy_ids": ["f"], "extra": 1},
+        {"effect": "allow", "policy_ids": ["p"]},  # agreement carries no shadow
+    ):
+        with pytest.raises(MalformedDecision):
+            decision_from_document({**base, "shadow": bad}, "x")
+
+
+@pytest.mark.parametrize("value", ['"no-weather-in-paris"', "[1]", '[""]', "{}", "null"])
+def test_shadow_ids_in_data_must_be_an_array_of_ids(tmp_path: Path, value: str) -> None:
+    d = shadow_copy(tmp_path, [])
+    (d / "data.json").write_text((d / "data.json").read_text().replace('"shadow": []', f'"shadow": {value}'))
+    with pytest.raises(LoadError) as err:
+        load_rego_dir(d)
+    assert err.value.source.endswith("data.json") and "shadow" in str(err.value)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from sidecar.engines.cedar import CedarEngine, load_cedar_dir
 from sidecar.engines.opa import OpaEngine
 from sidecar.engines.rego import RegoEngine
 from sidecar.model import AuthzRequest, Decision, Subject
-from tests.opa_fixture import OpaServer, opa_server  # noqa: F401 - the fixture
+from tests.opa_fixture import OpaServer, opa_factory, opa_server  # noqa: F401 - the fixtures
+from tests.test_engine_rego import shadow_copy, weather
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies"
@@ -141,3 +143,76 @@ def test_policy_ids_are_cedars() -> None:
     assert rego_ids == cedar_ids
     covered = {pid for c in CASES for _, pid in c["expect"]["reasons"] if pid}
     assert covered == cedar_ids, "every policy must decide at least one case of the table"
+
+
+# -- shadow mode: the same shadow fields from every engine ----------------------------------------
+
+PARIS = "no-weather-in-paris"
+CEDAR_PARIS_FORBID = (
+    '\n@id("no-weather-in-paris")\n{annotation}'
+    'forbid (principal, action == Action::"weather.read", resource) when {{ resource.name == "Paris" }};\n'
+)
+
+
+def shadow_summary(d: Decision) -> dict[str, Any]:
+    return {**summary(d), "shadow_effect": d.shadow_effect, "shadow_policy_ids": list(d.shadow_policy_ids)}
+
+
+@pytest.mark.parametrize(
+    "annotated,config,expect",
+    [
+        # policy file: Cedar's @shadow / Rego's data.callgate.shadow
+        (True, (), {"Paris": ("allow", "deny", [PARIS]), "Lyon": ("allow", "", [])}),
+        # the config's policy.shadow
+        (False, (PARIS,), {"Paris": ("allow", "deny", [PARIS]), "Lyon": ("allow", "", [])}),
+        # enforced: no shadow fields
+        (False, (), {"Paris": ("deny", "", []), "Lyon": ("allow", "", [])}),
+        # a permit in shadow mode: would allow where nothing else permits; a forbid decides alike
+        (False, ("weather-read-own-tenant",), {"Paris": ("deny", "", []), "Lyon": ("deny", "allow", ["weather-read-own-tenant"])}),
+    ],
+    ids=["annotated", "config", "enforced", "config-permit"],
+)
+def test_same_shadow_fields_on_every_engine(
+    tmp_path: Path,
+    opa_factory: Callable[..., OpaServer],  # noqa: F811
+    annotated: bool,
+    config: tuple[str, ...],
+    expect: dict[str, tuple[str, str, list[str]]],
+) -> None:
+    """Cedar (a copy of policies/cedar with the forbid, ``@shadow`` when annotated), rego-cpp and
+    OPA (a copy of policies/rego with the same forbid, in ``data.callgate.shadow`` when annotated)
+    give the same enforced answer and the same shadow_effect / shadow_policy_ids."""
+    cedar_dir = tmp_path / "cedar"
+    shutil.copytree(POLICIES / "cedar", cedar_dir)
+    text = (cedar_dir / "policies.cedar").read_text()
+    annotation = '@shadow("trial")\n' if annotated else ""
+    (cedar_dir / "policies.cedar").write_text(text + CEDAR_PARIS_FORBID.format(annotation=annotation))
+    rego_dir = shadow_copy(tmp_path, [PARIS] if annotated else [])
+    server = opa_factory(rego_dir)
+    cedar = CedarEngine(load_cedar_dir(cedar_dir, shadow=config))
+    rego = RegoEngine.from_dir(rego_dir, shadow=config, offload=False)
+    opa = OpaEngine.from_dir(rego_dir, shadow=config, url=server.url, timeout=5.0)
+    calendar = AuthzRequest(
+        Subject("acme", "alice"), "calendar.create", "calendar:primary",
+        {"tool": "calendar.create_event@v1", "args": {"calendar_id": "primary", "title": "t", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 30}},
+    )
+    reqs = [weather("Paris"), weather("Lyon"), calendar]
+
+    async def main() -> dict[str, list[Decision]]:
+        try:
+            ok, why = await opa.readiness()
+            assert ok, why
+            return {n: await e.authorize_batch(reqs) for n, e in (("cedar", cedar), ("rego", rego), ("opa", opa))}
+        finally:
+            await opa.close()
+
+    got = asyncio.run(main())
+    sums = {n: [shadow_summary(d) for d in ds] for n, ds in got.items()}
+    assert sums["rego"] == sums["cedar"], sums
+    assert sums["opa"] == sums["cedar"], sums
+    for d, city in zip(got["cedar"], ("Paris", "Lyon")):
+        effect, shadow_effect, shadow_ids = expect[city]
+        assert (d.effect.value, d.shadow_effect, list(d.shadow_policy_ids)) == (effect, shadow_effect, shadow_ids), city
+    assert got["cedar"][2].effect.value == "confirm" and not got["cedar"][2].shadow_effect
+    assert [d.reasons for d in got["rego"]] == [d.reasons for d in got["opa"]]
+    assert rego.revision == opa.revision

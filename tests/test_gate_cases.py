@@ -107,3 +107,28 @@ def test_case_same_answer_on_rego_and_opa(engine_server: Running, case: dict[str
     """One decision contract (issue 4): the whole pipeline gives the table's answers on every engine."""
     test_case(engine_server, case)
     assert engine_server.sidecar.components.gate.snapshot.engine.name in ("rego", "opa")
+
+
+def test_shadow_decision_reaches_the_event(tmp_path: Any) -> None:
+    """A policy in shadow mode (config) is logged on the decision event, never enforced."""
+    import shutil
+
+    from sidecar.config import PolicyConfig
+    from tests.conftest import POLICIES, start_sidecar, stop_sidecar
+
+    pdir = tmp_path / "policies"
+    shutil.copytree(POLICIES, pdir, ignore=shutil.ignore_patterns("tests"))
+    pol = pdir / "cedar" / "policies.cedar"
+    pol.write_text(pol.read_text() + '\n@id("no-weather-in-paris")\nforbid (principal, action == Action::"weather.read", resource) when { resource.name == "Paris" };\n')
+    sc, tmp = start_sidecar(pdir, policy=PolicyConfig(shadow=("no-weather-in-paris",)))
+    try:
+        sid = sc.open_session(subject="bob")
+        sc.list_tools(sid)
+        resp = sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "today"})
+        assert resp.decision.effect == pb.ALLOW  # enforced answer ignores the shadow policy
+        got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))
+        authorized = next(e for e in got.events if e.kind == "authorized")
+        shadow = json_format.MessageToDict(authorized.data)["decision"]["shadow"]
+        assert shadow == {"effect": "deny", "policy_ids": ["no-weather-in-paris"]}
+    finally:
+        stop_sidecar(sc, tmp)

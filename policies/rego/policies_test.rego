@@ -173,3 +173,86 @@ verdicts_agree(s) if {
 	not authz.conforms with input as s
 	count(authz.request_errors) > 0 with input as s
 }
+
+# Shadow mode: ids in data.callgate.shadow (data.json) or input.shadow (the config's
+# policy.shadow) are evaluated, not enforced; a different would-be effect is reported.
+test_no_policy_is_in_shadow_mode_by_default if {
+	count(authz.shadow_ids) == 0 with input as req("alice", "weather.read", "weather:Paris", weather)
+	d := authz.decision with input as req("alice", "weather.read", "weather:Paris", weather)
+	not d.shadow
+}
+
+test_shadow_forbid_from_data_is_reported_not_enforced if {
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(481))
+		with data.callgate.shadow as ["calendar-max-duration"]
+	d.effect == "confirm"
+	ids_of(d) == ["calendar-create-scheduler"]
+	d.shadow == {"effect": "deny", "policy_ids": ["calendar-max-duration"]}
+}
+
+test_shadow_forbid_from_input_is_reported_not_enforced if {
+	r := object.union(req("alice", "calendar.create", "calendar:primary", event(481)), {"shadow": ["calendar-max-duration"]})
+	d := authz.decision with input as r
+	d.effect == "confirm"
+	d.shadow == {"effect": "deny", "policy_ids": ["calendar-max-duration"]}
+}
+
+test_shadow_ids_from_data_and_input_add_up if {
+	r := object.union(req("alice", "weather.read", "weather:Paris", weather), {"shadow": ["b"]})
+	authz.shadow_ids == {"a", "b"} with input as r with data.callgate.shadow as ["a"]
+}
+
+test_shadow_permit_is_not_enforced if {
+	d := authz.decision with input as req("alice", "weather.read", "weather:Paris", weather)
+		with data.callgate.shadow as ["weather-read-own-tenant"]
+	d.effect == "deny"
+	codes_of(d) == ["no_matching_permit"]
+	d.shadow == {"effect": "allow", "policy_ids": ["weather-read-own-tenant"]}
+}
+
+test_shadow_confirm_permit_reports_confirm if {
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(30))
+		with data.callgate.shadow as ["calendar-create-scheduler"]
+	codes_of(d) == ["no_matching_permit"]
+	d.shadow == {"effect": "confirm", "policy_ids": ["calendar-create-scheduler"]}
+}
+
+test_shadow_agreement_carries_no_shadow if {
+	# the shadow forbid does not match: same effect, nothing to report
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(30))
+		with data.callgate.shadow as ["calendar-max-duration"]
+	d.effect == "confirm"
+	not d.shadow
+
+	# a shadow permit beside an enforced forbid: deny either way
+	e := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(481))
+		with data.callgate.shadow as ["calendar-create-scheduler"]
+	ids_of(e) == ["calendar-max-duration"]
+	not e.shadow
+}
+
+test_shadow_does_not_bypass_the_schema_check if {
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event("481"))
+		with data.callgate.shadow as ["calendar-max-duration"]
+	codes_of(d) == ["policy_evaluation_error"]
+	not d.shadow
+}
+
+test_unknown_shadow_ids_change_nothing if {
+	d := authz.decision with input as req("alice", "calendar.create", "calendar:primary", event(481))
+		with data.callgate.shadow as ["no-such-policy"]
+	ids_of(d) == ["calendar-max-duration"]
+	not d.shadow
+}
+
+# `no_match` (what the combining algorithm answers) is the `default decision` (what an undefined
+# decision falls back to): a default rule's value must be a literal, so the two are spelled twice.
+test_no_match_is_the_default_decision if {
+	d := authz.decision with input as req("bob", "calendar.create", "calendar:primary", event(30))
+	d == authz.no_match
+	fallback := authz.decision with input as req("bob", "calendar.create", "calendar:primary", event(30))
+		with authz.verdict as undefined_verdict
+	fallback == authz.no_match
+}
+
+undefined_verdict(_, _) := 1 if false

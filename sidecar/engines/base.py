@@ -54,32 +54,44 @@ def fault(engine: str, code: ErrorCode, message: str, policy_id: str = "") -> De
     )
 
 
+def _combined_effect(effects: Sequence[Effect]) -> Effect:
+    if Effect.DENY in effects:
+        return Effect.DENY
+    if Effect.CONFIRM in effects:
+        return Effect.CONFIRM
+    return Effect.ALLOW
+
+
 def combine(decisions: Sequence[Decision], engine: str) -> Decision:
     """Combine the decisions for several required capabilities of one invocation.
 
     Every capability must be allowed: any deny wins (its reasons are kept), then any confirm,
     and only if all allow is the result allow. No decisions at all is a deny (fail closed).
+    Shadow mode carries through: the would-be effect combines each capability's shadow effect
+    (or its enforced one) by the same rule, and is reported when it differs.
     """
     if not decisions:
         return fault(engine, ErrorCode.ENGINE_NO_DECISION, "no capability was evaluated")
-    denies = [d for d in decisions if d.effect is Effect.DENY]
-    if denies:
-        error_code = next((d.error_code for d in denies if d.error_code), "")
-        return Decision(
-            effect=Effect.DENY,
-            reasons=tuple(r for d in denies for r in d.reasons),
-            engine=engine,
-            error_code=error_code,
+    effect = _combined_effect([d.effect for d in decisions])
+    would = _combined_effect([Effect(d.shadow_effect) if d.shadow_effect else d.effect for d in decisions])
+    shadow_effect, shadow_ids = "", tuple[str, ...]()
+    if would is not effect:
+        shadow_effect = would.value
+        shadow_ids = tuple(
+            pid
+            for d in decisions
+            if (Effect(d.shadow_effect) if d.shadow_effect else d.effect) is would
+            for pid in (d.shadow_policy_ids if d.shadow_effect else d.policy_ids)
         )
-    confirms = [d for d in decisions if d.effect is Effect.CONFIRM]
-    if confirms:
-        return Decision(
-            effect=Effect.CONFIRM,
-            reasons=tuple(r for d in decisions for r in d.reasons),
-            engine=engine,
-        )
+    chosen = [d for d in decisions if d.effect is effect] if effect is Effect.DENY else list(decisions)
+    error_code = next((d.error_code for d in chosen if d.error_code), "") if effect is Effect.DENY else ""
     return Decision(
-        effect=Effect.ALLOW, reasons=tuple(r for d in decisions for r in d.reasons), engine=engine
+        effect=effect,
+        reasons=tuple(r for d in chosen for r in d.reasons),
+        engine=engine,
+        error_code=error_code,
+        shadow_effect=shadow_effect,
+        shadow_policy_ids=shadow_ids,
     )
 
 

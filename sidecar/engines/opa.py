@@ -28,8 +28,14 @@ Readiness (``ready()``) is true only when the server answers ``/health`` **and**
 expected policy revision: every non-test module it holds under ``package callgate...`` is, byte
 for byte, one of the engine's modules and vice versa (compared by sha256 of the text, so module
 ids and mount paths do not matter), and the base documents under ``data.callgate`` equal
-``data.json``. The engine's :attr:`revision` is the sha256 of those same files, so a sidecar never
-reports ready against an OPA that still serves an older (or newer) policy set.
+``data.json`` (and ``data.callgate.shadow`` is undefined or empty when ``data.json`` has none).
+The engine's :attr:`revision` is the sha256 of those same files (plus the config's shadow ids, if
+any), so a sidecar never reports ready against an OPA that still serves an older (or newer)
+policy set.
+
+Shadow mode: ``data.callgate.shadow`` is part of ``data.json`` (served by OPA, checked by
+readiness); the config's ``policy.shadow`` ids are sent in every request as ``input.shadow``, so
+they need nothing from the server and an OPA serving exactly the policy files stays ready.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from opa_client import AsyncOpaClient  # type: ignore[import-untyped, unused-ignore]
+from opa_client.errors import PolicyNotFoundError  # type: ignore[import-untyped, unused-ignore]
 
 from sidecar.engines.requests import (
     DEFAULT_DECISION_PATH,
@@ -51,6 +58,7 @@ from sidecar.engines.requests import (
     ENGINE_UNAVAILABLE,
     ENGINE_UNDEFINED,
     PACKAGE_ROOT,
+    SHADOW_KEY,
     TEST_SUFFIX,
     MalformedDecision,
     RegoPolicies,
@@ -122,9 +130,10 @@ class OpaEngine:
         self._closed = False
 
     @classmethod
-    def from_dir(cls, directory: Path, **kw: Any) -> OpaEngine:
-        """Engine for the Rego policies in ``directory``. Raises LoadError / ValueError."""
-        return cls(load_rego_dir(directory), **kw)
+    def from_dir(cls, directory: Path, *, shadow: Sequence[str] = (), **kw: Any) -> OpaEngine:
+        """Engine for the Rego policies in ``directory``; ``shadow``: the config's shadow policy
+        ids (``policy.shadow``, sent as ``input.shadow``). Raises LoadError / ValueError."""
+        return cls(load_rego_dir(directory, shadow), **kw)
 
     @property
     def name(self) -> str:
@@ -186,7 +195,7 @@ class OpaEngine:
 
     async def _decide(self, req: AuthzRequest) -> Decision:
         try:
-            doc_input = build_input(req)
+            doc_input = build_input(req, self._p.shadow)
         except RequestError as exc:
             return engine_fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR.value, f"request outside the contract: {exc}")
         try:
@@ -268,6 +277,15 @@ class OpaEngine:
                 return False, f"OPA has no data.{PACKAGE_ROOT}.{key}"
             if body.get("result") != want:
                 return False, f"OPA serves other data at data.{PACKAGE_ROOT}.{key}"
+        if SHADOW_KEY not in base:
+            # data.json has no shadow ids: OPA must have none either (stale ids left by an older
+            # upload would silently stop enforcing those policies)
+            try:
+                body = await client.get_data(f"{PACKAGE_ROOT}/{SHADOW_KEY}")
+            except PolicyNotFoundError:
+                body = {}
+            if body.get("result", []) != []:
+                return False, f"OPA serves other data at data.{PACKAGE_ROOT}.{SHADOW_KEY}"
         return True, f"OPA serves {self._p.revision}"
 
     async def ready(self) -> bool:
@@ -275,8 +293,9 @@ class OpaEngine:
         return ok
 
     async def load_policies(self) -> None:
-        """Upload the engine's modules (``PUT /v1/policies/callgate/<path>``) and base documents
-        (``PUT /v1/data/callgate/<key>``) to the server, for an OPA started without them.
+        """Upload the engine's modules (``PUT /v1/policies/callgate/<path>``) and base document
+        (``PUT /v1/data/callgate``, replacing what was there) to the server, for an OPA started
+        without them.
         Modules of an older upload that no longer exist are deleted. Raises on failure.
 
         OPA compiles each PUT against the modules it already has, so a module that uses rules of
@@ -284,9 +303,10 @@ class OpaEngine:
         makes no progress. Modules that depend on each other in a cycle cannot be uploaded one
         at a time; serve such a set from files or a bundle instead."""
         client = await self._client("admin")
-        base: Mapping[str, Any] = self._p.data.get(PACKAGE_ROOT, {})
-        for key, value in base.items():
-            await client.update_or_create_data(value, f"{PACKAGE_ROOT}/{key}")
+        # the whole base document in one PUT: keys an older upload had and data.json no longer
+        # has (stale shadow ids, say) do not survive, and non-object values (the shadow id
+        # array) need no per-key upload
+        await client.update_or_create_data(dict(self._p.data.get(PACKAGE_ROOT, {})), PACKAGE_ROOT)
         puts = {f"{PACKAGE_ROOT}/{rel}": text for rel, text in self._p.modules}
         deletes = {
             str(pid) for pid in await client.get_policies_list()

@@ -20,6 +20,11 @@ How it runs (field notes, docs/ENGINES.md):
   query instead of silently making a rule undefined -- an undefined ``forbid`` would otherwise be
   skipped, the Rego form of Cedar's erroring-forbid gotcha. It is a deny with
   ``policy_evaluation_error``.
+* **shadow mode**: the config's shadow policy ids (``RegoPolicies.shadow``) go in every input
+  document as ``input.shadow``, exactly as the OPA engine sends them, so both Rego engines
+  evaluate the same input; ``data.callgate.shadow`` (``data.json``) is compiled in with the rest
+  of the data. The decision document's ``shadow`` member becomes ``Decision.shadow_effect`` /
+  ``shadow_policy_ids``.
 * **off the event loop**: batches run on a small thread pool (rego-cpp is reached through
   ctypes, which releases the GIL), so the loop keeps serving while a policy evaluates;
   ``offload=False`` evaluates inline instead (see docs/ENGINES.md for the measured trade-off).
@@ -147,9 +152,10 @@ class RegoEngine:
         self._closed = False
 
     @classmethod
-    def from_dir(cls, directory: Path, **kw: Any) -> RegoEngine:
-        """Load ``directory`` (``<policy dir>/rego``) and compile it. Raises :class:`LoadError`."""
-        return cls(load_rego_dir(directory), **kw)
+    def from_dir(cls, directory: Path, *, shadow: Sequence[str] = (), **kw: Any) -> RegoEngine:
+        """Load ``directory`` (``<policy dir>/rego``) and compile it; ``shadow``: the config's
+        shadow policy ids (``policy.shadow``). Raises :class:`LoadError`."""
+        return cls(load_rego_dir(directory, shadow), **kw)
 
     @property
     def name(self) -> str:
@@ -179,7 +185,7 @@ class RegoEngine:
 
     def _decide(self, c: _Compiled, req: AuthzRequest) -> Decision:
         try:
-            doc_input = build_input(req)
+            doc_input = build_input(req, c.policies.shadow)
         except RequestError as exc:
             return engine_fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR.value, f"request outside the contract: {exc}")
         try:

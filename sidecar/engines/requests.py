@@ -8,7 +8,8 @@ Input document (one per ``AuthzRequest``; see docs/ENGINES.md)::
      "capability": "<capability>",                       e.g. "calendar.create"
      "resource":   {"id": "<kind>:<name>", "kind": "<kind>", "name": "<name>"},
      "context":    {"tenant": "<session tenant>", "tool": "<name>@<version>",
-                    "args": <normalized arguments>}}
+                    "args": <normalized arguments>},
+     "shadow":     ["<policy id>", ...]}      only when the config puts policies in shadow mode
 
 It carries what the Cedar engine's request carries, and the argument values are held to the same
 domain (:func:`contract_value`), so one table of requests means the same thing to Cedar, rego-cpp
@@ -19,12 +20,21 @@ more than 4 fractional digits. A refused request is a deny with ``engine_error``
 Decision document (at the decision path, ``data.callgate.authz.decision`` by default)::
 
     {"effect": "allow" | "deny" | "confirm",
-     "reasons": [{"code": "...", "policy_id": "...", "message": "..."}, ...]}
+     "reasons": [{"code": "...", "policy_id": "...", "message": "..."}, ...],
+     "shadow":  {"effect": "allow" | "deny" | "confirm", "policy_ids": ["...", ...]}}
 
 ``reasons`` must be non-empty (a decision explains itself); ``policy_id`` and ``message`` are
 optional strings. A deny whose reason code is ``policy_evaluation_error`` is an evaluation fault
-(``Decision.error_code`` set), exactly like the Cedar engine's. Anything else -- not an object, an
-unknown effect, a reason without a code, a fault code on an allow -- is ``engine_malformed``.
+(``Decision.error_code`` set), exactly like the Cedar engine's. ``shadow`` is optional: present
+only when the policies in shadow mode would have changed the effect, it becomes
+``Decision.shadow_effect`` / ``Decision.shadow_policy_ids`` (logged, never enforced), exactly like
+the Cedar engine's. Anything else -- not an object, an unknown effect, a reason without a code, a
+fault code on an allow, a ``shadow`` that is not ``{effect, policy_ids}`` with a known effect other
+than the enforced one and an array of strings -- is ``engine_malformed``.
+
+Policy ids in shadow mode come from ``data.callgate.shadow`` (``data.json``, an array of ids) and
+from the config's ``policy.shadow``, which both engines send as ``input.shadow`` (so the base
+documents an OPA server must serve stay exactly ``data.json``; see :class:`RegoPolicies`).
 """
 
 from __future__ import annotations
@@ -50,6 +60,8 @@ PACKAGE_ROOT = "callgate"
 """Every engine module's package lies under ``data.callgate``; so does all base data."""
 
 DATA_FILE = "data.json"
+SHADOW_KEY = "shadow"
+"""``data.callgate.shadow``: the policy ids ``data.json`` puts in shadow mode (an array of ids)."""
 TEST_SUFFIX = "_test.rego"
 
 # Stable fault codes of the Rego engines. They are meant to become ``ErrorCode`` members (and
@@ -134,22 +146,26 @@ def contract_value(value: JSONValue, path: str = "") -> JSONValue:
     raise RequestError(f"{path or '/'}: unsupported value type")
 
 
-def build_input(req: AuthzRequest) -> dict[str, JSONValue]:
+def build_input(req: AuthzRequest, shadow: Sequence[str] = ()) -> dict[str, JSONValue]:
     """The input document for one request (the module docstring gives the shape).
 
     ``context.tenant`` is always the session's tenant (a ``tenant`` key in the request context
-    is overwritten, as the Cedar engine does). Raises :class:`RequestError`.
+    is overwritten, as the Cedar engine does). ``shadow``: the config's shadow policy ids, sent
+    as ``input.shadow`` when there are any. Raises :class:`RequestError`.
     """
     context = contract_value(dict(req.context))
     assert isinstance(context, dict)
     context["tenant"] = req.subject.tenant
     kind, _, name = req.resource.partition(":")
-    return {
+    doc: dict[str, JSONValue] = {
         "subject": {"tenant": req.subject.tenant, "id": req.subject.id},
         "capability": req.capability,
         "resource": {"id": req.resource, "kind": kind, "name": name},
         "context": context,
     }
+    if shadow:
+        doc["shadow"] = list(shadow)
+    return doc
 
 
 class MalformedDecision(ValueError):
@@ -183,7 +199,34 @@ def decision_from_document(doc: object, engine: str) -> Decision:
     error_code = next((r.code for r in reasons if r.code in FAULT_REASON_CODES), "")
     if error_code and effect is not Effect.DENY:
         raise MalformedDecision(f"a fault reason ({error_code}) on a {effect.value} decision")
-    return Decision(effect=effect, reasons=tuple(reasons), engine=engine, error_code=error_code)
+    shadow_effect, shadow_ids = _shadow_of(doc, effect)
+    return Decision(
+        effect=effect,
+        reasons=tuple(reasons),
+        engine=engine,
+        error_code=error_code,
+        shadow_effect=shadow_effect,
+        shadow_policy_ids=shadow_ids,
+    )
+
+
+def _shadow_of(doc: Mapping[str, Any], effect: Effect) -> tuple[str, tuple[str, ...]]:
+    """The optional ``shadow`` member -> (shadow effect, shadow policy ids); ``("", ())`` when
+    absent. Raises :class:`MalformedDecision`."""
+    if "shadow" not in doc:
+        return "", ()
+    raw = doc["shadow"]
+    if not isinstance(raw, dict) or set(raw) != {"effect", "policy_ids"}:
+        raise MalformedDecision("decision shadow must be an object with exactly effect and policy_ids")
+    would = raw["effect"]
+    if not isinstance(would, str) or would not in EFFECTS:
+        raise MalformedDecision("decision shadow effect is not one of allow, deny, confirm")
+    if EFFECTS[would] is effect:
+        raise MalformedDecision("decision shadow effect equals the enforced effect (agreement carries no shadow)")
+    ids = raw["policy_ids"]
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise MalformedDecision("decision shadow policy_ids must be an array of strings")
+    return would, tuple(ids)
 
 
 def normalize_decision_path(path: str) -> str:
@@ -211,7 +254,19 @@ class RegoPolicies:
     data_text: str
     """``data.json`` as read (``"{}"`` when there is none)."""
     revision: str
-    """``sha256:`` over the module paths and texts and ``data.json``."""
+    """``sha256:`` over the module paths and texts and ``data.json``, and the config's shadow ids
+    when there are any (so a switch between shadow and enforcing is a new revision)."""
+    shadow: tuple[str, ...] = ()
+    """Policy ids the config (``policy.shadow``) puts in shadow mode, sorted, without duplicates.
+    The engines send them as ``input.shadow``; they are not data, so an OPA server serving
+    exactly ``data.json`` serves this revision (readiness). ``data.callgate.shadow`` in
+    ``data.json`` puts policies in shadow mode from the policy files instead."""
+
+    @property
+    def shadow_ids(self) -> tuple[str, ...]:
+        """Every policy id in shadow mode: ``data.callgate.shadow`` and the config's, sorted."""
+        base = self.data.get(PACKAGE_ROOT, {}).get(SHADOW_KEY, [])
+        return tuple(sorted(set(base) | set(self.shadow)))
 
 
 def _load_error(message: str, source: Path | str, line: int = 0) -> LoadError:
@@ -219,12 +274,14 @@ def _load_error(message: str, source: Path | str, line: int = 0) -> LoadError:
     return LoadError(code=ErrorCode.POLICY_INVALID, message=message, source=where)
 
 
-def load_rego_dir(directory: Path) -> RegoPolicies:
+def load_rego_dir(directory: Path, shadow: Sequence[str] = ()) -> RegoPolicies:
     """Read ``<directory>/**/*.rego`` (``*_test.rego`` excluded: those are for ``opa test``) and
     ``<directory>/data.json``. Checks what can be checked without a Rego compiler: every module
     declares a package under ``callgate``, ``data.json`` is strict JSON (duplicate keys refused:
-    OPA and rego-cpp might each keep a different one) holding only ``callgate``. Compilation errors
-    are reported by the engine that compiles them. Raises :class:`LoadError` (``policy_invalid``).
+    OPA and rego-cpp might each keep a different one) holding only ``callgate``, and its
+    ``callgate.shadow``, if any, is an array of policy ids. Compilation errors are reported by the
+    engine that compiles them. ``shadow``: the config's shadow policy ids (``policy.shadow``).
+    Raises :class:`LoadError` (``policy_invalid``).
     """
     if not directory.is_dir():
         raise _load_error("not a directory", directory)
@@ -266,14 +323,21 @@ def load_rego_dir(directory: Path) -> RegoPolicies:
             raise _load_error(f"data.json must be an object whose only key is '{PACKAGE_ROOT}'", data_path)
         if not isinstance(parsed.get(PACKAGE_ROOT, {}), dict):
             raise _load_error(f"data.json: '{PACKAGE_ROOT}' must be an object", data_path)
+        ids = parsed.get(PACKAGE_ROOT, {}).get(SHADOW_KEY, [])
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise _load_error(f"data.json: '{PACKAGE_ROOT}.{SHADOW_KEY}' must be an array of policy ids", data_path)
         data, data_text = parsed, raw.decode("utf-8")
         digest.update(b"data\x00" + raw + b"\x00")
+    config_shadow = tuple(sorted(set(shadow)))
+    if config_shadow:
+        digest.update(b"shadow\x00" + "\x00".join(config_shadow).encode() + b"\x00")
     return RegoPolicies(
         directory=directory,
         modules=tuple(modules),
         data=data,
         data_text=data_text,
         revision="sha256:" + digest.hexdigest(),
+        shadow=config_shadow,
     )
 
 
