@@ -3,9 +3,14 @@
 # Two stages: the first builds a virtualenv from PyPI (wheels only need pip, no compiler), the
 # second copies it onto a clean python:3.11-slim and runs as an unprivileged user. The Helm chart
 # (charts/callgate) runs it with a read-only root filesystem as uid/gid 10001.
+# Optional dependencies of pyproject.toml ([project.optional-dependencies]) are added with
+#   docker build --build-arg EXTRAS=otlp -t callgate:0.1.0-otlp .
+# (otlp: the OTLP/gRPC span exporter, for [observability] tracing_exporter = "otlp").
 ARG PYTHON_IMAGE=python:3.11-slim
 
 FROM ${PYTHON_IMAGE} AS build
+# Comma-separated extras of pyproject.toml; empty = none.
+ARG EXTRAS=""
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -13,7 +18,7 @@ RUN python -m venv /opt/callgate
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY sidecar ./sidecar
-RUN /opt/callgate/bin/pip install . \
+RUN /opt/callgate/bin/pip install ."${EXTRAS:+[$EXTRAS]}" \
  && /opt/callgate/bin/python -m compileall -q /opt/callgate/lib \
  && /opt/callgate/bin/callgate --help >/dev/null
 

@@ -194,6 +194,14 @@ def test_schema_and_template_reject_bad_values(case: Path) -> None:
         (["--set-json", 'listeners.confirmer={"enabled":true,"socket":"/tmp/x.sock"}'], "/listeners/confirmer"),
         (["--set", "policy.engine=opa", "--set", "opa.diagnosticPort=8181"], "opa.port and opa.diagnosticPort must differ"),
         (["--set", "policies.bundled=false"], "no policy files"),
+        (["--set", "observability.metrics.port=0"], "/observability/metrics/port"),
+        (["--set", "observability.decisionLog.queue=0"], "/observability/decisionLog/queue"),
+        (["--set", "observability.decisionLog.destination=stderr"], "/observability/decisionLog/destination"),
+        (["--set", "observability.decisionLog.destination=/var/log/callgate/../x"], "/observability/decisionLog/destination"),
+        (["--set", "observability.tracing.endpoint=otel-collector:4317"], "/observability/tracing/endpoint"),
+        # Helm's --set turns 0.5 into a string: a ratio needs --set-json or a values file
+        (["--set", "observability.tracing.sampleRatio=0.5"], "/observability/tracing/sampleRatio': got string, want number"),
+        (["--set-json", 'observability.metrics.from=[{}]'], "/observability/metrics/from/0"),
     ],
 )
 def test_more_bad_values_are_rejected(args: list[str], message: str) -> None:
@@ -258,6 +266,8 @@ def test_secrets_and_config_are_mounted_only_into_the_sidecar(chart_check_out: P
             assert pod.mounted_by(volume) == {"callgate"}, (name, volume)
         for volume in ("callgate-keys", "callgate-state", "callgate-tmp", "callgate-config"):
             assert pod.mounted_by(volume) == {"callgate"}, (name, volume)
+        if "callgate-decision-log" in pod.volumes:
+            assert pod.mounted_by("callgate-decision-log") == {"callgate"}, name
         policy_readers = {"callgate", "opa"} if "opa" in pod.containers else {"callgate"}
         assert pod.mounted_by("callgate-policies") == policy_readers, name
         assert pod.volumes["callgate-keys"]["emptyDir"]["medium"] == "Memory", name
@@ -270,15 +280,26 @@ def test_secrets_and_config_are_mounted_only_into_the_sidecar(chart_check_out: P
     assert postgres.volumes["callgate-postgres-dsn"]["secret"]["secretName"] == "callgate-postgres"
 
 
-def test_no_role_listens_on_tcp_and_only_opa_exposes_a_port(chart_check_out: Path) -> None:
+def test_no_role_listens_on_tcp_and_only_diagnostics_expose_ports(chart_check_out: Path) -> None:
+    """Roles are on Unix sockets only; the ports on the pod IP are OPA's /health and, with
+    observability.metrics, callgate's /metrics (named "metrics")."""
+    metered = set()
     for name, pod in pods_under_test(chart_check_out):
         config = tomllib.loads(config_toml(pod.docs))
         for role, listener in config["server"].items():
             assert "tcp" not in listener, (name, role)
+        metrics_address = config.get("observability", {}).get("metrics_address", "")
         for cname, c in pod.containers.items():
-            ports = c.get("ports", [])
-            assert (cname == "opa") == bool(ports), (name, cname)
-            assert [p["containerPort"] for p in ports] in ([], [8282]), (name, cname)
+            ports = [(p["name"], p["containerPort"], p["protocol"]) for p in c.get("ports", [])]
+            if cname == "opa":
+                assert ports == [("opa-diag", 8282, "TCP")], (name, cname)
+            elif cname == "callgate" and metrics_address:
+                assert ports == [("metrics", int(metrics_address.rpartition(":")[2]), "TCP")], (name, ports)
+                assert metrics_address.startswith("0.0.0.0:"), name
+                metered.add(name)
+            else:
+                assert ports == [], (name, cname)
+    assert metered == {"values-observability.yaml"}
 
 
 def test_probes_are_exec_health_checks_over_the_sockets(chart_check_out: Path) -> None:
@@ -332,14 +353,130 @@ def test_config_toml_types_and_extra_keys() -> None:
     ]
 
 
+def observability_of(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    section: dict[str, Any] = tomllib.loads(config_toml(docs)).get("observability", {})
+    return section
+
+
+def network_policy(docs: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    spec: dict[str, Any] = policy["spec"]
+    return spec
+
+
+def test_observability_defaults() -> None:
+    """Decision log on stdout, lossless; no metrics listener, no port, no scrape annotations, no
+    ingress; no tracing."""
+    docs = render()
+    pod = Pod.of(docs)
+    assert observability_of(docs) == {
+        "decision_log": "stdout",
+        "decision_log_mode": "lossless",
+        "decision_log_queue": 10000,
+        "decision_log_mask": [],
+    }
+    assert "ports" not in pod.containers["callgate"]
+    assert not any(k.startswith("prometheus.io/") for k in pod.metadata["annotations"])
+    assert network_policy(docs)["ingress"] == []
+    assert "callgate-decision-log" not in pod.volumes
+    off = render("--set", "observability.decisionLog.enabled=false")
+    assert "observability" not in tomllib.loads(config_toml(off))
+
+
+def test_observability_scenario_renders_metrics_logs_and_traces() -> None:
+    docs = scenario("values-observability.yaml")
+    pod = Pod.of(docs)
+    values = yaml.safe_load((CHART / "values-observability.yaml").read_text())["observability"]
+    obs = observability_of(docs)
+    assert obs == {
+        "metrics_address": "0.0.0.0:9464",
+        "decision_log": "stdout",
+        "decision_log_mode": "bounded",
+        "decision_log_queue": 10000,
+        "decision_log_mask": ["calendar.create_event#/title"],
+        "tracing_exporter": "otlp",
+        "tracing_endpoint": "http://otel-collector.monitoring:4317",
+        "tracing_sample_ratio": 0.25,
+    }
+    assert pod.containers["callgate"]["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+    annotations = pod.metadata["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "9464"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    assert network_policy(docs)["ingress"] == [
+        {"from": values["metrics"]["from"], "ports": [{"protocol": "TCP", "port": 9464}]}
+    ]
+    # the collector is reachable: the scenario's egress rule for OTLP
+    assert any(r.get("ports") == [{"protocol": "TCP", "port": 4317}] for r in network_policy(docs)["egress"])
+
+
+def test_observability_values_map_to_callgate_toml() -> None:
+    docs = scenario(
+        "values-cedar.yaml",
+        "--set", "observability.metrics.enabled=true",
+        "--set", "observability.metrics.port=9100",
+        "--set", "observability.metrics.annotations=false",
+        "--set", "observability.decisionLog.destination=/var/log/callgate/decisions.jsonl",
+        "--set", "observability.decisionLog.sizeLimit=64Mi",
+        "--set", "observability.tracing.exporter=console",
+        "--set", "observability.tracing.sampleRatio=1",  # an int from --set: still a TOML float
+        "--set-json", 'networkPolicy.ingress=[{"from": [{"podSelector": {}}], "ports": [{"port": 8080}]}]',
+    )
+    pod = Pod.of(docs)
+    obs = observability_of(docs)
+    assert obs["metrics_address"] == "0.0.0.0:9100"
+    assert obs["decision_log"] == "/var/log/callgate/decisions.jsonl"
+    assert obs["tracing_exporter"] == "console" and "tracing_endpoint" not in obs
+    assert obs["tracing_sample_ratio"] == 1.0 and isinstance(obs["tracing_sample_ratio"], float)
+    assert pod.containers["callgate"]["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    assert not any(k.startswith("prometheus.io/") for k in pod.metadata["annotations"])
+    # the file is on its own emptyDir, writable by callgate only (the root filesystem is read-only)
+    assert pod.volumes["callgate-decision-log"] == {"name": "callgate-decision-log", "emptyDir": {"sizeLimit": "64Mi"}}
+    mount = next(m for m in pod.containers["callgate"]["volumeMounts"] if m["name"] == "callgate-decision-log")
+    assert mount == {"name": "callgate-decision-log", "mountPath": "/var/log/callgate"}
+    assert pod.mounted_by("callgate-decision-log") == {"callgate"}
+    # networkPolicy.ingress comes first, then the metrics rule with the default peers
+    ingress = network_policy(docs)["ingress"]
+    assert ingress[0] == {"from": [{"podSelector": {}}], "ports": [{"port": 8080}]}
+    assert ingress[1] == {
+        "from": [{"podSelector": {"matchLabels": {"callgate/metrics-scraper": "true"}}}],
+        "ports": [{"protocol": "TCP", "port": 9100}],
+    }
+    tiny = observability_of(render(
+        "--set", "observability.tracing.exporter=console", "--set-json", "observability.tracing.sampleRatio=0.00001"
+    ))
+    assert tiny["tracing_sample_ratio"] == 1e-05
+    # the OTLP endpoint is written only for otlp; traces off write no tracing keys
+    assert not any(k.startswith("tracing_") for k in observability_of(render(
+        "--set", "observability.tracing.endpoint=http://otel:4317"
+    )))
+    # metrics off: no port, no rule, no annotations, whatever the other metrics values say
+    quiet = render("--set", "observability.metrics.port=9100", "--set", "observability.metrics.annotations=true")
+    assert "metrics_address" not in observability_of(quiet) and network_policy(quiet)["ingress"] == []
+    assert "ports" not in Pod.of(quiet).containers["callgate"]
+    # no NetworkPolicy, no rule (and nothing else changes)
+    no_np = render("--set", "observability.metrics.enabled=true", "--set", "networkPolicy.enabled=false")
+    assert not [d for d in no_np if d["kind"] == "NetworkPolicy"]
+    assert observability_of(no_np)["metrics_address"] == "0.0.0.0:9464"
+
+
 def test_network_policy_selects_the_pod_and_admits_nothing(chart_check_out: Path) -> None:
+    """No ingress at all, except the metrics port from the configured peers when it is on."""
     for name, pod in pods_under_test(chart_check_out):
         policies = [d for d in pod.docs if d["kind"] == "NetworkPolicy"]
         assert len(policies) == 1, name
         spec = policies[0]["spec"]
         labels = pod.metadata["labels"]
         assert spec["podSelector"]["matchLabels"].items() <= labels.items(), name
-        assert spec["ingress"] == [] and "Ingress" in spec["policyTypes"], name
+        assert "Ingress" in spec["policyTypes"], name
+        metrics = [p for p in pod.containers["callgate"].get("ports", []) if p["name"] == "metrics"]
+        if metrics:
+            assert len(spec["ingress"]) == 1, name
+            (rule,) = spec["ingress"]
+            assert rule["ports"] == [{"protocol": "TCP", "port": metrics[0]["containerPort"]}], name
+            assert rule["from"] and all(peer for peer in rule["from"]), name  # never "from anywhere"
+        else:
+            assert spec["ingress"] == [], name
         assert "Egress" in spec["policyTypes"], name
     postgres = Pod.of(rendered_by_chart_check(chart_check_out, "values-postgres.yaml"))
     egress = next(d for d in postgres.docs if d["kind"] == "NetworkPolicy")["spec"]["egress"]
@@ -387,6 +524,10 @@ def test_dockerfile() -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())["podSecurityContext"]
     assert users == [f"{values['runAsUser']}:{values['runAsGroup']}"], "one USER, the chart's non-root uid:gid"
     assert "pip install ." in text
+    # optional extras (e.g. otlp for observability.tracing.exporter: otlp) through a build ARG
+    assert re.search(r'^ARG EXTRAS=""$', text, re.M)
+    assert 'pip install ."${EXTRAS:+[$EXTRAS]}"' in text
+    assert "otlp" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert re.search(r'^ENTRYPOINT \["callgate"\]$', text, re.M)
     ignore = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     assert ignore[0] == "*" and {"!pyproject.toml", "!README.md", "!sidecar/"} <= set(ignore)
@@ -588,6 +729,76 @@ def test_the_rendered_opa_pair_serves(root: Path) -> None:
             assert proc.stop() == 0, proc.log()
     finally:
         opa.stop()
+
+
+def scrape(port: int) -> str:
+    http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with http.open(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        assert r.status == 200
+        return str(r.read().decode())
+
+
+def test_the_rendered_observability_scenario_serves_metrics_logs_and_traces(root: Path) -> None:
+    """values-observability.yaml, on a free metrics port, with the decision log in a file on its
+    emptyDir and console spans (the venv has no OTLP exporter, the image needs EXTRAS=otlp for
+    it): the rendered command serves GET /metrics on the rendered address, a proposal over the
+    agent socket shows up in the metrics, as a masked decision-log line and as spans."""
+    from sidecar.gen.callgate.v1 import callgate_pb2 as pb
+    from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
+
+    port = free_port()
+    pod = Pod.of(scenario(
+        "values-observability.yaml",
+        "--set", f"paths.root={root}",
+        "--set", f"observability.metrics.port={port}",
+        "--set", "observability.decisionLog.destination=/var/log/callgate/decisions.jsonl",
+        "--set", "observability.tracing.exporter=console",
+        "--set", "observability.tracing.sampleRatio=1",
+    ))
+    obs = tomllib.loads(config_toml(pod.docs))["observability"]
+    assert obs["metrics_address"] == f"0.0.0.0:{port}"
+    log_file = root / "var" / "log" / "callgate" / "decisions.jsonl"
+    assert obs["decision_log"] == str(log_file)
+    proc, c, env = start_rendered_sidecar(pod, root)
+    try:
+        assert probe(c, "readinessProbe", env).returncode == 0
+        text = scrape(port)
+        assert "callgate_policy_snapshot_info{" in text and 'engine="cedar"' in text
+        assert re.search(r"^callgate_\w+", text, re.M)
+        agent_env = {e["name"]: e["value"] for e in pod.containers["agent"]["env"]}
+        with grpc.insecure_channel(agent_env["CALLGATE_AGENT_SOCKET"]) as channel:
+            gate = pb_grpc.GateStub(channel)
+            session = gate.OpenSession(
+                pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="alice"), timezone="Asia/Shanghai", locale="en"),
+                timeout=10,
+            ).session_id
+            gate.ListTools(pb.ListToolsRequest(session_id=session, model_call_id="mc-1"), timeout=10)
+            gate.Propose(
+                pb.ProposeRequest(
+                    session_id=session, model_call_id="mc-1", proposal_id="call_1",
+                    tool_name="calendar.create_event", tool_version="v1", idempotency_key="k-1",
+                    arguments=json.dumps({"title": "dentist, private", "start": "2026-07-20T09:00"}).encode(),
+                ),
+                timeout=10,
+            )
+        text = scrape(port)
+        assert re.search(r'^callgate_decisions_total\{[^}]*tool="calendar.create_event@v1"[^}]*\} 1\.0$', text, re.M), text
+        assert re.search(r'^callgate_rpc_duration_seconds_count\{[^}]*method="Propose"[^}]*\} 1\.0$', text, re.M), text
+        # bounded mode: the line is written in the background
+        deadline = time.monotonic() + 10
+        while not (log_file.exists() and "normalized" in log_file.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lines = [json.loads(line) for line in log_file.read_text().splitlines()]
+        kinds = [line["kind"] for line in lines]
+        assert "normalized" in kinds and any(k in kinds for k in ("authorized", "authorization_rejected")), kinds
+        assert all(line["tool"] == "calendar.create_event@v1" for line in lines)
+        assert "dentist" not in log_file.read_text()  # masked: calendar.create_event#/title
+        normalized = next(line for line in lines if line["kind"] == "normalized")
+        assert json.loads(normalized["data"]["normalized_arguments"])["title"] == "***", normalized
+    finally:
+        assert proc.stop() == 0, proc.log()
+    spans = proc.log_path.read_text()  # console exporter: stderr, flushed at shutdown at the latest
+    assert '"name": "callgate.authorize"' in spans and '"service.name": "callgate"' in spans, proc.log()
 
 
 # --------------------------------------------------------------------------------------------

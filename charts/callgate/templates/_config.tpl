@@ -58,6 +58,27 @@ callgate.toml and the policy directory, from values. Keys are those of sidecar/c
           "max_wall_clock_seconds" $v.budgets.maxWallClockSeconds
           "max_result_bytes" $v.budgets.maxResultBytes
           "max_external_cost_micros" $v.budgets.maxExternalCostMicros) -}}
+{{- $o := $v.observability -}}
+{{- $obs := dict -}}
+{{- if $o.metrics.enabled -}}
+{{- $_ := set $obs "metrics_address" (printf "0.0.0.0:%d" (int $o.metrics.port)) -}}
+{{- end -}}
+{{- if $o.decisionLog.enabled -}}
+{{- $_ := set $obs "decision_log" (include "callgate.decisionLogTarget" .) -}}
+{{- $_ := set $obs "decision_log_mode" $o.decisionLog.mode -}}
+{{- $_ := set $obs "decision_log_queue" $o.decisionLog.queue -}}
+{{- $_ := set $obs "decision_log_mask" $o.decisionLog.mask -}}
+{{- end -}}
+{{- if ne $o.tracing.exporter "none" -}}
+{{- $_ := set $obs "tracing_exporter" $o.tracing.exporter -}}
+{{- $_ := set $obs "tracing_sample_ratio" $o.tracing.sampleRatio -}}
+{{- if and (eq $o.tracing.exporter "otlp") $o.tracing.endpoint -}}
+{{- $_ := set $obs "tracing_endpoint" $o.tracing.endpoint -}}
+{{- end -}}
+{{- end -}}
+{{- if $obs -}}
+{{- $_ := set $cfg "observability" $obs -}}
+{{- end -}}
 {{- if $v.secrets -}}
 {{- $secrets := list -}}
 {{- range $s := $v.secrets -}}
@@ -134,4 +155,28 @@ the same key are an error. Returns the map key -> path as JSON. */ -}}
 {{- if eq (int $v.opa.port) (int $v.opa.diagnosticPort) -}}
 {{- fail "callgate: opa.port and opa.diagnosticPort must differ" -}}
 {{- end -}}
+{{- $o := $v.observability -}}
+{{- if and $o.metrics.enabled (include "callgate.opaContainer" .) (has (int $o.metrics.port) (list (int $v.opa.port) (int $v.opa.diagnosticPort))) -}}
+{{- fail "callgate: observability.metrics.port must differ from opa.port and opa.diagnosticPort (the pod shares one network namespace)" -}}
+{{- end -}}
+{{- if and (eq $o.tracing.exporter "otlp") $v.networkPolicy.enabled $v.networkPolicy.egress.restrict (not $v.networkPolicy.egress.rules) -}}
+{{- fail "callgate: observability.tracing.exporter otlp sends spans to a collector: add an egress rule for it to networkPolicy.egress.rules" -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* [observability] decision_log: "stdout" or the file's path on the decision-log emptyDir. */ -}}
+{{- define "callgate.decisionLogTarget" -}}
+{{- $d := .Values.observability.decisionLog.destination -}}
+{{- if eq $d "stdout" -}}
+stdout
+{{- else -}}
+{{- $p := include "callgate.paths" . | fromYaml -}}
+{{- printf "%s/%s" $p.decisionLog (trimPrefix "/var/log/callgate/" $d) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* True ("true") when the decision log is a file on its own emptyDir. */ -}}
+{{- define "callgate.decisionLogFile" -}}
+{{- $d := .Values.observability.decisionLog -}}
+{{- if and $d.enabled (ne $d.destination "stdout") -}}true{{- end -}}
 {{- end -}}

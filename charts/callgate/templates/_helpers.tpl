@@ -44,6 +44,7 @@ secrets: {{ printf "%s/etc/callgate/secrets" $r | quote }}
 sockets: {{ printf "%s/run/callgate" $r | quote }}
 keys: {{ printf "%s/run/callgate/keys" $r | quote }}
 state: {{ printf "%s/var/lib/callgate" $r | quote }}
+decisionLog: {{ printf "%s/var/log/callgate" $r | quote }}
 tmp: {{ printf "%s/tmp" $r | quote }}
 {{- end -}}
 
@@ -79,7 +80,8 @@ tmp: {{ printf "%s/tmp" $r | quote }}
 TOML writer for callgate.toml: a map of sections. A map value is a [section] of key = value lines,
 a non-empty list of maps is an array of tables ([[secrets]]), anything else is a top-level key.
 Numbers from values files are float64: integral ones are written as integers, as callgate's
-loader wants (it refuses 300.0 for an int key).
+loader wants (it refuses 300.0 for an int key), except the keys of callgate.toml.floatKeys, which
+are always written as floats (it refuses 1 for a float key).
 */ -}}
 {{- define "callgate.toml" -}}
 {{- $doc := . -}}
@@ -95,7 +97,7 @@ loader wants (it refuses 300.0 for an int key).
 
 [{{ include "callgate.toml.key" $k }}]
 {{- range $kk := keys $v | sortAlpha }}
-{{ include "callgate.toml.key" $kk }} = {{ include "callgate.toml.value" (get $v $kk) }}
+{{ include "callgate.toml.key" $kk }} = {{ include (ternary "callgate.toml.float" "callgate.toml.value" (has $kk (include "callgate.toml.floatKeys" . | fromYamlArray))) (get $v $kk) }}
 {{- end -}}
 {{- else if and (kindIs "slice" $v) (gt (len $v) 0) (kindIs "map" (first $v)) -}}
 {{- range $item := $v }}
@@ -108,6 +110,19 @@ loader wants (it refuses 300.0 for an int key).
 {{- end -}}
 {{- end }}
 {{ end -}}
+
+{{- /* Keys of callgate.toml sections whose values are floats (sidecar/config.py). */ -}}
+{{- define "callgate.toml.floatKeys" -}}
+- tracing_sample_ratio
+{{- end -}}
+
+{{- define "callgate.toml.float" -}}
+{{- if not (or (kindIs "float64" .) (kindIs "float32" .) (kindIs "int" .) (kindIs "int64" .) (kindIs "int32" .)) -}}
+{{- fail (printf "callgate.toml: %v is not a number" .) -}}
+{{- end -}}
+{{- $f := float64 . -}}
+{{- if eq $f (float64 (int64 $f)) -}}{{ printf "%d.0" (int64 $f) }}{{- else -}}{{ $f }}{{- end -}}
+{{- end -}}
 
 {{- define "callgate.toml.key" -}}
 {{- if regexMatch "^[A-Za-z0-9_-]+$" . -}}{{ . }}{{- else -}}{{ toJson . }}{{- end -}}

@@ -3,7 +3,8 @@ The pod parts of the callgate sidecar: what a Deployment (this chart's example, 
 chart's) includes to run callgate beside its own containers. See docs/DEPLOY.md, "Including".
 
   metadata.labels        callgate.podLabels        (the NetworkPolicy selects pods by it)
-  metadata.annotations   callgate.podAnnotations   (checksums: a config change rolls the pods)
+  metadata.annotations   callgate.podAnnotations   (checksums: a config change rolls the pods;
+                                                    prometheus.io/* with observability.metrics)
   spec.securityContext   callgate.podSecurityContext
   spec.initContainers    callgate.initContainers   (callgate + OPA when sidecar.native)
   spec.containers        callgate.containers       (callgate + OPA when not sidecar.native)
@@ -18,6 +19,13 @@ checksum/callgate-policies: {{ include "callgate.policyFiles" . | sha256sum }}
 {{- end }}
 {{- if include "callgate.opaContainer" . }}
 checksum/callgate-opa: {{ include "callgate.opaAuthzPolicy" . | sha256sum }}
+{{- end }}
+{{- with .Values.observability.metrics }}
+{{- if and .enabled .annotations }}
+prometheus.io/scrape: "true"
+prometheus.io/port: {{ .port | int | toString | quote }}
+prometheus.io/path: /metrics
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -99,6 +107,12 @@ failureThreshold: {{ .failureThreshold }}
   env:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+  {{- if $v.observability.metrics.enabled }}
+  ports:
+    - name: metrics
+      containerPort: {{ $v.observability.metrics.port }}
+      protocol: TCP
+  {{- end }}
   startupProbe:
     exec:
       command:
@@ -135,6 +149,10 @@ failureThreshold: {{ .failureThreshold }}
       mountPath: {{ $p.state | quote }}
     - name: callgate-tmp
       mountPath: {{ $p.tmp | quote }}
+    {{- if include "callgate.decisionLogFile" . }}
+    - name: callgate-decision-log
+      mountPath: {{ $p.decisionLog | quote }}
+    {{- end }}
     {{- range $s := $v.secrets }}
     - name: callgate-secret-{{ $s.name }}
       mountPath: {{ printf "%s/%s" $p.secrets $s.name | quote }}
@@ -259,6 +277,11 @@ failureThreshold: {{ .failureThreshold }}
   emptyDir:
     medium: Memory
     sizeLimit: 16Mi
+{{- if include "callgate.decisionLogFile" . }}
+- name: callgate-decision-log
+  emptyDir:
+    sizeLimit: {{ $v.observability.decisionLog.sizeLimit }}
+{{- end }}
 {{- range $s := $v.secrets }}
 - name: callgate-secret-{{ $s.name }}
   secret:
