@@ -29,7 +29,7 @@ class ListenerConfig:
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     agent: ListenerConfig = ListenerConfig(socket="var/run/agent.sock")
-    """Listener of the agent-facing ``Gate`` service (plus Authorizer, health, reflection)."""
+    """Listener of the agent-facing ``Gate`` service (with health and reflection)."""
     confirmer: ListenerConfig = ListenerConfig(socket="var/run/confirmer.sock")
     """Listener of the ``Confirmations`` service: never reachable from the agent's listener."""
     authorizer: ListenerConfig = ListenerConfig(socket="var/run/authorizer.sock")
@@ -131,12 +131,16 @@ class IdempotencyConfig:
 @dataclass(frozen=True, slots=True)
 class BudgetsConfig:
     max_model_calls: int = 50
-    """Default per-session limits (6.11); a session may ask for less, never more."""
+    """Model calls per session, counted at ``ListTools`` (6.11). Every limit here is the default
+    and the ceiling: a session may ask for less at ``OpenSession``, never more."""
     max_tool_calls: int = 100
+    """Proposals per session (counted at ``Propose``)."""
     max_wall_clock_seconds: int = 3600
+    """Seconds since ``OpenSession`` after which the loop ends."""
     max_result_bytes: int = 10 * 1024 * 1024
+    """Cumulative bytes of tool messages encoded for the session."""
     max_external_cost_micros: int = 0
-    """0 = no external cost limit."""
+    """Cumulative external cost reported with attempt outcomes; 0 = no limit."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from sidecar import config as config_module
 from sidecar.errors import DESCRIPTION, ErrorCode
 from sidecar.server.status import STATUS
 
@@ -26,3 +32,60 @@ raised as a call error.
 def errors_markdown() -> str:
     rows = [f"| `{c.value}` | `{STATUS[c].name}` | {DESCRIPTION[c]} |" for c in ErrorCode]
     return _HEADER + "\n".join(rows) + "\n"
+
+
+_CONFIG_HEADER = """# Configuration reference
+
+`callgate serve --config callgate.toml` (and `check`, `eval`, `policy test`, `explain`) read one
+TOML file. Every key has a default that runs the embedded setup (Cedar + SQLite on Unix
+sockets); unknown keys and sections are errors, so a typo never silently falls back to a default.
+Relative paths are resolved against the directory of the config file. This page is generated from
+the docstrings of `sidecar/config.py` by `scripts/gen-docs`; `tests/test_docs.py` fails when it is
+stale.
+"""
+
+
+def _field_docs(cls: type[Any]) -> dict[str, str]:
+    """Attribute docstrings (the string literal after each field) of a dataclass in config.py."""
+    tree = ast.parse(Path(config_module.__file__).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            docs: dict[str, str] = {}
+            body = node.body
+            for i, stmt in enumerate(body):
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and i + 1 < len(body):
+                    nxt = body[i + 1]
+                    if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                        docs[stmt.target.id] = " ".join(nxt.value.value.split())
+            return docs
+    return {}
+
+
+def _default(value: Any) -> str:
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, tuple):
+        return "`[" + ", ".join(f'"{v}"' for v in value) + "]`"
+    if dataclasses.is_dataclass(value):
+        parts = [f'{f.name} = {_default(getattr(value, f.name)).strip("`")}' for f in dataclasses.fields(value)]
+        return "`{ " + ", ".join(parts) + " }`"
+    return f"`{value}`"
+
+
+def config_markdown() -> str:
+    out = [_CONFIG_HEADER]
+    sections: list[tuple[str, type[Any]]] = [*config_module._SECTIONS.items(), ("[secrets]]", config_module.SecretConfig)]
+    for name, cls in sections:
+        title = "[[secrets]]" if name == "[secrets]]" else f"[{name}]"
+        doc = " ".join((cls.__doc__ or "").split())
+        out.append(f"\n## `{title}`\n")
+        if doc and not doc.startswith(cls.__name__ + "("):
+            out.append(doc + "\n")
+        out.append("| key | default | meaning |\n|---|---|---|")
+        docs = _field_docs(cls)
+        instance = cls()
+        for f in dataclasses.fields(cls):
+            out.append(f"| `{f.name}` | {_default(getattr(instance, f.name))} | {docs.get(f.name, '')} |")
+    return "\n".join(out) + "\n"
