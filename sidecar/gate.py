@@ -377,6 +377,8 @@ class Gate:
             },
         )
 
+        claimed: IdempotencyKey | None = None
+
         async def finish(
             state_record: InvocationRecord,
             decision: Decision | None = None,
@@ -390,7 +392,12 @@ class Gate:
                 decision=decision_to_dict(decision) if decision else None,
                 rejection=rejection.as_dict() if rejection else None,
             )
-            await self._store.create_invocation(final, trail.events)
+            try:
+                await self._store.create_invocation(final, trail.events)
+            except Exception:
+                if claimed is not None:  # nothing was recorded: do not leave the key held
+                    await self._idem.release(claimed, inv_id, now=now)
+                raise
             return ProposeOutcome(final, decision, rejection, validator, dialect)
 
         def reject(exc: CallgateError, to: State, kind: str) -> Rejection:
@@ -505,6 +512,19 @@ class Gate:
                 retention=timedelta(seconds=tool.spec.retention_seconds(self._cfg.idempotency.retention_seconds)),
                 expired_policy=ExpiredPolicy(self._cfg.idempotency.expired_policy),
             )
+            if (
+                claim.kind is ClaimKind.IN_PROGRESS
+                and claim.record is not None
+                and await self._expire_if_stale(claim.record.invocation_id, trace)
+            ):  # the holder was a confirmation that expired unanswered: the key is free again
+                claim = await self._idem.claim(
+                    idem_key,
+                    normalized.digest,
+                    inv_id,
+                    now=now,
+                    retention=timedelta(seconds=tool.spec.retention_seconds(self._cfg.idempotency.retention_seconds)),
+                    expired_policy=ExpiredPolicy(self._cfg.idempotency.expired_policy),
+                )
             if claim.kind in (ClaimKind.IN_PROGRESS, ClaimKind.COMPLETED) and claim.record is not None:
                 return await self._replay(claim.record, p, normalized.digest, trace)
             if claim.kind is ClaimKind.MISMATCH:
@@ -513,7 +533,9 @@ class Gate:
                     message="idempotency key already used with other arguments; use a new key",
                 )
                 return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
-            if claim.kind is not ClaimKind.NEW:
+            if claim.kind is ClaimKind.NEW:
+                claimed = idem_key
+            else:
                 problem = CallgateError(
                     code=ErrorCode.IDEMPOTENCY_KEY_EXPIRED,
                     message="idempotency key is past its retention window; use a new key",
@@ -665,6 +687,31 @@ class Gate:
                 code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
             )
         return moved
+
+    async def _expire_if_stale(self, invocation_id: str, trace: TraceContext) -> bool:
+        """Cancel a parked invocation whose confirmation window has passed (releasing its
+        idempotency key). True if it was (or already is) expired and cancelled."""
+        inv = await self._store.get_invocation(invocation_id)
+        if inv is None or inv.state is not State.AUTHORIZED or not inv.confirmation_expires_at:
+            return False
+        if self._clock.now() < datetime.fromisoformat(inv.confirmation_expires_at):
+            return False
+        moved = await self._move(
+            inv, State.CANCELLED_BEFORE_COMMIT, "confirmation_expired", {"expired_at": inv.confirmation_expires_at}, trace
+        )
+        if moved is not None:
+            await self.release_key(inv)
+        return True
+
+    async def expire_confirmations(self) -> int:
+        """Sweep: cancel every parked invocation whose confirmation expired (6.11: an unconfirmed
+        call ends as cancelled_before_commit). Returns how many were cancelled."""
+        now = self._clock.now()
+        expired = [
+            inv for inv in await self._store.list_pending("") if now >= datetime.fromisoformat(inv.confirmation_expires_at)
+        ]
+        trace = TraceContext.from_traceparent(None)
+        return sum([await self._expire_if_stale(inv.invocation_id, trace) for inv in expired])
 
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         now = self._clock.now()

@@ -145,6 +145,7 @@ class PolicyLifecycle:
                     await self.reload("retry")
                 else:
                     await self.refresh_health()  # e.g. OPA came up, or went away
+                await self.gate.expire_confirmations()
             except Exception:  # noqa: BLE001 - the watcher must survive anything
                 log.exception("policy watcher error")
 
