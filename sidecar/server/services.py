@@ -140,6 +140,11 @@ def invocation_pb(inv: InvocationRecord) -> pb.Invocation:
         updated_at=inv.updated_at,
         confirmation_expires_at=inv.confirmation_expires_at,
         rejection=rejection_pb(inv.rejection),
+        attempts=inv.attempts,
+        external_resource_id=inv.external_resource_id,
+        commit_time=inv.commit_time,
+        cancel_requested_at=inv.cancel_requested_at,
+        deadline=inv.deadline,
     )
 
 

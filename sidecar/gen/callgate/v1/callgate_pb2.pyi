@@ -297,7 +297,7 @@ class Event(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., invocation_id: _Optional[str] = ..., seq: _Optional[int] = ..., at: _Optional[str] = ..., kind: _Optional[str] = ..., from_state: _Optional[_Union[State, str]] = ..., to_state: _Optional[_Union[State, str]] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Invocation(_message.Message):
-    __slots__ = ("invocation_id", "session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "subject", "state", "digest", "normalized_arguments", "raw_arguments", "decision", "idempotency_key", "created_at", "updated_at", "confirmation_expires_at", "rejection")
+    __slots__ = ("invocation_id", "session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "subject", "state", "digest", "normalized_arguments", "raw_arguments", "decision", "idempotency_key", "created_at", "updated_at", "confirmation_expires_at", "rejection", "attempts", "external_resource_id", "commit_time", "cancel_requested_at", "deadline")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -315,6 +315,11 @@ class Invocation(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     CONFIRMATION_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     REJECTION_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     session_id: str
     model_call_id: str
@@ -332,7 +337,12 @@ class Invocation(_message.Message):
     updated_at: str
     confirmation_expires_at: str
     rejection: Rejection
-    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., state: _Optional[_Union[State, str]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., raw_arguments: _Optional[bytes] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., confirmation_expires_at: _Optional[str] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ...) -> None: ...
+    attempts: int
+    external_resource_id: str
+    commit_time: str
+    cancel_requested_at: str
+    deadline: str
+    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., state: _Optional[_Union[State, str]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., raw_arguments: _Optional[bytes] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., confirmation_expires_at: _Optional[str] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., attempts: _Optional[int] = ..., external_resource_id: _Optional[str] = ..., commit_time: _Optional[str] = ..., cancel_requested_at: _Optional[str] = ..., deadline: _Optional[str] = ...) -> None: ...
 
 class GetInvocationResponse(_message.Message):
     __slots__ = ("invocation", "events")
