@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from sidecar.clock import FixedClock, SystemClock
 from sidecar.config import Config, load_config
-from sidecar.errors import CallgateError, LoadError
+from sidecar.errors import CallgateError, ErrorCode, LoadError
 from sidecar.evalcases import case_arguments, mismatches
 from sidecar.gate import Gate, ProposeOutcome, SessionSpec, decision_to_dict
 from sidecar.model import Proposal, Subject
@@ -44,15 +44,36 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     try:
         cfg = _config(args.config)
         snap = load_snapshot_from_config(cfg)
+        secrets = _check_secrets_and_keys(cfg)
     except LoadError as exc:
         print(f"error: {exc}", file=out)
         for v in exc.violations[1:]:
             print(f"  {v.pointer}: {v.message}", file=out)
         return 1
     print(f"ok: {len(snap.tools)} tools, engine {snap.engine.name}, revision {snap.revision}", file=out)
+    if secrets:
+        print(f"  secrets: {', '.join(secrets)} (values loaded, not shown)", file=out)
     for t in snap.tools:
         print(f"  {t.spec.key:<32} {t.spec.side_effect_class.value:<9} {', '.join(t.spec.required_capabilities)}", file=out)
     return 0
+
+
+def _check_secrets_and_keys(cfg: Config) -> list[str]:
+    """Load what ``serve`` would load besides policies: secret files/variables (values never
+    printed) and a fixed signing key. Raises LoadError."""
+    from sidecar.redaction import Redactor
+    from sidecar.secrets import SecretStore
+
+    store = SecretStore.load(cfg.secrets, Path(cfg.base_dir))
+    try:
+        Redactor(secrets=store.values())
+    except ValueError as exc:
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secrets: {exc}") from None
+    cc = cfg.credentials
+    for path in (cc.key_file, cc.next_key_file, *cc.previous_key_files):
+        if path and not cfg.path(path).is_file():
+            raise LoadError(code=ErrorCode.CONFIG_INVALID, message="credentials key file not found", source=str(cfg.path(path)))
+    return [sc.name for sc in cfg.secrets]
 
 
 def _read_cases(path: str) -> Iterator[tuple[int, dict[str, Any]]]:

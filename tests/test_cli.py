@@ -75,3 +75,14 @@ def test_eval_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
     r = callgate("eval", str(f), "--config", str(ROOT / "callgate.toml"))
     assert r.returncode == 1
     assert json.loads(r.stdout)["pass"] is False
+
+
+def test_check_reports_a_missing_secret_without_printing_values(tmp_path: Path) -> None:
+    proj = _project_copy(tmp_path)
+    cfg = proj / "callgate.toml"
+    cfg.write_text(cfg.read_text() + '\n[[secrets]]\nname = "api"\nfile = "missing.token"\ntools = ["weather.get"]\n')
+    r = callgate("check", "--config", str(cfg))
+    assert r.returncode == 1 and "secret 'api'" in r.stdout, r.stdout
+    (proj / "missing.token").write_text("TOKEN-VALUE-123456789\n")
+    r = callgate("check", "--config", str(cfg))
+    assert r.returncode == 0 and "secrets: api" in r.stdout and "TOKEN-VALUE" not in r.stdout + r.stderr
