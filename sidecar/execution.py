@@ -22,7 +22,7 @@ import os
 import random
 import secrets as _secrets
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sidecar.clock import Clock, rfc3339
@@ -168,6 +168,17 @@ class Execution:
         return self._keyring.jwks()
 
     # ------------------------------------------------------------------ attempts
+    @staticmethod
+    def _check_backoff(last: AttemptRecord, now: datetime) -> None:
+        """The sidecar applies the backoff it advised (6.9): no retry before ``retry_after``."""
+        if last.retry_after and now < datetime.fromisoformat(last.retry_after):
+            wait_ms = int((datetime.fromisoformat(last.retry_after) - now).total_seconds() * 1000) + 1
+            raise CallgateError(
+                code=ErrorCode.ATTEMPT_NOT_ALLOWED,
+                message=f"retry too early: back off {wait_ms} ms more (6.9)",
+                metadata={"retry_after": last.retry_after},
+            )
+
     async def begin_attempt(self, invocation_id: str, executor_id: str, trace: TraceContext) -> StartedAttempt:
         if not executor_id:
             raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="executor_id is required")
@@ -189,8 +200,11 @@ class Execution:
         elif inv.state is State.EXECUTING and last is not None and last.outcome:
             if not last.retry_reason.startswith("retry:"):
                 raise CallgateError(code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the last attempt may not be retried")
+            self._check_backoff(last, now)
             target = State.EXECUTING
         elif inv.state is State.OUTCOME_UNKNOWN and rel.value != "write_unsafe":
+            if last is not None:
+                self._check_backoff(last, now)
             target = State.OUTCOME_UNKNOWN  # same-key retry / status query; the state stays unknown
         else:
             detail = "an attempt is still running" if inv.state is State.EXECUTING else f"state {inv.state.value}"
@@ -313,6 +327,7 @@ class Execution:
             http_status=http_status,
             cost_micros=cost_micros,
             retry_reason=("retry:" if advice.retry else "final:") + advice.reason,
+            retry_after=rfc3339(now + timedelta(milliseconds=advice.backoff_ms)) if advice.retry else "",
         )
         trail = _Trail(self._gate, inv.invocation_id, inv.state, 0, trace, at)
         data: dict[str, Any] = {

@@ -118,6 +118,7 @@ def test_trace_6_12_to_observed_with_lost_answer_retried_on_the_same_key(sc: Run
     assert again.idempotent_replay and again.invocation_id == inv
     assert pb.State.Name(again.state) == "OUTCOME_UNKNOWN"
 
+    sc.clock.advance(out1.retry.backoff_ms / 1000 + 0.001)  # the advised backoff (enforced)
     att2, out2 = run_attempt(sc, cal, inv)
     assert att2.attempt_number == 2 and att2.idempotency_key == att1.idempotency_key
     assert pb.State.Name(out2.state) == "COMMITTED"
@@ -297,6 +298,10 @@ def test_retry_matrix_read_only_transient(sc: Running) -> None:
     )
     assert o1.retry.retry and o1.retry.reason == "transient_backoff" and o1.retry.backoff_ms > 0
     assert pb.State.Name(o1.state) == "EXECUTING"
+    with pytest.raises(grpc.RpcError) as err:  # the sidecar applies the backoff it advised
+        sc.executor.BeginAttempt(pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="w"))
+    assert error_reason(err.value) == "attempt_not_allowed" and "back off" in (err.value.details() or "")
+    sc.clock.advance(o1.retry.backoff_ms / 1000 + 0.001)
     a2 = sc.executor.BeginAttempt(pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="w"))
     assert a2.attempt_number == 2
     o2 = sc.executor.ReportOutcome(

@@ -59,9 +59,10 @@ def flow() -> Iterator[tuple[Running, Path, dict[str, Any]]]:
         )  # fmt: skip
         inv = first.invocation_id
         sc.confirmations.Confirm(pb.ConfirmRequest(invocation_id=inv, digest=first.digest, confirmed_by="alice"))
-        att1, _ = run_attempt(sc, cal, inv, lose_answer=True)
+        att1, out1 = run_attempt(sc, cal, inv, lose_answer=True)
         again = propose_event(sc, sid, "req-42:create-event:1")
         assert again.idempotent_replay
+        sc.clock.advance(out1.retry.backoff_ms / 1000 + 0.001)  # the advised backoff
         att2, out2 = run_attempt(sc, cal, inv)
         assert pb.State.Name(out2.state) == "COMMITTED"
         enc = sc.executor.EncodeResult(

@@ -100,6 +100,8 @@ class AttemptRecord:
     http_status: int = 0
     cost_micros: int = 0
     retry_reason: str = ""
+    retry_after: str = ""
+    """When a retry was advised: the earliest time (RFC 3339) the next attempt may start."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,7 +58,7 @@ CREATE TABLE IF NOT EXISTS attempts (
   executor_id TEXT NOT NULL, jti TEXT NOT NULL, started_at TEXT NOT NULL,
   credential_expires_at TEXT NOT NULL, outcome TEXT NOT NULL, failure_class TEXT NOT NULL,
   finished_at TEXT NOT NULL, external_resource_id TEXT NOT NULL, http_status INTEGER NOT NULL,
-  cost_micros INTEGER NOT NULL, retry_reason TEXT NOT NULL,
+  cost_micros INTEGER NOT NULL, retry_reason TEXT NOT NULL, retry_after TEXT NOT NULL,
   UNIQUE (invocation_id, number));
 CREATE TABLE IF NOT EXISTS results (
   invocation_id TEXT PRIMARY KEY, status TEXT NOT NULL, message BLOB NOT NULL,
@@ -86,7 +86,7 @@ _INV_COLS = (
 )
 _ATT_COLS = (
     "attempt_id, invocation_id, number, executor_id, jti, started_at, credential_expires_at, outcome, "
-    "failure_class, finished_at, external_resource_id, http_status, cost_micros, retry_reason"
+    "failure_class, finished_at, external_resource_id, http_status, cost_micros, retry_reason, retry_after"
 )
 
 
@@ -122,7 +122,7 @@ def _att_row(a: AttemptRecord) -> tuple[Any, ...]:
     return (
         a.attempt_id, a.invocation_id, a.number, a.executor_id, a.jti, a.started_at,
         a.credential_expires_at, a.outcome, a.failure_class, a.finished_at, a.external_resource_id,
-        a.http_status, a.cost_micros, a.retry_reason,
+        a.http_status, a.cost_micros, a.retry_reason, a.retry_after,
     )  # fmt: skip
 
 
@@ -262,7 +262,7 @@ class SQLiteStore:
         def op(c: sqlite3.Connection) -> bool:
             if not _cas_invocation(c, record, expected, " AND attempts=?", (record.attempts - 1,)):
                 return False
-            c.execute(f"INSERT INTO attempts ({_ATT_COLS}) VALUES ({','.join('?' * 14)})", _att_row(attempt))
+            c.execute(f"INSERT INTO attempts ({_ATT_COLS}) VALUES ({','.join('?' * 15)})", _att_row(attempt))
             _insert_events(c, events)
             return True
 
@@ -276,9 +276,10 @@ class SQLiteStore:
                 return False
             cur = c.execute(
                 "UPDATE attempts SET outcome=?, failure_class=?, finished_at=?, external_resource_id=?, "
-                "http_status=?, cost_micros=?, retry_reason=? WHERE attempt_id=? AND outcome=''",
+                "http_status=?, cost_micros=?, retry_reason=?, retry_after=? WHERE attempt_id=? AND outcome=''",
                 (attempt.outcome, attempt.failure_class, attempt.finished_at, attempt.external_resource_id,
-                 attempt.http_status, attempt.cost_micros, attempt.retry_reason, attempt.attempt_id),
+                 attempt.http_status, attempt.cost_micros, attempt.retry_reason, attempt.retry_after,
+                 attempt.attempt_id),
             )  # fmt: skip
             if cur.rowcount != 1:
                 raise _Conflict()
