@@ -214,7 +214,7 @@ def test_timeout_is_a_fast_deny_and_the_loop_stays_free(faults_server: OpaServer
 
     d, elapsed, ticks = run(main())
     assert d.effect is Effect.DENY and d.error_code == ENGINE_TIMEOUT
-    assert elapsed < 0.6, elapsed  # 200 ms deadline, not OPA's ~1 s evaluation, no retry
+    assert elapsed < 0.8, elapsed  # 200 ms deadline, not OPA's ~1 s evaluation, no retry (margin for a loaded CI machine)
     assert ticks > 20  # the loop kept running while the decision was in flight
 
 
