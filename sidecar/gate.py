@@ -504,13 +504,10 @@ class Gate:
             return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
         idem_key = self.idempotency_key(record) if key else None
         if idem_key is not None:
+            retention = timedelta(seconds=tool.spec.retention_seconds(self._cfg.idempotency.retention_seconds))
+            policy = ExpiredPolicy(self._cfg.idempotency.expired_policy)
             claim = await self._idem.claim(
-                idem_key,
-                normalized.digest,
-                inv_id,
-                now=now,
-                retention=timedelta(seconds=tool.spec.retention_seconds(self._cfg.idempotency.retention_seconds)),
-                expired_policy=ExpiredPolicy(self._cfg.idempotency.expired_policy),
+                idem_key, normalized.digest, inv_id, now=now, retention=retention, expired_policy=policy
             )
             if (
                 claim.kind is ClaimKind.IN_PROGRESS
@@ -518,12 +515,7 @@ class Gate:
                 and await self._expire_if_stale(claim.record.invocation_id, trace)
             ):  # the holder was a confirmation that expired unanswered: the key is free again
                 claim = await self._idem.claim(
-                    idem_key,
-                    normalized.digest,
-                    inv_id,
-                    now=now,
-                    retention=timedelta(seconds=tool.spec.retention_seconds(self._cfg.idempotency.retention_seconds)),
-                    expired_policy=ExpiredPolicy(self._cfg.idempotency.expired_policy),
+                    idem_key, normalized.digest, inv_id, now=now, retention=retention, expired_policy=policy
                 )
             if claim.kind in (ClaimKind.IN_PROGRESS, ClaimKind.COMPLETED) and claim.record is not None:
                 return await self._replay(claim.record, p, normalized.digest, trace)

@@ -189,6 +189,14 @@ class SQLiteStore:
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         return await self._worker.run(op)
 
+    async def _call_cas(self, op: Callable[[sqlite3.Connection], bool]) -> bool:
+        """Run a compare-and-set write; a ``_Conflict`` raised inside rolls it back (its
+        savepoint) and reads as "another writer won"."""
+        try:
+            return await self._call(op)
+        except _Conflict:
+            return False
+
     # ------------------------------------------------------------------ API
     async def put_session(self, s: SessionRecord) -> None:
         def op(c: sqlite3.Connection) -> None:
@@ -286,10 +294,7 @@ class SQLiteStore:
             _insert_events(c, events)
             return True
 
-        try:
-            return await self._call(op)
-        except _Conflict:
-            return False
+        return await self._call_cas(op)
 
     async def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
         def op(c: sqlite3.Connection) -> AttemptRecord | None:
@@ -323,10 +328,7 @@ class SQLiteStore:
             _insert_events(c, events)
             return True
 
-        try:
-            return await self._call(op)
-        except _Conflict:
-            return False
+        return await self._call_cas(op)
 
     async def get_result(self, invocation_id: str) -> ResultRecord | None:
         def op(c: sqlite3.Connection) -> ResultRecord | None:
