@@ -109,6 +109,15 @@ def decision_to_dict(d: Decision) -> dict[str, Any]:
     return out
 
 
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        model_calls=a.model_calls + b.model_calls,
+        tool_calls=a.tool_calls + b.tool_calls,
+        result_bytes=a.result_bytes + b.result_bytes,
+        cost_micros=a.cost_micros + b.cost_micros,
+    )
+
+
 def _check_id(name: str, value: str, max_len: int = 256) -> None:
     if not value or len(value) > max_len or "\x00" in value:
         raise CallgateError(
@@ -185,6 +194,10 @@ class Gate:
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
         self._usage: OrderedDict[str, Usage] = OrderedDict()
         self._pending: set[asyncio.Future[Usage]] = set()
+        self._usage_pending: dict[str, Usage] = {}
+        """Increments counted in memory but not yet handed to a store write."""
+        self._usage_flush_queued = False
+        self._session_limits: OrderedDict[str, tuple[SessionRecord, budgets.Limits, datetime]] = OrderedDict()
         self._views: OrderedDict[tuple[str, str], ToolViewRecord] = OrderedDict()
         self._cache_max = config.limits.max_sessions
 
@@ -280,26 +293,65 @@ class Gate:
         and a limit is exceeded (result bytes and cost are counted after the fact and stop the
         *next* model or tool call).
 
-        Counting happens in memory (one event loop: atomic), and the increment is queued to the
-        store's writer ahead of the call's own write, so it becomes durable in the same or an
-        earlier group commit without a transaction of its own on the hot path."""
+        Counting happens in memory (one event loop: atomic). The increment is then persisted in
+        the same transaction as the call's own write when it makes one before yielding to the
+        loop (``Propose`` takes the pending increments into ``create_invocation``), otherwise by
+        a flush queued on the loop that runs before any later write of this loop can be
+        answered: either way it is durable in the same or an earlier group commit than the
+        answer of the call that consumed."""
         sid = session.session_id
         usage = self._usage.get(sid)
         if usage is None:
             usage = await self._store.add_usage(sid, Usage())  # load (a zero increment)
-        usage = Usage(
-            model_calls=usage.model_calls + delta.model_calls,
-            tool_calls=usage.tool_calls + delta.tool_calls,
-            result_bytes=usage.result_bytes + delta.result_bytes,
-            cost_micros=usage.cost_micros + delta.cost_micros,
-        )
+        usage = _add(usage, delta)
         self._remember(self._usage, sid, usage)
-        task = asyncio.ensure_future(self._store.add_usage(sid, delta))
-        self._pending.add(task)
-        task.add_done_callback(self._usage_written)
+        pending = self._usage_pending.get(sid)
+        self._usage_pending[sid] = delta if pending is None else _add(pending, delta)
+        if not self._usage_flush_queued:
+            self._usage_flush_queued = True
+            asyncio.get_running_loop().call_soon(self._flush_usage)
         if check:
-            limits = effective_limits(session.budgets, self._cfg.budgets)
-            budgets.check(limits, usage, datetime.fromisoformat(session.opened_at), self._clock.now())
+            limits, opened_at = self._budget_of(session)
+            budgets.check(limits, usage, opened_at, self._clock.now())
+
+    def _budget_of(self, session: SessionRecord) -> tuple[budgets.Limits, datetime]:
+        """The session's effective limits and opening time, computed once per session record."""
+        hit = self._session_limits.get(session.session_id)
+        if hit is None or hit[0] is not session:
+            hit = (
+                session,
+                effective_limits(session.budgets, self._cfg.budgets),
+                datetime.fromisoformat(session.opened_at),
+            )
+            self._remember(self._session_limits, session.session_id, hit)
+        return hit[1], hit[2]
+
+    def _take_usage(self) -> dict[str, Usage]:
+        """Hand every pending usage increment to the caller's write (see :meth:`consume`)."""
+        pending, self._usage_pending = self._usage_pending, {}
+        return pending
+
+    def _return_usage(self, taken: Mapping[str, Usage]) -> None:
+        """The write that took these increments failed: queue them again."""
+        for sid, delta in taken.items():
+            pending = self._usage_pending.get(sid)
+            self._usage_pending[sid] = delta if pending is None else _add(pending, delta)
+        if taken and not self._usage_flush_queued:
+            self._usage_flush_queued = True
+            asyncio.get_running_loop().call_soon(self._flush_usage)
+
+    def _flush_usage(self) -> None:
+        self._usage_flush_queued = False
+        for sid, delta in self._take_usage().items():
+            task = asyncio.ensure_future(self._store.add_usage(sid, delta))
+            self._pending.add(task)
+            task.add_done_callback(self._usage_written)
+
+    async def drain_usage(self) -> None:
+        """Persist pending usage increments now and wait for every usage write (shutdown, tests)."""
+        self._flush_usage()
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
 
     def _usage_written(self, task: asyncio.Future[Usage]) -> None:
         self._pending.discard(task)
@@ -392,9 +444,11 @@ class Gate:
                 decision=decision_to_dict(decision) if decision else None,
                 rejection=rejection.as_dict() if rejection else None,
             )
+            usage = self._take_usage()
             try:
-                await self._store.create_invocation(final, trail.events)
+                await self._store.create_invocation(final, trail.events, usage)
             except Exception:
+                self._return_usage(usage)
                 if claimed is not None:  # nothing was recorded: do not leave the key held
                     await self._idem.release(claimed, inv_id, now=now)
                 raise

@@ -45,8 +45,10 @@ class PublishingStore:
             await sink.publish(events, record)
 
     # writes carrying events -------------------------------------------------------------
-    async def create_invocation(self, record: InvocationRecord, events: Sequence[EventRecord]) -> None:
-        await self.inner.create_invocation(record, events)
+    async def create_invocation(
+        self, record: InvocationRecord, events: Sequence[EventRecord], usage: Mapping[str, Usage] | None = None
+    ) -> None:
+        await self.inner.create_invocation(record, events, usage)
         await self._publish(events, record)
 
     async def transition(self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]) -> bool:

@@ -70,6 +70,7 @@ class Components:
     """Prometheus metrics of this sidecar (docs/OPERATE.md); served when configured."""
 
     async def close(self) -> None:
+        await self.gate.drain_usage()
         await self.store.close()
         await self.idempotency.close()
         snap = self.gate.snapshot_or_none

@@ -139,8 +139,15 @@ class Store(Protocol):
 
     async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None: ...
 
-    async def create_invocation(self, record: InvocationRecord, events: Sequence[EventRecord]) -> None:
-        """Insert a new invocation with its first events, atomically."""
+    async def create_invocation(
+        self,
+        record: InvocationRecord,
+        events: Sequence[EventRecord],
+        usage: Mapping[str, Usage] | None = None,
+    ) -> None:
+        """Insert a new invocation with its first events, atomically; ``usage`` (session id ->
+        increment) is added in the same transaction (budget counters ride along with the call's
+        own write instead of costing a transaction of their own)."""
         ...
 
     async def transition(

@@ -91,6 +91,18 @@ _ATT_COLS = (
 
 
 
+_INSERT_INVOCATION = f"INSERT INTO invocations ({_INV_COLS}) VALUES ({','.join('?' * 24)})"
+_ADD_USAGE = (
+    "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
+    "model_calls=model_calls+excluded.model_calls, tool_calls=tool_calls+excluded.tool_calls, "
+    "result_bytes=result_bytes+excluded.result_bytes, cost_micros=cost_micros+excluded.cost_micros"
+)
+
+
+def _usage_row(u: Usage) -> tuple[int, int, int, int]:
+    return (u.model_calls, u.tool_calls, u.result_bytes, u.cost_micros)
+
+
 def _dump(v: Any) -> str | None:
     return None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
@@ -244,12 +256,16 @@ class SQLiteStore:
 
         return await self._call(op)
 
-    async def create_invocation(self, record: InvocationRecord, events: Sequence[EventRecord]) -> None:
+    async def create_invocation(
+        self, record: InvocationRecord, events: Sequence[EventRecord], usage: Mapping[str, Usage] | None = None
+    ) -> None:
         row = _inv_row(record)
 
         def op(c: sqlite3.Connection) -> None:
-            c.execute(f"INSERT INTO invocations ({_INV_COLS}) VALUES ({','.join('?' * len(row))})", row)
+            c.execute(_INSERT_INVOCATION, row)
             _insert_events(c, events)
+            if usage:
+                c.executemany(_ADD_USAGE, [(sid, *_usage_row(d)) for sid, d in usage.items()])
 
         await self._call(op)
 
@@ -341,12 +357,7 @@ class SQLiteStore:
 
     async def add_usage(self, session_id: str, delta: Usage) -> Usage:
         def op(c: sqlite3.Connection) -> Usage:
-            c.execute(
-                "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
-                "model_calls=model_calls+excluded.model_calls, tool_calls=tool_calls+excluded.tool_calls, "
-                "result_bytes=result_bytes+excluded.result_bytes, cost_micros=cost_micros+excluded.cost_micros",
-                (session_id, delta.model_calls, delta.tool_calls, delta.result_bytes, delta.cost_micros),
-            )
+            c.execute(_ADD_USAGE, (session_id, *_usage_row(delta)))
             row = c.execute(
                 "SELECT model_calls, tool_calls, result_bytes, cost_micros FROM usage WHERE session_id=?",
                 (session_id,),
