@@ -10,6 +10,7 @@ from typing import Any
 import cedarpy
 import pytest
 
+from sidecar.engines import cedar as cedar_module
 from sidecar.engines.cedar import CedarEngine, load_cedar_dir
 from sidecar.errors import ErrorCode, LoadError
 from sidecar.model import AuthzRequest, Effect, Subject
@@ -71,22 +72,31 @@ def test_engine_exception_is_deny(engine: CedarEngine, monkeypatch: pytest.Monke
     def boom(*a: Any, **k: Any) -> Any:
         raise RuntimeError("engine exploded")
 
-    monkeypatch.setattr(cedarpy, "is_authorized", boom)
+    monkeypatch.setattr(cedar_module, "_authorize_raw", boom)
     (d,) = engine.authorize_batch_sync([req(1)])
     assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_ERROR.value
 
 
-def test_no_decision_is_deny(engine: CedarEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    class NoDecision:
-        decision = cedarpy.Decision.NoDecision
-
-        class diagnostics:
-            errors: list[str] = []
-            reasons: list[str] = []
-
-    monkeypatch.setattr(cedarpy, "is_authorized", lambda *a, **k: NoDecision())
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '{"decision":"NoDecision","diagnostics":{"reason":[],"errors":[]}}',
+        '{"decision":"Maybe","diagnostics":{"reason":["policy0"],"errors":[]}}',
+        '{"diagnostics":{}}',
+        '{"decision":"Allow","diagnostics":[]}',
+        '{"decision":"Allow","diagnostics":{"reason":[],"errors":[]}}',
+        '{"decision":"Allow","diagnostics":{"reason":["policy0"]}}',
+        '[]',
+    ],
+    ids=["no-decision", "unknown-decision", "no-decision-field", "malformed-diagnostics", "allow-without-permit",
+         "no-errors-field", "not-an-object"],
+)
+def test_no_or_unreadable_decision_is_deny(engine: CedarEngine, monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+    monkeypatch.setattr(cedar_module, "_authorize_raw", lambda *a, **k: [answer])
     (d,) = engine.authorize_batch_sync([req(1)])
-    assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_NO_DECISION.value
+    assert d.effect is Effect.DENY and d.error_code in (
+        ErrorCode.ENGINE_NO_DECISION.value, ErrorCode.ENGINE_ERROR.value
+    )
 
 
 def _broken_copy(tmp_path: Path, text: str) -> Path:

@@ -46,6 +46,27 @@ SHADOW_ANNOTATION = "shadow"
 
 _POLICY_REF = re.compile(r"policy `([^`]+)`")
 
+# The request path calls cedarpy's extension function directly with the context already as a
+# JSON string and reads its JSON answer as a dict: the public ``cedarpy.is_authorized`` does the
+# same plus a ``json.dumps`` of the context and an ``AuthzResult`` wrapper per call (~20 us).
+# The pinned cedarpy version (pyproject) is what this relies on; tests/test_cedar_engine.py
+# drives allow, confirm, forbid, erroring forbid, NoDecision and exceptions through it.
+_authorize_raw: Any = getattr(getattr(cedarpy, "_internal", None), "is_authorized_batch", None)
+
+
+def _authorize(request: dict[str, Any], policy_set: Any, entities: cedarpy.Entities, schema: Any) -> dict[str, Any]:
+    """One Cedar decision as cedarpy's response dict (``decision``, ``diagnostics``)."""
+    if _authorize_raw is not None:
+        (answer,) = _authorize_raw([request], policy_set, entities._inner, schema, False)
+        out: dict[str, Any] = json.loads(answer)
+        return out
+    public = dict(request, context=json.loads(request["context"]))  # pragma: no cover - other cedarpy
+    r = cedarpy.is_authorized(public, policy_set, entities, schema)  # pragma: no cover
+    return {  # pragma: no cover
+        "decision": r.decision.value,
+        "diagnostics": {"reason": list(r.diagnostics.reasons), "errors": list(r.diagnostics.errors)},
+    }
+
 
 class _ContextError(ValueError):
     pass
@@ -357,12 +378,10 @@ class CedarEngine:
                 "principal": {"type": PRINCIPAL_TYPE, "id": req.subject.id},
                 "action": {"type": ACTION_TYPE, "id": req.capability},
                 "resource": {"type": RESOURCE_TYPE, "id": req.resource},
-                "context": context,
+                "context": json.dumps(context, ensure_ascii=False),
             }
-            result = cedarpy.is_authorized(request, p.policy_set, entities, p.schema)
-            shadow = (
-                cedarpy.is_authorized(request, p.shadow_set, entities, p.schema) if p.shadow_set is not None else None
-            )
+            result = _authorize(request, p.policy_set, entities, p.schema)
+            shadow = _authorize(request, p.shadow_set, entities, p.schema) if p.shadow_set is not None else None
         except Exception:  # noqa: BLE001 - any engine exception is a fail-closed deny
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, "the Cedar engine raised an exception")
         decision = self._interpret(p, result)
@@ -372,9 +391,18 @@ class CedarEngine:
                 decision = replace(decision, shadow_effect=would.effect.value, shadow_policy_ids=would.policy_ids)
         return decision
 
-    def _interpret(self, p: CedarPolicies, result: Any) -> Decision:
-        diag = result.diagnostics
-        errors: list[str] = list(diag.errors)
+    def _interpret(self, p: CedarPolicies, result: Mapping[str, Any]) -> Decision:
+        try:  # every part must be there and well-typed: an answer we cannot read is no answer
+            diag = result["diagnostics"]
+            # "errors" must be present (it is what says the answer is trustworthy); "reason" is
+            # absent when the request could not even be built (NoDecision).
+            raw_errors, raw_reasons, verdict = diag["errors"], diag.get("reason", []), result["decision"]
+            if not isinstance(raw_errors, list) or not isinstance(raw_reasons, list):
+                raise TypeError("diagnostics lists expected")
+            errors: list[str] = [str(e) for e in raw_errors]
+            determining: list[str] = [str(r) for r in raw_reasons]
+        except Exception:  # noqa: BLE001
+            return fault(ENGINE_NAME, ErrorCode.ENGINE_NO_DECISION, "Cedar returned an unreadable answer")
         if errors:
             reasons = []
             for e in errors:
@@ -386,9 +414,7 @@ class CedarEngine:
                 engine=ENGINE_NAME,
                 error_code=ErrorCode.POLICY_EVALUATION_ERROR.value,
             )
-        decision = result.decision
-        determining: list[str] = list(diag.reasons)
-        if decision == cedarpy.Decision.Allow:
+        if verdict == "Allow" and determining:  # an Allow always names the permits that made it
             confirms = [pid for pid in determining if pid in p.confirm]
             # Any satisfied @confirm permit makes the answer confirm, even when a plain permit
             # matches too: a broad permit must never silently bypass a confirmation. Authors
@@ -411,7 +437,7 @@ class CedarEngine:
                 ),
                 engine=ENGINE_NAME,
             )
-        if decision == cedarpy.Decision.Deny:
+        if verdict == "Deny":
             if determining:
                 return Decision(
                     effect=Effect.DENY,
