@@ -22,10 +22,15 @@ class TraceContext:
             m = _TRACEPARENT.match(value.strip().lower())
             if m and m.group(1) != "ff" and set(m.group(2)) != {"0"} and set(m.group(3)) != {"0"}:
                 return TraceContext(trace_id=m.group(2), parent_span_id=m.group(3))
-        return TraceContext(trace_id=secrets.token_hex(16))
+        return TraceContext(trace_id=new_trace_id())
 
 
-_span_rng = random.Random(secrets.randbits(64))
+_span_rng = random.Random(secrets.randbits(128))
+
+
+def new_trace_id() -> str:
+    """A non-zero 128-bit trace id (W3C: random, unique; not a secret, so no syscall per call)."""
+    return f"{_span_rng.getrandbits(128) | 1:032x}"
 
 
 def new_span_id() -> str:
