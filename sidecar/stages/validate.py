@@ -59,6 +59,7 @@ from jsonschema import validators as _jsonschema_validators
 from jsonschema.exceptions import ValidationError, best_match
 
 from sidecar.errors import ErrorCode, LoadError, RejectedError, Violation
+from sidecar.stages.fastcheck import compile_check
 from sidecar.model import ParsedArguments, ValidatedArguments
 
 if TYPE_CHECKING:  # referencing does not re-export Resolver at top level
@@ -2245,13 +2246,20 @@ class CompiledSchema:
     (python-jsonschema validators keep no per-call state).
     """
 
-    __slots__ = ("_schema", "_source", "_validator")
+    __slots__ = ("_schema", "_source", "_validator", "_fast")
 
     def __init__(self, *, schema: Any, source: str, validator: Any) -> None:
         """Private: use :meth:`compile`."""
         self._schema = schema
         self._source = source
         self._validator = validator
+        self._fast = compile_check(schema, regex=_compile_ecma, format_conforms=_FORMAT_CHECKER.conforms)
+        """Exact yes/no check when the schema is in the fast subset (:mod:`.fastcheck`)."""
+
+    @property
+    def has_fast_path(self) -> bool:
+        """True when valid instances are confirmed by the compiled check alone."""
+        return self._fast is not None
 
     @classmethod
     def compile(
@@ -2359,6 +2367,13 @@ class CompiledSchema:
         Fails closed: a reference that cannot be resolved at run time or a recursion overflow is
         reported as a violation rather than passing the value.
         """
+        fast = self._fast
+        if fast is not None:
+            try:
+                if fast(value):
+                    return []
+            except RecursionError:
+                pass  # the full validator reports it
         mapper = _Mapper(value)
         out: list[Violation] = []
         try:
