@@ -47,6 +47,7 @@ from sidecar.store.base import EventRecord, InvocationRecord, SessionRecord, Sto
 from sidecar.toolspecs import CompiledTool
 from sidecar.engines.base import decision_from_dict
 from sidecar.idempotency.base import ClaimKind, ExpiredPolicy, IdempotencyKey, IdempotencyRecord, IdempotencyStore
+from sidecar.ids import new_id
 from sidecar.trace import TraceContext, new_span_id
 
 log = logging.getLogger("callgate.gate")
@@ -155,7 +156,7 @@ class _Trail:
             self.seq += 1
         self.events.append(
             EventRecord(
-                event_id=f"{self.invocation_id}.{self.seq}" if not self.auto_seq else uuid.uuid4().hex,
+                event_id=f"{self.invocation_id}.{self.seq}" if not self.auto_seq else new_id(),
                 invocation_id=self.invocation_id,
                 seq=self.seq,
                 at=self.at,
@@ -395,25 +396,11 @@ class Gate:
         view = await self._view(p.session_id, p.model_call_id)
         now = self._clock.now()
         at = rfc3339(now)
-        inv_id = "inv_" + uuid.uuid4().hex
+        inv_id = "inv_" + new_id()
         trail = _Trail(self, inv_id, None, 0, trace, at)
         subject = Subject(tenant=session.tenant, id=session.subject)
-        record = InvocationRecord(
-            invocation_id=inv_id,
-            session_id=p.session_id,
-            model_call_id=p.model_call_id,
-            proposal_id=p.proposal_id,
-            tool_name=p.tool_name,
-            tool_version=p.tool_version,
-            tenant=session.tenant,
-            subject=session.subject,
-            state=State.PROPOSED,
-            raw_arguments=p.arguments_bytes,
-            idempotency_key=p.idempotency_key or "",
-            policy_revision=snap.revision,
-            created_at=at,
-            updated_at=at,
-        )
+        # The record is built once, when the call ends (finish); stages fill these in.
+        later: dict[str, Any] = {}
         trail.add(
             "proposed",
             State.PROPOSED,
@@ -432,17 +419,32 @@ class Gate:
         claimed: IdempotencyKey | None = None
 
         async def finish(
-            state_record: InvocationRecord,
             decision: Decision | None = None,
             rejection: Rejection | None = None,
             validator: str = "",
             dialect: str = "",
+            decision_dict: dict[str, Any] | None = None,
         ) -> ProposeOutcome:
-            final = replace(
-                state_record,
+            if decision is not None and decision_dict is None:
+                decision_dict = decision_to_dict(decision)
+            final = InvocationRecord(
+                invocation_id=inv_id,
+                session_id=p.session_id,
+                model_call_id=p.model_call_id,
+                proposal_id=p.proposal_id,
+                tool_name=p.tool_name,
+                tool_version=p.tool_version,
+                tenant=session.tenant,
+                subject=session.subject,
                 state=trail.state or State.PROPOSED,
-                decision=decision_to_dict(decision) if decision else None,
+                raw_arguments=p.arguments_bytes,
+                idempotency_key=p.idempotency_key or "",
+                policy_revision=snap.revision,
+                created_at=at,
+                updated_at=at,
+                decision=decision_dict,
                 rejection=rejection.as_dict() if rejection else None,
+                **later,
             )
             usage = self._take_usage()
             try:
@@ -480,20 +482,20 @@ class Gate:
             )
         if lookup_error is not None or tool is None:
             assert lookup_error is not None
-            return await finish(record, rejection=reject(lookup_error, State.PARSE_REJECTED, "parse_rejected"))
+            return await finish(rejection=reject(lookup_error, State.PARSE_REJECTED, "parse_rejected"))
 
         # --- strict parse (6.3, 6.4 layer 1)
         try:
             parsed = parse_arguments(p.arguments_bytes, self._limits)
         except RejectedError as exc:
-            return await finish(record, rejection=reject(exc, State.PARSE_REJECTED, "parse_rejected"))
+            return await finish(rejection=reject(exc, State.PARSE_REJECTED, "parse_rejected"))
         trail.add("parsed", State.PARSED, {"top_level_keys": len(parsed.value)})
 
         # --- schema validation (6.4 layer 2)
         try:
             validated = tool.schema.validate(parsed)
         except RejectedError as exc:
-            return await finish(record, rejection=reject(exc, State.VALIDATION_REJECTED, "validation_rejected"))
+            return await finish(rejection=reject(exc, State.VALIDATION_REJECTED, "validation_rejected"))
         vinfo = {
             "dialect": validated.dialect,
             "validator": validated.validator,
@@ -529,12 +531,12 @@ class Gate:
                 )
         except RejectedError as exc:
             return await finish(
-                record,
                 rejection=reject(exc, State.VALIDATION_REJECTED, "validation_rejected"),
                 validator=validator,
                 dialect=validated.dialect,
             )
-        record = replace(record, digest=normalized.digest, normalized_arguments=normalized.canonical)
+        later["digest"] = normalized.digest
+        later["normalized_arguments"] = normalized.canonical
         trail.add(
             "normalized",
             State.VALIDATED,
@@ -555,8 +557,8 @@ class Gate:
                 code=ErrorCode.IDEMPOTENCY_KEY_REQUIRED,
                 message=f"{tool.spec.key} writes and needs an idempotency key",
             )
-            return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
-        idem_key = self.idempotency_key(record) if key else None
+            return await finish(rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
+        idem_key = IdempotencyKey(session.tenant, session.subject, p.tool_name, p.tool_version, key) if key else None
         if idem_key is not None:
             retention = timedelta(seconds=tool.spec.retention_seconds(self._cfg.idempotency.retention_seconds))
             policy = ExpiredPolicy(self._cfg.idempotency.expired_policy)
@@ -578,7 +580,7 @@ class Gate:
                     code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
                     message="idempotency key already used with other arguments; use a new key",
                 )
-                return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
+                return await finish(rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
             if claim.kind is ClaimKind.NEW:
                 claimed = idem_key
             else:
@@ -586,30 +588,30 @@ class Gate:
                     code=ErrorCode.IDEMPOTENCY_KEY_EXPIRED,
                     message="idempotency key is past its retention window; use a new key",
                 )
-                return await finish(record, rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
+                return await finish(rejection=reject(problem, State.VALIDATION_REJECTED, "validation_rejected"))
 
         # --- authorization (6.6)
         result = await authorize_invocation(snap.engine, tool, normalized, subject)
         decision = result.decision
+        decision_dict = decision_to_dict(decision)
         auth_data = {
             "subject": {"tenant": subject.tenant, "id": subject.id},
             "capabilities": list(tool.spec.required_capabilities),
             "resource": result.resource,
-            "decision": decision_to_dict(decision),
+            "decision": decision_dict,
             "policy_revision": snap.revision,
         }
         if decision.effect is Effect.DENY:
             trail.add("authorization_rejected", State.AUTHORIZATION_REJECTED, auth_data)
-            out = await finish(record, decision=decision, validator=validator, dialect=validated.dialect)
+            out = await finish(decision, None, validator, validated.dialect, decision_dict)
             if idem_key is not None:
                 await self._idem.release(idem_key, inv_id, now=now)
             return out
         trail.add("authorized", State.AUTHORIZED, auth_data)
-        deadline = rfc3339(now + timedelta(milliseconds=tool.spec.timeout_ms))
-        record = replace(record, deadline=deadline)
+        later["deadline"] = rfc3339(now + timedelta(milliseconds=tool.spec.timeout_ms))
         if decision.effect is Effect.CONFIRM:
             expires = rfc3339(now + timedelta(seconds=self._cfg.confirmation.ttl_seconds))
-            record = replace(record, confirmation_expires_at=expires)
+            later["confirmation_expires_at"] = expires
             trail.add(
                 "confirmation_requested",
                 State.AUTHORIZED,
@@ -617,7 +619,7 @@ class Gate:
             )
         else:
             trail.add("prepared", State.PREPARED, {"digest": normalized.digest, "confirmation": "not_required"})
-        return await finish(record, decision=decision, validator=validator, dialect=validated.dialect)
+        return await finish(decision, None, validator, validated.dialect, decision_dict)
 
     # ------------------------------------------------------------------ idempotency
     @staticmethod
