@@ -138,6 +138,10 @@ class SQLiteWorker:
         self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]]
     ) -> None:
         results: list[tuple[bool, Any]] = []
+        if len(batch) == 1:  # the common case when idle: no savepoint needed, the transaction is the op's
+            results = [self._run_alone(conn, batch[0][0])]
+            self._settle(batch, results)
+            return
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -162,6 +166,44 @@ class SQLiteWorker:
         except Exception as exc:  # noqa: BLE001 - nothing of the batch is durable
             err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
             results = [(False, err)] * len(batch)
+        self._settle(batch, results)
+
+    @staticmethod
+    def _run_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
+        """One operation in its own transaction: same outcomes as inside a batch (its own failure
+        is its error and rolls back its writes; a failing BEGIN/COMMIT is ``store_unavailable``)."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except Exception as exc:  # noqa: BLE001
+            return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+        try:
+            value = op(conn)
+        except Exception as exc:  # noqa: BLE001 - the op's own failure
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return False, _store_error(exc)
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+        try:
+            conn.execute("COMMIT")
+        except Exception as exc:  # noqa: BLE001 - nothing of it is durable
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+        return True, value
+
+    @staticmethod
+    def _settle(
+        batch: list[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]], results: list[tuple[bool, Any]]
+    ) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
         for (ok, value), (_, loop, fut) in zip(results, batch):
             by_loop.setdefault(loop, []).append((fut, ok, value))

@@ -7,6 +7,7 @@ Events are append-only, enforced by the database itself (triggers abort UPDATE a
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
@@ -175,17 +176,23 @@ def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> N
             "SELECT COALESCE(MAX(seq), 0) FROM events WHERE invocation_id=?", (events[0].invocation_id,)
         ).fetchone()
         events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
-    conn.executemany(
+    if not events:
+        return
+    params: list[Any] = []
+    for e in events:
+        params += (
+            e.invocation_id, e.seq, e.event_id, e.at, e.kind,
+            e.from_state.value if e.from_state else None, e.to_state.value,
+            e.trace_id, e.span_id, _dump(dict(e.data)),
+        )  # fmt: skip
+    conn.execute(_insert_events_sql(len(events)), params)  # one statement: one step for all rows
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_events_sql(n: int) -> str:
+    return (
         "INSERT INTO events (invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, "
-        "span_id, data) VALUES (?,?,?,?,?,?,?,?,?,?)",
-        [
-            (
-                e.invocation_id, e.seq, e.event_id, e.at, e.kind,
-                e.from_state.value if e.from_state else None, e.to_state.value,
-                e.trace_id, e.span_id, _dump(dict(e.data)),
-            )  # fmt: skip
-            for e in events
-        ],
+        "span_id, data) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * n)
     )
 
 
