@@ -38,6 +38,11 @@ class ServerConfig:
     """Listener of the ``Executor`` service (attempts, credentials, outcomes, secrets)."""
     reflection: bool = True
     """Serve gRPC server reflection on every listener."""
+    max_concurrent_rpcs: int = 128
+    """Per listener: calls handled at once. A call beyond it is refused at once with gRPC
+    ``RESOURCE_EXHAUSTED`` instead of waiting in an unbounded queue, so overload costs neither
+    unbounded memory nor seconds of latency for every caller; the caller retries with backoff.
+    ``0`` = no limit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,6 +319,10 @@ def validate(cfg: Config, *, source: str = "") -> Config:
         lc: ListenerConfig = getattr(cfg.server, role)
         if lc.tcp:
             check_loopback(lc.tcp, source=source)
+    if cfg.server.max_concurrent_rpcs < 0:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID, message="server.max_concurrent_rpcs must be >= 0 (0 = no limit)", source=source
+        )
     if not cfg.server.agent.socket and not cfg.server.agent.tcp:
         raise LoadError(code=ErrorCode.CONFIG_INVALID, message="server.agent needs a socket or tcp", source=source)
     sockets = [getattr(cfg.server, r).socket for r in ROLES]

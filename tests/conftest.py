@@ -104,6 +104,7 @@ def start_sidecar(
     clock_at: datetime = SPEC_CLOCK,
     tolerate_bad_policies: bool = False,
     policy: Any = None,
+    server_kw: dict[str, Any] | None = None,
     **cfg_kw: Any,
 ) -> tuple[Running, Path]:
     tmp = short_tmpdir()
@@ -113,6 +114,7 @@ def start_sidecar(
             confirmer=ListenerConfig(socket=str(tmp / "confirmer.sock")),
             authorizer=ListenerConfig(socket=str(tmp / "authorizer.sock")),
             executor=ListenerConfig(socket=str(tmp / "executor.sock")),
+            **(server_kw or {}),
         ),
         store=StoreConfig(path=str(tmp / "callgate.db")),
         idempotency=IdempotencyConfig(path=str(tmp / "idempotency.db")),

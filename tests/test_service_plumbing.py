@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -77,3 +78,39 @@ def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
     assert names == sorted(p.name for p in committed.glob("*.py*"))
     match, mismatch, errors = filecmp.cmpfiles(committed, fresh, names, shallow=False)
     assert not mismatch and not errors, f"stale generated stubs: {mismatch or errors}; run scripts/gen-proto"
+
+
+def test_calls_beyond_the_concurrency_limit_are_refused_not_queued() -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from tests.conftest import start_sidecar, stop_sidecar
+
+    running, tmp = start_sidecar(server_kw={"max_concurrent_rpcs": 1})
+    try:
+        health = health_pb2_grpc.HealthStub(running.channels["agent"])
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""))  # a call that stays open
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as err:
+            health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        watch.cancel()
+        deadline = time.monotonic() + 5
+        while True:  # the slot frees once the open call ends
+            try:
+                health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+                break
+            except grpc.RpcError as exc:
+                assert exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED and time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def test_negative_concurrency_limit_is_a_config_error(tmp_path: Path) -> None:
+    from sidecar.config import load_config
+    from sidecar.errors import LoadError
+
+    p = tmp_path / "c.toml"
+    p.write_text("[server]\nmax_concurrent_rpcs = -1\n")
+    with pytest.raises(LoadError, match="max_concurrent_rpcs"):
+        load_config(p)

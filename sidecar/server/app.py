@@ -7,9 +7,11 @@ reachable only where it is registered: the agent's socket does not serve ``Confi
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -181,7 +183,8 @@ class Sidecar:
         if not listener.socket and not listener.tcp:
             return
         gate = self.components.gate
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        limit = self.components.config.server.max_concurrent_rpcs
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], maximum_concurrent_rpcs=limit or None)
         execution = self.components.execution
         servicer: object
         if role == "agent":
@@ -283,6 +286,25 @@ class Sidecar:
                     Path(a[5:]).unlink(missing_ok=True)
 
 
+GIL_SWITCH_INTERVAL_S = 0.001
+"""``sys.setswitchinterval`` for ``callgate serve`` (CPython's default is 5 ms). The SQLite writer
+thread releases the GIL around every statement and must get it back while the event loop is busy;
+1 ms lets it in sooner: ~+7% Propose throughput at 16 calls in flight (docs/BENCHMARKS.md)."""
+
+
+def tune_runtime() -> None:
+    """Process-wide settings for the serving process, applied once everything is loaded.
+
+    ``gc.freeze()`` moves the objects of startup (policies, schemas, modules) out of the
+    collector's sight so collections only walk what requests allocate, and a larger first
+    generation makes them rarer: fewer and shorter pauses in the tail latency. Not applied when
+    callgate is used as a library."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(10_000, 20, 20)
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
 async def serve(cfg: Config) -> int:
     """Run until SIGINT/SIGTERM. SIGHUP reloads policies and ToolSpecs atomically."""
     try:
@@ -292,6 +314,7 @@ async def serve(cfg: Config) -> int:
         return 2
     sidecar = Sidecar(components)
     await sidecar.start()
+    tune_runtime()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
