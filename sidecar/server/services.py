@@ -85,8 +85,11 @@ def trace_of(context: grpc.aio.ServicerContext) -> TraceContext:
     return TraceContext.from_traceparent(None)
 
 
+_STATE_PB: dict[State, int] = {s: pb.State.Value(s.value) for s in State}
+
+
 def state_pb(s: State | None) -> int:
-    return pb.State.Value(s.value) if s is not None else pb.STATE_UNSPECIFIED
+    return _STATE_PB[s] if s is not None else pb.STATE_UNSPECIFIED
 
 
 def decision_pb(d: Decision) -> pb.Decision:
