@@ -75,24 +75,7 @@ class SQLiteWorker:
 
     # ------------------------------------------------------------------ worker thread
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self._path, isolation_level=None, timeout=self._busy_ms / 1000)
-        # busy_timeout first: switching a fresh file to WAL and creating the schema can meet
-        # another process doing the same.
-        conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
-        deadline = time.monotonic() + self._busy_ms / 1000
-        while True:
-            try:
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                conn.execute(f"PRAGMA synchronous={self._sync}")
-                conn.executescript(self._schema)
-                break
-            except sqlite3.OperationalError as exc:
-                if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-        if self._path != ":memory:" and str(mode).lower() != "wal":
-            raise sqlite3.OperationalError(f"cannot switch {self._path} to WAL (journal_mode={mode})")
-        return conn
+        return open_connection(self._path, schema=self._schema, synchronous=self._sync, busy_timeout_ms=self._busy_ms)
 
     def _main(self) -> None:
         try:
@@ -137,68 +120,7 @@ class SQLiteWorker:
     def _run_batch(
         self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]]
     ) -> None:
-        results: list[tuple[bool, Any]] = []
-        if len(batch) == 1:  # the common case when idle: no savepoint needed, the transaction is the op's
-            results = [self._run_alone(conn, batch[0][0])]
-            self._settle(batch, results)
-            return
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for op, _, _ in batch:
-                    conn.execute("SAVEPOINT op")
-                    try:
-                        value = op(conn)
-                    except Exception as exc:  # noqa: BLE001 - the op's own failure, isolated
-                        conn.execute("ROLLBACK TO op")
-                        conn.execute("RELEASE op")
-                        results.append((False, _store_error(exc)))
-                    else:
-                        conn.execute("RELEASE op")
-                        results.append((True, value))
-                conn.execute("COMMIT")
-            except BaseException:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                raise
-        except Exception as exc:  # noqa: BLE001 - nothing of the batch is durable
-            err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
-            results = [(False, err)] * len(batch)
-        self._settle(batch, results)
-
-    @staticmethod
-    def _run_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
-        """One operation in its own transaction: same outcomes as inside a batch (its own failure
-        is its error and rolls back its writes; a failing BEGIN/COMMIT is ``store_unavailable``)."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except Exception as exc:  # noqa: BLE001
-            return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
-        try:
-            value = op(conn)
-        except Exception as exc:  # noqa: BLE001 - the op's own failure
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            return False, _store_error(exc)
-        except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            raise
-        try:
-            conn.execute("COMMIT")
-        except Exception as exc:  # noqa: BLE001 - nothing of it is durable
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
-        return True, value
+        self._settle(batch, execute_batch(conn, [op for op, _, _ in batch]))
 
     @staticmethod
     def _settle(
@@ -228,6 +150,95 @@ class SQLiteWorker:
             self._q.put(None)
         if self._thread.is_alive():
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+
+def open_connection(path: str, *, schema: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A connection in WAL mode with ``synchronous`` set and ``schema`` applied."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False)
+    # busy_timeout first: switching a fresh file to WAL and creating the schema can meet
+    # another process doing the same.
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.executescript(schema)
+            break
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(0.01)
+    if path != ":memory:" and str(mode).lower() != "wal":
+        conn.close()
+        raise sqlite3.OperationalError(f"cannot switch {path} to WAL (journal_mode={mode})")
+    return conn
+
+
+def execute_batch(conn: sqlite3.Connection, ops: list[Op]) -> list[tuple[bool, Any]]:
+    """Run ``ops`` in one transaction, each isolated (a SAVEPOINT each when there are several):
+    an operation's own exception rolls back its writes only and is its result; a failing
+    BEGIN/COMMIT fails every operation with ``store_unavailable``. Returns (ok, value) per op."""
+    if len(ops) == 1:  # the common case when idle: no savepoint needed, the transaction is the op's
+        return [_run_alone(conn, ops[0])]
+    results: list[tuple[bool, Any]] = []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for op in ops:
+                conn.execute("SAVEPOINT op")
+                try:
+                    value = op(conn)
+                except Exception as exc:  # noqa: BLE001 - the op's own failure, isolated
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    results.append((False, _store_error(exc)))
+                else:
+                    conn.execute("RELEASE op")
+                    results.append((True, value))
+            conn.execute("COMMIT")
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+    except Exception as exc:  # noqa: BLE001 - nothing of the batch is durable
+        err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+        results = [(False, err)] * len(ops)
+    return results
+
+
+def _run_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
+    """One operation in its own transaction: same outcomes as inside a batch."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except Exception as exc:  # noqa: BLE001
+        return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+    try:
+        value = op(conn)
+    except Exception as exc:  # noqa: BLE001 - the op's own failure
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        return False, _store_error(exc)
+    except BaseException:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        raise
+    try:
+        conn.execute("COMMIT")
+    except Exception as exc:  # noqa: BLE001 - nothing of it is durable
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+    return True, value
 
 
 def _store_error(exc: Exception) -> Exception:
