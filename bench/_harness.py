@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,3 +202,56 @@ def machine_line() -> str:
 def dump(path: str | None, results: dict[str, object]) -> None:
     if path:
         Path(path).write_text(json.dumps(results, indent=2))
+
+
+# --- the Go load generator (bench/loadgen, built by scripts/loadgen) ---------------------------
+@dataclass
+class GoLoad:
+    """Drive one gRPC method with ``bench/loadgen`` (a separate Go process, one HTTP/2 connection).
+
+    A Python client spends about as much CPU per call as the Python server does, and on two cores
+    that CPU is taken from the sidecar; the Go client costs a fraction of it, so the figures are
+    the sidecar's. Requests are serialized here (protobuf) and replayed by index."""
+
+    target: str
+    tmp: Path
+    binary: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.binary:
+            self.binary = subprocess.check_output(["bash", str(ROOT / "scripts" / "loadgen"), "path"], text=True).strip()
+
+    def requests(self, name: str, messages: list[Any]) -> Path:
+        path = self.tmp / f"{name}.bin"
+        with open(path, "wb") as fh:
+            for m in messages:
+                b = m.SerializeToString()
+                fh.write(len(b).to_bytes(4, "big"))
+                fh.write(b)
+        return path
+
+    def run(self, method: str, requests: Path, *, seconds: float, inflight: int = 0, rate: float = 0.0,
+            offset: int = 0, last: Path | None = None) -> dict[str, Any]:
+        args = [self.binary, "-target", self.target, "-method", method, "-requests", str(requests),
+                "-duration", f"{seconds}s", "-offset", str(offset)]
+        args += ["-mode", "open", "-rate", str(rate)] if rate else ["-mode", "closed", "-concurrency", str(inflight or 1)]
+        if last is not None:
+            args += ["-last", str(last)]
+        proc = subprocess.run(args, capture_output=True, text=True)
+        if not proc.stdout:
+            raise RuntimeError(f"loadgen failed: {proc.stderr.strip()}")
+        out: dict[str, Any] = json.loads(proc.stdout)
+        return out
+
+
+def report_go(name: str, r: dict[str, Any], extra: str = "") -> dict[str, Any]:
+    p = r["percentiles_ms"]
+    out = {"n": r["n"], "p50_ms": p.get("50", 0.0), "p99_ms": p.get("99", 0.0), "p999_ms": p.get("99.9", 0.0),
+           "max_ms": r["max_ms"], "throughput_rps": r["throughput_rps"], "errors": r["error_codes"]}
+    errs = f"  refused/failed={r['errors']} {r['error_codes']}" if r["errors"] else ""
+    print(
+        f"{name:<44} n={r['n']:>6}  p50={out['p50_ms']:7.3f} ms  p99={out['p99_ms']:7.3f} ms  "
+        f"throughput={r['throughput_rps']:6.0f}/s{extra}{errs}",
+        flush=True,
+    )
+    return out
