@@ -123,6 +123,30 @@ async def run_python(args: argparse.Namespace, sc: Any, target: str, sid: str) -
     return res
 
 
+def stage_times(db: Path) -> dict[str, dict[str, float]]:
+    """Median and p99 of each Propose stage over the whole run, from the events' ``duration_us``
+    (wall time the gate spent between two events; gRPC and the durable write are not in it)."""
+    import sqlite3
+    import statistics
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+        rows = c.execute(
+            "SELECT kind, json_extract(data, '$.duration_us') FROM events WHERE kind IN "
+            "('proposed','parsed','validated','normalized','authorized','prepared')"
+        ).fetchall()
+    by: dict[str, list[int]] = {}
+    for kind, us in rows:
+        by.setdefault(kind, []).append(int(us))
+    out = {}
+    line = []
+    for kind in ("proposed", "parsed", "validated", "normalized", "authorized", "prepared"):
+        xs = sorted(by.get(kind, [0]))
+        out[kind] = {"p50": statistics.median(xs), "p99": xs[min(len(xs) - 1, int(0.99 * len(xs)))]}
+        line.append(f"{kind} {out[kind]['p50']:.0f}/{out[kind]['p99']:.0f}")
+    print("gate stage time, us p50/p99 (from events): " + ", ".join(line))
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -146,6 +170,7 @@ async def main() -> None:
             "client": args.client, "listener": args.listener, "synchronous": args.synchronous,
             "ratio_sequential": seq, "ratio_saturated": sat, "sidecar_peak_rss_mib": sc.peak_rss_mib,
         }  # fmt: skip
+        res["stages_us"] = stage_times(sc.tmp / "callgate.db")
         print(f"throughput ratio to baseline: sequential {seq:.2f}, saturated {sat:.2f}")
         print(f"sidecar peak RSS (VmHWM): {sc.peak_rss_mib:.1f} MiB")
         print(f"{machine_line()}, client {args.client}, listener {args.listener}, synchronous={args.synchronous}")
