@@ -51,6 +51,13 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"  {v.pointer}: {v.message}", file=out)
         return 1
     print(f"ok: {len(snap.tools)} tools, engine {snap.engine.name}, revision {snap.revision}", file=out)
+    entities = cfg.path(cfg.policy.dir) / "cedar" / "entities.json"
+    if cfg.policy.engine == "cedar" and entities.is_file():
+        from sidecar.engines.cedar import entities_size_warning
+
+        warning = entities_size_warning(entities.stat().st_size, str(entities))
+        if warning:
+            print(f"warning: {warning}", file=out)
     if secrets:
         print(f"  secrets: {', '.join(secrets)} (values loaded, not shown)", file=out)
     for t in snap.tools:

@@ -150,3 +150,49 @@ def test_shadow_policy_is_logged_not_enforced(tmp_path: Path) -> None:
     (e,) = enforced.authorize_batch_sync([r])
     assert e.effect is Effect.DENY and e.policy_ids == ("no-weather-in-paris",)
     assert enforced.revision != engine.revision
+
+
+def test_entity_cache_is_bounded_by_memory_not_only_by_count() -> None:
+    from sidecar.engines.cedar import ENTITY_CACHE_BYTES, ENTITY_CACHE_SIZE, entity_cache_capacity
+
+    assert entity_cache_capacity(2_000) == ENTITY_CACHE_SIZE  # the shipped file: small
+    big = 4 * 2**20  # cedarpy copies the whole set into every cached entry
+    assert entity_cache_capacity(big) * 2 * big <= ENTITY_CACHE_BYTES
+    assert entity_cache_capacity(10**12) == 1
+
+
+def test_the_cache_never_holds_more_than_its_capacity(tmp_path: Path) -> None:
+    d = _broken_copy(tmp_path, (POLICIES / "cedar" / "policies.cedar").read_text())
+    policies = load_cedar_dir(d)
+    policies = type(policies)(**{**{f: getattr(policies, f) for f in policies.__dataclass_fields__}, "entity_cache_max": 3})
+    engine = CedarEngine(policies)
+    for i in range(10):
+        engine.authorize_batch_sync([AuthzRequest(subject=Subject("acme", f"u{i}"), capability="weather.read",
+                                                  resource=f"weather:c{i}", context={"tool": "weather.get@v1", "args": {"city": "c", "date": "2026-07-20"}})])
+        assert len(policies.entity_cache) <= 3
+
+
+def test_check_warns_about_a_large_entities_file(tmp_path: Path) -> None:
+    import io
+    import json as _json
+
+    from sidecar.cli import cmd_check
+    from sidecar.engines.cedar import ENTITIES_WARN_BYTES
+
+    root = tmp_path / "policies"
+    shutil.copytree(POLICIES, root)
+    ents = _json.loads((root / "cedar" / "entities.json").read_text())
+    i = 0
+    while len(_json.dumps(ents)) <= ENTITIES_WARN_BYTES:
+        ents.append({"uid": {"type": "User", "id": f"filler{i}"}, "attrs": {"tenant": "acme"}, "parents": []})
+        i += 1
+    (root / "cedar" / "entities.json").write_text(_json.dumps(ents))
+    cfg = tmp_path / "callgate.toml"
+    cfg.write_text(f'[policy]\ndir = "{root}"\n')
+    out = io.StringIO()
+
+    class Args:
+        config = str(cfg)
+
+    assert cmd_check(Args(), out) == 0  # type: ignore[arg-type]
+    assert "warning:" in out.getvalue() and "entities.json" in out.getvalue()

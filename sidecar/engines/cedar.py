@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from collections import OrderedDict
@@ -36,8 +37,16 @@ from sidecar.engines.base import fault
 from sidecar.errors import ErrorCode, LoadError, Violation
 from sidecar.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 
+log = logging.getLogger("callgate.engine.cedar")
+
 ENGINE_NAME = "cedar"
 ENTITY_CACHE_SIZE = 4096
+"""At most this many cached entity sets per snapshot, and fewer for a large ``entities.json``:"""
+ENTITY_CACHE_BYTES = 64 * 2**20
+"""memory the cache may use. Each cached set is a full copy of the static entities plus the
+request's principal and resource (cedarpy's ``with_added_json_str`` clones its base: measured
+~2 bytes of memory per byte of ``entities.json``), so the entry count is capped at
+``ENTITY_CACHE_BYTES / (2 x file size)``."""
 PRINCIPAL_TYPE = "User"
 RESOURCE_TYPE = "Resource"
 ACTION_TYPE = "Action"
@@ -93,6 +102,8 @@ class CedarPolicies:
         default_factory=OrderedDict, compare=False, repr=False
     )
     """Per-snapshot LRU of entity sets with the request's principal/resource added."""
+    entity_cache_max: int = ENTITY_CACHE_SIZE
+    """Entries the LRU may hold for this snapshot (see :data:`ENTITY_CACHE_BYTES`)."""
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -246,6 +257,9 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     except (ValueError, json.JSONDecodeError) as exc:
         raise LoadError(code=ErrorCode.POLICY_INVALID, message=str(exc), source=str(ent_path)) from None
     uids = frozenset((e["uid"]["type"], e["uid"]["id"]) for e in ent_json)
+    warning = entities_size_warning(len(ent_text.encode()), str(ent_path))
+    if warning:
+        log.warning("%s", warning)
 
     digest = hashlib.sha256()
     for p in (pol_path, sch_path, ent_path):
@@ -260,7 +274,29 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
         confirm=confirm,
         revision="sha256:" + digest.hexdigest(),
         shadow_set=shadow_set,
+        entity_cache_max=entity_cache_capacity(len(ent_text.encode())),
     )
+
+
+ENTITIES_WARN_BYTES = 256 * 1024
+
+
+def entities_size_warning(entities_bytes: int, source: str) -> str:
+    """A warning for an ``entities.json`` big enough to make uncached requests slow, or ``""``."""
+    if entities_bytes <= ENTITIES_WARN_BYTES:
+        return ""
+    return (
+        f"{source}: {entities_bytes // 1024} KiB of entities; every request whose principal or resource "
+        "is not in the file copies the whole set (about 4 ms per MiB) and caches fewer copies "
+        f"({entity_cache_capacity(entities_bytes)}): keep users and resources out of entities.json "
+        "(docs/POLICIES.md)"
+    )
+
+
+def entity_cache_capacity(entities_bytes: int) -> int:
+    """How many request entity sets to cache for a static ``entities.json`` of this size."""
+    per_copy = 2 * entities_bytes + 4096
+    return max(1, min(ENTITY_CACHE_SIZE, ENTITY_CACHE_BYTES // per_copy))
 
 
 def to_cedar_value(value: JSONValue, path: str = "") -> Any:
@@ -362,7 +398,7 @@ class CedarEngine:
         added = self._request_entities(p, req)
         entities = p.entities.with_added_json_str(json.dumps(added), p.schema) if added else p.entities
         cache[key] = entities
-        if len(cache) > ENTITY_CACHE_SIZE:
+        if len(cache) > p.entity_cache_max:
             cache.popitem(last=False)
         return entities
 
