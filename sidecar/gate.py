@@ -52,6 +52,12 @@ from sidecar.trace import TraceContext, new_span_id
 
 log = logging.getLogger("callgate.gate")
 
+VIEW_CACHE_MAX = 1024
+"""Tool views (one per model call, each naming every tool shown) kept in memory: a Propose names
+its own turn's model call, so the recent ones are enough; older ones are read from the store.
+(Bounded apart from ``limits.max_sessions``: a long-lived agent makes a model call per turn, and
+100,000 views of 50 tools would be about a gigabyte.)"""
+
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
@@ -227,10 +233,10 @@ class Gate:
         self._snap = snapshot
 
     # ------------------------------------------------------------------ helpers
-    def _remember(self, cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+    def _remember(self, cache: OrderedDict[Any, Any], key: Any, value: Any, limit: int = 0) -> None:
         cache[key] = value
         cache.move_to_end(key)
-        while len(cache) > self._cache_max:
+        while len(cache) > (limit or self._cache_max):
             cache.popitem(last=False)
 
     async def _session(self, session_id: str) -> SessionRecord:
@@ -248,7 +254,7 @@ class Gate:
         if v is None:
             v = await self._store.get_tool_view(session_id, model_call_id)
             if v is not None:
-                self._remember(self._views, key, v)
+                self._remember(self._views, key, v, VIEW_CACHE_MAX)
         return v
 
     async def _invocation(self, invocation_id: str) -> InvocationRecord:
@@ -376,7 +382,7 @@ class Gate:
             created_at=rfc3339(self._clock.now()),
         )
         await self._store.put_tool_view(view)
-        self._remember(self._views, (session_id, model_call_id), view)
+        self._remember(self._views, (session_id, model_call_id), view, VIEW_CACHE_MAX)
         return ToolView(tools=tools, tool_set_digest=view.tool_set_digest)
 
     # ------------------------------------------------------------------ propose

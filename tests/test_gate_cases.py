@@ -132,3 +132,18 @@ def test_shadow_decision_reaches_the_event(tmp_path: Any) -> None:
         assert shadow == {"effect": "deny", "policy_ids": ["no-weather-in-paris"]}
     finally:
         stop_sidecar(sc, tmp)
+
+
+def test_tool_views_beyond_the_cache_are_read_back_from_the_store(
+    server: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sidecar.gate as gate_module
+
+    monkeypatch.setattr(gate_module, "VIEW_CACHE_MAX", 3)
+    sid = server.open_session()
+    for i in range(6):
+        server.list_tools(sid, model_call_id=f"mc-{i}")
+    gate = server.sidecar.components.gate
+    assert len(gate._views) <= 3  # bounded apart from the session cache
+    resp = server.propose(sid, "weather.get@v1", {"city": "Paris", "date": "2026-07-20"}, model_call_id="mc-0")
+    assert pb.State.Name(resp.state) == "PREPARED"  # the oldest view came back from SQLite
