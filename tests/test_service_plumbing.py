@@ -114,3 +114,35 @@ def test_negative_concurrency_limit_is_a_config_error(tmp_path: Path) -> None:
     p.write_text("[server]\nmax_concurrent_rpcs = -1\n")
     with pytest.raises(LoadError, match="max_concurrent_rpcs"):
         load_config(p)
+
+
+def test_serving_runtime_settings_and_refreeze() -> None:
+    import gc
+
+    from sidecar.server.app import GIL_SWITCH_INTERVAL_S, refreeze, tune_runtime
+
+    before = (gc.get_threshold(), sys.getswitchinterval())
+    try:
+        tune_runtime()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == 10_000
+        assert sys.getswitchinterval() == pytest.approx(GIL_SWITCH_INTERVAL_S)
+        import weakref
+
+        class Box:
+            pass
+
+        b = Box()
+        b.self = b  # type: ignore[attr-defined]  # a cycle alive when the sidecar froze
+        ref = weakref.ref(b)
+        gc.freeze()
+        del b
+        gc.collect()
+        assert ref() is not None  # ... frozen cycles are not collected
+        refreeze()
+        assert ref() is None  # ... until a reload refreezes
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before[0])
+        sys.setswitchinterval(before[1])

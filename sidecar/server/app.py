@@ -305,6 +305,15 @@ def tune_runtime() -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
 
 
+def refreeze() -> None:
+    """After a policy reload: give the frozen objects back to the collector (the snapshot that
+    was serving at startup may hold reference cycles that only it can free), collect, and freeze
+    what is alive now."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 async def serve(cfg: Config) -> int:
     """Run until SIGINT/SIGTERM. SIGHUP reloads policies and ToolSpecs atomically."""
     try:
@@ -315,6 +324,15 @@ async def serve(cfg: Config) -> int:
     sidecar = Sidecar(components)
     await sidecar.start()
     tune_runtime()
+    if sidecar.lifecycle is not None:
+        told = sidecar.lifecycle.on_reload
+
+        def on_reload(ok: bool) -> None:
+            told(ok)
+            if ok:
+                refreeze()
+
+        sidecar.lifecycle.on_reload = on_reload
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop.set)
