@@ -31,8 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jsonschema._utils import equal as _json_equal  # the full validator's own equality
-from jsonschema._utils import uniq as _json_unique
+try:  # the full validator's own JSON equality, so enum/const/uniqueItems agree with it exactly
+    from jsonschema._utils import equal as _json_equal
+    from jsonschema._utils import uniq as _json_unique
+except ImportError:  # pragma: no cover - another jsonschema: those keywords get no fast path
+    _json_equal = _json_unique = None
 
 Check = Callable[[Any], bool]
 
@@ -124,10 +127,14 @@ class _Compiler:
         return lambda v: any(c(v) for c in alts)
 
     def enum(self, members: Any, s: Mapping[str, Any]) -> Check:
+        if _json_equal is None:
+            raise _Unsupported("enum")
         ms = tuple(members)
         return lambda v: any(_json_equal(m, v) for m in ms)
 
     def const(self, c: Any, s: Mapping[str, Any]) -> Check:
+        if _json_equal is None:
+            raise _Unsupported("const")
         return lambda v: _json_equal(v, c)
 
     # --- objects -------------------------------------------------------------------------
@@ -218,6 +225,8 @@ class _Compiler:
     def unique_items(self, on: Any, s: Mapping[str, Any]) -> Check:
         if not on:
             return lambda v: True
+        if _json_unique is None:
+            raise _Unsupported("uniqueItems")
         return lambda v: not isinstance(v, list) or bool(_json_unique(v))
 
     # --- strings -------------------------------------------------------------------------
