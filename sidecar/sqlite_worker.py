@@ -199,14 +199,10 @@ def execute_batch(conn: sqlite3.Connection, ops: list[Op]) -> list[tuple[bool, A
                     results.append((True, value))
             conn.execute("COMMIT")
         except BaseException:
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
+            _rollback(conn)
             raise
     except Exception as exc:  # noqa: BLE001 - nothing of the batch is durable
-        err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
-        results = [(False, err)] * len(ops)
+        results = [(False, _transaction_failed(exc))] * len(ops)
     return results
 
 
@@ -215,30 +211,32 @@ def _run_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
     try:
         conn.execute("BEGIN IMMEDIATE")
     except Exception as exc:  # noqa: BLE001
-        return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+        return False, _transaction_failed(exc)
     try:
         value = op(conn)
     except Exception as exc:  # noqa: BLE001 - the op's own failure
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
+        _rollback(conn)
         return False, _store_error(exc)
     except BaseException:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
+        _rollback(conn)
         raise
     try:
         conn.execute("COMMIT")
     except Exception as exc:  # noqa: BLE001 - nothing of it is durable
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
-        return False, CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+        _rollback(conn)
+        return False, _transaction_failed(exc)
     return True, value
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # no transaction left to roll back
+
+
+def _transaction_failed(exc: Exception) -> CallgateError:
+    return CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
 
 
 def _store_error(exc: Exception) -> Exception:
