@@ -300,12 +300,12 @@ class Gate:
         and a limit is exceeded (result bytes and cost are counted after the fact and stop the
         *next* model or tool call).
 
-        Counting happens in memory (one event loop: atomic). The increment is then persisted in
-        the same transaction as the call's own write when it makes one before yielding to the
-        loop (``Propose`` takes the pending increments into ``create_invocation``), otherwise by
-        a flush queued on the loop that runs before any later write of this loop can be
-        answered: either way it is durable in the same or an earlier group commit than the
-        answer of the call that consumed."""
+        Counting happens in memory (one event loop: atomic). ``Propose`` persists the pending
+        increments in the same transaction as its own events (``create_invocation`` takes
+        them), so a tool call is never answered before it is counted on disk. Other callers
+        (``ListTools``, result bytes, cost) leave them to a write queued at the next turn of the
+        loop, one group commit behind their own: a crash in that window can lose those
+        increments, so a budget may count low after a crash, never high."""
         sid = session.session_id
         usage = self._usage.get(sid)
         if usage is None:
