@@ -928,7 +928,8 @@ _TRUNCATION_RULE: dict[str, Any] = {
 }
 
 
-def _message_schema(title: str, status: str, body_name: str, body: dict[str, Any]) -> dict[str, Any]:
+def _tool_message(title: str, content: dict[str, Any]) -> dict[str, Any]:
+    """The envelope every tool message shares: role, tool_call_id and the given content."""
     return {
         "$schema": _DIALECT,
         "title": title,
@@ -938,24 +939,31 @@ def _message_schema(title: str, status: str, body_name: str, body: dict[str, Any
         "properties": {
             "role": {"const": "tool"},
             "tool_call_id": {"type": "string", "minLength": 1},
-            "content": {
-                "type": "object",
-                "required": [
-                    "type",
-                    "status",
-                    "tool",
-                    "invocation_id",
-                    "commit_status",
-                    "nonce",
-                    "truncated",
-                    body_name,
-                ],
-                "additionalProperties": False,
-                "properties": {**_ENVELOPE_COMMON, "status": {"const": status}, body_name: body},
-                **_TRUNCATION_RULE,
-            },
+            "content": content,
         },
     }
+
+
+def _message_schema(title: str, status: str, body_name: str, body: dict[str, Any]) -> dict[str, Any]:
+    return _tool_message(
+        title,
+        {
+            "type": "object",
+            "required": [
+                "type",
+                "status",
+                "tool",
+                "invocation_id",
+                "commit_status",
+                "nonce",
+                "truncated",
+                body_name,
+            ],
+            "additionalProperties": False,
+            "properties": {**_ENVELOPE_COMMON, "status": {"const": status}, body_name: body},
+            **_TRUNCATION_RULE,
+        },
+    )
 
 
 OK_MESSAGE_SCHEMA: dict[str, Any] = _message_schema("callgate tool message: success", "ok", "data", {})
@@ -978,39 +986,31 @@ ERROR_MESSAGE_SCHEMA: dict[str, Any] = _message_schema(
 )
 """Error: ``content.status == "error"`` and ``content.error`` (code, message, retryable)."""
 
-PAGE_MESSAGE_SCHEMA: dict[str, Any] = {
-    "$schema": _DIALECT,
-    "title": "callgate tool message: page of a truncated result",
-    "type": "object",
-    "required": ["role", "tool_call_id", "content"],
-    "additionalProperties": False,
-    "properties": {
-        "role": {"const": "tool"},
-        "tool_call_id": {"type": "string", "minLength": 1},
-        "content": {
-            "type": "object",
-            "required": [
-                "type",
-                "invocation_id",
-                "nonce",
-                "token",
-                "offset",
-                "next_offset",
-                "total_bytes",
-                "fragment",
-            ],
-            "additionalProperties": False,
-            "properties": {
-                "type": {"const": "tool_result_page"},
-                "invocation_id": {"type": "string", "minLength": 1},
-                "nonce": {"type": "string", "pattern": "^[0-9a-f]{12}$"},
-                "token": {"type": "string", "minLength": 1},
-                "offset": {"type": "integer", "minimum": 0},
-                "next_offset": {"type": ["integer", "null"], "minimum": 1},
-                "total_bytes": {"type": "integer", "minimum": 1},
-                "fragment": {"type": "string"},
-            },
+PAGE_MESSAGE_SCHEMA: dict[str, Any] = _tool_message(
+    "callgate tool message: page of a truncated result",
+    {
+        "type": "object",
+        "required": [
+            "type",
+            "invocation_id",
+            "nonce",
+            "token",
+            "offset",
+            "next_offset",
+            "total_bytes",
+            "fragment",
+        ],
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": "tool_result_page"},
+            "invocation_id": {"type": "string", "minLength": 1},
+            "nonce": {"type": "string", "pattern": "^[0-9a-f]{12}$"},
+            "token": {"type": "string", "minLength": 1},
+            "offset": {"type": "integer", "minimum": 0},
+            "next_offset": {"type": ["integer", "null"], "minimum": 1},
+            "total_bytes": {"type": "integer", "minimum": 1},
+            "fragment": {"type": "string"},
         },
     },
-}
+)
 """A page: ``content.type == "tool_result_page"``, a wrapped ``fragment`` of the complete data."""
