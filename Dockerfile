@@ -17,7 +17,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 RUN python -m venv /opt/callgate
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY sidecar ./sidecar
+COPY callgate ./callgate
 RUN /opt/callgate/bin/pip install ."${EXTRAS:+[$EXTRAS]}" \
  && /opt/callgate/bin/python -m compileall -q /opt/callgate/lib \
  && /opt/callgate/bin/callgate --help >/dev/null
@@ -30,7 +30,7 @@ RUN groupadd --system --gid 10001 callgate \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin callgate
 COPY --from=build /opt/callgate /opt/callgate
-# PATH: `callgate` and the venv's `python` (the chart's exec probes run `python -m sidecar.healthcheck`).
+# PATH: `callgate` and the venv's `python` (the chart's exec probes run `python -m callgate.server.healthcheck`).
 ENV PATH=/opt/callgate/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

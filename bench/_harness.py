@@ -17,10 +17,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -167,13 +167,15 @@ max_result_bytes = 100000000000
     )
     env = dict(os.environ)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--config", str(cfg)],
+        [sys.executable, "-m", "callgate", "serve", "--config", str(cfg)],
         cwd=ROOT,
         stderr=open(tmp / "sidecar.log", "wb"),
         env=env,
     )
     try:
-        yield SidecarProcess(proc, tmp, f"127.0.0.1:{port}", f"unix:{tmp}/executor.sock", f"unix:{tmp}/authorizer.sock")
+        yield SidecarProcess(
+            proc, tmp, f"127.0.0.1:{port}", f"unix:{tmp}/executor.sock", f"unix:{tmp}/authorizer.sock"
+        )
     finally:
         proc.terminate()
         try:
@@ -189,7 +191,9 @@ async def ready(channel: grpc.aio.Channel) -> None:
     stub = health_pb2_grpc.HealthStub(channel)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        if (await stub.Check(health_pb2.HealthCheckRequest())).status == health_pb2.HealthCheckResponse.SERVING:
+        if (
+            await stub.Check(health_pb2.HealthCheckRequest())
+        ).status == health_pb2.HealthCheckResponse.SERVING:
             return
         await asyncio.sleep(0.05)
     raise RuntimeError("sidecar never became SERVING")
@@ -219,7 +223,9 @@ class GoLoad:
 
     def __post_init__(self) -> None:
         if not self.binary:
-            self.binary = subprocess.check_output(["bash", str(ROOT / "scripts" / "loadgen"), "path"], text=True).strip()
+            self.binary = subprocess.check_output(
+                ["bash", str(ROOT / "scripts" / "loadgen"), "path"], text=True
+            ).strip()
 
     def requests(self, name: str, messages: list[Any]) -> Path:
         path = self.tmp / f"{name}.bin"
@@ -230,11 +236,35 @@ class GoLoad:
                 fh.write(b)
         return path
 
-    def run(self, method: str, requests: Path, *, seconds: float, inflight: int = 0, rate: float = 0.0,
-            offset: int = 0, last: Path | None = None) -> dict[str, Any]:
-        args = [self.binary, "-target", self.target, "-method", method, "-requests", str(requests),
-                "-duration", f"{seconds}s", "-offset", str(offset)]
-        args += ["-mode", "open", "-rate", str(rate)] if rate else ["-mode", "closed", "-concurrency", str(inflight or 1)]
+    def run(
+        self,
+        method: str,
+        requests: Path,
+        *,
+        seconds: float,
+        inflight: int = 0,
+        rate: float = 0.0,
+        offset: int = 0,
+        last: Path | None = None,
+    ) -> dict[str, Any]:
+        args = [
+            self.binary,
+            "-target",
+            self.target,
+            "-method",
+            method,
+            "-requests",
+            str(requests),
+            "-duration",
+            f"{seconds}s",
+            "-offset",
+            str(offset),
+        ]
+        args += (
+            ["-mode", "open", "-rate", str(rate)]
+            if rate
+            else ["-mode", "closed", "-concurrency", str(inflight or 1)]
+        )
         if last is not None:
             args += ["-last", str(last)]
         proc = subprocess.run(args, capture_output=True, text=True)
@@ -246,8 +276,15 @@ class GoLoad:
 
 def report_go(name: str, r: dict[str, Any], extra: str = "") -> dict[str, Any]:
     p = r["percentiles_ms"]
-    out = {"n": r["n"], "p50_ms": p.get("50", 0.0), "p99_ms": p.get("99", 0.0), "p999_ms": p.get("99.9", 0.0),
-           "max_ms": r["max_ms"], "throughput_rps": r["throughput_rps"], "errors": r["error_codes"]}
+    out = {
+        "n": r["n"],
+        "p50_ms": p.get("50", 0.0),
+        "p99_ms": p.get("99", 0.0),
+        "p999_ms": p.get("99.9", 0.0),
+        "max_ms": r["max_ms"],
+        "throughput_rps": r["throughput_rps"],
+        "errors": r["error_codes"],
+    }
     errs = f"  refused/failed={r['errors']} {r['error_codes']}" if r["errors"] else ""
     print(
         f"{name:<44} n={r['n']:>6}  p50={out['p50_ms']:7.3f} ms  p99={out['p99_ms']:7.3f} ms  "

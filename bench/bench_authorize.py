@@ -25,21 +25,54 @@ import grpc
 from _harness import ROOT, closed_loop, dump, free_port, machine_line, ready, report, sidecar
 from google.protobuf import struct_pb2
 
-from sidecar.engines.requests import build_input
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
-from sidecar.model import AuthzRequest, Subject
+from callgate.core.model import AuthzRequest, Subject
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.policy.engines.rego_contract import build_input
 
 REQUESTS = [
-    ("bob", "weather.read", "weather:Paris", {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}}),
-    ("alice", "calendar.create", "calendar:primary", {"tool": "calendar.create_event@v1", "args": {"calendar_id": "primary", "title": "x", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 30}}),
-    ("alice", "calendar.create", "calendar:primary", {"tool": "calendar.create_event@v1", "args": {"calendar_id": "primary", "title": "x", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 600}}),
+    (
+        "bob",
+        "weather.read",
+        "weather:Paris",
+        {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}},
+    ),
+    (
+        "alice",
+        "calendar.create",
+        "calendar:primary",
+        {
+            "tool": "calendar.create_event@v1",
+            "args": {
+                "calendar_id": "primary",
+                "title": "x",
+                "start": "2026-07-20T09:00:00+08:00",
+                "duration_minutes": 30,
+            },
+        },
+    ),
+    (
+        "alice",
+        "calendar.create",
+        "calendar:primary",
+        {
+            "tool": "calendar.create_event@v1",
+            "args": {
+                "calendar_id": "primary",
+                "title": "x",
+                "start": "2026-07-20T09:00:00+08:00",
+                "duration_minutes": 600,
+            },
+        },
+    ),
     ("bob", "files.delete", "file:/tmp/x", {"tool": "files.delete@v1", "args": {"path": "/tmp/x"}}),
 ]
 
 
 def start_opa() -> tuple[subprocess.Popen[bytes], str]:
-    binary = subprocess.run(["bash", str(ROOT / "scripts" / "opa"), "path"], check=True, capture_output=True, text=True).stdout.strip()
+    binary = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "opa"), "path"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     port = free_port()
     log = open(Path(tempfile.mkdtemp()) / "opa.log", "wb")
     proc = subprocess.Popen(
@@ -73,6 +106,7 @@ async def main() -> None:
             for s, c, r, ctx in REQUESTS
         ]
         async with aiohttp.ClientSession() as http:
+
             async def direct(i: int) -> object:
                 async with http.post(f"{url}/v1/data/callgate/authz/decision", data=bodies[i % len(bodies)],
                                      headers={"Content-Type": "application/json"}) as resp:  # fmt: skip
@@ -81,7 +115,9 @@ async def main() -> None:
             await closed_loop(direct, 1.0, 4)
             for c in (1, args.concurrency):
                 lat, el = await closed_loop(direct, args.seconds, c)
-                results[f"opa_rest_direct_{c}"] = report(f"OPA REST Data API direct (aiohttp), {c} in flight", lat, el)
+                results[f"opa_rest_direct_{c}"] = report(
+                    f"OPA REST Data API direct (aiohttp), {c} in flight", lat, el
+                )
         for engine in ("cedar", "rego", "opa"):
             policy = f'engine = "{engine}"\nopa_url = "{url}"' if engine == "opa" else f'engine = "{engine}"'
             with sidecar(policy=policy) as sc:
@@ -93,7 +129,11 @@ async def main() -> None:
                     for s, c, r, ctx in REQUESTS:
                         st = struct_pb2.Struct()
                         st.update(ctx)
-                        reqs.append(pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id=s), capability=c, resource=r, context=st))
+                        reqs.append(
+                            pb.AuthorizeRequest(
+                                subject=pb.Subject(tenant="acme", id=s), capability=c, resource=r, context=st
+                            )
+                        )
 
                     async def authorize(i: int) -> object:
                         return await stub.Authorize(reqs[i % len(reqs)])
@@ -102,7 +142,9 @@ async def main() -> None:
                     for c in (1, args.concurrency):
                         lat, el = await closed_loop(authorize, args.seconds, c)
                         r = report(f"callgate Authorize RPC ({engine}), {c} in flight", lat, el)
-                        r["ratio_to_opa_direct"] = r["throughput_rps"] / results[f"opa_rest_direct_{c}"]["throughput_rps"]
+                        r["ratio_to_opa_direct"] = (
+                            r["throughput_rps"] / results[f"opa_rest_direct_{c}"]["throughput_rps"]
+                        )
                         print(f"    throughput ratio to direct OPA REST: {r['ratio_to_opa_direct']:.2f}")
                         results[f"{engine}_{c}"] = r
     finally:

@@ -39,11 +39,11 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sidecar.engines.cedar import CedarEngine, load_cedar_dir  # noqa: E402
-from sidecar.engines.opa import OpaEngine  # noqa: E402
-from sidecar.engines.rego import RegoEngine  # noqa: E402
-from sidecar.engines.requests import build_input  # noqa: E402
-from sidecar.model import AuthzRequest, Subject  # noqa: E402
+from callgate.core.model import AuthzRequest, Subject  # noqa: E402
+from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir  # noqa: E402
+from callgate.policy.engines.opa import OpaEngine  # noqa: E402
+from callgate.policy.engines.rego import RegoEngine  # noqa: E402
+from callgate.policy.engines.rego_contract import build_input  # noqa: E402
 
 CASE_NAMES = [
     "weather-allowed-own-tenant",
@@ -63,7 +63,14 @@ def requests_mix() -> list[AuthzRequest]:
     out = []
     for n in CASE_NAMES:
         c = by_name[n]
-        out.append(AuthzRequest(Subject(c["subject"]["tenant"], c["subject"]["id"]), c["capability"], c["resource"], c["context"]))
+        out.append(
+            AuthzRequest(
+                Subject(c["subject"]["tenant"], c["subject"]["id"]),
+                c["capability"],
+                c["resource"],
+                c["context"],
+            )
+        )
     return out
 
 
@@ -79,12 +86,26 @@ def free_port() -> int:
 
 
 def start_opa() -> tuple[subprocess.Popen[bytes], str]:
-    opa = subprocess.run(["bash", str(ROOT / "scripts" / "opa"), "path"], check=True, capture_output=True, text=True).stdout.strip()
+    opa = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "opa"), "path"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     port = free_port()
     proc = subprocess.Popen(
-        [opa, "run", "--server", "--addr", f"127.0.0.1:{port}", "--log-level", "error", "--skip-version-check",
-         "--ignore", "*_test.rego", str(ROOT / "policies" / "rego")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            opa,
+            "run",
+            "--server",
+            "--addr",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "error",
+            "--skip-version-check",
+            "--ignore",
+            "*_test.rego",
+            str(ROOT / "policies" / "rego"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -102,7 +123,14 @@ Row = dict[str, Any]
 
 
 def row(name: str, lat: list[float], elapsed: float, inflight: int) -> Row:
-    return {"name": name, "inflight": inflight, "n": len(lat), "p50": pct(lat, 50) * 1e6, "p99": pct(lat, 99) * 1e6, "rps": len(lat) / elapsed}
+    return {
+        "name": name,
+        "inflight": inflight,
+        "n": len(lat),
+        "p50": pct(lat, 50) * 1e6,
+        "p99": pct(lat, 99) * 1e6,
+        "rps": len(lat) / elapsed,
+    }
 
 
 def bench_sync(name: str, fn: Callable[[AuthzRequest], Any], reqs: list[AuthzRequest], seconds: float) -> Row:
@@ -119,7 +147,13 @@ def bench_sync(name: str, fn: Callable[[AuthzRequest], Any], reqs: list[AuthzReq
     return row(name, lat, time.perf_counter() - start, 1)
 
 
-async def bench_async(name: str, fn: Callable[[AuthzRequest], Awaitable[Any]], reqs: list[AuthzRequest], seconds: float, inflight: int) -> Row:
+async def bench_async(
+    name: str,
+    fn: Callable[[AuthzRequest], Awaitable[Any]],
+    reqs: list[AuthzRequest],
+    seconds: float,
+    inflight: int,
+) -> Row:
     for r in reqs * 10:
         await fn(r)
     lat: list[float] = []
@@ -158,13 +192,15 @@ async def main_async(args: argparse.Namespace, url: str) -> list[Row]:
     assert [key(d) for d in await opa.authorize_batch(reqs)] == want
 
     bodies = [json.dumps({"input": build_input(r)}).encode() for r in reqs]
-    body_of = {id(r): b for r, b in zip(reqs, bodies)}
+    body_of = {id(r): b for r, b in zip(reqs, bodies, strict=True)}
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64))
     host, port = url.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
 
     async def aio_direct(r: AuthzRequest) -> Any:
-        async with session.post(url + DECISION_PATH, data=body_of[id(r)], headers={"Content-Type": "application/json"}) as resp:
+        async with session.post(
+            url + DECISION_PATH, data=body_of[id(r)], headers={"Content-Type": "application/json"}
+        ) as resp:
             return await resp.json()
 
     def sync_direct(r: AuthzRequest) -> Any:
@@ -192,8 +228,26 @@ async def main_async(args: argparse.Namespace, url: str) -> list[Row]:
             m = (await resp.json()).get("metrics", {})
             handler.append(m.get("timer_server_handler_ns", 0) / 1e9)
             evals.append(m.get("timer_rego_query_eval_ns", 0) / 1e9)
-    rows.append({"name": "opa server handler (metrics)", "inflight": 1, "n": len(handler), "p50": pct(handler, 50) * 1e6, "p99": pct(handler, 99) * 1e6, "rps": 0.0})
-    rows.append({"name": "opa query eval (metrics)", "inflight": 1, "n": len(evals), "p50": pct(evals, 50) * 1e6, "p99": pct(evals, 99) * 1e6, "rps": 0.0})
+    rows.append(
+        {
+            "name": "opa server handler (metrics)",
+            "inflight": 1,
+            "n": len(handler),
+            "p50": pct(handler, 50) * 1e6,
+            "p99": pct(handler, 99) * 1e6,
+            "rps": 0.0,
+        }
+    )
+    rows.append(
+        {
+            "name": "opa query eval (metrics)",
+            "inflight": 1,
+            "n": len(evals),
+            "p50": pct(evals, 50) * 1e6,
+            "p99": pct(evals, 99) * 1e6,
+            "rps": 0.0,
+        }
+    )
 
     conn.close()
     await session.close()
@@ -215,12 +269,18 @@ def main() -> None:
         proc.terminate()
         proc.wait(10)
     base = next(r for r in rows if r["name"] == "cedar")
-    print(f"{os.cpu_count()} CPUs, python {sys.version.split()[0]}, {len(CASE_NAMES)} request kinds, {args.seconds:g} s per mode")
-    print(f"{'mode':32} {'in flight':>9} {'n':>8} {'p50 us':>9} {'p99 us':>9} {'req/s':>9} {'p50 / cedar':>12}")
+    print(
+        f"{os.cpu_count()} CPUs, python {sys.version.split()[0]}, {len(CASE_NAMES)} request kinds, {args.seconds:g} s per mode"
+    )
+    print(
+        f"{'mode':32} {'in flight':>9} {'n':>8} {'p50 us':>9} {'p99 us':>9} {'req/s':>9} {'p50 / cedar':>12}"
+    )
     for r in rows:
         ratio = r["p50"] / base["p50"] if base["p50"] else 0.0
         rps = f"{r['rps']:9.0f}" if r["rps"] else f"{'-':>9}"
-        print(f"{r['name']:32} {r['inflight']:>9} {r['n']:>8} {r['p50']:9.1f} {r['p99']:9.1f} {rps} {ratio:11.1f}x")
+        print(
+            f"{r['name']:32} {r['inflight']:>9} {r['n']:>8} {r['p50']:9.1f} {r['p99']:9.1f} {rps} {ratio:11.1f}x"
+        )
     if args.json:
         print(json.dumps(rows))
 

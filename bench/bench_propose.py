@@ -28,8 +28,8 @@ import grpc
 from _harness import GoLoad, closed_loop, dump, machine_line, open_loop, ready, report, report_go, sidecar
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
 CITIES = ["Paris", "Lyon", "上海", "Berlin", "Oslo", "Lima", "Quito", "Rome"]
 PROPOSE = "/callgate.v1.Gate/Propose"
@@ -85,7 +85,14 @@ def run_go(args: argparse.Namespace, sc: Any, target: str, sid: str) -> dict[str
         measured(f"Propose, open loop {rate:.0f}/s", f"propose_open_{rate:.0f}", PROPOSE, reqs,
                  offset=per_phase * (1 + k), rate=rate)  # fmt: skip
     measured(f"baseline health.Check, {c} in flight", "baseline_saturated", CHECK, check, inflight=c)
-    measured(f"Propose, {c} in flight", "propose_saturated", PROPOSE, reqs, offset=per_phase * (1 + len(rates)), inflight=c)
+    measured(
+        f"Propose, {c} in flight",
+        "propose_saturated",
+        PROPOSE,
+        reqs,
+        offset=per_phase * (1 + len(rates)),
+        inflight=c,
+    )
     return res
 
 
@@ -114,8 +121,13 @@ async def run_python(args: argparse.Namespace, sc: Any, target: str, sid: str) -
         res["propose_sequential"] = report("Propose, 1 in flight", lat, el)
         for rate in [float(r) for r in args.rates.split(",") if r]:
             lat, el, late, errors = await open_loop(propose, s, rate)
-            res[f"propose_open_{rate:.0f}"] = report(f"Propose, open loop {rate:.0f}/s", lat, el, f"  late={late} errors={errors}")
-        for key, name, call in (("baseline_saturated", "baseline health.Check", bare), ("propose_saturated", "Propose", propose)):
+            res[f"propose_open_{rate:.0f}"] = report(
+                f"Propose, open loop {rate:.0f}/s", lat, el, f"  late={late} errors={errors}"
+            )
+        for key, name, call in (
+            ("baseline_saturated", "baseline health.Check", bare),
+            ("propose_saturated", "Propose", propose),
+        ):
             cpu0 = sc.cpu_seconds()
             lat, el = await closed_loop(call, s, c)
             cpu = (sc.cpu_seconds() - cpu0) / max(1, len(lat))
@@ -161,7 +173,9 @@ async def main() -> None:
         target = sc.agent if args.listener == "tcp" else f"unix:{sc.tmp}/agent.sock"
         sid = await open_session(target)
         if args.client == "go":
-            res = run_go(args, sc, target.replace("unix:", "unix://", 1) if args.listener == "unix" else target, sid)
+            res = run_go(
+                args, sc, target.replace("unix:", "unix://", 1) if args.listener == "unix" else target, sid
+            )
         else:
             res = await run_python(args, sc, target, sid)
         seq = res["propose_sequential"]["throughput_rps"] / res["baseline_sequential"]["throughput_rps"]
@@ -173,7 +187,9 @@ async def main() -> None:
         res["stages_us"] = stage_times(sc.tmp / "callgate.db")
         print(f"throughput ratio to baseline: sequential {seq:.2f}, saturated {sat:.2f}")
         print(f"sidecar peak RSS (VmHWM): {sc.peak_rss_mib:.1f} MiB")
-        print(f"{machine_line()}, client {args.client}, listener {args.listener}, synchronous={args.synchronous}")
+        print(
+            f"{machine_line()}, client {args.client}, listener {args.listener}, synchronous={args.synchronous}"
+        )
         dump(args.json, res)
 
 

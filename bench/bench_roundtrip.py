@@ -1,6 +1,6 @@
 """Issue 3 benchmarks.
 
-1. Credentials, in-process: mint (CredentialIssuer) and verify (sidecar.executor) per second,
+1. Credentials, in-process: mint (CredentialIssuer) and verify (callgate.credentials.verifier) per second,
    against raw Ed25519 sign/verify with `cryptography` as the baseline.
 2. Full round trip over gRPC against a running sidecar (Cedar + SQLite, synchronous=FULL):
    Propose -> BeginAttempt (mints a credential) -> ReportOutcome(COMMITTED) -> EncodeResult,
@@ -16,19 +16,19 @@ import argparse
 import asyncio
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import grpc
 from _harness import closed_loop, dump, machine_line, ready, report, sidecar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sidecar.clock import FixedClock
-from sidecar.credentials import CredentialIssuer, Grant, KeyRing
-from sidecar.executor import CredentialVerifier, InMemoryReplayCache
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
-from sidecar.stages.digest import canonicalize, invocation_digest
+from callgate.core.clock import FixedClock
+from callgate.credentials.issuer import CredentialIssuer, Grant, KeyRing
+from callgate.credentials.verifier import CredentialVerifier, InMemoryReplayCache
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.propose.digest import canonicalize, invocation_digest
 
 
 def per_second(fn: object, seconds: float) -> tuple[list[float], float]:
@@ -45,11 +45,16 @@ def per_second(fn: object, seconds: float) -> tuple[list[float], float]:
 
 
 def bench_credentials(seconds: float) -> dict[str, object]:
-    now = datetime(2026, 7, 19, 6, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 7, 19, 6, 0, tzinfo=UTC)
     clock = FixedClock(now)
     ring = KeyRing(now)
     issuer = CredentialIssuer(ring, "callgate", clock)
-    args = {"calendar_id": "primary", "title": "x", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 10}
+    args = {
+        "calendar_id": "primary",
+        "title": "x",
+        "start": "2026-07-20T09:00:00+08:00",
+        "duration_minutes": 10,
+    }
     canonical = canonicalize(args)
     digest = invocation_digest("acme", "calendar.create_event", "v1", canonical)
 
@@ -61,7 +66,9 @@ def bench_credentials(seconds: float) -> dict[str, object]:
         )  # fmt: skip
 
     tokens = [issuer.mint(grant(i)).token for i in range(20000)]
-    verifier = CredentialVerifier(ring.jwks(), issuer="callgate", audience="cal", clock=clock, replay_cache=InMemoryReplayCache())
+    verifier = CredentialVerifier(
+        ring.jwks(), issuer="callgate", audience="cal", clock=clock, replay_cache=InMemoryReplayCache()
+    )
     key = Ed25519PrivateKey.generate()
     pub = key.public_key()
     msg = b"x" * 600
@@ -95,7 +102,7 @@ async def bench_roundtrip(seconds: float, concurrency: int) -> dict[str, object]
             )).session_id  # fmt: skip
             await gate.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="bench"))
             jwks = json.loads((await executor.GetJwks(pb.GetJwksRequest())).jwks_json)
-            from sidecar.clock import SystemClock
+            from callgate.core.clock import SystemClock
 
             verifier = CredentialVerifier(jwks, issuer="callgate", audience="files", clock=SystemClock())
 
@@ -105,7 +112,9 @@ async def bench_roundtrip(seconds: float, concurrency: int) -> dict[str, object]
                     tool_version="v1", arguments=json.dumps({"path": f"/tmp/f{i}"}).encode(),
                 ))  # fmt: skip
                 assert p.state == pb.PREPARED, p
-                a = await executor.BeginAttempt(pb.BeginAttemptRequest(invocation_id=p.invocation_id, executor_id="files"))
+                a = await executor.BeginAttempt(
+                    pb.BeginAttemptRequest(invocation_id=p.invocation_id, executor_id="files")
+                )
                 verifier.verify(a.credential, tool_name=a.tool_name, tool_version=a.tool_version,
                                 canonical_arguments=a.normalized_arguments)  # fmt: skip
                 await executor.ReportOutcome(pb.ReportOutcomeRequest(
@@ -128,9 +137,13 @@ async def bench_roundtrip(seconds: float, concurrency: int) -> dict[str, object]
             lat, el = await closed_loop(roundtrip, seconds, 1)
             res["roundtrip_sequential"] = report("Propose->Begin->Report->Encode, 1 in flight", lat, el)
             lat, el = await closed_loop(bare4, seconds, concurrency)
-            res["baseline_4_rpcs_saturated"] = report(f"baseline 4 x health.Check, {concurrency} in flight", lat, el)
+            res["baseline_4_rpcs_saturated"] = report(
+                f"baseline 4 x health.Check, {concurrency} in flight", lat, el
+            )
             lat, el = await closed_loop(roundtrip, seconds, concurrency)
-            res["roundtrip_saturated"] = report(f"Propose->Begin->Report->Encode, {concurrency} in flight", lat, el)
+            res["roundtrip_saturated"] = report(
+                f"Propose->Begin->Report->Encode, {concurrency} in flight", lat, el
+            )
         res["sidecar_peak_rss_mib"] = sc.peak_rss_mib
         print(f"sidecar peak RSS (VmHWM): {sc.peak_rss_mib:.1f} MiB")
     return res

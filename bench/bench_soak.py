@@ -22,8 +22,8 @@ from typing import Any
 import grpc
 from _harness import GoLoad, dump, machine_line, ready, rss_kib, sidecar
 
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
 LIMIT_MIB = 150.0
 
@@ -75,7 +75,10 @@ def main() -> None:
                 s = {"t_s": time.monotonic() - start, "rss_mib": rss_kib(sc.proc.pid, "VmRSS") / 1024,
                      "peak_mib": sc.peak_rss_mib}  # fmt: skip
                 samples.append(s)
-                print(f"  t={s['t_s']:5.0f} s  RSS {s['rss_mib']:6.1f} MiB  peak {s['peak_mib']:6.1f} MiB", flush=True)
+                print(
+                    f"  t={s['t_s']:5.0f} s  RSS {s['rss_mib']:6.1f} MiB  peak {s['peak_mib']:6.1f} MiB",
+                    flush=True,
+                )
 
         th = threading.Thread(target=sample, daemon=True)
         th.start()

@@ -17,11 +17,11 @@ from typing import Any
 import grpc
 import pytest
 
-from sidecar.clock import FixedClock
-from sidecar.config import Config, IdempotencyConfig, ListenerConfig, ServerConfig, StoreConfig
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
-from sidecar.server.app import Sidecar, build_components
+from callgate.config import Config, IdempotencyConfig, ListenerConfig, ServerConfig, StoreConfig
+from callgate.core.clock import FixedClock
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.server.app import Sidecar, build_components
 
 pytest_plugins = ["tests.pg_fixture", "tests.opa_fixture"]
 
@@ -52,9 +52,13 @@ class Running:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
 
     # -- runtime helpers -------------------------------------------------------------------
-    def open_session(self, tenant: str = "acme", subject: str = "alice", tz: str = "Asia/Shanghai", **kw: Any) -> str:
+    def open_session(
+        self, tenant: str = "acme", subject: str = "alice", tz: str = "Asia/Shanghai", **kw: Any
+    ) -> str:
         resp = self.gate.OpenSession(
-            pb.OpenSessionRequest(subject=pb.Subject(tenant=tenant, id=subject), timezone=tz, locale="en", **kw)
+            pb.OpenSessionRequest(
+                subject=pb.Subject(tenant=tenant, id=subject), timezone=tz, locale="en", **kw
+            )
         )
         return str(resp.session_id)
 
@@ -131,7 +135,9 @@ def start_sidecar(
 
         async def boot() -> None:
             try:
-                sc = Sidecar(await build_components(cfg, clock=clock, tolerate_bad_policies=tolerate_bad_policies))
+                sc = Sidecar(
+                    await build_components(cfg, clock=clock, tolerate_bad_policies=tolerate_bad_policies)
+                )
                 await sc.start()
                 holder["sidecar"] = sc
             except BaseException as exc:  # surfaced to the test thread

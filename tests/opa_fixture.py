@@ -123,8 +123,17 @@ def start_opa(policy_dir: Path | None = REGO_POLICIES, *extra: str) -> OpaServer
         logdir = Path(tempfile.mkdtemp(prefix="cg-opa-"))
         log_path = logdir / "opa.log"
         args = [
-            str(binary), "run", "--server", "--addr", f"127.0.0.1:{port}",
-            "--log-level", "error", "--skip-version-check", "--ignore", "*_test.rego", *extra,
+            str(binary),
+            "run",
+            "--server",
+            "--addr",
+            f"127.0.0.1:{port}",
+            "--log-level",
+            "error",
+            "--skip-version-check",
+            "--ignore",
+            "*_test.rego",
+            *extra,
         ]
         if policy_dir is not None:
             args.append(str(policy_dir))

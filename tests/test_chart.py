@@ -30,7 +30,7 @@ import urllib.request
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ import pytest
 import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from sidecar import healthcheck
+from callgate.server import healthcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "callgate"
@@ -87,7 +87,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-@lru_cache(maxsize=None)
+@cache
 def render(*args: str) -> tuple[dict[str, Any], ...]:
     out = helm("template", RELEASE, str(CHART), "--namespace", "agents", *args).stdout
     return tuple(d for d in yaml.safe_load_all(out) if d)
@@ -122,7 +122,12 @@ class Pod:
         return {v["name"]: v for v in self.spec["volumes"]}
 
     def mounted_by(self, volume: str) -> set[str]:
-        return {name for name, c in self.containers.items() for m in c.get("volumeMounts", []) if m["name"] == volume}
+        return {
+            name
+            for name, c in self.containers.items()
+            for m in c.get("volumeMounts", [])
+            if m["name"] == volume
+        }
 
     def obj(self, kind: str, name: str) -> dict[str, Any]:
         found = [d for d in self.docs if d["kind"] == kind and d["metadata"]["name"] == name]
@@ -179,7 +184,9 @@ def test_scenarios_cover_the_modes() -> None:
 def test_schema_and_template_reject_bad_values(case: Path) -> None:
     expect = re.search(r"^# expect: (.+)$", case.read_text(), re.M)
     assert expect, f"{case.name} needs an '# expect: ' line"
-    proc = helm("template", RELEASE, str(CHART), "-f", str(CHART / "values-cedar.yaml"), "-f", str(case), check=False)
+    proc = helm(
+        "template", RELEASE, str(CHART), "-f", str(CHART / "values-cedar.yaml"), "-f", str(case), check=False
+    )
     assert proc.returncode != 0, f"{case.name}: accepted"
     assert expect.group(1) in proc.stderr
 
@@ -191,17 +198,29 @@ def test_schema_and_template_reject_bad_values(case: Path) -> None:
         (["--set", "sidecar.native=maybe"], "/sidecar/native"),
         (["--set", "opa.port=80"], "/opa/port"),
         (["--set", "example.agent.image="], "/example/agent/image"),
-        (["--set-json", 'listeners.confirmer={"enabled":true,"socket":"/tmp/x.sock"}'], "/listeners/confirmer"),
-        (["--set", "policy.engine=opa", "--set", "opa.diagnosticPort=8181"], "opa.port and opa.diagnosticPort must differ"),
+        (
+            ["--set-json", 'listeners.confirmer={"enabled":true,"socket":"/tmp/x.sock"}'],
+            "/listeners/confirmer",
+        ),
+        (
+            ["--set", "policy.engine=opa", "--set", "opa.diagnosticPort=8181"],
+            "opa.port and opa.diagnosticPort must differ",
+        ),
         (["--set", "policies.bundled=false"], "no policy files"),
         (["--set", "observability.metrics.port=0"], "/observability/metrics/port"),
         (["--set", "observability.decisionLog.queue=0"], "/observability/decisionLog/queue"),
         (["--set", "observability.decisionLog.destination=stderr"], "/observability/decisionLog/destination"),
-        (["--set", "observability.decisionLog.destination=/var/log/callgate/../x"], "/observability/decisionLog/destination"),
+        (
+            ["--set", "observability.decisionLog.destination=/var/log/callgate/../x"],
+            "/observability/decisionLog/destination",
+        ),
         (["--set", "observability.tracing.endpoint=otel-collector:4317"], "/observability/tracing/endpoint"),
         # Helm's --set turns 0.5 into a string: a ratio needs --set-json or a values file
-        (["--set", "observability.tracing.sampleRatio=0.5"], "/observability/tracing/sampleRatio': got string, want number"),
-        (["--set-json", 'observability.metrics.from=[{}]'], "/observability/metrics/from/0"),
+        (
+            ["--set", "observability.tracing.sampleRatio=0.5"],
+            "/observability/tracing/sampleRatio': got string, want number",
+        ),
+        (["--set-json", "observability.metrics.from=[{}]"], "/observability/metrics/from/0"),
     ],
 )
 def test_more_bad_values_are_rejected(args: list[str], message: str) -> None:
@@ -244,7 +263,10 @@ def test_each_socket_is_mounted_only_where_its_role_is_played(chart_check_out: P
         for role in ROLES:
             volume = f"callgate-{role}-socket"
             if volume not in pod.volumes:
-                assert role in ("confirmer", "authorizer"), (name, role)  # agent and executor are on everywhere here
+                assert role in ("confirmer", "authorizer"), (
+                    name,
+                    role,
+                )  # agent and executor are on everywhere here
                 continue
             assert pod.volumes[volume]["emptyDir"] is not None, (name, volume)
             expected = {"callgate"} | ({role} if role in containers else set())
@@ -307,7 +329,7 @@ def test_probes_are_exec_health_checks_over_the_sockets(chart_check_out: Path) -
     c = pod.containers["callgate"]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         cmd = c[probe]["exec"]["command"]
-        assert cmd[:3] == ["python", "-m", "sidecar.healthcheck"], cmd
+        assert cmd[:3] == ["python", "-m", "callgate.server.healthcheck"], cmd
         assert "unix:/run/callgate/agent/agent.sock" in cmd
         assert ("--live" in cmd) == (probe == "livenessProbe")
     assert c["restartPolicy"] == "Always" and c in pod.spec["initContainers"]  # native sidecar
@@ -322,7 +344,9 @@ def test_checksum_annotations_roll_the_pods_on_changes() -> None:
     ).metadata["annotations"]
     assert changed_policy["checksum/callgate-policies"] != base["checksum/callgate-policies"]
     assert changed_policy["checksum/callgate-config"] == base["checksum/callgate-config"]
-    changed_config = Pod.of(scenario("values-cedar.yaml", "--set", "confirmation.ttlSeconds=60")).metadata["annotations"]
+    changed_config = Pod.of(scenario("values-cedar.yaml", "--set", "confirmation.ttlSeconds=60")).metadata[
+        "annotations"
+    ]
     assert changed_config["checksum/callgate-config"] != base["checksum/callgate-config"]
     watch = Pod.of(scenario("values-cedar.yaml", "--set", "policy.reload=watch"))
     assert "checksum/callgate-policies" not in watch.metadata["annotations"]
@@ -337,8 +361,10 @@ def test_config_toml_types_and_extra_keys() -> None:
     loader wants TOML integers. config.extra reaches callgate.toml, merged over the chart's keys."""
     docs = scenario(
         "values-cedar.yaml",
-        "--set", "confirmation.ttlSeconds=60",
-        "--set-json", 'config.extra={"limits": {"max_sessions": 5000}, "server": {"reflection": false}}',
+        "--set",
+        "confirmation.ttlSeconds=60",
+        "--set-json",
+        'config.extra={"limits": {"max_sessions": 5000}, "server": {"reflection": false}}',
     )
     config = tomllib.loads(config_toml(docs))
     assert config["confirmation"]["ttl_seconds"] == 60 and config["limits"]["max_sessions"] == 5000
@@ -348,8 +374,12 @@ def test_config_toml_types_and_extra_keys() -> None:
             assert not isinstance(value, float), section
     assert config["server"]["authorizer"] == {} and "socket" in config["server"]["agent"]
     assert config["secrets"] == [
-        {"name": "weather-api-key", "file": "/etc/callgate/secrets/weather-api-key/api-key",
-         "tools": ["weather.get"], "resources": ["*"]}
+        {
+            "name": "weather-api-key",
+            "file": "/etc/callgate/secrets/weather-api-key/api-key",
+            "tools": ["weather.get"],
+            "resources": ["*"],
+        }
     ]
 
 
@@ -398,7 +428,9 @@ def test_observability_scenario_renders_metrics_logs_and_traces() -> None:
         "tracing_endpoint": "http://otel-collector.monitoring:4317",
         "tracing_sample_ratio": 0.25,
     }
-    assert pod.containers["callgate"]["ports"] == [{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]
+    assert pod.containers["callgate"]["ports"] == [
+        {"name": "metrics", "containerPort": 9464, "protocol": "TCP"}
+    ]
     annotations = pod.metadata["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
     assert annotations["prometheus.io/port"] == "9464"
@@ -413,14 +445,22 @@ def test_observability_scenario_renders_metrics_logs_and_traces() -> None:
 def test_observability_values_map_to_callgate_toml() -> None:
     docs = scenario(
         "values-cedar.yaml",
-        "--set", "observability.metrics.enabled=true",
-        "--set", "observability.metrics.port=9100",
-        "--set", "observability.metrics.annotations=false",
-        "--set", "observability.decisionLog.destination=/var/log/callgate/decisions.jsonl",
-        "--set", "observability.decisionLog.sizeLimit=64Mi",
-        "--set", "observability.tracing.exporter=console",
-        "--set", "observability.tracing.sampleRatio=1",  # an int from --set: still a TOML float
-        "--set-json", 'networkPolicy.ingress=[{"from": [{"podSelector": {}}], "ports": [{"port": 8080}]}]',
+        "--set",
+        "observability.metrics.enabled=true",
+        "--set",
+        "observability.metrics.port=9100",
+        "--set",
+        "observability.metrics.annotations=false",
+        "--set",
+        "observability.decisionLog.destination=/var/log/callgate/decisions.jsonl",
+        "--set",
+        "observability.decisionLog.sizeLimit=64Mi",
+        "--set",
+        "observability.tracing.exporter=console",
+        "--set",
+        "observability.tracing.sampleRatio=1",  # an int from --set: still a TOML float
+        "--set-json",
+        'networkPolicy.ingress=[{"from": [{"podSelector": {}}], "ports": [{"port": 8080}]}]',
     )
     pod = Pod.of(docs)
     obs = observability_of(docs)
@@ -428,11 +468,18 @@ def test_observability_values_map_to_callgate_toml() -> None:
     assert obs["decision_log"] == "/var/log/callgate/decisions.jsonl"
     assert obs["tracing_exporter"] == "console" and "tracing_endpoint" not in obs
     assert obs["tracing_sample_ratio"] == 1.0 and isinstance(obs["tracing_sample_ratio"], float)
-    assert pod.containers["callgate"]["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+    assert pod.containers["callgate"]["ports"] == [
+        {"name": "metrics", "containerPort": 9100, "protocol": "TCP"}
+    ]
     assert not any(k.startswith("prometheus.io/") for k in pod.metadata["annotations"])
     # the file is on its own emptyDir, writable by callgate only (the root filesystem is read-only)
-    assert pod.volumes["callgate-decision-log"] == {"name": "callgate-decision-log", "emptyDir": {"sizeLimit": "64Mi"}}
-    mount = next(m for m in pod.containers["callgate"]["volumeMounts"] if m["name"] == "callgate-decision-log")
+    assert pod.volumes["callgate-decision-log"] == {
+        "name": "callgate-decision-log",
+        "emptyDir": {"sizeLimit": "64Mi"},
+    }
+    mount = next(
+        m for m in pod.containers["callgate"]["volumeMounts"] if m["name"] == "callgate-decision-log"
+    )
     assert mount == {"name": "callgate-decision-log", "mountPath": "/var/log/callgate"}
     assert pod.mounted_by("callgate-decision-log") == {"callgate"}
     # networkPolicy.ingress comes first, then the metrics rule with the default peers
@@ -442,16 +489,24 @@ def test_observability_values_map_to_callgate_toml() -> None:
         "from": [{"podSelector": {"matchLabels": {"callgate/metrics-scraper": "true"}}}],
         "ports": [{"protocol": "TCP", "port": 9100}],
     }
-    tiny = observability_of(render(
-        "--set", "observability.tracing.exporter=console", "--set-json", "observability.tracing.sampleRatio=0.00001"
-    ))
+    tiny = observability_of(
+        render(
+            "--set",
+            "observability.tracing.exporter=console",
+            "--set-json",
+            "observability.tracing.sampleRatio=0.00001",
+        )
+    )
     assert tiny["tracing_sample_ratio"] == 1e-05
     # the OTLP endpoint is written only for otlp; traces off write no tracing keys
-    assert not any(k.startswith("tracing_") for k in observability_of(render(
-        "--set", "observability.tracing.endpoint=http://otel:4317"
-    )))
+    assert not any(
+        k.startswith("tracing_")
+        for k in observability_of(render("--set", "observability.tracing.endpoint=http://otel:4317"))
+    )
     # metrics off: no port, no rule, no annotations, whatever the other metrics values say
-    quiet = render("--set", "observability.metrics.port=9100", "--set", "observability.metrics.annotations=true")
+    quiet = render(
+        "--set", "observability.metrics.port=9100", "--set", "observability.metrics.annotations=true"
+    )
     assert "metrics_address" not in observability_of(quiet) and network_policy(quiet)["ingress"] == []
     assert "ports" not in Pod.of(quiet).containers["callgate"]
     # no NetworkPolicy, no rule (and nothing else changes)
@@ -522,17 +577,23 @@ def test_dockerfile() -> None:
     assert re.search(r"^ARG PYTHON_IMAGE=python:3\.11-slim$", text, re.M)
     users = re.findall(r"^USER\s+(\S+)", text, re.M)
     values = yaml.safe_load((CHART / "values.yaml").read_text())["podSecurityContext"]
-    assert users == [f"{values['runAsUser']}:{values['runAsGroup']}"], "one USER, the chart's non-root uid:gid"
+    assert users == [f"{values['runAsUser']}:{values['runAsGroup']}"], (
+        "one USER, the chart's non-root uid:gid"
+    )
     assert "pip install ." in text
     # optional extras (e.g. otlp for observability.tracing.exporter: otlp) through a build ARG
     assert re.search(r'^ARG EXTRAS=""$', text, re.M)
     assert 'pip install ."${EXTRAS:+[$EXTRAS]}"' in text
     assert "otlp" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert re.search(r'^ENTRYPOINT \["callgate"\]$', text, re.M)
-    ignore = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    assert ignore[0] == "*" and {"!pyproject.toml", "!README.md", "!sidecar/"} <= set(ignore)
+    ignore = [
+        ln.strip()
+        for ln in (ROOT / ".dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert ignore[0] == "*" and {"!pyproject.toml", "!README.md", "!callgate/"} <= set(ignore)
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M)
-    assert {w for line in copied for w in line.split()} == {"pyproject.toml", "README.md", "sidecar"}
+    assert {w for line in copied for w in line.split()} == {"pyproject.toml", "README.md", "callgate"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,7 +634,9 @@ def lay_out(pod: Pod, container: str, root: Path) -> None:
             write_atomic_volume(path, {i["path"]: data[i["key"]] for i in items})
         elif "secret" in volume:
             items = volume["secret"]["items"]
-            write_atomic_volume(path, {i["path"]: f"placeholder-{volume['secret']['secretName']}-{i['key']}" for i in items})
+            write_atomic_volume(
+                path, {i["path"]: f"placeholder-{volume['secret']['secretName']}-{i['key']}" for i in items}
+            )
         else:
             assert "emptyDir" in volume, m["name"]
             path.mkdir(parents=True, exist_ok=True)
@@ -616,7 +679,9 @@ class Proc:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
         self.log_path = log
         self._log = log.open("wb")
-        self.p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.p = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-6000:]
@@ -663,7 +728,10 @@ def test_the_rendered_command_line_serves(root: Path) -> None:
         for name in ("readinessProbe", "livenessProbe"):
             result = probe(c, name, env)
             assert result.returncode == 0, (name, result.stdout, result.stderr)
-        sockets = {role: root / "run" / "callgate" / role / f"{role}.sock" for role in ("agent", "executor", "confirmer")}
+        sockets = {
+            role: root / "run" / "callgate" / role / f"{role}.sock"
+            for role in ("agent", "executor", "confirmer")
+        }
         for role, sock in sockets.items():
             assert healthcheck.check(f"unix:{sock}") == "SERVING", role
             assert stat.S_IMODE(sock.stat().st_mode) == 0o660, role
@@ -675,9 +743,15 @@ def test_the_rendered_command_line_serves(root: Path) -> None:
         ring = root / "run" / "callgate" / "keys" / "ring"
         assert (ring / "keyring.json").exists() and stat.S_IMODE(ring.stat().st_mode) == 0o700
         check = subprocess.run(
-            venv_argv(["callgate", "check", "--config", config_arg(c)]), capture_output=True, text=True, timeout=60, env=env
+            venv_argv(["callgate", "check", "--config", config_arg(c)]),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
         )
-        assert check.returncode == 0 and check.stdout.startswith("ok: 3 tools, engine cedar"), check.stdout + check.stderr
+        assert check.returncode == 0 and check.stdout.startswith("ok: 3 tools, engine cedar"), (
+            check.stdout + check.stderr
+        )
     finally:
         rc = proc.stop()
     assert rc == 0, proc.log()
@@ -705,7 +779,17 @@ def test_the_rendered_opa_pair_serves(root: Path) -> None:
     from tests.opa_fixture import opa_binary
 
     port, diag = free_port(), free_port()
-    pod = Pod.of(scenario("values-opa.yaml", "--set", f"paths.root={root}", "--set", f"opa.port={port}", "--set", f"opa.diagnosticPort={diag}"))
+    pod = Pod.of(
+        scenario(
+            "values-opa.yaml",
+            "--set",
+            f"paths.root={root}",
+            "--set",
+            f"opa.port={port}",
+            "--set",
+            f"opa.diagnosticPort={diag}",
+        )
+    )
     lay_out(pod, "opa", root)
     opa = Proc([str(opa_binary()), *pod.containers["opa"]["args"]], dict(os.environ), root, root / "opa.log")
     try:
@@ -716,12 +800,16 @@ def test_the_rendered_opa_pair_serves(root: Path) -> None:
             with http.open(f"http://127.0.0.1:{diag}/health", timeout=5) as r:  # the kubelet's probe
                 assert r.status == 200
             put = urllib.request.Request(
-                f"http://127.0.0.1:{port}/v1/policies/callgate/evil", data=b"package callgate.evil\n", method="PUT"
+                f"http://127.0.0.1:{port}/v1/policies/callgate/evil",
+                data=b"package callgate.evil\n",
+                method="PUT",
             )
             with pytest.raises(urllib.error.HTTPError) as refused:
                 http.open(put, timeout=5)
             assert refused.value.code == 401
-            query = urllib.request.Request(f"http://127.0.0.1:{port}/v1/query", data=json.dumps({"query": "data"}).encode())
+            query = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/query", data=json.dumps({"query": "data"}).encode()
+            )
             with pytest.raises(urllib.error.HTTPError) as refused:
                 http.open(query, timeout=5)
             assert refused.value.code == 401
@@ -743,18 +831,25 @@ def test_the_rendered_observability_scenario_serves_metrics_logs_and_traces(root
     emptyDir and console spans (the venv has no OTLP exporter, the image needs EXTRAS=otlp for
     it): the rendered command serves GET /metrics on the rendered address, a proposal over the
     agent socket shows up in the metrics, as a masked decision-log line and as spans."""
-    from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-    from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
     port = free_port()
-    pod = Pod.of(scenario(
-        "values-observability.yaml",
-        "--set", f"paths.root={root}",
-        "--set", f"observability.metrics.port={port}",
-        "--set", "observability.decisionLog.destination=/var/log/callgate/decisions.jsonl",
-        "--set", "observability.tracing.exporter=console",
-        "--set", "observability.tracing.sampleRatio=1",
-    ))
+    pod = Pod.of(
+        scenario(
+            "values-observability.yaml",
+            "--set",
+            f"paths.root={root}",
+            "--set",
+            f"observability.metrics.port={port}",
+            "--set",
+            "observability.decisionLog.destination=/var/log/callgate/decisions.jsonl",
+            "--set",
+            "observability.tracing.exporter=console",
+            "--set",
+            "observability.tracing.sampleRatio=1",
+        )
+    )
     obs = tomllib.loads(config_toml(pod.docs))["observability"]
     assert obs["metrics_address"] == f"0.0.0.0:{port}"
     log_file = root / "var" / "log" / "callgate" / "decisions.jsonl"
@@ -769,28 +864,42 @@ def test_the_rendered_observability_scenario_serves_metrics_logs_and_traces(root
         with grpc.insecure_channel(agent_env["CALLGATE_AGENT_SOCKET"]) as channel:
             gate = pb_grpc.GateStub(channel)
             session = gate.OpenSession(
-                pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="alice"), timezone="Asia/Shanghai", locale="en"),
+                pb.OpenSessionRequest(
+                    subject=pb.Subject(tenant="acme", id="alice"), timezone="Asia/Shanghai", locale="en"
+                ),
                 timeout=10,
             ).session_id
             gate.ListTools(pb.ListToolsRequest(session_id=session, model_call_id="mc-1"), timeout=10)
             gate.Propose(
                 pb.ProposeRequest(
-                    session_id=session, model_call_id="mc-1", proposal_id="call_1",
-                    tool_name="calendar.create_event", tool_version="v1", idempotency_key="k-1",
+                    session_id=session,
+                    model_call_id="mc-1",
+                    proposal_id="call_1",
+                    tool_name="calendar.create_event",
+                    tool_version="v1",
+                    idempotency_key="k-1",
                     arguments=json.dumps({"title": "dentist, private", "start": "2026-07-20T09:00"}).encode(),
                 ),
                 timeout=10,
             )
         text = scrape(port)
-        assert re.search(r'^callgate_decisions_total\{[^}]*tool="calendar.create_event@v1"[^}]*\} 1\.0$', text, re.M), text
-        assert re.search(r'^callgate_rpc_duration_seconds_count\{[^}]*method="Propose"[^}]*\} 1\.0$', text, re.M), text
+        assert re.search(
+            r'^callgate_decisions_total\{[^}]*tool="calendar.create_event@v1"[^}]*\} 1\.0$', text, re.M
+        ), text
+        assert re.search(
+            r'^callgate_rpc_duration_seconds_count\{[^}]*method="Propose"[^}]*\} 1\.0$', text, re.M
+        ), text
         # bounded mode: the line is written in the background
         deadline = time.monotonic() + 10
-        while not (log_file.exists() and "normalized" in log_file.read_text()) and time.monotonic() < deadline:
+        while (
+            not (log_file.exists() and "normalized" in log_file.read_text()) and time.monotonic() < deadline
+        ):
             time.sleep(0.1)
         lines = [json.loads(line) for line in log_file.read_text().splitlines()]
         kinds = [line["kind"] for line in lines]
-        assert "normalized" in kinds and any(k in kinds for k in ("authorized", "authorization_rejected")), kinds
+        assert "normalized" in kinds and any(k in kinds for k in ("authorized", "authorization_rejected")), (
+            kinds
+        )
         assert all(line["tool"] == "calendar.create_event@v1" for line in lines)
         assert "dentist" not in log_file.read_text()  # masked: calendar.create_event#/title
         normalized = next(line for line in lines if line["kind"] == "normalized")
@@ -802,7 +911,7 @@ def test_the_rendered_observability_scenario_serves_metrics_logs_and_traces(root
 
 
 # --------------------------------------------------------------------------------------------
-# sidecar.healthcheck
+# callgate.server.healthcheck
 
 
 @pytest.fixture(scope="module")
@@ -821,7 +930,9 @@ def health_server() -> Iterator[tuple[str, health.HealthServicer]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def test_healthcheck_exit_codes(health_server: tuple[str, health.HealthServicer], capsys: pytest.CaptureFixture[str]) -> None:
+def test_healthcheck_exit_codes(
+    health_server: tuple[str, health.HealthServicer], capsys: pytest.CaptureFixture[str]
+) -> None:
     target, servicer = health_server
     servicer.set("", health_pb2.HealthCheckResponse.SERVING)
     servicer.set("callgate.v1.Gate", health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -844,5 +955,10 @@ def test_healthcheck_exit_codes(health_server: tuple[str, health.HealthServicer]
 def test_healthcheck_runs_as_a_module(health_server: tuple[str, health.HealthServicer]) -> None:
     target, servicer = health_server
     servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    proc = subprocess.run([sys.executable, "-m", "sidecar.healthcheck", target], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-m", "callgate.server.healthcheck", target],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == f"{target}: SERVING", proc.stdout + proc.stderr

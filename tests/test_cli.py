@@ -12,7 +12,9 @@ from tests.conftest import DATA, POLICIES, ROOT
 
 
 def callgate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sidecar", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "callgate", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_check_ok_on_example_policies() -> None:
@@ -32,7 +34,7 @@ def test_check_reports_toolspec_file_and_line(tmp_path: Path) -> None:
     spec = proj / "policies" / "tools" / "weather.get@v1.json"
     text = spec.read_text().replace('"format": "date"', '"format": "datum"')
     spec.write_text(text)
-    line = next(i for i, l in enumerate(text.splitlines(), 1) if '"datum"' in l)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if '"datum"' in ln)
     r = callgate("check", "--config", str(proj / "callgate.toml"))
     assert r.returncode == 1
     assert f"weather.get@v1.json:{line}" in r.stdout and "unsupported_format" in r.stdout, r.stdout
@@ -49,7 +51,10 @@ def test_check_reports_duplicate_key_in_toolspec(tmp_path: Path) -> None:
 def test_check_reports_cedar_policy_line(tmp_path: Path) -> None:
     proj = _project_copy(tmp_path)
     pol = proj / "policies" / "cedar" / "policies.cedar"
-    text = pol.read_text() + '\n@id("broken")\npermit (principal, action, resource) when { context.args.nope };\n'
+    text = (
+        pol.read_text()
+        + '\n@id("broken")\npermit (principal, action, resource) when { context.args.nope };\n'
+    )
     pol.write_text(text)
     r = callgate("check", "--config", str(proj / "callgate.toml"))
     assert r.returncode == 1
@@ -68,8 +73,12 @@ def test_eval_runs_the_case_table_offline() -> None:
 
 
 def test_eval_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
-    case = {"subject": {"tenant": "acme", "id": "bob"}, "tool": "files.delete@v1",
-            "arguments": {"path": "/tmp/x"}, "expect": "allow"}
+    case = {
+        "subject": {"tenant": "acme", "id": "bob"},
+        "tool": "files.delete@v1",
+        "arguments": {"path": "/tmp/x"},
+        "expect": "allow",
+    }
     f = tmp_path / "one.jsonl"
     f.write_text(json.dumps(case) + "\n")
     r = callgate("eval", str(f), "--config", str(ROOT / "callgate.toml"))
@@ -80,7 +89,9 @@ def test_eval_fails_on_a_wrong_expectation(tmp_path: Path) -> None:
 def test_check_reports_a_missing_secret_without_printing_values(tmp_path: Path) -> None:
     proj = _project_copy(tmp_path)
     cfg = proj / "callgate.toml"
-    cfg.write_text(cfg.read_text() + '\n[[secrets]]\nname = "api"\nfile = "missing.token"\ntools = ["weather.get"]\n')
+    cfg.write_text(
+        cfg.read_text() + '\n[[secrets]]\nname = "api"\nfile = "missing.token"\ntools = ["weather.get"]\n'
+    )
     r = callgate("check", "--config", str(cfg))
     assert r.returncode == 1 and "secret 'api'" in r.stdout, r.stdout
     (proj / "missing.token").write_text("TOKEN-VALUE-123456789\n")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
-from sidecar.config import load_config
-from sidecar.errors import CallgateError, ErrorCode, LoadError
-from sidecar.states import EDGES, TERMINAL, State, check_transition
+from callgate.config import load_config
+from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.states import EDGES, TERMINAL, State, check_transition
 from tests.conftest import ROOT
 
 HAPPY = ["PROPOSED", "PARSED", "VALIDATED", "AUTHORIZED", "PREPARED", "EXECUTING", "COMMITTED", "OBSERVED"]
@@ -25,7 +26,7 @@ def test_example_config_loads() -> None:
         ('[server]\nagent = { tcp = "0.0.0.0:7401" }\n', "not loopback"),
         ('[server]\nagent = { tcp = "10.1.2.3:7401" }\n', "not loopback"),
         ('[store]\npaht = "x.db"\n', "unknown key 'store.paht'"),
-        ('[stroe]\n', "unknown section"),
+        ("[stroe]\n", "unknown section"),
         ('[limits]\nmax_depth = "64"\n', "must be int"),
         ('[server]\nagent = { socket = "a.sock" }\nconfirmer = { socket = "a.sock" }\n', "own socket"),
         ('[policy]\nengine = "magic"\n', "not supported"),
@@ -41,7 +42,7 @@ def test_bad_config_is_refused(tmp_path: Path, text: str, fragment: str) -> None
 
 
 def test_happy_path_edges() -> None:
-    for a, b in zip(HAPPY, HAPPY[1:]):
+    for a, b in itertools.pairwise(HAPPY):
         check_transition(State(a), State(b))
 
 

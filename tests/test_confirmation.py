@@ -10,8 +10,8 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from tests.conftest import Running
 
 EVENT = {"title": "Standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 15}
@@ -31,7 +31,9 @@ def error_reason(err: grpc.RpcError) -> str:
 def park(server: Running, args: dict[str, Any], proposal_id: str = "p1") -> pb.ProposeResponse:
     sid = server.open_session(subject="alice")
     server.list_tools(sid)
-    resp = server.propose(sid, "calendar.create_event@v1", args, proposal_id=proposal_id, idempotency_key=f"key-{proposal_id}")
+    resp = server.propose(
+        sid, "calendar.create_event@v1", args, proposal_id=proposal_id, idempotency_key=f"key-{proposal_id}"
+    )
     assert resp.decision.effect == pb.CONFIRM, resp
     return resp
 
@@ -48,12 +50,16 @@ def test_replaced_arguments_need_a_new_confirmation(server: Running) -> None:
     # The UI confirmed what it showed (digest of `shown`), but someone tries to run `replaced`
     # under it: presenting another digest is rejected and cancels the parked invocation.
     with pytest.raises(grpc.RpcError) as err:
-        server.confirmations.Confirm(pb.ConfirmRequest(invocation_id=shown.invocation_id, digest=replaced.digest))
+        server.confirmations.Confirm(
+            pb.ConfirmRequest(invocation_id=shown.invocation_id, digest=replaced.digest)
+        )
     assert err.value.code() == grpc.StatusCode.ABORTED
     assert error_reason(err.value) == "confirmation_digest_mismatch"
     assert inv_state(server, shown.invocation_id) == "CANCELLED_BEFORE_COMMIT"
     # The changed arguments are their own proposal, confirmed on their own digest.
-    ok = server.confirmations.Confirm(pb.ConfirmRequest(invocation_id=replaced.invocation_id, digest=replaced.digest))
+    ok = server.confirmations.Confirm(
+        pb.ConfirmRequest(invocation_id=replaced.invocation_id, digest=replaced.digest)
+    )
     assert pb.State.Name(ok.state) == "PREPARED"
 
 
@@ -64,7 +70,9 @@ def test_confirmation_expires(server: Running) -> None:
         p.invocation_id for p in server.confirmations.ListPending(pb.ListPendingRequest()).pending
     ]
     with pytest.raises(grpc.RpcError) as err:
-        server.confirmations.Confirm(pb.ConfirmRequest(invocation_id=parked.invocation_id, digest=parked.digest))
+        server.confirmations.Confirm(
+            pb.ConfirmRequest(invocation_id=parked.invocation_id, digest=parked.digest)
+        )
     assert error_reason(err.value) == "confirmation_expired"
     assert inv_state(server, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
 
@@ -89,10 +97,14 @@ def test_confirm_only_once_under_race(server: Running) -> None:
 
 def test_cancel_before_commit_and_terminal_states(server: Running) -> None:
     parked = park(server, EVENT)
-    resp = server.gate.Cancel(pb.CancelRequest(invocation_id=parked.invocation_id, reason="user closed the chat"))
+    resp = server.gate.Cancel(
+        pb.CancelRequest(invocation_id=parked.invocation_id, reason="user closed the chat")
+    )
     assert pb.State.Name(resp.state) == "CANCELLED_BEFORE_COMMIT"
     with pytest.raises(grpc.RpcError) as err:
-        server.confirmations.Confirm(pb.ConfirmRequest(invocation_id=parked.invocation_id, digest=parked.digest))
+        server.confirmations.Confirm(
+            pb.ConfirmRequest(invocation_id=parked.invocation_id, digest=parked.digest)
+        )
     assert error_reason(err.value) == "confirmation_not_pending"
     with pytest.raises(grpc.RpcError) as err:
         server.gate.Cancel(pb.CancelRequest(invocation_id=parked.invocation_id))
@@ -123,5 +135,7 @@ def test_unknown_session_and_invocation_are_errors(server: Running) -> None:
         server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id="inv_nope"))
     assert error_reason(err.value) == "invocation_not_found"
     with pytest.raises(grpc.RpcError) as err:
-        server.gate.OpenSession(pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="a"), timezone="Mars/Base"))
+        server.gate.OpenSession(
+            pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="a"), timezone="Mars/Base")
+        )
     assert error_reason(err.value) == "invalid_request"

@@ -1,5 +1,5 @@
-"""Scoped invocation credentials: minting (sidecar.credentials) and offline verification
-(sidecar.executor), with real Ed25519 keys and a FixedClock.
+"""Scoped invocation credentials: minting (callgate.credentials.issuer) and offline verification
+(callgate.credentials.verifier), with real Ed25519 keys and a FixedClock.
 
 Done when: tampered, expired, wrong audience, wrong tool, other arguments, replayed ``jti`` and
 unknown ``kid`` are all refused, and rotation keeps in-flight credentials valid until they expire.
@@ -19,7 +19,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from sidecar.clock import FixedClock
-from sidecar.credentials import (
+from callgate.core.clock import FixedClock
+from callgate.core.errors import CallgateError, LoadError
+from callgate.credentials.issuer import (
     CREDENTIAL_DEADLINE_PASSED,
     RETENTION,
     CredentialIssuer,
@@ -37,18 +38,17 @@ from sidecar.credentials import (
     KeyRing,
     KeyState,
 )
-from sidecar.errors import CallgateError, LoadError
-from sidecar.executor import (
+from callgate.credentials.verifier import (
     CODES,
     CredentialError,
     CredentialVerifier,
     InMemoryReplayCache,
 )
-from sidecar.stages.digest import canonicalize, invocation_digest
+from callgate.propose.digest import canonicalize, invocation_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-T0 = datetime(2026, 7, 19, 6, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 7, 19, 6, 0, 0, tzinfo=UTC)
 ISSUER = "callgate:sidecar-1"
 EXECUTOR = "spiffe://acme/executor/weather"
 ARGS = {"city": "Shanghai", "date": "2026-07-20", "units": {"temp": "C", "wind": "m/s"}}
@@ -130,7 +130,11 @@ def private_key(ring: KeyRing) -> Ed25519PrivateKey:
 
 
 def forge(
-    header: dict[str, Any], payload: dict[str, Any] | bytes, *, ed: Ed25519PrivateKey | None = None, hs: bytes | None = None
+    header: dict[str, Any],
+    payload: dict[str, Any] | bytes,
+    *,
+    ed: Ed25519PrivateKey | None = None,
+    hs: bytes | None = None,
 ) -> str:
     """A compact JWS with whatever header/payload, signed with ``ed`` (Ed25519), ``hs`` (HMAC-SHA256)
     or nothing (empty signature, as for ``alg: none``)."""
@@ -185,8 +189,19 @@ def test_mint_and_verify(world: World) -> None:
     assert claims["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
 
     v = world.verify(minted.token)
-    assert (v.tenant, v.subject, v.audience, v.jti, v.kid) == ("acme", "alice", EXECUTOR, minted.jti, minted.kid)
-    assert (v.tool_name, v.tool_version, v.capabilities, v.resource) == ("weather.get", "v1", ("weather.read",), "city/Shanghai")
+    assert (v.tenant, v.subject, v.audience, v.jti, v.kid) == (
+        "acme",
+        "alice",
+        EXECUTOR,
+        minted.jti,
+        minted.kid,
+    )
+    assert (v.tool_name, v.tool_version, v.capabilities, v.resource) == (
+        "weather.get",
+        "v1",
+        ("weather.read",),
+        "city/Shanghai",
+    )
     assert (v.invocation_id, v.attempt_id, v.idempotency_key) == ("inv-1", "att-1", "idem-1")
     assert v.digest == digest_of(ARGS) and v.expires_at == minted.expires_at == T0 + timedelta(seconds=60)
     assert v.deadline == T0 + timedelta(minutes=10) and v.issued_at == v.not_before == T0
@@ -471,7 +486,9 @@ REFUSALS: list[tuple[str, Callable[[World], tuple[str, dict[str, Any]]], str]] =
 
 
 @pytest.mark.parametrize(("case", "build", "code"), REFUSALS, ids=[c[0] for c in REFUSALS])
-def test_refused(world: World, case: str, build: Callable[[World], tuple[str, dict[str, Any]]], code: str) -> None:
+def test_refused(
+    world: World, case: str, build: Callable[[World], tuple[str, dict[str, Any]]], code: str
+) -> None:
     token, kw = build(world)
     with pytest.raises(CredentialError) as info:
         world.verify(token, **kw)
@@ -488,7 +505,11 @@ def test_every_code_is_exercised() -> None:
 
 def test_refusal_does_not_consume_jti(world: World) -> None:
     token = world.mint()
-    for kw in ({"tool_name": "weather.set"}, {"arguments": {"city": "Beijing"}}, {"audience": "someone-else"}):
+    for kw in (
+        {"tool_name": "weather.set"},
+        {"arguments": {"city": "Beijing"}},
+        {"audience": "someone-else"},
+    ):
         with pytest.raises(CredentialError):
             world.verify(token, **kw)
     world.verify(token)
@@ -542,7 +563,9 @@ def test_audience_override_per_call(world: World) -> None:
     token = world.mint()
     with pytest.raises(ValueError):
         verifier.verify(token, tool_name="weather.get", tool_version="v1", expected_digest=digest_of(ARGS))
-    v = verifier.verify(token, tool_name="weather.get", tool_version="v1", expected_digest=digest_of(ARGS), audience=EXECUTOR)
+    v = verifier.verify(
+        token, tool_name="weather.get", tool_version="v1", expected_digest=digest_of(ARGS), audience=EXECUTOR
+    )
     assert v.attempt_id == "att-1"
 
 
@@ -553,7 +576,11 @@ def test_static_jwks_mapping(world: World) -> None:
 
 @pytest.mark.parametrize(
     "kw",
-    [{}, {"arguments": ARGS, "canonical_arguments": canonicalize(ARGS)}, {"arguments": ARGS, "expected_digest": "x"}],
+    [
+        {},
+        {"arguments": ARGS, "canonical_arguments": canonicalize(ARGS)},
+        {"arguments": ARGS, "expected_digest": "x"},
+    ],
     ids=["none", "arguments+canonical", "arguments+digest"],
 )
 def test_verify_needs_exactly_one_argument_form(world: World, kw: dict[str, Any]) -> None:
@@ -572,7 +599,9 @@ def test_jwk_with_other_alg_or_use_is_not_used(world: World) -> None:
     for change in ({"alg": "Ed25519"}, {"use": "enc"}, {"crv": "Ed448"}, {"key_ops": ["sign"]}):
         jwks = {"keys": [{**k, **change} for k in world.ring.jwks()["keys"]]}
         with pytest.raises(CredentialError) as info:
-            world.new_verifier(jwks=jwks).verify(token, tool_name="weather.get", tool_version="v1", arguments=ARGS)
+            world.new_verifier(jwks=jwks).verify(
+                token, tool_name="weather.get", tool_version="v1", arguments=ARGS
+            )
         assert info.value.code == "unknown_kid", change
 
 
@@ -793,7 +822,9 @@ def test_key_dir_refuses_open_permissions_and_tampering(tmp_path: Path) -> None:
 
 def test_from_private_pem(world: World) -> None:
     def pem(key: Ed25519PrivateKey) -> bytes:
-        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        return key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
 
     old, cur, nxt = (Ed25519PrivateKey.generate() for _ in range(3))
     ring = KeyRing.from_private_pem(pem(cur), now=T0, next_pem=pem(nxt), previous_pems=[pem(old)])
@@ -803,12 +834,17 @@ def test_from_private_pem(world: World) -> None:
         ring.rotate(T0)
     token = CredentialIssuer(ring, ISSUER, world.clock).mint(make_grant(world.clock)).token
     verifier = world.new_verifier(jwks=ring.jwks())
-    assert verifier.verify(token, tool_name="weather.get", tool_version="v1", arguments=ARGS).kid == ring.current_kid()
+    assert (
+        verifier.verify(token, tool_name="weather.get", tool_version="v1", arguments=ARGS).kid
+        == ring.current_kid()
+    )
     # a credential signed with the old key (before the Secret was updated) still verifies
     h, p, _ = split(token)
     old_kid = ring.keys()[2].kid
     old_token = forge({**h, "kid": old_kid}, {**p, "jti": "other"}, ed=old)
-    assert verifier.verify(old_token, tool_name="weather.get", tool_version="v1", arguments=ARGS).kid == old_kid
+    assert (
+        verifier.verify(old_token, tool_name="weather.get", tool_version="v1", arguments=ARGS).kid == old_kid
+    )
 
     rsa_pem = b"-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VuBCIEIA==\n-----END PRIVATE KEY-----\n"
     with pytest.raises(LoadError):
@@ -869,7 +905,7 @@ def test_concurrent_verification_single_use(world: World) -> None:
 
 def test_executor_library_imports_without_grpc() -> None:
     code = (
-        "import sys, sidecar.executor; "
+        "import sys, callgate.credentials.verifier; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'cedarpy', 'jsonschema')]; "
         "assert not bad, bad"
     )
@@ -878,9 +914,10 @@ def test_executor_library_imports_without_grpc() -> None:
 
 
 def test_pyjwt_interop(world: World) -> None:
-    """An executor using PyJWT instead of sidecar.executor can verify callgate credentials (the
+    """An executor using PyJWT instead of callgate.credentials.verifier can verify callgate credentials (the
     reason for ``alg: EdDSA``). PyJWT is a dev dependency for exactly this check."""
     import jwt
+
     token = world.mint()
     header = jwt.get_unverified_header(token)
     assert header["typ"] == "callgate-invocation+jwt"

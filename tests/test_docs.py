@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sidecar.docgen import config_markdown, errors_markdown
-from sidecar.errors import DESCRIPTION, ErrorCode
+from callgate.cli.docgen import config_markdown, errors_markdown
+from callgate.core.errors import DESCRIPTION, ErrorCode
 from tests.conftest import ROOT
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import cedarpy
 import pytest
 
-from sidecar.engines import cedar as cedar_module
-from sidecar.engines.cedar import CedarEngine, load_cedar_dir
-from sidecar.errors import ErrorCode, LoadError
-from sidecar.model import AuthzRequest, Effect, Subject
+from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.model import AuthzRequest, Effect, Subject
+from callgate.policy.engines import cedar as cedar_module
+from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 from tests.conftest import DATA, POLICIES
 
 FAULTS = DATA / "cedar_faults"
@@ -21,7 +21,10 @@ FAULTS = DATA / "cedar_faults"
 
 def req(n: Any, **extra: Any) -> AuthzRequest:
     return AuthzRequest(
-        subject=Subject("acme", "u1"), capability="t.act", resource="thing:1", context={"tool": "t@v1", "args": {"n": n, **extra}}
+        subject=Subject("acme", "u1"),
+        capability="t.act",
+        resource="thing:1",
+        context={"tool": "t@v1", "args": {"n": n, **extra}},
     )
 
 
@@ -38,11 +41,17 @@ def test_permit_alone_allows(engine: CedarEngine) -> None:
 def test_erroring_forbid_is_deny_not_allow(engine: CedarEngine) -> None:
     # Cedar itself answers Allow here (the forbid errored and was skipped).
     raw = cedarpy.is_authorized(
-        {"principal": {"type": "User", "id": "u1"}, "action": {"type": "Action", "id": "t.act"},
-         "resource": {"type": "Resource", "id": "thing:1"}, "context": {"tenant": "acme", "tool": "t", "args": {"n": 10**3}}},
+        {
+            "principal": {"type": "User", "id": "u1"},
+            "action": {"type": "Action", "id": "t.act"},
+            "resource": {"type": "Resource", "id": "thing:1"},
+            "context": {"tenant": "acme", "tool": "t", "args": {"n": 10**3}},
+        },
         engine._p.policy_set,
-        cedarpy.Entities.from_json_str('[{"uid":{"type":"User","id":"u1"},"attrs":{"tenant":"acme"},"parents":[]},'
-                                       '{"uid":{"type":"Resource","id":"thing:1"},"attrs":{"kind":"thing","name":"1","tenant":"acme"},"parents":[]}]'),
+        cedarpy.Entities.from_json_str(
+            '[{"uid":{"type":"User","id":"u1"},"attrs":{"tenant":"acme"},"parents":[]},'
+            '{"uid":{"type":"Resource","id":"thing:1"},"attrs":{"kind":"thing","name":"1","tenant":"acme"},"parents":[]}]'
+        ),
     )
     assert raw.decision == cedarpy.Decision.Allow and raw.diagnostics.errors
     (d,) = engine.authorize_batch_sync([req(10**3)])
@@ -63,7 +72,12 @@ def test_erroring_forbid_is_deny_not_allow(engine: CedarEngine) -> None:
     ],
 )
 def test_bad_context_fails_closed(engine: CedarEngine, ctx_args: dict[str, Any]) -> None:
-    r = AuthzRequest(subject=Subject("acme", "u1"), capability="t.act", resource="thing:1", context={"tool": "t", "args": ctx_args})
+    r = AuthzRequest(
+        subject=Subject("acme", "u1"),
+        capability="t.act",
+        resource="thing:1",
+        context={"tool": "t", "args": ctx_args},
+    )
     (d,) = engine.authorize_batch_sync([r])
     assert d.effect is Effect.DENY and d.error_code
 
@@ -86,16 +100,26 @@ def test_engine_exception_is_deny(engine: CedarEngine, monkeypatch: pytest.Monke
         '{"decision":"Allow","diagnostics":[]}',
         '{"decision":"Allow","diagnostics":{"reason":[],"errors":[]}}',
         '{"decision":"Allow","diagnostics":{"reason":["policy0"]}}',
-        '[]',
+        "[]",
     ],
-    ids=["no-decision", "unknown-decision", "no-decision-field", "malformed-diagnostics", "allow-without-permit",
-         "no-errors-field", "not-an-object"],
+    ids=[
+        "no-decision",
+        "unknown-decision",
+        "no-decision-field",
+        "malformed-diagnostics",
+        "allow-without-permit",
+        "no-errors-field",
+        "not-an-object",
+    ],
 )
-def test_no_or_unreadable_decision_is_deny(engine: CedarEngine, monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+def test_no_or_unreadable_decision_is_deny(
+    engine: CedarEngine, monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
     monkeypatch.setattr(cedar_module, "_authorize_raw", lambda *a, **k: [answer])
     (d,) = engine.authorize_batch_sync([req(1)])
     assert d.effect is Effect.DENY and d.error_code in (
-        ErrorCode.ENGINE_NO_DECISION.value, ErrorCode.ENGINE_ERROR.value
+        ErrorCode.ENGINE_NO_DECISION.value,
+        ErrorCode.ENGINE_ERROR.value,
     )
 
 
@@ -109,11 +133,27 @@ def _broken_copy(tmp_path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     "text,line,fragment",
     [
-        ('@id("a")\npermit (principal, action, resource);\n\n@id("b")\npermit (principal, action resource);\n', 4, "syntax error"),
-        ('@id("a")\npermit (principal, action, resource);\npermit (principal, action, resource);\n', 3, "@id"),
-        ('@id("a")\npermit (principal, action, resource);\n@id("a")\nforbid (principal, action, resource);\n', 3, "duplicate @id"),
+        (
+            '@id("a")\npermit (principal, action, resource);\n\n@id("b")\npermit (principal, action resource);\n',
+            4,
+            "syntax error",
+        ),
+        (
+            '@id("a")\npermit (principal, action, resource);\npermit (principal, action, resource);\n',
+            3,
+            "@id",
+        ),
+        (
+            '@id("a")\npermit (principal, action, resource);\n@id("a")\nforbid (principal, action, resource);\n',
+            3,
+            "duplicate @id",
+        ),
         ('@id("f")\n@confirm("x")\nforbid (principal, action, resource);\n', 1, "@confirm"),
-        ('@id("ok")\npermit (principal, action, resource);\n@id("typo")\npermit (principal, action == Action::"weather.read", resource)\n  when { context.args.cty == "x" };\n', 3, "typo"),
+        (
+            '@id("ok")\npermit (principal, action, resource);\n@id("typo")\npermit (principal, action == Action::"weather.read", resource)\n  when { context.args.cty == "x" };\n',
+            3,
+            "typo",
+        ),
     ],
     ids=["syntax", "missing-id", "duplicate-id", "confirm-on-forbid", "schema-validation"],
 )
@@ -140,20 +180,36 @@ def test_shadow_policy_is_logged_not_enforced(tmp_path: Path) -> None:
         'forbid (principal, action == Action::"weather.read", resource) when { resource.name == "Paris" };\n'
     )
     engine = CedarEngine(load_cedar_dir(_broken_copy(tmp_path, text)))
-    r = AuthzRequest(Subject("acme", "bob"), "weather.read", "weather:Paris", {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}})
+    r = AuthzRequest(
+        Subject("acme", "bob"),
+        "weather.read",
+        "weather:Paris",
+        {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}},
+    )
     (d,) = engine.authorize_batch_sync([r])
     assert d.effect is Effect.ALLOW
     assert d.shadow_effect == "deny" and d.shadow_policy_ids == ("no-weather-in-paris",)
-    (other,) = engine.authorize_batch_sync([AuthzRequest(Subject("acme", "bob"), "weather.read", "weather:Lyon", {"tool": "weather.get@v1", "args": {"city": "Lyon", "date": "2026-07-20"}})])
+    (other,) = engine.authorize_batch_sync(
+        [
+            AuthzRequest(
+                Subject("acme", "bob"),
+                "weather.read",
+                "weather:Lyon",
+                {"tool": "weather.get@v1", "args": {"city": "Lyon", "date": "2026-07-20"}},
+            )
+        ]
+    )
     assert other.effect is Effect.ALLOW and not other.shadow_effect  # agreement is not noise
-    enforced = CedarEngine(load_cedar_dir(_broken_copy(tmp_path / "2", text.replace('@shadow("trial")\n', ""))))
+    enforced = CedarEngine(
+        load_cedar_dir(_broken_copy(tmp_path / "2", text.replace('@shadow("trial")\n', "")))
+    )
     (e,) = enforced.authorize_batch_sync([r])
     assert e.effect is Effect.DENY and e.policy_ids == ("no-weather-in-paris",)
     assert enforced.revision != engine.revision
 
 
 def test_entity_cache_is_bounded_by_memory_not_only_by_count() -> None:
-    from sidecar.engines.cedar import ENTITY_CACHE_BYTES, ENTITY_CACHE_SIZE, entity_cache_capacity
+    from callgate.policy.engines.cedar import ENTITY_CACHE_BYTES, ENTITY_CACHE_SIZE, entity_cache_capacity
 
     assert entity_cache_capacity(2_000) == ENTITY_CACHE_SIZE  # the shipped file: small
     big = 4 * 2**20  # cedarpy copies the whole set into every cached entry
@@ -164,11 +220,21 @@ def test_entity_cache_is_bounded_by_memory_not_only_by_count() -> None:
 def test_the_cache_never_holds_more_than_its_capacity(tmp_path: Path) -> None:
     d = _broken_copy(tmp_path, (POLICIES / "cedar" / "policies.cedar").read_text())
     policies = load_cedar_dir(d)
-    policies = type(policies)(**{**{f: getattr(policies, f) for f in policies.__dataclass_fields__}, "entity_cache_max": 3})
+    policies = type(policies)(
+        **{**{f: getattr(policies, f) for f in policies.__dataclass_fields__}, "entity_cache_max": 3}
+    )
     engine = CedarEngine(policies)
     for i in range(10):
-        engine.authorize_batch_sync([AuthzRequest(subject=Subject("acme", f"u{i}"), capability="weather.read",
-                                                  resource=f"weather:c{i}", context={"tool": "weather.get@v1", "args": {"city": "c", "date": "2026-07-20"}})])
+        engine.authorize_batch_sync(
+            [
+                AuthzRequest(
+                    subject=Subject("acme", f"u{i}"),
+                    capability="weather.read",
+                    resource=f"weather:c{i}",
+                    context={"tool": "weather.get@v1", "args": {"city": "c", "date": "2026-07-20"}},
+                )
+            ]
+        )
         assert len(policies.entity_cache) <= 3
 
 
@@ -176,8 +242,8 @@ def test_check_warns_about_a_large_entities_file(tmp_path: Path) -> None:
     import io
     import json as _json
 
-    from sidecar.cli import cmd_check
-    from sidecar.engines.cedar import ENTITIES_WARN_BYTES
+    from callgate.cli.main import cmd_check
+    from callgate.policy.engines.cedar import ENTITIES_WARN_BYTES
 
     root = tmp_path / "policies"
     shutil.copytree(POLICIES, root)

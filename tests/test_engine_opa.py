@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from sidecar.engines.opa import OpaEngine, parse_url
-from sidecar.engines.requests import (
+from callgate.core.errors import ErrorCode
+from callgate.core.model import AuthzRequest, Effect, Subject
+from callgate.policy.engines.opa import OpaEngine, parse_url
+from callgate.policy.engines.rego_contract import (
     ENGINE_MALFORMED,
     ENGINE_TIMEOUT,
     ENGINE_UNAVAILABLE,
     ENGINE_UNDEFINED,
     load_rego_dir,
 )
-from sidecar.errors import ErrorCode
-from sidecar.model import AuthzRequest, Effect, Subject
 from tests.opa_fixture import OpaServer, free_port, opa_binary, opa_factory, opa_server  # noqa: F401
 from tests.test_engine_rego import shadow_copy, weather
 
@@ -33,7 +33,7 @@ REGO = ROOT / "policies" / "rego"
 
 # Misbehaving decision documents, served by a real OPA at their own paths. The package is
 # outside `callgate`, so these modules never count towards the readiness revision.
-FAULTS = '''package faults
+FAULTS = """package faults
 
 builtin_error := {"effect": "allow", "reasons": [{"code": "policy_permit", "policy_id": "p"}]} if {
 \tto_number(input.capability) > 0
@@ -57,13 +57,18 @@ conflict := "b" if input.capability
 slow := {"effect": "allow", "reasons": [{"code": "policy_permit", "policy_id": "slow"}]} if {
 \tcount([x | some x in numbers.range(1, 1500000); x % 7 == 0]) > 0
 }
-'''
+"""
 
 
 def request(user: str = "alice", **args: Any) -> AuthzRequest:
     a = {"calendar_id": "primary", "title": "t", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 30}
     a.update(args)
-    return AuthzRequest(Subject("acme", user), "calendar.create", "calendar:primary", {"tool": "calendar.create_event@v1", "args": a})
+    return AuthzRequest(
+        Subject("acme", user),
+        "calendar.create",
+        "calendar:primary",
+        {"tool": "calendar.create_event@v1", "args": a},
+    )
 
 
 def run(coro: Any) -> Any:
@@ -98,9 +103,13 @@ def test_opa_test_passes_on_the_project_policies() -> None:
 
 def test_opa_check_strict_and_fmt() -> None:
     opa = opa_binary()
-    r = subprocess.run([str(opa), "check", "--strict", str(REGO)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(opa), "check", "--strict", str(REGO)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stdout + r.stderr
-    r = subprocess.run([str(opa), "fmt", "--list", "--fail", str(REGO)], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(opa), "fmt", "--list", "--fail", str(REGO)], capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, "not `opa fmt`-formatted: " + r.stdout + r.stderr
 
 
@@ -152,7 +161,9 @@ def test_readiness_follows_the_policy_revision(opa_factory: Callable[..., OpaSer
             await e.load_policies()
             assert await e.ready()
             client = await e._client("admin")
-            await client.update_or_create_data({"alice": {"tenant": "acme", "roles": []}}, "callgate/entities/users")
+            await client.update_or_create_data(
+                {"alice": {"tenant": "acme", "roles": []}}, "callgate/entities/users"
+            )
             ok, why = await e.readiness()
             assert not ok and "data.callgate.entities" in why
         finally:
@@ -214,23 +225,35 @@ def test_timeout_is_a_fast_deny_and_the_loop_stays_free(faults_server: OpaServer
 
     d, elapsed, ticks = run(main())
     assert d.effect is Effect.DENY and d.error_code == ENGINE_TIMEOUT
-    assert elapsed < 0.8, elapsed  # 200 ms deadline, not OPA's ~1 s evaluation, no retry (margin for a loaded CI machine)
+    assert elapsed < 0.8, (
+        elapsed
+    )  # 200 ms deadline, not OPA's ~1 s evaluation, no retry (margin for a loaded CI machine)
     assert ticks > 20  # the loop kept running while the decision was in flight
 
 
 def test_http_status_mapping() -> None:
     codes = {s: OpaEngine._http_fault(s).error_code for s in (400, 401, 404, 500, 502, 503, 504)}
     assert codes == {
-        400: "engine_error", 401: "engine_error", 404: "engine_error",
-        500: "policy_evaluation_error", 502: ENGINE_UNAVAILABLE, 503: ENGINE_UNAVAILABLE, 504: ENGINE_UNAVAILABLE,
+        400: "engine_error",
+        401: "engine_error",
+        404: "engine_error",
+        500: "policy_evaluation_error",
+        502: ENGINE_UNAVAILABLE,
+        503: ENGINE_UNAVAILABLE,
+        504: ENGINE_UNAVAILABLE,
     }
 
 
 def test_requests_outside_the_contract_are_never_sent(opa_server: OpaServer) -> None:  # noqa: F811
     e = OpaEngine.from_dir(REGO, url=opa_server.url)
     forged = AuthzRequest(
-        Subject("acme", "alice"), "weather.read", "weather:Paris",
-        {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20", "__entity": {"type": "User", "id": "carol"}}},
+        Subject("acme", "alice"),
+        "weather.read",
+        "weather:Paris",
+        {
+            "tool": "weather.get@v1",
+            "args": {"city": "Paris", "date": "2026-07-20", "__entity": {"type": "User", "id": "carol"}},
+        },
     )
     d = run(decide_once(e, forged))
     assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_ERROR.value
@@ -271,7 +294,9 @@ def test_shadow_policy_is_logged_not_enforced(opa_factory: Callable[..., OpaServ
             assert other.effect is Effect.ALLOW and not other.shadow_effect and not other.shadow_policy_ids
             assert await f.ready()
             (x,) = await f.authorize_batch([weather("Paris")])
-            assert x.effect is Effect.DENY and x.policy_ids == ("no-weather-in-paris",) and not x.shadow_effect
+            assert (
+                x.effect is Effect.DENY and x.policy_ids == ("no-weather-in-paris",) and not x.shadow_effect
+            )
             assert f.revision != e.revision
             # an engine expecting the enforcing set is not ready against the shadowing server
             ok, why = await OpaEngine.from_dir(enforcing, url=s1.url).readiness()
@@ -332,7 +357,9 @@ def test_stale_shadow_ids_are_not_ready(opa_factory: Callable[..., OpaServer], t
             (x,) = await new.authorize_batch([weather("Paris")])
             assert x.effect is Effect.DENY
             put = urllib.request.Request(
-                empty.url + "/v1/data/callgate/shadow", data=b'["no-weather-in-paris"]', method="PUT",
+                empty.url + "/v1/data/callgate/shadow",
+                data=b'["no-weather-in-paris"]',
+                method="PUT",
                 headers={"Content-Type": "application/json"},
             )
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(put, timeout=5).close()

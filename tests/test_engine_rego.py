@@ -13,26 +13,26 @@ from typing import Any
 
 import pytest
 
-from sidecar.engines.rego import RegoEngine
-from sidecar.engines.requests import (
+from callgate.config import PolicyConfig
+from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.model import AuthzRequest, Effect, Subject
+from callgate.policy.engines.rego import RegoEngine
+from callgate.policy.engines.rego_contract import (
     ENGINE_MALFORMED,
     ENGINE_UNDEFINED,
+    MalformedDecision,
     build_input,
     decision_from_document,
     load_rego_dir,
     normalize_decision_path,
-    MalformedDecision,
 )
-from sidecar.config import PolicyConfig
-from sidecar.errors import ErrorCode, LoadError
-from sidecar.model import AuthzRequest, Effect, Subject
-from sidecar.snapshot import load_snapshot
+from callgate.policy.snapshot import load_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 REGO = ROOT / "policies" / "rego"
 
 # Policies that misbehave on purpose (package callgate.faults), evaluated at their own paths.
-FAULTS = '''package callgate.faults
+FAULTS = """package callgate.faults
 
 default builtin_error := {"effect": "deny", "reasons": [{"code": "no_matching_permit"}]}
 
@@ -55,13 +55,15 @@ error_on_allow := {"effect": "allow", "reasons": [{"code": "policy_evaluation_er
 bad_reason := {"effect": "deny", "reasons": [{"policy_id": 7}]}
 
 bad_shadow := {"effect": "allow", "reasons": [{"code": "policy_permit"}], "shadow": {"effect": "permit", "policy_ids": []}}
-'''
+"""
 
 
 def request(user: str = "alice", capability: str = "calendar.create", **args: Any) -> AuthzRequest:
     a = {"calendar_id": "primary", "title": "t", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 30}
     a.update(args)
-    return AuthzRequest(Subject("acme", user), capability, "calendar:primary", {"tool": "calendar.create_event@v1", "args": a})
+    return AuthzRequest(
+        Subject("acme", user), capability, "calendar:primary", {"tool": "calendar.create_event@v1", "args": a}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +136,7 @@ def test_engine_exception_is_deny(engine: RegoEngine, monkeypatch: pytest.Monkey
         def __init__(self, *a: Any) -> None:
             raise RuntimeError("boom")
 
-    monkeypatch.setattr("sidecar.engines.rego.regopy.Input", Boom)
+    monkeypatch.setattr("callgate.policy.engines.rego.regopy.Input", Boom)
     (d,) = engine.authorize_batch_sync([request()])
     assert d.effect is Effect.DENY and d.error_code == ErrorCode.ENGINE_ERROR.value
 
@@ -146,12 +148,32 @@ def test_engine_exception_is_deny(engine: RegoEngine, monkeypatch: pytest.Monkey
         ({"a.rego": "package other\n\nx := 1\n"}, "a.rego:1", "outside 'callgate'"),
         ({"a.rego": "# no package\n"}, "a.rego", "no package"),
         ({"a.rego": "package callgate.authz\n\nx := 1\n"}, "rego", "default"),
-        ({"a.rego": "package callgate.authz\n\ndefault decision := 1\n", "data.json": '{"callgate": {"a": 1, "a": 2}}'}, "data.json", "duplicate key"),
-        ({"a.rego": "package callgate.authz\n\ndefault decision := 1\n", "data.json": '{"other": {}}'}, "data.json", "only key"),
+        (
+            {
+                "a.rego": "package callgate.authz\n\ndefault decision := 1\n",
+                "data.json": '{"callgate": {"a": 1, "a": 2}}',
+            },
+            "data.json",
+            "duplicate key",
+        ),
+        (
+            {"a.rego": "package callgate.authz\n\ndefault decision := 1\n", "data.json": '{"other": {}}'},
+            "data.json",
+            "only key",
+        ),
     ],
-    ids=["syntax", "foreign-package", "no-package", "no-default-decision", "duplicate-data-key", "foreign-data"],
+    ids=[
+        "syntax",
+        "foreign-package",
+        "no-package",
+        "no-default-decision",
+        "duplicate-data-key",
+        "foreign-data",
+    ],
 )
-def test_load_errors_name_file_and_line(tmp_path: Path, files: dict[str, str], where: str, fragment: str) -> None:
+def test_load_errors_name_file_and_line(
+    tmp_path: Path, files: dict[str, str], where: str, fragment: str
+) -> None:
     d = tmp_path / "rego"
     d.mkdir()
     for name, text in files.items():
@@ -241,7 +263,12 @@ def test_compiled_once_per_thread(engine: RegoEngine) -> None:
 
 def test_input_document_shape() -> None:
     doc = build_input(
-        AuthzRequest(Subject("acme", "alice"), "files.delete", "file:/a:b", {"tool": "files.delete@v1", "tenant": "x", "args": {"path": "/a:b", "reason": None, "n": 3.0}})
+        AuthzRequest(
+            Subject("acme", "alice"),
+            "files.delete",
+            "file:/a:b",
+            {"tool": "files.delete@v1", "tenant": "x", "args": {"path": "/a:b", "reason": None, "n": 3.0}},
+        )
     )
     assert doc == {
         "subject": {"tenant": "acme", "id": "alice"},
@@ -267,7 +294,7 @@ def test_configmap_hidden_copies_are_not_loaded_twice(tmp_path: Path) -> None:
     """A ConfigMap volume keeps its files in a hidden ``..<timestamp>/`` folder beside symlinks."""
     import shutil
 
-    from sidecar.engines.requests import load_rego_dir
+    from callgate.policy.engines.rego_contract import load_rego_dir
 
     target = tmp_path / "rego"
     hidden = target / "..2026_11_30_12_00_00.123"
@@ -291,7 +318,12 @@ forbid contains "no-weather-in-paris" if {
 
 
 def weather(city: str) -> AuthzRequest:
-    return AuthzRequest(Subject("acme", "bob"), "weather.read", f"weather:{city}", {"tool": "weather.get@v1", "args": {"city": city, "date": "2026-07-20"}})
+    return AuthzRequest(
+        Subject("acme", "bob"),
+        "weather.read",
+        f"weather:{city}",
+        {"tool": "weather.get@v1", "args": {"city": city, "date": "2026-07-20"}},
+    )
 
 
 def shadow_copy(tmp_path: Path, shadow: list[str] | None) -> Path:
@@ -343,7 +375,9 @@ def test_shadow_ids_from_the_config(tmp_path: Path) -> None:
     policy_dir = tmp_path / "policies"
     shutil.copytree(ROOT / "policies" / "tools", policy_dir / "tools")
     shutil.copytree(d, policy_dir / "rego")
-    snap = load_snapshot(policy_dir, "rego", policy=PolicyConfig(engine="rego", shadow=("no-weather-in-paris",)))
+    snap = load_snapshot(
+        policy_dir, "rego", policy=PolicyConfig(engine="rego", shadow=("no-weather-in-paris",))
+    )
     plain = load_snapshot(policy_dir, "rego", policy=PolicyConfig(engine="rego"))
     (s,) = asyncio.run(snap.engine.authorize_batch([weather("Paris")]))
     (p,) = asyncio.run(plain.engine.authorize_batch([weather("Paris")]))

@@ -14,17 +14,19 @@ from typing import Any
 
 import pytest
 
-from sidecar.engines.base import Engine
-from sidecar.engines.cedar import CedarEngine, load_cedar_dir
-from sidecar.engines.opa import OpaEngine
-from sidecar.engines.rego import RegoEngine
-from sidecar.model import AuthzRequest, Decision, Subject
+from callgate.core.model import AuthzRequest, Decision, Subject
+from callgate.policy.engines.base import Engine
+from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
+from callgate.policy.engines.opa import OpaEngine
+from callgate.policy.engines.rego import RegoEngine
 from tests.opa_fixture import OpaServer, opa_factory, opa_server  # noqa: F401 - the fixtures
 from tests.test_engine_rego import shadow_copy, weather
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "policies"
-TABLE = json.loads((Path(__file__).resolve().parent / "data" / "parity_cases.json").read_text(encoding="utf-8"))
+TABLE = json.loads(
+    (Path(__file__).resolve().parent / "data" / "parity_cases.json").read_text(encoding="utf-8")
+)
 CASES: list[dict[str, Any]] = TABLE["cases"]
 
 
@@ -99,7 +101,9 @@ def test_same_decision_on_every_engine(
 def test_whole_table_as_one_batch(engines: dict[str, Engine], loop: asyncio.AbstractEventLoop) -> None:
     """Batches keep their order on every engine (OPA's requests run concurrently)."""
     reqs = [request_of(c) for c in CASES]
-    results = {n: [summary(d) for d in loop.run_until_complete(e.authorize_batch(reqs))] for n, e in engines.items()}
+    results = {
+        n: [summary(d) for d in loop.run_until_complete(e.authorize_batch(reqs))] for n, e in engines.items()
+    }
     assert results["rego"] == results["cedar"] == results["opa"]
     assert results["cedar"] == [expected(c) for c in CASES]
 
@@ -119,7 +123,10 @@ def test_rego_entities_are_cedars() -> None:
     cedar = json.loads((POLICIES / "cedar" / "entities.json").read_text(encoding="utf-8"))
     rego = json.loads((POLICIES / "rego" / "data.json").read_text(encoding="utf-8"))["callgate"]["entities"]
     users = {
-        e["uid"]["id"]: {"tenant": e["attrs"]["tenant"], "roles": sorted(p["id"] for p in e["parents"] if p["type"] == "Role")}
+        e["uid"]["id"]: {
+            "tenant": e["attrs"]["tenant"],
+            "roles": sorted(p["id"] for p in e["parents"] if p["type"] == "Role"),
+        }
         for e in cedar
         if e["uid"]["type"] == "User"
     }
@@ -128,7 +135,9 @@ def test_rego_entities_are_cedars() -> None:
         for e in cedar
         if e["uid"]["type"] == "Role"
     }
-    assert {u: {"tenant": v["tenant"], "roles": sorted(v["roles"])} for u, v in rego["users"].items()} == users
+    assert {
+        u: {"tenant": v["tenant"], "roles": sorted(v["roles"])} for u, v in rego["users"].items()
+    } == users
     assert {r: sorted(v["parents"]) for r, v in rego["roles"].items()} == roles
     assert rego["resources"] == {} and not [e for e in cedar if e["uid"]["type"] == "Resource"]
 
@@ -168,7 +177,11 @@ def shadow_summary(d: Decision) -> dict[str, Any]:
         # enforced: no shadow fields
         (False, (), {"Paris": ("deny", "", []), "Lyon": ("allow", "", [])}),
         # a permit in shadow mode: would allow where nothing else permits; a forbid decides alike
-        (False, ("weather-read-own-tenant",), {"Paris": ("deny", "", []), "Lyon": ("deny", "allow", ["weather-read-own-tenant"])}),
+        (
+            False,
+            ("weather-read-own-tenant",),
+            {"Paris": ("deny", "", []), "Lyon": ("deny", "allow", ["weather-read-own-tenant"])},
+        ),
     ],
     ids=["annotated", "config", "enforced", "config-permit"],
 )
@@ -193,8 +206,18 @@ def test_same_shadow_fields_on_every_engine(
     rego = RegoEngine.from_dir(rego_dir, shadow=config, offload=False)
     opa = OpaEngine.from_dir(rego_dir, shadow=config, url=server.url, timeout=5.0)
     calendar = AuthzRequest(
-        Subject("acme", "alice"), "calendar.create", "calendar:primary",
-        {"tool": "calendar.create_event@v1", "args": {"calendar_id": "primary", "title": "t", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 30}},
+        Subject("acme", "alice"),
+        "calendar.create",
+        "calendar:primary",
+        {
+            "tool": "calendar.create_event@v1",
+            "args": {
+                "calendar_id": "primary",
+                "title": "t",
+                "start": "2026-07-20T09:00:00+08:00",
+                "duration_minutes": 30,
+            },
+        },
     )
     reqs = [weather("Paris"), weather("Lyon"), calendar]
 
@@ -202,7 +225,9 @@ def test_same_shadow_fields_on_every_engine(
         try:
             ok, why = await opa.readiness()
             assert ok, why
-            return {n: await e.authorize_batch(reqs) for n, e in (("cedar", cedar), ("rego", rego), ("opa", opa))}
+            return {
+                n: await e.authorize_batch(reqs) for n, e in (("cedar", cedar), ("rego", rego), ("opa", opa))
+            }
         finally:
             await opa.close()
 
@@ -210,9 +235,13 @@ def test_same_shadow_fields_on_every_engine(
     sums = {n: [shadow_summary(d) for d in ds] for n, ds in got.items()}
     assert sums["rego"] == sums["cedar"], sums
     assert sums["opa"] == sums["cedar"], sums
-    for d, city in zip(got["cedar"], ("Paris", "Lyon")):
+    for d, city in zip(got["cedar"], ("Paris", "Lyon"), strict=False):
         effect, shadow_effect, shadow_ids = expect[city]
-        assert (d.effect.value, d.shadow_effect, list(d.shadow_policy_ids)) == (effect, shadow_effect, shadow_ids), city
+        assert (d.effect.value, d.shadow_effect, list(d.shadow_policy_ids)) == (
+            effect,
+            shadow_effect,
+            shadow_ids,
+        ), city
     assert got["cedar"][2].effect.value == "confirm" and not got["cedar"][2].shadow_effect
     assert [d.reasons for d in got["rego"]] == [d.reasons for d in got["opa"]]
     assert rego.revision == opa.revision

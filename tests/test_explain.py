@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from sidecar.config import SecretConfig
-from sidecar.explain import SQLiteReader, explain, printable, render_text, to_json
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
+from callgate.cli.explain import SQLiteReader, explain, printable, render_text, to_json
+from callgate.config import SecretConfig
+from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import POLICIES, ROOT, Running, start_sidecar
 from tests.test_execution import CANARY, FakeCalendar, propose_event, run_attempt
 
@@ -58,7 +58,9 @@ def flow() -> Iterator[tuple[Running, Path, dict[str, Any]]]:
             idempotency_key="req-42:create-event:1", metadata=(("traceparent", TRACEPARENT),),
         )  # fmt: skip
         inv = first.invocation_id
-        sc.confirmations.Confirm(pb.ConfirmRequest(invocation_id=inv, digest=first.digest, confirmed_by="alice"))
+        sc.confirmations.Confirm(
+            pb.ConfirmRequest(invocation_id=inv, digest=first.digest, confirmed_by="alice")
+        )
         att1, out1 = run_attempt(sc, cal, inv, lose_answer=True)
         again = propose_event(sc, sid, "req-42:create-event:1")
         assert again.idempotent_replay
@@ -66,7 +68,9 @@ def flow() -> Iterator[tuple[Running, Path, dict[str, Any]]]:
         att2, out2 = run_attempt(sc, cal, inv)
         assert pb.State.Name(out2.state) == "COMMITTED"
         enc = sc.executor.EncodeResult(
-            pb.EncodeResultRequest(invocation_id=inv, status="ok", value=json.dumps({"event_id": "evt_1"}).encode())
+            pb.EncodeResultRequest(
+                invocation_id=inv, status="ok", value=json.dumps({"event_id": "evt_1"}).encode()
+            )
         )
         sc.clock.advance(5)
         sc.list_tools(sid, model_call_id="mc-2")  # the next model call, with the tool message in context
@@ -89,13 +93,28 @@ def check_eight_answers(x: Any, facts: dict[str, Any]) -> None:
     assert t.spec_digest.startswith("sha256:") and t.validated_spec_digest == t.spec_digest
     assert "calendar.create_event@v1" in t.tools and t.tool_set_digest.startswith("sha256:")
     # 2. the raw proposal bytes, exactly
-    raw = json.dumps({"title": "带护照", "start": "2026-07-20T09:00", "duration_minutes": 10}, ensure_ascii=False).encode()
-    assert x.raw_proposal.raw == raw and x.raw_proposal.matches_event and x.raw_proposal.proposal_id == "call_1"
+    raw = json.dumps(
+        {"title": "带护照", "start": "2026-07-20T09:00", "duration_minutes": 10}, ensure_ascii=False
+    ).encode()
+    assert (
+        x.raw_proposal.raw == raw and x.raw_proposal.matches_event and x.raw_proposal.proposal_id == "call_1"
+    )
     # 3. what parser, validator and normalizer produced
     kinds = [s.kind for s in x.stages]
-    assert kinds[:7] == ["proposed", "parsed", "validated", "normalized", "authorized", "confirmation_requested", "confirmed"]
+    assert kinds[:7] == [
+        "proposed",
+        "parsed",
+        "validated",
+        "normalized",
+        "authorized",
+        "confirmation_requested",
+        "confirmed",
+    ]
     validated = next(s for s in x.stages if s.kind == "validated")
-    assert validated.output["dialect"].endswith("2020-12/schema") and validated.output["format_assertion"] is True
+    assert (
+        validated.output["dialect"].endswith("2020-12/schema")
+        and validated.output["format_assertion"] is True
+    )
     normalized = next(s for s in x.stages if s.kind == "normalized")
     assert normalized.output["reference_clock"] == "2026-07-19T14:00:00+08:00"
     assert json.loads(x.normalized_arguments) == {
@@ -115,7 +134,9 @@ def check_eight_answers(x: Any, facts: dict[str, Any]) -> None:
     assert x.attempts[0].retry_reason.startswith("retry:") and x.attempts[1].external_resource_id == "evt_1"
     assert all(at.jti and at.executor_id == "calendar-executor" for at in x.attempts)
     # 6. commit status
-    assert x.commit.status == "committed" and x.commit.external_resource_id == "evt_1" and x.commit.commit_time
+    assert (
+        x.commit.status == "committed" and x.commit.external_resource_id == "evt_1" and x.commit.commit_time
+    )
     assert x.commit.idempotency_key == "req-42:create-event:1"
     # 7. the tool message bytes
     assert x.tool_message is not None and x.tool_message.message == facts["message"]
@@ -154,7 +175,9 @@ def test_explain_answers_the_eight_questions_of_6_13(flow: tuple[Running, Path, 
 
 
 def facts_raw() -> str:
-    return json.dumps({"title": "带护照", "start": "2026-07-20T09:00", "duration_minutes": 10}, ensure_ascii=False)
+    return json.dumps(
+        {"title": "带护照", "start": "2026-07-20T09:00", "duration_minutes": 10}, ensure_ascii=False
+    )
 
 
 def write_config(tmp: Path, db: Path) -> Path:
@@ -165,7 +188,11 @@ def write_config(tmp: Path, db: Path) -> Path:
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sidecar", "explain", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "callgate", "explain", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 

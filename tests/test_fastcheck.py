@@ -1,4 +1,4 @@
-"""The validation fast path (sidecar.stages.fastcheck) must be exact wherever it compiles.
+"""The validation fast path (callgate.propose.fastcheck) must be exact wherever it compiles.
 
 Exactness, not just soundness: ``not`` and ``oneOf`` compose the compiled answers, so a single
 wrong "no" inside them can become a wrong "yes" outside. Checked three ways:
@@ -21,9 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.errors import LoadError
-from sidecar.stages.fastcheck import compile_check
-from sidecar.stages.validate import (
+from callgate.core.errors import LoadError
+from callgate.propose.fastcheck import compile_check
+from callgate.propose.validate import (
     _FORMAT_CHECKER,
     SUPPORTED_FORMATS,
     CompiledSchema,
@@ -45,7 +45,11 @@ def _fast(compiled: CompiledSchema) -> Any:
 
 def _suite_files() -> list[Path]:
     files = list(required_files())
-    files += [FORMAT_DIR / f"{fmt}.json" for fmt in sorted(SUPPORTED_FORMATS) if (FORMAT_DIR / f"{fmt}.json").is_file()]
+    files += [
+        FORMAT_DIR / f"{fmt}.json"
+        for fmt in sorted(SUPPORTED_FORMATS)
+        if (FORMAT_DIR / f"{fmt}.json").is_file()
+    ]
     return files
 
 
@@ -125,11 +129,25 @@ _scalars = st.one_of(
     st.integers(min_value=-(2**40), max_value=2**40),
     st.floats(allow_nan=False, allow_infinity=False, width=32),
     st.text(max_size=12),
-    st.sampled_from(["", "2026-07-20", "2026-02-30", "tomorrow", "primary", "x" * 101, "/tmp/a", "10:00", "2026-07-20T10:00:00+08:00"]),
+    st.sampled_from(
+        [
+            "",
+            "2026-07-20",
+            "2026-02-30",
+            "tomorrow",
+            "primary",
+            "x" * 101,
+            "/tmp/a",
+            "10:00",
+            "2026-07-20T10:00:00+08:00",
+        ]
+    ),
 )
 _json = st.recursive(
     _scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
     max_leaves=10,
 )
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
-from sidecar.evalcases import case_arguments, mismatches
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
+from callgate.cli.evalcases import case_arguments, mismatches
+from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import DATA, Running
 
 _DOC = json.loads((DATA / "gate_cases.json").read_text(encoding="utf-8"))
@@ -38,10 +38,15 @@ def result_of(resp: pb.ProposeResponse) -> dict[str, Any]:
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_case(shared_server: Running, case: dict[str, Any]) -> None:
     assert case["reference_clock"] == "2026-07-19T14:00:00+08:00"  # the shared server's clock
-    sid = shared_server.open_session(tenant=case["subject"]["tenant"], subject=case["subject"]["id"], tz=case["timezone"])
+    sid = shared_server.open_session(
+        tenant=case["subject"]["tenant"], subject=case["subject"]["id"], tz=case["timezone"]
+    )
     shared_server.list_tools(sid)
     resp = shared_server.propose(
-        sid, case["tool"], case_arguments(case), idempotency_key=f"{sid}:{case.get('idempotency_key', '')}" if case.get("idempotency_key") else ""
+        sid,
+        case["tool"],
+        case_arguments(case),
+        idempotency_key=f"{sid}:{case.get('idempotency_key', '')}" if case.get("idempotency_key") else "",
     )
     assert mismatches(result_of(resp), case["expect"]) == []
     # Every answer is backed by a stored invocation with its ordered events (6.13).
@@ -88,7 +93,7 @@ def test_canary_in_arguments_never_in_rejection(shared_server: Running) -> None:
 @pytest.fixture(scope="module", params=["rego", "opa"])
 def engine_server(request: pytest.FixtureRequest) -> Any:
     """The same sidecar pipeline on the embedded Rego engine and on a real OPA server."""
-    from sidecar.config import PolicyConfig
+    from callgate.config import PolicyConfig
     from tests.conftest import start_sidecar, stop_sidecar
     from tests.opa_fixture import shared_opa
 
@@ -113,13 +118,16 @@ def test_shadow_decision_reaches_the_event(tmp_path: Any) -> None:
     """A policy in shadow mode (config) is logged on the decision event, never enforced."""
     import shutil
 
-    from sidecar.config import PolicyConfig
+    from callgate.config import PolicyConfig
     from tests.conftest import POLICIES, start_sidecar, stop_sidecar
 
     pdir = tmp_path / "policies"
     shutil.copytree(POLICIES, pdir, ignore=shutil.ignore_patterns("tests"))
     pol = pdir / "cedar" / "policies.cedar"
-    pol.write_text(pol.read_text() + '\n@id("no-weather-in-paris")\nforbid (principal, action == Action::"weather.read", resource) when { resource.name == "Paris" };\n')
+    pol.write_text(
+        pol.read_text()
+        + '\n@id("no-weather-in-paris")\nforbid (principal, action == Action::"weather.read", resource) when { resource.name == "Paris" };\n'
+    )
     sc, tmp = start_sidecar(pdir, policy=PolicyConfig(shadow=("no-weather-in-paris",)))
     try:
         sid = sc.open_session(subject="bob")
@@ -137,7 +145,7 @@ def test_shadow_decision_reaches_the_event(tmp_path: Any) -> None:
 def test_tool_views_beyond_the_cache_are_read_back_from_the_store(
     server: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sidecar.gate as gate_module
+    import callgate.propose.gate as gate_module
 
     monkeypatch.setattr(gate_module, "VIEW_CACHE_MAX", 3)
     sid = server.open_session()
@@ -145,5 +153,7 @@ def test_tool_views_beyond_the_cache_are_read_back_from_the_store(
         server.list_tools(sid, model_call_id=f"mc-{i}")
     gate = server.sidecar.components.gate
     assert len(gate._views) <= 3  # bounded apart from the session cache
-    resp = server.propose(sid, "weather.get@v1", {"city": "Paris", "date": "2026-07-20"}, model_call_id="mc-0")
+    resp = server.propose(
+        sid, "weather.get@v1", {"city": "Paris", "date": "2026-07-20"}, model_call_id="mc-0"
+    )
     assert pb.State.Name(resp.state) == "PREPARED"  # the oldest view came back from SQLite

@@ -17,14 +17,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from sidecar.errors import CallgateError, ErrorCode
-from sidecar.idempotency.base import (
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.store.idempotency.base import (
     ClaimKind,
     ClaimResult,
     ExpiredPolicy,
@@ -32,13 +32,13 @@ from sidecar.idempotency.base import (
     IdempotencyKey,
     IdempotencyStore,
 )
-from sidecar.idempotency.postgres import PostgresIdempotencyStore
-from sidecar.idempotency.sqlite import SQLiteIdempotencyStore
+from callgate.store.idempotency.postgres import PostgresIdempotencyStore
+from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 
 pytest_plugins = ["tests.pg_fixture"]
 
 ROOT = Path(__file__).resolve().parents[1]
-T0 = datetime(2026, 7, 19, 6, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 7, 19, 6, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
 D1 = "sha256:" + "1" * 64
 D2 = "sha256:" + "2" * 64
@@ -82,13 +82,23 @@ def scope() -> str:
 
 
 def K(
-    tenant: str, key: str = "k-1", *, subject: str = "alice", tool: str = "calendar.create", version: str = "v1"
+    tenant: str,
+    key: str = "k-1",
+    *,
+    subject: str = "alice",
+    tool: str = "calendar.create",
+    version: str = "v1",
 ) -> IdempotencyKey:
     return IdempotencyKey(tenant=tenant, subject=subject, tool_name=tool, tool_version=version, key=key)
 
 
 async def claim(
-    s: IdempotencyStore, k: IdempotencyKey, digest: str, inv: str, at: datetime = T0, policy: ExpiredPolicy = REJECT
+    s: IdempotencyStore,
+    k: IdempotencyKey,
+    digest: str,
+    inv: str,
+    at: datetime = T0,
+    policy: ExpiredPolicy = REJECT,
 ) -> ClaimResult:
     return await s.claim(k, digest, inv, now=at, retention=DAY, expired_policy=policy)
 
@@ -103,7 +113,11 @@ def test_new_in_progress_completed_replay(backend: Backend) -> None:
     async def body(s: IdempotencyStore) -> None:
         first = await claim(s, k, D1, "inv-a")
         assert first.kind is ClaimKind.NEW and first.record is not None
-        assert (first.record.state, first.record.invocation_id, first.record.digest) == ("claimed", "inv-a", D1)
+        assert (first.record.state, first.record.invocation_id, first.record.digest) == (
+            "claimed",
+            "inv-a",
+            D1,
+        )
         assert first.record.expires_at == T0 + DAY and first.record.result is None
 
         dup = await claim(s, k, D1, "inv-b", T0 + timedelta(seconds=1))
@@ -268,19 +282,27 @@ def test_only_the_owner_changes_a_record(backend: Backend) -> None:
                 await op
             assert ei.value.reason == reason
 
-        await refused("no_record", s.complete(k, "inv-a", outcome="COMMITTED", external_resource_id="", now=T0))
+        await refused(
+            "no_record", s.complete(k, "inv-a", outcome="COMMITTED", external_resource_id="", now=T0)
+        )
         await refused("no_record", s.release(k, "inv-a", now=T0))
         await refused("no_record", s.set_result(k, "inv-a", b"x", now=T0))
         await claim(s, k, D1, "inv-a")
-        await refused("not_owner", s.complete(k, "inv-b", outcome="COMMITTED", external_resource_id="", now=T0))
+        await refused(
+            "not_owner", s.complete(k, "inv-b", outcome="COMMITTED", external_resource_id="", now=T0)
+        )
         await refused("not_owner", s.set_result(k, "inv-b", b"x", now=T0))
         await refused("not_owner", s.release(k, "inv-b", now=T0))
         assert (await claim(s, k, D1, "inv-b")).kind is ClaimKind.IN_PROGRESS
 
         await s.complete(k, "inv-a", outcome="COMMITTED", external_resource_id="e1", now=T0)
         # a repeat is a no-op (it does not move expires_at either)
-        await s.complete(k, "inv-a", outcome="COMMITTED", external_resource_id="e1", now=T0 + timedelta(hours=1))
-        other_outcome = s.complete(k, "inv-a", outcome="FAILED_AFTER_COMMIT", external_resource_id="e1", now=T0)
+        await s.complete(
+            k, "inv-a", outcome="COMMITTED", external_resource_id="e1", now=T0 + timedelta(hours=1)
+        )
+        other_outcome = s.complete(
+            k, "inv-a", outcome="FAILED_AFTER_COMMIT", external_resource_id="e1", now=T0
+        )
         await refused("wrong_state", other_outcome)
         await refused("wrong_state", s.release(k, "inv-a", now=T0))  # past the commit boundary
         await s.set_result(k, "inv-a", b"one", now=T0)
@@ -293,7 +315,9 @@ def test_only_the_owner_changes_a_record(backend: Backend) -> None:
         await claim(s, k2, D1, "inv-x")
         await s.release(k2, "inv-x", now=T0)
         await s.release(k2, "inv-x", now=T0)  # repeat
-        await refused("wrong_state", s.complete(k2, "inv-x", outcome="COMMITTED", external_resource_id="", now=T0))
+        await refused(
+            "wrong_state", s.complete(k2, "inv-x", outcome="COMMITTED", external_resource_id="", now=T0)
+        )
         await refused("wrong_state", s.set_result(k2, "inv-x", b"x", now=T0))
 
     backend.run(body)
@@ -355,9 +379,14 @@ def test_inputs_are_checked(backend: Backend) -> None:
         # other zones are the same instants
         shanghai = timezone(timedelta(hours=8))
         r = await s.claim(
-            K(k.tenant, "k-tz"), D1, "inv-b", now=T0.astimezone(shanghai), retention=DAY, expired_policy=REJECT
+            K(k.tenant, "k-tz"),
+            D1,
+            "inv-b",
+            now=T0.astimezone(shanghai),
+            retention=DAY,
+            expired_policy=REJECT,
         )
-        assert r.record is not None and r.record.created_at == T0 and r.record.created_at.tzinfo == timezone.utc
+        assert r.record is not None and r.record.created_at == T0 and r.record.created_at.tzinfo == UTC
 
     backend.run(body)
     with pytest.raises(ValueError):
@@ -419,15 +448,15 @@ def test_concurrent_claims_in_one_process_exactly_one_new(backend: Backend) -> N
 _WORKER = r"""
 import asyncio, json, os, sys, time
 from datetime import datetime, timedelta
-from sidecar.idempotency.base import ExpiredPolicy, IdempotencyKey
+from callgate.store.idempotency.base import ExpiredPolicy, IdempotencyKey
 
 async def main():
     spec = json.loads(sys.argv[1])
     if spec["kind"] == "sqlite":
-        from sidecar.idempotency.sqlite import SQLiteIdempotencyStore
+        from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
         store = SQLiteIdempotencyStore(spec["target"])
     else:
-        from sidecar.idempotency.postgres import PostgresIdempotencyStore
+        from callgate.store.idempotency.postgres import PostgresIdempotencyStore
         store = PostgresIdempotencyStore(spec["target"], max_size=2)
     await store.start()
     open(spec["ready"], "w").close()

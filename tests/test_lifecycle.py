@@ -13,9 +13,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sidecar.config import PolicyConfig
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.lifecycle import SNAPSHOT_HEALTH_SERVICE
+from callgate.config import PolicyConfig
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE
 from tests.conftest import POLICIES, Running, start_sidecar, stop_sidecar
 from tests.opa_fixture import OpaServer
 from tests.test_confirmation import error_reason
@@ -26,7 +26,11 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def health(sc: Running, service: str = "") -> int:
-    return int(health_pb2_grpc.HealthStub(sc.channels["agent"]).Check(health_pb2.HealthCheckRequest(service=service)).status)
+    return int(
+        health_pb2_grpc.HealthStub(sc.channels["agent"])
+        .Check(health_pb2.HealthCheckRequest(service=service))
+        .status
+    )
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
@@ -58,14 +62,20 @@ def test_broken_reload_keeps_the_last_good_snapshot(tmp_path: Path) -> None:
         assert health(sc) == SERVING and health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING
         pol = pdir / "cedar" / "policies.cedar"
         good = pol.read_text()
-        pol.write_text(good + '\n@id("broken")\npermit (principal, action, resource) when { context.nope ==  };\n')
+        pol.write_text(
+            good + '\n@id("broken")\npermit (principal, action, resource) when { context.nope ==  };\n'
+        )
         wait_for(lambda: health(sc, SNAPSHOT_HEALTH_SERVICE) == NOT_SERVING)
         assert health(sc) == SERVING  # the old snapshot keeps serving
         assert sc.sidecar.components.gate.snapshot.revision == first
         assert "policies.cedar" in (sc.sidecar.lifecycle.last_error if sc.sidecar.lifecycle else "")
         assert pb.State.Name(weather(sc).state) == "PREPARED"
         # A valid change is picked up atomically: tools and policies together.
-        pol.write_text(good.replace("principal.tenant == context.tenant };", "principal.tenant == context.tenant && false };", 1))
+        pol.write_text(
+            good.replace(
+                "principal.tenant == context.tenant };", "principal.tenant == context.tenant && false };", 1
+            )
+        )
         wait_for(lambda: health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING)
         second = sc.sidecar.components.gate.snapshot.revision
         assert second != first
@@ -91,7 +101,9 @@ def test_not_ready_until_the_first_good_snapshot(tmp_path: Path) -> None:
             weather(sc)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE and error_reason(err.value) == "not_ready"
         with pytest.raises(grpc.RpcError) as err:
-            sc.authorizer.Authorize(pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="bob"), capability="weather.read"))
+            sc.authorizer.Authorize(
+                pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="bob"), capability="weather.read")
+            )
         assert error_reason(err.value) == "not_ready"
         spec.write_text(good)
         wait_for(lambda: health(sc) == SERVING)

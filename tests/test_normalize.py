@@ -13,7 +13,7 @@ import json
 import math
 import random
 import unicodedata
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sidecar.errors import ErrorCode, LoadError, RejectedError
-from sidecar.model import NormalizationContext, ValidatedArguments
-from sidecar.stages.digest import canonicalize, invocation_digest
-from sidecar.stages.normalize import NormalizerChain, NormalizerSpec, normalize
+from callgate.core.errors import ErrorCode, LoadError, RejectedError
+from callgate.core.model import NormalizationContext, ValidatedArguments
+from callgate.propose.digest import canonicalize, invocation_digest
+from callgate.propose.normalize import NormalizerChain, NormalizerSpec, normalize
 
 PROPS = settings(
     derandomize=True,
@@ -557,7 +557,9 @@ def test_canonicalize_rejects_values_without_canonical_form(value: Any, pointer:
 
 
 def test_canonicalize_accepts_the_safe_integer_range() -> None:
-    assert canonicalize({"b": 2**53 - 1, "a": -(2**53) + 1}) == b'{"a":-9007199254740991,"b":9007199254740991}'
+    assert (
+        canonicalize({"b": 2**53 - 1, "a": -(2**53) + 1}) == b'{"a":-9007199254740991,"b":9007199254740991}'
+    )
 
 
 # ============================================================================================
@@ -619,7 +621,9 @@ def test_digest_rejects_ambiguous_identity(tenant: str, name: str, version: str)
         ("acme", "t", "1@", b"{}"),
     ],
 )
-def test_different_intents_give_different_digests(tenant: str, name: str, version: str, canonical: bytes) -> None:
+def test_different_intents_give_different_digests(
+    tenant: str, name: str, version: str, canonical: bytes
+) -> None:
     assert invocation_digest(tenant, name, version, canonical) != invocation_digest("acme", "t", "1", b"{}")
 
 
@@ -646,7 +650,9 @@ def test_identity_parts_are_separated(tenant: str, version: str, moved: str) -> 
 @given(json_values, json_values)
 def test_different_values_give_different_digests(a: Any, b: Any) -> None:
     if canonicalize(a) != canonicalize(b):
-        assert invocation_digest("t", "x", "1", canonicalize(a)) != invocation_digest("t", "x", "1", canonicalize(b))
+        assert invocation_digest("t", "x", "1", canonicalize(a)) != invocation_digest(
+            "t", "x", "1", canonicalize(b)
+        )
 
 
 # ============================================================================================
@@ -715,7 +721,9 @@ def test_json_spellings_give_one_digest(value: dict[str, Any], r: random.Random)
 
 @pytest.mark.parametrize("text", ['{"n":1}', '{"n":1.0}', '{"n":1e0}', '{"n":10e-1}', '{ "n" : 1.000E+00 }'])
 def test_one_number_many_spellings(text: str) -> None:
-    assert digest_of(json.loads(text), chain=NormalizerChain.build([])) == digest_of({"n": 1}, chain=NormalizerChain.build([]))
+    assert digest_of(json.loads(text), chain=NormalizerChain.build([])) == digest_of(
+        {"n": 1}, chain=NormalizerChain.build([])
+    )
 
 
 @PROPS
@@ -754,19 +762,23 @@ def _spell_instant(instant: datetime, offset_minutes: int, r: random.Random) -> 
 
 @PROPS
 @given(
-    st.datetimes(datetime(1990, 1, 1), datetime(2090, 1, 1), timezones=st.just(timezone.utc)),
+    st.datetimes(datetime(1990, 1, 1), datetime(2090, 1, 1), timezones=st.just(UTC)),
     st.lists(st.integers(-14 * 4, 14 * 4).map(lambda q: q * 15), min_size=2, max_size=4),
     st.sampled_from(ZONES),
     st.randoms(use_true_random=False),
 )
-def test_equivalent_datetimes_give_one_digest(instant: datetime, offsets: list[int], zone: str, r: random.Random) -> None:
+def test_equivalent_datetimes_give_one_digest(
+    instant: datetime, offsets: list[int], zone: str, r: random.Random
+) -> None:
     ctx = NormalizationContext("2026-07-19T14:00:00+08:00", zone)
     digests = {digest_of({"start": _spell_instant(instant, off, r)}, ctx) for off in offsets}
     assert len(digests) == 1
 
 
 @PROPS
-@given(st.sampled_from(sorted(ALIASES)), st.randoms(use_true_random=False), st.sampled_from(["", " ", "\u3000"]))
+@given(
+    st.sampled_from(sorted(ALIASES)), st.randoms(use_true_random=False), st.sampled_from(["", " ", "\u3000"])
+)
 def test_enum_aliases_give_one_digest(alias: str, r: random.Random, pad: str) -> None:
     spelled = pad + "".join(c.upper() if r.random() < 0.5 else c.lower() for c in alias) + pad
     assert digest_of({"city": spelled}) == digest_of({"city": ALIASES[alias]})

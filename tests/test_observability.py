@@ -18,12 +18,12 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sidecar.config import ObservabilityConfig, load_config
-from sidecar.errors import LoadError
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.observability.decision_log import DecisionLog, Masker
-from sidecar.observability.metrics import Metrics
-from sidecar.observability.tracing import TracingSink
+from callgate.config import ObservabilityConfig, load_config
+from callgate.core.errors import LoadError
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.observability.decision_log import DecisionLog, Masker
+from callgate.observability.metrics import Metrics
+from callgate.observability.tracing import TracingSink
 from tests.conftest import POLICIES, Running, start_sidecar, stop_sidecar
 from tests.test_confirmation import error_reason
 
@@ -52,7 +52,9 @@ def sample(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
-def names_with(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, label: str) -> set[str]:
+def names_with(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, label: str
+) -> set[str]:
     return {dict(lbls)[label] for (n, lbls) in samples if n == name and label in dict(lbls)}
 
 
@@ -88,17 +90,25 @@ def test_metrics_endpoint_counts_decisions_rejections_stages_and_execution(meter
     assert deny.decision.effect == pb.DENY
     bad = sc.propose(sid, "weather.get@v1", b'{"city": "A", "city": "B"}', proposal_id="p3")
     assert bad.rejection.code == "duplicate_key"
-    schema = sc.propose(sid, "weather.get@v1", {"city": "Shanghai", "date": "tomorrow", "x": 1}, proposal_id="p4")
+    schema = sc.propose(
+        sid, "weather.get@v1", {"city": "Shanghai", "date": "tomorrow", "x": 1}, proposal_id="p4"
+    )
     assert schema.rejection.code == "schema_violation"
     unknown = sc.propose(sid, "weather.get@v9", {}, proposal_id="p5")
     assert unknown.rejection.code == "unknown_tool_version"
     confirm = sc.propose(sid, CAL, {"title": "带护照", "start": "2026-07-20T09:00", "duration_minutes": 10},
                          idempotency_key="k-1", proposal_id="p6")  # fmt: skip
     assert confirm.decision.effect == pb.CONFIRM
-    sc.confirmations.Confirm(pb.ConfirmRequest(invocation_id=confirm.invocation_id, digest=confirm.digest, confirmed_by="alice"))
-    att = sc.executor.BeginAttempt(pb.BeginAttemptRequest(invocation_id=confirm.invocation_id, executor_id="cal"))
+    sc.confirmations.Confirm(
+        pb.ConfirmRequest(invocation_id=confirm.invocation_id, digest=confirm.digest, confirmed_by="alice")
+    )
+    att = sc.executor.BeginAttempt(
+        pb.BeginAttemptRequest(invocation_id=confirm.invocation_id, executor_id="cal")
+    )
     sc.executor.ReportOutcome(
-        pb.ReportOutcomeRequest(attempt_id=att.attempt_id, outcome=pb.OUTCOME_COMMITTED, external_resource_id="evt_1")
+        pb.ReportOutcomeRequest(
+            attempt_id=att.attempt_id, outcome=pb.OUTCOME_COMMITTED, external_resource_id="evt_1"
+        )
     )
     replay = sc.propose(sid, CAL, {"title": "带护照", "start": "2026-07-20T09:00", "duration_minutes": 10},
                         idempotency_key="k-1", proposal_id="p7")  # fmt: skip
@@ -130,7 +140,9 @@ def test_metrics_endpoint_counts_decisions_rejections_stages_and_execution(meter
     assert sample(m, RPC, service="callgate.v1.Gate", method="Propose", code="ok") == 7
     assert sample(m, RPC, service="callgate.v1.Confirmations", method="Confirm", code="ok") == 1
     assert sample(m, RPC, service="callgate.v1.Executor", method="BeginAttempt", code="ok") == 1
-    assert sample(m, RPC, service="callgate.v1.Gate", method="GetInvocation", code="invocation_not_found") == 1
+    assert (
+        sample(m, RPC, service="callgate.v1.Gate", method="GetInvocation", code="invocation_not_found") == 1
+    )
     assert sample(m, "callgate_audit_events_dropped_total", reason="queue_full") == 0
     assert sample(m, "callgate_audit_write_failures_total") == 0
     revision = sc.sidecar.components.gate.snapshot.revision
@@ -149,7 +161,16 @@ def test_invented_tool_names_never_become_labels(metered: Running) -> None:
     for name in ("callgate_proposals_rejected_total", "callgate_decisions_total"):
         tools |= names_with(m, name, "tool")
     assert tools == {"unknown"}
-    assert sample(m, "callgate_proposals_rejected_total", stage="lookup", code="unknown_tool_version", tool="unknown") == 20
+    assert (
+        sample(
+            m,
+            "callgate_proposals_rejected_total",
+            stage="lookup",
+            code="unknown_tool_version",
+            tool="unknown",
+        )
+        == 20
+    )
     assert not any("invented" in str(k) for k in m)
 
 
@@ -159,8 +180,26 @@ def test_two_sidecars_in_one_process_have_separate_registries(metered: Running) 
         sid = other.open_session()
         other.list_tools(sid)
         other.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"})
-        assert sample(scrape(other), "callgate_decisions_total", effect="allow", tool="weather.get@v1", error_code="none") == 1
-        assert sample(scrape(metered), "callgate_decisions_total", effect="allow", tool="weather.get@v1", error_code="none") == 0
+        assert (
+            sample(
+                scrape(other),
+                "callgate_decisions_total",
+                effect="allow",
+                tool="weather.get@v1",
+                error_code="none",
+            )
+            == 1
+        )
+        assert (
+            sample(
+                scrape(metered),
+                "callgate_decisions_total",
+                effect="allow",
+                tool="weather.get@v1",
+                error_code="none",
+            )
+            == 0
+        )
     finally:
         stop_sidecar(other, tmp)
 
@@ -175,7 +214,10 @@ def test_policy_reloads_are_counted_and_the_snapshot_info_follows(tmp_path: Path
         good = cedar.read_text()
         cedar.write_text(good + "\npermit (principal, action, resource) when { nonsense };\n")
         assert sc.call(sc.sidecar.reload()) is False
-        cedar.write_text(good + '\n@id("extra")\nforbid (principal, action == Action::"weather.read", resource) when { false };\n')
+        cedar.write_text(
+            good
+            + '\n@id("extra")\nforbid (principal, action == Action::"weather.read", resource) when { false };\n'
+        )
         assert sc.call(sc.sidecar.reload()) is True
         after = sc.sidecar.components.gate.snapshot.revision
         assert after != before
@@ -195,13 +237,18 @@ def test_no_observability_configured_means_no_sinks_and_no_endpoint() -> None:
         assert sc.sidecar.metrics_server is None
         sid = sc.open_session()
         sc.list_tools(sid)
-        assert sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"}).decision.effect == pb.ALLOW
+        assert (
+            sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"}).decision.effect
+            == pb.ALLOW
+        )
     finally:
         stop_sidecar(sc, tmp)
 
 
 # ------------------------------------------------------------------------------- decision log
-def test_decision_log_lines_with_masking_and_keyed_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decision_log_lines_with_masking_and_keyed_hash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CG_TEST_MASK_KEY", "k3y")
     log_path = tmp_path / "decisions.jsonl"
     sc, tmp = start_sidecar(
@@ -214,7 +261,12 @@ def test_decision_log_lines_with_masking_and_keyed_hash(tmp_path: Path, monkeypa
     try:
         sid = sc.open_session(subject="alice")
         sc.list_tools(sid)
-        args = {"title": "带护照 secret-title", "start": "2026-07-20T09:00", "calendar_id": "private-cal", "duration_minutes": 10}
+        args = {
+            "title": "带护照 secret-title",
+            "start": "2026-07-20T09:00",
+            "calendar_id": "private-cal",
+            "duration_minutes": 10,
+        }
         r = sc.propose(sid, CAL, args, idempotency_key="k-1")
         again = sc.propose(sid, CAL, args, idempotency_key="k-1", proposal_id="call_2")
         assert again.idempotent_replay
@@ -225,31 +277,38 @@ def test_decision_log_lines_with_masking_and_keyed_hash(tmp_path: Path, monkeypa
     text = log_path.read_text(encoding="utf-8")
     assert "secret-title" not in text and "private-cal" not in text
     lines = read_lines(log_path)
-    mine = [l for l in lines if l["invocation_id"] == r.invocation_id]
-    assert [l["kind"] for l in mine] == [e.kind for e in stored]
-    assert [l["event_id"] for l in mine] == [e.event_id for e in stored]
-    assert [l["trace_id"] for l in mine] == [e.trace_id for e in stored]  # the replay came on its own trace
-    assert all(l["tool"] == CAL for l in mine)
-    assert all(l["tenant"] == "acme" and l["subject"] == "alice" and l["session_id"] == sid for l in mine)
-    normalized = next(l for l in mine if l["kind"] == "normalized")
+    mine = [ln for ln in lines if ln["invocation_id"] == r.invocation_id]
+    assert [ln["kind"] for ln in mine] == [e.kind for e in stored]
+    assert [ln["event_id"] for ln in mine] == [e.event_id for e in stored]
+    assert [ln["trace_id"] for ln in mine] == [e.trace_id for e in stored]  # the replay came on its own trace
+    assert all(ln["tool"] == CAL for ln in mine)
+    assert all(ln["tenant"] == "acme" and ln["subject"] == "alice" and ln["session_id"] == sid for ln in mine)
+    normalized = next(ln for ln in mine if ln["kind"] == "normalized")
     masked = json.loads(normalized["data"]["normalized_arguments"])
     assert masked["title"].startswith("***:") and masked["calendar_id"].startswith("***:")
     assert masked["start"] == "2026-07-20T09:00:00+08:00" and masked["duration_minutes"] == 10
     assert normalized["data"]["digest"] == r.digest  # the digest is of the real arguments
-    authorized = next(l for l in mine if l["kind"] == "authorized")
+    authorized = next(ln for ln in mine if ln["kind"] == "authorized")
     assert authorized["data"]["resource"].startswith("calendar:***:")
     assert authorized["data"]["decision"]["effect"] == "confirm"
-    replay = next(l for l in mine if l["kind"] == "idempotent_replay")  # appended: looked up
+    replay = next(ln for ln in mine if ln["kind"] == "idempotent_replay")  # appended: looked up
     assert replay["tool"] == CAL and replay["seq"] == 0
-    weather = [l for l in lines if l["invocation_id"] == w.invocation_id]
-    assert json.loads(next(l for l in weather if l["kind"] == "normalized")["data"]["normalized_arguments"])["city"] == "Shanghai"
+    weather = [ln for ln in lines if ln["invocation_id"] == w.invocation_id]
+    assert (
+        json.loads(next(ln for ln in weather if ln["kind"] == "normalized")["data"]["normalized_arguments"])[
+            "city"
+        ]
+        == "Shanghai"
+    )
 
 
 def test_lossless_decision_log_withholds_the_decision_when_it_cannot_write() -> None:
     if not Path("/dev/full").exists():
         pytest.fail("this test needs /dev/full (present on every Linux machine of this kind)")
     sc, tmp = start_sidecar(
-        observability=ObservabilityConfig(decision_log="/dev/full", decision_log_mode="lossless", metrics_address="127.0.0.1:0")
+        observability=ObservabilityConfig(
+            decision_log="/dev/full", decision_log_mode="lossless", metrics_address="127.0.0.1:0"
+        )
     )
     try:
         sid = sc.open_session()  # no event: still works
@@ -260,7 +319,10 @@ def test_lossless_decision_log_withholds_the_decision_when_it_cannot_write() -> 
         assert error_reason(err.value) == "store_unavailable"
         m = scrape(sc)
         assert sample(m, "callgate_audit_write_failures_total") == 1
-        assert sample(m, "callgate_decisions_total", effect="allow", tool="weather.get@v1", error_code="none") == 0
+        assert (
+            sample(m, "callgate_decisions_total", effect="allow", tool="weather.get@v1", error_code="none")
+            == 0
+        )
         assert sample(m, "callgate_rpc_duration_seconds_count", service="callgate.v1.Gate", method="Propose",
                       code="store_unavailable") == 1  # fmt: skip
     finally:
@@ -271,7 +333,10 @@ def test_bounded_decision_log_drops_and_counts_instead_of_failing(tmp_path: Path
     log_path = tmp_path / "bounded.jsonl"
     sc, tmp = start_sidecar(
         observability=ObservabilityConfig(
-            decision_log=str(log_path), decision_log_mode="bounded", decision_log_queue=1, metrics_address="127.0.0.1:0"
+            decision_log=str(log_path),
+            decision_log_mode="bounded",
+            decision_log_queue=1,
+            metrics_address="127.0.0.1:0",
         )
     )
     try:
@@ -293,12 +358,17 @@ def test_bounded_decision_log_write_failures_never_fail_rpcs() -> None:
     if not Path("/dev/full").exists():
         pytest.fail("this test needs /dev/full (present on every Linux machine of this kind)")
     sc, tmp = start_sidecar(
-        observability=ObservabilityConfig(decision_log="/dev/full", decision_log_mode="bounded", metrics_address="127.0.0.1:0")
+        observability=ObservabilityConfig(
+            decision_log="/dev/full", decision_log_mode="bounded", metrics_address="127.0.0.1:0"
+        )
     )
     try:
         sid = sc.open_session()
         sc.list_tools(sid)
-        assert sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"}).decision.effect == pb.ALLOW
+        assert (
+            sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"}).decision.effect
+            == pb.ALLOW
+        )
         log_sink = next(s for s in sinks_of(sc) if isinstance(s, DecisionLog))
         sc.call(log_sink.flush())
         m = scrape(sc)
@@ -317,13 +387,20 @@ def test_decision_log_to_stdout(capfd: pytest.CaptureFixture[str]) -> None:
     finally:
         stop_sidecar(sc, tmp)
     out = capfd.readouterr().out
-    kinds = [json.loads(l)["kind"] for l in out.splitlines() if l.startswith('{"v":1') and r.invocation_id in l]
+    kinds = [
+        json.loads(ln)["kind"] for ln in out.splitlines() if ln.startswith('{"v":1') and r.invocation_id in ln
+    ]
     assert kinds == ["proposed", "parsed", "validated", "normalized", "authorized", "prepared"]
 
 
 def test_masker_pointers() -> None:
     m = Masker(["/a/*/secret", "/list/1", "t@v2#/only_v2", "/x~1y"])
-    doc = {"a": {"p": {"secret": 1, "k": 2}, "q": {"secret": [1]}}, "list": [0, 1, 2], "only_v2": "s", "x/y": "z"}
+    doc = {
+        "a": {"p": {"secret": 1, "k": 2}, "q": {"secret": [1]}},
+        "list": [0, 1, 2],
+        "only_v2": "s",
+        "x/y": "z",
+    }
     assert m.mask_arguments(doc, "t", "v1") == {
         "a": {"p": {"secret": "***", "k": 2}, "q": {"secret": "***"}}, "list": [0, "***", 2], "only_v2": "s", "x/y": "***",
     }  # fmt: skip
@@ -354,7 +431,13 @@ def test_stage_spans_carry_the_callers_trace_and_the_events_span_ids() -> None:
     finally:
         stop_sidecar(sc, tmp)
     by_name = {s.name: s for s in spans}
-    for stage in ("callgate.parse", "callgate.validate", "callgate.normalize", "callgate.authorize", "callgate.confirm"):
+    for stage in (
+        "callgate.parse",
+        "callgate.validate",
+        "callgate.normalize",
+        "callgate.authorize",
+        "callgate.confirm",
+    ):
         assert stage in by_name, sorted(by_name)
     assert {format(s.context.trace_id, "032x") for s in spans} == {TRACE_ID}
     assert all(e.trace_id == TRACE_ID for e in events)
@@ -370,7 +453,9 @@ def test_stage_spans_carry_the_callers_trace_and_the_events_span_ids() -> None:
     assert authorize.attributes["callgate.decision.effect"] == "confirm"
     assert authorize.attributes["callgate.tool"] == CAL
     assert authorize.end_time >= authorize.start_time
-    assert not any("secret-title-42" in str(v) for s in spans for v in s.attributes.values())  # no argument values
+    assert not any(
+        "secret-title-42" in str(v) for s in spans for v in s.attributes.values()
+    )  # no argument values
 
 
 def test_spans_without_traceparent_use_the_events_new_trace() -> None:
@@ -418,7 +503,9 @@ def test_missing_mask_key_refuses_to_start(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("CG_TEST_ABSENT_KEY", raising=False)
     with pytest.raises(LoadError, match="CG_TEST_ABSENT_KEY"):
         start_sidecar(
-            observability=ObservabilityConfig(decision_log="stdout", decision_log_mask_key_env="CG_TEST_ABSENT_KEY")
+            observability=ObservabilityConfig(
+                decision_log="stdout", decision_log_mask_key_env="CG_TEST_ABSENT_KEY"
+            )
         )
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.errors import ErrorCode, RejectedError
-from sidecar.stages.parse import ParseLimits, parse_arguments, parse_json_document
+from callgate.core.errors import ErrorCode, RejectedError
+from callgate.propose.parse import ParseLimits, parse_arguments, parse_json_document
 from tests.conftest import ROOT, SHARED
 
 CORPUS = SHARED / "conformance" / "json-parsing" / "test_parsing"
@@ -17,7 +17,10 @@ FILES = sorted(CORPUS.glob("*.json"))
 Y_REJECTED_BY_DESIGN = {"y_object_duplicated_key.json", "y_object_duplicated_key_and_value.json"}
 
 
-def outcome(raw: bytes, limits: ParseLimits = ParseLimits()) -> str:
+DEFAULT_LIMITS = ParseLimits()
+
+
+def outcome(raw: bytes, limits: ParseLimits = DEFAULT_LIMITS) -> str:
     try:
         parse_json_document(raw, limits)
     except RejectedError as exc:
@@ -81,7 +84,7 @@ REFUSALS = [
     (b'{"a": "\xc0\xaf"}', ErrorCode.INVALID_UTF8, None),
     (b'{"a": "\xed\xa0\x80"}', ErrorCode.INVALID_UTF8, None),
     (b'{"a": "\xff"}', ErrorCode.INVALID_UTF8, None),
-    (b'\xef\xbb\xbf{}', ErrorCode.INVALID_JSON, None),
+    (b"\xef\xbb\xbf{}", ErrorCode.INVALID_JSON, None),
     (b'{"a": 1,}', ErrorCode.INVALID_JSON, None),
     (b"{'a': 1}", ErrorCode.INVALID_JSON, None),
     (b'{"a": "\x01"}', ErrorCode.INVALID_JSON, None),
@@ -89,7 +92,9 @@ REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize("raw,code,pointer", REFUSALS, ids=[f"{c.value}-{i}" for i, (_, c, _) in enumerate(REFUSALS)])
+@pytest.mark.parametrize(
+    "raw,code,pointer", REFUSALS, ids=[f"{c.value}-{i}" for i, (_, c, _) in enumerate(REFUSALS)]
+)
 def test_refusals(raw: bytes, code: ErrorCode, pointer: str | None) -> None:
     with pytest.raises(RejectedError) as err:
         parse_arguments(raw, LIMITS)

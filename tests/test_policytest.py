@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.engines.cedar import CedarEngine, load_cedar_dir
-from sidecar.model import Effect, Reason
-from sidecar.policytest import CaseResult, SuiteResult, render_table, run_suite
+from callgate.core.model import Effect, Reason
+from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
+from callgate.policy.policytest import CaseResult, SuiteResult, render_table, run_suite
 from tests.conftest import POLICIES, ROOT
 from tests.opa_fixture import OpaServer, free_port, opa_server  # noqa: F401 - the fixture
 
@@ -28,7 +28,7 @@ CASE_FILES = sorted(SUITE.rglob("*.json"))
 
 def callgate(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sidecar", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "callgate", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
 
 
@@ -81,7 +81,9 @@ def test_shipped_suite_covers_every_policy_and_edge() -> None:
         if d["action"] == "calendar.create"
     }
     assert ("CONFIRM", 480) in minutes and ("DENY", 481) in minutes
-    principals = {(name.split("/")[0], d["principal"]["id"], d["principal"]["tenant"]) for name, d in docs.items()}
+    principals = {
+        (name.split("/")[0], d["principal"]["id"], d["principal"]["tenant"]) for name, d in docs.items()
+    }
     assert ("ALLOW", "zed", "acme") in principals  # unknown user
     assert any(w == "DENY" and t != "acme" for w, _, t in principals)  # other tenant
     assert any(w == "ALLOW" and p == "carol" for w, p, _ in principals)  # admin role
@@ -121,7 +123,10 @@ def test_table_is_aligned() -> None:
         for s in starts:
             assert line[s - 2 : s] == "  " and line[s] != " ", line
     assert row(r.stdout, "DENY/calendar-481-minutes-over-the-limit.json").split()[1:5] == [
-        "DENY/calendar-481-minutes-over-the-limit.json", "deny", "deny", "policy_forbid:calendar-max-duration",
+        "DENY/calendar-481-minutes-over-the-limit.json",
+        "deny",
+        "deny",
+        "policy_forbid:calendar-max-duration",
     ]
 
 
@@ -163,7 +168,9 @@ def test_a_fault_does_not_pass_a_deny_case_unless_expected(tmp_path: Path) -> No
     msgs = {c.file: c.message for c in result.cases if not c.passed}
     assert "engine fault (policy_evaluation_error" in msgs["DENY/schema-missing-argument.json"]
     assert '"expect_error_code": "policy_evaluation_error"' in msgs["DENY/schema-missing-argument.json"]
-    assert msgs["DENY/wrong-fault.json"].startswith("wanted error code engine_error, got policy_evaluation_error")
+    assert msgs["DENY/wrong-fault.json"].startswith(
+        "wanted error code engine_error, got policy_evaluation_error"
+    )
 
 
 def test_empty_suite_fails(tmp_path: Path) -> None:
@@ -201,18 +208,58 @@ def test_malformed_file_is_reported_by_name(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("folder", "text", "wanted"),
     [
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", ', "not strict JSON (invalid_json)"),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "n": NaN}', "non_finite_number"),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", ',
+            "not strict JSON (invalid_json)",
+        ),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "n": NaN}',
+            "non_finite_number",
+        ),
         ("ALLOW", "[]", "one JSON object, not an array"),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a"}, "action": "x"}', "missing required key(s) 'resource'"),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "x"}',
+            "missing required key(s) 'resource'",
+        ),
         ("ALLOW", '{"principal": "alice", "action": "x", "resource": "r"}', "principal must be an object"),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a", "role": "admin"}, "action": "x", "resource": "r"}', 'exactly the keys "tenant" and "id"'),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": 7}, "action": "x", "resource": "r"}', "principal.id must be a string, not a number"),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a"}, "action": "", "resource": "r"}', "action must not be empty"),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "context": []}', "context must be an object"),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "expect_reason": []}', "unknown key(s) 'expect_reason'"),
-        ("ALLOW", '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "expect_reasons": "p"}', "expect_reasons must be an array"),
-        ("CONFIRM", '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "expect_error_code": "engine_error"}', "only meaningful in DENY/"),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a", "role": "admin"}, "action": "x", "resource": "r"}',
+            'exactly the keys "tenant" and "id"',
+        ),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": 7}, "action": "x", "resource": "r"}',
+            "principal.id must be a string, not a number",
+        ),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "", "resource": "r"}',
+            "action must not be empty",
+        ),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "context": []}',
+            "context must be an object",
+        ),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "expect_reason": []}',
+            "unknown key(s) 'expect_reason'",
+        ),
+        (
+            "ALLOW",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "expect_reasons": "p"}',
+            "expect_reasons must be an array",
+        ),
+        (
+            "CONFIRM",
+            '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "expect_error_code": "engine_error"}',
+            "only meaningful in DENY/",
+        ),
     ],
 )
 def test_malformed_files(tmp_path: Path, folder: str, text: str, wanted: str) -> None:
@@ -260,7 +307,15 @@ def test_opa_url_needs_the_opa_engine() -> None:
 
 def test_render_table_summary_is_alone_on_the_last_line() -> None:
     ok = CaseResult("ALLOW/a.json", Effect.ALLOW, Effect.ALLOW, (Reason("policy_permit", "p"),), "", True, "")
-    bad = CaseResult("DENY/b.json", Effect.DENY, Effect.ALLOW, (Reason("policy_permit", "p"),), "", False, "wanted deny, got allow")
+    bad = CaseResult(
+        "DENY/b.json",
+        Effect.DENY,
+        Effect.ALLOW,
+        (Reason("policy_permit", "p"),),
+        "",
+        False,
+        "wanted deny, got allow",
+    )
     result = SuiteResult("suite", "cedar", "sha256:x", (ok, bad))
     text = render_table(result)
     assert text.endswith("\n1 passed, 1 failed\n")

@@ -4,52 +4,78 @@ from __future__ import annotations
 
 import filecmp
 import subprocess
-import time
 import sys
+import time
 from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from google.protobuf import struct_pb2
 
-from sidecar.errors import CallgateError, ErrorCode
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.server.status import STATUS, to_status
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.server.status import STATUS, to_status
 from tests.conftest import ROOT, Running
 
 
 @pytest.mark.parametrize(
     "role,service",
-    [("agent", "callgate.v1.Gate"), ("confirmer", "callgate.v1.Confirmations"), ("authorizer", "callgate.v1.Authorizer")],
+    [
+        ("agent", "callgate.v1.Gate"),
+        ("confirmer", "callgate.v1.Confirmations"),
+        ("authorizer", "callgate.v1.Authorizer"),
+    ],
 )
 def test_health_and_reflection_per_listener(shared_server: Running, role: str, service: str) -> None:
     ch = shared_server.channels[role]
     hs = health_pb2_grpc.HealthStub(ch)
     for name in ("", service):
-        assert hs.Check(health_pb2.HealthCheckRequest(service=name)).status == health_pb2.HealthCheckResponse.SERVING
+        assert (
+            hs.Check(health_pb2.HealthCheckRequest(service=name)).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
     stub = reflection_pb2_grpc.ServerReflectionStub(ch)
-    answers = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+    answers = list(
+        stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]))
+    )
     names = {s.name for s in answers[0].list_services_response.service}
     assert service in names
-    assert not ({"callgate.v1.Gate", "callgate.v1.Confirmations", "callgate.v1.Authorizer"} - {service}) & names
+    assert (
+        not ({"callgate.v1.Gate", "callgate.v1.Confirmations", "callgate.v1.Authorizer"} - {service}) & names
+    )
 
 
 def test_authorizer_decision_point(shared_server: Running) -> None:
     ctx = struct_pb2.Struct()
     ctx.update({"tool": "files.delete@v1", "args": {"path": "/tmp/a"}})
     allow = shared_server.authorizer.Authorize(
-        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="carol"), capability="files.delete", resource="file:/tmp/a", context=ctx)
+        pb.AuthorizeRequest(
+            subject=pb.Subject(tenant="acme", id="carol"),
+            capability="files.delete",
+            resource="file:/tmp/a",
+            context=ctx,
+        )
     )
     assert allow.decision.effect == pb.ALLOW and list(allow.decision.policy_ids) == ["files-delete-admin"]
     deny = shared_server.authorizer.Authorize(
-        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="bob"), capability="files.delete", resource="file:/tmp/a", context=ctx)
+        pb.AuthorizeRequest(
+            subject=pb.Subject(tenant="acme", id="bob"),
+            capability="files.delete",
+            resource="file:/tmp/a",
+            context=ctx,
+        )
     )
     assert deny.decision.effect == pb.DENY
     # An unknown capability is not in the Cedar schema: fail closed with an error code.
     unknown = shared_server.authorizer.Authorize(
-        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id="carol"), capability="files.nuke", resource="file:/", context=ctx)
+        pb.AuthorizeRequest(
+            subject=pb.Subject(tenant="acme", id="carol"),
+            capability="files.nuke",
+            resource="file:/",
+            context=ctx,
+        )
     )
     assert unknown.decision.effect == pb.DENY and unknown.decision.error_code == "policy_evaluation_error"
     with pytest.raises(grpc.RpcError) as err:
@@ -72,8 +98,8 @@ def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
         check=True,
         env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
     )
-    committed = ROOT / "sidecar" / "gen" / "callgate" / "v1"
-    fresh = out / "callgate" / "v1"
+    committed = ROOT / "callgate" / "gen" / "v1"
+    fresh = out / "v1"
     names = sorted(p.name for p in fresh.glob("*.py*"))
     assert names == sorted(p.name for p in committed.glob("*.py*"))
     match, mismatch, errors = filecmp.cmpfiles(committed, fresh, names, shallow=False)
@@ -107,8 +133,8 @@ def test_calls_beyond_the_concurrency_limit_are_refused_not_queued() -> None:
 
 
 def test_negative_concurrency_limit_is_a_config_error(tmp_path: Path) -> None:
-    from sidecar.config import load_config
-    from sidecar.errors import LoadError
+    from callgate.config import load_config
+    from callgate.core.errors import LoadError
 
     p = tmp_path / "c.toml"
     p.write_text("[server]\nmax_concurrent_rpcs = -1\n")
@@ -119,7 +145,7 @@ def test_negative_concurrency_limit_is_a_config_error(tmp_path: Path) -> None:
 def test_serving_runtime_settings_and_refreeze() -> None:
     import gc
 
-    from sidecar.server.app import GIL_SWITCH_INTERVAL_S, refreeze, tune_runtime
+    from callgate.server.app import GIL_SWITCH_INTERVAL_S, refreeze, tune_runtime
 
     before = (gc.get_threshold(), sys.getswitchinterval())
     try:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import grpc
 
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.gen.callgate.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from tests.conftest import POLICIES, ROOT
 
 
@@ -41,7 +41,7 @@ dsn_env = "CALLGATE_POSTGRES_DSN"
     )
     env = {**os.environ, "CALLGATE_POSTGRES_DSN": dsn}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sidecar", "serve", "--config", str(tmp / "callgate.toml")],
+        [sys.executable, "-m", "callgate", "serve", "--config", str(tmp / "callgate.toml")],
         cwd=ROOT, env=env, stderr=open(tmp / "log", "wb"),
     )  # fmt: skip
     return proc, f"unix:{tmp}/agent.sock", tmp
@@ -71,7 +71,9 @@ def test_two_sidecars_race_on_one_key(postgres_dsn: str) -> None:
         stubs = [pb_grpc.GateStub(ch) for ch in channels]
         sessions = []
         for g in stubs:
-            sid = g.OpenSession(pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="alice"), timezone="UTC")).session_id
+            sid = g.OpenSession(
+                pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="alice"), timezone="UTC")
+            ).session_id
             g.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="m"))
             sessions.append(sid)
         run = f"{time.time_ns()}"

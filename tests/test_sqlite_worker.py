@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sidecar.errors import CallgateError, ErrorCode
-from sidecar.sqlite_worker import SQLiteWorker
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.store.sqlite_worker import SQLiteWorker
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER NOT NULL);"
 

@@ -7,8 +7,8 @@ import json
 import grpc
 import pytest
 
-from sidecar.gen.callgate.v1 import callgate_pb2 as pb
-from sidecar.stages.digest import canonicalize, invocation_digest
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.propose.digest import canonicalize, invocation_digest
 from tests.conftest import Running
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -84,7 +84,10 @@ def test_calendar_create_event_trace_to_prepared(server: Running) -> None:
     assert list(a["capabilities"]) == ["calendar.create"]
     assert by_kind["confirmed"].data["digest"] == resp.digest
     assert got.invocation.idempotency_key == "req-42:create-event:1"
-    assert got.invocation.raw_arguments == '{"title": " 带护照", "start": "2026-07-20T09:00", "duration_minutes": 10}'.encode()
+    assert (
+        got.invocation.raw_arguments
+        == '{"title": " 带护照", "start": "2026-07-20T09:00", "duration_minutes": 10}'.encode()
+    )
 
     # Terminal and confirmed states do not move backwards; a second confirm is refused.
     with pytest.raises(grpc.RpcError) as err:

@@ -10,6 +10,10 @@ from tests.conftest import ROOT
 
 def test_mypy_strict_clean() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "sidecar"], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "mypy", "--strict", "callgate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr

@@ -1,4 +1,4 @@
-"""Tests of sidecar.stages.validate: JSON Schema 2020-12 conformance + callgate's own rules.
+"""Tests of callgate.propose.validate: JSON Schema 2020-12 conformance + callgate's own rules.
 
 The official JSON-Schema-Test-Suite lives outside the repo (``../shared/conformance/json-schema``).
 If it is missing these tests FAIL (they never skip): conformance is a release requirement.
@@ -18,10 +18,10 @@ import pytest
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-import sidecar.stages.validate as validate_mod
-from sidecar.errors import ErrorCode, LoadError, RejectedError, Violation
-from sidecar.model import ParsedArguments, ValidatedArguments
-from sidecar.stages.validate import (
+import callgate.propose.validate as validate_mod
+from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
+from callgate.core.model import ParsedArguments, ValidatedArguments
+from callgate.propose.validate import (
     DIALECT_2020_12,
     EXCLUDED_FORMATS,
     SUPPORTED_FORMATS,
@@ -42,8 +42,7 @@ REMOTE_BASE = "http://localhost:1234/"  # where the official harness serves remo
 
 R_FORMAT = "callgate turns format assertion on, per spec 6.4/6.14"
 R_VOCABULARY = (
-    "custom metaschemas/vocabularies are refused: validation is bound to the one 2020-12 "
-    "dialect (spec 6.4)"
+    "custom metaschemas/vocabularies are refused: validation is bound to the one 2020-12 dialect (spec 6.4)"
 )
 
 _ANNOTATION_ONLY_FORMATS = (
@@ -704,10 +703,7 @@ CANARY_SCHEMA: dict[str, Any] = {
 
 def test_canary_never_in_messages() -> None:
     compiled = CompiledSchema.compile(CANARY_SCHEMA)
-    value = {
-        name: CANARY
-        for name in ("t", "e", "c", "p", "f", "short", "long", "any", "one", "not", "nope")
-    }
+    value = {name: CANARY for name in ("t", "e", "c", "p", "f", "short", "long", "any", "one", "not", "nope")}
     value |= {
         "arr": [CANARY, CANARY],
         "obj": {"k": CANARY},
@@ -723,15 +719,14 @@ def test_canary_never_in_messages() -> None:
     assert {"type", "enum", "const", "pattern", "format", "maxLength", "minLength", "anyOf",
             "oneOf", "not", "uniqueItems", "contains", "false", "maxProperties", "multipleOf",
             "maximum", "dependentRequired", "unevaluatedProperties"} <= keywords  # fmt: skip
-    assert Violation(
-        pointer="/nope", message="no value is allowed here (false schema)", keyword="false"
-    ) in err.violations
+    assert (
+        Violation(pointer="/nope", message="no value is allowed here (false schema)", keyword="false")
+        in err.violations
+    )
     for text in [err.message, str(err), *(v.message for v in err.violations)]:
         assert CANARY not in text
         assert str(10**30 + 1) not in text
-    assert err.violations == tuple(
-        sorted(err.violations, key=lambda v: (v.pointer, v.keyword, v.message))
-    )
+    assert err.violations == tuple(sorted(err.violations, key=lambda v: (v.pointer, v.keyword, v.message)))
 
 
 def test_violations_are_deterministic() -> None:
@@ -758,8 +753,7 @@ def test_false_subschemas_keep_their_pointer() -> None:
         ("/b", "items", "array has more items than prefixItems allows"),
         ("/b/1", "false", "no value is allowed here (false schema)"),
         ("/xy", "false", "no value is allowed here (false schema)"),
-        ("/zz", "propertyNames",
-         "property name 'zz' is invalid: value must not match the 'not' schema"),
+        ("/zz", "propertyNames", "property name 'zz' is invalid: value must not match the 'not' schema"),
     ]
 
 
@@ -863,10 +857,7 @@ PATTERN_CASES: list[tuple[str, str, bool]] = [
     ("[]", "", False),
     ("[]", "a", False),
     # \s is ECMA WhiteSpace + LineTerminator
-    *[
-        ("^\\s$", ch, True)
-        for ch in " \t\u000b\f\r\n\u00a0\ufeff\u1680\u2003\u2028\u2029\u202f\u3000"
-    ],
+    *[("^\\s$", ch, True) for ch in " \t\u000b\f\r\n\u00a0\ufeff\u1680\u2003\u2028\u2029\u202f\u3000"],
     ("^\\s$", "\u0085", False),  # NEL is not ECMA whitespace; Python: True
     ("^\\s$", "\u001c", False),  # Python: True
     ("^\\s$", "\u180e", False),
@@ -993,9 +984,7 @@ def test_pattern_properties_and_additional_properties_agree() -> None:
         {"patternProperties": {"^[a-z]+$": {"type": "integer"}}, "additionalProperties": False}
     )
     assert compiled.validate_value({"abc": 1}) == []
-    assert [(v.pointer, v.keyword) for v in compiled.validate_value({"abc": "x"})] == [
-        ("/abc", "type")
-    ]
+    assert [(v.pointer, v.keyword) for v in compiled.validate_value({"abc": "x"})] == [("/abc", "type")]
     assert compiled.validate_value({"abc\n": 1}) == [
         Violation(
             pointer="/abc\n",
@@ -1006,9 +995,7 @@ def test_pattern_properties_and_additional_properties_agree() -> None:
 
 
 def test_pattern_properties_and_unevaluated_properties_agree() -> None:
-    compiled = CompiledSchema.compile(
-        {"patternProperties": {"^x$": True}, "unevaluatedProperties": False}
-    )
+    compiled = CompiledSchema.compile({"patternProperties": {"^x$": True}, "unevaluatedProperties": False})
     assert compiled.validate_value({"x": 1}) == []
     assert [v.keyword for v in compiled.validate_value({"x\n": 1})] == ["unevaluatedProperties"]
     nested = CompiledSchema.compile(
@@ -1104,8 +1091,10 @@ def test_regex_format_rejects(source: str, reason: str) -> None:
 def test_invalid_pattern_is_refused_at_compile(source: str, reason: str) -> None:
     for schema, pointer in (
         ({"properties": {"a": {"pattern": source}}}, "/properties/a/pattern"),
-        ({"patternProperties": {source: True}}, "/patternProperties/" + source.replace(
-            "~", "~0").replace("/", "~1")),
+        (
+            {"patternProperties": {source: True}},
+            "/patternProperties/" + source.replace("~", "~0").replace("/", "~1"),
+        ),
     ):
         with pytest.raises(LoadError) as exc:
             CompiledSchema.compile(schema, source="tools/t.json:1")
@@ -1170,7 +1159,7 @@ def test_unsupported_pattern_is_refused_at_compile(source: str, reason: str) -> 
 # Patterns with nested or repeated quantifiers that the ReDoS heuristic accepts (a mandatory
 # delimiter separates the iterations).
 REDOS_ACCEPTED = [
-    "^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*$",  # sidecar/toolspec.schema.json
+    "^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)*$",  # callgate/policy/toolspec.schema.json
     "^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$",
     "^(\\d{1,3}\\.){3}\\d{1,3}$",
     "^([a-z0-9]+(-[a-z0-9]+)*\\.)+[a-z]{2,}$",
@@ -1197,9 +1186,7 @@ def test_unsupported_pattern_in_referenced_document() -> None:
             {"properties": {"p": {"$ref": "https://schemas.example/p.json"}}}, registry=registry
         )
     assert exc.value.code is ErrorCode.TOOLSPEC_INVALID
-    assert [(v.pointer, v.keyword) for v in exc.value.violations] == [
-        ("/properties/p/$ref", "pattern")
-    ]
+    assert [(v.pointer, v.keyword) for v in exc.value.violations] == [("/properties/p/$ref", "pattern")]
 
 
 def test_patterns_are_translated_once_at_compile(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1236,8 +1223,7 @@ def test_regex_format_on_non_strings_and_in_metaschema() -> None:
     assert exc.value.violations == (
         Violation(
             pointer="/properties/a/pattern",
-            message="'(?P<n>x)' is not a valid ECMA-262 regular expression: invalid group at "
-            "offset 0",
+            message="'(?P<n>x)' is not a valid ECMA-262 regular expression: invalid group at offset 0",
             keyword="format",
         ),
     )

@@ -1,5 +1,5 @@
 {{- /*
-callgate.toml and the policy directory, from values. Keys are those of sidecar/config.py.
+callgate.toml and the policy directory, from values. Keys are those of callgate/config.py.
 */ -}}
 
 {{- define "callgate.configToml" -}}

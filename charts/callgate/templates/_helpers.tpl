@@ -111,7 +111,7 @@ are always written as floats (it refuses 1 for a float key).
 {{- end }}
 {{ end -}}
 
-{{- /* Keys of callgate.toml sections whose values are floats (sidecar/config.py). */ -}}
+{{- /* Keys of callgate.toml sections whose values are floats (callgate/config.py). */ -}}
 {{- define "callgate.toml.floatKeys" -}}
 - tracing_sample_ratio
 {{- end -}}

@@ -63,12 +63,12 @@ seccompProfile:
   readOnly: true
 {{- end -}}
 
-{{- /* exec probe command: python -m sidecar.healthcheck over every enabled socket. */ -}}
+{{- /* exec probe command: python -m callgate.server.healthcheck over every enabled socket. */ -}}
 {{- define "callgate.probeCommand" -}}
 {{- $ctx := .ctx -}}
 - python
 - -m
-- sidecar.healthcheck
+- callgate.server.healthcheck
 - --timeout
 - {{ sub .probe.timeoutSeconds 1 | max 1 | quote }}
 {{- if .live }}

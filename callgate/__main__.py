@@ -1,0 +1,3 @@
+from callgate.cli.main import main
+
+raise SystemExit(main())

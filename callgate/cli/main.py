@@ -1,0 +1,271 @@
+"""``callgate`` command line: ``serve``, ``check``, ``eval``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sqlite3
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from callgate.cli.evalcases import case_arguments, mismatches
+from callgate.config import Config, load_config
+from callgate.core.clock import FixedClock, SystemClock
+from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.model import Proposal, Subject
+from callgate.core.trace import TraceContext
+from callgate.policy.snapshot import load_snapshot_from_config
+from callgate.propose.gate import Gate, ProposeOutcome, SessionSpec, decision_to_dict
+from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+from callgate.store.sqlite import SQLiteStore
+
+
+def _config(path: str | None) -> Config:
+    if path:
+        return load_config(path)
+    default = Path("callgate.toml")
+    return load_config(default) if default.exists() else Config(base_dir=str(Path.cwd()))
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from callgate.server.app import serve
+
+    cfg = _config(args.config)
+    return asyncio.run(serve(cfg))
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Validate config, ToolSpecs and policies; print ``file:line: code: message`` on error."""
+    try:
+        cfg = _config(args.config)
+        snap = load_snapshot_from_config(cfg)
+        secrets = _check_secrets_and_keys(cfg)
+    except LoadError as exc:
+        print(f"error: {exc}", file=out)
+        for v in exc.violations[1:]:
+            print(f"  {v.pointer}: {v.message}", file=out)
+        return 1
+    print(f"ok: {len(snap.tools)} tools, engine {snap.engine.name}, revision {snap.revision}", file=out)
+    entities = cfg.path(cfg.policy.dir) / "cedar" / "entities.json"
+    if cfg.policy.engine == "cedar" and entities.is_file():
+        from callgate.policy.engines.cedar import entities_size_warning
+
+        warning = entities_size_warning(entities.stat().st_size, str(entities))
+        if warning:
+            print(f"warning: {warning}", file=out)
+    if secrets:
+        print(f"  secrets: {', '.join(secrets)} (values loaded, not shown)", file=out)
+    for t in snap.tools:
+        print(
+            f"  {t.spec.key:<32} {t.spec.side_effect_class.value:<9} {', '.join(t.spec.required_capabilities)}",
+            file=out,
+        )
+    return 0
+
+
+def _check_secrets_and_keys(cfg: Config) -> list[str]:
+    """Load what ``serve`` would load besides policies: secret files/variables (values never
+    printed) and a fixed signing key. Raises LoadError."""
+    from callgate.execute.redaction import Redactor
+    from callgate.execute.secrets import SecretStore
+
+    store = SecretStore.load(cfg.secrets, Path(cfg.base_dir))
+    try:
+        Redactor(secrets=store.values())
+    except ValueError as exc:
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secrets: {exc}") from None
+    cc = cfg.credentials
+    for path in (cc.key_file, cc.next_key_file, *cc.previous_key_files):
+        if path and not cfg.path(path).is_file():
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message="credentials key file not found",
+                source=str(cfg.path(path)),
+            )
+    return [sc.name for sc in cfg.secrets]
+
+
+def _read_cases(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    if path.endswith(".jsonl") or path == "-":
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                yield n, json.loads(line)
+    else:
+        doc = json.loads(text)
+        defaults: dict[str, Any] = {}
+        if isinstance(doc, dict) and "cases" in doc:
+            defaults, doc = doc.get("defaults", {}), doc["cases"]
+        for n, case in enumerate(doc if isinstance(doc, list) else [doc], 1):
+            yield n, {**defaults, **case}
+
+
+def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict[str, Any]:
+    r = o.record
+    return {
+        "case": case.get("name", case_no),
+        "tool": f"{r.tool_name}@{r.tool_version}",
+        "state": r.state.value,
+        "decision": decision_to_dict(o.decision) if o.decision else None,
+        "digest": r.digest or None,
+        "normalized_arguments": json.loads(r.normalized_arguments) if r.normalized_arguments else None,
+        "rejection": o.rejection.as_dict() if o.rejection else None,
+        "invocation_id": r.invocation_id,
+    }
+
+
+async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: TextIO) -> int:
+    snap = load_snapshot_from_config(cfg)
+    store = SQLiteStore(":memory:")
+    idem = SQLiteIdempotencyStore(":memory:")
+    await idem.start()
+    failures = 0
+    try:
+        for n, case in cases:
+            clock = (
+                FixedClock(datetime.fromisoformat(case["reference_clock"]))
+                if "reference_clock" in case
+                else SystemClock()
+            )
+            gate = Gate(config=cfg, snapshot=snap, store=store, clock=clock, idempotency=idem)
+            subj = case.get("subject", {})
+            session = await gate.open_session(
+                SessionSpec(
+                    subject=Subject(tenant=subj.get("tenant", ""), id=subj.get("id", "")),
+                    timezone=case.get("timezone", "UTC"),
+                    locale=case.get("locale", "en"),
+                )
+            )
+            await gate.list_tools(session.session_id, "eval")
+            name, _, version = str(case.get("tool", "")).partition("@")
+            raw = case_arguments(case)
+            outcome = await gate.propose(
+                Proposal(
+                    session.session_id, "eval", f"case-{n}", name, version, raw, case.get("idempotency_key")
+                ),
+                TraceContext.from_traceparent(None),
+            )
+            result = _outcome_json(n, case, outcome)
+            if "expect" in case:
+                problems = mismatches(result, case["expect"])
+                result["pass"] = not problems
+                if problems:
+                    result["mismatches"] = problems
+                    failures += 1
+            print(json.dumps(result, ensure_ascii=False, sort_keys=True), file=out)
+    finally:
+        await store.close()
+        await idem.close()
+    return 1 if failures else 0
+
+
+def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Run proposal cases through the whole pipeline offline (in-memory store, no server)."""
+    try:
+        cfg = _config(args.config)
+        cases = list(_read_cases(args.file))
+        return asyncio.run(_eval(cfg, cases, out))
+    except (CallgateError, json.JSONDecodeError, OSError, KeyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Run the request files in DIR/ALLOW, DIR/DENY, DIR/CONFIRM on an engine; print a pass/fail
+    table (format: ``callgate/policy/policytest.py``). 0 only if all pass and at least one ran."""
+    from callgate.policy.policytest import run_command
+
+    try:
+        cfg = _config(args.config)
+    except CallgateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(run_command(cfg, Path(args.dir), engine=args.engine, opa_url=args.opa_url, out=out))
+
+
+# --- callgate explain (callgate/cli/explain.py) ---------------------------------------------------
+def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Answer the 6.13 questions for one invocation from the configured store (read-only; the
+    sidecar may be running or stopped). Exit 1 for an unknown id, 2 for an unusable store."""
+    from callgate.cli.explain import SQLiteReader, explain, render_text, spec_files_in, to_json
+
+    try:
+        cfg = _config(args.config)
+    except CallgateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    db = cfg.path(cfg.store.path)
+    try:
+        reader = SQLiteReader(db)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"error: cannot open the event store {db}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        found = asyncio.run(
+            explain(reader, args.invocation_id, spec_files=spec_files_in(cfg.path(cfg.policy.dir)))
+        )
+    except sqlite3.Error as exc:
+        print(f"error: cannot read the event store {db}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        reader.close()
+    if found is None:
+        print(f"error: unknown invocation_id {args.invocation_id!r} (not in {db})", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)
+    else:
+        out.write(render_text(found))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="callgate", description="Authorization sidecar for AI-agent tool calls."
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="run the gRPC sidecar")
+    p.add_argument("--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)")
+    p.set_defaults(func=cmd_serve)
+    p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
+    p.add_argument("--config", "-c")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("eval", help="run proposal cases (.json or .jsonl, '-' for stdin) offline")
+    p.add_argument("file")
+    p.add_argument("--config", "-c")
+    p.set_defaults(func=cmd_eval)
+    p = sub.add_parser("policy", help="policy authoring tools")
+    policy_sub = p.add_subparsers(dest="policy_command", required=True)
+    p = policy_sub.add_parser(
+        "test", help="run ALLOW/, DENY/, CONFIRM/ request files; non-zero exit unless all pass"
+    )
+    p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
+    p.add_argument("--config", "-c")
+    p.add_argument("--engine", choices=("cedar", "rego", "opa"), help="default: the config's policy.engine")
+    p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
+    p.set_defaults(func=cmd_policy_test)
+    p = sub.add_parser(
+        "explain", help="what happened to one invocation (the 8 questions of 6.13), from the event store"
+    )
+    p.add_argument("invocation_id")
+    p.add_argument("--config", "-c")
+    p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
+    p.set_defaults(func=cmd_explain)
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

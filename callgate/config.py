@@ -1,0 +1,472 @@
+"""Typed, frozen configuration loaded from a TOML file (``callgate.toml``).
+
+Every field has a default that runs the embedded setup (Cedar + SQLite on Unix sockets). Paths in
+the file are relative to the directory of the file. Unknown keys are an error, so a typo never
+silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from callgate.core.errors import ErrorCode, LoadError
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerConfig:
+    """Where one role's gRPC service listens."""
+
+    socket: str = ""
+    """Unix socket path ("" = no Unix socket). Mount it only into the container playing the role."""
+    tcp: str = ""
+    """Optional loopback ``host:port`` ("" = none). Non-loopback addresses are refused at load."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    agent: ListenerConfig = ListenerConfig(socket="var/run/agent.sock")
+    """Listener of the agent-facing ``Gate`` service (with health and reflection)."""
+    confirmer: ListenerConfig = ListenerConfig(socket="var/run/confirmer.sock")
+    """Listener of the ``Confirmations`` service: never reachable from the agent's listener."""
+    authorizer: ListenerConfig = ListenerConfig(socket="var/run/authorizer.sock")
+    """Listener of the generic ``Authorizer`` decision point for other components."""
+    executor: ListenerConfig = ListenerConfig(socket="var/run/executor.sock")
+    """Listener of the ``Executor`` service (attempts, credentials, outcomes, secrets)."""
+    reflection: bool = True
+    """Serve gRPC server reflection on every listener."""
+    max_concurrent_rpcs: int = 128
+    """Per listener: calls handled at once. A call beyond it is refused at once with gRPC
+    ``RESOURCE_EXHAUSTED`` instead of waiting in an unbounded queue, so overload costs neither
+    unbounded memory nor seconds of latency for every caller; the caller retries with backoff.
+    ``0`` = no limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    engine: str = "cedar"
+    """Authorization engine: ``cedar`` (embedded, default), ``rego`` (embedded regopy) or
+    ``opa`` (a real OPA server, e.g. the container beside the sidecar)."""
+    dir: str = "policies"
+    """Directory with ``tools/*.json`` ToolSpecs and the engine's files (``cedar/`` or ``rego/``)."""
+    opa_url: str = "http://127.0.0.1:8181"
+    """OPA server for ``engine = "opa"`` (loopback in the same pod, or a configured URL)."""
+    opa_timeout_ms: int = 250
+    """Per-decision deadline for OPA; a timeout is a deny (``engine_timeout``)."""
+    opa_upload_policies: bool = False
+    """Upload ``rego/`` to an OPA that started empty (else OPA must serve the same files)."""
+    watch: bool = True
+    """Reload the snapshot when a file under ``dir`` changes (SIGHUP always reloads)."""
+    watch_interval_ms: int = 1000
+    """How often the policy directory is checked for changes."""
+    shadow: tuple[str, ...] = ()
+    """Policy ids in shadow mode besides those the policy files mark (Cedar ``@shadow``, Rego
+    ``data.callgate.shadow``): evaluated and logged on the decision event, never enforced
+    (docs/POLICIES.md). Part of the snapshot revision."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreConfig:
+    backend: str = "sqlite"
+    """Event/invocation store: ``sqlite`` (embedded default)."""
+    path: str = "var/callgate.db"
+    """SQLite database file (WAL mode)."""
+    synchronous: str = "full"
+    """SQLite ``synchronous`` pragma: ``full`` makes every event durable before the RPC answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_argument_bytes: int = 65536
+    """Largest accepted argument document, in bytes (6.4 layer 1)."""
+    max_depth: int = 64
+    """Deepest accepted nesting of arrays/objects in arguments."""
+    max_sessions: int = 100000
+    """Sessions kept in memory before the oldest are evicted from the cache (they stay stored)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationConfig:
+    ttl_seconds: int = 300
+    """How long a CONFIRM decision stays pending before it expires (then CANCELLED_BEFORE_COMMIT)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialsConfig:
+    issuer: str = "callgate"
+    """``iss`` of minted credentials."""
+    ttl_seconds: int = 60
+    """Default credential lifetime (never past the invocation deadline)."""
+    max_ttl_seconds: int = 300
+    """Hard cap on any credential lifetime."""
+    rotation_seconds: int = 3600
+    """Signing keys rotate on this schedule (next/current/previous are published)."""
+    key_dir: str = ""
+    """Directory holding the rotating key ring (PEM, 0600); "" keeps keys in memory only."""
+    key_file: str = ""
+    """A fixed Ed25519 private key (PKCS#8 PEM, e.g. a mounted Kubernetes Secret) instead of a
+    rotating ring; rotate by changing the Secret (next/previous keys below keep both valid)."""
+    next_key_file: str = ""
+    """Optional next key, published in the JWKS ahead of use."""
+    previous_key_files: tuple[str, ...] = ()
+    """Retired keys still published until their credentials have expired."""
+    executors: tuple[str, ...] = ()
+    """Executor identities (credential audiences) allowed to begin attempts; empty = any."""
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyConfig:
+    backend: str = "sqlite"
+    """``sqlite`` (embedded default) or ``postgres`` (shared by several pods)."""
+    path: str = "var/idempotency.db"
+    """SQLite file of the idempotency store."""
+    dsn_env: str = "CALLGATE_POSTGRES_DSN"
+    """Environment variable holding the PostgreSQL DSN (mounted from a Secret)."""
+    dsn_file: str = ""
+    """Alternatively a file holding the DSN."""
+    retention_seconds: int = 86400
+    """How long a key's record answers replays; ToolSpecs may set their own."""
+    expired_policy: str = "reject"
+    """What a key past retention means: ``reject`` or ``new`` (never a guess, 6.8)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetsConfig:
+    max_model_calls: int = 50
+    """Model calls per session, counted at ``ListTools`` (6.11). Every limit here is the default
+    and the ceiling: a session may ask for less at ``OpenSession``, never more."""
+    max_tool_calls: int = 100
+    """Proposals per session (counted at ``Propose``)."""
+    max_wall_clock_seconds: int = 3600
+    """Seconds since ``OpenSession`` after which the loop ends."""
+    max_result_bytes: int = 10 * 1024 * 1024
+    """Cumulative bytes of tool messages encoded for the session."""
+    max_external_cost_micros: int = 0
+    """Cumulative external cost reported with attempt outcomes; 0 = no limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class SecretConfig:
+    name: str = ""
+    """Name executors ask for in ``RedeemSecret``."""
+    file: str = ""
+    """File holding the value (e.g. a mounted Kubernetes Secret key); trailing newline stripped."""
+    env: str = ""
+    """Or an environment variable holding the value."""
+    tools: tuple[str, ...] = ()
+    """Tools (``name`` or ``name@version``) whose credentials may redeem it."""
+    resources: tuple[str, ...] = ("*",)
+    """Resource globs (``calendar:*``) the credential's resource must match."""
+
+
+# --- observability (metrics, decision log, traces): docs/OPERATE.md -------------------------
+@dataclass(frozen=True, slots=True)
+class ObservabilityConfig:
+    """Metrics, decision logs and traces, all fed from the committed event trail (6.13)."""
+
+    metrics_address: str = ""
+    """``host:port`` of the Prometheus ``/metrics`` endpoint ("" = off, port 0 = any free port).
+    The only listener allowed on a non-loopback address (e.g. ``0.0.0.0:9464`` in a pod, so
+    Prometheus can scrape the pod IP): it serves bounded-cardinality counters and histograms,
+    never arguments, subjects or free text."""
+    decision_log: str = ""
+    """Where events are exported as JSON lines: "" (off), ``stdout``, ``stderr`` or a file path
+    (appended; relative to the config file)."""
+    decision_log_mode: str = "lossless"
+    """``lossless``: a line is written before the RPC answers and a failed write fails the RPC
+    (``store_unavailable``), so no decision is returned without its log line. ``bounded``: lines
+    go through a queue of ``decision_log_queue`` events written in the background; when it is full
+    lines are dropped and counted (``callgate_audit_events_dropped_total``), RPCs never wait."""
+    decision_log_queue: int = 10000
+    """Queue length, in events, of the ``bounded`` mode."""
+    decision_log_fsync: bool = False
+    """``lossless`` only: fsync the file after each write (durable across a host crash, slower)."""
+    decision_log_mask: tuple[str, ...] = ()
+    """Argument fields masked in the log, as JSON pointers into the arguments (``/title``,
+    ``/attendees/*/email``; ``*`` = every member). Prefix ``name#`` or ``name@version#`` to limit
+    one to a tool. Masked values become ``***`` (or ``***:`` + a keyed hash, see below); a resource
+    rendered from a masked top-level field is masked too."""
+    decision_log_mask_key_env: str = ""
+    """Environment variable holding a key: masked values become ``***:<hmac-sha256 prefix>`` so
+    equal values can be correlated without being revealed ("" = plain ``***``)."""
+    tracing_exporter: str = "none"
+    """OpenTelemetry span export: ``none`` (default), ``console`` (stderr), ``otlp`` (OTLP/gRPC;
+    needs the ``opentelemetry-exporter-otlp-proto-grpc`` package) or ``memory`` (kept in
+    process, for tests)."""
+    tracing_endpoint: str = ""
+    """OTLP collector endpoint (e.g. ``http://otel-collector:4317``; "" = the exporter's default
+    or ``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+    tracing_sample_ratio: float = 1.0
+    """Fraction of traces exported, decided on the trace id (the same calls as other services
+    sampling by trace id at the same ratio)."""
+    service_name: str = "callgate"
+    """``service.name`` resource attribute of exported spans."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    server: ServerConfig = ServerConfig()
+    policy: PolicyConfig = PolicyConfig()
+    store: StoreConfig = StoreConfig()
+    limits: LimitsConfig = LimitsConfig()
+    confirmation: ConfirmationConfig = ConfirmationConfig()
+    credentials: CredentialsConfig = CredentialsConfig()
+    idempotency: IdempotencyConfig = IdempotencyConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
+    secrets: tuple[SecretConfig, ...] = ()
+    base_dir: str = "."
+    """Directory that relative paths are resolved against (the config file's directory)."""
+
+    def path(self, p: str) -> Path:
+        """Resolve a configured path against :attr:`base_dir`."""
+        q = Path(p)
+        return q if q.is_absolute() else Path(self.base_dir) / q
+
+
+ROLES = ("agent", "confirmer", "authorizer", "executor")
+
+_SECTIONS: dict[str, type[Any]] = {
+    "server": ServerConfig,
+    "policy": PolicyConfig,
+    "store": StoreConfig,
+    "limits": LimitsConfig,
+    "confirmation": ConfirmationConfig,
+    "credentials": CredentialsConfig,
+    "idempotency": IdempotencyConfig,
+    "budgets": BudgetsConfig,
+    "observability": ObservabilityConfig,
+}
+
+
+def _build(cls: type[Any], data: dict[str, Any], where: str, source: str) -> Any:
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message=f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})",
+                source=source,
+            )
+        default = getattr(cls(), key)
+        if isinstance(default, ListenerConfig):
+            if not isinstance(value, dict):
+                raise LoadError(
+                    code=ErrorCode.CONFIG_INVALID,
+                    message=f"'{where}{key}' must be a table",
+                    source=source,
+                )
+            kwargs[key] = _build(ListenerConfig, value, f"{where}{key}.", source)
+            continue
+        if isinstance(default, tuple) and isinstance(value, list) and all(isinstance(v, str) for v in value):
+            kwargs[key] = tuple(value)
+            continue
+        if type(value) is not type(default):
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message=f"'{where}{key}' must be {type(default).__name__}, got {type(value).__name__}",
+                source=source,
+            )
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def check_loopback(addr: str, *, source: str = "") -> tuple[str, int]:
+    """Parse ``host:port`` and insist the host is a loopback address (or ``localhost``)."""
+    host, sep, port_s = addr.rpartition(":")
+    if not sep or not port_s.isdigit():
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID, message=f"tcp address '{addr}' is not host:port", source=source
+        )
+    host = host.strip("[]")
+    if host != "localhost":
+        try:
+            ok = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            ok = False
+        if not ok:
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message=f"tcp address '{addr}' is not loopback: callgate only listens on loopback or Unix sockets",
+                source=source,
+            )
+    return host, int(port_s)
+
+
+def validate(cfg: Config, *, source: str = "") -> Config:
+    """Semantic checks that types alone cannot express."""
+    if cfg.policy.engine not in ("cedar", "rego", "opa"):
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message=f"policy.engine '{cfg.policy.engine}' is not supported (supported: cedar, rego, opa)",
+            source=source,
+        )
+    if cfg.store.backend != "sqlite":
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message=f"store.backend '{cfg.store.backend}' is not supported (supported: sqlite)",
+            source=source,
+        )
+    if cfg.store.synchronous not in ("full", "normal"):
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="store.synchronous must be 'full' or 'normal'",
+            source=source,
+        )
+    for role in ROLES:
+        lc: ListenerConfig = getattr(cfg.server, role)
+        if lc.tcp:
+            check_loopback(lc.tcp, source=source)
+    if cfg.server.max_concurrent_rpcs < 0:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="server.max_concurrent_rpcs must be >= 0 (0 = no limit)",
+            source=source,
+        )
+    if not cfg.server.agent.socket and not cfg.server.agent.tcp:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID, message="server.agent needs a socket or tcp", source=source
+        )
+    sockets = [getattr(cfg.server, r).socket for r in ROLES]
+    sockets = [s for s in sockets if s]
+    if len(set(sockets)) != len(sockets):
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID, message="each role needs its own socket path", source=source
+        )
+    if cfg.limits.max_argument_bytes <= 0 or cfg.limits.max_depth <= 0:
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="limits must be positive", source=source)
+    if cfg.confirmation.ttl_seconds <= 0:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID, message="confirmation.ttl_seconds must be positive", source=source
+        )
+    if cfg.idempotency.backend not in ("sqlite", "postgres"):
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="idempotency.backend must be sqlite or postgres",
+            source=source,
+        )
+    if cfg.idempotency.expired_policy not in ("reject", "new"):
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="idempotency.expired_policy must be reject or new",
+            source=source,
+        )
+    c = cfg.credentials
+    if not 0 < c.ttl_seconds <= c.max_ttl_seconds <= 300:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="credentials: need 0 < ttl_seconds <= max_ttl_seconds <= 300",
+            source=source,
+        )
+    if c.key_file and c.key_dir:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="credentials: key_file and key_dir exclude each other",
+            source=source,
+        )
+    if (c.next_key_file or c.previous_key_files) and not c.key_file:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="credentials: next/previous key files need key_file",
+            source=source,
+        )
+    names = [sc.name for sc in cfg.secrets]
+    for sc in cfg.secrets:
+        if not sc.name or bool(sc.file) == bool(sc.env) or not sc.tools:
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message=f"secret '{sc.name}': needs a name, exactly one of file/env, and tools",
+                source=source,
+            )
+    if len(set(names)) != len(names):
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="secret names must be unique", source=source)
+    _validate_observability(cfg.observability, source)
+    return cfg
+
+
+def _validate_observability(oc: ObservabilityConfig, source: str) -> None:
+    def bad(message: str) -> LoadError:
+        return LoadError(code=ErrorCode.CONFIG_INVALID, message=f"observability.{message}", source=source)
+
+    if oc.metrics_address:
+        host, sep, port = oc.metrics_address.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            raise bad(f"metrics_address '{oc.metrics_address}' is not host:port")
+    if oc.decision_log_mode not in ("lossless", "bounded"):
+        raise bad("decision_log_mode must be 'lossless' or 'bounded'")
+    if oc.decision_log_queue <= 0:
+        raise bad("decision_log_queue must be positive")
+    for entry in oc.decision_log_mask:
+        pointer = entry.partition("#")[2] if "#" in entry else entry
+        if not pointer.startswith("/"):
+            raise bad(f"decision_log_mask entry '{entry}' is not a JSON pointer ('/field', 'tool#/field')")
+    if oc.tracing_exporter not in ("none", "console", "otlp", "memory"):
+        raise bad("tracing_exporter must be none, console, otlp or memory")
+    if not 0.0 <= oc.tracing_sample_ratio <= 1.0:
+        raise bad("tracing_sample_ratio must be within 0..1")
+
+
+def load_config(path: str | Path) -> Config:
+    """Load and validate a TOML config file. Errors name the file (and line for syntax errors)."""
+    p = Path(path)
+    source = str(p)
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID, message="config file not found", source=source
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        # tomllib messages end with "(at line L, column C)".
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=str(exc), source=source) from None
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "secrets":
+            if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+                raise LoadError(
+                    code=ErrorCode.CONFIG_INVALID,
+                    message="[[secrets]] must be an array of tables",
+                    source=source,
+                )
+            kwargs["secrets"] = tuple(_build(SecretConfig, v, "secrets.", source) for v in value)
+            continue
+        if key not in _SECTIONS:
+            raise LoadError(
+                code=ErrorCode.CONFIG_INVALID,
+                message=f"unknown section [{key}] (known: {', '.join(sorted(_SECTIONS))})",
+                source=source,
+            )
+        if not isinstance(value, dict):
+            raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"[{key}] must be a table", source=source)
+        kwargs[key] = _build(_SECTIONS[key], value, f"{key}.", source)
+    cfg = Config(**kwargs, base_dir=str(p.resolve().parent))
+    return validate(cfg, source=source)
+
+
+def with_overrides(cfg: Config, **sections: Any) -> Config:
+    """Return a copy with whole sections replaced (used by tests and the CLI)."""
+    return validate(replace(cfg, **sections))
+
+
+__all__ = [
+    "Config",
+    "BudgetsConfig",
+    "ConfirmationConfig",
+    "CredentialsConfig",
+    "IdempotencyConfig",
+    "ROLES",
+    "SecretConfig",
+    "LimitsConfig",
+    "ObservabilityConfig",
+    "ListenerConfig",
+    "PolicyConfig",
+    "ServerConfig",
+    "StoreConfig",
+    "check_loopback",
+    "load_config",
+    "with_overrides",
+]

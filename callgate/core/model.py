@@ -1,0 +1,143 @@
+"""Frozen value types that flow between the pipeline stages (spec 6.1).
+
+Each stage takes the previous stage's type and returns the next one:
+
+    Proposal --parse--> ParsedArguments --validate--> ValidatedArguments
+             --normalize--> NormalizedArguments --authorize--> Decision
+
+JSON values inside these types are plain ``dict``/``list``/``str``/``int``/``float``/``bool``/
+``None`` trees. They are treated as immutable by convention: no stage mutates its input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+JSONValue = Any
+"""A JSON value as produced by the strict parser (dict, list, str, int, float, bool, None)."""
+
+
+class SideEffectClass(str, Enum):
+    READ_ONLY = "read_only"
+    CREATE = "create"
+    MODIFY = "modify"
+    DELETE = "delete"
+
+    @property
+    def is_write(self) -> bool:
+        return self is not SideEffectClass.READ_ONLY
+
+
+class Effect(str, Enum):
+    """The three answers of ``authorize`` (spec 6.6)."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    CONFIRM = "confirm"
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    """Who is acting. Always taken from the session the runtime opened, never from arguments."""
+
+    tenant: str
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """What the model proposed (spec 6.1): a name, a version and raw argument bytes."""
+
+    session_id: str
+    model_call_id: str
+    proposal_id: str
+    tool_name: str
+    tool_version: str
+    arguments_bytes: bytes
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedArguments:
+    """Output of the strict parser: the raw bytes kept beside the parsed value (6.3)."""
+
+    raw: bytes
+    value: dict[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedArguments:
+    """Output of schema validation, with the validator that vouched for it (6.4)."""
+
+    value: dict[str, JSONValue]
+    dialect: str
+    validator: str
+    validator_version: str
+    format_assertion: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizationContext:
+    """Explicit inputs of normalization (6.5): never read from globals."""
+
+    reference_clock: str
+    """RFC 3339 timestamp with offset, e.g. ``2026-07-19T14:00:00+08:00``."""
+    timezone: str
+    """IANA zone name of the user, e.g. ``Asia/Shanghai``."""
+    locale: str = "en"
+    """BCP 47 locale tag; selects relative-date vocabularies."""
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizedArguments:
+    """Output of normalization + canonicalization: the digest input and the digest (6.5)."""
+
+    value: dict[str, JSONValue]
+    canonical: bytes
+    """RFC 8785 canonical JSON bytes of ``value``."""
+    digest: str
+    """``sha256:<hex>`` of tenant, tool name@version and ``canonical`` (see :mod:`callgate.propose.digest`)."""
+    context: NormalizationContext
+    applied: tuple[str, ...] = ()
+    """Names of the normalizers that changed something, in order, for the event trail."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuthzRequest:
+    """The four inputs of ``authorize`` (spec 6.6)."""
+
+    subject: Subject
+    capability: str
+    resource: str
+    context: Mapping[str, JSONValue] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why a decision came out as it did: a stable code and, when a policy decided, its id."""
+
+    code: str
+    policy_id: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An engine's answer. Deny and confirm are values; only infrastructure failures raise."""
+
+    effect: Effect
+    reasons: tuple[Reason, ...] = ()
+    engine: str = ""
+    error_code: str = ""
+    """Set when the decision is a fail-closed deny caused by an engine fault."""
+    shadow_effect: str = ""
+    """When policies in shadow mode would have changed the answer: the effect they would have
+    given (logged on the event, never enforced). Empty when they agree or there are none."""
+    shadow_policy_ids: tuple[str, ...] = ()
+
+    @property
+    def policy_ids(self) -> tuple[str, ...]:
+        return tuple(r.policy_id for r in self.reasons if r.policy_id)

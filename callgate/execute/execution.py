@@ -1,0 +1,602 @@
+"""Past authorization (spec 6.7 - 6.12): attempts, scoped credentials, the commit boundary,
+retries, result encoding and secret release.
+
+    PREPARED --BeginAttempt--> EXECUTING (attempt n, credential for exactly this invocation)
+    EXECUTING --ReportOutcome COMMITTED--> COMMITTED --EncodeResult ok--> OBSERVED
+    EXECUTING --FAILED_BEFORE_COMMIT, retry advised--> EXECUTING (next BeginAttempt after backoff)
+    EXECUTING --FAILED_BEFORE_COMMIT, no retry--> FAILED_BEFORE_COMMIT (idempotency key released)
+    EXECUTING --timeout / lost answer on a write--> OUTCOME_UNKNOWN (never back to PREPARED)
+    OUTCOME_UNKNOWN --same-key retry or status query--> COMMITTED | FAILED_BEFORE_COMMIT
+
+An executor sees only the canonical normalized arguments and a credential bound to their digest;
+secrets are released to it by ``RedeemSecret`` and never pass through the agent's listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import json
+import os
+import random
+import secrets as _secrets
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from callgate.config import Config
+from callgate.core.clock import Clock, rfc3339
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.states import State
+from callgate.core.trace import TraceContext
+from callgate.credentials.issuer import CredentialIssuer, Grant, KeyRing, MintedCredential
+from callgate.credentials.verifier import CredentialError, CredentialVerifier
+from callgate.execute.encode import EncodeInput, encode_result, limits_from_spec, page
+from callgate.execute.redaction import Redactor
+from callgate.execute.retry import Advice, FailureClass, RetryPolicy, advise, reliability
+from callgate.execute.secrets import SecretStore
+from callgate.policy.toolspecs import CompiledTool
+from callgate.propose.gate import Gate, _Trail
+from callgate.store.base import AttemptRecord, InvocationRecord, ResultRecord, Store, Usage
+from callgate.store.idempotency.base import IdempotencyStore
+
+
+class Outcome:
+    COMMITTED = "COMMITTED"
+    FAILED_BEFORE_COMMIT = "FAILED_BEFORE_COMMIT"
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    FAILED_AFTER_COMMIT = "FAILED_AFTER_COMMIT"
+
+
+OUTCOMES = (
+    Outcome.COMMITTED,
+    Outcome.FAILED_BEFORE_COMMIT,
+    Outcome.OUTCOME_UNKNOWN,
+    Outcome.FAILED_AFTER_COMMIT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StartedAttempt:
+    attempt: AttemptRecord
+    credential: MintedCredential
+    invocation: InvocationRecord
+
+
+@dataclass(frozen=True, slots=True)
+class ReportedOutcome:
+    invocation: InvocationRecord
+    advice: Advice
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    message: bytes
+    truncated: bool
+    next_page_token: str
+
+
+def _claims_unverified(token: str) -> dict[str, Any]:
+    """Read the payload only to find which attempt a token claims to be for. Everything is
+    verified afterwards against that attempt; nothing here is trusted."""
+    try:
+        payload = token.split(".")[1]
+        data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (IndexError, ValueError):
+        raise CallgateError(
+            code=ErrorCode.CREDENTIAL_INVALID,
+            message="malformed credential",
+            metadata={"reason": "malformed"},
+        ) from None
+    if not isinstance(data, dict):
+        raise CallgateError(
+            code=ErrorCode.CREDENTIAL_INVALID,
+            message="malformed credential",
+            metadata={"reason": "malformed"},
+        )
+    return data
+
+
+def _attempt_id_of(claims: dict[str, Any]) -> str:
+    for detail in claims.get("authorization_details") or []:
+        if isinstance(detail, dict) and isinstance(detail.get("attempt_id"), str):
+            return str(detail["attempt_id"])
+    raise CallgateError(
+        code=ErrorCode.CREDENTIAL_INVALID,
+        message="credential names no attempt",
+        metadata={"reason": "malformed"},
+    )
+
+
+class _PerSecretUse:
+    """Replay cache for the sidecar's own verification: always first use (see redeem_once)."""
+
+    def first_use(self, jti: str, *, keep_until: float, now: float) -> bool:
+        return True
+
+
+class Execution:
+    """The executor-facing half of the gate."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        gate: Gate,
+        store: Store,
+        clock: Clock,
+        keyring: KeyRing,
+        idempotency: IdempotencyStore,
+        secrets: SecretStore,
+        redactor: Redactor,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._cfg = config
+        self._gate = gate
+        self._store = store
+        self._clock = clock
+        self._keyring = keyring
+        self._issuer = CredentialIssuer(
+            keyring,
+            config.credentials.issuer,
+            clock,
+            default_ttl_s=config.credentials.ttl_seconds,
+            max_ttl_s=config.credentials.max_ttl_seconds,
+        )
+        # The sidecar's own check for RedeemSecret: single use is per (attempt, secret) in the
+        # store, not per jti (one attempt may redeem several secrets, each once).
+        self._verifier = CredentialVerifier(
+            keyring.jwks,
+            issuer=config.credentials.issuer,
+            audience=None,
+            clock=clock,
+            replay_cache=_PerSecretUse(),
+        )
+        self._idem = idempotency
+        self._secrets = secrets
+        self._redactor = redactor
+        self._rng = rng or random.Random(_secrets.randbits(64))
+        self._nonce_key = os.urandom(32)  # result boundary nonces cannot be predicted from outside
+
+    # ------------------------------------------------------------------ helpers
+    def _tool(self, inv: InvocationRecord) -> CompiledTool:
+        tool = self._gate.snapshot.tools.get(inv.tool_name, inv.tool_version)
+        if tool is None:
+            raise CallgateError(
+                code=ErrorCode.UNKNOWN_TOOL_VERSION,
+                message=f"{inv.tool_name}@{inv.tool_version} is no longer in the policy snapshot",
+            )
+        return tool
+
+    async def invocation(self, invocation_id: str) -> InvocationRecord:
+        return await self._inv(invocation_id)
+
+    async def _inv(self, invocation_id: str) -> InvocationRecord:
+        inv = await self._store.get_invocation(invocation_id)
+        if inv is None:
+            raise CallgateError(code=ErrorCode.INVOCATION_NOT_FOUND, message="unknown invocation_id")
+        return inv
+
+    def jwks(self) -> dict[str, Any]:
+        self._keyring.maybe_rotate(self._clock.now())
+        return self._keyring.jwks()
+
+    # ------------------------------------------------------------------ attempts
+    @staticmethod
+    def _check_backoff(last: AttemptRecord, now: datetime) -> None:
+        """The sidecar applies the backoff it advised (6.9): no retry before ``retry_after``."""
+        if last.retry_after and now < datetime.fromisoformat(last.retry_after):
+            wait_ms = int((datetime.fromisoformat(last.retry_after) - now).total_seconds() * 1000) + 1
+            raise CallgateError(
+                code=ErrorCode.ATTEMPT_NOT_ALLOWED,
+                message=f"retry too early: back off {wait_ms} ms more (6.9)",
+                metadata={"retry_after": last.retry_after},
+            )
+
+    async def begin_attempt(
+        self, invocation_id: str, executor_id: str, trace: TraceContext
+    ) -> StartedAttempt:
+        if not executor_id:
+            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="executor_id is required")
+        allowed = self._cfg.credentials.executors
+        if allowed and executor_id not in allowed:
+            raise CallgateError(
+                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="executor_id is not a configured executor"
+            )
+        inv = await self._inv(invocation_id)
+        tool = self._tool(inv)
+        now = self._clock.now()
+        if inv.cancel_requested_at:
+            raise CallgateError(code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the invocation was cancelled")
+        if inv.deadline and now >= datetime.fromisoformat(inv.deadline):
+            raise CallgateError(
+                code=ErrorCode.DEADLINE_EXCEEDED, message="the invocation deadline has passed"
+            )
+        attempts = await self._store.list_attempts(invocation_id)
+        last = attempts[-1] if attempts else None
+        rel = reliability(
+            tool.spec.side_effect_class, tool.spec.idempotency_supported, bool(inv.idempotency_key)
+        )
+        if inv.state is State.PREPARED:
+            target = State.EXECUTING
+        elif inv.state is State.EXECUTING and last is not None and last.outcome:
+            if not last.retry_reason.startswith("retry:"):
+                raise CallgateError(
+                    code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the last attempt may not be retried"
+                )
+            self._check_backoff(last, now)
+            target = State.EXECUTING
+        elif inv.state is State.OUTCOME_UNKNOWN and rel.value != "write_unsafe":
+            if last is not None:
+                self._check_backoff(last, now)
+            target = State.OUTCOME_UNKNOWN  # same-key retry / status query; the state stays unknown
+        else:
+            detail = (
+                "an attempt is still running" if inv.state is State.EXECUTING else f"state {inv.state.value}"
+            )
+            raise CallgateError(code=ErrorCode.ATTEMPT_NOT_ALLOWED, message=f"no attempt may start: {detail}")
+        number = inv.attempts + 1
+        attempt_id = f"att_{_secrets.token_hex(12)}"
+        resource = tool.resource.render(json.loads(inv.normalized_arguments))
+        credential = self._issuer.mint(
+            Grant(
+                invocation_id=inv.invocation_id,
+                attempt_id=attempt_id,
+                tenant=inv.tenant,
+                subject=inv.subject,
+                audience=executor_id,
+                tool_name=inv.tool_name,
+                tool_version=inv.tool_version,
+                capabilities=tool.spec.required_capabilities,
+                resource=resource,
+                digest=inv.digest,
+                idempotency_key=inv.idempotency_key,
+                deadline=datetime.fromisoformat(inv.deadline),
+                trace_id=trace.trace_id,
+            )
+        )
+        at = rfc3339(now)
+        attempt = AttemptRecord(
+            attempt_id=attempt_id,
+            invocation_id=inv.invocation_id,
+            number=number,
+            executor_id=executor_id,
+            jti=credential.jti,
+            started_at=at,
+            credential_expires_at=rfc3339(credential.expires_at),
+        )
+        trail = _Trail(self._gate, inv.invocation_id, inv.state, 0, trace, at)
+        trail.add(
+            "attempt_started",
+            target,
+            {
+                "attempt_id": attempt_id,
+                "attempt": number,
+                "executor_id": executor_id,
+                "credential": {
+                    "jti": credential.jti,
+                    "kid": credential.kid,
+                    "expires_at": rfc3339(credential.expires_at),
+                },
+                "idempotency_key": inv.idempotency_key,
+            },
+        )
+        new = replace(inv, state=target, attempts=number, updated_at=at)
+        if not await self._store.begin_attempt(new, inv.state, attempt, trail.events):
+            raise CallgateError(
+                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="another attempt started concurrently"
+            )
+        return StartedAttempt(attempt, credential, new)
+
+    async def report_outcome(
+        self,
+        attempt_id: str,
+        outcome: str,
+        *,
+        failure_class: str = "",
+        external_resource_id: str = "",
+        commit_time: str = "",
+        http_status: int = 0,
+        cost_micros: int = 0,
+        trace: TraceContext,
+    ) -> ReportedOutcome:
+        if outcome not in OUTCOMES:
+            raise CallgateError(
+                code=ErrorCode.INVALID_REQUEST, message=f"outcome must be one of {', '.join(OUTCOMES)}"
+            )
+        attempt = await self._store.get_attempt(attempt_id)
+        if attempt is None:
+            raise CallgateError(code=ErrorCode.ATTEMPT_NOT_FOUND, message="unknown attempt_id")
+        if attempt.outcome:
+            raise CallgateError(
+                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="this attempt already reported its outcome"
+            )
+        inv = await self._inv(attempt.invocation_id)
+        tool = self._tool(inv)
+        now = self._clock.now()
+        at = rfc3339(now)
+        rel = reliability(
+            tool.spec.side_effect_class, tool.spec.idempotency_supported, bool(inv.idempotency_key)
+        )
+        advice = Advice(False, "no_failure")
+        if outcome == Outcome.COMMITTED:
+            if not external_resource_id and tool.spec.side_effect_class.is_write:
+                raise CallgateError(
+                    code=ErrorCode.INVALID_REQUEST, message="COMMITTED needs external_resource_id"
+                )
+            target = State.COMMITTED
+        elif outcome == Outcome.FAILED_AFTER_COMMIT:
+            target = State.FAILED_AFTER_COMMIT
+        else:
+            fc = (
+                FailureClass(failure_class)
+                if failure_class
+                else (
+                    FailureClass.TIMEOUT if outcome == Outcome.OUTCOME_UNKNOWN else FailureClass.NOT_REACHED
+                )
+            )
+            if outcome == Outcome.OUTCOME_UNKNOWN and fc is not FailureClass.TIMEOUT:
+                fc = FailureClass.TIMEOUT
+            rp = tool.spec.retry_policy
+            policy = RetryPolicy(
+                max_attempts=int(rp.get("max_attempts", 1)),
+                initial_backoff_ms=int(rp.get("initial_backoff_ms", 100)),
+                max_backoff_ms=int(rp.get("max_backoff_ms", 2000)),
+                jitter=float(rp.get("jitter", 0.2)),
+            )
+            advice = advise(
+                fc, rel, policy, attempts_made=attempt.number, now=now,
+                deadline=datetime.fromisoformat(inv.deadline), rng=self._rng, http_status=http_status,
+            )  # fmt: skip
+            if inv.cancel_requested_at:
+                advice = replace(advice, retry=False, reason="cancelled")
+            unknown = advice.commit_unknown or outcome == Outcome.OUTCOME_UNKNOWN
+            if rel.value == "read_only":
+                unknown = False  # a read that may or may not have happened changed nothing
+            if unknown and tool.spec.side_effect_class.is_write:
+                # 6.7: a write whose commit is unknown is never "not executed".
+                target = State.OUTCOME_UNKNOWN
+            elif advice.retry:
+                target = State.EXECUTING if inv.state is State.EXECUTING else inv.state
+            else:
+                target = State.FAILED_BEFORE_COMMIT
+            if target is State.OUTCOME_UNKNOWN and inv.state is State.OUTCOME_UNKNOWN:
+                target = State.OUTCOME_UNKNOWN
+        finished = replace(
+            attempt,
+            outcome=outcome,
+            failure_class=failure_class,
+            finished_at=at,
+            external_resource_id=external_resource_id,
+            http_status=http_status,
+            cost_micros=cost_micros,
+            retry_reason=("retry:" if advice.retry else "final:") + advice.reason,
+            retry_after=rfc3339(now + timedelta(milliseconds=advice.backoff_ms)) if advice.retry else "",
+        )
+        trail = _Trail(self._gate, inv.invocation_id, inv.state, 0, trace, at)
+        data: dict[str, Any] = {
+            "attempt_id": attempt_id,
+            "attempt": attempt.number,
+            "outcome": outcome,
+            "failure_class": failure_class,
+            "http_status": http_status,
+            "retry": {
+                "allowed": advice.retry,
+                "reason": advice.reason,
+                "backoff_ms": advice.backoff_ms,
+                "attempts_left": advice.attempts_left,
+                "same_key": advice.same_key,
+            },
+        }
+        if outcome == Outcome.COMMITTED:
+            data.update(external_resource_id=external_resource_id, commit_time=commit_time or at)
+        kind = {
+            State.COMMITTED: "committed",
+            State.FAILED_AFTER_COMMIT: "failed_after_commit",
+            State.OUTCOME_UNKNOWN: "outcome_unknown",
+            State.FAILED_BEFORE_COMMIT: "failed_before_commit",
+        }.get(target, "attempt_failed")
+        trail.add(kind, target, data)
+        new = replace(
+            inv,
+            state=target,
+            updated_at=at,
+            external_resource_id=external_resource_id or inv.external_resource_id,
+            commit_time=(commit_time or at) if outcome == Outcome.COMMITTED else inv.commit_time,
+        )
+        if not await self._store.finish_attempt(new, inv.state, finished, trail.events):
+            raise CallgateError(
+                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the invocation changed concurrently"
+            )
+        if inv.idempotency_key:
+            key = self._gate.idempotency_key(inv)
+            if target in (State.COMMITTED, State.FAILED_AFTER_COMMIT):
+                await self._idem.complete(
+                    key,
+                    inv.invocation_id,
+                    outcome=target.value,
+                    external_resource_id=external_resource_id,
+                    now=now,
+                )
+            elif target is State.FAILED_BEFORE_COMMIT:
+                await self._idem.release(key, inv.invocation_id, now=now)
+        if cost_micros:
+            session = await self._store.get_session(inv.session_id)
+            if session is not None:
+                await self._gate.consume(session, Usage(cost_micros=cost_micros), check=False)
+        return ReportedOutcome(new, advice)
+
+    # ------------------------------------------------------------------ results (6.10)
+    async def encode(
+        self, invocation_id: str, status: str, value_bytes: bytes, trace: TraceContext
+    ) -> ResultRecord:
+        from callgate.propose.parse import ParseLimits, parse_json_document
+
+        if status not in ("ok", "error"):
+            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="status must be 'ok' or 'error'")
+        inv = await self._inv(invocation_id)
+        if inv.cancel_requested_at or inv.state is State.CANCELLED_BEFORE_COMMIT:
+            raise CallgateError(
+                code=ErrorCode.OUTPUT_AFTER_CANCEL,
+                message="the invocation was cancelled; no tool message follows",
+            )
+        if status == "ok" and inv.state is not State.COMMITTED:
+            raise CallgateError(
+                code=ErrorCode.ILLEGAL_TRANSITION
+                if inv.state is not State.OBSERVED
+                else ErrorCode.TERMINAL_STATE,
+                message=f"an ok result needs a COMMITTED invocation (state {inv.state.value})",
+            )
+        if status == "error" and inv.state not in (
+            State.FAILED_BEFORE_COMMIT, State.FAILED_AFTER_COMMIT, State.OUTCOME_UNKNOWN, State.COMMITTED
+        ):  # fmt: skip
+            raise CallgateError(
+                code=ErrorCode.ILLEGAL_TRANSITION,
+                message=f"an error result needs a failed, unknown or committed invocation (state {inv.state.value})",
+            )
+        tool = self._tool(inv)
+        try:
+            value = parse_json_document(value_bytes, ParseLimits(max_bytes=16 * 1024 * 1024, max_depth=128))
+        except CallgateError as exc:
+            raise CallgateError(code=exc.code, message=f"result value: {exc.message}") from None
+        max_bytes, max_items = limits_from_spec(tool.spec.result_limits)
+        token = f"pg_{_secrets.token_hex(12)}"
+        commit_status = {
+            State.COMMITTED: "COMMITTED",
+            State.FAILED_AFTER_COMMIT: "COMMITTED",
+            State.OUTCOME_UNKNOWN: "UNKNOWN",
+        }.get(inv.state, "NOT_COMMITTED")
+        encode_input = EncodeInput(
+            invocation_id=inv.invocation_id,
+            tool_call_id=inv.proposal_id,
+            tool_name=inv.tool_name,
+            tool_version=inv.tool_version,
+            status="ok" if status == "ok" else "error",
+            value=value,
+            commit_status=commit_status,
+            max_bytes=max_bytes,
+            max_items=max_items,
+        )
+        encode = functools.partial(
+            encode_result, encode_input, self._redactor, continuation_token=token, nonce_key=self._nonce_key
+        )
+        # Large results take tens of milliseconds to encode: keep the event loop free for them.
+        encoded = await asyncio.to_thread(encode) if len(value_bytes) > 64 * 1024 else encode()
+        now = self._clock.now()
+        at = rfc3339(now)
+        target = State.OBSERVED if inv.state is State.COMMITTED else inv.state
+        result = ResultRecord(
+            invocation_id=inv.invocation_id,
+            status=status,
+            message=encoded.message_bytes,
+            truncated=encoded.truncated,
+            remaining=encoded.remaining or b"",
+            page_token=token if encoded.truncated else "",
+            redactions=encoded.redactions,
+            created_at=at,
+            nonce=encoded.nonce,
+        )
+        trail = _Trail(self._gate, inv.invocation_id, inv.state, 0, trace, at)
+        trail.add(
+            "observed" if target is State.OBSERVED else "result_encoded",
+            target,
+            {
+                "status": status,
+                "message_bytes": len(encoded.message_bytes),
+                "message_sha256": encoded.content_digest,
+                "truncated": encoded.truncated,
+                "redactions": encoded.redactions,
+            },
+        )
+        new = replace(inv, state=target, updated_at=at)
+        if not await self._store.put_result(new, inv.state, result, trail.events):
+            raise CallgateError(
+                code=ErrorCode.TERMINAL_STATE, message="a result was already encoded for this invocation"
+            )
+        if inv.idempotency_key and target is State.OBSERVED:
+            await self._idem.set_result(
+                self._gate.idempotency_key(inv), inv.invocation_id, encoded.message_bytes, now=now
+            )
+        session = await self._store.get_session(inv.session_id)
+        if session is not None:
+            await self._gate.consume(session, Usage(result_bytes=len(encoded.message_bytes)), check=False)
+        return result
+
+    async def get_result(self, invocation_id: str, page_token: str = "", tool_call_id: str = "") -> Page:
+        result = await self._store.get_result(invocation_id)
+        if result is None:
+            raise CallgateError(
+                code=ErrorCode.RESULT_NOT_AVAILABLE, message="no tool message for this invocation yet"
+            )
+        inv = await self._inv(invocation_id)
+        if inv.cancel_requested_at:
+            raise CallgateError(code=ErrorCode.OUTPUT_AFTER_CANCEL, message="the invocation was cancelled")
+        if not page_token:
+            return Page(result.message, result.truncated, result.page_token)
+        prefix, _, offset_s = page_token.rpartition(":")
+        if not result.truncated or (prefix or page_token) != result.page_token:
+            raise CallgateError(code=ErrorCode.RESULT_NOT_AVAILABLE, message="unknown page token")
+        offset = int(offset_s) if prefix and offset_s.isdigit() else 0
+        tool = self._tool(inv)
+        try:
+            chunk, nxt = page(
+                result.remaining,
+                offset,
+                limits_from_spec(tool.spec.result_limits)[0],
+                tool_call_id=tool_call_id or inv.proposal_id,
+                invocation_id=inv.invocation_id,
+                token=result.page_token,
+                nonce=result.nonce,
+                redactor=self._redactor,
+            )
+        except ValueError:
+            raise CallgateError(code=ErrorCode.RESULT_NOT_AVAILABLE, message="bad page token") from None
+        return Page(chunk, nxt is not None, f"{result.page_token}:{nxt}" if nxt is not None else "")
+
+    # ------------------------------------------------------------------ secrets
+    async def redeem_secret(self, token: str, name: str) -> bytes:
+        claims = _claims_unverified(token)
+        attempt = await self._store.get_attempt(_attempt_id_of(claims))
+        if attempt is None:
+            raise CallgateError(
+                code=ErrorCode.CREDENTIAL_INVALID,
+                message="credential names an unknown attempt",
+                metadata={"reason": "unknown_attempt"},
+            )
+        if attempt.outcome:
+            raise CallgateError(
+                code=ErrorCode.CREDENTIAL_INVALID,
+                message="the attempt has finished",
+                metadata={"reason": "attempt_finished"},
+            )
+        inv = await self._inv(attempt.invocation_id)
+        try:
+            verified = self._verifier.verify(
+                token,
+                tool_name=inv.tool_name,
+                tool_version=inv.tool_version,
+                canonical_arguments=inv.normalized_arguments,
+                audience=attempt.executor_id,
+            )
+        except CredentialError as exc:
+            raise CallgateError(
+                code=ErrorCode.CREDENTIAL_INVALID,
+                message=f"credential refused: {exc.code}",
+                metadata={"reason": exc.code},
+            ) from None
+        if verified.jti != attempt.jti or verified.invocation_id != inv.invocation_id:
+            raise CallgateError(
+                code=ErrorCode.CREDENTIAL_INVALID,
+                message="credential is not this attempt's",
+                metadata={"reason": "wrong_attempt"},
+            )
+        value = self._secrets.release(name, inv.tool_name, inv.tool_version, verified.resource)
+        if not await self._store.redeem_once(attempt.attempt_id, name, rfc3339(self._clock.now())):
+            raise CallgateError(
+                code=ErrorCode.SECRET_ALREADY_REDEEMED, message="secret already released for this attempt"
+            )
+        return value
+
+
+__all__ = ["Execution", "Outcome", "Page", "ReportedOutcome", "StartedAttempt"]

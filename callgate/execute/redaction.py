@@ -1,0 +1,499 @@
+"""Redaction of secrets in text and JSON values before they reach a model (spec 6.10).
+
+Spec 6.10 lists, among what a runtime must settle before a tool result goes back into the model's
+context, "结果中的秘密、个人数据和凭证在回填前如何过滤" (how secrets, personal data and credentials
+in the result are filtered before it is fed back). A :class:`Redactor` is built once (at load /
+reload) from two sources and is immutable afterwards:
+
+**Known secrets** (the upstream credentials the sidecar itself holds). Every occurrence is replaced
+by ``[REDACTED:<name>]``, and not only the literal value: the redactor also looks for the common
+encodings a tool or an upstream error message may echo a credential in:
+
+============================  ====================================================================
+form                          variants
+============================  ====================================================================
+literal text                  the secret as text (when its bytes are UTF-8)
+JSON-escaped                  ``json.dumps`` with and without ``ensure_ascii``, and with ``\\/``
+URL-encoded                   ``quote``/``quote_plus`` with ``safe=""`` and ``safe="/"``, upper- and
+                              lower-case ``%xx``
+hex                           lower and upper case
+base64                        standard and URL-safe alphabets, at the three byte alignments the
+                              secret can have inside a larger encoded blob (so ``base64("user:" +
+                              secret)`` is caught too); the characters that depend only on the
+                              secret's bytes are matched, which covers padded and unpadded forms.
+                              The URL-encoded form of the standard alphabet is included.
+============================  ====================================================================
+
+Occurrences may overlap (two secrets sharing characters); the union of all occurrence spans is
+redacted, so no fragment of either survives. A secret shorter than ``min_secret_length``
+characters (default 8) is *refused* with :class:`ValueError` rather than silently skipped: a short
+value would redact ordinary words, and silently ignoring a configured secret would be worse. At
+the edges of a base64 occurrence up to two characters carrying at most 4 bits of the secret each
+may remain (they also depend on the neighbouring bytes).
+
+**Configured patterns** (:class:`SecretPattern`): regular expressions for credential formats the
+sidecar does not hold itself, e.g. API keys of other services that a web page or a log excerpt
+contains. :data:`DEFAULT_PATTERNS` is a small, high-precision list (see there). Patterns are
+compiled with ``re.MULTILINE``; they must not use global inline flags (use scoped ``(?i:...)``)
+and should start with a literal (a literal prefix lets ``re`` skip ahead with a fast search,
+which is what keeps scanning cheap).
+
+What this cannot catch (see ``docs/RESULTS.md``): paraphrased, re-typed, translated, split
+(``"sk-abc" + "def"``), reversed, compressed or encrypted secrets, other encodings (base32,
+UTF-16, gzip+base64 ...), case-changed secrets, and credential formats nobody configured. Known
+secrets are exact matches; patterns are heuristics. Redaction reduces exposure, it does not prove
+absence; the encoder therefore also re-checks its final bytes for known secrets
+(:meth:`Redactor.contains_known_secret`).
+
+Matching cost: known secrets are compiled into one regular expression shaped like a trie
+(alternatives factored by common prefix, longer continuations tried first, so the match at a
+position is the longest secret form there), used to find occurrences; whether a text contains any
+form at all is answered by C substring search per form up to :data:`SCAN_FORMS_LIMIT` forms
+(faster for the handful of credentials a sidecar holds), by the trie regex above that. Patterns are
+searched one by one. Callers with many strings should first ask the cheap presence questions on
+the strings joined together (one scan) and redact string by string only when one says yes;
+:func:`callgate.execute.encode.encode_result` does exactly that.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "DEFAULT_MIN_SECRET_LENGTH",
+    "DEFAULT_PATTERNS",
+    "Redactor",
+    "SCAN_FORMS_LIMIT",
+    "SecretPattern",
+    "marker",
+    "secret_forms",
+    "unique_keys",
+]
+
+DEFAULT_MIN_SECRET_LENGTH = 8
+"""Shortest known secret (in characters of its text, or bytes when it is not UTF-8) accepted."""
+
+SCAN_FORMS_LIMIT = 512
+"""Up to this many secret forms, presence is tested with ``in`` per form; above, with one regex."""
+
+MAX_JSON_DEPTH = 256
+"""Deepest JSON value :meth:`Redactor.redact_json` walks (deeper input raises ``ValueError``)."""
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
+_PCT = re.compile(r"%[0-9A-F]{2}")
+
+
+def marker(name: str) -> str:
+    """The replacement text for a redacted occurrence: ``[REDACTED:<name>]``."""
+    return f"[REDACTED:{name}]"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretPattern:
+    """A configured credential format: a regular expression and the name shown in its marker."""
+
+    name: str
+    """Shown as ``[REDACTED:<name>]``; ``[A-Za-z0-9_.-]{1,64}``."""
+    regex: str
+    """Python regular expression, compiled with ``re.MULTILINE``; no global inline flags."""
+    group: int = 0
+    """The group that is the secret (0 = the whole match). With a group, the rest of the match
+    (e.g. the word ``Bearer`` or the ``://`` and ``@`` around URL credentials) is kept."""
+
+
+DEFAULT_PATTERNS: tuple[SecretPattern, ...] = (
+    # OpenAI / Anthropic style keys: sk-..., sk-proj-..., sk-ant-api03-...
+    SecretPattern("api_key", r"sk-[A-Za-z0-9_\-]{20,}"),
+    # AWS access key ids (long-term AKIA, temporary ASIA).
+    SecretPattern("aws_access_key_id", r"A[KS]IA[0-9A-Z]{16}(?![0-9A-Z])"),
+    # AWS secret access keys only next to their name (40 base64 chars alone are too common).
+    SecretPattern(
+        "aws_secret_access_key", r"ecret_?[Aa]ccess_?[Kk]ey[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+=]{40})", 1
+    ),
+    SecretPattern(
+        "aws_secret_access_key", r"ECRET_?ACCESS_?KEY[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+=]{40})", 1
+    ),
+    # GitHub personal access / OAuth / app tokens and fine-grained PATs.
+    SecretPattern("github_token", r"g(?:h[pousr]_[A-Za-z0-9]{36,}|ithub_pat_[A-Za-z0-9_]{22,})"),
+    # Slack tokens.
+    SecretPattern("slack_token", r"xox[abposr]-[A-Za-z0-9\-]{10,}"),
+    # Google API keys.
+    SecretPattern("google_api_key", r"AIza[0-9A-Za-z_\-]{35}"),
+    # Stripe secret/restricted keys (sk_/rk_; the leading letter stays, it carries no secret).
+    SecretPattern("stripe_key", r"k_(?:live|test)_[0-9A-Za-z]{16,}"),
+    # HTTP bearer tokens ("Bearer" / "bearer" / "BEARER"; the word stays).
+    SecretPattern("bearer_token", r"earer[ \t]+([A-Za-z0-9._~+/\-]{16,}=*)", 1),
+    SecretPattern("bearer_token", r"EARER[ \t]+([A-Za-z0-9._~+/\-]{16,}=*)", 1),
+    # JSON Web Tokens (header.payload.signature, both first parts JSON objects).
+    SecretPattern("jwt", r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*"),
+    # PEM private keys; without an END line everything after BEGIN is redacted.
+    SecretPattern(
+        "private_key",
+        r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"
+        r"(?:[\s\S]*?-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|[\s\S]*)",
+    ),
+    # user:password@ in URLs (scheme://user:pass@host).
+    SecretPattern("url_credentials", r"://([^/\s:@]+:[^/\s@]+)@", 1),
+)
+"""The default configured patterns (high precision, literal-prefixed so scanning stays cheap)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Forms of a known secret
+
+
+def _b64_cores(data: bytes, encode: Any) -> set[str]:
+    """The base64 characters that depend only on ``data``, at byte alignments 0, 1 and 2."""
+    out: set[str] = set()
+    n = len(data)
+    for align in range(3):
+        text: str = encode(b"\x00" * align + data).decode("ascii")
+        start = -(-8 * align // 6)  # first character whose 6 bits all lie inside the secret
+        end = (8 * align + 8 * n) // 6  # one past the last such character
+        if end > start:
+            out.add(text[start:end])
+    return out
+
+
+def _lower_pct(text: str) -> str:
+    return _PCT.sub(lambda m: m.group(0).lower(), text)
+
+
+def secret_forms(value: str | bytes) -> frozenset[str]:
+    """Every text form of one known secret that :class:`Redactor` looks for (see module doc)."""
+    if isinstance(value, str):
+        raw = value.encode("utf-8", "surrogatepass")
+        text: str | None = value
+    else:
+        raw = bytes(value)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+    forms: set[str] = set()
+    if text is not None:
+        forms.add(text)
+        escaped = {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
+        forms |= escaped | {e.replace("/", "\\/") for e in escaped}
+    for safe in ("", "/"):
+        for quoted in (
+            urllib.parse.quote_from_bytes(raw, safe=safe),
+            urllib.parse.quote_plus(raw, safe=safe),
+        ):
+            forms.add(quoted)
+            forms.add(_lower_pct(quoted))
+    forms.add(raw.hex())
+    forms.add(raw.hex().upper())
+    std = _b64_cores(raw, base64.b64encode)
+    forms |= std | _b64_cores(raw, base64.urlsafe_b64encode)
+    forms |= {urllib.parse.quote(core, safe="") for core in std}
+    forms.discard("")
+    return frozenset(forms)
+
+
+# --------------------------------------------------------------------------------------------
+# One regular expression for many literals
+
+
+def _trie_regex(words: Iterable[str]) -> str:
+    """A regex matching any of ``words``; at a given start it matches the longest one.
+
+    The alternation is factored by common prefixes (a trie), continuations are tried before
+    ending, single-child chains are emitted as one literal. Recursion happens only at branching
+    nodes, so its depth is bounded by the number of words sharing prefixes, not by their length.
+    """
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        parts: list[str] = []
+        for ch in sorted(k for k in node if k):
+            chunk = [re.escape(ch)]
+            child: dict[str, Any] = node[ch]
+            while len(child) == 1 and "" not in child:
+                ((k, nxt),) = child.items()
+                chunk.append(re.escape(k))
+                child = nxt
+            rest = "" if child.keys() == {""} else emit(child)
+            parts.append("".join(chunk) + rest)
+        if "" in node:
+            parts.append("")  # ending here is the last (shortest) choice
+        return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+    return emit(root)
+
+
+def _literal_regex(words: Iterable[str]) -> str:
+    ordered = sorted(set(words), key=lambda w: (-len(w), w))
+    try:
+        pattern = _trie_regex(ordered)
+        re.compile(pattern)
+        return pattern
+    except (RecursionError, re.error, OverflowError):  # pragma: no cover - pathological sets only
+        return "|".join(re.escape(w) for w in ordered)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _CompiledPattern:
+    name: str
+    regex: re.Pattern[str]
+    group: int
+    marker: str
+
+
+class Redactor:
+    """Replaces known secrets (and their common encodings) and configured patterns in text.
+
+    Built once, immutable, safe to share between threads. All methods are pure.
+
+    Args:
+        secrets: known secret values, either a mapping ``name -> value`` (the name appears in the
+            marker) or plain values (named ``default_secret_name``). ``str`` or ``bytes``.
+        patterns: configured credential formats; :data:`DEFAULT_PATTERNS` unless given.
+        min_secret_length: shortest accepted secret (characters of its text; bytes if it is not
+            UTF-8). Shorter secrets raise ``ValueError`` (never silently skipped). At least 4.
+        default_secret_name: marker name for secrets given without a name.
+        scan_forms_limit: see :data:`SCAN_FORMS_LIMIT` (only performance depends on it).
+
+    Raises:
+        ValueError: a secret too short or empty, a bad name, a pattern that does not compile
+            (the message names the pattern, never a secret value).
+    """
+
+    __slots__ = ("_forms", "_literal", "_overlap", "_patterns", "_scan_forms", "_secret_count", "_min_length")
+
+    def __init__(
+        self,
+        secrets: Mapping[str, str | bytes] | Iterable[str | bytes] = (),
+        *,
+        patterns: Iterable[SecretPattern] = DEFAULT_PATTERNS,
+        min_secret_length: int = DEFAULT_MIN_SECRET_LENGTH,
+        default_secret_name: str = "secret",
+        scan_forms_limit: int = SCAN_FORMS_LIMIT,
+    ) -> None:
+        if min_secret_length < 4:
+            raise ValueError("min_secret_length must be at least 4")
+        if not _NAME.match(default_secret_name):
+            raise ValueError("default_secret_name must match [A-Za-z0-9_.-]{1,64}")
+        named: list[tuple[str, str | bytes]]
+        if isinstance(secrets, Mapping):
+            named = [(str(k), v) for k, v in secrets.items()]
+        else:
+            named = [(default_secret_name, v) for v in secrets]
+        form_names: dict[str, str] = {}
+        for index, (name, value) in enumerate(named):
+            if not _NAME.match(name):
+                raise ValueError(f"secret #{index}: name must match [A-Za-z0-9_.-]{{1,64}}")
+            if not isinstance(value, (str, bytes, bytearray)):
+                raise ValueError(f"secret #{index} ({name}): value must be str or bytes")
+            size = _secret_length(value)
+            if size < min_secret_length:
+                raise ValueError(
+                    f"secret #{index} ({name}) is shorter than {min_secret_length} characters;"
+                    " refusing to redact a trivial string"
+                )
+            for form in secret_forms(bytes(value) if isinstance(value, bytearray) else value):
+                if len(form) >= min_secret_length:
+                    form_names.setdefault(form, name)
+        self._forms: dict[str, str] = form_names
+        self._secret_count = len(named)
+        self._min_length = min_secret_length
+        self._scan_forms: tuple[str, ...] | None = (
+            tuple(sorted(form_names, key=lambda f: (-len(f), f)))
+            if len(form_names) <= scan_forms_limit
+            else None
+        )
+        if form_names:
+            trie = _literal_regex(form_names)
+            self._literal: re.Pattern[str] | None = re.compile(trie)
+            self._overlap: re.Pattern[str] | None = re.compile(f"(?=({trie}))")
+        else:
+            self._literal = None
+            self._overlap = None
+        compiled: list[_CompiledPattern] = []
+        for pat in patterns:
+            if not _NAME.match(pat.name):
+                raise ValueError(f"pattern {pat.name!r}: name must match [A-Za-z0-9_.-]{{1,64}}")
+            try:
+                rx = re.compile(pat.regex, re.MULTILINE)
+            except re.error as exc:
+                raise ValueError(f"pattern {pat.name!r} does not compile: {exc}") from None
+            if not 0 <= pat.group <= rx.groups:
+                raise ValueError(f"pattern {pat.name!r}: group {pat.group} does not exist")
+            if rx.match("") is not None:
+                raise ValueError(f"pattern {pat.name!r} matches the empty string")
+            compiled.append(_CompiledPattern(pat.name, rx, pat.group, marker(pat.name)))
+        self._patterns: tuple[_CompiledPattern, ...] = tuple(compiled)
+
+    # -- introspection -------------------------------------------------------------------------
+
+    @property
+    def secret_count(self) -> int:
+        """How many known secrets were configured."""
+        return self._secret_count
+
+    @property
+    def form_count(self) -> int:
+        """How many distinct text forms of known secrets are matched."""
+        return len(self._forms)
+
+    @property
+    def pattern_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self._patterns)
+
+    # -- scanning ------------------------------------------------------------------------------
+
+    def contains_known_secret(self, text: str) -> bool:
+        """Whether ``text`` contains any form of a known secret (patterns are not consulted).
+
+        Up to :data:`SCAN_FORMS_LIMIT` forms this is one ``in`` test per form (C substring
+        search, about three times faster than the trie regex for small sets); above, one search
+        with the trie regex.
+        """
+        if self._scan_forms is not None:
+            return any(form in text for form in self._scan_forms)
+        return self._literal is not None and self._literal.search(text) is not None
+
+    def might_match_pattern(self, text: str) -> bool:
+        """Whether any configured pattern matches somewhere in ``text`` (one search each)."""
+        return any(p.regex.search(text) is not None for p in self._patterns)
+
+    def might_contain(self, text: str) -> bool:
+        """Whether :meth:`redact` could change ``text``.
+
+        Also a sound pre-filter over several strings joined by any separator: a match inside one
+        string is a match inside the joined text (patterns anchored with ``\\A``/``\\Z`` aside).
+        """
+        return self.contains_known_secret(text) or self.might_match_pattern(text)
+
+    # -- redaction -----------------------------------------------------------------------------
+
+    def redact(self, text: str) -> tuple[str, int]:
+        """Return ``text`` with known secrets, then patterns, replaced; and the number replaced.
+
+        Known secrets go first and completely (union of overlapping occurrences), so a pattern
+        can never consume half of a known secret and leave the other half.
+        """
+        count = 0
+        if self.contains_known_secret(text):
+            text, count = self._redact_literals(text)
+        for pat in self._patterns:
+            if pat.regex.search(text) is None:
+                continue
+            text, n = pat.regex.subn(_pattern_replacer(pat), text)
+            count += n
+        return text, count
+
+    def _redact_literals(self, text: str) -> tuple[str, int]:
+        assert self._overlap is not None
+        spans: list[tuple[int, int, str]] = []
+        for m in self._overlap.finditer(text):
+            start = m.start()
+            end = start + len(m.group(1))
+            if spans and start < spans[-1][1]:
+                if end > spans[-1][1]:
+                    spans[-1] = (spans[-1][0], end, spans[-1][2])
+                continue
+            spans.append((start, end, self._forms.get(m.group(1), "secret")))
+        out: list[str] = []
+        pos = 0
+        for start, end, name in spans:
+            out.append(text[pos:start])
+            out.append(marker(name))
+            pos = end
+        out.append(text[pos:])
+        return "".join(out), len(spans)
+
+    def redact_json(self, value: Any) -> tuple[Any, int]:
+        """Redact every string of a JSON value, object keys included; return a new value + count.
+
+        The input is not modified. Object member order is kept. Two keys that become equal after
+        redaction (``{"tok=<a>": 1, "tok=<b>": 2}``) are kept apart by suffixing ``#2``, ``#3``,
+        ... to the later ones (first unused suffix, in member order).
+
+        Raises:
+            ValueError: a value nested deeper than :data:`MAX_JSON_DEPTH`, a non-finite float.
+            TypeError: a value that is not JSON (object keys must be ``str``).
+        """
+        counter = [0]
+        result = self._redact_value(value, counter, 0)
+        return result, counter[0]
+
+    def _redact_value(self, value: Any, counter: list[int], depth: int) -> Any:
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH}")
+        if isinstance(value, str):
+            text, n = self.redact(value)
+            counter[0] += n
+            return text
+        if value is None or isinstance(value, (bool, int)):
+            return value
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                raise ValueError("non-finite number in a JSON value")
+            return value
+        if isinstance(value, (list, tuple)):
+            return [self._redact_value(v, counter, depth + 1) for v in value]
+        if isinstance(value, dict):
+            pairs: list[tuple[str, Any]] = []
+            for key, child in value.items():
+                if not isinstance(key, str):
+                    raise TypeError("JSON object keys must be str")
+                new_key, n = self.redact(key)
+                counter[0] += n
+                pairs.append((new_key, self._redact_value(child, counter, depth + 1)))
+            return dict(unique_keys(pairs))
+        raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Make keys unique, keeping order: a repeated key gets the first free ``#2``, ``#3``, ..."""
+    taken = {k for k, _ in pairs}
+    if len(taken) == len(pairs):
+        return pairs
+    seen: set[str] = set()
+    out: list[tuple[str, Any]] = []
+    for key, child in pairs:
+        if key in seen:
+            n = 2
+            while f"{key}#{n}" in taken:
+                n += 1
+            key = f"{key}#{n}"
+            taken.add(key)
+        seen.add(key)
+        out.append((key, child))
+    return out
+
+
+def _pattern_replacer(pat: _CompiledPattern) -> Any:
+    def replace(m: re.Match[str]) -> str:
+        if pat.group == 0 or m.start(pat.group) < 0:
+            return pat.marker
+        whole = m.group(0)
+        base = m.start()
+        return whole[: m.start(pat.group) - base] + pat.marker + whole[m.end(pat.group) - base :]
+
+    return replace
+
+
+def _secret_length(value: str | bytes | bytearray) -> int:
+    if isinstance(value, str):
+        return len(value)
+    try:
+        return len(bytes(value).decode("utf-8"))
+    except UnicodeDecodeError:
+        return len(value)

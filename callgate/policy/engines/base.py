@@ -1,0 +1,108 @@
+"""The authorization engine contract (spec 6.6): ``authorize(subject, capability, resource,
+context) -> allow | deny | confirm``.
+
+An engine never raises for a policy outcome: deny and confirm are :class:`Decision` values. An
+engine *fault* (bad policy evaluation, timeout, undefined result, exception) is also returned as
+a deny, with ``error_code`` set, so a caller cannot turn a fault into an allow by forgetting to
+catch something (fail closed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from callgate.core.errors import ErrorCode
+from callgate.core.model import AuthzRequest, Decision, Effect, Reason
+
+
+class Engine(Protocol):
+    """One narrow interface per engine. Implementations must be safe to call concurrently."""
+
+    @property
+    def name(self) -> str:
+        """Engine name recorded on every decision (e.g. ``cedar``)."""
+        ...
+
+    @property
+    def revision(self) -> str:
+        """Content digest of the policy snapshot currently serving."""
+        ...
+
+    async def authorize_batch(self, requests: Sequence[AuthzRequest]) -> list[Decision]:
+        """Decide each request; never raises (faults are fail-closed denies). Must not block
+        the event loop for long: remote engines use async I/O with a timeout."""
+        ...
+
+    async def ready(self) -> bool:
+        """True when the engine can decide with the snapshot it was built for (readiness).
+        Embedded engines are ready once built; a remote engine checks its server."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections/threads. Idempotent."""
+        ...
+
+
+def fault(engine: str, code: ErrorCode, message: str, policy_id: str = "") -> Decision:
+    """A fail-closed deny for an engine fault."""
+    return Decision(
+        effect=Effect.DENY,
+        reasons=(Reason(code=code.value, policy_id=policy_id, message=message),),
+        engine=engine,
+        error_code=code.value,
+    )
+
+
+def _combined_effect(effects: Sequence[Effect]) -> Effect:
+    if Effect.DENY in effects:
+        return Effect.DENY
+    if Effect.CONFIRM in effects:
+        return Effect.CONFIRM
+    return Effect.ALLOW
+
+
+def combine(decisions: Sequence[Decision], engine: str) -> Decision:
+    """Combine the decisions for several required capabilities of one invocation.
+
+    Every capability must be allowed: any deny wins (its reasons are kept), then any confirm,
+    and only if all allow is the result allow. No decisions at all is a deny (fail closed).
+    Shadow mode carries through: the would-be effect combines each capability's shadow effect
+    (or its enforced one) by the same rule, and is reported when it differs.
+    """
+    if not decisions:
+        return fault(engine, ErrorCode.ENGINE_NO_DECISION, "no capability was evaluated")
+    effect = _combined_effect([d.effect for d in decisions])
+    would = _combined_effect([Effect(d.shadow_effect) if d.shadow_effect else d.effect for d in decisions])
+    shadow_effect, shadow_ids = "", tuple[str, ...]()
+    if would is not effect:
+        shadow_effect = would.value
+        shadow_ids = tuple(
+            pid
+            for d in decisions
+            if (Effect(d.shadow_effect) if d.shadow_effect else d.effect) is would
+            for pid in (d.shadow_policy_ids if d.shadow_effect else d.policy_ids)
+        )
+    chosen = [d for d in decisions if d.effect is effect] if effect is Effect.DENY else list(decisions)
+    error_code = next((d.error_code for d in chosen if d.error_code), "") if effect is Effect.DENY else ""
+    return Decision(
+        effect=effect,
+        reasons=tuple(r for d in chosen for r in d.reasons),
+        engine=engine,
+        error_code=error_code,
+        shadow_effect=shadow_effect,
+        shadow_policy_ids=shadow_ids,
+    )
+
+
+def decision_from_dict(d: Mapping[str, Any]) -> Decision:
+    """Inverse of :func:`callgate.propose.gate.decision_to_dict` (stored decisions)."""
+    return Decision(
+        effect=Effect(d["effect"]),
+        reasons=tuple(
+            Reason(code=r.get("code", ""), policy_id=r.get("policy_id", ""), message=r.get("message", ""))
+            for r in d.get("reasons", [])
+        ),
+        engine=d.get("engine", ""),
+        error_code=d.get("error_code", ""),
+    )

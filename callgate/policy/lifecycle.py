@@ -1,0 +1,192 @@
+"""Policy lifecycle: load, watch, reload atomically, gate readiness.
+
+* The sidecar never serves traffic on half-loaded or broken policies: until the first good
+  snapshot is loaded (and, for OPA, until the server answers with that snapshot's revision) the
+  gate refuses every call with ``not_ready`` and gRPC health reports NOT_SERVING.
+* A bad policy set at start does not crash the process: it stays up, NOT_SERVING, reports the
+  error, and picks up the fixed files (a typical ConfigMap update) by itself.
+* Reload (file change or SIGHUP) builds a complete new snapshot first; one that fails to parse or
+  validate is rejected, logged, reported on the health service ``callgate.v1.PolicySnapshot``
+  (NOT_SERVING while the newest files are broken) and the last good snapshot keeps serving.
+* Every snapshot that starts serving is recorded in the store (revision, engine, shadow policies),
+  so a change of policy, including switching a policy from shadow to enforcing, is on record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from callgate.config import Config
+from callgate.core.clock import Clock, rfc3339
+from callgate.core.errors import LoadError
+from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
+from callgate.propose.gate import Gate
+from callgate.store.base import Store
+
+log = logging.getLogger("callgate.policy")
+
+SNAPSHOT_HEALTH_SERVICE = "callgate.v1.PolicySnapshot"
+
+HealthSetter = Callable[[bool, bool], Awaitable[None]]
+"""``(ready, latest_files_ok)`` -> update health statuses."""
+
+
+def fingerprint(directory: Path) -> str:
+    """Content digest of every file under ``directory`` (follows the symlinks a Kubernetes
+    ConfigMap volume swaps atomically). Unreadable files count as their error."""
+    h = hashlib.sha256()
+    if not directory.exists():
+        return "missing"
+    for root, dirs, files in os.walk(directory, followlinks=True):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".."))
+        for name in sorted(files):
+            path = Path(root) / name
+            rel = path.relative_to(directory).as_posix()
+            if rel.startswith("..") or "/.." in rel:
+                continue
+            h.update(rel.encode() + b"\x00")
+            try:
+                h.update(hashlib.sha256(path.read_bytes()).digest())
+            except OSError as exc:
+                h.update(f"error:{exc.errno}".encode())
+    return h.hexdigest()
+
+
+@dataclass
+class PolicyLifecycle:
+    config: Config
+    gate: Gate
+    store: Store
+    clock: Clock
+    set_health: HealthSetter
+    on_reload: Callable[[bool], None] = lambda ok: None
+    last_error: str = ""
+    """The newest files' load error ("" when they are good)."""
+    _fingerprint: str = ""
+    _task: asyncio.Task[None] | None = None
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _retired: list[PolicySnapshot] = field(default_factory=list)
+
+    @property
+    def policy_dir(self) -> Path:
+        return self.config.path(self.config.policy.dir)
+
+    async def _activate(self, snap: PolicySnapshot) -> None:
+        pc = self.config.policy
+        if pc.engine == "opa" and pc.opa_upload_policies:
+            load = getattr(snap.engine, "load_policies", None)
+            if load is not None:
+                await load()
+        old = self.gate.snapshot_or_none
+        self.gate.swap_snapshot(snap)
+        if old is not None and old.engine is not snap.engine:
+            self._retired.append(old)
+            asyncio.get_running_loop().call_later(
+                5.0, lambda: asyncio.ensure_future(self._close_retired(old))
+            )
+        await self.store.record_snapshot(
+            snap.revision,
+            rfc3339(self.clock.now()),
+            {
+                "engine": snap.engine.name,
+                "engine_revision": snap.engine.revision,
+                "tools": [t.spec.key for t in snap.tools],
+            },
+        )
+
+    async def _close_retired(self, snap: PolicySnapshot) -> None:
+        if snap in self._retired:
+            self._retired.remove(snap)
+            await snap.engine.close()
+
+    async def reload(self, reason: str = "signal") -> bool:
+        """Load the files now; swap on success, keep the old snapshot on failure."""
+        async with self._lock:
+            self._fingerprint = fingerprint(self.policy_dir)
+            current = self.gate.snapshot_or_none
+            try:
+                snap = load_snapshot_from_config(self.config)
+            except LoadError as exc:
+                self.last_error = str(exc)
+                log.error(
+                    "policy load (%s) rejected; %s: %s",
+                    reason,
+                    f"still serving {current.revision}" if current else "not ready",
+                    exc,
+                )
+                self.on_reload(False)
+                await self.refresh_health()
+                return False
+            self.last_error = ""
+            if current is not None and snap.revision == current.revision:
+                await snap.engine.close()
+                await self.refresh_health()
+                return True
+            await self._activate(snap)
+            log.info("policy snapshot %s serving (%s, engine %s)", snap.revision, reason, snap.engine.name)
+            self.on_reload(True)
+            await self.refresh_health()
+            return True
+
+    async def refresh_health(self) -> None:
+        snap = self.gate.snapshot_or_none
+        ready = snap is not None and await snap.engine.ready()
+        self.gate.set_ready(ready)
+        await self.set_health(ready, not self.last_error)
+
+    async def _watch(self) -> None:
+        interval = max(0.05, self.config.policy.watch_interval_ms / 1000)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if self.config.policy.watch and fingerprint(self.policy_dir) != self._fingerprint:
+                    await self.reload("file change")
+                elif self.gate.snapshot_or_none is None:
+                    await self.reload("retry")
+                else:
+                    await self.refresh_health()  # e.g. OPA came up, or went away
+                await self.gate.expire_confirmations()
+            except Exception:
+                log.exception("policy watcher error")
+
+    async def start(self) -> None:
+        if self.gate.snapshot_or_none is None:
+            await self.reload("start")
+        else:
+            self._fingerprint = fingerprint(self.policy_dir)
+            snap = self.gate.snapshot_or_none
+            assert snap is not None
+            if self.config.policy.engine == "opa" and self.config.policy.opa_upload_policies:
+                load = getattr(snap.engine, "load_policies", None)
+                if load is not None:
+                    try:
+                        await load()
+                    except Exception as exc:
+                        log.error("uploading policies to OPA failed: %s", exc)
+            await self.store.record_snapshot(
+                snap.revision,
+                rfc3339(self.clock.now()),
+                {
+                    "engine": snap.engine.name,
+                    "engine_revision": snap.engine.revision,
+                    "tools": [t.spec.key for t in snap.tools],
+                },
+            )
+            await self.refresh_health()
+        self._task = asyncio.ensure_future(self._watch())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for snap in list(self._retired):
+            await self._close_retired(snap)

@@ -1,0 +1,306 @@
+"""ToolSpecs (spec 6.1): versioned tool interfaces, loaded from ``<policy dir>/tools/*.json``.
+
+A ToolSpec file is strict JSON (duplicate keys are refused here too, so a policy file cannot be
+read two ways). Its shape is checked against ``toolspec.schema.json``; its ``input_schema`` is
+compiled once (JSON Schema 2020-12, format assertion on); its normalizers and resource template
+are compiled once. Any problem is a :class:`~callgate.core.errors.LoadError` naming ``file:line``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from callgate.core.errors import CallgateError, ErrorCode, LoadError, RejectedError, Violation
+from callgate.core.model import JSONValue, SideEffectClass
+from callgate.execute.encode import limits_from_spec
+from callgate.propose.normalize import NormalizerChain
+from callgate.propose.parse import ParseLimits, parse_json_document
+from callgate.propose.validate import CompiledSchema
+
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
+
+
+def _toolspec_meta_validator() -> Any:
+    text = resources.files("callgate.policy").joinpath("toolspec.schema.json").read_text(encoding="utf-8")
+    schema = json.loads(text)
+    return jsonschema.Draft202012Validator(schema)
+
+
+_META = _toolspec_meta_validator()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceTemplate:
+    """``kind:{field}`` over normalized arguments; placeholders are top-level names or JSON pointers."""
+
+    template: str
+    fields: tuple[str, ...]
+
+    @classmethod
+    def compile(cls, template: str, *, source: str = "") -> ResourceTemplate:
+        names = tuple(_PLACEHOLDER.findall(template))
+        if ":" not in template.split("{", 1)[0]:
+            raise LoadError(
+                code=ErrorCode.TOOLSPEC_INVALID,
+                message=f"resource template '{template}' must start with a literal 'kind:' prefix",
+                source=source,
+            )
+        return cls(template=template, fields=names)
+
+    def render(self, args: Mapping[str, JSONValue]) -> str:
+        """Fill the template. A missing or non-scalar field raises (the caller denies)."""
+
+        def value(name: str) -> str:
+            node: Any = args
+            parts = name[1:].split("/") if name.startswith("/") else [name]
+            for part in parts:
+                part = part.replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                    node = node[int(part)]
+                else:
+                    raise CallgateError(
+                        code=ErrorCode.RESOURCE_UNRESOLVED,
+                        message=f"resource template field '{name}' is missing from the arguments",
+                    )
+            if isinstance(node, bool) or not isinstance(node, (str, int)):
+                raise CallgateError(
+                    code=ErrorCode.RESOURCE_UNRESOLVED,
+                    message=f"resource template field '{name}' is not a string or integer",
+                )
+            return str(node)
+
+        return _PLACEHOLDER.sub(lambda m: value(m.group(1)), self.template)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One versioned tool interface the runtime may show the model (spec 6.1)."""
+
+    name: str
+    version: str
+    description: str
+    input_schema: Mapping[str, JSONValue]
+    schema_dialect: str
+    side_effect_class: SideEffectClass
+    required_capabilities: tuple[str, ...]
+    resource_template: str
+    timeout_policy: Mapping[str, JSONValue]
+    retry_policy: Mapping[str, JSONValue]
+    idempotency: Mapping[str, JSONValue]
+    result_limits: Mapping[str, JSONValue]
+    normalizers: tuple[Mapping[str, JSONValue], ...]
+    spec_digest: str
+    """``sha256:`` of the ToolSpec file's bytes: names exactly what the model was shown."""
+    source: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}@{self.version}"
+
+    @property
+    def idempotency_supported(self) -> bool:
+        return bool(self.idempotency.get("supported", False))
+
+    @property
+    def keyless_allowed(self) -> bool:
+        """May this tool run without an idempotency key? Read-only tools always may; writes
+        only when the ToolSpec says ``"without_key": "allow"`` (default: reject)."""
+        if self.side_effect_class is SideEffectClass.READ_ONLY:
+            return True
+        return str(self.idempotency.get("without_key", "reject")) == "allow"
+
+    def retention_seconds(self, default: int) -> int:
+        v = self.idempotency.get("retention_seconds", default)
+        return int(v) if isinstance(v, int) else default
+
+    @property
+    def timeout_ms(self) -> int:
+        v = self.timeout_policy.get("timeout_ms", 30000)
+        return int(v) if isinstance(v, int) else 30000
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTool:
+    spec: ToolSpec
+    schema: CompiledSchema
+    """Compiled ``input_schema``: what the model may send."""
+    normalized_schema: CompiledSchema
+    """Compiled ``normalized_schema`` (default: ``input_schema``): what the normalized arguments
+    must satisfy before anything is authorized (6.4 layer 3, 6.14 row 3)."""
+    normalizers: NormalizerChain
+    resource: ResourceTemplate
+    input_schema_json: str
+
+
+class ToolRegistry:
+    """Immutable map ``name@version`` -> :class:`CompiledTool`."""
+
+    def __init__(self, tools: Mapping[str, CompiledTool]) -> None:
+        self._tools = dict(tools)
+
+    def get(self, name: str, version: str) -> CompiledTool | None:
+        return self._tools.get(f"{name}@{version}")
+
+    def __iter__(self) -> Iterator[CompiledTool]:
+        return iter(sorted(self._tools.values(), key=lambda t: t.spec.key))
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+def _line_for_pointer(text: str, pointer: str, nth: int = 1) -> int:
+    """Best-effort line of the member a JSON pointer names: the ``nth`` occurrence of its last
+    key as a member name, searching forward from its parents' positions."""
+    parts = [p for p in pointer.split("/") if p] if pointer else []
+    pos = 0
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            continue
+        name = re.escape(json.dumps(part.replace("~1", "/").replace("~0", "~"), ensure_ascii=False))
+        hits = [m.start() for m in re.finditer(name + r"\s*:", text[pos:])]
+        want = nth if i == len(parts) - 1 else 1
+        if len(hits) >= want:
+            pos += hits[want - 1]
+        elif hits:
+            pos += hits[0]
+    return text.count("\n", 0, pos) + 1
+
+
+def compile_tool(path: Path) -> CompiledTool:
+    """Load one ToolSpec file. Raises LoadError with ``file:line``."""
+    raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    source = str(path)
+    try:
+        doc = parse_json_document(raw, ParseLimits(max_bytes=4 * 1024 * 1024, max_depth=256))
+    except RejectedError as exc:
+        line = exc.metadata.get("line", "")
+        if not line and exc.violations:
+            line = str(
+                _line_for_pointer(
+                    text, exc.violations[0].pointer, nth=2 if exc.code is ErrorCode.DUPLICATE_KEY else 1
+                )
+            )
+        raise LoadError(
+            code=ErrorCode.TOOLSPEC_INVALID,
+            message=f"not strict JSON: {exc.message}",
+            source=f"{source}:{line}" if line else source,
+            violations=exc.violations,
+        ) from None
+    errors = sorted(_META.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        pointer = "".join(f"/{p}" for p in e.absolute_path)
+        raise LoadError(
+            code=ErrorCode.TOOLSPEC_INVALID,
+            message=f"{pointer or '/'}: {e.message}",
+            source=f"{source}:{_line_for_pointer(text, pointer)}",
+            violations=[Violation(pointer=pointer, message=e.message, keyword=str(e.validator))],
+        )
+    assert isinstance(doc, dict)
+    name, version = doc["name"], doc["version"]
+    if not _NAME.match(name):
+        raise LoadError(
+            code=ErrorCode.TOOLSPEC_INVALID,
+            message=f"tool name '{name}' must be dotted lower_snake_case",
+            source=f"{source}:{_line_for_pointer(text, '/name')}",
+        )
+
+    def located(exc: LoadError) -> LoadError:
+        ptr = exc.violations[0].pointer if exc.violations else ""
+        return LoadError(
+            code=exc.code,
+            message=exc.message,
+            source=f"{source}:{_line_for_pointer(text, ptr)}",
+            violations=exc.violations,
+        )
+
+    try:
+        schema = CompiledSchema.compile(doc["input_schema"], source=source, dialect=doc["schema_dialect"])
+    except LoadError as exc:
+        prefixed = [Violation(f"/input_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
+        raise located(LoadError(code=exc.code, message=exc.message, violations=prefixed)) from None
+    try:
+        normalized_schema = (
+            CompiledSchema.compile(doc["normalized_schema"], source=source, dialect=doc["schema_dialect"])
+            if "normalized_schema" in doc
+            else schema
+        )
+    except LoadError as exc:
+        prefixed = [Violation(f"/normalized_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
+        raise located(LoadError(code=exc.code, message=exc.message, violations=prefixed)) from None
+    try:
+        chain = NormalizerChain.build(doc.get("normalizers", []), source=source)
+    except LoadError as exc:
+        raise located(exc) from None
+    try:
+        limits_from_spec(doc.get("result_limits", {}))
+    except ValueError as exc:
+        raise LoadError(
+            code=ErrorCode.TOOLSPEC_INVALID,
+            message=str(exc),
+            source=f"{source}:{_line_for_pointer(text, '/result_limits')}",
+        ) from None
+    resource = ResourceTemplate.compile(
+        doc["resource_template"], source=f"{source}:{_line_for_pointer(text, '/resource_template')}"
+    )
+    spec = ToolSpec(
+        name=name,
+        version=version,
+        description=doc.get("description", ""),
+        input_schema=doc["input_schema"],
+        schema_dialect=doc["schema_dialect"],
+        side_effect_class=SideEffectClass(doc["side_effect_class"]),
+        required_capabilities=tuple(doc["required_capabilities"]),
+        resource_template=doc["resource_template"],
+        timeout_policy=doc.get("timeout_policy", {}),
+        retry_policy=doc.get("retry_policy", {}),
+        idempotency=doc.get("idempotency", {}),
+        result_limits=doc.get("result_limits", {}),
+        normalizers=tuple(doc.get("normalizers", [])),
+        spec_digest="sha256:" + hashlib.sha256(raw).hexdigest(),
+        source=source,
+    )
+    return CompiledTool(
+        spec=spec,
+        schema=schema,
+        normalized_schema=normalized_schema,
+        normalizers=chain,
+        resource=resource,
+        input_schema_json=json.dumps(doc["input_schema"], ensure_ascii=False, sort_keys=True),
+    )
+
+
+def load_tools(directory: Path) -> ToolRegistry:
+    """Load every ``*.json`` under ``directory``; duplicates of ``name@version`` are an error."""
+    if not directory.is_dir():
+        raise LoadError(
+            code=ErrorCode.TOOLSPEC_INVALID, message="ToolSpec directory not found", source=str(directory)
+        )
+    tools: dict[str, CompiledTool] = {}
+    for path in sorted(directory.glob("*.json")):
+        tool = compile_tool(path)
+        if tool.spec.key in tools:
+            raise LoadError(
+                code=ErrorCode.TOOLSPEC_INVALID,
+                message=f"{tool.spec.key} is defined twice (also in {tools[tool.spec.key].spec.source})",
+                source=str(path),
+            )
+        tools[tool.spec.key] = tool
+    if not tools:
+        raise LoadError(
+            code=ErrorCode.TOOLSPEC_INVALID, message="no ToolSpec files (*.json)", source=str(directory)
+        )
+    return ToolRegistry(tools)

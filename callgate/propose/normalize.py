@@ -1,0 +1,876 @@
+"""Semantic normalization of validated tool arguments (spec 6.4 layer 3, spec 6.5).
+
+Spec 6.5 ("规范化必须先于幂等比较"): relative values must be turned into explicit values at run
+time, and the normalization interface must *fix* locale, time zone, reference clock, rounding and
+default fields. Only then is the request digest
+``d = H(tenant ‖ tool name/version ‖ canonical normalized arguments)`` computed, so that one
+intent cannot slip past de-duplication through field order or an equivalent date spelling.
+The spec's own example::
+
+    normalize_date(expression="tomorrow", reference_clock="2026-07-19T14:00:00+08:00",
+                   user_timezone="Asia/Shanghai") -> "2026-07-20"
+
+Normalizers are declared per tool in its ToolSpec, as a list of JSON objects
+``{"kind": ..., "field": <pointer>, ...options}`` and compiled once at load by
+:meth:`NormalizerChain.build`. ``docs/NORMALIZATION.md`` documents every kind, option and rule.
+
+Determinism: every input is explicit. The reference clock, the user's IANA zone and the locale
+come from :class:`~callgate.core.model.NormalizationContext`; nothing here reads the system clock, the
+process locale or the environment. Zone rules are read from the pinned ``tzdata`` package (not
+from the host's ``/usr/share/zoneinfo``), so two sidecars with the same lockfile agree.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import re
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from importlib import resources
+from types import MappingProxyType
+from typing import Final
+from zoneinfo import ZoneInfo
+
+from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
+from callgate.core.model import (
+    JSONValue,
+    NormalizationContext,
+    NormalizedArguments,
+    ValidatedArguments,
+)
+from callgate.propose.digest import canonicalize, invocation_digest
+
+__all__ = [
+    "KINDS",
+    "NormalizerChain",
+    "NormalizerSpec",
+    "normalize",
+    "tzdata_version",
+    "load_zone",
+]
+
+KINDS: Final = ("relative_date", "datetime", "text", "enum_alias", "default", "round")
+
+
+# ============================================================================================
+# Declarations
+
+
+def _freeze(value: JSONValue) -> JSONValue:
+    """Deep read-only view of a JSON value (objects → MappingProxyType, arrays → tuple)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: JSONValue) -> JSONValue:
+    """Inverse of :func:`_freeze`: a fresh, mutable plain-JSON copy."""
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizerSpec:
+    """One normalizer declaration as written in a ToolSpec, after load-time validation.
+
+    ``options`` is a deep read-only copy of every member except ``kind`` and ``field`` (nested
+    objects are ``MappingProxyType``, arrays are tuples). Instances compare by value but are not
+    hashable (the options mapping is not).
+    """
+
+    kind: str
+    field: str
+    options: Mapping[str, JSONValue]
+
+    @property
+    def name(self) -> str:
+        """The name reported in ``applied``: ``"<kind>:<field>"``, e.g. ``"relative_date:/date"``."""
+        return f"{self.kind}:{self.field}"
+
+
+# ============================================================================================
+# Field pointers: RFC 6901 plus the segment "*" = every item of an array
+
+
+@dataclass(frozen=True, slots=True)
+class _Seg:
+    key: str
+    """Unescaped member name (also used when the node is an object)."""
+    index: int | None
+    """Array index when ``key`` is a canonical decimal (RFC 6901: no leading zeros)."""
+    wildcard: bool
+
+
+_INDEX = re.compile(r"0|[1-9][0-9]{0,8}", re.ASCII)
+_BAD_TILDE = re.compile(r"~(?![01])")
+
+
+def _parse_pointer(field: str) -> tuple[_Seg, ...]:
+    """Parse a field pointer; raise ValueError with a safe message if it is malformed."""
+    if field == "":
+        raise ValueError("field must not be the empty pointer (the whole arguments object)")
+    if not field.startswith("/"):
+        raise ValueError("field must be a JSON pointer starting with '/'")
+    segments: list[_Seg] = []
+    for raw in field[1:].split("/"):
+        if _BAD_TILDE.search(raw):
+            raise ValueError("field pointer has '~' not followed by '0' or '1'")
+        if raw == "*":
+            segments.append(_Seg(key="*", index=None, wildcard=True))
+            continue
+        key = raw.replace("~1", "/").replace("~0", "~")
+        index = int(key) if _INDEX.fullmatch(key) else None
+        segments.append(_Seg(key=key, index=index, wildcard=False))
+    return tuple(segments)
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+class _Unchanged:
+    __slots__ = ()
+
+
+_UNCHANGED: Final = _Unchanged()
+
+
+class _FieldError(Exception):
+    """A value at one location cannot be normalized. ``message`` is safe (no values)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+Leaf = Callable[[JSONValue, "_Resolved"], "JSONValue | _Unchanged"]
+
+
+def _update(
+    node: JSONValue,
+    segs: tuple[_Seg, ...],
+    i: int,
+    leaf: Leaf,
+    rctx: _Resolved,
+    pointer: str,
+    kind: str,
+    errors: list[Violation],
+) -> JSONValue:
+    """Copy-on-write update: return ``node`` itself when nothing below it changed, otherwise a
+    shallow copy of every container on the path to the change. The input is never mutated."""
+    if i == len(segs):
+        try:
+            new = leaf(node, rctx)
+        except _FieldError as exc:
+            errors.append(Violation(pointer=pointer, message=exc.message, keyword=kind))
+            return node
+        return node if isinstance(new, _Unchanged) else new
+    seg = segs[i]
+    if seg.wildcard:
+        if not isinstance(node, list):
+            return node
+        copied: list[JSONValue] | None = None
+        for idx, item in enumerate(node):
+            new_item = _update(item, segs, i + 1, leaf, rctx, f"{pointer}/{idx}", kind, errors)
+            if new_item is not item:
+                if copied is None:
+                    copied = list(node)
+                copied[idx] = new_item
+        return node if copied is None else copied
+    if isinstance(node, dict):
+        if seg.key not in node:
+            return node
+        child = node[seg.key]
+        new_child = _update(child, segs, i + 1, leaf, rctx, f"{pointer}/{_escape(seg.key)}", kind, errors)
+        if new_child is child:
+            return node
+        new_obj = dict(node)
+        new_obj[seg.key] = new_child
+        return new_obj
+    if isinstance(node, list):
+        if seg.index is None or seg.index >= len(node):
+            return node
+        item = node[seg.index]
+        new_item = _update(item, segs, i + 1, leaf, rctx, f"{pointer}/{seg.index}", kind, errors)
+        if new_item is item:
+            return node
+        new_list = list(node)
+        new_list[seg.index] = new_item
+        return new_list
+    return node
+
+
+# ============================================================================================
+# Context: reference clock, zone, locale
+
+
+_ZONE_NAME = re.compile(r"[A-Za-z0-9_+\-]+(?:/[A-Za-z0-9_+\-]+)*", re.ASCII)
+_LOCALE = re.compile(r"[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*", re.ASCII)
+
+
+@functools.lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    text = resources.files("tzdata").joinpath("zones").read_text(encoding="utf-8")
+    return frozenset(line.strip() for line in text.splitlines() if line.strip())
+
+
+def tzdata_version() -> str:
+    """IANA release of the zone rules in use (e.g. ``"2026f"``), for logs and events."""
+    return str(getattr(importlib.import_module("tzdata"), "IANA_VERSION", "unknown"))
+
+
+@functools.lru_cache(maxsize=1024)
+def load_zone(name: str) -> ZoneInfo | None:
+    """ZoneInfo for an IANA name from the ``tzdata`` package, or None if there is no such zone.
+    Cached: each zone file is read once per process."""
+    if not _ZONE_NAME.fullmatch(name) or name not in _zone_names():
+        return None
+    path = resources.files("tzdata").joinpath("zoneinfo", *name.split("/"))
+    try:
+        with path.open("rb") as fh:
+            return ZoneInfo.from_file(fh, key=name)
+    except (OSError, ValueError):
+        return None
+
+
+_DT = re.compile(
+    r"(?P<y>[0-9]{4})-(?P<mo>[0-9]{2})-(?P<d>[0-9]{2})"
+    r"(?P<sep>[Tt ])"
+    r"(?P<h>[0-9]{2}):(?P<mi>[0-9]{2})"
+    r"(?::(?P<s>[0-9]{2})(?:\.(?P<f>[0-9]{1,32}))?)?"
+    r"(?P<off>[Zz]|[+-][0-9]{2}:[0-9]{2})?",
+    re.ASCII,
+)
+
+
+def _parse_dt(text: str) -> tuple[re.Match[str], datetime, timedelta | None] | None:
+    """Parse ``YYYY-MM-DD[Tt ]HH:MM[:SS[.f]][Z|±HH:MM]``. Returns (match, naive wall time,
+    offset or None) or None when the shape does not match. Raises _FieldError for a shape that
+    matches but is not a real instant (month 13, hour 24, leap second, sub-µs precision...)."""
+    m = _DT.fullmatch(text)
+    if m is None:
+        return None
+    frac = m["f"] or ""
+    if len(frac) > 6 and frac[6:].strip("0"):
+        raise _FieldError("sub-microsecond precision is not supported")
+    try:
+        naive = datetime(
+            int(m["y"]),
+            int(m["mo"]),
+            int(m["d"]),
+            int(m["h"]),
+            int(m["mi"]),
+            int(m["s"] or 0),
+            int(frac[:6].ljust(6, "0")),
+        )
+    except ValueError:
+        raise _FieldError("not a valid calendar date and time") from None
+    off = m["off"]
+    if off is None:
+        return m, naive, None
+    if off in ("Z", "z"):
+        return m, naive, timedelta(0)
+    hh, mm = int(off[1:3]), int(off[4:6])
+    if hh > 23 or mm > 59:
+        raise _FieldError("not a valid UTC offset")
+    delta = timedelta(hours=hh, minutes=mm)
+    return m, naive, -delta if off[0] == "-" else delta
+
+
+def _to_zone(naive: datetime, offset: timedelta, zone: tzinfo) -> datetime:
+    try:
+        return naive.replace(tzinfo=timezone(offset)).astimezone(zone)
+    except (OverflowError, ValueError):
+        raise _FieldError("date-time is out of the supported range") from None
+
+
+def _localize(naive: datetime, zone: tzinfo) -> datetime:
+    """Interpret a wall-clock time in ``zone``.
+
+    * Nonexistent local time (spring-forward gap): rejected, never shifted.
+    * Ambiguous local time (fall-back fold): ``fold=0``, i.e. the *earlier* instant (the first
+      time the wall clock shows it, still at the pre-transition offset).
+    """
+    first = naive.replace(tzinfo=zone, fold=0)
+    try:
+        as_utc = first.astimezone(UTC)
+        back = as_utc.astimezone(zone)
+    except (OverflowError, ValueError):
+        raise _FieldError("date-time is out of the supported range") from None
+    if back.replace(tzinfo=None) != naive:
+        raise _FieldError("nonexistent local time in the session time zone (DST gap)")
+    return back
+
+
+def _format_rfc3339(dt: datetime) -> str:
+    """``YYYY-MM-DDTHH:MM:SS[.f]±HH:MM``: seconds always, fraction only if non-zero (trailing
+    zeros trimmed), numeric offset always (``+00:00``, never ``Z``)."""
+    off = dt.utcoffset()
+    if off is None or off.microseconds or off.seconds % 60:
+        # e.g. local mean time before 1901 (Asia/Shanghai +08:05:43): not expressible in RFC 3339
+        raise _FieldError("local UTC offset is not a whole number of minutes")
+    minutes = int(off.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    minutes = abs(minutes)
+    text = f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
+    if dt.microsecond:
+        text += "." + f"{dt.microsecond:06d}".rstrip("0")
+    return f"{text}{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    zone: tzinfo
+    now: datetime
+    """Reference clock converted to ``zone``."""
+    today: date
+    """The user's local calendar date at the reference clock."""
+    zh: bool
+    """Chinese vocabularies enabled (locale ``zh`` or ``zh-*``)."""
+
+
+def _ctx_error(keyword: str, message: str) -> RejectedError:
+    return RejectedError(
+        code=ErrorCode.NORMALIZATION_FAILED,
+        message=f"invalid normalization context: {message}",
+        violations=[Violation(pointer="", message=message, keyword=keyword)],
+    )
+
+
+@functools.lru_cache(maxsize=512)
+def _resolve_ctx(ctx: NormalizationContext) -> _Resolved:
+    if not isinstance(ctx.timezone, str) or not isinstance(ctx.reference_clock, str):
+        raise _ctx_error("context", "reference_clock and timezone must be strings")
+    zone = load_zone(ctx.timezone)
+    if zone is None:
+        raise _ctx_error("timezone", "timezone is not a known IANA time zone name")
+    try:
+        parsed = _parse_dt(ctx.reference_clock)
+    except _FieldError:
+        parsed = None
+    offset = None if parsed is None else parsed[2]
+    if parsed is None or offset is None or parsed[0]["s"] is None or parsed[0]["sep"] == " ":
+        raise _ctx_error("reference_clock", "reference_clock must be an RFC 3339 date-time with a UTC offset")
+    naive = parsed[1]
+    try:
+        now = _to_zone(naive, offset, zone)
+    except _FieldError:
+        raise _ctx_error("reference_clock", "reference_clock is out of range") from None
+    locale = ctx.locale
+    if not isinstance(locale, str) or not _LOCALE.fullmatch(locale):
+        raise _ctx_error("locale", "locale must be a BCP 47 language tag")
+    lang = re.split(r"[-_]", locale, maxsplit=1)[0].lower()
+    return _Resolved(zone=zone, now=now, today=now.date(), zh=lang == "zh")
+
+
+# ============================================================================================
+# Relative dates (kind "relative_date", and the date part of relative date-times)
+
+_WS = re.compile(r"\s+")
+_ISO_DATE = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})", re.ASCII)
+
+_EN_FIXED: Final[Mapping[str, int]] = {
+    "today": 0,
+    "tomorrow": 1,
+    "yesterday": -1,
+    "day after tomorrow": 2,
+    "the day after tomorrow": 2,
+    "day before yesterday": -2,
+    "the day before yesterday": -2,
+}
+_EN_WEEKDAYS: Final[Mapping[str, int]] = {
+    "monday": 0, "mon": 0,
+    "tuesday": 1, "tue": 1, "tues": 1,
+    "wednesday": 2, "wed": 2,
+    "thursday": 3, "thu": 3, "thur": 3, "thurs": 3,
+    "friday": 4, "fri": 4,
+    "saturday": 5, "sat": 5,
+    "sunday": 6, "sun": 6,
+}  # fmt: skip
+_EN_IN = re.compile(r"in ([0-9]{1,4}) (days?|weeks?)", re.ASCII)
+_EN_AGO = re.compile(r"([0-9]{1,4}) (days?|weeks?) ago", re.ASCII)
+_EN_WEEKDAY = re.compile(r"(?:(next|last|this) )?([a-z]+)\.?", re.ASCII)
+
+_ZH_FIXED: Final[Mapping[str, int]] = {
+    "今天": 0, "今日": 0,
+    "明天": 1, "明日": 1,
+    "后天": 2, "後天": 2,
+    "大后天": 3, "大後天": 3,
+    "昨天": -1, "昨日": -1,
+    "前天": -2,
+    "大前天": -3,
+}  # fmt: skip
+_ZH_DAYS: Final[Mapping[str, int]] = {
+    "一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6,
+}  # fmt: skip
+_ZH_WEEKDAY = re.compile(r"([下上这這本])?([个個])?(周|週|星期|礼拜|禮拜)([一二三四五六日天])")
+_ZH_OFFSET = re.compile(
+    r"([0-9]{1,4})(天|周|週|星期|个星期|個星期)(后|後|以后|以後|之后|之後|前|以前|之前)", re.ASCII
+)
+
+
+def _prepare(expression: str) -> str:
+    """NFKC, trim, collapse internal whitespace to one space, casefold."""
+    return _WS.sub(" ", unicodedata.normalize("NFKC", expression).strip()).casefold()
+
+
+def _weekday_delta(today: int, target: int, rule: str) -> int:
+    """Days from ``today`` (0=Mon) to the ``target`` weekday under ``rule``.
+
+    * ``next``: first such weekday strictly after today (1..7): "next monday" on a Monday is +7,
+      on a Sunday +1. A bare weekday name means the same.
+    * ``last``: last such weekday strictly before today (-1..-7).
+    * ``this``: that weekday of the current ISO week, Monday..Sunday (-6..+6; may be past).
+    * ``next_week`` / ``last_week``: that weekday of the following / preceding ISO week (zh 下周X /
+      上周X); e.g. 下周一 on a Sunday is +1, on a Monday +7, 下周日 on a Monday +13.
+    """
+    if rule == "next":
+        return (target - today - 1) % 7 + 1
+    if rule == "last":
+        return -((today - target - 1) % 7 + 1)
+    if rule == "this":
+        return target - today
+    if rule == "next_week":
+        return target - today + 7
+    if rule == "last_week":
+        return target - today - 7
+    raise AssertionError(rule)
+
+
+def _relative_days(text: str, today: date, zh: bool) -> int | None:
+    """Day offset from ``today`` for a prepared (see :func:`_prepare`) relative expression."""
+    if text in _EN_FIXED:
+        return _EN_FIXED[text]
+    m = _EN_IN.fullmatch(text) or _EN_AGO.fullmatch(text)
+    if m is not None:
+        n = int(m[1]) * (7 if m[2].startswith("week") else 1)
+        return n if text.startswith("in ") else -n
+    m = _EN_WEEKDAY.fullmatch(text)
+    if m is not None and m[2] in _EN_WEEKDAYS:
+        return _weekday_delta(today.weekday(), _EN_WEEKDAYS[m[2]], m[1] or "next")
+    if not zh:
+        return None
+    if text in _ZH_FIXED:
+        return _ZH_FIXED[text]
+    m = _ZH_OFFSET.fullmatch(text)
+    if m is not None:
+        n = int(m[1]) * (1 if m[2] == "天" else 7)
+        return -n if m[3].endswith("前") else n
+    m = _ZH_WEEKDAY.fullmatch(text)
+    if m is not None:
+        prefix, classifier, unit, day = m[1], m[2], m[3], m[4]
+        if classifier and not prefix:
+            return None  # "个星期一" is not an expression
+        if day == "天" and unit in ("周", "週"):
+            return None  # "周天" is colloquial and ambiguous: not accepted
+        rule = {
+            None: "next",
+            "下": "next_week",
+            "上": "last_week",
+            "这": "this",
+            "這": "this",
+            "本": "this",
+        }[prefix]
+        return _weekday_delta(today.weekday(), _ZH_DAYS[day], rule)
+    return None
+
+
+def _iso_date(text: str) -> date | None:
+    """A ``YYYY-MM-DD`` date, None if ``text`` is not of that shape; _FieldError if it has the
+    shape but is no calendar date (2026-02-30)."""
+    m = _ISO_DATE.fullmatch(text)
+    if m is None:
+        return None
+    try:
+        return date(int(m[1]), int(m[2]), int(m[3]))
+    except ValueError:
+        raise _FieldError("not a valid calendar date") from None
+
+
+def _resolve_date(prepared: str, rctx: _Resolved) -> date:
+    iso = _iso_date(prepared)
+    if iso is not None:
+        return iso
+    days = _relative_days(prepared, rctx.today, rctx.zh)
+    if days is None:
+        raise _FieldError("unrecognized relative date expression")
+    try:
+        return rctx.today + timedelta(days=days)
+    except OverflowError:
+        raise _FieldError("relative date is out of the supported range") from None
+
+
+def _leaf_relative_date(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+    if not isinstance(value, str):
+        return _UNCHANGED
+    if _ISO_DATE.fullmatch(value):
+        _iso_date(value)  # validates the calendar date
+        return _UNCHANGED
+    out = _resolve_date(_prepare(value), rctx).isoformat()
+    return _UNCHANGED if out == value else out
+
+
+# ============================================================================================
+# Date-times (kind "datetime")
+
+_TIME_24 = r"(?P<h24>[01]?[0-9]|2[0-3]):(?P<m24>[0-5][0-9])(?::(?P<s24>[0-5][0-9]))?"
+_TIME_12 = r"(?P<h12>1[0-2]|0?[1-9])(?::(?P<m12>[0-5][0-9]))? ?(?P<ampm>am|pm|a\.m\.|p\.m\.)"
+_REL_DT = re.compile(rf"(?P<date>.+?) ?(?:\bat )?(?:{_TIME_24}|{_TIME_12})")
+
+
+def _relative_datetime(prepared: str, rctx: _Resolved) -> datetime | None:
+    m = _REL_DT.fullmatch(prepared)
+    if m is None:
+        return None
+    day = _resolve_date(m["date"].strip(), rctx)
+    if m["h24"] is not None:
+        hour, minute, second = int(m["h24"]), int(m["m24"]), int(m["s24"] or 0)
+    else:
+        hour = int(m["h12"]) % 12 + (12 if m["ampm"].startswith("p") else 0)
+        minute, second = int(m["m12"] or 0), 0
+    try:
+        naive = datetime(day.year, day.month, day.day, hour, minute, second)
+    except ValueError:
+        raise _FieldError("not a valid calendar date and time") from None
+    return _localize(naive, rctx.zone)
+
+
+def _leaf_datetime(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+    if not isinstance(value, str):
+        return _UNCHANGED
+    text = unicodedata.normalize("NFKC", value).strip()
+    parsed = _parse_dt(text)
+    if parsed is not None:
+        _, naive, offset = parsed
+        if offset is None:
+            local = _localize(naive, rctx.zone)
+        else:
+            local = _to_zone(naive, offset, rctx.zone)
+    else:
+        rel = _relative_datetime(_prepare(text), rctx)
+        if rel is None:
+            raise _FieldError("unrecognized date-time expression")
+        local = rel
+    out = _format_rfc3339(local)
+    return _UNCHANGED if out == value else out
+
+
+# ============================================================================================
+# Text, enum aliases, defaults, rounding
+
+
+def _text_key(value: str) -> str:
+    return unicodedata.normalize("NFC", value).strip().casefold()
+
+
+def _make_text_leaf(collapse: bool, case: str | None) -> Leaf:
+    def leaf(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+        if not isinstance(value, str):
+            return _UNCHANGED
+        out = unicodedata.normalize("NFC", value).strip()
+        if collapse:
+            out = _WS.sub(" ", out)
+        if case == "lower":
+            out = unicodedata.normalize("NFC", out.lower())
+        elif case == "upper":
+            out = unicodedata.normalize("NFC", out.upper())
+        return _UNCHANGED if out == value else out
+
+    return leaf
+
+
+def _make_alias_leaf(canonical: frozenset[str], table: Mapping[str, str]) -> Leaf:
+    def leaf(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+        if not isinstance(value, str) or value in canonical:
+            return _UNCHANGED
+        target = table.get(_text_key(value))
+        return _UNCHANGED if target is None or target == value else target
+
+    return leaf
+
+
+def _make_default_leaf(key: str, default: JSONValue) -> Leaf:
+    scalar = not isinstance(default, (Mapping, tuple))
+
+    def leaf(parent: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+        if not isinstance(parent, dict) or key in parent:
+            return _UNCHANGED
+        new = dict(parent)
+        new[key] = default if scalar else _thaw(default)
+        return new
+
+    return leaf
+
+
+# Enough precision for any float's shortest repr (≤ 17 significant digits) plus 15 decimals.
+_ROUND_CTX: Final = Context(prec=64)
+_ROUNDING: Final[Mapping[str, str]] = {"half_even": ROUND_HALF_EVEN, "half_up": ROUND_HALF_UP}
+
+
+def _make_round_leaf(decimals: int, mode: str) -> Leaf:
+    quantum = Decimal(1).scaleb(-decimals)
+    rounding = _ROUNDING[mode]
+
+    def leaf(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+        # bool is an int subclass; ints (and bools) are never changed
+        if not isinstance(value, float):
+            return _UNCHANGED
+        # The shortest repr is the decimal the JSON text most plausibly said: 2.675 rounds
+        # half-up to 2.68, not to 2.67 as its binary value 2.67499999... would.
+        dec = Decimal(repr(value))
+        if not dec.is_finite():
+            return _UNCHANGED  # NaN/inf: canonicalization rejects them
+        exponent = dec.as_tuple().exponent
+        if isinstance(exponent, int) and exponent >= -decimals:
+            return _UNCHANGED
+        try:
+            rounded = float(dec.quantize(quantum, rounding=rounding, context=_ROUND_CTX))
+        except InvalidOperation:
+            return _UNCHANGED
+        if rounded == 0.0:
+            rounded = 0.0  # no negative zero
+        return _UNCHANGED if rounded == value and str(rounded) == str(value) else rounded
+
+    return leaf
+
+
+# ============================================================================================
+# Compilation
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    spec: NormalizerSpec
+    segs: tuple[_Seg, ...]
+    """Path to the node the leaf receives (for ``default``: the parent object)."""
+    leaf: Leaf
+
+
+class _DeclError(Exception):
+    def __init__(self, message: str, keyword: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.keyword = keyword
+
+
+_OPTIONS: Final[Mapping[str, frozenset[str]]] = {
+    "relative_date": frozenset(),
+    "datetime": frozenset(),
+    "text": frozenset({"collapse_whitespace", "case"}),
+    "enum_alias": frozenset({"aliases"}),
+    "default": frozenset({"value"}),
+    "round": frozenset({"decimals", "mode"}),
+}
+_MAX_DECIMALS: Final = 15
+
+
+def _compile(decl: Mapping[str, JSONValue]) -> _Compiled:
+    kind = decl.get("kind")
+    if not isinstance(kind, str):
+        raise _DeclError("normalizer needs a string 'kind'", "kind")
+    if kind not in _OPTIONS:
+        raise _DeclError(f"unknown normalizer kind {kind[:64]!r}; expected one of {', '.join(KINDS)}", "kind")
+    field = decl.get("field")
+    if not isinstance(field, str):
+        raise _DeclError("normalizer needs a string 'field' (JSON pointer)", "field")
+    try:
+        segs = _parse_pointer(field)
+    except ValueError as exc:
+        raise _DeclError(str(exc), "field") from None
+    options = {k: v for k, v in decl.items() if k not in ("kind", "field")}
+    for name in options:
+        if name not in _OPTIONS[kind]:
+            raise _DeclError(f"option {name[:64]!r} is not known for kind {kind!r}", name)
+    spec = NormalizerSpec(kind=kind, field=field, options=_freeze(options))
+
+    if kind == "relative_date":
+        return _Compiled(spec, segs, _leaf_relative_date)
+    if kind == "datetime":
+        return _Compiled(spec, segs, _leaf_datetime)
+    if kind == "text":
+        collapse = options.get("collapse_whitespace", False)
+        if not isinstance(collapse, bool):
+            raise _DeclError("'collapse_whitespace' must be a boolean", "collapse_whitespace")
+        case = options.get("case")
+        if case is not None and case not in ("lower", "upper"):
+            raise _DeclError('\'case\' must be "lower" or "upper"', "case")
+        return _Compiled(spec, segs, _make_text_leaf(collapse, case))
+    if kind == "enum_alias":
+        return _Compiled(spec, segs, _compile_aliases(options.get("aliases")))
+    if kind == "default":
+        if "value" not in options:
+            raise _DeclError("kind 'default' needs a 'value'", "value")
+        last = segs[-1]
+        if last.wildcard:
+            raise _DeclError("a default's field must end in a member name, not '*'", "field")
+        try:
+            canonicalize(options["value"])
+        except RejectedError:
+            raise _DeclError("default 'value' is not canonicalizable JSON", "value") from None
+        leaf = _make_default_leaf(last.key, _freeze(options["value"]))
+        return _Compiled(spec, segs[:-1], leaf)
+    # kind == "round"
+    decimals = options.get("decimals")
+    if not isinstance(decimals, int) or isinstance(decimals, bool):
+        raise _DeclError("kind 'round' needs an integer 'decimals'", "decimals")
+    if not 0 <= decimals <= _MAX_DECIMALS:
+        raise _DeclError(f"'decimals' must be between 0 and {_MAX_DECIMALS}", "decimals")
+    mode = options.get("mode", "half_even")
+    if mode not in _ROUNDING:
+        raise _DeclError('\'mode\' must be "half_even" or "half_up"', "mode")
+    return _Compiled(spec, segs, _make_round_leaf(decimals, mode))
+
+
+def _compile_aliases(aliases: JSONValue) -> Leaf:
+    if not isinstance(aliases, Mapping) or not aliases:
+        raise _DeclError("kind 'enum_alias' needs a non-empty object 'aliases'", "aliases")
+    table: dict[str, str] = {}
+    for alias, target in aliases.items():
+        if not isinstance(target, str):
+            raise _DeclError("every alias must map to a string", "aliases")
+        key = _text_key(alias)
+        if not key:
+            raise _DeclError("an alias must not be empty or blank", "aliases")
+        if table.get(key, target) != target:
+            raise _DeclError("two aliases match the same text but map to different values", "aliases")
+        table[key] = target
+    canonical = frozenset(table.values())
+    for value in canonical:
+        key = _text_key(value)
+        if table.get(key, value) != value:
+            raise _DeclError("an alias matches a canonical value but maps elsewhere", "aliases")
+    return _make_alias_leaf(canonical, table)
+
+
+# ============================================================================================
+# Public API
+
+
+class NormalizerChain:
+    """An ordered, compiled list of normalizers for one tool version. Immutable, thread-safe.
+
+    Normalizers run in declaration order; each sees the output of the previous ones.
+    """
+
+    __slots__ = ("_compiled", "specs")
+
+    specs: tuple[NormalizerSpec, ...]
+    _compiled: tuple[_Compiled, ...]
+
+    def __init__(self, compiled: Sequence[_Compiled] = ()) -> None:
+        self._compiled = tuple(compiled)
+        self.specs = tuple(c.spec for c in self._compiled)
+
+    def __repr__(self) -> str:
+        return f"NormalizerChain({[s.name for s in self.specs]!r})"
+
+    @classmethod
+    def build(cls, specs: Sequence[Mapping[str, JSONValue]], *, source: str = "") -> NormalizerChain:
+        """Validate and compile normalizer declarations (done once, at ToolSpec load).
+
+        Raises:
+            LoadError: ``code=TOOLSPEC_INVALID`` listing every bad declaration, each as a
+                :class:`Violation` with ``pointer="/normalizers/<i>"`` and the offending member
+                as ``keyword`` (unknown kind, malformed pointer, unknown/ill-typed option,
+                conflicting aliases, duplicate kind+field).
+        """
+        if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Sequence):
+            raise LoadError(
+                code=ErrorCode.TOOLSPEC_INVALID,
+                message="normalizers must be an array of objects",
+                source=source,
+                violations=[Violation("/normalizers", "must be an array", keyword="normalizers")],
+            )
+        compiled: list[_Compiled] = []
+        violations: list[Violation] = []
+        seen: set[tuple[str, str]] = set()
+        for i, decl in enumerate(specs):
+            pointer = f"/normalizers/{i}"
+            if not isinstance(decl, Mapping):
+                violations.append(Violation(pointer, "normalizer must be an object", "type"))
+                continue
+            try:
+                item = _compile(decl)
+            except _DeclError as exc:
+                violations.append(Violation(pointer, exc.message, exc.keyword))
+                continue
+            identity = (item.spec.kind, item.spec.field)
+            if identity in seen:
+                violations.append(Violation(pointer, "duplicate normalizer (same kind and field)", "field"))
+                continue
+            seen.add(identity)
+            compiled.append(item)
+        if violations:
+            raise LoadError(
+                code=ErrorCode.TOOLSPEC_INVALID,
+                message=f"{len(violations)} invalid normalizer declaration(s)",
+                source=source,
+                violations=violations,
+            )
+        return cls(compiled)
+
+    def apply(
+        self, value: dict[str, JSONValue], ctx: NormalizationContext
+    ) -> tuple[dict[str, JSONValue], tuple[str, ...]]:
+        """Normalize ``value`` under ``ctx``.
+
+        Returns a new top-level object (the input and everything in it is left untouched;
+        containers on the path to a change are copied, unchanged subtrees are shared) and the
+        names (``"<kind>:<field>"``) of the normalizers that changed something, in order.
+
+        Raises:
+            RejectedError: ``code=NORMALIZATION_FAILED`` for an invalid ``ctx`` (unknown zone,
+                reference clock that is not RFC 3339 with offset, bad locale tag) or for values
+                that cannot be normalized (unrecognized relative date, DST-gap local time...).
+                All failing locations are reported, one :class:`Violation` each; messages
+                never contain argument values.
+        """
+        rctx = _resolve_ctx(ctx)
+        current: JSONValue = value
+        applied: list[str] = []
+        errors: list[Violation] = []
+        for item in self._compiled:
+            new = _update(current, item.segs, 0, item.leaf, rctx, "", item.spec.kind, errors)
+            if new is not current:
+                applied.append(item.spec.name)
+                current = new
+        if errors:
+            raise RejectedError(
+                code=ErrorCode.NORMALIZATION_FAILED,
+                message=f"{len(errors)} argument value(s) could not be normalized",
+                violations=errors,
+            )
+        result: dict[str, JSONValue] = dict(current) if current is value else current
+        return result, tuple(applied)
+
+
+def normalize(
+    validated: ValidatedArguments,
+    chain: NormalizerChain,
+    ctx: NormalizationContext,
+    *,
+    tenant: str,
+    tool_name: str,
+    tool_version: str,
+) -> NormalizedArguments:
+    """Apply ``chain``, canonicalize (RFC 8785) and digest (spec 6.5).
+
+    Raises:
+        RejectedError: ``NORMALIZATION_FAILED`` (see :meth:`NormalizerChain.apply`) or
+            ``NOT_CANONICALIZABLE`` (see :func:`callgate.propose.digest.canonicalize`).
+        ValueError: NUL in tenant/name/version or '@' in the tool name (see
+            :func:`callgate.propose.digest.invocation_digest`).
+    """
+    value, applied = chain.apply(validated.value, ctx)
+    canonical = canonicalize(value)
+    digest = invocation_digest(tenant, tool_name, tool_version, canonical)
+    return NormalizedArguments(value=value, canonical=canonical, digest=digest, context=ctx, applied=applied)

@@ -1,0 +1,272 @@
+"""Strict JSON parse of the model's argument bytes (spec 6.3, 6.4 layer 1).
+
+RFC 8259 JSON with the I-JSON-style refusals a gate needs, so that the parser and every later
+reader agree on one value (field notes: parser/authorizer differentials):
+
+=========================  =====================================================
+refusal                    error code
+=========================  =====================================================
+more than ``max_bytes``    ``too_large`` (checked before decoding)
+invalid UTF-8, UTF-8 BOM   ``invalid_utf8`` / ``invalid_json``
+duplicate object key       ``duplicate_key`` (keys compared after unescaping)
+``NaN``/``Infinity``       ``non_finite_number``
+float over/underflow       ``number_overflow`` (``1e400``; ``1e-400`` would read as 0)
+lone surrogate escape      ``lone_surrogate``
+bytes after the value      ``trailing_data``
+nesting > ``max_depth``    ``too_deep`` (pre-scan, never a RecursionError)
+top level not an object    ``not_an_object`` (``parse_arguments`` only)
+anything else              ``invalid_json``
+=========================  =====================================================
+
+Integers stay exact Python ints (canonicalization later refuses those beyond I-JSON's ±(2^53-1)).
+Error messages give positions and JSON pointers, never the bytes themselves (they may hold
+secrets). The hot path is the stdlib C scanner with one prebuilt decoder; the slower checks
+(surrogates, pointer of a duplicate) run only when a cheap test says they may be needed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from callgate.core.errors import ErrorCode, RejectedError, Violation
+from callgate.core.model import JSONValue, ParsedArguments
+
+__all__ = ["ParseLimits", "parse_arguments", "parse_json_document"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParseLimits:
+    max_bytes: int = 65536
+    """Largest accepted document in bytes; larger input is refused before it is decoded."""
+    max_depth: int = 64
+    """Most nested arrays/objects allowed: ``{}`` has depth 1, ``{"a": [1]}`` depth 2."""
+
+
+_DEFAULT_LIMITS = ParseLimits()
+_WS = re.compile(r"[ \t\n\r]*")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_NONZERO_MANTISSA = re.compile(r"-?0*(?:\.0*)?[1-9]")
+_DEPTH_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+
+
+class _Duplicate(Exception):
+    pass
+
+
+class _NonFinite(Exception):
+    pass
+
+
+class _Overflow(Exception):
+    pass
+
+
+def _pairs_strict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        raise _Duplicate()
+    return d
+
+
+def _constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _Overflow(text)
+    if value == 0.0 and _NONZERO_MANTISSA.match(text):
+        raise _Overflow(text)  # underflow: a non-zero literal would silently read as 0
+    return value
+
+
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs_strict, parse_constant=_constant, parse_float=_float, strict=True
+)
+
+
+class _DupMarker(dict[str, Any]):
+    """Object in which a duplicate key was seen (used only on the error path)."""
+
+    dup_key: str = ""
+
+
+def _pairs_marking(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in d:
+            m = _DupMarker(d)
+            m.dup_key = k
+            return m
+        d[k] = v
+    return d
+
+
+_MARKING = json.JSONDecoder(
+    object_pairs_hook=_pairs_marking, parse_constant=_constant, parse_float=_float, strict=True
+)
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _position(text: str, pos: int) -> dict[str, str]:
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return {"offset": str(pos), "line": str(line), "column": str(col)}
+
+
+def _reject(
+    code: ErrorCode, message: str, *, pointer: str = "", meta: dict[str, str] | None = None
+) -> RejectedError:
+    where = f" at line {meta['line']}, column {meta['column']}" if meta and "line" in meta else ""
+    return RejectedError(
+        code=code,
+        message=message + where,
+        violations=[Violation(pointer=pointer, message=message, keyword=code.value)]
+        if pointer or not meta
+        else [],
+        metadata=meta or {},
+    )
+
+
+def _find_duplicate(value: Any, path: str = "") -> tuple[str, str] | None:
+    if isinstance(value, _DupMarker):
+        return path, value.dup_key
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)  # type: ignore[assignment]
+    else:
+        return None
+    for k, v in items:
+        found = _find_duplicate(v, f"{path}/{_escape(str(k))}")
+        if found:
+            return found
+    return None
+
+
+def _has_surrogate(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _find_surrogate(value: Any, path: str = "") -> str | None:
+    if isinstance(value, str):
+        return path if _has_surrogate(value) else None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            sub = f"{path}/{_escape(k)}"
+            if _has_surrogate(k):
+                return sub
+            found = _find_surrogate(v, sub)
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _find_surrogate(v, f"{path}/{i}")
+            if found is not None:
+                return found
+    return None
+
+
+def _check_depth(text: str, max_depth: int) -> None:
+    if text.count("[") + text.count("{") <= max_depth:
+        return  # cannot be deeper than the number of openers
+    depth = 0
+    for m in _DEPTH_TOKENS.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise _reject(
+                    ErrorCode.TOO_DEEP,
+                    f"nesting deeper than the limit of {max_depth}",
+                    meta=_position(text, m.start()),
+                )
+        elif c in "]}":
+            depth -= 1
+
+
+def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JSONValue:
+    """Strictly parse any JSON text (any top-level value). Raises :class:`RejectedError`."""
+    if len(raw) > limits.max_bytes:
+        raise _reject(
+            ErrorCode.TOO_LARGE,
+            f"document is {len(raw)} bytes, over the limit of {limits.max_bytes}",
+            meta={},
+        )
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise _reject(
+            ErrorCode.INVALID_JSON,
+            "a byte order mark is not allowed (RFC 8259 section 8.1)",
+            meta=_position("", 0),
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _reject(
+            ErrorCode.INVALID_UTF8,
+            f"invalid UTF-8 at byte offset {exc.start}",
+            meta={"offset": str(exc.start)},
+        ) from None
+    _check_depth(text, limits.max_depth)
+    start = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    try:
+        value, end = _DECODER.raw_decode(text, start)
+    except _Duplicate:
+        value, end = _MARKING.raw_decode(text, start)  # same text parses; locate the object
+        found = _find_duplicate(value)
+        pointer, key = found if found else ("", "")
+        raise _reject(
+            ErrorCode.DUPLICATE_KEY,
+            f"duplicate key '{_escape(key)}' in the object at '{pointer or '/'}'",
+            pointer=f"{pointer}/{_escape(key)}",
+        ) from None
+    except _NonFinite as exc:
+        raise _reject(ErrorCode.NON_FINITE_NUMBER, f"{exc.args[0]} is not a JSON number", meta={}) from None
+    except _Overflow:
+        raise _reject(
+            ErrorCode.NUMBER_OVERFLOW,
+            "a number is outside the range of a double (overflow or underflow)",
+            meta={},
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise _reject(ErrorCode.INVALID_JSON, exc.msg, meta=_position(text, exc.pos)) from None
+    except (ValueError, RecursionError):  # e.g. an integer over Python's digit limit
+        raise _reject(ErrorCode.INVALID_JSON, "value cannot be represented", meta={}) from None
+    tail = _WS.match(text, end).end()  # type: ignore[union-attr]
+    if tail != len(text):
+        raise _reject(
+            ErrorCode.TRAILING_DATA, "unexpected data after the JSON value", meta=_position(text, tail)
+        )
+    if _SURROGATE_ESCAPE.search(text):
+        bad = _find_surrogate(value)
+        if bad is not None:
+            raise _reject(
+                ErrorCode.LONE_SURROGATE,
+                "a string holds an unpaired UTF-16 surrogate escape",
+                pointer=bad or "/",
+            )
+    return value
+
+
+def parse_arguments(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> ParsedArguments:
+    """:func:`parse_json_document` plus: the top level must be an object."""
+    value = parse_json_document(raw, limits)
+    if not isinstance(value, dict):
+        raise _reject(
+            ErrorCode.NOT_AN_OBJECT,
+            f"arguments must be a JSON object, not {type(value).__name__}",
+            pointer="",
+        )
+    return ParsedArguments(raw=raw, value=value)

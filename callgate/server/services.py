@@ -1,0 +1,435 @@
+"""Thin gRPC servicers: convert wire messages to pipeline types and back, nothing else.
+
+Errors are mapped in exactly one place (:func:`_guarded` -> :mod:`callgate.server.status`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar
+
+import grpc
+from google.protobuf import json_format, struct_pb2
+
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
+from callgate.core.states import State
+from callgate.core.trace import TraceContext
+from callgate.execute.execution import Execution
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
+from callgate.server.status import internal_error, to_status
+from callgate.store.base import EventRecord, InvocationRecord
+
+log = logging.getLogger("callgate.server")
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
+Handler = Callable[[Any, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
+
+_EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
+
+
+# --- per-RPC observation (metrics, caller trace context): callgate/observability ------------
+class RpcObserver(Protocol):
+    def rpc_started(self, metadata: Any) -> object: ...
+
+    def rpc_finished(self, token: object, service: str, method: str, code: str) -> None: ...
+
+
+def observe_rpcs(servicer: object, observer: RpcObserver | None) -> None:
+    """Attach an observer that :func:`_guarded` tells about every RPC of ``servicer``."""
+    setattr(servicer, "_rpc_observer", observer)  # noqa: B010 (replaced by the interceptor)
+
+
+def _guarded(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
+    service = "callgate.v1." + fn.__qualname__.split(".")[0].removesuffix("Service")
+    method = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
+        obs: RpcObserver | None = getattr(self, "_rpc_observer", None)
+        token = obs.rpc_started(context.invocation_metadata()) if obs is not None else None
+        code = "cancelled"  # stays so only if the handler is cancelled (client went away)
+        try:
+            response = await fn(self, request, context)
+            code = "ok"
+            return response
+        except CallgateError as err:
+            code = err.code.value
+            await context.abort_with_status(to_status(err))
+        except grpc.aio.AbortError:
+            code = "aborted"
+            raise
+        except Exception:
+            code = ErrorCode.INTERNAL.value
+            log.exception("unhandled error in %s", fn.__name__)
+            await context.abort_with_status(to_status(internal_error()))
+        finally:
+            if obs is not None:
+                obs.rpc_finished(token, service, method, code)
+        raise AssertionError("unreachable")  # abort_with_status always raises
+
+    return wrapper
+
+
+# --- end per-RPC observation ------------------------------------------------------------------
+
+
+def trace_of(context: grpc.aio.ServicerContext) -> TraceContext:
+    for key, value in context.invocation_metadata() or ():
+        if key == "traceparent":
+            return TraceContext.from_traceparent(value if isinstance(value, str) else value.decode())
+    return TraceContext.from_traceparent(None)
+
+
+_STATE_PB: dict[State, int] = {s: pb.State.Value(s.value) for s in State}
+
+
+def state_pb(s: State | None) -> int:
+    return _STATE_PB[s] if s is not None else pb.STATE_UNSPECIFIED
+
+
+def decision_pb(d: Decision) -> pb.Decision:
+    return pb.Decision(
+        effect=_EFFECT[d.effect],
+        reasons=[pb.Reason(code=r.code, policy_id=r.policy_id, message=r.message) for r in d.reasons],
+        policy_ids=list(d.policy_ids),
+        error_code=d.error_code,
+        engine=d.engine,
+    )
+
+
+def decision_dict_pb(d: Mapping[str, Any] | None) -> pb.Decision | None:
+    if not d:
+        return None
+    return pb.Decision(
+        effect=pb.Effect.Value(str(d["effect"]).upper()),
+        reasons=[pb.Reason(**r) for r in d.get("reasons", [])],
+        policy_ids=list(d.get("policy_ids", [])),
+        error_code=d.get("error_code", ""),
+        engine=d.get("engine", ""),
+    )
+
+
+def rejection_pb(r: Rejection | Mapping[str, Any] | None) -> pb.Rejection | None:
+    if r is None:
+        return None
+    if isinstance(r, Rejection):
+        r = r.as_dict()
+    return pb.Rejection(
+        code=r["code"], message=r["message"], violations=[pb.Violation(**v) for v in r.get("violations", [])]
+    )
+
+
+def invocation_pb(inv: InvocationRecord) -> pb.Invocation:
+    return pb.Invocation(
+        invocation_id=inv.invocation_id,
+        session_id=inv.session_id,
+        model_call_id=inv.model_call_id,
+        proposal_id=inv.proposal_id,
+        tool_name=inv.tool_name,
+        tool_version=inv.tool_version,
+        subject=pb.Subject(tenant=inv.tenant, id=inv.subject),
+        state=state_pb(inv.state),  # type: ignore[arg-type]
+        digest=inv.digest,
+        normalized_arguments=inv.normalized_arguments,
+        raw_arguments=inv.raw_arguments,
+        decision=decision_dict_pb(inv.decision),
+        idempotency_key=inv.idempotency_key,
+        created_at=inv.created_at,
+        updated_at=inv.updated_at,
+        confirmation_expires_at=inv.confirmation_expires_at,
+        rejection=rejection_pb(inv.rejection),
+        attempts=inv.attempts,
+        external_resource_id=inv.external_resource_id,
+        commit_time=inv.commit_time,
+        cancel_requested_at=inv.cancel_requested_at,
+        deadline=inv.deadline,
+    )
+
+
+def event_pb(e: EventRecord) -> pb.Event:
+    data = struct_pb2.Struct()
+    data.update(dict(e.data))
+    return pb.Event(
+        event_id=e.event_id,
+        invocation_id=e.invocation_id,
+        seq=e.seq,
+        at=e.at,
+        kind=e.kind,
+        from_state=state_pb(e.from_state),  # type: ignore[arg-type]
+        to_state=state_pb(e.to_state),  # type: ignore[arg-type]
+        trace_id=e.trace_id,
+        span_id=e.span_id,
+        data=data,
+    )
+
+
+def propose_pb(o: ProposeOutcome) -> pb.ProposeResponse:
+    r = o.record
+    return pb.ProposeResponse(
+        invocation_id=r.invocation_id,
+        state=state_pb(r.state),  # type: ignore[arg-type]
+        decision=decision_pb(o.decision) if o.decision else None,
+        digest=r.digest,
+        normalized_arguments=r.normalized_arguments,
+        rejection=rejection_pb(o.rejection),
+        confirmation_expires_at=r.confirmation_expires_at,
+        schema_dialect=o.schema_dialect,
+        validator=o.validator,
+        idempotent_replay=o.idempotent_replay,
+        replayed_message=o.replayed_message,
+    )
+
+
+class GateService(pb_grpc.GateServicer):
+    def __init__(self, gate: Gate, execution: Execution) -> None:
+        self._gate = gate
+        self._x = execution
+
+    @_guarded
+    async def GetResult(
+        self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetResultResponse:
+        page = await self._x.get_result(request.invocation_id, request.page_token, request.tool_call_id)
+        return pb.GetResultResponse(
+            message=page.message, truncated=page.truncated, next_page_token=page.next_page_token
+        )
+
+    @_guarded
+    async def OpenSession(
+        self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
+    ) -> pb.OpenSessionResponse:
+        b = request.budgets
+        s = await self._gate.open_session(
+            SessionSpec(
+                subject=Subject(tenant=request.subject.tenant, id=request.subject.id),
+                timezone=request.timezone or "UTC",
+                locale=request.locale or "en",
+                budgets={
+                    "max_model_calls": b.max_model_calls,
+                    "max_tool_calls": b.max_tool_calls,
+                    "max_wall_clock_seconds": b.max_wall_clock_seconds,
+                    "max_result_bytes": b.max_result_bytes,
+                    "max_external_cost_micros": b.max_external_cost_micros,
+                },
+                tool_allowlist=tuple(request.tool_allowlist),
+                session_id=request.session_id,
+            )
+        )
+        return pb.OpenSessionResponse(session_id=s.session_id, opened_at=s.opened_at)
+
+    @_guarded
+    async def ListTools(
+        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListToolsResponse:
+        view = await self._gate.list_tools(request.session_id, request.model_call_id)
+        return pb.ListToolsResponse(
+            tools=[
+                pb.ToolSpec(
+                    name=t.spec.name,
+                    version=t.spec.version,
+                    description=t.spec.description,
+                    input_schema_json=t.input_schema_json,
+                    schema_dialect=t.spec.schema_dialect,
+                    side_effect_class=t.spec.side_effect_class.value,
+                    required_capabilities=list(t.spec.required_capabilities),
+                    resource_template=t.spec.resource_template,
+                    spec_digest=t.spec.spec_digest,
+                )
+                for t in view.tools
+            ],
+            tool_set_digest=view.tool_set_digest,
+        )
+
+    @_guarded
+    async def Propose(
+        self, request: pb.ProposeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProposeResponse:
+        outcome = await self._gate.propose(
+            Proposal(
+                session_id=request.session_id,
+                model_call_id=request.model_call_id,
+                proposal_id=request.proposal_id,
+                tool_name=request.tool_name,
+                tool_version=request.tool_version,
+                arguments_bytes=request.arguments,
+                idempotency_key=request.idempotency_key or None,
+            ),
+            trace_of(context),
+        )
+        return propose_pb(outcome)
+
+    @_guarded
+    async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
+        inv = await self._gate.cancel(request.invocation_id, request.reason, trace_of(context))
+        return pb.CancelResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
+
+    @_guarded
+    async def GetInvocation(
+        self, request: pb.GetInvocationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetInvocationResponse:
+        inv, events = await self._gate.get_invocation(request.invocation_id)
+        return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
+
+
+class ConfirmationsService(pb_grpc.ConfirmationsServicer):
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+
+    @_guarded
+    async def Confirm(
+        self, request: pb.ConfirmRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConfirmResponse:
+        inv = await self._gate.confirm(
+            request.invocation_id, request.digest, request.confirmed_by, trace_of(context)
+        )
+        return pb.ConfirmResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
+
+    @_guarded
+    async def ListPending(
+        self, request: pb.ListPendingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListPendingResponse:
+        pending = await self._gate.list_pending(request.tenant)
+        out = []
+        for inv in pending:
+            d = decision_dict_pb(inv.decision)
+            out.append(
+                pb.PendingConfirmation(
+                    invocation_id=inv.invocation_id,
+                    digest=inv.digest,
+                    tool_name=inv.tool_name,
+                    tool_version=inv.tool_version,
+                    subject=pb.Subject(tenant=inv.tenant, id=inv.subject),
+                    normalized_arguments=inv.normalized_arguments,
+                    expires_at=inv.confirmation_expires_at,
+                    reasons=list(d.reasons) if d else [],
+                )
+            )
+        return pb.ListPendingResponse(pending=out)
+
+
+class AuthorizerService(pb_grpc.AuthorizerServicer):
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+
+    @_guarded
+    async def Authorize(
+        self, request: pb.AuthorizeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AuthorizeResponse:
+        if not request.subject.tenant or not request.subject.id or not request.capability:
+            raise CallgateError(
+                code=ErrorCode.INVALID_REQUEST,
+                message="subject.tenant, subject.id and capability are required",
+            )
+        ctx = json_format.MessageToDict(request.context) if request.HasField("context") else {}
+        decision = await self._gate.authorize(
+            AuthzRequest(
+                subject=Subject(tenant=request.subject.tenant, id=request.subject.id),
+                capability=request.capability,
+                resource=request.resource,
+                context=ctx,
+            )
+        )
+        return pb.AuthorizeResponse(decision=decision_pb(decision))
+
+
+_OUTCOME_NAMES = {
+    pb.OUTCOME_COMMITTED: "COMMITTED",
+    pb.OUTCOME_FAILED_BEFORE_COMMIT: "FAILED_BEFORE_COMMIT",
+    pb.OUTCOME_UNKNOWN_COMMIT: "OUTCOME_UNKNOWN",
+    pb.OUTCOME_FAILED_AFTER_COMMIT: "FAILED_AFTER_COMMIT",
+}
+_FAILURE_NAMES = {
+    pb.FAILURE_CLASS_UNSPECIFIED: "",
+    pb.NOT_REACHED: "not_reached",
+    pb.TRANSIENT: "transient",
+    pb.TIMEOUT: "timeout",
+    pb.BUSINESS_REJECTION: "business_rejection",
+}
+
+
+class ExecutorService(pb_grpc.ExecutorServicer):
+    def __init__(self, execution: Execution) -> None:
+        self._x = execution
+
+    @_guarded
+    async def BeginAttempt(
+        self, request: pb.BeginAttemptRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BeginAttemptResponse:
+        started = await self._x.begin_attempt(request.invocation_id, request.executor_id, trace_of(context))
+        inv = started.invocation
+        return pb.BeginAttemptResponse(
+            attempt_id=started.attempt.attempt_id,
+            attempt_number=started.attempt.number,
+            credential=started.credential.token,
+            credential_expires_at=started.attempt.credential_expires_at,
+            tool_name=inv.tool_name,
+            tool_version=inv.tool_version,
+            normalized_arguments=inv.normalized_arguments,
+            idempotency_key=inv.idempotency_key,
+            deadline=inv.deadline,
+            state=state_pb(inv.state),  # type: ignore[arg-type]
+        )
+
+    @_guarded
+    async def ReportOutcome(
+        self, request: pb.ReportOutcomeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportOutcomeResponse:
+        outcome = _OUTCOME_NAMES.get(request.outcome)
+        if outcome is None:
+            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="outcome is required")
+        reported = await self._x.report_outcome(
+            request.attempt_id,
+            outcome,
+            failure_class=_FAILURE_NAMES.get(request.failure_class, ""),
+            external_resource_id=request.external_resource_id,
+            commit_time=request.commit_time,
+            http_status=request.http_status,
+            cost_micros=request.cost_micros,
+            trace=trace_of(context),
+        )
+        a = reported.advice
+        return pb.ReportOutcomeResponse(
+            state=state_pb(reported.invocation.state),  # type: ignore[arg-type]
+            retry=pb.RetryAdvice(
+                retry=a.retry,
+                reason=a.reason,
+                backoff_ms=a.backoff_ms,
+                attempts_left=a.attempts_left,
+                same_key=a.same_key,
+            ),
+        )
+
+    @_guarded
+    async def EncodeResult(
+        self, request: pb.EncodeResultRequest, context: grpc.aio.ServicerContext
+    ) -> pb.EncodeResultResponse:
+        result = await self._x.encode(request.invocation_id, request.status, request.value, trace_of(context))
+        inv = await self._x.invocation(request.invocation_id)
+        return pb.EncodeResultResponse(
+            message=result.message,
+            truncated=result.truncated,
+            next_page_token=result.page_token,
+            state=state_pb(inv.state),  # type: ignore[arg-type]
+            redactions=result.redactions,
+        )
+
+    @_guarded
+    async def GetJwks(
+        self, request: pb.GetJwksRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetJwksResponse:
+        return pb.GetJwksResponse(jwks_json=json.dumps(self._x.jwks(), sort_keys=True))
+
+    @_guarded
+    async def RedeemSecret(
+        self, request: pb.RedeemSecretRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RedeemSecretResponse:
+        return pb.RedeemSecretResponse(
+            value=await self._x.redeem_secret(request.credential, request.secret_name)
+        )

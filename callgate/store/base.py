@@ -1,0 +1,209 @@
+"""The store contract: sessions, tool views, invocations and their append-only events.
+
+Every method is async and durable when it returns: the gate answers an RPC only after the
+events describing it are stored (spec 6.13). ``transition`` is a compare-and-set on the state so
+that two racing callers (two ``Confirm`` calls, ``Cancel`` vs ``Confirm``) cannot both win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from callgate.core.states import State
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    session_id: str
+    tenant: str
+    subject: str
+    timezone: str
+    locale: str
+    budgets: Mapping[str, int]
+    tool_allowlist: tuple[str, ...]
+    opened_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolViewRecord:
+    """Which ToolSpecs were shown to the model for one model call (6.13 question 1)."""
+
+    session_id: str
+    model_call_id: str
+    tools: tuple[str, ...]
+    """``name@version`` keys shown."""
+    spec_digests: Mapping[str, str]
+    tool_set_digest: str
+    created_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class InvocationRecord:
+    invocation_id: str
+    session_id: str
+    model_call_id: str
+    proposal_id: str
+    tool_name: str
+    tool_version: str
+    tenant: str
+    subject: str
+    state: State
+    raw_arguments: bytes
+    digest: str = ""
+    normalized_arguments: bytes = b""
+    decision: Mapping[str, Any] | None = None
+    rejection: Mapping[str, Any] | None = None
+    idempotency_key: str = ""
+    deadline: str = ""
+    confirmation_expires_at: str = ""
+    policy_revision: str = ""
+    created_at: str = ""
+    updated_at: str = ""
+    attempts: int = 0
+    """Attempts begun so far (6.9: every attempt is recorded)."""
+    external_resource_id: str = ""
+    commit_time: str = ""
+    cancel_requested_at: str = ""
+    """Set when Cancel arrived after the commit boundary: the record stays COMMITTED but nothing
+    further (no tool message) is produced (6.7, 6.14 row 9)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    event_id: str
+    invocation_id: str
+    seq: int
+    at: str
+    kind: str
+    from_state: State | None
+    to_state: State
+    trace_id: str
+    span_id: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    attempt_id: str
+    invocation_id: str
+    number: int
+    executor_id: str
+    jti: str
+    started_at: str
+    credential_expires_at: str
+    outcome: str = ""
+    failure_class: str = ""
+    finished_at: str = ""
+    external_resource_id: str = ""
+    http_status: int = 0
+    cost_micros: int = 0
+    retry_reason: str = ""
+    retry_after: str = ""
+    """When a retry was advised: the earliest time (RFC 3339) the next attempt may start."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResultRecord:
+    """The encoded tool message of an invocation and, when truncated, the rest for paging."""
+
+    invocation_id: str
+    status: str
+    message: bytes
+    truncated: bool
+    remaining: bytes
+    page_token: str
+    redactions: int
+    created_at: str
+    nonce: str = ""
+    """Boundary nonce of the message; continuation pages reuse it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Cumulative consumption of one session (6.11)."""
+
+    model_calls: int = 0
+    tool_calls: int = 0
+    result_bytes: int = 0
+    cost_micros: int = 0
+
+
+class Store(Protocol):
+    async def put_session(self, session: SessionRecord) -> None: ...
+
+    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def put_tool_view(self, view: ToolViewRecord) -> None: ...
+
+    async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None: ...
+
+    async def create_invocation(
+        self,
+        record: InvocationRecord,
+        events: Sequence[EventRecord],
+        usage: Mapping[str, Usage] | None = None,
+    ) -> None:
+        """Insert a new invocation with its first events, atomically; ``usage`` (session id ->
+        increment) is added in the same transaction (budget counters ride along with the call's
+        own write instead of costing a transaction of their own)."""
+        ...
+
+    async def transition(
+        self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
+    ) -> bool:
+        """Replace the invocation row with ``record`` and append ``events`` iff its stored state
+        is still ``expected``. Returns False (and writes nothing) when another writer won."""
+        ...
+
+    async def append_events(self, events: Sequence[EventRecord]) -> None:
+        """Append events to existing invocations without changing them (seq 0 = next)."""
+        ...
+
+    async def get_invocation(self, invocation_id: str) -> InvocationRecord | None: ...
+
+    async def list_events(self, invocation_id: str) -> list[EventRecord]: ...
+
+    async def list_pending(self, tenant: str) -> list[InvocationRecord]:
+        """Invocations parked for confirmation (state AUTHORIZED with a pending confirmation)."""
+        ...
+
+    async def begin_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        """CAS the invocation (``expected`` state and attempt count ``record.attempts - 1``),
+        insert the attempt and append events, atomically. False if another writer won."""
+        ...
+
+    async def finish_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        """CAS the invocation and the unfinished attempt, record the outcome, append events."""
+        ...
+
+    async def get_attempt(self, attempt_id: str) -> AttemptRecord | None: ...
+
+    async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]: ...
+
+    async def put_result(
+        self, record: InvocationRecord, expected: State, result: ResultRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        """Store the encoded result once (CAS on the invocation state) with its events."""
+        ...
+
+    async def get_result(self, invocation_id: str) -> ResultRecord | None: ...
+
+    async def add_usage(self, session_id: str, delta: Usage) -> Usage:
+        """Atomically add ``delta`` to the session's usage and return the new totals."""
+        ...
+
+    async def redeem_once(self, attempt_id: str, secret_name: str, at: str) -> bool:
+        """Record that a secret was released for an attempt; False if it already was."""
+        ...
+
+    async def record_snapshot(self, revision: str, at: str, detail: Mapping[str, Any]) -> None:
+        """Append a record that a policy snapshot started serving (append-only)."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,29 @@
+"""Idempotency keys (spec 6.8): the contract in :mod:`.base`, SQLite (embedded default) in
+:mod:`.sqlite`, PostgreSQL (several pods sharing state) in :mod:`.postgres`.
+
+The PostgreSQL backend is imported lazily (``from callgate.store.idempotency.postgres import ...``)
+so that the SQLite default does not need the driver loaded."""
+
+from callgate.store.idempotency.base import (
+    ClaimKind,
+    ClaimResult,
+    ExpiredPolicy,
+    IdempotencyError,
+    IdempotencyKey,
+    IdempotencyRecord,
+    IdempotencyStore,
+    RecordState,
+)
+from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+
+__all__ = [
+    "ClaimKind",
+    "ClaimResult",
+    "ExpiredPolicy",
+    "IdempotencyError",
+    "IdempotencyKey",
+    "IdempotencyRecord",
+    "IdempotencyStore",
+    "RecordState",
+    "SQLiteIdempotencyStore",
+]

@@ -1,0 +1,439 @@
+"""SQLite store (the embedded default): WAL mode, one writer thread, group commit
+(:mod:`callgate.store.sqlite_worker`): with ``synchronous=FULL`` (default) the events are on disk
+before the gate answers the RPC, and the asyncio event loop never blocks on the disk.
+
+Events are append-only, enforced by the database itself (triggers abort UPDATE and DELETE).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from callgate.core.states import State
+from callgate.store.base import (
+    AttemptRecord,
+    EventRecord,
+    InvocationRecord,
+    ResultRecord,
+    SessionRecord,
+    ToolViewRecord,
+    Usage,
+)
+from callgate.store.sqlite_worker import SQLiteWorker
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sessions (
+  session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, subject TEXT NOT NULL,
+  timezone TEXT NOT NULL, locale TEXT NOT NULL, budgets TEXT NOT NULL,
+  tool_allowlist TEXT NOT NULL, opened_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tool_views (
+  session_id TEXT NOT NULL, model_call_id TEXT NOT NULL, tools TEXT NOT NULL,
+  spec_digests TEXT NOT NULL, tool_set_digest TEXT NOT NULL, created_at TEXT NOT NULL,
+  PRIMARY KEY (session_id, model_call_id));
+CREATE TABLE IF NOT EXISTS invocations (
+  invocation_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, model_call_id TEXT NOT NULL,
+  proposal_id TEXT NOT NULL, tool_name TEXT NOT NULL, tool_version TEXT NOT NULL,
+  tenant TEXT NOT NULL, subject TEXT NOT NULL, state TEXT NOT NULL, raw_arguments BLOB NOT NULL,
+  digest TEXT NOT NULL, normalized_arguments BLOB NOT NULL, decision TEXT, rejection TEXT,
+  idempotency_key TEXT NOT NULL, deadline TEXT NOT NULL, confirmation_expires_at TEXT NOT NULL,
+  policy_revision TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, external_resource_id TEXT NOT NULL DEFAULT '',
+  commit_time TEXT NOT NULL DEFAULT '', cancel_requested_at TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS invocations_pending ON invocations (state, tenant)
+  WHERE confirmation_expires_at != '';
+CREATE TABLE IF NOT EXISTS events (
+  invocation_id TEXT NOT NULL, seq INTEGER NOT NULL, event_id TEXT NOT NULL UNIQUE,
+  at TEXT NOT NULL, kind TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+  trace_id TEXT NOT NULL, span_id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (invocation_id, seq));
+CREATE TABLE IF NOT EXISTS attempts (
+  attempt_id TEXT PRIMARY KEY, invocation_id TEXT NOT NULL, number INTEGER NOT NULL,
+  executor_id TEXT NOT NULL, jti TEXT NOT NULL, started_at TEXT NOT NULL,
+  credential_expires_at TEXT NOT NULL, outcome TEXT NOT NULL, failure_class TEXT NOT NULL,
+  finished_at TEXT NOT NULL, external_resource_id TEXT NOT NULL, http_status INTEGER NOT NULL,
+  cost_micros INTEGER NOT NULL, retry_reason TEXT NOT NULL, retry_after TEXT NOT NULL,
+  UNIQUE (invocation_id, number));
+CREATE TABLE IF NOT EXISTS results (
+  invocation_id TEXT PRIMARY KEY, status TEXT NOT NULL, message BLOB NOT NULL,
+  truncated INTEGER NOT NULL, remaining BLOB NOT NULL, page_token TEXT NOT NULL,
+  redactions INTEGER NOT NULL, created_at TEXT NOT NULL, nonce TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS usage (
+  session_id TEXT PRIMARY KEY, model_calls INTEGER NOT NULL, tool_calls INTEGER NOT NULL,
+  result_bytes INTEGER NOT NULL, cost_micros INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS redemptions (
+  attempt_id TEXT NOT NULL, secret_name TEXT NOT NULL, at TEXT NOT NULL,
+  PRIMARY KEY (attempt_id, secret_name));
+CREATE TABLE IF NOT EXISTS snapshots (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, revision TEXT NOT NULL, at TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+"""
+
+_INV_COLS = (
+    "invocation_id, session_id, model_call_id, proposal_id, tool_name, tool_version, tenant, "
+    "subject, state, raw_arguments, digest, normalized_arguments, decision, rejection, "
+    "idempotency_key, deadline, confirmation_expires_at, policy_revision, created_at, updated_at, "
+    "attempts, external_resource_id, commit_time, cancel_requested_at"
+)
+_ATT_COLS = (
+    "attempt_id, invocation_id, number, executor_id, jti, started_at, credential_expires_at, outcome, "
+    "failure_class, finished_at, external_resource_id, http_status, cost_micros, retry_reason, retry_after"
+)
+
+
+_INSERT_INVOCATION = f"INSERT INTO invocations ({_INV_COLS}) VALUES ({','.join('?' * 24)})"
+_ADD_USAGE = (
+    "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
+    "model_calls=model_calls+excluded.model_calls, tool_calls=tool_calls+excluded.tool_calls, "
+    "result_bytes=result_bytes+excluded.result_bytes, cost_micros=cost_micros+excluded.cost_micros"
+)
+
+
+def _usage_row(u: Usage) -> tuple[int, int, int, int]:
+    return (u.model_calls, u.tool_calls, u.result_bytes, u.cost_micros)
+
+
+def _dump(v: Any) -> str | None:
+    return None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def _inv_row(r: InvocationRecord) -> tuple[Any, ...]:
+    return (
+        r.invocation_id, r.session_id, r.model_call_id, r.proposal_id, r.tool_name, r.tool_version,
+        r.tenant, r.subject, r.state.value, r.raw_arguments, r.digest, r.normalized_arguments,
+        _dump(r.decision), _dump(r.rejection), r.idempotency_key, r.deadline,
+        r.confirmation_expires_at, r.policy_revision, r.created_at, r.updated_at,
+        r.attempts, r.external_resource_id, r.commit_time, r.cancel_requested_at,
+    )  # fmt: skip
+
+
+def _inv_from(row: sqlite3.Row) -> InvocationRecord:
+    return InvocationRecord(
+        invocation_id=row[0], session_id=row[1], model_call_id=row[2], proposal_id=row[3],
+        tool_name=row[4], tool_version=row[5], tenant=row[6], subject=row[7], state=State(row[8]),
+        raw_arguments=bytes(row[9]), digest=row[10], normalized_arguments=bytes(row[11]),
+        decision=json.loads(row[12]) if row[12] else None,
+        rejection=json.loads(row[13]) if row[13] else None,
+        idempotency_key=row[14], deadline=row[15], confirmation_expires_at=row[16],
+        policy_revision=row[17], created_at=row[18], updated_at=row[19], attempts=row[20],
+        external_resource_id=row[21], commit_time=row[22], cancel_requested_at=row[23],
+    )  # fmt: skip
+
+
+def _att_row(a: AttemptRecord) -> tuple[Any, ...]:
+    return (
+        a.attempt_id, a.invocation_id, a.number, a.executor_id, a.jti, a.started_at,
+        a.credential_expires_at, a.outcome, a.failure_class, a.finished_at, a.external_resource_id,
+        a.http_status, a.cost_micros, a.retry_reason, a.retry_after,
+    )  # fmt: skip
+
+
+def _att_from(row: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(*row)
+
+
+def _cas_invocation(
+    c: sqlite3.Connection,
+    record: InvocationRecord,
+    expected: State,
+    extra: str = "",
+    args: tuple[Any, ...] = (),
+) -> bool:
+    row = _inv_row(record)
+    sets = ", ".join(f"{col.strip()}=?" for col in _INV_COLS.split(",")[1:])
+    cur = c.execute(
+        f"UPDATE invocations SET {sets} WHERE invocation_id=? AND state=?{extra}",
+        (*row[1:], record.invocation_id, expected.value, *args),
+    )
+    return cur.rowcount == 1
+
+
+def read_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
+    """The ordered events of one invocation (also used by the read-only explain reader)."""
+    rows = c.execute(
+        "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
+        "FROM events WHERE invocation_id=? ORDER BY seq",
+        (invocation_id,),
+    ).fetchall()
+    return [
+        EventRecord(
+            event_id=r[0],
+            invocation_id=r[1],
+            seq=r[2],
+            at=r[3],
+            kind=r[4],
+            from_state=State(r[5]) if r[5] else None,
+            to_state=State(r[6]),
+            trace_id=r[7],
+            span_id=r[8],
+            data=json.loads(r[9]),
+        )  # fmt: skip
+        for r in rows
+    ]
+
+
+def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> None:
+    if events and events[0].seq == 0:  # appended to an existing invocation: next numbers
+        (last,) = conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM events WHERE invocation_id=?", (events[0].invocation_id,)
+        ).fetchone()
+        events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
+    if not events:
+        return
+    params: list[Any] = []
+    for e in events:
+        params += (
+            e.invocation_id, e.seq, e.event_id, e.at, e.kind,
+            e.from_state.value if e.from_state else None, e.to_state.value,
+            e.trace_id, e.span_id, _dump(dict(e.data)),
+        )  # fmt: skip
+    conn.execute(_insert_events_sql(len(events)), params)  # one statement: one step for all rows
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_events_sql(n: int) -> str:
+    return (
+        "INSERT INTO events (invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, "
+        "span_id, data) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * n)
+    )
+
+
+class SQLiteStore:
+    """:class:`~callgate.store.base.Store` on SQLite (one writer thread, group commit:
+    :class:`~callgate.store.sqlite_worker.SQLiteWorker`)."""
+
+    def __init__(self, path: str | Path, *, synchronous: str = "full", max_batch: int = 256) -> None:
+        self._worker = SQLiteWorker(
+            path, schema=_SCHEMA, synchronous=synchronous, max_batch=max_batch, name="callgate-events"
+        )
+
+    async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._worker.run(op)
+
+    async def _call_cas(self, op: Callable[[sqlite3.Connection], bool]) -> bool:
+        """Run a compare-and-set write; a ``_Conflict`` raised inside rolls it back (its
+        savepoint) and reads as "another writer won"."""
+        try:
+            return await self._call(op)
+        except _Conflict:
+            return False
+
+    # ------------------------------------------------------------------ API
+    async def put_session(self, s: SessionRecord) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)",
+                (s.session_id, s.tenant, s.subject, s.timezone, s.locale, _dump(dict(s.budgets)),
+                 _dump(list(s.tool_allowlist)), s.opened_at),
+            )  # fmt: skip
+
+        await self._call(op)
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        def op(c: sqlite3.Connection) -> SessionRecord | None:
+            row = c.execute("SELECT * FROM sessions WHERE session_id=?", (session_id,)).fetchone()
+            if row is None:
+                return None
+            return SessionRecord(
+                session_id=row[0], tenant=row[1], subject=row[2], timezone=row[3], locale=row[4],
+                budgets=json.loads(row[5]), tool_allowlist=tuple(json.loads(row[6])), opened_at=row[7],
+            )  # fmt: skip
+
+        return await self._call(op)
+
+    async def put_tool_view(self, v: ToolViewRecord) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT OR REPLACE INTO tool_views VALUES (?,?,?,?,?,?)",
+                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
+                 v.tool_set_digest, v.created_at),
+            )  # fmt: skip
+
+        await self._call(op)
+
+    async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+        def op(c: sqlite3.Connection) -> ToolViewRecord | None:
+            row = c.execute(
+                "SELECT * FROM tool_views WHERE session_id=? AND model_call_id=?", (session_id, model_call_id)
+            ).fetchone()
+            if row is None:
+                return None
+            return ToolViewRecord(
+                session_id=row[0], model_call_id=row[1], tools=tuple(json.loads(row[2])),
+                spec_digests=json.loads(row[3]), tool_set_digest=row[4], created_at=row[5],
+            )  # fmt: skip
+
+        return await self._call(op)
+
+    async def create_invocation(
+        self,
+        record: InvocationRecord,
+        events: Sequence[EventRecord],
+        usage: Mapping[str, Usage] | None = None,
+    ) -> None:
+        row = _inv_row(record)
+
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(_INSERT_INVOCATION, row)
+            _insert_events(c, events)
+            if usage:
+                c.executemany(_ADD_USAGE, [(sid, *_usage_row(d)) for sid, d in usage.items()])
+
+        await self._call(op)
+
+    async def transition(
+        self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            if not _cas_invocation(c, record, expected):
+                return False
+            _insert_events(c, events)
+            return True
+
+        return await self._call(op)
+
+    async def begin_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            if not _cas_invocation(c, record, expected, " AND attempts=?", (record.attempts - 1,)):
+                return False
+            c.execute(f"INSERT INTO attempts ({_ATT_COLS}) VALUES ({','.join('?' * 15)})", _att_row(attempt))
+            _insert_events(c, events)
+            return True
+
+        return await self._call(op)
+
+    async def finish_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            if not _cas_invocation(c, record, expected):
+                return False
+            cur = c.execute(
+                "UPDATE attempts SET outcome=?, failure_class=?, finished_at=?, external_resource_id=?, "
+                "http_status=?, cost_micros=?, retry_reason=?, retry_after=? WHERE attempt_id=? AND outcome=''",
+                (attempt.outcome, attempt.failure_class, attempt.finished_at, attempt.external_resource_id,
+                 attempt.http_status, attempt.cost_micros, attempt.retry_reason, attempt.retry_after,
+                 attempt.attempt_id),
+            )  # fmt: skip
+            if cur.rowcount != 1:
+                raise _Conflict()
+            _insert_events(c, events)
+            return True
+
+        return await self._call_cas(op)
+
+    async def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
+        def op(c: sqlite3.Connection) -> AttemptRecord | None:
+            row = c.execute(f"SELECT {_ATT_COLS} FROM attempts WHERE attempt_id=?", (attempt_id,)).fetchone()
+            return None if row is None else _att_from(row)
+
+        return await self._call(op)
+
+    async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]:
+        def op(c: sqlite3.Connection) -> list[AttemptRecord]:
+            rows = c.execute(
+                f"SELECT {_ATT_COLS} FROM attempts WHERE invocation_id=? ORDER BY number", (invocation_id,)
+            ).fetchall()
+            return [_att_from(r) for r in rows]
+
+        return await self._call(op)
+
+    async def put_result(
+        self, record: InvocationRecord, expected: State, result: ResultRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            if not _cas_invocation(c, record, expected):
+                return False
+            cur = c.execute(
+                "INSERT OR IGNORE INTO results VALUES (?,?,?,?,?,?,?,?,?)",
+                (result.invocation_id, result.status, result.message, int(result.truncated), result.remaining,
+                 result.page_token, result.redactions, result.created_at, result.nonce),
+            )  # fmt: skip
+            if cur.rowcount != 1:
+                raise _Conflict()
+            _insert_events(c, events)
+            return True
+
+        return await self._call_cas(op)
+
+    async def get_result(self, invocation_id: str) -> ResultRecord | None:
+        def op(c: sqlite3.Connection) -> ResultRecord | None:
+            row = c.execute("SELECT * FROM results WHERE invocation_id=?", (invocation_id,)).fetchone()
+            if row is None:
+                return None
+            return ResultRecord(
+                row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7], row[8]
+            )
+
+        return await self._call(op)
+
+    async def add_usage(self, session_id: str, delta: Usage) -> Usage:
+        def op(c: sqlite3.Connection) -> Usage:
+            c.execute(_ADD_USAGE, (session_id, *_usage_row(delta)))
+            row = c.execute(
+                "SELECT model_calls, tool_calls, result_bytes, cost_micros FROM usage WHERE session_id=?",
+                (session_id,),
+            ).fetchone()
+            return Usage(*row)
+
+        return await self._call(op)
+
+    async def redeem_once(self, attempt_id: str, secret_name: str, at: str) -> bool:
+        def op(c: sqlite3.Connection) -> bool:
+            cur = c.execute("INSERT OR IGNORE INTO redemptions VALUES (?,?,?)", (attempt_id, secret_name, at))
+            return cur.rowcount == 1
+
+        return await self._call(op)
+
+    async def append_events(self, events: Sequence[EventRecord]) -> None:
+        await self._call(lambda c: _insert_events(c, events))
+
+    async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        def op(c: sqlite3.Connection) -> InvocationRecord | None:
+            row = c.execute(
+                f"SELECT {_INV_COLS} FROM invocations WHERE invocation_id=?", (invocation_id,)
+            ).fetchone()
+            return None if row is None else _inv_from(row)
+
+        return await self._call(op)
+
+    async def list_events(self, invocation_id: str) -> list[EventRecord]:
+        return await self._call(lambda c: read_events(c, invocation_id))
+
+    async def list_pending(self, tenant: str) -> list[InvocationRecord]:
+        def op(c: sqlite3.Connection) -> list[InvocationRecord]:
+            q = f"SELECT {_INV_COLS} FROM invocations WHERE state=? AND confirmation_expires_at != ''"
+            args: tuple[Any, ...] = (State.AUTHORIZED.value,)
+            if tenant:
+                q += " AND tenant=?"
+                args += (tenant,)
+            return [_inv_from(r) for r in c.execute(q + " ORDER BY created_at", args).fetchall()]
+
+        return await self._call(op)
+
+    async def record_snapshot(self, revision: str, at: str, detail: Mapping[str, Any]) -> None:
+        await self._call(
+            lambda c: c.execute(
+                "INSERT INTO snapshots (revision, at, detail) VALUES (?,?,?)",
+                (revision, at, _dump(dict(detail))),
+            )
+        )
+
+    async def close(self) -> None:
+        await self._worker.close()
+
+
+class _Conflict(Exception):
+    """A compare-and-set lost inside an operation: roll its writes back, report False."""

@@ -1,0 +1,260 @@
+"""One SQLite connection on its own thread with group commit, shared by the event store and the
+idempotency store.
+
+Operations queued while a commit is in flight run together in the next transaction (group
+commit), each inside its own SAVEPOINT so a failing operation is rolled back alone. A caller's
+future resolves only after the transaction that ran its operation committed: with
+``synchronous=FULL`` the write is on disk before the gate answers. The asyncio event loop never
+blocks on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from callgate.core.errors import CallgateError, ErrorCode
+
+T = TypeVar("T")
+Op = Callable[[sqlite3.Connection], Any]
+
+_SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class SQLiteWorker:
+    """One SQLite connection on its own thread, group commit with a SAVEPOINT per operation.
+
+    ``run(op)`` queues ``op(conn)`` and resolves with its return value once the transaction that
+    ran it committed, or raises what ``op`` raised (its writes rolled back to its savepoint; the
+    other operations of the batch are unaffected). If the BEGIN or COMMIT itself fails (disk,
+    lock timeout), every operation of the batch fails with ``store_unavailable``. ``sqlite3``
+    errors raised by an operation become ``store_unavailable`` too; other exceptions pass through.
+
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        schema: str,
+        synchronous: str = "full",
+        busy_timeout_ms: int = 5000,
+        max_batch: int = 256,
+        name: str = "callgate-sqlite",
+    ) -> None:
+        self._path = str(path)
+        if self._path != ":memory:":
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+        self._sync = synchronous.upper()
+        if self._sync not in _SYNC_MODES:
+            raise ValueError(f"synchronous must be one of {', '.join(_SYNC_MODES)}")
+        if busy_timeout_ms < 0:
+            raise ValueError("busy_timeout_ms must be >= 0")
+        self._busy_ms = busy_timeout_ms
+        self._schema = schema
+        self._max_batch = max_batch
+        self._q: queue.SimpleQueue[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._ready = threading.Event()
+        self._init_error: BaseException | None = None
+        self._closing = False
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._init_error is not None:
+            raise CallgateError(
+                code=ErrorCode.STORE_UNAVAILABLE, message=f"cannot open SQLite database: {self._init_error}"
+            )
+
+    # ------------------------------------------------------------------ worker thread
+    def _open(self) -> sqlite3.Connection:
+        return open_connection(
+            self._path, schema=self._schema, synchronous=self._sync, busy_timeout_ms=self._busy_ms
+        )
+
+    def _main(self) -> None:
+        try:
+            conn = self._open()
+        except BaseException as exc:
+            self._init_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        stop = False
+        try:
+            while not stop:
+                first = self._q.get()
+                if first is None:
+                    break
+                batch = [first]
+                while len(batch) < self._max_batch:
+                    try:
+                        nxt = self._q.get_nowait()
+                    except queue.Empty:
+                        break
+                    if nxt is None:
+                        stop = True
+                        break
+                    batch.append(nxt)
+                self._run_batch(conn, batch)
+        finally:
+            conn.close()
+            self._fail_pending()
+
+    def _fail_pending(self) -> None:
+        while True:
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                _, loop, fut = item
+                err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="store is closed")
+                loop.call_soon_threadsafe(_settle_all, [(fut, False, err)])
+
+    def _run_batch(
+        self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]]
+    ) -> None:
+        self._settle(batch, execute_batch(conn, [op for op, _, _ in batch]))
+
+    @staticmethod
+    def _settle(
+        batch: list[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]],
+        results: list[tuple[bool, Any]],
+    ) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
+        for (ok, value), (_, loop, fut) in zip(results, batch, strict=False):
+            by_loop.setdefault(loop, []).append((fut, ok, value))
+        for loop, items in by_loop.items():  # one wake-up per loop per batch
+            try:
+                loop.call_soon_threadsafe(_settle_all, items)
+            except RuntimeError:  # that loop is closed: nobody is waiting any more
+                pass
+
+    # ------------------------------------------------------------------ API
+    async def run(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closing or not self._thread.is_alive():
+            raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="store is closed")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+        self._q.put((op, loop, fut))
+        return await fut
+
+    async def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self._q.put(None)
+        if self._thread.is_alive():
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join)
+
+
+def open_connection(path: str, *, schema: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
+    """A connection in WAL mode with ``synchronous`` set and ``schema`` applied."""
+    conn = sqlite3.connect(
+        path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+    )
+    # busy_timeout first: switching a fresh file to WAL and creating the schema can meet
+    # another process doing the same.
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            conn.execute(f"PRAGMA synchronous={synchronous}")
+            conn.executescript(schema)
+            break
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() > deadline:
+                conn.close()
+                raise
+            time.sleep(0.01)
+    if path != ":memory:" and str(mode).lower() != "wal":
+        conn.close()
+        raise sqlite3.OperationalError(f"cannot switch {path} to WAL (journal_mode={mode})")
+    return conn
+
+
+def execute_batch(conn: sqlite3.Connection, ops: list[Op]) -> list[tuple[bool, Any]]:
+    """Run ``ops`` in one transaction, each isolated (a SAVEPOINT each when there are several):
+    an operation's own exception rolls back its writes only and is its result; a failing
+    BEGIN/COMMIT fails every operation with ``store_unavailable``. Returns (ok, value) per op."""
+    if len(ops) == 1:  # the common case when idle: no savepoint needed, the transaction is the op's
+        return [_run_alone(conn, ops[0])]
+    results: list[tuple[bool, Any]] = []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for op in ops:
+                conn.execute("SAVEPOINT op")
+                try:
+                    value = op(conn)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                    results.append((False, _store_error(exc)))
+                else:
+                    conn.execute("RELEASE op")
+                    results.append((True, value))
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+    except Exception as exc:
+        results = [(False, _transaction_failed(exc))] * len(ops)
+    return results
+
+
+def _run_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
+    """One operation in its own transaction: same outcomes as inside a batch."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except Exception as exc:
+        return False, _transaction_failed(exc)
+    try:
+        value = op(conn)
+    except Exception as exc:
+        _rollback(conn)
+        return False, _store_error(exc)
+    except BaseException:
+        _rollback(conn)
+        raise
+    try:
+        conn.execute("COMMIT")
+    except Exception as exc:
+        _rollback(conn)
+        return False, _transaction_failed(exc)
+    return True, value
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # no transaction left to roll back
+
+
+def _transaction_failed(exc: Exception) -> CallgateError:
+    return CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+
+
+def _store_error(exc: Exception) -> Exception:
+    if isinstance(exc, sqlite3.Error):
+        return CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite operation failed: {exc}")
+    return exc
+
+
+def _settle_all(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for fut, ok, value in items:
+        if fut.done():
+            continue
+        if ok:
+            fut.set_result(value)
+        else:
+            fut.set_exception(value)

@@ -1,3 +1,0 @@
-from sidecar.cli import main
-
-raise SystemExit(main())

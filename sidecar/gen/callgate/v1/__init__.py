@@ -1,1 +1,0 @@
-"""Generated code (scripts/gen-proto). Do not edit."""
