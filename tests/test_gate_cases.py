@@ -145,14 +145,14 @@ def test_shadow_decision_reaches_the_event(tmp_path: Any) -> None:
 def test_tool_views_beyond_the_cache_are_read_back_from_the_store(
     server: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import callgate.propose.gate as gate_module
+    import callgate.propose.sessions as sessions_module
 
-    monkeypatch.setattr(gate_module, "VIEW_CACHE_MAX", 3)
+    monkeypatch.setattr(sessions_module, "VIEW_CACHE_MAX", 3)
     sid = server.open_session()
     for i in range(6):
         server.list_tools(sid, model_call_id=f"mc-{i}")
     gate = server.sidecar.components.gate
-    assert len(gate._views) <= 3  # bounded apart from the session cache
+    assert gate.sessions.cached_views <= 3  # bounded apart from the session cache
     resp = server.propose(
         sid, "weather.get@v1", {"city": "Paris", "date": "2026-07-20"}, model_call_id="mc-0"
     )

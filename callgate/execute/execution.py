@@ -23,38 +23,47 @@ import random
 import secrets as _secrets
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from enum import Enum
 from typing import Any
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.events import EventKind
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.credentials.issuer import CredentialIssuer, Grant, KeyRing, MintedCredential
 from callgate.credentials.verifier import CredentialError, CredentialVerifier
 from callgate.execute.encode import EncodeInput, encode_result, limits_from_spec, page
 from callgate.execute.redaction import Redactor
-from callgate.execute.retry import Advice, FailureClass, RetryPolicy, advise, reliability
+from callgate.execute.retry import Advice, FailureClass, Reliability, RetryPolicy, advise, reliability
 from callgate.execute.secrets import SecretStore
+from callgate.execute.usage import UsageMeter
+from callgate.policy.serving import ServingSnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.gate import Gate, _Trail
+from callgate.propose.idempotency import IdempotencyFlow
 from callgate.store.base import AttemptRecord, InvocationRecord, ResultRecord, Store, Usage
-from callgate.store.idempotency.base import IdempotencyStore
+from callgate.store.trail import Trail
 
 
-class Outcome:
+class Outcome(str, Enum):
+    """What an executor reports for one attempt (6.7): the commit boundary as it saw it."""
+
     COMMITTED = "COMMITTED"
     FAILED_BEFORE_COMMIT = "FAILED_BEFORE_COMMIT"
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     FAILED_AFTER_COMMIT = "FAILED_AFTER_COMMIT"
 
 
-OUTCOMES = (
-    Outcome.COMMITTED,
-    Outcome.FAILED_BEFORE_COMMIT,
-    Outcome.OUTCOME_UNKNOWN,
-    Outcome.FAILED_AFTER_COMMIT,
-)
+OUTCOMES = tuple(Outcome)
+
+_OUTCOME_EVENT = {
+    State.COMMITTED: EventKind.COMMITTED,
+    State.FAILED_AFTER_COMMIT: EventKind.FAILED_AFTER_COMMIT,
+    State.OUTCOME_UNKNOWN: EventKind.OUTCOME_UNKNOWN,
+    State.FAILED_BEFORE_COMMIT: EventKind.FAILED_BEFORE_COMMIT,
+}
+"""The event of a reported outcome by the state it leads to; any other: ``attempt_failed``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +132,19 @@ class Execution:
         self,
         *,
         config: Config,
-        gate: Gate,
+        serving: ServingSnapshot,
         store: Store,
         clock: Clock,
         keyring: KeyRing,
-        idempotency: IdempotencyStore,
+        keys: IdempotencyFlow,
+        usage: UsageMeter,
         secrets: SecretStore,
         redactor: Redactor,
         rng: random.Random | None = None,
     ) -> None:
         self._cfg = config
-        self._gate = gate
+        self._serving = serving
+        self._usage = usage
         self._store = store
         self._clock = clock
         self._keyring = keyring
@@ -153,7 +164,7 @@ class Execution:
             clock=clock,
             replay_cache=_PerSecretUse(),
         )
-        self._idem = idempotency
+        self._keys = keys
         self._secrets = secrets
         self._redactor = redactor
         self._rng = rng or random.Random(_secrets.randbits(64))
@@ -161,7 +172,7 @@ class Execution:
 
     # ------------------------------------------------------------------ helpers
     def _tool(self, inv: InvocationRecord) -> CompiledTool:
-        tool = self._gate.snapshot.tools.get(inv.tool_name, inv.tool_version)
+        tool = self._serving.current.tools.get(inv.tool_name, inv.tool_version)
         if tool is None:
             raise CallgateError(
                 code=ErrorCode.UNKNOWN_TOOL_VERSION,
@@ -227,7 +238,7 @@ class Execution:
                 )
             self._check_backoff(last, now)
             target = State.EXECUTING
-        elif inv.state is State.OUTCOME_UNKNOWN and rel.value != "write_unsafe":
+        elif inv.state is State.OUTCOME_UNKNOWN and rel is not Reliability.WRITE_UNSAFE:
             if last is not None:
                 self._check_backoff(last, now)
             target = State.OUTCOME_UNKNOWN  # same-key retry / status query; the state stays unknown
@@ -266,9 +277,9 @@ class Execution:
             started_at=at,
             credential_expires_at=rfc3339(credential.expires_at),
         )
-        trail = _Trail(self._gate, inv.invocation_id, inv.state, 0, trace, at)
+        trail = Trail.on(inv, trace, at)
         trail.add(
-            "attempt_started",
+            EventKind.ATTEMPT_STARTED,
             target,
             {
                 "attempt_id": attempt_id,
@@ -292,7 +303,7 @@ class Execution:
     async def report_outcome(
         self,
         attempt_id: str,
-        outcome: str,
+        reported: str,
         *,
         failure_class: str = "",
         external_resource_id: str = "",
@@ -301,10 +312,12 @@ class Execution:
         cost_micros: int = 0,
         trace: TraceContext,
     ) -> ReportedOutcome:
-        if outcome not in OUTCOMES:
+        try:
+            outcome = Outcome(reported)
+        except ValueError:
             raise CallgateError(
                 code=ErrorCode.INVALID_REQUEST, message=f"outcome must be one of {', '.join(OUTCOMES)}"
-            )
+            ) from None
         attempt = await self._store.get_attempt(attempt_id)
         if attempt is None:
             raise CallgateError(code=ErrorCode.ATTEMPT_NOT_FOUND, message="unknown attempt_id")
@@ -320,23 +333,23 @@ class Execution:
             tool.spec.side_effect_class, tool.spec.idempotency_supported, bool(inv.idempotency_key)
         )
         advice = Advice(False, "no_failure")
-        if outcome == Outcome.COMMITTED:
+        if outcome is Outcome.COMMITTED:
             if not external_resource_id and tool.spec.side_effect_class.is_write:
                 raise CallgateError(
                     code=ErrorCode.INVALID_REQUEST, message="COMMITTED needs external_resource_id"
                 )
             target = State.COMMITTED
-        elif outcome == Outcome.FAILED_AFTER_COMMIT:
+        elif outcome is Outcome.FAILED_AFTER_COMMIT:
             target = State.FAILED_AFTER_COMMIT
         else:
             fc = (
                 FailureClass(failure_class)
                 if failure_class
                 else (
-                    FailureClass.TIMEOUT if outcome == Outcome.OUTCOME_UNKNOWN else FailureClass.NOT_REACHED
+                    FailureClass.TIMEOUT if outcome is Outcome.OUTCOME_UNKNOWN else FailureClass.NOT_REACHED
                 )
             )
-            if outcome == Outcome.OUTCOME_UNKNOWN and fc is not FailureClass.TIMEOUT:
+            if outcome is Outcome.OUTCOME_UNKNOWN and fc is not FailureClass.TIMEOUT:
                 fc = FailureClass.TIMEOUT
             rp = tool.spec.retry_policy
             policy = RetryPolicy(
@@ -351,8 +364,8 @@ class Execution:
             )  # fmt: skip
             if inv.cancel_requested_at:
                 advice = replace(advice, retry=False, reason="cancelled")
-            unknown = advice.commit_unknown or outcome == Outcome.OUTCOME_UNKNOWN
-            if rel.value == "read_only":
+            unknown = advice.commit_unknown or outcome is Outcome.OUTCOME_UNKNOWN
+            if rel is Reliability.READ_ONLY:
                 unknown = False  # a read that may or may not have happened changed nothing
             if unknown and tool.spec.side_effect_class.is_write:
                 # 6.7: a write whose commit is unknown is never "not executed".
@@ -365,7 +378,7 @@ class Execution:
                 target = State.OUTCOME_UNKNOWN
         finished = replace(
             attempt,
-            outcome=outcome,
+            outcome=outcome.value,
             failure_class=failure_class,
             finished_at=at,
             external_resource_id=external_resource_id,
@@ -374,11 +387,11 @@ class Execution:
             retry_reason=("retry:" if advice.retry else "final:") + advice.reason,
             retry_after=rfc3339(now + timedelta(milliseconds=advice.backoff_ms)) if advice.retry else "",
         )
-        trail = _Trail(self._gate, inv.invocation_id, inv.state, 0, trace, at)
+        trail = Trail.on(inv, trace, at)
         data: dict[str, Any] = {
             "attempt_id": attempt_id,
             "attempt": attempt.number,
-            "outcome": outcome,
+            "outcome": outcome.value,
             "failure_class": failure_class,
             "http_status": http_status,
             "retry": {
@@ -389,42 +402,28 @@ class Execution:
                 "same_key": advice.same_key,
             },
         }
-        if outcome == Outcome.COMMITTED:
+        if outcome is Outcome.COMMITTED:
             data.update(external_resource_id=external_resource_id, commit_time=commit_time or at)
-        kind = {
-            State.COMMITTED: "committed",
-            State.FAILED_AFTER_COMMIT: "failed_after_commit",
-            State.OUTCOME_UNKNOWN: "outcome_unknown",
-            State.FAILED_BEFORE_COMMIT: "failed_before_commit",
-        }.get(target, "attempt_failed")
-        trail.add(kind, target, data)
+        trail.add(_OUTCOME_EVENT.get(target, EventKind.ATTEMPT_FAILED), target, data)
         new = replace(
             inv,
             state=target,
             updated_at=at,
             external_resource_id=external_resource_id or inv.external_resource_id,
-            commit_time=(commit_time or at) if outcome == Outcome.COMMITTED else inv.commit_time,
+            commit_time=(commit_time or at) if outcome is Outcome.COMMITTED else inv.commit_time,
         )
         if not await self._store.finish_attempt(new, inv.state, finished, trail.events):
             raise CallgateError(
                 code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the invocation changed concurrently"
             )
-        if inv.idempotency_key:
-            key = self._gate.idempotency_key(inv)
-            if target in (State.COMMITTED, State.FAILED_AFTER_COMMIT):
-                await self._idem.complete(
-                    key,
-                    inv.invocation_id,
-                    outcome=target.value,
-                    external_resource_id=external_resource_id,
-                    now=now,
-                )
-            elif target is State.FAILED_BEFORE_COMMIT:
-                await self._idem.release(key, inv.invocation_id, now=now)
+        if target in (State.COMMITTED, State.FAILED_AFTER_COMMIT):
+            await self._keys.complete(inv, target, external_resource_id, now)
+        elif target is State.FAILED_BEFORE_COMMIT:
+            await self._keys.release(inv, now)
         if cost_micros:
             session = await self._store.get_session(inv.session_id)
             if session is not None:
-                await self._gate.consume(session, Usage(cost_micros=cost_micros), check=False)
+                await self._usage.consume(session, Usage(cost_micros=cost_micros), check=False)
         return ReportedOutcome(new, advice)
 
     # ------------------------------------------------------------------ results (6.10)
@@ -497,9 +496,9 @@ class Execution:
             created_at=at,
             nonce=encoded.nonce,
         )
-        trail = _Trail(self._gate, inv.invocation_id, inv.state, 0, trace, at)
+        trail = Trail.on(inv, trace, at)
         trail.add(
-            "observed" if target is State.OBSERVED else "result_encoded",
+            EventKind.OBSERVED if target is State.OBSERVED else EventKind.RESULT_ENCODED,
             target,
             {
                 "status": status,
@@ -514,13 +513,11 @@ class Execution:
             raise CallgateError(
                 code=ErrorCode.TERMINAL_STATE, message="a result was already encoded for this invocation"
             )
-        if inv.idempotency_key and target is State.OBSERVED:
-            await self._idem.set_result(
-                self._gate.idempotency_key(inv), inv.invocation_id, encoded.message_bytes, now=now
-            )
+        if target is State.OBSERVED:
+            await self._keys.set_result(inv, encoded.message_bytes, now)
         session = await self._store.get_session(inv.session_id)
         if session is not None:
-            await self._gate.consume(session, Usage(result_bytes=len(encoded.message_bytes)), check=False)
+            await self._usage.consume(session, Usage(result_bytes=len(encoded.message_bytes)), check=False)
         return result
 
     async def get_result(self, invocation_id: str, page_token: str = "", tool_call_id: str = "") -> Page:

@@ -158,11 +158,12 @@ async def build_components(
         )
     execution = Execution(
         config=cfg,
-        gate=gate,
+        serving=gate.serving,
         store=store,
         clock=clock,
         keyring=keyring,
-        idempotency=idempotency,
+        keys=gate.keys,
+        usage=gate.usage,
         secrets=secrets,
         redactor=redactor,
     )

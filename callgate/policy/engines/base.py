@@ -96,7 +96,7 @@ def combine(decisions: Sequence[Decision], engine: str) -> Decision:
 
 
 def decision_from_dict(d: Mapping[str, Any]) -> Decision:
-    """Inverse of :func:`callgate.propose.gate.decision_to_dict` (stored decisions)."""
+    """Inverse of :func:`callgate.propose.outcome.decision_to_dict` (stored decisions)."""
     return Decision(
         effect=Effect(d["effect"]),
         reasons=tuple(

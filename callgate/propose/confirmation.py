@@ -1,0 +1,120 @@
+"""Confirmation (spec 6.6, 6.11): a parked invocation waits for a person, bound to its digest.
+
+``Propose`` parks an invocation whose decision is *confirm* in AUTHORIZED with an expiry. A
+``Confirm`` with exactly its digest moves it to PREPARED; any other digest cancels it (6.11:
+``if not confirmation.matches(invocation.digest): return cancelled_before_commit``); after the
+expiry it is cancelled, by ``Confirm`` itself, by a proposal that reuses its key, or by the sweep.
+Every cancellation gives the idempotency key back.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime
+
+from callgate.core.clock import Clock, rfc3339
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.events import EventKind
+from callgate.core.states import State
+from callgate.core.trace import TraceContext
+from callgate.propose.idempotency import IdempotencyFlow
+from callgate.store.base import InvocationRecord, Store
+from callgate.store.trail import move
+
+
+class Confirmations:
+    """Confirm, expire and list parked invocations."""
+
+    def __init__(self, *, store: Store, clock: Clock, keys: IdempotencyFlow) -> None:
+        self._store = store
+        self._clock = clock
+        self._keys = keys
+
+    async def _cancel(
+        self, inv: InvocationRecord, kind: EventKind, data: dict[str, str], trace: TraceContext
+    ) -> InvocationRecord | None:
+        moved = await move(
+            self._store, inv, State.CANCELLED_BEFORE_COMMIT, kind, data, trace, rfc3339(self._clock.now())
+        )
+        if moved is not None:
+            await self._keys.release(inv)
+        return moved
+
+    async def confirm(
+        self, inv: InvocationRecord, digest: str, confirmed_by: str, trace: TraceContext
+    ) -> InvocationRecord:
+        """Confirm the parked ``inv`` with ``digest``; the PREPARED record, or an error."""
+        if inv.state is not State.AUTHORIZED or not inv.confirmation_expires_at:
+            raise CallgateError(
+                code=ErrorCode.CONFIRMATION_NOT_PENDING,
+                message=f"invocation has no pending confirmation (state {inv.state.value})",
+            )
+        if self._clock.now() >= datetime.fromisoformat(inv.confirmation_expires_at):
+            await self._cancel(
+                inv, EventKind.CONFIRMATION_EXPIRED, {"expired_at": inv.confirmation_expires_at}, trace
+            )
+            raise CallgateError(
+                code=ErrorCode.CONFIRMATION_EXPIRED, message="the confirmation window has passed"
+            )
+        if not hmac.compare_digest(digest.encode(), inv.digest.encode()):
+            # 6.6 / 6.11: a confirmation of anything else than the parked digest cancels it.
+            data = {"reason": ErrorCode.CONFIRMATION_DIGEST_MISMATCH.value, "confirmed_by": confirmed_by}
+            if await self._cancel(inv, EventKind.CONFIRMATION_REJECTED, data, trace) is None:
+                raise CallgateError(
+                    code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
+                )
+            raise CallgateError(
+                code=ErrorCode.CONFIRMATION_DIGEST_MISMATCH,
+                message="digest does not match the parked invocation; it was cancelled, propose again",
+            )
+        moved = await move(
+            self._store,
+            inv,
+            State.PREPARED,
+            EventKind.CONFIRMED,
+            {"digest": inv.digest, "confirmed_by": confirmed_by},
+            trace,
+            rfc3339(self._clock.now()),
+        )
+        if moved is None:
+            raise CallgateError(
+                code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
+            )
+        return moved
+
+    async def expire_if_stale(self, invocation_id: str, trace: TraceContext) -> bool:
+        """Cancel a parked invocation whose confirmation window has passed (releasing its
+        idempotency key). True if it was (or already is) expired and cancelled."""
+        inv = await self._store.get_invocation(invocation_id)
+        if inv is None or inv.state is not State.AUTHORIZED or not inv.confirmation_expires_at:
+            return False
+        if self._clock.now() < datetime.fromisoformat(inv.confirmation_expires_at):
+            return False
+        await self._cancel(
+            inv, EventKind.CONFIRMATION_EXPIRED, {"expired_at": inv.confirmation_expires_at}, trace
+        )
+        return True
+
+    async def expire_all(self) -> int:
+        """Sweep: cancel every parked invocation whose confirmation expired (6.11: an unconfirmed
+        call ends as cancelled_before_commit). Returns how many were cancelled."""
+        now = self._clock.now()
+        expired = [
+            inv
+            for inv in await self._store.list_pending("")
+            if now >= datetime.fromisoformat(inv.confirmation_expires_at)
+        ]
+        trace = TraceContext.from_traceparent(None)
+        return sum([await self.expire_if_stale(inv.invocation_id, trace) for inv in expired])
+
+    async def pending(self, tenant: str) -> list[InvocationRecord]:
+        """Parked invocations of ``tenant`` still inside their confirmation window."""
+        now = self._clock.now()
+        return [
+            inv
+            for inv in await self._store.list_pending(tenant)
+            if now < datetime.fromisoformat(inv.confirmation_expires_at)
+        ]
+
+
+__all__ = ["Confirmations"]

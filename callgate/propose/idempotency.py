@@ -1,0 +1,211 @@
+"""The idempotency flow of spec 6.8 around one invocation: claim, replay, complete, release.
+
+``Propose`` claims the runtime's key with the digest of the normalized arguments before anything
+can run. A repeat with the same digest is answered from the original invocation (a replay: no
+second side effect, recorded on the original's trail); another digest, or a key past its
+retention under the ``reject`` policy, is a rejection. The executor half completes the key at
+the commit boundary or releases it when the invocation ends before it; cancels and expired
+confirmations release it too. The atomic read-modify-write itself lives in the backends
+(:mod:`callgate.store.idempotency`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from callgate.config import IdempotencyConfig
+from callgate.core.clock import Clock, rfc3339
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.events import EventKind
+from callgate.core.model import Proposal
+from callgate.core.states import State
+from callgate.core.trace import TraceContext
+from callgate.policy.engines.base import decision_from_dict
+from callgate.policy.toolspecs import CompiledTool
+from callgate.propose.outcome import ProposeOutcome, Rejection
+from callgate.store.base import InvocationRecord, SessionRecord, Store
+from callgate.store.idempotency.base import (
+    ClaimKind,
+    ClaimResult,
+    ExpiredPolicy,
+    IdempotencyKey,
+    IdempotencyRecord,
+    IdempotencyStore,
+)
+from callgate.store.trail import Trail
+
+log = logging.getLogger("callgate.gate")
+
+ExpireStale = Callable[[str, TraceContext], Awaitable[bool]]
+"""Cancels the invocation holding a key if its confirmation window has passed (True if so)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The proposal may go on: ``key`` is now held by it (None: no key was given, keyless allowed)."""
+
+    key: IdempotencyKey | None
+
+
+def key_of(inv: InvocationRecord) -> IdempotencyKey:
+    """The 6.8 lookup key of an invocation: scope (tenant + subject), tool name, version, key."""
+    return IdempotencyKey(inv.tenant, inv.subject, inv.tool_name, inv.tool_version, inv.idempotency_key)
+
+
+class IdempotencyFlow:
+    """Claims, replays, completes and releases idempotency keys for the gate and the executor half."""
+
+    def __init__(
+        self, *, backend: IdempotencyStore, store: Store, clock: Clock, config: IdempotencyConfig
+    ) -> None:
+        self._backend = backend
+        self._store = store
+        self._clock = clock
+        self._retention_default = config.retention_seconds
+        self._expired_policy = ExpiredPolicy(config.expired_policy)
+
+    async def claim(
+        self,
+        p: Proposal,
+        tool: CompiledTool,
+        session: SessionRecord,
+        digest: str,
+        invocation_id: str,
+        *,
+        now: datetime,
+        trace: TraceContext,
+        expire_stale: ExpireStale,
+    ) -> Claimed | Rejection | ProposeOutcome:
+        """Claim the proposal's key for ``invocation_id``: go on, a rejection, or the replay."""
+        key = p.idempotency_key or ""
+        if not key:
+            if tool.spec.keyless_allowed:
+                return Claimed(None)
+            return Rejection.of(
+                CallgateError(
+                    code=ErrorCode.IDEMPOTENCY_KEY_REQUIRED,
+                    message=f"{tool.spec.key} writes and needs an idempotency key",
+                )
+            )
+        idem_key = IdempotencyKey(session.tenant, session.subject, p.tool_name, p.tool_version, key)
+        retention = timedelta(seconds=tool.spec.retention_seconds(self._retention_default))
+
+        async def attempt() -> ClaimResult:
+            return await self._backend.claim(
+                idem_key,
+                digest,
+                invocation_id,
+                now=now,
+                retention=retention,
+                expired_policy=self._expired_policy,
+            )
+
+        claim = await attempt()
+        if (
+            claim.kind is ClaimKind.IN_PROGRESS
+            and claim.record is not None
+            and await expire_stale(claim.record.invocation_id, trace)
+        ):  # the holder was a confirmation that expired unanswered: the key is free again
+            claim = await attempt()
+        if claim.kind in (ClaimKind.IN_PROGRESS, ClaimKind.COMPLETED) and claim.record is not None:
+            return await self._replay(claim.record, p, digest, trace)
+        if claim.kind is ClaimKind.NEW:
+            return Claimed(idem_key)
+        if claim.kind is ClaimKind.MISMATCH:
+            return Rejection.of(
+                CallgateError(
+                    code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
+                    message="idempotency key already used with other arguments; use a new key",
+                )
+            )
+        return Rejection.of(
+            CallgateError(
+                code=ErrorCode.IDEMPOTENCY_KEY_EXPIRED,
+                message="idempotency key is past its retention window; use a new key",
+            )
+        )
+
+    async def _replay(
+        self, held: IdempotencyRecord, p: Proposal, digest: str, trace: TraceContext
+    ) -> ProposeOutcome:
+        """A repeated key with the same digest: answer with the original invocation; nothing new
+        runs (6.8 rules 1-2). The repeat is recorded on the original's trail.
+
+        With a shared (PostgreSQL) idempotency store the original may belong to another sidecar
+        (another pod): its events are there, so the answer is built from the shared record alone
+        (state known only once completed; the tool message once encoded)."""
+        result = held.result or b""
+        original = await self._store.get_invocation(held.invocation_id)
+        if original is None:
+            log.info("idempotent replay of %s held by another sidecar", held.invocation_id)
+            return ProposeOutcome(
+                _remote_record(held, p), None, None, idempotent_replay=True, replayed_message=result
+            )
+        trail = Trail.on(original, trace, rfc3339(self._clock.now()))
+        trail.add(
+            EventKind.IDEMPOTENT_REPLAY,
+            original.state,
+            {"proposal_id": p.proposal_id, "model_call_id": p.model_call_id, "digest": digest},
+        )
+        await self._store.append_events(trail.events)
+        decision = decision_from_dict(original.decision) if original.decision else None
+        return ProposeOutcome(original, decision, None, idempotent_replay=True, replayed_message=result)
+
+    async def release_claim(self, key: IdempotencyKey, invocation_id: str, now: datetime) -> None:
+        """Give back a key this call claimed (a deny, or a failed write of the proposal)."""
+        await self._backend.release(key, invocation_id, now=now)
+
+    async def release(self, inv: InvocationRecord, now: datetime | None = None) -> None:
+        """Give the key back: the invocation ended before the commit boundary."""
+        if inv.idempotency_key:
+            await self._backend.release(key_of(inv), inv.invocation_id, now=now or self._clock.now())
+
+    async def complete(
+        self, inv: InvocationRecord, outcome: State, external_resource_id: str, now: datetime
+    ) -> None:
+        """The invocation passed the commit boundary: repeats replay it from now on."""
+        if inv.idempotency_key:
+            await self._backend.complete(
+                key_of(inv),
+                inv.invocation_id,
+                outcome=outcome.value,
+                external_resource_id=external_resource_id,
+                now=now,
+            )
+
+    async def set_result(self, inv: InvocationRecord, message: bytes, now: datetime) -> None:
+        """Keep the encoded tool message, so a repeat replays exactly these bytes."""
+        if inv.idempotency_key:
+            await self._backend.set_result(key_of(inv), inv.invocation_id, message, now=now)
+
+
+def _remote_record(held: IdempotencyRecord, p: Proposal) -> InvocationRecord:
+    """The answer for a key held by another sidecar, from the shared record alone."""
+    result = held.result or b""
+    state = State.PROPOSED
+    if held.state == "completed":
+        if result:
+            state = State.OBSERVED
+        else:
+            state = State(held.outcome) if held.outcome in State.__members__ else State.COMMITTED
+    return InvocationRecord(
+        invocation_id=held.invocation_id,
+        session_id=p.session_id,
+        model_call_id=p.model_call_id,
+        proposal_id=p.proposal_id,
+        tool_name=p.tool_name,
+        tool_version=p.tool_version,
+        tenant=held.key.tenant,
+        subject=held.key.subject,
+        state=state,
+        raw_arguments=p.arguments_bytes,
+        digest=held.digest,
+        idempotency_key=held.key.key,
+        external_resource_id=held.external_resource_id,
+    )
+
+
+__all__ = ["Claimed", "ExpireStale", "IdempotencyFlow", "key_of"]

@@ -1,0 +1,125 @@
+"""Sessions and tool views (spec 6.1, 6.2 invariant 2): who proposes, and what the model saw.
+
+A session is opened by the runtime with its own authenticated subject; every model call's tool
+listing is recorded as a tool view, and a proposal must name a tool of its model call's view.
+Both are cached in memory (bounded) and read back from the store on a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import OrderedDict
+
+from callgate.config import Config
+from callgate.core.clock import Clock, rfc3339
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.lru import remember
+from callgate.execute.budgets import effective_limits
+from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.toolspecs import CompiledTool
+from callgate.propose.normalize import load_zone
+from callgate.propose.outcome import SessionSpec, ToolView
+from callgate.store.base import SessionRecord, Store, ToolViewRecord
+
+VIEW_CACHE_MAX = 1024
+"""Tool views (one per model call, each naming every tool shown) kept in memory: a Propose names
+its own turn's model call, so the recent ones are enough; older ones are read from the store.
+(Bounded apart from ``limits.max_sessions``: a long-lived agent makes a model call per turn, and
+100,000 views of 50 tools would be about a gigabyte.)"""
+
+
+def check_id(name: str, value: str, max_len: int = 256) -> None:
+    """Refuse an empty, over-long or NUL-carrying identifier with ``invalid_request``."""
+    if not value or len(value) > max_len or "\x00" in value:
+        raise CallgateError(
+            code=ErrorCode.INVALID_REQUEST, message=f"{name} must be 1..{max_len} characters without NUL"
+        )
+
+
+class Sessions:
+    """Opens sessions, records tool views, and finds both again (cache first, then the store)."""
+
+    def __init__(self, *, config: Config, store: Store, clock: Clock) -> None:
+        self._cfg = config
+        self._store = store
+        self._clock = clock
+        self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._views: OrderedDict[tuple[str, str], ToolViewRecord] = OrderedDict()
+        self._cache_max = config.limits.max_sessions
+
+    async def open(self, spec: SessionSpec) -> SessionRecord:
+        check_id("subject.tenant", spec.subject.tenant)
+        check_id("subject.id", spec.subject.id)
+        if load_zone(spec.timezone) is None:
+            raise CallgateError(
+                code=ErrorCode.INVALID_REQUEST,
+                message="timezone must be an IANA zone name, e.g. Europe/Paris",
+            )
+        session_id = spec.session_id or "ses_" + uuid.uuid4().hex
+        check_id("session_id", session_id)
+        record = SessionRecord(
+            session_id=session_id,
+            tenant=spec.subject.tenant,
+            subject=spec.subject.id,
+            timezone=spec.timezone,
+            locale=spec.locale or "en",
+            budgets=effective_limits(spec.budgets, self._cfg.budgets).as_dict(),
+            tool_allowlist=tuple(spec.tool_allowlist),
+            opened_at=rfc3339(self._clock.now()),
+        )
+        if await self._store.get_session(session_id) is not None:
+            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="session_id already exists")
+        await self._store.put_session(record)
+        remember(self._sessions, session_id, record, self._cache_max)
+        return record
+
+    async def get(self, session_id: str) -> SessionRecord:
+        """The session, or ``session_not_found``."""
+        s = self._sessions.get(session_id)
+        if s is None:
+            s = await self._store.get_session(session_id)
+            if s is None:
+                raise CallgateError(code=ErrorCode.SESSION_NOT_FOUND, message="unknown session_id")
+            remember(self._sessions, session_id, s, self._cache_max)
+        return s
+
+    async def view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+        """The tools shown for this model call, or None when no ListTools was recorded."""
+        key = (session_id, model_call_id)
+        v = self._views.get(key)
+        if v is None:
+            v = await self._store.get_tool_view(session_id, model_call_id)
+            if v is not None:
+                remember(self._views, key, v, VIEW_CACHE_MAX)
+        return v
+
+    @property
+    def cached_views(self) -> int:
+        """How many tool views are held in memory (bounded by :data:`VIEW_CACHE_MAX`)."""
+        return len(self._views)
+
+    async def show(self, session: SessionRecord, model_call_id: str, snap: PolicySnapshot) -> ToolView:
+        """Record the tools of ``snap`` this session may see as the view of ``model_call_id``."""
+        tools = _visible(session, snap)
+        digests = {t.spec.key: t.spec.spec_digest for t in tools}
+        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
+        view = ToolViewRecord(
+            session_id=session.session_id,
+            model_call_id=model_call_id,
+            tools=tuple(sorted(digests)),
+            spec_digests=digests,
+            tool_set_digest="sha256:" + h.hexdigest(),
+            created_at=rfc3339(self._clock.now()),
+        )
+        await self._store.put_tool_view(view)
+        remember(self._views, (session.session_id, model_call_id), view, VIEW_CACHE_MAX)
+        return ToolView(tools=tools, tool_set_digest=view.tool_set_digest)
+
+
+def _visible(session: SessionRecord, snap: PolicySnapshot) -> tuple[CompiledTool, ...]:
+    allow = set(session.tool_allowlist)
+    return tuple(t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow)
+
+
+__all__ = ["VIEW_CACHE_MAX", "Sessions", "check_id"]

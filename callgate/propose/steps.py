@@ -1,0 +1,297 @@
+"""The steps of ``Propose``, one per stage of the spec's chain (6.1 - 6.6).
+
+    lookup     name@version in this model call's tool view          6.1, 6.2 inv. 2, 6.14 row 1
+    parse      strict JSON of the raw bytes -> ParsedArguments        6.3, 6.4 layer 1
+    validate   JSON Schema 2020-12 -> ValidatedArguments             6.4 layer 2, 6.14 rows 2-3
+    normalize  normalizers, RFC 8785 bytes, digest, re-validation    6.4 layer 3, 6.5, 6.14 row 3
+    (the idempotency claim: callgate.propose.idempotency)            6.8
+    authorize  one request per capability on the engine -> Decision  6.6, 6.14 row 4
+    decide     deny | confirm (parked, digest-bound) | allow         6.6, 6.11, 6.14 row 5
+
+Each step takes the previous step's frozen type and returns the next one or a
+:class:`~callgate.propose.outcome.Rejection`; each records its event on the call's trail. A
+:class:`ProposeCall` holds what one call has learned so far (the trail, and the fields of the
+invocation record written once at the end).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from callgate.core.clock import rfc3339
+from callgate.core.errors import CallgateError, ErrorCode, RejectedError
+from callgate.core.events import EventKind
+from callgate.core.ids import new_id
+from callgate.core.model import (
+    Decision,
+    Effect,
+    NormalizationContext,
+    NormalizedArguments,
+    ParsedArguments,
+    Proposal,
+    Subject,
+    ValidatedArguments,
+)
+from callgate.core.states import State
+from callgate.core.trace import TraceContext
+from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.toolspecs import CompiledTool
+from callgate.propose.authorize import authorize_invocation
+from callgate.propose.normalize import load_zone, normalize
+from callgate.propose.outcome import Rejection, decision_to_dict
+from callgate.propose.parse import ParseLimits, parse_arguments
+from callgate.store.base import InvocationRecord, SessionRecord, ToolViewRecord
+from callgate.store.trail import Trail
+
+
+@dataclass(slots=True)
+class ProposeCall:
+    """One ``Propose`` in progress: its inputs, its trail, and the record fields found so far."""
+
+    proposal: Proposal
+    session: SessionRecord
+    snapshot: PolicySnapshot
+    view: ToolViewRecord | None
+    now: datetime
+    trail: Trail
+    invocation_id: str
+    digest: str = ""
+    normalized_arguments: bytes = b""
+    deadline: str = ""
+    confirmation_expires_at: str = ""
+    validator: str = ""
+    """``name version`` of the validator, once the arguments validated."""
+    dialect: str = ""
+    decision: dict[str, object] | None = field(default=None)
+
+    @property
+    def at(self) -> str:
+        return self.trail.at
+
+    @property
+    def subject(self) -> Subject:
+        return Subject(tenant=self.session.tenant, id=self.session.subject)
+
+    def reject(self, error: CallgateError, to: State, kind: EventKind) -> Rejection:
+        """Record ``error`` as the call's refusal (its last event) and return it."""
+        return self.refuse(Rejection.of(error), to, kind)
+
+    def refuse(self, rejection: Rejection, to: State, kind: EventKind) -> Rejection:
+        """Record ``rejection`` as the call's last event and return it."""
+        self.trail.add(kind, to, {"rejection": rejection.as_dict()})
+        return rejection
+
+    def record(self, rejection: Rejection | None) -> InvocationRecord:
+        """The invocation record as the call leaves it."""
+        p = self.proposal
+        return InvocationRecord(
+            invocation_id=self.invocation_id,
+            session_id=p.session_id,
+            model_call_id=p.model_call_id,
+            proposal_id=p.proposal_id,
+            tool_name=p.tool_name,
+            tool_version=p.tool_version,
+            tenant=self.session.tenant,
+            subject=self.session.subject,
+            state=self.trail.state or State.PROPOSED,
+            raw_arguments=p.arguments_bytes,
+            digest=self.digest,
+            normalized_arguments=self.normalized_arguments,
+            decision=self.decision,
+            rejection=rejection.as_dict() if rejection else None,
+            idempotency_key=p.idempotency_key or "",
+            deadline=self.deadline,
+            confirmation_expires_at=self.confirmation_expires_at,
+            policy_revision=self.snapshot.revision,
+            created_at=self.at,
+            updated_at=self.at,
+        )
+
+
+def begin(
+    p: Proposal,
+    session: SessionRecord,
+    snapshot: PolicySnapshot,
+    view: ToolViewRecord | None,
+    now: datetime,
+    trace: TraceContext,
+) -> ProposeCall:
+    """A new invocation for ``p``, with its ``proposed`` event."""
+    invocation_id = "inv_" + new_id()
+    call = ProposeCall(
+        p, session, snapshot, view, now, Trail.new(invocation_id, trace, rfc3339(now)), invocation_id
+    )
+    call.trail.add(
+        EventKind.PROPOSED,
+        State.PROPOSED,
+        {
+            "proposal_id": p.proposal_id,
+            "model_call_id": p.model_call_id,
+            "tool": f"{p.tool_name}@{p.tool_version}",
+            "raw_sha256": hashlib.sha256(p.arguments_bytes).hexdigest(),
+            "raw_len": len(p.arguments_bytes),
+            "tool_set_digest": view.tool_set_digest if view else "",
+            "policy_revision": snapshot.revision,
+            "parent_span_id": trace.parent_span_id,
+        },
+    )
+    return call
+
+
+def lookup(call: ProposeCall) -> CompiledTool | Rejection:
+    """The exact ``name@version`` shown to the model in this model call (no approximate matching)."""
+    p, view = call.proposal, call.view
+    tool = call.snapshot.tools.get(p.tool_name, p.tool_version)
+    key = f"{p.tool_name}@{p.tool_version}"
+    if view is None:
+        problem = CallgateError(
+            code=ErrorCode.TOOLS_NOT_LISTED,
+            message="no ListTools was recorded for this model_call_id; the model cannot have seen this tool",
+        )
+    elif key not in view.tools or tool is None:
+        problem = CallgateError(
+            code=ErrorCode.UNKNOWN_TOOL_VERSION,
+            message=f"tool {key} is not in the set shown for this model call",
+        )
+    elif view.spec_digests.get(key) != tool.spec.spec_digest:
+        problem = CallgateError(
+            code=ErrorCode.UNKNOWN_TOOL_VERSION,
+            message=f"tool {key} changed since it was shown to the model; list tools again",
+        )
+    else:
+        return tool
+    return call.reject(problem, State.PARSE_REJECTED, EventKind.PARSE_REJECTED)
+
+
+def parse(call: ProposeCall, limits: ParseLimits) -> ParsedArguments | Rejection:
+    """Strict parse of the raw bytes (duplicate keys, NaN, overflow, lone surrogates, depth, size)."""
+    try:
+        parsed = parse_arguments(call.proposal.arguments_bytes, limits)
+    except RejectedError as exc:
+        return call.reject(exc, State.PARSE_REJECTED, EventKind.PARSE_REJECTED)
+    call.trail.add(EventKind.PARSED, State.PARSED, {"top_level_keys": len(parsed.value)})
+    return parsed
+
+
+def validate(
+    call: ProposeCall, tool: CompiledTool, parsed: ParsedArguments
+) -> ValidatedArguments | Rejection:
+    """JSON Schema 2020-12 with format assertion, compiled once per ToolSpec."""
+    try:
+        validated = tool.schema.validate(parsed)
+    except RejectedError as exc:
+        return call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
+    call.trail.add(
+        EventKind.VALIDATED,
+        State.VALIDATED,
+        {
+            "dialect": validated.dialect,
+            "validator": validated.validator,
+            "validator_version": validated.validator_version,
+            "format_assertion": validated.format_assertion,
+            "tool_spec_digest": tool.spec.spec_digest,
+        },
+    )
+    return validated
+
+
+def normalize_arguments(
+    call: ProposeCall, tool: CompiledTool, validated: ValidatedArguments
+) -> NormalizedArguments | Rejection:
+    """Normalizers in the session's clock, zone and locale; canonical bytes and digest (6.5);
+    the normalized value checked against the normalized schema (6.14 row 3)."""
+    session = call.session
+    zone = load_zone(session.timezone)
+    if zone is None:  # the zone was valid at OpenSession; tzdata changed under us
+        raise CallgateError(code=ErrorCode.INTERNAL, message="session time zone is no longer known")
+    ctx = NormalizationContext(
+        reference_clock=call.now.astimezone(zone).isoformat(),
+        timezone=session.timezone,
+        locale=session.locale,
+    )
+    try:
+        normalized = normalize(
+            validated,
+            tool.normalizers,
+            ctx,
+            tenant=session.tenant,
+            tool_name=tool.spec.name,
+            tool_version=tool.spec.version,
+        )
+        post = tool.normalized_schema.validate_value(normalized.value)
+        if post:
+            raise RejectedError(
+                code=ErrorCode.SCHEMA_VIOLATION,
+                message="normalized arguments do not satisfy the tool's normalized schema",
+                violations=post,
+            )
+    except RejectedError as exc:
+        return call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
+    call.digest = normalized.digest
+    call.normalized_arguments = normalized.canonical
+    call.trail.add(
+        EventKind.NORMALIZED,
+        State.VALIDATED,
+        {
+            "reference_clock": ctx.reference_clock,
+            "timezone": ctx.timezone,
+            "locale": ctx.locale,
+            "applied": list(normalized.applied),
+            "normalized_arguments": normalized.canonical.decode("utf-8"),
+            "digest": normalized.digest,
+        },
+    )
+    return normalized
+
+
+async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
+    """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
+    subject = call.subject
+    result = await authorize_invocation(call.snapshot.engine, tool, normalized, subject)
+    decision = result.decision
+    call.decision = decision_to_dict(decision)
+    data = {
+        "subject": {"tenant": subject.tenant, "id": subject.id},
+        "capabilities": list(tool.spec.required_capabilities),
+        "resource": result.resource,
+        "decision": call.decision,
+        "policy_revision": call.snapshot.revision,
+    }
+    if decision.effect is Effect.DENY:
+        call.trail.add(EventKind.AUTHORIZATION_REJECTED, State.AUTHORIZATION_REJECTED, data)
+    else:
+        call.trail.add(EventKind.AUTHORIZED, State.AUTHORIZED, data)
+    return decision
+
+
+def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmation_ttl_seconds: int) -> None:
+    """After an allow or confirm: the deadline, then PREPARED, or parked for a confirmation of
+    exactly this digest until its expiry."""
+    if decision.effect is Effect.DENY:
+        return
+    call.deadline = rfc3339(call.now + timedelta(milliseconds=tool.spec.timeout_ms))
+    if decision.effect is Effect.CONFIRM:
+        call.confirmation_expires_at = rfc3339(call.now + timedelta(seconds=confirmation_ttl_seconds))
+        call.trail.add(
+            EventKind.CONFIRMATION_REQUESTED,
+            State.AUTHORIZED,
+            {"digest": call.digest, "expires_at": call.confirmation_expires_at},
+        )
+    else:
+        call.trail.add(
+            EventKind.PREPARED, State.PREPARED, {"digest": call.digest, "confirmation": "not_required"}
+        )
+
+
+__all__ = [
+    "ProposeCall",
+    "authorize",
+    "begin",
+    "decide",
+    "lookup",
+    "normalize_arguments",
+    "parse",
+    "validate",
+]

@@ -1,0 +1,98 @@
+"""The event trail of one call: events checked against the 6.2 edges as they are added.
+
+A call (``Propose``, ``Confirm``, ``BeginAttempt`` ...) collects its events in a :class:`Trail`
+and hands ``trail.events`` to one store write, so all of a call's events are durable together
+or not at all (spec 6.13). Each event records how long its stage took (``duration_us``), which
+metrics and traces read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from callgate.core.events import EventKind
+from callgate.core.ids import new_id
+from callgate.core.states import State, check_transition
+from callgate.core.trace import TraceContext, new_span_id
+from callgate.store.base import EventRecord, InvocationRecord, Store
+
+
+class Trail:
+    """Accumulates the events of one call on one invocation, enforcing the 6.2 edges."""
+
+    __slots__ = ("_mark", "_numbered", "at", "events", "invocation_id", "seq", "state", "trace")
+
+    def __init__(self, invocation_id: str, state: State | None, trace: TraceContext, at: str) -> None:
+        self.invocation_id = invocation_id
+        self.state = state
+        self.trace = trace
+        self.at = at
+        self.seq = 0
+        self.events: list[EventRecord] = []
+        self._mark = time.perf_counter()
+        self._numbered = state is None
+        """A new invocation numbers its own events from 1; on an existing one the store assigns
+        the next sequence numbers in the same transaction."""
+
+    @classmethod
+    def new(cls, invocation_id: str, trace: TraceContext, at: str) -> Trail:
+        """The trail of an invocation this call creates (its first event is ``proposed``)."""
+        return cls(invocation_id, None, trace, at)
+
+    @classmethod
+    def on(cls, invocation: InvocationRecord, trace: TraceContext, at: str) -> Trail:
+        """The trail of a call on an existing invocation, starting from its stored state."""
+        return cls(invocation.invocation_id, invocation.state, trace, at)
+
+    def add(self, kind: EventKind, to: State, data: Mapping[str, Any] | None = None) -> None:
+        """Append one event moving the invocation to ``to`` (raises on an illegal 6.2 edge)."""
+        if self.state is not None and to is not self.state:
+            check_transition(self.state, to)
+        now = time.perf_counter()
+        payload = dict(data or {})
+        payload["duration_us"] = int((now - self._mark) * 1e6)  # time spent in this stage
+        self._mark = now
+        if self._numbered:
+            self.seq += 1
+            event_id = f"{self.invocation_id}.{self.seq}"
+        else:
+            self.seq = 0  # the store assigns the next sequence number in the same transaction
+            event_id = new_id()
+        self.events.append(
+            EventRecord(
+                event_id=event_id,
+                invocation_id=self.invocation_id,
+                seq=self.seq,
+                at=self.at,
+                kind=kind.value,
+                from_state=self.state,
+                to_state=to,
+                trace_id=self.trace.trace_id,
+                span_id=new_span_id(),
+                data=payload,
+            )
+        )
+        self.state = to
+
+
+async def move(
+    store: Store,
+    inv: InvocationRecord,
+    to: State,
+    kind: EventKind,
+    data: Mapping[str, Any],
+    trace: TraceContext,
+    at: str,
+) -> InvocationRecord | None:
+    """Move ``inv`` to ``to`` with one event, compare-and-set on its current state: the new
+    record, or None when another call changed the invocation first."""
+    trail = Trail.on(inv, trace, at)
+    trail.add(kind, to, data)
+    new = replace(inv, state=to, updated_at=at)
+    return new if await store.transition(new, inv.state, trail.events) else None
+
+
+__all__ = ["Trail", "move"]
