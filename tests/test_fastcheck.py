@@ -1,4 +1,4 @@
-"""The validation fast path (callgate.propose.fastcheck) must be exact wherever it compiles.
+"""The validation fast path (callgate.propose.validate.fastcheck) must be exact wherever it compiles.
 
 Exactness, not just soundness: ``not`` and ``oneOf`` compose the compiled answers, so a single
 wrong "no" inside them can become a wrong "yes" outside. Checked three ways:
@@ -22,13 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate.core.errors import LoadError
-from callgate.propose.fastcheck import compile_check
-from callgate.propose.validate import (
-    _FORMAT_CHECKER,
-    SUPPORTED_FORMATS,
-    CompiledSchema,
-    _compile_ecma,
-)
+from callgate.propose.validate import SUPPORTED_FORMATS, CompiledSchema
+from callgate.propose.validate.ecma262 import compile_ecma
+from callgate.propose.validate.fastcheck import compile_check
+from callgate.propose.validate.formats import FORMAT_CHECKER
 from tests.conftest import POLICIES
 from tests.test_validate import (
     EXCLUSIONS,
@@ -101,7 +98,7 @@ def test_exact_on_the_official_suite() -> None:
     ],
 )
 def test_outside_the_subset_there_is_no_fast_path(schema: dict[str, Any]) -> None:
-    assert compile_check(schema, regex=_compile_ecma, format_conforms=_FORMAT_CHECKER.conforms) is None
+    assert compile_check(schema, regex=compile_ecma, format_conforms=FORMAT_CHECKER.conforms) is None
 
 
 def _shipped_schemas() -> list[tuple[str, dict[str, Any]]]:

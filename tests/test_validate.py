@@ -1,4 +1,4 @@
-"""Tests of callgate.propose.validate: JSON Schema 2020-12 conformance + callgate's own rules.
+"""Tests of the callgate.propose.validate package: JSON Schema 2020-12 conformance + callgate's own rules.
 
 The official JSON-Schema-Test-Suite lives outside the repo (``../shared/conformance/json-schema``).
 If it is missing these tests FAIL (they never skip): conformance is a release requirement.
@@ -18,7 +18,6 @@ import pytest
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-import callgate.propose.validate as validate_mod
 from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
 from callgate.core.model import ParsedArguments, ValidatedArguments
 from callgate.propose.validate import (
@@ -26,7 +25,11 @@ from callgate.propose.validate import (
     EXCLUDED_FORMATS,
     SUPPORTED_FORMATS,
     CompiledSchema,
+    ecma262,
+    formats,
+    keywords,
 )
+from callgate.propose.validate import schema as schema_mod
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "conformance" / "json-schema"
 REQUIRED_DIR = CORPUS / "tests" / "draft2020-12"
@@ -252,7 +255,7 @@ def test_python_re_is_not_ecma262_but_the_regex_format_is() -> None:
             except re.error:
                 python_ok = False
             disagree += python_ok != test["valid"]
-            assert validate_mod._is_regex(test["data"]) is test["valid"], test["data"]
+            assert formats.is_regex(test["data"]) is test["valid"], test["data"]
     assert disagree > 0
 
 
@@ -537,11 +540,11 @@ def test_validate_does_not_recheck_or_reresolve(monkeypatch: pytest.MonkeyPatch)
     def forbidden(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("schema re-checked at validation time")
 
-    monkeypatch.setattr(validate_mod, "_metaschema_violations", forbidden)
-    monkeypatch.setattr(validate_mod._SchemaScan, "run", forbidden)
-    monkeypatch.setattr(validate_mod.Draft202012Validator, "check_schema", forbidden)
-    monkeypatch.setattr(validate_mod._EcmaValidator, "check_schema", forbidden)
-    monkeypatch.setattr(validate_mod._EcmaParser, "parse", forbidden)
+    monkeypatch.setattr(schema_mod, "_metaschema_violations", forbidden)
+    monkeypatch.setattr(schema_mod._SchemaScan, "run", forbidden)
+    monkeypatch.setattr(schema_mod.Draft202012Validator, "check_schema", forbidden)
+    monkeypatch.setattr(keywords.EcmaValidator, "check_schema", forbidden)
+    monkeypatch.setattr(ecma262._EcmaParser, "parse", forbidden)
     parsed = ParsedArguments(raw=b"", value={"city": "Beijing", "date": "2026-07-20"})
     assert compiled.validate(parsed).value == parsed.value
 
@@ -570,7 +573,7 @@ def test_valid_arguments_record_the_validator() -> None:
     assert result.value is args.value
     assert result.dialect == DIALECT_2020_12 == compiled.dialect
     assert result.validator == "python-jsonschema" == compiled.validator_name
-    assert result.validator_version == validate_mod.metadata.version("jsonschema")
+    assert result.validator_version == schema_mod.metadata.version("jsonschema")
     assert result.validator_version == compiled.validator_version
     assert result.format_assertion is True and compiled.format_assertion is True
 
@@ -1079,8 +1082,8 @@ def test_regex_format_accepts(source: str) -> None:
 
 @pytest.mark.parametrize(("source", "reason"), INVALID_REGEXES)
 def test_regex_format_rejects(source: str, reason: str) -> None:
-    assert validate_mod._ecma_syntax_error(source) is not None
-    assert reason in str(validate_mod._ecma_syntax_error(source))
+    assert ecma262.ecma_syntax_error(source) is not None
+    assert reason in str(ecma262.ecma_syntax_error(source))
     violations = CompiledSchema.compile({"format": "regex"}).validate_value(source)
     assert violations == [
         Violation(pointer="", message="value does not match format 'regex'", keyword="format")
@@ -1140,8 +1143,8 @@ UNSUPPORTED_PATTERNS: list[tuple[str, str]] = [
 
 @pytest.mark.parametrize(("source", "reason"), UNSUPPORTED_PATTERNS)
 def test_unsupported_pattern_is_refused_at_compile(source: str, reason: str) -> None:
-    assert validate_mod._ecma_syntax_error(source) is None  # valid ECMA-262
-    assert validate_mod._is_regex(source)
+    assert ecma262.ecma_syntax_error(source) is None  # valid ECMA-262
+    assert formats.is_regex(source)
     for schema, pointer, keyword in (
         ({"properties": {"a": {"pattern": source}}}, "/properties/a/pattern", "pattern"),
         ({"patternProperties": {source: True}}, "/patternProperties/" + source,
@@ -1201,7 +1204,7 @@ def test_patterns_are_translated_once_at_compile(monkeypatch: pytest.MonkeyPatch
     def forbidden(source: str) -> str:
         raise AssertionError(f"pattern {source!r} translated at validation time")
 
-    monkeypatch.setattr(validate_mod, "_translate_ecma", forbidden)
+    monkeypatch.setattr(ecma262, "_translate_ecma", forbidden)
     assert compiled.validate_value({"p": "ab-compile-once", "x-compile-once-1": 1}) == []
     assert len(compiled.validate_value({"p": "AB", "x-compile-once-\u0661": 1})) == 2
 
@@ -1211,7 +1214,7 @@ def test_space_separators_match_unicodedata() -> None:
     import unicodedata
 
     zs = {cp for cp in range(sys.maxunicode + 1) if unicodedata.category(chr(cp)) == "Zs"}
-    table = {cp for lo, hi in validate_mod._SPACE_SEPARATORS for cp in range(lo, hi + 1)}
+    table = {cp for lo, hi in ecma262._SPACE_SEPARATORS for cp in range(lo, hi + 1)}
     assert table == zs
 
 
