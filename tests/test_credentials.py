@@ -18,7 +18,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.core.clock import FixedClock
 from callgate.core.errors import CallgateError, LoadError
+from callgate.credentials.claims import CredentialClaims
 from callgate.credentials.issuer import (
     CREDENTIAL_DEADLINE_PASSED,
     RETENTION,
@@ -212,6 +213,38 @@ def test_mint_and_verify(world: World) -> None:
 def test_trace_id_omitted_when_empty(world: World) -> None:
     _, claims, _ = split(world.mint(trace_id=""))
     assert "trace_id" not in claims
+
+
+def test_one_claims_type_for_both_halves(world: World) -> None:
+    """The issuer writes and the verifier returns the same claims type (callgate.credentials.claims)."""
+    grant = make_grant(world.clock)
+    minted = world.issuer.mint(grant)
+    v = world.verify(minted.token)
+    assert isinstance(v, CredentialClaims) and isinstance(v, Grant)
+    # every Grant field comes back as minted (the deadline in UTC)
+    assert {f.name: getattr(v, f.name) for f in fields(Grant)} == {
+        f.name: getattr(grant, f.name) for f in fields(Grant)
+    }
+    # the verified claims write back the payload they were read from
+    restored = CredentialClaims.from_grant(
+        v, issuer=v.issuer, jti=v.jti, issued_at=v.issued_at, not_before=v.not_before, expires_at=v.expires_at
+    )
+    assert restored.to_payload() == dict(v.claims) == split(minted.token)[1]
+    again = CredentialClaims.from_payload(restored.to_payload(), issuer=ISSUER, audience=EXECUTOR)
+    assert again == restored
+
+
+def test_claims_from_payload_checks_issuer_then_audience(world: World) -> None:
+    payload = split(world.mint())[1]
+    with pytest.raises(CredentialError) as exc:
+        CredentialClaims.from_payload({**payload, "aud": [EXECUTOR]}, issuer="other", audience=EXECUTOR)
+    assert exc.value.code == "wrong_issuer"
+    with pytest.raises(CredentialError) as exc:
+        CredentialClaims.from_payload({**payload, "aud": [EXECUTOR]}, issuer=ISSUER, audience=EXECUTOR)
+    assert exc.value.code == "wrong_audience"
+    with pytest.raises(CredentialError) as exc:  # shape before who
+        CredentialClaims.from_payload({**payload, "jti": 1}, issuer="other", audience="other")
+    assert exc.value.code == "malformed"
 
 
 # --------------------------------------------------------------------------------------------
@@ -908,6 +941,25 @@ def test_executor_library_imports_without_grpc() -> None:
         "import sys, callgate.credentials.verifier; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'cedarpy', 'jsonschema')]; "
         "assert not bad, bad"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+
+
+def test_executor_library_imports_no_sidecar_modules() -> None:
+    """The verifier half loads neither gRPC/protobuf nor the sidecar's config, store, server,
+    engine or issuer modules; the package's re-exports are lazy."""
+    code = (
+        "import sys, callgate.credentials.verifier; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'cedarpy', 'jsonschema', 'regopy')"
+        " or m.startswith(('callgate.config', 'callgate.store', 'callgate.server', 'callgate.policy',"
+        " 'callgate.execute', 'callgate.gen', 'callgate.credentials.issuer'))]; "
+        "assert not bad, bad; "
+        "import callgate.credentials as c; "
+        "assert c.CredentialVerifier is callgate.credentials.verifier.CredentialVerifier; "
+        "assert c.KeyRing.__module__ == 'callgate.credentials.issuer'; "
+        "assert c.Grant is c.CredentialClaims.__mro__[1]; "
+        "assert sorted(c.__all__) == sorted(c._HOME)"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

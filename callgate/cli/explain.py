@@ -11,8 +11,8 @@
    model calls recorded after it in the session, replays of it, and the trace (ids per event)
 
 Everything is read from the event store; nothing is recomputed, so the answer is what happened,
-not what the current policies would do. :class:`SQLiteReader` opens the SQLite file read-only
-(the sidecar may keep running).
+not what the current policies would do. :class:`callgate.store.sqlite.SQLiteReader` (re-exported
+here) opens the SQLite file read-only (the sidecar may keep running).
 """
 
 from __future__ import annotations
@@ -20,17 +20,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import sqlite3
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import quote
 
 from callgate.core.states import State
 from callgate.store.base import AttemptRecord, EventRecord, InvocationRecord, ResultRecord, ToolViewRecord
-from callgate.store.sqlite import _ATT_COLS, _INV_COLS, _att_from, _inv_from, read_events
+from callgate.store.sqlite import SQLiteReader
 
 
 class ExplainSource(Protocol):
@@ -720,92 +718,6 @@ def render_text(x: Explanation) -> str:
     for note in x.notes:
         w(f"note: {note}")
     return "\n".join(out) + "\n"
-
-
-# ------------------------------------------------------------------------------- read-only store
-class SQLiteReader:
-    """Read-only access to a callgate SQLite store: never writes, never migrates.
-
-    Next to a running sidecar (its ``-wal`` file exists) it reads through the WAL like any reader,
-    without blocking the writer. A stopped sidecar's store (checkpointed, no ``-wal``) is opened as
-    immutable, so not even the ``-wal``/``-shm`` side files are created."""
-
-    def __init__(self, path: str | Path) -> None:
-        p = Path(path).resolve()
-        if not p.is_file():
-            raise FileNotFoundError(str(p))
-        live = Path(str(p) + "-wal").exists()
-        self._conn = sqlite3.connect(
-            f"file:{quote(str(p))}?mode=ro{'' if live else '&immutable=1'}", uri=True
-        )
-        self._conn.execute("PRAGMA query_only=ON")
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def _tables(self) -> set[str]:
-        return {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-
-    async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
-        row = self._conn.execute(
-            f"SELECT {_INV_COLS} FROM invocations WHERE invocation_id=?", (invocation_id,)
-        ).fetchone()
-        return None if row is None else _inv_from(row)
-
-    async def list_events(self, invocation_id: str) -> list[EventRecord]:
-        return read_events(self._conn, invocation_id)
-
-    async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]:
-        rows = self._conn.execute(
-            f"SELECT {_ATT_COLS} FROM attempts WHERE invocation_id=? ORDER BY number", (invocation_id,)
-        ).fetchall()
-        return [_att_from(r) for r in rows]
-
-    async def get_result(self, invocation_id: str) -> ResultRecord | None:
-        row = self._conn.execute(
-            "SELECT invocation_id, status, message, truncated, remaining, page_token, redactions, created_at, nonce "
-            "FROM results WHERE invocation_id=?",
-            (invocation_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        return ResultRecord(
-            row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7], row[8]
-        )
-
-    def _view(self, row: Sequence[Any]) -> ToolViewRecord:
-        return ToolViewRecord(
-            session_id=row[0], model_call_id=row[1], tools=tuple(json.loads(row[2])),
-            spec_digests=json.loads(row[3]), tool_set_digest=row[4], created_at=row[5],
-        )  # fmt: skip
-
-    async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
-        row = self._conn.execute(
-            "SELECT session_id, model_call_id, tools, spec_digests, tool_set_digest, created_at FROM tool_views "
-            "WHERE session_id=? AND model_call_id=?",
-            (session_id, model_call_id),
-        ).fetchone()
-        return None if row is None else self._view(row)
-
-    async def list_tool_views(self, session_id: str) -> list[ToolViewRecord]:
-        rows = self._conn.execute(
-            "SELECT session_id, model_call_id, tools, spec_digests, tool_set_digest, created_at FROM tool_views "
-            "WHERE session_id=? ORDER BY created_at, rowid",
-            (session_id,),
-        ).fetchall()
-        return [self._view(r) for r in rows]
-
-    async def get_snapshot(self, revision: str) -> dict[str, Any] | None:
-        """When ``revision`` first started serving, and its recorded detail (engine, tools)."""
-        if "snapshots" not in self._tables():
-            return None
-        row = self._conn.execute(
-            "SELECT at, detail FROM snapshots WHERE revision=? ORDER BY seq LIMIT 1", (revision,)
-        ).fetchone()
-        if row is None:
-            return None
-        detail = json.loads(row[1])
-        return {"at": row[0], **(detail if isinstance(detail, dict) else {})}
 
 
 __all__ = [

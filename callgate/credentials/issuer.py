@@ -3,8 +3,9 @@
 A credential is a compact JWS (``alg`` ``EdDSA``, ``typ`` ``callgate-invocation+jwt``, ``kid``
 the RFC 7638 thumbprint) over claims binding one executor (``aud``), one tenant and subject, one
 tool ``name@version``, one attempt, the invocation digest of spec 6.5 and the deadline, for at
-most 300 s. Executors verify it offline with :mod:`callgate.credentials.verifier`; the wire format constants
-live there so both sides share one definition. See ``docs/CREDENTIALS.md``.
+most 300 s. Executors verify it offline with :mod:`callgate.credentials.verifier`; the claims and
+the wire format constants live in :mod:`callgate.credentials.claims`, so both sides share one
+definition. See ``docs/CREDENTIALS.md``.
 
 Keys rotate on a schedule: the JWKS always publishes ``next`` (so verifiers learn it a whole
 rotation interval before it signs), ``current`` (signs) and ``previous`` (kept until every
@@ -34,14 +35,16 @@ from joserfc.jwk import OKPKey
 
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import CallgateError, ErrorCode, LoadError
-from callgate.credentials.verifier import (
+from callgate.credentials.claims import (
     ALG,
-    AUTHORIZATION_DETAILS_TYPE,
+    DIGEST_RE,
     HARD_MAX_TTL_S,
-    JWS_REGISTRY,
     MAX_LEEWAY_S,
     TOKEN_TYPE,
+    CredentialClaims,
+    Grant,
 )
+from callgate.credentials.verifier import JWS_REGISTRY
 
 __all__ = [
     "CREDENTIAL_DEADLINE_PASSED",
@@ -67,7 +70,6 @@ RETENTION: Final = timedelta(seconds=HARD_MAX_TTL_S + MAX_LEEWAY_S)
 credential plus the largest verifier leeway. After that nothing it signed can verify."""
 
 _KID_RE: Final = re.compile(r"[A-Za-z0-9_-]{43}\Z")
-_DIGEST_RE: Final = re.compile(r"sha256:[0-9a-f]{64}\Z")
 _STATE_FILE: Final = "keyring.json"
 _STATE_FORMAT: Final = "callgate-keyring/1"
 
@@ -495,31 +497,9 @@ def _check_private_mode(path: Path) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Grant:
-    """What one credential authorizes: one attempt of one invocation, by one executor."""
-
-    invocation_id: str
-    attempt_id: str
-    tenant: str
-    subject: str
-    audience: str
-    """The executor identity that may present the credential."""
-    tool_name: str
-    tool_version: str
-    capabilities: tuple[str, ...]
-    resource: str
-    digest: str
-    """``sha256:<hex>`` from :func:`callgate.propose.digest.invocation_digest`."""
-    idempotency_key: str
-    """May be ``""``."""
-    deadline: datetime
-    """Aware datetime; the credential never outlives it."""
-    trace_id: str = ""
-    """W3C trace id; may be ``""`` (then the claim is omitted)."""
-
-
-@dataclass(frozen=True, slots=True)
 class MintedCredential:
+    """A signed credential: the compact JWS and the facts the sidecar records about it."""
+
     token: str
     jti: str
     expires_at: datetime
@@ -540,7 +520,7 @@ def _check_grant(grant: Grant) -> None:
         isinstance(c, str) and c for c in grant.capabilities
     ):
         raise ValueError("grant.capabilities must be a tuple of non-empty strings")
-    if not isinstance(grant.digest, str) or not _DIGEST_RE.match(grant.digest):
+    if not isinstance(grant.digest, str) or not DIGEST_RE.match(grant.digest):
         raise ValueError("grant.digest must be sha256:<64 lowercase hex>")
     if not isinstance(grant.deadline, datetime) or grant.deadline.tzinfo is None:
         raise ValueError("grant.deadline must be an aware datetime")
@@ -609,32 +589,16 @@ class CredentialIssuer:
             )
         kid, key = self._keyring.signing_key()
         jti = secrets.token_urlsafe(16)
-        claims: dict[str, Any] = {
-            "iss": self._issuer,
-            "sub": grant.subject,
-            "aud": grant.audience,
-            "tenant": grant.tenant,
-            "jti": jti,
-            "iat": iat,
-            "nbf": iat,
-            "exp": exp,
-            "authorization_details": [
-                {
-                    "type": AUTHORIZATION_DETAILS_TYPE,
-                    "tool": {"name": grant.tool_name, "version": grant.tool_version},
-                    "capabilities": list(grant.capabilities),
-                    "resource": grant.resource,
-                    "arguments_digest": grant.digest,
-                    "idempotency_key": grant.idempotency_key,
-                    "deadline": rfc3339(deadline),
-                    "invocation_id": grant.invocation_id,
-                    "attempt_id": grant.attempt_id,
-                }
-            ],
-        }
-        if grant.trace_id:
-            claims["trace_id"] = grant.trace_id
-        payload = json.dumps(claims, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        at = datetime.fromtimestamp(iat, UTC)
+        claims = CredentialClaims.from_grant(
+            grant,
+            issuer=self._issuer,
+            jti=jti,
+            issued_at=at,
+            not_before=at,
+            expires_at=datetime.fromtimestamp(exp, UTC),
+        )
+        payload = json.dumps(claims.to_payload(), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         header = {"alg": ALG, "typ": TOKEN_TYPE, "kid": kid}
         token = jws.serialize_compact(header, payload, key, registry=JWS_REGISTRY)
-        return MintedCredential(token=token, jti=jti, expires_at=datetime.fromtimestamp(exp, UTC), kid=kid)
+        return MintedCredential(token=token, jti=jti, expires_at=claims.expires_at, kid=kid)

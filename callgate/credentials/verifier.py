@@ -43,8 +43,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Final, Protocol
 
@@ -60,6 +59,27 @@ from joserfc.util import urlsafe_b64decode
 from callgate.core.clock import Clock
 from callgate.core.errors import RejectedError
 from callgate.core.model import JSONValue
+from callgate.credentials.claims import (
+    ALG,
+    ARGUMENTS_MISMATCH,
+    AUTHORIZATION_DETAILS_TYPE,
+    BAD_ALGORITHM,
+    BAD_SIGNATURE,
+    BAD_TYPE,
+    CODES,
+    EXPIRED,
+    HARD_MAX_TTL_S,
+    MALFORMED,
+    MAX_LEEWAY_S,
+    MAX_TOKEN_BYTES,
+    NOT_YET_VALID,
+    REPLAYED,
+    TOKEN_TYPE,
+    UNKNOWN_KID,
+    WRONG_TOOL,
+    CredentialClaims,
+    CredentialError,
+)
 from callgate.propose.digest import canonicalize, invocation_digest
 
 __all__ = [
@@ -78,74 +98,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------------
-# Wire format (shared with the issuer, callgate.credentials.issuer)
-
-ALG: Final = "EdDSA"
-"""JWS ``alg`` (RFC 8037). Pinned: the only value accepted. See docs/CREDENTIALS.md for why not
-the RFC 9864 name ``Ed25519`` (PyJWT and most JOSE libraries of 2026 reject it). The ambiguity
-RFC 9864 removes (``EdDSA`` could mean Ed448) is closed here by accepting Ed25519 keys only."""
-
-TOKEN_TYPE: Final = "callgate-invocation+jwt"
-"""JWS ``typ`` (explicit typing, RFC 8725 section 3.11): not ``JWT`` and not ``at+jwt``, so the
-credential cannot be confused with an OAuth access token or an ID token and vice versa."""
-
-AUTHORIZATION_DETAILS_TYPE: Final = "callgate_invocation"
-"""``type`` of the single RFC 9396 ``authorization_details`` entry."""
-
-HARD_MAX_TTL_S: Final = 300
-"""No credential lives longer than this (``exp - iat``); the issuer caps, the verifier refuses."""
-
-MAX_LEEWAY_S: Final = 30
-"""Upper bound of the verifier's clock-skew leeway."""
-
-MAX_TOKEN_BYTES: Final = 8192
-
-# Refusal codes (stable strings; the sidecar maps them to ErrorCode.CREDENTIAL_INVALID with
-# metadata.reason = code).
-MALFORMED: Final = "malformed"
-BAD_ALGORITHM: Final = "bad_algorithm"
-UNKNOWN_KID: Final = "unknown_kid"
-BAD_SIGNATURE: Final = "bad_signature"
-BAD_TYPE: Final = "bad_type"
-WRONG_ISSUER: Final = "wrong_issuer"
-WRONG_AUDIENCE: Final = "wrong_audience"
-EXPIRED: Final = "expired"
-NOT_YET_VALID: Final = "not_yet_valid"
-WRONG_TOOL: Final = "wrong_tool"
-ARGUMENTS_MISMATCH: Final = "arguments_mismatch"
-REPLAYED: Final = "replayed"
-
-CODES: Final = frozenset(
-    {
-        MALFORMED,
-        BAD_ALGORITHM,
-        UNKNOWN_KID,
-        BAD_SIGNATURE,
-        BAD_TYPE,
-        WRONG_ISSUER,
-        WRONG_AUDIENCE,
-        EXPIRED,
-        NOT_YET_VALID,
-        WRONG_TOOL,
-        ARGUMENTS_MISMATCH,
-        REPLAYED,
-    }
-)
-
-
-class CredentialError(Exception):
-    """A credential was refused. ``code`` is one of :data:`CODES`.
-
-    All data is keyword-only; ``message`` is safe to log and to return: it never contains the
-    token, claim values chosen by a caller, or argument values.
-    """
-
-    def __init__(self, *, code: str, message: str) -> None:
-        if code not in CODES:
-            raise ValueError(f"unknown credential error code {code!r}")
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
+# JWS: one algorithm (the wire constants and the claims are in callgate.credentials.claims)
 
 
 class _EdDSAEd25519(JWSAlgModel):
@@ -193,7 +146,6 @@ JWS_REGISTRY: Final = _PinnedRegistry(algorithms=[ALG])
 """The only JWS registry callgate signs and verifies with (callgate.credentials.issuer signs with it)."""
 
 _HEADER_PARAMS: Final = frozenset({"alg", "typ", "kid"})
-_DIGEST_RE: Final = re.compile(r"sha256:[0-9a-f]{64}\Z")
 _SEGMENT_RE: Final = re.compile(rb"[A-Za-z0-9_-]+\Z")
 
 
@@ -286,46 +238,27 @@ class InMemoryReplayCache:
 # Result
 
 
-@dataclass(frozen=True, slots=True)
-class VerifiedCredential:
-    """A credential that passed every check. Times are aware UTC datetimes."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifiedCredential(CredentialClaims):
+    """A credential that passed every check: its claims (:class:`CredentialClaims`, times as
+    aware UTC datetimes, ``deadline`` the invocation deadline to run the tool within), the key
+    that signed it and the verified payload."""
 
-    issuer: str
-    audience: str
-    subject: str
-    tenant: str
-    jti: str
     kid: str
-    issued_at: datetime
-    not_before: datetime
-    expires_at: datetime
-    invocation_id: str
-    attempt_id: str
-    tool_name: str
-    tool_version: str
-    capabilities: tuple[str, ...]
-    resource: str
-    digest: str
-    """``sha256:<hex>``: the invocation digest of spec 6.5 the arguments were checked against."""
-    idempotency_key: str
-    deadline: datetime
-    """The invocation deadline: run the tool with at most this much time."""
-    trace_id: str
+    """The ``kid`` of the signing key."""
     claims: Mapping[str, Any]
     """All verified claims (read-only view)."""
 
-
-@dataclass(frozen=True, slots=True)
-class _Detail:
-    tool_name: str
-    tool_version: str
-    capabilities: tuple[str, ...]
-    resource: str
-    digest: str
-    idempotency_key: str
-    deadline: datetime
-    invocation_id: str
-    attempt_id: str
+    @classmethod
+    def from_claims(
+        cls, claims: CredentialClaims, *, kid: str, payload: dict[str, Any]
+    ) -> VerifiedCredential:
+        """``claims`` as verified with key ``kid``; ``payload`` is kept as a read-only view."""
+        return cls(
+            **{f.name: getattr(claims, f.name) for f in fields(CredentialClaims)},
+            kid=kid,
+            claims=MappingProxyType(payload),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -347,24 +280,6 @@ def _usable_jwk(jwk: Any) -> str | None:
         return None
     x = jwk.get("x")
     return x if isinstance(x, str) else None
-
-
-def _require_str(claims: Mapping[str, Any], name: str, *, empty_ok: bool = False) -> str:
-    value = claims.get(name)
-    if not isinstance(value, str) or (not value and not empty_ok):
-        raise CredentialError(code=MALFORMED, message=f"claim {name!r} missing or not a string")
-    return value
-
-
-def _require_int(claims: Mapping[str, Any], name: str) -> int:
-    value = claims.get(name)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise CredentialError(code=MALFORMED, message=f"claim {name!r} missing or not an integer NumericDate")
-    return value
-
-
-def _utc(ts: int) -> datetime:
-    return datetime.fromtimestamp(ts, UTC)
 
 
 class CredentialVerifier:
@@ -541,46 +456,26 @@ class CredentialVerifier:
         if not isinstance(typ, str) or typ.lower().removeprefix("application/") != TOKEN_TYPE:
             raise CredentialError(code=BAD_TYPE, message=f"typ must be {TOKEN_TYPE}")
 
-        # 7. claims
-        claims = _json_object(obj.payload or b"", "payload")
-        iss = _require_str(claims, "iss")
-        aud = claims.get("aud")
-        sub = _require_str(claims, "sub")
-        tenant = _require_str(claims, "tenant")
-        jti = _require_str(claims, "jti")
-        iat = _require_int(claims, "iat")
-        nbf = _require_int(claims, "nbf")
-        exp = _require_int(claims, "exp")
-        if not iat <= nbf < exp or exp - iat > HARD_MAX_TTL_S:
-            raise CredentialError(
-                code=MALFORMED, message=f"iat <= nbf < exp and a lifetime <= {HARD_MAX_TTL_S} s required"
-            )
-        trace_id = claims.get("trace_id", "")
-        if not isinstance(trace_id, str):
-            raise CredentialError(code=MALFORMED, message="claim 'trace_id' is not a string")
-        detail = self._detail(claims)
-
-        # 8-9. who
-        if iss != self._issuer:
-            raise CredentialError(code=WRONG_ISSUER, message="iss is not the expected issuer")
-        if not isinstance(aud, str):
-            raise CredentialError(code=WRONG_AUDIENCE, message="aud must be a single string")
-        if aud != expected_aud:
-            raise CredentialError(code=WRONG_AUDIENCE, message="aud is not this executor")
+        # 7-9. claims, who
+        payload = _json_object(obj.payload or b"", "payload")
+        claims = CredentialClaims.from_payload(payload, issuer=self._issuer, audience=expected_aud)
 
         # 10-11. when
         now = self._clock.now().timestamp()
-        if now >= exp + self._leeway:
+        if now >= claims.expires_at.timestamp() + self._leeway:
             raise CredentialError(code=EXPIRED, message="credential has expired")
-        if now + self._leeway < nbf or now + self._leeway < iat:
+        if (
+            now + self._leeway < claims.not_before.timestamp()
+            or now + self._leeway < claims.issued_at.timestamp()
+        ):
             raise CredentialError(code=NOT_YET_VALID, message="credential is not valid yet")
 
         # 12. what
-        if detail.tool_name != tool_name or detail.tool_version != tool_version:
+        if claims.tool_name != tool_name or claims.tool_version != tool_version:
             raise CredentialError(code=WRONG_TOOL, message="credential is for another tool or version")
 
         # 13. with which arguments
-        token_digest = detail.digest
+        token_digest = claims.digest
         if expected_digest is not None:
             recomputed = expected_digest
         else:
@@ -588,7 +483,7 @@ class CredentialVerifier:
                 canonical = (
                     canonical_arguments if canonical_arguments is not None else canonicalize(arguments)
                 )
-                recomputed = invocation_digest(tenant, tool_name, tool_version, canonical)
+                recomputed = invocation_digest(claims.tenant, tool_name, tool_version, canonical)
             except RejectedError:
                 raise CredentialError(
                     code=ARGUMENTS_MISMATCH, message="arguments have no canonical form"
@@ -600,76 +495,13 @@ class CredentialVerifier:
                 code=ARGUMENTS_MISMATCH, message="arguments differ from the authorized ones"
             )
 
-        if _utc(exp) > detail.deadline:
+        if claims.expires_at > claims.deadline:
             raise CredentialError(code=MALFORMED, message="exp is after the invocation deadline")
 
         # 14. once
-        if not self._replay.first_use(jti, keep_until=float(exp + self._leeway), now=now):
+        if not self._replay.first_use(
+            claims.jti, keep_until=claims.expires_at.timestamp() + self._leeway, now=now
+        ):
             raise CredentialError(code=REPLAYED, message="credential was already used")
 
-        return VerifiedCredential(
-            issuer=iss,
-            audience=aud,
-            subject=sub,
-            tenant=tenant,
-            jti=jti,
-            kid=kid,
-            issued_at=_utc(iat),
-            not_before=_utc(nbf),
-            expires_at=_utc(exp),
-            invocation_id=detail.invocation_id,
-            attempt_id=detail.attempt_id,
-            tool_name=detail.tool_name,
-            tool_version=detail.tool_version,
-            capabilities=detail.capabilities,
-            resource=detail.resource,
-            digest=token_digest,
-            idempotency_key=detail.idempotency_key,
-            deadline=detail.deadline,
-            trace_id=trace_id,
-            claims=MappingProxyType(claims),
-        )
-
-    @staticmethod
-    def _detail(claims: Mapping[str, Any]) -> _Detail:
-        details = claims.get("authorization_details")
-        if not isinstance(details, list) or len(details) != 1 or not isinstance(details[0], dict):
-            raise CredentialError(code=MALFORMED, message="authorization_details must hold exactly one entry")
-        entry: dict[str, Any] = details[0]
-        if entry.get("type") != AUTHORIZATION_DETAILS_TYPE:
-            raise CredentialError(
-                code=MALFORMED, message=f"authorization_details type must be {AUTHORIZATION_DETAILS_TYPE}"
-            )
-        tool = entry.get("tool")
-        if not isinstance(tool, dict):
-            raise CredentialError(code=MALFORMED, message="authorization_details.tool missing")
-        caps = entry.get("capabilities")
-        if not isinstance(caps, list) or not all(isinstance(c, str) for c in caps):
-            raise CredentialError(
-                code=MALFORMED, message="authorization_details.capabilities must be strings"
-            )
-        digest = _require_str(entry, "arguments_digest")
-        if not _DIGEST_RE.match(digest):
-            raise CredentialError(
-                code=MALFORMED, message="authorization_details.arguments_digest is not sha256:<hex>"
-            )
-        deadline_text = _require_str(entry, "deadline")
-        try:
-            deadline = datetime.fromisoformat(deadline_text)
-        except ValueError:
-            raise CredentialError(
-                code=MALFORMED, message="authorization_details.deadline is not RFC 3339"
-            ) from None
-        if deadline.tzinfo is None:
-            raise CredentialError(code=MALFORMED, message="authorization_details.deadline has no offset")
-        return _Detail(
-            tool_name=_require_str(tool, "name"),
-            tool_version=_require_str(tool, "version"),
-            capabilities=tuple(caps),
-            resource=_require_str(entry, "resource", empty_ok=True),
-            digest=digest,
-            idempotency_key=_require_str(entry, "idempotency_key", empty_ok=True),
-            deadline=deadline.astimezone(UTC),
-            invocation_id=_require_str(entry, "invocation_id"),
-            attempt_id=_require_str(entry, "attempt_id"),
-        )
+        return VerifiedCredential.from_claims(claims, kid=kid, payload=payload)

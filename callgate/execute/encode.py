@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
 
+from callgate.core import jsonpointer
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.core.model import JSONValue
 from callgate.execute.redaction import Redactor, unique_keys
@@ -204,9 +205,7 @@ class ResultEncodingError(CallgateError):
 def _parse_pointer(pointer: str) -> tuple[str, ...]:
     if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
         raise ValueError("trusted_paths entries must be JSON pointers ('' or starting with '/')")
-    if not pointer:
-        return ()
-    return tuple(seg.replace("~1", "/").replace("~0", "~") for seg in pointer[1:].split("/"))
+    return jsonpointer.split(pointer)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from callgate.core import jsonpointer
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.observability.metrics import InvocationLookup, Metrics
 from callgate.store.base import EventRecord, InvocationRecord
@@ -45,10 +46,6 @@ _ABSENT = object()
 
 
 # ------------------------------------------------------------------------------- masking
-def _unescape(segment: str) -> str:
-    return segment.replace("~1", "/").replace("~0", "~")
-
-
 class Masker:
     """Replaces configured argument fields (JSON pointers, ``*`` = every member) by ``***``.
 
@@ -68,7 +65,7 @@ class Masker:
         self._by_tool: dict[str, list[list[str]]] = {}
         for entry in entries:
             scope, _, pointer = entry.partition("#") if "#" in entry else ("", "", entry)
-            segments = [_unescape(s) for s in pointer.split("/")[1:]]
+            segments = [jsonpointer.unescape(s) for s in pointer.split("/")[1:]]
             if scope:
                 self._by_tool.setdefault(scope, []).append(segments)
             else:

@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from callgate.core import jsonpointer
 from callgate.core.errors import CallgateError, ErrorCode, LoadError, RejectedError, Violation
 from callgate.core.model import JSONValue, SideEffectClass
 from callgate.execute.encode import limits_from_spec
@@ -64,7 +65,7 @@ class ResourceTemplate:
             node: Any = args
             parts = name[1:].split("/") if name.startswith("/") else [name]
             for part in parts:
-                part = part.replace("~1", "/").replace("~0", "~")
+                part = jsonpointer.unescape(part)
                 if isinstance(node, dict) and part in node:
                     node = node[part]
                 elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
@@ -168,7 +169,7 @@ def _line_for_pointer(text: str, pointer: str, nth: int = 1) -> int:
     for i, part in enumerate(parts):
         if part.isdigit():
             continue
-        name = re.escape(json.dumps(part.replace("~1", "/").replace("~0", "~"), ensure_ascii=False))
+        name = re.escape(json.dumps(jsonpointer.unescape(part), ensure_ascii=False))
         hits = [m.start() for m in re.finditer(name + r"\s*:", text[pos:])]
         want = nth if i == len(parts) - 1 else 1
         if len(hits) >= want:

@@ -19,6 +19,7 @@ import math
 
 import rfc8785
 
+from callgate.core import jsonpointer
 from callgate.core.errors import ErrorCode, RejectedError, Violation
 from callgate.core.model import JSONValue
 
@@ -103,10 +104,6 @@ def invocation_digest(tenant: str, tool_name: str, tool_version: str, canonical:
 # Error location (only runs after rfc8785 refused, so its cost is off the hot path)
 
 
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
 def _bad_text(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -150,7 +147,7 @@ def _locate(value: JSONValue) -> tuple[str, str]:
                     return pointer, "object key is not a string"
                 if _bad_text(key):
                     return pointer, "object key contains a lone surrogate"
-                children.append((f"{pointer}/{_escape(key)}", child, depth + 1))
+                children.append((f"{pointer}/{jsonpointer.escape(key)}", child, depth + 1))
             stack.extend(reversed(children))
             continue
         return pointer, "value is not a JSON type"

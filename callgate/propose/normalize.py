@@ -35,6 +35,7 @@ from types import MappingProxyType
 from typing import Final
 from zoneinfo import ZoneInfo
 
+from callgate.core import jsonpointer
 from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
 from callgate.core.model import (
     JSONValue,
@@ -127,14 +128,10 @@ def _parse_pointer(field: str) -> tuple[_Seg, ...]:
         if raw == "*":
             segments.append(_Seg(key="*", index=None, wildcard=True))
             continue
-        key = raw.replace("~1", "/").replace("~0", "~")
+        key = jsonpointer.unescape(raw)
         index = int(key) if _INDEX.fullmatch(key) else None
         segments.append(_Seg(key=key, index=index, wildcard=False))
     return tuple(segments)
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 class _Unchanged:
@@ -190,7 +187,9 @@ def _update(
         if seg.key not in node:
             return node
         child = node[seg.key]
-        new_child = _update(child, segs, i + 1, leaf, rctx, f"{pointer}/{_escape(seg.key)}", kind, errors)
+        new_child = _update(
+            child, segs, i + 1, leaf, rctx, f"{pointer}/{jsonpointer.escape(seg.key)}", kind, errors
+        )
         if new_child is child:
             return node
         new_obj = dict(node)

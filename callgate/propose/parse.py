@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from callgate.core import jsonpointer
 from callgate.core.errors import ErrorCode, RejectedError, Violation
 from callgate.core.model import JSONValue, ParsedArguments
 
@@ -112,10 +113,6 @@ _MARKING = json.JSONDecoder(
 )
 
 
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
 def _position(text: str, pos: int) -> dict[str, str]:
     line = text.count("\n", 0, pos) + 1
     col = pos - (text.rfind("\n", 0, pos) + 1) + 1
@@ -146,7 +143,7 @@ def _find_duplicate(value: Any, path: str = "") -> tuple[str, str] | None:
     else:
         return None
     for k, v in items:
-        found = _find_duplicate(v, f"{path}/{_escape(str(k))}")
+        found = _find_duplicate(v, f"{path}/{jsonpointer.escape(k)}")
         if found:
             return found
     return None
@@ -165,7 +162,7 @@ def _find_surrogate(value: Any, path: str = "") -> str | None:
         return path if _has_surrogate(value) else None
     if isinstance(value, dict):
         for k, v in value.items():
-            sub = f"{path}/{_escape(k)}"
+            sub = f"{path}/{jsonpointer.escape(k)}"
             if _has_surrogate(k):
                 return sub
             found = _find_surrogate(v, sub)
@@ -229,8 +226,8 @@ def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JS
         pointer, key = found if found else ("", "")
         raise _reject(
             ErrorCode.DUPLICATE_KEY,
-            f"duplicate key '{_escape(key)}' in the object at '{pointer or '/'}'",
-            pointer=f"{pointer}/{_escape(key)}",
+            f"duplicate key '{jsonpointer.escape(key)}' in the object at '{pointer or '/'}'",
+            pointer=f"{pointer}/{jsonpointer.escape(key)}",
         ) from None
     except _NonFinite as exc:
         raise _reject(ErrorCode.NON_FINITE_NUMBER, f"{exc.args[0]} is not a JSON number", meta={}) from None

@@ -11,9 +11,11 @@ import functools
 import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
+from operator import attrgetter
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, Generic, TypeVar, get_type_hints
+from urllib.parse import quote
 
 from callgate.core.states import State
 from callgate.store.base import (
@@ -79,19 +81,6 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 """
 
-_INV_COLS = (
-    "invocation_id, session_id, model_call_id, proposal_id, tool_name, tool_version, tenant, "
-    "subject, state, raw_arguments, digest, normalized_arguments, decision, rejection, "
-    "idempotency_key, deadline, confirmation_expires_at, policy_revision, created_at, updated_at, "
-    "attempts, external_resource_id, commit_time, cancel_requested_at"
-)
-_ATT_COLS = (
-    "attempt_id, invocation_id, number, executor_id, jti, started_at, credential_expires_at, outcome, "
-    "failure_class, finished_at, external_resource_id, http_status, cost_micros, retry_reason, retry_after"
-)
-
-
-_INSERT_INVOCATION = f"INSERT INTO invocations ({_INV_COLS}) VALUES ({','.join('?' * 24)})"
 _ADD_USAGE = (
     "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
     "model_calls=model_calls+excluded.model_calls, tool_calls=tool_calls+excluded.tool_calls, "
@@ -107,39 +96,92 @@ def _dump(v: Any) -> str | None:
     return None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
-def _inv_row(r: InvocationRecord) -> tuple[Any, ...]:
-    return (
-        r.invocation_id, r.session_id, r.model_call_id, r.proposal_id, r.tool_name, r.tool_version,
-        r.tenant, r.subject, r.state.value, r.raw_arguments, r.digest, r.normalized_arguments,
-        _dump(r.decision), _dump(r.rejection), r.idempotency_key, r.deadline,
-        r.confirmation_expires_at, r.policy_revision, r.created_at, r.updated_at,
-        r.attempts, r.external_resource_id, r.commit_time, r.cancel_requested_at,
-    )  # fmt: skip
+def _identity(v: Any) -> Any:
+    return v
 
 
-def _inv_from(row: sqlite3.Row) -> InvocationRecord:
-    return InvocationRecord(
-        invocation_id=row[0], session_id=row[1], model_call_id=row[2], proposal_id=row[3],
-        tool_name=row[4], tool_version=row[5], tenant=row[6], subject=row[7], state=State(row[8]),
-        raw_arguments=bytes(row[9]), digest=row[10], normalized_arguments=bytes(row[11]),
-        decision=json.loads(row[12]) if row[12] else None,
-        rejection=json.loads(row[13]) if row[13] else None,
-        idempotency_key=row[14], deadline=row[15], confirmation_expires_at=row[16],
-        policy_revision=row[17], created_at=row[18], updated_at=row[19], attempts=row[20],
-        external_resource_id=row[21], commit_time=row[22], cancel_requested_at=row[23],
-    )  # fmt: skip
+def _load_json(v: Any) -> Any:
+    return json.loads(v) if v else None
 
 
-def _att_row(a: AttemptRecord) -> tuple[Any, ...]:
-    return (
-        a.attempt_id, a.invocation_id, a.number, a.executor_id, a.jti, a.started_at,
-        a.credential_expires_at, a.outcome, a.failure_class, a.finished_at, a.external_resource_id,
-        a.http_status, a.cost_micros, a.retry_reason, a.retry_after,
-    )  # fmt: skip
+def _to_state(v: Any) -> State:
+    return State(v)
 
 
-def _att_from(row: sqlite3.Row) -> AttemptRecord:
-    return AttemptRecord(*row)
+def _state_value(v: State) -> str:
+    return v.value
+
+
+# How a field of each type is stored (record -> column) and read back (column -> record). A field
+# of any other type stops the import: it needs a conversion written here, not a silent default.
+_CONVERSIONS: dict[Any, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    str: (_identity, _identity),
+    int: (_identity, _identity),
+    bytes: (_identity, bytes),
+    State: (_state_value, _to_state),
+    Mapping[str, Any] | None: (_dump, _load_json),
+}
+
+R = TypeVar("R", InvocationRecord, AttemptRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class _RowMapping(Generic[R]):
+    """The columns of a record table and the conversion between a record and its row, derived
+    once from the record dataclass: one column per field, named like it, in field order (which
+    is the table's column order in ``_SCHEMA``). A field added to the record is therefore stored
+    and read back without a second list to update (``tests/test_sqlite_store.py`` checks the
+    columns against the schema and round-trips every field)."""
+
+    record_type: type[R]
+    columns: tuple[str, ...]
+    column_list: str
+    """``"a, b, c"``: the columns for ``SELECT`` and ``INSERT`` statements."""
+    to_sql: tuple[tuple[int, Callable[[Any], Any]], ...]
+    """``(column index, conversion)`` for the columns that are not stored as they are."""
+    from_sql: tuple[Callable[[Any], Any], ...]
+
+    @classmethod
+    def of(cls, record_type: type[R]) -> _RowMapping[R]:
+        """The mapping of ``record_type``; ``TypeError`` for a field type without a conversion."""
+        hints = get_type_hints(record_type)
+        names = tuple(f.name for f in fields(record_type))
+        conversions = []
+        for name in names:
+            conversion = _CONVERSIONS.get(hints[name])
+            if conversion is None:
+                raise TypeError(f"{record_type.__name__}.{name}: no SQLite conversion for {hints[name]!r}")
+            conversions.append(conversion)
+        return cls(
+            record_type=record_type,
+            columns=names,
+            column_list=", ".join(names),
+            to_sql=tuple((i, c[0]) for i, c in enumerate(conversions) if c[0] is not _identity),
+            from_sql=tuple(c[1] for c in conversions),
+        )
+
+    def row(self, record: R) -> tuple[Any, ...]:
+        """The row of ``record``, in column order."""
+        values = list(attrgetter(*self.columns)(record))
+        for i, convert in self.to_sql:
+            values[i] = convert(values[i])
+        return tuple(values)
+
+    def record(self, row: Sequence[Any]) -> R:
+        """The record of a row selected with :attr:`column_list`."""
+        return self.record_type(*(convert(v) for convert, v in zip(self.from_sql, row, strict=True)))
+
+
+_INVOCATIONS: Final = _RowMapping.of(InvocationRecord)
+_ATTEMPTS: Final = _RowMapping.of(AttemptRecord)
+_INV_COLS: Final = _INVOCATIONS.column_list
+_ATT_COLS: Final = _ATTEMPTS.column_list
+_INSERT_INVOCATION: Final = (
+    f"INSERT INTO invocations ({_INV_COLS}) VALUES ({','.join('?' * len(_INVOCATIONS.columns))})"
+)
+_INSERT_ATTEMPT: Final = (
+    f"INSERT INTO attempts ({_ATT_COLS}) VALUES ({','.join('?' * len(_ATTEMPTS.columns))})"
+)
 
 
 def _cas_invocation(
@@ -149,8 +191,8 @@ def _cas_invocation(
     extra: str = "",
     args: tuple[Any, ...] = (),
 ) -> bool:
-    row = _inv_row(record)
-    sets = ", ".join(f"{col.strip()}=?" for col in _INV_COLS.split(",")[1:])
+    row = _INVOCATIONS.row(record)
+    sets = ", ".join(f"{col}=?" for col in _INVOCATIONS.columns[1:])
     cur = c.execute(
         f"UPDATE invocations SET {sets} WHERE invocation_id=? AND state=?{extra}",
         (*row[1:], record.invocation_id, expected.value, *args),
@@ -159,7 +201,7 @@ def _cas_invocation(
 
 
 def read_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
-    """The ordered events of one invocation (also used by the read-only explain reader)."""
+    """The ordered events of one invocation (also used by :class:`SQLiteReader`)."""
     rows = c.execute(
         "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
         "FROM events WHERE invocation_id=? ORDER BY seq",
@@ -180,6 +222,57 @@ def read_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
         )  # fmt: skip
         for r in rows
     ]
+
+
+# Reads shared by the store (on its writer connection) and :class:`SQLiteReader` (read-only).
+
+
+def _read_invocation(c: sqlite3.Connection, invocation_id: str) -> InvocationRecord | None:
+    row = c.execute(f"SELECT {_INV_COLS} FROM invocations WHERE invocation_id=?", (invocation_id,)).fetchone()
+    return None if row is None else _INVOCATIONS.record(row)
+
+
+def _read_attempt(c: sqlite3.Connection, attempt_id: str) -> AttemptRecord | None:
+    row = c.execute(f"SELECT {_ATT_COLS} FROM attempts WHERE attempt_id=?", (attempt_id,)).fetchone()
+    return None if row is None else _ATTEMPTS.record(row)
+
+
+def _read_attempts(c: sqlite3.Connection, invocation_id: str) -> list[AttemptRecord]:
+    rows = c.execute(
+        f"SELECT {_ATT_COLS} FROM attempts WHERE invocation_id=? ORDER BY number", (invocation_id,)
+    ).fetchall()
+    return [_ATTEMPTS.record(r) for r in rows]
+
+
+def _read_result(c: sqlite3.Connection, invocation_id: str) -> ResultRecord | None:
+    row = c.execute(
+        "SELECT invocation_id, status, message, truncated, remaining, page_token, redactions, created_at, nonce "
+        "FROM results WHERE invocation_id=?",
+        (invocation_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return ResultRecord(
+        row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7], row[8]
+    )
+
+
+_TOOL_VIEW_COLS: Final = "session_id, model_call_id, tools, spec_digests, tool_set_digest, created_at"
+
+
+def _tool_view(row: Sequence[Any]) -> ToolViewRecord:
+    return ToolViewRecord(
+        session_id=row[0], model_call_id=row[1], tools=tuple(json.loads(row[2])),
+        spec_digests=json.loads(row[3]), tool_set_digest=row[4], created_at=row[5],
+    )  # fmt: skip
+
+
+def _read_tool_view(c: sqlite3.Connection, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+    row = c.execute(
+        f"SELECT {_TOOL_VIEW_COLS} FROM tool_views WHERE session_id=? AND model_call_id=?",
+        (session_id, model_call_id),
+    ).fetchone()
+    return None if row is None else _tool_view(row)
 
 
 def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> None:
@@ -262,18 +355,7 @@ class SQLiteStore:
         await self._call(op)
 
     async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
-        def op(c: sqlite3.Connection) -> ToolViewRecord | None:
-            row = c.execute(
-                "SELECT * FROM tool_views WHERE session_id=? AND model_call_id=?", (session_id, model_call_id)
-            ).fetchone()
-            if row is None:
-                return None
-            return ToolViewRecord(
-                session_id=row[0], model_call_id=row[1], tools=tuple(json.loads(row[2])),
-                spec_digests=json.loads(row[3]), tool_set_digest=row[4], created_at=row[5],
-            )  # fmt: skip
-
-        return await self._call(op)
+        return await self._call(lambda c: _read_tool_view(c, session_id, model_call_id))
 
     async def create_invocation(
         self,
@@ -281,7 +363,7 @@ class SQLiteStore:
         events: Sequence[EventRecord],
         usage: Mapping[str, Usage] | None = None,
     ) -> None:
-        row = _inv_row(record)
+        row = _INVOCATIONS.row(record)
 
         def op(c: sqlite3.Connection) -> None:
             c.execute(_INSERT_INVOCATION, row)
@@ -308,7 +390,7 @@ class SQLiteStore:
         def op(c: sqlite3.Connection) -> bool:
             if not _cas_invocation(c, record, expected, " AND attempts=?", (record.attempts - 1,)):
                 return False
-            c.execute(f"INSERT INTO attempts ({_ATT_COLS}) VALUES ({','.join('?' * 15)})", _att_row(attempt))
+            c.execute(_INSERT_ATTEMPT, _ATTEMPTS.row(attempt))
             _insert_events(c, events)
             return True
 
@@ -335,20 +417,10 @@ class SQLiteStore:
         return await self._call_cas(op)
 
     async def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
-        def op(c: sqlite3.Connection) -> AttemptRecord | None:
-            row = c.execute(f"SELECT {_ATT_COLS} FROM attempts WHERE attempt_id=?", (attempt_id,)).fetchone()
-            return None if row is None else _att_from(row)
-
-        return await self._call(op)
+        return await self._call(lambda c: _read_attempt(c, attempt_id))
 
     async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]:
-        def op(c: sqlite3.Connection) -> list[AttemptRecord]:
-            rows = c.execute(
-                f"SELECT {_ATT_COLS} FROM attempts WHERE invocation_id=? ORDER BY number", (invocation_id,)
-            ).fetchall()
-            return [_att_from(r) for r in rows]
-
-        return await self._call(op)
+        return await self._call(lambda c: _read_attempts(c, invocation_id))
 
     async def put_result(
         self, record: InvocationRecord, expected: State, result: ResultRecord, events: Sequence[EventRecord]
@@ -369,15 +441,7 @@ class SQLiteStore:
         return await self._call_cas(op)
 
     async def get_result(self, invocation_id: str) -> ResultRecord | None:
-        def op(c: sqlite3.Connection) -> ResultRecord | None:
-            row = c.execute("SELECT * FROM results WHERE invocation_id=?", (invocation_id,)).fetchone()
-            if row is None:
-                return None
-            return ResultRecord(
-                row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7], row[8]
-            )
-
-        return await self._call(op)
+        return await self._call(lambda c: _read_result(c, invocation_id))
 
     async def add_usage(self, session_id: str, delta: Usage) -> Usage:
         def op(c: sqlite3.Connection) -> Usage:
@@ -401,13 +465,7 @@ class SQLiteStore:
         await self._call(lambda c: _insert_events(c, events))
 
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
-        def op(c: sqlite3.Connection) -> InvocationRecord | None:
-            row = c.execute(
-                f"SELECT {_INV_COLS} FROM invocations WHERE invocation_id=?", (invocation_id,)
-            ).fetchone()
-            return None if row is None else _inv_from(row)
-
-        return await self._call(op)
+        return await self._call(lambda c: _read_invocation(c, invocation_id))
 
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
         return await self._call(lambda c: read_events(c, invocation_id))
@@ -419,7 +477,7 @@ class SQLiteStore:
             if tenant:
                 q += " AND tenant=?"
                 args += (tenant,)
-            return [_inv_from(r) for r in c.execute(q + " ORDER BY created_at", args).fetchall()]
+            return [_INVOCATIONS.record(r) for r in c.execute(q + " ORDER BY created_at", args).fetchall()]
 
         return await self._call(op)
 
@@ -437,3 +495,71 @@ class SQLiteStore:
 
 class _Conflict(Exception):
     """A compare-and-set lost inside an operation: roll its writes back, report False."""
+
+
+class SQLiteReader:
+    """Read-only access to a callgate SQLite store (``callgate explain``): never writes, never
+    migrates. It has the reads of :class:`~callgate.cli.explain.ExplainSource` (invocation,
+    events, attempts, result, tool view) plus the tool views of a session and the first
+    recording of a policy snapshot, with the same row mapping as :class:`SQLiteStore`.
+
+    Next to a running sidecar (its ``-wal`` file exists) it reads through the WAL like any reader,
+    without blocking the writer. A stopped sidecar's store (checkpointed, no ``-wal``) is opened as
+    immutable, so not even the ``-wal``/``-shm`` side files are created."""
+
+    def __init__(self, path: str | Path) -> None:
+        p = Path(path).resolve()
+        if not p.is_file():
+            raise FileNotFoundError(str(p))
+        live = Path(str(p) + "-wal").exists()
+        self._conn = sqlite3.connect(
+            f"file:{quote(str(p))}?mode=ro{'' if live else '&immutable=1'}", uri=True
+        )
+        self._conn.execute("PRAGMA query_only=ON")
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def _tables(self) -> set[str]:
+        return {r[0] for r in self._conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+    async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        """The invocation record, or ``None``."""
+        return _read_invocation(self._conn, invocation_id)
+
+    async def list_events(self, invocation_id: str) -> list[EventRecord]:
+        """The invocation's events, in order."""
+        return read_events(self._conn, invocation_id)
+
+    async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]:
+        """The invocation's attempts, by number."""
+        return _read_attempts(self._conn, invocation_id)
+
+    async def get_result(self, invocation_id: str) -> ResultRecord | None:
+        """The encoded tool message of the invocation, or ``None``."""
+        return _read_result(self._conn, invocation_id)
+
+    async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+        """The tools shown for one model call, or ``None``."""
+        return _read_tool_view(self._conn, session_id, model_call_id)
+
+    async def list_tool_views(self, session_id: str) -> list[ToolViewRecord]:
+        """Every tool view of a session, in the order they were recorded."""
+        rows = self._conn.execute(
+            f"SELECT {_TOOL_VIEW_COLS} FROM tool_views WHERE session_id=? ORDER BY created_at, rowid",
+            (session_id,),
+        ).fetchall()
+        return [_tool_view(r) for r in rows]
+
+    async def get_snapshot(self, revision: str) -> dict[str, Any] | None:
+        """When ``revision`` first started serving, and its recorded detail (engine, tools)."""
+        if "snapshots" not in self._tables():
+            return None
+        row = self._conn.execute(
+            "SELECT at, detail FROM snapshots WHERE revision=? ORDER BY seq LIMIT 1", (revision,)
+        ).fetchone()
+        if row is None:
+            return None
+        detail = json.loads(row[1])
+        return {"at": row[0], **(detail if isinstance(detail, dict) else {})}

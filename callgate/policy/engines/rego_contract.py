@@ -46,12 +46,36 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from callgate.core.errors import CallgateError, ErrorCode, LoadError
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.policy.engines.base import fault
 from callgate.propose.parse import ParseLimits, parse_json_document
+
+__all__ = [
+    "DATA_FILE",
+    "DEFAULT_DECISION_PATH",
+    "EFFECTS",
+    "ENGINE_MALFORMED",
+    "ENGINE_TIMEOUT",
+    "ENGINE_UNAVAILABLE",
+    "ENGINE_UNDEFINED",
+    "FAULT_REASON_CODES",
+    "PACKAGE_ROOT",
+    "SHADOW_KEY",
+    "TEST_SUFFIX",
+    "MalformedDecision",
+    "RegoPolicies",
+    "RequestError",
+    "build_input",
+    "contract_value",
+    "decision_from_document",
+    "engine_fault",
+    "load_rego_dir",
+    "module_digests",
+    "normalize_decision_path",
+]
 
 DEFAULT_DECISION_PATH = "callgate/authz/decision"
 """Where the decision document lives: ``data.callgate.authz.decision``."""
@@ -64,15 +88,15 @@ SHADOW_KEY = "shadow"
 """``data.callgate.shadow``: the policy ids ``data.json`` puts in shadow mode (an array of ids)."""
 TEST_SUFFIX = "_test.rego"
 
-# Stable fault codes of the Rego engines. They are meant to become ``ErrorCode`` members (and
-# rows of the gRPC status map); until then :func:`engine_fault` carries them as plain strings.
-ENGINE_TIMEOUT = "engine_timeout"
+# Fault codes of the Rego engines (members of ``ErrorCode``, with rows in the gRPC status map of
+# :mod:`callgate.server.status`), named here so both engines and their tests import one set.
+ENGINE_TIMEOUT: Final = ErrorCode.ENGINE_TIMEOUT
 """The engine did not answer within its deadline (OPA)."""
-ENGINE_UNAVAILABLE = "engine_unavailable"
+ENGINE_UNAVAILABLE: Final = ErrorCode.ENGINE_UNAVAILABLE
 """The engine could not be reached or answered with a server error (OPA)."""
-ENGINE_UNDEFINED = "engine_undefined"
+ENGINE_UNDEFINED: Final = ErrorCode.ENGINE_UNDEFINED
 """The decision document is undefined (no rule produced it and there is no default)."""
-ENGINE_MALFORMED = "engine_malformed"
+ENGINE_MALFORMED: Final = ErrorCode.ENGINE_MALFORMED
 """The decision document is not of the contract's shape."""
 
 EFFECTS = {e.value: e for e in Effect}
@@ -86,22 +110,11 @@ _PACKAGE_LINE = re.compile(r"^\s*package\s+([^\s#]+)", re.MULTILINE)
 _DATA_LIMITS = ParseLimits(max_bytes=16 * 1024 * 1024, max_depth=64)
 
 
-def engine_fault(engine: str, code: str, message: str, policy_id: str = "") -> Decision:
-    """A fail-closed deny for an engine fault with a stable code.
-
-    Goes through :func:`callgate.policy.engines.base.fault` when ``code`` is an :class:`ErrorCode`;
-    the Rego engines' own codes (``engine_timeout``, ...) are built the same way by hand until
-    they are members of the enum.
-    """
-    try:
-        return fault(engine, ErrorCode(code), message, policy_id)
-    except ValueError:
-        return Decision(
-            effect=Effect.DENY,
-            reasons=(Reason(code=code, policy_id=policy_id, message=message),),
-            engine=engine,
-            error_code=code,
-        )
+def engine_fault(engine: str, code: ErrorCode | str, message: str, policy_id: str = "") -> Decision:
+    """A fail-closed deny for an engine fault: :func:`callgate.policy.engines.base.fault` with
+    ``code`` as an :class:`ErrorCode` (the engines pass members or their values). A string that
+    is not an ``ErrorCode`` value is a programming error: ``ValueError``."""
+    return fault(engine, ErrorCode(code), message, policy_id)
 
 
 class RequestError(ValueError):
@@ -109,8 +122,8 @@ class RequestError(ValueError):
 
 
 def contract_value(value: JSONValue, path: str = "") -> JSONValue:
-    """Check and normalize one JSON value to the contract's domain (the same domain the Cedar
-    engine's ``to_cedar_value`` accepts). Raises :class:`RequestError`."""
+    """Check and normalize one JSON value to the contract's domain (the same domain
+    :func:`callgate.policy.engines.cedar.to_cedar_value` accepts). Raises :class:`RequestError`."""
     if isinstance(value, bool) or isinstance(value, str):
         return value
     if isinstance(value, int):

@@ -1,0 +1,166 @@
+"""SQLite store rows: the invocation and attempt records are mapped to their tables from the
+dataclass fields (one list, so a new field cannot be forgotten in one direction), every field
+round-trips through the store and through the read-only :class:`SQLiteReader`."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import pytest
+
+from callgate.core.states import State
+from callgate.store.base import AttemptRecord, EventRecord, InvocationRecord, ResultRecord, ToolViewRecord
+from callgate.store.sqlite import SQLiteReader, SQLiteStore, _RowMapping
+
+# Every field differs from its default (so a field the mapping dropped would read back wrong).
+INVOCATION = InvocationRecord(
+    invocation_id="inv-1",
+    session_id="ses-1",
+    model_call_id="mc-1",
+    proposal_id="prop-1",
+    tool_name="calendar.create_event",
+    tool_version="v1",
+    tenant="acme",
+    subject="alice",
+    state=State.AUTHORIZED,
+    raw_arguments=b'{"title": "x\\u0000"}',
+    digest="sha256:" + "ab" * 32,
+    normalized_arguments=b'{"title":"x"}',
+    decision={"effect": "allow", "reasons": [{"code": "ok", "policy_id": "p1"}]},
+    rejection={"code": "schema_invalid", "violations": []},
+    idempotency_key="idem-1",
+    deadline="2026-07-19T06:10:00Z",
+    confirmation_expires_at="2026-07-19T06:05:00Z",
+    policy_revision="sha256:rev",
+    created_at="2026-07-19T06:00:00Z",
+    updated_at="2026-07-19T06:00:01Z",
+    attempts=1,
+    external_resource_id="evt-9",
+    commit_time="2026-07-19T06:00:02Z",
+    cancel_requested_at="2026-07-19T06:00:03Z",
+)
+ATTEMPT = AttemptRecord(
+    attempt_id="att-1",
+    invocation_id="inv-1",
+    number=1,
+    executor_id="spiffe://acme/executor",
+    jti="jti-1",
+    started_at="2026-07-19T06:00:01Z",
+    credential_expires_at="2026-07-19T06:01:01Z",
+    outcome="succeeded",
+    failure_class="none",
+    finished_at="2026-07-19T06:00:02Z",
+    external_resource_id="evt-9",
+    http_status=201,
+    cost_micros=1500,
+    retry_reason="rate_limited",
+    retry_after="2026-07-19T06:00:30Z",
+)
+EVENT = EventRecord(
+    event_id="ev-1",
+    invocation_id="inv-1",
+    seq=1,
+    at="2026-07-19T06:00:00Z",
+    kind="authorized",
+    from_state=None,
+    to_state=State.AUTHORIZED,
+    trace_id="t" * 32,
+    span_id="s" * 16,
+    data={"k": "v"},
+)
+
+
+def _defaults_differ(record: object) -> None:
+    for f in fields(record):  # type: ignore[arg-type]
+        assert getattr(record, f.name) != f.default, f"set {f.name} in the test record"
+
+
+def test_test_records_set_every_field() -> None:
+    _defaults_differ(INVOCATION)
+    _defaults_differ(ATTEMPT)
+
+
+def test_columns_are_the_fields_in_schema_order(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s.db")
+        await store.close()
+
+    asyncio.run(main())
+    with sqlite3.connect(tmp_path / "s.db") as c:
+        for table, record in (("invocations", InvocationRecord), ("attempts", AttemptRecord)):
+            schema = tuple(r[1] for r in c.execute(f"PRAGMA table_info({table})"))
+            assert schema == tuple(f.name for f in fields(record)) == _RowMapping.of(record).columns
+
+
+def test_every_field_round_trips_through_store_and_reader(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    finished = ATTEMPT
+    started = replace(ATTEMPT, outcome="", failure_class="", finished_at="", external_resource_id="",
+                      http_status=0, cost_micros=0, retry_reason="", retry_after="")  # fmt: skip
+    created = replace(INVOCATION, attempts=0)
+    result = ResultRecord("inv-1", "ok", b"msg", True, b"rest", "page-1", 2, "2026-07-19T06:00:04Z", "n1")
+    view = ToolViewRecord(
+        "ses-1", "mc-1", ("calendar.create_event@v1",), {"calendar.create_event@v1": "d"}, "ts", "c"
+    )
+
+    async def main() -> None:
+        store = SQLiteStore(path)
+        try:
+            await store.create_invocation(created, [EVENT])
+            assert await store.get_invocation("inv-1") == created
+            assert await store.begin_attempt(INVOCATION, State.AUTHORIZED, started, [])
+            assert await store.get_invocation("inv-1") == INVOCATION
+            assert await store.get_attempt("att-1") == started
+            assert await store.finish_attempt(INVOCATION, State.AUTHORIZED, finished, [])
+            assert await store.get_attempt("att-1") == finished
+            assert await store.list_attempts("inv-1") == [finished]
+            assert await store.put_result(INVOCATION, State.AUTHORIZED, result, [])
+            await store.put_tool_view(view)
+            assert await store.get_result("inv-1") == result
+            assert await store.get_tool_view("ses-1", "mc-1") == view
+        finally:
+            await store.close()
+
+        reader = SQLiteReader(path)
+        try:
+            assert await reader.get_invocation("inv-1") == INVOCATION
+            assert await reader.get_invocation("nope") is None
+            assert await reader.list_attempts("inv-1") == [finished]
+            assert await reader.list_events("inv-1") == [EVENT]
+            assert await reader.get_result("inv-1") == result
+            assert await reader.get_tool_view("ses-1", "mc-1") == view
+            assert await reader.list_tool_views("ses-1") == [view]
+            assert await reader.get_snapshot("sha256:rev") is None
+        finally:
+            reader.close()
+
+    asyncio.run(main())
+
+
+def test_reader_never_writes(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+
+    async def main() -> None:
+        await SQLiteStore(path).close()
+
+    asyncio.run(main())
+    reader = SQLiteReader(path)
+    try:
+        with pytest.raises(sqlite3.DatabaseError):
+            reader._conn.execute("DELETE FROM invocations")
+    finally:
+        reader.close()
+    with pytest.raises(FileNotFoundError):
+        SQLiteReader(tmp_path / "missing.db")
+
+
+def test_a_field_type_without_a_conversion_is_refused() -> None:
+    @dataclass(frozen=True, slots=True)
+    class Odd:
+        when: float
+
+    with pytest.raises(TypeError, match="Odd.when: no SQLite conversion"):
+        _RowMapping.of(Odd)  # type: ignore[type-var]
