@@ -79,4 +79,73 @@ OUTCOMES = frozenset(
 )
 """Kinds written by ``ReportOutcome``: the end of one attempt."""
 
-__all__ = ["OUTCOMES", "REJECTIONS", "EventKind"]
+CONFIRMATION_ANSWERS = {
+    EventKind.CONFIRMED: "confirmed",
+    EventKind.CONFIRMATION_REJECTED: "rejected",
+    EventKind.CONFIRMATION_EXPIRED: "expired",
+}
+"""How a parked confirmation ended, by the event that ended it."""
+
+
+class Stage(str, Enum):
+    """The stage an event closes: its ``duration_us`` is the time that stage took."""
+
+    PROPOSE = "propose"
+    LOOKUP = "lookup"
+    PARSE = "parse"
+    VALIDATE = "validate"
+    NORMALIZE = "normalize"
+    IDEMPOTENCY = "idempotency"
+    AUTHORIZE = "authorize"
+    PREPARE = "prepare"
+    CONFIRM = "confirm"
+    CANCEL = "cancel"
+    ATTEMPT = "attempt"
+    OUTCOME = "outcome"
+    ENCODE = "encode"
+
+
+_STAGE_OF_KIND = {
+    EventKind.PROPOSED: Stage.PROPOSE,
+    EventKind.PARSED: Stage.PARSE,
+    EventKind.VALIDATED: Stage.VALIDATE,
+    EventKind.NORMALIZED: Stage.NORMALIZE,
+    EventKind.AUTHORIZED: Stage.AUTHORIZE,
+    EventKind.AUTHORIZATION_REJECTED: Stage.AUTHORIZE,
+    EventKind.PREPARED: Stage.PREPARE,
+    EventKind.CONFIRMATION_REQUESTED: Stage.PREPARE,
+    EventKind.CONFIRMED: Stage.CONFIRM,
+    EventKind.CONFIRMATION_REJECTED: Stage.CONFIRM,
+    EventKind.CONFIRMATION_EXPIRED: Stage.CONFIRM,
+    EventKind.CANCELLED: Stage.CANCEL,
+    EventKind.CANCEL_REQUESTED: Stage.CANCEL,
+    EventKind.IDEMPOTENT_REPLAY: Stage.IDEMPOTENCY,
+    EventKind.ATTEMPT_STARTED: Stage.ATTEMPT,
+    EventKind.ATTEMPT_FAILED: Stage.OUTCOME,
+    EventKind.COMMITTED: Stage.OUTCOME,
+    EventKind.FAILED_BEFORE_COMMIT: Stage.OUTCOME,
+    EventKind.FAILED_AFTER_COMMIT: Stage.OUTCOME,
+    EventKind.OUTCOME_UNKNOWN: Stage.OUTCOME,
+    EventKind.OBSERVED: Stage.ENCODE,
+    EventKind.RESULT_ENCODED: Stage.ENCODE,
+}
+_VALIDATION_REJECTED_AFTER = {EventKind.VALIDATED: Stage.NORMALIZE, EventKind.NORMALIZED: Stage.IDEMPOTENCY}
+_LOOKUP_CODES = frozenset({"tools_not_listed", "unknown_tool_version"})
+
+
+def stage_of(kind: str, previous: str, rejection_code: str = "") -> Stage | None:
+    """The stage an event of ``kind`` closes, given the kind of the event before it on the same
+    call and, for a rejection, its code: ``parse_rejected`` of an unknown tool closes ``lookup``;
+    ``validation_rejected`` after ``normalized`` closes ``idempotency`` (a key refused). None for
+    a kind this version does not know (an event written by a newer one)."""
+    if kind == EventKind.PARSE_REJECTED:
+        return Stage.LOOKUP if rejection_code in _LOOKUP_CODES else Stage.PARSE
+    if kind == EventKind.VALIDATION_REJECTED:
+        return _VALIDATION_REJECTED_AFTER.get(previous, Stage.VALIDATE)  # type: ignore[call-overload]
+    try:
+        return _STAGE_OF_KIND.get(EventKind(kind))
+    except ValueError:
+        return None
+
+
+__all__ = ["CONFIRMATION_ANSWERS", "OUTCOMES", "REJECTIONS", "EventKind", "Stage", "stage_of"]
