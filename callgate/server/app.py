@@ -45,8 +45,8 @@ from callgate.server.services import (
 )
 from callgate.store.base import Store
 from callgate.store.idempotency.base import IdempotencyStore
-from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
-from callgate.store.sqlite import SQLiteStore
+from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
+from callgate.store.registry import STORES
 
 log = logging.getLogger("callgate")
 
@@ -81,22 +81,10 @@ class Components:
 
 
 async def build_idempotency(cfg: Config) -> IdempotencyStore:
-    ic = cfg.idempotency
-    store: IdempotencyStore
-    if ic.backend == "postgres":
-        from callgate.store.idempotency.postgres import PostgresIdempotencyStore
-
-        dsn = cfg.path(ic.dsn_file).read_text().strip() if ic.dsn_file else os.environ.get(ic.dsn_env, "")
-        if not dsn:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file",
-            )
-        store = PostgresIdempotencyStore(dsn)
-    else:
-        store = SQLiteIdempotencyStore(cfg.path(ic.path), synchronous=cfg.store.synchronous)
-    await store.start()
-    return store
+    """Open and start the idempotency backend registered as ``idempotency.backend``
+    (:data:`~callgate.store.idempotency.registry.IDEMPOTENCY_BACKENDS`; DSNs from the process
+    environment). Raises LoadError / CallgateError."""
+    return await IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend).open(cfg, os.environ)
 
 
 async def build_components(
@@ -122,7 +110,7 @@ async def build_components(
             log.error("policies do not load; serving NOT_READY until they do: %s", exc)
     secrets = SecretStore.load(cfg.secrets, Path(cfg.base_dir), environ)
     if store is None:
-        store = SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
+        store = STORES.get(cfg.store.backend).open(cfg)
     # observability: committed events fan out to the decision log, metrics and traces
     sinks, metrics = build_sinks(
         cfg.observability, base_dir=cfg.base_dir, lookup=store.get_invocation, environ=environ
