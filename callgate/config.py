@@ -95,6 +95,10 @@ class LimitsConfig:
 class ConfirmationConfig:
     ttl_seconds: int = 300
     """How long a CONFIRM decision stays pending before it expires (then CANCELLED_BEFORE_COMMIT)."""
+    sweep_interval_ms: int = 1000
+    """How often the sweeper cancels expired confirmations (its own task, health service
+    ``callgate.v1.ConfirmationSweeper``). An expired call is also cancelled when it is next
+    touched (confirmed, re-proposed), so this bounds only how long one lingers unseen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +347,12 @@ def validate(cfg: Config, *, source: str = "") -> Config:
     if cfg.confirmation.ttl_seconds <= 0:
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID, message="confirmation.ttl_seconds must be positive", source=source
+        )
+    if cfg.confirmation.sweep_interval_ms <= 0:
+        raise LoadError(
+            code=ErrorCode.CONFIG_INVALID,
+            message="confirmation.sweep_interval_ms must be positive",
+            source=source,
         )
     backend = IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend, source=source)
     _check_problems(backend.validate(cfg.idempotency), source)

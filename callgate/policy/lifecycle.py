@@ -12,6 +12,8 @@
   so a change of policy, including switching a policy from shadow to enforcing, is on record.
 * Before a snapshot serves, its engine is given its policies (:meth:`Engine.load_policies`) when
   the engine's registration says the config asks for it (OPA with ``policy.opa_upload_policies``).
+
+Expiring unconfirmed calls is not the watcher's job: :mod:`callgate.server.sweeper` runs it.
 """
 
 from __future__ import annotations
@@ -156,7 +158,6 @@ class PolicyLifecycle:
                     await self.reload("retry")
                 else:
                     await self.refresh_health()  # e.g. OPA came up, or went away
-                await self.gate.expire_confirmations()
             except Exception:
                 log.exception("policy watcher error")
 

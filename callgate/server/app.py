@@ -43,6 +43,7 @@ from callgate.server.services import (
     GateService,
     observe_rpcs,
 )
+from callgate.server.sweeper import SWEEPER_HEALTH_SERVICE, ConfirmationSweeper
 from callgate.store.base import Store
 from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
@@ -170,6 +171,8 @@ class Sidecar:
     lifecycle: PolicyLifecycle | None = None
     metrics_server: MetricsServer | None = None
     """The ``/metrics`` endpoint when ``observability.metrics_address`` is set (``.url``)."""
+    sweeper: ConfirmationSweeper | None = None
+    """The confirmation-expiry task (health service ``callgate.v1.ConfirmationSweeper``)."""
 
     def _add_role(self, role: str, listener: ListenerConfig) -> None:
         if not listener.socket and not listener.tcp:
@@ -227,6 +230,13 @@ class Sidecar:
             await hs.set(ROLE_SERVICES[role], serving if ready else not_serving)
             await hs.set(SNAPSHOT_HEALTH_SERVICE, serving if files_ok and ready else not_serving)
 
+    async def _set_sweeper_health(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for hs in self.health.values():
+            await hs.set(SWEEPER_HEALTH_SERVICE, status)
+
     async def start(self) -> None:
         s = self.components.config.server
         for role in ROLES:
@@ -242,6 +252,13 @@ class Sidecar:
             config=c.config, gate=c.gate, store=c.store, clock=c.clock, set_health=self._set_health
         )
         await self.lifecycle.start()
+        self.sweeper = ConfirmationSweeper(
+            c.gate,
+            c.clock,
+            interval=c.config.confirmation.sweep_interval_ms / 1000,
+            set_health=self._set_sweeper_health,
+        )
+        await self.sweeper.start()
         if c.metrics is not None:  # count reloads from now on (file change, SIGHUP, retry)
             metrics = c.metrics
             metrics.set_snapshot(c.gate.snapshot_or_none)
@@ -264,6 +281,8 @@ class Sidecar:
         return await self.lifecycle.reload("signal")
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.sweeper is not None:
+            await self.sweeper.stop()
         if self.lifecycle is not None:
             await self.lifecycle.stop()
         if self.metrics_server is not None:
