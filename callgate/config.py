@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from callgate.core.errors import ErrorCode, LoadError
+from callgate.policy.engines.registry import ENGINES
+from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
+from callgate.store.registry import STORES
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,10 @@ class LimitsConfig:
 class ConfirmationConfig:
     ttl_seconds: int = 300
     """How long a CONFIRM decision stays pending before it expires (then CANCELLED_BEFORE_COMMIT)."""
+    sweep_interval_ms: int = 1000
+    """How often the sweeper cancels expired confirmations (its own task, health service
+    ``callgate.v1.ConfirmationSweeper``). An expired call is also cancelled when it is next
+    touched (confirmed, re-proposed), so this bounds only how long one lingers unseen."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,20 +304,18 @@ def check_loopback(addr: str, *, source: str = "") -> tuple[str, int]:
     return host, int(port_s)
 
 
+def _check_problems(problems: list[str], source: str) -> None:
+    """Raise ``config_invalid`` naming every problem a registered factory found."""
+    if problems:
+        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="; ".join(problems), source=source)
+
+
 def validate(cfg: Config, *, source: str = "") -> Config:
-    """Semantic checks that types alone cannot express."""
-    if cfg.policy.engine not in ("cedar", "rego", "opa"):
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message=f"policy.engine '{cfg.policy.engine}' is not supported (supported: cedar, rego, opa)",
-            source=source,
-        )
-    if cfg.store.backend != "sqlite":
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message=f"store.backend '{cfg.store.backend}' is not supported (supported: sqlite)",
-            source=source,
-        )
+    """Semantic checks that types alone cannot express. Engine, store and idempotency backend
+    names are looked up in their registries (an unknown name is refused with the registered
+    choices) and each registration checks its own keys."""
+    _check_problems(ENGINES.get(cfg.policy.engine, source=source).validate(cfg.policy), source)
+    _check_problems(STORES.get(cfg.store.backend, source=source).validate(cfg.store), source)
     if cfg.store.synchronous not in ("full", "normal"):
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID,
@@ -343,12 +348,14 @@ def validate(cfg: Config, *, source: str = "") -> Config:
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID, message="confirmation.ttl_seconds must be positive", source=source
         )
-    if cfg.idempotency.backend not in ("sqlite", "postgres"):
+    if cfg.confirmation.sweep_interval_ms <= 0:
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID,
-            message="idempotency.backend must be sqlite or postgres",
+            message="confirmation.sweep_interval_ms must be positive",
             source=source,
         )
+    backend = IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend, source=source)
+    _check_problems(backend.validate(cfg.idempotency), source)
     if cfg.idempotency.expired_policy not in ("reject", "new"):
         raise LoadError(
             code=ErrorCode.CONFIG_INVALID,

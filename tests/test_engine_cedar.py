@@ -165,11 +165,13 @@ def test_load_errors_name_file_and_line(tmp_path: Path, text: str, line: int, fr
     assert fragment in str(err.value)
 
 
-def test_swap_is_atomic_per_batch(engine: CedarEngine) -> None:
+def test_new_policies_are_a_new_engine(engine: CedarEngine) -> None:
+    """A reload builds a new engine over the new snapshot (no swap in place); the old engine keeps
+    its revision for the calls already holding it."""
     before = engine.revision
     other = load_cedar_dir(POLICIES / "cedar")
-    engine.swap(other)
-    assert engine.revision == other.revision != before
+    assert CedarEngine(other).revision == other.revision != before
+    assert engine.revision == before
 
 
 def test_shadow_policy_is_logged_not_enforced(tmp_path: Path) -> None:

@@ -232,7 +232,9 @@ def test_offloaded_batches_keep_the_loop_free() -> None:
     assert ticks > 10  # the loop ran while rego-cpp evaluated on the pool
 
 
-def test_inline_mode_and_swap(tmp_path: Path) -> None:
+def test_inline_mode_and_new_policies(tmp_path: Path) -> None:
+    """New policies are a new engine (a reload builds one); a broken set never builds one and
+    the old engine keeps serving."""
     e = RegoEngine.from_dir(REGO, offload=False)
     (d,) = asyncio.run(e.authorize_batch([request(duration_minutes=481)]))
     assert d.policy_ids == ("calendar-max-duration",)
@@ -241,13 +243,13 @@ def test_inline_mode_and_swap(tmp_path: Path) -> None:
     text = (copy / "policies.rego").read_text().replace("duration_minutes > 480", "duration_minutes > 600")
     (copy / "policies.rego").write_text(text)
     before = e.revision
-    e.swap(load_rego_dir(copy))
-    assert e.revision != before
-    (d,) = e.authorize_batch_sync([request(duration_minutes=481)])
-    assert d.effect is Effect.CONFIRM  # the thread's interpreter was rebuilt for the new snapshot
+    new = RegoEngine(load_rego_dir(copy), offload=False)
+    assert new.revision != before == e.revision
+    (d,) = new.authorize_batch_sync([request(duration_minutes=481)])
+    assert d.effect is Effect.CONFIRM
     (copy / "policies.rego").write_text("package callgate.authz\n\np := {\n")
     with pytest.raises(LoadError):
-        e.swap(load_rego_dir(copy))
+        RegoEngine(load_rego_dir(copy), offload=False)
     assert e.authorize_batch_sync([request()])[0].effect is Effect.CONFIRM  # old set keeps serving
 
 

@@ -483,26 +483,6 @@ def test_expired_confirmation_frees_its_key_on_the_next_proposal(sc: Running) ->
     assert state_of(sc, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
 
 
-def test_sweeper_cancels_expired_confirmations() -> None:
-    from callgate.config import PolicyConfig
-    from tests.test_lifecycle import wait_for
-
-    running, tmp = start_sidecar(policy=PolicyConfig(watch_interval_ms=50))
-    try:
-        sid, parked = prepared_event_unconfirmed(running, "k-sweep")
-        running.clock.advance(running.config.confirmation.ttl_seconds + 1)
-        wait_for(lambda: state_of(running, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT")
-        kinds = [
-            e.kind
-            for e in running.gate.GetInvocation(
-                pb.GetInvocationRequest(invocation_id=parked.invocation_id)
-            ).events
-        ]
-        assert kinds[-1] == "confirmation_expired"
-    finally:
-        stop_sidecar(running, tmp)
-
-
 def prepared_event_unconfirmed(sc: Running, key: str) -> tuple[str, pb.ProposeResponse]:
     sid = sc.open_session(subject="alice", tz="Asia/Shanghai")
     sc.list_tools(sid)

@@ -19,6 +19,7 @@ from callgate.core.clock import FixedClock, SystemClock
 from callgate.core.errors import CallgateError, ErrorCode, LoadError
 from callgate.core.model import Proposal, Subject
 from callgate.core.trace import TraceContext
+from callgate.policy.engines.registry import ENGINES
 from callgate.policy.snapshot import load_snapshot_from_config
 from callgate.propose.gate import Gate, ProposeOutcome, SessionSpec, decision_to_dict
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
@@ -51,13 +52,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"  {v.pointer}: {v.message}", file=out)
         return 1
     print(f"ok: {len(snap.tools)} tools, engine {snap.engine.name}, revision {snap.revision}", file=out)
-    entities = cfg.path(cfg.policy.dir) / "cedar" / "entities.json"
-    if cfg.policy.engine == "cedar" and entities.is_file():
-        from callgate.policy.engines.cedar import entities_size_warning
-
-        warning = entities_size_warning(entities.stat().st_size, str(entities))
-        if warning:
-            print(f"warning: {warning}", file=out)
+    for warning in ENGINES.get(cfg.policy.engine).warnings(cfg.path(cfg.policy.dir)):
+        print(f"warning: {warning}", file=out)
     if secrets:
         print(f"  secrets: {', '.join(secrets)} (values loaded, not shown)", file=out)
     for t in snap.tools:
@@ -247,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
     p.add_argument("--config", "-c")
-    p.add_argument("--engine", choices=("cedar", "rego", "opa"), help="default: the config's policy.engine")
+    p.add_argument("--engine", choices=ENGINES.names(), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
     p = sub.add_parser(

@@ -10,6 +10,10 @@
   (NOT_SERVING while the newest files are broken) and the last good snapshot keeps serving.
 * Every snapshot that starts serving is recorded in the store (revision, engine, shadow policies),
   so a change of policy, including switching a policy from shadow to enforcing, is on record.
+* Before a snapshot serves, its engine is given its policies (:meth:`Engine.load_policies`) when
+  the engine's registration says the config asks for it (OPA with ``policy.opa_upload_policies``).
+
+Expiring unconfirmed calls is not the watcher's job: :mod:`callgate.server.sweeper` runs it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from pathlib import Path
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import LoadError
+from callgate.policy.engines.registry import ENGINES
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
 from callgate.store.base import Store
@@ -77,12 +82,14 @@ class PolicyLifecycle:
     def policy_dir(self) -> Path:
         return self.config.path(self.config.policy.dir)
 
-    async def _activate(self, snap: PolicySnapshot) -> None:
+    def _uploads_policies(self) -> bool:
+        """Whether the configured engine's policies are uploaded before a snapshot serves."""
         pc = self.config.policy
-        if pc.engine == "opa" and pc.opa_upload_policies:
-            load = getattr(snap.engine, "load_policies", None)
-            if load is not None:
-                await load()
+        return ENGINES.get(pc.engine).uploads_policies(pc)
+
+    async def _activate(self, snap: PolicySnapshot) -> None:
+        if self._uploads_policies():
+            await snap.engine.load_policies()
         old = self.gate.snapshot_or_none
         self.gate.swap_snapshot(snap)
         if old is not None and old.engine is not snap.engine:
@@ -151,7 +158,6 @@ class PolicyLifecycle:
                     await self.reload("retry")
                 else:
                     await self.refresh_health()  # e.g. OPA came up, or went away
-                await self.gate.expire_confirmations()
             except Exception:
                 log.exception("policy watcher error")
 
@@ -162,13 +168,11 @@ class PolicyLifecycle:
             self._fingerprint = fingerprint(self.policy_dir)
             snap = self.gate.snapshot_or_none
             assert snap is not None
-            if self.config.policy.engine == "opa" and self.config.policy.opa_upload_policies:
-                load = getattr(snap.engine, "load_policies", None)
-                if load is not None:
-                    try:
-                        await load()
-                    except Exception as exc:
-                        log.error("uploading policies to OPA failed: %s", exc)
+            if self._uploads_policies():
+                try:
+                    await snap.engine.load_policies()
+                except Exception as exc:
+                    log.error("uploading policies to the %s engine failed: %s", snap.engine.name, exc)
             await self.store.record_snapshot(
                 snap.revision,
                 rfc3339(self.clock.now()),

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -66,6 +66,7 @@ from callgate.config import Config
 from callgate.core.errors import CallgateError, RejectedError
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason, Subject
 from callgate.policy.engines.base import Engine
+from callgate.policy.engines.registry import ENGINES
 from callgate.propose.parse import ParseLimits, parse_json_document
 
 FOLDERS: Mapping[str, Effect] = {"ALLOW": Effect.ALLOW, "CONFIRM": Effect.CONFIRM, "DENY": Effect.DENY}
@@ -454,45 +455,24 @@ def hint_for(directory: Path) -> str:
 
 # -- the command ------------------------------------------------------------------------------
 
-ENGINES = ("cedar", "rego", "opa")
-
 
 def build_engine(cfg: Config, engine: str | None = None, opa_url: str | None = None) -> Engine:
     """The engine a suite runs on: the configured one (``policy.engine`` over ``policy.dir``,
     loaded exactly as the server loads it) unless ``engine`` / ``opa_url`` override it; an
-    override is built from the config's policy dir (``cedar/`` or ``rego/``). Raises
-    :class:`~callgate.core.errors.LoadError` or ValueError."""
+    override is built by the engine's registration (:data:`~callgate.policy.engines.registry.ENGINES`)
+    from the config's policy dir (``cedar/`` or ``rego/``), without the config's shadow ids.
+    Raises :class:`~callgate.core.errors.LoadError` or ValueError."""
     name = engine or cfg.policy.engine
     if name not in ENGINES:
-        raise ValueError(f"unknown engine {name!r} (supported: {', '.join(ENGINES)})")
+        raise ValueError(f"unknown engine {name!r} (registered: {', '.join(ENGINES.names())})")
     if opa_url is not None and name != "opa":
         raise ValueError(f"--opa-url applies to the opa engine only (the engine is {name})")
     if engine is None and opa_url is None:
         from callgate.policy.snapshot import load_snapshot_from_config
 
         return load_snapshot_from_config(cfg).engine
-    policy_dir = cfg.path(cfg.policy.dir)
-    if name == "cedar":
-        from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
-
-        return CedarEngine(load_cedar_dir(policy_dir / "cedar"))
-    if name == "rego":
-        from callgate.policy.engines.rego import RegoEngine
-
-        return RegoEngine.from_dir(policy_dir / "rego")
-    from callgate.policy.engines.opa import OpaEngine
-
-    return OpaEngine.from_dir(
-        policy_dir / "rego", url=opa_url or cfg.policy.opa_url, timeout=cfg.policy.opa_timeout_ms / 1000
-    )
-
-
-async def _readiness(engine: Engine) -> tuple[bool, str]:
-    detailed = getattr(engine, "readiness", None)
-    if callable(detailed):
-        ok, why = await detailed()
-        return bool(ok), str(why)
-    return await engine.ready(), "the engine reports not ready"
+    policy = replace(cfg.policy, engine=name, opa_url=opa_url or cfg.policy.opa_url, shadow=())
+    return ENGINES.get(name).load(cfg.path(cfg.policy.dir), policy)
 
 
 async def run_command(
@@ -516,7 +496,7 @@ async def run_command(
         print(f"error: {exc}", file=err)
         return 2
     try:
-        ok, why = await _readiness(eng)
+        ok, why = await eng.readiness()
         if not ok:
             # An OPA serving other policies (or none) would answer for a different revision, and
             # a down OPA denies everything: neither is a test of these policies.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from callgate.config import Config, PolicyConfig
 from callgate.policy.engines.base import Engine
-from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
+from callgate.policy.engines.registry import ENGINES
 from callgate.policy.toolspecs import ToolRegistry, load_tools
 
 
@@ -27,24 +27,11 @@ class PolicySnapshot:
 def load_snapshot(
     policy_dir: Path, engine_name: str = "cedar", *, policy: PolicyConfig | None = None
 ) -> PolicySnapshot:
-    """Load ``tools/`` and the engine's files from ``policy_dir``. Raises LoadError."""
+    """Load ``tools/`` and the files of the engine registered as ``engine_name``
+    (:data:`~callgate.policy.engines.registry.ENGINES`) from ``policy_dir``. Raises LoadError
+    (an unregistered engine name too)."""
     tools = load_tools(policy_dir / "tools")
-    engine: Engine
-    if engine_name == "cedar":
-        engine = CedarEngine(load_cedar_dir(policy_dir / "cedar", shadow=(policy or PolicyConfig()).shadow))
-    elif engine_name == "rego":
-        from callgate.policy.engines.rego import RegoEngine
-
-        engine = RegoEngine.from_dir(policy_dir / "rego", shadow=(policy or PolicyConfig()).shadow)
-    elif engine_name == "opa":
-        from callgate.policy.engines.opa import OpaEngine
-
-        pc = policy or PolicyConfig()
-        engine = OpaEngine.from_dir(
-            policy_dir / "rego", shadow=pc.shadow, url=pc.opa_url, timeout=pc.opa_timeout_ms / 1000
-        )
-    else:  # config validation keeps this unreachable; fail loudly if it is reached
-        raise ValueError(f"unknown engine {engine_name}")
+    engine = ENGINES.get(engine_name).load(policy_dir, policy or PolicyConfig())
     h = hashlib.sha256()
     for t in tools:
         h.update(f"{t.spec.key}={t.spec.spec_digest}\n".encode())
@@ -53,4 +40,5 @@ def load_snapshot(
 
 
 def load_snapshot_from_config(cfg: Config) -> PolicySnapshot:
+    """The snapshot ``cfg`` describes (``policy.engine`` over ``policy.dir``), as the server loads it."""
     return load_snapshot(cfg.path(cfg.policy.dir), cfg.policy.engine, policy=cfg.policy)

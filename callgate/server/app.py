@@ -43,10 +43,11 @@ from callgate.server.services import (
     GateService,
     observe_rpcs,
 )
+from callgate.server.sweeper import SWEEPER_HEALTH_SERVICE, ConfirmationSweeper
 from callgate.store.base import Store
 from callgate.store.idempotency.base import IdempotencyStore
-from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
-from callgate.store.sqlite import SQLiteStore
+from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
+from callgate.store.registry import STORES
 
 log = logging.getLogger("callgate")
 
@@ -81,22 +82,10 @@ class Components:
 
 
 async def build_idempotency(cfg: Config) -> IdempotencyStore:
-    ic = cfg.idempotency
-    store: IdempotencyStore
-    if ic.backend == "postgres":
-        from callgate.store.idempotency.postgres import PostgresIdempotencyStore
-
-        dsn = cfg.path(ic.dsn_file).read_text().strip() if ic.dsn_file else os.environ.get(ic.dsn_env, "")
-        if not dsn:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file",
-            )
-        store = PostgresIdempotencyStore(dsn)
-    else:
-        store = SQLiteIdempotencyStore(cfg.path(ic.path), synchronous=cfg.store.synchronous)
-    await store.start()
-    return store
+    """Open and start the idempotency backend registered as ``idempotency.backend``
+    (:data:`~callgate.store.idempotency.registry.IDEMPOTENCY_BACKENDS`; DSNs from the process
+    environment). Raises LoadError / CallgateError."""
+    return await IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend).open(cfg, os.environ)
 
 
 async def build_components(
@@ -122,7 +111,7 @@ async def build_components(
             log.error("policies do not load; serving NOT_READY until they do: %s", exc)
     secrets = SecretStore.load(cfg.secrets, Path(cfg.base_dir), environ)
     if store is None:
-        store = SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
+        store = STORES.get(cfg.store.backend).open(cfg)
     # observability: committed events fan out to the decision log, metrics and traces
     sinks, metrics = build_sinks(
         cfg.observability, base_dir=cfg.base_dir, lookup=store.get_invocation, environ=environ
@@ -183,6 +172,8 @@ class Sidecar:
     lifecycle: PolicyLifecycle | None = None
     metrics_server: MetricsServer | None = None
     """The ``/metrics`` endpoint when ``observability.metrics_address`` is set (``.url``)."""
+    sweeper: ConfirmationSweeper | None = None
+    """The confirmation-expiry task (health service ``callgate.v1.ConfirmationSweeper``)."""
 
     def _add_role(self, role: str, listener: ListenerConfig) -> None:
         if not listener.socket and not listener.tcp:
@@ -240,6 +231,13 @@ class Sidecar:
             await hs.set(ROLE_SERVICES[role], serving if ready else not_serving)
             await hs.set(SNAPSHOT_HEALTH_SERVICE, serving if files_ok and ready else not_serving)
 
+    async def _set_sweeper_health(self, serving: bool) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for hs in self.health.values():
+            await hs.set(SWEEPER_HEALTH_SERVICE, status)
+
     async def start(self) -> None:
         s = self.components.config.server
         for role in ROLES:
@@ -255,6 +253,13 @@ class Sidecar:
             config=c.config, gate=c.gate, store=c.store, clock=c.clock, set_health=self._set_health
         )
         await self.lifecycle.start()
+        self.sweeper = ConfirmationSweeper(
+            c.gate,
+            c.clock,
+            interval=c.config.confirmation.sweep_interval_ms / 1000,
+            set_health=self._set_sweeper_health,
+        )
+        await self.sweeper.start()
         if c.metrics is not None:  # count reloads from now on (file change, SIGHUP, retry)
             metrics = c.metrics
             metrics.set_snapshot(c.gate.snapshot_or_none)
@@ -277,6 +282,8 @@ class Sidecar:
         return await self.lifecycle.reload("signal")
 
     async def stop(self, grace: float = 2.0) -> None:
+        if self.sweeper is not None:
+            await self.sweeper.stop()
         if self.lifecycle is not None:
             await self.lifecycle.stop()
         if self.metrics_server is not None:

@@ -10,14 +10,25 @@ catch something (fail closed).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from callgate.core.errors import ErrorCode
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason
 
 
+class Readiness(NamedTuple):
+    """An engine's readiness with the reason (unpacks as ``ok, why = await e.readiness()``)."""
+
+    ready: bool
+    reason: str
+    """Why it is (not) ready, for logs and ``callgate policy test``; never secrets."""
+
+
 class Engine(Protocol):
-    """One narrow interface per engine. Implementations must be safe to call concurrently."""
+    """One narrow interface per engine. Implementations must be safe to call concurrently.
+
+    Every engine implements the whole Protocol: callers never probe for optional methods.
+    Engines are registered by name in :mod:`callgate.policy.engines.registry`."""
 
     @property
     def name(self) -> str:
@@ -37,6 +48,17 @@ class Engine(Protocol):
     async def ready(self) -> bool:
         """True when the engine can decide with the snapshot it was built for (readiness).
         Embedded engines are ready once built; a remote engine checks its server."""
+        ...
+
+    async def readiness(self) -> Readiness:
+        """:meth:`ready` with the reason why (not). Never raises."""
+        ...
+
+    async def load_policies(self) -> None:
+        """Make the policies this engine was built for available where it decides: a remote
+        engine uploads them to a server that started without them; an embedded engine holds
+        them already (no-op). Raises on failure. Called only when the engine's registration says
+        the config asks for it (``policy.opa_upload_policies``)."""
         ...
 
     async def close(self) -> None:

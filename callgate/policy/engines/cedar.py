@@ -8,9 +8,9 @@ Policy files live in ``<policy dir>/cedar/``:
   request and entity set is checked against it at evaluation;
 * ``entities.json``    -- users, roles and any static resources.
 
-Everything is parsed once into an immutable :class:`CedarPolicies` snapshot; the engine swaps the
-snapshot reference atomically on reload, so a request sees either the old or the new snapshot,
-never a mix.
+Everything is parsed once into an immutable :class:`CedarPolicies` snapshot held by one engine; a
+reload builds a new engine (and policy snapshot) and swaps the snapshot reference atomically, so a
+request sees either the old or the new policies, never a mix.
 
 Fail closed (spec 6.6, field notes): Cedar reports a ``forbid`` whose condition errors by
 *skipping* it, so ``permit`` + erroring ``forbid`` comes back as Allow with diagnostics errors.
@@ -35,7 +35,7 @@ import cedarpy
 
 from callgate.core.errors import ErrorCode, LoadError, Violation
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
-from callgate.policy.engines.base import fault
+from callgate.policy.engines.base import Readiness, fault
 
 log = logging.getLogger("callgate.engine.cedar")
 
@@ -352,7 +352,7 @@ def _sanitize_error(err: str, policy_ids: Mapping[str, str]) -> tuple[str, str]:
 
 
 class CedarEngine:
-    """:class:`~callgate.policy.engines.base.Engine` over cedarpy with an atomically swappable snapshot."""
+    """:class:`~callgate.policy.engines.base.Engine` over cedarpy, serving one immutable snapshot."""
 
     def __init__(self, policies: CedarPolicies) -> None:
         self._p = policies
@@ -364,10 +364,6 @@ class CedarEngine:
     @property
     def revision(self) -> str:
         return self._p.revision
-
-    def swap(self, policies: CedarPolicies) -> None:
-        """Replace the snapshot (a single reference assignment: atomic for readers)."""
-        self._p = policies
 
     def _request_entities(self, p: CedarPolicies, req: AuthzRequest) -> list[dict[str, Any]]:
         added: list[dict[str, Any]] = []
@@ -514,6 +510,14 @@ class CedarEngine:
 
     async def ready(self) -> bool:
         return True
+
+    async def readiness(self) -> Readiness:
+        """Embedded: ready once built (the policies were parsed and validated at load)."""
+        return Readiness(True, f"embedded Cedar policies {self._p.revision}")
+
+    async def load_policies(self) -> None:
+        """Embedded: the policies are in process already (no-op)."""
+        return None
 
     async def close(self) -> None:
         return None

@@ -53,6 +53,7 @@ from opa_client.errors import PolicyNotFoundError  # type: ignore[import-untyped
 
 from callgate.core.errors import ErrorCode
 from callgate.core.model import AuthzRequest, Decision
+from callgate.policy.engines.base import Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,
     ENGINE_MALFORMED,
@@ -151,10 +152,6 @@ class OpaEngine:
     def decision_path(self) -> str:
         return self._path
 
-    def swap(self, policies: RegoPolicies) -> None:
-        """Expect another policy revision (readiness follows the server until it serves it)."""
-        self._p = policies
-
     # -- clients ----------------------------------------------------------------------------
     async def _client(self, kind: str) -> Any:
         """The aiohttp-backed client for ``decide`` or ``admin``, created on the running loop
@@ -250,16 +247,17 @@ class OpaEngine:
         return list(await asyncio.gather(*(self._decide(r) for r in requests)))
 
     # -- readiness and policy upload ---------------------------------------------------------
-    async def readiness(self) -> tuple[bool, str]:
+    async def readiness(self) -> Readiness:
         """(ready, why not). Never raises."""
         if self._closed:
-            return False, "engine closed"
+            return Readiness(False, "engine closed")
         try:
-            return await asyncio.wait_for(self._readiness(), self._admin_timeout * 2)
+            ok, why = await asyncio.wait_for(self._readiness(), self._admin_timeout * 2)
         except TimeoutError:
-            return False, "OPA did not answer the readiness checks in time"
+            return Readiness(False, "OPA did not answer the readiness checks in time")
         except Exception as exc:
-            return False, f"OPA readiness check failed: {type(exc).__name__}"
+            return Readiness(False, f"OPA readiness check failed: {type(exc).__name__}")
+        return Readiness(ok, why)
 
     async def _readiness(self) -> tuple[bool, str]:
         client = await self._client("admin")

@@ -48,6 +48,7 @@ import regopy  # type: ignore[import-untyped, unused-ignore]
 
 from callgate.core.errors import ErrorCode, LoadError
 from callgate.core.model import AuthzRequest, Decision
+from callgate.policy.engines.base import Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,
     ENGINE_MALFORMED,
@@ -148,7 +149,6 @@ class RegoEngine:
         """Compiles the policies (raises :class:`LoadError`). ``offload`` runs batches on a pool of
         ``workers`` threads instead of on the caller's (event loop) thread."""
         self._c = compile_rego(policies, decision_path)
-        self._decision_path = decision_path
         self._local = threading.local()
         self._offload = offload
         self._workers = workers
@@ -172,11 +172,6 @@ class RegoEngine:
     @property
     def policies(self) -> RegoPolicies:
         return self._c.policies
-
-    def swap(self, policies: RegoPolicies) -> None:
-        """Compile ``policies`` and serve them (one reference assignment; each thread recompiles
-        its own interpreter on its next call). Raises :class:`LoadError` and keeps the old ones."""
-        self._c = compile_rego(policies, self._decision_path)
 
     # -- evaluation -------------------------------------------------------------------------
     def _state(self, c: _Compiled) -> tuple[Any, Any]:
@@ -234,6 +229,16 @@ class RegoEngine:
 
     async def ready(self) -> bool:
         return not self._closed
+
+    async def readiness(self) -> Readiness:
+        """Embedded: ready once compiled, until closed."""
+        if self._closed:
+            return Readiness(False, "engine closed")
+        return Readiness(True, f"embedded Rego policies {self.revision}")
+
+    async def load_policies(self) -> None:
+        """Embedded: the policies are compiled in process already (no-op)."""
+        return None
 
     async def close(self) -> None:
         self._closed = True

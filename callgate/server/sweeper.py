@@ -1,0 +1,165 @@
+"""The confirmation-expiry sweep, as its own asyncio task (spec 6.11: an unconfirmed call ends as
+``cancelled_before_commit``).
+
+Every ``confirmation.sweep_interval_ms`` the sweeper calls ``gate.expire_confirmations()``, which
+cancels every parked invocation whose confirmation window has passed and releases its idempotency
+key. It is started and stopped by the composition root (:class:`callgate.server.app.Sidecar`),
+independently of the policy watcher, and is visible in gRPC health as
+:data:`SWEEPER_HEALTH_SERVICE` on every listener:
+
+* ``SERVING`` while the task runs and its last sweep succeeded;
+* ``NOT_SERVING`` while sweeps fail (e.g. the store is unavailable; the error is logged, the next
+  sweep retries and a success turns it back to ``SERVING``) and for good if the task died.
+
+A sweep that expired something is logged at INFO with its count and time (by the sidecar's
+clock); an empty sweep at DEBUG. Log lines carry counts and times only, never arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from callgate.core.clock import Clock, rfc3339
+
+log = logging.getLogger("callgate.sweeper")
+
+SWEEPER_HEALTH_SERVICE = "callgate.v1.ConfirmationSweeper"
+"""gRPC health service name of the sweeper (``python -m callgate.server.healthcheck --service``)."""
+
+STOP_GRACE_SECONDS = 5.0
+"""How long :meth:`ConfirmationSweeper.stop` lets a sweep in progress finish."""
+
+SweeperHealthSetter = Callable[[bool], Awaitable[None]]
+"""``serving`` -> set :data:`SWEEPER_HEALTH_SERVICE` on every listener's health service."""
+
+
+class Expirer(Protocol):
+    """What the sweeper needs from the gate."""
+
+    async def expire_confirmations(self) -> int:
+        """Cancel every parked invocation whose confirmation expired; return how many."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRecord:
+    """One finished sweep."""
+
+    at: str
+    """When it ran (RFC 3339, by the sidecar's clock)."""
+    expired: int
+    """Invocations it cancelled."""
+
+
+class ConfirmationSweeper:
+    """Runs :meth:`Expirer.expire_confirmations` every ``interval`` seconds on its own task."""
+
+    def __init__(
+        self, gate: Expirer, clock: Clock, *, interval: float, set_health: SweeperHealthSetter
+    ) -> None:
+        """``interval``: seconds between sweeps (> 0); ``set_health``: reports the sweeper's
+        status (see the module docstring). Raises ValueError on a non-positive interval."""
+        if interval <= 0:
+            raise ValueError("the sweep interval must be positive")
+        self._gate = gate
+        self._clock = clock
+        self._interval = interval
+        self._set_health = set_health
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._stopping = False
+        self._serving: bool | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+        self.last: SweepRecord | None = None
+        """The last successful sweep (``None`` before the first)."""
+        self.total_expired = 0
+        """Invocations cancelled by this sweeper since it started."""
+        self.failures = 0
+        """Sweeps that raised in a row (0 after a success)."""
+
+    @property
+    def running(self) -> bool:
+        """True while the sweep task is alive."""
+        return self._task is not None and not self._task.done()
+
+    async def sweep_once(self) -> int:
+        """One sweep now; returns how many invocations it cancelled. Raises what the gate raises."""
+        expired = await self._gate.expire_confirmations()
+        self.last = SweepRecord(at=rfc3339(self._clock.now()), expired=expired)
+        self.total_expired += expired
+        if expired:
+            log.info("confirmation sweep at %s: %d expired confirmation(s) cancelled", self.last.at, expired)
+        else:
+            log.debug("confirmation sweep at %s: nothing expired", self.last.at)
+        return expired
+
+    async def _report(self, serving: bool) -> None:
+        if serving is not self._serving:
+            self._serving = serving
+            await self._set_health(serving)
+
+    async def _run(self, stop: asyncio.Event) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(stop.wait(), self._interval)
+                return  # stop() asked: never in the middle of a sweep
+            except TimeoutError:
+                pass
+            try:
+                await self.sweep_once()
+            except Exception as exc:
+                self.failures += 1
+                log.error(
+                    "confirmation sweep failed (%d in a row; last good sweep %s): %s: %s",
+                    self.failures,
+                    self.last.at if self.last else "none",
+                    type(exc).__name__,
+                    exc,
+                )
+                await self._report(False)
+                continue
+            if self.failures:
+                log.info("confirmation sweep recovered after %d failure(s)", self.failures)
+            self.failures = 0
+            await self._report(True)
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        if self._stopping:
+            return
+        exc = None if task.cancelled() else task.exception()
+        log.error("the confirmation sweeper stopped unexpectedly: %r; expired confirmations now wait", exc)
+        report = asyncio.ensure_future(self._report(False))
+        self._pending.add(report)
+        report.add_done_callback(self._pending.discard)
+
+    async def start(self) -> None:
+        """Start the task and report ``SERVING``. Idempotent while running."""
+        if self.running:
+            return
+        self._stopping = False
+        self._stop = asyncio.Event()
+        await self._report(True)
+        self._task = asyncio.ensure_future(self._run(self._stop))
+        self._task.add_done_callback(self._on_done)
+
+    async def stop(self, grace: float = STOP_GRACE_SECONDS) -> None:
+        """Stop the task between sweeps: a sweep in progress may finish (so it never stops
+        between cancelling an invocation and releasing its key) for up to ``grace`` seconds,
+        then it is cancelled."""
+        self._stopping = True
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is not None:
+            done, _ = await asyncio.wait({task}, timeout=grace)
+            if not done:
+                log.warning("the confirmation sweep did not finish within %.1f s; cancelled", grace)
+                task.cancel()
+                await asyncio.wait({task})
+            if not task.cancelled():
+                task.exception()  # retrieved (a death was reported by _on_done)
+        for report in list(self._pending):
+            await report
