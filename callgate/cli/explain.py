@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from callgate.core.events import CONFIRMATION_ANSWERS, EventKind, stage_of
 from callgate.core.states import State
 from callgate.store.base import AttemptRecord, EventRecord, InvocationRecord, ResultRecord, ToolViewRecord
 from callgate.store.sqlite import SQLiteReader
@@ -226,35 +227,20 @@ class Explanation:
 
 
 # ------------------------------------------------------------------------------- building
-_STAGE = {
-    "proposed": "propose", "parsed": "parse", "parse_rejected": "parse", "validated": "validate",
-    "validation_rejected": "validate", "normalized": "normalize", "authorized": "authorize",
-    "authorization_rejected": "authorize", "prepared": "prepare", "confirmation_requested": "prepare",
-    "confirmed": "confirm", "confirmation_rejected": "confirm", "confirmation_expired": "confirm",
-    "cancelled": "cancel", "cancel_requested": "cancel", "idempotent_replay": "idempotency",
-    "attempt_started": "attempt", "attempt_failed": "outcome", "committed": "outcome",
-    "failed_before_commit": "outcome", "failed_after_commit": "outcome", "outcome_unknown": "outcome",
-    "observed": "encode", "result_encoded": "encode",
-}  # fmt: skip
-
 _COMMITTED = {State.COMMITTED, State.OBSERVED, State.FAILED_AFTER_COMMIT}
 _UNKNOWN = {State.OUTCOME_UNKNOWN, State.EXECUTING}
 
 
 def _confirmation(inv: InvocationRecord, events: Sequence[EventRecord]) -> Confirmation:
     by_kind = {e.kind: e for e in events}
-    req = by_kind.get("confirmation_requested")
+    req = by_kind.get(EventKind.CONFIRMATION_REQUESTED)
     base: dict[str, Any] = {}
     if req is not None:
         base = {
             "requested_digest": str(req.data.get("digest", "")),
             "expires_at": str(req.data.get("expires_at", "")),
         }
-    for kind, status in (
-        ("confirmed", "confirmed"),
-        ("confirmation_rejected", "rejected"),
-        ("confirmation_expired", "expired"),
-    ):
+    for kind, status in CONFIRMATION_ANSWERS.items():
         e = by_kind.get(kind)
         if e is not None:
             return Confirmation(
@@ -265,10 +251,10 @@ def _confirmation(inv: InvocationRecord, events: Sequence[EventRecord]) -> Confi
                 **base,
             )
     if req is not None:
-        if "cancelled" in by_kind:
-            return Confirmation(status="cancelled", at=by_kind["cancelled"].at, **base)
+        if EventKind.CANCELLED in by_kind:
+            return Confirmation(status="cancelled", at=by_kind[EventKind.CANCELLED].at, **base)
         return Confirmation(status="pending", **base)
-    if "prepared" in by_kind:
+    if EventKind.PREPARED in by_kind:
         return Confirmation(status="not_required")
     return Confirmation(status="none")
 
@@ -294,7 +280,7 @@ async def explain(
 
     # 1 ------------------------------------------------------------------------------------
     key = f"{inv.tool_name}@{inv.tool_version}"
-    validated = by_kind.get("validated")
+    validated = by_kind.get(EventKind.VALIDATED)
     spec_digest = view.spec_digests.get(key, "") if view else ""
     tool_seen = ToolSeen(
         model_call_id=inv.model_call_id,
@@ -307,7 +293,7 @@ async def explain(
         listed_at=view.created_at if view else "",
         spec_file=(spec_files or {}).get(spec_digest, "") if spec_digest else "",
     )
-    proposed = by_kind.get("proposed")
+    proposed = by_kind.get(EventKind.PROPOSED)
     if (
         proposed is not None
         and view is not None
@@ -331,13 +317,10 @@ async def explain(
     stages = []
     prev = ""
     for e in events:
-        stage = _STAGE.get(e.kind, e.kind)
-        if e.kind == "validation_rejected":
-            stage = {"validated": "normalize", "normalized": "idempotency"}.get(prev, "validate")
-        elif e.kind == "parse_rejected":
-            rej = e.data.get("rejection")
-            code = rej.get("code") if isinstance(rej, Mapping) else ""
-            stage = "lookup" if code in ("tools_not_listed", "unknown_tool_version") else "parse"
+        rej = e.data.get("rejection")
+        code = str(rej.get("code", "")) if isinstance(rej, Mapping) else ""
+        known = stage_of(e.kind, prev, code)
+        stage = known.value if known is not None else e.kind
         prev = e.kind
         dur = e.data.get("duration_us", 0)
         stages.append(
@@ -357,7 +340,7 @@ async def explain(
 
     # 4 ------------------------------------------------------------------------------------
     authorization = None
-    auth = by_kind.get("authorized") or by_kind.get("authorization_rejected")
+    auth = by_kind.get(EventKind.AUTHORIZED) or by_kind.get(EventKind.AUTHORIZATION_REJECTED)
     if auth is not None:
         d = auth.data
         subj = d.get("subject") if isinstance(d.get("subject"), Mapping) else {}
@@ -456,7 +439,7 @@ async def explain(
             seq=e.seq,
         )
         for e in events
-        if e.kind == "idempotent_replay"
+        if e.kind == EventKind.IDEMPOTENT_REPLAY
     )
     trace_ids: list[str] = []
     for e in events:
