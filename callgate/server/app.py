@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from callgate.config import ROLES, Config, ListenerConfig
 from callgate.core.clock import Clock, SystemClock
-from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.errors import CallgateError, LoadError, config_invalid
 from callgate.credentials.issuer import KeyRing
 from callgate.execute.execution import Execution
 from callgate.execute.redaction import Redactor
@@ -88,9 +88,8 @@ async def build_idempotency(cfg: Config) -> IdempotencyStore:
 
         dsn = cfg.path(ic.dsn_file).read_text().strip() if ic.dsn_file else os.environ.get(ic.dsn_env, "")
         if not dsn:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file",
+            raise config_invalid(
+                f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file"
             )
         store = PostgresIdempotencyStore(dsn)
     else:
@@ -136,7 +135,7 @@ async def build_components(
     try:
         redactor = Redactor(secrets=secrets.values())
     except ValueError as exc:
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secrets: {exc}") from None
+        raise config_invalid(f"secrets: {exc}") from None
     cc = cfg.credentials
     if cc.key_file:
         try:
@@ -147,9 +146,7 @@ async def build_components(
                 previous_pems=[cfg.path(p).read_bytes() for p in cc.previous_key_files],
             )
         except OSError as exc:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID, message=f"credentials key file: {exc.strerror}"
-            ) from None
+            raise config_invalid(f"credentials key file: {exc.strerror}") from None
     else:
         keyring = KeyRing(
             clock.now(),

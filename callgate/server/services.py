@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import CallgateError, ErrorCode, invalid_request
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
@@ -323,10 +323,7 @@ class AuthorizerService(pb_grpc.AuthorizerServicer):
         self, request: pb.AuthorizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.AuthorizeResponse:
         if not request.subject.tenant or not request.subject.id or not request.capability:
-            raise CallgateError(
-                code=ErrorCode.INVALID_REQUEST,
-                message="subject.tenant, subject.id and capability are required",
-            )
+            raise invalid_request("subject.tenant, subject.id and capability are required")
         ctx = json_format.MessageToDict(request.context) if request.HasField("context") else {}
         decision = await self._gate.authorize(
             AuthzRequest(
@@ -383,7 +380,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     ) -> pb.ReportOutcomeResponse:
         outcome = _OUTCOME_NAMES.get(request.outcome)
         if outcome is None:
-            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="outcome is required")
+            raise invalid_request("outcome is required")
         reported = await self._x.report_outcome(
             request.attempt_id,
             outcome,

@@ -12,7 +12,7 @@ import grpc
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import CallgateError, ErrorCode, internal
 
 DOMAIN = "callgate.dev"
 
@@ -96,4 +96,4 @@ def to_status(err: CallgateError) -> grpc.Status:
 
 
 def internal_error() -> CallgateError:
-    return CallgateError(code=ErrorCode.INTERNAL, message="internal error (details in the sidecar log)")
+    return internal()
