@@ -36,12 +36,12 @@ from callgate.observability.metrics import Metrics, MetricsServer
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
+from callgate.server.interceptors import CallgateInterceptor
 from callgate.server.services import (
     AuthorizerService,
     ConfirmationsService,
     ExecutorService,
     GateService,
-    observe_rpcs,
 )
 from callgate.store.base import Store
 from callgate.store.idempotency.base import IdempotencyStore
@@ -185,7 +185,12 @@ class Sidecar:
             return
         gate = self.components.gate
         limit = self.components.config.server.max_concurrent_rpcs
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], maximum_concurrent_rpcs=limit or None)
+        metrics = self.components.metrics
+        server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=limit or None,
+            interceptors=[CallgateInterceptor(metrics if observes_rpcs(metrics) else None)],
+        )
         execution = self.components.execution
         servicer: object
         if role == "agent":
@@ -200,8 +205,6 @@ class Sidecar:
         else:
             servicer = AuthorizerService(gate)
             pb_grpc.add_AuthorizerServicer_to_server(servicer, server)
-        metrics = self.components.metrics
-        observe_rpcs(servicer, metrics if observes_rpcs(metrics) else None)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
         if self.components.config.server.reflection:
