@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.errors import LoadError, config_invalid
 from callgate.policy.engines.registry import ENGINES
 from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
 from callgate.store.registry import STORES
@@ -254,29 +254,21 @@ def _build(cls: type[Any], data: dict[str, Any], where: str, source: str) -> Any
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})",
-                source=source,
+            raise config_invalid(
+                f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})", source=source
             )
         default = getattr(cls(), key)
         if isinstance(default, ListenerConfig):
             if not isinstance(value, dict):
-                raise LoadError(
-                    code=ErrorCode.CONFIG_INVALID,
-                    message=f"'{where}{key}' must be a table",
-                    source=source,
-                )
+                raise config_invalid(f"'{where}{key}' must be a table", source=source)
             kwargs[key] = _build(ListenerConfig, value, f"{where}{key}.", source)
             continue
         if isinstance(default, tuple) and isinstance(value, list) and all(isinstance(v, str) for v in value):
             kwargs[key] = tuple(value)
             continue
         if type(value) is not type(default):
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"'{where}{key}' must be {type(default).__name__}, got {type(value).__name__}",
-                source=source,
+            raise config_invalid(
+                f"'{where}{key}' must be {type(default).__name__}, got {type(value).__name__}", source=source
             )
         kwargs[key] = value
     return cls(**kwargs)
@@ -286,9 +278,7 @@ def check_loopback(addr: str, *, source: str = "") -> tuple[str, int]:
     """Parse ``host:port`` and insist the host is a loopback address (or ``localhost``)."""
     host, sep, port_s = addr.rpartition(":")
     if not sep or not port_s.isdigit():
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message=f"tcp address '{addr}' is not host:port", source=source
-        )
+        raise config_invalid(f"tcp address '{addr}' is not host:port", source=source)
     host = host.strip("[]")
     if host != "localhost":
         try:
@@ -296,9 +286,8 @@ def check_loopback(addr: str, *, source: str = "") -> tuple[str, int]:
         except ValueError:
             ok = False
         if not ok:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"tcp address '{addr}' is not loopback: callgate only listens on loopback or Unix sockets",
+            raise config_invalid(
+                f"tcp address '{addr}' is not loopback: callgate only listens on loopback or Unix sockets",
                 source=source,
             )
     return host, int(port_s)
@@ -307,7 +296,7 @@ def check_loopback(addr: str, *, source: str = "") -> tuple[str, int]:
 def _check_problems(problems: list[str], source: str) -> None:
     """Raise ``config_invalid`` naming every problem a registered factory found."""
     if problems:
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="; ".join(problems), source=source)
+        raise config_invalid("; ".join(problems), source=source)
 
 
 def validate(cfg: Config, *, source: str = "") -> Config:
@@ -317,87 +306,51 @@ def validate(cfg: Config, *, source: str = "") -> Config:
     _check_problems(ENGINES.get(cfg.policy.engine, source=source).validate(cfg.policy), source)
     _check_problems(STORES.get(cfg.store.backend, source=source).validate(cfg.store), source)
     if cfg.store.synchronous not in ("full", "normal"):
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="store.synchronous must be 'full' or 'normal'",
-            source=source,
-        )
+        raise config_invalid("store.synchronous must be 'full' or 'normal'", source=source)
     for role in ROLES:
         lc: ListenerConfig = getattr(cfg.server, role)
         if lc.tcp:
             check_loopback(lc.tcp, source=source)
     if cfg.server.max_concurrent_rpcs < 0:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="server.max_concurrent_rpcs must be >= 0 (0 = no limit)",
-            source=source,
-        )
+        raise config_invalid("server.max_concurrent_rpcs must be >= 0 (0 = no limit)", source=source)
     if not cfg.server.agent.socket and not cfg.server.agent.tcp:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="server.agent needs a socket or tcp", source=source
-        )
+        raise config_invalid("server.agent needs a socket or tcp", source=source)
     sockets = [getattr(cfg.server, r).socket for r in ROLES]
     sockets = [s for s in sockets if s]
     if len(set(sockets)) != len(sockets):
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="each role needs its own socket path", source=source
-        )
+        raise config_invalid("each role needs its own socket path", source=source)
     if cfg.limits.max_argument_bytes <= 0 or cfg.limits.max_depth <= 0:
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="limits must be positive", source=source)
+        raise config_invalid("limits must be positive", source=source)
     if cfg.confirmation.ttl_seconds <= 0:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="confirmation.ttl_seconds must be positive", source=source
-        )
+        raise config_invalid("confirmation.ttl_seconds must be positive", source=source)
     if cfg.confirmation.sweep_interval_ms <= 0:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="confirmation.sweep_interval_ms must be positive",
-            source=source,
-        )
+        raise config_invalid("confirmation.sweep_interval_ms must be positive", source=source)
     backend = IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend, source=source)
     _check_problems(backend.validate(cfg.idempotency), source)
     if cfg.idempotency.expired_policy not in ("reject", "new"):
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="idempotency.expired_policy must be reject or new",
-            source=source,
-        )
+        raise config_invalid("idempotency.expired_policy must be reject or new", source=source)
     c = cfg.credentials
     if not 0 < c.ttl_seconds <= c.max_ttl_seconds <= 300:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="credentials: need 0 < ttl_seconds <= max_ttl_seconds <= 300",
-            source=source,
-        )
+        raise config_invalid("credentials: need 0 < ttl_seconds <= max_ttl_seconds <= 300", source=source)
     if c.key_file and c.key_dir:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="credentials: key_file and key_dir exclude each other",
-            source=source,
-        )
+        raise config_invalid("credentials: key_file and key_dir exclude each other", source=source)
     if (c.next_key_file or c.previous_key_files) and not c.key_file:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="credentials: next/previous key files need key_file",
-            source=source,
-        )
+        raise config_invalid("credentials: next/previous key files need key_file", source=source)
     names = [sc.name for sc in cfg.secrets]
     for sc in cfg.secrets:
         if not sc.name or bool(sc.file) == bool(sc.env) or not sc.tools:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"secret '{sc.name}': needs a name, exactly one of file/env, and tools",
-                source=source,
+            raise config_invalid(
+                f"secret '{sc.name}': needs a name, exactly one of file/env, and tools", source=source
             )
     if len(set(names)) != len(names):
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message="secret names must be unique", source=source)
+        raise config_invalid("secret names must be unique", source=source)
     _validate_observability(cfg.observability, source)
     return cfg
 
 
 def _validate_observability(oc: ObservabilityConfig, source: str) -> None:
     def bad(message: str) -> LoadError:
-        return LoadError(code=ErrorCode.CONFIG_INVALID, message=f"observability.{message}", source=source)
+        return config_invalid(f"observability.{message}", source=source)
 
     if oc.metrics_address:
         host, sep, port = oc.metrics_address.rpartition(":")
@@ -424,31 +377,23 @@ def load_config(path: str | Path) -> Config:
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="config file not found", source=source
-        ) from None
+        raise config_invalid("config file not found", source=source) from None
     except tomllib.TOMLDecodeError as exc:
         # tomllib messages end with "(at line L, column C)".
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=str(exc), source=source) from None
+        raise config_invalid(str(exc), source=source) from None
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key == "secrets":
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-                raise LoadError(
-                    code=ErrorCode.CONFIG_INVALID,
-                    message="[[secrets]] must be an array of tables",
-                    source=source,
-                )
+                raise config_invalid("[[secrets]] must be an array of tables", source=source)
             kwargs["secrets"] = tuple(_build(SecretConfig, v, "secrets.", source) for v in value)
             continue
         if key not in _SECTIONS:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"unknown section [{key}] (known: {', '.join(sorted(_SECTIONS))})",
-                source=source,
+            raise config_invalid(
+                f"unknown section [{key}] (known: {', '.join(sorted(_SECTIONS))})", source=source
             )
         if not isinstance(value, dict):
-            raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"[{key}] must be a table", source=source)
+            raise config_invalid(f"[{key}] must be a table", source=source)
         kwargs[key] = _build(_SECTIONS[key], value, f"{key}.", source)
     cfg = Config(**kwargs, base_dir=str(p.resolve().parent))
     return validate(cfg, source=source)

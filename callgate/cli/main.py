@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from callgate.cli.evalcases import case_arguments, mismatches
 from callgate.config import Config, load_config
 from callgate.core.clock import FixedClock, SystemClock
-from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.errors import CallgateError, LoadError, config_invalid
 from callgate.core.model import Proposal, Subject
 from callgate.core.trace import TraceContext
 from callgate.policy.engines.registry import ENGINES
@@ -74,15 +74,11 @@ def _check_secrets_and_keys(cfg: Config) -> list[str]:
     try:
         Redactor(secrets=store.values())
     except ValueError as exc:
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secrets: {exc}") from None
+        raise config_invalid(f"secrets: {exc}") from None
     cc = cfg.credentials
     for path in (cc.key_file, cc.next_key_file, *cc.previous_key_files):
         if path and not cfg.path(path).is_file():
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message="credentials key file not found",
-                source=str(cfg.path(path)),
-            )
+            raise config_invalid("credentials key file not found", source=str(cfg.path(path)))
     return [sc.name for sc in cfg.secrets]
 
 

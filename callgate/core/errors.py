@@ -1,11 +1,49 @@
-"""Stable error codes and the one exception base of callgate.
+"""Stable error codes, the one exception type and its named constructors.
 
 Every failure callgate reports carries an :class:`ErrorCode`. The code strings are part of the
 public contract: they appear in gRPC error details, in structured rejections returned by
 ``Propose``, in events, and (later) as metric labels. Never rename one; add new ones instead.
 
 The mapping from a code to a gRPC status lives in exactly one place,
-:mod:`callgate.server.status`, and a test checks that every code here is mapped.
+:mod:`callgate.server.status`, and a test checks that every code here is mapped
+(``tests/test_service_plumbing.py::test_every_error_code_is_mapped_once``).
+
+Errors are built with the named constructors below, one per raised code, grouped by family (the
+model is OPA's ``topdown/errors.go``: one error type, named constructors), never inline as
+``CallgateError(code=..., message=...)``. Each constructor returns the right class::
+
+    CallgateError                      the one base: code, message, violations, metadata
+    |
+    +-- request / session              invalid_request, session_not_found,
+    |                                  invocation_not_found, tools_not_listed,
+    |                                  unknown_tool_version
+    +-- RejectedError                  a pipeline stage refused the proposal (a structured
+    |   |                              rejection, not an RPC failure)
+    |   +-- parse (6.3, 6.4 layer 1)   invalid_json, invalid_utf8, duplicate_key,
+    |   |                              non_finite_number, number_overflow, lone_surrogate,
+    |   |                              trailing_data, not_an_object, too_deep, too_large
+    |   +-- schema (6.4 layer 2)       schema_violation
+    |   +-- normalization (6.5)        normalization_failed, not_canonicalizable
+    +-- engine faults (6.6)            resource_unresolved (the other engine codes are
+    |                                  fail-closed Decision values, not exceptions)
+    +-- confirmation (6.6)             confirmation_not_pending,
+    |                                  confirmation_digest_mismatch, confirmation_expired
+    +-- state machine (6.2)            illegal_transition, terminal_state
+    +-- LoadError (load time)          config_invalid, toolspec_invalid,
+    |                                  unsupported_format, policy_invalid
+    +-- idempotency (6.8)              idempotency_key_reused, idempotency_key_required,
+    |                                  idempotency_key_expired
+    +-- execution (6.7, 6.9)           attempt_not_found, attempt_not_allowed,
+    |                                  deadline_exceeded, credential_invalid,
+    |                                  secret_not_found, secret_not_bound,
+    |                                  secret_already_redeemed
+    +-- results and loop (6.10, 6.11)  result_not_available, output_after_cancel,
+    |                                  budget_exhausted
+    +-- lifecycle                      not_ready
+    +-- infrastructure                 store_unavailable, internal
+
+Messages are shown to callers: they say *where* and *what kind*, never the argument bytes or a
+secret. A constructor with a default message is for the places that all say the same thing.
 """
 
 from __future__ import annotations
@@ -183,6 +221,11 @@ class CallgateError(Exception):
         self.violations = tuple(violations)
         self.metadata: dict[str, str] = dict(metadata or {})
 
+    def restated(self, message: str) -> CallgateError:
+        """The same code as a plain :class:`CallgateError` with another message (violations and
+        metadata dropped), e.g. a parse error of a result value reported as ``result value: ...``."""
+        return CallgateError(code=self.code, message=message)
+
 
 class RejectedError(CallgateError):
     """The proposal itself was rejected by a pipeline stage (parse, schema, normalization,
@@ -208,3 +251,316 @@ class LoadError(CallgateError):
     def __str__(self) -> str:
         where = f"{self.source}: " if self.source else ""
         return f"{where}{self.code.value}: {self.message}"
+
+    def located(self, source: str, violations: Sequence[Violation] | None = None) -> LoadError:
+        """The same error at another ``source`` (``file:line``), optionally with other
+        violations (e.g. pointers prefixed by the enclosing document's path)."""
+        return LoadError(
+            code=self.code,
+            message=self.message,
+            source=source,
+            violations=self.violations if violations is None else violations,
+        )
+
+
+# =============================================================================================
+# Named constructors, by family (see the module docstring). Each returns, never raises.
+# =============================================================================================
+
+
+# --- request / session errors of the calling runtime -----------------------------------------
+def invalid_request(message: str) -> CallgateError:
+    """A required request field is missing or malformed (``invalid_request``)."""
+    return CallgateError(code=ErrorCode.INVALID_REQUEST, message=message)
+
+
+def session_not_found(message: str = "unknown session_id") -> CallgateError:
+    """The session id is unknown (``session_not_found``)."""
+    return CallgateError(code=ErrorCode.SESSION_NOT_FOUND, message=message)
+
+
+def invocation_not_found(message: str = "unknown invocation_id") -> CallgateError:
+    """The invocation id is unknown (``invocation_not_found``)."""
+    return CallgateError(code=ErrorCode.INVOCATION_NOT_FOUND, message=message)
+
+
+def tools_not_listed(
+    message: str = "no ListTools was recorded for this model_call_id; the model cannot have seen this tool",
+) -> CallgateError:
+    """No ``ListTools`` was recorded for the model call (``tools_not_listed``)."""
+    return CallgateError(code=ErrorCode.TOOLS_NOT_LISTED, message=message)
+
+
+def unknown_tool_version(message: str) -> CallgateError:
+    """``name@version`` is not in the shown set, or changed (``unknown_tool_version``)."""
+    return CallgateError(code=ErrorCode.UNKNOWN_TOOL_VERSION, message=message)
+
+
+# --- strict parse (6.3, 6.4 layer 1): RejectedError --------------------------------------------
+def _parse_rejection(
+    code: ErrorCode, message: str, pointer: str, position: Mapping[str, str] | None
+) -> RejectedError:
+    """A parse rejection. ``position`` (``offset``/``line``/``column`` of the offending byte, or
+    an empty mapping when there is none) goes to the metadata and, with a line, to the message;
+    the violation is kept when there is a ``pointer`` or no position at all."""
+    where = (
+        f" at line {position['line']}, column {position['column']}" if position and "line" in position else ""
+    )
+    return RejectedError(
+        code=code,
+        message=message + where,
+        violations=[Violation(pointer=pointer, message=message, keyword=code.value)]
+        if pointer or not position
+        else [],
+        metadata=position or {},
+    )
+
+
+def invalid_json(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """The bytes are not JSON (``invalid_json``)."""
+    return _parse_rejection(ErrorCode.INVALID_JSON, message, pointer, position)
+
+
+def invalid_utf8(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """The bytes are not valid UTF-8 (``invalid_utf8``)."""
+    return _parse_rejection(ErrorCode.INVALID_UTF8, message, pointer, position)
+
+
+def duplicate_key(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """An object has the same key twice (``duplicate_key``)."""
+    return _parse_rejection(ErrorCode.DUPLICATE_KEY, message, pointer, position)
+
+
+def non_finite_number(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """A NaN or Infinity literal (``non_finite_number``)."""
+    return _parse_rejection(ErrorCode.NON_FINITE_NUMBER, message, pointer, position)
+
+
+def number_overflow(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """A number overflows (or underflows) a double (``number_overflow``)."""
+    return _parse_rejection(ErrorCode.NUMBER_OVERFLOW, message, pointer, position)
+
+
+def lone_surrogate(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """A surrogate escape without its pair (``lone_surrogate``)."""
+    return _parse_rejection(ErrorCode.LONE_SURROGATE, message, pointer, position)
+
+
+def trailing_data(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """Bytes after the JSON value (``trailing_data``)."""
+    return _parse_rejection(ErrorCode.TRAILING_DATA, message, pointer, position)
+
+
+def not_an_object(
+    message: str, *, pointer: str = "", position: Mapping[str, str] | None = None
+) -> RejectedError:
+    """The arguments are not a JSON object (``not_an_object``)."""
+    return _parse_rejection(ErrorCode.NOT_AN_OBJECT, message, pointer, position)
+
+
+def too_deep(message: str, *, pointer: str = "", position: Mapping[str, str] | None = None) -> RejectedError:
+    """Nesting deeper than the limit (``too_deep``)."""
+    return _parse_rejection(ErrorCode.TOO_DEEP, message, pointer, position)
+
+
+def too_large(message: str, *, pointer: str = "", position: Mapping[str, str] | None = None) -> RejectedError:
+    """More bytes than the limit (``too_large``)."""
+    return _parse_rejection(ErrorCode.TOO_LARGE, message, pointer, position)
+
+
+# --- schema validation (6.4 layer 2) and normalization (6.4 layer 3, 6.5): RejectedError -------
+def schema_violation(message: str, violations: Sequence[Violation]) -> RejectedError:
+    """JSON Schema validation failed; ``violations`` carry the pointers (``schema_violation``)."""
+    return RejectedError(code=ErrorCode.SCHEMA_VIOLATION, message=message, violations=violations)
+
+
+def normalization_failed(message: str, violations: Sequence[Violation]) -> RejectedError:
+    """A normalizer could not resolve a value (``normalization_failed``)."""
+    return RejectedError(code=ErrorCode.NORMALIZATION_FAILED, message=message, violations=violations)
+
+
+def not_canonicalizable(message: str, violations: Sequence[Violation]) -> RejectedError:
+    """The value has no RFC 8785 form (``not_canonicalizable``)."""
+    return RejectedError(code=ErrorCode.NOT_CANONICALIZABLE, message=message, violations=violations)
+
+
+# --- authorization (6.6): engine faults are Decision values; this one is raised ---------------
+def resource_unresolved(message: str) -> CallgateError:
+    """The resource template cannot be filled from the arguments (``resource_unresolved``)."""
+    return CallgateError(code=ErrorCode.RESOURCE_UNRESOLVED, message=message)
+
+
+# --- confirmation (6.6) -------------------------------------------------------------------------
+def confirmation_not_pending(message: str = "invocation has no pending confirmation") -> CallgateError:
+    """Confirm on an invocation with no pending confirmation (``confirmation_not_pending``)."""
+    return CallgateError(code=ErrorCode.CONFIRMATION_NOT_PENDING, message=message)
+
+
+def confirmation_digest_mismatch(
+    message: str = "digest does not match the parked invocation; it was cancelled, propose again",
+) -> CallgateError:
+    """Confirm presented another digest; the invocation is cancelled (``confirmation_digest_mismatch``)."""
+    return CallgateError(code=ErrorCode.CONFIRMATION_DIGEST_MISMATCH, message=message)
+
+
+def confirmation_expired(message: str = "the confirmation window has passed") -> CallgateError:
+    """The confirmation window passed (``confirmation_expired``)."""
+    return CallgateError(code=ErrorCode.CONFIRMATION_EXPIRED, message=message)
+
+
+# --- state machine (6.2) ------------------------------------------------------------------------
+def illegal_transition(
+    message: str, *, from_state: str | None = None, to_state: str | None = None
+) -> CallgateError:
+    """The transition is not an edge of 6.2 (``illegal_transition``); the states, when given,
+    go to the metadata as ``from`` and ``to``."""
+    metadata = {}
+    if from_state is not None:
+        metadata["from"] = from_state
+    if to_state is not None:
+        metadata["to"] = to_state
+    return CallgateError(code=ErrorCode.ILLEGAL_TRANSITION, message=message, metadata=metadata)
+
+
+def terminal_state(message: str, *, state: str | None = None) -> CallgateError:
+    """The invocation is in a terminal state (``terminal_state``); ``state`` goes to the metadata."""
+    metadata = {"state": state} if state is not None else {}
+    return CallgateError(code=ErrorCode.TERMINAL_STATE, message=message, metadata=metadata)
+
+
+# --- load time (config, ToolSpecs, policies): LoadError ----------------------------------------
+def config_invalid(message: str, *, source: str = "", violations: Sequence[Violation] = ()) -> LoadError:
+    """The TOML config (or what it points at) is invalid (``config_invalid``)."""
+    return LoadError(code=ErrorCode.CONFIG_INVALID, message=message, source=source, violations=violations)
+
+
+def toolspec_invalid(message: str, *, source: str = "", violations: Sequence[Violation] = ()) -> LoadError:
+    """A ToolSpec file is invalid (``toolspec_invalid``)."""
+    return LoadError(code=ErrorCode.TOOLSPEC_INVALID, message=message, source=source, violations=violations)
+
+
+def unsupported_format(message: str, *, source: str = "", violations: Sequence[Violation] = ()) -> LoadError:
+    """A ToolSpec schema uses a ``format`` that cannot be asserted (``unsupported_format``)."""
+    return LoadError(code=ErrorCode.UNSUPPORTED_FORMAT, message=message, source=source, violations=violations)
+
+
+def policy_invalid(message: str, *, source: str = "", violations: Sequence[Violation] = ()) -> LoadError:
+    """Policies, schema or entities are invalid (``policy_invalid``)."""
+    return LoadError(code=ErrorCode.POLICY_INVALID, message=message, source=source, violations=violations)
+
+
+# --- idempotency (6.8) --------------------------------------------------------------------------
+def idempotency_key_reused(
+    message: str = "idempotency key already used with other arguments; use a new key",
+) -> CallgateError:
+    """The key was used with other normalized arguments (``idempotency_key_reused``)."""
+    return CallgateError(code=ErrorCode.IDEMPOTENCY_KEY_REUSED, message=message)
+
+
+def idempotency_key_required(message: str) -> CallgateError:
+    """A write tool proposed without the key its ToolSpec requires (``idempotency_key_required``)."""
+    return CallgateError(code=ErrorCode.IDEMPOTENCY_KEY_REQUIRED, message=message)
+
+
+def idempotency_key_expired(
+    message: str = "idempotency key is past its retention window; use a new key",
+) -> CallgateError:
+    """The key's record is past its retention window (``idempotency_key_expired``)."""
+    return CallgateError(code=ErrorCode.IDEMPOTENCY_KEY_EXPIRED, message=message)
+
+
+# --- execution, commit boundary, retries (6.7, 6.9) ---------------------------------------------
+def attempt_not_found(message: str = "unknown attempt_id") -> CallgateError:
+    """The attempt id is unknown (``attempt_not_found``)."""
+    return CallgateError(code=ErrorCode.ATTEMPT_NOT_FOUND, message=message)
+
+
+def attempt_not_allowed(message: str, *, retry_after: str | None = None) -> CallgateError:
+    """No attempt may start (``attempt_not_allowed``); ``retry_after`` (RFC 3339), when given,
+    goes to the metadata."""
+    metadata = {"retry_after": retry_after} if retry_after is not None else {}
+    return CallgateError(code=ErrorCode.ATTEMPT_NOT_ALLOWED, message=message, metadata=metadata)
+
+
+def deadline_exceeded(message: str = "the invocation deadline has passed") -> CallgateError:
+    """The invocation's deadline has passed (``deadline_exceeded``)."""
+    return CallgateError(code=ErrorCode.DEADLINE_EXCEEDED, message=message)
+
+
+def credential_invalid(reason: str, message: str | None = None) -> CallgateError:
+    """A presented credential failed verification (``credential_invalid``). ``reason`` is the
+    failed check (``metadata.reason``); the message defaults to ``credential refused: <reason>``."""
+    return CallgateError(
+        code=ErrorCode.CREDENTIAL_INVALID,
+        message=f"credential refused: {reason}" if message is None else message,
+        metadata={"reason": reason},
+    )
+
+
+def secret_not_found(message: str) -> CallgateError:
+    """No secret of that name is configured (``secret_not_found``)."""
+    return CallgateError(code=ErrorCode.SECRET_NOT_FOUND, message=message)
+
+
+def secret_not_bound(message: str) -> CallgateError:
+    """The secret is not bound to the credential's tool or resource (``secret_not_bound``)."""
+    return CallgateError(code=ErrorCode.SECRET_NOT_BOUND, message=message)
+
+
+def secret_already_redeemed(message: str = "secret already released for this attempt") -> CallgateError:
+    """The secret was already released for this attempt (``secret_already_redeemed``)."""
+    return CallgateError(code=ErrorCode.SECRET_ALREADY_REDEEMED, message=message)
+
+
+# --- results and loop (6.10, 6.11) --------------------------------------------------------------
+def result_not_available(message: str) -> CallgateError:
+    """No encoded result (yet), or an unknown page token (``result_not_available``)."""
+    return CallgateError(code=ErrorCode.RESULT_NOT_AVAILABLE, message=message)
+
+
+def output_after_cancel(message: str) -> CallgateError:
+    """Output after cancellation or a terminal state (``output_after_cancel``)."""
+    return CallgateError(code=ErrorCode.OUTPUT_AFTER_CANCEL, message=message)
+
+
+def budget_exhausted(budgets: Sequence[str]) -> CallgateError:
+    """Session budgets are used up (``budget_exhausted``); ``budgets`` names them (in the
+    message and, comma-separated, in ``metadata.budgets``)."""
+    return CallgateError(
+        code=ErrorCode.BUDGET_EXHAUSTED,
+        message=f"session budget exhausted: {', '.join(budgets)}; the tool loop ends here",
+        metadata={"budgets": ",".join(budgets)},
+    )
+
+
+# --- lifecycle ----------------------------------------------------------------------------------
+def not_ready(
+    message: str = "no usable policy snapshot yet (see the health service and the sidecar log)",
+) -> CallgateError:
+    """No usable policy snapshot yet (``not_ready``)."""
+    return CallgateError(code=ErrorCode.NOT_READY, message=message)
+
+
+# --- infrastructure -----------------------------------------------------------------------------
+def store_unavailable(message: str) -> CallgateError:
+    """The store could not durably write (``store_unavailable``)."""
+    return CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=message)
+
+
+def internal(message: str = "internal error (details in the sidecar log)") -> CallgateError:
+    """Unexpected internal error (``internal``); the details belong in the log, not here."""
+    return CallgateError(code=ErrorCode.INTERNAL, message=message)

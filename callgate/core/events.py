@@ -129,7 +129,10 @@ _STAGE_OF_KIND = {
     EventKind.OBSERVED: Stage.ENCODE,
     EventKind.RESULT_ENCODED: Stage.ENCODE,
 }
-_VALIDATION_REJECTED_AFTER = {EventKind.VALIDATED: Stage.NORMALIZE, EventKind.NORMALIZED: Stage.IDEMPOTENCY}
+_VALIDATION_REJECTED_AFTER: dict[str, Stage] = {
+    EventKind.VALIDATED.value: Stage.NORMALIZE,
+    EventKind.NORMALIZED.value: Stage.IDEMPOTENCY,
+}
 _LOOKUP_CODES = frozenset({"tools_not_listed", "unknown_tool_version"})
 
 
@@ -141,7 +144,7 @@ def stage_of(kind: str, previous: str, rejection_code: str = "") -> Stage | None
     if kind == EventKind.PARSE_REJECTED:
         return Stage.LOOKUP if rejection_code in _LOOKUP_CODES else Stage.PARSE
     if kind == EventKind.VALIDATION_REJECTED:
-        return _VALIDATION_REJECTED_AFTER.get(previous, Stage.VALIDATE)  # type: ignore[call-overload]
+        return _VALIDATION_REJECTED_AFTER.get(previous, Stage.VALIDATE)
     try:
         return _STAGE_OF_KIND.get(EventKind(kind))
     except ValueError:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
-from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.errors import LoadError, config_invalid
 
 
 class Registered(Protocol):
@@ -60,10 +60,8 @@ class Registry(Generic[F]):
     def unknown(self, name: str, *, source: str = "") -> LoadError:
         """The error for a name that is not registered (``config_invalid``, naming the key, the
         file when known, and the registered choices)."""
-        return LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message=f"{self.key} '{name}' is not supported (registered: {', '.join(self.names())})",
-            source=source,
+        return config_invalid(
+            f"{self.key} '{name}' is not supported (registered: {', '.join(self.names())})", source=source
         )
 
     def get(self, name: str, *, source: str = "") -> F:

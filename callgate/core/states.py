@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import illegal_transition, terminal_state
 
 
 class State(str, Enum):
@@ -82,14 +82,12 @@ AFTER_BOUNDARY: frozenset[State] = frozenset(
 def check_transition(current: State, target: State) -> None:
     """Raise unless ``current -> target`` is an edge of 6.2."""
     if current in TERMINAL:
-        raise CallgateError(
-            code=ErrorCode.TERMINAL_STATE,
-            message=f"invocation is in terminal state {current.value}; no further transition",
-            metadata={"state": current.value},
+        raise terminal_state(
+            f"invocation is in terminal state {current.value}; no further transition", state=current.value
         )
     if target not in EDGES[current]:
-        raise CallgateError(
-            code=ErrorCode.ILLEGAL_TRANSITION,
-            message=f"transition {current.value} -> {target.value} is not an edge of the state machine",
-            metadata={"from": current.value, "to": target.value},
+        raise illegal_transition(
+            f"transition {current.value} -> {target.value} is not an edge of the state machine",
+            from_state=current.value,
+            to_state=target.value,
         )

@@ -34,7 +34,7 @@ from joserfc import jws
 from joserfc.jwk import OKPKey
 
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.errors import CallgateError, ErrorCode, LoadError, config_invalid
 from callgate.credentials.claims import (
     ALG,
     DIGEST_RE,
@@ -173,13 +173,9 @@ def _load_pem(pem: bytes, password: bytes | None, source: str) -> Ed25519Private
     try:
         private = serialization.load_pem_private_key(pem, password=password)
     except (ValueError, TypeError) as exc:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="not a readable PEM private key", source=source
-        ) from exc
+        raise config_invalid("not a readable PEM private key", source=source) from exc
     if not isinstance(private, Ed25519PrivateKey):
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="credential key must be Ed25519", source=source
-        )
+        raise config_invalid("credential key must be Ed25519", source=source)
     return private
 
 
@@ -207,15 +203,11 @@ def _time(value: Any, source: str) -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="key times must be RFC 3339 strings", source=source
-        )
+        raise config_invalid("key times must be RFC 3339 strings", source=source)
     try:
         return _aware(datetime.fromisoformat(value))
     except ValueError as exc:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="bad RFC 3339 time in key ring state", source=source
-        ) from exc
+        raise config_invalid("bad RFC 3339 time in key ring state", source=source) from exc
 
 
 class KeyRing:
@@ -293,9 +285,7 @@ class KeyRing:
         )
         kids = [e.info.kid for e in ring._entries()]
         if len(set(kids)) != len(kids):
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID, message="the same key appears twice", source="credential keys"
-            )
+            raise config_invalid("the same key appears twice", source="credential keys")
         ring._publish()
         return ring
 
@@ -420,7 +410,7 @@ class KeyRing:
         source = str(state_path)
 
         def bad(message: str, where: str = source) -> LoadError:
-            return LoadError(code=ErrorCode.CONFIG_INVALID, message=message, source=where)
+            return config_invalid(message, source=where)
 
         _check_private_mode(state_path)
         try:
@@ -481,14 +471,10 @@ def _check_private_mode(path: Path) -> None:
     try:
         mode = path.stat().st_mode
     except OSError as exc:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID, message="key ring file is missing", source=str(path)
-        ) from exc
+        raise config_invalid("key ring file is missing", source=str(path)) from exc
     if not stat.S_ISREG(mode) or mode & 0o077:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message="key ring file must be a regular file readable by its owner only (0600)",
-            source=str(path),
+        raise config_invalid(
+            "key ring file must be a regular file readable by its owner only (0600)", source=str(path)
         )
 
 

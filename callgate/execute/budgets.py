@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from callgate.config import BudgetsConfig
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import budget_exhausted
 from callgate.store.base import Usage
 
 
@@ -70,8 +70,4 @@ def check(limits: Limits, usage: Usage, opened_at: datetime, now: datetime) -> N
     if limits.wall_clock_seconds and (now - opened_at).total_seconds() > limits.wall_clock_seconds:
         over.append("wall_clock")
     if over:
-        raise CallgateError(
-            code=ErrorCode.BUDGET_EXHAUSTED,
-            message=f"session budget exhausted: {', '.join(over)}; the tool loop ends here",
-            metadata={"budgets": ",".join(over)},
-        )
+        raise budget_exhausted(over)

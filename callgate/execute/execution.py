@@ -28,7 +28,21 @@ from typing import Any
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import (
+    CallgateError,
+    attempt_not_allowed,
+    attempt_not_found,
+    credential_invalid,
+    deadline_exceeded,
+    illegal_transition,
+    invalid_request,
+    invocation_not_found,
+    output_after_cancel,
+    result_not_available,
+    secret_already_redeemed,
+    terminal_state,
+    unknown_tool_version,
+)
 from callgate.core.events import EventKind
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
@@ -93,17 +107,9 @@ def _claims_unverified(token: str) -> dict[str, Any]:
         payload = token.split(".")[1]
         data = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
     except (IndexError, ValueError):
-        raise CallgateError(
-            code=ErrorCode.CREDENTIAL_INVALID,
-            message="malformed credential",
-            metadata={"reason": "malformed"},
-        ) from None
+        raise credential_invalid("malformed", "malformed credential") from None
     if not isinstance(data, dict):
-        raise CallgateError(
-            code=ErrorCode.CREDENTIAL_INVALID,
-            message="malformed credential",
-            metadata={"reason": "malformed"},
-        )
+        raise credential_invalid("malformed", "malformed credential")
     return data
 
 
@@ -111,11 +117,7 @@ def _attempt_id_of(claims: dict[str, Any]) -> str:
     for detail in claims.get("authorization_details") or []:
         if isinstance(detail, dict) and isinstance(detail.get("attempt_id"), str):
             return str(detail["attempt_id"])
-    raise CallgateError(
-        code=ErrorCode.CREDENTIAL_INVALID,
-        message="credential names no attempt",
-        metadata={"reason": "malformed"},
-    )
+    raise credential_invalid("malformed", "credential names no attempt")
 
 
 class _PerSecretUse:
@@ -174,9 +176,8 @@ class Execution:
     def _tool(self, inv: InvocationRecord) -> CompiledTool:
         tool = self._serving.current.tools.get(inv.tool_name, inv.tool_version)
         if tool is None:
-            raise CallgateError(
-                code=ErrorCode.UNKNOWN_TOOL_VERSION,
-                message=f"{inv.tool_name}@{inv.tool_version} is no longer in the policy snapshot",
+            raise unknown_tool_version(
+                f"{inv.tool_name}@{inv.tool_version} is no longer in the policy snapshot"
             )
         return tool
 
@@ -186,7 +187,7 @@ class Execution:
     async def _inv(self, invocation_id: str) -> InvocationRecord:
         inv = await self._store.get_invocation(invocation_id)
         if inv is None:
-            raise CallgateError(code=ErrorCode.INVOCATION_NOT_FOUND, message="unknown invocation_id")
+            raise invocation_not_found("unknown invocation_id")
         return inv
 
     def jwks(self) -> dict[str, Any]:
@@ -199,31 +200,25 @@ class Execution:
         """The sidecar applies the backoff it advised (6.9): no retry before ``retry_after``."""
         if last.retry_after and now < datetime.fromisoformat(last.retry_after):
             wait_ms = int((datetime.fromisoformat(last.retry_after) - now).total_seconds() * 1000) + 1
-            raise CallgateError(
-                code=ErrorCode.ATTEMPT_NOT_ALLOWED,
-                message=f"retry too early: back off {wait_ms} ms more (6.9)",
-                metadata={"retry_after": last.retry_after},
+            raise attempt_not_allowed(
+                f"retry too early: back off {wait_ms} ms more (6.9)", retry_after=last.retry_after
             )
 
     async def begin_attempt(
         self, invocation_id: str, executor_id: str, trace: TraceContext
     ) -> StartedAttempt:
         if not executor_id:
-            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="executor_id is required")
+            raise invalid_request("executor_id is required")
         allowed = self._cfg.credentials.executors
         if allowed and executor_id not in allowed:
-            raise CallgateError(
-                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="executor_id is not a configured executor"
-            )
+            raise attempt_not_allowed("executor_id is not a configured executor")
         inv = await self._inv(invocation_id)
         tool = self._tool(inv)
         now = self._clock.now()
         if inv.cancel_requested_at:
-            raise CallgateError(code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the invocation was cancelled")
+            raise attempt_not_allowed("the invocation was cancelled")
         if inv.deadline and now >= datetime.fromisoformat(inv.deadline):
-            raise CallgateError(
-                code=ErrorCode.DEADLINE_EXCEEDED, message="the invocation deadline has passed"
-            )
+            raise deadline_exceeded("the invocation deadline has passed")
         attempts = await self._store.list_attempts(invocation_id)
         last = attempts[-1] if attempts else None
         rel = reliability(
@@ -233,9 +228,7 @@ class Execution:
             target = State.EXECUTING
         elif inv.state is State.EXECUTING and last is not None and last.outcome:
             if not last.retry_reason.startswith("retry:"):
-                raise CallgateError(
-                    code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the last attempt may not be retried"
-                )
+                raise attempt_not_allowed("the last attempt may not be retried")
             self._check_backoff(last, now)
             target = State.EXECUTING
         elif inv.state is State.OUTCOME_UNKNOWN and rel is not Reliability.WRITE_UNSAFE:
@@ -246,7 +239,7 @@ class Execution:
             detail = (
                 "an attempt is still running" if inv.state is State.EXECUTING else f"state {inv.state.value}"
             )
-            raise CallgateError(code=ErrorCode.ATTEMPT_NOT_ALLOWED, message=f"no attempt may start: {detail}")
+            raise attempt_not_allowed(f"no attempt may start: {detail}")
         number = inv.attempts + 1
         attempt_id = f"att_{_secrets.token_hex(12)}"
         resource = tool.resource.render(json.loads(inv.normalized_arguments))
@@ -295,9 +288,7 @@ class Execution:
         )
         new = replace(inv, state=target, attempts=number, updated_at=at)
         if not await self._store.begin_attempt(new, inv.state, attempt, trail.events):
-            raise CallgateError(
-                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="another attempt started concurrently"
-            )
+            raise attempt_not_allowed("another attempt started concurrently")
         return StartedAttempt(attempt, credential, new)
 
     async def report_outcome(
@@ -315,16 +306,12 @@ class Execution:
         try:
             outcome = Outcome(reported)
         except ValueError:
-            raise CallgateError(
-                code=ErrorCode.INVALID_REQUEST, message=f"outcome must be one of {', '.join(OUTCOMES)}"
-            ) from None
+            raise invalid_request(f"outcome must be one of {', '.join(OUTCOMES)}") from None
         attempt = await self._store.get_attempt(attempt_id)
         if attempt is None:
-            raise CallgateError(code=ErrorCode.ATTEMPT_NOT_FOUND, message="unknown attempt_id")
+            raise attempt_not_found("unknown attempt_id")
         if attempt.outcome:
-            raise CallgateError(
-                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="this attempt already reported its outcome"
-            )
+            raise attempt_not_allowed("this attempt already reported its outcome")
         inv = await self._inv(attempt.invocation_id)
         tool = self._tool(inv)
         now = self._clock.now()
@@ -335,9 +322,7 @@ class Execution:
         advice = Advice(False, "no_failure")
         if outcome is Outcome.COMMITTED:
             if not external_resource_id and tool.spec.side_effect_class.is_write:
-                raise CallgateError(
-                    code=ErrorCode.INVALID_REQUEST, message="COMMITTED needs external_resource_id"
-                )
+                raise invalid_request("COMMITTED needs external_resource_id")
             target = State.COMMITTED
         elif outcome is Outcome.FAILED_AFTER_COMMIT:
             target = State.FAILED_AFTER_COMMIT
@@ -413,9 +398,7 @@ class Execution:
             commit_time=(commit_time or at) if outcome is Outcome.COMMITTED else inv.commit_time,
         )
         if not await self._store.finish_attempt(new, inv.state, finished, trail.events):
-            raise CallgateError(
-                code=ErrorCode.ATTEMPT_NOT_ALLOWED, message="the invocation changed concurrently"
-            )
+            raise attempt_not_allowed("the invocation changed concurrently")
         if target in (State.COMMITTED, State.FAILED_AFTER_COMMIT):
             await self._keys.complete(inv, target, external_resource_id, now)
         elif target is State.FAILED_BEFORE_COMMIT:
@@ -433,32 +416,24 @@ class Execution:
         from callgate.propose.parse import ParseLimits, parse_json_document
 
         if status not in ("ok", "error"):
-            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="status must be 'ok' or 'error'")
+            raise invalid_request("status must be 'ok' or 'error'")
         inv = await self._inv(invocation_id)
         if inv.cancel_requested_at or inv.state is State.CANCELLED_BEFORE_COMMIT:
-            raise CallgateError(
-                code=ErrorCode.OUTPUT_AFTER_CANCEL,
-                message="the invocation was cancelled; no tool message follows",
-            )
+            raise output_after_cancel("the invocation was cancelled; no tool message follows")
         if status == "ok" and inv.state is not State.COMMITTED:
-            raise CallgateError(
-                code=ErrorCode.ILLEGAL_TRANSITION
-                if inv.state is not State.OBSERVED
-                else ErrorCode.TERMINAL_STATE,
-                message=f"an ok result needs a COMMITTED invocation (state {inv.state.value})",
-            )
+            needs = f"an ok result needs a COMMITTED invocation (state {inv.state.value})"
+            raise terminal_state(needs) if inv.state is State.OBSERVED else illegal_transition(needs)
         if status == "error" and inv.state not in (
             State.FAILED_BEFORE_COMMIT, State.FAILED_AFTER_COMMIT, State.OUTCOME_UNKNOWN, State.COMMITTED
         ):  # fmt: skip
-            raise CallgateError(
-                code=ErrorCode.ILLEGAL_TRANSITION,
-                message=f"an error result needs a failed, unknown or committed invocation (state {inv.state.value})",
+            raise illegal_transition(
+                f"an error result needs a failed, unknown or committed invocation (state {inv.state.value})"
             )
         tool = self._tool(inv)
         try:
             value = parse_json_document(value_bytes, ParseLimits(max_bytes=16 * 1024 * 1024, max_depth=128))
         except CallgateError as exc:
-            raise CallgateError(code=exc.code, message=f"result value: {exc.message}") from None
+            raise exc.restated(f"result value: {exc.message}") from None
         max_bytes, max_items = limits_from_spec(tool.spec.result_limits)
         token = f"pg_{_secrets.token_hex(12)}"
         commit_status = {
@@ -510,9 +485,7 @@ class Execution:
         )
         new = replace(inv, state=target, updated_at=at)
         if not await self._store.put_result(new, inv.state, result, trail.events):
-            raise CallgateError(
-                code=ErrorCode.TERMINAL_STATE, message="a result was already encoded for this invocation"
-            )
+            raise terminal_state("a result was already encoded for this invocation")
         if target is State.OBSERVED:
             await self._keys.set_result(inv, encoded.message_bytes, now)
         session = await self._store.get_session(inv.session_id)
@@ -523,17 +496,15 @@ class Execution:
     async def get_result(self, invocation_id: str, page_token: str = "", tool_call_id: str = "") -> Page:
         result = await self._store.get_result(invocation_id)
         if result is None:
-            raise CallgateError(
-                code=ErrorCode.RESULT_NOT_AVAILABLE, message="no tool message for this invocation yet"
-            )
+            raise result_not_available("no tool message for this invocation yet")
         inv = await self._inv(invocation_id)
         if inv.cancel_requested_at:
-            raise CallgateError(code=ErrorCode.OUTPUT_AFTER_CANCEL, message="the invocation was cancelled")
+            raise output_after_cancel("the invocation was cancelled")
         if not page_token:
             return Page(result.message, result.truncated, result.page_token)
         prefix, _, offset_s = page_token.rpartition(":")
         if not result.truncated or (prefix or page_token) != result.page_token:
-            raise CallgateError(code=ErrorCode.RESULT_NOT_AVAILABLE, message="unknown page token")
+            raise result_not_available("unknown page token")
         offset = int(offset_s) if prefix and offset_s.isdigit() else 0
         tool = self._tool(inv)
         try:
@@ -548,7 +519,7 @@ class Execution:
                 redactor=self._redactor,
             )
         except ValueError:
-            raise CallgateError(code=ErrorCode.RESULT_NOT_AVAILABLE, message="bad page token") from None
+            raise result_not_available("bad page token") from None
         return Page(chunk, nxt is not None, f"{result.page_token}:{nxt}" if nxt is not None else "")
 
     # ------------------------------------------------------------------ secrets
@@ -556,17 +527,9 @@ class Execution:
         claims = _claims_unverified(token)
         attempt = await self._store.get_attempt(_attempt_id_of(claims))
         if attempt is None:
-            raise CallgateError(
-                code=ErrorCode.CREDENTIAL_INVALID,
-                message="credential names an unknown attempt",
-                metadata={"reason": "unknown_attempt"},
-            )
+            raise credential_invalid("unknown_attempt", "credential names an unknown attempt")
         if attempt.outcome:
-            raise CallgateError(
-                code=ErrorCode.CREDENTIAL_INVALID,
-                message="the attempt has finished",
-                metadata={"reason": "attempt_finished"},
-            )
+            raise credential_invalid("attempt_finished", "the attempt has finished")
         inv = await self._inv(attempt.invocation_id)
         try:
             verified = self._verifier.verify(
@@ -577,22 +540,12 @@ class Execution:
                 audience=attempt.executor_id,
             )
         except CredentialError as exc:
-            raise CallgateError(
-                code=ErrorCode.CREDENTIAL_INVALID,
-                message=f"credential refused: {exc.code}",
-                metadata={"reason": exc.code},
-            ) from None
+            raise credential_invalid(exc.code, f"credential refused: {exc.code}") from None
         if verified.jti != attempt.jti or verified.invocation_id != inv.invocation_id:
-            raise CallgateError(
-                code=ErrorCode.CREDENTIAL_INVALID,
-                message="credential is not this attempt's",
-                metadata={"reason": "wrong_attempt"},
-            )
+            raise credential_invalid("wrong_attempt", "credential is not this attempt's")
         value = self._secrets.release(name, inv.tool_name, inv.tool_version, verified.resource)
         if not await self._store.redeem_once(attempt.attempt_id, name, rfc3339(self._clock.now())):
-            raise CallgateError(
-                code=ErrorCode.SECRET_ALREADY_REDEEMED, message="secret already released for this attempt"
-            )
+            raise secret_already_redeemed("secret already released for this attempt")
         return value
 
 

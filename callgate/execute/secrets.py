@@ -15,7 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from callgate.config import SecretConfig
-from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.errors import (
+    config_invalid,
+    secret_not_bound,
+    secret_not_found,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +53,13 @@ class SecretStore:
                 try:
                     value = path.read_bytes().rstrip(b"\r\n")
                 except OSError as exc:
-                    raise LoadError(
-                        code=ErrorCode.CONFIG_INVALID,
-                        message=f"secret '{e.name}': cannot read file ({exc.strerror})",
-                    ) from None
+                    raise config_invalid(f"secret '{e.name}': cannot read file ({exc.strerror})") from None
             else:
                 if e.env not in env:
-                    raise LoadError(
-                        code=ErrorCode.CONFIG_INVALID,
-                        message=f"secret '{e.name}': environment variable {e.env} is not set",
-                    )
+                    raise config_invalid(f"secret '{e.name}': environment variable {e.env} is not set")
                 value = env[e.env].encode("utf-8")
             if not value:
-                raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secret '{e.name}' is empty")
+                raise config_invalid(f"secret '{e.name}' is empty")
             out.append(BoundSecret(name=e.name, value=value, tools=e.tools, resources=e.resources))
         return cls(out)
 
@@ -72,10 +70,9 @@ class SecretStore:
     def release(self, name: str, tool_name: str, tool_version: str, resource: str) -> bytes:
         secret = self._by_name.get(name)
         if secret is None:
-            raise CallgateError(code=ErrorCode.SECRET_NOT_FOUND, message=f"no secret named '{name}'")
+            raise secret_not_found(f"no secret named '{name}'")
         if not secret.allows(tool_name, tool_version, resource):
-            raise CallgateError(
-                code=ErrorCode.SECRET_NOT_BOUND,
-                message=f"secret '{name}' is not bound to {tool_name}@{tool_version} on this resource",
+            raise secret_not_bound(
+                f"secret '{name}' is not bound to {tool_name}@{tool_version} on this resource"
             )
         return secret.value

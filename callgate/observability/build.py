@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from callgate.config import ObservabilityConfig
-from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.errors import config_invalid
 from callgate.observability import EventSink
 from callgate.observability.decision_log import DecisionLog, Masker
 from callgate.observability.metrics import InvocationLookup, Metrics, MetricsSink
@@ -40,9 +40,8 @@ def build_sinks(
         if cfg.decision_log_mask_key_env:
             value = env.get(cfg.decision_log_mask_key_env, "")
             if not value:
-                raise LoadError(
-                    code=ErrorCode.CONFIG_INVALID,
-                    message=f"observability.decision_log_mask_key_env: ${cfg.decision_log_mask_key_env} is not set",
+                raise config_invalid(
+                    f"observability.decision_log_mask_key_env: ${cfg.decision_log_mask_key_env} is not set"
                 )
             key = value.encode()
         target = cfg.decision_log if cfg.decision_log in ("stdout", "stderr") else "file"
@@ -62,10 +61,7 @@ def build_sinks(
                 lookup=lookup,
             )
         except OSError as exc:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message=f"observability.decision_log: cannot open {path}: {exc}",
-            ) from None
+            raise config_invalid(f"observability.decision_log: cannot open {path}: {exc}") from None
         sinks.append(log_sink)
     if metrics.enabled:
         sinks.append(MetricsSink(metrics, lookup))

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from callgate.core import jsonpointer
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import store_unavailable
 from callgate.observability.metrics import InvocationLookup, Metrics
 from callgate.store.base import EventRecord, InvocationRecord
 
@@ -305,9 +305,8 @@ class DecisionLog:
         except (OSError, ValueError) as exc:
             self._metrics.audit_write_failed()
             log.error("decision log write failed (lossless: the call fails): %s", exc)
-            raise CallgateError(
-                code=ErrorCode.STORE_UNAVAILABLE,
-                message="the decision log cannot be written (lossless mode); the decision is withheld",
+            raise store_unavailable(
+                "the decision log cannot be written (lossless mode); the decision is withheld"
             ) from None
 
     async def _drain(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -272,19 +272,17 @@ class Metrics:
     def audit_write_failed(self) -> None:
         self.audit_write_failures.inc()
 
-    # ------------------------------------------------------------------ RPC observer (services._guarded)
-    def rpc_started(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> object:
+    # ------------------------------------------------------------------ RPC observer (server.interceptors)
+    def rpc_started(self, trace: TraceContext) -> object:
+        """An RPC starts: note the time and, when tracing is on and the caller sent a valid
+        ``traceparent``, make its span the parent of the spans built from this call's events."""
         trace_token = None
-        if self.capture_caller_trace:
-            for key, value in metadata or ():
-                if key == "traceparent":
-                    tc = TraceContext.from_traceparent(value if isinstance(value, str) else value.decode())
-                    if tc.parent_span_id:
-                        trace_token = CALLER_TRACE.set(tc)
-                    break
+        if self.capture_caller_trace and trace.parent_span_id:
+            trace_token = CALLER_TRACE.set(trace)
         return _RpcToken(time.perf_counter(), trace_token)
 
     def rpc_finished(self, token: object, service: str, method: str, code: str) -> None:
+        """An RPC ended: reset the caller's trace and observe its duration by result ``code``."""
         assert isinstance(token, _RpcToken)
         if token.trace_token is not None:
             CALLER_TRACE.reset(token.trace_token)

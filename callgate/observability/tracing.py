@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
-from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.errors import config_invalid
 from callgate.core.trace import TraceContext
 from callgate.observability.metrics import CALLER_TRACE, event_stages
 from callgate.store.base import EventRecord, InvocationRecord
@@ -252,15 +252,12 @@ def make_exporter(kind: str, endpoint: str = "") -> tuple[SpanExporter, bool]:
         try:
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
         except ImportError:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID,
-                message="observability.tracing_exporter = otlp needs the opentelemetry-exporter-otlp-proto-grpc package",
+            raise config_invalid(
+                "observability.tracing_exporter = otlp needs the opentelemetry-exporter-otlp-proto-grpc package"
             ) from None
         exporter: SpanExporter = OTLPSpanExporter(endpoint=endpoint) if endpoint else OTLPSpanExporter()
         return exporter, True
-    raise LoadError(
-        code=ErrorCode.CONFIG_INVALID, message=f"observability.tracing_exporter '{kind}' is not supported"
-    )
+    raise config_invalid(f"observability.tracing_exporter '{kind}' is not supported")
 
 
 __all__ = ["EventIdGenerator", "TracingSink", "make_exporter"]

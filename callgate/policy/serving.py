@@ -8,7 +8,7 @@ decision on half-loaded policies). The policy lifecycle swaps snapshots and sets
 
 from __future__ import annotations
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import not_ready
 from callgate.policy.snapshot import PolicySnapshot
 
 
@@ -26,10 +26,7 @@ class ServingSnapshot:
         """The serving snapshot; raises ``not_ready`` until a good one is loaded and ready."""
         snap = self._snap
         if snap is None or not self._ready:
-            raise CallgateError(
-                code=ErrorCode.NOT_READY,
-                message="no usable policy snapshot yet (see the health service and the sidecar log)",
-            )
+            raise not_ready("no usable policy snapshot yet (see the health service and the sidecar log)")
         return snap
 
     @property

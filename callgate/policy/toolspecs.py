@@ -20,7 +20,14 @@ from typing import Any
 import jsonschema
 
 from callgate.core import jsonpointer
-from callgate.core.errors import CallgateError, ErrorCode, LoadError, RejectedError, Violation
+from callgate.core.errors import (
+    ErrorCode,
+    LoadError,
+    RejectedError,
+    Violation,
+    resource_unresolved,
+    toolspec_invalid,
+)
 from callgate.core.model import JSONValue, SideEffectClass
 from callgate.execute.encode import limits_from_spec
 from callgate.propose.normalize import NormalizerChain
@@ -51,10 +58,8 @@ class ResourceTemplate:
     def compile(cls, template: str, *, source: str = "") -> ResourceTemplate:
         names = tuple(_PLACEHOLDER.findall(template))
         if ":" not in template.split("{", 1)[0]:
-            raise LoadError(
-                code=ErrorCode.TOOLSPEC_INVALID,
-                message=f"resource template '{template}' must start with a literal 'kind:' prefix",
-                source=source,
+            raise toolspec_invalid(
+                f"resource template '{template}' must start with a literal 'kind:' prefix", source=source
             )
         return cls(template=template, fields=names)
 
@@ -71,15 +76,11 @@ class ResourceTemplate:
                 elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
                     node = node[int(part)]
                 else:
-                    raise CallgateError(
-                        code=ErrorCode.RESOURCE_UNRESOLVED,
-                        message=f"resource template field '{name}' is missing from the arguments",
+                    raise resource_unresolved(
+                        f"resource template field '{name}' is missing from the arguments"
                     )
             if isinstance(node, bool) or not isinstance(node, (str, int)):
-                raise CallgateError(
-                    code=ErrorCode.RESOURCE_UNRESOLVED,
-                    message=f"resource template field '{name}' is not a string or integer",
-                )
+                raise resource_unresolved(f"resource template field '{name}' is not a string or integer")
             return str(node)
 
         return _PLACEHOLDER.sub(lambda m: value(m.group(1)), self.template)
@@ -194,9 +195,8 @@ def compile_tool(path: Path) -> CompiledTool:
                     text, exc.violations[0].pointer, nth=2 if exc.code is ErrorCode.DUPLICATE_KEY else 1
                 )
             )
-        raise LoadError(
-            code=ErrorCode.TOOLSPEC_INVALID,
-            message=f"not strict JSON: {exc.message}",
+        raise toolspec_invalid(
+            f"not strict JSON: {exc.message}",
             source=f"{source}:{line}" if line else source,
             violations=exc.violations,
         ) from None
@@ -204,35 +204,28 @@ def compile_tool(path: Path) -> CompiledTool:
     if errors:
         e = errors[0]
         pointer = "".join(f"/{p}" for p in e.absolute_path)
-        raise LoadError(
-            code=ErrorCode.TOOLSPEC_INVALID,
-            message=f"{pointer or '/'}: {e.message}",
+        raise toolspec_invalid(
+            f"{pointer or '/'}: {e.message}",
             source=f"{source}:{_line_for_pointer(text, pointer)}",
             violations=[Violation(pointer=pointer, message=e.message, keyword=str(e.validator))],
         )
     assert isinstance(doc, dict)
     name, version = doc["name"], doc["version"]
     if not _NAME.match(name):
-        raise LoadError(
-            code=ErrorCode.TOOLSPEC_INVALID,
-            message=f"tool name '{name}' must be dotted lower_snake_case",
+        raise toolspec_invalid(
+            f"tool name '{name}' must be dotted lower_snake_case",
             source=f"{source}:{_line_for_pointer(text, '/name')}",
         )
 
     def located(exc: LoadError) -> LoadError:
         ptr = exc.violations[0].pointer if exc.violations else ""
-        return LoadError(
-            code=exc.code,
-            message=exc.message,
-            source=f"{source}:{_line_for_pointer(text, ptr)}",
-            violations=exc.violations,
-        )
+        return exc.located(f"{source}:{_line_for_pointer(text, ptr)}")
 
     try:
         schema = CompiledSchema.compile(doc["input_schema"], source=source, dialect=doc["schema_dialect"])
     except LoadError as exc:
         prefixed = [Violation(f"/input_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
-        raise located(LoadError(code=exc.code, message=exc.message, violations=prefixed)) from None
+        raise located(exc.located(exc.source, violations=prefixed)) from None
     try:
         normalized_schema = (
             CompiledSchema.compile(doc["normalized_schema"], source=source, dialect=doc["schema_dialect"])
@@ -241,7 +234,7 @@ def compile_tool(path: Path) -> CompiledTool:
         )
     except LoadError as exc:
         prefixed = [Violation(f"/normalized_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
-        raise located(LoadError(code=exc.code, message=exc.message, violations=prefixed)) from None
+        raise located(exc.located(exc.source, violations=prefixed)) from None
     try:
         chain = NormalizerChain.build(doc.get("normalizers", []), source=source)
     except LoadError as exc:
@@ -249,10 +242,8 @@ def compile_tool(path: Path) -> CompiledTool:
     try:
         limits_from_spec(doc.get("result_limits", {}))
     except ValueError as exc:
-        raise LoadError(
-            code=ErrorCode.TOOLSPEC_INVALID,
-            message=str(exc),
-            source=f"{source}:{_line_for_pointer(text, '/result_limits')}",
+        raise toolspec_invalid(
+            str(exc), source=f"{source}:{_line_for_pointer(text, '/result_limits')}"
         ) from None
     resource = ResourceTemplate.compile(
         doc["resource_template"], source=f"{source}:{_line_for_pointer(text, '/resource_template')}"
@@ -287,21 +278,16 @@ def compile_tool(path: Path) -> CompiledTool:
 def load_tools(directory: Path) -> ToolRegistry:
     """Load every ``*.json`` under ``directory``; duplicates of ``name@version`` are an error."""
     if not directory.is_dir():
-        raise LoadError(
-            code=ErrorCode.TOOLSPEC_INVALID, message="ToolSpec directory not found", source=str(directory)
-        )
+        raise toolspec_invalid("ToolSpec directory not found", source=str(directory))
     tools: dict[str, CompiledTool] = {}
     for path in sorted(directory.glob("*.json")):
         tool = compile_tool(path)
         if tool.spec.key in tools:
-            raise LoadError(
-                code=ErrorCode.TOOLSPEC_INVALID,
-                message=f"{tool.spec.key} is defined twice (also in {tools[tool.spec.key].spec.source})",
+            raise toolspec_invalid(
+                f"{tool.spec.key} is defined twice (also in {tools[tool.spec.key].spec.source})",
                 source=str(path),
             )
         tools[tool.spec.key] = tool
     if not tools:
-        raise LoadError(
-            code=ErrorCode.TOOLSPEC_INVALID, message="no ToolSpec files (*.json)", source=str(directory)
-        )
+        raise toolspec_invalid("no ToolSpec files (*.json)", source=str(directory))
     return ToolRegistry(tools)

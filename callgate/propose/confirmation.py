@@ -13,7 +13,12 @@ import hmac
 from datetime import datetime
 
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import (
+    ErrorCode,
+    confirmation_digest_mismatch,
+    confirmation_expired,
+    confirmation_not_pending,
+)
 from callgate.core.events import EventKind
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
@@ -45,27 +50,21 @@ class Confirmations:
     ) -> InvocationRecord:
         """Confirm the parked ``inv`` with ``digest``; the PREPARED record, or an error."""
         if inv.state is not State.AUTHORIZED or not inv.confirmation_expires_at:
-            raise CallgateError(
-                code=ErrorCode.CONFIRMATION_NOT_PENDING,
-                message=f"invocation has no pending confirmation (state {inv.state.value})",
+            raise confirmation_not_pending(
+                f"invocation has no pending confirmation (state {inv.state.value})"
             )
         if self._clock.now() >= datetime.fromisoformat(inv.confirmation_expires_at):
             await self._cancel(
                 inv, EventKind.CONFIRMATION_EXPIRED, {"expired_at": inv.confirmation_expires_at}, trace
             )
-            raise CallgateError(
-                code=ErrorCode.CONFIRMATION_EXPIRED, message="the confirmation window has passed"
-            )
+            raise confirmation_expired("the confirmation window has passed")
         if not hmac.compare_digest(digest.encode(), inv.digest.encode()):
             # 6.6 / 6.11: a confirmation of anything else than the parked digest cancels it.
             data = {"reason": ErrorCode.CONFIRMATION_DIGEST_MISMATCH.value, "confirmed_by": confirmed_by}
             if await self._cancel(inv, EventKind.CONFIRMATION_REJECTED, data, trace) is None:
-                raise CallgateError(
-                    code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
-                )
-            raise CallgateError(
-                code=ErrorCode.CONFIRMATION_DIGEST_MISMATCH,
-                message="digest does not match the parked invocation; it was cancelled, propose again",
+                raise confirmation_not_pending("invocation has no pending confirmation")
+            raise confirmation_digest_mismatch(
+                "digest does not match the parked invocation; it was cancelled, propose again"
             )
         moved = await move(
             self._store,
@@ -77,9 +76,7 @@ class Confirmations:
             rfc3339(self._clock.now()),
         )
         if moved is None:
-            raise CallgateError(
-                code=ErrorCode.CONFIRMATION_NOT_PENDING, message="invocation has no pending confirmation"
-            )
+            raise confirmation_not_pending("invocation has no pending confirmation")
         return moved
 
     async def expire_if_stale(self, invocation_id: str, trace: TraceContext) -> bool:

@@ -20,7 +20,7 @@ import math
 import rfc8785
 
 from callgate.core import jsonpointer
-from callgate.core.errors import ErrorCode, RejectedError, Violation
+from callgate.core.errors import Violation, not_canonicalizable
 from callgate.core.model import JSONValue
 
 __all__ = ["DIGEST_PREFIX", "canonicalize", "invocation_digest"]
@@ -52,10 +52,9 @@ def canonicalize(value: JSONValue) -> bytes:
         # The exception text includes the value (e.g. the big integer): never surface it.
         pass
     pointer, what = _locate(value)
-    raise RejectedError(
-        code=ErrorCode.NOT_CANONICALIZABLE,
-        message=f"arguments have no RFC 8785 canonical form: {what}",
-        violations=[Violation(pointer=pointer, message=what, keyword="canonical")],
+    raise not_canonicalizable(
+        f"arguments have no RFC 8785 canonical form: {what}",
+        [Violation(pointer=pointer, message=what, keyword="canonical")],
     )
 
 

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import illegal_transition, invocation_not_found
 from callgate.core.events import EventKind
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
 from callgate.core.states import AFTER_BOUNDARY, CANCELLABLE, State, check_transition
@@ -181,7 +181,7 @@ class Gate:
     async def _invocation(self, invocation_id: str) -> InvocationRecord:
         inv = await self._store.get_invocation(invocation_id)
         if inv is None:
-            raise CallgateError(code=ErrorCode.INVOCATION_NOT_FOUND, message="unknown invocation_id")
+            raise invocation_not_found("unknown invocation_id")
         return inv
 
     async def confirm(
@@ -235,7 +235,7 @@ class Gate:
         if inv.cancel_requested_at:
             return inv
         check_transition(inv.state, State.CANCELLED_BEFORE_COMMIT)  # raises the precise error
-        raise CallgateError(code=ErrorCode.ILLEGAL_TRANSITION, message="invocation changed concurrently")
+        raise illegal_transition("invocation changed concurrently")
 
     async def get_invocation(self, invocation_id: str) -> tuple[InvocationRecord, list[EventRecord]]:
         inv = await self._invocation(invocation_id)

@@ -18,7 +18,11 @@ from datetime import datetime, timedelta
 
 from callgate.config import IdempotencyConfig
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import (
+    idempotency_key_expired,
+    idempotency_key_required,
+    idempotency_key_reused,
+)
 from callgate.core.events import EventKind
 from callgate.core.model import Proposal
 from callgate.core.states import State
@@ -85,10 +89,7 @@ class IdempotencyFlow:
             if tool.spec.keyless_allowed:
                 return Claimed(None)
             return Rejection.of(
-                CallgateError(
-                    code=ErrorCode.IDEMPOTENCY_KEY_REQUIRED,
-                    message=f"{tool.spec.key} writes and needs an idempotency key",
-                )
+                idempotency_key_required(f"{tool.spec.key} writes and needs an idempotency key")
             )
         idem_key = IdempotencyKey(session.tenant, session.subject, p.tool_name, p.tool_version, key)
         retention = timedelta(seconds=tool.spec.retention_seconds(self._retention_default))
@@ -116,16 +117,10 @@ class IdempotencyFlow:
             return Claimed(idem_key)
         if claim.kind is ClaimKind.MISMATCH:
             return Rejection.of(
-                CallgateError(
-                    code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
-                    message="idempotency key already used with other arguments; use a new key",
-                )
+                idempotency_key_reused("idempotency key already used with other arguments; use a new key")
             )
         return Rejection.of(
-            CallgateError(
-                code=ErrorCode.IDEMPOTENCY_KEY_EXPIRED,
-                message="idempotency key is past its retention window; use a new key",
-            )
+            idempotency_key_expired("idempotency key is past its retention window; use a new key")
         )
 
     async def _replay(

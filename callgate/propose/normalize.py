@@ -36,7 +36,12 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 from callgate.core import jsonpointer
-from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
+from callgate.core.errors import (
+    RejectedError,
+    Violation,
+    normalization_failed,
+    toolspec_invalid,
+)
 from callgate.core.model import (
     JSONValue,
     NormalizationContext,
@@ -338,10 +343,8 @@ class _Resolved:
 
 
 def _ctx_error(keyword: str, message: str) -> RejectedError:
-    return RejectedError(
-        code=ErrorCode.NORMALIZATION_FAILED,
-        message=f"invalid normalization context: {message}",
-        violations=[Violation(pointer="", message=message, keyword=keyword)],
+    return normalization_failed(
+        f"invalid normalization context: {message}", [Violation(pointer="", message=message, keyword=keyword)]
     )
 
 
@@ -783,9 +786,8 @@ class NormalizerChain:
                 conflicting aliases, duplicate kind+field).
         """
         if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Sequence):
-            raise LoadError(
-                code=ErrorCode.TOOLSPEC_INVALID,
-                message="normalizers must be an array of objects",
+            raise toolspec_invalid(
+                "normalizers must be an array of objects",
                 source=source,
                 violations=[Violation("/normalizers", "must be an array", keyword="normalizers")],
             )
@@ -809,11 +811,8 @@ class NormalizerChain:
             seen.add(identity)
             compiled.append(item)
         if violations:
-            raise LoadError(
-                code=ErrorCode.TOOLSPEC_INVALID,
-                message=f"{len(violations)} invalid normalizer declaration(s)",
-                source=source,
-                violations=violations,
+            raise toolspec_invalid(
+                f"{len(violations)} invalid normalizer declaration(s)", source=source, violations=violations
             )
         return cls(compiled)
 
@@ -843,11 +842,7 @@ class NormalizerChain:
                 applied.append(item.spec.name)
                 current = new
         if errors:
-            raise RejectedError(
-                code=ErrorCode.NORMALIZATION_FAILED,
-                message=f"{len(errors)} argument value(s) could not be normalized",
-                violations=errors,
-            )
+            raise normalization_failed(f"{len(errors)} argument value(s) could not be normalized", errors)
         result: dict[str, JSONValue] = dict(current) if current is value else current
         return result, tuple(applied)
 

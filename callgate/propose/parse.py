@@ -33,7 +33,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate.core import jsonpointer
-from callgate.core.errors import ErrorCode, RejectedError, Violation
+from callgate.core.errors import (
+    duplicate_key,
+    invalid_json,
+    invalid_utf8,
+    lone_surrogate,
+    non_finite_number,
+    not_an_object,
+    number_overflow,
+    too_deep,
+    too_large,
+    trailing_data,
+)
 from callgate.core.model import JSONValue, ParsedArguments
 
 __all__ = ["ParseLimits", "parse_arguments", "parse_json_document"]
@@ -119,20 +130,6 @@ def _position(text: str, pos: int) -> dict[str, str]:
     return {"offset": str(pos), "line": str(line), "column": str(col)}
 
 
-def _reject(
-    code: ErrorCode, message: str, *, pointer: str = "", meta: dict[str, str] | None = None
-) -> RejectedError:
-    where = f" at line {meta['line']}, column {meta['column']}" if meta and "line" in meta else ""
-    return RejectedError(
-        code=code,
-        message=message + where,
-        violations=[Violation(pointer=pointer, message=message, keyword=code.value)]
-        if pointer or not meta
-        else [],
-        metadata=meta or {},
-    )
-
-
 def _find_duplicate(value: Any, path: str = "") -> tuple[str, str] | None:
     if isinstance(value, _DupMarker):
         return path, value.dup_key
@@ -185,10 +182,9 @@ def _check_depth(text: str, max_depth: int) -> None:
         if c in "[{":
             depth += 1
             if depth > max_depth:
-                raise _reject(
-                    ErrorCode.TOO_DEEP,
+                raise too_deep(
                     f"nesting deeper than the limit of {max_depth}",
-                    meta=_position(text, m.start()),
+                    position=_position(text, m.start()),
                 )
         elif c in "]}":
             depth -= 1
@@ -197,24 +193,21 @@ def _check_depth(text: str, max_depth: int) -> None:
 def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JSONValue:
     """Strictly parse any JSON text (any top-level value). Raises :class:`RejectedError`."""
     if len(raw) > limits.max_bytes:
-        raise _reject(
-            ErrorCode.TOO_LARGE,
+        raise too_large(
             f"document is {len(raw)} bytes, over the limit of {limits.max_bytes}",
-            meta={},
+            position={},
         )
     if raw.startswith(b"\xef\xbb\xbf"):
-        raise _reject(
-            ErrorCode.INVALID_JSON,
+        raise invalid_json(
             "a byte order mark is not allowed (RFC 8259 section 8.1)",
-            meta=_position("", 0),
+            position=_position("", 0),
         )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _reject(
-            ErrorCode.INVALID_UTF8,
+        raise invalid_utf8(
             f"invalid UTF-8 at byte offset {exc.start}",
-            meta={"offset": str(exc.start)},
+            position={"offset": str(exc.start)},
         ) from None
     _check_depth(text, limits.max_depth)
     start = _WS.match(text, 0).end()  # type: ignore[union-attr]
@@ -224,33 +217,28 @@ def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JS
         value, end = _MARKING.raw_decode(text, start)  # same text parses; locate the object
         found = _find_duplicate(value)
         pointer, key = found if found else ("", "")
-        raise _reject(
-            ErrorCode.DUPLICATE_KEY,
+        raise duplicate_key(
             f"duplicate key '{jsonpointer.escape(key)}' in the object at '{pointer or '/'}'",
             pointer=f"{pointer}/{jsonpointer.escape(key)}",
         ) from None
     except _NonFinite as exc:
-        raise _reject(ErrorCode.NON_FINITE_NUMBER, f"{exc.args[0]} is not a JSON number", meta={}) from None
+        raise non_finite_number(f"{exc.args[0]} is not a JSON number", position={}) from None
     except _Overflow:
-        raise _reject(
-            ErrorCode.NUMBER_OVERFLOW,
+        raise number_overflow(
             "a number is outside the range of a double (overflow or underflow)",
-            meta={},
+            position={},
         ) from None
     except json.JSONDecodeError as exc:
-        raise _reject(ErrorCode.INVALID_JSON, exc.msg, meta=_position(text, exc.pos)) from None
+        raise invalid_json(exc.msg, position=_position(text, exc.pos)) from None
     except (ValueError, RecursionError):  # e.g. an integer over Python's digit limit
-        raise _reject(ErrorCode.INVALID_JSON, "value cannot be represented", meta={}) from None
+        raise invalid_json("value cannot be represented", position={}) from None
     tail = _WS.match(text, end).end()  # type: ignore[union-attr]
     if tail != len(text):
-        raise _reject(
-            ErrorCode.TRAILING_DATA, "unexpected data after the JSON value", meta=_position(text, tail)
-        )
+        raise trailing_data("unexpected data after the JSON value", position=_position(text, tail))
     if _SURROGATE_ESCAPE.search(text):
         bad = _find_surrogate(value)
         if bad is not None:
-            raise _reject(
-                ErrorCode.LONE_SURROGATE,
+            raise lone_surrogate(
                 "a string holds an unpaired UTF-16 surrogate escape",
                 pointer=bad or "/",
             )
@@ -261,8 +249,7 @@ def parse_arguments(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> Parsed
     """:func:`parse_json_document` plus: the top level must be an object."""
     value = parse_json_document(raw, limits)
     if not isinstance(value, dict):
-        raise _reject(
-            ErrorCode.NOT_AN_OBJECT,
+        raise not_an_object(
             f"arguments must be a JSON object, not {type(value).__name__}",
             pointer="",
         )

@@ -13,7 +13,7 @@ from collections import OrderedDict
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import invalid_request, session_not_found
 from callgate.core.lru import remember
 from callgate.execute.budgets import effective_limits
 from callgate.policy.snapshot import PolicySnapshot
@@ -32,9 +32,7 @@ its own turn's model call, so the recent ones are enough; older ones are read fr
 def check_id(name: str, value: str, max_len: int = 256) -> None:
     """Refuse an empty, over-long or NUL-carrying identifier with ``invalid_request``."""
     if not value or len(value) > max_len or "\x00" in value:
-        raise CallgateError(
-            code=ErrorCode.INVALID_REQUEST, message=f"{name} must be 1..{max_len} characters without NUL"
-        )
+        raise invalid_request(f"{name} must be 1..{max_len} characters without NUL")
 
 
 class Sessions:
@@ -52,10 +50,7 @@ class Sessions:
         check_id("subject.tenant", spec.subject.tenant)
         check_id("subject.id", spec.subject.id)
         if load_zone(spec.timezone) is None:
-            raise CallgateError(
-                code=ErrorCode.INVALID_REQUEST,
-                message="timezone must be an IANA zone name, e.g. Europe/Paris",
-            )
+            raise invalid_request("timezone must be an IANA zone name, e.g. Europe/Paris")
         session_id = spec.session_id or "ses_" + uuid.uuid4().hex
         check_id("session_id", session_id)
         record = SessionRecord(
@@ -69,7 +64,7 @@ class Sessions:
             opened_at=rfc3339(self._clock.now()),
         )
         if await self._store.get_session(session_id) is not None:
-            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="session_id already exists")
+            raise invalid_request("session_id already exists")
         await self._store.put_session(record)
         remember(self._sessions, session_id, record, self._cache_max)
         return record
@@ -80,7 +75,7 @@ class Sessions:
         if s is None:
             s = await self._store.get_session(session_id)
             if s is None:
-                raise CallgateError(code=ErrorCode.SESSION_NOT_FOUND, message="unknown session_id")
+                raise session_not_found("unknown session_id")
             remember(self._sessions, session_id, s, self._cache_max)
         return s
 

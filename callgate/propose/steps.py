@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from callgate.core.clock import rfc3339
-from callgate.core.errors import CallgateError, ErrorCode, RejectedError
+from callgate.core.errors import (
+    CallgateError,
+    RejectedError,
+    internal,
+    schema_violation,
+    tools_not_listed,
+    unknown_tool_version,
+)
 from callgate.core.events import EventKind
 from callgate.core.ids import new_id
 from callgate.core.model import (
@@ -146,19 +153,14 @@ def lookup(call: ProposeCall) -> CompiledTool | Rejection:
     tool = call.snapshot.tools.get(p.tool_name, p.tool_version)
     key = f"{p.tool_name}@{p.tool_version}"
     if view is None:
-        problem = CallgateError(
-            code=ErrorCode.TOOLS_NOT_LISTED,
-            message="no ListTools was recorded for this model_call_id; the model cannot have seen this tool",
+        problem = tools_not_listed(
+            "no ListTools was recorded for this model_call_id; the model cannot have seen this tool"
         )
     elif key not in view.tools or tool is None:
-        problem = CallgateError(
-            code=ErrorCode.UNKNOWN_TOOL_VERSION,
-            message=f"tool {key} is not in the set shown for this model call",
-        )
+        problem = unknown_tool_version(f"tool {key} is not in the set shown for this model call")
     elif view.spec_digests.get(key) != tool.spec.spec_digest:
-        problem = CallgateError(
-            code=ErrorCode.UNKNOWN_TOOL_VERSION,
-            message=f"tool {key} changed since it was shown to the model; list tools again",
+        problem = unknown_tool_version(
+            f"tool {key} changed since it was shown to the model; list tools again"
         )
     else:
         return tool
@@ -205,7 +207,7 @@ def normalize_arguments(
     session = call.session
     zone = load_zone(session.timezone)
     if zone is None:  # the zone was valid at OpenSession; tzdata changed under us
-        raise CallgateError(code=ErrorCode.INTERNAL, message="session time zone is no longer known")
+        raise internal("session time zone is no longer known")
     ctx = NormalizationContext(
         reference_clock=call.now.astimezone(zone).isoformat(),
         timezone=session.timezone,
@@ -222,11 +224,7 @@ def normalize_arguments(
         )
         post = tool.normalized_schema.validate_value(normalized.value)
         if post:
-            raise RejectedError(
-                code=ErrorCode.SCHEMA_VIOLATION,
-                message="normalized arguments do not satisfy the tool's normalized schema",
-                violations=post,
-            )
+            raise schema_violation("normalized arguments do not satisfy the tool's normalized schema", post)
     except RejectedError as exc:
         return call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
     call.digest = normalized.digest

@@ -23,7 +23,7 @@ from grpc_reflection.v1alpha import reflection
 
 from callgate.config import ROLES, Config, ListenerConfig
 from callgate.core.clock import Clock, SystemClock
-from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.errors import CallgateError, LoadError, config_invalid
 from callgate.credentials.issuer import KeyRing
 from callgate.execute.execution import Execution
 from callgate.execute.redaction import Redactor
@@ -36,12 +36,12 @@ from callgate.observability.metrics import Metrics, MetricsServer
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
+from callgate.server.interceptors import CallgateInterceptor
 from callgate.server.services import (
     AuthorizerService,
     ConfirmationsService,
     ExecutorService,
     GateService,
-    observe_rpcs,
 )
 from callgate.server.sweeper import SWEEPER_HEALTH_SERVICE, ConfirmationSweeper
 from callgate.store.base import Store
@@ -125,7 +125,7 @@ async def build_components(
     try:
         redactor = Redactor(secrets=secrets.values())
     except ValueError as exc:
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=f"secrets: {exc}") from None
+        raise config_invalid(f"secrets: {exc}") from None
     cc = cfg.credentials
     if cc.key_file:
         try:
@@ -136,9 +136,7 @@ async def build_components(
                 previous_pems=[cfg.path(p).read_bytes() for p in cc.previous_key_files],
             )
         except OSError as exc:
-            raise LoadError(
-                code=ErrorCode.CONFIG_INVALID, message=f"credentials key file: {exc.strerror}"
-            ) from None
+            raise config_invalid(f"credentials key file: {exc.strerror}") from None
     else:
         keyring = KeyRing(
             clock.now(),
@@ -180,7 +178,12 @@ class Sidecar:
             return
         gate = self.components.gate
         limit = self.components.config.server.max_concurrent_rpcs
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], maximum_concurrent_rpcs=limit or None)
+        metrics = self.components.metrics
+        server = grpc.aio.server(
+            options=[("grpc.so_reuseport", 0)],
+            maximum_concurrent_rpcs=limit or None,
+            interceptors=[CallgateInterceptor(metrics if observes_rpcs(metrics) else None)],
+        )
         execution = self.components.execution
         servicer: object
         if role == "agent":
@@ -195,8 +198,6 @@ class Sidecar:
         else:
             servicer = AuthorizerService(gate)
             pb_grpc.add_AuthorizerServicer_to_server(servicer, server)
-        metrics = self.components.metrics
-        observe_rpcs(servicer, metrics if observes_rpcs(metrics) else None)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
         if self.components.config.server.reflection:

@@ -1,90 +1,31 @@
 """Thin gRPC servicers: convert wire messages to pipeline types and back, nothing else.
 
-Errors are mapped in exactly one place (:func:`_guarded` -> :mod:`callgate.server.status`).
+Trace extraction, RPC metrics and error mapping are not here: the one server interceptor
+(:class:`callgate.server.interceptors.CallgateInterceptor`) does them for every method, mapping
+errors in exactly one place (:mod:`callgate.server.status`). A handler reads the caller's trace
+context with :func:`~callgate.server.interceptors.current_trace`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import invalid_request
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
-from callgate.core.trace import TraceContext
 from callgate.execute.execution import Execution
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
-from callgate.server.status import internal_error, to_status
+from callgate.server.interceptors import current_trace
 from callgate.store.base import EventRecord, InvocationRecord
 
-log = logging.getLogger("callgate.server")
-
-Req = TypeVar("Req")
-Resp = TypeVar("Resp")
-Handler = Callable[[Any, Req, grpc.aio.ServicerContext], Awaitable[Resp]]
-
 _EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
-
-
-# --- per-RPC observation (metrics, caller trace context): callgate/observability ------------
-class RpcObserver(Protocol):
-    def rpc_started(self, metadata: Any) -> object: ...
-
-    def rpc_finished(self, token: object, service: str, method: str, code: str) -> None: ...
-
-
-def observe_rpcs(servicer: object, observer: RpcObserver | None) -> None:
-    """Attach an observer that :func:`_guarded` tells about every RPC of ``servicer``."""
-    setattr(servicer, "_rpc_observer", observer)  # noqa: B010 (replaced by the interceptor)
-
-
-def _guarded(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
-    service = "callgate.v1." + fn.__qualname__.split(".")[0].removesuffix("Service")
-    method = fn.__name__
-
-    @functools.wraps(fn)
-    async def wrapper(self: Any, request: Req, context: grpc.aio.ServicerContext) -> Resp:
-        obs: RpcObserver | None = getattr(self, "_rpc_observer", None)
-        token = obs.rpc_started(context.invocation_metadata()) if obs is not None else None
-        code = "cancelled"  # stays so only if the handler is cancelled (client went away)
-        try:
-            response = await fn(self, request, context)
-            code = "ok"
-            return response
-        except CallgateError as err:
-            code = err.code.value
-            await context.abort_with_status(to_status(err))
-        except grpc.aio.AbortError:
-            code = "aborted"
-            raise
-        except Exception:
-            code = ErrorCode.INTERNAL.value
-            log.exception("unhandled error in %s", fn.__name__)
-            await context.abort_with_status(to_status(internal_error()))
-        finally:
-            if obs is not None:
-                obs.rpc_finished(token, service, method, code)
-        raise AssertionError("unreachable")  # abort_with_status always raises
-
-    return wrapper
-
-
-# --- end per-RPC observation ------------------------------------------------------------------
-
-
-def trace_of(context: grpc.aio.ServicerContext) -> TraceContext:
-    for key, value in context.invocation_metadata() or ():
-        if key == "traceparent":
-            return TraceContext.from_traceparent(value if isinstance(value, str) else value.decode())
-    return TraceContext.from_traceparent(None)
 
 
 _STATE_PB: dict[State, int] = {s: pb.State.Value(s.value) for s in State}
@@ -192,7 +133,6 @@ class GateService(pb_grpc.GateServicer):
         self._gate = gate
         self._x = execution
 
-    @_guarded
     async def GetResult(
         self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetResultResponse:
@@ -201,7 +141,6 @@ class GateService(pb_grpc.GateServicer):
             message=page.message, truncated=page.truncated, next_page_token=page.next_page_token
         )
 
-    @_guarded
     async def OpenSession(
         self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenSessionResponse:
@@ -224,7 +163,6 @@ class GateService(pb_grpc.GateServicer):
         )
         return pb.OpenSessionResponse(session_id=s.session_id, opened_at=s.opened_at)
 
-    @_guarded
     async def ListTools(
         self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListToolsResponse:
@@ -247,7 +185,6 @@ class GateService(pb_grpc.GateServicer):
             tool_set_digest=view.tool_set_digest,
         )
 
-    @_guarded
     async def Propose(
         self, request: pb.ProposeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProposeResponse:
@@ -261,16 +198,14 @@ class GateService(pb_grpc.GateServicer):
                 arguments_bytes=request.arguments,
                 idempotency_key=request.idempotency_key or None,
             ),
-            trace_of(context),
+            current_trace(),
         )
         return propose_pb(outcome)
 
-    @_guarded
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
-        inv = await self._gate.cancel(request.invocation_id, request.reason, trace_of(context))
+        inv = await self._gate.cancel(request.invocation_id, request.reason, current_trace())
         return pb.CancelResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
-    @_guarded
     async def GetInvocation(
         self, request: pb.GetInvocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInvocationResponse:
@@ -282,16 +217,14 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
     def __init__(self, gate: Gate) -> None:
         self._gate = gate
 
-    @_guarded
     async def Confirm(
         self, request: pb.ConfirmRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConfirmResponse:
         inv = await self._gate.confirm(
-            request.invocation_id, request.digest, request.confirmed_by, trace_of(context)
+            request.invocation_id, request.digest, request.confirmed_by, current_trace()
         )
         return pb.ConfirmResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
-    @_guarded
     async def ListPending(
         self, request: pb.ListPendingRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPendingResponse:
@@ -318,15 +251,11 @@ class AuthorizerService(pb_grpc.AuthorizerServicer):
     def __init__(self, gate: Gate) -> None:
         self._gate = gate
 
-    @_guarded
     async def Authorize(
         self, request: pb.AuthorizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.AuthorizeResponse:
         if not request.subject.tenant or not request.subject.id or not request.capability:
-            raise CallgateError(
-                code=ErrorCode.INVALID_REQUEST,
-                message="subject.tenant, subject.id and capability are required",
-            )
+            raise invalid_request("subject.tenant, subject.id and capability are required")
         ctx = json_format.MessageToDict(request.context) if request.HasField("context") else {}
         decision = await self._gate.authorize(
             AuthzRequest(
@@ -358,11 +287,10 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     def __init__(self, execution: Execution) -> None:
         self._x = execution
 
-    @_guarded
     async def BeginAttempt(
         self, request: pb.BeginAttemptRequest, context: grpc.aio.ServicerContext
     ) -> pb.BeginAttemptResponse:
-        started = await self._x.begin_attempt(request.invocation_id, request.executor_id, trace_of(context))
+        started = await self._x.begin_attempt(request.invocation_id, request.executor_id, current_trace())
         inv = started.invocation
         return pb.BeginAttemptResponse(
             attempt_id=started.attempt.attempt_id,
@@ -377,13 +305,12 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             state=state_pb(inv.state),  # type: ignore[arg-type]
         )
 
-    @_guarded
     async def ReportOutcome(
         self, request: pb.ReportOutcomeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReportOutcomeResponse:
         outcome = _OUTCOME_NAMES.get(request.outcome)
         if outcome is None:
-            raise CallgateError(code=ErrorCode.INVALID_REQUEST, message="outcome is required")
+            raise invalid_request("outcome is required")
         reported = await self._x.report_outcome(
             request.attempt_id,
             outcome,
@@ -392,7 +319,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             commit_time=request.commit_time,
             http_status=request.http_status,
             cost_micros=request.cost_micros,
-            trace=trace_of(context),
+            trace=current_trace(),
         )
         a = reported.advice
         return pb.ReportOutcomeResponse(
@@ -406,11 +333,10 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             ),
         )
 
-    @_guarded
     async def EncodeResult(
         self, request: pb.EncodeResultRequest, context: grpc.aio.ServicerContext
     ) -> pb.EncodeResultResponse:
-        result = await self._x.encode(request.invocation_id, request.status, request.value, trace_of(context))
+        result = await self._x.encode(request.invocation_id, request.status, request.value, current_trace())
         inv = await self._x.invocation(request.invocation_id)
         return pb.EncodeResultResponse(
             message=result.message,
@@ -420,13 +346,11 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             redactions=result.redactions,
         )
 
-    @_guarded
     async def GetJwks(
         self, request: pb.GetJwksRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetJwksResponse:
         return pb.GetJwksResponse(jwks_json=json.dumps(self._x.jwks(), sort_keys=True))
 
-    @_guarded
     async def RedeemSecret(
         self, request: pb.RedeemSecretRequest, context: grpc.aio.ServicerContext
     ) -> pb.RedeemSecretResponse:

@@ -3,7 +3,8 @@
 Each :class:`~callgate.core.errors.ErrorCode` maps to exactly one gRPC status code. The wire error
 carries a ``google.rpc.Status`` with an ``ErrorInfo`` (reason = the stable code, domain =
 ``callgate.dev``, metadata) and, for located problems, a ``BadRequest`` with one field violation
-per JSON pointer. ``tests/test_status.py`` checks that every code is mapped.
+per JSON pointer. ``tests/test_service_plumbing.py::test_every_error_code_is_mapped_once`` checks
+that every code is mapped.
 """
 
 from __future__ import annotations
@@ -93,7 +94,3 @@ def to_status(err: CallgateError) -> grpc.Status:
         )
         st.details.add().Pack(br)
     return rpc_status.to_status(st)
-
-
-def internal_error() -> CallgateError:
-    return CallgateError(code=ErrorCode.INTERNAL, message="internal error (details in the sidecar log)")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import CallgateError, store_unavailable
 
 T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
@@ -69,9 +69,7 @@ class SQLiteWorker:
         self._thread.start()
         self._ready.wait()
         if self._init_error is not None:
-            raise CallgateError(
-                code=ErrorCode.STORE_UNAVAILABLE, message=f"cannot open SQLite database: {self._init_error}"
-            )
+            raise store_unavailable(f"cannot open SQLite database: {self._init_error}")
 
     # ------------------------------------------------------------------ worker thread
     def _open(self) -> sqlite3.Connection:
@@ -116,7 +114,7 @@ class SQLiteWorker:
                 return
             if item is not None:
                 _, loop, fut = item
-                err = CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="store is closed")
+                err = store_unavailable("store is closed")
                 loop.call_soon_threadsafe(_settle_all, [(fut, False, err)])
 
     def _run_batch(
@@ -141,7 +139,7 @@ class SQLiteWorker:
     # ------------------------------------------------------------------ API
     async def run(self, op: Callable[[sqlite3.Connection], T]) -> T:
         if self._closing or not self._thread.is_alive():
-            raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="store is closed")
+            raise store_unavailable("store is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
         self._q.put((op, loop, fut))
@@ -241,12 +239,12 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 def _transaction_failed(exc: Exception) -> CallgateError:
-    return CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite transaction failed: {exc}")
+    return store_unavailable(f"SQLite transaction failed: {exc}")
 
 
 def _store_error(exc: Exception) -> Exception:
     if isinstance(exc, sqlite3.Error):
-        return CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"SQLite operation failed: {exc}")
+        return store_unavailable(f"SQLite operation failed: {exc}")
     return exc
 
 

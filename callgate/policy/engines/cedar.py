@@ -33,7 +33,7 @@ from typing import Any
 
 import cedarpy
 
-from callgate.core.errors import ErrorCode, LoadError, Violation
+from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.policy.engines.base import Readiness, fault
 
@@ -167,31 +167,23 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
         try:
             texts[p] = p.read_text(encoding="utf-8")
         except OSError as exc:
-            raise LoadError(
-                code=ErrorCode.POLICY_INVALID, message=f"cannot read: {exc.strerror}", source=str(p)
-            ) from None
+            raise policy_invalid(f"cannot read: {exc.strerror}", source=str(p)) from None
     pol_text, sch_text, ent_text = texts[pol_path], texts[sch_path], texts[ent_path]
 
     try:
         schema = cedarpy.Schema.from_str(sch_text)
     except ValueError as exc:
-        raise LoadError(code=ErrorCode.POLICY_INVALID, message=str(exc), source=str(sch_path)) from None
+        raise policy_invalid(str(exc), source=str(sch_path)) from None
     try:
         policy_set = cedarpy.PolicySet.from_str(pol_text)
         est = json.loads(cedarpy.policies_to_json_str(pol_text))
     except ValueError as exc:
         line = _locate_parse_error(pol_text)
-        raise LoadError(
-            code=ErrorCode.POLICY_INVALID, message=f"syntax error: {exc}", source=f"{pol_path}:{line}"
-        ) from None
+        raise policy_invalid(f"syntax error: {exc}", source=f"{pol_path}:{line}") from None
 
     static: dict[str, Any] = est.get("staticPolicies", {})
     if est.get("templates"):
-        raise LoadError(
-            code=ErrorCode.POLICY_INVALID,
-            message="policy templates are not supported in policies.cedar",
-            source=str(pol_path),
-        )
+        raise policy_invalid("policy templates are not supported in policies.cedar", source=str(pol_path))
     id_lines = _id_lines(pol_text)
     policy_ids: dict[str, str] = {}
     confirm: dict[str, str] = {}
@@ -205,21 +197,17 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
         )
         pid = ann.get("id")
         if not pid:
-            raise LoadError(
-                code=ErrorCode.POLICY_INVALID,
-                message='every policy needs an @id("...") annotation (ids are the reasons callers see)',
-                source=where,
+            raise policy_invalid(
+                'every policy needs an @id("...") annotation (ids are the reasons callers see)', source=where
             )
         if pid in seen:
-            raise LoadError(code=ErrorCode.POLICY_INVALID, message=f"duplicate @id '{pid}'", source=where)
+            raise policy_invalid(f"duplicate @id '{pid}'", source=where)
         seen[pid] = pos_id
         policy_ids[pos_id] = pid
         if CONFIRM_ANNOTATION in ann:
             if body.get("effect") != "permit":
-                raise LoadError(
-                    code=ErrorCode.POLICY_INVALID,
-                    message=f"@confirm is only meaningful on permit policies ('{pid}' is a forbid)",
-                    source=where,
+                raise policy_invalid(
+                    f"@confirm is only meaningful on permit policies ('{pid}' is a forbid)", source=where
                 )
             confirm[pos_id] = ann[CONFIRM_ANNOTATION] or "confirmation required"
 
@@ -245,9 +233,8 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
             violations.append(
                 Violation(pointer=f"policy:{pid}", message=err.error, keyword="cedar_validation")
             )
-        raise LoadError(
-            code=ErrorCode.POLICY_INVALID,
-            message="policies do not validate against the schema: "
+        raise policy_invalid(
+            "policies do not validate against the schema: "
             + "; ".join(f"{v.pointer}: {v.message}" for v in violations),
             source=f"{pol_path}:{first_line}" if first_line else str(pol_path),
             violations=violations,
@@ -257,7 +244,7 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
         ent_json = json.loads(ent_text)
         entities = cedarpy.Entities.from_json_str(ent_text, schema)
     except (ValueError, json.JSONDecodeError) as exc:
-        raise LoadError(code=ErrorCode.POLICY_INVALID, message=str(exc), source=str(ent_path)) from None
+        raise policy_invalid(str(exc), source=str(ent_path)) from None
     uids = frozenset((e["uid"]["type"], e["uid"]["id"]) for e in ent_json)
     warning = entities_size_warning(len(ent_text.encode()), str(ent_path))
     if warning:

@@ -46,7 +46,7 @@ from typing import Any
 
 import regopy  # type: ignore[import-untyped, unused-ignore]
 
-from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.errors import ErrorCode, LoadError, config_invalid, policy_invalid
 from callgate.core.model import AuthzRequest, Decision
 from callgate.policy.engines.base import Readiness
 from callgate.policy.engines.rego_contract import (
@@ -99,16 +99,12 @@ def _load_error_from(exc: Exception, policies: RegoPolicies) -> LoadError:
     text = str(exc)
     m = _REGO_ERROR.search(text)
     if not m:
-        return LoadError(
-            code=ErrorCode.POLICY_INVALID,
-            message=f"rego-cpp: {text.strip()[:500]}",
-            source=str(policies.directory),
-        )
+        return policy_invalid(f"rego-cpp: {text.strip()[:500]}", source=str(policies.directory))
     name, offset, msg = m.group(1), int(m.group(2)), m.group(3).strip()
     source = dict(policies.modules).get(name)
     line = source.encode()[:offset].count(b"\n") + 1 if source is not None else 0
     where = f"{policies.directory / name}:{line}" if line else str(policies.directory / name)
-    return LoadError(code=ErrorCode.POLICY_INVALID, message=f"rego-cpp: {msg}", source=where)
+    return policy_invalid(f"rego-cpp: {msg}", source=where)
 
 
 def compile_rego(policies: RegoPolicies, decision_path: str = DEFAULT_DECISION_PATH) -> _Compiled:
@@ -116,7 +112,7 @@ def compile_rego(policies: RegoPolicies, decision_path: str = DEFAULT_DECISION_P
     try:
         entrypoint = normalize_decision_path(decision_path)
     except ValueError as exc:
-        raise LoadError(code=ErrorCode.CONFIG_INVALID, message=str(exc)) from None
+        raise config_invalid(str(exc)) from None
     compiled = _Compiled(policies, entrypoint)
     try:
         interp, bundle = compiled.compile()
@@ -125,9 +121,8 @@ def compile_rego(policies: RegoPolicies, decision_path: str = DEFAULT_DECISION_P
     except Exception as exc:
         raise _load_error_from(exc, policies) from None
     if not out.ok() or not out.results or not out.results[0].expressions:
-        raise LoadError(
-            code=ErrorCode.POLICY_INVALID,
-            message=f"data.{entrypoint.replace('/', '.')} is undefined for an empty input: "
+        raise policy_invalid(
+            f"data.{entrypoint.replace('/', '.')} is undefined for an empty input: "
             "the policies need a `default` decision (default deny)",
             source=str(policies.directory),
         )

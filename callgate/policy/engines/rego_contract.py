@@ -48,7 +48,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Final
 
-from callgate.core.errors import CallgateError, ErrorCode, LoadError
+from callgate.core.errors import CallgateError, ErrorCode, LoadError, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.policy.engines.base import fault
 from callgate.propose.parse import ParseLimits, parse_json_document
@@ -288,7 +288,7 @@ class RegoPolicies:
 
 def _load_error(message: str, source: Path | str, line: int = 0) -> LoadError:
     where = f"{source}:{line}" if line else str(source)
-    return LoadError(code=ErrorCode.POLICY_INVALID, message=message, source=where)
+    return policy_invalid(message, source=where)
 
 
 def load_rego_dir(directory: Path, shadow: Sequence[str] = ()) -> RegoPolicies:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import importlib
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,7 +25,12 @@ import referencing.jsonschema
 from jsonschema import Draft202012Validator, FormatChecker
 
 from callgate.core import jsonpointer
-from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
+from callgate.core.errors import (
+    Violation,
+    schema_violation,
+    toolspec_invalid,
+    unsupported_format,
+)
 from callgate.core.model import ParsedArguments, ValidatedArguments
 from callgate.propose.validate.ecma262 import RegexError, compile_ecma, ecma_syntax_error
 from callgate.propose.validate.fastcheck import compile_check
@@ -330,20 +335,17 @@ class CompiledSchema:
         ``source`` (``file:line``) is copied into every :class:`LoadError`.
         """
 
-        def fail(code: ErrorCode, message: str, violations: Sequence[Violation]) -> LoadError:
-            return LoadError(code=code, message=message, source=source, violations=violations)
-
         if dialect != DIALECT_2020_12:
-            raise fail(
-                ErrorCode.TOOLSPEC_INVALID,
+            raise toolspec_invalid(
                 f"unsupported dialect {dialect!r}; only {DIALECT_2020_12!r} is supported",
-                [Violation(pointer="", message="unsupported dialect", keyword="$schema")],
+                source=source,
+                violations=[Violation(pointer="", message="unsupported dialect", keyword="$schema")],
             )
         if not isinstance(schema, (Mapping, bool)):
-            raise fail(
-                ErrorCode.TOOLSPEC_INVALID,
+            raise toolspec_invalid(
                 "schema must be a JSON object or boolean",
-                [Violation(pointer="", message="schema must be an object", keyword="type")],
+                source=source,
+                violations=[Violation(pointer="", message="schema must be an object", keyword="type")],
             )
         schema_copy: Any = copy.deepcopy(dict(schema) if isinstance(schema, Mapping) else schema)
 
@@ -351,18 +353,18 @@ class CompiledSchema:
         if isinstance(schema_copy, dict):
             top = schema_copy.get("$schema")
             if top is not None and top != dialect:
-                raise fail(
-                    ErrorCode.TOOLSPEC_INVALID,
+                raise toolspec_invalid(
                     f"$schema {quote(top)} does not match the required dialect {dialect!r}",
-                    [Violation(pointer="/$schema", message="wrong dialect", keyword="$schema")],
+                    source=source,
+                    violations=[Violation(pointer="/$schema", message="wrong dialect", keyword="$schema")],
                 )
 
         meta = _metaschema_violations(schema_copy)
         if meta:
-            raise fail(
-                ErrorCode.TOOLSPEC_INVALID,
+            raise toolspec_invalid(
                 f"schema is not valid JSON Schema 2020-12 ({plural(len(meta), 'problem')})",
-                meta,
+                source=source,
+                violations=meta,
             )
 
         _rewrite_false_subschemas(schema_copy)
@@ -371,32 +373,32 @@ class CompiledSchema:
         resource = _spec().create_resource(schema_copy)
         scan.run(schema_copy, combined.resolver_with_root(resource))
         if scan.dialect_violations:
-            raise fail(
-                ErrorCode.TOOLSPEC_INVALID,
+            raise toolspec_invalid(
                 "embedded or referenced schema declares another dialect",
-                sorted_violations(scan.dialect_violations),
+                source=source,
+                violations=sorted_violations(scan.dialect_violations),
             )
         if scan.ref_violations:
-            raise fail(
-                ErrorCode.TOOLSPEC_INVALID,
+            raise toolspec_invalid(
                 f"unresolvable reference ({plural(len(scan.ref_violations), 'problem')})",
-                sorted_violations(scan.ref_violations),
+                source=source,
+                violations=sorted_violations(scan.ref_violations),
             )
         if scan.regex_violations:
-            raise fail(
-                ErrorCode.TOOLSPEC_INVALID,
+            raise toolspec_invalid(
                 "regular expression refused "
                 f"({plural(len(scan.regex_violations), 'problem')}); patterns are matched with "
                 "ECMA-262 semantics, see docs/json-schema-conformance.md",
-                sorted_violations(scan.regex_violations),
+                source=source,
+                violations=sorted_violations(scan.regex_violations),
             )
         if scan.format_violations:
             names = ", ".join(quote(n) for n in sorted(scan.unsupported_formats))
-            raise fail(
-                ErrorCode.UNSUPPORTED_FORMAT,
+            raise unsupported_format(
                 f"format(s) not supported for assertion: {names} (supported: "
                 f"{', '.join(sorted(SUPPORTED_FORMATS))})",
-                sorted_violations(scan.format_violations),
+                source=source,
+                violations=sorted_violations(scan.format_violations),
             )
 
         validator = EcmaValidator(schema_copy, registry=combined, format_checker=FORMAT_CHECKER)
@@ -440,10 +442,9 @@ class CompiledSchema:
         assertion."""
         violations = self.validate_value(parsed.value)
         if violations:
-            raise RejectedError(
-                code=ErrorCode.SCHEMA_VIOLATION,
-                message=f"arguments do not match the tool schema ({plural(len(violations), 'violation')})",
-                violations=violations,
+            raise schema_violation(
+                f"arguments do not match the tool schema ({plural(len(violations), 'violation')})",
+                violations,
             )
         return ValidatedArguments(
             value=parsed.value,

@@ -34,7 +34,7 @@ import psycopg
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import store_unavailable
 from callgate.store.idempotency.base import (
     RECORD_STATES,
     Action,
@@ -111,12 +111,12 @@ def _state(s: str) -> RecordState:
     for st in RECORD_STATES:
         if st == s:
             return st
-    raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"corrupt idempotency record state {s!r}")
+    raise store_unavailable(f"corrupt idempotency record state {s!r}")
 
 
 def _utc(v: Any) -> datetime:
     if not isinstance(v, datetime) or v.tzinfo is None:
-        raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="corrupt idempotency record timestamp")
+        raise store_unavailable("corrupt idempotency record timestamp")
     return v.astimezone(UTC)
 
 
@@ -193,24 +193,18 @@ class PostgresIdempotencyStore:
                     await conn.execute(stmt)
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             await self._pool.close()
-            raise CallgateError(
-                code=ErrorCode.STORE_UNAVAILABLE,
-                message=f"cannot open PostgreSQL idempotency store: {_brief(exc)}",
-            ) from exc
+            raise store_unavailable(f"cannot open PostgreSQL idempotency store: {_brief(exc)}") from exc
         self._started = True
 
     @asynccontextmanager
     async def _conn(self) -> AsyncIterator[Conn]:
         if not self._started or self._pool.closed:
-            raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="idempotency store is not started")
+            raise store_unavailable("idempotency store is not started")
         try:
             async with self._pool.connection() as conn:
                 yield conn
         except (psycopg.Error, PoolTimeout, OSError) as exc:
-            raise CallgateError(
-                code=ErrorCode.STORE_UNAVAILABLE,
-                message=f"PostgreSQL idempotency store failed: {_brief(exc)}",
-            ) from exc
+            raise store_unavailable(f"PostgreSQL idempotency store failed: {_brief(exc)}") from exc
 
     async def _locked(
         self, key: IdempotencyKey, change: Callable[[IdempotencyRecord | None], IdempotencyRecord | None]
@@ -259,7 +253,7 @@ class PostgresIdempotencyStore:
                         await _write(conn, fresh)
                         return ClaimResult(ClaimKind.NEW, fresh)
                     return answer(d, existing)
-        raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message="idempotency record keeps disappearing")
+        raise store_unavailable("idempotency record keeps disappearing")
 
     async def complete(
         self,

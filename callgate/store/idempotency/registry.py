@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.errors import config_invalid
 from callgate.core.registry import Registry
 from callgate.store.idempotency.base import IdempotencyStore
 
@@ -53,9 +53,8 @@ async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> Idempotency
     ic = cfg.idempotency
     dsn = cfg.path(ic.dsn_file).read_text().strip() if ic.dsn_file else environ.get(ic.dsn_env, "")
     if not dsn:
-        raise LoadError(
-            code=ErrorCode.CONFIG_INVALID,
-            message=f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file",
+        raise config_invalid(
+            f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file"
         )
     store = PostgresIdempotencyStore(dsn)
     await store.start()

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import internal, store_unavailable
 from callgate.store.idempotency.base import (
     RECORD_STATES,
     Action,
@@ -104,7 +104,7 @@ def _state(s: str) -> RecordState:
     for st in RECORD_STATES:
         if st == s:
             return st
-    raise CallgateError(code=ErrorCode.STORE_UNAVAILABLE, message=f"corrupt idempotency record state {s!r}")
+    raise store_unavailable(f"corrupt idempotency record state {s!r}")
 
 
 def _select(c: sqlite3.Connection, k: IdempotencyKey) -> IdempotencyRecord | None:
@@ -167,7 +167,7 @@ class SQLiteIdempotencyStore:
                 return ClaimResult(ClaimKind.NEW, fresh)
             existing = _select(c, key)
             if existing is None:  # pragma: no cover - impossible under the write lock
-                raise CallgateError(code=ErrorCode.INTERNAL, message="idempotency record vanished")
+                raise internal("idempotency record vanished")
             d = decide(existing, digest, invocation_id, now, expired_policy)
             if d.action is Action.TAKE_OVER:
                 _write(c, fresh)

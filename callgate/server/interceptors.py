@@ -1,0 +1,139 @@
+"""The one ``grpc.aio`` server interceptor of the callgate services: trace, metrics, errors.
+
+For every RPC of a ``callgate.v1`` service (health and reflection pass through untouched),
+:class:`CallgateInterceptor` wraps the handler's behaviour so that
+
+* the caller's W3C ``traceparent`` metadata becomes a :class:`~callgate.core.trace.TraceContext`
+  (a new trace when absent or invalid), which the handler reads with :func:`current_trace`
+  (a ``ContextVar`` set for the duration of the call: no global state);
+* the :class:`RpcObserver` (the sidecar's :class:`~callgate.observability.metrics.Metrics`, when
+  RPC metrics or caller traces are on) is told when the RPC starts and how it ended;
+* a :class:`~callgate.core.errors.CallgateError` becomes its gRPC status with ``ErrorInfo``
+  (:func:`callgate.server.status.to_status`, the one mapping), and any other exception becomes
+  ``internal`` with the details only in the sidecar log.
+
+The servicers in :mod:`callgate.server.services` stay thin: proto <-> types and one call.
+All ``callgate.v1`` methods are unary-unary (``tests/test_service_plumbing.py`` checks it); a
+streaming method would need its own wrapper here before it could be served.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+import grpc
+
+from callgate.core.errors import CallgateError, ErrorCode, internal
+from callgate.core.trace import TraceContext
+from callgate.server.status import to_status
+
+log = logging.getLogger("callgate.server")
+
+SERVICE_PREFIX = "/callgate.v1."
+"""Methods under this prefix are intercepted; others (health, reflection) pass through."""
+
+OK = "ok"
+"""Result label of an RPC that returned a response."""
+CANCELLED = "cancelled"
+"""Result label of an RPC whose handler was cancelled (the client went away)."""
+ABORTED = "aborted"
+"""Result label of an RPC whose handler aborted the call itself."""
+
+_TRACE: ContextVar[TraceContext | None] = ContextVar("callgate_rpc_trace", default=None)
+
+Behaviour = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+
+
+class RpcObserver(Protocol):
+    """Told about every intercepted RPC (implemented by the sidecar's metrics)."""
+
+    def rpc_started(self, trace: TraceContext) -> object:
+        """The RPC starts; ``trace`` is the caller's context (``parent_span_id`` empty when the
+        caller sent none). Returns a token handed back to :meth:`rpc_finished`."""
+        ...
+
+    def rpc_finished(self, token: object, service: str, method: str, code: str) -> None:
+        """The RPC ended with ``code``: ``ok``, ``cancelled``, ``aborted`` or an error code."""
+        ...
+
+
+def current_trace() -> TraceContext:
+    """The trace context of the RPC being served (set by :class:`CallgateInterceptor`); outside
+    an intercepted call, a new trace."""
+    trace = _TRACE.get()
+    return trace if trace is not None else TraceContext.from_traceparent(None)
+
+
+def caller_trace(metadata: Iterable[tuple[str, str | bytes]] | None) -> TraceContext:
+    """The caller's ``traceparent`` from gRPC metadata; a new trace when absent or invalid."""
+    for key, value in metadata or ():
+        if key == "traceparent":
+            return TraceContext.from_traceparent(value if isinstance(value, str) else value.decode())
+    return TraceContext.from_traceparent(None)
+
+
+class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Trace extraction, RPC observation and error mapping for the ``callgate.v1`` services of
+    one server. Wrapped handlers are built once per method and reused."""
+
+    def __init__(self, observer: RpcObserver | None = None) -> None:
+        self._observer = observer
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        """Return the guarded handler of a ``callgate.v1`` unary method; anything else as is."""
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or not method.startswith(SERVICE_PREFIX) or handler.unary_unary is None:
+            return handler
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = grpc.unary_unary_rpc_method_handler(
+            self._guard(method, handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _guard(self, full_method: str, behaviour: Behaviour) -> Behaviour:
+        service, _, name = full_method[1:].rpartition("/")
+        observer = self._observer
+
+        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            trace = caller_trace(context.invocation_metadata())
+            trace_token = _TRACE.set(trace)
+            token = observer.rpc_started(trace) if observer is not None else None
+            code = CANCELLED  # stays so only if the handler is cancelled (client went away)
+            try:
+                response = await behaviour(request, context)
+                code = OK
+                return response
+            except CallgateError as err:
+                code = err.code.value
+                await context.abort_with_status(to_status(err))
+            except grpc.aio.AbortError:
+                code = ABORTED
+                raise
+            except Exception:
+                code = ErrorCode.INTERNAL.value
+                log.exception("unhandled error in %s", name)
+                await context.abort_with_status(to_status(internal()))
+            finally:
+                _TRACE.reset(trace_token)
+                if observer is not None:
+                    observer.rpc_finished(token, service, name, code)
+            raise AssertionError("unreachable")  # abort_with_status always raises
+
+        return guarded
+
+
+__all__ = ["CallgateInterceptor", "RpcObserver", "caller_trace", "current_trace"]
