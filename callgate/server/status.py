@@ -3,7 +3,7 @@
 Each :class:`~callgate.core.errors.ErrorCode` maps to exactly one gRPC status code. The wire error
 carries a ``google.rpc.Status`` with an ``ErrorInfo`` (reason = the stable code, domain =
 ``callgate.dev``, metadata) and, for located problems, a ``BadRequest`` with one field violation
-per JSON pointer. ``tests/test_status.py`` checks that every code is mapped.
+per JSON pointer. ``tests/test_service_plumbing.py`` checks that every code is mapped.
 """
 
 from __future__ import annotations
