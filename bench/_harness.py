@@ -1,6 +1,6 @@
 """Shared pieces of the load benchmarks: start a real sidecar process, drive it, report.
 
-The sidecar runs as its own process (``python -m sidecar serve``) with a temporary config; the
+The sidecar runs as its own process (``python -m callgate serve``) with a temporary config; the
 load generator is the calling process (grpc.aio). Latencies are wall-clock per call; throughput
 is completed calls per second over the measured window.
 """

@@ -23,7 +23,7 @@ from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.server.app import Sidecar, build_components
 
-pytest_plugins = ["tests.pg_fixture", "tests.opa_fixture"]
+pytest_plugins = ["tests.markers", "tests.pg_fixture", "tests.opa_fixture"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

@@ -7,7 +7,9 @@ are stopped at the end of the session. If OPA cannot be built or started the fix
 
 Use it with ``from tests.opa_fixture import opa_server`` in a test module (or list
 ``tests.opa_fixture`` in ``pytest_plugins`` of conftest.py). ``start_opa(dir)`` starts extra
-servers (e.g. with other policies) for one test.
+servers (e.g. with other policies) for one test. Tests using the fixtures are marked ``opa``
+automatically; a test calling ``opa_binary()``, ``start_opa()`` or ``shared_opa()`` itself must
+carry ``@pytest.mark.opa`` (it fails otherwise: tests/markers.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.markers import Needs, require
+
 ROOT = Path(__file__).resolve().parents[1]
 REGO_POLICIES = ROOT / "policies" / "rego"
 OPA_VERSION = "1.22.3"
@@ -40,8 +44,10 @@ _http = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback
 
 
 def opa_binary() -> Path:
-    """Path of the pinned OPA binary, building it on first use. Fails the test if impossible."""
+    """Path of the pinned OPA binary, building it on first use. Fails the test if impossible,
+    or if the test is not marked ``opa``."""
     global _binary
+    require(Needs.OPA)
     if _binary is not None:
         return _binary
     try:
@@ -152,8 +158,10 @@ def start_opa(policy_dir: Path | None = REGO_POLICIES, *extra: str) -> OpaServer
 
 
 def shared_opa() -> OpaServer:
-    """One server with policies/rego for the whole session (started on first use)."""
+    """One server with policies/rego for the whole session (started on first use). Only for
+    tests marked ``opa``."""
     global _shared
+    require(Needs.OPA)
     if _shared is None or _shared.process.poll() is not None:
         _shared = start_opa(REGO_POLICIES)
     return _shared

@@ -14,7 +14,8 @@ Register it once for the whole suite in ``tests/conftest.py``::
 
     pytest_plugins = ["tests.pg_fixture"]
 
-One server serves the whole session even if the fixture is registered more than once.
+One server serves the whole session even if the fixture is registered more than once. Its tests
+carry the ``postgres`` marker (tests/markers.py), so ``-m "not postgres"`` runs without it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.markers import Needs, require
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "postgres"
@@ -86,8 +89,11 @@ atexit.register(_stop)
 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
-    """DSN (``postgresql://postgres@127.0.0.1:PORT/postgres``) of a running PostgreSQL server."""
+    """DSN (``postgresql://postgres@127.0.0.1:PORT/postgres``) of a running PostgreSQL server.
+    Its users are marked ``postgres`` (tests/markers.py); one that requests it dynamically
+    (``request.getfixturevalue``) must carry the marker itself."""
     global _users
+    require(Needs.POSTGRES)
     external = os.environ.get("CALLGATE_TEST_PG_DSN", "")
     if external:
         yield external

@@ -40,6 +40,9 @@ import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from callgate.server import healthcheck
+from tests.markers import Needs, require
+
+pytestmark = pytest.mark.helm
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "callgate"
@@ -72,6 +75,7 @@ def _helm_build() -> tuple[str, str]:
 
 
 def helm_binary() -> str:
+    require(Needs.HELM)
     path, error = _helm_build()
     if error:
         pytest.fail(error)  # never a skip: a chart nobody rendered proves nothing
@@ -772,6 +776,7 @@ def test_every_rendered_config_passes_callgate_check(name: str, root: Path) -> N
     assert check.returncode == 0 and check.stdout.startswith("ok: 3 tools"), check.stdout + check.stderr
 
 
+@pytest.mark.opa
 def test_the_rendered_opa_pair_serves(root: Path) -> None:
     """values-opa.yaml: the rendered OPA arguments run on the project's pinned OPA binary (the
     image's entrypoint is /opa), then callgate with the rendered command; callgate reports

@@ -259,9 +259,9 @@ def check_message(r: EncodedResult, max_bytes: int, status: str = "ok") -> dict[
 
 
 def _doc_schema(name: str) -> Any:
-    text = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "RESULT-ENCODING.md").read_text(encoding="utf-8")
     m = re.search(rf"<!-- schema:{name} -->\s*```json\n(.*?)```", text, re.DOTALL)
-    assert m is not None, f"docs/RESULTS.md lacks the {name} schema block"
+    assert m is not None, f"docs/RESULT-ENCODING.md lacks the {name} schema block"
     return json.loads(m.group(1))
 
 
@@ -274,7 +274,7 @@ def test_schemas_are_valid_and_documented_verbatim(name: str, schema: dict[str, 
 
 
 def test_doc_examples_are_what_the_encoder_produces() -> None:
-    text = (ROOT / "docs" / "RESULTS.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "RESULT-ENCODING.md").read_text(encoding="utf-8")
     red = Redactor({"weather_api_key": "wk-9f8e7d6c5b4a3210"})
     ok = EncodeInput(
         "inv_7Qm2", "call_17", "weather.get", "v1", "ok",

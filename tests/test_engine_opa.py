@@ -94,6 +94,7 @@ def faults_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     server.stop()
 
 
+@pytest.mark.opa
 def test_opa_test_passes_on_the_project_policies() -> None:
     opa = opa_binary()
     r = subprocess.run([str(opa), "test", str(REGO), "-v"], capture_output=True, text=True, timeout=120)
@@ -101,6 +102,7 @@ def test_opa_test_passes_on_the_project_policies() -> None:
     assert "PASS" in r.stdout and "FAIL" not in r.stdout
 
 
+@pytest.mark.opa
 def test_opa_check_strict_and_fmt() -> None:
     opa = opa_binary()
     r = subprocess.run(
@@ -113,6 +115,7 @@ def test_opa_check_strict_and_fmt() -> None:
     assert r.returncode == 0, "not `opa fmt`-formatted: " + r.stdout + r.stderr
 
 
+@pytest.mark.opa
 def test_pinned_version() -> None:
     out = subprocess.run([str(opa_binary()), "version"], capture_output=True, text=True, timeout=30).stdout
     assert "Version: 1.22.3" in out.splitlines()
@@ -182,6 +185,7 @@ def test_connection_refused_is_unavailable_fast() -> None:
     assert not run(e.ready())
 
 
+@pytest.mark.opa
 @pytest.mark.parametrize(
     "path,code",
     [
@@ -202,6 +206,7 @@ def test_faults_are_denies_with_stable_codes(faults_server: OpaServer, path: str
     assert "calendar" not in d.reasons[0].message
 
 
+@pytest.mark.opa
 def test_timeout_is_a_fast_deny_and_the_loop_stays_free(faults_server: OpaServer) -> None:
     async def main() -> tuple[Any, float, int]:
         e = OpaEngine.from_dir(REGO, url=faults_server.url, decision_path="faults/slow", timeout=0.2)

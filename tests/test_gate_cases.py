@@ -90,7 +90,7 @@ def test_canary_in_arguments_never_in_rejection(shared_server: Running) -> None:
         assert canary not in text, text  # values never; property *names* may be named (pointers)
 
 
-@pytest.fixture(scope="module", params=["rego", "opa"])
+@pytest.fixture(scope="module", params=["rego", pytest.param("opa", marks=pytest.mark.opa)])
 def engine_server(request: pytest.FixtureRequest) -> Any:
     """The same sidecar pipeline on the embedded Rego engine and on a real OPA server."""
     from callgate.config import PolicyConfig

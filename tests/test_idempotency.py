@@ -69,7 +69,7 @@ class Backend:
         return asyncio.run(main())
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "sqlite":
         yield Backend("sqlite", str(tmp_path / "idempotency.db"))

@@ -224,26 +224,30 @@ def test_malformed_file_is_reported_by_name(tmp_path: Path) -> None:
             '{"principal": {"tenant": "acme", "id": "a"}, "action": "x"}',
             "missing required key(s) 'resource'",
         ),
-        ("ALLOW", '{"principal": "alice", "action": "x", "resource": "r"}', "principal must be an object"),
+        (
+            "ALLOW",
+            '{"principal": "alice", "action": "x", "resource": "r"}',
+            "ALLOW/bad.json: /principal: must be an object",
+        ),
         (
             "ALLOW",
             '{"principal": {"tenant": "acme", "id": "a", "role": "admin"}, "action": "x", "resource": "r"}',
-            'exactly the keys "tenant" and "id"',
+            "ALLOW/bad.json: /principal: unknown key(s) 'role'",
         ),
         (
             "ALLOW",
             '{"principal": {"tenant": "acme", "id": 7}, "action": "x", "resource": "r"}',
-            "principal.id must be a string, not a number",
+            "ALLOW/bad.json: /principal/id: must be a string, not a number",
         ),
         (
             "ALLOW",
             '{"principal": {"tenant": "acme", "id": "a"}, "action": "", "resource": "r"}',
-            "action must not be empty",
+            "ALLOW/bad.json: /action: must not be empty",
         ),
         (
             "ALLOW",
             '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "context": []}',
-            "context must be an object",
+            "ALLOW/bad.json: /context: must be an object",
         ),
         (
             "ALLOW",
@@ -253,7 +257,7 @@ def test_malformed_file_is_reported_by_name(tmp_path: Path) -> None:
         (
             "ALLOW",
             '{"principal": {"tenant": "acme", "id": "a"}, "action": "x", "resource": "r", "expect_reasons": "p"}',
-            "expect_reasons must be an array",
+            "ALLOW/bad.json: /expect_reasons: must be an array",
         ),
         (
             "CONFIRM",

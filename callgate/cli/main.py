@@ -8,12 +8,12 @@ import json
 import logging
 import sqlite3
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from callgate.cli.evalcases import case_arguments, mismatches
+from callgate.cli.evalcases import case_arguments, load_cases, mismatches
 from callgate.config import Config, load_config
 from callgate.core.clock import FixedClock, SystemClock
 from callgate.core.errors import CallgateError, LoadError, config_invalid
@@ -82,21 +82,6 @@ def _check_secrets_and_keys(cfg: Config) -> list[str]:
     return [sc.name for sc in cfg.secrets]
 
 
-def _read_cases(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    if path.endswith(".jsonl") or path == "-":
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                yield n, json.loads(line)
-    else:
-        doc = json.loads(text)
-        defaults: dict[str, Any] = {}
-        if isinstance(doc, dict) and "cases" in doc:
-            defaults, doc = doc.get("defaults", {}), doc["cases"]
-        for n, case in enumerate(doc if isinstance(doc, list) else [doc], 1):
-            yield n, {**defaults, **case}
-
-
 def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict[str, Any]:
     r = o.record
     return {
@@ -160,7 +145,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Run proposal cases through the whole pipeline offline (in-memory store, no server)."""
     try:
         cfg = _config(args.config)
-        cases = list(_read_cases(args.file))
+        cases = load_cases(args.file)
         return asyncio.run(_eval(cfg, cases, out))
     except (CallgateError, json.JSONDecodeError, OSError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

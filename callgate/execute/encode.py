@@ -41,7 +41,7 @@ inputs give the same bytes. Steps:
    :class:`ResultEncodingError` is raised if even that would carry it.
 
 The message formats, their JSON Schemas (:data:`OK_MESSAGE_SCHEMA`, :data:`ERROR_MESSAGE_SCHEMA`,
-:data:`PAGE_MESSAGE_SCHEMA`) and what the model should be told are in ``docs/RESULTS.md``.
+:data:`PAGE_MESSAGE_SCHEMA`) and what the model should be told are in ``docs/RESULT-ENCODING.md``.
 """
 
 from __future__ import annotations
@@ -915,7 +915,7 @@ def page(
 
 
 # --------------------------------------------------------------------------------------------
-# JSON Schemas (2020-12) of the three message kinds; docs/RESULTS.md shows them verbatim.
+# JSON Schemas (2020-12) of the three message kinds; docs/RESULT-ENCODING.md shows them verbatim.
 
 _DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _ENVELOPE_COMMON: dict[str, Any] = {

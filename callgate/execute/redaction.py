@@ -38,7 +38,7 @@ compiled with ``re.MULTILINE``; they must not use global inline flags (use scope
 and should start with a literal (a literal prefix lets ``re`` skip ahead with a fast search,
 which is what keeps scanning cheap).
 
-What this cannot catch (see ``docs/RESULTS.md``): paraphrased, re-typed, translated, split
+What this cannot catch (see ``docs/RESULT-ENCODING.md``): paraphrased, re-typed, translated, split
 (``"sk-abc" + "def"``), reversed, compressed or encrypted secrets, other encodings (base32,
 UTF-16, gzip+base64 ...), case-changed secrets, and credential formats nobody configured. Known
 secrets are exact matches; patterns are heuristics. Redaction reduces exposure, it does not prove

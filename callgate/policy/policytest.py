@@ -13,7 +13,9 @@ pass/fail table. The project's own suite is ``policies/tests/``: one set of file
 engine, so it also proves that the Cedar and Rego policies mean the same thing.
 
 Request file (strict JSON: duplicate keys, NaN and the like are refused; unknown keys too, so a
-misspelt expectation cannot silently test nothing)::
+misspelt expectation cannot silently test nothing). The format is the JSON Schema (2020-12)
+``policytest-request.schema.json`` beside this module; a file that breaks it is reported as
+``file: /json/pointer: message``::
 
     {
       "description": "schedulers create events in their tenant's calendars, confirmed",
@@ -60,11 +62,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from callgate.config import Config
 from callgate.core.errors import CallgateError, RejectedError
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason, Subject
+from callgate.core.schemafiles import describe, packaged_validator, schema_problems
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
 from callgate.propose.parse import ParseLimits, parse_json_document
@@ -72,9 +75,8 @@ from callgate.propose.parse import ParseLimits, parse_json_document
 FOLDERS: Mapping[str, Effect] = {"ALLOW": Effect.ALLOW, "CONFIRM": Effect.CONFIRM, "DENY": Effect.DENY}
 """Folder name -> wanted effect, in the order the table lists them."""
 
-REQUIRED_KEYS = ("principal", "action", "resource")
-OPTIONAL_KEYS = ("description", "context", "expect_reasons", "expect_error_code")
-ALLOWED_KEYS = frozenset(REQUIRED_KEYS + OPTIONAL_KEYS)
+SCHEMA_FILE = "policytest-request.schema.json"
+"""The request-file format (JSON Schema 2020-12), package data of ``callgate.policy``."""
 _LIMITS = ParseLimits(max_bytes=1024 * 1024, max_depth=64)
 _NEAR_MISS = {
     alias: folder
@@ -95,8 +97,8 @@ class SuiteError(ValueError):
 
 
 class CaseFileError(ValueError):
-    """A request file is malformed; the message says what is wrong (not where: the caller
-    adds the file name)."""
+    """A request file is malformed; the message names the file and the place
+    (``DENY/x.json: /principal/id: must be a string, not a number``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,94 +165,34 @@ class SuiteResult:
 # -- reading request files --------------------------------------------------------------------
 
 
-def _type_name(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-def _string(doc: Mapping[str, Any], key: str, where: str, *, non_empty: bool = False) -> str:
-    value = doc[key]
-    if not isinstance(value, str):
-        raise CaseFileError(f"{where}{key} must be a string, not {_type_name(value)}")
-    if non_empty and not value:
-        raise CaseFileError(f"{where}{key} must not be empty")
-    return value
-
-
 def parse_case(raw: bytes, file: str, wanted: Effect) -> RequestCase:
-    """Parse one request file (``file`` is only recorded). Raises :class:`CaseFileError`."""
+    """Parse one request file: strict JSON, then the schema ``policytest-request.schema.json``
+    (package data beside this module), then the rule the folder adds. ``file`` names the file
+    in messages and in the case. Raises :class:`CaseFileError` (``file: /pointer: message``)."""
     try:
         doc = parse_json_document(raw, _LIMITS)
     except RejectedError as exc:
-        raise CaseFileError(f"not strict JSON ({exc.code.value}): {exc.message}") from None
-    if not isinstance(doc, dict):
-        raise CaseFileError(f"the file must hold one JSON object, not {_type_name(doc)}")
-    unknown = sorted(set(doc) - ALLOWED_KEYS)
-    if unknown:
+        raise CaseFileError(f"{file}: not strict JSON ({exc.code.value}): {exc.message}") from None
+    problems = schema_problems(packaged_validator("callgate.policy", SCHEMA_FILE), doc)
+    if problems:
+        raise CaseFileError(f"{file}: {describe(problems)}")
+    if "expect_error_code" in doc and wanted is not Effect.DENY:
         raise CaseFileError(
-            f"unknown key(s) {', '.join(repr(k) for k in unknown)}; "
-            f"allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}"
+            f"{file}: /expect_error_code: only meaningful in DENY/ (an engine fault is always a deny)"
         )
-    missing = [k for k in REQUIRED_KEYS if k not in doc]
-    if missing:
-        raise CaseFileError(f"missing required key(s) {', '.join(repr(k) for k in missing)}")
-
     principal = doc["principal"]
-    if not isinstance(principal, dict):
-        raise CaseFileError(
-            f'principal must be an object {{"tenant": ..., "id": ...}}, not {_type_name(principal)}'
-        )
-    extra = sorted(set(principal) - {"tenant", "id"})
-    if extra or "tenant" not in principal or "id" not in principal:
-        raise CaseFileError('principal must have exactly the keys "tenant" and "id"')
-    tenant = _string(principal, "tenant", "principal.", non_empty=True)
-    subject_id = _string(principal, "id", "principal.")
-    action = _string(doc, "action", "", non_empty=True)
-    resource = _string(doc, "resource", "", non_empty=True)
-    description = _string(doc, "description", "") if "description" in doc else ""
-
-    context = doc.get("context", {})
-    if not isinstance(context, dict):
-        raise CaseFileError(f"context must be an object, not {_type_name(context)}")
-
-    expect_reasons: tuple[str, ...] | None = None
-    if "expect_reasons" in doc:
-        value = doc["expect_reasons"]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            raise CaseFileError("expect_reasons must be an array of policy ids (non-empty strings)")
-        expect_reasons = tuple(value)
-
-    expect_error_code: str | None = None
-    if "expect_error_code" in doc:
-        expect_error_code = _string(doc, "expect_error_code", "", non_empty=True)
-        if wanted is not Effect.DENY:
-            raise CaseFileError(
-                "expect_error_code is only meaningful in DENY/ (an engine fault is always a deny)"
-            )
-
     return RequestCase(
         file=file,
         wanted=wanted,
         request=AuthzRequest(
-            subject=Subject(tenant=tenant, id=subject_id),
-            capability=action,
-            resource=resource,
-            context=context,
+            subject=Subject(tenant=principal["tenant"], id=principal["id"]),
+            capability=doc["action"],
+            resource=doc["resource"],
+            context=doc.get("context", {}),
         ),
-        description=description,
-        expect_reasons=expect_reasons,
-        expect_error_code=expect_error_code,
+        description=doc.get("description", ""),
+        expect_reasons=tuple(doc["expect_reasons"]) if "expect_reasons" in doc else None,
+        expect_error_code=doc.get("expect_error_code"),
     )
 
 

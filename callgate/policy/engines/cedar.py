@@ -58,7 +58,7 @@ _POLICY_REF = re.compile(r"policy `([^`]+)`")
 # The request path calls cedarpy's extension function directly with the context already as a
 # JSON string and reads its JSON answer as a dict: the public ``cedarpy.is_authorized`` does the
 # same plus a ``json.dumps`` of the context and an ``AuthzResult`` wrapper per call (~20 us).
-# The pinned cedarpy version (pyproject) is what this relies on; tests/test_cedar_engine.py
+# The pinned cedarpy version (pyproject) is what this relies on; tests/test_engine_cedar.py
 # drives allow, confirm, forbid, erroring forbid, NoDecision and exceptions through it.
 _authorize_raw: Any = getattr(getattr(cedarpy, "_internal", None), "is_authorized_batch", None)
 
