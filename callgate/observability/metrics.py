@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Proc
 from prometheus_client.exposition import choose_encoder
 
 from callgate.core.errors import ErrorCode
+from callgate.core.events import CONFIRMATION_ANSWERS, OUTCOMES, REJECTIONS, EventKind, stage_of
 from callgate.core.states import TERMINAL, State
 from callgate.core.trace import TraceContext
 from callgate.store.base import EventRecord, InvocationRecord
@@ -46,40 +47,6 @@ PIPELINE_STAGES = ("lookup", "parse", "validate", "normalize", "idempotency", "a
 """Stages whose ``duration_us`` measures real work (the Propose pipeline)."""
 
 _CODES = frozenset(c.value for c in ErrorCode)
-_LOOKUP_CODES = frozenset({ErrorCode.TOOLS_NOT_LISTED.value, ErrorCode.UNKNOWN_TOOL_VERSION.value})
-_AFTER_VALIDATE = {"parsed": "validate", "validated": "normalize", "normalized": "idempotency"}
-_STAGE_OF_KIND = {
-    "proposed": "propose",
-    "parsed": "parse",
-    "validated": "validate",
-    "normalized": "normalize",
-    "authorized": "authorize",
-    "authorization_rejected": "authorize",
-    "prepared": "prepare",
-    "confirmation_requested": "prepare",
-    "confirmed": "confirm",
-    "confirmation_rejected": "confirm",
-    "confirmation_expired": "confirm",
-    "cancelled": "cancel",
-    "cancel_requested": "cancel",
-    "idempotent_replay": "idempotency",
-    "attempt_started": "attempt",
-    "attempt_failed": "outcome",
-    "committed": "outcome",
-    "failed_before_commit": "outcome",
-    "failed_after_commit": "outcome",
-    "outcome_unknown": "outcome",
-    "observed": "encode",
-    "result_encoded": "encode",
-}
-_OUTCOME_KINDS = frozenset(
-    {"attempt_failed", "committed", "failed_before_commit", "failed_after_commit", "outcome_unknown"}
-)
-_CONFIRMATION_KINDS = {
-    "confirmed": "confirmed",
-    "confirmation_rejected": "rejected",
-    "confirmation_expired": "expired",
-}
 _RPC_STAGE_NAMES: frozenset[str] = frozenset(PIPELINE_STAGES)
 
 
@@ -92,16 +59,9 @@ def event_stages(events: Sequence[EventRecord]) -> list[str]:
     out: list[str] = []
     prev = ""
     for e in events:
-        kind = e.kind
-        if kind == "parse_rejected":
-            code = _rejection_code(e.data)
-            stage = "lookup" if code in _LOOKUP_CODES else "parse"
-        elif kind == "validation_rejected":
-            stage = _AFTER_VALIDATE.get(prev, "validate")
-        else:
-            stage = _STAGE_OF_KIND.get(kind, "other")
-        out.append(stage)
-        prev = kind
+        stage = stage_of(e.kind, prev, _rejection_code(e.data))
+        out.append(stage.value if stage is not None else "other")
+        prev = e.kind
     return out
 
 
@@ -301,21 +261,21 @@ class Metrics:
             dur = data.get("duration_us")
             if stage in _RPC_STAGE_NAMES and isinstance(dur, int):
                 self.stage_duration.labels(stage).observe(dur / 1e6)
-            if kind in ("authorized", "authorization_rejected"):
+            if kind in (EventKind.AUTHORIZED, EventKind.AUTHORIZATION_REJECTED):
                 d = data.get("decision")
                 d = d if isinstance(d, Mapping) else {}
                 effect = str(d.get("effect", ""))
                 effect = effect if effect in ("allow", "deny", "confirm") else "other"
                 self.decisions.labels(effect, tool, _code_label(d.get("error_code", ""))).inc()
-            elif kind in ("parse_rejected", "validation_rejected"):
+            elif kind in REJECTIONS:
                 self.rejections.labels(stage, _code_label(_rejection_code(data)), tool).inc()
-            elif kind == "attempt_started":
+            elif kind == EventKind.ATTEMPT_STARTED:
                 self.credentials_issued.labels(tool).inc()
-            elif kind == "idempotent_replay":
+            elif kind == EventKind.IDEMPOTENT_REPLAY:
                 self.idempotency_replays.labels(tool).inc()
-            elif kind in _CONFIRMATION_KINDS:
-                self.confirmations.labels(_CONFIRMATION_KINDS[kind], tool).inc()
-            if kind in _OUTCOME_KINDS:
+            elif kind in CONFIRMATION_ANSWERS:
+                self.confirmations.labels(CONFIRMATION_ANSWERS[EventKind(kind)], tool).inc()
+            if kind in OUTCOMES:
                 self.attempt_outcomes.labels(kind, tool).inc()
             to = e.to_state
             if to is not e.from_state and (to in TERMINAL or to is State.OUTCOME_UNKNOWN):

@@ -42,6 +42,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
 from callgate.core.errors import config_invalid
+from callgate.core.events import EventKind
 from callgate.core.trace import TraceContext
 from callgate.observability.metrics import CALLER_TRACE, event_stages
 from callgate.store.base import EventRecord, InvocationRecord
@@ -53,6 +54,12 @@ QUEUE_MAX = 10000
 """Calls (event batches) waiting to become spans before new ones are dropped."""
 
 _Item = tuple[Sequence[EventRecord], "InvocationRecord | None", "TraceContext | None", int]
+
+
+_FAILED = frozenset(
+    {EventKind.FAILED_BEFORE_COMMIT, EventKind.FAILED_AFTER_COMMIT, EventKind.OUTCOME_UNKNOWN}
+)
+"""Event kinds after which the tool call counts as failed (the span's status is ERROR)."""
 
 
 class EventIdGenerator(IdGenerator):
@@ -163,7 +170,7 @@ class TracingSink:
         parent_span = 0
         if caller is not None and caller.trace_id == e.trace_id:
             parent_span = _hex(caller.parent_span_id, 64)
-        if not parent_span and first.kind == "proposed":
+        if not parent_span and first.kind == EventKind.PROPOSED:
             parent_span = _hex(str(first.data.get("parent_span_id", "")), 64)
         if trace_id and parent_span:
             sc = trace_api.SpanContext(
@@ -208,11 +215,7 @@ class TracingSink:
                 start_time=t,
             )
             self._ids.next_trace_id = self._ids.next_span_id = 0
-            if e.kind in (
-                "failed_before_commit",
-                "failed_after_commit",
-                "outcome_unknown",
-            ):  # the tool call failed
+            if e.kind in _FAILED:  # the tool call failed
                 span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, e.kind))
             t += dur
             span.end(end_time=t)
