@@ -14,7 +14,9 @@ from typing import Any, Protocol
 from callgate.core.states import State
 from callgate.store.base import (
     AttemptRecord,
+    DecisionRecord,
     EventRecord,
+    FedResultRecord,
     InvocationRecord,
     ResultRecord,
     SessionRecord,
@@ -31,6 +33,10 @@ class EventSink(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    async def publish_decision(self, record: DecisionRecord) -> None:
+        """Receive one committed ``Authorize`` decision. Raising fails the RPC (lossless sinks)."""
+        ...
 
 
 class PublishingStore:
@@ -134,6 +140,21 @@ class PublishingStore:
         for sink in self.sinks:
             await sink.close()
         await self.inner.close()
+
+    async def put_tool_view_fed(self, view: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
+        await self.inner.put_tool_view_fed(view, fed)
+
+    async def list_fed(self, invocation_id: str) -> list[FedResultRecord]:
+        return await self.inner.list_fed(invocation_id)
+
+    async def record_decision(self, record: DecisionRecord) -> None:
+        """Store the decision, then publish it (the decision log first, see ``build_sinks``)."""
+        await self.inner.record_decision(record)
+        for sink in self.sinks:
+            await sink.publish_decision(record)
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        return await self.inner.get_decision(decision_id)
 
 
 __all__ = ["EventSink", "PublishingStore"]

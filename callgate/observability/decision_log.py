@@ -6,6 +6,16 @@ One line per event::
      "from_state":null,"to_state":"PROPOSED","trace_id":"...","span_id":"...","session_id":"ses_...",
      "tenant":"acme","subject":"alice","tool":"calendar.create_event@v1","data":{...}}
 
+An ``Authorizer.Authorize`` decision (no invocation) is one line of kind ``authorize_decided``::
+
+    {"v":1,"kind":"authorize_decided","decision_id":"dec_...","at":"...","trace_id":"...",
+     "span_id":"...","parent_span_id":"...","tenant":"acme","subject":"carol",
+     "capability":"files.delete","resource":"file:/tmp/a","context_digest":"sha256:...",
+     "context_keys":["args","tool"],"policy_revision":"...","decision":{"effect":"allow",...}}
+
+The request context never appears in the line, only its digest and top-level key names (its values
+may hold secrets); the same record is in the store (``callgate explain --decision``).
+
 ``seq`` is 0 for events appended to an existing invocation (the store numbers them in the same
 transaction; ``callgate explain`` shows the stored numbers). Configured argument fields are masked
 before a line is built (:class:`Masker`).
@@ -32,17 +42,21 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from callgate.core import jsonpointer
 from callgate.core.errors import store_unavailable
+from callgate.core.events import EventKind
 from callgate.observability.metrics import InvocationLookup, Metrics
-from callgate.store.base import EventRecord, InvocationRecord
+from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 
 log = logging.getLogger("callgate.decision_log")
 
 MASK = "***"
 _ABSENT = object()
+
+_Item = tuple[EventRecord, InvocationRecord | None] | DecisionRecord
+"""What waits to become a line: an event with its invocation, or an ``Authorize`` decision."""
 
 
 # ------------------------------------------------------------------------------- masking
@@ -191,6 +205,27 @@ def event_line(e: EventRecord, inv: InvocationRecord | None, masker: Masker | No
     }
 
 
+def decision_line(d: DecisionRecord) -> dict[str, Any]:
+    """The line of one ``Authorize`` decision: identifiers, the context's digest, the decision."""
+    return {
+        "v": 1,
+        "kind": EventKind.AUTHORIZE_DECIDED.value,
+        "decision_id": d.decision_id,
+        "at": d.at,
+        "trace_id": d.trace_id,
+        "span_id": d.span_id,
+        "parent_span_id": d.parent_span_id,
+        "tenant": d.tenant,
+        "subject": d.subject,
+        "capability": d.capability,
+        "resource": d.resource,
+        "context_digest": d.context_digest,
+        "context_keys": list(d.context_keys),
+        "policy_revision": d.policy_revision,
+        "decision": dict(d.decision),
+    }
+
+
 def encode_line(obj: Mapping[str, Any]) -> bytes:
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
     return text.encode("utf-8", "backslashreplace") + b"\n"
@@ -257,9 +292,7 @@ class DecisionLog:
         self._metrics = metrics
         self._masker = masker
         self._lookup = lookup
-        self._queue: asyncio.Queue[tuple[EventRecord, InvocationRecord | None]] | None = (
-            asyncio.Queue(queue_size) if mode == "bounded" else None
-        )
+        self._queue: asyncio.Queue[_Item] | None = asyncio.Queue(queue_size) if mode == "bounded" else None
         """Bounded mode: events wait here; lines are built and written off the event loop."""
         self._writer: asyncio.Task[None] | None = None
         self._closed = False
@@ -271,8 +304,23 @@ class DecisionLog:
             inv = await self._lookup(events[0].invocation_id)
         return inv
 
-    def _encode(self, items: Sequence[tuple[EventRecord, InvocationRecord | None]]) -> bytes:
-        return b"".join(encode_line(event_line(e, inv, self._masker)) for e, inv in items)
+    def _encode(self, items: Sequence[_Item]) -> bytes:
+        return b"".join(
+            encode_line(decision_line(i) if isinstance(i, DecisionRecord) else event_line(*i, self._masker))
+            for i in items
+        )
+
+    async def publish_decision(self, record: DecisionRecord) -> None:
+        """One ``Authorize`` decision: written before the answer (lossless) or queued (bounded)."""
+        if self._queue is None:
+            self._write_lossless([record])
+            return
+        if self._writer is None and not self._closed:
+            self._writer = asyncio.ensure_future(self._drain())
+        try:
+            self._queue.put_nowait(record)
+        except asyncio.QueueFull:
+            self._metrics.audit_dropped_events(1, "queue_full")
 
     async def publish(self, events: Sequence[EventRecord], invocation: InvocationRecord | None) -> None:
         if not events:
@@ -301,13 +349,22 @@ class DecisionLog:
     ) -> None:
         try:
             inv = await self._invocation(events, invocation)
-            self._out.write(self._encode([(e, inv) for e in events]))
         except (OSError, ValueError) as exc:
-            self._metrics.audit_write_failed()
-            log.error("decision log write failed (lossless: the call fails): %s", exc)
-            raise store_unavailable(
-                "the decision log cannot be written (lossless mode); the decision is withheld"
-            ) from None
+            self._fail_lossless(exc)
+        self._write_lossless([(e, inv) for e in events])
+
+    def _write_lossless(self, items: Sequence[_Item]) -> None:
+        try:
+            self._out.write(self._encode(items))
+        except (OSError, ValueError) as exc:
+            self._fail_lossless(exc)
+
+    def _fail_lossless(self, exc: Exception) -> NoReturn:
+        self._metrics.audit_write_failed()
+        log.error("decision log write failed (lossless: the call fails): %s", exc)
+        raise store_unavailable(
+            "the decision log cannot be written (lossless mode); the decision is withheld"
+        ) from None
 
     async def _drain(self) -> None:
         assert self._queue is not None
@@ -331,7 +388,7 @@ class DecisionLog:
                 for _ in batch:
                     q.task_done()
 
-    def _write_batch(self, batch: Sequence[tuple[EventRecord, InvocationRecord | None]]) -> None:
+    def _write_batch(self, batch: Sequence[_Item]) -> None:
         self._out.write(self._encode(batch))
 
     async def flush(self, timeout: float = 5.0) -> None:
@@ -357,4 +414,4 @@ class DecisionLog:
         self._out.close()
 
 
-__all__ = ["DecisionLog", "MASK", "Masker", "encode_line", "event_line"]
+__all__ = ["DecisionLog", "MASK", "Masker", "decision_line", "encode_line", "event_line"]

@@ -25,7 +25,7 @@ from callgate.core.errors import ErrorCode
 from callgate.core.events import CONFIRMATION_ANSWERS, OUTCOMES, REJECTIONS, EventKind, stage_of
 from callgate.core.states import TERMINAL, State
 from callgate.core.trace import TraceContext
-from callgate.store.base import EventRecord, InvocationRecord
+from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 
 if TYPE_CHECKING:
     from callgate.policy.snapshot import PolicySnapshot
@@ -186,6 +186,12 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.authorize_decisions = Counter(
+            "callgate_authorize_decisions_total",
+            "Decisions of the generic decision point (Authorizer.Authorize, not proposals), by effect and engine error code.",
+            ["effect", "error_code"],
+            registry=r,
+        )
         for reason in ("queue_full", "write_failed"):  # series exist (at 0) before the first drop
             self.audit_dropped.labels(reason)
         for result in ("success", "failure"):
@@ -281,6 +287,12 @@ class Metrics:
             if to is not e.from_state and (to in TERMINAL or to is State.OUTCOME_UNKNOWN):
                 self.terminal.labels(to.value).inc()
 
+    def observe_decision(self, record: DecisionRecord) -> None:
+        """Count one recorded ``Authorize`` decision (its own family: proposals' series unchanged)."""
+        effect = str(record.decision.get("effect", ""))
+        effect = effect if effect in ("allow", "deny", "confirm") else "other"
+        self.authorize_decisions.labels(effect, _code_label(record.decision.get("error_code", ""))).inc()
+
     # ------------------------------------------------------------------ exposition
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition (Prometheus text, or OpenMetrics when ``accept`` asks for it)."""
@@ -308,6 +320,12 @@ class MetricsSink:
             self._m.observe_events(events, invocation)
         except Exception:
             log.exception("metrics: cannot observe events")
+
+    async def publish_decision(self, record: DecisionRecord) -> None:
+        try:
+            self._m.observe_decision(record)
+        except Exception:
+            log.exception("metrics: cannot observe a decision")
 
     async def close(self) -> None:
         return None

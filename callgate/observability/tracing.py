@@ -45,7 +45,7 @@ from callgate.core.errors import config_invalid
 from callgate.core.events import EventKind
 from callgate.core.trace import TraceContext
 from callgate.observability.metrics import CALLER_TRACE, event_stages
-from callgate.store.base import EventRecord, InvocationRecord
+from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 
 log = logging.getLogger("callgate.tracing")
 
@@ -147,7 +147,9 @@ class TracingSink:
         self._tracer = self.provider.get_tracer(INSTRUMENTATION)
         self.dropped = 0
         """Calls whose spans were dropped because the queue was full."""
-        self._q: queue.Queue[_Item | threading.Event | None] = queue.Queue(QUEUE_MAX)
+        self._q: queue.Queue[_Item | tuple[DecisionRecord, int] | threading.Event | None] = queue.Queue(
+            QUEUE_MAX
+        )
         self._thread = threading.Thread(target=self._run, name="callgate-tracing", daemon=True)
         self._thread.start()
 
@@ -160,7 +162,10 @@ class TracingSink:
                 item.set()
                 continue
             try:
-                self._spans(*item)
+                if isinstance(item[0], DecisionRecord):
+                    self._decision_span(item[0], item[1])
+                else:
+                    self._spans(*item)
             except Exception:
                 log.exception("tracing: cannot build spans")
 
@@ -219,6 +224,44 @@ class TracingSink:
                 span.set_status(trace_api.Status(trace_api.StatusCode.ERROR, e.kind))
             t += dur
             span.end(end_time=t)
+
+    async def publish_decision(self, record: DecisionRecord) -> None:
+        try:
+            self._q.put_nowait((record, time.time_ns()))
+        except queue.Full:
+            self.dropped += 1
+
+    def _decision_span(self, d: DecisionRecord, end_ns: int) -> None:
+        """One ``callgate.authorize`` span with the record's trace and span ids, below the
+        caller's span when it sent a ``traceparent``."""
+        trace_id, parent = _hex(d.trace_id, 128), _hex(d.parent_span_id, 64)
+        ctx = Context()
+        if trace_id and parent:
+            sc = trace_api.SpanContext(
+                trace_id=trace_id,
+                span_id=parent,
+                is_remote=True,
+                trace_flags=trace_api.TraceFlags(trace_api.TraceFlags.SAMPLED),
+            )
+            ctx = trace_api.set_span_in_context(trace_api.NonRecordingSpan(sc), Context())
+        self._ids.next_trace_id = 0 if parent else trace_id
+        self._ids.next_span_id = _hex(d.span_id, 64)
+        attrs: dict[str, Any] = {
+            "callgate.decision_id": d.decision_id,
+            "callgate.event.kind": EventKind.AUTHORIZE_DECIDED.value,
+            "callgate.stage": "authorize",
+            "callgate.capability": d.capability,
+            "callgate.decision.effect": str(d.decision.get("effect", "")),
+            "callgate.policy_revision": d.policy_revision,
+        }
+        if d.decision.get("error_code"):
+            attrs["callgate.decision.error_code"] = str(d.decision["error_code"])
+        span = self._tracer.start_span(
+            "callgate.authorize", context=ctx, kind=trace_api.SpanKind.INTERNAL, attributes=attrs,
+            start_time=end_ns,
+        )  # fmt: skip
+        self._ids.next_trace_id = self._ids.next_span_id = 0
+        span.end(end_time=end_ns)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Block until the spans of every call published so far are built (not exported)."""

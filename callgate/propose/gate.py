@@ -18,27 +18,49 @@ and tool views), :class:`~callgate.execute.usage.UsageMeter` (budgets),
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import replace
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import illegal_transition, invocation_not_found
+from callgate.core.errors import (
+    CallgateError,
+    RejectedError,
+    illegal_transition,
+    invalid_request,
+    invocation_not_found,
+    store_unavailable,
+)
 from callgate.core.events import EventKind
+from callgate.core.ids import new_id
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
 from callgate.core.states import AFTER_BOUNDARY, CANCELLABLE, State, check_transition
-from callgate.core.trace import TraceContext
+from callgate.core.trace import TraceContext, new_span_id
 from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.propose import steps
 from callgate.propose.confirmation import Confirmations
+from callgate.propose.digest import canonicalize
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
 from callgate.propose.parse import ParseLimits
 from callgate.propose.sessions import Sessions, check_id
-from callgate.store.base import EventRecord, InvocationRecord, SessionRecord, Store, Usage
+from callgate.store.base import (
+    DecisionRecord,
+    EventRecord,
+    FedResultRecord,
+    InvocationRecord,
+    SessionRecord,
+    Store,
+    Usage,
+)
 from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.trail import Trail, move
+
+MAX_FED_INVOCATIONS = 1024
+"""Tool messages one ``ListTools`` may name as fed into its model call."""
 
 
 class Gate:
@@ -88,13 +110,43 @@ class Gate:
     async def open_session(self, spec: SessionSpec) -> SessionRecord:
         return await self.sessions.open(spec)
 
-    async def list_tools(self, session_id: str, model_call_id: str) -> ToolView:
-        """Record and return the tools shown for one model call (counts a model call, 6.11)."""
+    async def list_tools(
+        self, session_id: str, model_call_id: str, fed_invocation_ids: Sequence[str] = ()
+    ) -> ToolView:
+        """Record and return the tools shown for one model call (counts a model call, 6.11).
+
+        ``fed_invocation_ids`` are the invocations whose tool messages the runtime put into this
+        model call's context (6.13 question 8): each must belong to the session and have a tool
+        message that was handed out, else the call is refused with ``invalid_request`` before
+        anything is recorded or counted. They are stored with the tool view, in one write."""
         check_id("model_call_id", model_call_id)
         session = await self.sessions.get(session_id)
+        fed = await self._fed_results(session_id, model_call_id, fed_invocation_ids)
         snap = self.serving.current
         await self.usage.consume(session, Usage(model_calls=1))
-        return await self.sessions.show(session, model_call_id, snap)
+        return await self.sessions.show(session, model_call_id, snap, fed)
+
+    async def _fed_results(
+        self, session_id: str, model_call_id: str, ids: Sequence[str]
+    ) -> tuple[FedResultRecord, ...]:
+        """The checked records of the tool messages fed into a model call (validation only)."""
+        if len(ids) > MAX_FED_INVOCATIONS:
+            raise invalid_request(f"fed_invocation_ids: at most {MAX_FED_INVOCATIONS} ids per model call")
+        at = rfc3339(self._clock.now())
+        out: list[FedResultRecord] = []
+        for i, invocation_id in enumerate(dict.fromkeys(ids)):  # a repeated id counts once
+            check_id(f"fed_invocation_ids[{i}]", invocation_id)
+            inv = await self._store.get_invocation(invocation_id)
+            if inv is None or inv.session_id != session_id:
+                raise invalid_request(f"fed_invocation_ids[{i}]: no invocation of this session has that id")
+            result = await self._store.get_result(invocation_id)
+            if result is None or inv.cancel_requested_at:
+                raise invalid_request(
+                    f"fed_invocation_ids[{i}]: invocation {invocation_id} has no tool message handed out"
+                )
+            digest = hashlib.sha256(result.message).hexdigest()
+            out.append(FedResultRecord(invocation_id, session_id, model_call_id, at, digest))
+        return tuple(out)
 
     async def drain_usage(self) -> None:
         """Persist pending budget usage now (shutdown, tests)."""
@@ -242,12 +294,50 @@ class Gate:
         return inv, await self._store.list_events(invocation_id)
 
     # ------------------------------------------------------------------ generic decision point
-    async def authorize(self, request: AuthzRequest) -> Decision:
-        decisions = await self.serving.current.engine.authorize_batch([request])
-        return decisions[0]
+    async def authorize(self, request: AuthzRequest, trace: TraceContext) -> tuple[Decision, DecisionRecord]:
+        """Decide one request of another component and record it (a ``decisions`` row, then the
+        decision log, metrics and a span) before answering. The context is kept as a digest and
+        its key names, never its values. A store failure fails the call (``store_unavailable``):
+        no decision is handed out without its record."""
+        try:
+            context_digest = (
+                "sha256:" + hashlib.sha256(canonicalize(dict(request.context))).hexdigest()
+                if request.context
+                else ""
+            )
+        except RejectedError as exc:
+            raise invalid_request(f"context has no canonical JSON form: {exc.message}") from None
+        snap = self.serving.current
+        decision = (await snap.engine.authorize_batch([request]))[0]
+        record = DecisionRecord(
+            decision_id="dec_" + new_id(),
+            at=rfc3339(self._clock.now()),
+            tenant=request.subject.tenant,
+            subject=request.subject.id,
+            capability=request.capability,
+            resource=request.resource,
+            context_digest=context_digest,
+            context_keys=tuple(sorted(str(k) for k in request.context)),
+            decision=decision_to_dict(decision),
+            policy_revision=snap.revision,
+            trace_id=trace.trace_id,
+            span_id=new_span_id(),
+            parent_span_id=trace.parent_span_id,
+        )
+        try:
+            await self._store.record_decision(record)
+        except CallgateError:
+            raise
+        except Exception as exc:  # any store: no record, no answer
+            raise store_unavailable(f"the decision cannot be recorded: {type(exc).__name__}") from None
+        return decision, record
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        return await self._store.get_decision(decision_id)
 
 
 __all__ = [
+    "MAX_FED_INVOCATIONS",
     "Gate",
     "ProposeOutcome",
     "Rejection",

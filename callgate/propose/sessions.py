@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
@@ -20,7 +21,7 @@ from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.normalize import load_zone
 from callgate.propose.outcome import SessionSpec, ToolView
-from callgate.store.base import SessionRecord, Store, ToolViewRecord
+from callgate.store.base import FedResultRecord, SessionRecord, Store, ToolViewRecord
 
 VIEW_CACHE_MAX = 1024
 """Tool views (one per model call, each naming every tool shown) kept in memory: a Propose names
@@ -94,8 +95,16 @@ class Sessions:
         """How many tool views are held in memory (bounded by :data:`VIEW_CACHE_MAX`)."""
         return len(self._views)
 
-    async def show(self, session: SessionRecord, model_call_id: str, snap: PolicySnapshot) -> ToolView:
-        """Record the tools of ``snap`` this session may see as the view of ``model_call_id``."""
+    async def show(
+        self,
+        session: SessionRecord,
+        model_call_id: str,
+        snap: PolicySnapshot,
+        fed: Sequence[FedResultRecord] = (),
+    ) -> ToolView:
+        """Record the tools of ``snap`` this session may see as the view of ``model_call_id``,
+        with the tool messages ``fed`` into that model call (checked by the caller) in the same
+        write."""
         tools = _visible(session, snap)
         digests = {t.spec.key: t.spec.spec_digest for t in tools}
         h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
@@ -107,7 +116,10 @@ class Sessions:
             tool_set_digest="sha256:" + h.hexdigest(),
             created_at=rfc3339(self._clock.now()),
         )
-        await self._store.put_tool_view(view)
+        if fed:
+            await self._store.put_tool_view_fed(view, fed)
+        else:
+            await self._store.put_tool_view(view)
         remember(self._views, (session.session_id, model_call_id), view, VIEW_CACHE_MAX)
         return ToolView(tools=tools, tool_set_digest=view.tool_set_digest)
 

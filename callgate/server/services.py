@@ -166,7 +166,9 @@ class GateService(pb_grpc.GateServicer):
     async def ListTools(
         self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListToolsResponse:
-        view = await self._gate.list_tools(request.session_id, request.model_call_id)
+        view = await self._gate.list_tools(
+            request.session_id, request.model_call_id, tuple(request.fed_invocation_ids)
+        )
         return pb.ListToolsResponse(
             tools=[
                 pb.ToolSpec(
@@ -257,15 +259,16 @@ class AuthorizerService(pb_grpc.AuthorizerServicer):
         if not request.subject.tenant or not request.subject.id or not request.capability:
             raise invalid_request("subject.tenant, subject.id and capability are required")
         ctx = json_format.MessageToDict(request.context) if request.HasField("context") else {}
-        decision = await self._gate.authorize(
+        decision, record = await self._gate.authorize(
             AuthzRequest(
                 subject=Subject(tenant=request.subject.tenant, id=request.subject.id),
                 capability=request.capability,
                 resource=request.resource,
                 context=ctx,
-            )
+            ),
+            current_trace(),
         )
-        return pb.AuthorizeResponse(decision=decision_pb(decision))
+        return pb.AuthorizeResponse(decision=decision_pb(decision), decision_id=record.decision_id)
 
 
 _OUTCOME_NAMES = {

@@ -130,6 +130,42 @@ class Usage:
     cost_micros: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """One answer of the generic decision point (``Authorizer.Authorize``), stored before the
+    answer. The request context is kept as a digest (its values may hold secrets) and its
+    top-level key names; the decision is ``decision_to_dict`` of the engine's answer."""
+
+    decision_id: str
+    at: str
+    tenant: str
+    subject: str
+    capability: str
+    resource: str
+    context_digest: str
+    """``sha256:`` of the RFC 8785 canonical bytes of the request context (``""`` = no context)."""
+    context_keys: tuple[str, ...]
+    decision: Mapping[str, Any]
+    policy_revision: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str = ""
+    """The caller's span (its ``traceparent``), ``""`` when it sent none."""
+
+
+@dataclass(frozen=True, slots=True)
+class FedResultRecord:
+    """A tool message the runtime put into a model call's context (6.13 question 8), told to
+    callgate on that model call's ``ListTools``."""
+
+    invocation_id: str
+    session_id: str
+    model_call_id: str
+    at: str
+    message_sha256: str
+    """sha256 of the tool message bytes that had been handed out for the invocation."""
+
+
 class Store(Protocol):
     async def put_session(self, session: SessionRecord) -> None: ...
 
@@ -207,3 +243,18 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    async def put_tool_view_fed(self, view: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
+        """Record a tool view and the tool messages fed into that model call, in one transaction
+        (a repeated pair is kept once)."""
+        ...
+
+    async def list_fed(self, invocation_id: str) -> list[FedResultRecord]:
+        """The model calls the invocation's tool message was fed into, in recording order."""
+        ...
+
+    async def record_decision(self, record: DecisionRecord) -> None:
+        """Append one ``Authorize`` decision (append-only); durable when it returns."""
+        ...
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...

@@ -20,7 +20,9 @@ from urllib.parse import quote
 from callgate.core.states import State
 from callgate.store.base import (
     AttemptRecord,
+    DecisionRecord,
     EventRecord,
+    FedResultRecord,
     InvocationRecord,
     ResultRecord,
     SessionRecord,
@@ -79,6 +81,19 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TABLE IF NOT EXISTS fed_results (
+  invocation_id TEXT NOT NULL, session_id TEXT NOT NULL, model_call_id TEXT NOT NULL,
+  at TEXT NOT NULL, message_sha256 TEXT NOT NULL,
+  PRIMARY KEY (invocation_id, session_id, model_call_id));
+CREATE TABLE IF NOT EXISTS decisions (
+  decision_id TEXT PRIMARY KEY, at TEXT NOT NULL, tenant TEXT NOT NULL, subject TEXT NOT NULL,
+  capability TEXT NOT NULL, resource TEXT NOT NULL, context_digest TEXT NOT NULL,
+  context_keys TEXT NOT NULL, decision TEXT NOT NULL, policy_revision TEXT NOT NULL,
+  trace_id TEXT NOT NULL, span_id TEXT NOT NULL, parent_span_id TEXT NOT NULL);
+CREATE TRIGGER IF NOT EXISTS decisions_append_only_u BEFORE UPDATE ON decisions
+  BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS decisions_append_only_d BEFORE DELETE ON decisions
+  BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END;
 """
 
 _ADD_USAGE = (
@@ -301,6 +316,31 @@ def _insert_events_sql(n: int) -> str:
     )
 
 
+_FED_COLS: Final = "invocation_id, session_id, model_call_id, at, message_sha256"
+_DECISION_COLS: Final = (
+    "decision_id, at, tenant, subject, capability, resource, context_digest, context_keys, decision, "
+    "policy_revision, trace_id, span_id, parent_span_id"
+)
+
+
+def _read_fed(c: sqlite3.Connection, invocation_id: str) -> list[FedResultRecord]:
+    rows = c.execute(
+        f"SELECT {_FED_COLS} FROM fed_results WHERE invocation_id=? ORDER BY at, rowid", (invocation_id,)
+    ).fetchall()
+    return [FedResultRecord(*r) for r in rows]
+
+
+def _read_decision(c: sqlite3.Connection, decision_id: str) -> DecisionRecord | None:
+    r = c.execute(f"SELECT {_DECISION_COLS} FROM decisions WHERE decision_id=?", (decision_id,)).fetchone()
+    if r is None:
+        return None
+    return DecisionRecord(
+        decision_id=r[0], at=r[1], tenant=r[2], subject=r[3], capability=r[4], resource=r[5],
+        context_digest=r[6], context_keys=tuple(json.loads(r[7])), decision=json.loads(r[8]),
+        policy_revision=r[9], trace_id=r[10], span_id=r[11], parent_span_id=r[12],
+    )  # fmt: skip
+
+
 class SQLiteStore:
     """:class:`~callgate.store.base.Store` on SQLite (one writer thread, group commit:
     :class:`~callgate.store.sqlite_worker.SQLiteWorker`)."""
@@ -492,6 +532,38 @@ class SQLiteStore:
     async def close(self) -> None:
         await self._worker.close()
 
+    async def put_tool_view_fed(self, v: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
+        def op(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT OR REPLACE INTO tool_views VALUES (?,?,?,?,?,?)",
+                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
+                 v.tool_set_digest, v.created_at),
+            )  # fmt: skip
+            c.executemany(
+                f"INSERT OR IGNORE INTO fed_results ({_FED_COLS}) VALUES (?,?,?,?,?)",
+                [(f.invocation_id, f.session_id, f.model_call_id, f.at, f.message_sha256) for f in fed],
+            )
+
+        await self._call(op)
+
+    async def list_fed(self, invocation_id: str) -> list[FedResultRecord]:
+        return await self._call(lambda c: _read_fed(c, invocation_id))
+
+    async def record_decision(self, d: DecisionRecord) -> None:
+        row = (
+            d.decision_id, d.at, d.tenant, d.subject, d.capability, d.resource, d.context_digest,
+            _dump(list(d.context_keys)), _dump(dict(d.decision)), d.policy_revision, d.trace_id,
+            d.span_id, d.parent_span_id,
+        )  # fmt: skip
+        await self._call(
+            lambda c: c.execute(
+                f"INSERT INTO decisions ({_DECISION_COLS}) VALUES ({','.join('?' * 13)})", row
+            )
+        )
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        return await self._call(lambda c: _read_decision(c, decision_id))
+
 
 class _Conflict(Exception):
     """A compare-and-set lost inside an operation: roll its writes back, report False."""
@@ -563,3 +635,16 @@ class SQLiteReader:
             return None
         detail = json.loads(row[1])
         return {"at": row[0], **(detail if isinstance(detail, dict) else {})}
+
+    async def list_fed(self, invocation_id: str) -> list[FedResultRecord]:
+        """The model calls the runtime said it fed the invocation's tool message into (an older
+        store without the table: none)."""
+        if "fed_results" not in self._tables():
+            return []
+        return _read_fed(self._conn, invocation_id)
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        """One recorded ``Authorize`` decision, or ``None``."""
+        if "decisions" not in self._tables():
+            return None
+        return _read_decision(self._conn, decision_id)

@@ -193,12 +193,14 @@ class OpenSessionResponse(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., opened_at: _Optional[str] = ...) -> None: ...
 
 class ListToolsRequest(_message.Message):
-    __slots__ = ("session_id", "model_call_id")
+    __slots__ = ("session_id", "model_call_id", "fed_invocation_ids")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    FED_INVOCATION_IDS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     model_call_id: str
-    def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ...) -> None: ...
+    fed_invocation_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., fed_invocation_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
     __slots__ = ("tools", "tool_set_digest")
@@ -555,7 +557,9 @@ class AuthorizeRequest(_message.Message):
     def __init__(self, subject: _Optional[_Union[Subject, _Mapping]] = ..., capability: _Optional[str] = ..., resource: _Optional[str] = ..., context: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class AuthorizeResponse(_message.Message):
-    __slots__ = ("decision",)
+    __slots__ = ("decision", "decision_id")
     DECISION_FIELD_NUMBER: _ClassVar[int]
+    DECISION_ID_FIELD_NUMBER: _ClassVar[int]
     decision: Decision
-    def __init__(self, decision: _Optional[_Union[Decision, _Mapping]] = ...) -> None: ...
+    decision_id: str
+    def __init__(self, decision: _Optional[_Union[Decision, _Mapping]] = ..., decision_id: _Optional[str] = ...) -> None: ...
