@@ -7,8 +7,13 @@
 5. What was executed, and each retry?        the attempts and their events
 6. Is the commit status not committed, committed or unknown?  state, resource id, commit time
 7. Which bytes went back to the model?       the encoded tool message
-8. Which context did the next model call use?   the tool message is that context's tool data; the
-   model calls recorded after it in the session, replays of it, and the trace (ids per event)
+8. Which context did the next model call use?   the model calls the runtime said it fed the tool
+   message into (``ListToolsRequest.fed_invocation_ids``, recorded with their tool views); without
+   such a record, inferred from the model calls listed after the tool message (and labelled so);
+   replays of it, and the trace (ids per event)
+
+``callgate explain --decision DECISION_ID`` shows one recorded ``Authorizer.Authorize`` decision
+(:func:`explain_decision`).
 
 Everything is read from the event store; nothing is recomputed, so the answer is what happened,
 not what the current policies would do. :class:`callgate.store.sqlite.SQLiteReader` (re-exported
@@ -23,18 +28,28 @@ import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
 
 from callgate.core.events import CONFIRMATION_ANSWERS, EventKind, stage_of
 from callgate.core.states import State
-from callgate.store.base import AttemptRecord, EventRecord, InvocationRecord, ResultRecord, ToolViewRecord
+from callgate.store.base import (
+    AttemptRecord,
+    DecisionRecord,
+    EventRecord,
+    FedResultRecord,
+    InvocationRecord,
+    ResultRecord,
+    ToolViewRecord,
+)
 from callgate.store.sqlite import SQLiteReader
 
 
 class ExplainSource(Protocol):
     """The reads explain needs (any :class:`~callgate.store.base.Store` has them). A source may
-    also offer ``list_tool_views(session_id)`` and ``get_snapshot(revision)``."""
+    also offer ``list_tool_views(session_id)``, ``get_snapshot(revision)`` and
+    ``list_fed(invocation_id)``."""
 
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None: ...
 
@@ -189,6 +204,28 @@ class Replay:
     seq: int
 
 
+class ContextSource(str, Enum):
+    """Where the answer to question 8 comes from."""
+
+    RECORDED = "recorded"
+    """The runtime named the invocation in ``fed_invocation_ids`` of a later ``ListTools``."""
+    INFERRED = "inferred"
+    """No such record: the model calls listed after the tool message (an inference)."""
+    NONE = "none"
+    """No tool message went back to the model."""
+
+
+@dataclass(frozen=True, slots=True)
+class FedInto:
+    """A model call whose context held the tool message, as the runtime recorded it."""
+
+    model_call_id: str
+    at: str
+    message_sha256: str
+    matches_message: bool
+    """The fed message's sha256 is that of the stored tool message (question 7)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ContextAndTrace:
     """8. The context the next model call used, and the trace."""
@@ -201,6 +238,9 @@ class ContextAndTrace:
     """Repeated proposals answered from this invocation (same idempotency key and digest)."""
     trace_ids: tuple[str, ...]
     caller_parent_span_id: str
+    source: ContextSource = ContextSource.NONE
+    fed_into: tuple[FedInto, ...] = ()
+    """Recorded: the model calls the runtime fed the tool message into (``source`` RECORDED)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,9 +465,17 @@ async def explain(
         )
 
     # 8 ------------------------------------------------------------------------------------
+    fed: list[FedResultRecord] = []
+    list_fed = getattr(store, "list_fed", None)
+    if list_fed is not None:
+        fed = await list_fed(inv.invocation_id)
+    message_sha = hashlib.sha256(result.message).hexdigest() if result is not None else ""
+    fed_into = tuple(
+        FedInto(f.model_call_id, f.at, f.message_sha256, f.message_sha256 == message_sha) for f in fed
+    )
     next_calls: list[NextModelCall] = []
     list_views = getattr(store, "list_tool_views", None)
-    if result is not None and list_views is not None:
+    if result is not None and list_views is not None and not fed_into:
         for v in await list_views(inv.session_id):
             if v.model_call_id != inv.model_call_id and v.created_at >= result.created_at:
                 next_calls.append(NextModelCall(v.model_call_id, v.created_at, v.tool_set_digest))
@@ -451,6 +499,12 @@ async def explain(
         replays=replays,
         trace_ids=tuple(trace_ids),
         caller_parent_span_id=str(proposed.data.get("parent_span_id", "")) if proposed else "",
+        source=ContextSource.RECORDED
+        if fed_into
+        else ContextSource.INFERRED
+        if result is not None and not inv.cancel_requested_at
+        else ContextSource.NONE,
+        fed_into=fed_into,
     )
     if inv.cancel_requested_at:
         notes.append("cancel was requested after the commit boundary: no tool message is handed out")
@@ -476,6 +530,69 @@ async def explain(
         context=context,
         notes=tuple(notes),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionExplanation:
+    """One recorded ``Authorizer.Authorize`` decision (``callgate explain --decision``)."""
+
+    record: DecisionRecord
+    snapshot: Mapping[str, Any] | None = None
+    """When the decision's policy revision started serving and on which engine (if recorded)."""
+
+
+async def explain_decision(store: Any, decision_id: str) -> DecisionExplanation | None:
+    """The record of one ``Authorize`` decision, or None when the store does not know it."""
+    get_decision = getattr(store, "get_decision", None)
+    record = await get_decision(decision_id) if get_decision is not None else None
+    if not isinstance(record, DecisionRecord):
+        return None
+    snapshot = None
+    get_snapshot = getattr(store, "get_snapshot", None)
+    if get_snapshot is not None and record.policy_revision:
+        snapshot = await get_snapshot(record.policy_revision)
+    return DecisionExplanation(record, snapshot)
+
+
+def render_decision_text(x: DecisionExplanation) -> str:
+    """The human-readable report of one ``Authorize`` decision."""
+    d = x.record
+    dec = d.decision
+    keys = ", ".join(printable(k.encode()) for k in d.context_keys) or "-"
+    policies = ", ".join(str(p) for p in dec.get("policy_ids", ())) or "-"
+    error = f"; engine error {dec.get('error_code')}" if dec.get("error_code") else ""
+    who = f"{printable(d.tenant.encode())}/{printable(d.subject.encode())}"
+    what = f"{printable(d.capability.encode())} on {printable(d.resource.encode()) or '-'}"
+    out = [
+        f"decision {d.decision_id}  {str(dec.get('effect', '')).upper()}  at {d.at}",
+        f"  subject {who} asked for {what}",
+        f"  context {d.context_digest or '(none)'}; keys {keys} (values are not recorded)",
+        f"  decided by {dec.get('engine', '') or '-'}; policies {policies}{error}",
+    ]
+    for reason in dec.get("reasons", ()):
+        if isinstance(reason, Mapping):
+            out.append(
+                f"    - {reason.get('code', '')} [{reason.get('policy_id', '')}] {printable(str(reason.get('message', '')).encode())}"
+            )
+    out.append(
+        f"  policy revision {d.policy_revision}"
+        + (
+            f" (serving since {x.snapshot.get('at', '')}, engine {x.snapshot.get('engine', '')})"
+            if x.snapshot
+            else ""
+        )
+    )
+    out.append(
+        f"  trace {d.trace_id} span {d.span_id}"
+        + (f"; caller span {d.parent_span_id}" if d.parent_span_id else "")
+    )
+    return "\n".join(out) + "\n"
+
+
+def decision_to_json(x: DecisionExplanation) -> dict[str, Any]:
+    """A JSON-ready dict of one ``Authorize`` decision."""
+    doc: dict[str, Any] = _jsonable(x)
+    return doc
 
 
 def spec_files_in(policy_dir: Path) -> dict[str, str]:
@@ -681,17 +798,26 @@ def render_text(x: Explanation) -> str:
 
     ctx = x.context
     w("8. Next context and trace")
-    if ctx.tool_message_in_context:
-        w("   the tool message above is the tool data the runtime put into the next model call")
-    else:
-        w("   no tool message went back to the model")
-    if ctx.next_model_calls:
+    if ctx.source is ContextSource.RECORDED:
+        w("   recorded by the runtime (fed_invocation_ids on ListTools):")
+        for f in ctx.fed_into:
+            same = (
+                "the tool message above"
+                if f.matches_message
+                else f"A DIFFERENT MESSAGE (sha256 {f.message_sha256})"
+            )
+            w(f"   fed into model call {f.model_call_id} at {f.at} ({same})")
+    elif ctx.tool_message_in_context:
+        w("   INFERRED (the runtime recorded no fed_invocation_ids for it): the tool message above is")
+        w("   taken to be tool data of the model calls listed after it")
         for n in ctx.next_model_calls:
             w(
-                f"   next model call {n.model_call_id} listed tools at {n.listed_at} (tool set {n.tool_set_digest})"
+                f"   next model call {n.model_call_id} listed tools at {n.listed_at} (tool set {n.tool_set_digest}; inferred)"
             )
-    elif ctx.tool_message_in_context:
-        w("   no later model call recorded in this session yet")
+        if not ctx.next_model_calls:
+            w("   no later model call recorded in this session yet")
+    else:
+        w("   no tool message went back to the model")
     for rp in ctx.replays:
         w(f"   replayed to proposal {rp.proposal_id} (model call {rp.model_call_id}, trace {rp.trace_id})")
     w(f"   trace id(s): {', '.join(ctx.trace_ids)}"
@@ -709,15 +835,21 @@ __all__ = [
     "CommitStatus",
     "Confirmation",
     "ContextAndTrace",
+    "ContextSource",
+    "DecisionExplanation",
     "ExplainSource",
     "Explanation",
+    "FedInto",
     "RawProposal",
     "SQLiteReader",
     "StageOutput",
     "ToolMessage",
     "ToolSeen",
+    "decision_to_json",
     "explain",
+    "explain_decision",
     "printable",
+    "render_decision_text",
     "render_text",
     "spec_files_in",
     "to_json",

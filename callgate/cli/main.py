@@ -167,10 +167,16 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 # --- callgate explain (callgate/cli/explain.py) ---------------------------------------------------
 def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Answer the 6.13 questions for one invocation from the configured store (read-only; the
-    sidecar may be running or stopped). Exit 1 for an unknown id, 2 for an unusable store."""
+    """Answer the 6.13 questions for one invocation (or show one recorded ``Authorize`` decision
+    with ``--decision``) from the configured store (read-only; the sidecar may be running or
+    stopped). Exit 1 for an unknown id, 2 for an unusable store or a wrong call."""
     from callgate.cli.explain import SQLiteReader, explain, render_text, spec_files_in, to_json
 
+    if bool(args.invocation_id) == bool(args.decision):
+        print("error: give an INVOCATION_ID or --decision DECISION_ID (one of them)", file=sys.stderr)
+        return 2
+    if args.decision:
+        return _explain_decision(args, out)
     try:
         cfg = _config(args.config)
     except CallgateError as exc:
@@ -198,6 +204,37 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(json.dumps(to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)
     else:
         out.write(render_text(found))
+    return 0
+
+
+def _explain_decision(args: argparse.Namespace, out: TextIO) -> int:
+    from callgate.cli.explain import SQLiteReader, decision_to_json, explain_decision, render_decision_text
+
+    try:
+        cfg = _config(args.config)
+    except CallgateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    db = cfg.path(cfg.store.path)
+    try:
+        reader = SQLiteReader(db)
+    except (OSError, sqlite3.Error) as exc:
+        print(f"error: cannot open the event store {db}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        found = asyncio.run(explain_decision(reader, args.decision))
+    except sqlite3.Error as exc:
+        print(f"error: cannot read the event store {db}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        reader.close()
+    if found is None:
+        print(f"error: unknown decision_id {args.decision!r} (not in {db})", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(decision_to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)
+    else:
+        out.write(render_decision_text(found))
     return 0
 
 
@@ -230,7 +267,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser(
         "explain", help="what happened to one invocation (the 8 questions of 6.13), from the event store"
     )
-    p.add_argument("invocation_id")
+    p.add_argument("invocation_id", nargs="?", default="")
+    p.add_argument(
+        "--decision",
+        metavar="DECISION_ID",
+        default="",
+        help="show one recorded Authorizer.Authorize decision",
+    )
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
