@@ -324,3 +324,28 @@ def test_a_cancelled_after_commit_result_cannot_be_claimed_as_fed() -> None:
         assert error_reason(err.value) == "invalid_request"
     finally:
         stop_sidecar(sc, tmp)
+
+
+def test_bounded_decision_log_writes_authorize_lines_off_the_call(tmp_path: Path) -> None:
+    """In ``bounded`` mode the decision line is queued and written by the background writer."""
+    from callgate.observability.decision_log import DecisionLog
+    from callgate.observability.metrics import Metrics
+    from callgate.store.base import DecisionRecord
+
+    path = tmp_path / "bounded.jsonl"
+    record = DecisionRecord(
+        decision_id="dec_1", at="2026-07-19T06:00:00Z", tenant="acme", subject="carol",
+        capability="files.delete", resource="file:/tmp/a", context_digest="sha256:00",
+        context_keys=("args",), decision={"effect": "deny", "error_code": ""}, policy_revision="r1",
+        trace_id=TRACE_ID, span_id="1b6e0c4f2a9d7e35",
+    )  # fmt: skip
+
+    async def run() -> None:
+        log = DecisionLog(target="file", path=path, mode="bounded", metrics=Metrics(enabled=False))
+        await log.publish_decision(record)
+        await log.close()
+
+    asyncio.run(run())
+    (line,) = [json.loads(t) for t in path.read_text().splitlines()]
+    assert line["kind"] == "authorize_decided" and line["decision_id"] == "dec_1"
+    assert line["trace_id"] == TRACE_ID and line["decision"]["effect"] == "deny"
