@@ -83,6 +83,9 @@ class FlakyGate:
             raise OSError("store unavailable")
         return 2
 
+    async def expire_deadlines(self) -> int:
+        return 0
+
 
 def test_failing_sweeps_report_not_serving_and_recover(caplog: pytest.LogCaptureFixture) -> None:
     statuses: list[bool] = []
@@ -129,6 +132,9 @@ def test_stop_lets_a_sweep_in_progress_finish() -> None:
         async def expire_confirmations(self) -> int:
             await asyncio.sleep(0.2)
             self.finished += 1
+            return 0
+
+        async def expire_deadlines(self) -> int:
             return 0
 
     async def set_health(serving: bool) -> None:

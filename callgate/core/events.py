@@ -28,7 +28,9 @@ the public record (decision-log lines, explain output): never rename one; add ne
     outcome_unknown          EXECUTING -> OUTCOME_UNKNOWN                   ReportOutcome
     failed_before_commit     EXECUTING -> FAILED_BEFORE_COMMIT              ReportOutcome (no retry)
     observed                 COMMITTED -> OBSERVED                          EncodeResult (ok)
-    result_encoded           unchanged                                      EncodeResult (error)
+    result_encoded           unchanged                                      EncodeResult (error; or withheld
+                                                                            after a cancel past the boundary)
+    deadline_expired         AUTHORIZED|PREPARED -> CANCELLED_BEFORE_COMMIT  sweep (deadline passed), Confirm
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class EventKind(str, Enum):
     FAILED_BEFORE_COMMIT = "failed_before_commit"
     OBSERVED = "observed"
     RESULT_ENCODED = "result_encoded"
+    DEADLINE_EXPIRED = "deadline_expired"
 
 
 REJECTIONS = frozenset({EventKind.PARSE_REJECTED, EventKind.VALIDATION_REJECTED})
@@ -128,6 +131,7 @@ _STAGE_OF_KIND = {
     EventKind.OUTCOME_UNKNOWN: Stage.OUTCOME,
     EventKind.OBSERVED: Stage.ENCODE,
     EventKind.RESULT_ENCODED: Stage.ENCODE,
+    EventKind.DEADLINE_EXPIRED: Stage.CANCEL,
 }
 _VALIDATION_REJECTED_AFTER: dict[str, Stage] = {
     EventKind.VALIDATED.value: Stage.NORMALIZE,
