@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import grpc
 import pytest
@@ -26,6 +27,7 @@ from callgate.config import ConfirmationConfig, IdempotencyConfig, StoreConfig
 from callgate.core.states import State
 from callgate.execute.execution import WITHHELD_MESSAGE
 from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.store.base import InvocationRecord
 from tests.conftest import Running, short_tmpdir, start_sidecar, stop_sidecar
 from tests.test_confirmation import error_reason
 from tests.test_execution import (
@@ -378,3 +380,40 @@ def test_explain_text_names_a_deadline_expiry(fast: Running) -> None:
     x = fast.call(explain(fast.sidecar.components.store, resp.invocation_id))
     assert any("deadline" in n and "passed before it executed" in n for n in x.notes)
     assert "deadline_expired" in render_text(x)
+
+
+# ----------------------------------------------------------------------------- the store query
+def test_store_lists_open_invocations_past_their_deadline(tmp_path: Path) -> None:
+    """``list_past_deadline``: AUTHORIZED/PREPARED only, exact to the microsecond (deadlines with
+    and without a fraction in the same second), earliest first, bounded by ``limit``."""
+    from callgate.store.sqlite import SQLiteStore
+    from tests.test_sqlite_store import INVOCATION
+
+    def rec(iid: str, st: State, deadline: str) -> InvocationRecord:
+        return replace(INVOCATION, invocation_id=iid, state=st, deadline=deadline)
+
+    rows = [
+        rec("a", State.PREPARED, "2026-07-19T06:10:00Z"),
+        rec("b", State.AUTHORIZED, "2026-07-19T06:10:00.400000Z"),
+        rec("c", State.PREPARED, "2026-07-19T06:10:00.600000Z"),  # after "now"
+        rec("d", State.EXECUTING, "2026-07-19T06:00:00Z"),  # executing: the deadline ends nothing
+        rec("e", State.CANCELLED_BEFORE_COMMIT, "2026-07-19T06:00:00Z"),
+        rec("f", State.PREPARED, ""),  # no deadline
+        rec("g", State.PREPARED, "2026-07-19T06:09:59.999999Z"),
+    ]
+    now = datetime.fromisoformat("2026-07-19T06:10:00.500000+00:00")
+
+    async def go() -> tuple[list[str], list[str]]:
+        store = SQLiteStore(tmp_path / "s.db")
+        try:
+            for r in rows:
+                await store.create_invocation(r, [])
+            every = [i.invocation_id for i in await store.list_past_deadline(now, 100)]
+            first = [i.invocation_id for i in await store.list_past_deadline(now, 1)]
+            return every, first
+        finally:
+            await store.close()
+
+    every, first = asyncio.run(go())
+    assert sorted(every) == ["a", "b", "g"] and every[0] == "g"
+    assert first == ["g"]
