@@ -94,11 +94,14 @@ class LimitsConfig:
 @dataclass(frozen=True, slots=True)
 class ConfirmationConfig:
     ttl_seconds: int = 300
-    """How long a CONFIRM decision stays pending before it expires (then CANCELLED_BEFORE_COMMIT)."""
+    """How long a CONFIRM decision stays pending before it expires (then CANCELLED_BEFORE_COMMIT).
+    While parked, this is the invocation's deadline; a confirmation starts the tool's own
+    ``timeout_ms`` (docs/OPERATE.md, "Deadlines")."""
     sweep_interval_ms: int = 1000
-    """How often the sweeper cancels expired confirmations (its own task, health service
-    ``callgate.v1.ConfirmationSweeper``). An expired call is also cancelled when it is next
-    touched (confirmed, re-proposed), so this bounds only how long one lingers unseen."""
+    """How often the sweeper cancels expired confirmations and invocations past their deadline
+    that never started executing (its own task, health service ``callgate.v1.ConfirmationSweeper``;
+    the first sweep runs at startup). An expired call is also cancelled when it is next touched
+    (confirmed, re-proposed), so this bounds only how long one lingers unseen."""
 
 
 @dataclass(frozen=True, slots=True)

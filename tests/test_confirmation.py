@@ -106,10 +106,14 @@ def test_cancel_before_commit_and_terminal_states(server: Running) -> None:
             pb.ConfirmRequest(invocation_id=parked.invocation_id, digest=parked.digest)
         )
     assert error_reason(err.value) == "confirmation_not_pending"
-    with pytest.raises(grpc.RpcError) as err:
-        server.gate.Cancel(pb.CancelRequest(invocation_id=parked.invocation_id))
-    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
-    assert error_reason(err.value) == "terminal_state"
+    # Cancel is idempotent (6.7): a second cancel answers the state and records nothing.
+    before = len(
+        server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=parked.invocation_id)).events
+    )
+    again = server.gate.Cancel(pb.CancelRequest(invocation_id=parked.invocation_id))
+    assert pb.State.Name(again.state) == "CANCELLED_BEFORE_COMMIT"
+    after = server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=parked.invocation_id)).events
+    assert len(after) == before
 
 
 def test_confirmer_rpcs_are_not_on_the_agent_listener(server: Running) -> None:

@@ -233,10 +233,13 @@ def test_cancel_after_commit_stops_only_what_follows(sc: Running) -> None:
     run_attempt(sc, cal, resp.invocation_id)
     out = sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id, reason="user left"))
     assert pb.State.Name(out.state) == "COMMITTED"  # the event exists; cancel cannot undo it
-    with pytest.raises(grpc.RpcError) as err:  # 6.14 row 9: no output after cancel
-        sc.executor.EncodeResult(
-            pb.EncodeResultRequest(invocation_id=resp.invocation_id, status="ok", value=b"{}")
-        )
+    # 6.12, 6.14 row 9: the result is recorded for the trail, but no output goes to the model
+    enc = sc.executor.EncodeResult(
+        pb.EncodeResultRequest(invocation_id=resp.invocation_id, status="ok", value=b"{}")
+    )
+    assert enc.withheld and enc.message == b"" and pb.State.Name(enc.state) == "COMMITTED"
+    with pytest.raises(grpc.RpcError) as err:
+        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id))
     assert error_reason(err.value) == "output_after_cancel"
     assert state_of(sc, resp.invocation_id) == "COMMITTED"
     assert len(cal.events) == 1

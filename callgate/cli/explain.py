@@ -187,6 +187,9 @@ class ToolMessage:
     remaining_bytes: int
     redactions: int
     created_at: str
+    withheld: bool = False
+    """Recorded after a cancel past the commit boundary and never handed to the model (6.7,
+    6.12): ``GetResult`` answers ``output_after_cancel``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +294,9 @@ def _confirmation(inv: InvocationRecord, events: Sequence[EventRecord]) -> Confi
                 **base,
             )
     if req is not None:
-        if EventKind.CANCELLED in by_kind:
-            return Confirmation(status="cancelled", at=by_kind[EventKind.CANCELLED].at, **base)
+        for kind in (EventKind.CANCELLED, EventKind.DEADLINE_EXPIRED):
+            if kind in by_kind:
+                return Confirmation(status="cancelled", at=by_kind[kind].at, **base)
         return Confirmation(status="pending", **base)
     if EventKind.PREPARED in by_kind:
         return Confirmation(status="not_required")
@@ -462,6 +466,7 @@ async def explain(
             remaining_bytes=len(result.remaining),
             redactions=result.redactions,
             created_at=result.created_at,
+            withheld=any(e.kind == EventKind.RESULT_ENCODED and e.data.get("withheld") for e in events),
         )
 
     # 8 ------------------------------------------------------------------------------------
@@ -508,6 +513,15 @@ async def explain(
     )
     if inv.cancel_requested_at:
         notes.append("cancel was requested after the commit boundary: no tool message is handed out")
+    if message is not None and message.withheld:
+        notes.append(
+            "the tool message was recorded after the cancel and withheld: it never went to the model"
+        )
+    for e in events:
+        if e.kind == EventKind.DEADLINE_EXPIRED:
+            notes.append(
+                f"ended at {e.at} because its deadline {e.data.get('deadline', '')} passed before it executed"
+            )
 
     return Explanation(
         invocation_id=inv.invocation_id,
@@ -790,7 +804,11 @@ def render_text(x: Explanation) -> str:
     if m is None:
         w("7. Tool message: none encoded")
     else:
-        w(f"7. Tool message ({len(m.message)} bytes, status {m.status}, sha256 {m.sha256}, "
+        if m.withheld:
+            w(
+                "7. Tool message: recorded but WITHHELD (cancelled after the commit boundary; never given to the model)"
+            )
+        w(f"{'   recorded' if m.withheld else '7. Tool message'} ({len(m.message)} bytes, status {m.status}, sha256 {m.sha256}, "
           f"{'truncated, ' + str(m.remaining_bytes) + ' bytes paged' if m.truncated else 'complete'}, "
           f"{m.redactions} redaction(s), at {m.created_at})")  # fmt: skip
         w(_indent(printable(m.message)))

@@ -183,7 +183,7 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.SECRET_NOT_BOUND: "The secret is not bound to the credential's tool or resource.",
     ErrorCode.SECRET_ALREADY_REDEEMED: "The secret was already released for this attempt (once per attempt).",
     ErrorCode.RESULT_NOT_AVAILABLE: "The invocation has no encoded result (yet), or the page token is unknown.",
-    ErrorCode.OUTPUT_AFTER_CANCEL: "Output after cancellation or a terminal state is refused (6.14 row 9).",
+    ErrorCode.OUTPUT_AFTER_CANCEL: "No tool message after a cancel (6.14 row 9): before the commit boundary nothing ran; after it the result is recorded but withheld from the model (6.12).",
     ErrorCode.BUDGET_EXHAUSTED: "A session budget (model calls, tool calls, wall clock, result bytes, external cost) is used up; the loop ends (6.11).",
     ErrorCode.NOT_READY: "The sidecar has no usable policy snapshot yet (readiness).",
     ErrorCode.STORE_UNAVAILABLE: "The store could not durably write; the call fails and no decision is returned.",

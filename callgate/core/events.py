@@ -28,7 +28,9 @@ the public record (decision-log lines, explain output): never rename one; add ne
     outcome_unknown          EXECUTING -> OUTCOME_UNKNOWN                   ReportOutcome
     failed_before_commit     EXECUTING -> FAILED_BEFORE_COMMIT              ReportOutcome (no retry)
     observed                 COMMITTED -> OBSERVED                          EncodeResult (ok)
-    result_encoded           unchanged                                      EncodeResult (error)
+    result_encoded           unchanged                                      EncodeResult (error; or withheld
+                                                                            after a cancel past the boundary)
+    deadline_expired         AUTHORIZED|PREPARED -> CANCELLED_BEFORE_COMMIT  sweep (deadline passed), Confirm
     authorize_decided        (no invocation: a ``decisions`` record)        Authorizer.Authorize
 """
 
@@ -66,6 +68,7 @@ class EventKind(str, Enum):
     RESULT_ENCODED = "result_encoded"
     AUTHORIZE_DECIDED = "authorize_decided"
     """An answer of the generic decision point: a ``decisions`` record, not an invocation's."""
+    DEADLINE_EXPIRED = "deadline_expired"
 
 
 REJECTIONS = frozenset({EventKind.PARSE_REJECTED, EventKind.VALIDATION_REJECTED})
@@ -132,6 +135,7 @@ _STAGE_OF_KIND = {
     EventKind.OBSERVED: Stage.ENCODE,
     EventKind.RESULT_ENCODED: Stage.ENCODE,
     EventKind.AUTHORIZE_DECIDED: Stage.AUTHORIZE,
+    EventKind.DEADLINE_EXPIRED: Stage.CANCEL,
 }
 _VALIDATION_REJECTED_AFTER: dict[str, Stage] = {
     EventKind.VALIDATED.value: Stage.NORMALIZE,

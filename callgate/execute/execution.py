@@ -30,6 +30,7 @@ from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import (
     CallgateError,
+    ErrorCode,
     attempt_not_allowed,
     attempt_not_found,
     credential_invalid,
@@ -91,6 +92,22 @@ class StartedAttempt:
 class ReportedOutcome:
     invocation: InvocationRecord
     advice: Advice
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedResult:
+    """What ``EncodeResult`` recorded."""
+
+    result: ResultRecord
+    invocation: InvocationRecord
+    """The invocation after the call (OBSERVED after an ok result that goes to the model)."""
+    withheld: bool
+    """Cancelled after the commit boundary: the message is recorded for the trail and never
+    handed out (6.7, 6.12); the state does not become OBSERVED."""
+
+
+WITHHELD_MESSAGE = "cancelled after the commit boundary; the result is recorded but withheld"
+"""The ``output_after_cancel`` message of ``GetResult`` when a result exists but is withheld."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,14 +429,24 @@ class Execution:
     # ------------------------------------------------------------------ results (6.10)
     async def encode(
         self, invocation_id: str, status: str, value_bytes: bytes, trace: TraceContext
-    ) -> ResultRecord:
+    ) -> EncodedResult:
+        """Encode the executor's result as the 6.10 tool message and store it once.
+
+        After a cancel past the commit boundary (``cancel_requested_at``) the result is still
+        encoded, redacted and stored with its event (``result_encoded``, ``withheld``), so the
+        trail keeps what the tool answered; it is never handed to the model: the state does not
+        become OBSERVED, no repeat of the idempotency key replays it, it does not count against
+        the result-bytes budget, and ``GetResult`` answers ``output_after_cancel`` (6.7, 6.12)."""
         from callgate.propose.parse import ParseLimits, parse_json_document
 
         if status not in ("ok", "error"):
             raise invalid_request("status must be 'ok' or 'error'")
         inv = await self._inv(invocation_id)
-        if inv.cancel_requested_at or inv.state is State.CANCELLED_BEFORE_COMMIT:
-            raise output_after_cancel("the invocation was cancelled; no tool message follows")
+        if inv.state is State.CANCELLED_BEFORE_COMMIT:
+            raise output_after_cancel(
+                "the invocation was cancelled before the commit boundary; nothing ran, no tool message follows"
+            )
+        withheld = bool(inv.cancel_requested_at)
         if status == "ok" and inv.state is not State.COMMITTED:
             needs = f"an ok result needs a COMMITTED invocation (state {inv.state.value})"
             raise terminal_state(needs) if inv.state is State.OBSERVED else illegal_transition(needs)
@@ -459,7 +486,7 @@ class Execution:
         encoded = await asyncio.to_thread(encode) if len(value_bytes) > 64 * 1024 else encode()
         now = self._clock.now()
         at = rfc3339(now)
-        target = State.OBSERVED if inv.state is State.COMMITTED else inv.state
+        target = State.OBSERVED if inv.state is State.COMMITTED and not withheld else inv.state
         result = ResultRecord(
             invocation_id=inv.invocation_id,
             status=status,
@@ -472,34 +499,39 @@ class Execution:
             nonce=encoded.nonce,
         )
         trail = Trail.on(inv, trace, at)
-        trail.add(
-            EventKind.OBSERVED if target is State.OBSERVED else EventKind.RESULT_ENCODED,
-            target,
-            {
-                "status": status,
-                "message_bytes": len(encoded.message_bytes),
-                "message_sha256": encoded.content_digest,
-                "truncated": encoded.truncated,
-                "redactions": encoded.redactions,
-            },
-        )
+        data: dict[str, Any] = {
+            "status": status,
+            "message_bytes": len(encoded.message_bytes),
+            "message_sha256": encoded.content_digest,
+            "truncated": encoded.truncated,
+            "redactions": encoded.redactions,
+        }
+        if withheld:
+            data["withheld"] = ErrorCode.OUTPUT_AFTER_CANCEL.value
+        trail.add(EventKind.OBSERVED if target is State.OBSERVED else EventKind.RESULT_ENCODED, target, data)
         new = replace(inv, state=target, updated_at=at)
         if not await self._store.put_result(new, inv.state, result, trail.events):
             raise terminal_state("a result was already encoded for this invocation")
         if target is State.OBSERVED:
             await self._keys.set_result(inv, encoded.message_bytes, now)
         session = await self._store.get_session(inv.session_id)
-        if session is not None:
+        if session is not None and not withheld:
             await self._usage.consume(session, Usage(result_bytes=len(encoded.message_bytes)), check=False)
-        return result
+        return EncodedResult(result, new, withheld)
 
     async def get_result(self, invocation_id: str, page_token: str = "", tool_call_id: str = "") -> Page:
+        inv = await self._inv(invocation_id)
         result = await self._store.get_result(invocation_id)
+        if inv.cancel_requested_at:
+            raise output_after_cancel(
+                WITHHELD_MESSAGE
+                if result is not None
+                else "cancelled after the commit boundary; no tool message will be handed out"
+            )
+        if inv.state is State.CANCELLED_BEFORE_COMMIT:
+            raise output_after_cancel("cancelled before the commit boundary; nothing ran, no tool message")
         if result is None:
             raise result_not_available("no tool message for this invocation yet")
-        inv = await self._inv(invocation_id)
-        if inv.cancel_requested_at:
-            raise output_after_cancel("the invocation was cancelled")
         if not page_token:
             return Page(result.message, result.truncated, result.page_token)
         prefix, _, offset_s = page_token.rpartition(":")
@@ -549,4 +581,12 @@ class Execution:
         return value
 
 
-__all__ = ["Execution", "Outcome", "Page", "ReportedOutcome", "StartedAttempt"]
+__all__ = [
+    "WITHHELD_MESSAGE",
+    "EncodedResult",
+    "Execution",
+    "Outcome",
+    "Page",
+    "ReportedOutcome",
+    "StartedAttempt",
+]

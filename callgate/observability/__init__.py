@@ -9,6 +9,7 @@ in order, before the call returns (so a lossless sink can fail the RPC, see deci
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol
 
 from callgate.core.states import State
@@ -155,6 +156,9 @@ class PublishingStore:
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return await self.inner.get_decision(decision_id)
+
+    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+        return await self.inner.list_past_deadline(now, limit)
 
 
 __all__ = ["EventSink", "PublishingStore"]

@@ -1,16 +1,35 @@
-"""Confirmation (spec 6.6, 6.11): a parked invocation waits for a person, bound to its digest.
+"""Confirmation (spec 6.6, 6.11): a parked invocation waits for a person, bound to its digest;
+and the deadline of every invocation that has not started executing (6.2, 6.7).
 
 ``Propose`` parks an invocation whose decision is *confirm* in AUTHORIZED with an expiry. A
 ``Confirm`` with exactly its digest moves it to PREPARED; any other digest cancels it (6.11:
 ``if not confirmation.matches(invocation.digest): return cancelled_before_commit``); after the
 expiry it is cancelled, by ``Confirm`` itself, by a proposal that reuses its key, or by the sweep.
 Every cancellation gives the idempotency key back.
+
+**Deadlines.** The invocation deadline is the tool's execution budget (ToolSpec
+``timeout_policy.timeout_ms``: retries, 6.9, and credentials live inside it); it counts from the
+moment the call may execute, i.e. from PREPARED:
+
+* allowed at once: ``deadline = proposed_at + timeout_ms``;
+* parked for a confirmation: while parked, the deadline *is* the end of the confirmation window
+  (``deadline = confirmation_expires_at``), so no confirmation can ever be accepted after the
+  deadline; an accepted ``Confirm`` starts the execution budget: ``deadline = confirmed_at +
+  timeout_ms`` (recorded on the ``confirmed`` event).
+
+The alternative, capping the confirmation window by a deadline counted from the proposal, would
+leave a person ten seconds to confirm a calendar write (and hand the executor what the person left
+of its budget). An AUTHORIZED or PREPARED invocation past its deadline is ended by
+:meth:`Confirmations.expire_deadlines` (the sweep, also at startup) or by ``Confirm``:
+CANCELLED_BEFORE_COMMIT, event ``deadline_expired``, idempotency key released. From EXECUTING on
+the deadline ends nothing: the commit boundary may have been passed (6.7).
 """
 
 from __future__ import annotations
 
 import hmac
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import (
@@ -18,22 +37,31 @@ from callgate.core.errors import (
     confirmation_digest_mismatch,
     confirmation_expired,
     confirmation_not_pending,
+    deadline_exceeded,
+    unknown_tool_version,
 )
 from callgate.core.events import EventKind
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
+from callgate.policy.serving import ServingSnapshot
 from callgate.propose.idempotency import IdempotencyFlow
 from callgate.store.base import InvocationRecord, Store
 from callgate.store.trail import move
 
+DEADLINE_SWEEP_BATCH = 500
+"""Invocations one deadline sweep ends at most (the next sweep takes the rest)."""
+
 
 class Confirmations:
-    """Confirm, expire and list parked invocations."""
+    """Confirm, expire and list parked invocations; end invocations past their deadline."""
 
-    def __init__(self, *, store: Store, clock: Clock, keys: IdempotencyFlow) -> None:
+    def __init__(
+        self, *, store: Store, clock: Clock, keys: IdempotencyFlow, serving: ServingSnapshot
+    ) -> None:
         self._store = store
         self._clock = clock
         self._keys = keys
+        self._serving = serving
 
     async def _cancel(
         self, inv: InvocationRecord, kind: EventKind, data: dict[str, str], trace: TraceContext
@@ -53,11 +81,17 @@ class Confirmations:
             raise confirmation_not_pending(
                 f"invocation has no pending confirmation (state {inv.state.value})"
             )
-        if self._clock.now() >= datetime.fromisoformat(inv.confirmation_expires_at):
+        now = self._clock.now()
+        if now >= datetime.fromisoformat(inv.confirmation_expires_at):
             await self._cancel(
                 inv, EventKind.CONFIRMATION_EXPIRED, {"expired_at": inv.confirmation_expires_at}, trace
             )
             raise confirmation_expired("the confirmation window has passed")
+        if inv.deadline and now >= datetime.fromisoformat(inv.deadline):
+            # Not reached for records written by this version (their deadline is the window's
+            # end while parked); a record with an earlier deadline is never confirmed past it.
+            await self._cancel(inv, EventKind.DEADLINE_EXPIRED, {"deadline": inv.deadline}, trace)
+            raise deadline_exceeded("the invocation deadline has passed; it was cancelled, propose again")
         if not hmac.compare_digest(digest.encode(), inv.digest.encode()):
             # 6.6 / 6.11: a confirmation of anything else than the parked digest cancels it.
             data = {"reason": ErrorCode.CONFIRMATION_DIGEST_MISMATCH.value, "confirmed_by": confirmed_by}
@@ -66,14 +100,21 @@ class Confirmations:
             raise confirmation_digest_mismatch(
                 "digest does not match the parked invocation; it was cancelled, propose again"
             )
+        tool = self._serving.current.tools.get(inv.tool_name, inv.tool_version)
+        if tool is None:
+            raise unknown_tool_version(
+                f"{inv.tool_name}@{inv.tool_version} is no longer in the policy snapshot"
+            )
+        # The execution budget starts now (module docstring: the deadline counts from PREPARED).
+        deadline = rfc3339(now + timedelta(milliseconds=tool.spec.timeout_ms))
         moved = await move(
             self._store,
-            inv,
+            replace(inv, deadline=deadline),
             State.PREPARED,
             EventKind.CONFIRMED,
-            {"digest": inv.digest, "confirmed_by": confirmed_by},
+            {"digest": inv.digest, "confirmed_by": confirmed_by, "deadline": deadline},
             trace,
-            rfc3339(self._clock.now()),
+            rfc3339(now),
         )
         if moved is None:
             raise confirmation_not_pending("invocation has no pending confirmation")
@@ -103,6 +144,22 @@ class Confirmations:
         ]
         trace = TraceContext.from_traceparent(None)
         return sum([await self.expire_if_stale(inv.invocation_id, trace) for inv in expired])
+
+    async def expire_deadlines(self) -> int:
+        """Sweep: end every AUTHORIZED or PREPARED invocation whose deadline has passed
+        (CANCELLED_BEFORE_COMMIT, event ``deadline_expired``, idempotency key released); at most
+        :data:`DEADLINE_SWEEP_BATCH` per call. Returns how many were ended (an invocation that
+        another call moved first is skipped)."""
+        now = self._clock.now()
+        trace = TraceContext.from_traceparent(None)
+        ended = 0
+        for inv in await self._store.list_past_deadline(now, DEADLINE_SWEEP_BATCH):
+            if (
+                await self._cancel(inv, EventKind.DEADLINE_EXPIRED, {"deadline": inv.deadline}, trace)
+                is not None
+            ):
+                ended += 1
+        return ended
 
     async def pending(self, tenant: str) -> list[InvocationRecord]:
         """Parked invocations of ``tenant`` still inside their confirmation window."""

@@ -35,7 +35,7 @@ from callgate.core.errors import (
 from callgate.core.events import EventKind
 from callgate.core.ids import new_id
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
-from callgate.core.states import AFTER_BOUNDARY, CANCELLABLE, State, check_transition
+from callgate.core.states import AFTER_BOUNDARY, CANCELLABLE, State
 from callgate.core.trace import TraceContext, new_span_id
 from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
@@ -61,6 +61,8 @@ from callgate.store.trail import Trail, move
 
 MAX_FED_INVOCATIONS = 1024
 """Tool messages one ``ListTools`` may name as fed into its model call."""
+_CANCEL_TRIES = 5
+"""How often ``Cancel`` re-reads an invocation that another call changed under it."""
 
 
 class Gate:
@@ -84,7 +86,7 @@ class Gate:
             store=store, clock=clock, defaults=config.budgets, cache_max=config.limits.max_sessions
         )
         self.keys = IdempotencyFlow(backend=idempotency, store=store, clock=clock, config=config.idempotency)
-        self.confirmations = Confirmations(store=store, clock=clock, keys=self.keys)
+        self.confirmations = Confirmations(store=store, clock=clock, keys=self.keys, serving=self.serving)
         self._limits = ParseLimits(
             max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
         )
@@ -247,47 +249,59 @@ class Gate:
         """Cancel every parked invocation whose confirmation window has passed; how many."""
         return await self.confirmations.expire_all()
 
+    async def expire_deadlines(self) -> int:
+        """End every AUTHORIZED or PREPARED invocation past its deadline (``deadline_expired``,
+        key released); how many."""
+        return await self.confirmations.expire_deadlines()
+
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         return await self.confirmations.pending(tenant)
 
     # ------------------------------------------------------------------ cancel / read
     async def cancel(self, invocation_id: str, reason: str, trace: TraceContext) -> InvocationRecord:
-        """Cancel (6.7): before the commit boundary the invocation becomes CANCELLED_BEFORE_COMMIT
-        and its idempotency key is released. From EXECUTING on, a cancel cannot make the call
-        "not happen": the record keeps its state, no further attempt may start and no tool
-        message is produced for it (6.12, 6.14 row 9)."""
-        inv = await self._invocation(invocation_id)
-        if inv.state in CANCELLABLE:
-            at = rfc3339(self._clock.now())
-            moved = await move(
-                self._store,
-                inv,
-                State.CANCELLED_BEFORE_COMMIT,
-                EventKind.CANCELLED,
-                {"reason": reason[:500]},
-                trace,
-                at,
-            )
-            if moved is not None:
-                await self.keys.release(inv)
-                return moved
-            inv = await self._invocation(invocation_id)  # lost a race; fall through with the winner
-        if inv.state in AFTER_BOUNDARY and not inv.cancel_requested_at:
-            at = rfc3339(self._clock.now())
-            trail = Trail.on(inv, trace, at)
-            trail.add(
-                EventKind.CANCEL_REQUESTED,
-                inv.state,
-                {"reason": reason[:500], "effect": "stops_what_follows"},
-            )
-            new = replace(inv, cancel_requested_at=at, updated_at=at)
-            if await self._store.transition(new, inv.state, trail.events):
-                return new
+        """Cancel (6.7, 6.12), idempotent on every state: the answer is the invocation as it now is.
+
+        * Before the commit boundary (PROPOSED .. PREPARED) the invocation becomes
+          CANCELLED_BEFORE_COMMIT (event ``cancelled``) and its idempotency key is released.
+        * From EXECUTING on (EXECUTING, COMMITTED, OUTCOME_UNKNOWN, FAILED_AFTER_COMMIT) a cancel
+          cannot make the call "not happen": the state stays, ``cancel_requested`` is recorded
+          once, no further attempt may start, and the tool message is withheld from the model (an
+          executor may still record the result for the trail; ``GetResult`` answers
+          ``output_after_cancel``) (6.12, 6.14 row 9).
+        * A terminal invocation (OBSERVED, a rejection, CANCELLED_BEFORE_COMMIT,
+          FAILED_BEFORE_COMMIT), or one whose cancel is already recorded: nothing changes.
+
+        Only an unknown id, a store failure, or a record that keeps changing under it (lost the
+        compare-and-set :data:`_CANCEL_TRIES` times) is an error."""
+        for _ in range(_CANCEL_TRIES):
             inv = await self._invocation(invocation_id)
-        if inv.cancel_requested_at:
-            return inv
-        check_transition(inv.state, State.CANCELLED_BEFORE_COMMIT)  # raises the precise error
-        raise illegal_transition("invocation changed concurrently")
+            at = rfc3339(self._clock.now())
+            if inv.state in CANCELLABLE:
+                moved = await move(
+                    self._store,
+                    inv,
+                    State.CANCELLED_BEFORE_COMMIT,
+                    EventKind.CANCELLED,
+                    {"reason": reason[:500]},
+                    trace,
+                    at,
+                )
+                if moved is not None:
+                    await self.keys.release(inv)
+                    return moved
+            elif inv.state in AFTER_BOUNDARY and not inv.cancel_requested_at:
+                trail = Trail.on(inv, trace, at)
+                trail.add(
+                    EventKind.CANCEL_REQUESTED,
+                    inv.state,
+                    {"reason": reason[:500], "effect": "stops_what_follows"},
+                )
+                new = replace(inv, cancel_requested_at=at, updated_at=at)
+                if await self._store.transition(new, inv.state, trail.events):
+                    return new
+            else:
+                return inv  # terminal, or the cancel is already recorded: nothing changes
+        raise illegal_transition("invocation changed concurrently; cancel again")
 
     async def get_invocation(self, invocation_id: str) -> tuple[InvocationRecord, list[EventRecord]]:
         inv = await self._invocation(invocation_id)

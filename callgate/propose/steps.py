@@ -266,12 +266,15 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
 
 def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmation_ttl_seconds: int) -> None:
     """After an allow or confirm: the deadline, then PREPARED, or parked for a confirmation of
-    exactly this digest until its expiry."""
+    exactly this digest until its expiry. The deadline counts from PREPARED: while parked it is the
+    end of the confirmation window, and ``Confirm`` starts the tool's execution budget
+    (:mod:`callgate.propose.confirmation`)."""
     if decision.effect is Effect.DENY:
         return
     call.deadline = rfc3339(call.now + timedelta(milliseconds=tool.spec.timeout_ms))
     if decision.effect is Effect.CONFIRM:
         call.confirmation_expires_at = rfc3339(call.now + timedelta(seconds=confirmation_ttl_seconds))
+        call.deadline = call.confirmation_expires_at
         call.trail.add(
             EventKind.CONFIRMATION_REQUESTED,
             State.AUTHORIZED,

@@ -339,13 +339,19 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     async def EncodeResult(
         self, request: pb.EncodeResultRequest, context: grpc.aio.ServicerContext
     ) -> pb.EncodeResultResponse:
-        result = await self._x.encode(request.invocation_id, request.status, request.value, current_trace())
-        inv = await self._x.invocation(request.invocation_id)
+        encoded = await self._x.encode(request.invocation_id, request.status, request.value, current_trace())
+        result = encoded.result
+        if encoded.withheld:  # recorded for the trail, never handed out (6.7, 6.12)
+            return pb.EncodeResultResponse(
+                state=state_pb(encoded.invocation.state),  # type: ignore[arg-type]
+                redactions=result.redactions,
+                withheld=True,
+            )
         return pb.EncodeResultResponse(
             message=result.message,
             truncated=result.truncated,
             next_page_token=result.page_token,
-            state=state_pb(inv.state),  # type: ignore[arg-type]
+            state=state_pb(encoded.invocation.state),  # type: ignore[arg-type]
             redactions=result.redactions,
         )
 

@@ -1,9 +1,13 @@
-"""The confirmation-expiry sweep, as its own asyncio task (spec 6.11: an unconfirmed call ends as
-``cancelled_before_commit``).
+"""The expiry sweep, as its own asyncio task: an unconfirmed call ends as
+``cancelled_before_commit`` (spec 6.11), and so does a call past its deadline that has not started
+executing (6.2, 6.7: nothing stays AUTHORIZED or PREPARED forever).
 
 Every ``confirmation.sweep_interval_ms`` the sweeper calls ``gate.expire_confirmations()``, which
-cancels every parked invocation whose confirmation window has passed and releases its idempotency
-key. It is started and stopped by the composition root (:class:`callgate.server.app.Sidecar`),
+cancels every parked invocation whose confirmation window has passed, then
+``gate.expire_deadlines()``, which cancels every AUTHORIZED or PREPARED invocation whose deadline
+has passed (event ``deadline_expired``); both release the idempotency key. The first sweep runs as
+soon as the task starts, so what expired while the sidecar was down ends at startup, not one
+interval later. It is started and stopped by the composition root (:class:`callgate.server.app.Sidecar`),
 independently of the policy watcher, and is visible in gRPC health as
 :data:`SWEEPER_HEALTH_SERVICE` on every listener:
 
@@ -44,6 +48,10 @@ class Expirer(Protocol):
         """Cancel every parked invocation whose confirmation expired; return how many."""
         ...
 
+    async def expire_deadlines(self) -> int:
+        """Cancel every AUTHORIZED or PREPARED invocation past its deadline; return how many."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SweepRecord:
@@ -52,7 +60,9 @@ class SweepRecord:
     at: str
     """When it ran (RFC 3339, by the sidecar's clock)."""
     expired: int
-    """Invocations it cancelled."""
+    """Invocations it cancelled because their confirmation expired."""
+    deadlines: int = 0
+    """Invocations it cancelled because their deadline passed."""
 
 
 class ConfirmationSweeper:
@@ -77,7 +87,9 @@ class ConfirmationSweeper:
         self.last: SweepRecord | None = None
         """The last successful sweep (``None`` before the first)."""
         self.total_expired = 0
-        """Invocations cancelled by this sweeper since it started."""
+        """Invocations cancelled by this sweeper since it started (confirmations and deadlines)."""
+        self.total_deadlines = 0
+        """Of those, invocations cancelled because their deadline passed."""
         self.failures = 0
         """Sweeps that raised in a row (0 after a success)."""
 
@@ -89,13 +101,21 @@ class ConfirmationSweeper:
     async def sweep_once(self) -> int:
         """One sweep now; returns how many invocations it cancelled. Raises what the gate raises."""
         expired = await self._gate.expire_confirmations()
-        self.last = SweepRecord(at=rfc3339(self._clock.now()), expired=expired)
-        self.total_expired += expired
+        deadlines = await self._gate.expire_deadlines()
+        self.last = SweepRecord(at=rfc3339(self._clock.now()), expired=expired, deadlines=deadlines)
+        self.total_expired += expired + deadlines
+        self.total_deadlines += deadlines
         if expired:
             log.info("confirmation sweep at %s: %d expired confirmation(s) cancelled", self.last.at, expired)
-        else:
+        if deadlines:
+            log.info(
+                "deadline sweep at %s: %d invocation(s) past their deadline cancelled",
+                self.last.at,
+                deadlines,
+            )
+        if not expired and not deadlines:
             log.debug("confirmation sweep at %s: nothing expired", self.last.at)
-        return expired
+        return expired + deadlines
 
     async def _report(self, serving: bool) -> None:
         if serving is not self._serving:
@@ -103,12 +123,15 @@ class ConfirmationSweeper:
             await self._set_health(serving)
 
     async def _run(self, stop: asyncio.Event) -> None:
+        first = True  # the first sweep runs at once (startup), the next ones every interval
         while True:
-            try:
-                await asyncio.wait_for(stop.wait(), self._interval)
-                return  # stop() asked: never in the middle of a sweep
-            except TimeoutError:
-                pass
+            if not first:
+                try:
+                    await asyncio.wait_for(stop.wait(), self._interval)
+                    return  # stop() asked: never in the middle of a sweep
+                except TimeoutError:
+                    pass
+            first = False
             try:
                 await self.sweep_once()
             except Exception as exc:

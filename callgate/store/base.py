@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from callgate.core.states import State
@@ -258,3 +259,8 @@ class Store(Protocol):
         ...
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...
+    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+        """Invocations not yet executing (AUTHORIZED or PREPARED) whose ``deadline`` is at or
+        before ``now``, earliest deadline first, at most ``limit``: what the deadline sweep ends
+        (spec 6.2, 6.7). Records without a deadline are never returned."""
+        ...

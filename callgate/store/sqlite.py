@@ -12,11 +12,13 @@ import json
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from datetime import datetime
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar, get_type_hints
 from urllib.parse import quote
 
+from callgate.core.clock import rfc3339
 from callgate.core.states import State
 from callgate.store.base import (
     AttemptRecord,
@@ -77,6 +79,8 @@ CREATE TABLE IF NOT EXISTS redemptions (
   PRIMARY KEY (attempt_id, secret_name));
 CREATE TABLE IF NOT EXISTS snapshots (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, revision TEXT NOT NULL, at TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS invocations_open_deadline ON invocations (deadline)
+  WHERE state IN ('AUTHORIZED', 'PREPARED');
 CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
@@ -563,6 +567,21 @@ class SQLiteStore:
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return await self._call(lambda c: _read_decision(c, decision_id))
+
+    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+        # Deadlines are rfc3339() strings: "...:SSZ" or "...:SS.ffffffZ". Selecting up to the
+        # whole second of ``now`` ("Z" sorts after ".") is a superset; the exact cut is below.
+        bound = rfc3339(now.replace(microsecond=0))
+
+        def op(c: sqlite3.Connection) -> list[InvocationRecord]:
+            rows = c.execute(
+                f"SELECT {_INV_COLS} FROM invocations WHERE state IN ('AUTHORIZED', 'PREPARED') "
+                "AND deadline != '' AND deadline <= ? ORDER BY deadline LIMIT ?",
+                (bound, limit),
+            ).fetchall()
+            return [_INVOCATIONS.record(r) for r in rows]
+
+        return [inv for inv in await self._call(op) if datetime.fromisoformat(inv.deadline) <= now]
 
 
 class _Conflict(Exception):

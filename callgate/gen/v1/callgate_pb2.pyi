@@ -459,18 +459,20 @@ class EncodeResultRequest(_message.Message):
     def __init__(self, invocation_id: _Optional[str] = ..., status: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class EncodeResultResponse(_message.Message):
-    __slots__ = ("message", "truncated", "next_page_token", "state", "redactions")
+    __slots__ = ("message", "truncated", "next_page_token", "state", "redactions", "withheld")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REDACTIONS_FIELD_NUMBER: _ClassVar[int]
+    WITHHELD_FIELD_NUMBER: _ClassVar[int]
     message: bytes
     truncated: bool
     next_page_token: str
     state: State
     redactions: int
-    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., redactions: _Optional[int] = ...) -> None: ...
+    withheld: bool
+    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., redactions: _Optional[int] = ..., withheld: _Optional[bool] = ...) -> None: ...
 
 class GetJwksRequest(_message.Message):
     __slots__ = ()
