@@ -29,6 +29,8 @@ the public record (decision-log lines, explain output): never rename one; add ne
     failed_before_commit     EXECUTING -> FAILED_BEFORE_COMMIT              ReportOutcome (no retry)
     observed                 COMMITTED -> OBSERVED                          EncodeResult (ok)
     result_encoded           unchanged                                      EncodeResult (error)
+    reconciled               OUTCOME_UNKNOWN -> COMMITTED | FAILED_BEFORE_COMMIT | FAILED_AFTER_COMMIT
+                                                                            Reconcile (status query)
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ class EventKind(str, Enum):
     FAILED_BEFORE_COMMIT = "failed_before_commit"
     OBSERVED = "observed"
     RESULT_ENCODED = "result_encoded"
+    RECONCILED = "reconciled"
 
 
 REJECTIONS = frozenset({EventKind.PARSE_REJECTED, EventKind.VALIDATION_REJECTED})
@@ -128,6 +131,7 @@ _STAGE_OF_KIND = {
     EventKind.OUTCOME_UNKNOWN: Stage.OUTCOME,
     EventKind.OBSERVED: Stage.ENCODE,
     EventKind.RESULT_ENCODED: Stage.ENCODE,
+    EventKind.RECONCILED: Stage.OUTCOME,
 }
 _VALIDATION_REJECTED_AFTER: dict[str, Stage] = {
     EventKind.VALIDATED.value: Stage.NORMALIZE,
