@@ -36,7 +36,8 @@ model is OPA's ``topdown/errors.go``: one error type, named constructors), never
     +-- execution (6.7, 6.9)           attempt_not_found, attempt_not_allowed,
     |                                  deadline_exceeded, credential_invalid,
     |                                  secret_not_found, secret_not_bound,
-    |                                  secret_already_redeemed
+    |                                  secret_already_redeemed,
+    |                                  reconcile_not_allowed, reconcile_conflict
     +-- results and loop (6.10, 6.11)  result_not_available, output_after_cancel,
     |                                  budget_exhausted
     +-- lifecycle                      not_ready
@@ -122,6 +123,8 @@ class ErrorCode(str, Enum):
     SECRET_NOT_FOUND = "secret_not_found"
     SECRET_NOT_BOUND = "secret_not_bound"
     SECRET_ALREADY_REDEEMED = "secret_already_redeemed"
+    RECONCILE_NOT_ALLOWED = "reconcile_not_allowed"
+    RECONCILE_CONFLICT = "reconcile_conflict"
 
     # --- results and loop (6.10, 6.11)
     RESULT_NOT_AVAILABLE = "result_not_available"
@@ -182,6 +185,8 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.SECRET_NOT_FOUND: "No secret of that name is configured.",
     ErrorCode.SECRET_NOT_BOUND: "The secret is not bound to the credential's tool or resource.",
     ErrorCode.SECRET_ALREADY_REDEEMED: "The secret was already released for this attempt (once per attempt).",
+    ErrorCode.RECONCILE_NOT_ALLOWED: "`Reconcile` on an invocation that is not OUTCOME_UNKNOWN and was never reconciled: only an unknown outcome is reconciled (6.7).",
+    ErrorCode.RECONCILE_CONFLICT: "`Reconcile` with a finding (or external resource id) that contradicts the one already recorded; the first finding stands.",
     ErrorCode.RESULT_NOT_AVAILABLE: "The invocation has no encoded result (yet), or the page token is unknown.",
     ErrorCode.OUTPUT_AFTER_CANCEL: "No tool message after a cancel (6.14 row 9): before the commit boundary nothing ran; after it the result is recorded but withheld from the model (6.12).",
     ErrorCode.BUDGET_EXHAUSTED: "A session budget (model calls, tool calls, wall clock, result bytes, external cost) is used up; the loop ends (6.11).",
@@ -524,6 +529,16 @@ def secret_not_bound(message: str) -> CallgateError:
 def secret_already_redeemed(message: str = "secret already released for this attempt") -> CallgateError:
     """The secret was already released for this attempt (``secret_already_redeemed``)."""
     return CallgateError(code=ErrorCode.SECRET_ALREADY_REDEEMED, message=message)
+
+
+def reconcile_not_allowed(message: str) -> CallgateError:
+    """Reconcile on an invocation whose outcome is not unknown (``reconcile_not_allowed``)."""
+    return CallgateError(code=ErrorCode.RECONCILE_NOT_ALLOWED, message=message)
+
+
+def reconcile_conflict(message: str) -> CallgateError:
+    """A finding that contradicts the recorded reconciliation (``reconcile_conflict``)."""
+    return CallgateError(code=ErrorCode.RECONCILE_CONFLICT, message=message)
 
 
 # --- results and loop (6.10, 6.11) --------------------------------------------------------------

@@ -32,6 +32,8 @@ the public record (decision-log lines, explain output): never rename one; add ne
                                                                             after a cancel past the boundary)
     deadline_expired         AUTHORIZED|PREPARED -> CANCELLED_BEFORE_COMMIT  sweep (deadline passed), Confirm
     authorize_decided        (no invocation: a ``decisions`` record)        Authorizer.Authorize
+    reconciled               OUTCOME_UNKNOWN -> COMMITTED | FAILED_BEFORE_COMMIT | FAILED_AFTER_COMMIT
+                                                                            Reconcile (status query)
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ class EventKind(str, Enum):
     AUTHORIZE_DECIDED = "authorize_decided"
     """An answer of the generic decision point: a ``decisions`` record, not an invocation's."""
     DEADLINE_EXPIRED = "deadline_expired"
+    RECONCILED = "reconciled"
 
 
 REJECTIONS = frozenset({EventKind.PARSE_REJECTED, EventKind.VALIDATION_REJECTED})
@@ -136,6 +139,7 @@ _STAGE_OF_KIND = {
     EventKind.RESULT_ENCODED: Stage.ENCODE,
     EventKind.AUTHORIZE_DECIDED: Stage.AUTHORIZE,
     EventKind.DEADLINE_EXPIRED: Stage.CANCEL,
+    EventKind.RECONCILED: Stage.OUTCOME,
 }
 _VALIDATION_REJECTED_AFTER: dict[str, Stage] = {
     EventKind.VALIDATED.value: Stage.NORMALIZE,

@@ -10,14 +10,18 @@ Allowed edges (invariant 6.1.1: only along these edges; terminal states are fina
     AUTHORIZED -> CANCELLED_BEFORE_COMMIT       (confirmation refused, expired or digest mismatch, 6.11)
     PROPOSED..PREPARED -> CANCELLED_BEFORE_COMMIT (Cancel before execution, 6.7)
     EXECUTING -> FAILED_BEFORE_COMMIT | OUTCOME_UNKNOWN | COMMITTED | FAILED_AFTER_COMMIT
-    OUTCOME_UNKNOWN -> COMMITTED | FAILED_BEFORE_COMMIT  (resolved by a status query, 6.7)
+    OUTCOME_UNKNOWN -> COMMITTED | FAILED_BEFORE_COMMIT | FAILED_AFTER_COMMIT
+                                                (resolved by a status query or same-key retry, 6.7)
     COMMITTED -> FAILED_AFTER_COMMIT            (e.g. partial workflow failed after the boundary)
 
 There is no edge from PROPOSED straight to EXECUTING, and no edge back from OUTCOME_UNKNOWN to
 PREPARED: a write whose commit is unknown is never silently "not executed" (6.7).
 
 OUTCOME_UNKNOWN is a side terminal of 6.2 for the *attempt*; it only moves on through an explicit
-status answer from the tool protocol, recorded as an event.
+status answer from the tool protocol, recorded as an event (``Reconcile``, or the outcome of a
+same-key retry). ``OUTCOME_UNKNOWN -> FAILED_AFTER_COMMIT`` is the status answer "it committed,
+but the rest of a non-atomic workflow failed" (6.7 case 4); it reaches no state that
+``OUTCOME_UNKNOWN -> COMMITTED -> FAILED_AFTER_COMMIT`` did not already reach.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ EDGES: dict[State, frozenset[State]] = {
     S.PREPARED: frozenset({S.EXECUTING, S.CANCELLED_BEFORE_COMMIT}),
     S.EXECUTING: frozenset({S.COMMITTED, S.FAILED_BEFORE_COMMIT, S.OUTCOME_UNKNOWN, S.FAILED_AFTER_COMMIT}),
     S.COMMITTED: frozenset({S.OBSERVED, S.FAILED_AFTER_COMMIT}),
-    S.OUTCOME_UNKNOWN: frozenset({S.COMMITTED, S.FAILED_BEFORE_COMMIT}),
+    S.OUTCOME_UNKNOWN: frozenset({S.COMMITTED, S.FAILED_BEFORE_COMMIT, S.FAILED_AFTER_COMMIT}),
     S.OBSERVED: frozenset(),
     S.PARSE_REJECTED: frozenset(),
     S.VALIDATION_REJECTED: frozenset(),

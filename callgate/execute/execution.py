@@ -7,9 +7,18 @@ retries, result encoding and secret release.
     EXECUTING --FAILED_BEFORE_COMMIT, no retry--> FAILED_BEFORE_COMMIT (idempotency key released)
     EXECUTING --timeout / lost answer on a write--> OUTCOME_UNKNOWN (never back to PREPARED)
     OUTCOME_UNKNOWN --same-key retry or status query--> COMMITTED | FAILED_BEFORE_COMMIT
+    OUTCOME_UNKNOWN --Reconcile (what a status query found)--> COMMITTED | FAILED_BEFORE_COMMIT
+                                                               | FAILED_AFTER_COMMIT
 
 An executor sees only the canonical normalized arguments and a credential bound to their digest;
 secrets are released to it by ``RedeemSecret`` and never pass through the agent's listener.
+
+Every string an executor hands in (external resource ids, commit times, outcome messages, the
+reconciliation fields) passes the same :class:`~callgate.execute.redaction.Redactor` the result
+encoder uses *before* it is stored, so every later exit (agent answers, the decision log, traces,
+``explain``, the store's tables and the idempotency record) only ever sees the redacted text. An
+``executor_id`` is an identity the credential is bound to, so it is not rewritten: one the
+redactor would change is refused (docs/RESULT-ENCODING.md, "Redaction at every exit").
 """
 
 from __future__ import annotations
@@ -39,6 +48,8 @@ from callgate.core.errors import (
     invalid_request,
     invocation_not_found,
     output_after_cancel,
+    reconcile_conflict,
+    reconcile_not_allowed,
     result_not_available,
     secret_already_redeemed,
     terminal_state,
@@ -80,6 +91,29 @@ _OUTCOME_EVENT = {
 }
 """The event of a reported outcome by the state it leads to; any other: ``attempt_failed``."""
 
+MAX_MESSAGE_CHARS = 1024
+"""An executor's free-text ``message`` is kept up to this many characters (after redaction)."""
+
+
+class Finding(str, Enum):
+    """What a status query of the external system found for an OUTCOME_UNKNOWN invocation."""
+
+    COMMITTED = "committed"
+    NOT_COMMITTED = "not_committed"
+    FAILED_AFTER_COMMIT = "failed_after_commit"
+
+
+_FINDING_STATE = {
+    Finding.COMMITTED: State.COMMITTED,
+    Finding.NOT_COMMITTED: State.FAILED_BEFORE_COMMIT,
+    Finding.FAILED_AFTER_COMMIT: State.FAILED_AFTER_COMMIT,
+}
+_FINDING_OUTCOME = {
+    Finding.COMMITTED: Outcome.COMMITTED,
+    Finding.NOT_COMMITTED: Outcome.FAILED_BEFORE_COMMIT,
+    Finding.FAILED_AFTER_COMMIT: Outcome.FAILED_AFTER_COMMIT,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class StartedAttempt:
@@ -108,6 +142,13 @@ class EncodedResult:
 
 WITHHELD_MESSAGE = "cancelled after the commit boundary; the result is recorded but withheld"
 """The ``output_after_cancel`` message of ``GetResult`` when a result exists but is withheld."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    invocation: InvocationRecord
+    already_recorded: bool
+    """The same finding had been recorded before: nothing was written."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +248,23 @@ class Execution:
             raise invocation_not_found("unknown invocation_id")
         return inv
 
+    def _redact(self, text: str, limit: int = 0) -> tuple[str, int]:
+        """``text`` through the result encoder's redactor (then cut to ``limit`` characters when
+        given: cutting after redaction never leaves part of a secret behind) and the count."""
+        if not text:
+            return text, 0
+        clean, count = self._redactor.redact(text)
+        return (clean[:limit] if limit else clean), count
+
+    def _check_executor_id(self, executor_id: str) -> None:
+        """An executor id is bound into credentials and cannot be rewritten: refuse one that the
+        redactor would change (the message does not repeat it)."""
+        if executor_id and self._redactor.might_contain(executor_id):
+            raise invalid_request("executor_id contains what looks like a secret")
+        allowed = self._cfg.credentials.executors
+        if executor_id and allowed and executor_id not in allowed:
+            raise attempt_not_allowed("executor_id is not a configured executor")
+
     def jwks(self) -> dict[str, Any]:
         self._keyring.maybe_rotate(self._clock.now())
         return self._keyring.jwks()
@@ -226,9 +284,7 @@ class Execution:
     ) -> StartedAttempt:
         if not executor_id:
             raise invalid_request("executor_id is required")
-        allowed = self._cfg.credentials.executors
-        if allowed and executor_id not in allowed:
-            raise attempt_not_allowed("executor_id is not a configured executor")
+        self._check_executor_id(executor_id)
         inv = await self._inv(invocation_id)
         tool = self._tool(inv)
         now = self._clock.now()
@@ -318,12 +374,18 @@ class Execution:
         commit_time: str = "",
         http_status: int = 0,
         cost_micros: int = 0,
+        message: str = "",
         trace: TraceContext,
     ) -> ReportedOutcome:
         try:
             outcome = Outcome(reported)
         except ValueError:
             raise invalid_request(f"outcome must be one of {', '.join(OUTCOMES)}") from None
+        # Redacted before anything is stored or compared: every later exit sees only this.
+        external_resource_id, n_id = self._redact(external_resource_id)
+        commit_time, n_time = self._redact(commit_time)
+        message, n_msg = self._redact(message, MAX_MESSAGE_CHARS)
+        redactions = n_id + n_time + n_msg
         attempt = await self._store.get_attempt(attempt_id)
         if attempt is None:
             raise attempt_not_found("unknown attempt_id")
@@ -406,6 +468,10 @@ class Execution:
         }
         if outcome is Outcome.COMMITTED:
             data.update(external_resource_id=external_resource_id, commit_time=commit_time or at)
+        if message:
+            data["message"] = message
+        if redactions:
+            data["redactions"] = redactions
         trail.add(_OUTCOME_EVENT.get(target, EventKind.ATTEMPT_FAILED), target, data)
         new = replace(
             inv,
@@ -425,6 +491,105 @@ class Execution:
             if session is not None:
                 await self._usage.consume(session, Usage(cost_micros=cost_micros), check=False)
         return ReportedOutcome(new, advice)
+
+    # ------------------------------------------------------------------ reconciliation (6.7, 6.12)
+    async def reconcile(
+        self,
+        invocation_id: str,
+        finding: Finding,
+        *,
+        external_resource_id: str = "",
+        commit_time: str = "",
+        message: str = "",
+        executor_id: str = "",
+        trace: TraceContext,
+    ) -> Reconciled:
+        """Record what a status query found for an OUTCOME_UNKNOWN invocation.
+
+        Allowed after a cancel (the record must say what happened even when nothing more may be
+        output), deadline or not; mints no credential; closes an attempt still open on the
+        invocation in the same write (its credential can redeem nothing more). The key is
+        completed on a committed finding and released on a not-committed one. The same finding
+        again answers the current state without writing; a contradicting one is
+        ``reconcile_conflict``; any other state that was never reconciled is
+        ``reconcile_not_allowed``.
+        """
+        committed = finding is not Finding.NOT_COMMITTED
+        if committed and not external_resource_id:
+            raise invalid_request(f"a {finding.value} finding needs external_resource_id")
+        if not committed and (external_resource_id or commit_time):
+            raise invalid_request("a not_committed finding has no external_resource_id or commit_time")
+        self._check_executor_id(executor_id)
+        rid, n_id = self._redact(external_resource_id)
+        ctime, n_time = self._redact(commit_time)
+        note, n_msg = self._redact(message, MAX_MESSAGE_CHARS)
+        for _ in range(3):  # a concurrent writer (another Reconcile, an attempt's report) may win
+            inv = await self._inv(invocation_id)
+            if inv.state is not State.OUTCOME_UNKNOWN:
+                return await self._reconciled_before(inv, finding, rid)
+            now = self._clock.now()
+            at = rfc3339(now)
+            target = _FINDING_STATE[finding]
+            attempts = await self._store.list_attempts(invocation_id)
+            running = attempts[-1] if attempts and not attempts[-1].outcome else None
+            data: dict[str, Any] = {
+                "finding": finding.value,
+                "external_resource_id": rid,
+                "commit_time": (ctime or at) if committed else "",
+                "executor_id": executor_id,
+                "closed_attempt_id": running.attempt_id if running else "",
+                "after_cancel": bool(inv.cancel_requested_at),
+            }
+            if note:
+                data["message"] = note
+            if n_id + n_time + n_msg:
+                data["redactions"] = n_id + n_time + n_msg
+            trail = Trail.on(inv, trace, at)
+            trail.add(EventKind.RECONCILED, target, data)
+            new = replace(
+                inv,
+                state=target,
+                updated_at=at,
+                external_resource_id=rid if committed else inv.external_resource_id,
+                commit_time=(ctime or at) if committed else inv.commit_time,
+            )
+            if running is not None:
+                closed = replace(
+                    running,
+                    outcome=_FINDING_OUTCOME[finding].value,
+                    finished_at=at,
+                    external_resource_id=rid,
+                    retry_reason="final:reconciled",
+                )
+                written = await self._store.finish_attempt(new, inv.state, closed, trail.events)
+            else:
+                written = await self._store.transition(new, inv.state, trail.events)
+            if not written:
+                continue
+            if committed:
+                await self._keys.complete(inv, target, rid, now)
+            else:
+                await self._keys.release(inv, now)
+            return Reconciled(new, already_recorded=False)
+        raise reconcile_conflict("the invocation kept changing concurrently; read it and retry")
+
+    async def _reconciled_before(self, inv: InvocationRecord, finding: Finding, rid: str) -> Reconciled:
+        """A Reconcile on an invocation that is no longer OUTCOME_UNKNOWN: a repeat of the
+        recorded finding, a contradiction, or a state that was never unknown."""
+        recorded = [
+            e for e in await self._store.list_events(inv.invocation_id) if e.kind == EventKind.RECONCILED
+        ]
+        if not recorded:
+            raise reconcile_not_allowed(
+                f"only an OUTCOME_UNKNOWN invocation is reconciled (state {inv.state.value})"
+            )
+        first = recorded[0].data
+        if first.get("finding") == finding.value and first.get("external_resource_id", "") == rid:
+            return Reconciled(inv, already_recorded=True)
+        what = "external_resource_id" if first.get("finding") == finding.value else "finding"
+        raise reconcile_conflict(
+            f"a {first.get('finding')} finding was recorded at {recorded[0].at}; this one has another {what}"
+        )
 
     # ------------------------------------------------------------------ results (6.10)
     async def encode(
@@ -582,11 +747,14 @@ class Execution:
 
 
 __all__ = [
-    "WITHHELD_MESSAGE",
     "EncodedResult",
     "Execution",
+    "Finding",
+    "MAX_MESSAGE_CHARS",
     "Outcome",
     "Page",
+    "Reconciled",
     "ReportedOutcome",
     "StartedAttempt",
+    "WITHHELD_MESSAGE",
 ]

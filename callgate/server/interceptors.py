@@ -113,12 +113,24 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             trace_token = _TRACE.set(trace)
             token = observer.rpc_started(trace) if observer is not None else None
             code = CANCELLED  # stays so only if the handler is cancelled (client went away)
+            observed = False
+
+            def finish(result: str) -> None:
+                # Observed before the status leaves: abort_with_status sends it before it raises,
+                # and a caller that reads the metrics right after its answer must see this call.
+                nonlocal observed
+                if observer is not None and not observed:
+                    observed = True
+                    observer.rpc_finished(token, service, name, result)
+
             try:
                 response = await behaviour(request, context)
                 code = OK
+                finish(code)
                 return response
             except CallgateError as err:
                 code = err.code.value
+                finish(code)
                 await context.abort_with_status(to_status(err))
             except grpc.aio.AbortError:
                 code = ABORTED
@@ -126,11 +138,11 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             except Exception:
                 code = ErrorCode.INTERNAL.value
                 log.exception("unhandled error in %s", name)
+                finish(code)
                 await context.abort_with_status(to_status(internal()))
             finally:
                 _TRACE.reset(trace_token)
-                if observer is not None:
-                    observer.rpc_finished(token, service, name, code)
+                finish(code)
             raise AssertionError("unreachable")  # abort_with_status always raises
 
         return guarded

@@ -18,7 +18,7 @@ from google.protobuf import json_format, struct_pb2
 from callgate.core.errors import invalid_request
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
-from callgate.execute.execution import Execution
+from callgate.execute.execution import Execution, Finding
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
@@ -277,6 +277,11 @@ _OUTCOME_NAMES = {
     pb.OUTCOME_UNKNOWN_COMMIT: "OUTCOME_UNKNOWN",
     pb.OUTCOME_FAILED_AFTER_COMMIT: "FAILED_AFTER_COMMIT",
 }
+_FINDINGS = {
+    pb.RECONCILE_COMMITTED: Finding.COMMITTED,
+    pb.RECONCILE_NOT_COMMITTED: Finding.NOT_COMMITTED,
+    pb.RECONCILE_FAILED_AFTER_COMMIT: Finding.FAILED_AFTER_COMMIT,
+}
 _FAILURE_NAMES = {
     pb.FAILURE_CLASS_UNSPECIFIED: "",
     pb.NOT_REACHED: "not_reached",
@@ -322,6 +327,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             commit_time=request.commit_time,
             http_status=request.http_status,
             cost_micros=request.cost_micros,
+            message=request.message,
             trace=current_trace(),
         )
         a = reported.advice
@@ -365,4 +371,24 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     ) -> pb.RedeemSecretResponse:
         return pb.RedeemSecretResponse(
             value=await self._x.redeem_secret(request.credential, request.secret_name)
+        )
+
+    async def Reconcile(
+        self, request: pb.ReconcileRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReconcileResponse:
+        finding = _FINDINGS.get(request.finding)
+        if finding is None:
+            raise invalid_request("finding is required")
+        done = await self._x.reconcile(
+            request.invocation_id,
+            finding,
+            external_resource_id=request.external_resource_id,
+            commit_time=request.commit_time,
+            message=request.message,
+            executor_id=request.executor_id,
+            trace=current_trace(),
+        )
+        return pb.ReconcileResponse(
+            state=state_pb(done.invocation.state),  # type: ignore[arg-type]
+            already_recorded=done.already_recorded,
         )

@@ -49,6 +49,13 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_FAILED_BEFORE_COMMIT: _ClassVar[Outcome]
     OUTCOME_UNKNOWN_COMMIT: _ClassVar[Outcome]
     OUTCOME_FAILED_AFTER_COMMIT: _ClassVar[Outcome]
+
+class ReconcileFinding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RECONCILE_FINDING_UNSPECIFIED: _ClassVar[ReconcileFinding]
+    RECONCILE_COMMITTED: _ClassVar[ReconcileFinding]
+    RECONCILE_NOT_COMMITTED: _ClassVar[ReconcileFinding]
+    RECONCILE_FAILED_AFTER_COMMIT: _ClassVar[ReconcileFinding]
 STATE_UNSPECIFIED: State
 PROPOSED: State
 PARSED: State
@@ -79,6 +86,10 @@ OUTCOME_COMMITTED: Outcome
 OUTCOME_FAILED_BEFORE_COMMIT: Outcome
 OUTCOME_UNKNOWN_COMMIT: Outcome
 OUTCOME_FAILED_AFTER_COMMIT: Outcome
+RECONCILE_FINDING_UNSPECIFIED: ReconcileFinding
+RECONCILE_COMMITTED: ReconcileFinding
+RECONCILE_NOT_COMMITTED: ReconcileFinding
+RECONCILE_FAILED_AFTER_COMMIT: ReconcileFinding
 
 class Subject(_message.Message):
     __slots__ = ("tenant", "id")
@@ -497,6 +508,30 @@ class RedeemSecretResponse(_message.Message):
     VALUE_FIELD_NUMBER: _ClassVar[int]
     value: bytes
     def __init__(self, value: _Optional[bytes] = ...) -> None: ...
+
+class ReconcileRequest(_message.Message):
+    __slots__ = ("invocation_id", "finding", "external_resource_id", "commit_time", "message", "executor_id")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    FINDING_FIELD_NUMBER: _ClassVar[int]
+    EXTERNAL_RESOURCE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_ID_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    finding: ReconcileFinding
+    external_resource_id: str
+    commit_time: str
+    message: str
+    executor_id: str
+    def __init__(self, invocation_id: _Optional[str] = ..., finding: _Optional[_Union[ReconcileFinding, str]] = ..., external_resource_id: _Optional[str] = ..., commit_time: _Optional[str] = ..., message: _Optional[str] = ..., executor_id: _Optional[str] = ...) -> None: ...
+
+class ReconcileResponse(_message.Message):
+    __slots__ = ("state", "already_recorded")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_RECORDED_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    already_recorded: bool
+    def __init__(self, state: _Optional[_Union[State, str]] = ..., already_recorded: _Optional[bool] = ...) -> None: ...
 
 class ConfirmRequest(_message.Message):
     __slots__ = ("invocation_id", "digest", "confirmed_by")

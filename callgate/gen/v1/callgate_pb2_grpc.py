@@ -347,6 +347,11 @@ class ExecutorStub:
                 request_serializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretResponse.FromString,
                 _registered_method=True)
+        self.Reconcile = channel.unary_unary(
+                '/callgate.v1.Executor/Reconcile',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.ReconcileRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.ReconcileResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServicer:
@@ -382,6 +387,13 @@ class ExecutorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Reconcile(self, request, context):
+        """Record what a status query found for an OUTCOME_UNKNOWN invocation (6.7, 6.12).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -409,6 +421,11 @@ def add_ExecutorServicer_to_server(servicer, server):
                     servicer.RedeemSecret,
                     request_deserializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_callgate__pb2.RedeemSecretResponse.SerializeToString,
+            ),
+            'Reconcile': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reconcile,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.ReconcileRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.ReconcileResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -546,6 +563,33 @@ class Executor:
             '/callgate.v1.Executor/RedeemSecret',
             callgate_dot_v1_dot_callgate__pb2.RedeemSecretRequest.SerializeToString,
             callgate_dot_v1_dot_callgate__pb2.RedeemSecretResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reconcile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Executor/Reconcile',
+            callgate_dot_v1_dot_callgate__pb2.ReconcileRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.ReconcileResponse.FromString,
             options,
             channel_credentials,
             insecure,
