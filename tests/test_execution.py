@@ -120,10 +120,9 @@ def run_attempt(
     return att, out
 
 
-def state_of(sc: Running, invocation_id: str) -> str:
-    return pb.State.Name(
-        sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id)).invocation.state
-    )
+def state_of(sc: Running, sid: str, invocation_id: str) -> str:
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id, session_id=sid))
+    return pb.State.Name(got.invocation.state)
 
 
 def test_trace_6_12_to_observed_with_lost_answer_retried_on_the_same_key(sc: Running) -> None:
@@ -154,13 +153,13 @@ def test_trace_6_12_to_observed_with_lost_answer_retried_on_the_same_key(sc: Run
     assert pb.State.Name(enc.state) == "OBSERVED"
     message = json.loads(enc.message)
     assert message["tool_call_id"] == "call_1" and message["role"] == "tool"
-    assert sc.gate.GetResult(pb.GetResultRequest(invocation_id=inv)).message == enc.message
+    assert sc.gate.GetResult(pb.GetResultRequest(invocation_id=inv, session_id=sid)).message == enc.message
 
     # A third identical proposal after completion replays the original tool message.
     third = propose_event(sc, sid, "req-42:create-event:1")
     assert third.idempotent_replay and third.replayed_message == enc.message
 
-    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv, session_id=sid))
     kinds = [e.kind for e in got.events]
     assert kinds == [
         "proposed",
@@ -224,28 +223,30 @@ def test_write_timeout_is_outcome_unknown_not_unexecuted(sc: Running) -> None:
             pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="files")
         )
     assert error_reason(err.value) == "attempt_not_allowed"
-    assert state_of(sc, resp.invocation_id) == "OUTCOME_UNKNOWN"
+    assert state_of(sc, sid, resp.invocation_id) == "OUTCOME_UNKNOWN"
 
 
 def test_cancel_after_commit_stops_only_what_follows(sc: Running) -> None:
     cal = FakeCalendar()
-    _, resp = prepared_event(sc, key="k-cancel")
+    sid, resp = prepared_event(sc, key="k-cancel")
     run_attempt(sc, cal, resp.invocation_id)
-    out = sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id, reason="user left"))
+    out = sc.gate.Cancel(
+        pb.CancelRequest(invocation_id=resp.invocation_id, reason="user left", session_id=sid)
+    )
     assert pb.State.Name(out.state) == "COMMITTED"  # the event exists; cancel cannot undo it
     with pytest.raises(grpc.RpcError) as err:  # 6.14 row 9: no output after cancel
         sc.executor.EncodeResult(
             pb.EncodeResultRequest(invocation_id=resp.invocation_id, status="ok", value=b"{}")
         )
     assert error_reason(err.value) == "output_after_cancel"
-    assert state_of(sc, resp.invocation_id) == "COMMITTED"
+    assert state_of(sc, sid, resp.invocation_id) == "COMMITTED"
     assert len(cal.events) == 1
 
 
 def test_cancel_before_commit_releases_the_key(sc: Running) -> None:
     sid, resp = prepared_event(sc, key="k-rel")
-    sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id))
-    assert state_of(sc, resp.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+    sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id, session_id=sid))
+    assert state_of(sc, sid, resp.invocation_id) == "CANCELLED_BEFORE_COMMIT"
     with pytest.raises(grpc.RpcError) as err:
         sc.executor.BeginAttempt(pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="x"))
     assert error_reason(err.value) == "attempt_not_allowed"
@@ -294,8 +295,10 @@ def test_secret_never_reaches_the_agent_side(sc: Running, caplog: pytest.LogCapt
     assert enc.redactions >= 1
     agent_answers = [
         enc.message,
-        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id)).message,
-        sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id)).SerializeToString(),
+        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id, session_id=sid)).message,
+        sc.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=resp.invocation_id, session_id=sid)
+        ).SerializeToString(),
         propose_event(sc, sid, "k-canary").SerializeToString(),
     ]
     for blob in agent_answers:
@@ -457,7 +460,9 @@ def test_truncated_result_pages_through_get_result(sc: Running) -> None:
     fragments, token, pages = [], enc.next_page_token, 0
     while token:
         page = sc.gate.GetResult(
-            pb.GetResultRequest(invocation_id=resp.invocation_id, page_token=token, tool_call_id="call_more")
+            pb.GetResultRequest(
+                invocation_id=resp.invocation_id, page_token=token, tool_call_id="call_more", session_id=sid
+            )
         )
         msg = json.loads(page.message)
         assert msg["tool_call_id"] == "call_more" and len(page.message) <= 8192
@@ -465,7 +470,9 @@ def test_truncated_result_pages_through_get_result(sc: Running) -> None:
         token, pages = page.next_page_token, pages + 1
     assert pages >= 2
     with pytest.raises(grpc.RpcError) as err:
-        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id, page_token="pg_forged:0"))
+        sc.gate.GetResult(
+            pb.GetResultRequest(invocation_id=resp.invocation_id, page_token="pg_forged:0", session_id=sid)
+        )
     assert error_reason(err.value) == "result_not_available"
     text = "".join(fragments)
     # Fragments are wrapped in untrusted-data markers; the unwrapped concatenation is the data.
@@ -480,7 +487,7 @@ def test_expired_confirmation_frees_its_key_on_the_next_proposal(sc: Running) ->
     sc.clock.advance(sc.config.confirmation.ttl_seconds + 1)
     again = propose_event(sc, sid, "k-exp")
     assert not again.idempotent_replay and again.invocation_id != parked.invocation_id
-    assert state_of(sc, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+    assert state_of(sc, sid, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
 
 
 def prepared_event_unconfirmed(sc: Running, key: str) -> tuple[str, pb.ProposeResponse]:

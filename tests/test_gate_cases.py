@@ -50,7 +50,9 @@ def test_case(shared_server: Running, case: dict[str, Any]) -> None:
     )
     assert mismatches(result_of(resp), case["expect"]) == []
     # Every answer is backed by a stored invocation with its ordered events (6.13).
-    got = shared_server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))
+    got = shared_server.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=resp.invocation_id, session_id=sid)
+    )
     assert got.invocation.state == resp.state
     assert [e.seq for e in got.events] == list(range(1, len(got.events) + 1))
     assert got.events[-1].to_state == resp.state
@@ -134,7 +136,7 @@ def test_shadow_decision_reaches_the_event(tmp_path: Any) -> None:
         sc.list_tools(sid)
         resp = sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "today"})
         assert resp.decision.effect == pb.ALLOW  # enforced answer ignores the shadow policy
-        got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))
+        got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id, session_id=sid))
         authorized = next(e for e in got.events if e.kind == "authorized")
         shadow = json_format.MessageToDict(authorized.data)["decision"]["shadow"]
         assert shadow == {"effect": "deny", "policy_ids": ["no-weather-in-paris"]}

@@ -31,11 +31,11 @@ from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.propose import steps
-from callgate.propose.confirmation import Confirmations
+from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
 from callgate.propose.parse import ParseLimits
-from callgate.propose.sessions import Sessions, check_id
+from callgate.propose.sessions import Sessions, check_id, owned_invocation
 from callgate.store.base import EventRecord, InvocationRecord, SessionRecord, Store, Usage
 from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.trail import Trail, move
@@ -195,15 +195,20 @@ class Gate:
         """Cancel every parked invocation whose confirmation window has passed; how many."""
         return await self.confirmations.expire_all()
 
-    async def list_pending(self, tenant: str) -> list[InvocationRecord]:
-        return await self.confirmations.pending(tenant)
+    async def list_pending(self, tenant: str, page_size: int = 0, page_token: str = "") -> PendingPage:
+        """One page of ``tenant``'s parked invocations (the tenant is required)."""
+        return await self.confirmations.pending(tenant, page_size, page_token)
 
     # ------------------------------------------------------------------ cancel / read
-    async def cancel(self, invocation_id: str, reason: str, trace: TraceContext) -> InvocationRecord:
+    async def cancel(
+        self, invocation_id: str, reason: str, trace: TraceContext, *, session_id: str
+    ) -> InvocationRecord:
         """Cancel (6.7): before the commit boundary the invocation becomes CANCELLED_BEFORE_COMMIT
         and its idempotency key is released. From EXECUTING on, a cancel cannot make the call
         "not happen": the record keeps its state, no further attempt may start and no tool
-        message is produced for it (6.12, 6.14 row 9)."""
+        message is produced for it (6.12, 6.14 row 9). Only the invocation's own session may
+        cancel it (another session's id answers ``invocation_not_found``)."""
+        await self.owned(invocation_id, session_id)
         inv = await self._invocation(invocation_id)
         if inv.state in CANCELLABLE:
             at = rfc3339(self._clock.now())
@@ -237,8 +242,16 @@ class Gate:
         check_transition(inv.state, State.CANCELLED_BEFORE_COMMIT)  # raises the precise error
         raise illegal_transition("invocation changed concurrently")
 
-    async def get_invocation(self, invocation_id: str) -> tuple[InvocationRecord, list[EventRecord]]:
-        inv = await self._invocation(invocation_id)
+    async def owned(self, invocation_id: str, session_id: str) -> InvocationRecord:
+        """The invocation if it belongs to ``session_id``. A missing session id, an unknown
+        invocation and another session's invocation all answer the same ``invocation_not_found``
+        (same code, same message), so an agent cannot learn which ids exist elsewhere."""
+        return await owned_invocation(self._store, invocation_id, session_id)
+
+    async def get_invocation(
+        self, invocation_id: str, *, session_id: str
+    ) -> tuple[InvocationRecord, list[EventRecord]]:
+        inv = await self.owned(invocation_id, session_id)
         return inv, await self._store.list_events(invocation_id)
 
     # ------------------------------------------------------------------ generic decision point

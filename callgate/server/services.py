@@ -136,7 +136,9 @@ class GateService(pb_grpc.GateServicer):
     async def GetResult(
         self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetResultResponse:
-        page = await self._x.get_result(request.invocation_id, request.page_token, request.tool_call_id)
+        page = await self._x.get_result(
+            request.invocation_id, request.page_token, request.tool_call_id, session_id=request.session_id
+        )
         return pb.GetResultResponse(
             message=page.message, truncated=page.truncated, next_page_token=page.next_page_token
         )
@@ -203,13 +205,15 @@ class GateService(pb_grpc.GateServicer):
         return propose_pb(outcome)
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
-        inv = await self._gate.cancel(request.invocation_id, request.reason, current_trace())
+        inv = await self._gate.cancel(
+            request.invocation_id, request.reason, current_trace(), session_id=request.session_id
+        )
         return pb.CancelResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
     async def GetInvocation(
         self, request: pb.GetInvocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInvocationResponse:
-        inv, events = await self._gate.get_invocation(request.invocation_id)
+        inv, events = await self._gate.get_invocation(request.invocation_id, session_id=request.session_id)
         return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
 
 
@@ -228,9 +232,9 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
     async def ListPending(
         self, request: pb.ListPendingRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPendingResponse:
-        pending = await self._gate.list_pending(request.tenant)
+        page = await self._gate.list_pending(request.tenant, request.page_size, request.page_token)
         out = []
-        for inv in pending:
+        for inv in page.pending:
             d = decision_dict_pb(inv.decision)
             out.append(
                 pb.PendingConfirmation(
@@ -244,7 +248,7 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
                     reasons=list(d.reasons) if d else [],
                 )
             )
-        return pb.ListPendingResponse(pending=out)
+        return pb.ListPendingResponse(pending=out, next_page_token=page.next_page_token)
 
 
 class AuthorizerService(pb_grpc.AuthorizerServicer):

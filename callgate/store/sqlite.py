@@ -492,6 +492,23 @@ class SQLiteStore:
     async def close(self) -> None:
         await self._worker.close()
 
+    async def list_pending_page(
+        self, tenant: str, after: tuple[str, str] | None, limit: int
+    ) -> list[InvocationRecord]:
+        def op(c: sqlite3.Connection) -> list[InvocationRecord]:
+            q = (
+                f"SELECT {_INV_COLS} FROM invocations"
+                " WHERE state=? AND confirmation_expires_at != '' AND tenant=?"
+            )
+            args: tuple[Any, ...] = (State.AUTHORIZED.value, tenant)
+            if after is not None:
+                q += " AND (created_at, invocation_id) > (?, ?)"
+                args += after
+            q += " ORDER BY created_at, invocation_id LIMIT ?"
+            return [_INVOCATIONS.record(r) for r in c.execute(q, (*args, limit)).fetchall()]
+
+        return await self._call(op)
+
 
 class _Conflict(Exception):
     """A compare-and-set lost inside an operation: roll its writes back, report False."""
