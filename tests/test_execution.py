@@ -19,6 +19,7 @@ from callgate.credentials.verifier import CredentialVerifier
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import Running, start_sidecar, stop_sidecar
 from tests.test_confirmation import error_reason
+from tests.test_gate_cases import error_info
 
 CANARY = "sk-CANARY-9f8e7d6c5b4a39281706"
 
@@ -186,17 +187,27 @@ def test_trace_6_12_to_observed_with_lost_answer_retried_on_the_same_key(sc: Run
 
 def test_key_reused_with_other_arguments_is_rejected(sc: Running) -> None:
     sid, first = prepared_event(sc, key="k-1")
-    other = propose_event(sc, sid, "k-1", start="2026-07-20T10:00")
+    with pytest.raises(grpc.RpcError) as err:  # the runtime's key, not the model's: a gRPC error
+        propose_event(sc, sid, "k-1", start="2026-07-20T10:00")
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    info = error_info(err.value)
+    assert info.reason == "idempotency_key_reused"
+    assert info.metadata["state"] == "VALIDATION_REJECTED"  # recorded all the same
+    assert info.metadata["invocation_id"] != first.invocation_id
+    other = sc.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=info.metadata["invocation_id"], session_id=sid)
+    ).invocation
     assert pb.State.Name(other.state) == "VALIDATION_REJECTED"
     assert other.rejection.code == "idempotency_key_reused"
-    assert other.invocation_id != first.invocation_id
 
 
 def test_write_without_key_follows_toolspec(sc: Running) -> None:
     sid = sc.open_session(subject="alice")
     sc.list_tools(sid)
-    resp = propose_event(sc, sid, key="")
-    assert resp.rejection.code == "idempotency_key_required"
+    with pytest.raises(grpc.RpcError) as err:
+        propose_event(sc, sid, key="")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_reason(err.value) == "idempotency_key_required"
     sid2 = sc.open_session(subject="carol")
     sc.list_tools(sid2)
     ok = sc.propose(sid2, "files.delete@v1", {"path": "/tmp/x"})  # declared "without_key": "allow"

@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from callgate.core.errors import invalid_request
+from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
 from callgate.execute.execution import Execution
@@ -23,6 +23,7 @@ from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
 from callgate.server.interceptors import current_trace
+from callgate.server.status import for_model
 from callgate.store.base import EventRecord, InvocationRecord
 
 _EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
@@ -202,6 +203,16 @@ class GateService(pb_grpc.GateServicer):
             ),
             current_trace(),
         )
+        rejection = outcome.rejection
+        if rejection is not None and not for_model(rejection.code):
+            # Recorded, but not the model's to act on (the rule in server/status.py): a call error.
+            raise refused_for_runtime(
+                ErrorCode(rejection.code),
+                rejection.message,
+                invocation_id=outcome.record.invocation_id,
+                state=outcome.record.state.value,
+                violations=rejection.violations,
+            )
         return propose_pb(outcome)
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
