@@ -46,7 +46,9 @@ def test_sweeper_cancels_expired_confirmations() -> None:
         ]
         assert kinds[-1] == "confirmation_expired"
         sweeper = running.sidecar.sweeper
-        assert sweeper is not None and sweeper.total_expired == 1 and sweeper.last is not None
+        assert sweeper is not None
+        wait_for(lambda: sweeper.total_expired == 1, timeout=5)  # counted after the cancel commits
+        assert sweeper.last is not None
     finally:
         stop_sidecar(running, tmp)
 
