@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -28,18 +29,29 @@ def error_reason(err: grpc.RpcError) -> str:
     raise AssertionError("no ErrorInfo detail")
 
 
-def park(server: Running, args: dict[str, Any], proposal_id: str = "p1") -> pb.ProposeResponse:
+@dataclass(frozen=True)
+class Parked:
+    """A parked invocation and the agent session that proposed it."""
+
+    sid: str
+    invocation_id: str
+    digest: str
+
+
+def park(server: Running, args: dict[str, Any], proposal_id: str = "p1") -> Parked:
     sid = server.open_session(subject="alice")
     server.list_tools(sid)
     resp = server.propose(
         sid, "calendar.create_event@v1", args, proposal_id=proposal_id, idempotency_key=f"key-{proposal_id}"
     )
     assert resp.decision.effect == pb.CONFIRM, resp
-    return resp
+    return Parked(sid, resp.invocation_id, resp.digest)
 
 
-def inv_state(server: Running, invocation_id: str) -> str:
-    got = server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id))
+def inv_state(server: Running, parked: Parked) -> str:
+    got = server.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=parked.invocation_id, session_id=parked.sid)
+    )
     return pb.State.Name(got.invocation.state)
 
 
@@ -55,7 +67,7 @@ def test_replaced_arguments_need_a_new_confirmation(server: Running) -> None:
         )
     assert err.value.code() == grpc.StatusCode.ABORTED
     assert error_reason(err.value) == "confirmation_digest_mismatch"
-    assert inv_state(server, shown.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+    assert inv_state(server, shown) == "CANCELLED_BEFORE_COMMIT"
     # The changed arguments are their own proposal, confirmed on their own digest.
     ok = server.confirmations.Confirm(
         pb.ConfirmRequest(invocation_id=replaced.invocation_id, digest=replaced.digest)
@@ -67,14 +79,15 @@ def test_confirmation_expires(server: Running) -> None:
     parked = park(server, EVENT)
     server.clock.advance(server.config.confirmation.ttl_seconds + 1)
     assert parked.invocation_id not in [
-        p.invocation_id for p in server.confirmations.ListPending(pb.ListPendingRequest()).pending
+        p.invocation_id
+        for p in server.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending
     ]
     with pytest.raises(grpc.RpcError) as err:
         server.confirmations.Confirm(
             pb.ConfirmRequest(invocation_id=parked.invocation_id, digest=parked.digest)
         )
     assert error_reason(err.value) == "confirmation_expired"
-    assert inv_state(server, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+    assert inv_state(server, parked) == "CANCELLED_BEFORE_COMMIT"
 
 
 def test_confirm_only_once_under_race(server: Running) -> None:
@@ -91,14 +104,18 @@ def test_confirm_only_once_under_race(server: Running) -> None:
         outcomes = list(pool.map(attempt, range(8)))
     assert outcomes.count("PREPARED") == 1
     assert set(outcomes) == {"PREPARED", "confirmation_not_pending"}
-    got = server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=parked.invocation_id))
+    got = server.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=parked.invocation_id, session_id=parked.sid)
+    )
     assert [e.kind for e in got.events].count("confirmed") == 1
 
 
 def test_cancel_before_commit_and_terminal_states(server: Running) -> None:
     parked = park(server, EVENT)
     resp = server.gate.Cancel(
-        pb.CancelRequest(invocation_id=parked.invocation_id, reason="user closed the chat")
+        pb.CancelRequest(
+            invocation_id=parked.invocation_id, reason="user closed the chat", session_id=parked.sid
+        )
     )
     assert pb.State.Name(resp.state) == "CANCELLED_BEFORE_COMMIT"
     with pytest.raises(grpc.RpcError) as err:
@@ -108,11 +125,15 @@ def test_cancel_before_commit_and_terminal_states(server: Running) -> None:
     assert error_reason(err.value) == "confirmation_not_pending"
     # Cancel is idempotent (6.7): a second cancel answers the state and records nothing.
     before = len(
-        server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=parked.invocation_id)).events
+        server.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=parked.invocation_id, session_id=parked.sid)
+        ).events
     )
-    again = server.gate.Cancel(pb.CancelRequest(invocation_id=parked.invocation_id))
+    again = server.gate.Cancel(pb.CancelRequest(invocation_id=parked.invocation_id, session_id=parked.sid))
     assert pb.State.Name(again.state) == "CANCELLED_BEFORE_COMMIT"
-    after = server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=parked.invocation_id)).events
+    after = server.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=parked.invocation_id, session_id=parked.sid)
+    ).events
     assert len(after) == before
 
 
@@ -128,7 +149,7 @@ def test_confirmer_rpcs_are_not_on_the_agent_listener(server: Running) -> None:
     with pytest.raises(grpc.RpcError) as err:
         pb_grpc.GateStub(server.channels["confirmer"]).OpenSession(pb.OpenSessionRequest())
     assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
-    assert inv_state(server, parked.invocation_id) == "AUTHORIZED"
+    assert inv_state(server, parked) == "AUTHORIZED"
 
 
 def test_unknown_session_and_invocation_are_errors(server: Running) -> None:

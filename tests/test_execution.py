@@ -19,6 +19,7 @@ from callgate.credentials.verifier import CredentialVerifier
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import Running, start_sidecar, stop_sidecar
 from tests.test_confirmation import error_reason
+from tests.test_gate_cases import error_info
 
 CANARY = "sk-CANARY-9f8e7d6c5b4a39281706"
 
@@ -120,10 +121,9 @@ def run_attempt(
     return att, out
 
 
-def state_of(sc: Running, invocation_id: str) -> str:
-    return pb.State.Name(
-        sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id)).invocation.state
-    )
+def state_of(sc: Running, sid: str, invocation_id: str) -> str:
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id, session_id=sid))
+    return pb.State.Name(got.invocation.state)
 
 
 def test_trace_6_12_to_observed_with_lost_answer_retried_on_the_same_key(sc: Running) -> None:
@@ -154,13 +154,13 @@ def test_trace_6_12_to_observed_with_lost_answer_retried_on_the_same_key(sc: Run
     assert pb.State.Name(enc.state) == "OBSERVED"
     message = json.loads(enc.message)
     assert message["tool_call_id"] == "call_1" and message["role"] == "tool"
-    assert sc.gate.GetResult(pb.GetResultRequest(invocation_id=inv)).message == enc.message
+    assert sc.gate.GetResult(pb.GetResultRequest(invocation_id=inv, session_id=sid)).message == enc.message
 
     # A third identical proposal after completion replays the original tool message.
     third = propose_event(sc, sid, "req-42:create-event:1")
     assert third.idempotent_replay and third.replayed_message == enc.message
 
-    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv, session_id=sid))
     kinds = [e.kind for e in got.events]
     assert kinds == [
         "proposed",
@@ -187,17 +187,27 @@ def test_trace_6_12_to_observed_with_lost_answer_retried_on_the_same_key(sc: Run
 
 def test_key_reused_with_other_arguments_is_rejected(sc: Running) -> None:
     sid, first = prepared_event(sc, key="k-1")
-    other = propose_event(sc, sid, "k-1", start="2026-07-20T10:00")
+    with pytest.raises(grpc.RpcError) as err:  # the runtime's key, not the model's: a gRPC error
+        propose_event(sc, sid, "k-1", start="2026-07-20T10:00")
+    assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+    info = error_info(err.value)
+    assert info.reason == "idempotency_key_reused"
+    assert info.metadata["state"] == "VALIDATION_REJECTED"  # recorded all the same
+    assert info.metadata["invocation_id"] != first.invocation_id
+    other = sc.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=info.metadata["invocation_id"], session_id=sid)
+    ).invocation
     assert pb.State.Name(other.state) == "VALIDATION_REJECTED"
     assert other.rejection.code == "idempotency_key_reused"
-    assert other.invocation_id != first.invocation_id
 
 
 def test_write_without_key_follows_toolspec(sc: Running) -> None:
     sid = sc.open_session(subject="alice")
     sc.list_tools(sid)
-    resp = propose_event(sc, sid, key="")
-    assert resp.rejection.code == "idempotency_key_required"
+    with pytest.raises(grpc.RpcError) as err:
+        propose_event(sc, sid, key="")
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert error_reason(err.value) == "idempotency_key_required"
     sid2 = sc.open_session(subject="carol")
     sc.list_tools(sid2)
     ok = sc.propose(sid2, "files.delete@v1", {"path": "/tmp/x"})  # declared "without_key": "allow"
@@ -224,14 +234,16 @@ def test_write_timeout_is_outcome_unknown_not_unexecuted(sc: Running) -> None:
             pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="files")
         )
     assert error_reason(err.value) == "attempt_not_allowed"
-    assert state_of(sc, resp.invocation_id) == "OUTCOME_UNKNOWN"
+    assert state_of(sc, sid, resp.invocation_id) == "OUTCOME_UNKNOWN"
 
 
 def test_cancel_after_commit_stops_only_what_follows(sc: Running) -> None:
     cal = FakeCalendar()
-    _, resp = prepared_event(sc, key="k-cancel")
+    sid, resp = prepared_event(sc, key="k-cancel")
     run_attempt(sc, cal, resp.invocation_id)
-    out = sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id, reason="user left"))
+    out = sc.gate.Cancel(
+        pb.CancelRequest(invocation_id=resp.invocation_id, reason="user left", session_id=sid)
+    )
     assert pb.State.Name(out.state) == "COMMITTED"  # the event exists; cancel cannot undo it
     # 6.12, 6.14 row 9: the result is recorded for the trail, but no output goes to the model
     enc = sc.executor.EncodeResult(
@@ -241,14 +253,14 @@ def test_cancel_after_commit_stops_only_what_follows(sc: Running) -> None:
     with pytest.raises(grpc.RpcError) as err:
         sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id))
     assert error_reason(err.value) == "output_after_cancel"
-    assert state_of(sc, resp.invocation_id) == "COMMITTED"
+    assert state_of(sc, sid, resp.invocation_id) == "COMMITTED"
     assert len(cal.events) == 1
 
 
 def test_cancel_before_commit_releases_the_key(sc: Running) -> None:
     sid, resp = prepared_event(sc, key="k-rel")
-    sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id))
-    assert state_of(sc, resp.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+    sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id, session_id=sid))
+    assert state_of(sc, sid, resp.invocation_id) == "CANCELLED_BEFORE_COMMIT"
     with pytest.raises(grpc.RpcError) as err:
         sc.executor.BeginAttempt(pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="x"))
     assert error_reason(err.value) == "attempt_not_allowed"
@@ -297,8 +309,10 @@ def test_secret_never_reaches_the_agent_side(sc: Running, caplog: pytest.LogCapt
     assert enc.redactions >= 1
     agent_answers = [
         enc.message,
-        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id)).message,
-        sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id)).SerializeToString(),
+        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id, session_id=sid)).message,
+        sc.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=resp.invocation_id, session_id=sid)
+        ).SerializeToString(),
         propose_event(sc, sid, "k-canary").SerializeToString(),
     ]
     for blob in agent_answers:
@@ -460,7 +474,9 @@ def test_truncated_result_pages_through_get_result(sc: Running) -> None:
     fragments, token, pages = [], enc.next_page_token, 0
     while token:
         page = sc.gate.GetResult(
-            pb.GetResultRequest(invocation_id=resp.invocation_id, page_token=token, tool_call_id="call_more")
+            pb.GetResultRequest(
+                invocation_id=resp.invocation_id, page_token=token, tool_call_id="call_more", session_id=sid
+            )
         )
         msg = json.loads(page.message)
         assert msg["tool_call_id"] == "call_more" and len(page.message) <= 8192
@@ -468,7 +484,9 @@ def test_truncated_result_pages_through_get_result(sc: Running) -> None:
         token, pages = page.next_page_token, pages + 1
     assert pages >= 2
     with pytest.raises(grpc.RpcError) as err:
-        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id, page_token="pg_forged:0"))
+        sc.gate.GetResult(
+            pb.GetResultRequest(invocation_id=resp.invocation_id, page_token="pg_forged:0", session_id=sid)
+        )
     assert error_reason(err.value) == "result_not_available"
     text = "".join(fragments)
     # Fragments are wrapped in untrusted-data markers; the unwrapped concatenation is the data.
@@ -483,7 +501,7 @@ def test_expired_confirmation_frees_its_key_on_the_next_proposal(sc: Running) ->
     sc.clock.advance(sc.config.confirmation.ttl_seconds + 1)
     again = propose_event(sc, sid, "k-exp")
     assert not again.idempotent_replay and again.invocation_id != parked.invocation_id
-    assert state_of(sc, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+    assert state_of(sc, sid, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
 
 
 def prepared_event_unconfirmed(sc: Running, key: str) -> tuple[str, pb.ProposeResponse]:

@@ -10,19 +10,54 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import grpc
 import pytest
 from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from callgate.cli.evalcases import case_arguments, mismatches
 from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.server.status import for_model
 from tests.conftest import DATA, Running
 
 _DOC = json.loads((DATA / "gate_cases.json").read_text(encoding="utf-8"))
 CASES = [{**_DOC["defaults"], **c} for c in _DOC["cases"]]
 
 
-def result_of(resp: pb.ProposeResponse) -> dict[str, Any]:
-    """The gRPC answer in `callgate eval`'s result shape."""
+def error_info(err: grpc.RpcError) -> error_details_pb2.ErrorInfo:
+    status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    assert status is not None, "callgate errors carry a google.rpc.Status"
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return info
+    raise AssertionError("no ErrorInfo detail")
+
+
+def propose_recorded(
+    server: Running, sid: str, *args: Any, **kw: Any
+) -> tuple[pb.ProposeResponse | pb.Invocation, grpc.RpcError | None]:
+    """Propose; a refusal for the runtime (a gRPC error, the rule in server/status.py) is read
+    back from its record, which the error names. (answer or record, the error if any)."""
+    try:
+        return server.propose(sid, *args, **kw), None
+    except grpc.RpcError as err:
+        info = error_info(err)
+        if "invocation_id" not in info.metadata:
+            raise
+        got = server.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=info.metadata["invocation_id"], session_id=sid)
+        )
+        inv = got.invocation
+        assert info.reason == inv.rejection.code and not for_model(info.reason)  # one code string
+        assert info.metadata["state"] == pb.State.Name(inv.state)
+        return inv, err
+
+
+def result_of(resp: Message) -> dict[str, Any]:
+    """The gRPC answer (or a refusal's record) in `callgate eval`'s result shape."""
     d = json_format.MessageToDict(resp, preserving_proto_field_name=True)
     decision = d.get("decision")
     if decision:
@@ -42,7 +77,8 @@ def test_case(shared_server: Running, case: dict[str, Any]) -> None:
         tenant=case["subject"]["tenant"], subject=case["subject"]["id"], tz=case["timezone"]
     )
     shared_server.list_tools(sid)
-    resp = shared_server.propose(
+    resp, _ = propose_recorded(
+        shared_server,
         sid,
         case["tool"],
         case_arguments(case),
@@ -50,7 +86,9 @@ def test_case(shared_server: Running, case: dict[str, Any]) -> None:
     )
     assert mismatches(result_of(resp), case["expect"]) == []
     # Every answer is backed by a stored invocation with its ordered events (6.13).
-    got = shared_server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))
+    got = shared_server.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=resp.invocation_id, session_id=sid)
+    )
     assert got.invocation.state == resp.state
     assert [e.seq for e in got.events] == list(range(1, len(got.events) + 1))
     assert got.events[-1].to_state == resp.state
@@ -60,9 +98,15 @@ def test_case(shared_server: Running, case: dict[str, Any]) -> None:
 def test_proposal_for_unlisted_model_call_is_rejected(shared_server: Running) -> None:
     sid = shared_server.open_session()
     shared_server.list_tools(sid, model_call_id="mc-listed")
-    resp = shared_server.propose(
-        sid, "weather.get@v1", {"city": "Paris", "date": "2026-07-20"}, model_call_id="mc-other"
+    resp, err = propose_recorded(
+        shared_server,
+        sid,
+        "weather.get@v1",
+        {"city": "Paris", "date": "2026-07-20"},
+        model_call_id="mc-other",
     )
+    # The runtime's mistake, not the model's: a gRPC error naming the recorded refusal.
+    assert err is not None and err.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert pb.State.Name(resp.state) == "PARSE_REJECTED"
     assert resp.rejection.code == "tools_not_listed"
 
@@ -134,7 +178,7 @@ def test_shadow_decision_reaches_the_event(tmp_path: Any) -> None:
         sc.list_tools(sid)
         resp = sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "today"})
         assert resp.decision.effect == pb.ALLOW  # enforced answer ignores the shadow policy
-        got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))
+        got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id, session_id=sid))
         authorized = next(e for e in got.events if e.kind == "authorized")
         shadow = json_format.MessageToDict(authorized.data)["decision"]["shadow"]
         assert shadow == {"effect": "deny", "policy_ids": ["no-weather-in-paris"]}

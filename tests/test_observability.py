@@ -114,7 +114,7 @@ def test_metrics_endpoint_counts_decisions_rejections_stages_and_execution(meter
                         idempotency_key="k-1", proposal_id="p7")  # fmt: skip
     assert replay.idempotent_replay
     with pytest.raises(grpc.RpcError):
-        sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id="inv_nope"))
+        sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id="inv_nope", session_id=sid))
 
     m = scrape(sc)
     D = "callgate_decisions_total"
@@ -271,7 +271,9 @@ def test_decision_log_lines_with_masking_and_keyed_hash(
         again = sc.propose(sid, CAL, args, idempotency_key="k-1", proposal_id="call_2")
         assert again.idempotent_replay
         w = sc.propose(sid, "weather.get@v1", {"city": "Shanghai", "date": "tomorrow"}, proposal_id="w1")
-        stored = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=r.invocation_id)).events
+        stored = sc.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=r.invocation_id, session_id=sid)
+        ).events
     finally:
         stop_sidecar(sc, tmp)
     text = log_path.read_text(encoding="utf-8")
@@ -425,7 +427,9 @@ def test_stage_spans_carry_the_callers_trace_and_the_events_span_ids() -> None:
             pb.ConfirmRequest(invocation_id=r.invocation_id, digest=r.digest, confirmed_by="alice"),
             metadata=(("traceparent", f"00-{TRACE_ID}-{confirm_span}-01"),),
         )
-        events = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=r.invocation_id)).events
+        events = sc.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=r.invocation_id, session_id=sid)
+        ).events
         tracer = next(s for s in sinks_of(sc) if isinstance(s, TracingSink))
         spans = tracer.finished_spans()
     finally:
@@ -464,7 +468,9 @@ def test_spans_without_traceparent_use_the_events_new_trace() -> None:
         sid = sc.open_session()
         sc.list_tools(sid)
         r = sc.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"})
-        events = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=r.invocation_id)).events
+        events = sc.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=r.invocation_id, session_id=sid)
+        ).events
         tracer = next(s for s in sinks_of(sc) if isinstance(s, TracingSink))
         spans = tracer.finished_spans()
     finally:

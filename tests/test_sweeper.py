@@ -36,12 +36,12 @@ def test_sweeper_cancels_expired_confirmations() -> None:
         sid, parked = prepared_event_unconfirmed(running, "k-sweep")
         running.clock.advance(running.config.confirmation.ttl_seconds + 1)
         t0 = time.monotonic()
-        wait_for(lambda: state_of(running, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT", timeout=5)
+        wait_for(lambda: state_of(running, sid, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT", timeout=5)
         assert time.monotonic() - t0 < 5  # bounded: a few sweep intervals, not the watcher's minute
         kinds = [
             e.kind
             for e in running.gate.GetInvocation(
-                pb.GetInvocationRequest(invocation_id=parked.invocation_id)
+                pb.GetInvocationRequest(invocation_id=parked.invocation_id, session_id=sid)
             ).events
         ]
         assert kinds[-1] == "confirmation_expired"

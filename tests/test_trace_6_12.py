@@ -59,7 +59,7 @@ def test_calendar_create_event_trace_to_prepared(server: Running) -> None:
     )
     assert state(confirmed.state) == "PREPARED"
 
-    got = server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id))
+    got = server.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=resp.invocation_id, session_id=sid))
     kinds = [(e.kind, state(e.to_state)) for e in got.events]
     assert kinds == [
         ("proposed", "PROPOSED"),

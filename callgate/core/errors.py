@@ -4,9 +4,10 @@ Every failure callgate reports carries an :class:`ErrorCode`. The code strings a
 public contract: they appear in gRPC error details, in structured rejections returned by
 ``Propose``, in events, and (later) as metric labels. Never rename one; add new ones instead.
 
-The mapping from a code to a gRPC status lives in exactly one place,
-:mod:`callgate.server.status`, and a test checks that every code here is mapped
-(``tests/test_service_plumbing.py::test_every_error_code_is_mapped_once``).
+Who a code is for (the model, in an OK ``Propose`` answer, or the runtime / an operator, as a
+gRPC error), its gRPC status and whether it is final or retryable live in exactly one table,
+:data:`callgate.server.status.RULES` (the rule is in that module's docstring); tests check that
+every code here is in it (``tests/test_codes.py``).
 
 Errors are built with the named constructors below, one per raised code, grouped by family (the
 model is OPA's ``topdown/errors.go``: one error type, named constructors), never inline as
@@ -142,8 +143,8 @@ class ErrorCode(str, Enum):
 DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.INVALID_REQUEST: "A required request field is missing or malformed (ids, subject, time zone).",
     ErrorCode.SESSION_NOT_FOUND: "The session id is unknown.",
-    ErrorCode.INVOCATION_NOT_FOUND: "The invocation id is unknown.",
-    ErrorCode.TOOLS_NOT_LISTED: "No `ListTools` was recorded for this `model_call_id`: the model cannot have seen the tool.",
+    ErrorCode.INVOCATION_NOT_FOUND: "The invocation id is unknown, or (GetInvocation, GetResult, Cancel) it is not the calling session's: both answer alike.",
+    ErrorCode.TOOLS_NOT_LISTED: "No `ListTools` was recorded for this `model_call_id`: the model cannot have seen the tool. The refusal is recorded (PARSE_REJECTED) and `Propose` fails with it.",
     ErrorCode.UNKNOWN_TOOL_VERSION: "`name@version` is not in the set shown for this model call (or changed since). No approximate matching (6.14 row 1).",
     ErrorCode.INVALID_JSON: "The argument bytes are not JSON.",
     ErrorCode.INVALID_UTF8: "The argument bytes are not valid UTF-8.",
@@ -175,9 +176,9 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.ENGINE_UNAVAILABLE: "The remote policy engine could not be reached or answered with an HTTP error: fail-closed deny.",
     ErrorCode.ENGINE_UNDEFINED: "The decision document is undefined (no rule produced it): fail-closed deny.",
     ErrorCode.ENGINE_MALFORMED: "The decision document does not have the contract's shape: fail-closed deny.",
-    ErrorCode.IDEMPOTENCY_KEY_REUSED: "The idempotency key was used before with other normalized arguments (6.8 rule 3).",
-    ErrorCode.IDEMPOTENCY_KEY_REQUIRED: "A write tool proposed without an idempotency key whose ToolSpec says `without_key: reject` (the default for writes).",
-    ErrorCode.IDEMPOTENCY_KEY_EXPIRED: "The key's record is past its retention window and the policy is to reject (6.8 rule 4).",
+    ErrorCode.IDEMPOTENCY_KEY_REUSED: "The idempotency key was used before with other normalized arguments (6.8 rule 3). The refusal is recorded (VALIDATION_REJECTED) and `Propose` fails with it: use a new key.",
+    ErrorCode.IDEMPOTENCY_KEY_REQUIRED: "A write tool proposed without an idempotency key whose ToolSpec says `without_key: reject` (the default for writes). The refusal is recorded (VALIDATION_REJECTED) and `Propose` fails with it: supply a key.",
+    ErrorCode.IDEMPOTENCY_KEY_EXPIRED: "The key's record is past its retention window and the policy is to reject (6.8 rule 4). The refusal is recorded (VALIDATION_REJECTED) and `Propose` fails with it: use a new key.",
     ErrorCode.ATTEMPT_NOT_FOUND: "The attempt id is unknown.",
     ErrorCode.ATTEMPT_NOT_ALLOWED: "No attempt may start: wrong state, retry matrix says no, retry budget used, or an attempt is still running.",
     ErrorCode.DEADLINE_EXCEEDED: "The invocation's deadline has passed.",
@@ -187,7 +188,7 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.SECRET_ALREADY_REDEEMED: "The secret was already released for this attempt (once per attempt).",
     ErrorCode.RECONCILE_NOT_ALLOWED: "`Reconcile` on an invocation that is not OUTCOME_UNKNOWN and was never reconciled: only an unknown outcome is reconciled (6.7).",
     ErrorCode.RECONCILE_CONFLICT: "`Reconcile` with a finding (or external resource id) that contradicts the one already recorded; the first finding stands.",
-    ErrorCode.RESULT_NOT_AVAILABLE: "The invocation has no encoded result (yet), or the page token is unknown.",
+    ErrorCode.RESULT_NOT_AVAILABLE: "The invocation has no encoded result yet (retry later), or the page token is unknown (final).",
     ErrorCode.OUTPUT_AFTER_CANCEL: "No tool message after a cancel (6.14 row 9): before the commit boundary nothing ran; after it the result is recorded but withheld from the model (6.12).",
     ErrorCode.BUDGET_EXHAUSTED: "A session budget (model calls, tool calls, wall clock, result bytes, external cost) is used up; the loop ends (6.11).",
     ErrorCode.NOT_READY: "The sidecar has no usable policy snapshot yet (readiness).",
@@ -299,6 +300,26 @@ def tools_not_listed(
 def unknown_tool_version(message: str) -> CallgateError:
     """``name@version`` is not in the shown set, or changed (``unknown_tool_version``)."""
     return CallgateError(code=ErrorCode.UNKNOWN_TOOL_VERSION, message=message)
+
+
+def refused_for_runtime(
+    code: ErrorCode,
+    message: str,
+    *,
+    invocation_id: str,
+    state: str,
+    violations: Sequence[Violation] = (),
+) -> CallgateError:
+    """A proposal refused for a reason only the runtime can fix (``tools_not_listed``,
+    ``idempotency_key_*``: the rule in :mod:`callgate.server.status`). The refusal was recorded
+    like any other; it is raised as a call error whose metadata names the recorded invocation
+    (``invocation_id``, ``state``)."""
+    return CallgateError(
+        code=code,
+        message=message,
+        violations=violations,
+        metadata={"invocation_id": invocation_id, "state": state},
+    )
 
 
 # --- strict parse (6.3, 6.4 layer 1): RejectedError --------------------------------------------

@@ -68,6 +68,7 @@ from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.idempotency import IdempotencyFlow
+from callgate.propose.sessions import owned_invocation
 from callgate.store.base import AttemptRecord, InvocationRecord, ResultRecord, Store, Usage
 from callgate.store.trail import Trail
 
@@ -684,8 +685,10 @@ class Execution:
             await self._usage.consume(session, Usage(result_bytes=len(encoded.message_bytes)), check=False)
         return EncodedResult(result, new, withheld)
 
-    async def get_result(self, invocation_id: str, page_token: str = "", tool_call_id: str = "") -> Page:
-        inv = await self._inv(invocation_id)
+    async def get_result(
+        self, invocation_id: str, page_token: str = "", tool_call_id: str = "", *, session_id: str
+    ) -> Page:
+        inv = await owned_invocation(self._store, invocation_id, session_id)  # else: invocation_not_found
         result = await self._store.get_result(invocation_id)
         if inv.cancel_requested_at:
             raise output_after_cancel(

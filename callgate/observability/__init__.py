@@ -119,6 +119,11 @@ class PublishingStore:
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         return await self.inner.list_pending(tenant)
 
+    async def list_pending_page(
+        self, tenant: str, after: tuple[str, str] | None, limit: int
+    ) -> list[InvocationRecord]:
+        return await self.inner.list_pending_page(tenant, after, limit)
+
     async def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
         return await self.inner.get_attempt(attempt_id)
 

@@ -27,8 +27,10 @@ the deadline ends nothing: the commit boundary may have been passed (6.7).
 
 from __future__ import annotations
 
+import base64
 import hmac
-from dataclasses import replace
+import json
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from callgate.core.clock import Clock, rfc3339
@@ -38,6 +40,7 @@ from callgate.core.errors import (
     confirmation_expired,
     confirmation_not_pending,
     deadline_exceeded,
+    invalid_request,
     unknown_tool_version,
 )
 from callgate.core.events import EventKind
@@ -161,14 +164,66 @@ class Confirmations:
                 ended += 1
         return ended
 
-    async def pending(self, tenant: str) -> list[InvocationRecord]:
-        """Parked invocations of ``tenant`` still inside their confirmation window."""
+    async def pending(self, tenant: str, page_size: int = 0, page_token: str = "") -> PendingPage:
+        """One page of the parked invocations of ``tenant`` still inside their confirmation window
+        (``ListPending``): oldest first, ``page_size`` of them (0: the default; above the maximum:
+        the maximum; negative: ``invalid_request``), after ``page_token``. The tenant is required:
+        there is no listing across tenants."""
+        if not tenant:
+            raise invalid_request("tenant is required")
+        if page_size < 0:
+            raise invalid_request("page_size must not be negative")
+        size = min(page_size or PAGE_SIZE_DEFAULT, PAGE_SIZE_MAX)
+        cursor = _cursor_of(tenant, page_token) if page_token else None
         now = self._clock.now()
-        return [
-            inv
-            for inv in await self._store.list_pending(tenant)
-            if now < datetime.fromisoformat(inv.confirmation_expires_at)
-        ]
+        live: list[InvocationRecord] = []
+        while True:  # expired ones (not yet swept) are skipped; fill the page from later rows
+            want = size + 1 - len(live)
+            rows = await self._store.list_pending_page(tenant, cursor, want)
+            live += [r for r in rows if now < datetime.fromisoformat(r.confirmation_expires_at)]
+            if len(live) > size:
+                return PendingPage(tuple(live[:size]), _token_of(tenant, live[size - 1]))
+            if len(rows) < want:
+                return PendingPage(tuple(live), "")
+            cursor = (rows[-1].created_at, rows[-1].invocation_id)
 
 
-__all__ = ["Confirmations"]
+PAGE_SIZE_DEFAULT = 50
+"""``ListPending`` page size when the request gives none."""
+PAGE_SIZE_MAX = 500
+"""The largest ``ListPending`` page; a larger ``page_size`` is served as this (AIP-158)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingPage:
+    """A page of parked invocations and the token of the next page (empty: the last page)."""
+
+    pending: tuple[InvocationRecord, ...]
+    next_page_token: str
+
+
+def _token_of(tenant: str, last: InvocationRecord) -> str:
+    """The opaque token of the page after ``last``: the keyset position, bound to the tenant."""
+    raw = json.dumps(["p1", tenant, last.created_at, last.invocation_id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _cursor_of(tenant: str, token: str) -> tuple[str, str]:
+    """The keyset position in ``token``; ``invalid_request`` if it is not a token of this
+    tenant's listing."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        version, owner, created_at, invocation_id = json.loads(raw)
+    except (ValueError, TypeError):
+        raise invalid_request("page_token is not a ListPending token") from None
+    if (
+        version != "p1"
+        or owner != tenant
+        or not isinstance(created_at, str)
+        or not isinstance(invocation_id, str)
+    ):
+        raise invalid_request("page_token is not a ListPending token for this tenant")
+    return created_at, invocation_id
+
+
+__all__ = ["PAGE_SIZE_DEFAULT", "PAGE_SIZE_MAX", "Confirmations", "PendingPage"]

@@ -41,12 +41,12 @@ from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.propose import steps
-from callgate.propose.confirmation import Confirmations
+from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.digest import canonicalize
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
 from callgate.propose.parse import ParseLimits
-from callgate.propose.sessions import Sessions, check_id
+from callgate.propose.sessions import Sessions, check_id, owned_invocation
 from callgate.store.base import (
     DecisionRecord,
     EventRecord,
@@ -254,11 +254,14 @@ class Gate:
         key released); how many."""
         return await self.confirmations.expire_deadlines()
 
-    async def list_pending(self, tenant: str) -> list[InvocationRecord]:
-        return await self.confirmations.pending(tenant)
+    async def list_pending(self, tenant: str, page_size: int = 0, page_token: str = "") -> PendingPage:
+        """One page of ``tenant``'s parked invocations (the tenant is required)."""
+        return await self.confirmations.pending(tenant, page_size, page_token)
 
     # ------------------------------------------------------------------ cancel / read
-    async def cancel(self, invocation_id: str, reason: str, trace: TraceContext) -> InvocationRecord:
+    async def cancel(
+        self, invocation_id: str, reason: str, trace: TraceContext, *, session_id: str
+    ) -> InvocationRecord:
         """Cancel (6.7, 6.12), idempotent on every state: the answer is the invocation as it now is.
 
         * Before the commit boundary (PROPOSED .. PREPARED) the invocation becomes
@@ -272,7 +275,9 @@ class Gate:
           FAILED_BEFORE_COMMIT), or one whose cancel is already recorded: nothing changes.
 
         Only an unknown id, a store failure, or a record that keeps changing under it (lost the
-        compare-and-set :data:`_CANCEL_TRIES` times) is an error."""
+        compare-and-set :data:`_CANCEL_TRIES` times) is an error. Only the invocation's own
+        session may cancel it (another session's id answers ``invocation_not_found``)."""
+        await self.owned(invocation_id, session_id)
         for _ in range(_CANCEL_TRIES):
             inv = await self._invocation(invocation_id)
             at = rfc3339(self._clock.now())
@@ -303,8 +308,16 @@ class Gate:
                 return inv  # terminal, or the cancel is already recorded: nothing changes
         raise illegal_transition("invocation changed concurrently; cancel again")
 
-    async def get_invocation(self, invocation_id: str) -> tuple[InvocationRecord, list[EventRecord]]:
-        inv = await self._invocation(invocation_id)
+    async def owned(self, invocation_id: str, session_id: str) -> InvocationRecord:
+        """The invocation if it belongs to ``session_id``. A missing session id, an unknown
+        invocation and another session's invocation all answer the same ``invocation_not_found``
+        (same code, same message), so an agent cannot learn which ids exist elsewhere."""
+        return await owned_invocation(self._store, invocation_id, session_id)
+
+    async def get_invocation(
+        self, invocation_id: str, *, session_id: str
+    ) -> tuple[InvocationRecord, list[EventRecord]]:
+        inv = await self.owned(invocation_id, session_id)
         return inv, await self._store.list_events(invocation_id)
 
     # ------------------------------------------------------------------ generic decision point

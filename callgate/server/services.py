@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format, struct_pb2
 
-from callgate.core.errors import invalid_request
+from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
 from callgate.execute.execution import Execution, Finding
@@ -23,6 +23,7 @@ from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
 from callgate.server.interceptors import current_trace
+from callgate.server.status import for_model
 from callgate.store.base import EventRecord, InvocationRecord
 
 _EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
@@ -136,7 +137,9 @@ class GateService(pb_grpc.GateServicer):
     async def GetResult(
         self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetResultResponse:
-        page = await self._x.get_result(request.invocation_id, request.page_token, request.tool_call_id)
+        page = await self._x.get_result(
+            request.invocation_id, request.page_token, request.tool_call_id, session_id=request.session_id
+        )
         return pb.GetResultResponse(
             message=page.message, truncated=page.truncated, next_page_token=page.next_page_token
         )
@@ -202,16 +205,28 @@ class GateService(pb_grpc.GateServicer):
             ),
             current_trace(),
         )
+        rejection = outcome.rejection
+        if rejection is not None and not for_model(rejection.code):
+            # Recorded, but not the model's to act on (the rule in server/status.py): a call error.
+            raise refused_for_runtime(
+                ErrorCode(rejection.code),
+                rejection.message,
+                invocation_id=outcome.record.invocation_id,
+                state=outcome.record.state.value,
+                violations=rejection.violations,
+            )
         return propose_pb(outcome)
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
-        inv = await self._gate.cancel(request.invocation_id, request.reason, current_trace())
+        inv = await self._gate.cancel(
+            request.invocation_id, request.reason, current_trace(), session_id=request.session_id
+        )
         return pb.CancelResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
     async def GetInvocation(
         self, request: pb.GetInvocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInvocationResponse:
-        inv, events = await self._gate.get_invocation(request.invocation_id)
+        inv, events = await self._gate.get_invocation(request.invocation_id, session_id=request.session_id)
         return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
 
 
@@ -230,9 +245,9 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
     async def ListPending(
         self, request: pb.ListPendingRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPendingResponse:
-        pending = await self._gate.list_pending(request.tenant)
+        page = await self._gate.list_pending(request.tenant, request.page_size, request.page_token)
         out = []
-        for inv in pending:
+        for inv in page.pending:
             d = decision_dict_pb(inv.decision)
             out.append(
                 pb.PendingConfirmation(
@@ -246,7 +261,7 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
                     reasons=list(d.reasons) if d else [],
                 )
             )
-        return pb.ListPendingResponse(pending=out)
+        return pb.ListPendingResponse(pending=out, next_page_token=page.next_page_token)
 
 
 class AuthorizerService(pb_grpc.AuthorizerServicer):

@@ -1,13 +1,31 @@
-"""The one place where callgate errors become gRPC statuses.
+"""The one table of error codes: who each code is for, its gRPC status, final or retryable.
 
-Each :class:`~callgate.core.errors.ErrorCode` maps to exactly one gRPC status code. The wire error
-carries a ``google.rpc.Status`` with an ``ErrorInfo`` (reason = the stable code, domain =
-``callgate.dev``, metadata) and, for located problems, a ``BadRequest`` with one field violation
-per JSON pointer. ``tests/test_service_plumbing.py::test_every_error_code_is_mapped_once`` checks
-that every code is mapped.
+**The rule.** A stable code is an *answer the model can act on* when the proposal itself is at
+fault and the model can do something about it: propose other arguments, pick another tool it was
+shown, or stop and tell the user (audience ``model``). Such a code never fails the ``Propose``
+RPC: ``Propose`` answers OK, the invocation is recorded in its terminal state and the code is
+``rejection.code`` (a refused proposal) or ``decision.error_code`` (a fail-closed deny), which
+the runtime hands to the model in the tool message. Everything else is a *gRPC error*: the
+status below with a ``google.rpc.ErrorInfo`` (reason = the code, domain ``callgate.dev``). Its
+audience is the ``runtime`` (the code around the model: sessions, ids, idempotency keys and
+deadlines all come from the runtime, spec 6.1; confirmations; the executor protocol; budgets;
+availability) or the ``operator`` (configuration, policies, secret bindings, defects), because
+the model cannot fix it by proposing differently. When ``Propose`` refuses a proposal for a
+runtime reason (``tools_not_listed``, ``idempotency_key_*``), the refusal is still recorded
+(events, state, usage) and the error's ``ErrorInfo.metadata`` names it (``invocation_id``,
+``state``). The status of a ``model`` code is used only when another RPC raises that code for
+its own caller (e.g. ``EncodeResult`` refusing an executor's result value as ``invalid_json``).
+
+The code string is the same everywhere a code appears: ``Rejection.code``,
+``Decision.error_code``, ``ErrorInfo.reason``, events and metric labels (all are
+``ErrorCode.value``). ``docs/ERRORS.md`` is generated from this table (``scripts/gen-docs``);
+``tests/test_codes.py`` checks it is exhaustive and that behaviour follows it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
 
 import grpc
 from google.rpc import code_pb2, error_details_pb2, status_pb2
@@ -17,64 +35,109 @@ from callgate.core.errors import CallgateError, ErrorCode
 
 DOMAIN = "callgate.dev"
 
+
+class Audience(str, Enum):
+    """Who acts on a code (see the module docstring for the rule)."""
+
+    MODEL = "model"
+    """An answer in ``Propose`` (``rejection.code`` / ``decision.error_code``), for the model."""
+    RUNTIME = "runtime"
+    """A gRPC error the runtime (agent loop, confirmer UI, executor) must handle."""
+    OPERATOR = "operator"
+    """A gRPC error or a load failure only an operator can fix (config, policies, defects)."""
+
+
+class Retry(str, Enum):
+    """Whether the same request may succeed later."""
+
+    FINAL = "final"
+    """The same request gets the same answer: change something first (arguments, key, state)."""
+    RETRYABLE = "retryable"
+    """The same request may succeed later: back off, within the invocation's deadline."""
+    HINTED = "retry_after"
+    """Retry only at ``metadata.retry_after`` when the error carries it; otherwise final."""
+
+
+@dataclass(frozen=True, slots=True)
+class CodeRule:
+    """One row of the table: the audience, the gRPC status when raised, final or retryable."""
+
+    audience: Audience
+    status: grpc.StatusCode
+    retry: Retry
+
+
 C = grpc.StatusCode
 E = ErrorCode
+M, R, OP = Audience.MODEL, Audience.RUNTIME, Audience.OPERATOR
+FINAL, RETRYABLE, HINTED = Retry.FINAL, Retry.RETRYABLE, Retry.HINTED
 
-STATUS: dict[ErrorCode, grpc.StatusCode] = {
-    E.INVALID_REQUEST: C.INVALID_ARGUMENT,
-    E.SESSION_NOT_FOUND: C.NOT_FOUND,
-    E.INVOCATION_NOT_FOUND: C.NOT_FOUND,
-    E.TOOLS_NOT_LISTED: C.FAILED_PRECONDITION,
-    E.UNKNOWN_TOOL_VERSION: C.NOT_FOUND,
-    E.INVALID_JSON: C.INVALID_ARGUMENT,
-    E.INVALID_UTF8: C.INVALID_ARGUMENT,
-    E.DUPLICATE_KEY: C.INVALID_ARGUMENT,
-    E.NON_FINITE_NUMBER: C.INVALID_ARGUMENT,
-    E.NUMBER_OVERFLOW: C.INVALID_ARGUMENT,
-    E.LONE_SURROGATE: C.INVALID_ARGUMENT,
-    E.TRAILING_DATA: C.INVALID_ARGUMENT,
-    E.NOT_AN_OBJECT: C.INVALID_ARGUMENT,
-    E.TOO_DEEP: C.INVALID_ARGUMENT,
-    E.TOO_LARGE: C.RESOURCE_EXHAUSTED,
-    E.SCHEMA_VIOLATION: C.INVALID_ARGUMENT,
-    E.NORMALIZATION_FAILED: C.INVALID_ARGUMENT,
-    E.NOT_CANONICALIZABLE: C.INVALID_ARGUMENT,
-    E.ENGINE_ERROR: C.PERMISSION_DENIED,
-    E.ENGINE_NO_DECISION: C.PERMISSION_DENIED,
-    E.POLICY_EVALUATION_ERROR: C.PERMISSION_DENIED,
-    E.RESOURCE_UNRESOLVED: C.PERMISSION_DENIED,
-    E.CONFIRMATION_NOT_PENDING: C.FAILED_PRECONDITION,
-    E.CONFIRMATION_DIGEST_MISMATCH: C.ABORTED,
-    E.CONFIRMATION_EXPIRED: C.DEADLINE_EXCEEDED,
-    E.ILLEGAL_TRANSITION: C.FAILED_PRECONDITION,
-    E.TERMINAL_STATE: C.FAILED_PRECONDITION,
-    E.CONFIG_INVALID: C.FAILED_PRECONDITION,
-    E.TOOLSPEC_INVALID: C.FAILED_PRECONDITION,
-    E.UNSUPPORTED_FORMAT: C.FAILED_PRECONDITION,
-    E.POLICY_INVALID: C.FAILED_PRECONDITION,
-    E.ENGINE_TIMEOUT: C.PERMISSION_DENIED,
-    E.ENGINE_UNAVAILABLE: C.PERMISSION_DENIED,
-    E.ENGINE_UNDEFINED: C.PERMISSION_DENIED,
-    E.ENGINE_MALFORMED: C.PERMISSION_DENIED,
-    E.IDEMPOTENCY_KEY_REUSED: C.ALREADY_EXISTS,
-    E.IDEMPOTENCY_KEY_REQUIRED: C.INVALID_ARGUMENT,
-    E.IDEMPOTENCY_KEY_EXPIRED: C.FAILED_PRECONDITION,
-    E.ATTEMPT_NOT_FOUND: C.NOT_FOUND,
-    E.ATTEMPT_NOT_ALLOWED: C.FAILED_PRECONDITION,
-    E.DEADLINE_EXCEEDED: C.DEADLINE_EXCEEDED,
-    E.CREDENTIAL_INVALID: C.UNAUTHENTICATED,
-    E.SECRET_NOT_FOUND: C.NOT_FOUND,
-    E.SECRET_NOT_BOUND: C.PERMISSION_DENIED,
-    E.SECRET_ALREADY_REDEEMED: C.PERMISSION_DENIED,
-    E.RECONCILE_NOT_ALLOWED: C.FAILED_PRECONDITION,
-    E.RECONCILE_CONFLICT: C.FAILED_PRECONDITION,
-    E.RESULT_NOT_AVAILABLE: C.NOT_FOUND,
-    E.OUTPUT_AFTER_CANCEL: C.FAILED_PRECONDITION,
-    E.BUDGET_EXHAUSTED: C.RESOURCE_EXHAUSTED,
-    E.NOT_READY: C.UNAVAILABLE,
-    E.STORE_UNAVAILABLE: C.UNAVAILABLE,
-    E.INTERNAL: C.INTERNAL,
+RULES: dict[ErrorCode, CodeRule] = {
+    E.INVALID_REQUEST: CodeRule(R, C.INVALID_ARGUMENT, FINAL),
+    E.SESSION_NOT_FOUND: CodeRule(R, C.NOT_FOUND, FINAL),
+    E.INVOCATION_NOT_FOUND: CodeRule(R, C.NOT_FOUND, FINAL),
+    E.TOOLS_NOT_LISTED: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.UNKNOWN_TOOL_VERSION: CodeRule(M, C.NOT_FOUND, FINAL),
+    E.INVALID_JSON: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.INVALID_UTF8: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.DUPLICATE_KEY: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.NON_FINITE_NUMBER: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.NUMBER_OVERFLOW: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.LONE_SURROGATE: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.TRAILING_DATA: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.NOT_AN_OBJECT: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.TOO_DEEP: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.TOO_LARGE: CodeRule(M, C.RESOURCE_EXHAUSTED, FINAL),
+    E.SCHEMA_VIOLATION: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.NORMALIZATION_FAILED: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.NOT_CANONICALIZABLE: CodeRule(M, C.INVALID_ARGUMENT, FINAL),
+    E.ENGINE_ERROR: CodeRule(M, C.PERMISSION_DENIED, FINAL),
+    E.ENGINE_NO_DECISION: CodeRule(M, C.PERMISSION_DENIED, FINAL),
+    E.POLICY_EVALUATION_ERROR: CodeRule(M, C.PERMISSION_DENIED, FINAL),
+    E.RESOURCE_UNRESOLVED: CodeRule(M, C.PERMISSION_DENIED, FINAL),
+    E.CONFIRMATION_NOT_PENDING: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.CONFIRMATION_DIGEST_MISMATCH: CodeRule(R, C.ABORTED, FINAL),
+    E.CONFIRMATION_EXPIRED: CodeRule(R, C.DEADLINE_EXCEEDED, FINAL),
+    E.ILLEGAL_TRANSITION: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.TERMINAL_STATE: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.CONFIG_INVALID: CodeRule(OP, C.FAILED_PRECONDITION, FINAL),
+    E.TOOLSPEC_INVALID: CodeRule(OP, C.FAILED_PRECONDITION, FINAL),
+    E.UNSUPPORTED_FORMAT: CodeRule(OP, C.FAILED_PRECONDITION, FINAL),
+    E.POLICY_INVALID: CodeRule(OP, C.FAILED_PRECONDITION, FINAL),
+    E.ENGINE_TIMEOUT: CodeRule(M, C.PERMISSION_DENIED, RETRYABLE),
+    E.ENGINE_UNAVAILABLE: CodeRule(M, C.PERMISSION_DENIED, RETRYABLE),
+    E.ENGINE_UNDEFINED: CodeRule(M, C.PERMISSION_DENIED, FINAL),
+    E.ENGINE_MALFORMED: CodeRule(M, C.PERMISSION_DENIED, FINAL),
+    E.IDEMPOTENCY_KEY_REUSED: CodeRule(R, C.ALREADY_EXISTS, FINAL),
+    E.IDEMPOTENCY_KEY_REQUIRED: CodeRule(R, C.INVALID_ARGUMENT, FINAL),
+    E.IDEMPOTENCY_KEY_EXPIRED: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.ATTEMPT_NOT_FOUND: CodeRule(R, C.NOT_FOUND, FINAL),
+    E.ATTEMPT_NOT_ALLOWED: CodeRule(R, C.FAILED_PRECONDITION, HINTED),
+    E.DEADLINE_EXCEEDED: CodeRule(R, C.DEADLINE_EXCEEDED, FINAL),
+    E.CREDENTIAL_INVALID: CodeRule(R, C.UNAUTHENTICATED, FINAL),
+    E.SECRET_NOT_FOUND: CodeRule(OP, C.NOT_FOUND, FINAL),
+    E.SECRET_NOT_BOUND: CodeRule(OP, C.PERMISSION_DENIED, FINAL),
+    E.SECRET_ALREADY_REDEEMED: CodeRule(R, C.PERMISSION_DENIED, FINAL),
+    E.RECONCILE_NOT_ALLOWED: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.RECONCILE_CONFLICT: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.RESULT_NOT_AVAILABLE: CodeRule(R, C.NOT_FOUND, RETRYABLE),
+    E.OUTPUT_AFTER_CANCEL: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
+    E.BUDGET_EXHAUSTED: CodeRule(R, C.RESOURCE_EXHAUSTED, FINAL),
+    E.NOT_READY: CodeRule(R, C.UNAVAILABLE, RETRYABLE),
+    E.STORE_UNAVAILABLE: CodeRule(R, C.UNAVAILABLE, RETRYABLE),
+    E.INTERNAL: CodeRule(OP, C.INTERNAL, FINAL),
 }
+
+STATUS: dict[ErrorCode, grpc.StatusCode] = {code: rule.status for code, rule in RULES.items()}
+"""Each code's gRPC status (a view of :data:`RULES`)."""
+
+
+def for_model(code: str) -> bool:
+    """True if ``code`` is an answer for the model (audience ``model``) under :data:`RULES`."""
+    try:
+        return RULES[ErrorCode(code)].audience is Audience.MODEL
+    except (ValueError, KeyError):
+        return False
 
 
 def to_status(err: CallgateError) -> grpc.Status:

@@ -264,3 +264,12 @@ class Store(Protocol):
         before ``now``, earliest deadline first, at most ``limit``: what the deadline sweep ends
         (spec 6.2, 6.7). Records without a deadline are never returned."""
         ...
+
+    async def list_pending_page(
+        self, tenant: str, after: tuple[str, str] | None, limit: int
+    ) -> list[InvocationRecord]:
+        """One page of :meth:`list_pending` for ``tenant``: at most ``limit`` records in the
+        order ``(created_at, invocation_id)``, starting after the key ``after`` (exclusive;
+        None: from the start). Keyset paging: a page does not shift when earlier records are
+        confirmed or expire."""
+        ...

@@ -583,6 +583,23 @@ class SQLiteStore:
 
         return [inv for inv in await self._call(op) if datetime.fromisoformat(inv.deadline) <= now]
 
+    async def list_pending_page(
+        self, tenant: str, after: tuple[str, str] | None, limit: int
+    ) -> list[InvocationRecord]:
+        def op(c: sqlite3.Connection) -> list[InvocationRecord]:
+            q = (
+                f"SELECT {_INV_COLS} FROM invocations"
+                " WHERE state=? AND confirmation_expires_at != '' AND tenant=?"
+            )
+            args: tuple[Any, ...] = (State.AUTHORIZED.value, tenant)
+            if after is not None:
+                q += " AND (created_at, invocation_id) > (?, ?)"
+                args += after
+            q += " ORDER BY created_at, invocation_id LIMIT ?"
+            return [_INVOCATIONS.record(r) for r in c.execute(q, (*args, limit)).fetchall()]
+
+        return await self._call(op)
+
 
 class _Conflict(Exception):
     """A compare-and-set lost inside an operation: roll its writes back, report False."""

@@ -266,12 +266,14 @@ class ProposeResponse(_message.Message):
     def __init__(self, invocation_id: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., confirmation_expires_at: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., validator: _Optional[str] = ..., idempotent_replay: _Optional[bool] = ..., replayed_message: _Optional[bytes] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
-    __slots__ = ("invocation_id", "reason")
+    __slots__ = ("invocation_id", "reason", "session_id")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     reason: str
-    def __init__(self, invocation_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, invocation_id: _Optional[str] = ..., reason: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class CancelResponse(_message.Message):
     __slots__ = ("state",)
@@ -280,10 +282,12 @@ class CancelResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
 
 class GetInvocationRequest(_message.Message):
-    __slots__ = ("invocation_id",)
+    __slots__ = ("invocation_id", "session_id")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
-    def __init__(self, invocation_id: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("event_id", "invocation_id", "seq", "at", "kind", "from_state", "to_state", "trace_id", "span_id", "data")
@@ -366,14 +370,16 @@ class GetInvocationResponse(_message.Message):
     def __init__(self, invocation: _Optional[_Union[Invocation, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
 
 class GetResultRequest(_message.Message):
-    __slots__ = ("invocation_id", "page_token", "tool_call_id")
+    __slots__ = ("invocation_id", "page_token", "tool_call_id", "session_id")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     page_token: str
     tool_call_id: str
-    def __init__(self, invocation_id: _Optional[str] = ..., page_token: _Optional[str] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+    session_id: str
+    def __init__(self, invocation_id: _Optional[str] = ..., page_token: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
 
 class GetResultResponse(_message.Message):
     __slots__ = ("message", "truncated", "next_page_token")
@@ -550,10 +556,14 @@ class ConfirmResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
 
 class ListPendingRequest(_message.Message):
-    __slots__ = ("tenant",)
+    __slots__ = ("tenant", "page_size", "page_token")
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tenant: str
-    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class PendingConfirmation(_message.Message):
     __slots__ = ("invocation_id", "digest", "tool_name", "tool_version", "subject", "normalized_arguments", "expires_at", "reasons")
@@ -576,10 +586,12 @@ class PendingConfirmation(_message.Message):
     def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., normalized_arguments: _Optional[bytes] = ..., expires_at: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class ListPendingResponse(_message.Message):
-    __slots__ = ("pending",)
+    __slots__ = ("pending", "next_page_token")
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     pending: _containers.RepeatedCompositeFieldContainer[PendingConfirmation]
-    def __init__(self, pending: _Optional[_Iterable[_Union[PendingConfirmation, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, pending: _Optional[_Iterable[_Union[PendingConfirmation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class AuthorizeRequest(_message.Message):
     __slots__ = ("subject", "capability", "resource", "context")
