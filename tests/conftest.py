@@ -52,6 +52,12 @@ class Running:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=30)
 
     # -- runtime helpers -------------------------------------------------------------------
+    def session_of(self, invocation_id: str) -> str:
+        """The session an invocation belongs to, read from the store (agent RPCs that take an
+        invocation id need it: another session's id answers ``invocation_not_found``)."""
+        inv = self.call(self.sidecar.components.store.get_invocation(invocation_id))
+        return str(inv.session_id) if inv is not None else ""
+
     def open_session(
         self, tenant: str = "acme", subject: str = "alice", tz: str = "Asia/Shanghai", **kw: Any
     ) -> str:

@@ -61,7 +61,9 @@ def slow() -> Iterator[Running]:
 
 
 def invocation(sc: Running, invocation_id: str) -> pb.GetInvocationResponse:
-    return sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id))
+    return sc.gate.GetInvocation(
+        pb.GetInvocationRequest(session_id=sc.session_of(invocation_id), invocation_id=invocation_id)
+    )
 
 
 def state(sc: Running, invocation_id: str) -> str:
@@ -239,7 +241,7 @@ def _in_every_state(sc: Running) -> dict[str, str]:
         if name in ("PREPARED",):
             continue
         if name == "CANCELLED_BEFORE_COMMIT":
-            sc.gate.Cancel(pb.CancelRequest(invocation_id=iid))
+            sc.gate.Cancel(pb.CancelRequest(session_id=sc.session_of(iid), invocation_id=iid))
             continue
         att = _begin(sc, iid)
         if name == "EXECUTING":
@@ -276,8 +278,12 @@ def test_cancel_is_idempotent_on_every_state_and_answers_the_state(slow: Running
     assert set(ids) == BEFORE_BOUNDARY | AFTER_BOUNDARY | TERMINAL
     for name, iid in ids.items():
         before = kinds(slow, iid)
-        first = slow.gate.Cancel(pb.CancelRequest(invocation_id=iid, reason="user left"))
-        second = slow.gate.Cancel(pb.CancelRequest(invocation_id=iid, reason="user left again"))
+        first = slow.gate.Cancel(
+            pb.CancelRequest(session_id=slow.session_of(iid), invocation_id=iid, reason="user left")
+        )
+        second = slow.gate.Cancel(
+            pb.CancelRequest(session_id=slow.session_of(iid), invocation_id=iid, reason="user left again")
+        )
         after = kinds(slow, iid)
         expected = "CANCELLED_BEFORE_COMMIT" if name in BEFORE_BOUNDARY else name
         assert pb.State.Name(first.state) == expected, name
@@ -292,10 +298,16 @@ def test_cancel_is_idempotent_on_every_state_and_answers_the_state(slow: Running
             assert after == before, name
             assert not invocation(slow, iid).invocation.cancel_requested_at, name
     with pytest.raises(grpc.RpcError) as err:
-        slow.gate.Cancel(pb.CancelRequest(invocation_id="inv_does_not_exist"))
+        slow.gate.Cancel(
+            pb.CancelRequest(
+                session_id=slow.session_of("inv_does_not_exist"), invocation_id="inv_does_not_exist"
+            )
+        )
     assert error_reason(err.value) == "invocation_not_found"
     # an observed result stays readable: the cancel came after it was handed out
-    assert slow.gate.GetResult(pb.GetResultRequest(invocation_id=ids["OBSERVED"])).message
+    assert slow.gate.GetResult(
+        pb.GetResultRequest(session_id=slow.session_of(ids["OBSERVED"]), invocation_id=ids["OBSERVED"])
+    ).message
 
 
 # ----------------------------------------------------------------------------- withheld
@@ -304,16 +316,18 @@ def test_cancel_after_the_boundary_withholds_the_summary_not_the_record(slow: Ru
     iid = resp.invocation_id
     att = _begin(slow, iid, "calendar-executor")
     _report(slow, att.attempt_id, pb.OUTCOME_COMMITTED, external_resource_id="evt_1")
-    slow.gate.Cancel(pb.CancelRequest(invocation_id=iid, reason="user closed the chat"))
+    slow.gate.Cancel(
+        pb.CancelRequest(session_id=slow.session_of(iid), invocation_id=iid, reason="user closed the chat")
+    )
     with pytest.raises(grpc.RpcError) as err:  # before a result: says why none will come
-        slow.gate.GetResult(pb.GetResultRequest(invocation_id=iid))
+        slow.gate.GetResult(pb.GetResultRequest(session_id=slow.session_of(iid), invocation_id=iid))
     assert error_reason(err.value) == "output_after_cancel"
     value = json.dumps({"event_id": "evt_1", "summary": "created"}).encode()
     enc = slow.executor.EncodeResult(pb.EncodeResultRequest(invocation_id=iid, status="ok", value=value))
     assert enc.withheld and enc.message == b"" and not enc.next_page_token
     assert pb.State.Name(enc.state) == "COMMITTED"  # never OBSERVED: nothing went to the model
     with pytest.raises(grpc.RpcError) as err:
-        slow.gate.GetResult(pb.GetResultRequest(invocation_id=iid))
+        slow.gate.GetResult(pb.GetResultRequest(session_id=slow.session_of(iid), invocation_id=iid))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert error_reason(err.value) == "output_after_cancel"
     assert err.value.details() == WITHHELD_MESSAGE
@@ -347,7 +361,9 @@ def test_cancel_while_executing_then_committed_result_is_withheld(slow: Running)
     sid = _files(slow)
     r = slow.propose(sid, "files.delete@v1", {"path": "/tmp/x"})
     att = _begin(slow, r.invocation_id)
-    slow.gate.Cancel(pb.CancelRequest(invocation_id=r.invocation_id))
+    slow.gate.Cancel(
+        pb.CancelRequest(session_id=slow.session_of(r.invocation_id), invocation_id=r.invocation_id)
+    )
     _report(slow, att.attempt_id, pb.OUTCOME_COMMITTED, external_resource_id="file:/tmp/x")
     assert state(slow, r.invocation_id) == "COMMITTED"
     enc = slow.executor.EncodeResult(
@@ -355,21 +371,27 @@ def test_cancel_while_executing_then_committed_result_is_withheld(slow: Running)
     )
     assert enc.withheld and pb.State.Name(enc.state) == "COMMITTED"
     with pytest.raises(grpc.RpcError) as err:
-        slow.gate.GetResult(pb.GetResultRequest(invocation_id=r.invocation_id))
+        slow.gate.GetResult(
+            pb.GetResultRequest(session_id=slow.session_of(r.invocation_id), invocation_id=r.invocation_id)
+        )
     assert error_reason(err.value) == "output_after_cancel"
 
 
 def test_a_result_for_a_call_cancelled_before_the_boundary_is_refused(slow: Running) -> None:
     sid = _files(slow)
     r = slow.propose(sid, "files.delete@v1", {"path": "/tmp/y"})
-    slow.gate.Cancel(pb.CancelRequest(invocation_id=r.invocation_id))
+    slow.gate.Cancel(
+        pb.CancelRequest(session_id=slow.session_of(r.invocation_id), invocation_id=r.invocation_id)
+    )
     with pytest.raises(grpc.RpcError) as err:  # nothing ran: there is nothing to record
         slow.executor.EncodeResult(
             pb.EncodeResultRequest(invocation_id=r.invocation_id, status="error", value=b"{}")
         )
     assert error_reason(err.value) == "output_after_cancel"
     with pytest.raises(grpc.RpcError) as err:
-        slow.gate.GetResult(pb.GetResultRequest(invocation_id=r.invocation_id))
+        slow.gate.GetResult(
+            pb.GetResultRequest(session_id=slow.session_of(r.invocation_id), invocation_id=r.invocation_id)
+        )
     assert error_reason(err.value) == "output_after_cancel"
 
 

@@ -291,10 +291,9 @@ def test_fed_ids_that_are_not_delivered_results_of_the_session_refuse_the_whole_
         assert sc.call(store.get_tool_view(sid, "mc-9")) is None
         assert sc.call(store.list_fed(good)) == []
         assert used(sc, sid) == usage_before
-        unlisted = sc.propose(
-            sid, "weather.get@v1", {"city": "Rome", "date": "tomorrow"}, model_call_id="mc-9"
-        )
-        assert unlisted.rejection.code == "tools_not_listed"
+        with pytest.raises(grpc.RpcError) as unlisted:  # the runtime's error (docs/ERRORS.md)
+            sc.propose(sid, "weather.get@v1", {"city": "Rome", "date": "tomorrow"}, model_call_id="mc-9")
+        assert error_reason(unlisted.value) == "tools_not_listed"
     finally:
         stop_sidecar(sc, tmp)
 
@@ -315,7 +314,13 @@ def test_a_cancelled_after_commit_result_cannot_be_claimed_as_fed() -> None:
         att = sc.executor.BeginAttempt(
             pb.BeginAttemptRequest(invocation_id=resp.invocation_id, executor_id="w")
         )
-        sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id, reason="user left"))
+        sc.gate.Cancel(
+            pb.CancelRequest(
+                session_id=sc.session_of(resp.invocation_id),
+                invocation_id=resp.invocation_id,
+                reason="user left",
+            )
+        )
         sc.executor.ReportOutcome(
             pb.ReportOutcomeRequest(attempt_id=att.attempt_id, outcome=pb.OUTCOME_COMMITTED)
         )

@@ -251,7 +251,11 @@ def test_cancel_after_commit_stops_only_what_follows(sc: Running) -> None:
     )
     assert enc.withheld and enc.message == b"" and pb.State.Name(enc.state) == "COMMITTED"
     with pytest.raises(grpc.RpcError) as err:
-        sc.gate.GetResult(pb.GetResultRequest(invocation_id=resp.invocation_id))
+        sc.gate.GetResult(
+            pb.GetResultRequest(
+                session_id=sc.session_of(resp.invocation_id), invocation_id=resp.invocation_id
+            )
+        )
     assert error_reason(err.value) == "output_after_cancel"
     assert state_of(sc, sid, resp.invocation_id) == "COMMITTED"
     assert len(cal.events) == 1

@@ -48,7 +48,11 @@ def unknown_after_cancel(sc: Running, key: str) -> tuple[str, str, FakeCalendar]
     sid, resp = prepared_event(sc, key=key)
     att, out = run_attempt(sc, cal, resp.invocation_id, lose_answer=True)
     assert pb.State.Name(out.state) == "OUTCOME_UNKNOWN"
-    cancel = sc.gate.Cancel(pb.CancelRequest(invocation_id=resp.invocation_id, reason="user left"))
+    cancel = sc.gate.Cancel(
+        pb.CancelRequest(
+            session_id=sc.session_of(resp.invocation_id), invocation_id=resp.invocation_id, reason="user left"
+        )
+    )
     assert pb.State.Name(cancel.state) == "OUTCOME_UNKNOWN"  # after the boundary: nothing undone
     # Today's way out is closed: the attempt already reported, and no new attempt may start.
     with pytest.raises(grpc.RpcError) as err:
@@ -76,7 +80,7 @@ def reconcile_error(sc: Running, invocation_id: str, finding: int, **kw: str) ->
 
 def test_committed_finding_after_cancel_completes_the_key(sc: Running) -> None:
     sid, inv, cal = unknown_after_cancel(sc, "k-rec-1")
-    before = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+    before = sc.gate.GetInvocation(pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv))
 
     out = reconcile(
         sc, inv, pb.RECONCILE_COMMITTED, external_resource_id="evt_1",
@@ -84,7 +88,7 @@ def test_committed_finding_after_cancel_completes_the_key(sc: Running) -> None:
     )  # fmt: skip
     assert pb.State.Name(out.state) == "COMMITTED" and not out.already_recorded
 
-    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv))
     assert got.invocation.external_resource_id == "evt_1"
     assert got.invocation.commit_time == "2026-07-19T06:00:01Z"
     assert got.invocation.attempts == before.invocation.attempts  # no attempt, no credential
@@ -106,10 +110,21 @@ def test_committed_finding_after_cancel_completes_the_key(sc: Running) -> None:
     assert len(cal.events) == 1
 
     # The same finding again is an idempotent answer; nothing is written.
-    n = len(sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv)).events)
+    n = len(
+        sc.gate.GetInvocation(
+            pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv)
+        ).events
+    )
     rep = reconcile(sc, inv, pb.RECONCILE_COMMITTED, external_resource_id="evt_1")
     assert rep.already_recorded and pb.State.Name(rep.state) == "COMMITTED"
-    assert len(sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv)).events) == n
+    assert (
+        len(
+            sc.gate.GetInvocation(
+                pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv)
+            ).events
+        )
+        == n
+    )
 
     # Contradictions are refused with a stable code; the first finding stands.
     assert reconcile_error(sc, inv, pb.RECONCILE_NOT_COMMITTED) == "reconcile_conflict"
@@ -119,13 +134,13 @@ def test_committed_finding_after_cancel_completes_the_key(sc: Running) -> None:
     assert reconcile_error(sc, inv, pb.RECONCILE_FAILED_AFTER_COMMIT, external_resource_id="evt_1") == (
         "reconcile_conflict"
     )
-    assert state_of(sc, inv) == "COMMITTED"
+    assert state_of(sc, sc.session_of(inv), inv) == "COMMITTED"
     # Cancelled: the record says what happened, but no tool message goes to the model (6.7, 6.12):
     # the executor's result is recorded for the trail and withheld.
     encoded = sc.executor.EncodeResult(pb.EncodeResultRequest(invocation_id=inv, status="ok", value=b"{}"))
     assert encoded.withheld and not encoded.message
     with pytest.raises(grpc.RpcError) as err:
-        sc.gate.GetResult(pb.GetResultRequest(invocation_id=inv))
+        sc.gate.GetResult(pb.GetResultRequest(session_id=sc.session_of(inv), invocation_id=inv))
     assert error_reason(err.value) == "output_after_cancel"
 
 
@@ -134,7 +149,7 @@ def test_not_committed_finding_releases_the_key(sc: Running) -> None:
     cal.events.clear()  # the status query found nothing: the write never landed
     out = reconcile(sc, inv, pb.RECONCILE_NOT_COMMITTED, message="GET /events?key=k-rec-2 -> 404")
     assert pb.State.Name(out.state) == "FAILED_BEFORE_COMMIT"
-    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv))
     assert got.events[-1].kind == "reconciled" and got.events[-1].trace_id == TRACE_ID
     assert got.invocation.external_resource_id == "" and got.invocation.commit_time == ""
     # Released: the same key with other arguments is a fresh proposal, not a reuse or a replay.
@@ -157,7 +172,7 @@ def test_failed_after_commit_finding(sc: Running) -> None:
         message="reminder step failed",
     )
     assert pb.State.Name(out.state) == "FAILED_AFTER_COMMIT"
-    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv))
     assert got.invocation.external_resource_id == "evt_1" and got.invocation.commit_time
     assert reconcile(sc, inv, pb.RECONCILE_FAILED_AFTER_COMMIT, external_resource_id="evt_1").already_recorded
 
@@ -174,7 +189,9 @@ def test_reconcile_closes_a_running_attempt(sc: Running) -> None:
     assert pb.State.Name(att.state) == "OUTCOME_UNKNOWN"
     done = reconcile(sc, inv, pb.RECONCILE_COMMITTED, external_resource_id="evt_1")
     assert pb.State.Name(done.state) == "COMMITTED"
-    ev = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv)).events[-1]
+    ev = sc.gate.GetInvocation(
+        pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv)
+    ).events[-1]
     assert ev.kind == "reconciled" and ev.data["closed_attempt_id"] == att.attempt_id
     with pytest.raises(grpc.RpcError) as err:
         sc.executor.RedeemSecret(
@@ -186,7 +203,7 @@ def test_reconcile_closes_a_running_attempt(sc: Running) -> None:
             pb.ReportOutcomeRequest(attempt_id=att.attempt_id, outcome=pb.OUTCOME_FAILED_BEFORE_COMMIT)
         )
     assert error_reason(err.value) == "attempt_not_allowed"
-    assert state_of(sc, inv) == "COMMITTED"
+    assert state_of(sc, sc.session_of(inv), inv) == "COMMITTED"
 
 
 def test_refusals(sc: Running) -> None:
@@ -211,4 +228,4 @@ def test_refusals(sc: Running) -> None:
     # An executor id is bound into credentials and never rewritten: one holding a secret is refused.
     leaky_id = "exec Bearer abcdefghijklmnopqrstuvwxyz"
     assert reconcile_error(sc, unknown, pb.RECONCILE_NOT_COMMITTED, executor_id=leaky_id) == "invalid_request"
-    assert state_of(sc, unknown) == "OUTCOME_UNKNOWN"
+    assert state_of(sc, sc.session_of(unknown), unknown) == "OUTCOME_UNKNOWN"

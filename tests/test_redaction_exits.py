@@ -139,7 +139,9 @@ def _send(sc: Running, field: str, secret: str) -> tuple[str, list[bytes]]:
     }
     if field in sends:
         sends[field]()
-        state = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv)).invocation.state
+        state = sc.gate.GetInvocation(
+            pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv)
+        ).invocation.state
         if pb.State.Name(state) == "COMMITTED":
             answers.append(_clean_ok(sc, inv))
         return inv, answers
@@ -161,7 +163,11 @@ def _send(sc: Running, field: str, secret: str) -> tuple[str, list[bytes]]:
 
 def _get_result(sc: Running, inv: str) -> str:
     try:
-        return str(sc.gate.GetResult(pb.GetResultRequest(invocation_id=inv)).message.decode("latin-1"))
+        return str(
+            sc.gate.GetResult(
+                pb.GetResultRequest(session_id=sc.session_of(inv), invocation_id=inv)
+            ).message.decode("latin-1")
+        )
     except grpc.RpcError as err:  # a failed attempt without an encoded error: no tool message
         assert error_reason(err) == "result_not_available"
         return str(err.details())
@@ -199,7 +205,7 @@ def test_each_field_is_redacted_at_every_exit(
     secret = FORMS[form]
     inv, answers = _send(sc, field, secret)
 
-    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv))
     agent = got.SerializeToString().decode("latin-1")
     assert "[REDACTED:" in agent or field.startswith("EncodeResult"), "the field was not recorded"
     exits = {
@@ -241,7 +247,7 @@ def test_executor_id_holding_a_secret_is_refused_not_stored(
         [
             str(err.value.details()),
             str(err.value.trailing_metadata()),
-            sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv))
+            sc.gate.GetInvocation(pb.GetInvocationRequest(session_id=sc.session_of(inv), invocation_id=inv))
             .SerializeToString()
             .decode("latin-1"),
             Path(sc.config.observability.decision_log).read_text("utf-8"),
