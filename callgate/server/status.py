@@ -3,19 +3,27 @@
 Each :class:`~callgate.core.errors.ErrorCode` maps to exactly one gRPC status code. The wire error
 carries a ``google.rpc.Status`` with an ``ErrorInfo`` (reason = the stable code, domain =
 ``callgate.dev``, metadata) and, for located problems, a ``BadRequest`` with one field violation
-per JSON pointer. ``tests/test_service_plumbing.py::test_every_error_code_is_mapped_once`` checks
-that every code is mapped.
+per JSON pointer; an admission refusal (``overloaded``, ``deadline_too_short``) also carries a
+``RetryInfo`` and the ``grpc-retry-pushback-ms`` trailer.
+``tests/test_service_plumbing.py::test_every_error_code_is_mapped_once`` checks that every code is
+mapped.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import grpc
+from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import RETRY_AFTER_MS, CallgateError, ErrorCode
 
 DOMAIN = "callgate.dev"
+
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
+"""Trailing metadata of a refusal with a retry hint (gRPC's retry design A6: milliseconds)."""
 
 C = grpc.StatusCode
 E = ErrorCode
@@ -70,6 +78,8 @@ STATUS: dict[ErrorCode, grpc.StatusCode] = {
     E.OUTPUT_AFTER_CANCEL: C.FAILED_PRECONDITION,
     E.BUDGET_EXHAUSTED: C.RESOURCE_EXHAUSTED,
     E.NOT_READY: C.UNAVAILABLE,
+    E.OVERLOADED: C.RESOURCE_EXHAUSTED,
+    E.DEADLINE_TOO_SHORT: C.DEADLINE_EXCEEDED,
     E.STORE_UNAVAILABLE: C.UNAVAILABLE,
     E.INTERNAL: C.INTERNAL,
 }
@@ -93,4 +103,20 @@ def to_status(err: CallgateError) -> grpc.Status:
             ]
         )
         st.details.add().Pack(br)
-    return rpc_status.to_status(st)
+    retry_ms = err.metadata.get(RETRY_AFTER_MS)
+    if retry_ms is None:
+        return rpc_status.to_status(st)
+    ms = int(retry_ms)
+    delay = duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    st.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    status = rpc_status.to_status(st)
+    return _Status(status.code, status.details, (*status.trailing_metadata, (RETRY_PUSHBACK, str(ms))))
+
+
+@dataclass(frozen=True, slots=True)
+class _Status(grpc.Status):  # type: ignore[misc]
+    """A ``grpc.Status`` with extra trailing metadata (``rpc_status.to_status`` has only the details)."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]
