@@ -37,9 +37,9 @@ from callgate.gen.v1 import callgate_pb2 as pb
 FIXED_LIMIT = "max_concurrent_rpcs = {c}\nadmission_min_in_flight = {c}\nadmission_target_ms = 1000000\nmax_pending_rpcs = 0\n"
 """``[server]`` lines of the capacity sidecar: a fixed limit of ``--concurrency`` calls, no
 adaptation (a closed loop re-sends a refused call at once, which measures the refusals)."""
-BEFORE = "max_concurrent_rpcs = 128\nadmission_min_in_flight = 128\nadmission_target_ms = 1000000\nmax_pending_rpcs = 0\n"
-"""``[server]`` lines reproducing the admission before issue 9 (``--before``): 128 in flight,
-gRPC core's default pending queue, no adaptation, deadlines not consulted."""
+BEFORE = "max_concurrent_rpcs = 128\nadmission_target_ms = 0\nmax_pending_rpcs = 0\n"
+"""``[server]`` lines of the admission before issue 9 (``--before``): gRPC's fixed limit of 128
+calls, gRPC core's default pending queue, deadlines not consulted."""
 
 
 class Phases:
@@ -117,6 +117,9 @@ async def main() -> None:
             "sidecar_peak_rss_mib": sc.peak_rss_mib,
         }  # fmt: skip
         print(f"sidecar peak RSS (VmHWM): {sc.peak_rss_mib:.1f} MiB")
+    for line in (sc.tmp / "sidecar.log").read_text().splitlines():
+        if "admission agent:" in line:  # logged by the sidecar when it stops
+            print("sidecar " + line[line.index("admission agent:") :])
     print(f"{machine_line()}, client go, listener tcp, synchronous=full, deadline {args.timeout}")
     dump(args.json, res)
 

@@ -114,7 +114,7 @@ def test_negative_concurrency_limit_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(LoadError, match="max_concurrent_rpcs"):
         load_config(p)
     for line, key in (
-        ("admission_target_ms = 0", "admission_target_ms"),
+        ("admission_target_ms = -1", "admission_target_ms"),
         ("admission_min_in_flight = 0", "admission_min_in_flight"),
         ("max_pending_rpcs = -1", "max_pending_rpcs"),
     ):

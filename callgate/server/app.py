@@ -182,12 +182,16 @@ class Sidecar:
         gate = self.components.gate
         sc = self.components.config.server
         metrics = self.components.metrics
-        admission = Admission(
-            AdmissionSettings(
-                target_s=sc.admission_target_ms / 1000,
-                min_limit=sc.admission_min_in_flight,
-                max_limit=sc.max_concurrent_rpcs,
+        admission = (
+            Admission(
+                AdmissionSettings(
+                    target_s=sc.admission_target_ms / 1000,
+                    min_limit=sc.admission_min_in_flight,
+                    max_limit=sc.max_concurrent_rpcs,
+                )
             )
+            if sc.admission_target_ms
+            else None
         )
         options: list[tuple[str, int]] = [("grpc.so_reuseport", 0)]
         if sc.max_pending_rpcs:
@@ -197,6 +201,8 @@ class Sidecar:
             ]
         server = grpc.aio.server(
             options=options,
+            # admission off (target 0): gRPC's own fixed limit, counting every call, as before
+            maximum_concurrent_rpcs=None if admission is not None else sc.max_concurrent_rpcs or None,
             interceptors=[CallgateInterceptor(metrics if observes_rpcs(metrics) else None, admission)],
         )
         execution = self.components.execution
@@ -236,7 +242,8 @@ class Sidecar:
             real = server.add_insecure_port(listener.tcp)
             bound.append(f"{host}:{real}")
         self.servers[role] = server
-        self.admission[role] = admission
+        if admission is not None:
+            self.admission[role] = admission
         self.health[role] = hs
         self.addresses[role] = bound
 
@@ -299,6 +306,15 @@ class Sidecar:
         return await self.lifecycle.reload("signal")
 
     async def stop(self, grace: float = 2.0) -> None:
+        for role, adm in self.admission.items():
+            st = adm.state()
+            if st.admitted or st.refused_overloaded or st.refused_deadline:
+                log.info(
+                    "admission %s: limit %.1f, expected %.1f ms, admitted %d, refused %d overloaded, "
+                    "%d deadline_too_short",
+                    role, st.limit, st.expected_s * 1000, st.admitted, st.refused_overloaded,
+                    st.refused_deadline,
+                )  # fmt: skip
         if self.sweeper is not None:
             await self.sweeper.stop()
         if self.lifecycle is not None:
