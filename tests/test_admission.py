@@ -192,3 +192,16 @@ def test_a_call_that_cannot_be_served_in_time_is_refused_with_a_hint_and_health_
     assert one_slot.gate.Propose(propose_request(sid, 4), timeout=10).state == pb.PREPARED
     st = admission.state()
     assert (st.refused_overloaded, st.refused_deadline, st.in_flight) == (1, 1, 0)
+
+
+def test_target_zero_restores_the_previous_rule() -> None:
+    """``admission_target_ms = 0``: no admission object, gRPC's own fixed limit (the A/B baseline
+    of ``bench/bench_overload.py --before``); calls are served as before."""
+    running, tmp = start_sidecar(server_kw={"admission_target_ms": 0, "max_pending_rpcs": 0})
+    try:
+        assert running.sidecar.admission == {}
+        sid = running.open_session()
+        running.list_tools(sid)
+        assert running.gate.Propose(propose_request(sid, 1), timeout=10).state == pb.PREPARED
+    finally:
+        stop_sidecar(running, tmp)
