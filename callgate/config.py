@@ -56,7 +56,7 @@ class ServerConfig:
     deadlines not consulted), the rule before it existed."""
     admission_min_in_flight: int = 16
     """Per listener: the adaptive limit's floor and starting value (calls in flight)."""
-    max_pending_rpcs: int = 16
+    max_pending_rpcs: int = 4
     """Per listener: calls gRPC core may hold per method before the event loop picks them up
     (channel argument ``grpc.server.max_pending_requests``; refusals start at this many and all
     are refused at twice it). Beyond it gRPC core drops the call before any Python work, which
