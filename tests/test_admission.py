@@ -80,17 +80,32 @@ def test_slow_calls_shrink_the_limit_once_per_round_trip_never_below_the_floor()
     assert adm.retry_after_ms() == 100
 
 
-def test_a_deadline_shorter_than_the_expected_service_time_is_refused() -> None:
-    adm, timer = rule()
+def test_a_deadline_shorter_than_the_expected_service_time_is_refused_while_busy() -> None:
+    adm, timer = rule(lo=4)
     s = adm.admit(None)
     timer.t += 0.3
     adm.release(s)
+    busy = adm.admit(None)
     err = refusal(adm.admit, 0.2)
     assert err.code is ErrorCode.DEADLINE_TOO_SHORT
     assert err.metadata["retry_after_ms"] == "300"
     adm.admit(0.5)  # enough time left: admitted
     adm._expected = 60.0
     assert adm.retry_after_ms() == MAX_RETRY_MS
+    del busy
+
+
+def test_with_nothing_in_flight_a_short_deadline_is_served_so_a_stale_estimate_heals() -> None:
+    adm, timer = rule()
+    s = adm.admit(None)
+    timer.t += 2.0  # one very slow call
+    adm.release(s)
+    for _ in range(20):  # callers with 50 ms deadlines are not locked out
+        s = adm.admit(0.05)
+        timer.t += 0.004
+        adm.release(s)
+    assert adm.state().expected_s < 0.05
+    assert adm.state().refused_deadline == 0
 
 
 @pytest.fixture
@@ -132,6 +147,13 @@ def hint_of(exc: grpc.RpcError, reason: str) -> int:
     return ms
 
 
+def in_flight(running: Running, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while running.sidecar.admission["agent"].state().in_flight < n:
+        assert time.monotonic() < deadline, "the Propose never started"
+        time.sleep(0.01)
+
+
 def test_a_call_that_cannot_be_served_in_time_is_refused_with_a_hint_and_health_answers(
     one_slot: Running,
 ) -> None:
@@ -141,18 +163,16 @@ def test_a_call_that_cannot_be_served_in_time_is_refused_with_a_hint_and_health_
     admission = one_slot.sidecar.admission["agent"]
     health = health_pb2_grpc.HealthStub(one_slot.channels["agent"])
 
-    # Hold SQLite's write lock from outside: the next Propose stays in flight (its events wait
-    # for the lock) and fills the listener's one slot.
+    # 1. Hold SQLite's write lock from outside for 1.5 s: a Propose stays in flight that long
+    # (its events wait for the lock), which the expected service time then reflects.
     lock = sqlite3.connect(one_slot.db_path, isolation_level=None, timeout=5)
     lock.execute("BEGIN EXCLUSIVE")
     held_at = time.monotonic()
     try:
-        first: Future[pb.ProposeResponse] = one_slot.gate.Propose.future(propose_request(sid, 1), timeout=20)
-        deadline = time.monotonic() + 10
-        while admission.state().in_flight < 1:
-            assert time.monotonic() < deadline, "the first Propose never started"
-            time.sleep(0.01)
+        slow: Future[pb.ProposeResponse] = one_slot.gate.Propose.future(propose_request(sid, 1), timeout=20)
+        in_flight(one_slot, 1)
 
+        # the one slot is taken: the next call is refused at once, with the hint
         with pytest.raises(grpc.RpcError) as full:
             one_slot.gate.Propose(propose_request(sid, 2), timeout=10)
         assert full.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -167,29 +187,38 @@ def test_a_call_that_cannot_be_served_in_time_is_refused_with_a_hint_and_health_
                 == health_pb2.HealthCheckResponse.SERVING
             )
         watch.cancel()
-        while time.monotonic() - held_at < 1.5:  # the first call will have taken >= 1.5 s
+        while time.monotonic() - held_at < 1.5:
             time.sleep(0.05)
     finally:
         lock.execute("ROLLBACK")
-        lock.close()
-    assert first.result(timeout=20).state == pb.PREPARED
+    assert slow.result(timeout=20).state == pb.PREPARED
     expected = admission.state().expected_s  # moving average: 0.2 x 1.5 s + 0.8 x a few ms
     assert expected >= 0.3
 
-    # A call with half the expected service time left cannot be served in time.
-    t0 = time.monotonic()
-    with pytest.raises(grpc.RpcError) as short:
-        one_slot.gate.Propose(propose_request(sid, 3), timeout=expected / 2)
-    assert short.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-    assert hint_of(short.value, "deadline_too_short") == pytest.approx(expected * 1000, abs=1)
-    assert time.monotonic() - t0 < expected / 2  # refused at once, not timed out
+    # 2. While a call is in flight, a call with half the expected service time left cannot be
+    # served in time: refused at once with DEADLINE_EXCEEDED and the hint.
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        busy: Future[pb.ProposeResponse] = one_slot.gate.Propose.future(propose_request(sid, 3), timeout=20)
+        in_flight(one_slot, 1)
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as short:
+            one_slot.gate.Propose(propose_request(sid, 4), timeout=expected / 2)
+        assert short.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert hint_of(short.value, "deadline_too_short") == pytest.approx(expected * 1000, abs=1)
+        assert time.monotonic() - t0 < expected / 2  # refused at once, not timed out
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert busy.result(timeout=20).state == pb.PREPARED
+
     # nothing was recorded for the refused calls
     with sqlite3.connect(one_slot.db_path) as db:
         ids = {r[0] for r in db.execute("SELECT proposal_id FROM invocations")}
-    assert {"p2", "p3"}.isdisjoint(ids) and {"warm", "p1"} <= ids
+    assert {"p2", "p4"}.isdisjoint(ids) and {"warm", "p1", "p3"} <= ids
 
     # a call with time to spare is admitted and served
-    assert one_slot.gate.Propose(propose_request(sid, 4), timeout=10).state == pb.PREPARED
+    assert one_slot.gate.Propose(propose_request(sid, 5), timeout=10).state == pb.PREPARED
     st = admission.state()
     assert (st.refused_overloaded, st.refused_deadline, st.in_flight) == (1, 1, 0)
 

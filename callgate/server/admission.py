@@ -13,8 +13,11 @@ measured latency stays near the target, and refuses the rest at once instead of 
   ``[admission_min_in_flight, max_concurrent_rpcs]`` and starts at the minimum. A call arriving
   with ``limit`` calls in flight is refused: ``overloaded`` (gRPC ``RESOURCE_EXHAUSTED``).
 * **deadline.** The expected service time is the moving average of recent calls' latency
-  (weight 0.2). A call whose remaining gRPC deadline is shorter is refused: ``deadline_too_short``
-  (gRPC ``DEADLINE_EXCEEDED``); serving it would waste the work on an answer nobody reads.
+  (weight 0.2). While calls are in flight, a call whose remaining gRPC deadline is shorter is
+  refused: ``deadline_too_short`` (gRPC ``DEADLINE_EXCEEDED``); serving it would waste the work
+  on an answer nobody reads. With nothing in flight the estimate may be stale (one slow call long
+  ago) and the call is served, so short-deadline callers can never be locked out by an estimate
+  that only admitted calls could correct.
 * **retry hint.** Both refusals carry the expected service time, rounded up to a millisecond and
   clamped to ``[MIN_RETRY_MS, MAX_RETRY_MS]``: as ``google.rpc.RetryInfo``, as
   ``grpc-retry-pushback-ms`` trailing metadata and as ``ErrorInfo.metadata.retry_after_ms``.
@@ -95,7 +98,7 @@ class Admission:
         """Admit a call or raise its refusal (:func:`~callgate.core.errors.deadline_too_short`,
         :func:`~callgate.core.errors.overloaded`). ``time_remaining``: seconds left of the call's
         gRPC deadline (``None``: none). Returns the start time to hand to :meth:`release`."""
-        if time_remaining is not None and time_remaining < self._expected:
+        if self._in_flight and time_remaining is not None and time_remaining < self._expected:
             self._refused_deadline += 1
             raise deadline_too_short(self.retry_after_ms())
         if self._in_flight >= int(self._limit):
