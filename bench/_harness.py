@@ -137,7 +137,9 @@ class SidecarProcess:
 
 
 @contextmanager
-def sidecar(extra_toml: str = "", synchronous: str = "full", policy: str = "") -> Iterator[SidecarProcess]:
+def sidecar(
+    extra_toml: str = "", synchronous: str = "full", policy: str = "", server_toml: str = ""
+) -> Iterator[SidecarProcess]:
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-"))
     port = free_port()
     cfg = tmp / "callgate.toml"
@@ -148,6 +150,7 @@ agent = {{ socket = "{tmp}/agent.sock", tcp = "127.0.0.1:{port}" }}
 confirmer = {{ socket = "{tmp}/confirmer.sock" }}
 authorizer = {{ socket = "{tmp}/authorizer.sock" }}
 executor = {{ socket = "{tmp}/executor.sock" }}
+{server_toml}
 [policy]
 dir = "{ROOT}/policies"
 watch = false
@@ -246,6 +249,7 @@ class GoLoad:
         rate: float = 0.0,
         offset: int = 0,
         last: Path | None = None,
+        timeout: str = "",
     ) -> dict[str, Any]:
         args = [
             self.binary,
@@ -267,6 +271,8 @@ class GoLoad:
         )
         if last is not None:
             args += ["-last", str(last)]
+        if timeout:
+            args += ["-timeout", timeout]
         proc = subprocess.run(args, capture_output=True, text=True)
         if not proc.stdout:
             raise RuntimeError(f"loadgen failed: {proc.stderr.strip()}")

@@ -42,10 +42,27 @@ class ServerConfig:
     reflection: bool = True
     """Serve gRPC server reflection on every listener."""
     max_concurrent_rpcs: int = 128
-    """Per listener: calls handled at once. A call beyond it is refused at once with gRPC
-    ``RESOURCE_EXHAUSTED`` instead of waiting in an unbounded queue, so overload costs neither
-    unbounded memory nor seconds of latency for every caller; the caller retries with backoff.
-    ``0`` = no limit."""
+    """Per listener: the most ``callgate.v1`` calls handled at once, the ceiling of the adaptive
+    limit below. A call beyond the limit is refused at once with gRPC ``RESOURCE_EXHAUSTED``
+    (code ``overloaded``, with a retry hint) instead of waiting in a queue. Health and reflection
+    are never counted nor refused. ``0`` = no ceiling (the adaptive limit still applies)."""
+    admission_target_ms: int = 50
+    """Per listener: latency target of an admitted call, in milliseconds (time in the handler).
+    The concurrency limit shrinks by 10% when calls take longer and grows by about one per
+    limit's worth of calls that do not (docs/OPERATE.md, "Overload"); a call whose gRPC deadline
+    is shorter than the measured service time is refused with ``DEADLINE_EXCEEDED`` (code
+    ``deadline_too_short``, with a retry hint). ``0`` turns this admission off: gRPC's own fixed
+    limit of ``max_concurrent_rpcs`` (counting health and reflection too, refused without a hint,
+    deadlines not consulted), the rule before it existed."""
+    admission_min_in_flight: int = 16
+    """Per listener: the adaptive limit's floor and starting value (calls in flight)."""
+    max_pending_rpcs: int = 4
+    """Per listener: calls gRPC core may hold per method before the event loop picks them up
+    (channel argument ``grpc.server.max_pending_requests``; refusals start at this many and all
+    are refused at twice it). Beyond it gRPC core drops the call before any Python work, which
+    keeps refusals cheap under heavy overload; the caller sees ``CANCELLED`` without a retry hint
+    (measured with grpcio 1.85 and grpc-go clients), to be treated as overload.
+    ``0`` = gRPC's defaults (1,000 / 3,000)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +333,13 @@ def validate(cfg: Config, *, source: str = "") -> Config:
             check_loopback(lc.tcp, source=source)
     if cfg.server.max_concurrent_rpcs < 0:
         raise config_invalid("server.max_concurrent_rpcs must be >= 0 (0 = no limit)", source=source)
+    if cfg.server.admission_target_ms < 0 or cfg.server.admission_min_in_flight < 1:
+        raise config_invalid(
+            "server.admission_target_ms must be >= 0 (0 = off) and server.admission_min_in_flight >= 1",
+            source=source,
+        )
+    if cfg.server.max_pending_rpcs < 0:
+        raise config_invalid("server.max_pending_rpcs must be >= 0 (0 = gRPC's defaults)", source=source)
     if not cfg.server.agent.socket and not cfg.server.agent.tcp:
         raise config_invalid("server.agent needs a socket or tcp", source=source)
     sockets = [getattr(cfg.server, r).socket for r in ROLES]

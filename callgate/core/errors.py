@@ -42,6 +42,7 @@ model is OPA's ``topdown/errors.go``: one error type, named constructors), never
     +-- results and loop (6.10, 6.11)  result_not_available, output_after_cancel,
     |                                  budget_exhausted
     +-- lifecycle                      not_ready
+    +-- admission (overload)           overloaded, deadline_too_short (with a retry hint)
     +-- infrastructure                 store_unavailable, internal
 
 Messages are shown to callers: they say *where* and *what kind*, never the argument bytes or a
@@ -135,6 +136,10 @@ class ErrorCode(str, Enum):
     # --- lifecycle
     NOT_READY = "not_ready"
 
+    # --- admission under overload (server)
+    OVERLOADED = "overloaded"
+    DEADLINE_TOO_SHORT = "deadline_too_short"
+
     # --- infrastructure
     STORE_UNAVAILABLE = "store_unavailable"
     INTERNAL = "internal"
@@ -192,6 +197,8 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.OUTPUT_AFTER_CANCEL: "No tool message after a cancel (6.14 row 9): before the commit boundary nothing ran; after it the result is recorded but withheld from the model (6.12).",
     ErrorCode.BUDGET_EXHAUSTED: "A session budget (model calls, tool calls, wall clock, result bytes, external cost) is used up; the loop ends (6.11).",
     ErrorCode.NOT_READY: "The sidecar has no usable policy snapshot yet (readiness).",
+    ErrorCode.OVERLOADED: "Refused at admission: the listener's adaptive concurrency limit is reached, so the call could not be served within the latency target; nothing was recorded. Retry after the hint (`RetryInfo`, `grpc-retry-pushback-ms`, `metadata.retry_after_ms`), with backoff.",
+    ErrorCode.DEADLINE_TOO_SHORT: "Refused at admission: the call's gRPC deadline is shorter than the current expected service time; nothing was recorded. Retry with a longer deadline or after the hint.",
     ErrorCode.STORE_UNAVAILABLE: "The store could not durably write; the call fails and no decision is returned.",
     ErrorCode.INTERNAL: "Unexpected internal error (details only in the sidecar log).",
 }
@@ -589,6 +596,30 @@ def not_ready(
 ) -> CallgateError:
     """No usable policy snapshot yet (``not_ready``)."""
     return CallgateError(code=ErrorCode.NOT_READY, message=message)
+
+
+# --- admission under overload (server/admission.py) --------------------------------------------
+RETRY_AFTER_MS = "retry_after_ms"
+"""Metadata key of an admission refusal's retry hint in milliseconds; :mod:`callgate.server.status`
+also sends it as ``google.rpc.RetryInfo`` and ``grpc-retry-pushback-ms``."""
+
+
+def overloaded(retry_after_ms: int) -> CallgateError:
+    """The listener's concurrency limit is reached (``overloaded``); retry after the hint."""
+    return CallgateError(
+        code=ErrorCode.OVERLOADED,
+        message="overloaded: the call cannot be served within the latency target; retry after the hint",
+        metadata={RETRY_AFTER_MS: str(retry_after_ms)},
+    )
+
+
+def deadline_too_short(retry_after_ms: int) -> CallgateError:
+    """The call's deadline is shorter than the expected service time (``deadline_too_short``)."""
+    return CallgateError(
+        code=ErrorCode.DEADLINE_TOO_SHORT,
+        message="the call's deadline is shorter than the current expected service time",
+        metadata={RETRY_AFTER_MS: str(retry_after_ms)},
+    )
 
 
 # --- infrastructure -----------------------------------------------------------------------------

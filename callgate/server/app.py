@@ -36,6 +36,7 @@ from callgate.observability.metrics import Metrics, MetricsServer
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
+from callgate.server.admission import Admission, AdmissionSettings
 from callgate.server.interceptors import CallgateInterceptor
 from callgate.server.services import (
     AuthorizerService,
@@ -172,17 +173,37 @@ class Sidecar:
     """The ``/metrics`` endpoint when ``observability.metrics_address`` is set (``.url``)."""
     sweeper: ConfirmationSweeper | None = None
     """The confirmation-expiry task (health service ``callgate.v1.ConfirmationSweeper``)."""
+    admission: dict[str, Admission] = field(default_factory=dict)
+    """Per role, the listener's admission rule (``server/admission.py``)."""
 
     def _add_role(self, role: str, listener: ListenerConfig) -> None:
         if not listener.socket and not listener.tcp:
             return
         gate = self.components.gate
-        limit = self.components.config.server.max_concurrent_rpcs
+        sc = self.components.config.server
         metrics = self.components.metrics
+        admission = (
+            Admission(
+                AdmissionSettings(
+                    target_s=sc.admission_target_ms / 1000,
+                    min_limit=sc.admission_min_in_flight,
+                    max_limit=sc.max_concurrent_rpcs,
+                )
+            )
+            if sc.admission_target_ms
+            else None
+        )
+        options: list[tuple[str, int]] = [("grpc.so_reuseport", 0)]
+        if sc.max_pending_rpcs:
+            options += [
+                ("grpc.server.max_pending_requests", sc.max_pending_rpcs),
+                ("grpc.server.max_pending_requests_hard_limit", 2 * sc.max_pending_rpcs),
+            ]
         server = grpc.aio.server(
-            options=[("grpc.so_reuseport", 0)],
-            maximum_concurrent_rpcs=limit or None,
-            interceptors=[CallgateInterceptor(metrics if observes_rpcs(metrics) else None)],
+            options=options,
+            # admission off (target 0): gRPC's own fixed limit, counting every call, as before
+            maximum_concurrent_rpcs=None if admission is not None else sc.max_concurrent_rpcs or None,
+            interceptors=[CallgateInterceptor(metrics if observes_rpcs(metrics) else None, admission)],
         )
         execution = self.components.execution
         servicer: object
@@ -221,6 +242,8 @@ class Sidecar:
             real = server.add_insecure_port(listener.tcp)
             bound.append(f"{host}:{real}")
         self.servers[role] = server
+        if admission is not None:
+            self.admission[role] = admission
         self.health[role] = hs
         self.addresses[role] = bound
 
@@ -283,6 +306,15 @@ class Sidecar:
         return await self.lifecycle.reload("signal")
 
     async def stop(self, grace: float = 2.0) -> None:
+        for role, adm in self.admission.items():
+            st = adm.state()
+            if st.admitted or st.refused_overloaded or st.refused_deadline:
+                log.info(
+                    "admission %s: limit %.1f, expected %.1f ms, admitted %d, refused %d overloaded, "
+                    "%d deadline_too_short",
+                    role, st.limit, st.expected_s * 1000, st.admitted, st.refused_overloaded,
+                    st.refused_deadline,
+                )  # fmt: skip
         if self.sweeper is not None:
             await self.sweeper.stop()
         if self.lifecycle is not None:

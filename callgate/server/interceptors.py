@@ -6,6 +6,8 @@ For every RPC of a ``callgate.v1`` service (health and reflection pass through u
 * the caller's W3C ``traceparent`` metadata becomes a :class:`~callgate.core.trace.TraceContext`
   (a new trace when absent or invalid), which the handler reads with :func:`current_trace`
   (a ``ContextVar`` set for the duration of the call: no global state);
+* the listener's :class:`~callgate.server.admission.Admission` admits the call or refuses it at
+  once (``overloaded`` / ``deadline_too_short`` with a retry hint), before the handler runs;
 * the :class:`RpcObserver` (the sidecar's :class:`~callgate.observability.metrics.Metrics`, when
   RPC metrics or caller traces are on) is told when the RPC starts and how it ended;
 * a :class:`~callgate.core.errors.CallgateError` becomes its gRPC status with ``ErrorInfo``
@@ -28,6 +30,7 @@ import grpc
 
 from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.trace import TraceContext
+from callgate.server.admission import Admission
 from callgate.server.status import to_status
 
 log = logging.getLogger("callgate.server")
@@ -79,8 +82,9 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Trace extraction, RPC observation and error mapping for the ``callgate.v1`` services of
     one server. Wrapped handlers are built once per method and reused."""
 
-    def __init__(self, observer: RpcObserver | None = None) -> None:
+    def __init__(self, observer: RpcObserver | None = None, admission: Admission | None = None) -> None:
         self._observer = observer
+        self._admission = admission
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(
@@ -107,6 +111,7 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _guard(self, full_method: str, behaviour: Behaviour) -> Behaviour:
         service, _, name = full_method[1:].rpartition("/")
         observer = self._observer
+        admission = self._admission
 
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             trace = caller_trace(context.invocation_metadata())
@@ -123,7 +128,10 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     observed = True
                     observer.rpc_finished(token, service, name, result)
 
+            started: float | None = None
             try:
+                if admission is not None:
+                    started = admission.admit(context.time_remaining())
                 response = await behaviour(request, context)
                 code = OK
                 finish(code)
@@ -141,6 +149,8 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 finish(code)
                 await context.abort_with_status(to_status(internal()))
             finally:
+                if started is not None and admission is not None:
+                    admission.release(started)
                 _TRACE.reset(trace_token)
                 finish(code)
             raise AssertionError("unreachable")  # abort_with_status always raises

@@ -19,7 +19,9 @@ its own caller (e.g. ``EncodeResult`` refusing an executor's result value as ``i
 The code string is the same everywhere a code appears: ``Rejection.code``,
 ``Decision.error_code``, ``ErrorInfo.reason``, events and metric labels (all are
 ``ErrorCode.value``). ``docs/ERRORS.md`` is generated from this table (``scripts/gen-docs``);
-``tests/test_codes.py`` checks it is exhaustive and that behaviour follows it.
+``tests/test_codes.py`` checks it is exhaustive and that behaviour follows it. An admission
+refusal (``overloaded``, ``deadline_too_short``) also carries a ``RetryInfo`` and the
+``grpc-retry-pushback-ms`` trailer.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from dataclasses import dataclass
 from enum import Enum
 
 import grpc
+from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import RETRY_AFTER_MS, CallgateError, ErrorCode
 
 DOMAIN = "callgate.dev"
 
@@ -66,6 +69,9 @@ class CodeRule:
     status: grpc.StatusCode
     retry: Retry
 
+
+RETRY_PUSHBACK = "grpc-retry-pushback-ms"
+"""Trailing metadata of a refusal with a retry hint (gRPC's retry design A6: milliseconds)."""
 
 C = grpc.StatusCode
 E = ErrorCode
@@ -124,6 +130,8 @@ RULES: dict[ErrorCode, CodeRule] = {
     E.OUTPUT_AFTER_CANCEL: CodeRule(R, C.FAILED_PRECONDITION, FINAL),
     E.BUDGET_EXHAUSTED: CodeRule(R, C.RESOURCE_EXHAUSTED, FINAL),
     E.NOT_READY: CodeRule(R, C.UNAVAILABLE, RETRYABLE),
+    E.OVERLOADED: CodeRule(R, C.RESOURCE_EXHAUSTED, RETRYABLE),
+    E.DEADLINE_TOO_SHORT: CodeRule(R, C.DEADLINE_EXCEEDED, RETRYABLE),
     E.STORE_UNAVAILABLE: CodeRule(R, C.UNAVAILABLE, RETRYABLE),
     E.INTERNAL: CodeRule(OP, C.INTERNAL, FINAL),
 }
@@ -158,4 +166,20 @@ def to_status(err: CallgateError) -> grpc.Status:
             ]
         )
         st.details.add().Pack(br)
-    return rpc_status.to_status(st)
+    retry_ms = err.metadata.get(RETRY_AFTER_MS)
+    if retry_ms is None:
+        return rpc_status.to_status(st)
+    ms = int(retry_ms)
+    delay = duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    st.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    status = rpc_status.to_status(st)
+    return _Status(status.code, status.details, (*status.trailing_metadata, (RETRY_PUSHBACK, str(ms))))
+
+
+@dataclass(frozen=True, slots=True)
+class _Status(grpc.Status):  # type: ignore[misc]
+    """A ``grpc.Status`` with extra trailing metadata (``rpc_status.to_status`` has only the details)."""
+
+    code: grpc.StatusCode
+    details: str
+    trailing_metadata: tuple[tuple[str, str | bytes], ...]

@@ -1,0 +1,139 @@
+"""Admission under overload: an adaptive concurrency limit and the caller's deadline.
+
+One :class:`Admission` per listener (gRPC server), consulted by
+:class:`~callgate.server.interceptors.CallgateInterceptor` before a ``callgate.v1`` handler runs
+(health and reflection never reach it). Every handler shares one event loop, so the latency of
+an admitted call grows with the number of calls in flight; the rule keeps that number where the
+measured latency stays near the target, and refuses the rest at once instead of queueing them:
+
+* **limit (AIMD on measured latency).** Each finished call's time in the handler is measured. A
+  call slower than ``server.admission_target_ms`` shrinks the limit by 10% (at most once per
+  current latency, so one slow burst counts once); a call within the target grows it by
+  ``1/limit`` while the limit is in use (about +1 per limit's worth of calls). The limit stays in
+  ``[admission_min_in_flight, max_concurrent_rpcs]`` and starts at the minimum. A call arriving
+  with ``limit`` calls in flight is refused: ``overloaded`` (gRPC ``RESOURCE_EXHAUSTED``).
+* **deadline.** The expected service time is the moving average of recent calls' latency
+  (weight 0.2). While calls are in flight, a call whose remaining gRPC deadline is shorter is
+  refused: ``deadline_too_short`` (gRPC ``DEADLINE_EXCEEDED``); serving it would waste the work
+  on an answer nobody reads. With nothing in flight the estimate may be stale (one slow call long
+  ago) and the call is served, so short-deadline callers can never be locked out by an estimate
+  that only admitted calls could correct.
+* **retry hint.** Both refusals carry the expected service time, rounded up to a millisecond and
+  clamped to ``[MIN_RETRY_MS, MAX_RETRY_MS]``: as ``google.rpc.RetryInfo``, as
+  ``grpc-retry-pushback-ms`` trailing metadata and as ``ErrorInfo.metadata.retry_after_ms``.
+
+Nothing is recorded for a refused call: it never reached the gate. The queue in front of Python
+(calls gRPC core accepted that the event loop has not picked up yet) is bounded separately by
+``server.max_pending_rpcs`` (``server/app.py``); beyond it gRPC core drops the call before any
+Python runs, and the caller sees ``CANCELLED`` without a hint.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from callgate.core.errors import deadline_too_short, overloaded
+
+DECREASE = 0.9
+"""Multiplicative decrease of the limit when a call took longer than the target."""
+SMOOTHING = 0.2
+"""Weight of the newest sample in the moving average of latency."""
+MIN_RETRY_MS = 5
+"""Smallest retry hint, in milliseconds."""
+MAX_RETRY_MS = 1000
+"""Largest retry hint, in milliseconds."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionSettings:
+    """The admission rule's parameters for one listener (from ``[server]``)."""
+
+    target_s: float
+    """Latency target of an admitted call in the handler, seconds (``admission_target_ms``)."""
+    min_limit: int
+    """Floor and starting value of the limit (``admission_min_in_flight``)."""
+    max_limit: int
+    """Ceiling of the limit (``max_concurrent_rpcs``; 0 = no ceiling)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionState:
+    """A snapshot of one listener's admission, for logs, metrics and tests."""
+
+    limit: float
+    in_flight: int
+    expected_s: float
+    """Moving average of recent calls' latency (0 before the first call ends)."""
+    admitted: int
+    refused_overloaded: int
+    refused_deadline: int
+
+
+class Admission:
+    """The admission rule of one listener (see the module docstring). Used only on the event
+    loop of its server: no locks."""
+
+    def __init__(self, settings: AdmissionSettings, timer: Callable[[], float] = time.monotonic) -> None:
+        if settings.min_limit < 1 or settings.target_s <= 0:
+            raise ValueError("admission needs min_limit >= 1 and a positive target")
+        self._s = settings
+        self._timer = timer
+        self._ceiling = float(settings.max_limit) if settings.max_limit else math.inf
+        self._limit = min(float(settings.min_limit), self._ceiling)
+        self._in_flight = 0
+        self._expected = 0.0
+        self._decreased_at = -math.inf
+        self._admitted = 0
+        self._refused_overloaded = 0
+        self._refused_deadline = 0
+
+    def retry_after_ms(self) -> int:
+        """The retry hint: the expected service time, in milliseconds, clamped."""
+        return min(MAX_RETRY_MS, max(MIN_RETRY_MS, math.ceil(self._expected * 1000)))
+
+    def admit(self, time_remaining: float | None) -> float:
+        """Admit a call or raise its refusal (:func:`~callgate.core.errors.deadline_too_short`,
+        :func:`~callgate.core.errors.overloaded`). ``time_remaining``: seconds left of the call's
+        gRPC deadline (``None``: none). Returns the start time to hand to :meth:`release`."""
+        if self._in_flight and time_remaining is not None and time_remaining < self._expected:
+            self._refused_deadline += 1
+            raise deadline_too_short(self.retry_after_ms())
+        if self._in_flight >= int(self._limit):
+            self._refused_overloaded += 1
+            raise overloaded(self.retry_after_ms())
+        self._in_flight += 1
+        self._admitted += 1
+        return self._timer()
+
+    def release(self, started: float) -> None:
+        """An admitted call ended (answered, failed or cancelled): measure it, adapt the limit."""
+        now = self._timer()
+        took = max(0.0, now - started)
+        in_use = self._in_flight >= self._limit / 2
+        self._in_flight -= 1
+        self._expected = (
+            took if self._expected == 0.0 else self._expected + SMOOTHING * (took - self._expected)
+        )
+        if took > self._s.target_s:
+            if now - self._decreased_at >= max(self._expected, self._s.target_s):
+                self._limit = max(float(self._s.min_limit), self._limit * DECREASE)
+                self._decreased_at = now
+        elif in_use:
+            self._limit = min(self._ceiling, self._limit + 1.0 / self._limit)
+
+    def state(self) -> AdmissionState:
+        """The current limit, calls in flight, expected latency and counters."""
+        return AdmissionState(
+            limit=self._limit,
+            in_flight=self._in_flight,
+            expected_s=self._expected,
+            admitted=self._admitted,
+            refused_overloaded=self._refused_overloaded,
+            refused_deadline=self._refused_deadline,
+        )
+
+
+__all__ = ["Admission", "AdmissionSettings", "AdmissionState"]

@@ -1,0 +1,236 @@
+"""Admission under overload (issue 9 item 7): the adaptive limit, the deadline rule, the retry
+hint, and health that is never refused, through a real grpc.aio server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
+
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.server.admission import MAX_RETRY_MS, MIN_RETRY_MS, Admission, AdmissionSettings
+from callgate.server.status import RETRY_PUSHBACK
+from tests.conftest import Running, start_sidecar, stop_sidecar
+
+
+class Timer:
+    """A hand-moved monotonic clock for the pure rule."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def rule(target_ms: int = 20, lo: int = 2, hi: int = 8) -> tuple[Admission, Timer]:
+    timer = Timer()
+    return Admission(AdmissionSettings(target_s=target_ms / 1000, min_limit=lo, max_limit=hi), timer), timer
+
+
+def refusal(fn: object, *args: object) -> CallgateError:
+    with pytest.raises(CallgateError) as err:
+        fn(*args)  # type: ignore[operator]
+    return err.value
+
+
+def test_the_limit_starts_at_the_floor_and_refuses_beyond_it() -> None:
+    adm, _ = rule(lo=2)
+    adm.admit(None)
+    adm.admit(None)
+    err = refusal(adm.admit, None)
+    assert err.code is ErrorCode.OVERLOADED
+    assert err.metadata["retry_after_ms"] == str(MIN_RETRY_MS)  # nothing measured yet
+    assert adm.state().refused_overloaded == 1 and adm.state().in_flight == 2
+
+
+def test_the_limit_grows_while_calls_meet_the_target_and_stops_at_the_ceiling() -> None:
+    adm, timer = rule(target_ms=20, lo=2, hi=4)
+    for _ in range(200):
+        starts = [adm.admit(None) for _ in range(int(adm.state().limit))]
+        timer.t += 0.005
+        for s in starts:
+            adm.release(s)
+    assert adm.state().limit == 4  # the ceiling (max_concurrent_rpcs)
+    assert adm.state().expected_s == pytest.approx(0.005)
+
+
+def test_slow_calls_shrink_the_limit_once_per_round_trip_never_below_the_floor() -> None:
+    adm, timer = rule(target_ms=20, lo=2, hi=64)
+    adm._limit = 40.0  # as if grown under an earlier, lighter load
+    starts = [adm.admit(None) for _ in range(10)]
+    timer.t += 0.1  # 100 ms: above the 20 ms target
+    for s in starts:
+        adm.release(s)
+    assert adm.state().limit == pytest.approx(36.0)  # ten slow answers at once: one decrease
+    for _ in range(100):
+        s = adm.admit(None)
+        timer.t += 0.1
+        adm.release(s)
+    assert adm.state().limit == 2  # the floor
+    assert adm.retry_after_ms() == 100
+
+
+def test_a_deadline_shorter_than_the_expected_service_time_is_refused_while_busy() -> None:
+    adm, timer = rule(lo=4)
+    s = adm.admit(None)
+    timer.t += 0.3
+    adm.release(s)
+    busy = adm.admit(None)
+    err = refusal(adm.admit, 0.2)
+    assert err.code is ErrorCode.DEADLINE_TOO_SHORT
+    assert err.metadata["retry_after_ms"] == "300"
+    adm.admit(0.5)  # enough time left: admitted
+    adm._expected = 60.0
+    assert adm.retry_after_ms() == MAX_RETRY_MS
+    del busy
+
+
+def test_with_nothing_in_flight_a_short_deadline_is_served_so_a_stale_estimate_heals() -> None:
+    adm, timer = rule()
+    s = adm.admit(None)
+    timer.t += 2.0  # one very slow call
+    adm.release(s)
+    for _ in range(20):  # callers with 50 ms deadlines are not locked out
+        s = adm.admit(0.05)
+        timer.t += 0.004
+        adm.release(s)
+    assert adm.state().expected_s < 0.05
+    assert adm.state().refused_deadline == 0
+
+
+@pytest.fixture
+def one_slot() -> Iterator[Running]:
+    """A sidecar whose agent listener admits one call at a time (floor = ceiling = 1)."""
+    running, tmp = start_sidecar(server_kw={"max_concurrent_rpcs": 1, "admission_min_in_flight": 1})
+    try:
+        yield running
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def propose_request(sid: str, i: int) -> pb.ProposeRequest:
+    return pb.ProposeRequest(
+        session_id=sid, model_call_id="mc-1", proposal_id=f"p{i}", tool_name="weather.get",
+        tool_version="v1", arguments=json.dumps({"city": "Paris", "date": "tomorrow"}).encode(),
+    )  # fmt: skip
+
+
+def hint_of(exc: grpc.RpcError, reason: str) -> int:
+    """The refusal's retry hint, checked to be the same in all three places."""
+    st = rpc_status.from_call(exc)  # type: ignore[arg-type]
+    assert st is not None
+    info = error_details_pb2.ErrorInfo()
+    retry = error_details_pb2.RetryInfo()
+    kinds = set()
+    for detail in st.details:
+        if detail.Unpack(info):
+            kinds.add("info")
+        elif detail.Unpack(retry):
+            kinds.add("retry")
+    assert kinds == {"info", "retry"}
+    assert info.reason == reason
+    ms = int(info.metadata["retry_after_ms"])
+    assert retry.retry_delay.seconds * 1000 + retry.retry_delay.nanos // 1_000_000 == ms
+    trailers = dict(exc.trailing_metadata())  # type: ignore[attr-defined]
+    assert trailers[RETRY_PUSHBACK] == str(ms)
+    assert MIN_RETRY_MS <= ms <= MAX_RETRY_MS
+    return ms
+
+
+def in_flight(running: Running, n: int) -> None:
+    deadline = time.monotonic() + 10
+    while running.sidecar.admission["agent"].state().in_flight < n:
+        assert time.monotonic() < deadline, "the Propose never started"
+        time.sleep(0.01)
+
+
+def test_a_call_that_cannot_be_served_in_time_is_refused_with_a_hint_and_health_answers(
+    one_slot: Running,
+) -> None:
+    sid = one_slot.open_session()
+    one_slot.list_tools(sid)
+    one_slot.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"}, proposal_id="warm")
+    admission = one_slot.sidecar.admission["agent"]
+    health = health_pb2_grpc.HealthStub(one_slot.channels["agent"])
+
+    # 1. Hold SQLite's write lock from outside for 1.5 s: a Propose stays in flight that long
+    # (its events wait for the lock), which the expected service time then reflects.
+    lock = sqlite3.connect(one_slot.db_path, isolation_level=None, timeout=5)
+    lock.execute("BEGIN EXCLUSIVE")
+    held_at = time.monotonic()
+    try:
+        slow: Future[pb.ProposeResponse] = one_slot.gate.Propose.future(propose_request(sid, 1), timeout=20)
+        in_flight(one_slot, 1)
+
+        # the one slot is taken: the next call is refused at once, with the hint
+        with pytest.raises(grpc.RpcError) as full:
+            one_slot.gate.Propose(propose_request(sid, 2), timeout=10)
+        assert full.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        hint_of(full.value, "overloaded")
+
+        # health (and its Watch) is never counted nor refused
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+        for _ in range(5):
+            assert (
+                health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
+        watch.cancel()
+        while time.monotonic() - held_at < 1.5:
+            time.sleep(0.05)
+    finally:
+        lock.execute("ROLLBACK")
+    assert slow.result(timeout=20).state == pb.PREPARED
+    expected = admission.state().expected_s  # moving average: 0.2 x 1.5 s + 0.8 x a few ms
+    assert expected >= 0.3
+
+    # 2. While a call is in flight, a call with half the expected service time left cannot be
+    # served in time: refused at once with DEADLINE_EXCEEDED and the hint.
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        busy: Future[pb.ProposeResponse] = one_slot.gate.Propose.future(propose_request(sid, 3), timeout=20)
+        in_flight(one_slot, 1)
+        t0 = time.monotonic()
+        with pytest.raises(grpc.RpcError) as short:
+            one_slot.gate.Propose(propose_request(sid, 4), timeout=expected / 2)
+        assert short.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert hint_of(short.value, "deadline_too_short") == pytest.approx(expected * 1000, abs=1)
+        assert time.monotonic() - t0 < expected / 2  # refused at once, not timed out
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert busy.result(timeout=20).state == pb.PREPARED
+
+    # nothing was recorded for the refused calls
+    with sqlite3.connect(one_slot.db_path) as db:
+        ids = {r[0] for r in db.execute("SELECT proposal_id FROM invocations")}
+    assert {"p2", "p4"}.isdisjoint(ids) and {"warm", "p1", "p3"} <= ids
+
+    # a call with time to spare is admitted and served
+    assert one_slot.gate.Propose(propose_request(sid, 5), timeout=10).state == pb.PREPARED
+    st = admission.state()
+    assert (st.refused_overloaded, st.refused_deadline, st.in_flight) == (1, 1, 0)
+
+
+def test_target_zero_restores_the_previous_rule() -> None:
+    """``admission_target_ms = 0``: no admission object, gRPC's own fixed limit (the A/B baseline
+    of ``bench/bench_overload.py --before``); calls are served as before."""
+    running, tmp = start_sidecar(server_kw={"admission_target_ms": 0, "max_pending_rpcs": 0})
+    try:
+        assert running.sidecar.admission == {}
+        sid = running.open_session()
+        running.list_tools(sid)
+        assert running.gate.Propose(propose_request(sid, 1), timeout=10).state == pb.PREPARED
+    finally:
+        stop_sidecar(running, tmp)
