@@ -120,7 +120,10 @@ async def build_components(
     if sinks:
         store = PublishingStore(store, sinks)
     if idempotency is None:
-        idempotency = await build_idempotency(cfg)
+        # sqlite: the keys live in the event store and follow its transactions (one commit per
+        # answer); another backend (postgres shared by pods) is a store of its own.
+        in_store = cfg.idempotency.backend == "sqlite"
+        idempotency = store.keys() if in_store else await build_idempotency(cfg)
     gate = Gate(config=cfg, snapshot=snapshot, store=store, clock=clock, idempotency=idempotency)
     try:
         redactor = Redactor(secrets=secrets.values())

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from callgate.core.states import State
+from callgate.store.idempotency.base import ClaimResult, ExpiredPolicy, IdempotencyKey, IdempotencyStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,29 @@ class Usage:
     cost_micros: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """The idempotency claim (6.8) a ``Propose`` writes together with its invocation."""
+
+    key: IdempotencyKey
+    digest: str
+    retention: timedelta
+    expired_policy: ExpiredPolicy
+    now: datetime
+
+
 class Store(Protocol):
+    """One answer, one transaction: every write below is atomic with the events it carries and,
+    for an invocation with an idempotency key kept in this store (:meth:`keys`), with its key:
+    ``create_invocation`` claims it (``claim``), and a write that moves the invocation to
+    COMMITTED / FAILED_AFTER_COMMIT completes it, to a state ending before the commit boundary
+    (denied, cancelled, failed before commit) releases it, and ``put_result`` of an OBSERVED
+    invocation stores its tool message for replays. A crash leaves all of them or none."""
+
+    def keys(self) -> IdempotencyStore:
+        """The idempotency keys kept in this store (``in_store``: they follow its transactions)."""
+        ...
+
     async def put_session(self, session: SessionRecord) -> None: ...
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
@@ -144,10 +168,14 @@ class Store(Protocol):
         record: InvocationRecord,
         events: Sequence[EventRecord],
         usage: Mapping[str, Usage] | None = None,
-    ) -> None:
+        claim: KeyClaim | None = None,
+    ) -> ClaimResult | None:
         """Insert a new invocation with its first events, atomically; ``usage`` (session id ->
         increment) is added in the same transaction (budget counters ride along with the call's
-        own write instead of costing a transaction of their own)."""
+        own write instead of costing a transaction of their own). With ``claim``, the key is
+        claimed for ``record`` in that transaction first: if the claim is not NEW (another
+        invocation got the key since the gate looked) nothing is written and the claim's answer
+        is returned; None means everything was written."""
         ...
 
     async def transition(

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar, get_type_hints
@@ -22,16 +24,30 @@ from callgate.store.base import (
     AttemptRecord,
     EventRecord,
     InvocationRecord,
+    KeyClaim,
     ResultRecord,
     SessionRecord,
     ToolViewRecord,
     Usage,
 )
+from callgate.store.idempotency import sqlite as keys_sql
+from callgate.store.idempotency.base import (
+    ClaimKind,
+    ClaimResult,
+    IdempotencyKey,
+    IdempotencyStore,
+    completed,
+    released,
+    with_result,
+)
+from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.sqlite_worker import SQLiteWorker
 
 T = TypeVar("T")
+log = logging.getLogger("callgate.store")
 
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS sessions (
   session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, subject TEXT NOT NULL,
   timezone TEXT NOT NULL, locale TEXT NOT NULL, budgets TEXT NOT NULL,
@@ -80,6 +96,8 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 """
+    + keys_sql.SCHEMA
+)
 
 _ADD_USAGE = (
     "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
@@ -301,14 +319,104 @@ def _insert_events_sql(n: int) -> str:
     )
 
 
+# The idempotency key follows its invocation, in the transaction that moves the invocation.
+_KEY_COMPLETES: Final = frozenset({State.COMMITTED, State.FAILED_AFTER_COMMIT, State.OBSERVED})
+_KEY_RELEASES: Final = frozenset(
+    {
+        State.PARSE_REJECTED,
+        State.VALIDATION_REJECTED,
+        State.AUTHORIZATION_REJECTED,
+        State.CANCELLED_BEFORE_COMMIT,
+        State.FAILED_BEFORE_COMMIT,
+    }
+)
+
+
+def key_of(record: InvocationRecord) -> IdempotencyKey:
+    """The 6.8 lookup key of an invocation: scope (tenant + subject), tool name, version, key."""
+    return IdempotencyKey(
+        record.tenant, record.subject, record.tool_name, record.tool_version, record.idempotency_key
+    )
+
+
+def _at(text: str) -> datetime:
+    return datetime.fromisoformat(text) if text else datetime.now(UTC)
+
+
+def _follow_key(c: sqlite3.Connection, record: InvocationRecord, message: bytes | None = None) -> None:
+    """Bring the key ``record`` holds in line with its new state (complete, release, result).
+    A key another invocation holds, or in a state the move does not apply to, is left alone."""
+    if not record.idempotency_key:
+        return
+    key = key_of(record)
+    rec = keys_sql.select(c, key)
+    if rec is None or rec.invocation_id != record.invocation_id:
+        return
+    now = _at(record.updated_at)
+    new = rec
+    if rec.state == "claimed" and record.state in _KEY_COMPLETES:
+        outcome = State.COMMITTED.value if record.state is State.OBSERVED else record.state.value
+        new = completed(rec, record.invocation_id, outcome, record.external_resource_id, now) or rec
+    elif rec.state == "claimed" and record.state in _KEY_RELEASES:
+        new = released(rec, record.invocation_id, now) or rec
+    if message is not None and new.state == "completed" and new.result is None:
+        new = with_result(new, record.invocation_id, message, now) or new
+    if new != rec:
+        keys_sql.write(c, new)
+
+
+def repair_keys(c: sqlite3.Connection) -> int:
+    """Startup repair: a key whose invocation is missing (an older version wrote them in two
+    stores, and a crash between them left the key alone) is released; a key whose invocation
+    moved on without it is brought in line. Returns how many keys changed; each is logged."""
+    rows = c.execute(
+        f"SELECT k.tenant, k.subject, k.tool_name, k.tool_version, k.idem_key, k.invocation_id, "
+        f"i.invocation_id FROM {keys_sql.TABLE} k LEFT JOIN invocations i "
+        f"ON i.invocation_id = k.invocation_id WHERE k.state != 'released'"
+    ).fetchall()
+    changed = 0
+    now = datetime.now(UTC)
+    for *key_cols, invocation_id, found in rows:
+        key = IdempotencyKey(*key_cols)
+        rec = keys_sql.select(c, key)
+        if rec is None:  # pragma: no cover - read under the write lock
+            continue
+        if found is None:
+            if rec.state == "claimed":
+                keys_sql.write(c, released(rec, invocation_id, now) or rec)
+                log.warning(
+                    "repair: released the idempotency key held by missing invocation %s (%s@%s)",
+                    invocation_id, key.tool_name, key.tool_version,
+                )  # fmt: skip
+                changed += 1
+            continue
+        inv = _read_invocation(c, invocation_id)
+        if inv is None:  # pragma: no cover
+            continue
+        before = rec
+        _follow_key(c, inv)
+        if keys_sql.select(c, key) != before:
+            log.warning(
+                "repair: idempotency key of %s brought in line with %s", invocation_id, inv.state.value
+            )
+            changed += 1
+    return changed
+
+
 class SQLiteStore:
     """:class:`~callgate.store.base.Store` on SQLite (one writer thread, group commit:
     :class:`~callgate.store.sqlite_worker.SQLiteWorker`)."""
 
     def __init__(self, path: str | Path, *, synchronous: str = "full", max_batch: int = 256) -> None:
         self._worker = SQLiteWorker(
-            path, schema=_SCHEMA, synchronous=synchronous, max_batch=max_batch, name="callgate-events"
-        )
+            path, schema=_SCHEMA, synchronous=synchronous, max_batch=max_batch, name="callgate-events",
+            setup=repair_keys,
+        )  # fmt: skip
+        self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
+
+    def keys(self) -> IdempotencyStore:
+        """The idempotency keys in this database, on this store's writer (``in_store``)."""
+        return self._keys
 
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         return await self._worker.run(op)
@@ -362,16 +470,26 @@ class SQLiteStore:
         record: InvocationRecord,
         events: Sequence[EventRecord],
         usage: Mapping[str, Usage] | None = None,
-    ) -> None:
+        claim: KeyClaim | None = None,
+    ) -> ClaimResult | None:
         row = _INVOCATIONS.row(record)
 
-        def op(c: sqlite3.Connection) -> None:
+        def op(c: sqlite3.Connection) -> ClaimResult | None:
+            if claim is not None:
+                got = keys_sql.claim_op(
+                    c, claim.key, claim.digest, record.invocation_id, claim.now, claim.retention,
+                    claim.expired_policy,
+                )  # fmt: skip
+                if got.kind is not ClaimKind.NEW:
+                    return got  # nothing written: the key went to another invocation
             c.execute(_INSERT_INVOCATION, row)
             _insert_events(c, events)
             if usage:
                 c.executemany(_ADD_USAGE, [(sid, *_usage_row(d)) for sid, d in usage.items()])
+            _follow_key(c, record)
+            return None
 
-        await self._call(op)
+        return await self._call(op)
 
     async def transition(
         self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
@@ -380,6 +498,7 @@ class SQLiteStore:
             if not _cas_invocation(c, record, expected):
                 return False
             _insert_events(c, events)
+            _follow_key(c, record)
             return True
 
         return await self._call(op)
@@ -412,6 +531,7 @@ class SQLiteStore:
             if cur.rowcount != 1:
                 raise _Conflict()
             _insert_events(c, events)
+            _follow_key(c, record)
             return True
 
         return await self._call_cas(op)
@@ -436,6 +556,7 @@ class SQLiteStore:
             if cur.rowcount != 1:
                 raise _Conflict()
             _insert_events(c, events)
+            _follow_key(c, record, result.message if record.state is State.OBSERVED else None)
             return True
 
         return await self._call_cas(op)
