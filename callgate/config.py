@@ -74,7 +74,8 @@ class PolicyConfig:
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     backend: str = "sqlite"
-    """Event/invocation store: ``sqlite`` (embedded default)."""
+    """Event/invocation store: ``sqlite`` (embedded default). Its schema is versioned and
+    migrated at start; a database newer than this callgate is refused."""
     path: str = "var/callgate.db"
     """SQLite database file (WAL mode)."""
     synchronous: str = "full"
@@ -129,7 +130,9 @@ class IdempotencyConfig:
     backend: str = "sqlite"
     """``sqlite`` (embedded default) or ``postgres`` (shared by several pods)."""
     path: str = "var/idempotency.db"
-    """SQLite file of the idempotency store."""
+    """With ``sqlite`` the keys live in the event store's database (``store.path``) and are
+    written in the same transaction as their invocation; this names the separate file older
+    versions kept them in, imported once at start when it exists."""
     dsn_env: str = "CALLGATE_POSTGRES_DSN"
     """Environment variable holding the PostgreSQL DSN (mounted from a Secret)."""
     dsn_file: str = ""

@@ -35,7 +35,9 @@ class StoreFactory:
 def _open_sqlite(cfg: Config) -> Store:
     from callgate.store.sqlite import SQLiteStore
 
-    return SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
+    ic = cfg.idempotency  # keys of a version before one commit per answer: imported once
+    legacy = cfg.path(ic.path) if ic.backend == "sqlite" and ic.path else None
+    return SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous, legacy_keys=legacy)
 
 
 def _validate_sqlite(sc: StoreConfig) -> list[str]:

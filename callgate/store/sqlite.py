@@ -41,13 +41,13 @@ from callgate.store.idempotency.base import (
     with_result,
 )
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.sqlite_worker import SQLiteWorker
 
 T = TypeVar("T")
 log = logging.getLogger("callgate.store")
 
-_SCHEMA = (
-    """
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS sessions (
   session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, subject TEXT NOT NULL,
   timezone TEXT NOT NULL, locale TEXT NOT NULL, budgets TEXT NOT NULL,
@@ -96,8 +96,30 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 """
-    + keys_sql.SCHEMA
+
+_SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+  tenant TEXT NOT NULL, subject TEXT NOT NULL, tool_name TEXT NOT NULL, tool_version TEXT NOT NULL,
+  idem_key TEXT NOT NULL,
+  digest TEXT NOT NULL, invocation_id TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('claimed', 'completed', 'released')),
+  outcome TEXT NOT NULL, result BLOB, external_resource_id TEXT NOT NULL,
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, expires_at TEXT NOT NULL,
+  retention_us INTEGER NOT NULL CHECK (retention_us > 0),
+  PRIMARY KEY (tenant, subject, tool_name, tool_version, idem_key));
+CREATE INDEX IF NOT EXISTS idempotency_keys_expires ON idempotency_keys (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_keys_invocation ON idempotency_keys (invocation_id);
+CREATE TABLE IF NOT EXISTS key_imports (
+  source TEXT PRIMARY KEY, at TEXT NOT NULL, keys INTEGER NOT NULL);
+"""
+
+MIGRATIONS: Final = (
+    Migration(
+        1, "sessions, tool views, invocations, events, attempts, results, usage, snapshots", _SCHEMA_V1
+    ),
+    Migration(2, "idempotency keys in the event database (one commit per answer)", _SCHEMA_V2),
 )
+"""The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
 _ADD_USAGE = (
     "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
@@ -403,14 +425,71 @@ def repair_keys(c: sqlite3.Connection) -> int:
     return changed
 
 
+_KEY_COLS: Final = (
+    "tenant, subject, tool_name, tool_version, idem_key, digest, invocation_id, state, outcome, result, "
+    "external_resource_id, created_at, updated_at, expires_at, retention_us"
+)
+
+
+def import_legacy_keys(c: sqlite3.Connection, legacy: Path, at: str) -> int:
+    """Copy the keys of a separate idempotency file (the layout before one commit per answer)
+    into this database, once per file; keys already here win. Returns how many were copied."""
+    source = str(legacy.resolve())
+    if not legacy.is_file() or c.execute("SELECT 1 FROM key_imports WHERE source=?", (source,)).fetchone():
+        return 0
+    old = sqlite3.connect(f"file:{quote(source)}?mode=ro", uri=True)
+    try:
+        has = old.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (keys_sql.TABLE,))
+        rows = old.execute(f"SELECT {_KEY_COLS} FROM {keys_sql.TABLE}").fetchall() if has.fetchone() else []
+    finally:
+        old.close()
+    copied = 0
+    for row in rows:
+        cur = c.execute(
+            f"INSERT INTO {keys_sql.TABLE} ({_KEY_COLS}) VALUES ({','.join('?' * 15)}) ON CONFLICT DO NOTHING",
+            row,
+        )
+        copied += cur.rowcount
+    c.execute("INSERT INTO key_imports VALUES (?,?,?)", (source, at, copied))
+    log.warning("imported %d idempotency keys from %s into the event database", copied, source)
+    return copied
+
+
+def _setup(legacy_keys: Path | None) -> Callable[[sqlite3.Connection], None]:
+    """At open, in one transaction: migrations, the legacy key import, the key repair."""
+
+    def setup(c: sqlite3.Connection) -> None:
+        at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        found, now = migrate_sqlite(c, MIGRATIONS, at=at)
+        if found != now:
+            log.info("SQLite store schema migrated from version %d to %d", found, now)
+        if legacy_keys is not None:
+            import_legacy_keys(c, legacy_keys, at)
+        repair_keys(c)
+
+    return setup
+
+
 class SQLiteStore:
     """:class:`~callgate.store.base.Store` on SQLite (one writer thread, group commit:
     :class:`~callgate.store.sqlite_worker.SQLiteWorker`)."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "full", max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "full",
+        max_batch: int = 256,
+        legacy_keys: str | Path | None = None,
+    ) -> None:
+        """Open (create, migrate, repair) the database at ``path``. ``legacy_keys``: a separate
+        idempotency file of an older version, whose keys are imported once."""
+        legacy = Path(legacy_keys) if legacy_keys is not None else None
+        if legacy is not None and legacy.resolve() == Path(path).resolve():
+            legacy = None
         self._worker = SQLiteWorker(
-            path, schema=_SCHEMA, synchronous=synchronous, max_batch=max_batch, name="callgate-events",
-            setup=repair_keys,
+            path, schema="", synchronous=synchronous, max_batch=max_batch, name="callgate-events",
+            setup=_setup(legacy),
         )  # fmt: skip
         self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
 
@@ -637,6 +716,10 @@ class SQLiteReader:
             f"file:{quote(str(p))}?mode=ro{'' if live else '&immutable=1'}", uri=True
         )
         self._conn.execute("PRAGMA query_only=ON")
+        found = sqlite_version(self._conn)
+        if found > len(MIGRATIONS):
+            self._conn.close()
+            raise too_new(found, len(MIGRATIONS), str(p))
 
     def close(self) -> None:
         """Close the connection."""
