@@ -9,11 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from callgate.core.states import State
-from callgate.store.idempotency.base import ClaimResult, ExpiredPolicy, IdempotencyKey, IdempotencyStore
+from callgate.store.idempotency.base import (
+    ClaimResult,
+    ExpiredPolicy,
+    IdempotencyKey,
+    IdempotencyRecord,
+    IdempotencyStore,
+    completed,
+    released,
+    with_result,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +150,49 @@ class KeyClaim:
     retention: timedelta
     expired_policy: ExpiredPolicy
     now: datetime
+
+
+# How a key follows its invocation, in the transaction that moves the invocation (every backend).
+KEY_COMPLETES: frozenset[State] = frozenset({State.COMMITTED, State.FAILED_AFTER_COMMIT, State.OBSERVED})
+"""States past the commit boundary: the key is completed (repeats replay the invocation)."""
+KEY_RELEASES: frozenset[State] = frozenset(
+    {
+        State.PARSE_REJECTED,
+        State.VALIDATION_REJECTED,
+        State.AUTHORIZATION_REJECTED,
+        State.CANCELLED_BEFORE_COMMIT,
+        State.FAILED_BEFORE_COMMIT,
+    }
+)
+"""States that end before the commit boundary: the key is released (free for any digest)."""
+
+
+def key_of(record: InvocationRecord) -> IdempotencyKey:
+    """The 6.8 lookup key of an invocation: scope (tenant + subject), tool name, version, key."""
+    return IdempotencyKey(
+        record.tenant, record.subject, record.tool_name, record.tool_version, record.idempotency_key
+    )
+
+
+def key_follows(
+    rec: IdempotencyRecord | None, record: InvocationRecord, message: bytes | None = None
+) -> IdempotencyRecord | None:
+    """The key record after ``record`` (the invocation as just written) moved: completed past
+    the commit boundary, released when it ended before it, given ``message`` (the tool message
+    of an OBSERVED invocation) to replay. None: nothing to write (no record, another
+    invocation's, or already so)."""
+    if rec is None or rec.invocation_id != record.invocation_id:
+        return None
+    now = datetime.fromisoformat(record.updated_at) if record.updated_at else datetime.now(UTC)
+    new = rec
+    if rec.state == "claimed" and record.state in KEY_COMPLETES:
+        outcome = State.COMMITTED.value if record.state is State.OBSERVED else record.state.value
+        new = completed(rec, record.invocation_id, outcome, record.external_resource_id, now) or rec
+    elif rec.state == "claimed" and record.state in KEY_RELEASES:
+        new = released(rec, record.invocation_id, now) or rec
+    if message is not None and new.state == "completed" and new.result is None:
+        new = with_result(new, record.invocation_id, message, now) or new
+    return None if new == rec else new
 
 
 class Store(Protocol):

@@ -29,17 +29,11 @@ from callgate.store.base import (
     SessionRecord,
     ToolViewRecord,
     Usage,
+    key_follows,
+    key_of,
 )
 from callgate.store.idempotency import sqlite as keys_sql
-from callgate.store.idempotency.base import (
-    ClaimKind,
-    ClaimResult,
-    IdempotencyKey,
-    IdempotencyStore,
-    completed,
-    released,
-    with_result,
-)
+from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.sqlite_worker import SQLiteWorker
@@ -341,49 +335,13 @@ def _insert_events_sql(n: int) -> str:
     )
 
 
-# The idempotency key follows its invocation, in the transaction that moves the invocation.
-_KEY_COMPLETES: Final = frozenset({State.COMMITTED, State.FAILED_AFTER_COMMIT, State.OBSERVED})
-_KEY_RELEASES: Final = frozenset(
-    {
-        State.PARSE_REJECTED,
-        State.VALIDATION_REJECTED,
-        State.AUTHORIZATION_REJECTED,
-        State.CANCELLED_BEFORE_COMMIT,
-        State.FAILED_BEFORE_COMMIT,
-    }
-)
-
-
-def key_of(record: InvocationRecord) -> IdempotencyKey:
-    """The 6.8 lookup key of an invocation: scope (tenant + subject), tool name, version, key."""
-    return IdempotencyKey(
-        record.tenant, record.subject, record.tool_name, record.tool_version, record.idempotency_key
-    )
-
-
-def _at(text: str) -> datetime:
-    return datetime.fromisoformat(text) if text else datetime.now(UTC)
-
-
 def _follow_key(c: sqlite3.Connection, record: InvocationRecord, message: bytes | None = None) -> None:
-    """Bring the key ``record`` holds in line with its new state (complete, release, result).
-    A key another invocation holds, or in a state the move does not apply to, is left alone."""
+    """Bring the key ``record`` holds in line with its new state (:func:`key_follows`)."""
     if not record.idempotency_key:
         return
-    key = key_of(record)
-    rec = keys_sql.select(c, key)
-    if rec is None or rec.invocation_id != record.invocation_id:
-        return
-    now = _at(record.updated_at)
-    new = rec
-    if rec.state == "claimed" and record.state in _KEY_COMPLETES:
-        outcome = State.COMMITTED.value if record.state is State.OBSERVED else record.state.value
-        new = completed(rec, record.invocation_id, outcome, record.external_resource_id, now) or rec
-    elif rec.state == "claimed" and record.state in _KEY_RELEASES:
-        new = released(rec, record.invocation_id, now) or rec
-    if message is not None and new.state == "completed" and new.result is None:
-        new = with_result(new, record.invocation_id, message, now) or new
-    if new != rec:
+    rec = keys_sql.select(c, key_of(record))
+    new = key_follows(rec, record, message)
+    if new is not None:
         keys_sql.write(c, new)
 
 
