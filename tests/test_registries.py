@@ -48,7 +48,10 @@ def test_registered_names() -> None:
             '[policy]\nengine = "magic"\n',
             "policy.engine 'magic' is not supported (registered: cedar, rego, opa)",
         ),
-        ('[store]\nbackend = "redis"\n', "store.backend 'redis' is not supported (registered: sqlite, postgres)"),
+        (
+            '[store]\nbackend = "redis"\n',
+            "store.backend 'redis' is not supported (registered: sqlite, postgres)",
+        ),
         (
             '[idempotency]\nbackend = "mysql"\n',
             "idempotency.backend 'mysql' is not supported (registered: sqlite, postgres)",
