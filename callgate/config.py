@@ -91,11 +91,17 @@ class PolicyConfig:
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     backend: str = "sqlite"
-    """Event/invocation store: ``sqlite`` (embedded default)."""
+    """Event/invocation store: ``sqlite`` (embedded default) or ``postgres`` (every record and
+    the idempotency keys in one database shared by several pods). Its schema is versioned and
+    migrated at start; a database newer than this callgate is refused."""
     path: str = "var/callgate.db"
     """SQLite database file (WAL mode)."""
     synchronous: str = "full"
     """SQLite ``synchronous`` pragma: ``full`` makes every event durable before the RPC answers."""
+    dsn_env: str = "CALLGATE_POSTGRES_DSN"
+    """``postgres``: environment variable holding the DSN (mounted from a Secret)."""
+    dsn_file: str = ""
+    """``postgres``: alternatively a file holding the DSN."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,9 +153,14 @@ class CredentialsConfig:
 @dataclass(frozen=True, slots=True)
 class IdempotencyConfig:
     backend: str = "sqlite"
-    """``sqlite`` (embedded default) or ``postgres`` (shared by several pods)."""
+    """``sqlite`` (embedded default: the keys live in the event store and are written in the
+    transaction of their invocation) or ``postgres`` (a key store of its own shared by several
+    pods beside a SQLite event store; written after the event store). With ``store.backend =
+    postgres`` the keys always live in that store, whatever this says."""
     path: str = "var/idempotency.db"
-    """SQLite file of the idempotency store."""
+    """With ``sqlite`` the keys live in the event store's database (``store.path``) and are
+    written in the same transaction as their invocation; this names the separate file older
+    versions kept them in, imported once at start when it exists."""
     dsn_env: str = "CALLGATE_POSTGRES_DSN"
     """Environment variable holding the PostgreSQL DSN (mounted from a Secret)."""
     dsn_file: str = ""

@@ -32,7 +32,7 @@ from tests.conftest import POLICIES, ROOT
 
 def test_registered_names() -> None:
     assert ENGINES.names() == ("cedar", "rego", "opa")  # the first is the default
-    assert STORES.names() == ("sqlite",)
+    assert STORES.names() == ("sqlite", "postgres")
     assert IDEMPOTENCY_BACKENDS.names() == ("sqlite", "postgres")
     defaults = Config()
     assert ENGINES.names()[0] == defaults.policy.engine
@@ -48,7 +48,10 @@ def test_registered_names() -> None:
             '[policy]\nengine = "magic"\n',
             "policy.engine 'magic' is not supported (registered: cedar, rego, opa)",
         ),
-        ('[store]\nbackend = "redis"\n', "store.backend 'redis' is not supported (registered: sqlite)"),
+        (
+            '[store]\nbackend = "redis"\n',
+            "store.backend 'redis' is not supported (registered: sqlite, postgres)",
+        ),
         (
             '[idempotency]\nbackend = "mysql"\n',
             "idempotency.backend 'mysql' is not supported (registered: sqlite, postgres)",
@@ -150,7 +153,7 @@ def test_stores_are_built_by_their_registrations(tmp_path: Path) -> None:
     )
 
     async def go() -> None:
-        store = STORES.get("sqlite").open(cfg)
+        store = await STORES.get("sqlite").open(cfg, {})
         assert isinstance(store, SQLiteStore)
         await store.close()
         idem = await build_idempotency(cfg)

@@ -17,7 +17,8 @@
 
 Everything is read from the event store; nothing is recomputed, so the answer is what happened,
 not what the current policies would do. :class:`callgate.store.sqlite.SQLiteReader` (re-exported
-here) opens the SQLite file read-only (the sidecar may keep running).
+here) opens the SQLite file read-only (the sidecar may keep running); with ``store.backend =
+postgres`` :func:`open_source` reads the shared PostgreSQL store from outside any pod.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import base64
 import hashlib
 import json
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.core.events import CONFIRMATION_ANSWERS, EventKind, stage_of
 from callgate.core.states import State
@@ -44,6 +45,9 @@ from callgate.store.base import (
     ToolViewRecord,
 )
 from callgate.store.sqlite import SQLiteReader
+
+if TYPE_CHECKING:
+    from callgate.config import Config
 
 
 class ExplainSource(Protocol):
@@ -60,6 +64,37 @@ class ExplainSource(Protocol):
     async def get_result(self, invocation_id: str) -> ResultRecord | None: ...
 
     async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedSource:
+    """The configured store opened for reading (``callgate explain``)."""
+
+    source: ExplainSource
+    where: str
+    """Where it is, for messages: the SQLite file, or ``PostgreSQL store`` (never the DSN)."""
+    close: Callable[[], Awaitable[None]]
+
+
+async def open_source(cfg: Config, environ: Mapping[str, str]) -> OpenedSource:
+    """Open the store ``cfg`` names, read-only: the SQLite file (beside a running sidecar or
+    not), or the PostgreSQL store from outside any pod (DSN from ``store.dsn_env`` /
+    ``store.dsn_file``; the schema is checked, never migrated). Raises ``OSError`` /
+    ``sqlite3.Error`` (SQLite) or :class:`~callgate.core.errors.CallgateError`."""
+    if cfg.store.backend == "postgres":
+        from callgate.store.postgres import PostgresStore
+        from callgate.store.registry import store_dsn
+
+        pg = PostgresStore(store_dsn(cfg, environ), min_size=0, max_size=1, read_only=True)
+        await pg.start()
+        return OpenedSource(pg, "PostgreSQL store", pg.close)
+    db = cfg.path(cfg.store.path)
+    reader = SQLiteReader(db)
+
+    async def close() -> None:
+        reader.close()
+
+    return OpenedSource(reader, str(db), close)
 
 
 # ------------------------------------------------------------------------------- answers

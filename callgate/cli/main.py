@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sqlite3
 import sys
 from collections.abc import Sequence
@@ -166,11 +167,15 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 # --- callgate explain (callgate/cli/explain.py) ---------------------------------------------------
+class _StoreOpenError(Exception):
+    """The configured store could not be opened (exit 2)."""
+
+
 def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Answer the 6.13 questions for one invocation (or show one recorded ``Authorize`` decision
     with ``--decision``) from the configured store (read-only; the sidecar may be running or
     stopped). Exit 1 for an unknown id, 2 for an unusable store or a wrong call."""
-    from callgate.cli.explain import SQLiteReader, explain, render_text, spec_files_in, to_json
+    from callgate.cli.explain import Explanation, explain, open_source, render_text, spec_files_in, to_json
 
     if bool(args.invocation_id) == bool(args.decision):
         print("error: give an INVOCATION_ID or --decision DECISION_ID (one of them)", file=sys.stderr)
@@ -182,23 +187,30 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except CallgateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    db = cfg.path(cfg.store.path)
+    where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
+
+    async def run() -> Explanation | None:
+        try:
+            opened = await open_source(cfg, os.environ)
+        except (OSError, sqlite3.Error, CallgateError) as exc:
+            raise _StoreOpenError(f"cannot open the event store {where}: {exc}") from exc
+        try:
+            return await explain(
+                opened.source, args.invocation_id, spec_files=spec_files_in(cfg.path(cfg.policy.dir))
+            )
+        finally:
+            await opened.close()
+
     try:
-        reader = SQLiteReader(db)
-    except (OSError, sqlite3.Error) as exc:
-        print(f"error: cannot open the event store {db}: {exc}", file=sys.stderr)
+        found = asyncio.run(run())
+    except _StoreOpenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        found = asyncio.run(
-            explain(reader, args.invocation_id, spec_files=spec_files_in(cfg.path(cfg.policy.dir)))
-        )
-    except sqlite3.Error as exc:
-        print(f"error: cannot read the event store {db}: {exc}", file=sys.stderr)
+    except (sqlite3.Error, CallgateError) as exc:
+        print(f"error: cannot read the event store {where}: {exc}", file=sys.stderr)
         return 2
-    finally:
-        reader.close()
     if found is None:
-        print(f"error: unknown invocation_id {args.invocation_id!r} (not in {db})", file=sys.stderr)
+        print(f"error: unknown invocation_id {args.invocation_id!r} (not in {where})", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)

@@ -19,12 +19,14 @@ from callgate.store.base import (
     EventRecord,
     FedResultRecord,
     InvocationRecord,
+    KeyClaim,
     ResultRecord,
     SessionRecord,
     Store,
     ToolViewRecord,
     Usage,
 )
+from callgate.store.idempotency.base import ClaimResult, IdempotencyStore
 
 
 class EventSink(Protocol):
@@ -57,9 +59,12 @@ class PublishingStore:
         record: InvocationRecord,
         events: Sequence[EventRecord],
         usage: Mapping[str, Usage] | None = None,
-    ) -> None:
-        await self.inner.create_invocation(record, events, usage)
-        await self._publish(events, record)
+        claim: KeyClaim | None = None,
+    ) -> ClaimResult | None:
+        lost = await self.inner.create_invocation(record, events, usage, claim)
+        if lost is None:
+            await self._publish(events, record)
+        return lost
 
     async def transition(
         self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
@@ -98,6 +103,9 @@ class PublishingStore:
         await self._publish(events, None)
 
     # pass-through ---------------------------------------------------------------------------
+    def keys(self) -> IdempotencyStore:
+        return self.inner.keys()
+
     async def put_session(self, session: SessionRecord) -> None:
         await self.inner.put_session(session)
 

@@ -57,7 +57,7 @@ from callgate.store.base import (
     Usage,
 )
 from callgate.store.idempotency.base import IdempotencyStore
-from callgate.store.trail import Trail, move
+from callgate.store.trail import Trail, move, rewind
 
 MAX_FED_INVOCATIONS = 1024
 """Tool messages one ``ListTools`` may name as fed into its model call."""
@@ -216,16 +216,29 @@ class Gate:
         validated: ValidatedArguments | None = None,
         claimed: Claimed | None = None,
     ) -> ProposeOutcome:
-        """Write the invocation, its events and the pending usage in one transaction."""
+        """Write the invocation, its events, the pending usage and (keys in the store) the
+        idempotency claim in one transaction. A claim that lost the key to another invocation
+        between the look-up and this write writes nothing and is answered as if it had lost at
+        the look-up: the original's replay, or the refusal (recorded without the later stages)."""
         record = call.record(rejection)
         usage = self.usage.take()
+        key_claim = self.keys.store_claim(claimed, call.now)
         try:
-            await self._store.create_invocation(record, call.trail.events, usage)
+            lost = await self._store.create_invocation(record, call.trail.events, usage, key_claim)
         except Exception:
             self.usage.give_back(usage)
             if claimed is not None and claimed.key is not None:  # nothing recorded: free the key
                 await self.keys.release_claim(claimed.key, call.invocation_id, call.now)
             raise
+        if lost is not None:
+            self.usage.give_back(usage)
+            answer = await self.keys.answer_taken(lost, call.proposal, call.digest, call.trail.trace)
+            if isinstance(answer, ProposeOutcome):
+                return answer
+            rewind(call.trail, EventKind.NORMALIZED)
+            call.decision, call.deadline, call.confirmation_expires_at = None, "", ""
+            refused = call.refuse(answer, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
+            return await self._finish(call, refused, validated=validated)
         if validated is None:
             return ProposeOutcome(record, decision, rejection)
         validator = f"{validated.validator} {validated.validator_version}"

@@ -30,7 +30,7 @@ from callgate.core.trace import TraceContext
 from callgate.policy.engines.base import decision_from_dict
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.outcome import ProposeOutcome, Rejection
-from callgate.store.base import InvocationRecord, SessionRecord, Store
+from callgate.store.base import InvocationRecord, KeyClaim, SessionRecord, Store
 from callgate.store.idempotency.base import (
     ClaimKind,
     ClaimResult,
@@ -38,6 +38,7 @@ from callgate.store.idempotency.base import (
     IdempotencyKey,
     IdempotencyRecord,
     IdempotencyStore,
+    check_claim,
 )
 from callgate.store.trail import Trail
 
@@ -49,9 +50,14 @@ ExpireStale = Callable[[str, TraceContext], Awaitable[bool]]
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """The proposal may go on: ``key`` is now held by it (None: no key was given, keyless allowed)."""
+    """The proposal may go on: ``key`` is now held by it (None: no key was given, keyless allowed).
+
+    With the keys in the event store (``in_store``) the key was found free and is claimed with
+    the invocation's write (:meth:`IdempotencyFlow.store_claim`), in one transaction."""
 
     key: IdempotencyKey | None
+    digest: str = ""
+    retention: timedelta = timedelta(0)
 
 
 def key_of(inv: InvocationRecord) -> IdempotencyKey:
@@ -66,6 +72,8 @@ class IdempotencyFlow:
         self, *, backend: IdempotencyStore, store: Store, clock: Clock, config: IdempotencyConfig
     ) -> None:
         self._backend = backend
+        self._in_store = backend.in_store
+        """The keys follow the store's transactions: nothing to call after a store write."""
         self._store = store
         self._clock = clock
         self._retention_default = config.retention_seconds
@@ -95,7 +103,9 @@ class IdempotencyFlow:
         retention = timedelta(seconds=tool.spec.retention_seconds(self._retention_default))
 
         async def attempt() -> ClaimResult:
-            return await self._backend.claim(
+            claim = check_claim if self._in_store else _claim
+            return await claim(
+                self._backend,
                 idem_key,
                 digest,
                 invocation_id,
@@ -111,10 +121,23 @@ class IdempotencyFlow:
             and await expire_stale(claim.record.invocation_id, trace)
         ):  # the holder was a confirmation that expired unanswered: the key is free again
             claim = await attempt()
+        if claim.kind is ClaimKind.NEW:
+            return Claimed(idem_key, digest, retention)
+        return await self.answer_taken(claim, p, digest, trace)
+
+    def store_claim(self, claimed: Claimed | None, now: datetime) -> KeyClaim | None:
+        """The claim to write with the invocation (keys in the event store), else None."""
+        if not self._in_store or claimed is None or claimed.key is None:
+            return None
+        return KeyClaim(claimed.key, claimed.digest, claimed.retention, self._expired_policy, now)
+
+    async def answer_taken(
+        self, claim: ClaimResult, p: Proposal, digest: str, trace: TraceContext
+    ) -> Rejection | ProposeOutcome:
+        """The answer when the key is not free: the original's replay, or a rejection. Also the
+        answer of a claim that lost the race at commit time (nothing of it was written)."""
         if claim.kind in (ClaimKind.IN_PROGRESS, ClaimKind.COMPLETED) and claim.record is not None:
             return await self._replay(claim.record, p, digest, trace)
-        if claim.kind is ClaimKind.NEW:
-            return Claimed(idem_key)
         if claim.kind is ClaimKind.MISMATCH:
             return Rejection.of(
                 idempotency_key_reused("idempotency key already used with other arguments; use a new key")
@@ -151,18 +174,20 @@ class IdempotencyFlow:
 
     async def release_claim(self, key: IdempotencyKey, invocation_id: str, now: datetime) -> None:
         """Give back a key this call claimed (a deny, or a failed write of the proposal)."""
+        if self._in_store:  # the claim was never written, or was released in the same commit
+            return
         await self._backend.release(key, invocation_id, now=now)
 
     async def release(self, inv: InvocationRecord, now: datetime | None = None) -> None:
         """Give the key back: the invocation ended before the commit boundary."""
-        if inv.idempotency_key:
+        if inv.idempotency_key and not self._in_store:  # else released by the store's write
             await self._backend.release(key_of(inv), inv.invocation_id, now=now or self._clock.now())
 
     async def complete(
         self, inv: InvocationRecord, outcome: State, external_resource_id: str, now: datetime
     ) -> None:
         """The invocation passed the commit boundary: repeats replay it from now on."""
-        if inv.idempotency_key:
+        if inv.idempotency_key and not self._in_store:  # else completed by the store's write
             await self._backend.complete(
                 key_of(inv),
                 inv.invocation_id,
@@ -173,8 +198,24 @@ class IdempotencyFlow:
 
     async def set_result(self, inv: InvocationRecord, message: bytes, now: datetime) -> None:
         """Keep the encoded tool message, so a repeat replays exactly these bytes."""
-        if inv.idempotency_key:
+        if inv.idempotency_key and not self._in_store:  # else stored by put_result
             await self._backend.set_result(key_of(inv), inv.invocation_id, message, now=now)
+
+
+async def _claim(
+    backend: IdempotencyStore,
+    key: IdempotencyKey,
+    digest: str,
+    invocation_id: str,
+    *,
+    now: datetime,
+    retention: timedelta,
+    expired_policy: ExpiredPolicy,
+) -> ClaimResult:
+    """A backend of its own: the claim is written at once."""
+    return await backend.claim(
+        key, digest, invocation_id, now=now, retention=retention, expired_policy=expired_policy
+    )
 
 
 def _remote_record(held: IdempotencyRecord, p: Proposal) -> InvocationRecord:

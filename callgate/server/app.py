@@ -112,7 +112,7 @@ async def build_components(
             log.error("policies do not load; serving NOT_READY until they do: %s", exc)
     secrets = SecretStore.load(cfg.secrets, Path(cfg.base_dir), environ)
     if store is None:
-        store = STORES.get(cfg.store.backend).open(cfg)
+        store = await STORES.get(cfg.store.backend).open(cfg, os.environ)
     # observability: committed events fan out to the decision log, metrics and traces
     sinks, metrics = build_sinks(
         cfg.observability, base_dir=cfg.base_dir, lookup=store.get_invocation, environ=environ
@@ -121,7 +121,10 @@ async def build_components(
     if sinks:
         store = PublishingStore(store, sinks)
     if idempotency is None:
-        idempotency = await build_idempotency(cfg)
+        # sqlite: the keys live in the event store and follow its transactions (one commit per
+        # answer); another backend (postgres shared by pods) is a store of its own.
+        in_store = cfg.store.backend == "postgres" or cfg.idempotency.backend == "sqlite"
+        idempotency = store.keys() if in_store else await build_idempotency(cfg)
     gate = Gate(config=cfg, snapshot=snapshot, store=store, clock=clock, idempotency=idempotency)
     try:
         redactor = Redactor(secrets=secrets.values())

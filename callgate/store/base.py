@@ -9,10 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from callgate.core.states import State
+from callgate.store.idempotency.base import (
+    ClaimResult,
+    ExpiredPolicy,
+    IdempotencyKey,
+    IdempotencyRecord,
+    IdempotencyStore,
+    completed,
+    released,
+    with_result,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +177,72 @@ class FedResultRecord:
     """sha256 of the tool message bytes that had been handed out for the invocation."""
 
 
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """The idempotency claim (6.8) a ``Propose`` writes together with its invocation."""
+
+    key: IdempotencyKey
+    digest: str
+    retention: timedelta
+    expired_policy: ExpiredPolicy
+    now: datetime
+
+
+# How a key follows its invocation, in the transaction that moves the invocation (every backend).
+KEY_COMPLETES: frozenset[State] = frozenset({State.COMMITTED, State.FAILED_AFTER_COMMIT, State.OBSERVED})
+"""States past the commit boundary: the key is completed (repeats replay the invocation)."""
+KEY_RELEASES: frozenset[State] = frozenset(
+    {
+        State.PARSE_REJECTED,
+        State.VALIDATION_REJECTED,
+        State.AUTHORIZATION_REJECTED,
+        State.CANCELLED_BEFORE_COMMIT,
+        State.FAILED_BEFORE_COMMIT,
+    }
+)
+"""States that end before the commit boundary: the key is released (free for any digest)."""
+
+
+def key_of(record: InvocationRecord) -> IdempotencyKey:
+    """The 6.8 lookup key of an invocation: scope (tenant + subject), tool name, version, key."""
+    return IdempotencyKey(
+        record.tenant, record.subject, record.tool_name, record.tool_version, record.idempotency_key
+    )
+
+
+def key_follows(
+    rec: IdempotencyRecord | None, record: InvocationRecord, message: bytes | None = None
+) -> IdempotencyRecord | None:
+    """The key record after ``record`` (the invocation as just written) moved: completed past
+    the commit boundary, released when it ended before it, given ``message`` (the tool message
+    of an OBSERVED invocation) to replay. None: nothing to write (no record, another
+    invocation's, or already so)."""
+    if rec is None or rec.invocation_id != record.invocation_id:
+        return None
+    now = datetime.fromisoformat(record.updated_at) if record.updated_at else datetime.now(UTC)
+    new = rec
+    if rec.state == "claimed" and record.state in KEY_COMPLETES:
+        outcome = State.COMMITTED.value if record.state is State.OBSERVED else record.state.value
+        new = completed(rec, record.invocation_id, outcome, record.external_resource_id, now) or rec
+    elif rec.state == "claimed" and record.state in KEY_RELEASES:
+        new = released(rec, record.invocation_id, now) or rec
+    if message is not None and new.state == "completed" and new.result is None:
+        new = with_result(new, record.invocation_id, message, now) or new
+    return None if new == rec else new
+
+
 class Store(Protocol):
+    """One answer, one transaction: every write below is atomic with the events it carries and,
+    for an invocation with an idempotency key kept in this store (:meth:`keys`), with its key:
+    ``create_invocation`` claims it (``claim``), and a write that moves the invocation to
+    COMMITTED / FAILED_AFTER_COMMIT completes it, to a state ending before the commit boundary
+    (denied, cancelled, failed before commit) releases it, and ``put_result`` of an OBSERVED
+    invocation stores its tool message for replays. A crash leaves all of them or none."""
+
+    def keys(self) -> IdempotencyStore:
+        """The idempotency keys kept in this store (``in_store``: they follow its transactions)."""
+        ...
+
     async def put_session(self, session: SessionRecord) -> None: ...
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
@@ -181,10 +256,14 @@ class Store(Protocol):
         record: InvocationRecord,
         events: Sequence[EventRecord],
         usage: Mapping[str, Usage] | None = None,
-    ) -> None:
+        claim: KeyClaim | None = None,
+    ) -> ClaimResult | None:
         """Insert a new invocation with its first events, atomically; ``usage`` (session id ->
         increment) is added in the same transaction (budget counters ride along with the call's
-        own write instead of costing a transaction of their own)."""
+        own write instead of costing a transaction of their own). With ``claim``, the key is
+        claimed for ``record`` in that transaction first: if the claim is not NEW (another
+        invocation got the key since the gate looked) nothing is written and the claim's answer
+        is returned; None means everything was written."""
         ...
 
     async def transition(

@@ -2,15 +2,17 @@
 
 Config validation (:func:`callgate.config.validate`) and the composition root
 (:func:`callgate.server.app.build_components`) read :data:`STORES`; adding a store is one
-:class:`StoreFactory` registration here. SQLite is the default and, today, the only one.
+:class:`StoreFactory` registration here. SQLite is the embedded default; PostgreSQL is the store shared by several pods (its driver is
+imported only when it is opened).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from callgate.core.errors import config_invalid
 from callgate.core.registry import Registry
 from callgate.store.base import Store
 
@@ -26,20 +28,48 @@ class StoreFactory:
     """The ``store.backend`` value."""
     doc: str
     """One line for docs."""
-    open: Callable[[Config], Store]
-    """Open the store the config describes (paths resolved against the config's directory)."""
+    open: Callable[[Config, Mapping[str, str]], Awaitable[Store]]
+    """``(config, environment) -> opened store`` (schema migrated, keys repaired; paths resolved
+    against the config's directory). Raises LoadError (config) or CallgateError
+    (``store_unavailable``)."""
     validate: Callable[[StoreConfig], list[str]]
     """Problems with the ``[store]`` keys, each naming its key; ``[]`` = fine."""
 
 
-def _open_sqlite(cfg: Config) -> Store:
+async def _open_sqlite(cfg: Config, environ: Mapping[str, str]) -> Store:
     from callgate.store.sqlite import SQLiteStore
 
-    return SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous)
+    ic = cfg.idempotency  # keys of a version before one commit per answer: imported once
+    legacy = cfg.path(ic.path) if ic.backend == "sqlite" and ic.path else None
+    return SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous, legacy_keys=legacy)
 
 
 def _validate_sqlite(sc: StoreConfig) -> list[str]:
     return [] if sc.path else ["store.path must name the SQLite database file"]
+
+
+def store_dsn(cfg: Config, environ: Mapping[str, str]) -> str:
+    """The PostgreSQL DSN of ``store.backend = postgres``: from ``store.dsn_file`` or the
+    environment variable ``store.dsn_env``."""
+    sc = cfg.store
+    dsn = cfg.path(sc.dsn_file).read_text().strip() if sc.dsn_file else environ.get(sc.dsn_env, "")
+    if not dsn:
+        raise config_invalid(f"store.backend = postgres needs a DSN in ${sc.dsn_env} or store.dsn_file")
+    return dsn
+
+
+async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> Store:
+    from callgate.store.postgres import PostgresStore
+
+    store = PostgresStore(store_dsn(cfg, environ))
+    await store.start()
+    return store
+
+
+def _validate_postgres(sc: StoreConfig) -> list[str]:
+    if sc.dsn_env or sc.dsn_file:
+        return []
+    return ["store.backend = postgres needs store.dsn_env or store.dsn_file"]
 
 
 STORES: Registry[StoreFactory] = Registry("event store", "store.backend")
@@ -51,6 +81,15 @@ STORES.register(
         doc="embedded SQLite (WAL mode, one writer thread with group commit) at store.path",
         open=_open_sqlite,
         validate=_validate_sqlite,
+    )
+)
+STORES.register(
+    StoreFactory(
+        name="postgres",
+        doc="PostgreSQL shared by several pods: every record and the idempotency keys, one transaction "
+        "per answer (DSN from store.dsn_env or store.dsn_file)",
+        open=_open_postgres,
+        validate=_validate_postgres,
     )
 )
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from operator import attrgetter
 from pathlib import Path
 from typing import Any, Final, Generic, TypeVar, get_type_hints
@@ -26,16 +27,24 @@ from callgate.store.base import (
     EventRecord,
     FedResultRecord,
     InvocationRecord,
+    KeyClaim,
     ResultRecord,
     SessionRecord,
     ToolViewRecord,
     Usage,
+    key_follows,
+    key_of,
 )
+from callgate.store.idempotency import sqlite as keys_sql
+from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
+from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.sqlite_worker import SQLiteWorker
 
 T = TypeVar("T")
+log = logging.getLogger("callgate.store")
 
-_SCHEMA = """
+_SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS sessions (
   session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, subject TEXT NOT NULL,
   timezone TEXT NOT NULL, locale TEXT NOT NULL, budgets TEXT NOT NULL,
@@ -79,12 +88,31 @@ CREATE TABLE IF NOT EXISTS redemptions (
   PRIMARY KEY (attempt_id, secret_name));
 CREATE TABLE IF NOT EXISTS snapshots (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, revision TEXT NOT NULL, at TEXT NOT NULL, detail TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS invocations_open_deadline ON invocations (deadline)
-  WHERE state IN ('AUTHORIZED', 'PREPARED');
 CREATE TRIGGER IF NOT EXISTS events_append_only_u BEFORE UPDATE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_d BEFORE DELETE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+"""
+
+_SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+  tenant TEXT NOT NULL, subject TEXT NOT NULL, tool_name TEXT NOT NULL, tool_version TEXT NOT NULL,
+  idem_key TEXT NOT NULL,
+  digest TEXT NOT NULL, invocation_id TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('claimed', 'completed', 'released')),
+  outcome TEXT NOT NULL, result BLOB, external_resource_id TEXT NOT NULL,
+  created_at TEXT NOT NULL, updated_at TEXT NOT NULL, expires_at TEXT NOT NULL,
+  retention_us INTEGER NOT NULL CHECK (retention_us > 0),
+  PRIMARY KEY (tenant, subject, tool_name, tool_version, idem_key));
+CREATE INDEX IF NOT EXISTS idempotency_keys_expires ON idempotency_keys (expires_at);
+CREATE INDEX IF NOT EXISTS idempotency_keys_invocation ON idempotency_keys (invocation_id);
+CREATE TABLE IF NOT EXISTS key_imports (
+  source TEXT PRIMARY KEY, at TEXT NOT NULL, keys INTEGER NOT NULL);
+"""
+
+_SCHEMA_V3 = """
+CREATE INDEX IF NOT EXISTS invocations_open_deadline ON invocations (deadline)
+  WHERE state IN ('AUTHORIZED', 'PREPARED');
 CREATE TABLE IF NOT EXISTS fed_results (
   invocation_id TEXT NOT NULL, session_id TEXT NOT NULL, model_call_id TEXT NOT NULL,
   at TEXT NOT NULL, message_sha256 TEXT NOT NULL,
@@ -99,6 +127,15 @@ CREATE TRIGGER IF NOT EXISTS decisions_append_only_u BEFORE UPDATE ON decisions
 CREATE TRIGGER IF NOT EXISTS decisions_append_only_d BEFORE DELETE ON decisions
   BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END;
 """
+
+MIGRATIONS: Final = (
+    Migration(
+        1, "sessions, tool views, invocations, events, attempts, results, usage, snapshots", _SCHEMA_V1
+    ),
+    Migration(2, "idempotency keys in the event database (one commit per answer)", _SCHEMA_V2),
+    Migration(3, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _SCHEMA_V3),
+)
+"""The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
 _ADD_USAGE = (
     "INSERT INTO usage VALUES (?,?,?,?,?) ON CONFLICT(session_id) DO UPDATE SET "
@@ -345,14 +382,125 @@ def _read_decision(c: sqlite3.Connection, decision_id: str) -> DecisionRecord | 
     )  # fmt: skip
 
 
+def _follow_key(c: sqlite3.Connection, record: InvocationRecord, message: bytes | None = None) -> None:
+    """Bring the key ``record`` holds in line with its new state (:func:`key_follows`)."""
+    if not record.idempotency_key:
+        return
+    rec = keys_sql.select(c, key_of(record))
+    new = key_follows(rec, record, message)
+    if new is not None:
+        keys_sql.write(c, new)
+
+
+def repair_keys(c: sqlite3.Connection) -> int:
+    """Startup repair: a key whose invocation is missing (an older version wrote them in two
+    stores, and a crash between them left the key alone) is released; a key whose invocation
+    moved on without it is brought in line. Returns how many keys changed; each is logged."""
+    rows = c.execute(
+        f"SELECT k.tenant, k.subject, k.tool_name, k.tool_version, k.idem_key, k.invocation_id, "
+        f"i.invocation_id FROM {keys_sql.TABLE} k LEFT JOIN invocations i "
+        f"ON i.invocation_id = k.invocation_id WHERE k.state != 'released'"
+    ).fetchall()
+    changed = 0
+    now = datetime.now(UTC)
+    for *key_cols, invocation_id, found in rows:
+        key = IdempotencyKey(*key_cols)
+        rec = keys_sql.select(c, key)
+        if rec is None:  # pragma: no cover - read under the write lock
+            continue
+        if found is None:
+            if rec.state == "claimed":
+                keys_sql.write(c, released(rec, invocation_id, now) or rec)
+                log.warning(
+                    "repair: released the idempotency key held by missing invocation %s (%s@%s)",
+                    invocation_id, key.tool_name, key.tool_version,
+                )  # fmt: skip
+                changed += 1
+            continue
+        inv = _read_invocation(c, invocation_id)
+        if inv is None:  # pragma: no cover
+            continue
+        before = rec
+        _follow_key(c, inv)
+        if keys_sql.select(c, key) != before:
+            log.warning(
+                "repair: idempotency key of %s brought in line with %s", invocation_id, inv.state.value
+            )
+            changed += 1
+    return changed
+
+
+_KEY_COLS: Final = (
+    "tenant, subject, tool_name, tool_version, idem_key, digest, invocation_id, state, outcome, result, "
+    "external_resource_id, created_at, updated_at, expires_at, retention_us"
+)
+
+
+def import_legacy_keys(c: sqlite3.Connection, legacy: Path, at: str) -> int:
+    """Copy the keys of a separate idempotency file (the layout before one commit per answer)
+    into this database, once per file; keys already here win. Returns how many were copied."""
+    source = str(legacy.resolve())
+    if not legacy.is_file() or c.execute("SELECT 1 FROM key_imports WHERE source=?", (source,)).fetchone():
+        return 0
+    old = sqlite3.connect(f"file:{quote(source)}?mode=ro", uri=True)
+    try:
+        has = old.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (keys_sql.TABLE,))
+        rows = old.execute(f"SELECT {_KEY_COLS} FROM {keys_sql.TABLE}").fetchall() if has.fetchone() else []
+    finally:
+        old.close()
+    copied = 0
+    for row in rows:
+        cur = c.execute(
+            f"INSERT INTO {keys_sql.TABLE} ({_KEY_COLS}) VALUES ({','.join('?' * 15)}) ON CONFLICT DO NOTHING",
+            row,
+        )
+        copied += cur.rowcount
+    c.execute("INSERT INTO key_imports VALUES (?,?,?)", (source, at, copied))
+    log.warning("imported %d idempotency keys from %s into the event database", copied, source)
+    return copied
+
+
+def _setup(legacy_keys: Path | None) -> Callable[[sqlite3.Connection], None]:
+    """At open, in one transaction: migrations, the legacy key import, the key repair."""
+
+    def setup(c: sqlite3.Connection) -> None:
+        at = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+        found, now = migrate_sqlite(c, MIGRATIONS, at=at)
+        if found != now:
+            log.info("SQLite store schema migrated from version %d to %d", found, now)
+        if legacy_keys is not None:
+            import_legacy_keys(c, legacy_keys, at)
+        repair_keys(c)
+
+    return setup
+
+
 class SQLiteStore:
     """:class:`~callgate.store.base.Store` on SQLite (one writer thread, group commit:
     :class:`~callgate.store.sqlite_worker.SQLiteWorker`)."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "full", max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "full",
+        max_batch: int = 256,
+        legacy_keys: str | Path | None = None,
+    ) -> None:
+        """Open (create, migrate, repair) the database at ``path``. ``legacy_keys``: a separate
+        idempotency file of an older version, whose keys are imported once."""
+        legacy = Path(legacy_keys) if legacy_keys is not None else None
+        if legacy is not None and legacy.resolve() == Path(path).resolve():
+            legacy = None
         self._worker = SQLiteWorker(
-            path, schema=_SCHEMA, synchronous=synchronous, max_batch=max_batch, name="callgate-events"
-        )
+            path, schema="", synchronous=synchronous, max_batch=max_batch, name="callgate-events",
+            setup=_setup(legacy),
+        )  # fmt: skip
+        self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
+
+    def keys(self) -> IdempotencyStore:
+        """The idempotency keys in this database, on this store's writer (``in_store``)."""
+        return self._keys
 
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         return await self._worker.run(op)
@@ -406,16 +554,26 @@ class SQLiteStore:
         record: InvocationRecord,
         events: Sequence[EventRecord],
         usage: Mapping[str, Usage] | None = None,
-    ) -> None:
+        claim: KeyClaim | None = None,
+    ) -> ClaimResult | None:
         row = _INVOCATIONS.row(record)
 
-        def op(c: sqlite3.Connection) -> None:
+        def op(c: sqlite3.Connection) -> ClaimResult | None:
+            if claim is not None:
+                got = keys_sql.claim_op(
+                    c, claim.key, claim.digest, record.invocation_id, claim.now, claim.retention,
+                    claim.expired_policy,
+                )  # fmt: skip
+                if got.kind is not ClaimKind.NEW:
+                    return got  # nothing written: the key went to another invocation
             c.execute(_INSERT_INVOCATION, row)
             _insert_events(c, events)
             if usage:
                 c.executemany(_ADD_USAGE, [(sid, *_usage_row(d)) for sid, d in usage.items()])
+            _follow_key(c, record)
+            return None
 
-        await self._call(op)
+        return await self._call(op)
 
     async def transition(
         self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
@@ -424,6 +582,7 @@ class SQLiteStore:
             if not _cas_invocation(c, record, expected):
                 return False
             _insert_events(c, events)
+            _follow_key(c, record)
             return True
 
         return await self._call(op)
@@ -456,6 +615,7 @@ class SQLiteStore:
             if cur.rowcount != 1:
                 raise _Conflict()
             _insert_events(c, events)
+            _follow_key(c, record)
             return True
 
         return await self._call_cas(op)
@@ -480,6 +640,7 @@ class SQLiteStore:
             if cur.rowcount != 1:
                 raise _Conflict()
             _insert_events(c, events)
+            _follow_key(c, record, result.message if record.state is State.OBSERVED else None)
             return True
 
         return await self._call_cas(op)
@@ -624,6 +785,10 @@ class SQLiteReader:
             f"file:{quote(str(p))}?mode=ro{'' if live else '&immutable=1'}", uri=True
         )
         self._conn.execute("PRAGMA query_only=ON")
+        found = sqlite_version(self._conn)
+        if found > len(MIGRATIONS):
+            self._conn.close()
+            raise too_new(found, len(MIGRATIONS), str(p))
 
     def close(self) -> None:
         """Close the connection."""

@@ -47,6 +47,7 @@ class SQLiteWorker:
         busy_timeout_ms: int = 5000,
         max_batch: int = 256,
         name: str = "callgate-sqlite",
+        setup: Op | None = None,
     ) -> None:
         self._path = str(path)
         if self._path != ":memory:":
@@ -58,6 +59,7 @@ class SQLiteWorker:
             raise ValueError("busy_timeout_ms must be >= 0")
         self._busy_ms = busy_timeout_ms
         self._schema = schema
+        self._setup = setup
         self._max_batch = max_batch
         self._q: queue.SimpleQueue[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
             queue.SimpleQueue()
@@ -73,9 +75,15 @@ class SQLiteWorker:
 
     # ------------------------------------------------------------------ worker thread
     def _open(self) -> sqlite3.Connection:
-        return open_connection(
+        conn = open_connection(
             self._path, schema=self._schema, synchronous=self._sync, busy_timeout_ms=self._busy_ms
         )
+        if self._setup is not None:  # e.g. startup repair, in one transaction before any call
+            ok, value = _run_alone(conn, self._setup)
+            if not ok:
+                conn.close()
+                raise value
+        return conn
 
     def _main(self) -> None:
         try:

@@ -78,6 +78,16 @@ class Trail:
         self.state = to
 
 
+def rewind(trail: Trail, after: EventKind) -> None:
+    """Drop the events of a new invocation's trail after the last one of kind ``after`` (a call
+    that must be answered otherwise than its later stages said, e.g. a claim lost at commit)."""
+    kinds = [e.kind for e in trail.events]
+    n = len(kinds) - kinds[::-1].index(after.value)
+    del trail.events[n:]
+    last = trail.events[-1]
+    trail.state, trail.seq = last.to_state, last.seq
+
+
 async def move(
     store: Store,
     inv: InvocationRecord,
@@ -95,4 +105,4 @@ async def move(
     return new if await store.transition(new, inv.state, trail.events) else None
 
 
-__all__ = ["Trail", "move"]
+__all__ = ["Trail", "move", "rewind"]

@@ -113,6 +113,12 @@ class IdempotencyError(CallgateError):
 
 
 class IdempotencyStore(Protocol):
+    in_store: bool
+    """True when the keys live in the event store (:mod:`callgate.store.base`) and are claimed,
+    completed, released and given their result inside the transactions that write their
+    invocations (one commit per answer); False for a backend of its own, which the gate and the
+    executor half then call after their store writes."""
+
     async def start(self) -> None:
         """Connect and create the schema if missing (idempotent). Call once before use."""
         ...
@@ -207,6 +213,31 @@ def decide(
     if existing.invocation_id == invocation_id:
         return Decision(ClaimKind.NEW, Action.RETURN)
     return Decision(ClaimKind.IN_PROGRESS, Action.RETURN)
+
+
+async def check_claim(
+    store: IdempotencyStore,
+    key: IdempotencyKey,
+    digest: str,
+    invocation_id: str,
+    *,
+    now: datetime,
+    retention: timedelta,
+    expired_policy: ExpiredPolicy,
+) -> ClaimResult:
+    """What :meth:`IdempotencyStore.claim` would answer now, writing nothing (NEW: the key is
+    free). The gate looks first and writes the claim with its invocation; a claim that loses a
+    race between the look and the write learns it in that transaction."""
+    now = check_now(now)
+    check_claim_args(digest, invocation_id, retention)
+    existing = await store.get(key)
+    fresh = fresh_claim(key, digest, invocation_id, now, retention)
+    if existing is None:
+        return ClaimResult(ClaimKind.NEW, fresh)
+    d = decide(existing, digest, invocation_id, now, expired_policy)
+    if d.action is Action.TAKE_OVER:
+        return ClaimResult(ClaimKind.NEW, fresh)
+    return answer(d, existing)
 
 
 def fresh_claim(

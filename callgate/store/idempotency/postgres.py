@@ -156,6 +156,9 @@ class PostgresIdempotencyStore:
     ``connect_timeout`` bounds each connection attempt and the wait in :meth:`start`.
     """
 
+    in_store: bool = False
+    """The keys live in their own table, beside whatever event store the sidecar has."""
+
     def __init__(
         self,
         dsn: str,

@@ -47,7 +47,7 @@ from callgate.store.sqlite_worker import SQLiteWorker
 
 TABLE = "idempotency_keys"
 
-_SCHEMA = f"""
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {TABLE} (
   tenant TEXT NOT NULL, subject TEXT NOT NULL, tool_name TEXT NOT NULL, tool_version TEXT NOT NULL,
   idem_key TEXT NOT NULL,
@@ -123,13 +123,82 @@ def _write(c: sqlite3.Connection, r: IdempotencyRecord) -> None:
     c.execute(_UPDATE, (*_val_row(r), *_key_row(r.key)))
 
 
+# The read-modify-writes of each operation, on a connection inside a transaction: the standalone
+# store runs each in its own, the event store (:mod:`callgate.store.sqlite`) runs them inside the
+# transaction that writes the invocation they belong to.
+
+
+def claim_op(
+    c: sqlite3.Connection,
+    key: IdempotencyKey,
+    digest: str,
+    invocation_id: str,
+    now: datetime,
+    retention: timedelta,
+    expired_policy: ExpiredPolicy,
+) -> ClaimResult:
+    """Claim ``key`` under the transaction's write lock (see :func:`decide`)."""
+    fresh = fresh_claim(key, digest, invocation_id, now, retention)
+    if c.execute(_INSERT, (*_key_row(key), *_val_row(fresh))).rowcount == 1:
+        return ClaimResult(ClaimKind.NEW, fresh)
+    existing = _select(c, key)
+    if existing is None:  # pragma: no cover - impossible under the write lock
+        raise internal("idempotency record vanished")
+    d = decide(existing, digest, invocation_id, now, expired_policy)
+    if d.action is Action.TAKE_OVER:
+        _write(c, fresh)
+        return ClaimResult(ClaimKind.NEW, fresh)
+    return answer(d, existing)
+
+
+def complete_op(
+    c: sqlite3.Connection,
+    key: IdempotencyKey,
+    invocation_id: str,
+    outcome: str,
+    external_resource_id: str,
+    now: datetime,
+) -> None:
+    new = completed(_select(c, key), invocation_id, outcome, external_resource_id, now)
+    if new is not None:
+        _write(c, new)
+
+
+def result_op(
+    c: sqlite3.Connection, key: IdempotencyKey, invocation_id: str, result: bytes, now: datetime
+) -> None:
+    new = with_result(_select(c, key), invocation_id, result, now)
+    if new is not None:
+        _write(c, new)
+
+
+def release_op(c: sqlite3.Connection, key: IdempotencyKey, invocation_id: str, now: datetime) -> None:
+    new = released(_select(c, key), invocation_id, now)
+    if new is not None:
+        _write(c, new)
+
+
+def select(c: sqlite3.Connection, key: IdempotencyKey) -> IdempotencyRecord | None:
+    """The record of ``key``, or ``None``."""
+    return _select(c, key)
+
+
+def write(c: sqlite3.Connection, record: IdempotencyRecord) -> None:
+    """Replace the stored record of ``record.key``."""
+    _write(c, record)
+
+
 class SQLiteIdempotencyStore:
     """:class:`~callgate.store.idempotency.base.IdempotencyStore` on one SQLite file.
 
-    The table ``idempotency_keys`` may live in its own file (recommended: the event store's
-    writes then never wait on this lock) or in the event store's file; the two use separate
-    connections either way. Several processes on one host may share the file.
+    Standalone (``SQLiteIdempotencyStore(path)``) it owns its file and connection. The sidecar
+    uses the keys of its event store instead (:meth:`callgate.store.sqlite.SQLiteStore.keys`,
+    ``in_store`` true): the same table in the event database, on the event store's writer, so a
+    key is claimed, completed and released in the transaction that writes its invocation.
     """
+
+    in_store: bool = False
+    """True when the keys live in the event store and follow its transactions."""
 
     def __init__(
         self,
@@ -138,9 +207,16 @@ class SQLiteIdempotencyStore:
         synchronous: str = "full",
         busy_timeout_ms: int = 5000,
         max_batch: int = 256,
+        worker: SQLiteWorker | None = None,
     ) -> None:
+        if worker is not None:  # the event store's own connection (see in_store)
+            self._worker = worker
+            self._owns_worker = False
+            self.in_store = True
+            return
+        self._owns_worker = True
         self._worker = SQLiteWorker(
-            path, schema=_SCHEMA, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms,
+            path, schema=SCHEMA, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms,
             max_batch=max_batch, name="callgate-idempotency",
         )  # fmt: skip
 
@@ -159,22 +235,9 @@ class SQLiteIdempotencyStore:
     ) -> ClaimResult:
         now = check_now(now)
         check_claim_args(digest, invocation_id, retention)
-        fresh = fresh_claim(key, digest, invocation_id, now, retention)
-        row = (*_key_row(key), *_val_row(fresh))
-
-        def op(c: sqlite3.Connection) -> ClaimResult:
-            if c.execute(_INSERT, row).rowcount == 1:
-                return ClaimResult(ClaimKind.NEW, fresh)
-            existing = _select(c, key)
-            if existing is None:  # pragma: no cover - impossible under the write lock
-                raise internal("idempotency record vanished")
-            d = decide(existing, digest, invocation_id, now, expired_policy)
-            if d.action is Action.TAKE_OVER:
-                _write(c, fresh)
-                return ClaimResult(ClaimKind.NEW, fresh)
-            return answer(d, existing)
-
-        return await self._worker.run(op)
+        return await self._worker.run(
+            lambda c: claim_op(c, key, digest, invocation_id, now, retention, expired_policy)
+        )
 
     async def complete(
         self,
@@ -187,38 +250,23 @@ class SQLiteIdempotencyStore:
     ) -> None:
         now = check_now(now)
         check_outcome(outcome)
-
-        def op(c: sqlite3.Connection) -> None:
-            new = completed(_select(c, key), invocation_id, outcome, external_resource_id, now)
-            if new is not None:
-                _write(c, new)
-
-        await self._worker.run(op)
+        await self._worker.run(
+            lambda c: complete_op(c, key, invocation_id, outcome, external_resource_id, now)
+        )
 
     async def set_result(
         self, key: IdempotencyKey, invocation_id: str, result: bytes, *, now: datetime
     ) -> None:
         now = check_now(now)
-
-        def op(c: sqlite3.Connection) -> None:
-            new = with_result(_select(c, key), invocation_id, result, now)
-            if new is not None:
-                _write(c, new)
-
-        await self._worker.run(op)
+        await self._worker.run(lambda c: result_op(c, key, invocation_id, result, now))
 
     async def release(self, key: IdempotencyKey, invocation_id: str, *, now: datetime) -> None:
         now = check_now(now)
-
-        def op(c: sqlite3.Connection) -> None:
-            new = released(_select(c, key), invocation_id, now)
-            if new is not None:
-                _write(c, new)
-
-        await self._worker.run(op)
+        await self._worker.run(lambda c: release_op(c, key, invocation_id, now))
 
     async def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
         return await self._worker.run(lambda c: _select(c, key))
 
     async def close(self) -> None:
-        await self._worker.close()
+        if self._owns_worker:  # the event store closes its own connection
+            await self._worker.close()

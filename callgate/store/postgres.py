@@ -1,0 +1,810 @@
+"""PostgreSQL store: every record of :mod:`callgate.store.base` (sessions, tool views,
+invocations, events, attempts, results, usage, redemptions, snapshot records) and the
+idempotency keys in one database shared by several sidecar pods.
+
+One answer, one transaction, as on SQLite: each :class:`~callgate.store.base.Store` write runs
+in one READ COMMITTED transaction on one pooled connection (psycopg 3, ``AsyncConnectionPool``),
+committed before the call returns; the key of an invocation is claimed, completed, released and
+given its result in that same transaction (:func:`~callgate.store.base.key_follows`). Claims
+take the key's row (``INSERT ... ON CONFLICT DO NOTHING``, else ``SELECT ... FOR UPDATE`` and
+:func:`~callgate.store.idempotency.base.decide`), so of two pods racing on one key exactly one
+writes its invocation; the other is told who holds it and answers as a replay. Compare-and-set
+writes are ``UPDATE ... WHERE state = expected``; events appended to an existing invocation lock
+its row first, so their sequence numbers never collide. Events are append-only (a trigger).
+
+The schema is versioned (:mod:`callgate.store.migrations`), migrated at :meth:`PostgresStore.start`
+under a transaction-scoped advisory lock (pods starting together do not race). The keys table is
+the one the shared PostgreSQL idempotency backend used (``callgate_idempotency``, same columns),
+so a database that served as the shared key store is adopted with its keys.
+
+Infrastructure failures (server unreachable, pool exhausted, connection lost, any driver
+error) raise :class:`~callgate.core.errors.CallgateError` with ``store_unavailable``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import psycopg
+from psycopg import AsyncConnection, IsolationLevel
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from callgate.core.clock import rfc3339
+from callgate.core.errors import CallgateError, store_unavailable
+from callgate.core.states import State
+from callgate.store.base import (
+    AttemptRecord,
+    DecisionRecord,
+    EventRecord,
+    FedResultRecord,
+    InvocationRecord,
+    KeyClaim,
+    ResultRecord,
+    SessionRecord,
+    ToolViewRecord,
+    Usage,
+    key_follows,
+    key_of,
+)
+from callgate.store.idempotency import postgres as keys_pg
+from callgate.store.idempotency.base import (
+    Action,
+    ClaimKind,
+    ClaimResult,
+    ExpiredPolicy,
+    IdempotencyKey,
+    IdempotencyRecord,
+    IdempotencyStore,
+    answer,
+    check_claim_args,
+    check_now,
+    check_outcome,
+    completed,
+    decide,
+    fresh_claim,
+    released,
+    with_result,
+)
+from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
+from callgate.store.sqlite import (
+    _ATTEMPTS,
+    _DECISION_COLS,
+    _FED_COLS,
+    _INVOCATIONS,
+    _TOOL_VIEW_COLS,
+    _dump,
+    _tool_view,
+    _usage_row,
+)
+
+log = logging.getLogger("callgate.store")
+Conn = AsyncConnection[Any]
+
+_SCHEMA_LOCK: Final = 0x63616C6C67617465  # "callgate": the advisory lock of schema changes
+_VERSION_TABLE: Final = f"callgate_{SCHEMA_VERSION_TABLE}"
+
+# Migrations, version by version. Never edit or renumber a released one; append.
+_V1: Final = f"""
+CREATE TABLE IF NOT EXISTS callgate_sessions (
+  session_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, subject TEXT NOT NULL,
+  timezone TEXT NOT NULL, locale TEXT NOT NULL, budgets TEXT NOT NULL,
+  tool_allowlist TEXT NOT NULL, opened_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS callgate_tool_views (
+  session_id TEXT NOT NULL, model_call_id TEXT NOT NULL, tools TEXT NOT NULL,
+  spec_digests TEXT NOT NULL, tool_set_digest TEXT NOT NULL, created_at TEXT NOT NULL,
+  seq BIGSERIAL, PRIMARY KEY (session_id, model_call_id));
+CREATE TABLE IF NOT EXISTS callgate_invocations (
+  invocation_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, model_call_id TEXT NOT NULL,
+  proposal_id TEXT NOT NULL, tool_name TEXT NOT NULL, tool_version TEXT NOT NULL,
+  tenant TEXT NOT NULL, subject TEXT NOT NULL, state TEXT NOT NULL, raw_arguments BYTEA NOT NULL,
+  digest TEXT NOT NULL, normalized_arguments BYTEA NOT NULL, decision TEXT, rejection TEXT,
+  idempotency_key TEXT NOT NULL, deadline TEXT NOT NULL, confirmation_expires_at TEXT NOT NULL,
+  policy_revision TEXT NOT NULL, created_at TEXT NOT NULL, updated_at TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, external_resource_id TEXT NOT NULL DEFAULT '',
+  commit_time TEXT NOT NULL DEFAULT '', cancel_requested_at TEXT NOT NULL DEFAULT '');
+CREATE INDEX IF NOT EXISTS callgate_invocations_pending ON callgate_invocations (state, tenant)
+  WHERE confirmation_expires_at != '';
+CREATE TABLE IF NOT EXISTS callgate_events (
+  invocation_id TEXT NOT NULL, seq INTEGER NOT NULL, event_id TEXT NOT NULL UNIQUE,
+  at TEXT NOT NULL, kind TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+  trace_id TEXT NOT NULL, span_id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (invocation_id, seq));
+CREATE TABLE IF NOT EXISTS callgate_attempts (
+  attempt_id TEXT PRIMARY KEY, invocation_id TEXT NOT NULL, number INTEGER NOT NULL,
+  executor_id TEXT NOT NULL, jti TEXT NOT NULL, started_at TEXT NOT NULL,
+  credential_expires_at TEXT NOT NULL, outcome TEXT NOT NULL, failure_class TEXT NOT NULL,
+  finished_at TEXT NOT NULL, external_resource_id TEXT NOT NULL, http_status INTEGER NOT NULL,
+  cost_micros BIGINT NOT NULL, retry_reason TEXT NOT NULL, retry_after TEXT NOT NULL,
+  UNIQUE (invocation_id, number));
+CREATE TABLE IF NOT EXISTS callgate_results (
+  invocation_id TEXT PRIMARY KEY, status TEXT NOT NULL, message BYTEA NOT NULL,
+  truncated BOOLEAN NOT NULL, remaining BYTEA NOT NULL, page_token TEXT NOT NULL,
+  redactions INTEGER NOT NULL, created_at TEXT NOT NULL, nonce TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS callgate_usage (
+  session_id TEXT PRIMARY KEY, model_calls BIGINT NOT NULL, tool_calls BIGINT NOT NULL,
+  result_bytes BIGINT NOT NULL, cost_micros BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS callgate_redemptions (
+  attempt_id TEXT NOT NULL, secret_name TEXT NOT NULL, at TEXT NOT NULL,
+  PRIMARY KEY (attempt_id, secret_name));
+CREATE TABLE IF NOT EXISTS callgate_snapshots (
+  seq BIGSERIAL PRIMARY KEY, revision TEXT NOT NULL, at TEXT NOT NULL, detail TEXT NOT NULL);
+CREATE OR REPLACE FUNCTION callgate_events_append_only() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'events are append-only'; END $$;
+DROP TRIGGER IF EXISTS callgate_events_append_only ON callgate_events;
+CREATE TRIGGER callgate_events_append_only BEFORE UPDATE OR DELETE ON callgate_events
+  FOR EACH ROW EXECUTE FUNCTION callgate_events_append_only();
+CREATE TABLE IF NOT EXISTS {keys_pg.TABLE} (
+  tenant TEXT NOT NULL, subject TEXT NOT NULL, tool_name TEXT NOT NULL, tool_version TEXT NOT NULL,
+  idem_key TEXT NOT NULL,
+  digest TEXT NOT NULL, invocation_id TEXT NOT NULL,
+  state TEXT NOT NULL CHECK (state IN ('claimed', 'completed', 'released')),
+  outcome TEXT NOT NULL, result BYTEA, external_resource_id TEXT NOT NULL,
+  created_at TIMESTAMPTZ NOT NULL, updated_at TIMESTAMPTZ NOT NULL, expires_at TIMESTAMPTZ NOT NULL,
+  retention_us BIGINT NOT NULL CHECK (retention_us > 0),
+  PRIMARY KEY (tenant, subject, tool_name, tool_version, idem_key));
+CREATE INDEX IF NOT EXISTS {keys_pg.TABLE}_expires ON {keys_pg.TABLE} (expires_at);
+CREATE INDEX IF NOT EXISTS {keys_pg.TABLE}_invocation ON {keys_pg.TABLE} (invocation_id)
+"""
+
+_V2: Final = """
+CREATE INDEX IF NOT EXISTS callgate_invocations_open_deadline ON callgate_invocations (deadline)
+  WHERE state IN ('AUTHORIZED', 'PREPARED');
+CREATE TABLE IF NOT EXISTS callgate_fed_results (
+  invocation_id TEXT NOT NULL, session_id TEXT NOT NULL, model_call_id TEXT NOT NULL,
+  at TEXT NOT NULL, message_sha256 TEXT NOT NULL, seq BIGSERIAL,
+  PRIMARY KEY (invocation_id, session_id, model_call_id));
+CREATE TABLE IF NOT EXISTS callgate_decisions (
+  decision_id TEXT PRIMARY KEY, at TEXT NOT NULL, tenant TEXT NOT NULL, subject TEXT NOT NULL,
+  capability TEXT NOT NULL, resource TEXT NOT NULL, context_digest TEXT NOT NULL,
+  context_keys TEXT NOT NULL, decision TEXT NOT NULL, policy_revision TEXT NOT NULL,
+  trace_id TEXT NOT NULL, span_id TEXT NOT NULL, parent_span_id TEXT NOT NULL);
+CREATE OR REPLACE FUNCTION callgate_decisions_append_only() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN RAISE EXCEPTION 'decisions are append-only'; END $$;
+DROP TRIGGER IF EXISTS callgate_decisions_append_only ON callgate_decisions;
+CREATE TRIGGER callgate_decisions_append_only BEFORE UPDATE OR DELETE ON callgate_decisions
+  FOR EACH ROW EXECUTE FUNCTION callgate_decisions_append_only()
+"""
+
+MIGRATIONS: Final = (
+    Migration(1, "every record and the idempotency keys (one commit per answer)", _V1),
+    Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
+)
+"""The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
+
+
+def _statements(sql: str) -> list[str]:
+    """Split on ``;`` at line ends (function bodies are ``$$``-quoted on one line)."""
+    return [s.strip() for s in sql.split(";\n") if s.strip()]
+
+
+# --------------------------------------------------------------------------- SQL, next to SQLite's
+_INV_COLS: Final = _INVOCATIONS.column_list
+_ATT_COLS: Final = _ATTEMPTS.column_list
+_INSERT_INVOCATION: Final = (
+    f"INSERT INTO callgate_invocations ({_INV_COLS}) VALUES ({','.join(['%s'] * len(_INVOCATIONS.columns))})"
+)
+_INSERT_ATTEMPT: Final = (
+    f"INSERT INTO callgate_attempts ({_ATT_COLS}) VALUES ({','.join(['%s'] * len(_ATTEMPTS.columns))})"
+)
+_CAS_SETS: Final = ", ".join(f"{col}=%s" for col in _INVOCATIONS.columns[1:])
+_ADD_USAGE: Final = (
+    "INSERT INTO callgate_usage VALUES (%s,%s,%s,%s,%s) ON CONFLICT (session_id) DO UPDATE SET "
+    "model_calls=callgate_usage.model_calls+excluded.model_calls, "
+    "tool_calls=callgate_usage.tool_calls+excluded.tool_calls, "
+    "result_bytes=callgate_usage.result_bytes+excluded.result_bytes, "
+    "cost_micros=callgate_usage.cost_micros+excluded.cost_micros"
+)
+_EVENT_COLS: Final = "invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, span_id, data"
+
+
+def _event(r: Sequence[Any]) -> EventRecord:
+    return EventRecord(
+        event_id=r[0], invocation_id=r[1], seq=r[2], at=r[3], kind=r[4],
+        from_state=State(r[5]) if r[5] else None, to_state=State(r[6]), trace_id=r[7], span_id=r[8],
+        data=json.loads(r[9]),
+    )  # fmt: skip
+
+
+def _invocation(row: Sequence[Any] | None) -> InvocationRecord | None:
+    return None if row is None else _INVOCATIONS.record(row)
+
+
+async def _cas(
+    conn: Conn, record: InvocationRecord, expected: State, extra: str = "", args: tuple[Any, ...] = ()
+) -> bool:
+    row = _INVOCATIONS.row(record)
+    cur = await conn.execute(
+        f"UPDATE callgate_invocations SET {_CAS_SETS} WHERE invocation_id=%s AND state=%s{extra}",
+        (*row[1:], record.invocation_id, expected.value, *args),
+    )
+    return cur.rowcount == 1
+
+
+async def _insert_events(conn: Conn, events: Sequence[EventRecord]) -> None:
+    if not events:
+        return
+    if events[0].seq == 0:  # appended to an existing invocation: lock it, then the next numbers
+        inv = events[0].invocation_id
+        await conn.execute("SELECT 1 FROM callgate_invocations WHERE invocation_id=%s FOR UPDATE", (inv,))
+        cur = await conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) FROM callgate_events WHERE invocation_id=%s", (inv,)
+        )
+        row = await cur.fetchone()
+        last = int(row[0]) if row else 0
+        events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
+    params: list[Any] = []
+    for e in events:
+        params += (
+            e.invocation_id, e.seq, e.event_id, e.at, e.kind,
+            e.from_state.value if e.from_state else None, e.to_state.value,
+            e.trace_id, e.span_id, _dump(dict(e.data)),
+        )  # fmt: skip
+    values = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(events))
+    await conn.execute(f"INSERT INTO callgate_events ({_EVENT_COLS}) VALUES {values}", params)
+
+
+async def _follow_key(conn: Conn, record: InvocationRecord, message: bytes | None = None) -> None:
+    """Bring the key ``record`` holds in line with its new state (:func:`key_follows`)."""
+    if not record.idempotency_key:
+        return
+    rec = await keys_pg._select(conn, key_of(record), lock=True)
+    new = key_follows(rec, record, message)
+    if new is not None:
+        await keys_pg._write(conn, new)
+
+
+async def _claim(conn: Conn, claim: KeyClaim, invocation_id: str) -> ClaimResult:
+    """Claim inside the caller's transaction: insert, or lock the row and decide."""
+    fresh = fresh_claim(claim.key, claim.digest, invocation_id, claim.now, claim.retention)
+    cur = await conn.execute(keys_pg._INSERT, (*keys_pg._key_row(claim.key), *keys_pg._val_row(fresh)))
+    if cur.rowcount == 1:
+        return ClaimResult(ClaimKind.NEW, fresh)
+    existing = await keys_pg._select(conn, claim.key, lock=True)
+    if existing is None:  # deleted since the insert (only a purge does that): a fresh row
+        await conn.execute(keys_pg._INSERT, (*keys_pg._key_row(claim.key), *keys_pg._val_row(fresh)))
+        return ClaimResult(ClaimKind.NEW, fresh)
+    d = decide(existing, claim.digest, invocation_id, claim.now, claim.expired_policy)
+    if d.action is Action.TAKE_OVER:
+        await keys_pg._write(conn, fresh)
+        return ClaimResult(ClaimKind.NEW, fresh)
+    return answer(d, existing)
+
+
+class _Conflict(Exception):
+    """A compare-and-set lost inside a transaction: roll it back, report False."""
+
+
+class _Lost(Exception):
+    """The claim of a new invocation lost: roll back, answer with the holder."""
+
+    def __init__(self, result: ClaimResult) -> None:
+        self.result = result
+
+
+async def _configure(conn: Conn) -> None:
+    await conn.set_autocommit(True)
+    await conn.set_isolation_level(IsolationLevel.READ_COMMITTED)
+    await conn.execute("SET TIME ZONE 'UTC'")
+
+
+class PostgresStore:
+    """:class:`~callgate.store.base.Store` on PostgreSQL, shared by pods (see the module doc).
+
+    ``dsn`` is a libpq connection string or URI (passwords in ``PGPASSWORD`` / ``~/.pgpass`` or
+    the DSN file, never in config files). Call :meth:`start` (connect, migrate, repair) first.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        pool_timeout: float = 5.0,
+        connect_timeout: float = 5.0,
+        read_only: bool = False,
+    ) -> None:
+        self._connect_timeout = connect_timeout
+        self._read_only = read_only
+        self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            dsn,
+            open=False,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=pool_timeout,
+            kwargs={"connect_timeout": max(1, int(connect_timeout))},
+            configure=_configure,
+            check=AsyncConnectionPool.check_connection,
+            name="callgate-store",
+        )
+        self._started = False
+        self._keys = _PostgresKeys(self)
+
+    def keys(self) -> IdempotencyStore:
+        """The idempotency keys in this database (``in_store``: they follow its transactions)."""
+        return self._keys
+
+    async def start(self) -> None:
+        """Connect; migrate the schema (refusing a newer one) and repair orphaned keys, under the
+        schema advisory lock. Read-only (explain): only check the version."""
+        if self._started:
+            return
+        try:
+            await self._pool.open(wait=True, timeout=self._connect_timeout)
+            async with self._pool.connection() as conn, conn.transaction():
+                if self._read_only:
+                    found = await _version(conn)
+                    if found > len(MIGRATIONS):
+                        raise too_new(found, len(MIGRATIONS), "the PostgreSQL store")
+                else:
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    await _migrate(conn)
+                    await _repair_keys(conn)
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            await self._pool.close()
+            raise store_unavailable(f"cannot open the PostgreSQL store: {_brief(exc)}") from exc
+        except CallgateError:
+            await self._pool.close()
+            raise
+        self._started = True
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Conn]:
+        """One transaction on one pooled connection; driver errors become ``store_unavailable``."""
+        if not self._started or self._pool.closed:
+            raise store_unavailable("PostgreSQL store is not started")
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            raise store_unavailable(f"PostgreSQL store failed: {_brief(exc)}") from exc
+
+    async def _fetchone(self, sql: str, args: Sequence[Any]) -> Any:
+        async with self._tx() as conn:
+            cur = await conn.execute(sql, args)
+            return await cur.fetchone()
+
+    async def _fetchall(self, sql: str, args: Sequence[Any]) -> list[Any]:
+        async with self._tx() as conn:
+            cur = await conn.execute(sql, args)
+            return await cur.fetchall()
+
+    # ------------------------------------------------------------------ sessions, tool views
+    async def put_session(self, s: SessionRecord) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                "INSERT INTO callgate_sessions VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                (s.session_id, s.tenant, s.subject, s.timezone, s.locale, _dump(dict(s.budgets)),
+                 _dump(list(s.tool_allowlist)), s.opened_at),
+            )  # fmt: skip
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        row = await self._fetchone(
+            "SELECT session_id, tenant, subject, timezone, locale, budgets, tool_allowlist, opened_at "
+            "FROM callgate_sessions WHERE session_id=%s",
+            (session_id,),
+        )
+        if row is None:
+            return None
+        return SessionRecord(
+            session_id=row[0], tenant=row[1], subject=row[2], timezone=row[3], locale=row[4],
+            budgets=json.loads(row[5]), tool_allowlist=tuple(json.loads(row[6])), opened_at=row[7],
+        )  # fmt: skip
+
+    async def put_tool_view(self, v: ToolViewRecord) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                f"INSERT INTO callgate_tool_views ({_TOOL_VIEW_COLS}) VALUES (%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (session_id, model_call_id) DO UPDATE SET tools=excluded.tools, "
+                "spec_digests=excluded.spec_digests, tool_set_digest=excluded.tool_set_digest, "
+                "created_at=excluded.created_at",
+                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
+                 v.tool_set_digest, v.created_at),
+            )  # fmt: skip
+
+    async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_TOOL_VIEW_COLS} FROM callgate_tool_views WHERE session_id=%s AND model_call_id=%s",
+            (session_id, model_call_id),
+        )
+        return None if row is None else _tool_view(row)
+
+    async def list_tool_views(self, session_id: str) -> list[ToolViewRecord]:
+        """Every tool view of a session, in the order they were recorded (explain)."""
+        rows = await self._fetchall(
+            f"SELECT {_TOOL_VIEW_COLS} FROM callgate_tool_views WHERE session_id=%s ORDER BY created_at, seq",
+            (session_id,),
+        )
+        return [_tool_view(r) for r in rows]
+
+    # ------------------------------------------------------------------ invocations
+    async def create_invocation(
+        self,
+        record: InvocationRecord,
+        events: Sequence[EventRecord],
+        usage: Mapping[str, Usage] | None = None,
+        claim: KeyClaim | None = None,
+    ) -> ClaimResult | None:
+        try:
+            async with self._tx() as conn:
+                if claim is not None:
+                    got = await _claim(conn, claim, record.invocation_id)
+                    if got.kind is not ClaimKind.NEW:
+                        raise _Lost(got)  # roll back: nothing of this invocation is written
+                await conn.execute(_INSERT_INVOCATION, _INVOCATIONS.row(record))
+                await _insert_events(conn, events)
+                for sid, d in (usage or {}).items():
+                    await conn.execute(_ADD_USAGE, (sid, *_usage_row(d)))
+                await _follow_key(conn, record)
+        except _Lost as lost:
+            return lost.result
+        return None
+
+    async def transition(
+        self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
+    ) -> bool:
+        async with self._tx() as conn:
+            if not await _cas(conn, record, expected):
+                return False
+            await _insert_events(conn, events)
+            await _follow_key(conn, record)
+            return True
+
+    async def append_events(self, events: Sequence[EventRecord]) -> None:
+        async with self._tx() as conn:
+            await _insert_events(conn, events)
+
+    async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_INV_COLS} FROM callgate_invocations WHERE invocation_id=%s", (invocation_id,)
+        )
+        return _invocation(row)
+
+    async def list_events(self, invocation_id: str) -> list[EventRecord]:
+        rows = await self._fetchall(
+            "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
+            "FROM callgate_events WHERE invocation_id=%s ORDER BY seq",
+            (invocation_id,),
+        )
+        return [_event(r) for r in rows]
+
+    async def list_pending(self, tenant: str) -> list[InvocationRecord]:
+        q = f"SELECT {_INV_COLS} FROM callgate_invocations WHERE state=%s AND confirmation_expires_at != ''"
+        args: tuple[Any, ...] = (State.AUTHORIZED.value,)
+        if tenant:
+            q += " AND tenant=%s"
+            args += (tenant,)
+        rows = await self._fetchall(q + " ORDER BY created_at", args)
+        return [_INVOCATIONS.record(r) for r in rows]
+
+    # ------------------------------------------------------------------ attempts, results
+    async def begin_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        async with self._tx() as conn:
+            if not await _cas(conn, record, expected, " AND attempts=%s", (record.attempts - 1,)):
+                return False
+            await conn.execute(_INSERT_ATTEMPT, _ATTEMPTS.row(attempt))
+            await _insert_events(conn, events)
+            return True
+
+    async def finish_attempt(
+        self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        try:
+            async with self._tx() as conn:
+                if not await _cas(conn, record, expected):
+                    return False
+                cur = await conn.execute(
+                    "UPDATE callgate_attempts SET outcome=%s, failure_class=%s, finished_at=%s, "
+                    "external_resource_id=%s, http_status=%s, cost_micros=%s, retry_reason=%s, retry_after=%s "
+                    "WHERE attempt_id=%s AND outcome=''",
+                    (attempt.outcome, attempt.failure_class, attempt.finished_at, attempt.external_resource_id,
+                     attempt.http_status, attempt.cost_micros, attempt.retry_reason, attempt.retry_after,
+                     attempt.attempt_id),
+                )  # fmt: skip
+                if cur.rowcount != 1:
+                    raise _Conflict()
+                await _insert_events(conn, events)
+                await _follow_key(conn, record)
+                return True
+        except _Conflict:
+            return False
+
+    async def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
+        row = await self._fetchone(
+            f"SELECT {_ATT_COLS} FROM callgate_attempts WHERE attempt_id=%s", (attempt_id,)
+        )
+        return None if row is None else _ATTEMPTS.record(row)
+
+    async def list_attempts(self, invocation_id: str) -> list[AttemptRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_ATT_COLS} FROM callgate_attempts WHERE invocation_id=%s ORDER BY number",
+            (invocation_id,),
+        )
+        return [_ATTEMPTS.record(r) for r in rows]
+
+    async def put_result(
+        self, record: InvocationRecord, expected: State, result: ResultRecord, events: Sequence[EventRecord]
+    ) -> bool:
+        try:
+            async with self._tx() as conn:
+                if not await _cas(conn, record, expected):
+                    return False
+                cur = await conn.execute(
+                    "INSERT INTO callgate_results VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING",
+                    (result.invocation_id, result.status, result.message, result.truncated, result.remaining,
+                     result.page_token, result.redactions, result.created_at, result.nonce),
+                )  # fmt: skip
+                if cur.rowcount != 1:
+                    raise _Conflict()
+                await _insert_events(conn, events)
+                await _follow_key(conn, record, result.message if record.state is State.OBSERVED else None)
+                return True
+        except _Conflict:
+            return False
+
+    async def get_result(self, invocation_id: str) -> ResultRecord | None:
+        row = await self._fetchone(
+            "SELECT invocation_id, status, message, truncated, remaining, page_token, redactions, created_at, nonce "
+            "FROM callgate_results WHERE invocation_id=%s",
+            (invocation_id,),
+        )
+        if row is None:
+            return None
+        return ResultRecord(
+            row[0], row[1], bytes(row[2]), bool(row[3]), bytes(row[4]), row[5], row[6], row[7], row[8]
+        )
+
+    # ------------------------------------------------------------------ usage, secrets, snapshots
+    async def add_usage(self, session_id: str, delta: Usage) -> Usage:
+        async with self._tx() as conn:
+            cur = await conn.execute(
+                _ADD_USAGE + " RETURNING model_calls, tool_calls, result_bytes, cost_micros",
+                (session_id, *_usage_row(delta)),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return Usage(*(int(v) for v in row))
+
+    async def redeem_once(self, attempt_id: str, secret_name: str, at: str) -> bool:
+        async with self._tx() as conn:
+            cur = await conn.execute(
+                "INSERT INTO callgate_redemptions VALUES (%s,%s,%s) ON CONFLICT DO NOTHING",
+                (attempt_id, secret_name, at),
+            )
+            return cur.rowcount == 1
+
+    async def record_snapshot(self, revision: str, at: str, detail: Mapping[str, Any]) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                "INSERT INTO callgate_snapshots (revision, at, detail) VALUES (%s,%s,%s)",
+                (revision, at, _dump(dict(detail))),
+            )
+
+    async def get_snapshot(self, revision: str) -> dict[str, Any] | None:
+        """When ``revision`` first started serving, and its recorded detail (explain)."""
+        row = await self._fetchone(
+            "SELECT at, detail FROM callgate_snapshots WHERE revision=%s ORDER BY seq LIMIT 1", (revision,)
+        )
+        if row is None:
+            return None
+        detail = json.loads(row[1])
+        return {"at": row[0], **(detail if isinstance(detail, dict) else {})}
+
+    # ------------------------------------------------------------------ added by later features
+    async def put_tool_view_fed(self, v: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                f"INSERT INTO callgate_tool_views ({_TOOL_VIEW_COLS}) VALUES (%s,%s,%s,%s,%s,%s) "
+                "ON CONFLICT (session_id, model_call_id) DO UPDATE SET tools=excluded.tools, "
+                "spec_digests=excluded.spec_digests, tool_set_digest=excluded.tool_set_digest, "
+                "created_at=excluded.created_at",
+                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
+                 v.tool_set_digest, v.created_at),
+            )  # fmt: skip
+            for f in fed:
+                await conn.execute(
+                    f"INSERT INTO callgate_fed_results ({_FED_COLS}) VALUES (%s,%s,%s,%s,%s) "
+                    "ON CONFLICT DO NOTHING",
+                    (f.invocation_id, f.session_id, f.model_call_id, f.at, f.message_sha256),
+                )
+
+    async def list_fed(self, invocation_id: str) -> list[FedResultRecord]:
+        rows = await self._fetchall(
+            f"SELECT {_FED_COLS} FROM callgate_fed_results WHERE invocation_id=%s ORDER BY at, seq",
+            (invocation_id,),
+        )
+        return [FedResultRecord(*r) for r in rows]
+
+    async def record_decision(self, d: DecisionRecord) -> None:
+        async with self._tx() as conn:
+            await conn.execute(
+                f"INSERT INTO callgate_decisions ({_DECISION_COLS}) VALUES ({','.join(['%s'] * 13)})",
+                (d.decision_id, d.at, d.tenant, d.subject, d.capability, d.resource, d.context_digest,
+                 _dump(list(d.context_keys)), _dump(dict(d.decision)), d.policy_revision, d.trace_id,
+                 d.span_id, d.parent_span_id),
+            )  # fmt: skip
+
+    async def get_decision(self, decision_id: str) -> DecisionRecord | None:
+        r = await self._fetchone(
+            f"SELECT {_DECISION_COLS} FROM callgate_decisions WHERE decision_id=%s", (decision_id,)
+        )
+        if r is None:
+            return None
+        return DecisionRecord(
+            decision_id=r[0], at=r[1], tenant=r[2], subject=r[3], capability=r[4], resource=r[5],
+            context_digest=r[6], context_keys=tuple(json.loads(r[7])), decision=json.loads(r[8]),
+            policy_revision=r[9], trace_id=r[10], span_id=r[11], parent_span_id=r[12],
+        )  # fmt: skip
+
+    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+        # As in the SQLite store: rfc3339 strings compared up to the whole second, then exactly.
+        bound = rfc3339(now.replace(microsecond=0))
+        rows = await self._fetchall(
+            f"SELECT {_INV_COLS} FROM callgate_invocations WHERE state IN ('AUTHORIZED', 'PREPARED') "
+            "AND deadline != '' AND deadline <= %s ORDER BY deadline LIMIT %s",
+            (bound, limit),
+        )
+        found = [_INVOCATIONS.record(r) for r in rows]
+        return [inv for inv in found if datetime.fromisoformat(inv.deadline) <= now]
+
+    async def list_pending_page(
+        self, tenant: str, after: tuple[str, str] | None, limit: int
+    ) -> list[InvocationRecord]:
+        q = (
+            f"SELECT {_INV_COLS} FROM callgate_invocations"
+            " WHERE state=%s AND confirmation_expires_at != '' AND tenant=%s"
+        )
+        args: tuple[Any, ...] = (State.AUTHORIZED.value, tenant)
+        if after is not None:
+            q += " AND (created_at, invocation_id) > (%s, %s)"
+            args += after
+        q += " ORDER BY created_at, invocation_id LIMIT %s"
+        rows = await self._fetchall(q, (*args, limit))
+        return [_INVOCATIONS.record(r) for r in rows]
+
+    async def close(self) -> None:
+        self._started = False
+        await self._pool.close()
+
+
+class _PostgresKeys:
+    """The keys of a :class:`PostgresStore` as an :class:`IdempotencyStore` (``in_store``): the
+    gate's look-up and direct calls; the writes that matter ride in the store's transactions."""
+
+    in_store: bool = True
+
+    def __init__(self, store: PostgresStore) -> None:
+        self._store = store
+
+    async def start(self) -> None:
+        """Started with the store."""
+
+    async def claim(
+        self,
+        key: IdempotencyKey,
+        digest: str,
+        invocation_id: str,
+        *,
+        now: datetime,
+        retention: timedelta,
+        expired_policy: ExpiredPolicy,
+    ) -> ClaimResult:
+        now = check_now(now)
+        check_claim_args(digest, invocation_id, retention)
+        async with self._store._tx() as conn:
+            return await _claim(conn, KeyClaim(key, digest, retention, expired_policy, now), invocation_id)
+
+    async def _change(self, key: IdempotencyKey, change: Any) -> None:
+        async with self._store._tx() as conn:
+            new = change(await keys_pg._select(conn, key, lock=True))
+            if new is not None:
+                await keys_pg._write(conn, new)
+
+    async def complete(
+        self,
+        key: IdempotencyKey,
+        invocation_id: str,
+        *,
+        outcome: str,
+        external_resource_id: str,
+        now: datetime,
+    ) -> None:
+        now = check_now(now)
+        check_outcome(outcome)
+        await self._change(key, lambda rec: completed(rec, invocation_id, outcome, external_resource_id, now))
+
+    async def set_result(
+        self, key: IdempotencyKey, invocation_id: str, result: bytes, *, now: datetime
+    ) -> None:
+        now = check_now(now)
+        await self._change(key, lambda rec: with_result(rec, invocation_id, result, now))
+
+    async def release(self, key: IdempotencyKey, invocation_id: str, *, now: datetime) -> None:
+        now = check_now(now)
+        await self._change(key, lambda rec: released(rec, invocation_id, now))
+
+    async def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
+        async with self._store._tx() as conn:
+            return await keys_pg._select(conn, key, lock=False)
+
+    async def close(self) -> None:
+        """Closed with the store."""
+
+
+async def _version(conn: Conn) -> int:
+    cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (_VERSION_TABLE,))
+    row = await cur.fetchone()
+    if not row or not row[0]:
+        return 0
+    cur = await conn.execute(f"SELECT COALESCE(MAX(version), 0) FROM {_VERSION_TABLE}")
+    row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def _migrate(conn: Conn) -> None:
+    """Apply the missing migrations (inside the caller's transaction, under the schema lock)."""
+    latest = check_sequence(MIGRATIONS)
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {_VERSION_TABLE} "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL)"
+    )
+    found = await _version(conn)
+    if found > latest:
+        raise too_new(found, latest, "the PostgreSQL store")
+    for m in MIGRATIONS[found:]:
+        for statement in _statements(m.sql):
+            await conn.execute(statement)
+        await conn.execute(f"INSERT INTO {_VERSION_TABLE} VALUES (%s, %s, now())", (m.version, m.name))
+    if found != latest:
+        log.info("PostgreSQL store schema migrated from version %d to %d", found, latest)
+
+
+async def _repair_keys(conn: Conn) -> int:
+    """Startup repair, as on SQLite: a claimed key whose invocation is missing is released, a key
+    whose invocation moved on without it is brought in line; each is logged."""
+    cur = await conn.execute(
+        f"SELECT k.tenant, k.subject, k.tool_name, k.tool_version, k.idem_key, k.invocation_id, "
+        f"i.invocation_id IS NOT NULL FROM {keys_pg.TABLE} k LEFT JOIN callgate_invocations i "
+        f"ON i.invocation_id = k.invocation_id WHERE k.state = 'claimed'"
+    )
+    changed = 0
+    now = datetime.now(UTC)
+    for *key_cols, invocation_id, found in await cur.fetchall():
+        key = IdempotencyKey(*key_cols)
+        rec = await keys_pg._select(conn, key, lock=True)
+        if rec is None or rec.state != "claimed":
+            continue
+        if not found:
+            new = released(rec, invocation_id, now)
+            log.warning(
+                "repair: released the idempotency key held by missing invocation %s (%s@%s)",
+                invocation_id, key.tool_name, key.tool_version,
+            )  # fmt: skip
+        else:
+            c2 = await conn.execute(
+                f"SELECT {_INV_COLS} FROM callgate_invocations WHERE invocation_id=%s", (invocation_id,)
+            )
+            inv = _invocation(await c2.fetchone())
+            new = None if inv is None else key_follows(rec, inv)
+            if new is not None:
+                log.warning("repair: idempotency key of %s brought in line with %s", invocation_id, new.state)
+        if new is not None:
+            await keys_pg._write(conn, new)
+            changed += 1
+    return changed
+
+
+def _brief(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+__all__ = ["MIGRATIONS", "PostgresStore"]

@@ -1,0 +1,284 @@
+"""One contract for every :class:`~callgate.store.base.Store` backend, run on SQLite and on a real
+PostgreSQL (tests/pg_fixture.py; a fresh database per test): records round-trip, compare-and-set
+writes let exactly one writer win, events are numbered in order, usage adds up, the idempotency
+key is claimed with its invocation and follows it (complete, release, result) in the same
+transaction, racing claims make one invocation, startup repairs orphaned keys, and a schema
+newer than the code is refused (issue 9)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.states import State
+from callgate.store.base import (
+    EventRecord,
+    InvocationRecord,
+    KeyClaim,
+    ResultRecord,
+    SessionRecord,
+    Store,
+    ToolViewRecord,
+    Usage,
+)
+from callgate.store.idempotency.base import ClaimKind, ExpiredPolicy, IdempotencyKey
+from tests.test_sqlite_store import ATTEMPT, EVENT, INVOCATION
+
+R = TypeVar("R")
+NOW = datetime(2026, 7, 19, 6, 0, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Backend:
+    kind: str
+    target: str
+    """SQLite file path, or the DSN of a fresh PostgreSQL database."""
+
+    async def open(self) -> Store:
+        if self.kind == "sqlite":
+            from callgate.store.sqlite import SQLiteStore
+
+            return SQLiteStore(self.target)
+        from callgate.store.postgres import PostgresStore
+
+        store = PostgresStore(self.target, max_size=8)
+        await store.start()
+        return store
+
+    def run(self, body: Callable[[Store], Awaitable[R]]) -> R:
+        async def main() -> R:
+            store = await self.open()
+            try:
+                return await body(store)
+            finally:
+                await store.close()
+
+        return asyncio.run(main())
+
+    def sql(self, statement: str) -> None:
+        """Run one statement behind the store's back (to stage what an older version left)."""
+        if self.kind == "sqlite":
+            import sqlite3
+
+            with sqlite3.connect(self.target) as c:
+                c.execute(statement)
+            return
+        import psycopg
+
+        with psycopg.connect(self.target, autocommit=True) as c:
+            c.execute(statement.replace("invocations", "callgate_invocations"))
+
+
+def fresh_pg_database(dsn: str) -> str:
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    name = f"cg_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = name
+    return make_conninfo(**params)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        yield Backend("sqlite", str(tmp_path / "callgate.db"))
+    else:
+        yield Backend("postgres", fresh_pg_database(request.getfixturevalue("postgres_dsn")))
+
+
+def inv(inv_id: str, key: str = "", state: State = State.AUTHORIZED, **kw: Any) -> InvocationRecord:
+    return InvocationRecord(
+        invocation_id=inv_id, session_id="s1", model_call_id="m", proposal_id="p", tool_name="t",
+        tool_version="v1", tenant="acme", subject="alice", state=state, raw_arguments=b"{}",
+        digest="sha256:d", idempotency_key=key, confirmation_expires_at="2026-07-19T06:05:00Z",
+        created_at="2026-07-19T06:00:00Z", updated_at="2026-07-19T06:00:00Z", **kw,
+    )  # fmt: skip
+
+
+def ev(inv_id: str, seq: int, frm: State | None, to: State, kind: str = "x") -> EventRecord:
+    return EventRecord(
+        f"{inv_id}.{seq}" if seq else uuid.uuid4().hex, inv_id, seq, "t", kind, frm, to, "t", "s"
+    )
+
+
+def claim(key: str, digest: str = "sha256:d") -> KeyClaim:
+    return KeyClaim(
+        IdempotencyKey("acme", "alice", "t", "v1", key), digest, timedelta(hours=1), ExpiredPolicy.REJECT, NOW
+    )
+
+
+def test_records_round_trip(backend: Backend) -> None:
+    session = SessionRecord(
+        "s1", "acme", "alice", "UTC", "en", {"max_tool_calls": 3}, ("t@v1",), "2026-07-19T06:00:00Z"
+    )
+    view = ToolViewRecord("s1", "m", ("t@v1",), {"t@v1": "d"}, "ts", "2026-07-19T06:00:00Z")
+    started = replace(ATTEMPT, outcome="", failure_class="", finished_at="", external_resource_id="",
+                      http_status=0, cost_micros=0, retry_reason="", retry_after="")  # fmt: skip
+    result = ResultRecord("inv-1", "ok", b"msg", True, b"rest", "page-1", 2, "2026-07-19T06:00:04Z", "n1")
+
+    async def body(store: Store) -> None:
+        await store.put_session(session)
+        assert await store.get_session("s1") == session and await store.get_session("nope") is None
+        await store.put_tool_view(view)
+        await store.put_tool_view(replace(view, tool_set_digest="ts2"))  # replaced, not duplicated
+        assert await store.get_tool_view("s1", "m") == replace(view, tool_set_digest="ts2")
+        created = replace(INVOCATION, attempts=0, idempotency_key="")
+        await store.create_invocation(created, [EVENT], {"s1": Usage(tool_calls=1)})
+        assert await store.get_invocation("inv-1") == created
+        assert await store.list_events("inv-1") == [EVENT]
+        current = replace(INVOCATION, idempotency_key="")
+        assert await store.begin_attempt(current, State.AUTHORIZED, started, [])
+        assert not await store.begin_attempt(current, State.AUTHORIZED, replace(started, attempt_id="a2"), [])
+        assert await store.get_attempt(ATTEMPT.attempt_id) == started
+        assert await store.finish_attempt(current, State.AUTHORIZED, ATTEMPT, [])
+        assert not await store.finish_attempt(current, State.AUTHORIZED, ATTEMPT, [])  # finished once
+        assert await store.list_attempts("inv-1") == [ATTEMPT]
+        assert await store.put_result(current, State.AUTHORIZED, result, [])
+        assert not await store.put_result(current, State.AUTHORIZED, result, [])
+        assert await store.get_result("inv-1") == result
+        assert await store.add_usage("s1", Usage(model_calls=2, cost_micros=5)) == Usage(2, 1, 0, 5)
+        assert await store.redeem_once("a1", "token", "t") and not await store.redeem_once("a1", "token", "t")
+        await store.record_snapshot("rev1", "2026-07-19T06:00:00Z", {"engine": "cedar"})
+
+    backend.run(body)
+
+
+def test_transitions_are_compare_and_set_with_numbered_events(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        await store.create_invocation(inv("i1"), [ev("i1", 1, None, State.AUTHORIZED)])
+        moved = replace(inv("i1"), state=State.PREPARED)
+        assert not await store.transition(
+            moved, State.PREPARED, [ev("i1", 0, State.AUTHORIZED, State.PREPARED)]
+        )
+        results = await asyncio.gather(
+            *(
+                store.transition(moved, State.AUTHORIZED, [ev("i1", 0, State.AUTHORIZED, State.PREPARED)])
+                for _ in range(5)
+            )
+        )
+        assert results.count(True) == 1
+        await asyncio.gather(
+            *(store.append_events([ev("i1", 0, State.PREPARED, State.PREPARED)]) for _ in range(5))
+        )
+        assert [e.seq for e in await store.list_events("i1")] == list(range(1, 8))
+        assert (await store.get_invocation("i1")) == moved
+        assert [i.invocation_id for i in await store.list_pending("acme")] == []
+        await store.create_invocation(inv("i2"), [ev("i2", 1, None, State.AUTHORIZED)])
+        assert [i.invocation_id for i in await store.list_pending("acme")] == ["i2"]
+        assert await store.list_pending("other") == []
+
+    backend.run(body)
+
+
+def test_key_is_claimed_with_its_invocation_and_follows_it(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        keys = store.keys()
+        assert keys.in_store
+        assert (
+            await store.create_invocation(
+                inv("i1", "k1"), [ev("i1", 1, None, State.AUTHORIZED)], None, claim("k1")
+            )
+            is None
+        )
+        lost = await store.create_invocation(
+            inv("i2", "k1"), [ev("i2", 1, None, State.AUTHORIZED)], None, claim("k1")
+        )
+        assert lost is not None and lost.kind is ClaimKind.IN_PROGRESS and lost.record is not None
+        assert lost.record.invocation_id == "i1" and await store.get_invocation("i2") is None
+        other = await store.create_invocation(
+            inv("i3", "k1"), [ev("i3", 1, None, State.AUTHORIZED)], None, claim("k1", "sha256:other")
+        )
+        assert other is not None and other.kind is ClaimKind.MISMATCH
+        # cancelled before the boundary: released in the same transaction
+        cancelled = replace(
+            inv("i1", "k1"), state=State.CANCELLED_BEFORE_COMMIT, updated_at="2026-07-19T06:00:05Z"
+        )
+        assert await store.transition(
+            cancelled, State.AUTHORIZED, [ev("i1", 0, State.AUTHORIZED, State.CANCELLED_BEFORE_COMMIT)]
+        )
+        rec = await keys.get(claim("k1").key)
+        assert rec is not None and rec.state == "released"
+        # past the boundary: completed by the attempt's outcome, its tool message kept by put_result
+        executing = inv("i4", "k4", State.EXECUTING, attempts=1)
+        assert (
+            await store.create_invocation(executing, [ev("i4", 1, None, State.EXECUTING)], None, claim("k4"))
+            is None
+        )
+        started = replace(ATTEMPT, invocation_id="i4", attempt_id="a4", outcome="", finished_at="")
+        done = replace(
+            executing, state=State.COMMITTED, external_resource_id="evt-1", updated_at="2026-07-19T06:00:06Z"
+        )
+        # the attempt row must exist for finish_attempt
+        assert await store.begin_attempt(replace(executing, attempts=2), State.EXECUTING, started, [])
+        assert await store.finish_attempt(
+            replace(done, attempts=2), State.EXECUTING, replace(started, outcome="committed"), []
+        )
+        rec = await keys.get(claim("k4").key)
+        assert rec is not None and (rec.state, rec.outcome, rec.external_resource_id) == (
+            "completed",
+            "COMMITTED",
+            "evt-1",
+        )
+        result = ResultRecord("i4", "ok", b"the message", False, b"", "", 0, "t", "n")
+        observed = replace(done, state=State.OBSERVED, attempts=2)
+        assert await store.put_result(observed, State.COMMITTED, result, [])
+        rec = await keys.get(claim("k4").key)
+        assert rec is not None and rec.result == b"the message"
+
+    backend.run(body)
+
+
+def test_racing_claims_make_one_invocation(backend: Backend) -> None:
+    async def body(store: Store) -> None:
+        got = await asyncio.gather(
+            *(
+                store.create_invocation(
+                    inv(f"r{i}", "race"), [ev(f"r{i}", 1, None, State.AUTHORIZED)], None, claim("race")
+                )
+                for i in range(8)
+            )
+        )
+        winners = [i for i, g in enumerate(got) if g is None]
+        assert len(winners) == 1
+        held = {g.record.invocation_id for g in got if g is not None and g.record is not None}
+        assert held == {f"r{winners[0]}"}
+
+    backend.run(body)
+
+
+def test_start_releases_keys_whose_invocation_is_missing(backend: Backend) -> None:
+    async def seed(store: Store) -> None:
+        await store.create_invocation(inv("gone", "k9"), [], None, claim("k9"))
+
+    backend.run(seed)
+    backend.sql("DELETE FROM invocations WHERE invocation_id = 'gone'")
+
+    async def check(store: Store) -> None:
+        rec = await store.keys().get(claim("k9").key)
+        assert rec is not None and rec.state == "released"
+        assert await store.create_invocation(inv("again", "k9"), [], None, claim("k9")) is None
+
+    backend.run(check)
+
+
+def test_schema_newer_than_the_code_is_refused(backend: Backend) -> None:
+    async def nothing(store: Store) -> None:
+        return None
+
+    backend.run(nothing)
+    table = "schema_version" if backend.kind == "sqlite" else "callgate_schema_version"
+    backend.sql(f"INSERT INTO {table} VALUES (999, 'from the future', '2030-01-01T00:00:00Z')")
+    with pytest.raises(CallgateError) as ei:
+        backend.run(nothing)
+    assert ei.value.code is ErrorCode.STORE_UNAVAILABLE and "schema version 999" in ei.value.message
