@@ -282,3 +282,54 @@ def test_schema_newer_than_the_code_is_refused(backend: Backend) -> None:
     with pytest.raises(CallgateError) as ei:
         backend.run(nothing)
     assert ei.value.code is ErrorCode.STORE_UNAVAILABLE and "schema version 999" in ei.value.message
+
+
+def test_queries_and_records_of_later_features(backend: Backend) -> None:
+    """The store methods added after the contract was first written, on every backend: the
+    deadline sweep query, keyset-paged pending confirmations, tool messages fed into a model call
+    (6.13 question 8) and Authorize decision records."""
+    from callgate.store.base import DecisionRecord, FedResultRecord
+
+    view = ToolViewRecord("s1", "m2", ("t@v1",), {"t@v1": "d"}, "ts", "2026-07-19T06:00:09Z")
+    fed = FedResultRecord("a1", "s1", "m2", "2026-07-19T06:00:09Z", "sha256:m")
+    decision = DecisionRecord(
+        decision_id="dec-1", at="2026-07-19T06:00:10Z", tenant="acme", subject="alice",
+        capability="weather.read", resource="city:paris", context_digest="sha256:c",
+        context_keys=("tool",), decision={"effect": "allow", "policy_ids": ["p"]},
+        policy_revision="sha256:r", trace_id="0" * 31 + "1", span_id="0" * 15 + "2",
+    )  # fmt: skip
+
+    async def body(store: Store) -> None:
+        # deadlines: AUTHORIZED/PREPARED past theirs, earliest first, sub-second exact, limited
+        past = [
+            inv("a1", state=State.PREPARED, deadline="2026-07-19T05:59:58Z"),
+            inv("a2", state=State.AUTHORIZED, deadline="2026-07-19T05:59:59.500000Z"),
+            inv("a3", state=State.PREPARED, deadline="2026-07-19T06:00:00.250000Z"),  # after NOW
+            inv("a4", state=State.EXECUTING, deadline="2026-07-19T05:00:00Z"),  # executing: not ours
+            inv("a5", state=State.PREPARED),  # no deadline
+        ]
+        for i, record in enumerate(past):
+            await store.create_invocation(
+                replace(record, created_at=f"2026-07-19T06:00:0{i}Z"),
+                [ev(record.invocation_id, 1, None, record.state)],
+            )
+        got = await store.list_past_deadline(NOW, 10)
+        assert [r.invocation_id for r in got] == ["a1", "a2"]
+        assert [r.invocation_id for r in await store.list_past_deadline(NOW, 1)] == ["a1"]
+        # pending confirmations: AUTHORIZED of the tenant, (created_at, id) keyset pages
+        first = await store.list_pending_page("acme", None, 1)
+        assert [r.invocation_id for r in first] == ["a2"]
+        after = (first[-1].created_at, first[-1].invocation_id)
+        assert await store.list_pending_page("acme", after, 5) == []
+        assert await store.list_pending_page("globex", None, 5) == []
+        # fed tool messages: recorded with the view, a repeat kept once
+        await store.put_tool_view_fed(view, [fed, fed])
+        assert await store.get_tool_view("s1", "m2") == view
+        assert await store.list_fed("a1") == [fed]
+        assert await store.list_fed("a2") == []
+        # Authorize decisions: append, read back
+        await store.record_decision(decision)
+        assert await store.get_decision("dec-1") == decision
+        assert await store.get_decision("nope") is None
+
+    backend.run(body)
