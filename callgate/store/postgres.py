@@ -178,6 +178,22 @@ MIGRATIONS: Final = (
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
 
+_UPSERT_TOOL_VIEW: Final = (
+    f"INSERT INTO callgate_tool_views ({_TOOL_VIEW_COLS}) VALUES (%s,%s,%s,%s,%s,%s) "
+    "ON CONFLICT (session_id, model_call_id) DO UPDATE SET tools=excluded.tools, "
+    "spec_digests=excluded.spec_digests, tool_set_digest=excluded.tool_set_digest, "
+    "created_at=excluded.created_at"
+)
+"""A tool view, replacing the one of the same model call (a repeated ListTools)."""
+
+
+def _tool_view_row(v: ToolViewRecord) -> tuple[Any, ...]:
+    return (
+        v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
+        v.tool_set_digest, v.created_at,
+    )  # fmt: skip
+
+
 def _statements(sql: str) -> list[str]:
     """Split on ``;`` at line ends (function bodies are ``$$``-quoted on one line)."""
     return [s.strip() for s in sql.split(";\n") if s.strip()]
@@ -399,14 +415,7 @@ class PostgresStore:
 
     async def put_tool_view(self, v: ToolViewRecord) -> None:
         async with self._tx() as conn:
-            await conn.execute(
-                f"INSERT INTO callgate_tool_views ({_TOOL_VIEW_COLS}) VALUES (%s,%s,%s,%s,%s,%s) "
-                "ON CONFLICT (session_id, model_call_id) DO UPDATE SET tools=excluded.tools, "
-                "spec_digests=excluded.spec_digests, tool_set_digest=excluded.tool_set_digest, "
-                "created_at=excluded.created_at",
-                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
-                 v.tool_set_digest, v.created_at),
-            )  # fmt: skip
+            await conn.execute(_UPSERT_TOOL_VIEW, _tool_view_row(v))
 
     async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
         row = await self._fetchone(
@@ -601,14 +610,7 @@ class PostgresStore:
     # ------------------------------------------------------------------ added by later features
     async def put_tool_view_fed(self, v: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
         async with self._tx() as conn:
-            await conn.execute(
-                f"INSERT INTO callgate_tool_views ({_TOOL_VIEW_COLS}) VALUES (%s,%s,%s,%s,%s,%s) "
-                "ON CONFLICT (session_id, model_call_id) DO UPDATE SET tools=excluded.tools, "
-                "spec_digests=excluded.spec_digests, tool_set_digest=excluded.tool_set_digest, "
-                "created_at=excluded.created_at",
-                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
-                 v.tool_set_digest, v.created_at),
-            )  # fmt: skip
+            await conn.execute(_UPSERT_TOOL_VIEW, _tool_view_row(v))
             for f in fed:
                 await conn.execute(
                     f"INSERT INTO callgate_fed_results ({_FED_COLS}) VALUES (%s,%s,%s,%s,%s) "
