@@ -100,7 +100,8 @@ export function fromServiceError(err: unknown): CallgateError {
     case GrpcStatus.DEADLINE_EXCEEDED:
       return new TransportError(ClientCode.DeadlineExceeded, e.details ?? "deadline exceeded", e.code);
     case GrpcStatus.INTERNAL:
-      if (/parse|deserializ|decode/i.test(e.details ?? "")) return new MalformedResponseError(e.details ?? "");
+      // grpc-js: "Response message parsing error: <the deserializer's message>"
+      if (/message parsing error|undecodable/i.test(e.details ?? "")) return new MalformedResponseError(e.details ?? "");
       return new TransportError(ClientCode.Transport, e.details ?? "internal", e.code);
     default:
       return new TransportError(ClientCode.Transport, `${GrpcStatus[e.code]}: ${e.details ?? ""}`, e.code);
