@@ -295,3 +295,20 @@ describe("sidecar down", () => {
     }
   });
 });
+
+describe("examples/node/agent.mjs", () => {
+  test("runs against the sidecar with its scripted model", async () => {
+    const { execFile } = await import("node:child_process");
+    const { ROOT } = await import("./sidecar.mjs");
+    const out = await new Promise((res, rej) =>
+      execFile(process.execPath, [`${ROOT}/examples/node/agent.mjs`], { env: { ...process.env, CALLGATE_RUN_DIR: sidecar.tmp }, timeout: 60_000 }, (e, so, se) =>
+        e ? rej(new Error(`${e}\n${so}\n${se}`)) : res(so),
+      ),
+    );
+    assert.match(out, /weather_get: allowed/);
+    assert.match(out, /calendar_create_event: allowed/);
+    assert.match(out, /calendar_create_event: denied/);
+    assert.match(out, /weather_get: rejected/);
+    assert.match(out, /\["ok","ok","denied","rejected"\]/);
+  });
+});
