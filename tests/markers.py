@@ -1,10 +1,11 @@
 """Markers for the tests that need a real outside program, and the rules that keep them honest.
 
 ``@pytest.mark.opa`` (a real OPA server or the ``opa`` binary), ``@pytest.mark.postgres`` (a
-PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary). They are registered in
+PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary), ``@pytest.mark.node`` (Node.js
+and the TypeScript client's npm dependencies, tests/test_ts_client.py). They are registered in
 pyproject.toml (``--strict-markers``) and give the fast local loop::
 
-    scripts/test -m "not opa and not postgres and not helm"
+    scripts/test -m "not opa and not postgres and not helm and not node"
 
 How a test gets its marker:
 
@@ -46,6 +47,7 @@ class Needs(str, Enum):
     OPA = "opa"
     POSTGRES = "postgres"
     HELM = "helm"
+    NODE = "node"
 
 
 FIXTURE_MARKERS: dict[str, Needs] = {
@@ -59,6 +61,7 @@ PREPARE: dict[Needs, tuple[str, ...]] = {
     Needs.OPA: ("scripts/opa", "build"),
     Needs.HELM: ("scripts/helm", "build"),
     Needs.POSTGRES: ("scripts/postgres", "install"),
+    Needs.NODE: ("scripts/node-client", "install"),
 }
 """What builds or installs each program (idempotent; seconds when it is already there)."""
 

@@ -1,0 +1,541 @@
+/**
+ * The lifecycle helper: a Session (OpenSession; the subject comes from the runtime's own auth,
+ * never from the model), the tools for a model call, propose() returning a typed Outcome with the
+ * model-facing message, waiting for a confirmation, and the Executor's
+ * BeginAttempt -> function -> ReportOutcome -> EncodeResult path. See docs/CLIENTS-TS.md.
+ */
+import { createHash, randomUUID } from "node:crypto";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import {
+  Confirmations,
+  Effect,
+  Executor as ExecutorService,
+  FailureClass,
+  Gate,
+  Outcome as WireOutcome,
+  State,
+} from "./gen/callgate/v1/callgate_pb.js";
+import type {
+  BudgetsSchema,
+  Decision,
+  ProposeResponse,
+  Rejection,
+  RetryAdvice,
+} from "./gen/callgate/v1/callgate_pb.js";
+import { CallgateError, ClientCode, MalformedResponseError } from "./errors.js";
+import { UnaryClient } from "./rpc.js";
+import type { CallOptions, Target } from "./rpc.js";
+import { Dialect, dropStrictNulls, gatedTool } from "./tools.js";
+import type { GatedTool } from "./tools.js";
+
+export { Effect, FailureClass, State };
+
+const dec = new TextDecoder("utf-8", { fatal: true });
+const enc = new TextEncoder();
+
+export interface ConnectOptions {
+  /** The agent listener (Gate). */
+  agent: Target;
+  /** The executor listener (only for Executor). */
+  executor?: Target;
+  /** The confirmer listener (only for the confirmer UI side; tests and examples use it). */
+  confirmer?: Target;
+  /** Default deadline of each call (default 10 s). */
+  timeoutMs?: number;
+}
+
+/** One connection to the sidecar's listeners. */
+export class Callgate {
+  readonly gate: UnaryClient<(typeof Gate)["method"]>;
+  readonly executorRpc: UnaryClient<(typeof ExecutorService)["method"]> | undefined;
+  readonly confirmations: UnaryClient<(typeof Confirmations)["method"]> | undefined;
+
+  constructor(opts: ConnectOptions) {
+    const t = opts.timeoutMs ?? 10_000;
+    this.gate = new UnaryClient(Gate, opts.agent, t);
+    this.executorRpc = opts.executor ? new UnaryClient(ExecutorService, opts.executor, t) : undefined;
+    this.confirmations = opts.confirmer ? new UnaryClient(Confirmations, opts.confirmer, t) : undefined;
+  }
+
+  /** Opens a session for `subject` (from the runtime's authentication, never from the model). */
+  async openSession(opts: {
+    tenant: string;
+    subject: string;
+    timezone?: string;
+    locale?: string;
+    sessionId?: string;
+    toolAllowlist?: string[];
+    budgets?: MessageInitShape<typeof BudgetsSchema>;
+    call?: CallOptions;
+  }): Promise<Session> {
+    const r = await this.gate.call(
+      "openSession",
+      {
+        subject: { tenant: opts.tenant, id: opts.subject },
+        timezone: opts.timezone ?? "UTC",
+        locale: opts.locale ?? "",
+        sessionId: opts.sessionId ?? "",
+        toolAllowlist: opts.toolAllowlist ?? [],
+        ...(opts.budgets ? { budgets: opts.budgets } : {}),
+      },
+      opts.call,
+    );
+    if (!r.sessionId) throw new MalformedResponseError("OpenSession answered without a session id");
+    return new Session(this, r.sessionId);
+  }
+
+  executor(executorId: string): Executor {
+    if (!this.executorRpc) throw new CallgateError(ClientCode.Transport, "no executor target configured");
+    return new Executor(this.executorRpc, executorId);
+  }
+
+  close(): void {
+    this.gate.close();
+    this.executorRpc?.close();
+    this.confirmations?.close();
+  }
+}
+
+/** A tool call as a model produced it (provider-neutral). */
+export interface ToolCall {
+  /** The provider's tool call id (becomes the proposal id). */
+  id: string;
+  /** The legal name the model used. */
+  name: string;
+  /** The argument text exactly as generated (a string), or an already parsed object. */
+  arguments: string | Record<string, unknown>;
+}
+
+/** The tools shown to one model call. */
+export class ToolSet {
+  private readonly byName: ReadonlyMap<string, GatedTool>;
+  constructor(
+    readonly modelCallId: string,
+    readonly dialect: Dialect,
+    readonly tools: readonly GatedTool[],
+    readonly toolSetDigest: string,
+  ) {
+    this.byName = new Map(tools.map((t) => [t.name, t]));
+  }
+  /** The provider-format definitions to pass to the model. */
+  definitions(): Record<string, unknown>[] {
+    return this.tools.map((t) => t.definition);
+  }
+  /** The tool behind a legal name (the reverse mapping), or undefined. */
+  resolve(legal: string): GatedTool | undefined {
+    return this.byName.get(legal);
+  }
+}
+
+export enum OutcomeKind {
+  /** Authorized: run it through the Executor (or, for a replay, use `replayedMessage`). */
+  Allowed = "allowed",
+  Denied = "denied",
+  /** Parked until a confirmer approves the exact digest: waitForConfirmation(). */
+  NeedsConfirmation = "needs_confirmation",
+  /** Refused before authorization (parse, schema, normalization, unknown tool). */
+  Rejected = "rejected",
+}
+
+interface OutcomeBase {
+  readonly toolCallId: string;
+  readonly toolName: string;
+  /** The JSON text to send back to the model as the tool message. */
+  readonly message: string;
+  /** The raw answer, for logging ids (never log argument values). */
+  readonly response: ProposeResponse | undefined;
+}
+export interface Allowed extends OutcomeBase {
+  readonly kind: OutcomeKind.Allowed;
+  readonly invocationId: string;
+  readonly digest: string;
+  /** The tool message of an earlier identical call (idempotent replay): nothing ran again. */
+  readonly replayedMessage: string | undefined;
+}
+export interface Denied extends OutcomeBase {
+  readonly kind: OutcomeKind.Denied;
+  readonly invocationId: string;
+  readonly decision: Decision;
+}
+export interface NeedsConfirmation extends OutcomeBase {
+  readonly kind: OutcomeKind.NeedsConfirmation;
+  readonly invocationId: string;
+  readonly digest: string;
+  readonly expiresAt: string;
+}
+export interface Rejected extends OutcomeBase {
+  readonly kind: OutcomeKind.Rejected;
+  readonly invocationId: string;
+  readonly rejection: Rejection;
+}
+export type ProposeOutcome = Allowed | Denied | NeedsConfirmation | Rejected;
+
+/** A tool message in the sidecar's own shape (role "tool", the model's tool call id, content). */
+function toolMessage(toolCallId: string, content: Record<string, unknown>): string {
+  return JSON.stringify({ role: "tool", tool_call_id: toolCallId, content });
+}
+
+/**
+ * The idempotency key of a proposal: a hash of the session, the tool, the model call and the
+ * provider's tool call id. Deterministic, so a runtime that restarts and proposes the same tool
+ * call again in the same session gets the earlier invocation back (spec 6.8) instead of a second
+ * side effect.
+ */
+export function idempotencyKey(p: {
+  sessionId: string;
+  modelCallId: string;
+  toolCallId: string;
+  toolName: string;
+  toolVersion: string;
+}): string {
+  const h = createHash("sha256")
+    .update(JSON.stringify(["callgate-idem-v1", p.sessionId, p.modelCallId, p.toolCallId, p.toolName, p.toolVersion]))
+    .digest("hex");
+  return `cgk1-${h.slice(0, 48)}`;
+}
+
+export class Session {
+  constructor(
+    readonly client: Callgate,
+    readonly sessionId: string,
+  ) {}
+
+  /** ListTools for one model call, in a provider's dialect. */
+  async tools(
+    dialect: Dialect,
+    opts: { modelCallId?: string; fedInvocationIds?: string[]; call?: CallOptions } = {},
+  ): Promise<ToolSet> {
+    const modelCallId = opts.modelCallId ?? randomUUID();
+    const r = await this.client.gate.call(
+      "listTools",
+      { sessionId: this.sessionId, modelCallId, fedInvocationIds: opts.fedInvocationIds ?? [] },
+      opts.call,
+    );
+    const taken = new Set<string>();
+    const tools: GatedTool[] = [];
+    for (const spec of r.tools) {
+      const t = gatedTool(spec, dialect, taken);
+      taken.add(t.name);
+      tools.push(t);
+    }
+    return new ToolSet(modelCallId, dialect, tools, r.toolSetDigest);
+  }
+
+  /** Proposes one tool call of the model; never runs anything. */
+  async propose(tools: ToolSet, call: ToolCall, opts: { call?: CallOptions } = {}): Promise<ProposeOutcome> {
+    const tool = tools.resolve(call.name);
+    if (tool === undefined) {
+      // Not a tool the model was shown: answered locally, nothing is proposed or run.
+      const rejection = { code: "unknown_tool", message: `no tool named ${JSON.stringify(call.name)}` };
+      return {
+        kind: OutcomeKind.Rejected,
+        toolCallId: call.id,
+        toolName: call.name,
+        invocationId: "",
+        rejection: rejection as Rejection,
+        message: toolMessage(call.id, { status: "rejected", ...rejection }),
+        response: undefined,
+      };
+    }
+    let bytes: Uint8Array;
+    if (typeof call.arguments === "string") {
+      if (tool.nullableOptional.length > 0) {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(call.arguments);
+        } catch {
+          parsed = undefined; // let the sidecar reject the exact bytes
+        }
+        bytes = enc.encode(parsed === undefined ? call.arguments : JSON.stringify(dropStrictNulls(parsed, tool.nullableOptional)));
+      } else {
+        bytes = enc.encode(call.arguments);
+      }
+    } else {
+      bytes = enc.encode(JSON.stringify(dropStrictNulls(call.arguments, tool.nullableOptional)));
+    }
+    const r = await this.client.gate.call(
+      "propose",
+      {
+        sessionId: this.sessionId,
+        modelCallId: tools.modelCallId,
+        proposalId: call.id,
+        toolName: tool.toolName,
+        toolVersion: tool.toolVersion,
+        arguments: bytes,
+        idempotencyKey: idempotencyKey({
+          sessionId: this.sessionId,
+          modelCallId: tools.modelCallId,
+          toolCallId: call.id,
+          toolName: tool.toolName,
+          toolVersion: tool.toolVersion,
+        }),
+      },
+      opts.call,
+    );
+    return classify(call, r);
+  }
+
+  /**
+   * Waits until a parked invocation is confirmed (returns true) or ends otherwise (false: expired,
+   * refused, cancelled). Polls GetInvocation; a timeout raises ClientCode.ConfirmationTimeout.
+   */
+  async waitForConfirmation(
+    invocationId: string,
+    opts: { timeoutMs?: number; pollMs?: number; call?: CallOptions } = {},
+  ): Promise<boolean> {
+    const until = Date.now() + (opts.timeoutMs ?? 300_000);
+    const poll = opts.pollMs ?? 200;
+    for (;;) {
+      const r = await this.client.gate.call("getInvocation", { invocationId, sessionId: this.sessionId }, opts.call);
+      const st = r.invocation?.state;
+      if (st === undefined) throw new MalformedResponseError("GetInvocation answered without an invocation");
+      if (st !== State.AUTHORIZED) return st === State.PREPARED || st === State.EXECUTING || st === State.COMMITTED || st === State.OBSERVED;
+      if (Date.now() >= until) {
+        throw new CallgateError(ClientCode.ConfirmationTimeout, `invocation ${invocationId} is still waiting for confirmation`);
+      }
+      await new Promise((res) => setTimeout(res, Math.min(poll, Math.max(0, until - Date.now()))));
+    }
+  }
+
+  /** The tool message of an observed invocation (6.10). */
+  async result(invocationId: string, opts: { call?: CallOptions } = {}): Promise<string> {
+    const r = await this.client.gate.call("getResult", { invocationId, sessionId: this.sessionId }, opts.call);
+    return decodeText(r.message, "GetResult message");
+  }
+}
+
+function decodeText(b: Uint8Array, what: string): string {
+  try {
+    return dec.decode(b);
+  } catch {
+    throw new MalformedResponseError(`${what} is not UTF-8`);
+  }
+}
+
+function classify(call: ToolCall, r: ProposeResponse): ProposeOutcome {
+  const base = { toolCallId: call.id, toolName: call.name, response: r };
+  if (!r.invocationId) throw new MalformedResponseError("Propose answered without an invocation id");
+  if (r.rejection !== undefined) {
+    const rej = r.rejection;
+    return {
+      ...base,
+      kind: OutcomeKind.Rejected,
+      invocationId: r.invocationId,
+      rejection: rej,
+      message: toolMessage(call.id, {
+        status: "rejected",
+        code: rej.code,
+        message: rej.message,
+        violations: rej.violations.map((v) => ({ pointer: v.pointer, message: v.message })),
+      }),
+    };
+  }
+  const d = r.decision;
+  if (d === undefined) throw new MalformedResponseError("Propose answered neither a rejection nor a decision");
+  switch (d.effect) {
+    case Effect.ALLOW:
+      return {
+        ...base,
+        kind: OutcomeKind.Allowed,
+        invocationId: r.invocationId,
+        digest: r.digest,
+        replayedMessage: r.idempotentReplay && r.replayedMessage.length > 0 ? decodeText(r.replayedMessage, "replayed message") : undefined,
+        message: r.idempotentReplay && r.replayedMessage.length > 0 ? decodeText(r.replayedMessage, "replayed message") : "",
+      };
+    case Effect.DENY:
+      return {
+        ...base,
+        kind: OutcomeKind.Denied,
+        invocationId: r.invocationId,
+        decision: d,
+        message: toolMessage(call.id, {
+          status: "denied",
+          message: "The policy does not allow this call; do not retry it unchanged.",
+          reasons: d.reasons.map((x) => x.code),
+          ...(d.errorCode ? { error_code: d.errorCode } : {}),
+        }),
+      };
+    case Effect.CONFIRM:
+      return {
+        ...base,
+        kind: OutcomeKind.NeedsConfirmation,
+        invocationId: r.invocationId,
+        digest: r.digest,
+        expiresAt: r.confirmationExpiresAt,
+        message: toolMessage(call.id, {
+          status: "needs_confirmation",
+          message: "This call waits for the user's confirmation; it has not run.",
+          expires_at: r.confirmationExpiresAt,
+        }),
+      };
+    default:
+      // Fail closed: an unset or unknown effect is never an allow.
+      throw new MalformedResponseError(`Propose answered an unknown effect ${String(d.effect)}`);
+  }
+}
+
+/** What the user's function reports. */
+export interface ToolSuccess {
+  /** The tool's result (JSON-serializable), encoded for the model by the sidecar. */
+  value: unknown;
+  /** The external system's id of the side effect (for write tools). */
+  externalResourceId?: string;
+  commitTime?: string;
+  costMicros?: bigint;
+}
+
+/** Thrown by the user's function to report a classified failure (the retry matrix of 6.9). */
+export class ToolFailure extends Error {
+  override readonly name = "ToolFailure";
+  constructor(
+    readonly failureClass: FailureClass,
+    message: string,
+    /** Whether the side effect may have happened (TIMEOUT implies it may). */
+    readonly outcome: WireOutcome = failureClass === FailureClass.TIMEOUT
+      ? WireOutcome.UNKNOWN_COMMIT
+      : WireOutcome.FAILED_BEFORE_COMMIT,
+    readonly httpStatus = 0,
+  ) {
+    super(message);
+  }
+}
+
+/** What the executor's function receives. */
+export interface AttemptContext {
+  readonly invocationId: string;
+  readonly attemptNumber: number;
+  /** The scoped credential (a JWT for this invocation only). */
+  readonly credential: string;
+  /** The normalized arguments: exactly what may run. */
+  readonly arguments: unknown;
+  readonly idempotencyKey: string;
+  readonly deadline: string;
+  readonly toolName: string;
+  readonly toolVersion: string;
+  /** Redeems a secret with this attempt's credential. */
+  redeemSecret(name: string): Promise<Uint8Array>;
+}
+
+export interface ExecutionResult {
+  /** The tool message to send to the model ("" when withheld). */
+  readonly message: string;
+  readonly state: State;
+  readonly attempts: number;
+  readonly withheld: boolean;
+  readonly truncated: boolean;
+}
+
+/** Runs allowed invocations: BeginAttempt -> fn -> ReportOutcome (retry advice) -> EncodeResult. */
+export class Executor {
+  constructor(
+    private readonly rpc: UnaryClient<(typeof ExecutorService)["method"]>,
+    readonly executorId: string,
+  ) {}
+
+  async run(
+    invocationId: string,
+    fn: (ctx: AttemptContext) => Promise<ToolSuccess>,
+    opts: { call?: CallOptions; maxAttempts?: number } = {},
+  ): Promise<ExecutionResult> {
+    let attempts = 0;
+    for (;;) {
+      const a = await this.rpc.call("beginAttempt", { invocationId, executorId: this.executorId }, opts.call);
+      if (!a.attemptId || !a.credential) throw new MalformedResponseError("BeginAttempt answered without an attempt or credential");
+      attempts += 1;
+      let args: unknown;
+      try {
+        args = JSON.parse(decodeText(a.normalizedArguments, "normalized arguments"));
+      } catch (exc) {
+        throw exc instanceof CallgateError ? exc : new MalformedResponseError("normalized arguments are not JSON");
+      }
+      const rpc = this.rpc;
+      const ctx: AttemptContext = {
+        invocationId,
+        attemptNumber: a.attemptNumber,
+        credential: a.credential,
+        arguments: args,
+        idempotencyKey: a.idempotencyKey,
+        deadline: a.deadline,
+        toolName: a.toolName,
+        toolVersion: a.toolVersion,
+        redeemSecret: async (name) => (await rpc.call("redeemSecret", { credential: a.credential, secretName: name }, opts.call)).value,
+      };
+      const deadlineMs = a.deadline ? Date.parse(a.deadline) - Date.now() : Number.NaN;
+      let ok: ToolSuccess | undefined;
+      let failure: ToolFailure;
+      try {
+        ok = await withDeadline(fn(ctx), deadlineMs);
+        failure = new ToolFailure(FailureClass.FAILURE_CLASS_UNSPECIFIED, "");
+      } catch (exc) {
+        // An unclassified exception may have happened after the side effect: unknown commit.
+        failure = exc instanceof ToolFailure ? exc : new ToolFailure(FailureClass.TIMEOUT, "tool raised an unclassified error");
+      }
+      if (ok !== undefined) {
+        await this.rpc.call(
+          "reportOutcome",
+          {
+            attemptId: a.attemptId,
+            outcome: WireOutcome.COMMITTED,
+            externalResourceId: ok.externalResourceId ?? "",
+            commitTime: ok.commitTime ?? "",
+            costMicros: ok.costMicros ?? 0n,
+          },
+          opts.call,
+        );
+        return this.encode(invocationId, "ok", ok.value, attempts, opts.call);
+      }
+      const rep = await this.rpc.call(
+        "reportOutcome",
+        {
+          attemptId: a.attemptId,
+          outcome: failure.outcome,
+          failureClass: failure.failureClass,
+          httpStatus: failure.httpStatus,
+          message: failure.message.slice(0, 1024),
+        },
+        opts.call,
+      );
+      const advice: RetryAdvice | undefined = rep.retry;
+      if (advice?.retry && attempts < (opts.maxAttempts ?? Number.POSITIVE_INFINITY)) {
+        await new Promise((res) => setTimeout(res, advice.backoffMs));
+        continue;
+      }
+      const retryable = advice?.retry ?? false;
+      return this.encode(invocationId, "error", { code: "tool_failed", message: failure.message, retryable }, attempts, opts.call);
+    }
+  }
+
+  private async encode(
+    invocationId: string,
+    status: "ok" | "error",
+    value: unknown,
+    attempts: number,
+    call: CallOptions | undefined,
+  ): Promise<ExecutionResult> {
+    const r = await this.rpc.call("encodeResult", { invocationId, status, value: enc.encode(JSON.stringify(value ?? null)) }, call);
+    return {
+      message: r.withheld ? "" : decodeText(r.message, "EncodeResult message"),
+      state: r.state,
+      attempts,
+      withheld: r.withheld,
+      truncated: r.truncated,
+    };
+  }
+}
+
+function withDeadline<T>(p: Promise<T>, ms: number): Promise<T> {
+  if (!Number.isFinite(ms)) return p;
+  return new Promise<T>((resolve, reject) => {
+    const t = setTimeout(() => reject(new ToolFailure(FailureClass.TIMEOUT, "the tool did not finish before the invocation's deadline")), Math.max(0, ms));
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e);
+      },
+    );
+  });
+}

@@ -1,0 +1,137 @@
+/**
+ * Tools for a model call in a provider's dialect: legal function names (OpenAI and several MCP
+ * clients require ^[a-zA-Z0-9_-]{1,64}$) with a reversible mapping back to callgate's
+ * name@version, and schemas transformed where the dialect requires it (OpenAI strict mode: no
+ * `$schema`, every property required, optional ones nullable; the nulls are removed again before
+ * the arguments are proposed). Descriptions are kept.
+ */
+import { createHash } from "node:crypto";
+import type { ToolSpec } from "./gen/callgate/v1/callgate_pb.js";
+
+export enum Dialect {
+  OpenAI = "openai",
+  Anthropic = "anthropic",
+  MCP = "mcp",
+}
+
+export const LEGAL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+type Schema = { [k: string]: Json };
+
+/** One tool as the model sees it, and what it maps back to. */
+export interface GatedTool {
+  /** The legal name shown to the model. */
+  readonly name: string;
+  readonly toolName: string;
+  readonly toolVersion: string;
+  readonly description: string;
+  /** The schema as shown to the model (dialect-transformed). */
+  readonly parameters: Schema;
+  /** JSON pointers of the object properties made nullable for strict mode (their nulls are dropped). */
+  readonly nullableOptional: readonly string[];
+  /** The provider-format tool definition. */
+  readonly definition: Record<string, unknown>;
+}
+
+/** The legal name for `name` (dots and other characters become "_"; long names get a hash suffix). */
+export function legalName(name: string, version: string, taken: ReadonlySet<string>): string {
+  let base = name.replace(/[^a-zA-Z0-9_-]/g, "_");
+  if (base.length === 0) base = "tool";
+  if (LEGAL_NAME.test(base) && !taken.has(base)) return base;
+  const h = createHash("sha256").update(`${name}@${version}`).digest("hex").slice(0, 8);
+  return `${base.slice(0, 55)}_${h}`;
+}
+
+function stripDollarSchema(s: Json): Json {
+  if (Array.isArray(s)) return s.map(stripDollarSchema);
+  if (s === null || typeof s !== "object") return s;
+  const out: { [k: string]: Json } = {};
+  for (const [k, v] of Object.entries(s)) if (k !== "$schema") out[k] = stripDollarSchema(v);
+  return out;
+}
+
+/** OpenAI strict mode: every property required; an optional one becomes nullable. */
+function strictify(s: Json, pointer: string, nullable: string[]): Json {
+  if (Array.isArray(s)) return s.map((x, i) => strictify(x, `${pointer}/${i}`, nullable));
+  if (s === null || typeof s !== "object") return s;
+  const out: { [k: string]: Json } = {};
+  for (const [k, v] of Object.entries(s)) out[k] = v;
+  const props = s["properties"];
+  if (s["type"] === "object" && props && typeof props === "object" && !Array.isArray(props)) {
+    const required = new Set(Array.isArray(s["required"]) ? (s["required"] as string[]) : []);
+    const newProps: { [k: string]: Json } = {};
+    for (const [name, sub] of Object.entries(props)) {
+      const ptr = `${pointer}/${name.replace(/~/g, "~0").replace(/\//g, "~1")}`;
+      let t = strictify(sub, ptr, nullable);
+      if (!required.has(name) && t && typeof t === "object" && !Array.isArray(t)) {
+        nullable.push(ptr);
+        t = { anyOf: [t, { type: "null" }] };
+      }
+      newProps[name] = t;
+    }
+    out["properties"] = newProps;
+    out["required"] = Object.keys(props);
+    out["additionalProperties"] = false;
+  }
+  return out;
+}
+
+/** Builds the model-facing tool for one ToolSpec of ListTools. */
+export function gatedTool(spec: ToolSpec, dialect: Dialect, taken: ReadonlySet<string>): GatedTool {
+  const name = legalName(spec.name, spec.version, taken);
+  let schema: Json;
+  try {
+    schema = JSON.parse(spec.inputSchemaJson) as Json;
+  } catch {
+    schema = { type: "object" };
+  }
+  schema = stripDollarSchema(schema);
+  const nullable: string[] = [];
+  let parameters = schema as Schema;
+  let definition: Record<string, unknown>;
+  switch (dialect) {
+    case Dialect.OpenAI:
+      parameters = strictify(schema, "", nullable) as Schema;
+      definition = {
+        type: "function",
+        function: { name, description: spec.description, parameters, strict: true },
+      };
+      break;
+    case Dialect.Anthropic:
+      definition = { name, description: spec.description, input_schema: parameters };
+      break;
+    case Dialect.MCP:
+      definition = { name, description: spec.description, inputSchema: parameters };
+      break;
+  }
+  return {
+    name,
+    toolName: spec.name,
+    toolVersion: spec.version,
+    description: spec.description,
+    parameters,
+    nullableOptional: nullable,
+    definition,
+  };
+}
+
+/** Removes the nulls that strict mode made the model send for optional properties. */
+export function dropStrictNulls(args: unknown, pointers: readonly string[]): unknown {
+  if (pointers.length === 0 || args === null || typeof args !== "object") return args;
+  const clone = JSON.parse(JSON.stringify(args)) as Json;
+  // Deepest pointers first so a parent's removal does not hide a child's.
+  for (const ptr of [...pointers].sort((a, b) => b.length - a.length)) {
+    const parts = ptr.split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+    let node: Json = clone;
+    for (const part of parts.slice(0, -1)) {
+      if (node === null || typeof node !== "object" || Array.isArray(node)) break;
+      node = (node as { [k: string]: Json })[part] ?? null;
+    }
+    const last = parts[parts.length - 1];
+    if (last !== undefined && node && typeof node === "object" && !Array.isArray(node) && node[last] === null) {
+      delete node[last];
+    }
+  }
+  return clone;
+}
