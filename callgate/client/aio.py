@@ -36,7 +36,7 @@ class AsyncClient:
     def __init__(self, agent: str, *, timeout: float = 10.0) -> None:
         self.timeout = timeout
         self._channel = grpc.aio.insecure_channel(target(agent))
-        self.gate = pb_grpc.GateStub(self._channel)
+        self.gate = pb_grpc.GateStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         await self._channel.close()

@@ -62,9 +62,9 @@ class Client:
     ) -> None:  # fmt: skip
         self.timeout = timeout
         self._channels: list[grpc.Channel] = []
-        self.gate = pb_grpc.GateStub(self._open(agent)) if agent else None
-        self.executor = pb_grpc.ExecutorStub(self._open(executor)) if executor else None
-        self.confirmations = pb_grpc.ConfirmationsStub(self._open(confirmer)) if confirmer else None
+        self.gate = pb_grpc.GateStub(self._open(agent)) if agent else None  # type: ignore[no-untyped-call]
+        self.executor = pb_grpc.ExecutorStub(self._open(executor)) if executor else None  # type: ignore[no-untyped-call]
+        self.confirmations = pb_grpc.ConfirmationsStub(self._open(confirmer)) if confirmer else None  # type: ignore[no-untyped-call]
 
     def _open(self, address: str) -> grpc.Channel:
         ch = grpc.insecure_channel(target(address))
