@@ -233,7 +233,8 @@ def test_policy_reloads_are_counted_and_the_snapshot_info_follows(tmp_path: Path
 def test_no_observability_configured_means_no_sinks_and_no_endpoint() -> None:
     sc, tmp = start_sidecar()
     try:
-        assert sinks_of(sc) == []
+        # only the WatchInvocation wake-up sink (callgate/server/watch.py): no observability sink
+        assert sinks_of(sc) == [sc.sidecar.components.watch]
         assert sc.sidecar.metrics_server is None
         sid = sc.open_session()
         sc.list_tools(sid)

@@ -38,6 +38,7 @@ from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
 from callgate.server.admission import Admission, AdmissionSettings
 from callgate.server.interceptors import CallgateInterceptor
+from callgate.server.reflect import MethodSymbolPool
 from callgate.server.services import (
     AuthorizerService,
     ConfirmationsService,
@@ -45,6 +46,7 @@ from callgate.server.services import (
     GateService,
 )
 from callgate.server.sweeper import SWEEPER_HEALTH_SERVICE, ConfirmationSweeper
+from callgate.server.watch import InvocationWatch
 from callgate.store.base import Store
 from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
@@ -72,6 +74,8 @@ class Components:
     execution: Execution
     metrics: Metrics | None = None
     """Prometheus metrics of this sidecar (docs/OPERATE.md); served when configured."""
+    watch: InvocationWatch | None = None
+    """Wakes ``WatchInvocation`` streams on committed events (an event sink of the store)."""
 
     async def close(self) -> None:
         await self.gate.drain_usage()
@@ -118,8 +122,8 @@ async def build_components(
         cfg.observability, base_dir=cfg.base_dir, lookup=store.get_invocation, environ=environ
     )
     metrics.set_snapshot(snapshot)
-    if sinks:
-        store = PublishingStore(store, sinks)
+    watch = InvocationWatch()  # WatchInvocation streams wake on committed events
+    store = PublishingStore(store, [*sinks, watch])
     if idempotency is None:
         # sqlite: the keys live in the event store and follow its transactions (one commit per
         # answer); another backend (postgres shared by pods) is a store of its own.
@@ -160,7 +164,7 @@ async def build_components(
     )
     return Components(
         config=cfg, clock=clock, store=store, idempotency=idempotency, gate=gate, execution=execution,
-        metrics=metrics,
+        metrics=metrics, watch=watch,
     )  # fmt: skip
 
 
@@ -211,7 +215,7 @@ class Sidecar:
         execution = self.components.execution
         servicer: object
         if role == "agent":
-            servicer = GateService(gate, execution)
+            servicer = GateService(gate, execution, self.components.watch)
             pb_grpc.add_GateServicer_to_server(servicer, server)
         elif role == "confirmer":
             servicer = ConfirmationsService(gate)
@@ -230,7 +234,7 @@ class Sidecar:
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             )
-            reflection.enable_server_reflection(names, server)
+            reflection.enable_server_reflection(names, server, pool=MethodSymbolPool())
         bound: list[str] = []
         cfg = self.components.config
         if listener.socket:

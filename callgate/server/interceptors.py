@@ -15,14 +15,16 @@ For every RPC of a ``callgate.v1`` service (health and reflection pass through u
   ``internal`` with the details only in the sidecar log.
 
 The servicers in :mod:`callgate.server.services` stay thin: proto <-> types and one call.
-All ``callgate.v1`` methods are unary-unary (``tests/test_service_plumbing.py`` checks it); a
-streaming method would need its own wrapper here before it could be served.
+``callgate.v1`` methods are unary-unary or server-streaming (``WatchInvocation``); both kinds are
+wrapped (:meth:`CallgateInterceptor._guard`, :meth:`CallgateInterceptor._guard_stream`), any other
+kind would need its own wrapper here before it could be served. A stream holds its admission slot
+only until its first message (a long watch is not load), and is observed once, when it ends.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any, Protocol
 
@@ -48,6 +50,7 @@ ABORTED = "aborted"
 _TRACE: ContextVar[TraceContext | None] = ContextVar("callgate_rpc_trace", default=None)
 
 Behaviour = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
+StreamBehaviour = Callable[[Any, grpc.aio.ServicerContext], AsyncIterator[Any]]
 
 
 class RpcObserver(Protocol):
@@ -92,19 +95,29 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler | None:
-        """Return the guarded handler of a ``callgate.v1`` unary method; anything else as is."""
+        """Return the guarded handler of a ``callgate.v1`` unary or server-streaming method;
+        anything else as is."""
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if handler is None or not method.startswith(SERVICE_PREFIX) or handler.unary_unary is None:
+        if handler is None or not method.startswith(SERVICE_PREFIX):
+            return handler
+        if handler.unary_unary is None and handler.unary_stream is None:
             return handler
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = grpc.unary_unary_rpc_method_handler(
-            self._guard(method, handler.unary_unary),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        if handler.unary_unary is not None:
+            wrapped = grpc.unary_unary_rpc_method_handler(
+                self._guard(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        else:
+            wrapped = grpc.unary_stream_rpc_method_handler(
+                self._guard_stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
@@ -154,6 +167,66 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 _TRACE.reset(trace_token)
                 finish(code)
             raise AssertionError("unreachable")  # abort_with_status always raises
+
+        return guarded
+
+    def _guard_stream(self, full_method: str, behaviour: StreamBehaviour) -> StreamBehaviour:
+        """The server-streaming counterpart of :meth:`_guard`: the same trace, admission,
+        observation and error mapping around an async generator of responses."""
+        service, _, name = full_method[1:].rpartition("/")
+        observer = self._observer
+        admission = self._admission
+
+        async def guarded(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            trace = caller_trace(context.invocation_metadata())
+            trace_token = _TRACE.set(trace)
+            token = observer.rpc_started(trace) if observer is not None else None
+            code = CANCELLED
+            observed = False
+
+            def finish(result: str) -> None:
+                nonlocal observed
+                if observer is not None and not observed:
+                    observed = True
+                    observer.rpc_finished(token, service, name, result)
+
+            started: float | None = None
+
+            def release() -> None:
+                nonlocal started
+                if started is not None and admission is not None:
+                    admission.release(started)
+                started = None
+
+            try:
+                if admission is not None:
+                    started = admission.admit(context.time_remaining())
+                async for response in behaviour(request, context):
+                    release()  # the slot covers opening the stream, not the wait
+                    _TRACE.set(trace)
+                    yield response
+                code = OK
+                finish(code)
+                return
+            except CallgateError as err:
+                code = err.code.value
+                finish(code)
+                await context.abort_with_status(to_status(err))
+            except grpc.aio.AbortError:
+                code = ABORTED
+                raise
+            except Exception:
+                code = ErrorCode.INTERNAL.value
+                log.exception("unhandled error in %s", name)
+                finish(code)
+                await context.abort_with_status(to_status(internal()))
+            finally:
+                release()
+                try:
+                    _TRACE.reset(trace_token)
+                except ValueError:  # resumed in another context (a generator may be)
+                    pass
+                finish(code)
 
         return guarded
 

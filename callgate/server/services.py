@@ -9,7 +9,7 @@ context with :func:`~callgate.server.interceptors.current_trace`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
@@ -24,6 +24,7 @@ from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
 from callgate.server.interceptors import current_trace
 from callgate.server.status import for_model
+from callgate.server.watch import InvocationWatch
 from callgate.store.base import EventRecord, InvocationRecord
 
 _EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
@@ -130,9 +131,10 @@ def propose_pb(o: ProposeOutcome) -> pb.ProposeResponse:
 
 
 class GateService(pb_grpc.GateServicer):
-    def __init__(self, gate: Gate, execution: Execution) -> None:
+    def __init__(self, gate: Gate, execution: Execution, watch: InvocationWatch | None = None) -> None:
         self._gate = gate
         self._x = execution
+        self._watch = watch if watch is not None else InvocationWatch()
 
     async def GetResult(
         self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext
@@ -228,6 +230,15 @@ class GateService(pb_grpc.GateServicer):
     ) -> pb.GetInvocationResponse:
         inv, events = await self._gate.get_invocation(request.invocation_id, session_id=request.session_id)
         return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
+
+    async def WatchInvocation(
+        self, request: pb.WatchInvocationRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchInvocationResponse]:
+        changes = self._watch.changes(self._gate, request.invocation_id, request.session_id)
+        async for inv, events, terminal in changes:
+            yield pb.WatchInvocationResponse(
+                invocation=invocation_pb(inv), events=[event_pb(e) for e in events], terminal=terminal
+            )
 
 
 class ConfirmationsService(pb_grpc.ConfirmationsServicer):

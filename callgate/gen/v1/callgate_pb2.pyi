@@ -391,6 +391,24 @@ class GetResultResponse(_message.Message):
     next_page_token: str
     def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class WatchInvocationRequest(_message.Message):
+    __slots__ = ("invocation_id", "session_id")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    session_id: str
+    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+
+class WatchInvocationResponse(_message.Message):
+    __slots__ = ("invocation", "events", "terminal")
+    INVOCATION_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_FIELD_NUMBER: _ClassVar[int]
+    invocation: Invocation
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    terminal: bool
+    def __init__(self, invocation: _Optional[_Union[Invocation, _Mapping]] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., terminal: _Optional[bool] = ...) -> None: ...
+
 class BeginAttemptRequest(_message.Message):
     __slots__ = ("invocation_id", "executor_id")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]

@@ -64,6 +64,11 @@ class GateStub:
                 request_serializer=callgate_dot_v1_dot_callgate__pb2.GetResultRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_callgate__pb2.GetResultResponse.FromString,
                 _registered_method=True)
+        self.WatchInvocation = channel.unary_stream(
+                '/callgate.v1.Gate/WatchInvocation',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationResponse.FromString,
+                _registered_method=True)
 
 
 class GateServicer:
@@ -106,6 +111,17 @@ class GateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchInvocation(self, request, context):
+        """Streams the invocation's changes (6.2) until it reaches a terminal state or the call's
+        deadline passes: the first message is the invocation as it is with all its events so far,
+        each further one the invocation after a change with the events added since. Session-scoped
+        like GetInvocation (another session's id answers invocation_not_found). A runtime waits for
+        a confirmation with it instead of polling GetInvocation (docs/CLIENTS.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -138,6 +154,11 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.GetResult,
                     request_deserializer=callgate_dot_v1_dot_callgate__pb2.GetResultRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_callgate__pb2.GetResultResponse.SerializeToString,
+            ),
+            'WatchInvocation': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchInvocation,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -302,6 +323,33 @@ class Gate:
             '/callgate.v1.Gate/GetResult',
             callgate_dot_v1_dot_callgate__pb2.GetResultRequest.SerializeToString,
             callgate_dot_v1_dot_callgate__pb2.GetResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchInvocation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/callgate.v1.Gate/WatchInvocation',
+            callgate_dot_v1_dot_callgate__pb2.WatchInvocationRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.WatchInvocationResponse.FromString,
             options,
             channel_credentials,
             insecure,
