@@ -95,7 +95,7 @@ def test_agent_loop_with_a_scripted_model(server: Running) -> None:
     assert "sunny" in answers["c1"]
     assert json.loads(answers["c2"])["status"] == "denied"
     assert json.loads(answers["c3"])["status"] == "rejected"
-    assert "evt_1" in answers["c4"] or answers["c4"]
+    assert "evt_1" in answers["c4"]  # the confirmed write ran and its tool message came back
 
 
 def _cal(ctx: ToolContext) -> Committed:
