@@ -10,9 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-
-pytest.importorskip("langgraph")
-
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph

@@ -10,9 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("agents")
-
 from agents import Agent, RunConfig, Runner, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 
