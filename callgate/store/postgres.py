@@ -55,21 +55,20 @@ from callgate.store.base import (
 from callgate.store.idempotency import postgres as keys_pg
 from callgate.store.idempotency.base import (
     Action,
+    Change,
     ClaimKind,
     ClaimResult,
     ExpiredPolicy,
     IdempotencyKey,
     IdempotencyRecord,
     IdempotencyStore,
+    LockedRecordChanges,
     answer,
     check_claim_args,
     check_now,
-    check_outcome,
-    completed,
     decide,
     fresh_claim,
     released,
-    with_result,
 )
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
 from callgate.store.sqlite import (
@@ -677,7 +676,7 @@ class PostgresStore:
         await self._pool.close()
 
 
-class _PostgresKeys:
+class _PostgresKeys(LockedRecordChanges):
     """The keys of a :class:`PostgresStore` as an :class:`IdempotencyStore` (``in_store``): the
     gate's look-up and direct calls; the writes that matter ride in the store's transactions."""
 
@@ -704,34 +703,11 @@ class _PostgresKeys:
         async with self._store._tx() as conn:
             return await _claim(conn, KeyClaim(key, digest, retention, expired_policy, now), invocation_id)
 
-    async def _change(self, key: IdempotencyKey, change: Any) -> None:
+    async def _change(self, key: IdempotencyKey, change: Change) -> None:
         async with self._store._tx() as conn:
             new = change(await keys_pg._select(conn, key, lock=True))
             if new is not None:
                 await keys_pg._write(conn, new)
-
-    async def complete(
-        self,
-        key: IdempotencyKey,
-        invocation_id: str,
-        *,
-        outcome: str,
-        external_resource_id: str,
-        now: datetime,
-    ) -> None:
-        now = check_now(now)
-        check_outcome(outcome)
-        await self._change(key, lambda rec: completed(rec, invocation_id, outcome, external_resource_id, now))
-
-    async def set_result(
-        self, key: IdempotencyKey, invocation_id: str, result: bytes, *, now: datetime
-    ) -> None:
-        now = check_now(now)
-        await self._change(key, lambda rec: with_result(rec, invocation_id, result, now))
-
-    async def release(self, key: IdempotencyKey, invocation_id: str, *, now: datetime) -> None:
-        now = check_now(now)
-        await self._change(key, lambda rec: released(rec, invocation_id, now))
 
     async def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
         async with self._store._tx() as conn:

@@ -19,6 +19,7 @@ Times are inputs (``now``, an aware datetime), never read from a global clock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -333,3 +334,39 @@ def check_claim_args(digest: str, invocation_id: str, retention: timedelta) -> N
 def check_outcome(outcome: str) -> None:
     if not outcome:
         raise ValueError("outcome must be non-empty (e.g. COMMITTED)")
+
+
+Change = Callable[["IdempotencyRecord | None"], "IdempotencyRecord | None"]
+"""A change to the record of one key: the new record to write, or None to write nothing."""
+
+
+class LockedRecordChanges:
+    """``complete``, ``set_result`` and ``release`` of :class:`IdempotencyStore`, written once over
+    one primitive a backend provides: :meth:`_change` applies a change to the key's record under
+    its row lock, in one transaction."""
+
+    async def _change(self, key: IdempotencyKey, change: Change) -> None:
+        raise NotImplementedError
+
+    async def complete(
+        self,
+        key: IdempotencyKey,
+        invocation_id: str,
+        *,
+        outcome: str,
+        external_resource_id: str,
+        now: datetime,
+    ) -> None:
+        now = check_now(now)
+        check_outcome(outcome)
+        await self._change(key, lambda rec: completed(rec, invocation_id, outcome, external_resource_id, now))
+
+    async def set_result(
+        self, key: IdempotencyKey, invocation_id: str, result: bytes, *, now: datetime
+    ) -> None:
+        now = check_now(now)
+        await self._change(key, lambda rec: with_result(rec, invocation_id, result, now))
+
+    async def release(self, key: IdempotencyKey, invocation_id: str, *, now: datetime) -> None:
+        now = check_now(now)
+        await self._change(key, lambda rec: released(rec, invocation_id, now))

@@ -25,7 +25,7 @@ error) raise :class:`~callgate.core.errors.CallgateError` with ``store_unavailab
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -38,21 +38,19 @@ from callgate.core.errors import store_unavailable
 from callgate.store.idempotency.base import (
     RECORD_STATES,
     Action,
+    Change,
     ClaimKind,
     ClaimResult,
     ExpiredPolicy,
     IdempotencyKey,
     IdempotencyRecord,
+    LockedRecordChanges,
     RecordState,
     answer,
     check_claim_args,
     check_now,
-    check_outcome,
-    completed,
     decide,
     fresh_claim,
-    released,
-    with_result,
 )
 
 T = TypeVar("T")
@@ -145,7 +143,7 @@ async def _configure(conn: Conn) -> None:
     await conn.execute("SET TIME ZONE 'UTC'")
 
 
-class PostgresIdempotencyStore:
+class PostgresIdempotencyStore(LockedRecordChanges):
     """:class:`~callgate.store.idempotency.base.IdempotencyStore` on PostgreSQL (table
     ``callgate_idempotency``, created on :meth:`start`). Point every pod at the same database;
     the key's uniqueness and the row locks do the rest.
@@ -209,9 +207,7 @@ class PostgresIdempotencyStore:
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise store_unavailable(f"PostgreSQL idempotency store failed: {_brief(exc)}") from exc
 
-    async def _locked(
-        self, key: IdempotencyKey, change: Callable[[IdempotencyRecord | None], IdempotencyRecord | None]
-    ) -> None:
+    async def _change(self, key: IdempotencyKey, change: Change) -> None:
         """Lock the row, compute the change (which may raise), write it; one transaction."""
         async with self._conn() as conn, conn.transaction():
             new = change(await _select(conn, key, lock=True))
@@ -257,29 +253,6 @@ class PostgresIdempotencyStore:
                         return ClaimResult(ClaimKind.NEW, fresh)
                     return answer(d, existing)
         raise store_unavailable("idempotency record keeps disappearing")
-
-    async def complete(
-        self,
-        key: IdempotencyKey,
-        invocation_id: str,
-        *,
-        outcome: str,
-        external_resource_id: str,
-        now: datetime,
-    ) -> None:
-        now = check_now(now)
-        check_outcome(outcome)
-        await self._locked(key, lambda rec: completed(rec, invocation_id, outcome, external_resource_id, now))
-
-    async def set_result(
-        self, key: IdempotencyKey, invocation_id: str, result: bytes, *, now: datetime
-    ) -> None:
-        now = check_now(now)
-        await self._locked(key, lambda rec: with_result(rec, invocation_id, result, now))
-
-    async def release(self, key: IdempotencyKey, invocation_id: str, *, now: datetime) -> None:
-        now = check_now(now)
-        await self._locked(key, lambda rec: released(rec, invocation_id, now))
 
     async def get(self, key: IdempotencyKey) -> IdempotencyRecord | None:
         async with self._conn() as conn:
