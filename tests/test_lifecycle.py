@@ -135,12 +135,14 @@ def test_opa_upload_mode_becomes_ready_by_itself(opa_factory: Callable[..., OpaS
     cfg = PolicyConfig(engine="opa", opa_url=empty.url, opa_upload_policies=True, watch_interval_ms=50)
     sc, tmp = start_sidecar(POLICIES, policy=cfg)
     try:
-        wait_for(lambda: health(sc) == SERVING)
+        # Generous bounds: OPA's first upload and compile take seconds on a loaded 2-core box; the
+        # waits end as soon as the condition holds.
+        wait_for(lambda: health(sc) == SERVING, timeout=60)
         assert pb.State.Name(weather(sc).state) == "PREPARED"
         empty.stop()  # OPA goes away: decisions fail closed, readiness drops
         resp = weather(sc)
         assert pb.State.Name(resp.state) == "AUTHORIZATION_REJECTED"
         assert resp.decision.error_code in ("engine_unavailable", "engine_timeout")
-        wait_for(lambda: health(sc) == NOT_SERVING)
+        wait_for(lambda: health(sc) == NOT_SERVING, timeout=60)
     finally:
         stop_sidecar(sc, tmp)
