@@ -13,6 +13,7 @@ from callgate.client.outcomes import (
     Denied,
     NeedsConfirmation,
     Outcome,
+    Pending,
     Rejected,
     Replayed,
     confirm_message,
@@ -127,6 +128,43 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
         f"decision {pb.Effect.Name(effect) if effect in pb.Effect.values() else effect} "
         f"with state {state or resp.state}"
     )
+
+
+def pending_of(p: pb.PendingConfirmation) -> Pending:
+    if not p.invocation_id or not p.digest:
+        raise MalformedAnswer("a pending confirmation without an invocation id or digest")
+    return Pending(
+        p.invocation_id,
+        p.digest,
+        p.tool_name,
+        p.tool_version,
+        p.subject.tenant,
+        p.subject.id,
+        p.normalized_arguments,
+        p.expires_at,
+        tuple(r.code for r in p.reasons),
+    )
+
+
+def parked(inv: pb.Invocation, tool_call_id: str = "") -> NeedsConfirmation | None:
+    """The :class:`NeedsConfirmation` of an invocation still waiting for a confirmer (AUTHORIZED
+    with a confirmation window), else None."""
+    if inv.state != pb.AUTHORIZED or not inv.confirmation_expires_at:
+        return None
+    if not inv.digest:
+        raise MalformedAnswer("a parked invocation without a digest")
+    return NeedsConfirmation(
+        inv.invocation_id,
+        inv.digest,
+        tool_call_id,
+        inv.confirmation_expires_at,
+        inv.normalized_arguments,
+        confirm_message(inv.confirmation_expires_at),
+    )
+
+
+PENDING_PAGES_MAX = 1000
+"""``list_pending`` reads at most this many pages (a token that never ends is malformed)."""
 
 
 def json_bytes(value: Any) -> bytes:

@@ -71,6 +71,22 @@ class Replayed:
     message: str
 
 
+@dataclass(frozen=True)
+class Pending:
+    """One parked invocation as a confirmer sees it (ListPending): what the user is asked to
+    approve is ``arguments`` (the canonical normalized arguments), bound to ``digest``."""
+
+    invocation_id: str
+    digest: str
+    tool_name: str
+    tool_version: str
+    tenant: str
+    subject: str
+    arguments: bytes
+    expires_at: str
+    reasons: tuple[str, ...]
+
+
 Outcome = Allowed | Denied | NeedsConfirmation | Rejected | Replayed
 
 
@@ -95,4 +111,4 @@ def replay_note(state: str) -> str:
     return _msg("replayed", state=state, note="This call was already made; nothing new ran.")
 
 
-__all__ = ["Allowed", "Denied", "NeedsConfirmation", "Outcome", "Rejected", "Replayed"]
+__all__ = ["Allowed", "Denied", "NeedsConfirmation", "Outcome", "Pending", "Rejected", "Replayed"]
