@@ -92,7 +92,9 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
     state = pb.State.Name(resp.state) if resp.state in pb.State.values() else ""
     if resp.idempotent_replay:
         text = (
-            resp.replayed_message.decode("utf-8", "replace") if resp.replayed_message else replay_note(state)
+            resp.replayed_message.decode("utf-8", "replace")
+            if resp.replayed_message
+            else replay_note(tool_call_id, state)
         )
         return Replayed(resp.invocation_id, tool_call_id, state, text)
     if resp.HasField("rejection") and resp.rejection.code:
@@ -103,14 +105,19 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
             tool_call_id,
             r.code,
             violations,
-            rejected_message(r.code, r.message, violations),
+            rejected_message(tool_call_id, r.code, r.message, violations),
         )
     if not resp.HasField("decision"):
         raise MalformedAnswer("answer with neither a decision nor a rejection")
     effect = resp.decision.effect
     reasons = tuple(r.code for r in resp.decision.reasons)
     if effect == pb.DENY or state == "AUTHORIZATION_REJECTED":
-        return Denied(resp.invocation_id, tool_call_id, reasons, denied_message(reasons))
+        return Denied(
+            resp.invocation_id,
+            tool_call_id,
+            reasons,
+            denied_message(tool_call_id, reasons, resp.decision.error_code),
+        )
     if effect == pb.CONFIRM and state == "AUTHORIZED":
         if not resp.digest:
             raise MalformedAnswer("confirmation without a digest")
@@ -120,7 +127,7 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
             tool_call_id,
             resp.confirmation_expires_at,
             resp.normalized_arguments,
-            confirm_message(resp.confirmation_expires_at),
+            confirm_message(tool_call_id, resp.confirmation_expires_at),
         )
     if effect == pb.ALLOW and state == "PREPARED" and resp.digest:
         return Allowed(resp.invocation_id, resp.digest, tool_call_id, resp.normalized_arguments)
@@ -159,7 +166,7 @@ def parked(inv: pb.Invocation, tool_call_id: str = "") -> NeedsConfirmation | No
         tool_call_id,
         inv.confirmation_expires_at,
         inv.normalized_arguments,
-        confirm_message(inv.confirmation_expires_at),
+        confirm_message(tool_call_id, inv.confirmation_expires_at),
     )
 
 
