@@ -98,13 +98,13 @@ def test_deny_runs_nothing_and_the_model_sees_the_denial(gated: tuple[GatedToolN
         {"messages": []}, CFG
     )
     assert h.ran == []
-    assert tool_messages(out)["c0"]["status"] == "denied"
+    assert tool_messages(out)["c0"]["content"]["status"] == "denied"
 
 
 def test_rejection_runs_nothing(gated: tuple[GatedToolNode, Harness]) -> None:
     node, h = gated
     out = build(node, h, [("weather__get", {"city": "Paris"})]).invoke({"messages": []}, CFG)
-    assert h.ran == [] and tool_messages(out)["c0"]["status"] == "rejected"
+    assert h.ran == [] and tool_messages(out)["c0"]["content"]["status"] == "rejected"
 
 
 def test_confirm_interrupts_then_approve_runs_exactly_once(gated: tuple[GatedToolNode, Harness]) -> None:

@@ -114,8 +114,8 @@ def test_deny_and_rejection_are_returned_to_the_model_and_never_run(server: Runn
     assert not result.interruptions
     assert ran.calls == []
     outputs = tool_outputs(model)
-    assert json.loads(outputs["c2"])["status"] == "denied"
-    assert json.loads(outputs["c3"])["status"] == "rejected"
+    assert json.loads(outputs["c2"])["content"]["status"] == "denied"
+    assert json.loads(outputs["c3"])["content"]["status"] == "rejected"
 
 
 def _interrupted(

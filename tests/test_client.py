@@ -93,8 +93,8 @@ def test_agent_loop_with_a_scripted_model(server: Running) -> None:
     assert kinds == [Allowed, Denied, Rejected, NeedsConfirmation, Replayed]
     assert ran == ["c1", "c4"]
     assert "sunny" in answers["c1"]
-    assert json.loads(answers["c2"])["status"] == "denied"
-    assert json.loads(answers["c3"])["status"] == "rejected"
+    assert json.loads(answers["c2"])["content"]["status"] == "denied"
+    assert json.loads(answers["c3"])["content"]["status"] == "rejected"
     assert "evt_1" in answers["c4"]  # the confirmed write ran and its tool message came back
 
 

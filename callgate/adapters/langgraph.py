@@ -54,8 +54,6 @@ from callgate.client import (
     ToolCall,
     ToolContext,
 )
-from callgate.client.sync import _call
-from callgate.gen.v1 import callgate_pb2 as pb
 
 ToolFn = Callable[[ToolContext], Committed]
 
@@ -181,15 +179,11 @@ class GatedToolNode:
             )
         assert isinstance(out, Replayed)
         if out.state == "AUTHORIZED":  # parked: the node re-runs after (or before) a resume
-            inv = _call(
-                self.client._gate().GetInvocation,
-                pb.GetInvocationRequest(invocation_id=out.invocation_id, session_id=self.session.session_id),
-                self.client.timeout,
-            ).invocation
-            if not inv.digest:
-                raise MalformedAnswer("a parked invocation without a digest")
+            parked = self.session.parked(out.invocation_id, out.tool_call_id)
+            if parked is None:  # ended meanwhile (expired, cancelled): its state says what
+                return out.message
             return self._confirm(
-                name, out.invocation_id, inv.digest, inv.normalized_arguments, inv.confirmation_expires_at, fn
+                name, parked.invocation_id, parked.digest, parked.normalized_arguments, parked.expires_at, fn
             )
         if out.state == "PREPARED":  # confirmed (or allowed) but never begun: run it now
             return self._run(out.invocation_id, fn)
@@ -214,26 +208,13 @@ class GatedToolNode:
         )
         decision = parse_resume(answer, self.confirmer)
         if decision.verdict is Verdict.APPROVE and decision.digest in ("", digest):
-            if self.client.confirmations is None:
-                raise CallgateClientError("no confirmer listener configured", code="not_configured")
+            confirmer = self.client.confirmer()
             try:
-                _call(
-                    self.client.confirmations.Confirm,
-                    pb.ConfirmRequest(invocation_id=invocation_id, digest=digest, confirmed_by=decision.by),
-                    self.client.timeout,
-                )
+                confirmer.confirm(invocation_id, digest, confirmed_by=decision.by)
             except CallRefused as err:  # expired, already decided, digest mismatch: nothing runs
                 return not_confirmed_message(err.code)
             return self._run(invocation_id, fn)
-        _call(
-            self.client._gate().Cancel,
-            pb.CancelRequest(
-                invocation_id=invocation_id,
-                session_id=self.session.session_id,
-                reason=decision.reason or "rejected by the user",
-            ),
-            self.client.timeout,
-        )
+        self.session.cancel(invocation_id, reason=decision.reason or "rejected by the user")
         return cancelled_message()
 
 

@@ -52,8 +52,6 @@ from callgate.client import (
     ToolCall,
     ToolContext,
 )
-from callgate.client.sync import _call
-from callgate.gen.v1 import callgate_pb2 as pb
 
 ToolFunction = Callable[[ToolContext], Committed]
 """The user's function for one tool: gets the attempt's context, returns :class:`Committed`."""
@@ -174,16 +172,8 @@ class CallgateTools:
         the SDK item; resume with ``Runner.run(agent, state)``. ``confirmed_by`` is the user's
         identity from the runtime's own auth."""
         out = self.pending(item)
-        if self.client.confirmations is None:
-            raise CallgateClientError("no confirmer listener configured", code="not_configured")
         try:
-            _call(
-                self.client.confirmations.Confirm,
-                pb.ConfirmRequest(
-                    invocation_id=out.invocation_id, digest=out.digest, confirmed_by=confirmed_by
-                ),
-                self.client.timeout,
-            )
+            self.client.confirmer().confirm(out.invocation_id, out.digest, confirmed_by=confirmed_by)
         except CallgateClientError as err:
             raise CallgateToolError(err) from None
         state.approve(item)
@@ -195,13 +185,7 @@ class CallgateTools:
         the model is told the call was rejected and did not run."""
         out = self.pending(item)
         try:
-            _call(
-                self.session.client._gate().Cancel,
-                pb.CancelRequest(
-                    invocation_id=out.invocation_id, reason=reason, session_id=self.session.session_id
-                ),
-                self.client.timeout,
-            )
+            self.session.cancel(out.invocation_id, reason=reason)
         except CallgateClientError as err:
             raise CallgateToolError(err) from None
         self._outcomes.pop(item.call_id or "", None)

@@ -220,28 +220,43 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def _explain_decision(args: argparse.Namespace, out: TextIO) -> int:
-    from callgate.cli.explain import SQLiteReader, decision_to_json, explain_decision, render_decision_text
+    """``--decision``: from the configured store, SQLite or PostgreSQL (read-only, like an
+    invocation's explanation)."""
+    from callgate.cli.explain import (
+        DecisionExplanation,
+        decision_to_json,
+        explain_decision,
+        open_source,
+        render_decision_text,
+    )
 
     try:
         cfg = _config(args.config)
     except CallgateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    db = cfg.path(cfg.store.path)
+    where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
+
+    async def run() -> DecisionExplanation | None:
+        try:
+            opened = await open_source(cfg, os.environ)
+        except (OSError, sqlite3.Error, CallgateError) as exc:
+            raise _StoreOpenError(f"cannot open the event store {where}: {exc}") from exc
+        try:
+            return await explain_decision(opened.source, args.decision)
+        finally:
+            await opened.close()
+
     try:
-        reader = SQLiteReader(db)
-    except (OSError, sqlite3.Error) as exc:
-        print(f"error: cannot open the event store {db}: {exc}", file=sys.stderr)
+        found = asyncio.run(run())
+    except _StoreOpenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        found = asyncio.run(explain_decision(reader, args.decision))
-    except sqlite3.Error as exc:
-        print(f"error: cannot read the event store {db}: {exc}", file=sys.stderr)
+    except (sqlite3.Error, CallgateError) as exc:
+        print(f"error: cannot read the event store {where}: {exc}", file=sys.stderr)
         return 2
-    finally:
-        reader.close()
     if found is None:
-        print(f"error: unknown decision_id {args.decision!r} (not in {db})", file=sys.stderr)
+        print(f"error: unknown decision_id {args.decision!r} (not in {where})", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(decision_to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)

@@ -26,7 +26,7 @@ Exceptions (every one has a stable ``code``; none is ever an outcome to execute)
 """
 
 from callgate.client._wire import ToolCall, idempotency_key
-from callgate.client.aio import AsyncClient, AsyncSession
+from callgate.client.aio import AsyncClient, AsyncConfirmer, AsyncSession
 from callgate.client.errors import (
     CallgateClientError,
     CallRefused,
@@ -44,20 +44,22 @@ from callgate.client.executor import (
     ToolResult,
     Transient,
 )
-from callgate.client.outcomes import Allowed, Denied, NeedsConfirmation, Outcome, Rejected, Replayed
-from callgate.client.sync import Client, Session
+from callgate.client.outcomes import Allowed, Denied, NeedsConfirmation, Outcome, Pending, Rejected, Replayed
+from callgate.client.sync import Client, Confirmer, Session
 from callgate.client.tools import LEGAL_NAME, Dialect, Tool, ToolNames, legal_name, strict_schema
 
 __all__ = [
     "LEGAL_NAME",
     "Allowed",
     "AsyncClient",
+    "AsyncConfirmer",
     "AsyncSession",
     "BusinessRejection",
     "CallRefused",
     "CallgateClientError",
     "Client",
     "Committed",
+    "Confirmer",
     "DeadlineExceeded",
     "Denied",
     "Dialect",
@@ -66,6 +68,7 @@ __all__ = [
     "NeedsConfirmation",
     "NotReached",
     "Outcome",
+    "Pending",
     "Rejected",
     "Replayed",
     "Session",

@@ -13,6 +13,7 @@ from callgate.client.outcomes import (
     Denied,
     NeedsConfirmation,
     Outcome,
+    Pending,
     Rejected,
     Replayed,
     confirm_message,
@@ -99,7 +100,9 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
     state = pb.State.Name(resp.state) if resp.state in pb.State.values() else ""
     if resp.idempotent_replay:
         text = (
-            resp.replayed_message.decode("utf-8", "replace") if resp.replayed_message else replay_note(state)
+            resp.replayed_message.decode("utf-8", "replace")
+            if resp.replayed_message
+            else replay_note(tool_call_id, state)
         )
         return Replayed(resp.invocation_id, tool_call_id, state, text)
     if resp.HasField("rejection") and resp.rejection.code:
@@ -110,14 +113,19 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
             tool_call_id,
             r.code,
             violations,
-            rejected_message(r.code, r.message, violations),
+            rejected_message(tool_call_id, r.code, r.message, violations),
         )
     if not resp.HasField("decision"):
         raise MalformedAnswer("answer with neither a decision nor a rejection")
     effect = resp.decision.effect
     reasons = tuple(r.code for r in resp.decision.reasons)
     if effect == pb.DENY or state == "AUTHORIZATION_REJECTED":
-        return Denied(resp.invocation_id, tool_call_id, reasons, denied_message(reasons))
+        return Denied(
+            resp.invocation_id,
+            tool_call_id,
+            reasons,
+            denied_message(tool_call_id, reasons, resp.decision.error_code),
+        )
     if effect == pb.CONFIRM and state == "AUTHORIZED":
         if not resp.digest:
             raise MalformedAnswer("confirmation without a digest")
@@ -127,7 +135,7 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
             tool_call_id,
             resp.confirmation_expires_at,
             resp.normalized_arguments,
-            confirm_message(resp.confirmation_expires_at),
+            confirm_message(tool_call_id, resp.confirmation_expires_at),
         )
     if effect == pb.ALLOW and state == "PREPARED" and resp.digest:
         return Allowed(resp.invocation_id, resp.digest, tool_call_id, resp.normalized_arguments)
@@ -135,6 +143,43 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
         f"decision {pb.Effect.Name(effect) if effect in pb.Effect.values() else effect} "
         f"with state {state or resp.state}"
     )
+
+
+def pending_of(p: pb.PendingConfirmation) -> Pending:
+    if not p.invocation_id or not p.digest:
+        raise MalformedAnswer("a pending confirmation without an invocation id or digest")
+    return Pending(
+        p.invocation_id,
+        p.digest,
+        p.tool_name,
+        p.tool_version,
+        p.subject.tenant,
+        p.subject.id,
+        p.normalized_arguments,
+        p.expires_at,
+        tuple(r.code for r in p.reasons),
+    )
+
+
+def parked(inv: pb.Invocation, tool_call_id: str = "") -> NeedsConfirmation | None:
+    """The :class:`NeedsConfirmation` of an invocation still waiting for a confirmer (AUTHORIZED
+    with a confirmation window), else None."""
+    if inv.state != pb.AUTHORIZED or not inv.confirmation_expires_at:
+        return None
+    if not inv.digest:
+        raise MalformedAnswer("a parked invocation without a digest")
+    return NeedsConfirmation(
+        inv.invocation_id,
+        inv.digest,
+        tool_call_id,
+        inv.confirmation_expires_at,
+        inv.normalized_arguments,
+        confirm_message(tool_call_id, inv.confirmation_expires_at),
+    )
+
+
+PENDING_PAGES_MAX = 1000
+"""``list_pending`` reads at most this many pages (a token that never ends is malformed)."""
 
 
 def json_bytes(value: Any) -> bytes:

@@ -9,10 +9,12 @@ never guesses "not committed".
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from callgate.client.errors import ExecutionError, MalformedAnswer
 from callgate.gen.v1 import callgate_pb2 as pb
 
 
@@ -98,6 +100,116 @@ def report_for(exc: BaseException | None, done: Committed | None, attempt_id: st
         outcome=pb.OUTCOME_UNKNOWN_COMMIT,
         failure_class=pb.TIMEOUT,
         message=type(exc).__name__,  # the class only: an exception's text may carry arguments
+    )
+
+
+# ---------------------------------------------------------------- the helper's decisions
+# One pure state machine for both helpers (Client.run and AsyncClient.run): they do the I/O
+# (BeginAttempt, the user's function, ReportOutcome, the backoff, EncodeResult) and ask these
+# functions what comes next, so the sync and asyncio helpers cannot drift apart.
+
+
+def state_name(value: int) -> str:
+    """The 6.2 state's name, or "" for a value this client does not know."""
+    return pb.State.Name(value) if value in pb.State.values() else ""
+
+
+def attempt_context(
+    invocation_id: str, att: pb.BeginAttemptResponse, redeem: Callable[[str], Any]
+) -> ToolContext:
+    """The :class:`ToolContext` of a BeginAttempt answer; an answer without an attempt, a
+    credential or JSON arguments is :class:`MalformedAnswer` (nothing runs)."""
+    if not att.attempt_id or not att.credential:
+        raise MalformedAnswer("BeginAttempt answered without an attempt or credential")
+    try:
+        arguments = json.loads(att.normalized_arguments)
+    except ValueError:
+        raise MalformedAnswer("BeginAttempt answered arguments that are not JSON") from None
+    return ToolContext(
+        invocation_id,
+        att.attempt_number,
+        att.credential,
+        arguments,
+        att.idempotency_key,
+        att.deadline,
+        redeem,
+    )
+
+
+def checked(done: object) -> Committed:
+    """The function's return value, which must be :class:`Committed` (anything else is a bug in
+    the function, reported as an unknown outcome: it may have committed)."""
+    if not isinstance(done, Committed):
+        raise TypeError("the tool function must return Committed")
+    return done
+
+
+@dataclass(frozen=True)
+class RetryAfter:
+    """Begin another attempt after ``backoff_s`` seconds (the sidecar's retry advice)."""
+
+    backoff_s: float
+
+
+@dataclass(frozen=True)
+class Encode:
+    """Finish: EncodeResult with ``request``; ``state`` as ReportOutcome left it."""
+
+    request: pb.EncodeResultRequest
+    state: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop with ``error``: nobody knows whether the call committed."""
+
+    error: ExecutionError
+
+
+Step = RetryAfter | Encode | Stop
+
+
+def after_report(
+    invocation_id: str,
+    attempts: int,
+    max_attempts: int,
+    done: Committed | None,
+    exc: BaseException | None,
+    rep: pb.ReportOutcomeResponse,
+) -> Step:
+    """What follows a reported attempt (6.9): a commit is encoded; a failure that did not commit
+    is retried while the advice says so (and ``max_attempts`` allows), else encoded as an error
+    for the model; an unknown outcome that may not be retried stops with ``outcome_unknown``
+    (never an error message that would tell the model it did not happen)."""
+    state = state_name(rep.state)
+    if done is not None:
+        value = json.dumps(done.result).encode()
+        return Encode(pb.EncodeResultRequest(invocation_id=invocation_id, status="ok", value=value), state)
+    retry = rep.retry.retry and attempts < max_attempts
+    if retry:
+        return RetryAfter(rep.retry.backoff_ms / 1000)
+    if not isinstance(exc, ToolFailure):
+        return Stop(
+            ExecutionError(
+                "outcome unknown: reconcile with a status query (docs/IDEMPOTENCY.md)",
+                code="outcome_unknown",
+                state=state,
+            )
+        )
+    error = {"code": type(exc).__name__, "message": "the tool failed", "retryable": rep.retry.retry}
+    value = json.dumps(error).encode()
+    return Encode(pb.EncodeResultRequest(invocation_id=invocation_id, status="error", value=value), state)
+
+
+def tool_result(invocation_id: str, enc: pb.EncodeResultResponse, state: str, attempts: int) -> ToolResult:
+    """The helper's result from EncodeResult's answer."""
+    return ToolResult(
+        invocation_id,
+        enc.message.decode("utf-8", "replace"),
+        state_name(enc.state) or state,
+        attempts,
+        enc.truncated,
+        enc.withheld,
     )
 
 

@@ -12,8 +12,15 @@ import json
 from dataclasses import dataclass
 
 
-def _msg(status: str, **fields: object) -> str:
-    return json.dumps({"status": status, **fields}, ensure_ascii=False, sort_keys=True)
+def tool_message(tool_call_id: str, content: dict[str, object]) -> str:
+    """A tool message in the sidecar's own shape (docs/RESULT-ENCODING.md): role ``tool``, the
+    model's tool call id, the content. Compact JSON in insertion order, byte for byte what the
+    TypeScript client writes (``JSON.stringify``); ``tests/data/client-messages.json`` pins both."""
+    return json.dumps(
+        {"role": "tool", "tool_call_id": tool_call_id, "content": content},
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
 
 
 @dataclass(frozen=True)
@@ -71,28 +78,64 @@ class Replayed:
     message: str
 
 
+@dataclass(frozen=True)
+class Pending:
+    """One parked invocation as a confirmer sees it (ListPending): what the user is asked to
+    approve is ``arguments`` (the canonical normalized arguments), bound to ``digest``."""
+
+    invocation_id: str
+    digest: str
+    tool_name: str
+    tool_version: str
+    tenant: str
+    subject: str
+    arguments: bytes
+    expires_at: str
+    reasons: tuple[str, ...]
+
+
 Outcome = Allowed | Denied | NeedsConfirmation | Rejected | Replayed
 
 
-def denied_message(reasons: tuple[str, ...]) -> str:
-    return _msg("denied", reasons=list(reasons), note="The call was not executed; do not retry it unchanged.")
+def denied_message(tool_call_id: str, reasons: tuple[str, ...], error_code: str = "") -> str:
+    content: dict[str, object] = {
+        "status": "denied",
+        "message": "The policy does not allow this call; do not retry it unchanged.",
+        "reasons": list(reasons),
+    }
+    if error_code:
+        content["error_code"] = error_code
+    return tool_message(tool_call_id, content)
 
 
-def confirm_message(expires_at: str) -> str:
-    return _msg("pending_confirmation", expires_at=expires_at, note="Waiting for the user's confirmation.")
-
-
-def rejected_message(code: str, text: str, violations: tuple[tuple[str, str], ...]) -> str:
-    return _msg(
-        "rejected",
-        code=code,
-        message=text,
-        violations=[{"pointer": p, "message": m} for p, m in violations],
+def confirm_message(tool_call_id: str, expires_at: str) -> str:
+    return tool_message(
+        tool_call_id,
+        {
+            "status": "needs_confirmation",
+            "message": "This call waits for the user's confirmation; it has not run.",
+            "expires_at": expires_at,
+        },
     )
 
 
-def replay_note(state: str) -> str:
-    return _msg("replayed", state=state, note="This call was already made; nothing new ran.")
+def rejected_message(tool_call_id: str, code: str, text: str, violations: tuple[tuple[str, str], ...]) -> str:
+    return tool_message(
+        tool_call_id,
+        {
+            "status": "rejected",
+            "code": code,
+            "message": text,
+            "violations": [{"pointer": p, "message": m} for p, m in violations],
+        },
+    )
 
 
-__all__ = ["Allowed", "Denied", "NeedsConfirmation", "Outcome", "Rejected", "Replayed"]
+def replay_note(tool_call_id: str, state: str) -> str:
+    return tool_message(
+        tool_call_id,
+        {"status": "replayed", "message": "This call was already made; nothing new ran.", "state": state},
+    )
+
+
+__all__ = ["Allowed", "Denied", "NeedsConfirmation", "Outcome", "Pending", "Rejected", "Replayed"]

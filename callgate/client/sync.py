@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -10,7 +9,16 @@ from typing import Any, TypeVar
 
 import grpc
 
-from callgate.client._wire import ToolCall, outcome_of, parse_tools, propose_request, trace_metadata
+from callgate.client._wire import (
+    PENDING_PAGES_MAX,
+    ToolCall,
+    outcome_of,
+    parked,
+    parse_tools,
+    pending_of,
+    propose_request,
+    trace_metadata,
+)
 from callgate.client.errors import (
     CallgateClientError,
     DeadlineExceeded,
@@ -18,8 +26,20 @@ from callgate.client.errors import (
     MalformedAnswer,
     from_rpc_error,
 )
-from callgate.client.executor import Committed, ToolContext, ToolFailure, ToolResult, report_for
-from callgate.client.outcomes import NeedsConfirmation, Outcome
+from callgate.client.executor import (
+    Committed,
+    RetryAfter,
+    Stop,
+    ToolContext,
+    ToolResult,
+    after_report,
+    attempt_context,
+    checked,
+    report_for,
+    state_name,
+    tool_result,
+)
+from callgate.client.outcomes import NeedsConfirmation, Outcome, Pending
 from callgate.client.tools import Dialect, Tool, ToolNames, render
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
@@ -91,6 +111,12 @@ class Client:
             raise CallgateClientError("no executor listener configured", code="not_configured")
         return self.executor
 
+    def confirmer(self) -> Confirmer:
+        """The confirmer listener's calls (a confirmer UI: list, confirm, deny)."""
+        if self.confirmations is None:
+            raise CallgateClientError("no confirmer listener configured", code="not_configured")
+        return Confirmer(self.confirmations, self.timeout)
+
     def session(
         self, tenant: str, subject: str, *, timezone: str = "UTC", locale: str = "en", session_id: str = "",
         tool_allowlist: tuple[str, ...] = (),
@@ -119,8 +145,6 @@ class Client:
         ``sleep`` waits out the advised backoff (tests pass one that moves the sidecar's clock)."""
         x = self._executor()
         attempts = 0
-        error: dict[str, Any] = {}
-        state = ""
         while True:
             att = _call(
                 x.BeginAttempt,
@@ -128,68 +152,73 @@ class Client:
                 self.timeout,
             )
             attempts += 1
-            if not att.attempt_id or not att.credential:
-                raise MalformedAnswer("BeginAttempt answered without an attempt or credential")
-            try:
-                arguments = json.loads(att.normalized_arguments)
-            except ValueError:
-                raise MalformedAnswer("BeginAttempt answered arguments that are not JSON") from None
-            credential = att.credential
 
-            def redeem(name: str, _cred: str = credential) -> bytes:
+            def redeem(name: str, _cred: str = att.credential) -> bytes:
                 r = _call(
                     x.RedeemSecret, pb.RedeemSecretRequest(credential=_cred, secret_name=name), self.timeout
                 )
                 return bytes(r.value)
 
-            ctx = ToolContext(
-                invocation_id,
-                att.attempt_number,
-                credential,
-                arguments,
-                att.idempotency_key,
-                att.deadline,
-                redeem,
-            )
+            ctx = attempt_context(invocation_id, att, redeem)
             done: Committed | None = None
             exc: BaseException | None = None
             try:
-                done = fn(ctx)
-                if not isinstance(done, Committed):
-                    raise TypeError("the tool function must return Committed")
+                done = checked(fn(ctx))
             except Exception as e:  # mapped to an outcome, never swallowed into success
-                exc, done = e, None
+                exc = e
             rep = _call(x.ReportOutcome, report_for(exc, done, att.attempt_id), self.timeout)
-            state = pb.State.Name(rep.state) if rep.state in pb.State.values() else ""
-            if done is not None:
-                value = pb.EncodeResultRequest(
-                    invocation_id=invocation_id, status="ok", value=json.dumps(done.result).encode()
-                )
-                break
-            error = {"code": type(exc).__name__, "message": "the tool failed", "retryable": rep.retry.retry}
-            if not isinstance(exc, ToolFailure) and not (rep.retry.retry and attempts < max_attempts):
-                # nobody knows whether it committed: no error message for the model, a typed stop
-                raise ExecutionError(
-                    "outcome unknown: reconcile with a status query (docs/IDEMPOTENCY.md)",
-                    code="outcome_unknown",
-                    state=state,
-                )
-            if not (rep.retry.retry and attempts < max_attempts):
-                value = pb.EncodeResultRequest(
-                    invocation_id=invocation_id, status="error", value=json.dumps(error).encode()
-                )
-                break
-            sleep(rep.retry.backoff_ms / 1000)
-        enc = _call(x.EncodeResult, value, self.timeout)
-        final = pb.State.Name(enc.state) if enc.state in pb.State.values() else state
-        return ToolResult(
-            invocation_id,
-            enc.message.decode("utf-8", "replace"),
-            final,
-            attempts,
-            enc.truncated,
-            enc.withheld,
+            step = after_report(invocation_id, attempts, max_attempts, done, exc, rep)
+            if isinstance(step, RetryAfter):
+                sleep(step.backoff_s)
+                continue
+            if isinstance(step, Stop):
+                raise step.error
+            enc = _call(x.EncodeResult, step.request, self.timeout)
+            return tool_result(invocation_id, enc, step.state, attempts)
+
+
+class Confirmer:
+    """A confirmer's calls on the confirmer listener: what waits for a person, and their answer,
+    always bound to the digest the person saw (6.6, 6.11). ``Client(confirmer=...).confirmer()``."""
+
+    def __init__(self, stub: pb_grpc.ConfirmationsStub, timeout: float) -> None:
+        self._stub = stub
+        self.timeout = timeout
+
+    def list_pending(self, tenant: str, *, page_size: int = 0) -> list[Pending]:
+        """Every parked invocation of ``tenant``, oldest first (all pages of ListPending)."""
+        out: list[Pending] = []
+        token = ""
+        for _ in range(PENDING_PAGES_MAX):
+            page = _call(
+                self._stub.ListPending,
+                pb.ListPendingRequest(tenant=tenant, page_size=page_size, page_token=token),
+                self.timeout,
+            )
+            out.extend(pending_of(p) for p in page.pending)
+            token = page.next_page_token
+            if not token:
+                return out
+        raise MalformedAnswer("ListPending did not end")
+
+    def confirm(self, invocation_id: str, digest: str, *, confirmed_by: str) -> str:
+        """Approve exactly ``digest`` (another digest cancels the invocation and raises
+        ``confirmation_digest_mismatch``); the state it is now in (PREPARED)."""
+        r = _call(
+            self._stub.Confirm,
+            pb.ConfirmRequest(invocation_id=invocation_id, digest=digest, confirmed_by=confirmed_by),
+            self.timeout,
         )
+        return state_name(r.state)
+
+    def deny(self, invocation_id: str, digest: str, *, denied_by: str) -> str:
+        """Refuse it: CANCELLED_BEFORE_COMMIT, nothing runs; the state it is now in."""
+        r = _call(
+            self._stub.Deny,
+            pb.DenyRequest(invocation_id=invocation_id, digest=digest, denied_by=denied_by),
+            self.timeout,
+        )
+        return state_name(r.state)
 
 
 class Session:
@@ -262,6 +291,38 @@ class Session:
                 return False
         raise DeadlineExceeded("the watch ended before a decision")
 
+    def _get(self, invocation_id: str) -> pb.GetInvocationResponse:
+        r: pb.GetInvocationResponse = _call(
+            self.client._gate().GetInvocation,
+            pb.GetInvocationRequest(invocation_id=invocation_id, session_id=self.session_id),
+            self.client.timeout,
+        )
+        return r
+
+    def invocation(self, invocation_id: str) -> pb.Invocation:
+        """The invocation as it now is (GetInvocation; only this session's)."""
+        return self._get(invocation_id).invocation
+
+    def events(self, invocation_id: str) -> list[pb.Event]:
+        """The invocation's event trail (6.13), oldest first."""
+        return list(self._get(invocation_id).events)
+
+    def parked(self, invocation_id: str, tool_call_id: str = "") -> NeedsConfirmation | None:
+        """The invocation as a :class:`NeedsConfirmation` while it waits for a confirmer (e.g. a
+        :class:`Replayed` in state AUTHORIZED after a restart), else None."""
+        return parked(self.invocation(invocation_id), tool_call_id)
+
+    def cancel(self, invocation_id: str, *, reason: str = "") -> str:
+        """Cancel (idempotent on every state): before the commit boundary the invocation becomes
+        CANCELLED_BEFORE_COMMIT; after it, the result is withheld from the model (6.7, 6.12).
+        The state it is now in."""
+        r = _call(
+            self.client._gate().Cancel,
+            pb.CancelRequest(invocation_id=invocation_id, session_id=self.session_id, reason=reason),
+            self.client.timeout,
+        )
+        return state_name(r.state)
+
     def result(self, invocation_id: str) -> str:
         """The tool message of an observed invocation (GetResult)."""
         r = _call(
@@ -272,4 +333,4 @@ class Session:
         return bytes(r.message).decode("utf-8", "replace")
 
 
-__all__ = ["Client", "ExecutionError", "Session", "ToolCall", "target"]
+__all__ = ["Client", "Confirmer", "ExecutionError", "Session", "ToolCall", "target"]

@@ -16,7 +16,7 @@ the public record (decision-log lines, explain output): never rename one; add ne
     prepared                 AUTHORIZED -> PREPARED                         propose: allow
     confirmation_requested   AUTHORIZED -> AUTHORIZED                       propose: confirm
     confirmed                AUTHORIZED -> PREPARED                         Confirm
-    confirmation_rejected    AUTHORIZED -> CANCELLED_BEFORE_COMMIT          Confirm (other digest)
+    confirmation_rejected    AUTHORIZED -> CANCELLED_BEFORE_COMMIT          Confirm (other digest), Deny
     confirmation_expired     AUTHORIZED -> CANCELLED_BEFORE_COMMIT          Confirm, sweep
     cancelled                * -> CANCELLED_BEFORE_COMMIT                   Cancel
     cancel_requested         unchanged (after the boundary)                 Cancel

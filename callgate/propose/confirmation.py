@@ -123,6 +123,28 @@ class Confirmations:
             raise confirmation_not_pending("invocation has no pending confirmation")
         return moved
 
+    async def deny(
+        self, inv: InvocationRecord, digest: str, denied_by: str, trace: TraceContext
+    ) -> InvocationRecord:
+        """The confirmer refused the parked ``inv``: CANCELLED_BEFORE_COMMIT (event
+        ``confirmation_rejected``, reason ``denied``), key released. Another digest cancels it
+        too and answers ``confirmation_digest_mismatch``, like :meth:`confirm`."""
+        if inv.state is not State.AUTHORIZED or not inv.confirmation_expires_at:
+            raise confirmation_not_pending(
+                f"invocation has no pending confirmation (state {inv.state.value})"
+            )
+        matches = hmac.compare_digest(digest.encode(), inv.digest.encode())
+        reason = "denied" if matches else ErrorCode.CONFIRMATION_DIGEST_MISMATCH.value
+        data = {"reason": reason, "denied_by": denied_by}
+        moved = await self._cancel(inv, EventKind.CONFIRMATION_REJECTED, data, trace)
+        if moved is None:
+            raise confirmation_not_pending("invocation has no pending confirmation")
+        if not matches:
+            raise confirmation_digest_mismatch(
+                "digest does not match the parked invocation; it was cancelled, propose again"
+            )
+        return moved
+
     async def expire_if_stale(self, invocation_id: str, trace: TraceContext) -> bool:
         """Cancel a parked invocation whose confirmation window has passed (releasing its
         idempotency key). True if it was (or already is) expired and cancelled."""

@@ -258,6 +258,12 @@ class Gate:
             await self._invocation(invocation_id), digest, confirmed_by, trace
         )
 
+    async def deny(
+        self, invocation_id: str, digest: str, denied_by: str, trace: TraceContext
+    ) -> InvocationRecord:
+        """The confirmer refused the parked invocation (cancelled before commit, key released)."""
+        return await self.confirmations.deny(await self._invocation(invocation_id), digest, denied_by, trace)
+
     async def expire_confirmations(self) -> int:
         """Cancel every parked invocation whose confirmation window has passed; how many."""
         return await self.confirmations.expire_all()

@@ -254,6 +254,10 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
         )
         return pb.ConfirmResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
+    async def Deny(self, request: pb.DenyRequest, context: grpc.aio.ServicerContext) -> pb.DenyResponse:
+        inv = await self._gate.deny(request.invocation_id, request.digest, request.denied_by, current_trace())
+        return pb.DenyResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
+
     async def ListPending(
         self, request: pb.ListPendingRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPendingResponse:

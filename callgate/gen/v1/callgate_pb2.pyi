@@ -617,6 +617,22 @@ class ListPendingResponse(_message.Message):
     next_page_token: str
     def __init__(self, pending: _Optional[_Iterable[_Union[PendingConfirmation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class DenyRequest(_message.Message):
+    __slots__ = ("invocation_id", "digest", "denied_by")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DENIED_BY_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    digest: str
+    denied_by: str
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., denied_by: _Optional[str] = ...) -> None: ...
+
+class DenyResponse(_message.Message):
+    __slots__ = ("state",)
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    state: State
+    def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
+
 class AuthorizeRequest(_message.Message):
     __slots__ = ("subject", "capability", "resource", "context")
     SUBJECT_FIELD_NUMBER: _ClassVar[int]

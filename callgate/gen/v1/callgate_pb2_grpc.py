@@ -668,6 +668,11 @@ class ConfirmationsStub:
                 request_serializer=callgate_dot_v1_dot_callgate__pb2.ListPendingRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_callgate__pb2.ListPendingResponse.FromString,
                 _registered_method=True)
+        self.Deny = channel.unary_unary(
+                '/callgate.v1.Confirmations/Deny',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.DenyRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.DenyResponse.FromString,
+                _registered_method=True)
 
 
 class ConfirmationsServicer:
@@ -685,6 +690,14 @@ class ConfirmationsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Deny(self, request, context):
+        """The user refused a parked invocation: AUTHORIZED -> CANCELLED_BEFORE_COMMIT (event
+        confirmation_rejected, key released); nothing runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfirmationsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -697,6 +710,11 @@ def add_ConfirmationsServicer_to_server(servicer, server):
                     servicer.ListPending,
                     request_deserializer=callgate_dot_v1_dot_callgate__pb2.ListPendingRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_callgate__pb2.ListPendingResponse.SerializeToString,
+            ),
+            'Deny': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deny,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.DenyRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.DenyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -753,6 +771,33 @@ class Confirmations:
             '/callgate.v1.Confirmations/ListPending',
             callgate_dot_v1_dot_callgate__pb2.ListPendingRequest.SerializeToString,
             callgate_dot_v1_dot_callgate__pb2.ListPendingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Deny(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Confirmations/Deny',
+            callgate_dot_v1_dot_callgate__pb2.DenyRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.DenyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -170,9 +170,46 @@ export interface Rejected extends OutcomeBase {
 }
 export type ProposeOutcome = Allowed | Denied | NeedsConfirmation | Rejected;
 
-/** A tool message in the sidecar's own shape (role "tool", the model's tool call id, content). */
-function toolMessage(toolCallId: string, content: Record<string, unknown>): string {
+/**
+ * A tool message in the sidecar's own shape (role "tool", the model's tool call id, content).
+ * The Python client writes the same bytes; tests/data/client-messages.json pins both.
+ */
+export function toolMessage(toolCallId: string, content: Record<string, unknown>): string {
   return JSON.stringify({ role: "tool", tool_call_id: toolCallId, content });
+}
+
+/** The model-facing message of a deny. */
+export function deniedMessage(toolCallId: string, reasons: readonly string[], errorCode = ""): string {
+  return toolMessage(toolCallId, {
+    status: "denied",
+    message: "The policy does not allow this call; do not retry it unchanged.",
+    reasons: [...reasons],
+    ...(errorCode ? { error_code: errorCode } : {}),
+  });
+}
+
+/** The model-facing message of a call parked for the user's confirmation. */
+export function confirmMessage(toolCallId: string, expiresAt: string): string {
+  return toolMessage(toolCallId, {
+    status: "needs_confirmation",
+    message: "This call waits for the user's confirmation; it has not run.",
+    expires_at: expiresAt,
+  });
+}
+
+/** The model-facing message of a rejected proposal (violations: pointers and messages, no values). */
+export function rejectedMessage(
+  toolCallId: string,
+  code: string,
+  message: string,
+  violations: readonly { pointer: string; message: string }[],
+): string {
+  return toolMessage(toolCallId, {
+    status: "rejected",
+    code,
+    message,
+    violations: violations.map((v) => ({ pointer: v.pointer, message: v.message })),
+  });
 }
 
 /**
@@ -277,24 +314,34 @@ export class Session {
 
   /**
    * Waits until a parked invocation is confirmed (returns true) or ends otherwise (false: expired,
-   * refused, cancelled). Polls GetInvocation; a timeout raises ClientCode.ConfirmationTimeout.
+   * refused, cancelled), on the WatchInvocation server stream (no polling): the invocation as it
+   * is, then one answer per change. Past `timeoutMs` it throws ClientCode.ConfirmationTimeout.
    */
   async waitForConfirmation(
     invocationId: string,
-    opts: { timeoutMs?: number; pollMs?: number; call?: CallOptions } = {},
+    opts: { timeoutMs?: number; call?: CallOptions } = {},
   ): Promise<boolean> {
-    const until = Date.now() + (opts.timeoutMs ?? 300_000);
-    const poll = opts.pollMs ?? 200;
-    for (;;) {
-      const r = await this.client.gate.call("getInvocation", { invocationId, sessionId: this.sessionId }, opts.call);
-      const st = r.invocation?.state;
-      if (st === undefined) throw new MalformedResponseError("GetInvocation answered without an invocation");
-      if (st !== State.AUTHORIZED) return st === State.PREPARED || st === State.EXECUTING || st === State.COMMITTED || st === State.OBSERVED;
-      if (Date.now() >= until) {
+    const timeoutMs = opts.timeoutMs ?? 300_000;
+    try {
+      for await (const change of this.client.gate.stream(
+        "watchInvocation",
+        { invocationId, sessionId: this.sessionId },
+        { ...opts.call, timeoutMs },
+      )) {
+        const st = change.invocation?.state;
+        if (st === undefined) throw new MalformedResponseError("WatchInvocation answered without an invocation");
+        if (st !== State.AUTHORIZED) {
+          return st === State.PREPARED || st === State.EXECUTING || st === State.COMMITTED || st === State.OBSERVED;
+        }
+        if (change.terminal) return false;
+      }
+    } catch (exc) {
+      if (exc instanceof CallgateError && exc.code === ClientCode.DeadlineExceeded) {
         throw new CallgateError(ClientCode.ConfirmationTimeout, `invocation ${invocationId} is still waiting for confirmation`);
       }
-      await new Promise((res) => setTimeout(res, Math.min(poll, Math.max(0, until - Date.now()))));
+      throw exc;
     }
+    throw new CallgateError(ClientCode.ConfirmationTimeout, `the watch of ${invocationId} ended before a decision`);
   }
 
   /** The tool message of an observed invocation (6.10). */
@@ -322,12 +369,7 @@ function classify(call: ToolCall, r: ProposeResponse): ProposeOutcome {
       kind: OutcomeKind.Rejected,
       invocationId: r.invocationId,
       rejection: rej,
-      message: toolMessage(call.id, {
-        status: "rejected",
-        code: rej.code,
-        message: rej.message,
-        violations: rej.violations.map((v) => ({ pointer: v.pointer, message: v.message })),
-      }),
+      message: rejectedMessage(call.id, rej.code, rej.message, rej.violations),
     };
   }
   const d = r.decision;
@@ -348,12 +390,7 @@ function classify(call: ToolCall, r: ProposeResponse): ProposeOutcome {
         kind: OutcomeKind.Denied,
         invocationId: r.invocationId,
         decision: d,
-        message: toolMessage(call.id, {
-          status: "denied",
-          message: "The policy does not allow this call; do not retry it unchanged.",
-          reasons: d.reasons.map((x) => x.code),
-          ...(d.errorCode ? { error_code: d.errorCode } : {}),
-        }),
+        message: deniedMessage(call.id, d.reasons.map((x) => x.code), d.errorCode),
       };
     case Effect.CONFIRM:
       return {
@@ -362,11 +399,7 @@ function classify(call: ToolCall, r: ProposeResponse): ProposeOutcome {
         invocationId: r.invocationId,
         digest: r.digest,
         expiresAt: r.confirmationExpiresAt,
-        message: toolMessage(call.id, {
-          status: "needs_confirmation",
-          message: "This call waits for the user's confirmation; it has not run.",
-          expires_at: r.confirmationExpiresAt,
-        }),
+        message: confirmMessage(call.id, r.confirmationExpiresAt),
       };
     default:
       // Fail closed: an unset or unknown effect is never an allow.

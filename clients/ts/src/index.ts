@@ -1,6 +1,6 @@
 export * from "./client.js";
 export * from "./errors.js";
 export * from "./tools.js";
-export { UnaryClient } from "./rpc.js";
+export { UnaryClient, traceparentFor } from "./rpc.js";
 export type { CallOptions, Target } from "./rpc.js";
 export * as pb from "./gen/callgate/v1/callgate_pb.js";
