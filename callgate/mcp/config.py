@@ -137,7 +137,9 @@ def _scalar(cls: type[Any], data: dict[str, Any], where: str, source: str) -> di
     out: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise config_invalid(f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})", source=source)
+            raise config_invalid(
+                f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})", source=source
+            )
         default = getattr(defaults, key)
         if isinstance(default, Enum):
             try:
@@ -207,7 +209,9 @@ def parse_mcp(data: Any, source: str) -> McpConfig:
     if "identity" in data:
         if not isinstance(data["identity"], dict):
             raise config_invalid("'mcp.identity' must be a table", source=source)
-        kw["identity"] = McpIdentityConfig(**_scalar(McpIdentityConfig, data["identity"], "mcp.identity.", source))
+        kw["identity"] = McpIdentityConfig(
+            **_scalar(McpIdentityConfig, data["identity"], "mcp.identity.", source)
+        )
     if "http" in data:
         if not isinstance(data["http"], dict):
             raise config_invalid("'mcp.http' must be a table", source=source)

@@ -98,7 +98,9 @@ def error_result(code: McpCode | str, message: str, **extra: Any) -> types.CallT
     )
 
 
-def text_result(text: str, *, is_error: bool, structured: dict[str, Any] | None = None) -> types.CallToolResult:
+def text_result(
+    text: str, *, is_error: bool, structured: dict[str, Any] | None = None
+) -> types.CallToolResult:
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], is_error=is_error, structured_content=structured
     )
@@ -202,14 +204,18 @@ class Gateway:
         for ch in self._channels:
             await ch.close()
         if self.refusals:
-            log.info("mcp gateway refusals: %s", ", ".join(f"{k}={v}" for k, v in sorted(self.refusals.items())))
+            log.info(
+                "mcp gateway refusals: %s", ", ".join(f"{k}={v}" for k, v in sorted(self.refusals.items()))
+            )
 
     async def _refresh(self, name: str) -> None:
         up = self.upstreams[name]
         try:
             tools = await up.list_tools()
         except Exception as exc:  # an unreachable upstream: its tools are not shown nor called
-            log.warning("upstream %s: cannot list tools (%s); its tools are unavailable", name, type(exc).__name__)
+            log.warning(
+                "upstream %s: cannot list tools (%s); its tools are unavailable", name, type(exc).__name__
+            )
             self.view.listed_servers.discard(name)
             return
         self.view.set_listing(name, tools)
@@ -284,7 +290,9 @@ class Gateway:
         pin = self.view.pins().get(f"{spec}@{version}") if resolved is not None else None
         raw = json.dumps(dict(arguments or {}), ensure_ascii=False).encode()
         key = self._key(s, spec, version, arguments, meta)
-        req = propose_request(s.session_id, s.model_call_id, ToolCall(_call_id(), name, raw), s.names, s.tools)
+        req = propose_request(
+            s.session_id, s.model_call_id, ToolCall(_call_id(), name, raw), s.names, s.tools
+        )
         req.idempotency_key = key
         await stages.step("proposing")
         try:
@@ -359,7 +367,9 @@ class Gateway:
         if caps is None or caps.elicitation is None:
             return McpCode.ELICITATION_UNSUPPORTED
         try:
-            args = json.dumps(json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True)
+            args = json.dumps(
+                json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True
+            )
         except ValueError:
             args = out.normalized_arguments.decode("utf-8", "replace")
         message = (
@@ -379,7 +389,11 @@ class Gateway:
         except Exception as exc:  # no back-channel, protocol error: never run
             log.info("elicitation failed: %s", type(exc).__name__)
             return McpCode.ELICITATION_UNSUPPORTED
-        if res.action != "accept" or not isinstance(res.content, dict) or res.content.get("confirm") is not True:
+        if (
+            res.action != "accept"
+            or not isinstance(res.content, dict)
+            or res.content.get("confirm") is not True
+        ):
             return McpCode.CONFIRMATION_DECLINED
         try:
             await _call(
@@ -392,7 +406,11 @@ class Gateway:
             )  # fmt: skip
         except CallgateClientError as exc:
             log.info("confirm of %s refused: %s", out.invocation_id, exc.code)
-            return McpCode.CONFIRMATION_TIMEOUT if exc.code == "confirmation_expired" else McpCode.CONFIRMATION_DECLINED
+            return (
+                McpCode.CONFIRMATION_TIMEOUT
+                if exc.code == "confirmation_expired"
+                else McpCode.CONFIRMATION_DECLINED
+            )
         return None
 
     async def _execute(
@@ -425,7 +443,7 @@ class Gateway:
                 else:
                     await stages.step(f"calling upstream {pin.server}")
                     end = await self._send(ctx, up, pin, arguments, secrets, att.attempt_id)
-            report = _report(end, att.attempt_id)
+            report = _report(end, att.attempt_id, f"mcp:{pin.server}.{pin.tool}:{att.attempt_id}")
             with anyio.CancelScope(shield=True):
                 rep = await _call(self.executor.ReportOutcome, report, self.timeout)
             if isinstance(end, Lost):
@@ -528,9 +546,13 @@ def _failure(end: CallEnd) -> tuple[McpCode, str]:
     return McpCode.UPSTREAM_UNAVAILABLE, "The upstream server could not be reached; nothing was sent."
 
 
-def _report(end: CallEnd, attempt_id: str) -> pb.ReportOutcomeRequest:
+def _report(end: CallEnd, attempt_id: str, external_id: str = "") -> pb.ReportOutcomeRequest:
+    """The outcome of one attempt. MCP results carry no external id: a committed call is
+    identified by ``mcp:<upstream>.<tool>:<attempt id>``."""
     if isinstance(end, Answered) and not end.result.is_error:
-        return pb.ReportOutcomeRequest(attempt_id=attempt_id, outcome=pb.OUTCOME_COMMITTED)
+        return pb.ReportOutcomeRequest(
+            attempt_id=attempt_id, outcome=pb.OUTCOME_COMMITTED, external_resource_id=external_id
+        )
     if isinstance(end, Answered | Refused):
         return pb.ReportOutcomeRequest(
             attempt_id=attempt_id, outcome=pb.OUTCOME_FAILED_BEFORE_COMMIT,
@@ -549,16 +571,16 @@ def _report(end: CallEnd, attempt_id: str) -> pb.ReportOutcomeRequest:
 
 def _result_value(result: types.CallToolResult) -> Any:
     """What goes to EncodeResult: the structured content when the upstream gave one, else the
-    content blocks (text as is, other blocks as their JSON)."""
+    content (one text block: its text; else a list of texts and other blocks as their JSON)."""
     if result.structured_content is not None:
         return result.structured_content
     blocks: list[Any] = []
     for c in result.content:
         if isinstance(c, types.TextContent):
-            blocks.append({"type": "text", "text": c.text})
+            blocks.append(c.text)
         else:
             blocks.append(c.model_dump(by_alias=True, mode="json", exclude_none=True))
-    return {"content": blocks}
+    return blocks[0] if len(blocks) == 1 else blocks
 
 
 def _encoded_data(text: str) -> dict[str, Any] | None:
@@ -581,7 +603,10 @@ def _replay_failed(state: str) -> bool:
 
 
 def _call_id() -> str:
-    return "mcp-" + hashlib.sha256(str(time.time_ns()).encode() + id(object()).to_bytes(8, "little")).hexdigest()[:16]
+    return (
+        "mcp-"
+        + hashlib.sha256(str(time.time_ns()).encode() + id(object()).to_bytes(8, "little")).hexdigest()[:16]
+    )
 
 
 def derived_key(identity: Identity, tool: str, arguments: Mapping[str, Any], window: int, now: float) -> str:
@@ -591,7 +616,9 @@ def derived_key(identity: Identity, tool: str, arguments: Mapping[str, Any], win
     try:
         args_digest = hashlib.sha256(rfc8785.dumps(dict(arguments))).hexdigest()
     except (rfc8785.CanonicalizationError, TypeError, ValueError):
-        args_digest = hashlib.sha256(json.dumps(dict(arguments), sort_keys=True, default=str).encode()).hexdigest()
+        args_digest = hashlib.sha256(
+            json.dumps(dict(arguments), sort_keys=True, default=str).encode()
+        ).hexdigest()
     bucket = int(now // window)
     material = "\x00".join((identity.tenant, identity.subject, tool, args_digest, str(window), str(bucket)))
     return "mcpk1-" + hashlib.sha256(material.encode()).hexdigest()[:40]

@@ -76,7 +76,11 @@ class _Connection:
     """One initialized ClientSession, owned by its own task (anyio scopes are task-bound)."""
 
     def __init__(
-        self, cfg: McpUpstreamConfig, base_dir: Path, values: Mapping[str, str], on_changed: ListChanged | None
+        self,
+        cfg: McpUpstreamConfig,
+        base_dir: Path,
+        values: Mapping[str, str],
+        on_changed: ListChanged | None,
     ) -> None:
         self.cfg = cfg
         self.base_dir = base_dir
@@ -163,7 +167,9 @@ class _HttpTransport:
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Any:
-        client = await self._stack.enter_async_context(httpx2.AsyncClient(headers=self.headers, timeout=self.timeout))
+        client = await self._stack.enter_async_context(
+            httpx2.AsyncClient(headers=self.headers, timeout=self.timeout)
+        )
         return await self._stack.enter_async_context(streamable_http_client(self.url, http_client=client))
 
     async def __aexit__(self, *exc: object) -> None:
