@@ -529,6 +529,7 @@ def test_derived_key_is_deterministic_within_a_window() -> None:
     assert k1 != derived_key(who, "up.write_note@v1", {"text": "b", "n": 1}, 600, 1200.0)
 
 
+@pytest.mark.filterwarnings("ignore:EdDSA is deprecated")
 def test_bearer_verifier_static_tokens_and_jwt(tmp_path: Path) -> None:
     from joserfc import jwt
     from joserfc.jwk import KeySet, OKPKey
