@@ -334,7 +334,7 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
             # allow: the result is the encoded untrusted-data envelope
             r = await call("up__lookup", {"city": "Paris"})
             assert not r.is_error
-            msg = payload(r)["content"]
+            msg = payload(r)
             assert msg["status"] == "ok" and msg["tool"] == "up.lookup@v1"
             assert "⟦untrusted:" in msg["data"] and "Paris: sunny" in msg["data"]
             # deny: never reaches the upstream
@@ -349,7 +349,7 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
             first = await call("up__write_note", {"text": "hello"})
             again = await call("up__write_note", {"text": "hello"})
             assert not first.is_error and not again.is_error
-            assert payload(again)["content"]["invocation_id"] == payload(first)["content"]["invocation_id"]
+            assert payload(again)["invocation_id"] == payload(first)["invocation_id"]
             # the client's own key in _meta
             key = {"io.callgate/idempotency-key": "client-key-1"}
             await call("up__write_note", {"text": "keyed"}, meta=key)

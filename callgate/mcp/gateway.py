@@ -98,11 +98,29 @@ def error_result(code: McpCode | str, message: str, **extra: Any) -> types.CallT
     )
 
 
+def model_text(message: str) -> str:
+    """What an MCP client gets as text: the ``content`` of the sidecar's tool message.
+
+    The sidecar (and callgate.client) speak in ``{"role": "tool", "tool_call_id": ..., "content":
+    {...}}`` (docs/RESULT-ENCODING.md); MCP has no tool-call id and carries the role itself, so the
+    gateway sends the inner object, flat like its own errors (``status``, ``message``, ``code``...).
+    A message in any other shape is passed as it is."""
+    try:
+        msg = json.loads(message)
+    except ValueError:
+        return message
+    if isinstance(msg, dict) and msg.get("role") == "tool" and isinstance(msg.get("content"), dict):
+        return json.dumps(msg["content"], ensure_ascii=False, sort_keys=True)
+    return message
+
+
 def text_result(
     text: str, *, is_error: bool, structured: dict[str, Any] | None = None
 ) -> types.CallToolResult:
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], is_error=is_error, structured_content=structured
+        content=[types.TextContent(type="text", text=model_text(text))],
+        is_error=is_error,
+        structured_content=structured,
     )
 
 
@@ -182,6 +200,8 @@ class Gateway:
         """Counts of refused calls by code (read by tests and the log at exit)."""
         s = cfg.server
         self.agent = AsyncClient(_address(cfg, s.agent))
+        assert self.agent.gate is not None  # an agent address was given
+        self.gate: pb_grpc.GateStub = self.agent.gate
         self._channels: list[grpc.aio.Channel] = []
         self.executor = pb_grpc.ExecutorStub(self._open(_address(cfg, s.executor)))  # type: ignore[no-untyped-call]
         self.confirmer = pb_grpc.ConfirmationsStub(self._open(_address(cfg, s.confirmer)))  # type: ignore[no-untyped-call]
@@ -253,7 +273,7 @@ class Gateway:
         s.listed += 1
         model_call_id = f"mcp-list-{s.listed}"
         resp = await _call(
-            self.agent.gate.ListTools,
+            self.gate.ListTools,
             pb.ListToolsRequest(session_id=s.session_id, model_call_id=model_call_id),
             self.timeout,
         )
@@ -296,7 +316,7 @@ class Gateway:
         req.idempotency_key = key
         await stages.step("proposing")
         try:
-            resp = await _call(self.agent.gate.Propose, req, self.timeout)
+            resp = await _call(self.gate.Propose, req, self.timeout)
             out = outcome_of(resp, req.proposal_id)
         except CallgateClientError as exc:
             self._refused(exc.code)
@@ -357,7 +377,7 @@ class Gateway:
     async def _cancel(self, s: _Session, invocation_id: str, reason: str) -> None:
         try:
             await _call(
-                self.agent.gate.Cancel,
+                self.gate.Cancel,
                 pb.CancelRequest(invocation_id=invocation_id, reason=reason, session_id=s.session_id),
                 self.timeout,
             )
@@ -480,9 +500,13 @@ class Gateway:
         if enc.withheld:
             return error_result(McpCode.RESULT_WITHHELD, "The call was cancelled; its result is withheld.")
         text = bytes(enc.message).decode("utf-8", "replace")
-        ok = enc_req.status == "ok"
-        if ok and pin.has_output_schema and not enc.truncated:
-            structured = _encoded_data(text)
+        # A result its output schema refused comes back as a refusal (result_schema_invalid).
+        ok = enc_req.status == "ok" and not enc.error_code
+        if ok and enc.structured_json:
+            # Validated against the output schema and redacted by the sidecar, without the
+            # untrusted-data marks (MCP clients check structuredContent against outputSchema);
+            # the marked envelope is the text content beside it.
+            structured = json.loads(enc.structured_json)
         return text_result(text, is_error=not ok, structured=structured)
 
     async def _redeem(self, credential: str, wanted: Mapping[str, str]) -> dict[str, str] | None:
@@ -586,17 +610,6 @@ def _result_value(result: types.CallToolResult) -> Any:
         else:
             blocks.append(c.model_dump(by_alias=True, mode="json", exclude_none=True))
     return blocks[0] if len(blocks) == 1 else blocks
-
-
-def _encoded_data(text: str) -> dict[str, Any] | None:
-    """The ``data`` of an encoded ok message (redacted, strings marked untrusted)."""
-    try:
-        msg = json.loads(text)
-    except ValueError:
-        return None
-    content = msg.get("content") if isinstance(msg, dict) else None
-    data = content.get("data") if isinstance(content, dict) else None
-    return data if isinstance(data, dict) else None
 
 
 def _json(value: Any) -> bytes:
