@@ -295,6 +295,7 @@ async def _run_python(scenario: Scenario, timeout: float) -> list[Event]:
                             if "timeout_ms" in step
                             else None,
                             progress_callback=progress if step.get("progress") else None,
+                            meta=step.get("meta"),
                         )
                         state.emit(
                             {

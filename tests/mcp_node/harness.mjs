@@ -23,7 +23,7 @@
 //     "steps": [
 //       {"op": "list_tools"},
 //       {"op": "call", "name": "tool", "arguments": {...}, "elicitation": "decline",
-//        "timeout_ms": 5000, "progress": true, "id": "label"},
+//        "timeout_ms": 5000, "progress": true, "id": "label", "meta": {...}},  // meta: _meta
 //       {"op": "ping"}, {"op": "sleep", "ms": 100}
 //     ]
 //   }
@@ -171,8 +171,10 @@ async function main() {
         if (step.progress) {
           options.onprogress = (p) => emit({ event: "progress", ...tag, ...p });
         }
+        const params = { name: step.name, arguments: step.arguments ?? {} };
+        if (step.meta) params._meta = step.meta;
         const r = await client.callTool(
-          { name: step.name, arguments: step.arguments ?? {} },
+          params,
           CallToolResultSchema,
           options,
         );
