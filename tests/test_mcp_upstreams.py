@@ -9,7 +9,8 @@ so a failure there points at the gateway and not at the harness:
 * ``@modelcontextprotocol/server-filesystem`` (npm, its installed ``dist/index.js`` run with node)
   on a temporary folder: a read and a write, the file appears;
 * a small SDK server that asks for confirmation (tests/data/mcp/elicit_server.py): each client
-  answers elicitation per its scripted choice (accept runs the action, decline does not).
+  answers elicitation per its scripted choice (accept runs the action, decline does not), over
+  stdio and over streamable HTTP.
 
 Each runs with the official Python SDK client and with the TypeScript SDK client (the node
 harness, marker ``node``; server-filesystem needs node too).
@@ -17,9 +18,11 @@ harness, marker ``node``; server-filesystem needs node too).
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -156,3 +159,53 @@ def test_clients_answer_elicitation(client: Callable[..., Run], choice: str) -> 
     assert "confirm" in asked[0]["requestedSchema"]["properties"]
     text = result_text(run.outcome("act"))
     assert text == ("done x" if choice == "accept" else "not done x (decline)")
+
+
+@pytest.fixture(scope="module")
+def elicit_http() -> Iterator[str]:
+    """tests/data/mcp/elicit_server.py over streamable HTTP; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = subprocess.Popen(
+        [sys.executable, str(DATA / "elicit_server.py"), "--http", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the HTTP server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@pytest.mark.parametrize("client", CLIENT_PARAMS)
+def test_clients_over_streamable_http(client: Callable[..., Run], elicit_http: str) -> None:
+    """Both clients reach a streamable HTTP server (with request headers, as a bearer token
+    would be sent) and answer its elicitation there too."""
+    run = client(
+        {
+            "server": {"url": elicit_http, "headers": {"Authorization": "Bearer test-token"}},
+            "elicitation": "accept",
+            "steps": [
+                {"op": "list_tools"},
+                {"op": "call", "id": "act", "name": "act", "arguments": {"what": "y"}},
+            ],
+        }
+    )
+    assert [t["name"] for t in run.tools()] == ["act"]
+    assert [e["action"] for e in run.of("elicitation")] == ["accept"]
+    assert result_text(run.outcome("act")) == "done y"

@@ -1,9 +1,12 @@
 """A tiny MCP server (official Python SDK) that asks its client to confirm through elicitation
 and reports progress: the harness self-test in tests/test_mcp_upstreams.py runs it over stdio to
-prove both clients answer elicitation per their scripted choice. Run: python elicit_server.py"""
+prove both clients answer elicitation per their scripted choice, over stdio
+(``python elicit_server.py``) and over streamable HTTP (``python elicit_server.py --http PORT``:
+``http://127.0.0.1:PORT/mcp``)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
@@ -32,4 +35,7 @@ async def act(what: str, answer: Annotated[ElicitationResult[Confirm], Resolve(a
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if len(sys.argv) == 3 and sys.argv[1] == "--http":
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]), streamable_http_path="/mcp")
+    else:
+        server.run("stdio")
