@@ -267,6 +267,10 @@ class Config:
 
 ROLES = ("agent", "confirmer", "authorizer", "executor")
 
+EXTENSION_SECTIONS = frozenset({"mcp"})
+"""Sections another loader owns: ``[mcp]`` (``callgate mcp``, callgate/mcp/config.py). ``callgate
+serve`` accepts the same file and skips them, so one file configures both."""
+
 _SECTIONS: dict[str, type[Any]] = {
     "server": ServerConfig,
     "policy": PolicyConfig,
@@ -426,6 +430,8 @@ def load_config(path: str | Path) -> Config:
                 raise config_invalid("[[secrets]] must be an array of tables", source=source)
             kwargs["secrets"] = tuple(_build(SecretConfig, v, "secrets.", source) for v in value)
             continue
+        if key in EXTENSION_SECTIONS:
+            continue  # read and validated by its own loader (callgate/mcp/config.py)
         if key not in _SECTIONS:
             raise config_invalid(
                 f"unknown section [{key}] (known: {', '.join(sorted(_SECTIONS))})", source=source

@@ -1,4 +1,4 @@
-"""``callgate`` command line: ``serve``, ``check``, ``eval``."""
+"""``callgate`` command line: ``serve``, ``check``, ``eval``, ``mcp`` (callgate/mcp/cli.py)."""
 
 from __future__ import annotations
 
@@ -289,6 +289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
+    try:
+        from callgate.mcp.cli import add_parser as add_mcp_parser
+    except ImportError:  # the 'mcp' extra is not installed
+        pass
+    else:
+        add_mcp_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

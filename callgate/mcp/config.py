@@ -1,0 +1,273 @@
+"""The ``[mcp]`` table of the callgate TOML file: the gateway's identity, HTTP bearer validation
+and upstream MCP servers (docs/MCP.md). Frozen dataclasses with a docstring per field (rendered
+into docs/CONFIG.md by ``scripts/gen-docs``); errors name the file and the key."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from callgate.config import Config, check_loopback, load_config
+from callgate.core.errors import LoadError, config_invalid
+
+
+class UpstreamTransport(str, Enum):
+    """How the gateway reaches an upstream MCP server."""
+
+    STDIO = "stdio"
+    HTTP = "http"
+
+
+class SidecarMode(str, Enum):
+    """Where the gateway's sidecar runs."""
+
+    EMBEDDED = "embedded"
+    EXTERNAL = "external"
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A value taken from a ``[[secrets]]`` entry at call time (``{ secret = "NAME" }``)."""
+
+    secret: str
+    """Name of the ``[[secrets]]`` entry, redeemed through the Executor role with the call's
+    scoped credential (its ``tools`` must list the upstream's tools)."""
+
+
+Value = str | SecretRef
+
+
+@dataclass(frozen=True, slots=True)
+class McpIdentityConfig:
+    """The subject of a stdio gateway (the user who launched it)."""
+
+    tenant: str = ""
+    """Tenant of the subject every stdio session is opened for (required for stdio)."""
+    user: str = ""
+    """Subject id (the principal ``User::"<user>"`` in policies; roles come from the policy
+    folder's ``entities.json``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpHttpConfig:
+    """Bearer-token validation for ``callgate mcp serve --transport http``: a missing, invalid or
+    expired token is answered 401 and never reaches an upstream."""
+
+    listen: str = "127.0.0.1:8765"
+    """Loopback ``host:port`` of the MCP endpoint (``/mcp``); ``--listen`` overrides it."""
+    tenant: str = ""
+    """Tenant of every HTTP subject (the token names the user, not the tenant)."""
+    tokens_file: str = ""
+    """JSON file of static tokens: ``{"<token>": "<subject>", ...}`` (mode 0600)."""
+    jwks_file: str = ""
+    """JSON Web Key Set (RFC 7517) that verifies JWT bearer tokens (joserfc)."""
+    issuer: str = ""
+    """Required ``iss`` of JWT bearer tokens."""
+    audience: str = ""
+    """Required ``aud`` of JWT bearer tokens (the gateway's own resource URL)."""
+    resource_url: str = ""
+    """This gateway's public URL (advertised in the protected-resource metadata); default
+    ``http://<listen>/mcp``."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpUpstreamConfig:
+    """One upstream MCP server; its tools are exposed as ``<name>.<tool>``."""
+
+    name: str = ""
+    """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``)."""
+    transport: UpstreamTransport = UpstreamTransport.STDIO
+    """``stdio`` (a child process) or ``http`` (MCP streamable HTTP)."""
+    command: str = ""
+    """stdio: the executable."""
+    args: tuple[str, ...] = ()
+    """stdio: its arguments."""
+    cwd: str = ""
+    """stdio: working directory (relative to the config file)."""
+    env: tuple[tuple[str, Value], ...] = ()
+    """stdio: extra environment variables; a value may be ``{ secret = "NAME" }``."""
+    url: str = ""
+    """http: the endpoint, e.g. ``http://127.0.0.1:9000/mcp``."""
+    headers: tuple[tuple[str, Value], ...] = ()
+    """http: request headers; a value may be ``{ secret = "NAME" }``."""
+    timeout_seconds: float = 30.0
+    """Connect/list timeout, and the call timeout of tools whose ToolSpec has no
+    ``timeout_policy``."""
+
+    @property
+    def has_secrets(self) -> bool:
+        """Whether a call needs redeemed secrets (then each call gets its own connection)."""
+        return any(isinstance(v, SecretRef) for _, v in (*self.env, *self.headers))
+
+
+@dataclass(frozen=True, slots=True)
+class McpConfig:
+    """The MCP gateway (``callgate mcp``): docs/MCP.md."""
+
+    sidecar: SidecarMode = SidecarMode.EMBEDDED
+    """``embedded``: run the sidecar in-process on ``[server]``'s sockets before answering;
+    ``external``: use an already-running sidecar at those sockets."""
+    executor_id: str = "mcp-gateway"
+    """Executor identity (credential audience) the gateway begins attempts as."""
+    dedupe_window_seconds: int = 600
+    """Width of the time bucket of derived idempotency keys: an identical retried call inside
+    the same bucket replays instead of running again (docs/MCP.md, "Idempotency")."""
+    elicitation_timeout_seconds: float = 120.0
+    """How long a confirmation question waits for the user; then the call is cancelled."""
+    progress_after_seconds: float = 0.0
+    """Gate-stage progress notifications are sent to clients that asked (``progressToken``) for
+    calls still running after this long (0 = at every stage)."""
+    identity: McpIdentityConfig = McpIdentityConfig()
+    """``[mcp.identity]``."""
+    http: McpHttpConfig = McpHttpConfig()
+    """``[mcp.http]``."""
+    upstreams: tuple[McpUpstreamConfig, ...] = ()
+    """``[[mcp.upstreams]]``."""
+
+    def upstream(self, name: str) -> McpUpstreamConfig | None:
+        return next((u for u in self.upstreams if u.name == name), None)
+
+
+def _scalar(cls: type[Any], data: dict[str, Any], where: str, source: str) -> dict[str, Any]:
+    known = {f.name for f in fields(cls)}
+    defaults = cls()
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in known:
+            raise config_invalid(
+                f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})", source=source
+            )
+        default = getattr(defaults, key)
+        if isinstance(default, Enum):
+            try:
+                out[key] = type(default)(value)
+            except ValueError:
+                choices = ", ".join(m.value for m in type(default))
+                raise config_invalid(f"'{where}{key}' must be one of {choices}", source=source) from None
+            continue
+        if isinstance(default, float) and type(value) is int:
+            value = float(value)
+        if type(value) is not type(default):
+            raise config_invalid(
+                f"'{where}{key}' must be {type(default).__name__}, got {type(value).__name__}", source=source
+            )
+        out[key] = value
+    return out
+
+
+def _values(data: Any, where: str, source: str) -> tuple[tuple[str, Value], ...]:
+    if not isinstance(data, dict):
+        raise config_invalid(f"'{where}' must be a table", source=source)
+    out: list[tuple[str, Value]] = []
+    for k, v in data.items():
+        if isinstance(v, str):
+            out.append((k, v))
+        elif isinstance(v, dict) and set(v) == {"secret"} and isinstance(v["secret"], str):
+            out.append((k, SecretRef(v["secret"])))
+        else:
+            raise config_invalid(f"'{where}.{k}' must be a string or {{ secret = \"NAME\" }}", source=source)
+    return tuple(out)
+
+
+def _upstream(data: Any, i: int, source: str) -> McpUpstreamConfig:
+    where = f"mcp.upstreams[{i}]."
+    if not isinstance(data, dict):
+        raise config_invalid(f"'{where[:-1]}' must be a table", source=source)
+    plain = {k: v for k, v in data.items() if k not in ("env", "headers", "args")}
+    kw = _scalar(McpUpstreamConfig, plain, where, source)
+    if "args" in data:
+        args = data["args"]
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise config_invalid(f"'{where}args' must be an array of strings", source=source)
+        kw["args"] = tuple(args)
+    for key in ("env", "headers"):
+        if key in data:
+            kw[key] = _values(data[key], f"{where}{key}", source)
+    up = McpUpstreamConfig(**kw)
+    if not up.name or "." in up.name or "@" in up.name:
+        raise config_invalid(f"'{where}name' must be set and contain no '.' or '@'", source=source)
+    if up.transport is UpstreamTransport.STDIO and not up.command:
+        raise config_invalid(f"'{where}command' is required for a stdio upstream", source=source)
+    if up.transport is UpstreamTransport.HTTP and not up.url.startswith(("http://", "https://")):
+        raise config_invalid(f"'{where}url' must be an http(s) URL for an http upstream", source=source)
+    if up.timeout_seconds <= 0:
+        raise config_invalid(f"'{where}timeout_seconds' must be positive", source=source)
+    return up
+
+
+def parse_mcp(data: Any, source: str) -> McpConfig:
+    """Build :class:`McpConfig` from the ``[mcp]`` table (raises ``config_invalid``)."""
+    if data is None:
+        return McpConfig()
+    if not isinstance(data, dict):
+        raise config_invalid("[mcp] must be a table", source=source)
+    plain = {k: v for k, v in data.items() if k not in ("identity", "http", "upstreams")}
+    kw = _scalar(McpConfig, plain, "mcp.", source)
+    if "identity" in data:
+        if not isinstance(data["identity"], dict):
+            raise config_invalid("'mcp.identity' must be a table", source=source)
+        kw["identity"] = McpIdentityConfig(
+            **_scalar(McpIdentityConfig, data["identity"], "mcp.identity.", source)
+        )
+    if "http" in data:
+        if not isinstance(data["http"], dict):
+            raise config_invalid("'mcp.http' must be a table", source=source)
+        kw["http"] = McpHttpConfig(**_scalar(McpHttpConfig, data["http"], "mcp.http.", source))
+    ups = data.get("upstreams", [])
+    if not isinstance(ups, list):
+        raise config_invalid("[[mcp.upstreams]] must be an array of tables", source=source)
+    kw["upstreams"] = tuple(_upstream(u, i, source) for i, u in enumerate(ups))
+    cfg = McpConfig(**kw)
+    names = [u.name for u in cfg.upstreams]
+    if len(set(names)) != len(names):
+        raise config_invalid("mcp.upstreams: names must be unique", source=source)
+    if cfg.dedupe_window_seconds <= 0:
+        raise config_invalid("'mcp.dedupe_window_seconds' must be positive", source=source)
+    if cfg.elicitation_timeout_seconds <= 0:
+        raise config_invalid("'mcp.elicitation_timeout_seconds' must be positive", source=source)
+    if cfg.http.listen:
+        check_loopback(cfg.http.listen, source=source)
+    return cfg
+
+
+def check_secret_refs(cfg: Config, mcp: McpConfig, source: str) -> None:
+    """Every ``{ secret = "NAME" }`` names a ``[[secrets]]`` entry."""
+    known = {s.name for s in cfg.secrets}
+    for up in mcp.upstreams:
+        for key, value in (*up.env, *up.headers):
+            if isinstance(value, SecretRef) and value.secret not in known:
+                raise config_invalid(
+                    f"'mcp.upstreams.{up.name}': '{key}' names secret '{value.secret}', "
+                    "which is not a [[secrets]] entry",
+                    source=source,
+                )
+
+
+def load_gateway_config(path: str | Path) -> tuple[Config, McpConfig]:
+    """The callgate config (``callgate serve``'s settings) and its ``[mcp]`` table."""
+    cfg = load_config(path)
+    source = str(path)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:  # load_config read it a moment ago
+        raise config_invalid(str(exc), source=source) from None
+    mcp = parse_mcp(data.get("mcp"), source)
+    check_secret_refs(cfg, mcp, source)
+    return cfg, mcp
+
+
+__all__ = [
+    "LoadError",
+    "McpConfig",
+    "McpHttpConfig",
+    "McpIdentityConfig",
+    "McpUpstreamConfig",
+    "SecretRef",
+    "SidecarMode",
+    "UpstreamTransport",
+    "load_gateway_config",
+    "parse_mcp",
+]

@@ -1,0 +1,693 @@
+"""The MCP gateway: an MCP server (official SDK, low-level ``Server``) whose ``tools/list`` is
+the session's ListTools view and whose ``tools/call`` runs callgate's whole chain before an
+upstream MCP server is called (docs/MCP.md has the sequence diagram).
+
+It talks to the sidecar only over gRPC with :mod:`callgate.client` (agent role: OpenSession,
+ListTools, Propose, Cancel; executor role: BeginAttempt, RedeemSecret, ReportOutcome,
+EncodeResult; confirmer role: Confirm after an accepted elicitation, recorded as
+``mcp-elicitation:<subject>``). Every refusal is an ``isError`` result with a stable code
+(callgate's, or :class:`McpCode` for what only the gateway can see); nothing unknown is ever run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import anyio
+import grpc
+import mcp_types as types
+import rfc8785
+from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
+
+from callgate.client import (
+    AsyncClient,
+    CallgateClientError,
+    Denied,
+    NeedsConfirmation,
+    Rejected,
+    Replayed,
+    Tool,
+    ToolCall,
+    ToolNames,
+)
+from callgate.client._wire import outcome_of, parse_tools, propose_request
+from callgate.client.aio import _call
+from callgate.client.sync import target
+from callgate.client.tools import Dialect, render
+from callgate.config import Config
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.mcp.config import McpConfig
+from callgate.mcp.pins import Pin, PinState, definition_sha256, read_pins
+from callgate.mcp.upstreams import Answered, CallEnd, Lost, NotSent, Refused, Upstream, redeem_names
+
+log = logging.getLogger("callgate.mcp")
+
+IDEMPOTENCY_META_KEY = "io.callgate/idempotency-key"
+"""``_meta`` member of ``tools/call`` with the client's own idempotency key."""
+
+
+class McpCode(str, Enum):
+    """The gateway's own stable codes (docs/MCP.md, "Codes"); callgate's codes pass through."""
+
+    UPSTREAM_DEFINITION_CHANGED = "upstream_definition_changed"
+    """The upstream's definition of the tool differs from its pin (or the upstream no longer
+    lists it): refused until ``callgate mcp import`` re-pins it."""
+    UPSTREAM_NOT_PINNED = "upstream_not_pinned"
+    """The ToolSpec has no ``upstream`` pin (or names an unconfigured upstream)."""
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    """The upstream could not be reached; nothing was sent."""
+    UPSTREAM_REFUSED = "upstream_refused"
+    """The upstream answered with a protocol error; the tool did not run."""
+    UPSTREAM_TOOL_ERROR = "upstream_tool_error"
+    """The upstream tool answered ``isError``."""
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    """Sent, then a timeout, crash or cancel: whether it took effect is unknown; never retried."""
+    CONFIRMATION_DECLINED = "confirmation_declined"
+    """The user declined (or dismissed) the confirmation question."""
+    CONFIRMATION_TIMEOUT = "confirmation_timeout"
+    """No answer to the confirmation question in time."""
+    ELICITATION_UNSUPPORTED = "elicitation_unsupported"
+    """The call needs a confirmation and the client cannot be asked (no elicitation)."""
+    RESULT_WITHHELD = "result_withheld"
+    """Cancelled after the commit boundary: the result is recorded, not shown."""
+    SIDECAR_ERROR = "sidecar_error"
+    """The sidecar refused or failed a call (its code is in the message)."""
+
+
+def _error_text(code: str, message: str, **extra: Any) -> str:
+    return json.dumps(
+        {"status": "error", "code": code, "message": message, **extra}, ensure_ascii=False, sort_keys=True
+    )
+
+
+def error_result(code: McpCode | str, message: str, **extra: Any) -> types.CallToolResult:
+    value = code.value if isinstance(code, McpCode) else code
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=_error_text(value, message, **extra))], is_error=True
+    )
+
+
+def text_result(
+    text: str, *, is_error: bool, structured: dict[str, Any] | None = None
+) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], is_error=is_error, structured_content=structured
+    )
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is acting: from ``[mcp.identity]`` (stdio) or the validated bearer token (HTTP)."""
+
+    tenant: str
+    subject: str
+
+
+@dataclass
+class _Session:
+    """One callgate session per MCP connection and subject."""
+
+    session_id: str
+    identity: Identity
+    listed: int = 0
+    model_call_id: str = ""
+    names: ToolNames = field(default_factory=ToolNames)
+    tools: dict[tuple[str, str], Tool] = field(default_factory=dict)
+
+
+class PinView:
+    """The pinned tools in the policy folder, re-read when a file there changes, and the live
+    digests the upstreams listed (refreshed at connect and on ``tools/list_changed``)."""
+
+    def __init__(self, tools_dir: Path) -> None:
+        self.tools_dir = tools_dir
+        self._stamp: tuple[tuple[str, int], ...] = ()
+        self._pins: dict[str, Pin] = {}
+        self.live: dict[tuple[str, str], str] = {}
+        self.listed_servers: set[str] = set()
+
+    def _current_stamp(self) -> tuple[tuple[str, int], ...]:
+        try:
+            return tuple(sorted((p.name, p.stat().st_mtime_ns) for p in self.tools_dir.glob("*.json")))
+        except OSError:
+            return ()
+
+    def pins(self) -> dict[str, Pin]:
+        stamp = self._current_stamp()
+        if stamp != self._stamp:
+            self._pins = {f"{p.spec_name}@{p.version}": p for p in read_pins(self.tools_dir)}
+            self._stamp = stamp
+        return self._pins
+
+    def state(self, pin: Pin) -> PinState:
+        if pin.server not in self.listed_servers:
+            return PinState.MISSING
+        live = self.live.get((pin.server, pin.tool))
+        if live is None:
+            return PinState.MISSING
+        return PinState.MATCH if live == pin.definition_sha256 else PinState.CHANGED
+
+    def set_listing(self, server: str, tools: list[dict[str, Any]]) -> None:
+        for key in [k for k in self.live if k[0] == server]:
+            del self.live[key]
+        for t in tools:
+            self.live[(server, str(t["name"]))] = definition_sha256(t)
+        self.listed_servers.add(server)
+
+
+class Gateway:
+    """The MCP-facing half. ``start()`` connects the sidecar's listeners and the upstreams."""
+
+    def __init__(self, cfg: Config, mcp: McpConfig) -> None:
+        self.cfg = cfg
+        self.mcp = mcp
+        self.view = PinView(cfg.path(cfg.policy.dir) / "tools")
+        self.upstreams = {
+            u.name: Upstream(u, Path(cfg.base_dir), on_changed=self._list_changed) for u in mcp.upstreams
+        }
+        self._sessions: dict[tuple[str, str, str], _Session] = {}
+        self._session_lock = asyncio.Lock()
+        self.refusals: dict[str, int] = {}
+        """Counts of refused calls by code (read by tests and the log at exit)."""
+        s = cfg.server
+        self.agent = AsyncClient(_address(cfg, s.agent))
+        self._channels: list[grpc.aio.Channel] = []
+        self.executor = pb_grpc.ExecutorStub(self._open(_address(cfg, s.executor)))  # type: ignore[no-untyped-call]
+        self.confirmer = pb_grpc.ConfirmationsStub(self._open(_address(cfg, s.confirmer)))  # type: ignore[no-untyped-call]
+        self.timeout = 10.0
+
+    def _open(self, address: str) -> grpc.aio.Channel:
+        ch = grpc.aio.insecure_channel(target(address))
+        self._channels.append(ch)
+        return ch
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        for name in self.upstreams:
+            await self._refresh(name)
+
+    async def stop(self) -> None:
+        for up in self.upstreams.values():
+            await up.close()
+        await self.agent.close()
+        for ch in self._channels:
+            await ch.close()
+        if self.refusals:
+            log.info(
+                "mcp gateway refusals: %s", ", ".join(f"{k}={v}" for k, v in sorted(self.refusals.items()))
+            )
+
+    async def _refresh(self, name: str) -> None:
+        up = self.upstreams[name]
+        try:
+            tools = await up.list_tools()
+        except Exception as exc:  # an unreachable upstream: its tools are not shown nor called
+            log.warning(
+                "upstream %s: cannot list tools (%s); its tools are unavailable", name, type(exc).__name__
+            )
+            self.view.listed_servers.discard(name)
+            return
+        self.view.set_listing(name, tools)
+        for pin in self.view.pins().values():
+            if pin.server == name and self.view.state(pin) is not PinState.MATCH:
+                self._report_changed(pin, "connect")
+
+    async def _list_changed(self, name: str) -> None:
+        log.info("upstream %s: tools/list_changed", name)
+        asyncio.get_running_loop().create_task(self._refresh(name))
+
+    def _report_changed(self, pin: Pin, when: str) -> None:
+        state = self.view.state(pin)
+        log.warning(
+            "upstream definition %s: %s@%s (upstream %s tool %s) at %s; refused until `callgate mcp "
+            "import` re-pins it",
+            state.value, pin.spec_name, pin.version, pin.server, pin.tool, when,
+        )  # fmt: skip
+
+    def _refused(self, code: str) -> None:
+        self.refusals[code] = self.refusals.get(code, 0) + 1
+
+    # ------------------------------------------------------------------ sessions
+    async def session_for(self, identity: Identity, connection: str) -> _Session:
+        key = (identity.tenant, identity.subject, connection)
+        async with self._session_lock:
+            s = self._sessions.get(key)
+            if s is None:
+                opened = await self.agent.session(identity.tenant, identity.subject)
+                s = _Session(opened.session_id, identity)
+                self._sessions[key] = s
+            return s
+
+    async def _list(self, s: _Session) -> list[Tool]:
+        s.listed += 1
+        model_call_id = f"mcp-list-{s.listed}"
+        resp = await _call(
+            self.agent.gate.ListTools,
+            pb.ListToolsRequest(session_id=s.session_id, model_call_id=model_call_id),
+            self.timeout,
+        )
+        tools = parse_tools(resp)
+        s.model_call_id = model_call_id
+        s.names = ToolNames.build(tools)
+        s.tools = {(t.name, t.version): t for t in tools}
+        return tools
+
+    async def list_tools(self, s: _Session) -> list[types.Tool]:
+        """The session's ListTools view, only pinned tools whose upstream still matches."""
+        tools = await self._list(s)
+        pins = self.view.pins()
+        shown = []
+        for t in tools:
+            pin = pins.get(f"{t.name}@{t.version}")
+            if pin is None or pin.server not in self.upstreams or self.view.state(pin) is not PinState.MATCH:
+                continue
+            shown.append(t)
+        out = []
+        for t, d in zip(shown, render(shown, s.names, Dialect.MCP), strict=True):
+            d["annotations"] = {"readOnlyHint": t.side_effect_class == "read_only"}
+            out.append(types.Tool.model_validate(d))
+        return out
+
+    # ------------------------------------------------------------------ tools/call
+    async def call_tool(self, ctx: Any, s: _Session, name: str, arguments: Mapping[str, Any] | None,
+                        meta: Mapping[str, Any]) -> types.CallToolResult:  # fmt: skip
+        stages = _Stages(ctx, self.mcp.progress_after_seconds)
+        if not s.model_call_id:
+            await self._list(s)
+        resolved = s.names.resolve(name)
+        spec, version = resolved if resolved is not None else (name, "")
+        pin = self.view.pins().get(f"{spec}@{version}") if resolved is not None else None
+        raw = json.dumps(dict(arguments or {}), ensure_ascii=False).encode()
+        key = self._key(s, spec, version, arguments, meta)
+        req = propose_request(
+            s.session_id, s.model_call_id, ToolCall(_call_id(), name, raw), s.names, s.tools
+        )
+        req.idempotency_key = key
+        await stages.step("proposing")
+        try:
+            resp = await _call(self.agent.gate.Propose, req, self.timeout)
+            out = outcome_of(resp, req.proposal_id)
+        except CallgateClientError as exc:
+            self._refused(exc.code)
+            return error_result(exc.code, "the gateway's call to callgate was refused; nothing ran")
+        if isinstance(out, Rejected | Denied):
+            return text_result(out.message, is_error=True)
+        if isinstance(out, Replayed):
+            return text_result(out.message, is_error=_replay_failed(out.state))
+        # Allowed or NeedsConfirmation: only a pinned, matching upstream tool may go on.
+        refusal = self._pin_refusal(pin)
+        if refusal is not None:
+            await self._cancel(s, out.invocation_id, refusal.value)
+            self._refused(refusal.value)
+            return error_result(refusal, _PIN_MESSAGES[refusal], tool=f"{spec}@{version}")
+        assert pin is not None
+        invocation_id = out.invocation_id
+        try:
+            if isinstance(out, NeedsConfirmation):
+                await stages.step("waiting for the user's confirmation")
+                answer = await self._confirm(ctx, s, out, spec, version)
+                if answer is not None:
+                    await self._cancel(s, invocation_id, answer.value)
+                    self._refused(answer.value)
+                    return error_result(answer, _CONFIRM_MESSAGES[answer])
+            return await self._execute(ctx, s, invocation_id, pin, stages)
+        except BaseException:
+            # a client cancel (or a failure of ours): before the boundary the invocation is
+            # cancelled; after it, Cancel records cancel_requested and the result is withheld
+            with anyio.CancelScope(shield=True):
+                await self._cancel(s, invocation_id, "client_cancelled")
+            raise
+
+    def _pin_refusal(self, pin: Pin | None) -> McpCode | None:
+        if pin is None or pin.server not in self.upstreams:
+            return McpCode.UPSTREAM_NOT_PINNED
+        if self.view.state(pin) is not PinState.MATCH:
+            self._report_changed(pin, "call")
+            return McpCode.UPSTREAM_DEFINITION_CHANGED
+        return None
+
+    def _key(self, s: _Session, spec: str, version: str, arguments: Mapping[str, Any] | None,
+             meta: Mapping[str, Any]) -> str:  # fmt: skip
+        given = meta.get(IDEMPOTENCY_META_KEY)
+        if isinstance(given, str) and given:
+            return given
+        tool = s.tools.get((spec, version))
+        if tool is None:
+            return ""
+        return derived_key(
+            s.identity, f"{spec}@{version}", arguments or {}, self.mcp.dedupe_window_seconds, time.time()
+        )
+
+    async def _cancel(self, s: _Session, invocation_id: str, reason: str) -> None:
+        try:
+            await _call(
+                self.agent.gate.Cancel,
+                pb.CancelRequest(invocation_id=invocation_id, reason=reason, session_id=s.session_id),
+                self.timeout,
+            )
+        except CallgateClientError as exc:
+            log.warning("cancel of %s failed: %s", invocation_id, exc.code)
+
+    async def _confirm(
+        self, ctx: Any, s: _Session, out: NeedsConfirmation, spec: str, version: str
+    ) -> McpCode | None:
+        """Ask the user through elicitation; Confirm bound to the digest on accept. None = go on."""
+        caps = ctx.session.client_capabilities
+        if caps is None or caps.elicitation is None:
+            return McpCode.ELICITATION_UNSUPPORTED
+        try:
+            args = json.dumps(
+                json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True
+            )
+        except ValueError:
+            args = out.normalized_arguments.decode("utf-8", "replace")
+        message = (
+            f"callgate: allow {spec}@{version} with these arguments?\n{args}\n"
+            f"digest: {out.digest}\nexpires: {out.expires_at}"
+        )
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {"confirm": {"type": "boolean", "title": "Run this call", "default": False}},
+            "required": ["confirm"],
+        }
+        try:
+            with anyio.fail_after(self.mcp.elicitation_timeout_seconds):
+                res = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        except TimeoutError:
+            return McpCode.CONFIRMATION_TIMEOUT
+        except Exception as exc:  # no back-channel, protocol error: never run
+            log.info("elicitation failed: %s", type(exc).__name__)
+            return McpCode.ELICITATION_UNSUPPORTED
+        if (
+            res.action != "accept"
+            or not isinstance(res.content, dict)
+            or res.content.get("confirm") is not True
+        ):
+            return McpCode.CONFIRMATION_DECLINED
+        try:
+            await _call(
+                self.confirmer.Confirm,
+                pb.ConfirmRequest(
+                    invocation_id=out.invocation_id, digest=out.digest,
+                    confirmed_by=f"mcp-elicitation:{s.identity.tenant}/{s.identity.subject}",
+                ),
+                self.timeout,
+            )  # fmt: skip
+        except CallgateClientError as exc:
+            log.info("confirm of %s refused: %s", out.invocation_id, exc.code)
+            return (
+                McpCode.CONFIRMATION_TIMEOUT
+                if exc.code == "confirmation_expired"
+                else McpCode.CONFIRMATION_DECLINED
+            )
+        return None
+
+    async def _execute(
+        self, ctx: Any, s: _Session, invocation_id: str, pin: Pin, stages: _Stages
+    ) -> types.CallToolResult:
+        """BeginAttempt -> secrets -> upstream tools/call -> ReportOutcome (again while the retry
+        advice says so, only for calls that never left) -> EncodeResult."""
+        up = self.upstreams[pin.server]
+        wanted = redeem_names(up.cfg)
+        attempts = 0
+        while True:
+            attempts += 1
+            await stages.step("starting the attempt")
+            att = await _call(
+                self.executor.BeginAttempt,
+                pb.BeginAttemptRequest(invocation_id=invocation_id, executor_id=self.mcp.executor_id),
+                self.timeout,
+            )
+            try:
+                arguments = json.loads(att.normalized_arguments)
+            except ValueError:
+                arguments = None
+            end: CallEnd
+            if not isinstance(arguments, dict):
+                end = NotSent("arguments_not_an_object")
+            else:
+                secrets = await self._redeem(att.credential, wanted)
+                if secrets is None:
+                    end = NotSent("secret_unavailable")
+                else:
+                    await stages.step(f"calling upstream {pin.server}")
+                    end = await self._send(ctx, up, pin, arguments, secrets, att.attempt_id)
+            report = _report(end, att.attempt_id, f"mcp:{pin.server}.{pin.tool}:{att.attempt_id}")
+            with anyio.CancelScope(shield=True):
+                rep = await _call(self.executor.ReportOutcome, report, self.timeout)
+            if isinstance(end, Lost):
+                self._refused(McpCode.OUTCOME_UNKNOWN.value)
+                return error_result(
+                    McpCode.OUTCOME_UNKNOWN,
+                    "The call was sent but no answer came back; it may or may not have taken effect. "
+                    "Do not retry it blindly.",
+                    reason=end.reason,
+                )
+            if isinstance(end, NotSent) and rep.retry.retry and attempts < 5:
+                await asyncio.sleep(min(rep.retry.backoff_ms, 5000) / 1000)
+                continue
+            break
+        await stages.step("encoding the result")
+        structured: dict[str, Any] | None = None
+        if isinstance(end, Answered) and not end.result.is_error:
+            value: Any = _result_value(end.result)
+            enc_req = pb.EncodeResultRequest(invocation_id=invocation_id, status="ok", value=_json(value))
+        else:
+            code, message = _failure(end)
+            self._refused(code.value)
+            enc_req = pb.EncodeResultRequest(
+                invocation_id=invocation_id,
+                status="error",
+                value=_json({"code": code.value, "message": message, "retryable": False}),
+            )
+        enc = await _call(self.executor.EncodeResult, enc_req, self.timeout)
+        if enc.withheld:
+            return error_result(McpCode.RESULT_WITHHELD, "The call was cancelled; its result is withheld.")
+        text = bytes(enc.message).decode("utf-8", "replace")
+        ok = enc_req.status == "ok"
+        if ok and pin.has_output_schema and not enc.truncated:
+            structured = _encoded_data(text)
+        return text_result(text, is_error=not ok, structured=structured)
+
+    async def _redeem(self, credential: str, wanted: Mapping[str, str]) -> dict[str, str] | None:
+        out: dict[str, str] = {}
+        for key, secret in wanted.items():
+            try:
+                r = await _call(
+                    self.executor.RedeemSecret,
+                    pb.RedeemSecretRequest(credential=credential, secret_name=secret),
+                    self.timeout,
+                )
+            except CallgateClientError as exc:
+                log.warning("secret %s not redeemed for this call: %s", secret, exc.code)
+                return None
+            out[key] = bytes(r.value).decode("utf-8")
+        return out
+
+    async def _send(self, ctx: Any, up: Upstream, pin: Pin, arguments: dict[str, Any],
+                    secrets: Mapping[str, str], attempt_id: str) -> CallEnd:  # fmt: skip
+        async def progress(p: float, total: float | None, message: str | None) -> None:
+            await ctx.session.report_progress(p, total, message)
+
+        try:
+            return await up.call(
+                pin.tool, arguments, secrets=secrets, timeout=pin.timeout_ms / 1000, progress=progress,
+                expected_sha256=pin.definition_sha256, digest=definition_sha256,
+            )  # fmt: skip
+        except BaseException:
+            # cancelled while the request may be out: nobody knows whether it committed
+            with anyio.CancelScope(shield=True):
+                try:
+                    await _call(
+                        self.executor.ReportOutcome,
+                        _report(Lost("cancelled"), attempt_id),
+                        self.timeout,
+                    )
+                except CallgateClientError as exc:
+                    log.warning("report after cancel failed: %s", exc.code)
+            raise
+
+
+_PIN_MESSAGES = {
+    McpCode.UPSTREAM_NOT_PINNED: "This tool is not routed to a pinned upstream MCP tool; nothing ran.",
+    McpCode.UPSTREAM_DEFINITION_CHANGED: (
+        "The upstream server changed this tool's definition since it was approved; nothing ran. "
+        "An operator must review it and re-pin it (callgate mcp import)."
+    ),
+}
+_CONFIRM_MESSAGES = {
+    McpCode.CONFIRMATION_DECLINED: "The user did not approve this call; nothing ran.",
+    McpCode.CONFIRMATION_TIMEOUT: "The user did not answer the confirmation in time; nothing ran.",
+    McpCode.ELICITATION_UNSUPPORTED: (
+        "This call needs the user's confirmation and this client cannot ask for it; nothing ran."
+    ),
+}
+
+
+def _failure(end: CallEnd) -> tuple[McpCode, str]:
+    if isinstance(end, Answered):
+        texts = [c.text for c in end.result.content if isinstance(c, types.TextContent)]
+        return McpCode.UPSTREAM_TOOL_ERROR, "\n".join(texts)[:2000] or "the upstream tool failed"
+    if isinstance(end, Refused):
+        return McpCode.UPSTREAM_REFUSED, f"upstream error {end.code}: {end.message[:500]}"
+    if isinstance(end, NotSent) and end.reason == "definition_changed":
+        return McpCode.UPSTREAM_DEFINITION_CHANGED, _PIN_MESSAGES[McpCode.UPSTREAM_DEFINITION_CHANGED]
+    return McpCode.UPSTREAM_UNAVAILABLE, "The upstream server could not be reached; nothing was sent."
+
+
+def _report(end: CallEnd, attempt_id: str, external_id: str = "") -> pb.ReportOutcomeRequest:
+    """The outcome of one attempt. MCP results carry no external id: a committed call is
+    identified by ``mcp:<upstream>.<tool>:<attempt id>``."""
+    if isinstance(end, Answered) and not end.result.is_error:
+        return pb.ReportOutcomeRequest(
+            attempt_id=attempt_id, outcome=pb.OUTCOME_COMMITTED, external_resource_id=external_id
+        )
+    if isinstance(end, Answered | Refused):
+        return pb.ReportOutcomeRequest(
+            attempt_id=attempt_id, outcome=pb.OUTCOME_FAILED_BEFORE_COMMIT,
+            failure_class=pb.BUSINESS_REJECTION, message=type(end).__name__,
+        )  # fmt: skip
+    if isinstance(end, NotSent):
+        return pb.ReportOutcomeRequest(
+            attempt_id=attempt_id, outcome=pb.OUTCOME_FAILED_BEFORE_COMMIT,
+            failure_class=pb.NOT_REACHED, message=f"not sent: {end.reason}",
+        )  # fmt: skip
+    return pb.ReportOutcomeRequest(
+        attempt_id=attempt_id, outcome=pb.OUTCOME_UNKNOWN_COMMIT, failure_class=pb.TIMEOUT,
+        message=f"sent, no answer: {end.reason}",
+    )  # fmt: skip
+
+
+def _result_value(result: types.CallToolResult) -> Any:
+    """What goes to EncodeResult: the structured content when the upstream gave one, else the
+    content (one text block: its text; else a list of texts and other blocks as their JSON)."""
+    if result.structured_content is not None:
+        return result.structured_content
+    blocks: list[Any] = []
+    for c in result.content:
+        if isinstance(c, types.TextContent):
+            blocks.append(c.text)
+        else:
+            blocks.append(c.model_dump(by_alias=True, mode="json", exclude_none=True))
+    return blocks[0] if len(blocks) == 1 else blocks
+
+
+def _encoded_data(text: str) -> dict[str, Any] | None:
+    """The ``data`` of an encoded ok message (redacted, strings marked untrusted)."""
+    try:
+        msg = json.loads(text)
+    except ValueError:
+        return None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    data = content.get("data") if isinstance(content, dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False).encode()
+
+
+def _replay_failed(state: str) -> bool:
+    return state not in ("OBSERVED", "COMMITTED", "PREPARED", "EXECUTING", "AUTHORIZED")
+
+
+def _call_id() -> str:
+    return (
+        "mcp-"
+        + hashlib.sha256(str(time.time_ns()).encode() + id(object()).to_bytes(8, "little")).hexdigest()[:16]
+    )
+
+
+def derived_key(identity: Identity, tool: str, arguments: Mapping[str, Any], window: int, now: float) -> str:
+    """The idempotency key of a call without a client key: the same subject, tool and arguments
+    (RFC 8785 digest of the arguments as received) inside one ``window``-second bucket give the
+    same key, so a retried identical call replays instead of running twice (docs/MCP.md)."""
+    try:
+        args_digest = hashlib.sha256(rfc8785.dumps(dict(arguments))).hexdigest()
+    except (rfc8785.CanonicalizationError, TypeError, ValueError):
+        args_digest = hashlib.sha256(
+            json.dumps(dict(arguments), sort_keys=True, default=str).encode()
+        ).hexdigest()
+    bucket = int(now // window)
+    material = "\x00".join((identity.tenant, identity.subject, tool, args_digest, str(window), str(bucket)))
+    return "mcpk1-" + hashlib.sha256(material.encode()).hexdigest()[:40]
+
+
+class _Stages:
+    """Gate-stage progress for a client that sent a progressToken (a no-op otherwise)."""
+
+    def __init__(self, ctx: Any, after: float) -> None:
+        self.ctx = ctx
+        self.after = after
+        self.started = time.monotonic()
+        self.n = 0
+
+    async def step(self, message: str) -> None:
+        self.n += 1
+        if time.monotonic() - self.started < self.after:
+            return
+        try:
+            await self.ctx.session.report_progress(float(self.n), None, f"callgate: {message}")
+        except Exception as exc:  # progress is best effort; never fails the call
+            log.debug("progress not sent: %s", type(exc).__name__)
+
+
+def _address(cfg: Config, listener: Any) -> str:
+    if listener.socket:
+        return "unix:" + str(cfg.path(listener.socket).resolve())
+    return str(listener.tcp)
+
+
+def _meta_of(params: types.CallToolRequestParams) -> dict[str, Any]:
+    meta = params.meta
+    if meta is None:
+        return {}
+    if isinstance(meta, dict):
+        return meta
+    dumped: dict[str, Any] = meta.model_dump(by_alias=True, exclude_none=True)
+    return dumped
+
+
+def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
+    """The low-level MCP server; ``identity_of(ctx) -> (Identity, connection key) | None``."""
+
+    async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        who = identity_of(ctx)
+        if who is None:
+            return types.ListToolsResult(tools=[])
+        s = await gw.session_for(*who)
+        return types.ListToolsResult(tools=await gw.list_tools(s))
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        who = identity_of(ctx)
+        if who is None:
+            return error_result("unauthenticated", "no authenticated subject")
+        s = await gw.session_for(*who)
+        return await gw.call_tool(ctx, s, params.name, params.arguments, _meta_of(params))
+
+    return Server("callgate-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+
+
+def init_options(server: Server[Any]) -> Any:
+    return server.create_initialization_options(NotificationOptions(tools_changed=False))
+
+
+__all__ = [
+    "IDEMPOTENCY_META_KEY",
+    "Gateway",
+    "Identity",
+    "McpCode",
+    "build_server",
+    "derived_key",
+]

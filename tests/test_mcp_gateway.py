@@ -1,0 +1,526 @@
+"""The MCP gateway end to end with real parts: the official MCP Python SDK client (over stdio to
+``callgate mcp serve``, and over streamable HTTP with a bearer token) <-> the gateway (embedded
+sidecar, Cedar policies written here) <-> a real upstream MCP server written with the SDK
+(tests/mcp_upstreams/server.py) over stdio and over HTTP. Side effects are counted in files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.conftest import short_tmpdir
+
+ROOT = Path(__file__).resolve().parents[1]
+CANARY = "canary-5ecret-7d1f0c2a9b"
+TOKEN = "tok-alice-8c1e5f"
+
+SCHEMA = """
+entity Role;
+entity User in [Role] { tenant: String };
+entity Resource { kind: String, name: String, tenant: String };
+action read, create, modify, delete;
+"""
+ACTIONS = {
+    "lookup": "city: String",
+    "write_note": "text: String",
+    "remove": "name: String",
+    "hang": "seconds: Long",
+    "crash": "",
+    "echo_env": "",
+}
+POLICIES = """
+@id("mcp-permit")
+permit (principal, action, resource) when { principal.tenant == context.tenant };
+
+@id("no-forbidden-notes")
+forbid (principal, action in [Action::"mcp.up.write_note", Action::"mcp.web.write_note"], resource)
+when { context.args.text like "*forbidden*" };
+
+@id("remove-needs-user")
+@confirm("removing a note needs the user's confirmation")
+permit (principal, action in [Action::"mcp.up.remove", Action::"mcp.web.remove"], resource)
+when { principal.tenant == context.tenant };
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_policies(base: Path, upstreams: tuple[str, ...] = ("up", "web", "sec")) -> None:
+    cedar = base / "policies" / "cedar"
+    cedar.mkdir(parents=True, exist_ok=True)
+    (base / "policies" / "tools").mkdir(exist_ok=True)
+    lines = [SCHEMA]
+    for up in upstreams:
+        for tool, args in ACTIONS.items():
+            group = "read" if tool in ("lookup", "hang", "crash", "echo_env") else "create"
+            lines.append(
+                f'action "mcp.{up}.{tool}" in [{group}] appliesTo {{ principal: User, resource: Resource, '
+                f"context: {{ tenant: String, tool: String, args: {{ {args} }} }} }};"
+            )
+    (cedar / "schema.cedarschema").write_text("\n".join(lines))
+    (cedar / "policies.cedar").write_text(POLICIES)
+    (cedar / "entities.json").write_text(
+        json.dumps([{"uid": {"type": "User", "id": "alice"}, "attrs": {"tenant": "acme"}, "parents": []}])
+    )
+
+
+def write_config(base: Path, state: Path, http_port: int, gateway_port: int) -> Path:
+    (base / "canary.txt").write_text(CANARY + "\n")
+    (base / "tokens.json").write_text(json.dumps({TOKEN: "alice"}))
+    py = json.dumps(sys.executable)
+    root = json.dumps(str(ROOT))
+    st = json.dumps(str(state))
+    cfg = f"""
+[server]
+agent = {{ socket = "run/a.sock" }}
+confirmer = {{ socket = "run/c.sock" }}
+authorizer = {{ socket = "run/z.sock" }}
+executor = {{ socket = "run/x.sock" }}
+[policy]
+dir = "policies"
+watch_interval_ms = 200
+[store]
+path = "var/cg.db"
+synchronous = "normal"
+[idempotency]
+path = "var/idem.db"
+
+[[secrets]]
+name = "canary"
+file = "canary.txt"
+tools = ["sec.echo_env", "web.echo_env"]
+
+[mcp]
+elicitation_timeout_seconds = 20.0
+[mcp.identity]
+tenant = "acme"
+user = "alice"
+[mcp.http]
+tenant = "acme"
+tokens_file = "tokens.json"
+listen = "127.0.0.1:{gateway_port}"
+
+[[mcp.upstreams]]
+name = "up"
+command = {py}
+args = ["-m", "tests.mcp_upstreams.server", "--state", {st}]
+cwd = {root}
+env = {{ PYTHONPATH = {root} }}
+timeout_seconds = 20.0
+
+[[mcp.upstreams]]
+name = "sec"
+command = {py}
+args = ["-m", "tests.mcp_upstreams.server", "--state", {st}]
+cwd = {root}
+env = {{ PYTHONPATH = {root}, UPSTREAM_CANARY = {{ secret = "canary" }} }}
+timeout_seconds = 20.0
+
+[[mcp.upstreams]]
+name = "web"
+transport = "http"
+url = "http://127.0.0.1:{http_port}/mcp"
+headers = {{ X-Upstream-Key = {{ secret = "canary" }} }}
+timeout_seconds = 20.0
+"""
+    path = base / "callgate.toml"
+    path.write_text(cfg)
+    return path
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "callgate", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+class Env:
+    """A temp folder with policies, config, a state dir and a running HTTP upstream."""
+
+    def __init__(self) -> None:
+        self.base = short_tmpdir()
+        self.state = self.base / "state"
+        self.state.mkdir()
+        self.http_port = _free_port()
+        self.gateway_port = _free_port()
+        write_policies(self.base)
+        self.config = write_config(self.base, self.state, self.http_port, self.gateway_port)
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start_http_upstream(self) -> None:
+        p = subprocess.Popen(
+            [sys.executable, "-m", "tests.mcp_upstreams.server", "--state", str(self.state), "--http", str(self.http_port)],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.procs.append(p)
+        wait_port(self.http_port)
+
+    def effects(self) -> list[dict[str, Any]]:
+        f = self.state / "effects.jsonl"
+        return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
+
+    def seen(self) -> list[dict[str, Any]]:
+        f = self.state / "seen.jsonl"
+        return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
+
+    def import_all(self) -> subprocess.CompletedProcess[str]:
+        return cli("mcp", "import", "--config", str(self.config), "--accept-proposed", cwd=self.base)
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"port {port} not listening")
+
+
+@pytest.fixture
+def env() -> Any:
+    e = Env()
+    e.start_http_upstream()
+    yield e
+    e.close()
+
+
+Elicit = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]]
+
+
+@asynccontextmanager
+async def stdio_gateway(
+    env: Env, elicit: Elicit | None = None
+) -> AsyncIterator[tuple[ClientSession, list[Any]]]:
+    """The SDK client over stdio to ``callgate mcp serve``; also returns every notification."""
+    seen: list[Any] = []
+
+    async def on_message(message: Any) -> None:
+        seen.append(message)
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "callgate", "mcp", "serve", "--config", str(env.config)],
+        env={"PYTHONPATH": str(ROOT)},
+        cwd=str(env.base),
+    )
+    async with stdio_client(params) as (read, write):
+        kwargs: dict[str, Any] = {"message_handler": on_message}
+        if elicit is not None:
+            kwargs["elicitation_callback"] = elicit
+        async with ClientSession(read, write, **kwargs) as session:
+            await session.initialize()
+            yield session, seen
+
+
+def text_of(result: types.CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
+
+
+def run(coro: Any, timeout: float = 150.0) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def payload(result: types.CallToolResult) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(text_of(result))
+    return value
+
+
+def accept(answer: bool) -> Elicit:
+    async def elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        if answer:
+            return types.ElicitResult(action="accept", content={"confirm": True})
+        return types.ElicitResult(action="decline")
+
+    asked: list[str] = []
+    elicit.asked = asked  # type: ignore[attr-defined]
+    return elicit
+
+
+# ---------------------------------------------------------------------------------- import / check
+@pytest.mark.timeout(200)
+def test_import_needs_confirmed_side_effects_then_pins_and_check_matches(env: Env) -> None:
+    r = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", cwd=env.base)
+    assert r.returncode == 1
+    assert "up.write_note (proposed: create)" in r.stdout and "up.remove (proposed: modify)" in r.stdout
+    assert "up.lookup" not in r.stdout  # read-only hinted: no confirmation needed
+    assert not list((env.base / "policies" / "tools").glob("*.json")), "nothing written"
+    r = cli(
+        "mcp", "import", "--config", str(env.config), "--upstream", "up",
+        "--side-effect", "up.write_note=create", "--side-effect", "remove=delete", cwd=env.base,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads((env.base / "policies" / "tools" / "up.remove@v1.json").read_text())
+    assert doc["side_effect_class"] == "delete"
+    assert doc["upstream"]["server"] == "up" and doc["upstream"]["tool"] == "remove"
+    assert len(doc["upstream"]["definition_sha256"]) == 64
+    assert doc["input_schema"]["properties"]["name"]["type"] == "string"
+    assert doc["required_capabilities"] == ["mcp.up.remove"]
+    lookup = json.loads((env.base / "policies" / "tools" / "up.lookup@v1.json").read_text())
+    assert lookup["side_effect_class"] == "read_only"
+    r = cli("check", "--config", str(env.config), cwd=env.base)  # the sidecar loads them
+    assert r.returncode == 0, r.stdout
+    r = env.import_all()
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = cli("mcp", "check", "--config", str(env.config), cwd=env.base)
+    assert r.returncode == 0 and "18 pins match" in r.stdout, r.stdout + r.stderr
+    (env.state / "variant").write_text("b")  # stdio upstreams start with another definition
+    r = cli("mcp", "check", "--config", str(env.config), cwd=env.base)
+    assert r.returncode == 1
+    assert "changed up.lookup (upstream up tool lookup)" in r.stdout
+    assert "changed sec.lookup" in r.stdout and "web.lookup" not in r.stdout  # web still runs "a"
+
+
+# ---------------------------------------------------------------------------------- stdio flows
+@pytest.mark.timeout(280)
+def test_stdio_gateway_whole_chain(env: Env) -> None:
+    assert env.import_all().returncode == 0
+    hang = env.base / "policies" / "tools" / "up.hang@v1.json"
+    doc = json.loads(hang.read_text())
+    doc["timeout_policy"] = {"timeout_ms": 1500}  # the author bounds the hang
+    hang.write_text(json.dumps(doc))
+    visible: list[str] = []
+    yes = accept(True)
+
+    async def go() -> None:
+        async with stdio_gateway(env, yes) as (s, seen):
+            listed = await s.list_tools()
+            names = {t.name for t in listed.tools}
+            assert {"up__lookup", "up__write_note", "up__remove", "web__echo_env", "sec__echo_env"} <= names
+            assert all("." not in n for n in names)
+
+            async def call(name: str, args: dict[str, Any], **kw: Any) -> types.CallToolResult:
+                r = await s.call_tool(name, args, **kw)
+                visible.append(r.model_dump_json())
+                return r
+
+            # allow: the result is the encoded untrusted-data envelope
+            r = await call("up__lookup", {"city": "Paris"})
+            assert not r.is_error
+            msg = payload(r)["content"]
+            assert msg["status"] == "ok" and msg["tool"] == "up.lookup@v1"
+            assert "⟦untrusted:" in msg["data"] and "Paris: sunny" in msg["data"]
+            # deny: never reaches the upstream
+            r = await call("up__write_note", {"text": "a forbidden note"})
+            assert r.is_error and payload(r)["status"] == "denied"
+            # schema rejection
+            r = await call("up__lookup", {"city": 42})
+            assert r.is_error and payload(r)["status"] == "rejected"
+            r = await call("up__lookup", {})
+            assert r.is_error and payload(r)["code"] == "schema_violation", text_of(r)
+            # a retried identical write inside the dedupe window: one side effect
+            first = await call("up__write_note", {"text": "hello"})
+            again = await call("up__write_note", {"text": "hello"})
+            assert not first.is_error and not again.is_error
+            assert payload(again)["content"]["invocation_id"] == payload(first)["content"]["invocation_id"]
+            # the client's own key in _meta
+            key = {"io.callgate/idempotency-key": "client-key-1"}
+            await call("up__write_note", {"text": "keyed"}, meta=key)
+            await call("up__write_note", {"text": "keyed"}, meta=key)
+            # confirm accepted via elicitation: normalized arguments and digest shown
+            r = await call("up__remove", {"name": "old"})
+            assert not r.is_error, text_of(r)
+            assert len(yes.asked) == 1  # type: ignore[attr-defined]
+            assert '"name": "old"' in yes.asked[0] and "digest: sha256:" in yes.asked[0]  # type: ignore[attr-defined]
+            # the secret reaches the upstream (env of a per-call process, header over HTTP) and
+            # never the client
+            for tool in ("sec__echo_env", "web__echo_env"):
+                r = await call(tool, {})
+                assert not r.is_error, text_of(r)
+                assert "[REDACTED:" in text_of(r)
+            # upstream hang: bounded by the tool's timeout, OUTCOME_UNKNOWN, never retried
+            progress: list[tuple[float, str | None]] = []
+
+            async def on_progress(p: float, total: float | None, message: str | None) -> None:
+                progress.append((p, message))
+
+            t0 = time.monotonic()
+            r = await call("up__hang", {"seconds": 30}, progress_callback=on_progress)
+            assert r.is_error and payload(r)["code"] == "outcome_unknown"
+            assert time.monotonic() - t0 < 12
+            assert any(m and m.startswith("callgate:") for _, m in progress)  # gate stages
+            assert any(m == "sleeping" for _, m in progress)  # forwarded from the upstream
+            # upstream crash after the request was sent: OUTCOME_UNKNOWN; then it is restarted
+            r = await call("up__crash", {})
+            assert r.is_error and payload(r)["code"] == "outcome_unknown"
+            r = await call("up__lookup", {"city": "Lyon"})
+            assert not r.is_error, text_of(r)
+            visible.extend(repr(n) for n in seen)
+
+    run(go())
+    effects = env.effects()
+    notes = [e for e in effects if e["tool"] == "write_note"]
+    assert [n["text"] for n in notes] == ["hello", "keyed"], notes  # no forbidden note, no duplicate
+    assert [e["name"] for e in effects if e["tool"] == "remove"] == ["old"]
+    assert len([e for e in effects if e["tool"] == "crash"]) == 1  # never retried
+    seen = env.seen()
+    assert [x["canary_env"] for x in seen] == [CANARY, ""]
+    assert seen[1]["headers"].get("x-upstream-key") == CANARY
+    joined = "\n".join(visible)
+    assert CANARY not in joined
+
+
+@pytest.mark.timeout(200)
+def test_confirmation_declined_cancels(env: Env) -> None:
+    assert env.import_all().returncode == 0
+    no = accept(False)
+
+    async def go() -> None:
+        async with stdio_gateway(env, no) as (s, _):
+            await s.list_tools()
+            r = await s.call_tool("up__remove", {"name": "keep-me"})
+            assert r.is_error and payload(r)["code"] == "confirmation_declined"
+
+    run(go())
+    assert not [e for e in env.effects() if e["tool"] == "remove"]
+
+
+@pytest.mark.timeout(200)
+def test_changed_upstream_definition_refused_until_repinned(env: Env) -> None:
+    assert env.import_all().returncode == 0
+    (env.state / "variant").write_text("b")  # the stdio upstream now describes lookup otherwise
+
+    async def go() -> None:
+        async with stdio_gateway(env, accept(True)) as (s, _):
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert "up__lookup" not in names and "up__write_note" in names
+            r = await s.call_tool("up__lookup", {"city": "Paris"})
+            assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
+            r = await s.call_tool("up__write_note", {"text": "unchanged tools still run"})
+            assert not r.is_error
+            repin = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed",
+                        cwd=env.base)  # fmt: skip
+            assert repin.returncode == 0, repin.stdout
+            end = time.monotonic() + 20
+            while True:  # the sidecar reloads the ToolSpec (policy.watch), the gateway its pins
+                await s.list_tools()
+                r = await s.call_tool("up__lookup", {"city": "Paris"})
+                if not r.is_error or time.monotonic() > end:
+                    break
+                await asyncio.sleep(0.3)
+            assert not r.is_error, text_of(r)
+
+    run(go())
+
+
+# ---------------------------------------------------------------------------------- HTTP + bearer
+@pytest.mark.timeout(200)
+def test_http_gateway_bearer_token_validated_and_never_forwarded(env: Env) -> None:
+    assert env.import_all().returncode == 0
+    gw = subprocess.Popen(
+        [sys.executable, "-m", "callgate", "mcp", "serve", "--config", str(env.config), "--transport", "http"],
+        cwd=env.base, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    env.procs.append(gw)
+    url = f"http://127.0.0.1:{env.gateway_port}/mcp"
+    try:
+        wait_port(env.gateway_port, 60)
+    except TimeoutError:
+        gw.kill()
+        raise AssertionError(gw.stderr.read().decode() if gw.stderr else "no stderr") from None
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+    hdr = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    for bad in ({}, {"authorization": "Bearer wrong-token"}, {"authorization": "Basic " + TOKEN}):
+        resp = httpx2.post(url, json=init, headers={**hdr, **bad}, timeout=10)
+        assert resp.status_code == 401, (bad, resp.status_code)
+    assert env.seen() == []  # nothing reached an upstream
+    visible: list[str] = []
+
+    async def go() -> None:
+        async with httpx2.AsyncClient(headers={"authorization": f"Bearer {TOKEN}"}, timeout=30) as http:
+            async with streamable_http_client(url, http_client=http) as (read, write):
+                async with ClientSession(read, write) as s:  # no elicitation capability
+                    await s.initialize()
+                    names = {t.name for t in (await s.list_tools()).tools}
+                    assert "web__echo_env" in names
+                    r = await s.call_tool("web__echo_env", {})
+                    visible.append(r.model_dump_json())
+                    assert not r.is_error, text_of(r)
+                    r = await s.call_tool("up__lookup", {"city": "Oslo"})
+                    visible.append(r.model_dump_json())
+                    assert not r.is_error, text_of(r)
+                    # CONFIRM with a client that cannot be asked: fail closed, never run
+                    r = await s.call_tool("web__remove", {"name": "n1"})
+                    visible.append(r.model_dump_json())
+                    assert r.is_error and payload(r)["code"] == "elicitation_unsupported"
+
+    run(go())
+    seen = env.seen()
+    assert len(seen) == 1
+    headers = seen[0]["headers"]
+    assert "authorization" not in headers and TOKEN not in json.dumps(seen)
+    assert headers["x-upstream-key"] == CANARY
+    assert CANARY not in "\n".join(visible)
+    assert not [e for e in env.effects() if e["tool"] == "remove"]
+
+
+# ---------------------------------------------------------------------------------- config
+def test_mcp_config_errors_name_file_and_key(tmp_path: Path) -> None:
+    from callgate.core.errors import LoadError
+    from callgate.mcp.config import load_gateway_config
+
+    cases = {
+        "[mcp]\nbogus = 1\n": "unknown key 'mcp.bogus'",
+        '[[mcp.upstreams]]\nname = "a"\ntransport = "carrier-pigeon"\n': "'mcp.upstreams[0].transport' must be one of",
+        '[[mcp.upstreams]]\nname = "a"\n': "'mcp.upstreams[0].command' is required",
+        '[[mcp.upstreams]]\nname = "a"\ncommand = "x"\nenv = { K = { secret = "nope" } }\n': "secret 'nope'",
+        '[mcp.http]\nlisten = "0.0.0.0:80"\n': "not loopback",
+    }
+    for text, expected in cases.items():
+        p = tmp_path / "c.toml"
+        p.write_text(text)
+        with pytest.raises(LoadError) as exc:
+            load_gateway_config(p)
+        assert expected in str(exc.value) and str(p) in str(exc.value), str(exc.value)
+    p = tmp_path / "ok.toml"
+    p.write_text('[mcp.identity]\ntenant = "t"\nuser = "u"\n')
+    cfg, mcp = load_gateway_config(p)
+    assert mcp.identity.user == "u" and mcp.upstreams == ()
+
+
+def test_derived_key_is_deterministic_within_a_window() -> None:
+    from callgate.mcp.gateway import Identity, derived_key
+
+    who = Identity("acme", "alice")
+    k1 = derived_key(who, "up.write_note@v1", {"text": "a", "n": 1}, 600, 1200.0)
+    assert k1 == derived_key(who, "up.write_note@v1", {"n": 1, "text": "a"}, 600, 1799.0)
+    assert k1 != derived_key(who, "up.write_note@v1", {"n": 1, "text": "a"}, 600, 1800.0)
+    assert k1 != derived_key(Identity("acme", "bob"), "up.write_note@v1", {"text": "a", "n": 1}, 600, 1200.0)
+    assert k1 != derived_key(who, "up.write_note@v1", {"text": "b", "n": 1}, 600, 1200.0)
