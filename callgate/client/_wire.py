@@ -58,7 +58,15 @@ def trace_metadata(traceparent: str | None = None) -> tuple[tuple[str, str], ...
 
 def parse_tools(resp: pb.ListToolsResponse) -> list[Tool]:
     return [
-        parse_tool(t.name, t.version, t.description, t.input_schema_json, t.side_effect_class, t.spec_digest)
+        parse_tool(
+            t.name,
+            t.version,
+            t.description,
+            t.input_schema_json,
+            t.side_effect_class,
+            t.spec_digest,
+            t.output_schema_json,
+        )
         for t in resp.tools
     ]
 

@@ -10,7 +10,9 @@ then proposes it as is and the sidecar rejects it as an unknown tool: fail close
 
 Schemas: ``openai`` uses strict mode (no ``$schema``, every property required with optional ones
 made nullable, ``additionalProperties: false`` on every object); ``anthropic`` and ``mcp`` keep
-the schema but drop ``$schema``. Descriptions are kept everywhere.
+the schema but drop ``$schema``. Descriptions are kept everywhere. ``mcp`` also shows a tool's
+``output_schema`` as ``outputSchema`` (without ``$schema``): the sidecar refuses to hand the
+model a result that does not conform to it (``result_schema_invalid``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class Tool:
     input_schema: Mapping[str, Any]
     side_effect_class: str
     spec_digest: str
+    output_schema: Mapping[str, Any] | None = None
+    """The ToolSpec's ``output_schema`` (parsed), None when it declares none."""
 
 
 @dataclass(frozen=True)
@@ -156,9 +160,10 @@ def render(tools: Sequence[Tool], names: ToolNames, dialect: Dialect) -> list[di
                 {"name": name, "description": t.description, "input_schema": plain_schema(t.input_schema)}
             )
         else:
-            out.append(
-                {"name": name, "description": t.description, "inputSchema": plain_schema(t.input_schema)}
-            )
+            tool = {"name": name, "description": t.description, "inputSchema": plain_schema(t.input_schema)}
+            if t.output_schema is not None:
+                tool["outputSchema"] = plain_schema(t.output_schema)
+            out.append(tool)
     return out
 
 
@@ -179,14 +184,28 @@ def strip_nulls_for_strict(arguments: bytes, schema: Mapping[str, Any]) -> bytes
     return json.dumps({k: v for k, v in value.items() if k not in drop}, ensure_ascii=False).encode()
 
 
-def parse_tool(name: str, version: str, description: str, schema_json: str, effect: str, digest: str) -> Tool:
+def _schema(name: str, version: str, label: str, text: str) -> dict[str, Any]:
     try:
-        schema = json.loads(schema_json)
+        schema = json.loads(text)
     except ValueError:
-        raise MalformedAnswer(f"tool {name}@{version}: input_schema_json is not JSON") from None
+        raise MalformedAnswer(f"tool {name}@{version}: {label}_schema_json is not JSON") from None
     if not isinstance(schema, dict):
-        raise MalformedAnswer(f"tool {name}@{version}: input schema is not an object")
-    return Tool(name, version, description, schema, effect, digest)
+        raise MalformedAnswer(f"tool {name}@{version}: {label} schema is not an object")
+    return schema
+
+
+def parse_tool(
+    name: str,
+    version: str,
+    description: str,
+    schema_json: str,
+    effect: str,
+    digest: str,
+    output_schema_json: str = "",
+) -> Tool:
+    schema = _schema(name, version, "input", schema_json)
+    output = _schema(name, version, "output", output_schema_json) if output_schema_json else None
+    return Tool(name, version, description, schema, effect, digest, output)
 
 
 __all__ = [

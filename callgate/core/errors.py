@@ -40,7 +40,7 @@ model is OPA's ``topdown/errors.go``: one error type, named constructors), never
     |                                  secret_already_redeemed,
     |                                  reconcile_not_allowed, reconcile_conflict
     +-- results and loop (6.10, 6.11)  result_not_available, output_after_cancel,
-    |                                  budget_exhausted
+    |                                  budget_exhausted, result_schema_invalid
     +-- lifecycle                      not_ready
     +-- admission (overload)           overloaded, deadline_too_short (with a retry hint)
     +-- infrastructure                 store_unavailable, internal
@@ -132,6 +132,7 @@ class ErrorCode(str, Enum):
     RESULT_NOT_AVAILABLE = "result_not_available"
     OUTPUT_AFTER_CANCEL = "output_after_cancel"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    RESULT_SCHEMA_INVALID = "result_schema_invalid"
 
     # --- lifecycle
     NOT_READY = "not_ready"
@@ -196,6 +197,7 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.RESULT_NOT_AVAILABLE: "The invocation has no encoded result yet (retry later), or the page token is unknown (final).",
     ErrorCode.OUTPUT_AFTER_CANCEL: "No tool message after a cancel (6.14 row 9): before the commit boundary nothing ran; after it the result is recorded but withheld from the model (6.12).",
     ErrorCode.BUDGET_EXHAUSTED: "A session budget (model calls, tool calls, wall clock, result bytes, external cost) is used up; the loop ends (6.11).",
+    ErrorCode.RESULT_SCHEMA_INVALID: "The tool's result does not conform to its ToolSpec's `output_schema` (or is not JSON): the side effect is recorded as it happened, the result is withheld from the model, whose tool message is an error with this code (no values, no pointers); the event names the violated pointers (6.10).",
     ErrorCode.NOT_READY: "The sidecar has no usable policy snapshot yet (readiness).",
     ErrorCode.OVERLOADED: "Refused at admission: the listener's adaptive concurrency limit is reached, so the call could not be served within the latency target; nothing was recorded. Retry after the hint (`RetryInfo`, `grpc-retry-pushback-ms`, `metadata.retry_after_ms`), with backoff.",
     ErrorCode.DEADLINE_TOO_SHORT: "Refused at admission: the call's gRPC deadline is shorter than the current expected service time; nothing was recorded. Retry with a longer deadline or after the hint.",
@@ -588,6 +590,16 @@ def budget_exhausted(budgets: Sequence[str]) -> CallgateError:
         message=f"session budget exhausted: {', '.join(budgets)}; the tool loop ends here",
         metadata={"budgets": ",".join(budgets)},
     )
+
+
+def result_schema_invalid(
+    message: str = "callgate withheld this result: it does not match the tool's output schema",
+    violations: Sequence[Violation] = (),
+) -> CallgateError:
+    """A tool result that does not conform to the ToolSpec's ``output_schema``, or is not JSON
+    (``result_schema_invalid``). Not raised to the executor: its message becomes the model's
+    tool message in place of the result; ``violations`` (pointers and keywords) go to the event."""
+    return CallgateError(code=ErrorCode.RESULT_SCHEMA_INVALID, message=message, violations=violations)
 
 
 # --- lifecycle ----------------------------------------------------------------------------------

@@ -141,3 +141,52 @@ class Decision:
     @property
     def policy_ids(self) -> tuple[str, ...]:
         return tuple(r.policy_id for r in self.reasons if r.policy_id)
+
+
+class OutputVerdict(str, Enum):
+    """What the check of a tool's result against its ToolSpec's ``output_schema`` found (6.10)."""
+
+    UNCHECKED = "unchecked"
+    """The ToolSpec declares no ``output_schema``, or the result is an error: nothing checked."""
+    VALID = "valid"
+    """The result (as the tool sent it, and as cleaned and redacted) conforms."""
+    INVALID = "invalid"
+    """The result does not conform: withheld from the model (``result_schema_invalid``)."""
+    NOT_JSON = "not_json"
+    """The result is not strict JSON: withheld from the model (``result_schema_invalid``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputCheck:
+    """The verdict on one result and where it failed: JSON pointers and keywords only, never
+    the values (the pointers themselves pass the redactor before they are recorded)."""
+
+    verdict: OutputVerdict
+    pointers: tuple[tuple[str, str], ...] = ()
+    """``(pointer, keyword)`` of each violation, at most :data:`MAX_RECORDED_VIOLATIONS`."""
+    violation_count: int = 0
+    after_redaction: bool = False
+    """The tool's result conformed, but its cleaned and redacted form (what would reach the
+    model) did not."""
+    parse_code: str = ""
+    """``NOT_JSON``: the strict parser's code (``invalid_json``, ``duplicate_key`` ...)."""
+
+    @property
+    def refused(self) -> bool:
+        return self.verdict in (OutputVerdict.INVALID, OutputVerdict.NOT_JSON)
+
+    def as_event(self) -> dict[str, Any]:
+        """The event-data form (``result_encoded`` / ``observed``)."""
+        out: dict[str, Any] = {"verdict": self.verdict.value}
+        if self.refused:
+            out["violation_count"] = self.violation_count
+            out["violations"] = [{"pointer": p, "keyword": k} for p, k in self.pointers]
+        if self.after_redaction:
+            out["after_redaction"] = True
+        if self.parse_code:
+            out["parse_code"] = self.parse_code
+        return out
+
+
+MAX_RECORDED_VIOLATIONS = 20
+"""Violations of an ``output_schema`` recorded on the event (the count is always complete)."""

@@ -76,6 +76,7 @@ __all__ = [
     "ResultEncodingError",
     "TRUNCATION_MARK",
     "close_marker",
+    "encode_refusal",
     "encode_result",
     "limits_from_spec",
     "neutralize",
@@ -323,7 +324,13 @@ class EncodedResult:
     """Characters removed or made visible by :func:`neutralize`, plus a replaced error code."""
     omitted: Omitted = Omitted()
     withheld: bool = False
-    """The final check found a known secret: the message is a ``result_withheld`` error."""
+    """The message is an error of callgate's own in place of the result: ``result_withheld``
+    (the final check found a known secret) or the code given to :func:`encode_refusal`."""
+    data: bytes | None = None
+    """``ok`` results that were not withheld: the complete data (cleaned, redacted, unwrapped) as
+    compact UTF-8 JSON, the same bytes :attr:`remaining` holds when truncated. Not for the
+    model (it has no boundaries); the sidecar checks it against an ``output_schema`` and hands
+    it out as the structured result only when that holds and the message is not truncated."""
 
 
 def limits_from_spec(result_limits: Mapping[str, Any]) -> tuple[int, int | None]:
@@ -788,11 +795,33 @@ def encode_result(
         nonce=nonce,
         neutralized=neutralized,
         omitted=omitted,
+        data=complete_bytes if inp.status == "ok" else None,
     )
 
 
+def encode_refusal(
+    inp: EncodeInput, redactor: Redactor, *, code: str, message: str, nonce_key: bytes = b""
+) -> EncodedResult:
+    """The tool message that stands in for a result callgate refuses to hand to the model (e.g.
+    ``result_schema_invalid``): an ``error`` message with the sidecar's own ``code`` and
+    ``message`` (no data from the tool, so nothing in it is untrusted), ``retryable`` false.
+    ``inp.value`` is not read. Raises like :func:`encode_result` when the envelope (ids, tool
+    name) carries a known secret or ``max_bytes`` is too small for it."""
+    if _ERROR_CODE.match(code) is None:
+        raise ValueError("code must be a snake_case error code")
+    nonce = _nonce(nonce_key, inp.invocation_id, f"{code}\x00{message}".encode())
+    return _withheld(inp, redactor, nonce, 0, 0, code=code, message=message)
+
+
 def _withheld(
-    inp: EncodeInput, redactor: Redactor, nonce: str, redactions: int, neutralized: int
+    inp: EncodeInput,
+    redactor: Redactor,
+    nonce: str,
+    redactions: int,
+    neutralized: int,
+    *,
+    code: str = WITHHELD_CODE,
+    message: str = "callgate withheld this result: it still contained a known secret after redaction",
 ) -> EncodedResult:
     content = {
         "type": "tool_result",
@@ -802,24 +831,20 @@ def _withheld(
         "commit_status": inp.commit_status,
         "nonce": nonce,
         "truncated": False,
-        "error": {
-            "code": WITHHELD_CODE,
-            "message": "callgate withheld this result: it still contained a known secret after redaction",
-            "retryable": False,
-        },
+        "error": {"code": code, "message": message, "retryable": False},
     }
     text = _dumps({"role": "tool", "tool_call_id": inp.tool_call_id, "content": content})
     if redactor.contains_known_secret(text):
         raise ResultEncodingError("the tool message envelope (ids or tool name) contains a known secret")
-    message = text.encode("utf-8")
-    if len(message) > inp.max_bytes:
+    out = text.encode("utf-8")
+    if len(out) > inp.max_bytes:
         raise ValueError(f"max_bytes={inp.max_bytes} is too small for the envelope of this message")
     return EncodedResult(
-        message_bytes=message,
+        message_bytes=out,
         truncated=False,
         remaining=None,
         redactions=redactions,
-        content_digest="sha256:" + hashlib.sha256(message).hexdigest(),
+        content_digest="sha256:" + hashlib.sha256(out).hexdigest(),
         nonce=nonce,
         neutralized=neutralized,
         withheld=True,

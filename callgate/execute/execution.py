@@ -40,6 +40,7 @@ from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import (
     CallgateError,
     ErrorCode,
+    Violation,
     attempt_not_allowed,
     attempt_not_found,
     credential_invalid,
@@ -51,16 +52,26 @@ from callgate.core.errors import (
     reconcile_conflict,
     reconcile_not_allowed,
     result_not_available,
+    result_schema_invalid,
     secret_already_redeemed,
     terminal_state,
     unknown_tool_version,
 )
 from callgate.core.events import EventKind
+from callgate.core.model import MAX_RECORDED_VIOLATIONS, OutputCheck, OutputVerdict
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.credentials.issuer import CredentialIssuer, Grant, KeyRing, MintedCredential
 from callgate.credentials.verifier import CredentialError, CredentialVerifier
-from callgate.execute.encode import EncodeInput, encode_result, limits_from_spec, page
+from callgate.execute.encode import EncodedResult as EncodedMessage
+from callgate.execute.encode import (
+    EncodeInput,
+    encode_refusal,
+    encode_result,
+    limits_from_spec,
+    neutralize,
+    page,
+)
 from callgate.execute.redaction import Redactor
 from callgate.execute.retry import Advice, FailureClass, Reliability, RetryPolicy, advise, reliability
 from callgate.execute.secrets import SecretStore
@@ -139,6 +150,17 @@ class EncodedResult:
     withheld: bool
     """Cancelled after the commit boundary: the message is recorded for the trail and never
     handed out (6.7, 6.12); the state does not become OBSERVED."""
+    output: OutputCheck = OutputCheck(OutputVerdict.UNCHECKED)
+    """The check against the ToolSpec's ``output_schema``; refused: the message is a
+    ``result_schema_invalid`` error instead of the result."""
+    structured: bytes = b""
+    """The validated result as compact UTF-8 JSON (cleaned and redacted like the message, without
+    boundaries) when the ToolSpec has an ``output_schema``, the result conforms and the message
+    is complete (not truncated, not withheld); empty otherwise."""
+
+
+MAX_POINTER_CHARS = 256
+"""A recorded violation pointer is cut to this many characters (after redaction)."""
 
 
 WITHHELD_MESSAGE = "cancelled after the commit boundary; the result is recorded but withheld"
@@ -623,10 +645,16 @@ class Execution:
                 f"an error result needs a failed, unknown or committed invocation (state {inv.state.value})"
             )
         tool = self._tool(inv)
+        checked = status == "ok" and tool.output_schema is not None
+        check = OutputCheck(OutputVerdict.UNCHECKED)
+        value: Any = None
         try:
             value = parse_json_document(value_bytes, ParseLimits(max_bytes=16 * 1024 * 1024, max_depth=128))
         except CallgateError as exc:
-            raise exc.restated(f"result value: {exc.message}") from None
+            if not checked:
+                raise exc.restated(f"result value: {exc.message}") from None
+            # A tool that declares its output gets no benefit of the doubt: not JSON is refused.
+            check = OutputCheck(OutputVerdict.NOT_JSON, parse_code=exc.code.value)
         max_bytes, max_items = limits_from_spec(tool.spec.result_limits)
         token = f"pg_{_secrets.token_hex(12)}"
         commit_status = {
@@ -645,17 +673,16 @@ class Execution:
             max_bytes=max_bytes,
             max_items=max_items,
         )
-        encode = functools.partial(
-            encode_result, encode_input, self._redactor, continuation_token=token, nonce_key=self._nonce_key
-        )
+        encode = functools.partial(self._encode_checked, tool, encode_input, check, token)
         # Large results take tens of milliseconds to encode: keep the event loop free for them.
-        encoded = await asyncio.to_thread(encode) if len(value_bytes) > 64 * 1024 else encode()
+        encoded, check = await asyncio.to_thread(encode) if len(value_bytes) > 64 * 1024 else encode()
+        refused = check.refused
         now = self._clock.now()
         at = rfc3339(now)
         target = State.OBSERVED if inv.state is State.COMMITTED and not withheld else inv.state
         result = ResultRecord(
             invocation_id=inv.invocation_id,
-            status=status,
+            status="error" if refused else status,
             message=encoded.message_bytes,
             truncated=encoded.truncated,
             remaining=encoded.remaining or b"",
@@ -674,6 +701,10 @@ class Execution:
         }
         if withheld:
             data["withheld"] = ErrorCode.OUTPUT_AFTER_CANCEL.value
+        if tool.output_schema is not None:
+            data["output_schema"] = check.as_event()
+        if refused:
+            data["error_code"] = ErrorCode.RESULT_SCHEMA_INVALID.value
         trail.add(EventKind.OBSERVED if target is State.OBSERVED else EventKind.RESULT_ENCODED, target, data)
         new = replace(inv, state=target, updated_at=at)
         if not await self._store.put_result(new, inv.state, result, trail.events):
@@ -683,7 +714,61 @@ class Execution:
         session = await self._store.get_session(inv.session_id)
         if session is not None and not withheld:
             await self._usage.consume(session, Usage(result_bytes=len(encoded.message_bytes)), check=False)
-        return EncodedResult(result, new, withheld)
+        structured = b""
+        if (
+            check.verdict is OutputVerdict.VALID
+            and not (withheld or encoded.withheld or encoded.truncated)
+            and encoded.data is not None
+        ):
+            structured = encoded.data
+        return EncodedResult(result, new, withheld, check, structured)
+
+    def _encode_checked(
+        self, tool: CompiledTool, inp: EncodeInput, check: OutputCheck, token: str
+    ) -> tuple[EncodedMessage, OutputCheck]:
+        """Check an ``ok`` result against the tool's ``output_schema`` (as sent, then as cleaned
+        and redacted: what would reach the model), and encode it, or the refusal in its place."""
+        schema = tool.output_schema if inp.status == "ok" else None
+        if schema is not None and not check.refused:
+            check = self._output_check(schema.validate_value(inp.value))
+        if not check.refused:
+            encoded = encode_result(inp, self._redactor, continuation_token=token, nonce_key=self._nonce_key)
+            if schema is None or encoded.withheld or encoded.data is None:
+                return encoded, check
+            cleaned = self._output_check(
+                schema.validate_value(json.loads(encoded.data)), after_redaction=True
+            )
+            if not cleaned.refused:
+                return encoded, check
+            check = cleaned
+        refusal = result_schema_invalid()
+        return (
+            encode_refusal(
+                inp,
+                self._redactor,
+                code=refusal.code.value,
+                message=refusal.message,
+                nonce_key=self._nonce_key,
+            ),
+            check,
+        )
+
+    def _output_check(self, violations: list[Violation], *, after_redaction: bool = False) -> OutputCheck:
+        """The verdict on a validation: pointers cleaned and redacted (a pointer may name a
+        member the tool invented), cut and capped; never a value."""
+        if not violations:
+            return OutputCheck(OutputVerdict.VALID)
+        pointers = []
+        for v in violations[:MAX_RECORDED_VIOLATIONS]:
+            pointer, _ = neutralize(v.pointer)
+            pointer, _ = self._redact(pointer, MAX_POINTER_CHARS)
+            pointers.append((pointer, v.keyword))
+        return OutputCheck(
+            OutputVerdict.INVALID,
+            pointers=tuple(pointers),
+            violation_count=len(violations),
+            after_redaction=after_redaction,
+        )
 
     async def get_result(
         self, invocation_id: str, page_token: str = "", tool_call_id: str = "", *, session_id: str
@@ -754,6 +839,7 @@ __all__ = [
     "Execution",
     "Finding",
     "MAX_MESSAGE_CHARS",
+    "MAX_POINTER_CHARS",
     "Outcome",
     "Page",
     "Reconciled",

@@ -1,9 +1,9 @@
 """ToolSpecs (spec 6.1): versioned tool interfaces, loaded from ``<policy dir>/tools/*.json``.
 
 A ToolSpec file is strict JSON (duplicate keys are refused here too, so a policy file cannot be
-read two ways). Its shape is checked against ``toolspec.schema.json``; its ``input_schema`` is
-compiled once (JSON Schema 2020-12, format assertion on); its normalizers and resource template
-are compiled once. Any problem is a :class:`~callgate.core.errors.LoadError` naming ``file:line``.
+read two ways). Its shape is checked against ``toolspec.schema.json``; its ``input_schema`` (and
+``normalized_schema`` and ``output_schema`` when given) is compiled once (JSON Schema 2020-12,
+format assertion on, ECMA-262 patterns); its normalizers and resource template are compiled once. Any problem is a :class:`~callgate.core.errors.LoadError` naming ``file:line``.
 """
 
 from __future__ import annotations
@@ -106,6 +106,9 @@ class ToolSpec:
     spec_digest: str
     """``sha256:`` of the ToolSpec file's bytes: names exactly what the model was shown."""
     source: str
+    output_schema: Mapping[str, JSONValue] | None = None
+    """JSON Schema 2020-12 of an ``ok`` result (optional). A result that does not conform is
+    withheld from the model as ``result_schema_invalid`` (docs/RESULT-ENCODING.md)."""
 
     @property
     def key(self) -> str:
@@ -144,6 +147,10 @@ class CompiledTool:
     normalizers: NormalizerChain
     resource: ResourceTemplate
     input_schema_json: str
+    output_schema: CompiledSchema | None = None
+    """Compiled ``output_schema``: what an ``ok`` result must satisfy before the model sees it."""
+    output_schema_json: str = ""
+    """``output_schema`` as JSON text (ListTools), empty when the ToolSpec has none."""
 
 
 class ToolRegistry:
@@ -236,6 +243,15 @@ def compile_tool(path: Path) -> CompiledTool:
         prefixed = [Violation(f"/normalized_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
         raise located(exc.located(exc.source, violations=prefixed)) from None
     try:
+        output_schema = (
+            CompiledSchema.compile(doc["output_schema"], source=source, dialect=doc["schema_dialect"])
+            if "output_schema" in doc
+            else None
+        )
+    except LoadError as exc:
+        prefixed = [Violation(f"/output_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
+        raise located(exc.located(exc.source, violations=prefixed)) from None
+    try:
         chain = NormalizerChain.build(doc.get("normalizers", []), source=source)
     except LoadError as exc:
         raise located(exc) from None
@@ -264,6 +280,7 @@ def compile_tool(path: Path) -> CompiledTool:
         normalizers=tuple(doc.get("normalizers", [])),
         spec_digest="sha256:" + hashlib.sha256(raw).hexdigest(),
         source=source,
+        output_schema=doc.get("output_schema"),
     )
     return CompiledTool(
         spec=spec,
@@ -272,6 +289,12 @@ def compile_tool(path: Path) -> CompiledTool:
         normalizers=chain,
         resource=resource,
         input_schema_json=json.dumps(doc["input_schema"], ensure_ascii=False, sort_keys=True),
+        output_schema=output_schema,
+        output_schema_json=(
+            json.dumps(doc["output_schema"], ensure_ascii=False, sort_keys=True)
+            if "output_schema" in doc
+            else ""
+        ),
     )
 
 

@@ -186,6 +186,7 @@ class GateService(pb_grpc.GateServicer):
                     required_capabilities=list(t.spec.required_capabilities),
                     resource_template=t.spec.resource_template,
                     spec_digest=t.spec.spec_digest,
+                    output_schema_json=t.output_schema_json,
                 )
                 for t in view.tools
             ],
@@ -385,6 +386,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             next_page_token=result.page_token,
             state=state_pb(encoded.invocation.state),  # type: ignore[arg-type]
             redactions=result.redactions,
+            structured_json=encoded.structured.decode("utf-8"),
+            error_code=ErrorCode.RESULT_SCHEMA_INVALID.value if encoded.output.refused else "",
         )
 
     async def GetJwks(

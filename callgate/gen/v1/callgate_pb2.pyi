@@ -158,7 +158,7 @@ class Budgets(_message.Message):
     def __init__(self, max_model_calls: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_wall_clock_seconds: _Optional[int] = ..., max_result_bytes: _Optional[int] = ..., max_external_cost_micros: _Optional[int] = ...) -> None: ...
 
 class ToolSpec(_message.Message):
-    __slots__ = ("name", "version", "description", "input_schema_json", "schema_dialect", "side_effect_class", "required_capabilities", "resource_template", "spec_digest")
+    __slots__ = ("name", "version", "description", "input_schema_json", "schema_dialect", "side_effect_class", "required_capabilities", "resource_template", "spec_digest", "output_schema_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
@@ -168,6 +168,7 @@ class ToolSpec(_message.Message):
     REQUIRED_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     SPEC_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     description: str
@@ -177,7 +178,8 @@ class ToolSpec(_message.Message):
     required_capabilities: _containers.RepeatedScalarFieldContainer[str]
     resource_template: str
     spec_digest: str
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., side_effect_class: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., resource_template: _Optional[str] = ..., spec_digest: _Optional[str] = ...) -> None: ...
+    output_schema_json: str
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., description: _Optional[str] = ..., input_schema_json: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., side_effect_class: _Optional[str] = ..., required_capabilities: _Optional[_Iterable[str]] = ..., resource_template: _Optional[str] = ..., spec_digest: _Optional[str] = ..., output_schema_json: _Optional[str] = ...) -> None: ...
 
 class OpenSessionRequest(_message.Message):
     __slots__ = ("subject", "timezone", "locale", "budgets", "tool_allowlist", "session_id")
@@ -494,20 +496,24 @@ class EncodeResultRequest(_message.Message):
     def __init__(self, invocation_id: _Optional[str] = ..., status: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class EncodeResultResponse(_message.Message):
-    __slots__ = ("message", "truncated", "next_page_token", "state", "redactions", "withheld")
+    __slots__ = ("message", "truncated", "next_page_token", "state", "redactions", "withheld", "structured_json", "error_code")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     REDACTIONS_FIELD_NUMBER: _ClassVar[int]
     WITHHELD_FIELD_NUMBER: _ClassVar[int]
+    STRUCTURED_JSON_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
     message: bytes
     truncated: bool
     next_page_token: str
     state: State
     redactions: int
     withheld: bool
-    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., redactions: _Optional[int] = ..., withheld: _Optional[bool] = ...) -> None: ...
+    structured_json: str
+    error_code: str
+    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., redactions: _Optional[int] = ..., withheld: _Optional[bool] = ..., structured_json: _Optional[str] = ..., error_code: _Optional[str] = ...) -> None: ...
 
 class GetJwksRequest(_message.Message):
     __slots__ = ()

@@ -103,6 +103,14 @@ export function gatedTool(spec: ToolSpec, dialect: Dialect, taken: ReadonlySet<s
       break;
     case Dialect.MCP:
       definition = { name, description: spec.description, inputSchema: parameters };
+      if (spec.outputSchemaJson) {
+        // The ToolSpec's output_schema: the sidecar withholds a result that does not conform.
+        try {
+          definition["outputSchema"] = stripDollarSchema(JSON.parse(spec.outputSchemaJson) as Json);
+        } catch {
+          // malformed text is not shown (the sidecar still checks results against its schema)
+        }
+      }
       break;
   }
   return {

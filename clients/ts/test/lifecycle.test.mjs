@@ -79,7 +79,7 @@ describe("tools for a model call", () => {
     const anth = await s.tools(Dialect.Anthropic);
     assert.ok(anth.definitions().every((d) => d.input_schema && !("$schema" in d.input_schema)));
     const mcp = await s.tools(Dialect.MCP);
-    assert.ok(mcp.definitions().every((d) => d.inputSchema));
+    assert.ok(mcp.definitions().every((d) => d.inputSchema && !("outputSchema" in d)));
   });
 
   test("idempotency keys are deterministic and differ per tool call", () => {
