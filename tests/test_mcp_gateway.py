@@ -17,10 +17,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import mcp_types as types
 import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import short_tmpdir
 
@@ -442,18 +444,19 @@ def test_changed_upstream_definition_refused_until_repinned(env: Env) -> None:
 @pytest.mark.timeout(200)
 def test_http_gateway_bearer_token_validated_and_never_forwarded(env: Env) -> None:
     assert env.import_all().returncode == 0
-    gw = subprocess.Popen(
-        [sys.executable, "-m", "callgate", "mcp", "serve", "--config", str(env.config), "--transport", "http"],
-        cwd=env.base, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    log = env.base / "gateway.log"
+    with log.open("wb") as err:
+        gw = subprocess.Popen(
+            [sys.executable, "-m", "callgate", "mcp", "serve", "--config", str(env.config), "--transport", "http"],
+            cwd=env.base, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
     env.procs.append(gw)
     url = f"http://127.0.0.1:{env.gateway_port}/mcp"
     try:
         wait_port(env.gateway_port, 60)
     except TimeoutError:
         gw.kill()
-        raise AssertionError(gw.stderr.read().decode() if gw.stderr else "no stderr") from None
+        raise AssertionError(log.read_text()) from None
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
     hdr = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import sys
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +70,14 @@ TOML file. Every key has a default that runs the embedded setup (Cedar + SQLite 
 sockets); unknown keys and sections are errors, so a typo never silently falls back to a default.
 Relative paths are resolved against the directory of the config file. This page is generated from
 the docstrings of `callgate/config.py` by `scripts/gen-docs`; `tests/test_docs.py` fails when it is
-stale.
+stale. The `[mcp]` tables are read and validated by `callgate mcp` (docs/MCP.md); `callgate serve`
+skips them, so one file configures both.
 """
 
 
 def _field_docs(cls: type[Any]) -> dict[str, str]:
-    """Attribute docstrings (the string literal after each field) of a dataclass in config.py."""
-    tree = ast.parse(Path(config_module.__file__).read_text(encoding="utf-8"))
+    """Attribute docstrings (the string literal after each field) of a config dataclass."""
+    tree = ast.parse(Path(sys.modules[cls.__module__].__file__ or "").read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
             docs: dict[str, str] = {}
@@ -97,6 +100,8 @@ def _field_docs(cls: type[Any]) -> dict[str, str]:
 
 
 def _default(value: Any) -> str:
+    if isinstance(value, Enum):
+        return f'`"{value.value}"`'
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, bool):
@@ -111,14 +116,27 @@ def _default(value: Any) -> str:
     return f"`{value}`"
 
 
+def _extension_sections() -> list[tuple[str, type[Any]]]:
+    """Sections other loaders own (``config.EXTENSION_SECTIONS``): the MCP gateway's ``[mcp]``."""
+    from callgate.mcp import config as mcp_config
+
+    return [
+        ("mcp", mcp_config.McpConfig),
+        ("mcp.identity", mcp_config.McpIdentityConfig),
+        ("mcp.http", mcp_config.McpHttpConfig),
+        ("[mcp.upstreams]", mcp_config.McpUpstreamConfig),
+    ]
+
+
 def config_markdown() -> str:
     out = [_CONFIG_HEADER]
     sections: list[tuple[str, type[Any]]] = [
         *config_module._SECTIONS.items(),
-        ("[secrets]]", config_module.SecretConfig),
+        ("[secrets]", config_module.SecretConfig),
     ]
+    sections += _extension_sections()
     for name, cls in sections:
-        title = "[[secrets]]" if name == "[secrets]]" else f"[{name}]"
+        title = f"[{name}]"
         doc = " ".join((cls.__doc__ or "").split())
         out.append(f"\n## `{title}`\n")
         if doc and not doc.startswith(cls.__name__ + "("):
@@ -127,5 +145,11 @@ def config_markdown() -> str:
         docs = _field_docs(cls)
         instance = cls()
         for f in dataclasses.fields(cls):
-            out.append(f"| `{f.name}` | {_default(getattr(instance, f.name))} | {docs.get(f.name, '')} |")
+            value = getattr(instance, f.name)
+            shown = (
+                "see below" if dataclasses.is_dataclass(value) or f.name == "upstreams" else _default(value)
+            )
+            if cls.__name__ == "McpUpstreamConfig" and f.name in ("env", "headers"):
+                shown = "`{}`"  # TOML tables, held as tuples of pairs
+            out.append(f"| `{f.name}` | {shown} | {docs.get(f.name, '')} |")
     return "\n".join(out) + "\n"

@@ -653,10 +653,7 @@ def _meta_of(params: types.CallToolRequestParams) -> dict[str, Any]:
     meta = params.meta
     if meta is None:
         return {}
-    if isinstance(meta, dict):
-        return meta
-    dumped: dict[str, Any] = meta.model_dump(by_alias=True, exclude_none=True)
-    return dumped
+    return dict(meta)
 
 
 def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -70,6 +69,7 @@ async def serve_stdio(cfg: Config, mcp: McpConfig) -> int:
 async def serve_http(cfg: Config, mcp: McpConfig, listen: str) -> int:
     import uvicorn
     from mcp.server.auth.settings import AuthSettings
+    from pydantic import AnyHttpUrl
 
     host, port = check_loopback(listen or mcp.http.listen)
     verifier = BearerVerifier.load(mcp.http, cfg.path("."))
@@ -79,15 +79,13 @@ async def serve_http(cfg: Config, mcp: McpConfig, listen: str) -> int:
         app = server.streamable_http_app(
             streamable_http_path="/mcp",
             host=host,
-            auth=AuthSettings(issuer_url=mcp.http.issuer or resource, resource_server_url=resource),
+            auth=AuthSettings(
+                issuer_url=AnyHttpUrl(mcp.http.issuer or resource), resource_server_url=AnyHttpUrl(resource)
+            ),
             token_verifier=verifier,
         )
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-        web = uvicorn.Server(config)
-        web.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: setattr(web, "should_exit", True))
+        web = uvicorn.Server(config)  # stops on SIGINT/SIGTERM (uvicorn captures them)
         log.info("callgate mcp listening on http://%s:%d/mcp", host, port)
         await web.serve()
     return 0

@@ -96,15 +96,21 @@ class _Connection:
     def _transport(self) -> Any:
         c = self.cfg
         if c.transport is UpstreamTransport.STDIO:
-            env = {k: self.values.get(k, v) if isinstance(v, SecretRef) else v for k, v in c.env}
-            env = {k: v for k, v in env.items() if isinstance(v, str)}
+            env: dict[str, str] = {}
+            for k, v in c.env:
+                value = self.values.get(k) if isinstance(v, SecretRef) else v
+                if value is not None:
+                    env[k] = value
             cwd = str(self.base_dir / c.cwd) if c.cwd else None
             return stdio_client(
                 StdioServerParameters(command=c.command, args=list(c.args), env=env or None, cwd=cwd),
                 errlog=sys.stderr,
             )
-        headers = {k: self.values.get(k, v) if isinstance(v, SecretRef) else v for k, v in c.headers}
-        clean = {k: v for k, v in headers.items() if isinstance(v, str)}
+        clean: dict[str, str] = {}
+        for k, v in c.headers:
+            value = self.values.get(k) if isinstance(v, SecretRef) else v
+            if value is not None:
+                clean[k] = value
         timeout = httpx2.Timeout(c.timeout_seconds, read=max(c.timeout_seconds, 300.0))
         return _HttpTransport(c.url, clean, timeout)
 
@@ -232,11 +238,11 @@ class Upstream:
 
     async def _send(
         self, session: ClientSession, tool: str, arguments: Mapping[str, Any], timeout: float,
-        progress: ProgressFn | None,
+        forward: ProgressFn | None,
     ) -> CallEnd:  # fmt: skip
-        async def on_progress(p: float, total: float | None, message: str | None) -> None:
-            if progress is not None:
-                await progress(p, total, message)
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            if forward is not None:
+                await forward(progress, total, message)
 
         try:
             with anyio.fail_after(timeout):
