@@ -20,8 +20,10 @@ runs one scenario in one gateway session, with every flow in it:
     definition refused (and absent from tools/list) · retried write runs once (client key in
     ``_meta`` and the gateway's derived key) · canary secret never in anything the client sees
 
-Each flow is checked separately and recorded in a matrix (client × upstream × flow -> result),
-printed at the end of the module's run (the "Tested with" section of docs/MCP.md has it).
+The TS client also runs the core flows once over streamable HTTP to ``callgate mcp serve
+--transport http`` with a bearer token. Each flow is checked separately and recorded in a matrix
+(client × upstream × flow -> result), printed at the end of the module's run (the "Tested with"
+section of docs/MCP.md has it).
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +48,7 @@ from tests.test_mcp_upstreams import commits, git, make_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-9f3b1c7e-published"
+TOKEN = "tok-published-3e9a"  # the HTTP gateway's static bearer token for alice
 KEY_META = "io.callgate/idempotency-key"
 
 pytestmark = pytest.mark.timeout(600)
@@ -211,11 +216,18 @@ def git_env() -> Iterator[Published]:
     base = short_tmpdir()
     repo = make_repo(base / "repo")
     _write_policies(base, {"git": GIT_ACTIONS}, GIT_POLICIES)
+    tokens = base / "tokens.json"
+    tokens.write_text(json.dumps({TOKEN: "alice"}))
+    tokens.chmod(0o600)
     config = base / "callgate.toml"
     config.write_text(
         CONFIG_HEAD
         + MCP_HEAD
         + f"""
+[mcp.http]
+tenant = "acme"
+tokens_file = "tokens.json"
+
 [[mcp.upstreams]]
 name = "git"
 command = {json.dumps(str(Path(sys.executable).with_name("mcp-server-git")))}
@@ -309,12 +321,14 @@ def print_matrix(request: pytest.FixtureRequest) -> Iterator[None]:
     if not MATRIX:
         return
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
     lines = matrix_lines()
-    for line in lines:
-        if reporter is not None:
+    if reporter is None or capture is None:  # pragma: no cover
+        print("\n".join(lines))
+        return
+    with capture.global_and_fixture_disabled():  # shown in the run's output, not only on -rA
+        for line in lines:
             reporter.write_line(line)
-        else:  # pragma: no cover
-            print(line)
 
 
 def matrix_lines() -> list[str]:
@@ -861,3 +875,117 @@ def test_check_reports_the_changed_pin(git_env: Published) -> None:
     proc = cli(git_env.base, "mcp", "check", "--config", str(git_env.config))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "changed git.git_show" in proc.stdout, proc.stdout
+
+
+@pytest.mark.node
+def test_ts_client_over_http_gateway(git_env: Published) -> None:
+    """The TS client over streamable HTTP to ``callgate mcp serve --transport http`` with its
+    bearer token (a request without one never gets a session), fronting mcp-server-git."""
+    repo, rp = git_env.data, str(git_env.data)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    log = git_env.base / "http-gateway.log"
+    with log.open("wb") as err:
+        gw = subprocess.Popen(
+            [sys.executable, "-m", "callgate", "mcp", "serve", "--config", str(git_env.config)]
+            + ["--transport", "http", "--listen", f"127.0.0.1:{port}"],
+            cwd=git_env.base,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert gw.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+                time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/mcp"
+        anonymous = run_ts({"server": {"url": url}, "steps": [{"op": "list_tools"}]}, check=False)
+        assert not anonymous.finished and anonymous.of("connect_error"), anonymous.events
+        run = run_ts(
+            {
+                "server": {"url": url, "headers": {"Authorization": f"Bearer {TOKEN}"}},
+                "elicitation": "cancel",
+                "steps": [
+                    {"op": "list_tools", "id": "list"},
+                    {
+                        "op": "call",
+                        "id": "read",
+                        "name": legal("git.git_log"),
+                        "arguments": {"repo_path": rp, "max_count": 9},
+                    },
+                    {
+                        "op": "call",
+                        "id": "denied",
+                        "name": legal("git.git_commit"),
+                        "arguments": {"repo_path": rp, "message": "forbidden over http"},
+                    },
+                    {
+                        "op": "call",
+                        "id": "confirm-yes",
+                        "name": legal("git.git_create_branch"),
+                        "arguments": {"repo_path": rp, "branch_name": "http-yes"},
+                        "elicitation": "accept",
+                    },
+                    {
+                        "op": "call",
+                        "id": "confirm-no",
+                        "name": legal("git.git_create_branch"),
+                        "arguments": {"repo_path": rp, "branch_name": "http-no"},
+                        "elicitation": "decline",
+                    },
+                ],
+            },
+            timeout=180,
+        )
+    finally:
+        gw.terminate()
+        try:
+            gw.wait(15)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+            gw.wait(15)
+    assert run.finished, run.events
+    branches = set(git(repo, "branch", "--format=%(refname:short)").split())
+    f = Flows("ts-http", "mcp-server-git", run)
+
+    def listed() -> str:
+        names = {t["name"] for t in run.tools()}
+        assert legal("git.git_log") in names and legal("git.git_show") not in names, sorted(names)
+        return f"{len(names)} tools"
+
+    def read() -> None:
+        out = run.outcome("read")
+        assert ok(out) and "Commit history" in result_text(out), brief(out)
+
+    def denied() -> None:
+        out = run.outcome("denied")
+        assert refused(out) and status(out).get("reasons") == ["policy_forbid"], brief(out)
+        assert "forbidden over http" not in git(repo, "log", "--format=%s")
+
+    def confirm_yes() -> None:
+        asked = elicited(run, "confirm-yes")
+        assert len(asked) == 1 and asked[0]["action"] == "accept", [brief(e) for e in run.step("confirm-yes")]
+        assert ok(run.outcome("confirm-yes")), brief(run.outcome("confirm-yes"))
+        assert "http-yes" in branches, branches
+
+    def confirm_no() -> None:
+        asked = elicited(run, "confirm-no")
+        assert len(asked) == 1 and asked[0]["action"] == "decline", [brief(e) for e in run.step("confirm-no")]
+        out = run.outcome("confirm-no")
+        assert refused(out) and status(out).get("code") == "confirmation_declined", brief(out)
+        assert "http-no" not in branches, branches
+
+    f.check("list", listed)
+    f.check("read allowed", read)
+    f.check("write denied", denied)
+    f.check("confirm accepted", confirm_yes)
+    f.check("confirm declined", confirm_no)
+    assert TOKEN not in run.text()
+    f.done()
