@@ -2,7 +2,8 @@
 
 ``@pytest.mark.opa`` (a real OPA server or the ``opa`` binary), ``@pytest.mark.postgres`` (a
 PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary), ``@pytest.mark.node`` (Node.js
-and the TypeScript client's npm dependencies, tests/test_ts_client.py). They are registered in
+and the npm dependencies of the TypeScript client, tests/test_ts_client.py, and of the MCP tests,
+tests/mcp_node). They are registered in
 pyproject.toml (``--strict-markers``) and give the fast local loop::
 
     scripts/test -m "not opa and not postgres and not helm and not node"
@@ -18,7 +19,8 @@ How a test gets its marker:
   that lacks the marker, so ``-m "not opa"`` can never start OPA unnoticed.
 
 Before the first test runs, the binaries that the selected tests need are built or installed
-once (``scripts/opa build``, ``scripts/helm build``, ``scripts/postgres install``), so the first
+once (``scripts/opa build``, ``scripts/helm build``, ``scripts/postgres install``, the two
+``npm ci`` of :data:`PREPARE` and :data:`PREPARE_MORE`), so the first
 run on a fresh machine spends its minutes there and not inside one test's timeout. A failure
 there is only reported; the fixtures then fail the tests that need the binary (never a skip).
 
