@@ -527,3 +527,44 @@ def test_derived_key_is_deterministic_within_a_window() -> None:
     assert k1 != derived_key(who, "up.write_note@v1", {"n": 1, "text": "a"}, 600, 1800.0)
     assert k1 != derived_key(Identity("acme", "bob"), "up.write_note@v1", {"text": "a", "n": 1}, 600, 1200.0)
     assert k1 != derived_key(who, "up.write_note@v1", {"text": "b", "n": 1}, 600, 1200.0)
+
+
+@pytest.mark.filterwarnings("ignore:EdDSA is deprecated")
+def test_bearer_verifier_static_tokens_and_jwt(tmp_path: Path) -> None:
+    from joserfc import jwt
+    from joserfc.jwk import KeySet, OKPKey
+
+    from callgate.core.errors import LoadError
+    from callgate.mcp.auth import BearerVerifier
+    from callgate.mcp.config import McpHttpConfig
+
+    key = OKPKey.generate_key("Ed25519", parameters={"kid": "k1"})
+    other = OKPKey.generate_key("Ed25519", parameters={"kid": "k1"})
+    (tmp_path / "jwks.json").write_text(json.dumps(KeySet([key]).as_dict(private=False)))
+    (tmp_path / "tokens.json").write_text(json.dumps({"static-1": "bob"}))
+    cfg = McpHttpConfig(
+        tenant="acme",
+        tokens_file="tokens.json",
+        jwks_file="jwks.json",
+        issuer="https://idp",
+        audience="https://gw/mcp",
+    )
+    v = BearerVerifier.load(cfg, tmp_path)
+    now = int(time.time())
+
+    def token(signer: OKPKey = key, **claims: Any) -> str:
+        base = {"iss": "https://idp", "aud": "https://gw/mcp", "sub": "alice", "exp": now + 60}
+        return jwt.encode({"alg": "EdDSA", "kid": "k1"}, {**base, **claims}, signer, algorithms=["EdDSA"])
+
+    assert v.subject_of("static-1") == "bob"
+    assert v.subject_of(token()) == "alice"
+    assert v.subject_of("") is None and v.subject_of("static-2") is None
+    assert v.subject_of(token(exp=now - 120)) is None  # expired
+    assert v.subject_of(token(aud="https://elsewhere")) is None
+    assert v.subject_of(token(iss="https://evil")) is None
+    assert v.subject_of(token(signer=other)) is None  # not signed by the JWKS
+    assert v.subject_of(token().rsplit(".", 1)[0] + ".") is None
+    with pytest.raises(LoadError, match="tenant"):
+        BearerVerifier.load(McpHttpConfig(tokens_file="tokens.json"), tmp_path)
+    with pytest.raises(LoadError, match="tokens_file and/or jwks_file"):
+        BearerVerifier.load(McpHttpConfig(tenant="acme"), tmp_path)

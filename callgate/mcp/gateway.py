@@ -289,7 +289,7 @@ class Gateway:
         spec, version = resolved if resolved is not None else (name, "")
         pin = self.view.pins().get(f"{spec}@{version}") if resolved is not None else None
         raw = json.dumps(dict(arguments or {}), ensure_ascii=False).encode()
-        key = self._key(s, spec, version, arguments, meta)
+        key = self._key(s, pin, arguments, meta)
         req = propose_request(
             s.session_id, s.model_call_id, ToolCall(_call_id(), name, raw), s.names, s.tools
         )
@@ -337,16 +337,21 @@ class Gateway:
             return McpCode.UPSTREAM_DEFINITION_CHANGED
         return None
 
-    def _key(self, s: _Session, spec: str, version: str, arguments: Mapping[str, Any] | None,
-             meta: Mapping[str, Any]) -> str:  # fmt: skip
+    def _key(
+        self, s: _Session, pin: Pin | None, arguments: Mapping[str, Any] | None, meta: Mapping[str, Any]
+    ) -> str:
+        """The client's ``_meta`` key, else a derived one for tools that support idempotency."""
         given = meta.get(IDEMPOTENCY_META_KEY)
         if isinstance(given, str) and given:
             return given
-        tool = s.tools.get((spec, version))
-        if tool is None:
+        if pin is None or not pin.idempotency_supported:
             return ""
         return derived_key(
-            s.identity, f"{spec}@{version}", arguments or {}, self.mcp.dedupe_window_seconds, time.time()
+            s.identity,
+            f"{pin.spec_name}@{pin.version}",
+            arguments or {},
+            self.mcp.dedupe_window_seconds,
+            time.time(),
         )
 
     async def _cancel(self, s: _Session, invocation_id: str, reason: str) -> None:

@@ -131,6 +131,8 @@ class Pin:
     """The ToolSpec's ``timeout_policy.timeout_ms``: how long the upstream call may take."""
     has_output_schema: bool = False
     """The ToolSpec declares ``output_schema`` (then results also go out as structuredContent)."""
+    idempotency_supported: bool = False
+    """The ToolSpec's ``idempotency.supported``: calls without a client key get a derived one."""
 
 
 def read_pins(tools_dir: Path) -> list[Pin]:
@@ -155,6 +157,7 @@ def read_pins(tools_dir: Path) -> list[Pin]:
                     str(up["definition_sha256"]), path,
                     timeout_ms=timeout if isinstance(timeout, int) and timeout > 0 else 30000,
                     has_output_schema=isinstance(doc.get("output_schema"), dict),
+                    idempotency_supported=(doc.get("idempotency") or {}).get("supported") is True,
                 )
             )  # fmt: skip
         except KeyError:
