@@ -2,7 +2,8 @@
 
 ``@pytest.mark.opa`` (a real OPA server or the ``opa`` binary), ``@pytest.mark.postgres`` (a
 PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary), ``@pytest.mark.node`` (Node.js
-and the TypeScript client's npm dependencies, tests/test_ts_client.py). They are registered in
+and the npm dependencies of the TypeScript client, tests/test_ts_client.py, and of the MCP tests,
+tests/mcp_node). They are registered in
 pyproject.toml (``--strict-markers``) and give the fast local loop::
 
     scripts/test -m "not opa and not postgres and not helm and not node"
@@ -18,7 +19,8 @@ How a test gets its marker:
   that lacks the marker, so ``-m "not opa"`` can never start OPA unnoticed.
 
 Before the first test runs, the binaries that the selected tests need are built or installed
-once (``scripts/opa build``, ``scripts/helm build``, ``scripts/postgres install``), so the first
+once (``scripts/opa build``, ``scripts/helm build``, ``scripts/postgres install``, the two
+``npm ci`` of :data:`PREPARE` and :data:`PREPARE_MORE`), so the first
 run on a fresh machine spends its minutes there and not inside one test's timeout. A failure
 there is only reported; the fixtures then fail the tests that need the binary (never a skip).
 
@@ -34,6 +36,7 @@ import subprocess
 from collections.abc import Generator
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,6 +67,11 @@ PREPARE: dict[Needs, tuple[str, ...]] = {
     Needs.NODE: ("scripts/node-client", "install"),
 }
 """What builds or installs each program (idempotent; seconds when it is already there)."""
+
+PREPARE_MORE: dict[Needs, tuple[tuple[str, ...], ...]] = {
+    Needs.NODE: (("scripts/mcp-node", "install"),),  # the MCP tests' Node side (tests/mcp_node)
+}
+"""Further install steps for a program, run after :data:`PREPARE`'s (same rules)."""
 
 _running: list[pytest.Item] = []
 
@@ -109,25 +117,29 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     for need in _needed(session.items):
-        script, command = PREPARE[need]
-        if reporter is not None:
-            reporter.write_line(
-                f"callgate: {need.value}: {script} {command} (builds or installs it on first use)"
-            )
-        try:
-            proc = subprocess.run(
-                ["bash", str(ROOT / script), command],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=PREPARE_TIMEOUT_S,
-                check=False,
-            )
-            failed = f"exit {proc.returncode}: {proc.stderr[-2000:]}" if proc.returncode else ""
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            failed = str(exc)
-        if failed and reporter is not None:
-            reporter.write_line(f"callgate: {script} {command} failed ({failed}); its tests will fail")
+        for script, command in (PREPARE[need], *PREPARE_MORE.get(need, ())):
+            _prepare(reporter, need, script, command)
+
+
+def _prepare(reporter: Any, need: Needs, script: str, command: str) -> None:
+    if reporter is not None:
+        reporter.write_line(
+            f"callgate: {need.value}: {script} {command} (builds or installs it on first use)"
+        )
+    try:
+        proc = subprocess.run(
+            ["bash", str(ROOT / script), command],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=PREPARE_TIMEOUT_S,
+            check=False,
+        )
+        failed = f"exit {proc.returncode}: {proc.stderr[-2000:]}" if proc.returncode else ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        failed = str(exc)
+    if failed and reporter is not None:
+        reporter.write_line(f"callgate: {script} {command} failed ({failed}); its tests will fail")
 
 
 @pytest.hookimpl(wrapper=True)

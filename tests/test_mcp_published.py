@@ -1,0 +1,991 @@
+"""Published MCP servers behind ``callgate mcp serve``, driven by two real MCP clients (issue 11).
+
+Client × upstream: the official Python SDK client and the TypeScript SDK client (the node
+harness, tests/mcp_node) each talk over stdio to ``callgate mcp serve`` (embedded sidecar, Cedar
+policies written here), which fronts
+
+* ``git``: ``mcp-server-git`` (PyPI) on a temporary repository: its write tools make real
+  commits and branches, counted with ``git rev-list --count`` / ``git branch``;
+* ``fs``: ``@modelcontextprotocol/server-filesystem`` (npm, the installed ``dist/index.js`` run
+  with node) on a temporary folder: files and contents counted; and ``fsec``, the same server on a
+  second folder whose environment carries a canary secret (``{ secret = "canary" }``) that a
+  wrapper writes into a file there, so a read returns it: the client must never see it.
+
+The pins come from ``callgate mcp import --accept-proposed``; one pinned definition digest is then
+altered (as if the upstream had changed its tool after approval). Each (client, upstream) pair
+runs one scenario in one gateway session, with every flow in it:
+
+    read allowed · write outside policy denied (no commit / no file) · schema-invalid call
+    rejected · confirmation accepted (runs once) · confirmation declined (never runs) · changed
+    definition refused (and absent from tools/list) · retried write runs once (client key in
+    ``_meta`` and the gateway's derived key) · canary secret never in anything the client sees
+
+The TS client also runs the core flows once over streamable HTTP to ``callgate mcp serve
+--transport http`` with a bearer token. Each flow is checked separately and recorded in a matrix
+(client × upstream × flow -> result), printed at the end of the module's run (the "Tested with"
+section of docs/MCP.md has it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import short_tmpdir
+from tests.mcp_clients import FILESYSTEM_JS, Event, Run, result_text, run_python, run_ts
+from tests.test_mcp_upstreams import commits, git, make_repo
+
+ROOT = Path(__file__).resolve().parents[1]
+CANARY = "canary-9f3b1c7e-published"
+TOKEN = "tok-published-3e9a"  # the HTTP gateway's static bearer token for alice
+KEY_META = "io.callgate/idempotency-key"
+
+pytestmark = pytest.mark.timeout(600)
+
+SCHEMA_HEAD = """
+entity Role;
+entity User in [Role] { tenant: String };
+entity Resource { kind: String, name: String, tenant: String };
+action read, create, modify, delete;
+"""
+
+GIT_ACTIONS = {
+    "git_status": ("read", "repo_path: String"),
+    "git_show": ("read", "repo_path: String, revision: String"),
+    "git_log": (
+        "read",
+        "repo_path: String, max_count?: Long, start_timestamp?: String, end_timestamp?: String",
+    ),
+    "git_add": ("create", "repo_path: String, files: Set<String>"),
+    "git_commit": ("create", "repo_path: String, message: String"),
+    "git_create_branch": ("create", "repo_path: String, branch_name: String, base_branch?: String"),
+    "git_reset": ("modify", "repo_path: String"),
+}
+GIT_POLICIES = """
+@id("git-read")
+permit (principal == User::"alice", action in Action::"read", resource);
+
+@id("git-stage-and-commit")
+permit (principal == User::"alice", action in [Action::"mcp.git.git_add", Action::"mcp.git.git_commit"], resource);
+
+@id("git-no-forbidden-commits")
+forbid (principal, action == Action::"mcp.git.git_commit", resource)
+when { context.args.message like "*forbidden*" };
+
+@id("git-branch-needs-user")
+@confirm("creating a branch needs the user's confirmation")
+permit (principal == User::"alice", action == Action::"mcp.git.git_create_branch", resource);
+"""
+
+FS_TOOLS_USED = {
+    "read_text_file": ("read", "path: String, head?: Long, tail?: Long"),
+    "get_file_info": ("read", "path: String"),
+    "list_directory": ("read", "path: String"),
+    "write_file": ("modify", "path: String, content: String"),
+}
+FS_POLICIES = """
+@id("fs-read")
+permit (principal == User::"alice", action in Action::"read", resource);
+
+@id("fs-notes")
+permit (principal == User::"alice", action == Action::"mcp.fs.write_file", resource)
+when { context.args.path like "*/notes/*" };
+
+@id("fs-important-needs-user")
+@confirm("overwriting an important file needs the user's confirmation")
+permit (principal == User::"alice", action == Action::"mcp.fs.write_file", resource)
+when { context.args.path like "*/important/*" };
+
+@id("fs-no-forbidden")
+forbid (principal, action == Action::"mcp.fs.write_file", resource)
+when { context.args.path like "*forbidden*" };
+"""
+
+CONFIG_HEAD = """
+[server]
+agent = { socket = "run/a.sock" }
+confirmer = { socket = "run/c.sock" }
+authorizer = { socket = "run/z.sock" }
+executor = { socket = "run/x.sock" }
+[policy]
+dir = "policies"
+[store]
+path = "var/cg.db"
+synchronous = "normal"
+[idempotency]
+path = "var/idem.db"
+"""
+
+MCP_HEAD = """
+[mcp]
+elicitation_timeout_seconds = 30.0
+dedupe_window_seconds = 31536000
+[mcp.identity]
+tenant = "acme"
+user = "alice"
+"""
+
+
+def cedar_schema(actions: dict[str, dict[str, tuple[str, str]]]) -> str:
+    lines = [SCHEMA_HEAD]
+    for upstream, tools in actions.items():
+        for tool, (group, args) in tools.items():
+            lines.append(
+                f'action "mcp.{upstream}.{tool}" in [{group}] appliesTo {{ principal: User, resource: Resource, '
+                f"context: {{ tenant: String, tool: String, args: {{ {args} }} }} }};"
+            )
+    return "\n".join(lines)
+
+
+def cli(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "callgate", *args],
+        cwd=base,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@dataclass(frozen=True)
+class Published:
+    """One gateway folder: config, policies, pins, and the upstream's data."""
+
+    base: Path
+    config: Path
+    data: Path
+    """The git repository, or the filesystem server's root."""
+    data2: Path | None = None
+    """fs only: the root of ``fsec`` (the upstream that gets the canary)."""
+
+    @property
+    def tools_dir(self) -> Path:
+        return self.base / "policies" / "tools"
+
+    def gateway(self) -> dict[str, Any]:
+        """The ``server`` entry of a scenario: ``callgate mcp serve`` over stdio."""
+        return {
+            "command": sys.executable,
+            "args": ["-m", "callgate", "mcp", "serve", "--config", str(self.config)],
+            "cwd": str(self.base),
+            "env": {"PYTHONPATH": str(ROOT)},
+        }
+
+    def import_pins(self) -> str:
+        proc = cli(self.base, "mcp", "import", "--config", str(self.config), "--accept-proposed")
+        assert proc.returncode == 0, (
+            f"callgate mcp import failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+        return proc.stdout
+
+    def alter_pin(self, spec: str) -> None:
+        """Change the pinned definition digest of ``spec`` (a ``<upstream>.<tool>``): the live
+        upstream no longer matches its pin, as after a changed tool definition."""
+        path = self.tools_dir / f"{spec}@v1.json"
+        doc = json.loads(path.read_text())
+        doc["upstream"]["definition_sha256"] = "0" * 64
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def _write_policies(base: Path, actions: dict[str, dict[str, tuple[str, str]]], policies: str) -> None:
+    cedar = base / "policies" / "cedar"
+    cedar.mkdir(parents=True)
+    (base / "policies" / "tools").mkdir()
+    (cedar / "schema.cedarschema").write_text(cedar_schema(actions))
+    (cedar / "policies.cedar").write_text(policies)
+    (cedar / "entities.json").write_text(
+        json.dumps([{"uid": {"type": "User", "id": "alice"}, "attrs": {"tenant": "acme"}, "parents": []}])
+    )
+
+
+@pytest.fixture(scope="module")
+def git_env() -> Iterator[Published]:
+    base = short_tmpdir()
+    repo = make_repo(base / "repo")
+    _write_policies(base, {"git": GIT_ACTIONS}, GIT_POLICIES)
+    tokens = base / "tokens.json"
+    tokens.write_text(json.dumps({TOKEN: "alice"}))
+    tokens.chmod(0o600)
+    config = base / "callgate.toml"
+    config.write_text(
+        CONFIG_HEAD
+        + MCP_HEAD
+        + f"""
+[mcp.http]
+tenant = "acme"
+tokens_file = "tokens.json"
+
+[[mcp.upstreams]]
+name = "git"
+command = {json.dumps(str(Path(sys.executable).with_name("mcp-server-git")))}
+args = ["--repository", {json.dumps(str(repo))}]
+timeout_seconds = 30.0
+"""
+    )
+    env = Published(base, config, repo)
+    env.import_pins()
+    env.alter_pin("git.git_show")
+    yield env
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def fs_env() -> Iterator[Published]:
+    assert FILESYSTEM_JS.is_file(), f"{FILESYSTEM_JS} missing: run scripts/mcp-node install"
+    base = short_tmpdir()
+    root, root2 = base / "files", base / "files2"
+    for d in (root / "notes", root / "important", root2):
+        d.mkdir(parents=True)
+    (root / "a.txt").write_text("alpha\n")
+    (base / "canary.txt").write_text(CANARY + "\n")
+    _write_policies(
+        base,
+        {"fs": FS_TOOLS_USED, "fsec": {"read_text_file": FS_TOOLS_USED["read_text_file"]}},
+        FS_POLICIES + '\n@id("fsec-read")\npermit (principal == User::"alice", action == '
+        'Action::"mcp.fsec.read_text_file", resource);\n',
+    )
+    # fsec: a wrapper that writes the secret it was given into a file the server then serves
+    # (only when it has it: the gateway's listing connection runs without secrets).
+    wrapper = (
+        'if [ -n "$FS_CANARY" ]; then printf "token=%s\\n" "$FS_CANARY" > "$1/leak.txt"; '
+        'printf yes > "$1/../fsec-got-secret"; fi; exec node "$2" "$1"'
+    )
+    config = base / "callgate.toml"
+    config.write_text(
+        CONFIG_HEAD
+        + """
+[[secrets]]
+name = "canary"
+file = "canary.txt"
+tools = ["fsec.read_text_file"]
+"""
+        + MCP_HEAD
+        + f"""
+[[mcp.upstreams]]
+name = "fs"
+command = "node"
+args = [{json.dumps(str(FILESYSTEM_JS))}, {json.dumps(str(root))}]
+timeout_seconds = 30.0
+
+[[mcp.upstreams]]
+name = "fsec"
+command = "sh"
+args = ["-c", {json.dumps(wrapper)}, "fsec", {json.dumps(str(root2))}, {json.dumps(str(FILESYSTEM_JS))}]
+env = {{ FS_CANARY = {{ secret = "canary" }} }}
+timeout_seconds = 30.0
+"""
+    )
+    env = Published(base, config, root, root2)
+    env.import_pins()
+    env.alter_pin("fs.get_file_info")
+    yield env
+    shutil.rmtree(base, ignore_errors=True)
+
+
+# --- the matrix ---------------------------------------------------------------------------------
+
+MATRIX: dict[tuple[str, str, str], str] = {}
+"""(client, upstream, flow) -> "ok ..." or "FAIL ..."; printed at the end of the module."""
+
+FLOWS = (
+    "list",
+    "read allowed",
+    "write denied",
+    "schema rejected",
+    "confirm accepted",
+    "confirm declined",
+    "definition changed",
+    "retry once (key)",
+    "retry once (derived)",
+    "replay answered",
+    "secret hidden",
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def print_matrix(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if not MATRIX:
+        return
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    lines = matrix_lines()
+    if reporter is None or capture is None:  # pragma: no cover
+        print("\n".join(lines))
+        return
+    with capture.global_and_fixture_disabled():  # shown in the run's output, not only on -rA
+        for line in lines:
+            reporter.write_line(line)
+
+
+def matrix_lines() -> list[str]:
+    pairs = sorted({(c, u) for c, u, _ in MATRIX})
+    head = "| flow | " + " | ".join(f"{c} × {u}" for c, u in pairs) + " |"
+    out = ["", "MCP published upstreams: client × upstream × flow", head, "|---" * (len(pairs) + 1) + "|"]
+    for flow in FLOWS:
+        cells = [_cell(MATRIX.get((c, u, flow), "-")) for c, u in pairs]
+        if all(c == "-" for c in cells):
+            continue
+        out.append(f"| {flow} | " + " | ".join(cells) + " |")
+    fails = [f"{c} × {u} × {f}: {r}" for (c, u, f), r in sorted(MATRIX.items()) if not r.startswith("ok")]
+    gaps = {
+        f"known gap: {u} × {f}: {why}"
+        for (u, f), why in KNOWN_GAPS.items()
+        for (_, u2, f2) in MATRIX
+        if (u2, f2) == (u, f)
+    }
+    fails += sorted(gaps)
+    return out + fails
+
+
+KNOWN_GAPS: dict[tuple[str, str], str] = {
+    ("server-filesystem", "replay answered"): (
+        "the gateway answers a replayed call (same idempotency key, client-given or derived) "
+        "without structuredContent although the tool has an outputSchema, and both SDK clients "
+        "reject that answer (-32600 'has an output schema but did not return structured content'); "
+        "the side effect itself ran once (flows 'retry once')"
+    ),
+}
+"""(upstream, flow) -> why it fails today. Such a flow is recorded as a known gap and the test is
+an expected failure (xfail) with that reason; when the flow passes, the test fails until the
+entry is removed. Every other failed flow fails the test."""
+
+
+def _cell(result: str) -> str:
+    if result.startswith("KNOWN"):
+        return "known gap"
+    return "FAIL" if result.startswith("FAIL") else result
+
+
+def brief(event: Event) -> str:
+    """One line about a client event, for failure messages."""
+    what = event.get("event")
+    if what == "result":
+        return f"result isError={event.get('isError')} {result_text(event)[:300]!r}"
+    if what == "error":
+        return f"JSON-RPC error {event.get('code')} {str(event.get('message'))[:300]!r}"
+    return json.dumps(event)[:300]
+
+
+class Flows:
+    """Checks one pair's flows independently; a failed flow is recorded and reported at the end."""
+
+    def __init__(self, client: str, upstream: str, run: Run) -> None:
+        self.client, self.upstream, self.run = client, upstream, run
+        self.failed: list[str] = []
+        self.known: list[str] = []
+
+    def check(self, flow: str, fn: Callable[[], str | None]) -> None:
+        try:
+            note = fn() or ""
+            MATRIX[(self.client, self.upstream, flow)] = "ok" + (f" ({note})" if note else "")
+        except AssertionError as exc:
+            why = " ".join(str(exc).split())[:400]
+            known = (self.upstream, flow) in KNOWN_GAPS
+            MATRIX[(self.client, self.upstream, flow)] = f"{'KNOWN' if known else 'FAIL'}: {why}"
+            (self.known if known else self.failed).append(f"{flow}: {why}")
+
+    def done(self) -> None:
+        assert not self.failed, f"{self.client} × {self.upstream}: " + "; ".join(self.failed)
+        fixed = [
+            flow
+            for (upstream, flow) in KNOWN_GAPS
+            if upstream == self.upstream and MATRIX.get((self.client, upstream, flow), "").startswith("ok")
+        ]
+        assert not fixed, f"known gaps now pass, remove them from KNOWN_GAPS: {fixed}"
+        if self.known:
+            reasons = "; ".join(KNOWN_GAPS[(self.upstream, k.split(":")[0])] for k in self.known)
+            pytest.xfail(f"{self.client} × {self.upstream}: known gap: {reasons}")
+
+
+def status(event: Event) -> dict[str, Any]:
+    """The JSON status document of a gateway refusal (``{"status": ..., "code": ...}``), or {}."""
+    try:
+        doc = json.loads(result_text(event))
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def replayed(run: Run, first: str, retry: str) -> None:
+    """The retry of ``first`` is answered like it (an ok result, structured content included
+    when the first had it: a client validates it against the tool's outputSchema)."""
+    a, b = run.outcome(first), run.outcome(retry)
+    assert ok(b), f"{retry}: {brief(b)}"
+    if a.get("structuredContent") is not None:
+        assert b.get("structuredContent") is not None, f"{retry}: replay without structuredContent"
+
+
+def elicited(run: Run, step: str) -> list[Event]:
+    return [e for e in run.step(step) if e.get("event") == "elicitation"]
+
+
+def legal(name: str) -> str:
+    """The client-facing name of ``<upstream>.<tool>`` (dots are not legal in MCP tool names)."""
+    return name.replace(".", "__")
+
+
+@dataclass(frozen=True)
+class Client:
+    """One MCP client implementation (and mode) of the matrix."""
+
+    label: str
+    run: Callable[..., Run]
+    extra: tuple[tuple[str, str], ...] = ()
+    """Scenario members for this client (the Python SDK client's protocol ``python_mode``)."""
+
+    def __call__(self, scenario: dict[str, Any], **kw: Any) -> Run:
+        return self.run({**scenario, **dict(self.extra)}, **kw)
+
+    @property
+    def n(self) -> int:
+        """A small number per client: makes its read arguments its own (a read identical to an
+        earlier one inside the dedupe window is answered as a replay of it)."""
+        return {"python": 1, "python-auto": 2, "ts": 3}[self.label]
+
+    @property
+    def who(self) -> str:
+        return self.label.replace("python", "py")
+
+    @property
+    def modern(self) -> bool:
+        """Negotiates 2026-07-28 (the Python SDK's default ``mode="auto"``), where a server
+        cannot send a request in the middle of a call: confirmation by elicitation then has no
+        back-channel, and the gateway must refuse rather than run (``elicitation_unsupported``)."""
+        return ("python_mode", "auto") in self.extra
+
+
+PYTHON = Client("python", run_python, (("python_mode", "legacy"),))
+"""The Python SDK client with the initialize handshake (2025-11-25), as ``ClientSession`` does."""
+PYTHON_AUTO = Client("python-auto", run_python, (("python_mode", "auto"),))
+"""The Python SDK client's default mode (negotiates 2026-07-28 with an SDK 2.3 server)."""
+TS = Client("ts", run_ts)
+"""The TypeScript SDK client (1.32, protocol 2025-11-25), through tests/mcp_node/harness.mjs."""
+
+CLIENTS = [
+    pytest.param(PYTHON, id="python"),
+    pytest.param(TS, id="ts", marks=pytest.mark.node),
+]
+
+
+def ok(event: Event) -> bool:
+    return event.get("event") == "result" and event.get("isError") is False
+
+
+def refused(event: Event) -> bool:
+    """An ``isError`` tool result (a refusal the client can show), not a JSON-RPC error."""
+    return event.get("event") == "result" and event.get("isError") is True
+
+
+# --- git ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("client", [*CLIENTS, pytest.param(PYTHON_AUTO, id="python-auto")])
+def test_git_through_gateway(client: Client, git_env: Published) -> None:
+    repo = git_env.data
+    who = client.who
+    for name in (f"staged-{who}.txt", f"second-{who}.txt", f"derived-{who}.txt"):
+        (repo / name).write_text(f"{name}\n")
+    before_commits = commits(repo)
+    before_branches = set(git(repo, "branch", "--format=%(refname:short)").split())
+    rp = str(repo)
+    key = f"retry-{who}-{os.getpid()}"
+    steps: list[dict[str, Any]] = [
+        {"op": "list_tools", "id": "list"},
+        {
+            "op": "call",
+            "id": "read",
+            "name": legal("git.git_log"),
+            "arguments": {"repo_path": rp, "max_count": client.n},
+        },
+        {
+            "op": "call",
+            "id": "add1",
+            "name": legal("git.git_add"),
+            "arguments": {"repo_path": rp, "files": [f"staged-{who}.txt"]},
+        },
+        {
+            "op": "call",
+            "id": "denied",
+            "name": legal("git.git_commit"),
+            "arguments": {"repo_path": rp, "message": f"forbidden commit {who}"},
+        },
+        {"op": "call", "id": "schema", "name": legal("git.git_commit"), "arguments": {"repo_path": rp}},
+        {
+            "op": "call",
+            "id": "schema2",
+            "name": legal("git.git_add"),
+            "arguments": {"repo_path": rp, "files": []},
+        },
+        {
+            "op": "call",
+            "id": "confirm-yes",
+            "name": legal("git.git_create_branch"),
+            "arguments": {"repo_path": rp, "branch_name": f"yes-{who}"},
+            "elicitation": "accept",
+        },
+        {
+            "op": "call",
+            "id": "confirm-no",
+            "name": legal("git.git_create_branch"),
+            "arguments": {"repo_path": rp, "branch_name": f"no-{who}"},
+            "elicitation": "decline",
+        },
+        {
+            "op": "call",
+            "id": "changed",
+            "name": legal("git.git_show"),
+            "arguments": {"repo_path": rp, "revision": "HEAD"},
+        },
+        # the retried write: commit, stage something else, the same commit again with the same key
+        # (a second run would commit the newly staged file under the same message)
+        {
+            "op": "call",
+            "id": "retry1",
+            "name": legal("git.git_commit"),
+            "arguments": {"repo_path": rp, "message": f"retry {who}"},
+            "meta": {KEY_META: key},
+        },
+        {
+            "op": "call",
+            "id": "add2",
+            "name": legal("git.git_add"),
+            "arguments": {"repo_path": rp, "files": [f"second-{who}.txt"]},
+        },
+        {
+            "op": "call",
+            "id": "retry2",
+            "name": legal("git.git_commit"),
+            "arguments": {"repo_path": rp, "message": f"retry {who}"},
+            "meta": {KEY_META: key},
+        },
+        # the same without a client key: the gateway's derived key (same subject, tool, arguments)
+        {
+            "op": "call",
+            "id": "derived1",
+            "name": legal("git.git_commit"),
+            "arguments": {"repo_path": rp, "message": f"derived {who}"},
+        },
+        {
+            "op": "call",
+            "id": "add3",
+            "name": legal("git.git_add"),
+            "arguments": {"repo_path": rp, "files": [f"derived-{who}.txt"]},
+        },
+        {
+            "op": "call",
+            "id": "derived2",
+            "name": legal("git.git_commit"),
+            "arguments": {"repo_path": rp, "message": f"derived {who}"},
+        },
+    ]
+    run = client({"server": git_env.gateway(), "elicitation": "cancel", "steps": steps}, timeout=240)
+    assert run.finished, run.events
+    log = git(repo, "log", "--format=%s").splitlines()
+    branches = set(git(repo, "branch", "--format=%(refname:short)").split())
+    staged = set(git(repo, "diff", "--cached", "--name-only").split())
+    f = Flows(client.label, "mcp-server-git", run)
+
+    def listed() -> str:
+        names = {t["name"] for t in run.tools()}
+        assert legal("git.git_status") in names and legal("git.git_commit") in names, sorted(names)
+        assert legal("git.git_show") not in names, "a tool whose definition changed is still listed"
+        assert all("." not in n for n in names), sorted(names)
+        return f"{len(names)} tools"
+
+    def read() -> None:
+        out = run.outcome("read")
+        assert ok(out), brief(out)
+        assert "Commit history" in result_text(out), brief(out)
+
+    def denied() -> None:
+        out = run.outcome("denied")
+        assert refused(out) and status(out).get("status") == "denied", brief(out)
+        assert status(out).get("reasons") == ["policy_forbid"], out
+        assert not any("forbidden" in m for m in log), log
+
+    def schema() -> None:
+        for step in ("schema", "schema2"):
+            out = run.outcome(step)
+            assert refused(out) and status(out).get("code") == "schema_violation", brief(out)
+
+    def confirm_yes() -> str | None:
+        asked = elicited(run, "confirm-yes")
+        out = run.outcome("confirm-yes")
+        if client.modern and not asked:  # no back-channel: refused, never run unconfirmed
+            assert refused(out) and status(out).get("code") == "elicitation_unsupported", brief(out)
+            assert f"yes-{who}" not in branches, branches
+            return "refused: elicitation_unsupported"
+        assert len(asked) == 1 and asked[0]["action"] == "accept", [brief(e) for e in run.step("confirm-yes")]
+        assert f"yes-{who}" in asked[0]["message"], asked[0]["message"]  # the normalized arguments
+        assert ok(out), brief(out)
+        assert f"yes-{who}" in branches, branches
+        return None
+
+    def confirm_no() -> str | None:
+        asked = elicited(run, "confirm-no")
+        out = run.outcome("confirm-no")
+        assert f"no-{who}" not in branches, branches
+        if client.modern and not asked:
+            assert refused(out) and status(out).get("code") == "elicitation_unsupported", brief(out)
+            return "refused: elicitation_unsupported"
+        assert len(asked) == 1 and asked[0]["action"] == "decline", [brief(e) for e in run.step("confirm-no")]
+        assert refused(out) and status(out).get("code") == "confirmation_declined", brief(out)
+        return None
+
+    def changed() -> None:
+        out = run.outcome("changed")
+        assert refused(out) and status(out).get("code") == "upstream_definition_changed", brief(out)
+
+    def retry_key() -> str:
+        assert ok(run.outcome("retry1")), brief(run.outcome("retry1"))
+        assert log.count(f"retry {who}") == 1, log  # a second run would have committed second-*.txt
+        return "1 commit"
+
+    def retry_derived() -> str:
+        assert ok(run.outcome("derived1")), brief(run.outcome("derived1"))
+        assert log.count(f"derived {who}") == 1, log
+        assert f"derived-{who}.txt" in staged, staged  # a second run would have committed it
+        return "1 commit"
+
+    def replay() -> None:
+        replayed(run, "retry1", "retry2")
+        replayed(run, "derived1", "derived2")
+
+    f.check("list", listed)
+    f.check("read allowed", read)
+    f.check("write denied", denied)
+    f.check("schema rejected", schema)
+    f.check("confirm accepted", confirm_yes)
+    f.check("confirm declined", confirm_no)
+    f.check("definition changed", changed)
+    f.check("retry once (key)", retry_key)
+    f.check("retry once (derived)", retry_derived)
+    f.check("replay answered", replay)
+    new_branches = branches - before_branches
+    assert new_branches <= {f"yes-{who}"}, new_branches
+    assert commits(repo) - before_commits <= 2, log
+    git(repo, "reset", "-q")  # leave nothing staged for the other client
+    f.done()
+
+
+# --- filesystem ---------------------------------------------------------------------------------
+
+
+@pytest.mark.node
+@pytest.mark.parametrize("client", CLIENTS)
+def test_filesystem_through_gateway(client: Client, fs_env: Published) -> None:
+    root = fs_env.data
+    assert fs_env.data2 is not None
+    who = client.who
+    (root / f"a-{who}.txt").write_text(f"alpha {who}\n")
+    before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    key = f"fs-retry-{who}-{os.getpid()}"
+    note = str(root / "notes" / f"retry-{who}.txt")
+    note2 = str(root / "notes" / f"derived-{who}.txt")
+    steps: list[dict[str, Any]] = [
+        {"op": "list_tools", "id": "list"},
+        {
+            "op": "call",
+            "id": "read",
+            "name": legal("fs.read_text_file"),
+            "arguments": {"path": str(root / f"a-{who}.txt")},
+        },
+        {
+            "op": "call",
+            "id": "denied",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": str(root / "notes" / f"forbidden-{who}.txt"), "content": "x"},
+        },
+        {
+            "op": "call",
+            "id": "outside",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": str(root / f"top-{who}.txt"), "content": "x"},
+        },
+        {"op": "call", "id": "schema", "name": legal("fs.write_file"), "arguments": {"path": note}},
+        {
+            "op": "call",
+            "id": "confirm-yes",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": str(root / "important" / f"yes-{who}.txt"), "content": "confirmed\n"},
+            "elicitation": "accept",
+        },
+        {
+            "op": "call",
+            "id": "confirm-no",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": str(root / "important" / f"no-{who}.txt"), "content": "declined\n"},
+            "elicitation": "decline",
+        },
+        {
+            "op": "call",
+            "id": "changed",
+            "name": legal("fs.get_file_info"),
+            "arguments": {"path": str(root / "a.txt")},
+        },
+        # retried write: "one" (key K), then "two" (another call), then "one" again with key K: a
+        # replay leaves "two", a second run would write "one" again
+        {
+            "op": "call",
+            "id": "retry1",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": note, "content": "one\n"},
+            "meta": {KEY_META: key},
+        },
+        {
+            "op": "call",
+            "id": "between",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": note, "content": "two\n"},
+        },
+        {
+            "op": "call",
+            "id": "retry2",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": note, "content": "one\n"},
+            "meta": {KEY_META: key},
+        },
+        {
+            "op": "call",
+            "id": "derived1",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": note2, "content": "one\n"},
+        },
+        {
+            "op": "call",
+            "id": "between2",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": note2, "content": "two\n"},
+        },
+        {
+            "op": "call",
+            "id": "derived2",
+            "name": legal("fs.write_file"),
+            "arguments": {"path": note2, "content": "one\n"},
+        },
+        # the canary: fsec's upstream got it in its environment and serves it in leak.txt
+        {
+            "op": "call",
+            "id": "secret",
+            "name": legal("fsec.read_text_file"),
+            "arguments": {"path": str(fs_env.data2 / "leak.txt"), "head": client.n},
+        },
+    ]
+    run = client({"server": fs_env.gateway(), "elicitation": "cancel", "steps": steps}, timeout=240)
+    assert run.finished, run.events
+    after = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    f = Flows(client.label, "server-filesystem", run)
+
+    def listed() -> str:
+        names = {t["name"] for t in run.tools()}
+        assert legal("fs.read_text_file") in names and legal("fs.write_file") in names, sorted(names)
+        assert legal("fs.get_file_info") not in names, "a tool whose definition changed is still listed"
+        return f"{len(names)} tools"
+
+    def read() -> None:
+        out = run.outcome("read")
+        assert ok(out) and f"alpha {who}" in result_text(out), brief(out)
+
+    def denied() -> None:
+        out = run.outcome("denied")
+        assert refused(out) and status(out).get("status") == "denied", brief(out)
+        assert status(out).get("reasons") == ["policy_forbid"], out
+        out2 = run.outcome("outside")
+        assert refused(out2) and status(out2).get("status") == "denied", brief(out2)
+        assert f"notes/forbidden-{who}.txt" not in after and f"top-{who}.txt" not in after, after
+
+    def schema() -> None:
+        out = run.outcome("schema")
+        assert refused(out) and status(out).get("code") == "schema_violation", brief(out)
+
+    def confirm_yes() -> None:
+        asked = elicited(run, "confirm-yes")
+        assert len(asked) == 1 and asked[0]["action"] == "accept", [brief(e) for e in run.step("confirm-yes")]
+        assert ok(run.outcome("confirm-yes")), brief(run.outcome("confirm-yes"))
+        assert (root / "important" / f"yes-{who}.txt").read_text() == "confirmed\n"
+
+    def confirm_no() -> None:
+        asked = elicited(run, "confirm-no")
+        assert len(asked) == 1 and asked[0]["action"] == "decline", [brief(e) for e in run.step("confirm-no")]
+        out = run.outcome("confirm-no")
+        assert refused(out) and status(out).get("code") == "confirmation_declined", brief(out)
+        assert not (root / "important" / f"no-{who}.txt").exists()
+
+    def changed() -> None:
+        out = run.outcome("changed")
+        assert refused(out) and status(out).get("code") == "upstream_definition_changed", brief(out)
+
+    def retry_key() -> str:
+        for step in ("retry1", "between"):
+            assert ok(run.outcome(step)), f"{step}: {brief(run.outcome(step))}"
+        assert Path(note).read_text() == "two\n", "the retried write ran again"
+        return "ran once"
+
+    def retry_derived() -> str:
+        for step in ("derived1", "between2"):
+            assert ok(run.outcome(step)), f"{step}: {brief(run.outcome(step))}"
+        assert Path(note2).read_text() == "two\n", "the retried write ran again"
+        return "ran once"
+
+    def replay() -> None:
+        replayed(run, "retry1", "retry2")
+        replayed(run, "derived1", "derived2")
+
+    def secret() -> str:
+        assert fs_env.data2 is not None
+        assert (fs_env.data2.parent / "fsec-got-secret").exists(), "the upstream never got the secret"
+        out = run.outcome("secret")
+        seen = run.text() + run.stderr
+        assert CANARY not in seen, "the canary reached the client"
+        return "redacted" if ok(out) else f"refused {status(out).get('code')}"
+
+    f.check("list", listed)
+    f.check("read allowed", read)
+    f.check("write denied", denied)
+    f.check("schema rejected", schema)
+    f.check("confirm accepted", confirm_yes)
+    f.check("confirm declined", confirm_no)
+    f.check("definition changed", changed)
+    f.check("retry once (key)", retry_key)
+    f.check("retry once (derived)", retry_derived)
+    f.check("replay answered", replay)
+    f.check("secret hidden", secret)
+    new = set(after) - set(before)
+    expected = {f"important/yes-{who}.txt", f"notes/retry-{who}.txt", f"notes/derived-{who}.txt"}
+    assert new <= expected, sorted(new - expected)
+    f.done()
+
+
+def test_check_reports_the_changed_pin(git_env: Published) -> None:
+    """``callgate mcp check`` names the altered pin and exits non-zero."""
+    proc = cli(git_env.base, "mcp", "check", "--config", str(git_env.config))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "changed git.git_show" in proc.stdout, proc.stdout
+
+
+@pytest.mark.node
+def test_ts_client_over_http_gateway(git_env: Published) -> None:
+    """The TS client over streamable HTTP to ``callgate mcp serve --transport http`` with its
+    bearer token (a request without one never gets a session), fronting mcp-server-git."""
+    repo, rp = git_env.data, str(git_env.data)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    log = git_env.base / "http-gateway.log"
+    with log.open("wb") as err:
+        gw = subprocess.Popen(
+            [sys.executable, "-m", "callgate", "mcp", "serve", "--config", str(git_env.config)]
+            + ["--transport", "http", "--listen", f"127.0.0.1:{port}"],
+            cwd=git_env.base,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                assert gw.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+                time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}/mcp"
+        anonymous = run_ts({"server": {"url": url}, "steps": [{"op": "list_tools"}]}, check=False)
+        assert not anonymous.finished and anonymous.of("connect_error"), anonymous.events
+        run = run_ts(
+            {
+                "server": {"url": url, "headers": {"Authorization": f"Bearer {TOKEN}"}},
+                "elicitation": "cancel",
+                "steps": [
+                    {"op": "list_tools", "id": "list"},
+                    {
+                        "op": "call",
+                        "id": "read",
+                        "name": legal("git.git_log"),
+                        "arguments": {"repo_path": rp, "max_count": 9},
+                    },
+                    {
+                        "op": "call",
+                        "id": "denied",
+                        "name": legal("git.git_commit"),
+                        "arguments": {"repo_path": rp, "message": "forbidden over http"},
+                    },
+                    {
+                        "op": "call",
+                        "id": "confirm-yes",
+                        "name": legal("git.git_create_branch"),
+                        "arguments": {"repo_path": rp, "branch_name": "http-yes"},
+                        "elicitation": "accept",
+                    },
+                    {
+                        "op": "call",
+                        "id": "confirm-no",
+                        "name": legal("git.git_create_branch"),
+                        "arguments": {"repo_path": rp, "branch_name": "http-no"},
+                        "elicitation": "decline",
+                    },
+                ],
+            },
+            timeout=180,
+        )
+    finally:
+        gw.terminate()
+        try:
+            gw.wait(15)
+        except subprocess.TimeoutExpired:
+            gw.kill()
+            gw.wait(15)
+    assert run.finished, run.events
+    branches = set(git(repo, "branch", "--format=%(refname:short)").split())
+    f = Flows("ts-http", "mcp-server-git", run)
+
+    def listed() -> str:
+        names = {t["name"] for t in run.tools()}
+        assert legal("git.git_log") in names and legal("git.git_show") not in names, sorted(names)
+        return f"{len(names)} tools"
+
+    def read() -> None:
+        out = run.outcome("read")
+        assert ok(out) and "Commit history" in result_text(out), brief(out)
+
+    def denied() -> None:
+        out = run.outcome("denied")
+        assert refused(out) and status(out).get("reasons") == ["policy_forbid"], brief(out)
+        assert "forbidden over http" not in git(repo, "log", "--format=%s")
+
+    def confirm_yes() -> None:
+        asked = elicited(run, "confirm-yes")
+        assert len(asked) == 1 and asked[0]["action"] == "accept", [brief(e) for e in run.step("confirm-yes")]
+        assert ok(run.outcome("confirm-yes")), brief(run.outcome("confirm-yes"))
+        assert "http-yes" in branches, branches
+
+    def confirm_no() -> None:
+        asked = elicited(run, "confirm-no")
+        assert len(asked) == 1 and asked[0]["action"] == "decline", [brief(e) for e in run.step("confirm-no")]
+        out = run.outcome("confirm-no")
+        assert refused(out) and status(out).get("code") == "confirmation_declined", brief(out)
+        assert "http-no" not in branches, branches
+
+    f.check("list", listed)
+    f.check("read allowed", read)
+    f.check("write denied", denied)
+    f.check("confirm accepted", confirm_yes)
+    f.check("confirm declined", confirm_no)
+    assert TOKEN not in run.text()
+    f.done()
