@@ -337,6 +337,9 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
             msg = payload(r)
             assert msg["status"] == "ok" and msg["tool"] == "up.lookup@v1"
             assert "⟦untrusted:" in msg["data"] and "Paris: sunny" in msg["data"]
+            # an identical read runs again (reads get no derived key): a new invocation
+            again = payload(await call("up__lookup", {"city": "Paris"}))
+            assert again["status"] == "ok" and again["invocation_id"] != msg["invocation_id"]
             # deny: never reaches the upstream
             r = await call("up__write_note", {"text": "a forbidden note"})
             assert r.is_error and payload(r)["status"] == "denied"

@@ -360,11 +360,12 @@ class Gateway:
     def _key(
         self, s: _Session, pin: Pin | None, arguments: Mapping[str, Any] | None, meta: Mapping[str, Any]
     ) -> str:
-        """The client's ``_meta`` key, else a derived one for tools that support idempotency."""
+        """The client's ``_meta`` key, else a derived one for writes that support idempotency
+        (never for ``read_only`` tools: a repeated read runs again, it is not a replay)."""
         given = meta.get(IDEMPOTENCY_META_KEY)
         if isinstance(given, str) and given:
             return given
-        if pin is None or not pin.idempotency_supported:
+        if pin is None or not pin.idempotency_supported or pin.read_only:
             return ""
         return derived_key(
             s.identity,

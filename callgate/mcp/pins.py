@@ -132,7 +132,10 @@ class Pin:
     has_output_schema: bool = False
     """The ToolSpec declares ``output_schema`` (then results also go out as structuredContent)."""
     idempotency_supported: bool = False
-    """The ToolSpec's ``idempotency.supported``: calls without a client key get a derived one."""
+    """The ToolSpec's ``idempotency.supported``: writes without a client key get a derived one."""
+    read_only: bool = False
+    """The ToolSpec's ``side_effect_class`` is ``read_only``: no derived key (an identical read
+    inside the dedupe window runs again instead of replaying an old, possibly stale, answer)."""
 
 
 def read_pins(tools_dir: Path) -> list[Pin]:
@@ -158,6 +161,7 @@ def read_pins(tools_dir: Path) -> list[Pin]:
                     timeout_ms=timeout if isinstance(timeout, int) and timeout > 0 else 30000,
                     has_output_schema=isinstance(doc.get("output_schema"), dict),
                     idempotency_supported=(doc.get("idempotency") or {}).get("supported") is True,
+                    read_only=doc.get("side_effect_class") == "read_only",
                 )
             )  # fmt: skip
         except KeyError:
