@@ -5,7 +5,10 @@
   gate refuses every call with ``not_ready`` and gRPC health reports NOT_SERVING.
 * A bad policy set at start does not crash the process: it stays up, NOT_SERVING, reports the
   error, and picks up the fixed files (a typical ConfigMap update) by itself.
-* Reload (file change or SIGHUP) builds a complete new snapshot first; one that fails to parse or
+* Reload (file change or SIGHUP) builds a complete new snapshot first, in a worker thread (the
+  engines' long parse and validation calls release the GIL), and swaps it in with one reference
+  assignment on the event loop: serving, health included, never waits for a load (issue 15). The
+  watcher hashes the files in a worker thread too. One that fails to parse or
   validate is rejected, logged, reported on the health service ``callgate.v1.PolicySnapshot``
   (NOT_SERVING while the newest files are broken) and the last good snapshot keeps serving.
 * Every snapshot that starts serving is recorded in the store (revision, engine, shadow policies),
@@ -115,10 +118,10 @@ class PolicyLifecycle:
     async def reload(self, reason: str = "signal") -> bool:
         """Load the files now; swap on success, keep the old snapshot on failure."""
         async with self._lock:
-            self._fingerprint = fingerprint(self.policy_dir)
+            self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
             current = self.gate.snapshot_or_none
             try:
-                snap = load_snapshot_from_config(self.config)
+                snap = await asyncio.to_thread(load_snapshot_from_config, self.config)
             except LoadError as exc:
                 self.last_error = str(exc)
                 log.error(
@@ -152,7 +155,10 @@ class PolicyLifecycle:
         while True:
             await asyncio.sleep(interval)
             try:
-                if self.config.policy.watch and fingerprint(self.policy_dir) != self._fingerprint:
+                if (
+                    self.config.policy.watch
+                    and await asyncio.to_thread(fingerprint, self.policy_dir) != self._fingerprint
+                ):
                     await self.reload("file change")
                 elif self.gate.snapshot_or_none is None:
                     await self.reload("retry")
@@ -165,7 +171,7 @@ class PolicyLifecycle:
         if self.gate.snapshot_or_none is None:
             await self.reload("start")
         else:
-            self._fingerprint = fingerprint(self.policy_dir)
+            self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
             snap = self.gate.snapshot_or_none
             assert snap is not None
             if self._uploads_policies():
