@@ -11,7 +11,8 @@ import hashlib
 import hmac
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
@@ -58,6 +59,9 @@ class Sessions:
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
         self._views: OrderedDict[tuple[str, str], ToolViewRecord] = OrderedDict()
         self._cache_max = config.limits.max_sessions
+        self._visible: OrderedDict[tuple[int, tuple[str, ...]], tuple[PolicySnapshot, _Visible]] = (
+            OrderedDict()
+        )
 
     async def open(self, spec: SessionSpec) -> SessionRecord:
         check_id("subject.tenant", spec.subject.tenant)
@@ -117,15 +121,13 @@ class Sessions:
         """Record the tools of ``snap`` this session may see as the view of ``model_call_id``,
         with the tool messages ``fed`` into that model call (checked by the caller) in the same
         write."""
-        tools = _visible(session, snap)
-        digests = {t.spec.key: t.spec.spec_digest for t in tools}
-        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
+        vis = self._visible_of(session, snap)
         view = ToolViewRecord(
             session_id=session.session_id,
             model_call_id=model_call_id,
-            tools=tuple(sorted(digests)),
-            spec_digests=digests,
-            tool_set_digest="sha256:" + h.hexdigest(),
+            tools=vis.keys,
+            spec_digests=vis.digests,
+            tool_set_digest=vis.tool_set_digest,
             created_at=rfc3339(self._clock.now()),
         )
         if fed:
@@ -133,12 +135,36 @@ class Sessions:
         else:
             await self._store.put_tool_view(view)
         remember(self._views, (session.session_id, model_call_id), view, VIEW_CACHE_MAX)
-        return ToolView(tools=tools, tool_set_digest=view.tool_set_digest)
+        return ToolView(tools=vis.tools, tool_set_digest=view.tool_set_digest)
+
+    def _visible_of(self, session: SessionRecord, snap: PolicySnapshot) -> _Visible:
+        """The tools a session's allowlist shows from ``snap``, built once per snapshot and
+        allowlist (issue 15 A4: ListTools no longer filters, sorts and digests per call)."""
+        key = (id(snap), session.tool_allowlist)
+        hit = self._visible.get(key)
+        if hit is not None and hit[0] is snap:
+            self._visible.move_to_end(key)
+            return hit[1]
+        allow = set(session.tool_allowlist)
+        tools = tuple(t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow)
+        digests = {t.spec.key: t.spec.spec_digest for t in tools}
+        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
+        vis = _Visible(tools, tuple(sorted(digests)), digests, "sha256:" + h.hexdigest())
+        remember(self._visible, key, (snap, vis), VISIBLE_CACHE_MAX)
+        return vis
 
 
-def _visible(session: SessionRecord, snap: PolicySnapshot) -> tuple[CompiledTool, ...]:
-    allow = set(session.tool_allowlist)
-    return tuple(t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow)
+VISIBLE_CACHE_MAX = 256
+"""Visible tool sets kept (one per snapshot and distinct allowlist; a reload starts new ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Visible:
+    tools: tuple[CompiledTool, ...]
+    keys: tuple[str, ...]
+    digests: Mapping[str, str]
+    """Shared by the views recorded from this set: never mutated."""
+    tool_set_digest: str
 
 
 __all__ = ["VIEW_CACHE_MAX", "Sessions", "check_id"]

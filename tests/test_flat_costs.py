@@ -1,0 +1,42 @@
+"""Issue 15 A: costs that do not grow with what a request does not touch (a real sidecar).
+
+ListTools answers from a view built once per snapshot and visible set; the answer is the same
+listing a per-call build gave, and a reload or another allowlist gives another one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from callgate.config import PolicyConfig
+from tests.conftest import POLICIES, start_sidecar, stop_sidecar
+
+
+def test_listtools_is_prebuilt_per_snapshot_and_visible_set(tmp_path: Path) -> None:
+    pdir = tmp_path / "policies"
+    shutil.copytree(POLICIES, pdir, ignore=shutil.ignore_patterns("tests"))
+    sc, tmp = start_sidecar(pdir, policy=PolicyConfig(watch=False))
+    try:
+        a, b = sc.open_session(), sc.open_session(subject="bob")
+        first = sc.list_tools(a, "mc-1")
+        again = sc.list_tools(b, "mc-1")
+        assert first == again and [t.name for t in first.tools] == sorted(t.name for t in first.tools)
+        assert len(first.tools) == 3
+        only = sc.open_session(tool_allowlist=["weather.get"])
+        narrow = sc.list_tools(only, "mc-1")
+        assert [t.name for t in narrow.tools] == ["weather.get"]
+        assert narrow.tool_set_digest != first.tool_set_digest
+        # every call is still recorded as its own tool view (6.13 question 1)
+        view = sc.call(sc.sidecar.components.store.get_tool_view(a, "mc-1"))
+        assert view is not None and view.tool_set_digest == first.tool_set_digest
+        assert list(view.tools) == [f"{t.name}@{t.version}" for t in first.tools]
+        # a changed ToolSpec is a new snapshot, hence a new listing
+        spec = pdir / "tools" / "weather.get@v1.json"
+        spec.write_text(spec.read_text().replace('"description": "', '"description": "Now: ', 1))
+        assert sc.sidecar.lifecycle is not None
+        assert sc.call(sc.sidecar.lifecycle.reload("test")) is True
+        after = sc.list_tools(a, "mc-2")
+        assert after.tool_set_digest != first.tool_set_digest
+        assert any(t.description.startswith("Now: ") for t in after.tools)
+    finally:
+        stop_sidecar(sc, tmp)
