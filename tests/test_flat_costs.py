@@ -40,3 +40,22 @@ def test_listtools_is_prebuilt_per_snapshot_and_visible_set(tmp_path: Path) -> N
         assert any(t.description.startswith("Now: ") for t in after.tools)
     finally:
         stop_sidecar(sc, tmp)
+
+
+def test_cached_sessions_share_their_repeated_parts() -> None:
+    """Issue 15 A6: a cached session holds only what is its own (id, subject, opening time);
+    budgets, allowlist, tenant, zone and locale are shared, and the limits are computed per
+    distinct budgets, not kept per session."""
+    sc, tmp = start_sidecar()
+    try:
+        ids = [sc.open_session(subject=f"u{i}") for i in range(20)]
+        for sid in ids:
+            sc.list_tools(sid)
+        gate = sc.sidecar.components.gate
+        records = [sc.call(gate.sessions.get(sid)) for sid in ids]
+        assert len({id(r.budgets) for r in records}) == 1
+        assert len({id(r.tool_allowlist) for r in records}) == 1
+        assert len({id(r.timezone) for r in records}) == 1
+        assert len(gate.usage._limits) == 1
+    finally:
+        stop_sidecar(sc, tmp)

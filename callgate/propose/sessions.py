@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import sys
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -70,15 +71,17 @@ class Sessions:
             raise invalid_request("timezone must be an IANA zone name, e.g. Europe/Paris")
         session_id = spec.session_id or "ses_" + uuid.uuid4().hex
         check_id("session_id", session_id)
-        record = SessionRecord(
-            session_id=session_id,
-            tenant=spec.subject.tenant,
-            subject=spec.subject.id,
-            timezone=spec.timezone,
-            locale=spec.locale or "en",
-            budgets=effective_limits(spec.budgets, self._cfg.budgets).as_dict(),
-            tool_allowlist=tuple(spec.tool_allowlist),
-            opened_at=rfc3339(self._clock.now()),
+        record = compact(
+            SessionRecord(
+                session_id=session_id,
+                tenant=spec.subject.tenant,
+                subject=spec.subject.id,
+                timezone=spec.timezone,
+                locale=spec.locale or "en",
+                budgets=effective_limits(spec.budgets, self._cfg.budgets).as_dict(),
+                tool_allowlist=tuple(spec.tool_allowlist),
+                opened_at=rfc3339(self._clock.now()),
+            )
         )
         if await self._store.get_session(session_id) is not None:
             raise invalid_request("session_id already exists")
@@ -93,6 +96,7 @@ class Sessions:
             s = await self._store.get_session(session_id)
             if s is None:
                 raise session_not_found("unknown session_id")
+            s = compact(s)
             remember(self._sessions, session_id, s, self._cache_max)
         return s
 
@@ -154,6 +158,40 @@ class Sessions:
         return vis
 
 
+_SHARED_MAX = 4096
+_shared_budgets: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
+_shared_allowlists: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
+def compact(record: SessionRecord) -> SessionRecord:
+    """The same session with its repeated parts shared (issue 15 A6: memory per cached session).
+
+    Budgets and allowlists are usually the deployment's defaults, and tenants, zones and locales
+    few: one object each instead of one per session. The shared budget mappings are never
+    mutated (records are frozen; every reader copies with ``dict(...)``)."""
+    key = tuple(sorted(record.budgets.items()))
+    budgets = _shared_budgets.get(key)
+    if budgets is None:
+        budgets = dict(record.budgets)
+        if len(_shared_budgets) < _SHARED_MAX:
+            _shared_budgets[key] = budgets
+    allow = _shared_allowlists.get(record.tool_allowlist)
+    if allow is None:
+        allow = record.tool_allowlist
+        if len(_shared_allowlists) < _SHARED_MAX:
+            _shared_allowlists[allow] = allow
+    return SessionRecord(
+        session_id=record.session_id,
+        tenant=sys.intern(record.tenant),
+        subject=record.subject,
+        timezone=sys.intern(record.timezone),
+        locale=sys.intern(record.locale),
+        budgets=budgets,
+        tool_allowlist=allow,
+        opened_at=record.opened_at,
+    )
+
+
 VISIBLE_CACHE_MAX = 256
 """Visible tool sets kept (one per snapshot and distinct allowlist; a reload starts new ones)."""
 
@@ -167,4 +205,4 @@ class _Visible:
     tool_set_digest: str
 
 
-__all__ = ["VIEW_CACHE_MAX", "Sessions", "check_id"]
+__all__ = ["VIEW_CACHE_MAX", "Sessions", "check_id", "compact"]
