@@ -59,3 +59,40 @@ def test_cached_sessions_share_their_repeated_parts() -> None:
         assert len(gate.usage._limits) == 1
     finally:
         stop_sidecar(sc, tmp)
+
+
+def test_propose_can_answer_with_the_digest_only() -> None:
+    """Issue 15 A5: ``omit_normalized_arguments`` keeps large arguments out of the answer; the
+    digest names them exactly and the invocation still has them."""
+    import json
+
+    from callgate.gen.v1 import callgate_pb2 as pb
+
+    sc, tmp = start_sidecar()
+    try:
+        sid = sc.open_session(subject="bob")
+        sc.list_tools(sid)
+        args = json.dumps({"city": "Paris", "date": "2026-07-20"}).encode()
+
+        def propose(pid: str, omit: bool) -> pb.ProposeResponse:
+            return sc.gate.Propose(
+                pb.ProposeRequest(
+                    session_id=sid,
+                    model_call_id="mc-1",
+                    proposal_id=pid,
+                    tool_name="weather.get",
+                    tool_version="v1",
+                    arguments=args,
+                    omit_normalized_arguments=omit,
+                )
+            )
+
+        full, short = propose("call_1", False), propose("call_2", True)
+        assert full.normalized_arguments and not short.normalized_arguments
+        assert short.digest == full.digest and pb.State.Name(short.state) == "PREPARED"
+        inv = sc.gate.GetInvocation(
+            pb.GetInvocationRequest(invocation_id=short.invocation_id, session_id=sid)
+        )
+        assert inv.invocation.normalized_arguments == full.normalized_arguments
+    finally:
+        stop_sidecar(sc, tmp)

@@ -115,14 +115,15 @@ def event_pb(e: EventRecord) -> pb.Event:
     )
 
 
-def propose_pb(o: ProposeOutcome) -> pb.ProposeResponse:
+def propose_pb(o: ProposeOutcome, *, echo_arguments: bool = True) -> pb.ProposeResponse:
+    """``echo_arguments=False`` (the request's ``omit_normalized_arguments``): digest only."""
     r = o.record
     return pb.ProposeResponse(
         invocation_id=r.invocation_id,
         state=state_pb(r.state),  # type: ignore[arg-type]
         decision=decision_pb(o.decision) if o.decision else None,
         digest=r.digest,
-        normalized_arguments=r.normalized_arguments,
+        normalized_arguments=r.normalized_arguments if echo_arguments else b"",
         rejection=rejection_pb(o.rejection),
         confirmation_expires_at=r.confirmation_expires_at,
         schema_dialect=o.schema_dialect,
@@ -233,7 +234,7 @@ class GateService(pb_grpc.GateServicer):
                 state=outcome.record.state.value,
                 violations=rejection.violations,
             )
-        return propose_pb(outcome)
+        return propose_pb(outcome, echo_arguments=not request.omit_normalized_arguments)
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
         inv = await self._gate.cancel(
