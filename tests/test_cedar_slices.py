@@ -251,3 +251,16 @@ def test_line_index_matches_counting() -> None:
     assert [index.line_of(i) for i in range(len(text) + 1)] == [
         text.count("\n", 0, i) + 1 for i in range(len(text) + 1)
     ]
+
+
+def test_entity_index_finds_exactly_the_entities_of_the_set() -> None:
+    ids = ["bob", "bob2", "bo", 'quo"te', "ünï\\code", ""]
+    ents = [{"uid": {"type": "User", "id": i}, "attrs": {"tenant": "acme"}, "parents": []} for i in ids]
+    ents.append({"uid": {"type": "Role", "id": "bob"}, "attrs": {}, "parents": []})
+    rendered = str(cedarpy.Entities.from_json_str(json.dumps(ents)))
+    index, _ = cedar_slices.EntityIndex.build(rendered, {})
+    assert len(index) == len(ents)
+    for i in ids:
+        n = index.number(("User", i))
+        assert n is not None and json.loads(index.fragment(n))["uid"] == {"type": "User", "id": i}
+    assert ("Role", "bob") in index and ("Role", "bob2") not in index and ("User", "b") not in index

@@ -44,6 +44,7 @@ from callgate.policy.engines.cedar_slices import (
     Slice,
     build_slices,
     est_chunked,
+    release_free_memory,
     statement_spans,
     validate_grouped,
 )
@@ -286,6 +287,8 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     for p in (pol_path, sch_path, ent_path):
         digest.update(p.name.encode() + b"\x00" + texts[p].encode() + b"\x00")
     digest.update(("shadow:" + ",".join(sorted(shadow))).encode())
+    del texts, ent_text, stmts, static, est
+    release_free_memory()  # what the load freed (parse copies) goes back to the OS
     return CedarPolicies(
         schema=schema,
         entities=entity_index,
