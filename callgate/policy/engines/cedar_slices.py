@@ -33,8 +33,8 @@ from typing import Any
 import cedarpy
 
 ACTION_TYPE = "Action"
-EST_CHUNK = 128
-"""Statements per ``policies_to_json_str`` call (a few ms each)."""
+EST_CHUNK = 16
+"""Statements per ``policies_to_json_str`` call (it holds the GIL: a few ms each at most)."""
 
 Uid = tuple[str, str]
 LITERALS = "callgate:literals"
