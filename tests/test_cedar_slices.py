@@ -264,3 +264,19 @@ def test_entity_index_finds_exactly_the_entities_of_the_set() -> None:
         n = index.number(("User", i))
         assert n is not None and json.loads(index.fragment(n))["uid"] == {"type": "User", "id": i}
     assert ("Role", "bob") in index and ("Role", "bob2") not in index and ("User", "b") not in index
+
+
+def test_a_closed_engine_fails_closed(cedar_dir: Path) -> None:
+    """Closing releases the prepared sets (off the loop); a late request is a deny, never a
+    decision over a half-released snapshot."""
+    import asyncio
+
+    engine = CedarEngine(load_cedar_dir(cedar_dir))
+    req = AuthzRequest(
+        Subject("acme", "bob"), "weather.read", "weather:Lyon", {"tool": "t@v1", "args": ARGS["weather.read"]}
+    )
+    assert engine.authorize_batch_sync([req])[0].effect is Effect.ALLOW
+    asyncio.run(engine.close())
+    (d,) = engine.authorize_batch_sync([req])
+    assert d.effect is Effect.DENY and d.error_code == "engine_error"
+    assert not engine._p.slices.by_action
