@@ -47,7 +47,7 @@ def test_erroring_forbid_is_deny_not_allow(engine: CedarEngine) -> None:
             "resource": {"type": "Resource", "id": "thing:1"},
             "context": {"tenant": "acme", "tool": "t", "args": {"n": 10**3}},
         },
-        engine._p.policy_set,
+        cedarpy.PolicySet.from_str((FAULTS / "policies.cedar").read_text()),
         cedarpy.Entities.from_json_str(
             '[{"uid":{"type":"User","id":"u1"},"attrs":{"tenant":"acme"},"parents":[]},'
             '{"uid":{"type":"Resource","id":"thing:1"},"attrs":{"kind":"thing","name":"1","tenant":"acme"},"parents":[]}]'
@@ -210,13 +210,34 @@ def test_shadow_policy_is_logged_not_enforced(tmp_path: Path) -> None:
     assert enforced.revision != engine.revision
 
 
-def test_entity_cache_is_bounded_by_memory_not_only_by_count() -> None:
-    from callgate.policy.engines.cedar import ENTITY_CACHE_BYTES, ENTITY_CACHE_SIZE, entity_cache_capacity
+def test_a_cached_entity_slice_does_not_copy_the_set(tmp_path: Path) -> None:
+    """Issue 15 A2: a request's entities are its principal, resource, action and what they reach,
+    not a copy of entities.json (so the cache's size does not grow with the file)."""
+    import json as _json
 
-    assert entity_cache_capacity(2_000) == ENTITY_CACHE_SIZE  # the shipped file: small
-    big = 4 * 2**20  # cedarpy copies the whole set into every cached entry
-    assert entity_cache_capacity(big) * 2 * big <= ENTITY_CACHE_BYTES
-    assert entity_cache_capacity(10**12) == 1
+    d = _broken_copy(tmp_path, (POLICIES / "cedar" / "policies.cedar").read_text())
+    ents = _json.loads((d / "entities.json").read_text())
+    ents += [
+        {"uid": {"type": "User", "id": f"filler{i}"}, "attrs": {"tenant": "acme"}, "parents": []}
+        for i in range(2000)
+    ]
+    (d / "entities.json").write_text(_json.dumps(ents))
+    policies = load_cedar_dir(d)
+    engine = CedarEngine(policies)
+    r = AuthzRequest(
+        Subject("acme", "alice"),
+        "calendar.create",
+        "calendar:primary",
+        {
+            "tool": "calendar.create_event@v1",
+            "args": {"calendar_id": "primary", "title": "x", "start": "s", "duration_minutes": 30},
+        },
+    )
+    (dec,) = engine.authorize_batch_sync([r])
+    assert dec.effect is Effect.CONFIRM  # alice's role (an ancestor) is in her slice
+    (entry,) = policies.entity_cache.values()
+    # alice, Role::scheduler, the resource, Action::calendar.create and Action::create
+    assert len(entry) == 5
 
 
 def test_the_cache_never_holds_more_than_its_capacity(tmp_path: Path) -> None:
@@ -250,11 +271,7 @@ def test_check_warns_about_a_large_entities_file(tmp_path: Path) -> None:
     root = tmp_path / "policies"
     shutil.copytree(POLICIES, root)
     ents = _json.loads((root / "cedar" / "entities.json").read_text())
-    i = 0
-    while len(_json.dumps(ents)) <= ENTITIES_WARN_BYTES:
-        ents.append({"uid": {"type": "User", "id": f"filler{i}"}, "attrs": {"tenant": "acme"}, "parents": []})
-        i += 1
-    (root / "cedar" / "entities.json").write_text(_json.dumps(ents))
+    (root / "cedar" / "entities.json").write_text(_json.dumps(ents) + " " * ENTITIES_WARN_BYTES)
     cfg = tmp_path / "callgate.toml"
     cfg.write_text(f'[policy]\ndir = "{root}"\n')
     out = io.StringIO()

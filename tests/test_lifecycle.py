@@ -8,6 +8,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -151,4 +152,44 @@ def test_opa_upload_mode_becomes_ready_by_itself(opa_factory: Callable[..., OpaS
             assert resp.decision.error_code in ("engine_unavailable", "engine_timeout")
         wait_for(lambda: health(sc) == NOT_SERVING, timeout=60)
     finally:
+        stop_sidecar(sc, tmp)
+
+
+def test_health_answers_while_a_reload_is_loading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 A3: a reload parses and validates in a worker thread, so serving (health here)
+    goes on while it runs. The load is held open by a gate the test releases, so the test does
+    not depend on how slow a load is: health is asked while the load is provably still running."""
+    import asyncio
+    import threading
+
+    from callgate.policy import lifecycle
+
+    loading, release = threading.Event(), threading.Event()
+    real = lifecycle.load_snapshot_from_config
+
+    def held(cfg: Any) -> Any:
+        loading.set()
+        assert release.wait(20)
+        return real(cfg)
+
+    pdir = policy_copy(tmp_path)
+    sc, tmp = start_sidecar(pdir)
+    try:
+        first = sc.sidecar.components.gate.snapshot.revision
+        monkeypatch.setattr(lifecycle, "load_snapshot_from_config", held)
+        assert sc.sidecar.lifecycle is not None
+        pol = pdir / "cedar" / "policies.cedar"
+        pol.write_text(pol.read_text().replace('resource.kind == "file"', 'resource.kind == "doc"'))
+        reload = asyncio.run_coroutine_threadsafe(sc.sidecar.lifecycle.reload("test"), sc.loop)
+        assert loading.wait(10)
+        stub = health_pb2_grpc.HealthStub(sc.channels["agent"])
+        for _ in range(5):  # each answered while the load is blocked in its thread
+            assert stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == SERVING
+            assert pb.State.Name(weather(sc).state) == "PREPARED"  # the old snapshot serves
+        assert not reload.done() and sc.sidecar.components.gate.snapshot.revision == first
+        release.set()
+        assert reload.result(timeout=20) is True
+        assert sc.sidecar.components.gate.snapshot.revision != first
+    finally:
+        release.set()
         stop_sidecar(sc, tmp)

@@ -788,3 +788,30 @@ def test_relative_and_absolute_spellings_of_one_day_give_one_digest() -> None:
     spellings = ["tomorrow", "2026-07-20", "next monday", "in 1 day", " Tomorrow "]
     assert len({digest_of({"date": s}) for s in spellings}) == 1
     assert len({digest_of({"date": s}, SUN_ZH) for s in ["明天", "下周一", "周一", "tomorrow"]}) == 1
+
+
+def test_context_with_the_instant_resolves_like_the_text_alone() -> None:
+    """Issue 15: the gate passes the instant with its RFC 3339 text (no re-parse per call, no
+    cache keyed on a clock that never repeats); the answer is the text's, and an instant that
+    does not spell the text is ignored."""
+    from datetime import datetime, timedelta
+
+    from callgate.propose import normalize as nz
+
+    zone = nz.load_zone("America/New_York")
+    assert zone is not None
+    base = datetime(2026, 11, 1, 5, 30, 0, 123456, tzinfo=nz.load_zone("UTC"))  # around a DST fold
+    for minutes in range(0, 180, 7):
+        t = (base + timedelta(minutes=minutes)).astimezone(zone)
+        text = NormalizationContext(
+            reference_clock=t.isoformat(), timezone="America/New_York", locale="zh-CN"
+        )
+        fast = NormalizationContext(
+            reference_clock=t.isoformat(), timezone="America/New_York", locale="zh-CN", reference_time=t
+        )
+        a, b = nz._resolve_ctx(fast), nz._resolve_text(text)
+        assert a == b and a.now.fold == b.now.fold
+    wrong = NormalizationContext(
+        reference_clock="2026-07-19T14:00:00+08:00", timezone="Asia/Shanghai", reference_time=base
+    )
+    assert nz._resolve_ctx(wrong).today.isoformat() == "2026-07-19"

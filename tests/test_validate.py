@@ -1230,3 +1230,23 @@ def test_regex_format_on_non_strings_and_in_metaschema() -> None:
             keyword="format",
         ),
     )
+
+
+def test_metaschema_verdict_is_remembered_by_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15: the metaschema check (most of loading a tool) runs once per distinct schema; a
+    reload of unchanged ToolSpecs, or a second tool with the same schema, reuses the verdict."""
+    from callgate.propose.validate import schema as schema_module
+
+    calls: list[object] = []
+    real = schema_module._metaschema_check
+    monkeypatch.setattr(schema_module, "_metaschema_check", lambda s: calls.append(s) or real(s))
+    good = {"type": "object", "properties": {"q": {"type": "string", "maxLength": 7919}}}
+    bad = {"type": "object", "properties": {"q": {"type": "string", "minLength": -7919}}}
+    CompiledSchema.compile(good)
+    CompiledSchema.compile(dict(reversed(list(good.items()))))  # same document, other key order
+    errors = []
+    for _ in range(2):
+        with pytest.raises(LoadError) as err:
+            CompiledSchema.compile(bad)
+        errors.append(err.value.violations)
+    assert len(calls) == 2 and errors[0] == errors[1] and errors[0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
@@ -89,6 +90,9 @@ class NormalizationContext:
     """IANA zone name of the user, e.g. ``Asia/Shanghai``."""
     locale: str = "en"
     """BCP 47 locale tag; selects relative-date vocabularies."""
+    reference_time: datetime | None = field(default=None, compare=False, repr=False)
+    """The instant ``reference_clock`` spells, when the caller has it (the gate does): saves
+    re-parsing the string on every call. Used only when it spells exactly ``reference_clock``."""
 
 
 @dataclass(frozen=True, slots=True)

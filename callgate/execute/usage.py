@@ -37,6 +37,9 @@ def add_usage(a: Usage, b: Usage) -> Usage:
     )
 
 
+LIMITS_CACHE_MAX = 4096
+
+
 class UsageMeter:
     """Counts each session's usage against its budgets and hands the increments to store writes."""
 
@@ -46,7 +49,8 @@ class UsageMeter:
         self._defaults = defaults
         self._cache_max = cache_max
         self._usage: OrderedDict[str, Usage] = OrderedDict()
-        self._limits: OrderedDict[str, tuple[SessionRecord, budgets.Limits, datetime]] = OrderedDict()
+        self._limits: dict[tuple[tuple[str, int], ...], budgets.Limits] = {}
+        """Effective limits by requested budgets (few distinct ones: not one entry per session)."""
         self._pending: dict[str, Usage] = {}
         """Increments counted in memory but not yet handed to a store write."""
         self._writes: set[asyncio.Future[Usage]] = set()
@@ -89,16 +93,14 @@ class UsageMeter:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
     def _limits_of(self, session: SessionRecord) -> tuple[budgets.Limits, datetime]:
-        """The session's effective limits and opening time, computed once per session record."""
-        hit = self._limits.get(session.session_id)
-        if hit is None or hit[0] is not session:
-            hit = (
-                session,
-                effective_limits(session.budgets, self._defaults),
-                datetime.fromisoformat(session.opened_at),
-            )
-            remember(self._limits, session.session_id, hit, self._cache_max)
-        return hit[1], hit[2]
+        """The session's effective limits (computed once per distinct budgets) and opening time."""
+        key = tuple(session.budgets.items())
+        limits = self._limits.get(key)
+        if limits is None:
+            limits = effective_limits(session.budgets, self._defaults)
+            if len(self._limits) < LIMITS_CACHE_MAX:
+                self._limits[key] = limits
+        return limits, datetime.fromisoformat(session.opened_at)
 
     def _queue_flush(self) -> None:
         if not self._flush_queued:

@@ -5,7 +5,10 @@
   gate refuses every call with ``not_ready`` and gRPC health reports NOT_SERVING.
 * A bad policy set at start does not crash the process: it stays up, NOT_SERVING, reports the
   error, and picks up the fixed files (a typical ConfigMap update) by itself.
-* Reload (file change or SIGHUP) builds a complete new snapshot first; one that fails to parse or
+* Reload (file change or SIGHUP) builds a complete new snapshot first, in a worker thread (the
+  engines' long parse and validation calls release the GIL), and swaps it in with one reference
+  assignment on the event loop: serving, health included, never waits for a load (issue 15). The
+  watcher hashes the files in a worker thread too. One that fails to parse or
   validate is rejected, logged, reported on the health service ``callgate.v1.PolicySnapshot``
   (NOT_SERVING while the newest files are broken) and the last good snapshot keeps serving.
 * Every snapshot that starts serving is recorded in the store (revision, engine, shadow policies),
@@ -19,9 +22,11 @@ Expiring unconfirmed calls is not the watcher's job: :mod:`callgate.server.sweep
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +66,39 @@ def fingerprint(directory: Path) -> str:
             except OSError as exc:
                 h.update(f"error:{exc.errno}".encode())
     return h.hexdigest()
+
+
+RELOAD_SWITCH_INTERVAL_S = 0.0005
+"""The interpreter's thread switch interval while a load runs in its worker thread. At the default
+5 ms, every time the event loop gives up the GIL (each await on I/O) it waits up to 5 ms to get
+it back from the busy loader, several times per RPC; a short interval keeps a health check's
+latency during a reload of 10,000 policies in the tens of milliseconds (docs/LIMITS.md)."""
+_loads_running = 0
+_saved_interval = 0.0
+_gc_was_enabled = True
+
+
+async def _off_the_loop(fn: Callable[[Config], PolicySnapshot], cfg: Config) -> PolicySnapshot:
+    """Run a snapshot load in a worker thread with a short switch interval (restored when the
+    last load running in the process ends)."""
+    global _loads_running, _saved_interval, _gc_was_enabled
+    if _loads_running == 0:
+        _saved_interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(_saved_interval, RELOAD_SWITCH_INTERVAL_S))
+        # A load allocates ~100 objects per policy; the cyclic collector would walk them all
+        # (tens of ms holding the GIL, in whichever thread triggers it). The load's objects are
+        # freed by reference counting when it ends; collection resumes then.
+        _gc_was_enabled = gc.isenabled()
+        gc.disable()
+    _loads_running += 1
+    try:
+        return await asyncio.to_thread(fn, cfg)
+    finally:
+        _loads_running -= 1
+        if _loads_running == 0:
+            sys.setswitchinterval(_saved_interval)
+            if _gc_was_enabled:
+                gc.enable()
 
 
 @dataclass
@@ -115,10 +153,10 @@ class PolicyLifecycle:
     async def reload(self, reason: str = "signal") -> bool:
         """Load the files now; swap on success, keep the old snapshot on failure."""
         async with self._lock:
-            self._fingerprint = fingerprint(self.policy_dir)
+            self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
             current = self.gate.snapshot_or_none
             try:
-                snap = load_snapshot_from_config(self.config)
+                snap = await _off_the_loop(load_snapshot_from_config, self.config)
             except LoadError as exc:
                 self.last_error = str(exc)
                 log.error(
@@ -152,7 +190,10 @@ class PolicyLifecycle:
         while True:
             await asyncio.sleep(interval)
             try:
-                if self.config.policy.watch and fingerprint(self.policy_dir) != self._fingerprint:
+                if (
+                    self.config.policy.watch
+                    and await asyncio.to_thread(fingerprint, self.policy_dir) != self._fingerprint
+                ):
                     await self.reload("file change")
                 elif self.gate.snapshot_or_none is None:
                     await self.reload("retry")
@@ -165,7 +206,7 @@ class PolicyLifecycle:
         if self.gate.snapshot_or_none is None:
             await self.reload("start")
         else:
-            self._fingerprint = fingerprint(self.policy_dir)
+            self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
             snap = self.gate.snapshot_or_none
             assert snap is not None
             if self._uploads_policies():

@@ -158,12 +158,13 @@ class ToolRegistry:
 
     def __init__(self, tools: Mapping[str, CompiledTool]) -> None:
         self._tools = dict(tools)
+        self._sorted = tuple(sorted(self._tools.values(), key=lambda t: t.spec.key))
 
     def get(self, name: str, version: str) -> CompiledTool | None:
         return self._tools.get(f"{name}@{version}")
 
     def __iter__(self) -> Iterator[CompiledTool]:
-        return iter(sorted(self._tools.values(), key=lambda t: t.spec.key))
+        return iter(self._sorted)  # sorted once (issue 15 A4)
 
     def __len__(self) -> int:
         return len(self._tools)

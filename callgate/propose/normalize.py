@@ -349,7 +349,37 @@ def _ctx_error(keyword: str, message: str) -> RejectedError:
 
 
 @functools.lru_cache(maxsize=512)
+def _resolve_place(timezone: str, locale: str) -> tuple[tzinfo, bool] | None:
+    """(zone, Chinese vocabularies) for a valid zone and locale, else ``None``. The part of a
+    context that repeats from call to call (the clock never does, so a cache keyed on the whole
+    context never hit: issue 15)."""
+    zone = load_zone(timezone)
+    if zone is None or not _LOCALE.fullmatch(locale):
+        return None
+    return zone, re.split(r"[-_]", locale, maxsplit=1)[0].lower() == "zh"
+
+
 def _resolve_ctx(ctx: NormalizationContext) -> _Resolved:
+    t = ctx.reference_time
+    if (
+        t is not None
+        and t.tzinfo is not None
+        and isinstance(ctx.timezone, str)
+        and isinstance(ctx.locale, str)
+        and isinstance(ctx.reference_clock, str)
+    ):
+        place = _resolve_place(ctx.timezone, ctx.locale)
+        if place is not None and t.isoformat() == ctx.reference_clock:
+            try:
+                now = t.astimezone(place[0])
+            except (OverflowError, ValueError):
+                return _resolve_text(ctx)  # reports it as the text path does
+            return _Resolved(zone=place[0], now=now, today=now.date(), zh=place[1])
+    return _resolve_text(ctx)
+
+
+@functools.lru_cache(maxsize=512)
+def _resolve_text(ctx: NormalizationContext) -> _Resolved:
     if not isinstance(ctx.timezone, str) or not isinstance(ctx.reference_clock, str):
         raise _ctx_error("context", "reference_clock and timezone must be strings")
     zone = load_zone(ctx.timezone)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import sys
 import uuid
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
@@ -58,6 +60,9 @@ class Sessions:
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
         self._views: OrderedDict[tuple[str, str], ToolViewRecord] = OrderedDict()
         self._cache_max = config.limits.max_sessions
+        self._visible: OrderedDict[tuple[int, tuple[str, ...]], tuple[PolicySnapshot, _Visible]] = (
+            OrderedDict()
+        )
 
     async def open(self, spec: SessionSpec) -> SessionRecord:
         check_id("subject.tenant", spec.subject.tenant)
@@ -66,15 +71,17 @@ class Sessions:
             raise invalid_request("timezone must be an IANA zone name, e.g. Europe/Paris")
         session_id = spec.session_id or "ses_" + uuid.uuid4().hex
         check_id("session_id", session_id)
-        record = SessionRecord(
-            session_id=session_id,
-            tenant=spec.subject.tenant,
-            subject=spec.subject.id,
-            timezone=spec.timezone,
-            locale=spec.locale or "en",
-            budgets=effective_limits(spec.budgets, self._cfg.budgets).as_dict(),
-            tool_allowlist=tuple(spec.tool_allowlist),
-            opened_at=rfc3339(self._clock.now()),
+        record = compact(
+            SessionRecord(
+                session_id=session_id,
+                tenant=spec.subject.tenant,
+                subject=spec.subject.id,
+                timezone=spec.timezone,
+                locale=spec.locale or "en",
+                budgets=effective_limits(spec.budgets, self._cfg.budgets).as_dict(),
+                tool_allowlist=tuple(spec.tool_allowlist),
+                opened_at=rfc3339(self._clock.now()),
+            )
         )
         if await self._store.get_session(session_id) is not None:
             raise invalid_request("session_id already exists")
@@ -89,6 +96,7 @@ class Sessions:
             s = await self._store.get_session(session_id)
             if s is None:
                 raise session_not_found("unknown session_id")
+            s = compact(s)
             remember(self._sessions, session_id, s, self._cache_max)
         return s
 
@@ -117,15 +125,13 @@ class Sessions:
         """Record the tools of ``snap`` this session may see as the view of ``model_call_id``,
         with the tool messages ``fed`` into that model call (checked by the caller) in the same
         write."""
-        tools = _visible(session, snap)
-        digests = {t.spec.key: t.spec.spec_digest for t in tools}
-        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
+        vis = self._visible_of(session, snap)
         view = ToolViewRecord(
             session_id=session.session_id,
             model_call_id=model_call_id,
-            tools=tuple(sorted(digests)),
-            spec_digests=digests,
-            tool_set_digest="sha256:" + h.hexdigest(),
+            tools=vis.keys,
+            spec_digests=vis.digests,
+            tool_set_digest=vis.tool_set_digest,
             created_at=rfc3339(self._clock.now()),
         )
         if fed:
@@ -133,12 +139,70 @@ class Sessions:
         else:
             await self._store.put_tool_view(view)
         remember(self._views, (session.session_id, model_call_id), view, VIEW_CACHE_MAX)
-        return ToolView(tools=tools, tool_set_digest=view.tool_set_digest)
+        return ToolView(tools=vis.tools, tool_set_digest=view.tool_set_digest)
+
+    def _visible_of(self, session: SessionRecord, snap: PolicySnapshot) -> _Visible:
+        """The tools a session's allowlist shows from ``snap``, built once per snapshot and
+        allowlist (issue 15 A4: ListTools no longer filters, sorts and digests per call)."""
+        key = (id(snap), session.tool_allowlist)
+        hit = self._visible.get(key)
+        if hit is not None and hit[0] is snap:
+            self._visible.move_to_end(key)
+            return hit[1]
+        allow = set(session.tool_allowlist)
+        tools = tuple(t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow)
+        digests = {t.spec.key: t.spec.spec_digest for t in tools}
+        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
+        vis = _Visible(tools, tuple(sorted(digests)), digests, "sha256:" + h.hexdigest())
+        remember(self._visible, key, (snap, vis), VISIBLE_CACHE_MAX)
+        return vis
 
 
-def _visible(session: SessionRecord, snap: PolicySnapshot) -> tuple[CompiledTool, ...]:
-    allow = set(session.tool_allowlist)
-    return tuple(t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow)
+_SHARED_MAX = 4096
+_shared_budgets: dict[tuple[tuple[str, int], ...], Mapping[str, int]] = {}
+_shared_allowlists: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
-__all__ = ["VIEW_CACHE_MAX", "Sessions", "check_id"]
+def compact(record: SessionRecord) -> SessionRecord:
+    """The same session with its repeated parts shared (issue 15 A6: memory per cached session).
+
+    Budgets and allowlists are usually the deployment's defaults, and tenants, zones and locales
+    few: one object each instead of one per session. The shared budget mappings are never
+    mutated (records are frozen; every reader copies with ``dict(...)``)."""
+    key = tuple(sorted(record.budgets.items()))
+    budgets = _shared_budgets.get(key)
+    if budgets is None:
+        budgets = dict(record.budgets)
+        if len(_shared_budgets) < _SHARED_MAX:
+            _shared_budgets[key] = budgets
+    allow = _shared_allowlists.get(record.tool_allowlist)
+    if allow is None:
+        allow = record.tool_allowlist
+        if len(_shared_allowlists) < _SHARED_MAX:
+            _shared_allowlists[allow] = allow
+    return SessionRecord(
+        session_id=record.session_id,
+        tenant=sys.intern(record.tenant),
+        subject=record.subject,
+        timezone=sys.intern(record.timezone),
+        locale=sys.intern(record.locale),
+        budgets=budgets,
+        tool_allowlist=allow,
+        opened_at=record.opened_at,
+    )
+
+
+VISIBLE_CACHE_MAX = 256
+"""Visible tool sets kept (one per snapshot and distinct allowlist; a reload starts new ones)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Visible:
+    tools: tuple[CompiledTool, ...]
+    keys: tuple[str, ...]
+    digests: Mapping[str, str]
+    """Shared by the views recorded from this set: never mutated."""
+    tool_set_digest: str
+
+
+__all__ = ["VIEW_CACHE_MAX", "Sessions", "check_id", "compact"]

@@ -208,10 +208,12 @@ def normalize_arguments(
     zone = load_zone(session.timezone)
     if zone is None:  # the zone was valid at OpenSession; tzdata changed under us
         raise internal("session time zone is no longer known")
+    local_now = call.now.astimezone(zone)
     ctx = NormalizationContext(
-        reference_clock=call.now.astimezone(zone).isoformat(),
+        reference_clock=local_now.isoformat(),
         timezone=session.timezone,
         locale=session.locale,
+        reference_time=local_now,
     )
     try:
         normalized = normalize(

@@ -9,6 +9,7 @@ context with :func:`~callgate.server.interceptors.current_trace`.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -16,6 +17,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2
 
 from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
+from callgate.core.lru import remember
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
 from callgate.execute.execution import Execution, Finding
@@ -113,14 +115,15 @@ def event_pb(e: EventRecord) -> pb.Event:
     )
 
 
-def propose_pb(o: ProposeOutcome) -> pb.ProposeResponse:
+def propose_pb(o: ProposeOutcome, *, echo_arguments: bool = True) -> pb.ProposeResponse:
+    """``echo_arguments=False`` (the request's ``omit_normalized_arguments``): digest only."""
     r = o.record
     return pb.ProposeResponse(
         invocation_id=r.invocation_id,
         state=state_pb(r.state),  # type: ignore[arg-type]
         decision=decision_pb(o.decision) if o.decision else None,
         digest=r.digest,
-        normalized_arguments=r.normalized_arguments,
+        normalized_arguments=r.normalized_arguments if echo_arguments else b"",
         rejection=rejection_pb(o.rejection),
         confirmation_expires_at=r.confirmation_expires_at,
         schema_dialect=o.schema_dialect,
@@ -130,11 +133,17 @@ def propose_pb(o: ProposeOutcome) -> pb.ProposeResponse:
     )
 
 
+LISTINGS_CACHE_MAX = 16
+"""ListTools answers kept per servicer, by tool set digest (a shown set is sent as is; a reload
+or another allowlist makes another set)."""
+
+
 class GateService(pb_grpc.GateServicer):
     def __init__(self, gate: Gate, execution: Execution, watch: InvocationWatch | None = None) -> None:
         self._gate = gate
         self._x = execution
         self._watch = watch if watch is not None else InvocationWatch()
+        self._listings: OrderedDict[str, pb.ListToolsResponse] = OrderedDict()
 
     async def GetResult(
         self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext
@@ -174,7 +183,13 @@ class GateService(pb_grpc.GateServicer):
         view = await self._gate.list_tools(
             request.session_id, request.model_call_id, tuple(request.fed_invocation_ids)
         )
-        return pb.ListToolsResponse(
+        # One message per tool set, built once (issue 15 A4): the set digest covers every spec
+        # digest shown, so equal digests are equal listings, whatever the snapshot.
+        hit = self._listings.get(view.tool_set_digest)
+        if hit is not None:
+            self._listings.move_to_end(view.tool_set_digest)
+            return hit
+        listing = pb.ListToolsResponse(
             tools=[
                 pb.ToolSpec(
                     name=t.spec.name,
@@ -192,6 +207,8 @@ class GateService(pb_grpc.GateServicer):
             ],
             tool_set_digest=view.tool_set_digest,
         )
+        remember(self._listings, view.tool_set_digest, listing, LISTINGS_CACHE_MAX)
+        return listing
 
     async def Propose(
         self, request: pb.ProposeRequest, context: grpc.aio.ServicerContext
@@ -218,7 +235,7 @@ class GateService(pb_grpc.GateServicer):
                 state=outcome.record.state.value,
                 violations=rejection.violations,
             )
-        return propose_pb(outcome)
+        return propose_pb(outcome, echo_arguments=not request.omit_normalized_arguments)
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
         inv = await self._gate.cancel(

@@ -224,7 +224,7 @@ class ListToolsResponse(_message.Message):
     def __init__(self, tools: _Optional[_Iterable[_Union[ToolSpec, _Mapping]]] = ..., tool_set_digest: _Optional[str] = ...) -> None: ...
 
 class ProposeRequest(_message.Message):
-    __slots__ = ("session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "arguments", "idempotency_key")
+    __slots__ = ("session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "arguments", "idempotency_key", "omit_normalized_arguments")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     PROPOSAL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,7 @@ class ProposeRequest(_message.Message):
     TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    OMIT_NORMALIZED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     model_call_id: str
     proposal_id: str
@@ -239,7 +240,8 @@ class ProposeRequest(_message.Message):
     tool_version: str
     arguments: bytes
     idempotency_key: str
-    def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., arguments: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    omit_normalized_arguments: bool
+    def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., arguments: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., omit_normalized_arguments: _Optional[bool] = ...) -> None: ...
 
 class ProposeResponse(_message.Message):
     __slots__ = ("invocation_id", "state", "decision", "digest", "normalized_arguments", "rejection", "confirmation_expires_at", "schema_dialect", "validator", "idempotent_replay", "replayed_message")

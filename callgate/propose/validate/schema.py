@@ -13,8 +13,11 @@ the official metaschemas and an explicitly passed :class:`referencing.Registry`;
 from __future__ import annotations
 
 import copy
+import hashlib
 import importlib
-from collections import deque
+import json
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Final
@@ -31,6 +34,7 @@ from callgate.core.errors import (
     toolspec_invalid,
     unsupported_format,
 )
+from callgate.core.lru import remember
 from callgate.core.model import ParsedArguments, ValidatedArguments
 from callgate.propose.validate.ecma262 import RegexError, compile_ecma, ecma_syntax_error
 from callgate.propose.validate.fastcheck import compile_check
@@ -265,7 +269,32 @@ _META_VALIDATOR: Final = EcmaValidator(
 )
 
 
+_META_CACHE: OrderedDict[str, tuple[Violation, ...]] = OrderedDict()
+_META_CACHE_SIZE: Final = 4096
+_META_LOCK: Final = threading.Lock()
+
+
 def _metaschema_violations(schema: Any) -> list[Violation]:
+    """The 2020-12 metaschema's verdict on ``schema``, remembered by the schema's digest (issue
+    15: ~85% of loading a tool was this check; a reload re-checks only schemas that changed)."""
+    try:
+        digest = hashlib.sha256(
+            json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        ).hexdigest()
+    except (TypeError, ValueError):
+        return _metaschema_check(schema)
+    with _META_LOCK:
+        hit = _META_CACHE.get(digest)
+        if hit is not None:
+            _META_CACHE.move_to_end(digest)
+            return list(hit)
+    found = _metaschema_check(schema)
+    with _META_LOCK:
+        remember(_META_CACHE, digest, tuple(found), _META_CACHE_SIZE)
+    return found
+
+
+def _metaschema_check(schema: Any) -> list[Violation]:
     out = []
     for error in _META_VALIDATOR.iter_errors(schema):
         message = str(error.message)
