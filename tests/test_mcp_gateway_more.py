@@ -22,6 +22,7 @@ from callgate.client import AsyncClient, CallgateClientError
 from callgate.client.aio import AsyncSession
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.test_mcp_gateway import (  # the module's fixtures and helpers
+    CANARY,
     Env,
     _free_port,
     accept,
@@ -329,3 +330,59 @@ def test_async_client_errors_keep_their_code_with_the_embedded_sidecar() -> None
                 assert exc.value.grpc_code.name == status  # type: ignore[attr-defined]
 
     asyncio.run(asyncio.wait_for(go(), 60))
+
+
+# ---------------------------------------------------------------------------------- 6. warm secrets
+@pytest.mark.timeout(250)
+def test_secret_upstream_kept_warm_reuses_one_process_per_secret_value(env: Env) -> None:
+    """``keep_warm_seconds``: calls that redeemed the same secret share one upstream process
+    (each still redeems it with its own credential); after the idle time it is gone. Without
+    it (``sec``), a process per call. The secret never reaches the client either way."""
+    assert env.import_all().returncode == 0
+    text = env.config.read_text().replace(
+        'tools = ["sec.echo_env", "web.echo_env"]',
+        'tools = ["sec.echo_env", "web.echo_env", "warm.echo_env"]',
+    )
+    sec = text[text.index('name = "sec"') : text.index('[[mcp.upstreams]]\nname = "web"')]
+    text += (
+        "\n[[mcp.upstreams]]\n" + sec.replace('name = "sec"', 'name = "warm"') + "keep_warm_seconds = 2.0\n"
+    )
+    env.config.write_text(text)
+    write_policies(env.base, ("up", "web", "sec", "warm"))
+    doc = json.loads((tools_dir(env) / "sec.echo_env@v1.json").read_text())
+    doc.update(
+        name="warm.echo_env",
+        required_capabilities=["mcp.warm.echo_env"],
+        resource_template="mcp:warm.echo_env",
+        upstream={**doc["upstream"], "server": "warm"},
+    )
+    (tools_dir(env) / "warm.echo_env@v1.json").write_text(json.dumps(doc))
+    visible: list[str] = []
+    took: dict[str, list[float]] = {"sec": [], "warm": []}
+
+    async def go() -> None:
+        async with stdio_gateway(env) as (s, _):
+            await s.list_tools()
+            for tool in ("sec", "warm", "sec", "warm", "warm"):
+                t0 = time.monotonic()
+                r = await s.call_tool(
+                    f"{tool}__echo_env", {}, meta={"io.callgate/idempotency-key": f"k{time.time_ns()}"}
+                )
+                took[tool].append(time.monotonic() - t0)
+                visible.append(r.model_dump_json())
+                assert not r.is_error, text_of(r)
+            await anyio.sleep(3.5)  # idle past keep_warm_seconds: the warm process is closed
+            r = await s.call_tool("warm__echo_env", {}, meta={"io.callgate/idempotency-key": "k-after-idle"})
+            visible.append(r.model_dump_json())
+            assert not r.is_error, text_of(r)
+
+    run(go())
+    seen = env.seen()
+    assert [x["canary_env"] for x in seen] == [CANARY] * 6
+    pids = [x["pid"] for x in seen]
+    sec_pids, warm_pids = [pids[0], pids[2]], [pids[1], pids[3], pids[4]]
+    assert sec_pids[0] != sec_pids[1]  # a process per call
+    assert len(set(warm_pids)) == 1  # one warm process for the three calls
+    assert pids[5] != warm_pids[0]  # reopened after the idle time
+    assert CANARY not in "\n".join(visible)
+    print(f"\nper-call process: {took['sec']}, warm: {took['warm']}")

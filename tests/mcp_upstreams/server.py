@@ -142,7 +142,7 @@ def build(state: Path) -> MCPServer:
     )
     def echo_env(ctx: Context) -> str:
         headers = dict(ctx.headers or {})
-        seen = {"canary_env": os.environ.get("UPSTREAM_CANARY", ""), "headers": headers}
+        seen = {"canary_env": os.environ.get("UPSTREAM_CANARY", ""), "headers": headers, "pid": os.getpid()}
         record("seen.jsonl", seen)
         return json.dumps(seen)
 
