@@ -291,7 +291,8 @@ def test_import_needs_confirmed_side_effects_then_pins_and_check_matches(env: En
     assert not list((env.base / "policies" / "tools").glob("*.json")), "nothing written"
     r = cli(
         "mcp", "import", "--config", str(env.config), "--upstream", "up",
-        "--side-effect", "up.write_note=create", "--side-effect", "remove=delete", cwd=env.base,
+        "--side-effect", "up.write_note=create", "--side-effect", "remove=delete",
+        "--side-effect", "up.slow_note=create", cwd=env.base,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((env.base / "policies" / "tools" / "up.remove@v1.json").read_text())

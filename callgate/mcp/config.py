@@ -105,7 +105,8 @@ class McpUpstreamConfig:
 
     @property
     def has_secrets(self) -> bool:
-        """Whether a call needs redeemed secrets (then each call gets its own connection)."""
+        """Whether a call needs redeemed secrets (then each call gets its own connection, or a
+        warm one built with the same values: ``keep_warm_seconds``)."""
         return any(isinstance(v, SecretRef) for _, v in (*self.env, *self.headers))
 
 

@@ -595,9 +595,13 @@ def _failure(end: CallEnd) -> tuple[McpCode, str]:
     return McpCode.UPSTREAM_UNAVAILABLE, "The upstream server could not be reached; nothing was sent."
 
 
+_NOT_RETRYABLE = frozenset({"definition_changed", "secret_unavailable", "arguments_not_an_object"})
+
+
 def _retryable(end: CallEnd) -> bool:
-    """Whether the client may call again: only when nothing was sent and the pin still holds."""
-    return isinstance(end, NotSent) and end.reason != "definition_changed"
+    """Whether the client may call again: only when nothing was sent because the upstream could
+    not be reached (a changed pin, an unredeemable secret or bad arguments stay so)."""
+    return isinstance(end, NotSent) and end.reason not in _NOT_RETRYABLE
 
 
 def _report(end: CallEnd, attempt_id: str, external_id: str = "") -> pb.ReportOutcomeRequest:
