@@ -43,6 +43,9 @@ ACTIONS = {
     "hang": "seconds: Long",
     "crash": "",
     "echo_env": "",
+    "rug_pull": "",
+    "forecast": "city: String",
+    "slow_note": "text: String, seconds: Long, commit_first: Bool",
 }
 POLICIES = """
 @id("mcp-permit")
@@ -72,7 +75,11 @@ def write_policies(base: Path, upstreams: tuple[str, ...] = ("up", "web", "sec")
     lines = [SCHEMA]
     for up in upstreams:
         for tool, args in ACTIONS.items():
-            group = "read" if tool in ("lookup", "hang", "crash", "echo_env") else "create"
+            group = (
+                "read"
+                if tool in ("lookup", "hang", "crash", "echo_env", "rug_pull", "forecast")
+                else "create"
+            )
             lines.append(
                 f'action "mcp.{up}.{tool}" in [{group}] appliesTo {{ principal: User, resource: Resource, '
                 f"context: {{ tenant: String, tool: String, args: {{ {args} }} }} }};"
@@ -284,7 +291,8 @@ def test_import_needs_confirmed_side_effects_then_pins_and_check_matches(env: En
     assert not list((env.base / "policies" / "tools").glob("*.json")), "nothing written"
     r = cli(
         "mcp", "import", "--config", str(env.config), "--upstream", "up",
-        "--side-effect", "up.write_note=create", "--side-effect", "remove=delete", cwd=env.base,
+        "--side-effect", "up.write_note=create", "--side-effect", "remove=delete",
+        "--side-effect", "up.slow_note=create", cwd=env.base,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((env.base / "policies" / "tools" / "up.remove@v1.json").read_text())
@@ -300,7 +308,7 @@ def test_import_needs_confirmed_side_effects_then_pins_and_check_matches(env: En
     r = env.import_all()
     assert r.returncode == 0, r.stdout + r.stderr
     r = cli("mcp", "check", "--config", str(env.config), cwd=env.base)
-    assert r.returncode == 0 and "18 pins match" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "27 pins match" in r.stdout, r.stdout + r.stderr
     (env.state / "variant").write_text("b")  # stdio upstreams start with another definition
     r = cli("mcp", "check", "--config", str(env.config), cwd=env.base)
     assert r.returncode == 1

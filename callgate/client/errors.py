@@ -83,10 +83,13 @@ class ExecutionError(CallgateClientError):
 def from_rpc_error(err: grpc.RpcError) -> CallgateClientError:
     """The typed exception for a failed call: ``ErrorInfo`` decoded from
     ``grpc-status-details-bin`` when present; transport failures by their gRPC status."""
-    code = err.code() if isinstance(err, grpc.Call) else grpc.StatusCode.UNKNOWN
-    details = (err.details() if isinstance(err, grpc.Call) else None) or str(code)
+    # grpc.aio's AioRpcError is not a grpc.Call, but has the same code/details/trailing_metadata
+    # accessors: without it every async client error read as UNKNOWN without its ErrorInfo.
+    call = isinstance(err, grpc.Call | grpc.aio.AioRpcError)
+    code = err.code() if call else grpc.StatusCode.UNKNOWN
+    details = (err.details() if call else None) or str(code)
     try:
-        status = rpc_status.from_call(err) if isinstance(err, grpc.Call) else None
+        status = rpc_status.from_call(err) if call else None
     except ValueError:  # details present but inconsistent with the status: not trustworthy
         return MalformedAnswer("status details do not match the status")
     if status is not None:

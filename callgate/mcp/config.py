@@ -96,10 +96,17 @@ class McpUpstreamConfig:
     timeout_seconds: float = 30.0
     """Connect/list timeout, and the call timeout of tools whose ToolSpec has no
     ``timeout_policy``."""
+    keep_warm_seconds: float = 0.0
+    """Upstreams with secrets: how long the connection built with a call's redeemed secrets
+    (a stdio process, an HTTP session) stays open after its last call, for later calls that
+    redeem the same values. 0 (the default): a connection per call, the secret exists only while
+    an authorized call runs. Every call still redeems the secrets with its own scoped credential
+    (docs/MCP.md, "Secrets and warm connections")."""
 
     @property
     def has_secrets(self) -> bool:
-        """Whether a call needs redeemed secrets (then each call gets its own connection)."""
+        """Whether a call needs redeemed secrets (then each call gets its own connection, or a
+        warm one built with the same values: ``keep_warm_seconds``)."""
         return any(isinstance(v, SecretRef) for _, v in (*self.env, *self.headers))
 
 
@@ -195,6 +202,8 @@ def _upstream(data: Any, i: int, source: str) -> McpUpstreamConfig:
         raise config_invalid(f"'{where}url' must be an http(s) URL for an http upstream", source=source)
     if up.timeout_seconds <= 0:
         raise config_invalid(f"'{where}timeout_seconds' must be positive", source=source)
+    if up.keep_warm_seconds < 0 or up.keep_warm_seconds > 3600:
+        raise config_invalid(f"'{where}keep_warm_seconds' must be between 0 and 3600", source=source)
     return up
 
 

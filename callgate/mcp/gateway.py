@@ -196,6 +196,7 @@ class Gateway:
         }
         self._sessions: dict[tuple[str, str, str], _Session] = {}
         self._session_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.refusals: dict[str, int] = {}
         """Counts of refused calls by code (read by tests and the log at exit)."""
         s = cfg.server
@@ -228,7 +229,7 @@ class Gateway:
                 "mcp gateway refusals: %s", ", ".join(f"{k}={v}" for k, v in sorted(self.refusals.items()))
             )
 
-    async def _refresh(self, name: str) -> None:
+    async def _refresh(self, name: str, when: str = "connect") -> None:
         up = self.upstreams[name]
         try:
             tools = await up.list_tools()
@@ -241,11 +242,13 @@ class Gateway:
         self.view.set_listing(name, tools)
         for pin in self.view.pins().values():
             if pin.server == name and self.view.state(pin) is not PinState.MATCH:
-                self._report_changed(pin, "connect")
+                self._report_changed(pin, when)
 
     async def _list_changed(self, name: str) -> None:
         log.info("upstream %s: tools/list_changed", name)
-        asyncio.get_running_loop().create_task(self._refresh(name))
+        task = asyncio.get_running_loop().create_task(self._refresh(name, "tools/list_changed"))
+        self._tasks.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._tasks.discard)
 
     def _report_changed(self, pin: Pin, when: str) -> None:
         state = self.view.state(pin)
@@ -326,7 +329,7 @@ class Gateway:
         if isinstance(out, Replayed):
             return text_result(out.message, is_error=_replay_failed(out.state))
         # Allowed or NeedsConfirmation: only a pinned, matching upstream tool may go on.
-        refusal = self._pin_refusal(pin)
+        refusal = await self._pin_refusal(pin)
         if refusal is not None:
             await self._cancel(s, out.invocation_id, refusal.value)
             self._refused(refusal.value)
@@ -349,9 +352,15 @@ class Gateway:
                 await self._cancel(s, invocation_id, "client_cancelled")
             raise
 
-    def _pin_refusal(self, pin: Pin | None) -> McpCode | None:
+    async def _pin_refusal(self, pin: Pin | None) -> McpCode | None:
         if pin is None or pin.server not in self.upstreams:
             return McpCode.UPSTREAM_NOT_PINNED
+        if pin.server not in self.view.listed_servers:
+            # Not listed since it could not be reached: try again now. Still unreachable, the
+            # call goes on to an attempt that never leaves (reported not reached, retry allowed).
+            await self._refresh(pin.server)
+            if pin.server not in self.view.listed_servers:
+                return None
         if self.view.state(pin) is not PinState.MATCH:
             self._report_changed(pin, "call")
             return McpCode.UPSTREAM_DEFINITION_CHANGED
@@ -460,15 +469,21 @@ class Gateway:
             except ValueError:
                 arguments = None
             end: CallEnd
+            if attempts > 1 and pin.server not in self.view.listed_servers:
+                await self._refresh(pin.server)
             if not isinstance(arguments, dict):
                 end = NotSent("arguments_not_an_object")
+            elif pin.server not in self.view.listed_servers:
+                end = NotSent("unreachable")  # spawn/connect/initialize failed: nothing sent
+            elif self.view.state(pin) is not PinState.MATCH:
+                end = NotSent("definition_changed")  # changed while this call was confirmed
             else:
                 secrets = await self._redeem(att.credential, wanted)
                 if secrets is None:
                     end = NotSent("secret_unavailable")
                 else:
                     await stages.step(f"calling upstream {pin.server}")
-                    end = await self._send(ctx, up, pin, arguments, secrets, att.attempt_id)
+                    end = await self._send(ctx, s, invocation_id, up, pin, arguments, secrets, att.attempt_id)
             report = _report(end, att.attempt_id, f"mcp:{pin.server}.{pin.tool}:{att.attempt_id}")
             with anyio.CancelScope(shield=True):
                 rep = await _call(self.executor.ReportOutcome, report, self.timeout)
@@ -495,7 +510,7 @@ class Gateway:
             enc_req = pb.EncodeResultRequest(
                 invocation_id=invocation_id,
                 status="error",
-                value=_json({"code": code.value, "message": message, "retryable": False}),
+                value=_json({"code": code.value, "message": message, "retryable": _retryable(end)}),
             )
         enc = await _call(self.executor.EncodeResult, enc_req, self.timeout)
         if enc.withheld:
@@ -525,8 +540,8 @@ class Gateway:
             out[key] = bytes(r.value).decode("utf-8")
         return out
 
-    async def _send(self, ctx: Any, up: Upstream, pin: Pin, arguments: dict[str, Any],
-                    secrets: Mapping[str, str], attempt_id: str) -> CallEnd:  # fmt: skip
+    async def _send(self, ctx: Any, s: _Session, invocation_id: str, up: Upstream, pin: Pin,
+                    arguments: dict[str, Any], secrets: Mapping[str, str], attempt_id: str) -> CallEnd:  # fmt: skip
         async def progress(p: float, total: float | None, message: str | None) -> None:
             await ctx.session.report_progress(p, total, message)
 
@@ -536,8 +551,13 @@ class Gateway:
                 expected_sha256=pin.definition_sha256, digest=definition_sha256,
             )  # fmt: skip
         except BaseException:
-            # cancelled while the request may be out: nobody knows whether it committed
+            # Cancelled while the request was out (the SDK sends the upstream a courtesy
+            # notifications/cancelled): past the commit boundary (EXECUTING), so Cancel first
+            # records cancel_requested (no further attempt, result withheld, 6.7/6.12), then the
+            # attempt is reported OUTCOME_UNKNOWN: MCP cancellation is unacknowledged, nobody
+            # knows whether the upstream committed before it saw the cancel.
             with anyio.CancelScope(shield=True):
+                await self._cancel(s, invocation_id, "client_cancelled")
                 try:
                     await _call(
                         self.executor.ReportOutcome,
@@ -574,6 +594,15 @@ def _failure(end: CallEnd) -> tuple[McpCode, str]:
     if isinstance(end, NotSent) and end.reason == "definition_changed":
         return McpCode.UPSTREAM_DEFINITION_CHANGED, _PIN_MESSAGES[McpCode.UPSTREAM_DEFINITION_CHANGED]
     return McpCode.UPSTREAM_UNAVAILABLE, "The upstream server could not be reached; nothing was sent."
+
+
+_NOT_RETRYABLE = frozenset({"definition_changed", "secret_unavailable", "arguments_not_an_object"})
+
+
+def _retryable(end: CallEnd) -> bool:
+    """Whether the client may call again: only when nothing was sent because the upstream could
+    not be reached (a changed pin, an unredeemable secret or bad arguments stay so)."""
+    return isinstance(end, NotSent) and end.reason not in _NOT_RETRYABLE
 
 
 def _report(end: CallEnd, attempt_id: str, external_id: str = "") -> pb.ReportOutcomeRequest:

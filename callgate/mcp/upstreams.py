@@ -4,7 +4,10 @@ An upstream without secrets keeps one connection, opened at start and reopened a
 An upstream whose env or headers name secrets gets a fresh connection per call, built with the
 values the gateway redeemed for that call's credential (so a secret exists only while an
 authorized call runs); its listing connection (tools/list at start, ``import``, ``check``) gets
-the non-secret values only.
+the non-secret values only. With ``keep_warm_seconds`` such a connection is kept after its call
+and reused by later calls that redeemed the same values (each call still redeems them with its
+own credential), until it has been idle that long (docs/MCP.md, "Secrets and warm
+connections").
 
 A call ends in one of four ways, which decide the ReportOutcome (6.7, 6.9):
 :class:`Answered` (the upstream answered, ``isError`` or not), :class:`Refused` (a JSON-RPC
@@ -15,8 +18,11 @@ error: the tool did not run), :class:`NotSent` (no connection: the request never
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -92,6 +98,11 @@ class _Connection:
         self._error: BaseException | None = None
         self._task: asyncio.Task[None] | None = None
         self.dead = False
+        self.users = 0
+        """Calls running on this connection (a warm one is closed only when none is)."""
+        self.last_used = 0.0
+        self.listed: dict[str, str] = {}
+        """A warm connection's tools/list: tool name -> definition sha256, checked per call."""
 
     def _transport(self) -> Any:
         c = self.cfg
@@ -196,6 +207,11 @@ class Upstream:
         self.on_changed = on_changed
         self._conn: _Connection | None = None
         self._lock = asyncio.Lock()
+        self._warm: _Connection | None = None
+        self._warm_key = ""
+        self._warm_lock = asyncio.Lock()
+        self._reaper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def _listing(self) -> ClientSession:
         async with self._lock:
@@ -217,28 +233,101 @@ class Upstream:
         """Run one ``tools/call``. With secrets: a fresh connection built with them, whose
         ``tools/list`` must still match ``expected_sha256`` (else :class:`NotSent`)."""
         conn: _Connection | None = None
+        warm: _Connection | None = None
         try:
-            if self.cfg.has_secrets:
+            if self.cfg.has_secrets and self.cfg.keep_warm_seconds > 0:
+                warm = await self._warm_for(secrets, digest)
+                session = warm.session
+                if warm.listed.get(tool) != expected_sha256:
+                    self._release(warm)
+                    return NotSent("definition_changed")
+            elif self.cfg.has_secrets:
                 conn = _Connection(self.cfg, self.base_dir, secrets, None)
                 session = await conn.open()
                 listed = {t["name"]: t for t in await _list_all(session, self.cfg.timeout_seconds)}
                 if tool not in listed or digest(listed[tool]) != expected_sha256:
+                    await conn.close()
                     return NotSent("definition_changed")
             else:
                 session = await self._listing()
+                conn = None
         except (ConnectionError, OSError, MCPError, TimeoutError) as exc:
             if conn is not None:
                 await conn.close()
             return NotSent(type(exc).__name__)
+        assert session is not None
+        owner = warm if warm is not None else conn if conn is not None else self._conn
         try:
-            return await self._send(session, tool, arguments, timeout, progress)
+            return await self._send(session, owner, tool, arguments, timeout, progress)
         finally:
             if conn is not None:
                 await conn.close()
+            if warm is not None:
+                self._release(warm)
+
+    async def _warm_for(
+        self, secrets: Mapping[str, str], digest: Callable[[Mapping[str, Any]], str]
+    ) -> _Connection:
+        """The warm connection built with exactly these secret values (a new one when there is
+        none, it died, or the values changed: a rotated secret never reaches an old process)."""
+        key = hashlib.sha256(json.dumps(sorted(secrets.items())).encode()).hexdigest()
+        async with self._warm_lock:
+            w = self._warm
+            if w is None or w.dead or self._warm_key != key:
+                if w is not None:
+                    self._warm = None
+                    if w.users == 0:
+                        await w.close()  # else its last call closes it (_release)
+                w = _Connection(self.cfg, self.base_dir, secrets, self._warm_changed)
+                try:
+                    session = await w.open()
+                    w.listed = {
+                        str(t["name"]): digest(t) for t in await _list_all(session, self.cfg.timeout_seconds)
+                    }
+                except BaseException:
+                    await w.close()
+                    raise
+                self._warm, self._warm_key = w, key
+                log.info("upstream %s: warm connection opened", self.cfg.name)
+            w.users += 1
+            w.last_used = time.monotonic()
+            if self._reaper is None or self._reaper.done():
+                self._reaper = asyncio.create_task(self._reap(), name=f"mcp-warm-{self.cfg.name}")
+            return w
+
+    def _release(self, w: _Connection) -> None:
+        w.users -= 1
+        w.last_used = time.monotonic()
+        if w.users == 0 and (w is not self._warm or w.dead):
+            task = asyncio.get_running_loop().create_task(w.close())
+            self._closing.add(task)  # keep a reference until it is done
+            task.add_done_callback(self._closing.discard)
+
+    async def _warm_changed(self, name: str) -> None:
+        """The warm connection's tools changed: never reuse it (the next call re-lists)."""
+        if self._warm is not None:
+            self._warm.dead = True
+        if self.on_changed is not None:
+            await self.on_changed(name)
+
+    async def _reap(self) -> None:
+        """Close the warm connection once it has been idle ``keep_warm_seconds``."""
+        ttl = self.cfg.keep_warm_seconds
+        while self._warm is not None:
+            w = self._warm
+            idle = time.monotonic() - w.last_used
+            if w.users == 0 and (idle >= ttl or w.dead):
+                async with self._warm_lock:
+                    if self._warm is w and w.users == 0:
+                        self._warm = None
+                        log.info("upstream %s: warm connection closed (idle)", self.cfg.name)
+                        await w.close()
+                continue
+            await asyncio.sleep(max(0.05, min(ttl - idle, 1.0)) if w.users == 0 else 0.5)
 
     async def _send(
-        self, session: ClientSession, tool: str, arguments: Mapping[str, Any], timeout: float,
-        forward: ProgressFn | None,
+        self, session: ClientSession, owner: _Connection | None, tool: str, arguments: Mapping[str, Any],
+        timeout: float, forward: ProgressFn | None,
     ) -> CallEnd:  # fmt: skip
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             if forward is not None:
@@ -251,22 +340,27 @@ class Upstream:
             return Lost("timeout")
         except MCPError as exc:
             if exc.code in _LOCAL_CODES:
-                self._drop()
+                _drop(owner)
                 return Lost("connection_lost" if exc.code == types.CONNECTION_CLOSED else "timeout")
             return Refused(exc.code, exc.message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
-            self._drop()
+            _drop(owner)
             return Lost("connection_lost")
         return Answered(result)
 
-    def _drop(self) -> None:
-        if self._conn is not None:
-            self._conn.dead = True
-
     async def close(self) -> None:
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        if self._reaper is not None:
+            self._reaper.cancel()
+        for c in (self._conn, self._warm):
+            if c is not None:
+                await c.close()
+        self._conn = self._warm = None
+
+
+def _drop(conn: _Connection | None) -> None:
+    """A lost connection is never reused (the listing one is reopened by the next call)."""
+    if conn is not None:
+        conn.dead = True
 
 
 async def _list_all(session: ClientSession, timeout: float) -> list[dict[str, Any]]:
