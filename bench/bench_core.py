@@ -76,15 +76,13 @@ def records_tool() -> tuple[CompiledTool, bytes]:
     """A tool taking a 60 KB array of small records (issue 15, "Arguments")."""
     import tempfile
 
+    base = json.loads((ROOT / "policies" / "tools" / "weather.get@v1.json").read_text())
+    base.pop("normalized_schema", None)
     spec = {
+        **base,
         "name": "records.put",
         "version": "v1",
-        "description": "bench",
-        "schema_dialect": "https://json-schema.org/draft/2020-12/schema",
-        "side_effect": "read_only",
-        "required_capabilities": ["weather:read"],
-        "resource": "tenant/{tenant}/records",
-        "timeout_ms": 1000,
+        "description": "bench: a 60 KB array of small records",
         "input_schema": {
             "type": "object",
             "properties": {
@@ -111,7 +109,7 @@ def records_tool() -> tuple[CompiledTool, bytes]:
         (Path(d) / "records.put@v1.json").write_text(json.dumps(spec))
         tool = load_tools(Path(d)).get("records.put", "v1")
     assert tool is not None
-    records = [{"id": i, "name": f" name {i} ", "score": i / 7} for i in range(1300)]
+    records = [{"id": i, "name": f" name {i} ", "score": i / 7} for i in range(1000)]
     raw = json.dumps({"records": records}).encode()
     return tool, raw
 
@@ -150,7 +148,7 @@ def main() -> None:
 
     rec_snap = _Snap()
     rec_core.prepare(rec_snap, eager=True)  # type: ignore[arg-type]
-    rows.append(("front", f"records.put@v1 ({len(rec_raw) // 1024} KB, 1,300 records)",
+    rows.append(("front", f"records.put@v1 ({len(rec_raw) // 1024} KB, 1,000 records)",
                  lambda: python_front(rec_tool, rec_raw), lambda: _native(rec_core, rec_snap, rec_tool, rec_raw)))  # fmt: skip
     # the whole decision: front + Cedar (cedarpy on both)
     weather = cases[0][1]
@@ -172,6 +170,37 @@ def main() -> None:
         print(f"| {stages} | {label} | {p50:.1f} / {p99:.1f} | {n50:.1f} / {n99:.1f} | "
               f"{tput:,.0f} / {ntput:,.0f} | {p50 / n50:.1f}× |")  # fmt: skip
     loop.close()
+    # the GIL: two threads calling the same front on the 60 KB records (native releases the GIL)
+    print()
+    print("| 60 KB records, 2 threads | Python calls/s | native calls/s |")
+    print("|---|---|---|")
+    py2 = threaded(lambda: python_front(rec_tool, rec_raw), args.seconds)
+    nat2 = threaded(lambda: _native(rec_core, rec_snap, rec_tool, rec_raw), args.seconds)
+    print(f"| 1 thread → 2 threads | {py2[0]:,.0f} → {py2[1]:,.0f} | {nat2[0]:,.0f} → {nat2[1]:,.0f} |")
+
+
+def threaded(fn: Callable[[], Any], seconds: float) -> tuple[float, float]:
+    """Calls/s with one thread, then with two threads calling ``fn`` concurrently."""
+    import threading
+
+    out: list[float] = []
+    for n in (1, 2):
+        counts = [0] * n
+        stop = time.perf_counter() + seconds
+
+        def worker(i: int, counts: list[int] = counts, stop: float = stop) -> None:
+            while time.perf_counter() < stop:
+                fn()
+                counts[i] += 1
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        out.append(sum(counts) / (time.perf_counter() - t0))
+    return out[0], out[1]
 
 
 def _native(core: Core, snap: Any, tool: CompiledTool, raw: bytes) -> Any:
