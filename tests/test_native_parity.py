@@ -23,6 +23,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -384,7 +385,7 @@ def test_normalizers(
 
 
 def _plain(v: Any) -> Any:
-    if isinstance(v, (dict, type({}.items()))) or hasattr(v, "items"):
+    if isinstance(v, Mapping):
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
