@@ -13,6 +13,7 @@ client burns about as much CPU per call as the sidecar and shares its two cores.
 
     .venv/bin/python bench/bench_propose.py [--seconds 10] [--rates 500,1000] [--concurrency 16]
                                             [--listener tcp|unix] [--client go|python]
+                                            [--core auto|python|native]
 """
 
 from __future__ import annotations
@@ -167,9 +168,10 @@ async def main() -> None:
     ap.add_argument("--synchronous", default="full", choices=["full", "normal"])
     ap.add_argument("--listener", default="tcp", choices=["tcp", "unix"])
     ap.add_argument("--client", default="go", choices=["go", "python"])
+    ap.add_argument("--core", default="auto", choices=["auto", "python", "native"], help="[core] engine")
     ap.add_argument("--json")
     args = ap.parse_args()
-    with sidecar(synchronous=args.synchronous) as sc:
+    with sidecar(synchronous=args.synchronous, extra_toml=f'[core]\nengine = "{args.core}"\n') as sc:
         target = sc.agent if args.listener == "tcp" else f"unix:{sc.tmp}/agent.sock"
         sid = await open_session(target)
         if args.client == "go":
@@ -188,7 +190,8 @@ async def main() -> None:
         print(f"throughput ratio to baseline: sequential {seq:.2f}, saturated {sat:.2f}")
         print(f"sidecar peak RSS (VmHWM): {sc.peak_rss_mib:.1f} MiB")
         print(
-            f"{machine_line()}, client {args.client}, listener {args.listener}, synchronous={args.synchronous}"
+            f"{machine_line()}, client {args.client}, listener {args.listener}, synchronous={args.synchronous}, "
+            f"core {args.core}"
         )
         dump(args.json, res)
 

@@ -115,6 +115,17 @@ class LimitsConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CoreConfig:
+    engine: str = "auto"
+    """Which core runs the Propose decision's stages (docs/NATIVE.md): ``auto`` uses the compiled
+    core (``callgate._native``, built by ``scripts/native``) when it is importable and the Python
+    stages otherwise; ``python`` always runs the Python stages (the reference); ``native``
+    requires the compiled core and refuses to start without it. A tool the compiled core does not
+    support (a schema outside its subset, a ``datetime`` normalizer) runs the Python stages either
+    way; ``callgate serve`` names them at start."""
+
+
+@dataclass(frozen=True, slots=True)
 class ConfirmationConfig:
     ttl_seconds: int = 300
     """How long a CONFIRM decision stays pending before it expires (then CANCELLED_BEFORE_COMMIT).
@@ -250,6 +261,7 @@ class Config:
     policy: PolicyConfig = PolicyConfig()
     store: StoreConfig = StoreConfig()
     limits: LimitsConfig = LimitsConfig()
+    core: CoreConfig = CoreConfig()
     confirmation: ConfirmationConfig = ConfirmationConfig()
     credentials: CredentialsConfig = CredentialsConfig()
     idempotency: IdempotencyConfig = IdempotencyConfig()
@@ -276,6 +288,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "policy": PolicyConfig,
     "store": StoreConfig,
     "limits": LimitsConfig,
+    "core": CoreConfig,
     "confirmation": ConfirmationConfig,
     "credentials": CredentialsConfig,
     "idempotency": IdempotencyConfig,
@@ -340,6 +353,8 @@ def validate(cfg: Config, *, source: str = "") -> Config:
     choices) and each registration checks its own keys."""
     _check_problems(ENGINES.get(cfg.policy.engine, source=source).validate(cfg.policy), source)
     _check_problems(STORES.get(cfg.store.backend, source=source).validate(cfg.store), source)
+    if cfg.core.engine not in ("auto", "python", "native"):
+        raise config_invalid("core.engine must be 'auto', 'python' or 'native'", source=source)
     if cfg.store.synchronous not in ("full", "normal"):
         raise config_invalid("store.synchronous must be 'full' or 'normal'", source=source)
     for role in ROLES:

@@ -192,6 +192,19 @@ class Metrics:
             ["effect", "error_code"],
             registry=r,
         )
+        self.core_info = Gauge(
+            "callgate_core_info",
+            "The core that runs Propose's front stages (value 1): native (callgate._native) or python.",
+            ["core"],
+            registry=r,
+        )
+        self.core_python_path = Counter(
+            "callgate_core_python_path_total",
+            "Proposals answered by the Python stages while the native core runs, by reason "
+            "(unsupported_tool, deferred, mismatch).",
+            ["reason"],
+            registry=r,
+        )
         for reason in ("queue_full", "write_failed"):  # series exist (at 0) before the first drop
             self.audit_dropped.labels(reason)
         for result in ("success", "failure"):

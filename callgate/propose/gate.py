@@ -42,6 +42,7 @@ from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.propose import steps
 from callgate.propose.confirmation import Confirmations, PendingPage
+from callgate.propose.core import Core
 from callgate.propose.digest import canonicalize
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
@@ -90,6 +91,10 @@ class Gate:
         self._limits = ParseLimits(
             max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
         )
+        self.core = Core(config.core.engine)
+        """Which core runs the front stages of Propose (docs/NATIVE.md)."""
+        if snapshot is not None:
+            self.core.prepare(snapshot)
 
     # ------------------------------------------------------------------ snapshot
     @property
@@ -106,6 +111,7 @@ class Gate:
 
     def swap_snapshot(self, snapshot: PolicySnapshot) -> None:
         """Atomically replace ToolSpecs + policies (one reference assignment)."""
+        self.core.prepare(snapshot)
         self.serving.swap(snapshot)
 
     # ------------------------------------------------------------------ sessions & tools
@@ -175,13 +181,10 @@ class Gate:
         tool = steps.lookup(call)
         if isinstance(tool, Rejection):
             return await self._finish(call, tool)
-        parsed = steps.parse(call, self._limits)
-        if isinstance(parsed, Rejection):
-            return await self._finish(call, parsed)
-        validated = steps.validate(call, tool, parsed)
-        if isinstance(validated, Rejection):
-            return await self._finish(call, validated)
-        normalized = steps.normalize_arguments(call, tool, validated)
+        front = steps.front(call, tool, self._limits, self.core)
+        if isinstance(front, Rejection):
+            return await self._finish(call, front)
+        validated, normalized = front
         if isinstance(normalized, Rejection):
             return await self._finish(call, normalized, validated=validated)
         claim = await self.keys.claim(

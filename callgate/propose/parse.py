@@ -214,8 +214,11 @@ def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JS
     try:
         value, end = _DECODER.raw_decode(text, start)
     except _Duplicate:
-        value, end = _MARKING.raw_decode(text, start)  # same text parses; locate the object
-        found = _find_duplicate(value)
+        try:  # the same text up to the duplicate parses; locate the object
+            value, end = _MARKING.raw_decode(text, start)
+            found = _find_duplicate(value)
+        except (_NonFinite, _Overflow, ValueError, RecursionError):
+            found = None  # a later value is bad too: the duplicate came first, unlocated
         pointer, key = found if found else ("", "")
         raise duplicate_key(
             f"duplicate key '{jsonpointer.escape(key)}' in the object at '{pointer or '/'}'",

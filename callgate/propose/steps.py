@@ -46,6 +46,7 @@ from callgate.core.trace import TraceContext
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import authorize_invocation
+from callgate.propose.core import Core
 from callgate.propose.normalize import load_zone, normalize
 from callgate.propose.outcome import Rejection, decision_to_dict
 from callgate.propose.parse import ParseLimits, parse_arguments
@@ -173,8 +174,12 @@ def parse(call: ProposeCall, limits: ParseLimits) -> ParsedArguments | Rejection
         parsed = parse_arguments(call.proposal.arguments_bytes, limits)
     except RejectedError as exc:
         return call.reject(exc, State.PARSE_REJECTED, EventKind.PARSE_REJECTED)
-    call.trail.add(EventKind.PARSED, State.PARSED, {"top_level_keys": len(parsed.value)})
+    _parsed_event(call, len(parsed.value))
     return parsed
+
+
+def _parsed_event(call: ProposeCall, top_level_keys: int) -> None:
+    call.trail.add(EventKind.PARSED, State.PARSED, {"top_level_keys": top_level_keys})
 
 
 def validate(
@@ -185,6 +190,11 @@ def validate(
         validated = tool.schema.validate(parsed)
     except RejectedError as exc:
         return call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
+    _validated_event(call, tool, validated)
+    return validated
+
+
+def _validated_event(call: ProposeCall, tool: CompiledTool, validated: ValidatedArguments) -> None:
     call.trail.add(
         EventKind.VALIDATED,
         State.VALIDATED,
@@ -196,7 +206,6 @@ def validate(
             "tool_spec_digest": tool.spec.spec_digest,
         },
     )
-    return validated
 
 
 def normalize_arguments(
@@ -205,16 +214,7 @@ def normalize_arguments(
     """Normalizers in the session's clock, zone and locale; canonical bytes and digest (6.5);
     the normalized value checked against the normalized schema (6.14 row 3)."""
     session = call.session
-    zone = load_zone(session.timezone)
-    if zone is None:  # the zone was valid at OpenSession; tzdata changed under us
-        raise internal("session time zone is no longer known")
-    local_now = call.now.astimezone(zone)
-    ctx = NormalizationContext(
-        reference_clock=local_now.isoformat(),
-        timezone=session.timezone,
-        locale=session.locale,
-        reference_time=local_now,
-    )
+    ctx = _context(call)
     try:
         normalized = normalize(
             validated,
@@ -229,6 +229,27 @@ def normalize_arguments(
             raise schema_violation("normalized arguments do not satisfy the tool's normalized schema", post)
     except RejectedError as exc:
         return call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
+    _normalized_event(call, normalized)
+    return normalized
+
+
+def _context(call: ProposeCall) -> NormalizationContext:
+    """The session's normalization context (6.5) at the call's clock."""
+    session = call.session
+    zone = load_zone(session.timezone)
+    if zone is None:  # the zone was valid at OpenSession; tzdata changed under us
+        raise internal("session time zone is no longer known")
+    local_now = call.now.astimezone(zone)
+    return NormalizationContext(
+        reference_clock=local_now.isoformat(),
+        timezone=session.timezone,
+        locale=session.locale,
+        reference_time=local_now,
+    )
+
+
+def _normalized_event(call: ProposeCall, normalized: NormalizedArguments) -> None:
+    ctx = normalized.context
     call.digest = normalized.digest
     call.normalized_arguments = normalized.canonical
     call.trail.add(
@@ -243,7 +264,49 @@ def normalize_arguments(
             "digest": normalized.digest,
         },
     )
-    return normalized
+
+
+def front(
+    call: ProposeCall, tool: CompiledTool, limits: ParseLimits, core: Core
+) -> tuple[ValidatedArguments, NormalizedArguments | Rejection] | Rejection:
+    """parse -> validate -> normalize, on the compiled core when it runs this tool (one call, the
+    GIL released; docs/NATIVE.md), else on the Python stages. The core's refusals and deferrals
+    are answered by the Python stages, which the core matches (tests/test_native_parity.py):
+    they record the same refusal with its message and violations. A refusal after validation
+    comes with the validated arguments (the answer names the validator)."""
+    p, session = call.proposal, call.session
+    try:
+        ctx = _context(call)
+    except CallgateError:  # the Python stages raise it where they always did
+        ctx = None
+    answer = None
+    if ctx is not None:
+        answer = core.front(
+            call.snapshot,
+            tool,
+            p.arguments_bytes,
+            session.tenant,
+            session.locale,
+            ctx.reference_clock,
+            limits,
+        )
+    if answer is not None and answer.code is None and ctx is not None:
+        validated = core.validated(tool, answer)
+        normalized = core.normalized(answer, ctx)
+        _parsed_event(call, answer.top_level_keys)
+        _validated_event(call, tool, validated)
+        _normalized_event(call, normalized)
+        return validated, normalized
+    parsed = parse(call, limits)
+    if isinstance(parsed, Rejection):
+        return parsed
+    checked = validate(call, tool, parsed)
+    if isinstance(checked, Rejection):
+        return checked
+    normalized_or = normalize_arguments(call, tool, checked)
+    if answer is not None and answer.code != "defer" and not isinstance(normalized_or, Rejection):
+        core.note("mismatch")  # the core refused what the reference accepts: the reference wins
+    return checked, normalized_or
 
 
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
@@ -293,6 +356,7 @@ __all__ = [
     "authorize",
     "begin",
     "decide",
+    "front",
     "lookup",
     "normalize_arguments",
     "parse",

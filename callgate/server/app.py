@@ -294,6 +294,8 @@ class Sidecar:
         if c.metrics is not None:  # count reloads from now on (file change, SIGHUP, retry)
             metrics = c.metrics
             metrics.set_snapshot(c.gate.snapshot_or_none)
+            metrics.core_info.labels(c.gate.core.kind.value).set(1)
+            c.gate.core.observer = lambda reason: metrics.core_python_path.labels(reason).inc()
             self.lifecycle.on_reload = lambda ok: metrics.policy_reload(ok, c.gate.snapshot_or_none)
             if c.config.observability.metrics_address:
                 self.metrics_server = MetricsServer(metrics, c.config.observability.metrics_address)
@@ -304,6 +306,16 @@ class Sidecar:
             ", ".join(f"{r}={a}" for r, addrs in self.addresses.items() for a in addrs),
             snap.revision if snap else "-",
             "ready" if self.lifecycle.last_error == "" and snap else "NOT READY",
+        )
+        core = c.gate.core
+        python_tools = core.prepare(snap, eager=True) if snap else {}
+        log.info(
+            "core: %s%s",
+            core.kind.value,
+            f"; {len(python_tools)} tool(s) on the Python stages: "
+            + ", ".join(f"{k} ({why})" for k, why in sorted(python_tools.items()))
+            if python_tools
+            else "",
         )
 
     async def reload(self) -> bool:

@@ -336,6 +336,11 @@ class CompiledSchema:
         """Exact yes/no check when the schema is in the fast subset (:mod:`.fastcheck`)."""
 
     @property
+    def document(self) -> Any:
+        """The compiled schema document (read-only by convention), e.g. for the compiled core."""
+        return self._schema
+
+    @property
     def has_fast_path(self) -> bool:
         """True when valid instances are confirmed by the compiled check alone."""
         return self._fast is not None

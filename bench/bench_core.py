@@ -1,0 +1,219 @@
+"""The front of the Propose decision on the Python stages vs the compiled core (docs/NATIVE.md).
+
+Same inputs, same process, no server: strict parse -> JSON Schema -> normalizers -> RFC 8785 ->
+digest -> normalized schema, for the example ToolSpecs and a 60 KB array of records, then the
+same plus the Cedar decision (cedarpy on both: the compiled core does not run Cedar yet). Prints
+p50 / p99 per call, single-thread throughput and the Python/native ratio; a benchmark prints,
+it is not a timed test.
+
+    .venv/bin/python bench/bench_core.py [--seconds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from callgate.core.errors import RejectedError  # noqa: E402
+from callgate.core.model import NormalizationContext, Subject  # noqa: E402
+from callgate.policy.snapshot import load_snapshot  # noqa: E402
+from callgate.policy.toolspecs import CompiledTool, load_tools  # noqa: E402
+from callgate.propose.authorize import authorize_invocation  # noqa: E402
+from callgate.propose.core import Core  # noqa: E402
+from callgate.propose.normalize import normalize  # noqa: E402
+from callgate.propose.parse import ParseLimits, parse_arguments  # noqa: E402
+
+CLOCK = "2026-07-19T14:00:00+08:00"
+LIMITS = ParseLimits()
+
+
+def python_front(tool: CompiledTool, raw: bytes) -> Any:
+    ctx = NormalizationContext(CLOCK, "Asia/Shanghai", "en")
+    parsed = parse_arguments(raw, LIMITS)
+    validated = tool.schema.validate(parsed)
+    n = normalize(
+        validated,
+        tool.normalizers,
+        ctx,
+        tenant="acme",
+        tool_name=tool.spec.name,
+        tool_version=tool.spec.version,
+    )
+    if tool.normalized_schema.validate_value(n.value):
+        raise AssertionError("normalized schema")
+    return n
+
+
+def measure(fn: Callable[[], Any], seconds: float) -> tuple[float, float, float]:
+    """p50 µs, p99 µs, calls/s (single thread)."""
+    for _ in range(200):
+        fn()
+    samples: list[float] = []
+    end = time.perf_counter() + seconds
+    t0 = time.perf_counter()
+    while time.perf_counter() < end:
+        a = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - a)
+    elapsed = time.perf_counter() - t0
+    samples.sort()
+    p50 = statistics.median(samples) * 1e6
+    p99 = samples[int(len(samples) * 0.99)] * 1e6
+    return p50, p99, len(samples) / elapsed
+
+
+def records_tool() -> tuple[CompiledTool, bytes]:
+    """A tool taking a 60 KB array of small records (issue 15, "Arguments")."""
+    import tempfile
+
+    base = json.loads((ROOT / "policies" / "tools" / "weather.get@v1.json").read_text())
+    base.pop("normalized_schema", None)
+    spec = {
+        **base,
+        "name": "records.put",
+        "version": "v1",
+        "description": "bench: a 60 KB array of small records",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "records": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "integer"},
+                            "name": {"type": "string", "maxLength": 40},
+                            "score": {"type": "number"},
+                        },  # fmt: skip
+                        "required": ["id", "name"],
+                        "additionalProperties": False,
+                    },
+                }
+            },
+            "required": ["records"],
+            "additionalProperties": False,
+        },
+        "normalizers": [{"kind": "text", "field": "/records/*/name"}],
+    }
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "records.put@v1.json").write_text(json.dumps(spec))
+        tool = load_tools(Path(d)).get("records.put", "v1")
+    assert tool is not None
+    records = [{"id": i, "name": f" name {i} ", "score": i / 7} for i in range(1000)]
+    raw = json.dumps({"records": records}).encode()
+    return tool, raw
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=2.0)
+    args = ap.parse_args()
+    snap = load_snapshot(ROOT / "policies")
+    core = Core("native")
+    unsupported = core.prepare(snap, eager=True)
+    cases: list[tuple[str, CompiledTool, bytes]] = []
+    for key, raw in (
+        ("weather.get@v1", b'{"city": " Paris ", "date": "tomorrow"}'),
+        ("files.delete@v1", b'{"path": "/home/alice/notes/old.txt", "reason": " cleanup "}'),
+    ):
+        name, _, version = key.partition("@")
+        tool = snap.tools.get(name, version)
+        assert tool is not None and key not in unsupported, (key, unsupported)
+        cases.append((key, tool, raw))
+    rec_tool, rec_raw = records_tool()
+    print(f"python {sys.version.split()[0]}; compiled core {core.kind.value}; {args.seconds:.0f} s per row")
+    print()
+    print(
+        "| stages | input | Python p50 / p99 µs | native p50 / p99 µs | Python / native calls/s | ratio (p50) |"
+    )
+    print("|---|---|---|---|---|---|")
+    rows: list[tuple[str, str, Callable[[], Any], Callable[[], Any]]] = []
+    for key, tool, raw in cases:
+        rows.append(("front", f"{key} ({len(raw)} B)", lambda t=tool, r=raw: python_front(t, r),
+                     lambda t=tool, r=raw: _native(core, snap, t, r)))  # fmt: skip
+    rec_core = Core("native")
+
+    class _Snap:  # a one-tool snapshot for the records tool
+        tools = type("R", (), {"__iter__": lambda self: iter([rec_tool])})()
+
+    rec_snap = _Snap()
+    rec_core.prepare(rec_snap, eager=True)  # type: ignore[arg-type]
+    rows.append(("front", f"records.put@v1 ({len(rec_raw) // 1024} KB, 1,000 records)",
+                 lambda: python_front(rec_tool, rec_raw), lambda: _native(rec_core, rec_snap, rec_tool, rec_raw)))  # fmt: skip
+    # the whole decision: front + Cedar (cedarpy on both)
+    weather = cases[0][1]
+    subject = Subject(tenant="acme", id="alice")
+    loop = asyncio.new_event_loop()
+
+    def decide(front: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            n = front()
+            return loop.run_until_complete(authorize_invocation(snap.engine, weather, n, subject))
+
+        return run
+
+    rows.append(("front + Cedar", "weather.get@v1", decide(lambda: python_front(weather, cases[0][2])),
+                 decide(lambda: _native_normalized(core, snap, weather, cases[0][2]))))  # fmt: skip
+    for stages, label, py, nat in rows:
+        p50, p99, tput = measure(py, args.seconds)
+        n50, n99, ntput = measure(nat, args.seconds)
+        print(f"| {stages} | {label} | {p50:.1f} / {p99:.1f} | {n50:.1f} / {n99:.1f} | "
+              f"{tput:,.0f} / {ntput:,.0f} | {p50 / n50:.1f}× |")  # fmt: skip
+    loop.close()
+    # the GIL: two threads calling the same front on the 60 KB records (native releases the GIL)
+    print()
+    print("| 60 KB records, 2 threads | Python calls/s | native calls/s |")
+    print("|---|---|---|")
+    py2 = threaded(lambda: python_front(rec_tool, rec_raw), args.seconds)
+    nat2 = threaded(lambda: _native(rec_core, rec_snap, rec_tool, rec_raw), args.seconds)
+    print(f"| 1 thread → 2 threads | {py2[0]:,.0f} → {py2[1]:,.0f} | {nat2[0]:,.0f} → {nat2[1]:,.0f} |")
+
+
+def threaded(fn: Callable[[], Any], seconds: float) -> tuple[float, float]:
+    """Calls/s with one thread, then with two threads calling ``fn`` concurrently."""
+    import threading
+
+    out: list[float] = []
+    for n in (1, 2):
+        counts = [0] * n
+        stop = time.perf_counter() + seconds
+
+        def worker(i: int, counts: list[int] = counts, stop: float = stop) -> None:
+            while time.perf_counter() < stop:
+                fn()
+                counts[i] += 1
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        out.append(sum(counts) / (time.perf_counter() - t0))
+    return out[0], out[1]
+
+
+def _native(core: Core, snap: Any, tool: CompiledTool, raw: bytes) -> Any:
+    answer = core.front(snap, tool, raw, "acme", "en", CLOCK, LIMITS)
+    if answer is None or answer.code is not None:
+        raise RejectedError.__new__(RejectedError)  # pragma: no cover - a bench input refused
+    return answer
+
+
+def _native_normalized(core: Core, snap: Any, tool: CompiledTool, raw: bytes) -> Any:
+    answer = _native(core, snap, tool, raw)
+    return core.normalized(answer, NormalizationContext(CLOCK, "Asia/Shanghai", "en"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,252 @@
+"""The core seam: which implementation runs the front of ``Propose`` (docs/NATIVE.md).
+
+The Python stages (:mod:`callgate.propose.steps`: parse, validate, normalize, canonicalize,
+digest) are the reference. The compiled core ``callgate._native`` (the Rust crate in
+``native/``, built by ``scripts/native``) runs the same stages in one call with the GIL released,
+and answers exactly as they do (``tests/test_native_parity.py``) or defers:
+
+* success: the normalized value, its RFC 8785 bytes, the digest and the applied normalizers, from
+  which the same events as the Python stages are recorded;
+* a refusal: the code only; the Python stages then run on the same bytes and produce the refusal
+  with its message and violations (the reference speaks on the refusal path, as the full
+  validator always did);
+* ``defer`` (a value the core cannot answer for exactly: non-ASCII text under a ``text`` or
+  ``enum_alias`` normalizer, an integer past 64 bits...): the Python stages decide.
+
+A tool the core does not support at all (a schema outside its subset, a ``datetime`` or
+``relative_date`` normalizer) always runs the Python stages; :meth:`Core.unsupported` names them
+and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`CoreEngine`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import ModuleType
+from typing import Any, Final
+
+from callgate.core.errors import config_invalid
+from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
+from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.toolspecs import CompiledTool
+from callgate.propose.normalize import _text_key
+from callgate.propose.parse import ParseLimits
+
+__all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "native_plan"]
+
+NATIVE_KINDS: Final = frozenset({"default", "enum_alias", "text", "round", "relative_date"})
+"""Normalizer kinds the compiled core runs (``datetime`` needs zone rules: it stays in Python)."""
+_SUBSET_EXCLUDED: Final = frozenset({"patternProperties"})
+"""Schema keywords that keep a tool's validation in Python (see :func:`_schema_native`)."""
+
+
+class CoreEngine(StrEnum):
+    """``[core] engine``."""
+
+    AUTO = "auto"
+    PYTHON = "python"
+    NATIVE = "native"
+
+
+class CoreKind(StrEnum):
+    """The core that runs (``callgate serve`` logs it; metric ``callgate_core_info``)."""
+
+    PYTHON = "python"
+    NATIVE = "native"
+
+
+def load_native() -> ModuleType | None:
+    """``callgate._native`` when it is built and importable, else None."""
+    try:
+        return importlib.import_module("callgate._native")
+    except ImportError:
+        return None
+
+
+def _has_key(node: Any, names: frozenset[str]) -> bool:
+    if isinstance(node, Mapping):
+        return any(k in names or _has_key(v, names) for k, v in node.items())
+    if isinstance(node, (list, tuple)):
+        return any(_has_key(v, names) for v in node)
+    return False
+
+
+def _schema_native(schema: Any, raw: Any) -> bool:
+    """The compiled core validates a schema that the Python fast check compiles exactly (no
+    ``$ref``, ``unevaluated*``, ``contains``, ``multipleOf``...) and that has no
+    ``patternProperties`` (its regexes cannot be put on the ECMA-262 engine in the crate). Of the
+    formats it asserts ``date``, ``date-time`` and ``time`` (ported from formats.py); a schema with
+    another format is refused when the tool is prepared, and the tool stays on Python."""
+    return bool(schema.has_fast_path) and not _has_key(raw, _SUBSET_EXCLUDED)
+
+
+def native_plan(tool: CompiledTool) -> tuple[list[tuple[str, str, str, dict[str, str]]], str, str] | str:
+    """What the compiled core needs for ``tool`` (normalizers, schema texts), or the reason it
+    cannot run it."""
+    steps: list[tuple[str, str, str, dict[str, str]]] = []
+    for spec in tool.normalizers.specs:
+        if spec.kind not in NATIVE_KINDS:
+            return f"normalizer {spec.kind}"
+        options = _thaw(spec.options)
+        table: dict[str, str] = {}
+        if spec.kind == "enum_alias":
+            aliases = options.get("aliases")
+            if isinstance(aliases, dict):
+                table = {_text_key(k): v for k, v in aliases.items() if isinstance(v, str)}
+        steps.append((spec.kind, spec.field, json.dumps(options, ensure_ascii=False), table))
+    raw_input = tool.schema.document
+    if not _schema_native(tool.schema, raw_input):
+        return "input schema outside the native subset"
+    raw_norm = tool.normalized_schema.document
+    if not _schema_native(tool.normalized_schema, raw_norm):
+        return "normalized schema outside the native subset"
+    return steps, json.dumps(raw_input), json.dumps(raw_norm)
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thaw(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class FrontAnswer:
+    """The compiled core's answer for one proposal's front stages."""
+
+    code: str | None
+    """None: accepted; a refusal code (the Python stages then produce the error); ``defer``."""
+    top_level_keys: int = 0
+    parsed: dict[str, JSONValue] | None = None
+    normalized: dict[str, JSONValue] | None = None
+    canonical: bytes = b""
+    digest: str = ""
+    applied: tuple[str, ...] = ()
+
+
+class Core:
+    """The seam: prepares tools once per snapshot and answers the front stages natively when it
+    can. Thread-safe (preparation takes a lock; answers share nothing mutable)."""
+
+    def __init__(self, engine: CoreEngine | str = CoreEngine.AUTO) -> None:
+        engine = CoreEngine(engine)
+        self.engine = engine
+        self._native = None if engine is CoreEngine.PYTHON else load_native()
+        if engine is CoreEngine.NATIVE and self._native is None:
+            raise config_invalid(
+                "core.engine is 'native' but the compiled core callgate._native is not built "
+                "(run scripts/native build; see docs/NATIVE.md)"
+            )
+        self.kind = CoreKind.NATIVE if self._native is not None else CoreKind.PYTHON
+        self._lock = threading.Lock()
+        self._snapshot: PolicySnapshot | None = None
+        self._tools: dict[str, Any] = {}
+        self._unsupported: dict[str, str] = {}
+        self.python_path: Counter[str] = Counter()
+        """Proposals the Python stages answered on the native core, by reason."""
+        self.observer: Callable[[str], None] | None = None
+        """Told each reason as it is counted (metric ``callgate_core_python_path_total``)."""
+
+    def note(self, reason: str) -> None:
+        """Count a proposal the Python stages answered although the native core runs."""
+        self.python_path[reason] += 1
+        if self.observer is not None:
+            self.observer(reason)
+
+    @property
+    def native(self) -> ModuleType | None:
+        return self._native
+
+    def prepare(self, snapshot: PolicySnapshot, *, eager: bool = False) -> dict[str, str]:
+        """Serve ``snapshot`` from now on. Its tools are prepared on first use (a reload never
+        compiles the whole catalogue on the event loop) or, with ``eager``, all at once. Returns
+        the tools found unsupported so far (``name@version`` -> reason)."""
+        if self._native is None:
+            return {}
+        with self._lock:
+            if self._snapshot is not snapshot:
+                self._snapshot, self._tools, self._unsupported = snapshot, {}, {}
+        if eager:
+            for tool in snapshot.tools:
+                self._tool(snapshot, tool)
+        return dict(self._unsupported)
+
+    def _tool(self, snapshot: PolicySnapshot, tool: CompiledTool) -> Any:
+        """The prepared native tool, or None when it runs on the Python stages."""
+        key = tool.spec.key
+        native_tool = self._tools.get(key)
+        if native_tool is not None or key in self._unsupported:
+            return native_tool
+        assert self._native is not None
+        plan = native_plan(tool)
+        reason = plan if isinstance(plan, str) else ""
+        if not isinstance(plan, str):
+            steps, schema, normalized = plan
+            try:
+                native_tool = self._native.Tool(tool.spec.name, tool.spec.version, steps, schema, normalized)
+            except ValueError as exc:
+                reason = str(exc)
+        with self._lock:
+            if self._snapshot is snapshot:
+                if native_tool is None:
+                    self._unsupported[key] = reason
+                else:
+                    self._tools[key] = native_tool
+        return native_tool
+
+    def unsupported(self) -> dict[str, str]:
+        return dict(self._unsupported)
+
+    def front(
+        self,
+        snapshot: PolicySnapshot,
+        tool: CompiledTool,
+        raw: bytes,
+        tenant: str,
+        locale: str,
+        reference_clock: str,
+        limits: ParseLimits,
+    ) -> FrontAnswer | None:
+        """The native answer, or None when this tool runs the Python stages."""
+        if self._native is None:
+            return None
+        if self._snapshot is not snapshot:
+            self.prepare(snapshot)
+        native_tool = self._tool(snapshot, tool)
+        if native_tool is None:
+            self.note("unsupported_tool")
+            return None
+        code, keys, parsed, normalized, canonical, digest, applied = native_tool.front(
+            raw, tenant, locale, reference_clock, limits.max_bytes, limits.max_depth
+        )
+        if code == "defer":
+            self.note("deferred")
+        return FrontAnswer(code, keys, parsed, normalized, canonical, digest, tuple(applied))
+
+    def validated(self, tool: CompiledTool, answer: FrontAnswer) -> ValidatedArguments:
+        """The :class:`ValidatedArguments` the Python validator would have returned."""
+        s = tool.schema
+        assert answer.parsed is not None
+        return ValidatedArguments(
+            value=answer.parsed,
+            dialect=s.dialect,
+            validator=s.validator_name,
+            validator_version=s.validator_version,
+            format_assertion=s.format_assertion,
+        )
+
+    def normalized(self, answer: FrontAnswer, ctx: Any) -> NormalizedArguments:
+        assert answer.normalized is not None
+        return NormalizedArguments(
+            value=answer.normalized,
+            canonical=answer.canonical,
+            digest=answer.digest,
+            context=ctx,
+            applied=answer.applied,
+        )

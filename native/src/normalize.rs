@@ -1,0 +1,582 @@
+//! The normalizers `default`, `enum_alias`, `text` and `round` of `callgate/propose/normalize.py`,
+//! byte-identical. Text outside ASCII is not normalized here: Python's Unicode tables (NFC,
+//! casefold, whitespace) are the reference, so such a value makes the native core defer.
+
+use crate::json::{Num, Refusal, Value};
+use std::collections::HashMap;
+
+#[derive(Clone, Debug)]
+pub struct Seg {
+    pub key: String,
+    pub index: Option<usize>,
+    pub wildcard: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Case {
+    Keep,
+    Lower,
+    Upper,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    HalfEven,
+    HalfUp,
+}
+
+#[derive(Clone, Debug)]
+pub enum Leaf {
+    RelativeDate,
+    Text {
+        collapse: bool,
+        case: Case,
+    },
+    Alias {
+        canonical: Vec<String>,
+        table: HashMap<String, String>,
+    },
+    Default {
+        key: String,
+        value: Value,
+    },
+    Round {
+        decimals: i32,
+        mode: Mode,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct Step {
+    pub name: String,
+    /// Path to the node the leaf receives (for `default`: the parent object).
+    pub segs: Vec<Seg>,
+    pub leaf: Leaf,
+}
+
+/// `_parse_pointer` of normalize.py (the declaration was validated by Python at load).
+pub fn parse_pointer(field: &str) -> Vec<Seg> {
+    field[1..]
+        .split('/')
+        .map(|raw| {
+            if raw == "*" {
+                return Seg {
+                    key: "*".into(),
+                    index: None,
+                    wildcard: true,
+                };
+            }
+            let key = raw.replace("~1", "/").replace("~0", "~");
+            let b = key.as_bytes();
+            let canonical_index = !b.is_empty()
+                && b.len() <= 9
+                && b.iter().all(u8::is_ascii_digit)
+                && (b.len() == 1 || b[0] != b'0');
+            let index = if canonical_index {
+                key.parse().ok()
+            } else {
+                None
+            };
+            Seg {
+                key,
+                index,
+                wildcard: false,
+            }
+        })
+        .collect()
+}
+
+fn py_space(b: u8) -> bool {
+    matches!(b, 0x09..=0x0d | 0x1c..=0x20)
+}
+
+fn strip(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_ascii() && py_space(c as u8))
+}
+
+fn collapse(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut in_ws = false;
+    for c in s.chars() {
+        if c.is_ascii() && py_space(c as u8) {
+            if !in_ws {
+                out.push(' ');
+            }
+            in_ws = true;
+        } else {
+            out.push(c);
+            in_ws = false;
+        }
+    }
+    out
+}
+
+/// What a leaf may report: the node cannot be normalized (`_FieldError`), or the native core
+/// cannot answer for it exactly (`Defer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeafError {
+    Field,
+    Defer,
+}
+
+impl From<Refusal> for LeafError {
+    fn from(_: Refusal) -> Self {
+        LeafError::Defer
+    }
+}
+
+/// The resolved context (`_Resolved`): the user's local date at the reference clock.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    pub today: i64,
+}
+
+/// One leaf on one node: `Ok(Some(new))` when the node changes.
+fn apply_leaf(leaf: &Leaf, node: &Value, ctx: &Ctx) -> Result<Option<Value>, LeafError> {
+    match leaf {
+        Leaf::RelativeDate => {
+            let Value::Str(s) = node else { return Ok(None) };
+            if let Some(iso) = iso_date_shape(s) {
+                iso.ok_or(LeafError::Field)?; // validates the calendar date
+                return Ok(None);
+            }
+            if !s.is_ascii() {
+                return Err(LeafError::Defer); // NFKC/casefold/zh vocabularies: the reference
+            }
+            let prepared = collapse(strip(s)).to_ascii_lowercase();
+            let day = resolve_date(&prepared, ctx)?;
+            let out = format_date(day);
+            Ok(if &out == s {
+                None
+            } else {
+                Some(Value::Str(out))
+            })
+        }
+        Leaf::Text { collapse: c, case } => {
+            let Value::Str(s) = node else { return Ok(None) };
+            if !s.is_ascii() {
+                return Err(LeafError::Defer);
+            }
+            let mut out = strip(s).to_string();
+            if *c {
+                out = collapse(&out);
+            }
+            match case {
+                Case::Lower => out = out.to_ascii_lowercase(),
+                Case::Upper => out = out.to_ascii_uppercase(),
+                Case::Keep => {}
+            }
+            Ok(if &out == s {
+                None
+            } else {
+                Some(Value::Str(out))
+            })
+        }
+        Leaf::Alias { canonical, table } => {
+            let Value::Str(s) = node else { return Ok(None) };
+            if canonical.iter().any(|c| c == s) {
+                return Ok(None);
+            }
+            if !s.is_ascii() {
+                return Err(LeafError::Defer);
+            }
+            let key = strip(s).to_ascii_lowercase();
+            Ok(match table.get(&key) {
+                Some(t) if t != s => Some(Value::Str(t.clone())),
+                _ => None,
+            })
+        }
+        Leaf::Default { key, value } => {
+            let Value::Object(m) = node else {
+                return Ok(None);
+            };
+            if m.iter().any(|(k, _)| k == key) {
+                return Ok(None);
+            }
+            let mut new = m.clone();
+            new.push((key.clone(), value.clone()));
+            Ok(Some(Value::Object(new)))
+        }
+        Leaf::Round { decimals, mode } => {
+            let Value::Num(Num::Float(f)) = node else {
+                return Ok(None);
+            };
+            let r = round_float(*f, *decimals, *mode);
+            Ok(if r.to_bits() == f.to_bits() {
+                None
+            } else {
+                Some(Value::Num(Num::Float(r)))
+            })
+        }
+    }
+}
+
+/// `Decimal(repr(f)).quantize(10**-decimals)` then `float(...)`, negative zero made positive;
+/// returns `f` itself when repr's exponent is already >= -decimals.
+pub fn round_float(f: f64, decimals: i32, mode: Mode) -> f64 {
+    if !f.is_finite() || f == 0.0 && decimals >= 1 {
+        return f; // repr "0.0"/"-0.0" has exponent -1
+    }
+    let neg = f.is_sign_negative();
+    let (digits, n) = if f == 0.0 {
+        ("0".to_string(), 1)
+    } else {
+        let sci = format!("{:e}", f.abs());
+        let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+        let exp: i32 = exp.parse().unwrap_or(0);
+        (
+            mant.chars().filter(|c| *c != '.').collect::<String>(),
+            exp + 1,
+        )
+    };
+    let k = digits.len() as i32;
+    let e = n - 1;
+    // Decimal exponent of Python's repr text
+    let exponent = if (-4..16).contains(&e) {
+        -std::cmp::max(k - n, 1)
+    } else {
+        n - k
+    };
+    if exponent >= -decimals {
+        return f;
+    }
+    let d = digits.as_bytes();
+    let keep = n + decimals; // digits of `digits` that stay
+    let (kept, first_dropped, rest_nonzero): (Vec<u8>, u8, bool) = if keep < 0 {
+        (Vec::new(), b'0', true)
+    } else {
+        let keep = keep as usize;
+        let mut kept = d[..keep.min(d.len())].to_vec();
+        kept.resize(keep, b'0'); // 100.0 -> "1" at n=3 keeps "100"
+        let first = d.get(keep).copied().unwrap_or(b'0');
+        let rest = d.iter().skip(keep + 1).any(|&b| b != b'0');
+        (kept, first, rest)
+    };
+    let up = match mode {
+        Mode::HalfUp => first_dropped >= b'5',
+        Mode::HalfEven => {
+            first_dropped > b'5'
+                || (first_dropped == b'5'
+                    && (rest_nonzero || kept.last().is_some_and(|&b| (b - b'0') % 2 == 1)))
+        }
+    };
+    // integer coefficient = kept (+1), value = coefficient * 10^-decimals
+    let mut coef: Vec<u8> = if kept.is_empty() { vec![b'0'] } else { kept };
+    if up {
+        let mut i = coef.len();
+        loop {
+            if i == 0 {
+                coef.insert(0, b'1');
+                break;
+            }
+            i -= 1;
+            if coef[i] == b'9' {
+                coef[i] = b'0';
+            } else {
+                coef[i] += 1;
+                break;
+            }
+        }
+    }
+    let text = format!(
+        "{}{}e-{}",
+        if neg { "-" } else { "" },
+        std::str::from_utf8(&coef).unwrap_or("0"),
+        decimals
+    );
+    let r: f64 = text.parse().unwrap_or(f);
+    if r == 0.0 {
+        0.0
+    } else {
+        r
+    }
+}
+
+/// `_update` of normalize.py over an owned value. Every location is visited (errors are
+/// collected, as the reference does); `changed` is set when any leaf changed a node.
+fn update(node: &mut Value, segs: &[Seg], leaf: &Leaf, ctx: &Ctx, st: &mut StepState) {
+    let Some((seg, rest)) = segs.split_first() else {
+        match apply_leaf(leaf, node, ctx) {
+            Ok(Some(new)) => {
+                *node = new;
+                st.changed = true;
+            }
+            Ok(None) => {}
+            Err(LeafError::Field) => st.errors += 1,
+            Err(LeafError::Defer) => st.deferred = true,
+        }
+        return;
+    };
+    if seg.wildcard {
+        if let Value::Array(items) = node {
+            for item in items.iter_mut() {
+                update(item, rest, leaf, ctx, st);
+            }
+        }
+        return;
+    }
+    match node {
+        Value::Object(m) => {
+            if let Some((_, child)) = m.iter_mut().find(|(k, _)| *k == seg.key) {
+                update(child, rest, leaf, ctx, st);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(i) = seg.index {
+                if let Some(item) = items.get_mut(i) {
+                    update(item, rest, leaf, ctx, st);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[derive(Default)]
+struct StepState {
+    changed: bool,
+    errors: usize,
+    deferred: bool,
+}
+
+/// Run the chain in order; returns the names of the normalizers that changed something.
+///
+/// A location that cannot be normalized makes the whole call `normalization_failed` (as the
+/// reference, after running every normalizer); a location the core cannot answer for stops the
+/// chain with `Defer`, unless a failure is already certain (each step's locations are disjoint,
+/// so a failure in the same or an earlier step does not depend on the deferred value).
+pub fn apply(value: &mut Value, steps: &[Step], ctx: &Ctx) -> Result<Vec<String>, Refusal> {
+    let mut applied = Vec::new();
+    let mut errors = 0usize;
+    for step in steps {
+        let mut st = StepState::default();
+        update(value, &step.segs, &step.leaf, ctx, &mut st);
+        errors += st.errors;
+        if st.deferred {
+            return Err(if errors > 0 {
+                Refusal::NormalizationFailed
+            } else {
+                Refusal::Defer
+            });
+        }
+        if st.changed {
+            applied.push(step.name.clone());
+        }
+    }
+    if errors > 0 {
+        return Err(Refusal::NormalizationFailed);
+    }
+    Ok(applied)
+}
+
+// ------------------------------------------------------------------------------------------
+// Dates: proleptic Gregorian day numbers (days since 1970-01-01), years 1..=9999 as Python's
+
+pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146097 + doe - 719468
+}
+
+pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719468;
+    let era = if z >= 0 { z } else { z - 146096 } / 146097;
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// A calendar date as Python's `date(y, m, d)` accepts it (year 1..9999).
+pub fn valid_date(y: i64, m: i64, d: i64) -> Option<i64> {
+    if !(1..=9999).contains(&y) || !(1..=12).contains(&m) || d < 1 || d > days_in_month(y, m) {
+        return None;
+    }
+    Some(days_from_civil(y, m, d))
+}
+
+fn digits(b: &[u8]) -> Option<i64> {
+    if b.is_empty() || !b.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(b.iter().fold(0i64, |acc, d| acc * 10 + i64::from(d - b'0')))
+}
+
+/// `_ISO_DATE.fullmatch`: None when the text is not `YYYY-MM-DD`; Some(None) when it has the
+/// shape but is no calendar date.
+pub fn iso_date_shape(s: &str) -> Option<Option<i64>> {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return None;
+    }
+    let (y, m, d) = (digits(&b[..4])?, digits(&b[5..7])?, digits(&b[8..])?);
+    Some(valid_date(y, m, d))
+}
+
+pub fn format_date(day: i64) -> String {
+    let (y, m, d) = civil_from_days(day);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Monday = 0, as Python's `date.weekday()`.
+fn weekday(day: i64) -> i64 {
+    (day + 3).rem_euclid(7) // 1970-01-01 was a Thursday
+}
+
+fn weekday_delta(today: i64, target: i64, rule: &str) -> i64 {
+    match rule {
+        "last" => -((today - target - 1).rem_euclid(7) + 1),
+        "this" => target - today,
+        _ => (target - today - 1).rem_euclid(7) + 1, // next
+    }
+}
+
+fn en_weekday(name: &str) -> Option<i64> {
+    Some(match name {
+        "monday" | "mon" => 0,
+        "tuesday" | "tue" | "tues" => 1,
+        "wednesday" | "wed" => 2,
+        "thursday" | "thu" | "thur" | "thurs" => 3,
+        "friday" | "fri" => 4,
+        "saturday" | "sat" => 5,
+        "sunday" | "sun" => 6,
+        _ => return None,
+    })
+}
+
+/// `([0-9]{1,4}) (days?|weeks?)` -> days
+fn count_unit(n: &str, unit: &str) -> Option<i64> {
+    if n.is_empty() || n.len() > 4 {
+        return None;
+    }
+    let n = digits(n.as_bytes())?;
+    match unit {
+        "day" | "days" => Some(n),
+        "week" | "weeks" => Some(n * 7),
+        _ => None,
+    }
+}
+
+/// `_relative_days` for ASCII text (the zh vocabularies need non-ASCII text).
+fn relative_days(text: &str, today: i64) -> Option<i64> {
+    match text {
+        "today" => return Some(0),
+        "tomorrow" => return Some(1),
+        "yesterday" => return Some(-1),
+        "day after tomorrow" | "the day after tomorrow" => return Some(2),
+        "day before yesterday" | "the day before yesterday" => return Some(-2),
+        _ => {}
+    }
+    let parts: Vec<&str> = text.split(' ').collect();
+    if parts.len() == 3 && parts[0] == "in" {
+        if let Some(n) = count_unit(parts[1], parts[2]) {
+            return Some(n);
+        }
+    }
+    if parts.len() == 3 && parts[2] == "ago" {
+        if let Some(n) = count_unit(parts[0], parts[1]) {
+            return Some(-n);
+        }
+    }
+    // (?:(next|last|this) )?([a-z]+)\.?
+    let (rule, rest) = match text.split_once(' ') {
+        Some((r @ ("next" | "last" | "this"), rest)) => (r, rest),
+        _ => ("next", text),
+    };
+    let name = rest.strip_suffix('.').unwrap_or(rest);
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase()) {
+        return None;
+    }
+    let target = en_weekday(name)?;
+    Some(weekday_delta(weekday(today), target, rule))
+}
+
+fn resolve_date(prepared: &str, ctx: &Ctx) -> Result<i64, LeafError> {
+    if let Some(iso) = iso_date_shape(prepared) {
+        return iso.ok_or(LeafError::Field);
+    }
+    let days = relative_days(prepared, ctx.today).ok_or(LeafError::Field)?;
+    let day = ctx.today + days;
+    let (y, _, _) = civil_from_days(day);
+    if !(1..=9999).contains(&y) {
+        return Err(LeafError::Field); // OverflowError: out of the supported range
+    }
+    Ok(day)
+}
+
+/// The local date of a reference clock `YYYY-MM-DDTHH:MM:SS[.f]±HH:MM` (as `isoformat()` writes
+/// it in the session's zone), or None for any other shape (the reference then decides).
+pub fn reference_today(clock: &str) -> Option<i64> {
+    let b = clock.as_bytes();
+    if b.len() < 25 || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let today = match iso_date_shape(&clock[..10]) {
+        Some(Some(d)) => d,
+        _ => return None,
+    };
+    let (hh, mm, ss) = (
+        digits(&b[11..13])?,
+        digits(&b[14..16])?,
+        digits(&b[17..19])?,
+    );
+    if hh > 23 || mm > 59 || ss > 59 {
+        return None;
+    }
+    let mut i = 19;
+    if b[i] == b'.' {
+        let start = i + 1;
+        i = start;
+        while i < b.len() && b[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == start || i - start > 6 {
+            return None;
+        }
+    }
+    let off = &b[i..];
+    if off.len() != 6 || !(off[0] == b'+' || off[0] == b'-') || off[3] != b':' {
+        return None;
+    }
+    let (oh, om) = (digits(&off[1..3])?, digits(&off[4..6])?);
+    if oh > 23 || om > 59 {
+        return None;
+    }
+    // the reference converts through UTC: an instant outside years 1..9999 is refused there
+    let sign = if off[0] == b'+' { 1 } else { -1 };
+    let utc_minutes = today * 1440 + hh * 60 + mm - sign * (oh * 60 + om);
+    let utc_day = utc_minutes.div_euclid(1440);
+    if utc_day < days_from_civil(1, 1, 1) || utc_day > days_from_civil(9999, 12, 31) {
+        return None;
+    }
+    Some(today)
+}
+
+/// `_LOCALE` of normalize.py: `[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*`.
+pub fn locale_ok(locale: &str) -> bool {
+    let mut parts = locale.split(['-', '_']);
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    if !(2..=8).contains(&first.len()) || !first.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return false;
+    }
+    parts.all(|p| (1..=8).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric()))
+}

@@ -1,0 +1,534 @@
+"""One reference, zero differences: the compiled core against the Python stages (docs/NATIVE.md).
+
+Every answer of ``callgate._native`` is compared with the Python reference on the same input:
+
+* strict parse: every file of JSONTestSuite (read in place, as tests/test_parse.py does), a table
+  of edge cases (big and tiny numbers, surrogates, depth), and hypothesis-generated documents
+  and byte mutations: the same refusal code or the same value (types included: ``1.0`` stays a
+  float, ``2**70`` an exact int);
+* RFC 8785 bytes and the digest of every accepted document, and the ECMAScript form of
+  hypothesis floats;
+* JSON Schema 2020-12 yes/no on the official JSON-Schema-Test-Suite: every case whose schema is in
+  the native subset;
+* the normalizers: hypothesis-generated arguments through random chains of every native kind;
+* whole proposals through a real Gate on the example ToolSpecs, native core vs Python core.
+
+A ``defer`` (the core declines to answer) is allowed and counted; any other difference fails.
+With CI set the compiled core must be built (a missing build fails, it never skips).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from callgate.core.errors import LoadError, RejectedError
+from callgate.core.model import NormalizationContext, ValidatedArguments
+from callgate.propose.core import Core, load_native, native_plan
+from callgate.propose.digest import canonicalize, invocation_digest
+from callgate.propose.normalize import NormalizerChain, normalize
+from callgate.propose.parse import ParseLimits, parse_arguments, parse_json_document
+from callgate.propose.validate.schema import CompiledSchema
+from tests.conftest import SHARED
+
+NATIVE = load_native()
+if NATIVE is None:
+    if os.environ.get("CI") or os.environ.get("CALLGATE_TEST_NO_SKIP"):
+        pytest.fail("the compiled core is not built (scripts/native build)", pytrace=False)
+    pytest.skip("the compiled core is not built (scripts/native build)", allow_module_level=True)
+N: Any = NATIVE
+
+PARSING = SHARED / "conformance" / "json-parsing" / "test_parsing"
+SCHEMA_SUITE = SHARED / "conformance" / "json-schema" / "tests" / "draft2020-12"
+PROPS = settings(derandomize=True, max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+LIMITS = ParseLimits()
+COUNTS: Counter[str] = Counter()
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal JSON values with equal Python types (1 vs 1.0 vs True, -0.0 vs 0.0)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def py_parse(raw: bytes, limits: ParseLimits = LIMITS, document: bool = True) -> tuple[str | None, Any]:
+    try:
+        value = parse_json_document(raw, limits) if document else parse_arguments(raw, limits).value
+    except RejectedError as exc:
+        return exc.code.value, None
+    return None, value
+
+
+def py_canonical(value: Any) -> tuple[str | None, bytes]:
+    try:
+        return None, canonicalize(value)
+    except RejectedError as exc:
+        return exc.code.value, b""
+
+
+def check_document(raw: bytes, limits: ParseLimits = LIMITS) -> str:
+    """Compare parse (both entry points), value, canonical bytes and digest; return the outcome."""
+    code, value = py_parse(raw, limits)
+    ncode, nvalue = N.parse_value(raw, limits.max_bytes, limits.max_depth)
+    assert ncode == code, (raw[:200], ncode, code)
+    assert N.parse_code(raw, limits.max_bytes, limits.max_depth, True) == code
+    acode, _ = py_parse(raw, limits, document=False)
+    assert N.parse_code(raw, limits.max_bytes, limits.max_depth) == acode, (raw[:200], acode)
+    if code is not None:
+        return code
+    assert same(nvalue, value), (raw[:200], nvalue, value)
+    ccode, canonical = py_canonical(value)
+    nccode, ncanonical = N.canonical_of(raw, limits.max_bytes, limits.max_depth)
+    assert nccode == ccode, (raw[:200], nccode, ccode)
+    assert ncanonical == canonical, (raw[:200], ncanonical, canonical)
+    if ccode is None:
+        assert N.invocation_digest("acme", "t", "v1", canonical) == invocation_digest(
+            "acme", "t", "v1", canonical
+        )
+    return "accepted"
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict parse, RFC 8785, digest
+
+
+def test_json_test_suite_parity() -> None:
+    files = sorted(PARSING.glob("*.json"))
+    assert len(files) >= 300, f"JSONTestSuite missing at {PARSING}"
+    outcomes: Counter[str] = Counter()
+    for path in files:
+        outcomes[check_document(path.read_bytes())] += 1
+        outcomes[check_document(path.read_bytes(), ParseLimits(max_bytes=64, max_depth=2))] += 0
+    print(f"JSONTestSuite: {len(files)} files, zero differences; outcomes {dict(outcomes)}")
+
+
+EDGE_CASES = [
+    b'{"a": 1e-400}',
+    b'{"a": -1e-400}',
+    b'{"a": 0e-400}',
+    b'{"a": 0.0e-999}',
+    b'{"a": 1e400}',
+    b'{"a": 1180591620717411303424}',
+    b'{"a": -1180591620717411303424}',
+    b'{"a": 9007199254740991}',
+    b'{"a": 9007199254740992}',
+    b'{"a": -9007199254740991}',
+    b'{"a": 9223372036854775807}',
+    b'{"a": 9223372036854775808}',
+    b'{"a": -9223372036854775809}',
+    b'{"a": -0}',
+    b'{"a": -0.0}',
+    b'{"a": 1.0}',
+    b'{"a": 1E2}',
+    b'{"a": 5e-324}',
+    b'{"a": 1.7976931348623157e308}',
+    b'{"a": 0.1}',
+    b'{"a": 100}',
+    b'{"a": 1e21}',
+    b'{"a": 1e20}',
+    b'{"a": 1e-7}',
+    b'{"a": 1e-6}',
+    b'{"a": 123456789012345678901234567890.5}',
+    b'{"a": ' + b"1" * 4300 + b"}",
+    b'{"a": ' + b"1" * 4301 + b"}",
+    b'{"a": -' + b"1" * 4301 + b"}",
+    b'{"a": "\\ud800"}',
+    b'{"\\ud800": 1}',
+    b'{"\\ud800": 1, "\\ud801": 2}',
+    b'{"\\ud800": 1, "\\ud800": 2}',
+    b'{"a": "\\ud83d\\ude00"}',
+    b'{"a": "\\ude00\\ud83d"}',
+    b'{"a": "\\ud83d\\u0041"}',
+    b'{"a": "\\ud83d\\"}',
+    b'{"a": 1, "a": 2}',
+    b'{"a": 1, "a": 2, "b": NaN}',
+    b'{"a": {"b": 1, "b": 2}, "c": 1e999}',
+    b'{"a": NaN}',
+    b'{"a": Infinity}',
+    b'{"a": -Infinity}',
+    b'{"a": -Inf}',
+    b"[1.]",
+    b"1.",
+    b"01",
+    b"-",
+    b'{"a": 1} x',
+    b'{"a": 1}\n',
+    b' {"a": 1} ',
+    b"\xef\xbb\xbf{}",
+    b'{"a": "\xff"}',
+    b"",
+    b"[" * 65 + b"]" * 65,
+    b"[" * 64 + b"]" * 64,
+    b'"' + b"[" * 70,
+    b'["\\"' + b"[" * 70 + b"]",
+    b'{"a": "' + b"[" * 70 + b'"}',
+    b'"\\' + b"{" * 70,
+    b'{"a": "\t"}',
+    b'{"a": "\\x"}',
+    b'{"a": "\\u12"}',
+    b'{"\xc3\xa9": 1, "e\xcc\x81": 2}',
+    b'{"\xf0\x9f\x98\x80": 1, "\xef\xbf\xbf": 2, "a": 3}',
+    b'{"a": [1, 2, {"b": null, "a": true}], "B": false}',
+    b'{"z": 1, "\\u0000": 2, "\\u001f": "\\u007f"}',
+    b"[1,]",
+    b'{"a":1,}',
+    b"{,}",
+    b'{"a" 1}',
+    b"nul",
+    b"true",
+    b"[true]",
+    b'"x"',
+    b"3",
+    b'{"a": 2.675, "b": 1e16, "c": 123e-20, "d": 0.000001, "e": 0.0000001}',
+]
+
+
+@pytest.mark.parametrize("raw", EDGE_CASES, ids=range(len(EDGE_CASES)))
+def test_edge_cases(raw: bytes) -> None:
+    check_document(raw)
+    check_document(raw, ParseLimits(max_bytes=100, max_depth=3))
+
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(-(2**53), 2**53)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12)
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=6), kids, max_size=5),
+    max_leaves=25,
+)
+
+
+@PROPS
+@given(json_values, st.booleans(), st.sampled_from([None, 0, 2]))
+def test_generated_documents(value: Any, ascii_only: bool, indent: int | None) -> None:
+    raw = json.dumps(value, ensure_ascii=ascii_only, indent=indent).encode("utf-8", "surrogatepass")
+    COUNTS[check_document(raw)] += 1
+
+
+@PROPS
+@given(
+    st.binary(max_size=60)
+    | st.lists(st.sampled_from(list(b'{}[]",:\\ue0-.1aNI\xff\xc3')), max_size=40).map(bytes)
+)
+def test_generated_bytes(raw: bytes) -> None:
+    check_document(raw, ParseLimits(max_bytes=50, max_depth=4))
+
+
+@PROPS
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_ecmascript_numbers(f: float) -> None:
+    assert N.format_number(f) == rfc8785.dumps(f).decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON Schema 2020-12 yes/no on the official suite
+
+
+def test_json_schema_suite_parity() -> None:
+    files = sorted(SCHEMA_SUITE.glob("*.json")) + sorted(
+        (SCHEMA_SUITE / "optional" / "format").glob("*.json")
+    )
+    assert len(files) >= 40, f"JSON-Schema-Test-Suite missing at {SCHEMA_SUITE}"
+    compared = outside = differences = 0
+    diffs: list[str] = []
+    for path in files:
+        for case in json.loads(path.read_text(encoding="utf-8")):
+            try:
+                compiled = CompiledSchema.compile(case["schema"])
+            except LoadError:
+                continue
+            doc = compiled.document
+            if not isinstance(doc, dict) or not compiled.has_fast_path or _has(doc, "patternProperties"):
+                outside += len(case["tests"])
+                continue
+            try:
+                tool = N.Tool("t", "v1", [], json.dumps(doc), json.dumps(doc))
+            except ValueError:  # e.g. a format the core does not assert: the tool stays on Python
+                outside += len(case["tests"])
+                continue
+            for test in case["tests"]:
+                raw = json.dumps(test["data"]).encode()
+                want = not compiled.validate_value(test["data"])
+                got = tool.is_valid(raw)
+                compared += 1
+                if got != want:
+                    differences += 1
+                    diffs.append(f"{path.name}: {case['description']}: {test['description']}")
+    print(f"JSON-Schema-Test-Suite: {compared} answers compared, {outside} outside the native subset")
+    assert not diffs, diffs
+    assert compared >= 800
+
+
+def _has(node: Any, key: str) -> bool:
+    if isinstance(node, dict):
+        return key in node or any(_has(v, key) for v in node.values())
+    if isinstance(node, list):
+        return any(_has(v, key) for v in node)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalizers
+
+# (reference clock, zone): the clock is always written in the session's zone (steps._context)
+CLOCKS = [("2026-07-19T14:00:00+08:00", "Asia/Shanghai"), ("2026-07-20T10:00:00.500000+08:00", "Asia/Shanghai"),
+          ("0001-01-01T00:00:00+00:00", "UTC"), ("9999-12-31T23:59:59-05:00", "America/New_York"),
+          ("2024-02-29T00:00:00+05:30", "Asia/Kolkata"), ("1900-01-01T00:00:00+08:05:43", "Asia/Shanghai")]  # fmt: skip
+WORDS = ["tomorrow", "  Today ", "yesterday", "the day after tomorrow", "in 3 days", "in 2 weeks", "in 9999 weeks",
+         "5 days ago", "next monday", "last Fri.", "this sunday", "sun", "mon", "2026-07-30", "2026-02-30",
+         " 2026-07-30 ", "0000-01-01", "tomorrow at 5", "明天", "下周一", "Ｔｏｍｏｒｒｏｗ", "next\tmonday",
+         "next  monday", "in 03 days", "in 10000 days", "nextmonday", ""]  # fmt: skip
+texts = st.sampled_from(WORDS) | st.text(st.sampled_from(list(" \t\n\x0b\x1cAbZz-é\u00a0ı")), max_size=10)
+values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(-1000, 1000).map(lambda f: round(f, 4)) | texts,
+    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.sampled_from(["a", "b", "c", "0"]), kids, max_size=4),
+    max_leaves=12,
+)  # fmt: skip
+fields = st.sampled_from(["/a", "/b", "/a/b", "/a/*", "/a/0", "/a/*/b", "/c~1d", "/0"])
+decls = st.one_of(
+    st.builds(lambda f: {"kind": "relative_date", "field": f}, fields),
+    st.builds(
+        lambda f, c, case: {
+            "kind": "text",
+            "field": f,
+            "collapse_whitespace": c,
+            **({"case": case} if case else {}),
+        },
+        fields,
+        st.booleans(),
+        st.sampled_from([None, "lower", "upper"]),
+    ),
+    st.builds(
+        lambda f: {
+            "kind": "enum_alias",
+            "field": f,
+            "aliases": {"NYC": "new_york", "big apple": "new_york", "Ünï": "u"},
+        },
+        fields,
+    ),
+    st.builds(
+        lambda f, v: {"kind": "default", "field": f, "value": v},
+        fields.filter(lambda f: not f.endswith("*")),
+        values,
+    ),
+    st.builds(
+        lambda f, d, m: {"kind": "round", "field": f, "decimals": d, "mode": m},
+        fields,
+        st.integers(0, 15),
+        st.sampled_from(["half_even", "half_up"]),
+    ),
+)
+
+
+def chain_of(raw_decls: list[dict[str, Any]]) -> NormalizerChain | None:
+    try:
+        return NormalizerChain.build(raw_decls)
+    except LoadError:
+        return None
+
+
+@PROPS
+@given(st.dictionaries(st.sampled_from(["a", "b", "c~d", "c/d", "0"]), values, max_size=4), st.lists(decls, max_size=4),
+       st.sampled_from(CLOCKS), st.sampled_from(["en", "zh-CN"]))  # fmt: skip
+def test_normalizers(
+    args: dict[str, Any], raw_decls: list[dict[str, Any]], clock_zone: tuple[str, str], locale: str
+) -> None:
+    chain = chain_of(raw_decls)
+    assume(chain is not None)
+    assert chain is not None
+    clock, zone = clock_zone
+    ctx = NormalizationContext(clock, zone, locale)
+    try:
+        value, applied = chain.apply(args, ctx)
+        code, canonical = py_canonical(value)
+    except RejectedError as exc:
+        code, value, canonical, applied = exc.code.value, None, b"", ()
+    steps = [
+        (s.kind, s.field, json.dumps(_plain(s.options)), t)
+        for s, t in zip(chain.specs, _tables(chain), strict=True)
+    ]
+    tool = N.Tool("t", "v1", steps)
+    ncode, nvalue, ncanonical, napplied = tool.normalize(json.dumps(args).encode(), clock)
+    if ncode == "defer":
+        COUNTS["normalize-defer"] += 1
+        return
+    assert ncode == code
+    if code is None:
+        assert same(nvalue, value)
+        assert ncanonical == canonical
+        assert tuple(napplied) == applied
+    COUNTS["normalize-compared"] += 1
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _tables(chain: NormalizerChain) -> list[dict[str, str]]:
+    from callgate.propose.normalize import _text_key
+
+    out: list[dict[str, str]] = []
+    for s in chain.specs:
+        aliases = _plain(s.options).get("aliases") if s.kind == "enum_alias" else None
+        out.append({_text_key(k): v for k, v in aliases.items()} if isinstance(aliases, dict) else {})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole front stages on the example ToolSpecs (the Core seam the gate calls)
+
+
+def test_example_tools_prepare() -> None:
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    snap = load_snapshot(ROOT / "policies")
+    core = Core("native")
+    unsupported = core.prepare(snap, eager=True)
+    plans = {t.spec.key: native_plan(t) for t in snap.tools}
+    print(f"example tools: native {sorted(k for k in plans if k not in unsupported)}, python {unsupported}")
+    assert "files.delete@v1" not in unsupported
+    assert "weather.get@v1" not in unsupported
+
+
+proposals = st.fixed_dictionaries(
+    {"city": texts | st.sampled_from(["Paris", " Paris  ", "上海"]), "date": texts},
+    optional={"extra": values, "path": texts},
+)
+
+
+@PROPS
+@given(proposals, st.sampled_from(CLOCKS[:3]))
+def test_generated_proposals_on_weather(args: dict[str, Any], clock_zone: tuple[str, str]) -> None:
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    snap = _snapshot(load_snapshot, ROOT)
+    tool = snap.tools.get("weather.get", "v1")
+    assert tool is not None
+    raw = json.dumps(args, ensure_ascii=False).encode()
+    clock, zone = clock_zone
+    ctx = NormalizationContext(clock, zone, "en")
+    try:
+        parsed = parse_arguments(raw, LIMITS)
+        validated = tool.schema.validate(parsed)
+        norm = normalize(
+            validated, tool.normalizers, ctx, tenant="acme", tool_name="weather.get", tool_version="v1"
+        )
+        post = tool.normalized_schema.validate_value(norm.value)
+        want: tuple[Any, ...] = (
+            ("schema_violation",) if post else (None, norm.canonical, norm.digest, norm.applied)
+        )
+    except RejectedError as exc:
+        want = (exc.code.value,)
+    core = _core(snap)
+    answer = core.front(snap, tool, raw, "acme", "en", clock, LIMITS)
+    assert answer is not None
+    if answer.code == "defer":
+        COUNTS["front-defer"] += 1
+        return
+    got = (answer.code,) if answer.code else (None, answer.canonical, answer.digest, answer.applied)
+    assert got == want
+    if answer.code is None:
+        assert same(answer.normalized, norm.value) and same(answer.parsed, validated.value)
+    COUNTS["front-compared"] += 1
+
+
+_CACHE: dict[str, Any] = {}
+
+
+def _snapshot(load: Any, root: Path) -> Any:
+    if "snap" not in _CACHE:
+        _CACHE["snap"] = load(root / "policies")
+    return _CACHE["snap"]
+
+
+def _core(snap: Any) -> Core:
+    if "core" not in _CACHE:
+        core = Core("native")
+        core.prepare(snap, eager=True)
+        _CACHE["core"] = core
+    core = _CACHE["core"]
+    assert isinstance(core, Core)
+    return core
+
+
+def test_counts_reported() -> None:
+    """Runs last in the module: print what the generated tests compared and deferred."""
+    print(f"generated: {dict(COUNTS)}")
+
+
+def test_validated_arguments_name_the_reference() -> None:
+    """On the native path the answer names the reference validator whose answers the core
+    matches (the same ValidatedArguments the Python stages return)."""
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    snap = _snapshot(load_snapshot, ROOT)
+    tool = snap.tools.get("files.delete", "v1")
+    assert tool is not None
+    core = _core(snap)
+    answer = core.front(snap, tool, b'{"path": "/tmp/x"}', "acme", "en", CLOCKS[0][0], LIMITS)
+    assert answer is not None and answer.code is None
+    v = core.validated(tool, answer)
+    ref = tool.schema.validate(parse_arguments(b'{"path": "/tmp/x"}'))
+    assert v == ValidatedArguments(
+        ref.value, ref.dialect, ref.validator, ref.validator_version, ref.format_assertion
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The case table through a whole Gate (in-memory store, Cedar through cedarpy), once per core
+
+
+def test_gate_cases_same_on_both_cores() -> None:
+    import asyncio
+    import io
+    from dataclasses import replace
+
+    from callgate.cli.main import _eval
+    from callgate.config import CoreConfig, load_config
+    from tests.conftest import DATA, ROOT
+
+    doc = json.loads((DATA / "gate_cases.json").read_text(encoding="utf-8"))
+    cases = [(n, {**doc["defaults"], **c}) for n, c in enumerate(doc["cases"])]
+    base = load_config(ROOT / "callgate.toml")
+    answers: dict[str, list[dict[str, Any]]] = {}
+    for engine in ("python", "native"):
+        out = io.StringIO()
+        asyncio.run(_eval(replace(base, core=CoreConfig(engine=engine)), cases, out))
+        lines = [json.loads(line) for line in out.getvalue().splitlines()]
+        for line in lines:
+            line.pop("invocation_id", None)
+        answers[engine] = lines
+    assert len(answers["native"]) == len(cases)
+    assert answers["native"] == answers["python"]
+    print(f"gate_cases.json: {len(cases)} cases, the same answers on both cores")
