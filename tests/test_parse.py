@@ -146,3 +146,13 @@ def test_messages_never_echo_values(raw: bytes) -> None:
     e = err.value
     blob = " ".join([e.message, *e.metadata.values(), *(v.message + v.pointer for v in e.violations)])
     assert "SECRET-CANARY" not in blob
+
+
+@pytest.mark.parametrize("later", [b"1e999", b"NaN", b"1" * 4301])
+def test_duplicate_key_before_a_bad_number_is_a_duplicate(later: bytes) -> None:
+    """The duplicate comes first in document order; the bad value after it must not escape as
+    an internal exception while the duplicate is being located (found by the native parity suite)."""
+    raw = b'{"a": {"b": 1, "b": 2}, "c": ' + later + b"}"
+    with pytest.raises(RejectedError) as exc:
+        parse_json_document(raw)
+    assert exc.value.code is ErrorCode.DUPLICATE_KEY
