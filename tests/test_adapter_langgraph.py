@@ -128,7 +128,7 @@ def test_confirm_then_reject_runs_nothing(gated: tuple[GatedToolNode, Harness], 
     graph = build(node, h, [("calendar__create_event", EVENT)])
     (intr,) = graph.invoke({"messages": []}, CFG)["__interrupt__"]
     out = graph.invoke(Command(resume={"approve": False, "reason": "not now"}), CFG)
-    assert h.ran == [] and tool_messages(out)["c0"]["status"] == "cancelled"
+    assert h.ran == [] and tool_messages(out)["c0"]["content"]["status"] == "cancelled"
     state = server.call(server.sidecar.components.store.get_invocation(intr.value["invocation_id"])).state
     assert state.name == "CANCELLED_BEFORE_COMMIT"
 
@@ -138,7 +138,7 @@ def test_approve_with_another_digest_is_a_rejection(gated: tuple[GatedToolNode, 
     graph = build(node, h, [("calendar__create_event", EVENT)])
     graph.invoke({"messages": []}, CFG)
     out = graph.invoke(Command(resume={"approve": True, "digest": "0" * 64}), CFG)
-    assert h.ran == [] and tool_messages(out)["c0"]["status"] == "cancelled"
+    assert h.ran == [] and tool_messages(out)["c0"]["content"]["status"] == "cancelled"
 
 
 def test_sidecar_down_raises_a_typed_error_and_runs_nothing() -> None:

@@ -170,7 +170,7 @@ def test_confirm_then_reject_cancels_and_never_runs(server: Running) -> None:
         )
     assert not result.interruptions
     assert ran.calls == []
-    assert json.loads(tool_outputs(model)["c4"])["status"] == "rejected_by_user"
+    assert json.loads(tool_outputs(model)["c4"])["content"]["status"] == "rejected_by_user"
     assert pb.State.Name(inv.invocation.state) == "CANCELLED_BEFORE_COMMIT"
 
 

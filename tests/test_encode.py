@@ -48,6 +48,7 @@ from callgate.execute.encode import (
     neutralize,
     open_marker,
     page,
+    unmarked_data,
 )
 from callgate.execute.redaction import DEFAULT_PATTERNS, Redactor, SecretPattern, secret_forms, unique_keys
 
@@ -1036,3 +1037,22 @@ def test_property_redact_leaves_no_canary_form(text: str) -> None:
     out, n = REDACTOR.redact(neutralize(text)[0])
     assert_no_canary(out)
     assert REDACTOR.redact(out) == (out, 0)  # idempotent
+
+
+@given(value=json_values)
+@PROPS
+def test_unmarked_data_inverts_the_boundaries(value: Any) -> None:
+    """The complete data is recoverable from an untruncated ok message alone (a replayed answer's
+    structured result, docs/MCP.md): equal to EncodedResult.data, for any payload."""
+    r = encode(value, max_bytes=1 << 20)
+    content = json.loads(r.message_bytes)["content"]
+    found, data = unmarked_data(content)
+    assert not r.truncated and found and r.data is not None
+    assert data == json.loads(r.data)
+
+
+def test_unmarked_data_refuses_what_is_not_complete() -> None:
+    big = encode({"k": "x" * 5000}, max_bytes=600)
+    assert big.truncated and unmarked_data(json.loads(big.message_bytes)["content"]) == (False, None)
+    err = encode({"code": "boom", "message": "no", "retryable": False}, status="error")
+    assert unmarked_data(json.loads(err.message_bytes)["content"]) == (False, None)

@@ -351,14 +351,7 @@ def matrix_lines() -> list[str]:
     return out + fails
 
 
-KNOWN_GAPS: dict[tuple[str, str], str] = {
-    ("server-filesystem", "replay answered"): (
-        "the gateway answers a replayed call (same idempotency key, client-given or derived) "
-        "without structuredContent although the tool has an outputSchema, and both SDK clients "
-        "reject that answer (-32600 'has an output schema but did not return structured content'); "
-        "the side effect itself ran once (flows 'retry once')"
-    ),
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 """(upstream, flow) -> why it fails today. Such a flow is recorded as a known gap and the test is
 an expected failure (xfail) with that reason; when the flow passes, the test fails until the
 entry is removed. Every other failed flow fails the test."""

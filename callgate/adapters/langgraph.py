@@ -53,6 +53,7 @@ from callgate.client import (
     Session,
     ToolCall,
     ToolContext,
+    tool_message,
 )
 
 ToolFn = Callable[[ToolContext], Committed]
@@ -89,20 +90,24 @@ def parse_resume(value: object, default_by: str) -> Resume:
     return Resume(Verdict.REJECT, default_by, "", reason if isinstance(reason, str) else "")
 
 
-def _msg(status: str, **fields: object) -> str:
-    return json.dumps({"status": status, **fields}, ensure_ascii=False, sort_keys=True)
+def _msg(tool_call_id: str, status: str, **fields: object) -> str:
+    """The adapter's own notes in the sidecar's tool-message shape, like every other message the
+    model gets (callgate.client.outcomes.tool_message)."""
+    return tool_message(tool_call_id, {"status": status, **fields})
 
 
-def cancelled_message() -> str:
-    return _msg("cancelled", note="The user rejected this call; it was not executed.")
+def cancelled_message(tool_call_id: str) -> str:
+    return _msg(tool_call_id, "cancelled", message="The user rejected this call; it was not executed.")
 
 
-def not_confirmed_message(code: str) -> str:
-    return _msg("not_confirmed", code=code, note="The confirmation did not go through; nothing ran.")
+def not_confirmed_message(tool_call_id: str, code: str) -> str:
+    return _msg(
+        tool_call_id, "not_confirmed", code=code, message="The confirmation did not go through; nothing ran."
+    )
 
 
-def no_executor_message(tool: str) -> str:
-    return _msg("rejected", code="no_executor", message=f"no function is registered for {tool}")
+def no_executor_message(tool_call_id: str, tool: str) -> str:
+    return _msg(tool_call_id, "rejected", code="no_executor", message=f"no function is registered for {tool}")
 
 
 class GatedToolNode:
@@ -167,7 +172,7 @@ class GatedToolNode:
     def _one(self, call: ToolCall) -> str:
         name, fn = self._fn(call.name)
         if fn is None:  # nothing could execute it: not proposed, not parked
-            return no_executor_message(name)
+            return no_executor_message(call.id, name)
         out = self.session.propose(call)
         if isinstance(out, Allowed):
             return self._run(out.invocation_id, fn)
@@ -175,7 +180,7 @@ class GatedToolNode:
             return out.message
         if isinstance(out, NeedsConfirmation):
             return self._confirm(
-                name, out.invocation_id, out.digest, out.normalized_arguments, out.expires_at, fn
+                call.id, name, out.invocation_id, out.digest, out.normalized_arguments, out.expires_at, fn
             )
         assert isinstance(out, Replayed)
         if out.state == "AUTHORIZED":  # parked: the node re-runs after (or before) a resume
@@ -183,14 +188,27 @@ class GatedToolNode:
             if parked is None:  # ended meanwhile (expired, cancelled): its state says what
                 return out.message
             return self._confirm(
-                name, parked.invocation_id, parked.digest, parked.normalized_arguments, parked.expires_at, fn
+                call.id,
+                name,
+                parked.invocation_id,
+                parked.digest,
+                parked.normalized_arguments,
+                parked.expires_at,
+                fn,
             )
         if out.state == "PREPARED":  # confirmed (or allowed) but never begun: run it now
             return self._run(out.invocation_id, fn)
         return out.message  # ran already (its original tool message) or ended otherwise
 
     def _confirm(
-        self, name: str, invocation_id: str, digest: str, arguments: bytes, expires_at: str, fn: ToolFn
+        self,
+        call_id: str,
+        name: str,
+        invocation_id: str,
+        digest: str,
+        arguments: bytes,
+        expires_at: str,
+        fn: ToolFn,
     ) -> str:
         try:
             shown = json.loads(arguments)
@@ -212,10 +230,10 @@ class GatedToolNode:
             try:
                 confirmer.confirm(invocation_id, digest, confirmed_by=decision.by)
             except CallRefused as err:  # expired, already decided, digest mismatch: nothing runs
-                return not_confirmed_message(err.code)
+                return not_confirmed_message(call_id, err.code)
             return self._run(invocation_id, fn)
         self.session.cancel(invocation_id, reason=decision.reason or "rejected by the user")
-        return cancelled_message()
+        return cancelled_message(call_id)
 
 
 __all__ = ["GatedToolNode", "Resume", "ToolFn", "Verdict", "cancelled_message", "parse_resume"]

@@ -51,6 +51,7 @@ from callgate.client import (
     Session,
     ToolCall,
     ToolContext,
+    tool_message,
 )
 
 ToolFunction = Callable[[ToolContext], Committed]
@@ -189,9 +190,9 @@ class CallgateTools:
         except CallgateClientError as err:
             raise CallgateToolError(err) from None
         self._outcomes.pop(item.call_id or "", None)
-        message = json.dumps(
-            {"status": "rejected_by_user", "note": "The user rejected this call; it was not executed."},
-            sort_keys=True,
+        message = tool_message(
+            item.call_id or "",
+            {"status": "rejected_by_user", "message": "The user rejected this call; it was not executed."},
         )
         state.reject(item, rejection_message=message)
 

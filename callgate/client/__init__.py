@@ -44,7 +44,16 @@ from callgate.client.executor import (
     ToolResult,
     Transient,
 )
-from callgate.client.outcomes import Allowed, Denied, NeedsConfirmation, Outcome, Pending, Rejected, Replayed
+from callgate.client.outcomes import (
+    Allowed,
+    Denied,
+    NeedsConfirmation,
+    Outcome,
+    Pending,
+    Rejected,
+    Replayed,
+    tool_message,
+)
 from callgate.client.sync import Client, Confirmer, Session
 from callgate.client.tools import LEGAL_NAME, Dialect, Tool, ToolNames, legal_name, strict_schema
 
@@ -81,6 +90,7 @@ __all__ = [
     "Transient",
     "TransportError",
     "idempotency_key",
+    "tool_message",
     "legal_name",
     "strict_schema",
 ]

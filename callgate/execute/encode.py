@@ -82,6 +82,7 @@ __all__ = [
     "neutralize",
     "open_marker",
     "page",
+    "unmarked_data",
 ]
 
 MIN_MAX_BYTES = 512
@@ -189,6 +190,37 @@ def neutralize(text: str) -> tuple[str, int]:
     if not _needs_neutral(text):
         return text, 0
     return _NEUTRAL.subn(_neutral_char, text)
+
+
+def unmarked_data(content: Mapping[str, Any]) -> tuple[bool, Any]:
+    """The complete data of an untruncated ``ok`` message, from the message alone: ``content.data``
+    with the boundary markers of its nonce taken off (the inverse of step 3), equal to
+    :attr:`EncodedResult.data`. ``(False, None)`` for anything else (an error, a truncated
+    message, a missing nonce). Used where only the stored message is at hand, e.g. a replayed
+    answer whose structured result must be handed out again (docs/MCP.md)."""
+    nonce = content.get("nonce")
+    if content.get("status") != "ok" or content.get("truncated") is not False or not isinstance(nonce, str):
+        return False, None
+    if "data" not in content:
+        return False, None
+    opening, closing = open_marker(nonce), close_marker(nonce)
+    least = len(opening) + len(closing)
+
+    def strip(text: str) -> str:
+        if len(text) >= least and text.startswith(opening) and text.endswith(closing):
+            return text[len(opening) : len(text) - len(closing)]
+        return text
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return strip(value)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return {strip(k): walk(v) for k, v in value.items()}
+        return value
+
+    return True, walk(content["data"])
 
 
 class ResultEncodingError(CallgateError):

@@ -45,6 +45,7 @@ from callgate.client.aio import _call
 from callgate.client.sync import target
 from callgate.client.tools import Dialect, render
 from callgate.config import Config
+from callgate.execute.encode import unmarked_data
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.mcp.config import McpConfig
@@ -327,7 +328,7 @@ class Gateway:
         if isinstance(out, Rejected | Denied):
             return text_result(out.message, is_error=True)
         if isinstance(out, Replayed):
-            return text_result(out.message, is_error=_replay_failed(out.state))
+            return _replayed_result(out, pin)
         # Allowed or NeedsConfirmation: only a pinned, matching upstream tool may go on.
         refusal = await self._pin_refusal(pin)
         if refusal is not None:
@@ -644,6 +645,25 @@ def _result_value(result: types.CallToolResult) -> Any:
 
 def _json(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False).encode()
+
+
+def _replayed_result(out: Replayed, pin: Pin | None) -> types.CallToolResult:
+    """A replayed call answered like the first one: the stored tool message, ``isError`` as it
+    was, and for a tool with an output schema the same ``structuredContent`` (recovered from the
+    stored message: its data without the boundary marks is the validated structured result;
+    a result the schema refused was stored as an error message and stays one)."""
+    try:
+        msg = json.loads(out.message)
+    except ValueError:
+        msg = None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    failed = _replay_failed(out.state) or (isinstance(content, dict) and content.get("status") == "error")
+    structured: dict[str, Any] | None = None
+    if not failed and pin is not None and pin.has_output_schema and isinstance(content, dict):
+        found, data = unmarked_data(content)
+        if found and isinstance(data, dict):
+            structured = data
+    return text_result(out.message, is_error=failed, structured=structured)
 
 
 def _replay_failed(state: str) -> bool:
