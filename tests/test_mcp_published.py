@@ -456,8 +456,9 @@ class Client:
     @property
     def modern(self) -> bool:
         """Negotiates 2026-07-28 (the Python SDK's default ``mode="auto"``), where a server
-        cannot send a request in the middle of a call: confirmation by elicitation then has no
-        back-channel, and the gateway must refuse rather than run (``elicitation_unsupported``)."""
+        cannot send a request in the middle of a call: the gateway asks the confirmation through
+        the ``InputRequiredResult`` round trip instead (the client's elicitation callback answers
+        it, then the SDK retries the call with the answer and the sealed ``requestState``)."""
         return ("python_mode", "auto") in self.extra
 
 
@@ -618,26 +619,20 @@ def test_git_through_gateway(client: Client, git_env: Published) -> None:
     def confirm_yes() -> str | None:
         asked = elicited(run, "confirm-yes")
         out = run.outcome("confirm-yes")
-        if client.modern and not asked:  # no back-channel: refused, never run unconfirmed
-            assert refused(out) and status(out).get("code") == "elicitation_unsupported", brief(out)
-            assert f"yes-{who}" not in branches, branches
-            return "refused: elicitation_unsupported"
         assert len(asked) == 1 and asked[0]["action"] == "accept", [brief(e) for e in run.step("confirm-yes")]
         assert f"yes-{who}" in asked[0]["message"], asked[0]["message"]  # the normalized arguments
+        assert "digest: sha256:" in asked[0]["message"], asked[0]["message"]
         assert ok(out), brief(out)
         assert f"yes-{who}" in branches, branches
-        return None
+        return "input_required round trip" if client.modern else None
 
     def confirm_no() -> str | None:
         asked = elicited(run, "confirm-no")
         out = run.outcome("confirm-no")
         assert f"no-{who}" not in branches, branches
-        if client.modern and not asked:
-            assert refused(out) and status(out).get("code") == "elicitation_unsupported", brief(out)
-            return "refused: elicitation_unsupported"
         assert len(asked) == 1 and asked[0]["action"] == "decline", [brief(e) for e in run.step("confirm-no")]
         assert refused(out) and status(out).get("code") == "confirmation_declined", brief(out)
-        return None
+        return "input_required round trip" if client.modern else None
 
     def changed() -> None:
         out = run.outcome("changed")

@@ -123,7 +123,8 @@ class McpConfig:
     """Width of the time bucket of derived idempotency keys: an identical retried call inside
     the same bucket replays instead of running again (docs/MCP.md, "Idempotency")."""
     elicitation_timeout_seconds: float = 120.0
-    """How long a confirmation question waits for the user; then the call is cancelled."""
+    """How long a confirmation question waits for the user; then the call is cancelled (for a
+    2026-07-28 client: how long the parked confirmation waits for its answer)."""
     progress_after_seconds: float = 0.0
     """Gate-stage progress notifications are sent to clients that asked (``progressToken``) for
     calls still running after this long (0 = at every stage)."""

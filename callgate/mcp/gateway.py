@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
 import json
 import logging
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +30,8 @@ import mcp_types as types
 import rfc8785
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp_types.version import is_version_at_least
 
 from callgate.client import (
     AsyncClient,
@@ -57,6 +61,19 @@ log = logging.getLogger("callgate.mcp")
 IDEMPOTENCY_META_KEY = "io.callgate/idempotency-key"
 """``_meta`` member of ``tools/call`` with the client's own idempotency key."""
 
+CONFIRM_INPUT_KEY = "callgate_confirm"
+"""Key of the confirmation question in a 2026-07-28 ``InputRequiredResult`` (and its answer)."""
+
+INPUT_REQUIRED_VERSION = "2026-07-28"
+"""First protocol revision without server-initiated requests mid-call: a confirmation is asked
+with the declarative ``InputRequiredResult`` round trip instead of ``elicitation/create``."""
+
+MAX_PARKED = 1024
+"""Confirmations parked at once (2026-07-28 mode); past it the oldest is cancelled."""
+
+REQUEST_STATE_AUDIENCE = "callgate-mcp"
+"""Audience claim of the sealed ``requestState`` (the SDK's ``RequestStateBoundary``)."""
+
 
 class McpCode(str, Enum):
     """The gateway's own stable codes (docs/MCP.md, "Codes"); callgate's codes pass through."""
@@ -80,6 +97,9 @@ class McpCode(str, Enum):
     """No answer to the confirmation question in time."""
     ELICITATION_UNSUPPORTED = "elicitation_unsupported"
     """The call needs a confirmation and the client cannot be asked (no elicitation)."""
+    CONFIRMATION_INVALID = "confirmation_invalid"
+    """A 2026-07-28 continuation (``requestState``) names no parked confirmation of this
+    session, tool and arguments: unknown, already answered, or another session's. Nothing ran."""
     RESULT_WITHHELD = "result_withheld"
     """Cancelled after the commit boundary: the result is recorded, not shown."""
     SIDECAR_ERROR = "sidecar_error"
@@ -131,6 +151,24 @@ class Identity:
 
     tenant: str
     subject: str
+
+
+@dataclass(frozen=True)
+class _Parked:
+    """A confirmation asked through ``InputRequiredResult``: the invocation waits in the sidecar
+    (AWAITING_CONFIRMATION) until the client retries the call with the answer and the
+    ``requestState`` naming this entry. The digest confirmed is this one, never the client's."""
+
+    session_id: str
+    invocation_id: str
+    digest: str
+    name: str
+    """The tool name the client called (the retry must name the same)."""
+    arguments_sha256: str
+    """Of the arguments as received (the retry must send the same)."""
+    pin: Pin
+    deadline: float
+    """``time.monotonic()`` after which the answer is too late (confirmation_timeout)."""
 
 
 @dataclass
@@ -198,6 +236,9 @@ class Gateway:
         self._sessions: dict[tuple[str, str, str], _Session] = {}
         self._session_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._parked: dict[str, _Parked] = {}
+        """2026-07-28 confirmations waiting for the client's retry, by an unguessable token
+        (256 bits, single use) carried in the sealed ``requestState``."""
         self.refusals: dict[str, int] = {}
         """Counts of refused calls by code (read by tests and the log at exit)."""
         s = cfg.server
@@ -220,6 +261,9 @@ class Gateway:
             await self._refresh(name)
 
     async def stop(self) -> None:
+        while self._parked:  # nobody can answer these any more
+            _, p = self._parked.popitem()
+            await self._cancel_id(p.session_id, p.invocation_id, McpCode.CONFIRMATION_TIMEOUT.value)
         for up in self.upstreams.values():
             await up.close()
         await self.agent.close()
@@ -305,7 +349,11 @@ class Gateway:
 
     # ------------------------------------------------------------------ tools/call
     async def call_tool(self, ctx: Any, s: _Session, name: str, arguments: Mapping[str, Any] | None,
-                        meta: Mapping[str, Any]) -> types.CallToolResult:  # fmt: skip
+                        meta: Mapping[str, Any], request_state: str | None = None,
+                        input_responses: Mapping[str, Any] | None = None,
+                        ) -> types.CallToolResult | types.InputRequiredResult:  # fmt: skip
+        if request_state is not None:
+            return await self._resume(ctx, s, name, arguments, request_state, input_responses or {})
         stages = _Stages(ctx, self.mcp.progress_after_seconds)
         if not s.model_call_id:
             await self._list(s)
@@ -340,7 +388,14 @@ class Gateway:
         try:
             if isinstance(out, NeedsConfirmation):
                 await stages.step("waiting for the user's confirmation")
-                answer = await self._confirm(ctx, s, out, spec, version)
+                answer: McpCode | None
+                if _input_required(ctx):
+                    asked = await self._park(ctx, s, out, name, spec, version, arguments, pin)
+                    if isinstance(asked, types.InputRequiredResult):
+                        return asked  # parked: the client retries with the answer
+                    answer = asked
+                else:
+                    answer = await self._confirm(ctx, s, out, spec, version)
                 if answer is not None:
                     await self._cancel(s, invocation_id, answer.value)
                     self._refused(answer.value)
@@ -386,10 +441,13 @@ class Gateway:
         )
 
     async def _cancel(self, s: _Session, invocation_id: str, reason: str) -> None:
+        await self._cancel_id(s.session_id, invocation_id, reason)
+
+    async def _cancel_id(self, session_id: str, invocation_id: str, reason: str) -> None:
         try:
             await _call(
                 self.gate.Cancel,
-                pb.CancelRequest(invocation_id=invocation_id, reason=reason, session_id=s.session_id),
+                pb.CancelRequest(invocation_id=invocation_id, reason=reason, session_id=session_id),
                 self.timeout,
             )
         except CallgateClientError as exc:
@@ -403,51 +461,119 @@ class Gateway:
         if caps is None or caps.elicitation is None:
             return McpCode.ELICITATION_UNSUPPORTED
         try:
-            args = json.dumps(
-                json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True
-            )
-        except ValueError:
-            args = out.normalized_arguments.decode("utf-8", "replace")
-        message = (
-            f"callgate: allow {spec}@{version} with these arguments?\n{args}\n"
-            f"digest: {out.digest}\nexpires: {out.expires_at}"
-        )
-        schema: dict[str, Any] = {
-            "type": "object",
-            "properties": {"confirm": {"type": "boolean", "title": "Run this call", "default": False}},
-            "required": ["confirm"],
-        }
-        try:
             with anyio.fail_after(self.mcp.elicitation_timeout_seconds):
-                res = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+                res = await ctx.session.elicit_form(
+                    _question(out, spec, version), CONFIRM_SCHEMA, related_request_id=ctx.request_id
+                )
         except TimeoutError:
             return McpCode.CONFIRMATION_TIMEOUT
         except Exception as exc:  # no back-channel, protocol error: never run
             log.info("elicitation failed: %s", type(exc).__name__)
             return McpCode.ELICITATION_UNSUPPORTED
-        if (
-            res.action != "accept"
-            or not isinstance(res.content, dict)
-            or res.content.get("confirm") is not True
-        ):
+        if not _approved(res):
             return McpCode.CONFIRMATION_DECLINED
+        return await self._confirm_digest(s, out.invocation_id, out.digest)
+
+    async def _confirm_digest(self, s: _Session, invocation_id: str, digest: str) -> McpCode | None:
+        """Confirm bound to the sidecar's digest of the invocation. None = confirmed."""
         try:
             await _call(
                 self.confirmer.Confirm,
                 pb.ConfirmRequest(
-                    invocation_id=out.invocation_id, digest=out.digest,
+                    invocation_id=invocation_id, digest=digest,
                     confirmed_by=f"mcp-elicitation:{s.identity.tenant}/{s.identity.subject}",
                 ),
                 self.timeout,
             )  # fmt: skip
         except CallgateClientError as exc:
-            log.info("confirm of %s refused: %s", out.invocation_id, exc.code)
+            log.info("confirm of %s refused: %s", invocation_id, exc.code)
             return (
                 McpCode.CONFIRMATION_TIMEOUT
                 if exc.code == "confirmation_expired"
                 else McpCode.CONFIRMATION_DECLINED
             )
         return None
+
+    # ------------------------------------------------------------------ 2026-07-28 confirmations
+    async def _park(self, ctx: Any, s: _Session, out: NeedsConfirmation, name: str, spec: str,
+                    version: str, arguments: Mapping[str, Any] | None,
+                    pin: Pin) -> types.InputRequiredResult | McpCode:  # fmt: skip
+        """Ask through ``InputRequiredResult``: the invocation stays parked in the sidecar and
+        the question goes back as this call's result; the client asks the human and retries
+        the call with the answer and the ``requestState`` (sealed by the SDK's
+        ``RequestStateBoundary``, naming a single-use entry of :attr:`_parked`)."""
+        caps = ctx.session.client_capabilities
+        elicitation = caps.elicitation if caps is not None else None
+        if elicitation is None or (elicitation.form is None and elicitation.url is not None):
+            return McpCode.ELICITATION_UNSUPPORTED  # no form elicitation: nobody can be asked
+        while len(self._parked) >= MAX_PARKED:
+            oldest = next(iter(self._parked))
+            self._expire(oldest)
+        token = secrets.token_urlsafe(32)
+        ttl = self.mcp.elicitation_timeout_seconds
+        self._parked[token] = _Parked(
+            session_id=s.session_id, invocation_id=out.invocation_id, digest=out.digest, name=name,
+            arguments_sha256=arguments_sha256(arguments or {}), pin=pin, deadline=time.monotonic() + ttl,
+        )  # fmt: skip
+        asyncio.get_running_loop().call_later(ttl + 1.0, self._expire, token)
+        question = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(
+                message=_question(out, spec, version), requested_schema=CONFIRM_SCHEMA
+            )
+        )
+        return types.InputRequiredResult(
+            input_requests={CONFIRM_INPUT_KEY: question},
+            request_state=json.dumps({"v": 1, "token": token}, separators=(",", ":")),
+        )
+
+    def _expire(self, token: str) -> None:
+        """Drop a parked confirmation nobody answered (or the oldest past MAX_PARKED) and
+        cancel its invocation."""
+        p = self._parked.pop(token, None)
+        if p is None:
+            return
+        self._refused(McpCode.CONFIRMATION_TIMEOUT.value)
+        task = asyncio.get_running_loop().create_task(
+            self._cancel_id(p.session_id, p.invocation_id, McpCode.CONFIRMATION_TIMEOUT.value)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _resume(self, ctx: Any, s: _Session, name: str, arguments: Mapping[str, Any] | None,
+                      request_state: str, responses: Mapping[str, Any]) -> types.CallToolResult:  # fmt: skip
+        """The client's retry with the answer: only the parked entry its ``requestState`` names,
+        of this session, this tool and these arguments, once; Confirm with the stored digest."""
+        p = self._parked.pop(_state_token(request_state), None)
+        invalid = McpCode.CONFIRMATION_INVALID
+        if p is None:
+            self._refused(invalid.value)
+            return error_result(invalid, _CONFIRM_MESSAGES[invalid])
+        same = (
+            hmac.compare_digest(p.session_id, s.session_id)
+            and p.name == name
+            and hmac.compare_digest(p.arguments_sha256, arguments_sha256(arguments or {}))
+        )
+        code: McpCode | None = None
+        if not same:  # a continuation used for another session, tool or arguments
+            log.warning("confirmation continuation of %s used for another call; cancelled", p.invocation_id)
+            code = invalid
+        elif time.monotonic() > p.deadline:
+            code = McpCode.CONFIRMATION_TIMEOUT
+        elif not _approved(responses.get(CONFIRM_INPUT_KEY)):
+            code = McpCode.CONFIRMATION_DECLINED
+        stages = _Stages(ctx, self.mcp.progress_after_seconds)
+        try:
+            if code is None:
+                code = await self._confirm_digest(s, p.invocation_id, p.digest)
+            if code is not None:
+                await self._cancel_id(p.session_id, p.invocation_id, code.value)
+                self._refused(code.value)
+                return error_result(code, _CONFIRM_MESSAGES[code])
+            return await self._execute(ctx, s, p.invocation_id, p.pin, stages)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._cancel_id(p.session_id, p.invocation_id, "client_cancelled")
+            raise
 
     async def _execute(
         self, ctx: Any, s: _Session, invocation_id: str, pin: Pin, stages: _Stages
@@ -583,7 +709,56 @@ _CONFIRM_MESSAGES = {
     McpCode.ELICITATION_UNSUPPORTED: (
         "This call needs the user's confirmation and this client cannot ask for it; nothing ran."
     ),
+    McpCode.CONFIRMATION_INVALID: (
+        "This confirmation answer names no pending confirmation of this call (unknown, already "
+        "answered, expired or another session's); nothing ran."
+    ),
 }
+
+CONFIRM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean", "title": "Run this call", "default": False}},
+    "required": ["confirm"],
+}
+"""The confirmation form: one boolean, ``true`` only when the user means it."""
+
+
+def _question(out: NeedsConfirmation, spec: str, version: str) -> str:
+    """What the human reads: the tool, the normalized arguments, the digest, the expiry."""
+    try:
+        args = json.dumps(json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True)
+    except ValueError:
+        args = out.normalized_arguments.decode("utf-8", "replace")
+    return (
+        f"callgate: allow {spec}@{version} with these arguments?\n{args}\n"
+        f"digest: {out.digest}\nexpires: {out.expires_at}"
+    )
+
+
+def _approved(answer: Any) -> bool:
+    """An accepted form whose ``confirm`` is exactly ``true``; anything else is a no."""
+    return (
+        isinstance(answer, types.ElicitResult)
+        and answer.action == "accept"
+        and isinstance(answer.content, dict)
+        and answer.content.get("confirm") is True
+    )
+
+
+def _input_required(ctx: Any) -> bool:
+    """Whether this request's protocol asks through ``InputRequiredResult`` (>= 2026-07-28)."""
+    version = getattr(ctx, "protocol_version", None)
+    return isinstance(version, str) and is_version_at_least(version, INPUT_REQUIRED_VERSION)
+
+
+def _state_token(request_state: str) -> str:
+    """The parked entry's token in an (already unsealed) ``requestState``; "" when absent."""
+    try:
+        doc = json.loads(request_state)
+    except ValueError:
+        return ""
+    token = doc.get("token") if isinstance(doc, dict) and doc.get("v") == 1 else None
+    return token if isinstance(token, str) else ""
 
 
 def _failure(end: CallEnd) -> tuple[McpCode, str]:
@@ -677,16 +852,19 @@ def _call_id() -> str:
     )
 
 
+def arguments_sha256(arguments: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the RFC 8785 form of arguments as received (sorted JSON if not JCS-able)."""
+    try:
+        return hashlib.sha256(rfc8785.dumps(dict(arguments))).hexdigest()
+    except (rfc8785.CanonicalizationError, TypeError, ValueError):
+        return hashlib.sha256(json.dumps(dict(arguments), sort_keys=True, default=str).encode()).hexdigest()
+
+
 def derived_key(identity: Identity, tool: str, arguments: Mapping[str, Any], window: int, now: float) -> str:
     """The idempotency key of a call without a client key: the same subject, tool and arguments
     (RFC 8785 digest of the arguments as received) inside one ``window``-second bucket give the
     same key, so a retried identical call replays instead of running twice (docs/MCP.md)."""
-    try:
-        args_digest = hashlib.sha256(rfc8785.dumps(dict(arguments))).hexdigest()
-    except (rfc8785.CanonicalizationError, TypeError, ValueError):
-        args_digest = hashlib.sha256(
-            json.dumps(dict(arguments), sort_keys=True, default=str).encode()
-        ).hexdigest()
+    args_digest = arguments_sha256(arguments)
     bucket = int(now // window)
     material = "\x00".join((identity.tenant, identity.subject, tool, args_digest, str(window), str(bucket)))
     return "mcpk1-" + hashlib.sha256(material.encode()).hexdigest()[:40]
@@ -734,14 +912,43 @@ def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
         s = await gw.session_for(*who)
         return types.ListToolsResult(tools=await gw.list_tools(s))
 
-    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def on_call_tool(
+        ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         who = identity_of(ctx)
         if who is None:
             return error_result("unauthenticated", "no authenticated subject")
         s = await gw.session_for(*who)
-        return await gw.call_tool(ctx, s, params.name, params.arguments, _meta_of(params))
+        return await gw.call_tool(
+            ctx,
+            s,
+            params.name,
+            params.arguments,
+            _meta_of(params),
+            params.request_state,
+            params.input_responses,
+        )
 
-    return Server("callgate-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    def principal(ctx: Any) -> str | None:
+        """The ``requestState`` is bound to who asked: tenant, subject and connection."""
+        who = identity_of(ctx)
+        if who is None:
+            return None
+        identity, connection = who
+        return json.dumps([identity.tenant, identity.subject, connection])
+
+    server = Server("callgate-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    # 2026-07-28 confirmations: the SDK seals every outgoing requestState (AES-256-GCM under a key
+    # made now, held only by this process) bound to the method, tool name, arguments, subject and
+    # audience, with a TTL, and refuses a tampered or re-targeted one before the handler runs.
+    security = RequestStateSecurity(
+        keys=[secrets.token_bytes(32)],
+        ttl=gw.mcp.elicitation_timeout_seconds + 60.0,
+        bind_principal=principal,
+        audience=REQUEST_STATE_AUDIENCE,
+    )
+    server.middleware.append(RequestStateBoundary(security, default_audience=REQUEST_STATE_AUDIENCE))
+    return server
 
 
 def init_options(server: Server[Any]) -> Any:
@@ -749,10 +956,12 @@ def init_options(server: Server[Any]) -> Any:
 
 
 __all__ = [
+    "CONFIRM_INPUT_KEY",
     "IDEMPOTENCY_META_KEY",
     "Gateway",
     "Identity",
     "McpCode",
+    "arguments_sha256",
     "build_server",
     "derived_key",
 ]
