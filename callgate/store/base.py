@@ -289,7 +289,9 @@ class Store(Protocol):
         self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
     ) -> bool:
         """CAS the invocation (``expected`` state and attempt count ``record.attempts - 1``),
-        insert the attempt and append events, atomically. False if another writer won."""
+        insert the attempt and append events, atomically. False if another writer won. Durable
+        against power loss when it returns, with every record before it (a barrier, spec 6.7):
+        the credential is handed out only after."""
         ...
 
     async def finish_attempt(
@@ -323,6 +325,12 @@ class Store(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    async def barrier(self) -> None:
+        """Make every record committed before this call durable against power loss (spec 6.7,
+        6.8: before anything can run). Raises ``store_unavailable`` if it cannot; a store whose
+        every commit is already durable returns at once."""
+        ...
 
     async def put_tool_view_fed(self, view: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
         """Record a tool view and the tool messages fed into that model call, in one transaction
