@@ -87,9 +87,9 @@ class SQLiteWorker:
         # ordinary commits then run at NORMAL. In PER_ANSWER mode every commit is the barrier.
         self._barrier_syncs = self.durability is Durability.BARRIER and self._sync in ("FULL", "EXTRA")
         self._commit_sync = "NORMAL" if self._barrier_syncs else self._sync
-        self._fsync = fsync
+        self.fsync = fsync
         """Test seam: the sync a barrier runs (``os.fdatasync`` of the WAL file descriptor)."""
-        self._on_barrier = on_barrier
+        self.on_barrier = on_barrier
         """Test seam: called on the worker thread after each successful barrier sync (nothing
         commits meanwhile: the files are then exactly what the sync made durable)."""
         self._barrier_error: str = ""
@@ -195,15 +195,15 @@ class SQLiteWorker:
                 fd = -1
             if fd >= 0:
                 try:
-                    self._fsync(fd)
+                    self.fsync(fd)
                 except OSError as exc:
                     self._barrier_error = str(exc) or type(exc).__name__
                 finally:
                     os.close(fd)
             if not self._barrier_error:
                 self.barriers += 1
-                if self._on_barrier is not None:
-                    self._on_barrier()
+                if self.on_barrier is not None:
+                    self.on_barrier()
                 return None
         return self._barrier_refusal()
 
