@@ -103,7 +103,8 @@ class StoreConfig:
     durability: str = "barrier"
     """SQLite: ``barrier`` commits each answer (WAL, durable against a process crash) and fsyncs
     once before anything can run: before BeginAttempt hands out a credential, a confirmation is
-    accepted, a reconciled outcome is answered (one sync covers every record before it);
+    accepted, a reconciled outcome or an Authorize allow is answered (one sync covers every
+    record before it);
     ``per_answer`` fsyncs before every answer. PostgreSQL: every commit is flushed by the server
     (``synchronous_commit = on``), so both behave as ``per_answer``."""
     dsn_env: str = "CALLGATE_POSTGRES_DSN"

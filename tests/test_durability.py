@@ -8,7 +8,8 @@ confirmation is accepted, before a reconciled outcome is answered. Here:
 
 * the pragmas of each mode, and concurrent barriers coalescing into one sync;
 * an injected fsync failure: the BeginAttempt behind it is refused (``store_unavailable``, no
-  credential), and every later barrier too (sticky), with nothing written for them;
+  credential), and every later barrier too (sticky: BeginAttempt, Confirm, an Authorize allow),
+  with nothing written for them;
 * a power loss, simulated: the database files are copied at each successful barrier (on the
   writer thread, so nothing commits meanwhile: the copy is exactly what the sync made durable,
   and unsynced WAL frames are what a power loss may discard). Restored, the copy holds every
@@ -33,6 +34,7 @@ from callgate.store.sqlite import SQLiteStore
 from callgate.store.sqlite_worker import Durability, SQLiteWorker
 from tests.conftest import Running
 from tests.test_confirmation import error_reason
+from tests.test_decision_records import CONTEXT, authorize
 from tests.test_execution import FakeCalendar, prepared_event, propose_event, run_attempt, sc  # noqa: F401
 
 
@@ -135,6 +137,11 @@ def test_a_failed_barrier_refuses_what_would_run(sc: Running) -> None:  # noqa: 
         sc.confirmations.Confirm(pb.ConfirmRequest(invocation_id=parked.invocation_id, digest=parked.digest))
     assert error_reason(err.value) == "store_unavailable"
     assert _attempts(sc.db_path) == recorded and synced == []  # refused before writing anything
+    # An Authorize allow is something a caller may act on: refused too; a deny is still answered.
+    with pytest.raises(grpc.RpcError) as err:
+        authorize(sc, "carol", "files.delete", CONTEXT)
+    assert error_reason(err.value) == "store_unavailable"
+    assert authorize(sc, "bob", "files.delete", CONTEXT).decision.effect == pb.DENY
     # Proposals are still answered (committed, durable against a process crash); nothing runs.
     assert propose_event(sc, sid, "dur-4").decision.effect == pb.CONFIRM
 

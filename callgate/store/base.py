@@ -342,7 +342,8 @@ class Store(Protocol):
         ...
 
     async def record_decision(self, record: DecisionRecord) -> None:
-        """Append one ``Authorize`` decision (append-only); durable when it returns."""
+        """Append one ``Authorize`` decision (append-only); committed when it returns (the gate
+        takes a :meth:`barrier` after an allow)."""
         ...
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...

@@ -43,7 +43,8 @@ class Durability(str, Enum):
 
     BARRIER = "barrier"
     """Commit (WAL, ``synchronous=NORMAL``) before the answer; fsync at a barrier taken before
-    anything can run (BeginAttempt, an accepted confirmation, a reconciled outcome)."""
+    anything can run (BeginAttempt, an accepted confirmation, a reconciled outcome, an
+    Authorize allow)."""
     PER_ANSWER = "per_answer"
     """Every commit at the configured ``synchronous`` (``full``: an fsync before every answer)."""
 
