@@ -138,7 +138,11 @@ class SidecarProcess:
 
 @contextmanager
 def sidecar(
-    extra_toml: str = "", synchronous: str = "full", policy: str = "", server_toml: str = ""
+    extra_toml: str = "",
+    synchronous: str = "full",
+    policy: str = "",
+    server_toml: str = "",
+    durability: str = "barrier",
 ) -> Iterator[SidecarProcess]:
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-"))
     port = free_port()
@@ -158,6 +162,7 @@ watch = false
 [store]
 path = "{tmp}/callgate.db"
 synchronous = "{synchronous}"
+durability = "{durability}"
 [idempotency]
 path = "{tmp}/idempotency.db"
 [budgets]

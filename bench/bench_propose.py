@@ -1,7 +1,9 @@
 """Issue 2 load benchmark: Propose through a running sidecar vs a bare RPC on the same server.
 
-`callgate serve` runs as a separate process (Cedar + SQLite, synchronous=FULL: every event on
-disk before the answer) and a load generator in another process drives it; the baseline is the
+`callgate serve` runs as a separate process (Cedar + SQLite, synchronous=FULL with
+``--durability barrier``, the default: each answer committed, an fsync at the barriers before
+anything runs; ``per_answer``: an fsync before every answer; a list runs one sidecar per mode in
+turn, in the same run) and a load generator in another process drives it; the baseline is the
 standard gRPC health Check on the same server and listener (a trivial unary RPC through the same
 process and transport). Printed: p50/p99/throughput with one call in flight, open loops at fixed
 rates (latency from the scheduled send: no coordinated omission), N calls in flight, the
@@ -14,6 +16,7 @@ client burns about as much CPU per call as the sidecar and shares its two cores.
     .venv/bin/python bench/bench_propose.py [--seconds 10] [--rates 500,1000] [--concurrency 16]
                                             [--listener tcp|unix] [--client go|python]
                                             [--core auto|python|native]
+                                            [--durability barrier,per_answer]
 """
 
 from __future__ import annotations
@@ -169,9 +172,29 @@ async def main() -> None:
     ap.add_argument("--listener", default="tcp", choices=["tcp", "unix"])
     ap.add_argument("--client", default="go", choices=["go", "python"])
     ap.add_argument("--core", default="auto", choices=["auto", "python", "native"], help="[core] engine")
+    ap.add_argument("--durability", default="barrier", help="store.durability modes, comma-separated")
     ap.add_argument("--json")
     args = ap.parse_args()
-    with sidecar(synchronous=args.synchronous, extra_toml=f'[core]\nengine = "{args.core}"\n') as sc:
+    modes = [m for m in args.durability.split(",") if m]
+    runs: dict[str, Any] = {}
+    for mode in modes:
+        print(f"== store.durability = {mode}")
+        runs[mode] = await run_mode(args, mode)
+    if len(modes) > 1:
+        print("durability            Propose/Check @16   p50 1 in flight (Propose / Check)")
+        for mode, res in runs.items():
+            print(
+                f"{mode:<21} {res['summary']['ratio_saturated']:>18.2f}   "
+                f"{res['propose_sequential']['p50_ms']:.3f} / {res['baseline_sequential']['p50_ms']:.3f} ms"
+                f" ({res['summary']['p50_ratio_sequential']:.2f}x)"
+            )
+    dump(args.json, runs if len(modes) > 1 else runs[modes[0]])
+
+
+async def run_mode(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    with sidecar(
+        synchronous=args.synchronous, durability=mode, extra_toml=f'[core]\nengine = "{args.core}"\n'
+    ) as sc:
         target = sc.agent if args.listener == "tcp" else f"unix:{sc.tmp}/agent.sock"
         sid = await open_session(target)
         if args.client == "go":
@@ -185,15 +208,17 @@ async def main() -> None:
         res["summary"] = {
             "client": args.client, "listener": args.listener, "synchronous": args.synchronous,
             "ratio_sequential": seq, "ratio_saturated": sat, "sidecar_peak_rss_mib": sc.peak_rss_mib,
+            "durability": mode,
+            "p50_ratio_sequential": res["propose_sequential"]["p50_ms"] / res["baseline_sequential"]["p50_ms"],
         }  # fmt: skip
         res["stages_us"] = stage_times(sc.tmp / "callgate.db")
         print(f"throughput ratio to baseline: sequential {seq:.2f}, saturated {sat:.2f}")
         print(f"sidecar peak RSS (VmHWM): {sc.peak_rss_mib:.1f} MiB")
         print(
             f"{machine_line()}, client {args.client}, listener {args.listener}, synchronous={args.synchronous}, "
-            f"core {args.core}"
+            f"core {args.core}, durability={mode}"
         )
-        dump(args.json, res)
+        return res
 
 
 if __name__ == "__main__":

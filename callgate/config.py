@@ -97,7 +97,16 @@ class StoreConfig:
     path: str = "var/callgate.db"
     """SQLite database file (WAL mode)."""
     synchronous: str = "full"
-    """SQLite ``synchronous`` pragma: ``full`` makes every event durable before the RPC answers."""
+    """SQLite: ``full`` asks for records on disk (an fsync) where ``durability`` puts one;
+    ``normal`` never fsyncs (a power loss can lose recent answered records, a process crash
+    cannot). docs/RELIABILITY.md."""
+    durability: str = "barrier"
+    """SQLite: ``barrier`` commits each answer (WAL, durable against a process crash) and fsyncs
+    once before anything can run: before BeginAttempt hands out a credential, a confirmation is
+    accepted, a reconciled outcome or an Authorize allow is answered (one sync covers every
+    record before it);
+    ``per_answer`` fsyncs before every answer. PostgreSQL: every commit is flushed by the server
+    (``synchronous_commit = on``), so both behave as ``per_answer``."""
     dsn_env: str = "CALLGATE_POSTGRES_DSN"
     """``postgres``: environment variable holding the DSN (mounted from a Secret)."""
     dsn_file: str = ""
@@ -357,6 +366,8 @@ def validate(cfg: Config, *, source: str = "") -> Config:
         raise config_invalid("core.engine must be 'auto', 'python' or 'native'", source=source)
     if cfg.store.synchronous not in ("full", "normal"):
         raise config_invalid("store.synchronous must be 'full' or 'normal'", source=source)
+    if cfg.store.durability not in ("barrier", "per_answer"):
+        raise config_invalid("store.durability must be 'barrier' or 'per_answer'", source=source)
     for role in ROLES:
         lc: ListenerConfig = getattr(cfg.server, role)
         if lc.tcp:

@@ -288,7 +288,9 @@ def run_crashes(pod: Pod, read: Callable[[], Rows], capsys: pytest.CaptureFixtur
 
 @pytest.mark.timeout(240)
 def test_crash_consistency_sqlite(capsys: pytest.CaptureFixture[str]) -> None:
-    pod = make_pod('[store]\npath = "{tmp}/callgate.db"', {})
+    # The default durability, named: answers committed at synchronous=NORMAL, fsync only at the
+    # barriers (docs/RELIABILITY.md). A process crash must lose no answered record in this mode.
+    pod = make_pod('[store]\npath = "{tmp}/callgate.db"\ndurability = "barrier"', {})
     try:
         run_crashes(pod, lambda: read_sqlite(pod.tmp / "callgate.db"), capsys, "sqlite")
     finally:

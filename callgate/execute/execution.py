@@ -593,6 +593,7 @@ class Execution:
                 await self._keys.complete(inv, target, rid, now)
             else:
                 await self._keys.release(inv, now)
+            await self._store.barrier()  # the finding is on disk before it is answered (6.7)
             return Reconciled(new, already_recorded=False)
         raise reconcile_conflict("the invocation kept changing concurrently; read it and retry")
 
@@ -608,6 +609,7 @@ class Execution:
             )
         first = recorded[0].data
         if first.get("finding") == finding.value and first.get("external_resource_id", "") == rid:
+            await self._store.barrier()  # a repeat after a failed barrier is refused too
             return Reconciled(inv, already_recorded=True)
         what = "external_resource_id" if first.get("finding") == finding.value else "finding"
         raise reconcile_conflict(

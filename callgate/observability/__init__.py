@@ -106,6 +106,9 @@ class PublishingStore:
     def keys(self) -> IdempotencyStore:
         return self.inner.keys()
 
+    async def barrier(self) -> None:
+        await self.inner.barrier()
+
     async def put_session(self, session: SessionRecord) -> None:
         await self.inner.put_session(session)
 

@@ -121,6 +121,9 @@ class Confirmations:
         )
         if moved is None:
             raise confirmation_not_pending("invocation has no pending confirmation")
+        # The barrier (spec 6.7, docs/RELIABILITY.md): the proposal and its confirmation are on
+        # disk before the confirmation is accepted; if not, Confirm fails and nothing runs.
+        await self._store.barrier()
         return moved
 
     async def deny(

@@ -375,6 +375,8 @@ class Gate:
         )
         try:
             await self._store.record_decision(record)
+            if decision.effect is Effect.ALLOW:  # the caller may act on it: the barrier (6.7)
+                await self._store.barrier()
         except CallgateError:
             raise
         except Exception as exc:  # any store: no record, no answer

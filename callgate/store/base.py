@@ -289,7 +289,9 @@ class Store(Protocol):
         self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]
     ) -> bool:
         """CAS the invocation (``expected`` state and attempt count ``record.attempts - 1``),
-        insert the attempt and append events, atomically. False if another writer won."""
+        insert the attempt and append events, atomically. False if another writer won. Durable
+        against power loss when it returns, with every record before it (a barrier, spec 6.7):
+        the credential is handed out only after."""
         ...
 
     async def finish_attempt(
@@ -324,6 +326,12 @@ class Store(Protocol):
 
     async def close(self) -> None: ...
 
+    async def barrier(self) -> None:
+        """Make every record committed before this call durable against power loss (spec 6.7,
+        6.8: before anything can run). Raises ``store_unavailable`` if it cannot; a store whose
+        every commit is already durable returns at once."""
+        ...
+
     async def put_tool_view_fed(self, view: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
         """Record a tool view and the tool messages fed into that model call, in one transaction
         (a repeated pair is kept once)."""
@@ -334,7 +342,8 @@ class Store(Protocol):
         ...
 
     async def record_decision(self, record: DecisionRecord) -> None:
-        """Append one ``Authorize`` decision (append-only); durable when it returns."""
+        """Append one ``Authorize`` decision (append-only); committed when it returns (the gate
+        takes a :meth:`barrier` after an allow)."""
         ...
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...

@@ -671,6 +671,10 @@ class PostgresStore:
         rows = await self._fetchall(q, (*args, limit))
         return [_INVOCATIONS.record(r) for r in rows]
 
+    async def barrier(self) -> None:
+        """Nothing to do: a commit returns after the server flushed its WAL (``fsync = on``,
+        ``synchronous_commit = on``, the server defaults; docs/RELIABILITY.md)."""
+
     async def close(self) -> None:
         self._started = False
         await self._pool.close()

@@ -38,10 +38,16 @@ class StoreFactory:
 
 async def _open_sqlite(cfg: Config, environ: Mapping[str, str]) -> Store:
     from callgate.store.sqlite import SQLiteStore
+    from callgate.store.sqlite_worker import Durability
 
     ic = cfg.idempotency  # keys of a version before one commit per answer: imported once
     legacy = cfg.path(ic.path) if ic.backend == "sqlite" and ic.path else None
-    return SQLiteStore(cfg.path(cfg.store.path), synchronous=cfg.store.synchronous, legacy_keys=legacy)
+    return SQLiteStore(
+        cfg.path(cfg.store.path),
+        synchronous=cfg.store.synchronous,
+        durability=Durability(cfg.store.durability),
+        legacy_keys=legacy,
+    )
 
 
 def _validate_sqlite(sc: StoreConfig) -> list[str]:

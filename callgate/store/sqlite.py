@@ -1,6 +1,8 @@
 """SQLite store (the embedded default): WAL mode, one writer thread, group commit
-(:mod:`callgate.store.sqlite_worker`): with ``synchronous=FULL`` (default) the events are on disk
-before the gate answers the RPC, and the asyncio event loop never blocks on the disk.
+(:mod:`callgate.store.sqlite_worker`): every answer's records are committed (WAL) before the gate
+answers the RPC, and the asyncio event loop never blocks on the disk. With ``durability =
+barrier`` (default) they reach the disk at the next barrier (:meth:`SQLiteStore.barrier`, taken
+before anything can run); with ``per_answer`` and ``synchronous=FULL`` at every commit.
 
 Events are append-only, enforced by the database itself (triggers abort UPDATE and DELETE).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -39,7 +42,7 @@ from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
-from callgate.store.sqlite_worker import SQLiteWorker
+from callgate.store.sqlite_worker import Durability, SQLiteWorker
 
 T = TypeVar("T")
 log = logging.getLogger("callgate.store")
@@ -484,17 +487,21 @@ class SQLiteStore:
         path: str | Path,
         *,
         synchronous: str = "full",
+        durability: Durability = Durability.BARRIER,
         max_batch: int = 256,
         legacy_keys: str | Path | None = None,
+        fsync: Callable[[int], None] = os.fdatasync,
+        on_barrier: Callable[[], None] | None = None,
     ) -> None:
         """Open (create, migrate, repair) the database at ``path``. ``legacy_keys``: a separate
-        idempotency file of an older version, whose keys are imported once."""
+        idempotency file of an older version, whose keys are imported once. ``fsync`` and
+        ``on_barrier`` are test seams of the barrier (:class:`SQLiteWorker`)."""
         legacy = Path(legacy_keys) if legacy_keys is not None else None
         if legacy is not None and legacy.resolve() == Path(path).resolve():
             legacy = None
         self._worker = SQLiteWorker(
-            path, schema="", synchronous=synchronous, max_batch=max_batch, name="callgate-events",
-            setup=_setup(legacy),
+            path, schema="", synchronous=synchronous, durability=durability, max_batch=max_batch,
+            name="callgate-events", setup=_setup(legacy), fsync=fsync, on_barrier=on_barrier,
         )  # fmt: skip
         self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
 
@@ -505,11 +512,20 @@ class SQLiteStore:
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         return await self._worker.run(op)
 
-    async def _call_cas(self, op: Callable[[sqlite3.Connection], bool]) -> bool:
+    async def barrier(self) -> None:
+        """Every record committed before this call is on disk (one coalesced WAL sync)."""
+        await self._worker.barrier()
+
+    @property
+    def worker(self) -> SQLiteWorker:
+        """The writer thread (its ``barriers`` count and ``durability``)."""
+        return self._worker
+
+    async def _call_cas(self, op: Callable[[sqlite3.Connection], bool], *, durable: bool = False) -> bool:
         """Run a compare-and-set write; a ``_Conflict`` raised inside rolls it back (its
-        savepoint) and reads as "another writer won"."""
+        savepoint) and reads as "another writer won". ``durable``: behind a barrier."""
         try:
-            return await self._call(op)
+            return await self._worker.run(op, durable=durable)
         except _Conflict:
             return False
 
@@ -597,7 +613,9 @@ class SQLiteStore:
             _insert_events(c, events)
             return True
 
-        return await self._call(op)
+        # The barrier: the attempt and every record before it are on disk before the
+        # credential leaves the sidecar (spec 6.7), or the attempt is refused.
+        return await self._worker.run(op, durable=True)
 
     async def finish_attempt(
         self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]

@@ -3,19 +3,30 @@ idempotency store.
 
 Operations queued while a commit is in flight run together in the next transaction (group
 commit), each inside its own SAVEPOINT so a failing operation is rolled back alone. A caller's
-future resolves only after the transaction that ran its operation committed: with
-``synchronous=FULL`` the write is on disk before the gate answers. The asyncio event loop never
-blocks on the disk.
+future resolves only after the transaction that ran its operation committed. The asyncio event
+loop never blocks on the disk.
+
+Durability (docs/RELIABILITY.md, spec 6.7/6.8): with :attr:`Durability.PER_ANSWER` every commit
+runs at the configured ``synchronous`` (``FULL``: on disk before the gate answers). With
+:attr:`Durability.BARRIER` ordinary commits run at ``synchronous=NORMAL`` (in the WAL, durable
+against a crash of the process, not of the machine) and a *barrier* (an operation run with
+``durable=True``, or :meth:`SQLiteWorker.barrier`) fdatasyncs the WAL after its batch committed:
+one sync covers every transaction committed before it, and every barrier queued while the
+previous batch ran is served by the same sync (they coalesce). A failed sync is sticky: the
+page cache can no longer be trusted to reach the disk, so every later barrier fails with
+``store_unavailable`` until the process restarts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +36,20 @@ T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+class Durability(str, Enum):
+    """When a committed record is made durable against power loss (``store.durability``)."""
+
+    BARRIER = "barrier"
+    """Commit (WAL, ``synchronous=NORMAL``) before the answer; fsync at a barrier taken before
+    anything can run (BeginAttempt, an accepted confirmation, a reconciled outcome, an
+    Authorize allow)."""
+    PER_ANSWER = "per_answer"
+    """Every commit at the configured ``synchronous`` (``full``: an fsync before every answer)."""
+
+
+Item = tuple[Op, asyncio.AbstractEventLoop, "asyncio.Future[Any]", bool]
 
 
 class SQLiteWorker:
@@ -44,10 +69,13 @@ class SQLiteWorker:
         *,
         schema: str,
         synchronous: str = "full",
+        durability: Durability = Durability.PER_ANSWER,
         busy_timeout_ms: int = 5000,
         max_batch: int = 256,
         name: str = "callgate-sqlite",
         setup: Op | None = None,
+        fsync: Callable[[int], None] = os.fdatasync,
+        on_barrier: Callable[[], None] | None = None,
     ) -> None:
         self._path = str(path)
         if self._path != ":memory:":
@@ -55,15 +83,26 @@ class SQLiteWorker:
         self._sync = synchronous.upper()
         if self._sync not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {', '.join(_SYNC_MODES)}")
+        self.durability = Durability(durability)
+        # A barrier syncs only when the configured level asks for syncs at all (FULL, EXTRA);
+        # ordinary commits then run at NORMAL. In PER_ANSWER mode every commit is the barrier.
+        self._barrier_syncs = self.durability is Durability.BARRIER and self._sync in ("FULL", "EXTRA")
+        self._commit_sync = "NORMAL" if self._barrier_syncs else self._sync
+        self.fsync = fsync
+        """Test seam: the sync a barrier runs (``os.fdatasync`` of the WAL file descriptor)."""
+        self.on_barrier = on_barrier
+        """Test seam: called on the worker thread after each successful barrier sync (nothing
+        commits meanwhile: the files are then exactly what the sync made durable)."""
+        self._barrier_error: str = ""
+        self.barriers = 0
+        """Syncs taken (one per batch holding at least one barrier)."""
         if busy_timeout_ms < 0:
             raise ValueError("busy_timeout_ms must be >= 0")
         self._busy_ms = busy_timeout_ms
         self._schema = schema
         self._setup = setup
         self._max_batch = max_batch
-        self._q: queue.SimpleQueue[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._q: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
         self._ready = threading.Event()
         self._init_error: BaseException | None = None
         self._closing = False
@@ -76,7 +115,7 @@ class SQLiteWorker:
     # ------------------------------------------------------------------ worker thread
     def _open(self) -> sqlite3.Connection:
         conn = open_connection(
-            self._path, schema=self._schema, synchronous=self._sync, busy_timeout_ms=self._busy_ms
+            self._path, schema=self._schema, synchronous=self._commit_sync, busy_timeout_ms=self._busy_ms
         )
         if self._setup is not None:  # e.g. startup repair, in one transaction before any call
             ok, value = _run_alone(conn, self._setup)
@@ -121,22 +160,63 @@ class SQLiteWorker:
             except queue.Empty:
                 return
             if item is not None:
-                _, loop, fut = item
+                _, loop, fut, _ = item
                 err = store_unavailable("store is closed")
                 loop.call_soon_threadsafe(_settle_all, [(fut, False, err)])
 
-    def _run_batch(
-        self, conn: sqlite3.Connection, batch: list[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]]
-    ) -> None:
-        self._settle(batch, execute_batch(conn, [op for op, _, _ in batch]))
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[Item]) -> None:
+        if self._barrier_error and any(durable for _, _, _, durable in batch):
+            # After a failed sync a durable operation is refused before it writes anything.
+            refused = [item for item in batch if item[3]]
+            self._settle(refused, [(False, self._barrier_refusal())] * len(refused))
+            batch = [item for item in batch if not item[3]]
+            if not batch:
+                return
+        results = execute_batch(conn, [op for op, _, _, _ in batch])
+        if any(durable for _, _, _, durable in batch):
+            failed = self._barrier()
+            if failed is not None:  # the records may not be on disk: nothing may run on them
+                results = [
+                    (False, failed) if durable else r
+                    for r, (_, _, _, durable) in zip(results, batch, strict=True)
+                ]
+        self._settle(batch, results)
+
+    def _barrier(self) -> CallgateError | None:
+        """One durable sync covering every transaction committed so far (worker thread)."""
+        if not self._barrier_syncs and not self._barrier_error:
+            return None  # PER_ANSWER: each commit was the sync; NORMAL/OFF: no sync asked for
+        if not self._barrier_error:
+            try:
+                fd = os.open(self._path + "-wal", os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1  # nothing written since the last checkpoint (which synced the database)
+            except OSError as exc:
+                self._barrier_error = f"cannot open the WAL: {exc}"
+                fd = -1
+            if fd >= 0:
+                try:
+                    self.fsync(fd)
+                except OSError as exc:
+                    self._barrier_error = str(exc) or type(exc).__name__
+                finally:
+                    os.close(fd)
+            if not self._barrier_error:
+                self.barriers += 1
+                if self.on_barrier is not None:
+                    self.on_barrier()
+                return None
+        return self._barrier_refusal()
+
+    def _barrier_refusal(self) -> CallgateError:
+        return store_unavailable(
+            f"durability barrier failed ({self._barrier_error}); nothing can run until callgate restarts"
+        )
 
     @staticmethod
-    def _settle(
-        batch: list[tuple[Op, asyncio.AbstractEventLoop, asyncio.Future[Any]]],
-        results: list[tuple[bool, Any]],
-    ) -> None:
+    def _settle(batch: list[Item], results: list[tuple[bool, Any]]) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]] = {}
-        for (ok, value), (_, loop, fut) in zip(results, batch, strict=False):
+        for (ok, value), (_, loop, fut, _) in zip(results, batch, strict=False):
             by_loop.setdefault(loop, []).append((fut, ok, value))
         for loop, items in by_loop.items():  # one wake-up per loop per batch
             try:
@@ -145,13 +225,21 @@ class SQLiteWorker:
                 pass
 
     # ------------------------------------------------------------------ API
-    async def run(self, op: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, op: Callable[[sqlite3.Connection], T], *, durable: bool = False) -> T:
+        """``op(conn)``'s value once its transaction committed; with ``durable`` once a barrier
+        after that commit made it (and everything committed before) durable on disk."""
         if self._closing or not self._thread.is_alive():
             raise store_unavailable("store is closed")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
-        self._q.put((op, loop, fut))
+        self._q.put((op, loop, fut, durable))
         return await fut
+
+    async def barrier(self) -> None:
+        """Every transaction committed before this call is durable on disk when it returns
+        (coalesced with the other barriers of the same batch); ``store_unavailable`` if not."""
+        if self._barrier_syncs or self._barrier_error:
+            await self.run(_nothing, durable=True)
 
     async def close(self) -> None:
         if not self._closing:
@@ -254,6 +342,10 @@ def _store_error(exc: Exception) -> Exception:
     if isinstance(exc, sqlite3.Error):
         return store_unavailable(f"SQLite operation failed: {exc}")
     return exc
+
+
+def _nothing(conn: sqlite3.Connection) -> None:
+    return None
 
 
 def _settle_all(items: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:

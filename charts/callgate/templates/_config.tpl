@@ -44,7 +44,7 @@ callgate.toml and the policy directory, from values. Keys are those of callgate/
 {{- $cfg := dict
       "server" $server
       "policy" $policy
-      "store" (dict "backend" "sqlite" "path" (printf "%s/callgate.db" $p.state) "synchronous" $v.store.synchronous)
+      "store" (dict "backend" "sqlite" "path" (printf "%s/callgate.db" $p.state) "synchronous" $v.store.synchronous "durability" ($v.store.durability | default "barrier"))
       "limits" (dict
           "max_argument_bytes" $v.limits.maxArgumentBytes
           "max_depth" $v.limits.maxDepth
