@@ -238,3 +238,46 @@ def test_the_seam_enables_it_and_python_disables_it(cedar_dir: Path) -> None:
     assert Core.cedar_core(snap) is CoreKind.NATIVE
     Core("python").prepare(snap)
     assert Core.cedar_core(snap) is CoreKind.PYTHON
+
+
+def test_real_serve_names_the_cedar_core_and_answers_the_same() -> None:
+    """A real ``callgate serve`` per ``[core] engine``: the start log names which core decides
+    Cedar, and the Authorizer RPC (the same engine object as Propose) answers identically."""
+    import grpc
+    from google.protobuf import struct_pb2
+
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+    from tests.test_crash_consistency import make_pod
+
+    requests = [
+        ("bob", "weather.read", "weather:Paris", {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}}),
+        ("alice", "calendar.create", "calendar:primary", {"tool": "calendar.create_event@v1", "args": {"calendar_id": "primary", "title": "x", "start": "s", "duration_minutes": 30}}),
+        ("alice", "files.delete", "file:/etc/passwd", {"tool": "files.delete@v1", "args": {"path": "/etc/passwd"}}),
+        ("alice", "weather.read", "weather:Paris", {"tool": "weather.get@v1", "args": {"city": 1}}),
+    ]  # fmt: skip
+    answers: dict[str, list[tuple[Any, ...]]] = {}
+    for engine in ("python", "native"):
+        pod = make_pod('[store]\npath = "{tmp}/callgate.db"\n[core]\nengine = "' + engine + '"', {})
+        try:
+            pod.start().close()
+            log = (pod.tmp / "log").read_text()
+            assert f"core: {engine}; Cedar decisions: {engine}" in log, log
+            with grpc.insecure_channel(f"unix:{pod.tmp}/authorizer.sock") as ch:
+                stub = pb_grpc.AuthorizerStub(ch)
+                got = []
+                for sid, cap, res, ctx in requests:
+                    st = struct_pb2.Struct()
+                    st.update(ctx)
+                    r = stub.Authorize(
+                        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id=sid), capability=cap, resource=res, context=st),
+                        timeout=10,
+                    )  # fmt: skip
+                    d = r.decision
+                    got.append((d.effect, tuple((x.code, x.policy_id, x.message) for x in d.reasons), tuple(d.policy_ids), d.error_code))  # fmt: skip
+                answers[engine] = got
+        finally:
+            pod.stop()
+    assert answers["native"] == answers["python"]
+    effects = [a[0] for a in answers["native"]]
+    assert effects == [pb.ALLOW, pb.CONFIRM, pb.DENY, pb.DENY], answers
