@@ -506,7 +506,8 @@ def test_validated_arguments_name_the_reference() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The case table through a whole Gate (in-memory store, Cedar through cedarpy), once per core
+# The case table through a whole Gate (in-memory store), once per core: Cedar through cedarpy on
+# the Python core, through the compiled core's CedarSnapshot on the native one
 
 
 def test_gate_cases_same_on_both_cores() -> None:

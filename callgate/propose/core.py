@@ -166,7 +166,13 @@ class Core:
     def prepare(self, snapshot: PolicySnapshot, *, eager: bool = False) -> dict[str, str]:
         """Serve ``snapshot`` from now on. Its tools are prepared on first use (a reload never
         compiles the whole catalogue on the event loop) or, with ``eager``, all at once. Returns
-        the tools found unsupported so far (``name@version`` -> reason)."""
+        the tools found unsupported so far (``name@version`` -> reason).
+
+        A Cedar snapshot prepared in the compiled core decides there when this core is native
+        (:meth:`cedar_core`); OPA and Rego are unaffected."""
+        use_native = getattr(snapshot.engine, "use_native", None)
+        if callable(use_native):
+            use_native(self._native is not None)
         if self._native is None:
             return {}
         with self._lock:
@@ -199,6 +205,14 @@ class Core:
                 else:
                     self._tools[key] = native_tool
         return native_tool
+
+    @staticmethod
+    def cedar_core(snapshot: PolicySnapshot) -> CoreKind | None:
+        """Which core runs ``snapshot``'s Cedar decisions, or None for another engine."""
+        native = getattr(snapshot.engine, "native", None)
+        if not isinstance(native, bool):
+            return None
+        return CoreKind.NATIVE if native else CoreKind.PYTHON
 
     def unsupported(self) -> dict[str, str]:
         return dict(self._unsupported)

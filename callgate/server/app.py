@@ -309,9 +309,11 @@ class Sidecar:
         )
         core = c.gate.core
         python_tools = core.prepare(snap, eager=True) if snap else {}
+        cedar = core.cedar_core(snap) if snap else None
         log.info(
-            "core: %s%s",
+            "core: %s%s%s",
             core.kind.value,
+            f"; Cedar decisions: {cedar.value}" if cedar is not None else "",
             f"; {len(python_tools)} tool(s) on the Python stages: "
             + ", ".join(f"{k} ({why})" for k, why in sorted(python_tools.items()))
             if python_tools

@@ -3,6 +3,7 @@
 //! The Python stages (`callgate/propose/*`) are the reference; everything here answers exactly
 //! as they do (tests/test_native_parity.py) or says `defer`, and the Python path then decides.
 
+mod cedar;
 mod json;
 mod normalize;
 mod schema;
@@ -408,5 +409,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_number, m)?)?;
     m.add_function(wrap_pyfunction!(invocation_digest, m)?)?;
     m.add_class::<Tool>()?;
+    m.add_class::<cedar::CedarSnapshot>()?;
     Ok(())
 }

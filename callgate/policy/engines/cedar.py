@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import json
 import logging
 import re
@@ -114,6 +115,9 @@ class CedarPolicies:
     """Per-snapshot LRU of request entity slices (tenant, principal, resource, action)."""
     entity_cache_max: int = ENTITY_CACHE_SIZE
     """Entries the LRU may hold for this snapshot."""
+    native: Any = field(default=None, compare=False, repr=False)
+    """The same snapshot prepared in the compiled core (``callgate._native.CedarSnapshot``), or
+    None when the core is not built; the engine uses it once the core seam enables it."""
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -284,6 +288,8 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     stmts = {f"policy{k}": pol_text[a:b] for k, (a, b) in enumerate(spans)} if aligned else None
     slices = build_slices(static, enforcing, bool(shadow_ids), graph, PRINCIPAL_TYPE, RESOURCE_TYPE, stmts)
 
+    native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
+
     digest = hashlib.sha256()
     for p in (pol_path, sch_path, ent_path):
         digest.update(p.name.encode() + b"\x00" + texts[p].encode() + b"\x00")
@@ -297,7 +303,59 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
         policy_ids=policy_ids,
         confirm=confirm,
         revision="sha256:" + digest.hexdigest(),
+        native=native,
     )
+
+
+def native_snapshot(
+    schema_text: str,
+    slices: PolicySlices,
+    policy_ids: Mapping[str, str],
+    confirm: Mapping[str, str],
+    entities: EntityIndex,
+) -> Any:
+    """The snapshot prepared in the compiled core (docs/NATIVE.md), from the slices and entity
+    index the Python load computed (so both evaluate the same policy sets on the same entities),
+    or None when ``callgate._native`` is not built or cannot take it (the Python path then runs)."""
+    try:
+        mod = importlib.import_module("callgate._native")
+    except ImportError:
+        return None
+    cls = getattr(mod, "CedarSnapshot", None)
+    if cls is None:
+        return None
+    numbers: dict[int, int] = {}
+    sources: list[tuple[str, bool, list[str]]] = []
+
+    def number(part: Slice) -> int:
+        key = id(part)
+        if key not in numbers:
+            numbers[key] = len(sources)
+            sources.append((part.source, part.source_json, list(part.ids)))
+        return numbers[key]
+
+    enforcing = {a: number(s) for a, s in slices.by_action.items()}
+    default = number(slices.default)
+    shadow = None
+    if slices.shadow_by_action is not None and slices.shadow_default is not None:
+        shadow = ({a: number(s) for a, s in slices.shadow_by_action.items()}, number(slices.shadow_default))
+    try:
+        return cls(
+            schema_text,
+            sources,
+            enforcing,
+            default,
+            shadow,
+            dict(policy_ids),
+            dict(confirm),
+            [entities.fragment(n) for n in range(len(entities))],
+            {int(n): list(t) for n, t in entities.edges.items()},
+            list(entities.always),
+            ENTITY_CACHE_SIZE,
+        )
+    except ValueError as exc:
+        log.warning("Cedar: the compiled core cannot take this snapshot (%s); cedarpy serves it", exc)
+        return None
 
 
 ENTITIES_WARN_BYTES = 16 * 2**20
@@ -371,6 +429,22 @@ def _sanitize_error(err: str, policy_ids: Mapping[str, str], part: Slice | None 
     return "", "policy evaluation failed"
 
 
+def _position(pos_id: str) -> tuple[int, str]:
+    """Sort key of a positional id (``policy12``) by its place in the file."""
+    n = pos_id.removeprefix("policy")
+    return (int(n) if n.isdigit() else 2**62, pos_id)
+
+
+def _native_decision(answer: tuple[str, list[tuple[str, str, str]], str]) -> Decision:
+    effect, reasons, error_code = answer
+    return Decision(
+        effect=Effect(effect),
+        reasons=tuple(Reason(code=c, policy_id=pid, message=m) for c, pid, m in reasons),
+        engine=ENGINE_NAME,
+        error_code=error_code,
+    )
+
+
 def _release(p: CedarPolicies) -> None:
     p.entity_cache.clear()
     for table in (p.slices.by_action, p.slices.shadow_by_action):
@@ -385,6 +459,19 @@ class CedarEngine:
     def __init__(self, policies: CedarPolicies) -> None:
         self._p = policies
         self._closed = False
+        self._native = False
+
+    def use_native(self, on: bool) -> bool:
+        """Decide in the compiled core (``on``, when the snapshot has one) or through cedarpy.
+        Set by the core seam (``[core] engine``, :class:`callgate.propose.core.Core`); returns
+        whether the compiled core now decides."""
+        self._native = on and self._p.native is not None
+        return self._native
+
+    @property
+    def native(self) -> bool:
+        """Whether the compiled core decides (``callgate serve`` names it)."""
+        return self._native
 
     @property
     def name(self) -> str:
@@ -446,6 +533,8 @@ class CedarEngine:
         except _ContextError as exc:
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, f"context not representable in Cedar: {exc}")
         context["tenant"] = req.subject.tenant
+        if self._native:
+            return self._decide_native(p, req, context)
         try:
             entities = self._entities_for(p, req)
             request = {
@@ -473,6 +562,27 @@ class CedarEngine:
                 )
         return decision
 
+    def _decide_native(self, p: CedarPolicies, req: AuthzRequest, context: dict[str, Any]) -> Decision:
+        """The same decision in the compiled core (same slices, entities, mapping and denies)."""
+        try:
+            main, shadow = p.native.authorize(
+                req.subject.id,
+                req.capability,
+                req.resource,
+                req.subject.tenant,
+                json.dumps(context, ensure_ascii=False),
+            )
+            decision = _native_decision(main)
+            if shadow is not None:
+                would = _native_decision(shadow)
+                if would.effect is not decision.effect:
+                    decision = replace(
+                        decision, shadow_effect=would.effect.value, shadow_policy_ids=would.policy_ids
+                    )
+        except Exception:
+            return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, "the Cedar engine raised an exception")
+        return decision
+
     def _interpret(self, p: CedarPolicies, result: Mapping[str, Any], part: Slice) -> Decision:
         try:  # every part must be there and well-typed: an answer we cannot read is no answer
             diag = result["diagnostics"]
@@ -483,6 +593,7 @@ class CedarEngine:
                 raise TypeError("diagnostics lists expected")
             errors: list[str] = [str(e) for e in raw_errors]
             determining: list[str] = [part.global_id(str(r)) for r in raw_reasons]
+            determining.sort(key=_position)  # Cedar reports a set: in file order
         except Exception:
             return fault(ENGINE_NAME, ErrorCode.ENGINE_NO_DECISION, "Cedar returned an unreadable answer")
         if errors:

@@ -173,6 +173,10 @@ class Slice:
 
     policy_set: Any
     ids: tuple[str, ...] = ()
+    source: str = ""
+    """What :attr:`policy_set` was parsed from (policy text, or Cedar's JSON form when
+    :attr:`source_json`): the compiled core parses the same slice (``callgate._native``)."""
+    source_json: bool = False
 
     def global_id(self, local: str) -> str:
         if not self.ids:
@@ -242,15 +246,15 @@ def build_slices(
         if got is not None:
             return got
         if texts is not None:
-            ps = cedarpy.PolicySet.from_str("\n".join(texts[i] for i in key), release_gil=True)
-            got = Slice(ps, key)
+            source = "\n".join(texts[i] for i in key)
+            got = Slice(cedarpy.PolicySet.from_str(source, release_gil=True), key, source)
         else:
             for i in key:
                 if i not in fragments:
                     fragments[i] = json.dumps(static[i], separators=(",", ":"))
             doc = '{"staticPolicies":{' + ",".join(f"{json.dumps(i)}:{fragments[i]}" for i in key)
             doc += '},"templates":{},"templateLinks":[]}'
-            got = Slice(cedarpy.PolicySet.from_json_str(doc, release_gil=True))
+            got = Slice(cedarpy.PolicySet.from_json_str(doc, release_gil=True), (), doc, True)
         prepared[key] = got
         return got
 

@@ -1,0 +1,283 @@
+"""Issue 15 B7 (Cedar): the compiled core's Cedar (``callgate._native.CedarSnapshot``, the
+``cedar-policy`` crate) decides exactly as the Python engine over cedarpy, the reference.
+
+Both engines serve the same loaded snapshot (the same slices and entity index), so what is
+compared is the decision itself: the effect, the reasons (code, policy id, message) in order,
+the error code, the shadow effect and its policies. Cedar reports errors as a list in its own
+evaluation order, so the reasons of an error deny are compared as a multiset.
+
+With CI set the compiled core must be built (a missing build fails, it never skips)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from callgate.core.model import AuthzRequest, Decision, Effect, Subject
+from callgate.policy.engines.cedar import CedarEngine, CedarPolicies, load_cedar_dir
+from callgate.propose.core import Core, CoreKind, load_native
+from tests.conftest import POLICIES
+from tests.test_cedar_slices import ARGS, ENTITIES_EXTRA, POLICIES_EXTRA, SCHEMA_EXTRA
+
+NATIVE = load_native()
+if NATIVE is None or not hasattr(NATIVE, "CedarSnapshot"):
+    if os.environ.get("CI") or os.environ.get("CALLGATE_TEST_NO_SKIP"):
+        pytest.fail("the compiled core (with Cedar) is not built (scripts/native build)", pytrace=False)
+    pytest.skip("the compiled core (with Cedar) is not built (scripts/native build)", allow_module_level=True)
+
+COUNTS: Counter[str] = Counter()
+PROPS = settings(derandomize=True, max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+
+# a permit with @confirm next to a plain permit, and a forbid erroring (Long overflow) on one title
+POLICIES_MORE = """
+@id("confirm-lyon")
+@confirm("Lyon needs a human")
+permit (principal, action == Action::"weather.write", resource)
+when { resource.name == "Lyon" && context.tenant == "acme" };
+
+@id("forbid-overflow-on-err")
+forbid (principal, action == Action::"calendar.create", resource)
+when { context.args.title == "err" && context.args.duration_minutes * 9223372036854775807 > 0 };
+"""
+
+
+@pytest.fixture(scope="module")
+def cedar_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("native-cedar") / "cedar"
+    shutil.copytree(POLICIES / "cedar", d)
+    schema = (
+        (d / "schema.cedarschema").read_text().replace("entity User in [Role]", "entity User in [Role, Team]")
+    )
+    (d / "schema.cedarschema").write_text(schema + SCHEMA_EXTRA)
+    text = (d / "policies.cedar").read_text() + POLICIES_EXTRA + POLICIES_MORE
+    (d / "policies.cedar").write_text(text)
+    ents = json.loads((d / "entities.json").read_text()) + ENTITIES_EXTRA
+    (d / "entities.json").write_text(json.dumps(ents))
+    return d
+
+
+def engines(p: CedarPolicies) -> tuple[CedarEngine, CedarEngine]:
+    assert p.native is not None, "the compiled core did not take the snapshot"
+    ref, nat = CedarEngine(p), CedarEngine(p)
+    assert not ref.native
+    assert nat.use_native(True)
+    return ref, nat
+
+
+def key(d: Decision) -> tuple[Any, ...]:
+    reasons: Any = tuple((r.code, r.policy_id, r.message) for r in d.reasons)
+    if d.error_code:
+        reasons = sorted(reasons)
+    return (d.effect, d.error_code, reasons, d.engine, d.shadow_effect, d.shadow_policy_ids)
+
+
+def check(ref: CedarEngine, nat: CedarEngine, req: AuthzRequest) -> Decision:
+    (a,) = ref.authorize_batch_sync([req])
+    (b,) = nat.authorize_batch_sync([req])
+    assert key(b) == key(a), (req, a, b)
+    COUNTS[a.effect.value + (":" + a.error_code if a.error_code else "")] += 1
+    return a
+
+
+GRID_USERS = [("acme", "alice"), ("acme", "bob"), ("acme", "carol"), ("acme", "dave"), ("evil", "eve"), ("other", "zed")]  # fmt: skip
+GRID_ACTIONS = ["weather.read", "weather.write", "calendar.create", "files.delete", "no.such.action"]
+GRID_RESOURCES = ["weather:Paris", "weather:Lyon", "x:blocked", "calendar:primary"]
+
+
+@pytest.mark.parametrize("shadow", [(), ("no-blocked", "carol-tenant")])
+def test_grid_same_decisions(cedar_dir: Path, shadow: tuple[str, ...]) -> None:
+    """tests/test_cedar_slices.py's 120-request grid, with and without shadow policies."""
+    ref, nat = engines(load_cedar_dir(cedar_dir, shadow=shadow))
+    effects: Counter[str] = Counter()
+    for (tenant, user), action, resource in itertools.product(GRID_USERS, GRID_ACTIONS, GRID_RESOURCES):
+        for title in ("x", "err"):
+            args = dict(ARGS.get(action, {}))
+            if action == "calendar.create":
+                args["title"] = title
+            elif title == "err":
+                continue
+            d = check(
+                ref,
+                nat,
+                AuthzRequest(Subject(tenant, user), action, resource, {"tool": "t@v1", "args": args}),
+            )
+            effects[d.effect.value + (":" + d.error_code if d.error_code else "")] += 1
+    assert sum(effects.values()) == 6 * 5 * 4 + 6 * 4
+    # every kind of answer was exercised
+    assert {"allow", "deny", "confirm", "deny:policy_evaluation_error"} <= set(effects), effects
+    if shadow:
+        assert nat._p.slices.shadow_default is not None
+    print(f"grid (shadow={bool(shadow)}): {dict(effects)}")
+
+
+def test_example_policies_and_reason_order(cedar_dir: Path) -> None:
+    """Confirm beats a plain permit, names only the @confirm policies; reasons in file order."""
+    ref, nat = engines(load_cedar_dir(cedar_dir))
+    d = check(
+        ref, nat, AuthzRequest(Subject("acme", "dave"), "weather.write", "weather:Lyon", {"tool": "t", "args": ARGS["weather.write"]})
+    )  # fmt: skip
+    assert d.effect is Effect.CONFIRM
+    assert [r.policy_id for r in d.reasons] == ["confirm-lyon"]
+    assert d.reasons[0].message == "Lyon needs a human"
+
+
+def test_unknown_action_and_bad_context_fail_closed(cedar_dir: Path) -> None:
+    ref, nat = engines(load_cedar_dir(cedar_dir))
+    cases = [
+        AuthzRequest(Subject("acme", "alice"), "no.such.action", "weather:Paris", {"tool": "t", "args": {}}),
+        AuthzRequest(Subject("acme", "alice"), "weather.read", "weather:Paris", {"tool": "t", "args": {"city": 1}}),
+        AuthzRequest(Subject("acme", "alice"), "weather.read", "weather:Paris", {"tool": "t"}),
+        AuthzRequest(Subject("acme", "alice"), "weather.read", "weather:Paris", {"args": {"__entity": 1}}),
+        AuthzRequest(Subject("acme", "alice"), "weather.read", "weather:Paris", {"tool": "t", "args": {"city": 2**70}}),
+    ]  # fmt: skip
+    for req in cases:
+        d = check(ref, nat, req)
+        assert d.effect is Effect.DENY and d.error_code, d
+
+
+def test_a_native_failure_is_a_deny(cedar_dir: Path) -> None:
+    """Whatever the compiled core raises is an engine_error deny, never an allow."""
+    p = load_cedar_dir(cedar_dir)
+    nat = CedarEngine(p)
+    nat.use_native(True)
+
+    class Broken:
+        def authorize(self, *_: Any) -> Any:
+            raise RuntimeError("boom")
+
+    from dataclasses import replace
+
+    broken = CedarEngine(replace(p, native=Broken()))
+    broken.use_native(True)
+    req = AuthzRequest(Subject("acme", "alice"), "weather.read", "weather:Lyon", {"tool": "t", "args": ARGS["weather.read"]})  # fmt: skip
+    (ok,) = nat.authorize_batch_sync([req])
+    (d,) = broken.authorize_batch_sync([req])
+    assert ok.effect is Effect.ALLOW
+    assert d.effect is Effect.DENY and d.error_code == "engine_error"
+
+
+JSON_LEAF = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**64), max_value=2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from([0.5, 1.25, 1e-5, 12345.6789, -0.0, 2.0]),
+    st.text(max_size=8),
+    st.sampled_from(["Paris", "Lyon", "err", "2026-07-20", "blocked"]),
+)
+JSON_VALUE = st.recursive(
+    JSON_LEAF,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.one_of(st.sampled_from(["city", "date", "title", "__x", "path"]), st.text(max_size=4)),
+            inner,
+            max_size=4,
+        ),  # fmt: skip
+    ),
+    max_leaves=8,
+)
+SHAPED_ARGS = st.fixed_dictionaries(
+    {
+        "city": st.one_of(st.sampled_from(["Paris", "Lyon", "blocked"]), JSON_VALUE),
+        "date": st.one_of(st.text(max_size=10), JSON_VALUE),
+    },  # fmt: skip
+    optional={"extra": JSON_VALUE},
+)
+
+CONFORMING_ARGS = st.fixed_dictionaries(
+    {"city": st.sampled_from(["Paris", "Lyon", "blocked", "ü"]), "date": st.text(max_size=10)}
+)
+
+
+@pytest.fixture(scope="module")
+def pair(cedar_dir: Path) -> tuple[CedarEngine, CedarEngine]:
+    return engines(load_cedar_dir(cedar_dir, shadow=("no-blocked",)))
+
+
+@PROPS
+@given(
+    user=st.sampled_from([*GRID_USERS, ("acme", 'q"uote'), ("ü", "ümlaut"), ("", "")]),
+    action=st.sampled_from(GRID_ACTIONS),
+    resource=st.sampled_from([*GRID_RESOURCES, "no-colon", "weather:", ":x", 'weather:"Lyon"']),
+    args=st.one_of(CONFORMING_ARGS, SHAPED_ARGS, JSON_VALUE),
+    tool=st.one_of(st.just("t@v1"), st.text(max_size=6), JSON_VALUE),
+)
+def test_generated_contexts(
+    pair: tuple[CedarEngine, CedarEngine],
+    user: tuple[str, str],
+    action: str,
+    resource: str,
+    args: Any,
+    tool: Any,
+) -> None:
+    ref, nat = pair
+    check(ref, nat, AuthzRequest(Subject(*user), action, resource, {"tool": tool, "args": args}))
+
+
+def test_counts_reported() -> None:
+    print(f"native Cedar parity: {sum(COUNTS.values())} decisions compared, zero differences: {dict(COUNTS)}")
+
+
+def test_the_seam_enables_it_and_python_disables_it(cedar_dir: Path) -> None:
+    """``[core] engine``: native/auto decide Cedar in the compiled core, python through cedarpy."""
+    from callgate.policy.snapshot import load_snapshot
+
+    snap = load_snapshot(POLICIES)
+    assert Core("native").cedar_core(snap) is CoreKind.PYTHON  # not enabled before prepare
+    Core("native").prepare(snap)
+    assert Core.cedar_core(snap) is CoreKind.NATIVE
+    Core("python").prepare(snap)
+    assert Core.cedar_core(snap) is CoreKind.PYTHON
+
+
+def test_real_serve_names_the_cedar_core_and_answers_the_same() -> None:
+    """A real ``callgate serve`` per ``[core] engine``: the start log names which core decides
+    Cedar, and the Authorizer RPC (the same engine object as Propose) answers identically."""
+    import grpc
+    from google.protobuf import struct_pb2
+
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+    from tests.test_crash_consistency import make_pod
+
+    requests = [
+        ("bob", "weather.read", "weather:Paris", {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}}),
+        ("alice", "calendar.create", "calendar:primary", {"tool": "calendar.create_event@v1", "args": {"calendar_id": "primary", "title": "x", "start": "s", "duration_minutes": 30}}),
+        ("alice", "files.delete", "file:/etc/passwd", {"tool": "files.delete@v1", "args": {"path": "/etc/passwd"}}),
+        ("alice", "weather.read", "weather:Paris", {"tool": "weather.get@v1", "args": {"city": 1}}),
+    ]  # fmt: skip
+    answers: dict[str, list[tuple[Any, ...]]] = {}
+    for engine in ("python", "native"):
+        pod = make_pod('[store]\npath = "{tmp}/callgate.db"\n[core]\nengine = "' + engine + '"', {})
+        try:
+            pod.start().close()
+            log = (pod.tmp / "log").read_text()
+            assert f"core: {engine}; Cedar decisions: {engine}" in log, log
+            with grpc.insecure_channel(f"unix:{pod.tmp}/authorizer.sock") as ch:
+                stub = pb_grpc.AuthorizerStub(ch)
+                got = []
+                for sid, cap, res, ctx in requests:
+                    st = struct_pb2.Struct()
+                    st.update(ctx)
+                    r = stub.Authorize(
+                        pb.AuthorizeRequest(subject=pb.Subject(tenant="acme", id=sid), capability=cap, resource=res, context=st),
+                        timeout=10,
+                    )  # fmt: skip
+                    d = r.decision
+                    got.append((d.effect, tuple((x.code, x.policy_id, x.message) for x in d.reasons), tuple(d.policy_ids), d.error_code))  # fmt: skip
+                answers[engine] = got
+        finally:
+            pod.stop()
+    assert answers["native"] == answers["python"]
+    effects = [a[0] for a in answers["native"]]
+    assert effects == [pb.ALLOW, pb.CONFIRM, pb.DENY, pb.DENY], answers
