@@ -9,10 +9,10 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from callgate.cli.evalcases import case_arguments, load_cases, mismatches
 from callgate.config import Config, load_config
@@ -167,6 +167,9 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 # --- callgate explain (callgate/cli/explain.py) ---------------------------------------------------
+T = TypeVar("T")
+
+
 class _StoreOpenError(Exception):
     """The configured store could not be opened (exit 2)."""
 
@@ -175,75 +178,60 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Answer the 6.13 questions for one invocation (or show one recorded ``Authorize`` decision
     with ``--decision``) from the configured store (read-only; the sidecar may be running or
     stopped). Exit 1 for an unknown id, 2 for an unusable store or a wrong call."""
-    from callgate.cli.explain import Explanation, explain, open_source, render_text, spec_files_in, to_json
+    from callgate.cli import explain as ex
 
     if bool(args.invocation_id) == bool(args.decision):
         print("error: give an INVOCATION_ID or --decision DECISION_ID (one of them)", file=sys.stderr)
         return 2
-    if args.decision:
-        return _explain_decision(args, out)
     try:
         cfg = _config(args.config)
     except CallgateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
-
-    async def run() -> Explanation | None:
-        try:
-            opened = await open_source(cfg, os.environ)
-        except (OSError, sqlite3.Error, CallgateError) as exc:
-            raise _StoreOpenError(f"cannot open the event store {where}: {exc}") from exc
-        try:
-            return await explain(
-                opened.source, args.invocation_id, spec_files=spec_files_in(cfg.path(cfg.policy.dir))
-            )
-        finally:
-            await opened.close()
-
-    try:
-        found = asyncio.run(run())
-    except _StoreOpenError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except (sqlite3.Error, CallgateError) as exc:
-        print(f"error: cannot read the event store {where}: {exc}", file=sys.stderr)
-        return 2
-    if found is None:
-        print(f"error: unknown invocation_id {args.invocation_id!r} (not in {where})", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)
-    else:
-        out.write(render_text(found))
-    return 0
-
-
-def _explain_decision(args: argparse.Namespace, out: TextIO) -> int:
-    """``--decision``: from the configured store, SQLite or PostgreSQL (read-only, like an
-    invocation's explanation)."""
-    from callgate.cli.explain import (
-        DecisionExplanation,
-        decision_to_json,
-        explain_decision,
-        open_source,
-        render_decision_text,
+    if args.decision:
+        return _explain_from_store(
+            cfg,
+            lambda source: ex.explain_decision(source, args.decision),
+            f"unknown decision_id {args.decision!r}",
+            ex.decision_to_json,
+            ex.render_decision_text,
+            args.json,
+            out,
+        )
+    spec_files = ex.spec_files_in(cfg.path(cfg.policy.dir))
+    return _explain_from_store(
+        cfg,
+        lambda source: ex.explain(source, args.invocation_id, spec_files=spec_files),
+        f"unknown invocation_id {args.invocation_id!r}",
+        ex.to_json,
+        ex.render_text,
+        args.json,
+        out,
     )
 
-    try:
-        cfg = _config(args.config)
-    except CallgateError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+
+def _explain_from_store(
+    cfg: Config,
+    fetch: Callable[[Any], Awaitable[T | None]],
+    unknown: str,
+    as_json: Callable[[T], Any],
+    as_text: Callable[[T], str],
+    want_json: bool,
+    out: TextIO,
+) -> int:
+    """Open the configured store read-only (SQLite or PostgreSQL), ``fetch`` one record, print
+    it; exit 1 when it is not there, 2 when the store cannot be opened or read."""
+    from callgate.cli.explain import open_source
+
     where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
 
-    async def run() -> DecisionExplanation | None:
+    async def run() -> T | None:
         try:
             opened = await open_source(cfg, os.environ)
         except (OSError, sqlite3.Error, CallgateError) as exc:
             raise _StoreOpenError(f"cannot open the event store {where}: {exc}") from exc
         try:
-            return await explain_decision(opened.source, args.decision)
+            return await fetch(opened.source)
         finally:
             await opened.close()
 
@@ -256,12 +244,12 @@ def _explain_decision(args: argparse.Namespace, out: TextIO) -> int:
         print(f"error: cannot read the event store {where}: {exc}", file=sys.stderr)
         return 2
     if found is None:
-        print(f"error: unknown decision_id {args.decision!r} (not in {where})", file=sys.stderr)
+        print(f"error: {unknown} (not in {where})", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(decision_to_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)
+    if want_json:
+        print(json.dumps(as_json(found), ensure_ascii=False, indent=2, sort_keys=True), file=out)
     else:
-        out.write(render_decision_text(found))
+        out.write(as_text(found))
     return 0
 
 
