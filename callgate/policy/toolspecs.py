@@ -229,29 +229,17 @@ def compile_tool(path: Path) -> CompiledTool:
         ptr = exc.violations[0].pointer if exc.violations else ""
         return exc.located(f"{source}:{_line_for_pointer(text, ptr)}")
 
-    try:
-        schema = CompiledSchema.compile(doc["input_schema"], source=source, dialect=doc["schema_dialect"])
-    except LoadError as exc:
-        prefixed = [Violation(f"/input_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
-        raise located(exc.located(exc.source, violations=prefixed)) from None
-    try:
-        normalized_schema = (
-            CompiledSchema.compile(doc["normalized_schema"], source=source, dialect=doc["schema_dialect"])
-            if "normalized_schema" in doc
-            else schema
-        )
-    except LoadError as exc:
-        prefixed = [Violation(f"/normalized_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
-        raise located(exc.located(exc.source, violations=prefixed)) from None
-    try:
-        output_schema = (
-            CompiledSchema.compile(doc["output_schema"], source=source, dialect=doc["schema_dialect"])
-            if "output_schema" in doc
-            else None
-        )
-    except LoadError as exc:
-        prefixed = [Violation(f"/output_schema{v.pointer}", v.message, v.keyword) for v in exc.violations]
-        raise located(exc.located(exc.source, violations=prefixed)) from None
+    def compile_member(member: str) -> CompiledSchema:
+        """One of the ToolSpec's schemas, its violations located under ``/<member>``."""
+        try:
+            return CompiledSchema.compile(doc[member], source=source, dialect=doc["schema_dialect"])
+        except LoadError as exc:
+            prefixed = [Violation(f"/{member}{v.pointer}", v.message, v.keyword) for v in exc.violations]
+            raise located(exc.located(exc.source, violations=prefixed)) from None
+
+    schema = compile_member("input_schema")
+    normalized_schema = compile_member("normalized_schema") if "normalized_schema" in doc else schema
+    output_schema = compile_member("output_schema") if "output_schema" in doc else None
     try:
         chain = NormalizerChain.build(doc.get("normalizers", []), source=source)
     except LoadError as exc:
