@@ -11,6 +11,10 @@ ARG PYTHON_IMAGE=python:3.11-slim
 FROM ${PYTHON_IMAGE} AS build
 # Comma-separated extras of pyproject.toml; empty = none.
 ARG EXTRAS=""
+# A CA bundle for pip, only while building (a TLS-intercepting proxy): mount it into the build and
+# name it, e.g. buildah bud -v /etc/ssl/certs/ca-certificates.crt:/run/build-ca.pem:ro
+# --build-arg PIP_CERT=/run/build-ca.pem (scripts/image does). Unset: pip's own CA bundle.
+ARG PIP_CERT
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1

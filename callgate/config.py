@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import tomllib
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,27 @@ class ObservabilityConfig:
     """``service.name`` resource attribute of exported spans."""
 
 
+class LogFormat(str, Enum):
+    """How ``callgate serve`` writes its own log (stderr)."""
+
+    TEXT = "text"
+    """``time LEVEL logger: message``, for people."""
+    JSON = "json"
+    """One JSON object per line: ``time``, ``level``, ``logger``, ``message``, ``trace_id``."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """callgate's own log on stderr (not the decision log: ``[observability] decision_log``)."""
+
+    format: LogFormat = LogFormat.TEXT
+    """``text`` (default) or ``json``: one JSON object per line with ``time`` (RFC 3339, UTC,
+    milliseconds), ``level``, ``logger``, ``message``, ``trace_id`` (the W3C trace id of the RPC
+    being served, ``null`` outside one) and, after an error, ``exception`` (the traceback as one
+    string), for log pipelines that expect JSON (the Helm chart sets ``json``). Log messages never
+    carry arguments, secret values or credentials, in either format."""
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     server: ServerConfig = ServerConfig()
@@ -278,6 +300,7 @@ class Config:
     idempotency: IdempotencyConfig = IdempotencyConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
+    log: LogConfig = LogConfig()
     secrets: tuple[SecretConfig, ...] = ()
     base_dir: str = "."
     """Directory that relative paths are resolved against (the config file's directory)."""
@@ -305,6 +328,7 @@ _SECTIONS: dict[str, type[Any]] = {
     "idempotency": IdempotencyConfig,
     "budgets": BudgetsConfig,
     "observability": ObservabilityConfig,
+    "log": LogConfig,
 }
 
 
@@ -324,6 +348,14 @@ def _build(cls: type[Any], data: dict[str, Any], where: str, source: str) -> Any
             continue
         if isinstance(default, tuple) and isinstance(value, list) and all(isinstance(v, str) for v in value):
             kwargs[key] = tuple(value)
+            continue
+        if isinstance(default, Enum):
+            choices = [m.value for m in type(default)]
+            if value not in choices:
+                raise config_invalid(
+                    f"'{where}{key}' must be one of {', '.join(choices)}, got {value!r}", source=source
+                )
+            kwargs[key] = type(default)(value)
             continue
         if type(value) is not type(default):
             raise config_invalid(
@@ -485,6 +517,8 @@ __all__ = [
     "ROLES",
     "SecretConfig",
     "LimitsConfig",
+    "LogConfig",
+    "LogFormat",
     "ObservabilityConfig",
     "ListenerConfig",
     "PolicyConfig",

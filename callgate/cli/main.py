@@ -38,6 +38,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from callgate.server.app import serve
 
     cfg = _config(args.config)
+    from callgate.observability.logs import apply_log_format
+
+    apply_log_format(cfg.log.format)
     return asyncio.run(serve(cfg))
 
 

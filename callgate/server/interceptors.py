@@ -73,6 +73,12 @@ def current_trace() -> TraceContext:
     return trace if trace is not None else TraceContext.from_traceparent(None)
 
 
+def rpc_trace() -> TraceContext | None:
+    """The trace context of the RPC being served, or None outside one (the JSON log's
+    ``trace_id``, :mod:`callgate.observability.logs`)."""
+    return _TRACE.get()
+
+
 def caller_trace(metadata: Iterable[tuple[str, str | bytes]] | None) -> TraceContext:
     """The caller's ``traceparent`` from gRPC metadata; a new trace when absent or invalid."""
     for key, value in metadata or ():
@@ -231,4 +237,4 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return guarded
 
 
-__all__ = ["CallgateInterceptor", "RpcObserver", "caller_trace", "current_trace"]
+__all__ = ["CallgateInterceptor", "RpcObserver", "caller_trace", "current_trace", "rpc_trace"]
