@@ -13,6 +13,7 @@ up in the venv's bin directory, as PATH does in the image (/opt/callgate/bin).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -307,8 +308,8 @@ def test_secrets_and_config_are_mounted_only_into_the_sidecar(chart_check_out: P
 
 
 def test_no_role_listens_on_tcp_and_only_diagnostics_expose_ports(chart_check_out: Path) -> None:
-    """Roles are on Unix sockets only; the ports on the pod IP are OPA's /health and, with
-    observability.metrics, callgate's /metrics (named "metrics")."""
+    """Roles are on Unix sockets only; the one port on the pod IP is, with observability.metrics,
+    callgate's /metrics (named "metrics"). OPA's API and diagnostics are on loopback."""
     metered = set()
     for name, pod in pods_under_test(chart_check_out):
         config = tomllib.loads(config_toml(pod.docs))
@@ -317,9 +318,7 @@ def test_no_role_listens_on_tcp_and_only_diagnostics_expose_ports(chart_check_ou
         metrics_address = config.get("observability", {}).get("metrics_address", "")
         for cname, c in pod.containers.items():
             ports = [(p["name"], p["containerPort"], p["protocol"]) for p in c.get("ports", [])]
-            if cname == "opa":
-                assert ports == [("opa-diag", 8282, "TCP")], (name, cname)
-            elif cname == "callgate" and metrics_address:
+            if cname == "callgate" and metrics_address:
                 assert ports == [("metrics", int(metrics_address.rpartition(":")[2]), "TCP")], (name, ports)
                 assert metrics_address.startswith("0.0.0.0:"), name
                 metered.add(name)
@@ -336,6 +335,9 @@ def test_probes_are_exec_health_checks_over_the_sockets(chart_check_out: Path) -
         assert cmd[:3] == ["python", "-m", "callgate.server.healthcheck"], cmd
         assert "unix:/run/callgate/agent/agent.sock" in cmd
         assert ("--live" in cmd) == (probe == "livenessProbe")
+        # readiness asks the policy snapshot's health service: a refused reload is visible
+        service = cmd[cmd.index("--service") + 1] if "--service" in cmd else ""
+        assert service == ("callgate.v1.PolicySnapshot" if probe == "readinessProbe" else ""), (probe, cmd)
     assert c["restartPolicy"] == "Always" and c in pod.spec["initContainers"]  # native sidecar
 
 
@@ -411,7 +413,7 @@ def test_observability_defaults() -> None:
     }
     assert "ports" not in pod.containers["callgate"]
     assert not any(k.startswith("prometheus.io/") for k in pod.metadata["annotations"])
-    assert network_policy(docs)["ingress"] == []
+    assert not [d for d in docs if d["kind"] == "NetworkPolicy"]  # off by default: it would confine the agent
     assert "callgate-decision-log" not in pod.volumes
     off = render("--set", "observability.decisionLog.enabled=false")
     assert "observability" not in tomllib.loads(config_toml(off))
@@ -508,8 +510,12 @@ def test_observability_values_map_to_callgate_toml() -> None:
         for k in observability_of(render("--set", "observability.tracing.endpoint=http://otel:4317"))
     )
     # metrics off: no port, no rule, no annotations, whatever the other metrics values say
-    quiet = render(
-        "--set", "observability.metrics.port=9100", "--set", "observability.metrics.annotations=true"
+    quiet = scenario(
+        "values-cedar.yaml",
+        "--set",
+        "observability.metrics.port=9100",
+        "--set",
+        "observability.metrics.annotations=true",
     )
     assert "metrics_address" not in observability_of(quiet) and network_policy(quiet)["ingress"] == []
     assert "ports" not in Pod.of(quiet).containers["callgate"]
@@ -519,10 +525,22 @@ def test_observability_values_map_to_callgate_toml() -> None:
     assert observability_of(no_np)["metrics_address"] == "0.0.0.0:9464"
 
 
+def network_policy_values(name: str) -> dict[str, Any]:
+    """networkPolicy of values.yaml with the scenario's over it (one level deep is enough here)."""
+    merged: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"]
+    if name in SCENARIOS:
+        over = yaml.safe_load((CHART / name).read_text()).get("networkPolicy", {})
+        merged = {**merged, **over, "egress": {**merged["egress"], **over.get("egress", {})}}
+    return merged
+
+
 def test_network_policy_selects_the_pod_and_admits_nothing(chart_check_out: Path) -> None:
     """No ingress at all, except the metrics port from the configured peers when it is on."""
     for name, pod in pods_under_test(chart_check_out):
         policies = [d for d in pod.docs if d["kind"] == "NetworkPolicy"]
+        if name in SCENARIOS and not network_policy_values(name)["enabled"]:
+            assert policies == [], name
+            continue
         assert len(policies) == 1, name
         spec = policies[0]["spec"]
         labels = pod.metadata["labels"]
@@ -546,6 +564,11 @@ def test_the_opa_beside_callgate_is_read_only_and_loopback() -> None:
     pod = Pod.of(scenario("values-opa.yaml"))
     args = pod.containers["opa"]["args"]
     assert "--addr=127.0.0.1:8181" in args and "--authorization=basic" in args and "--ignore=.*" in args
+    # diagnostics on loopback too: nothing of OPA on the pod IP, so no port and no kubelet probe
+    assert "--diagnostic-addr=127.0.0.1:8282" in args
+    assert not any(a.startswith("--diagnostic-addr=:") or "0.0.0.0" in a for a in args)
+    assert "ports" not in pod.containers["opa"]
+    assert not {"startupProbe", "readinessProbe", "livenessProbe"} & set(pod.containers["opa"])
     assert pod.containers["opa"]["image"] == "openpolicyagent/opa:1.22.3"
     authz = pod.obj("ConfigMap", f"{RELEASE}-callgate-opa")["data"]["authz.rego"]
     assert "package system.authz" in authz and "default allow := false" in authz
@@ -553,6 +576,104 @@ def test_the_opa_beside_callgate_is_read_only_and_loopback() -> None:
     # OPA (a native sidecar too) starts before callgate, which asks it
     names = [c["name"] for c in pod.spec["initContainers"]]
     assert names.index("opa") < names.index("callgate")
+
+
+RENDERINGS = ["values.yaml", *SCENARIOS]
+"""The defaults alone, then each scenario file over them."""
+
+
+def rendering(name: str) -> tuple[dict[str, Any], ...]:
+    return render() if name == "values.yaml" else scenario(name)
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_every_rendering_keeps_the_pod_properties(name: str) -> None:
+    """Per rendering (kubernetes-validate checks the same ones in scripts/chart-check): a
+    NetworkPolicy only where the values turn it on, and then never one that cuts the agent off
+    (the values' egress rules are all there); readiness on the policy snapshot's health service;
+    OPA, where it runs, on loopback only; callgate's log as JSON lines; no PodMonitor unless asked."""
+    docs = rendering(name)
+    pod = Pod.of(docs)
+    np = network_policy_values(name)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert len(policies) == (1 if np["enabled"] else 0), name
+    for policy in policies:
+        spec = policy["spec"]
+        if "Egress" in spec["policyTypes"]:
+            given = np["egress"]["rules"]
+            assert given and all(rule in spec["egress"] for rule in given), (name, spec["egress"])
+    readiness = pod.containers["callgate"]["readinessProbe"]["exec"]["command"]
+    assert readiness[readiness.index("--service") + 1] == "callgate.v1.PolicySnapshot", name
+    if "opa" in pod.containers:
+        opa = pod.containers["opa"]
+        assert [a for a in opa["args"] if a.startswith("--diagnostic-addr=")] == [
+            "--diagnostic-addr=127.0.0.1:8282"
+        ]
+        assert "ports" not in opa and "livenessProbe" not in opa, name
+    assert tomllib.loads(config_toml(docs))["log"] == {"format": "json"}, name
+    assert not [d for d in docs if d["kind"] == "PodMonitor"], name
+
+
+def test_network_policy_is_off_by_default_and_refuses_to_confine_the_agent_silently() -> None:
+    """A NetworkPolicy selects whole pods: restricted egress without rules would leave the agent
+    DNS only, so the chart refuses it (naming the way out); unrestricted egress is accepted."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["networkPolicy"]["enabled"] is False
+    for extra in ([], ["-f", str(CHART / "values-opa.yaml")], ["-f", str(CHART / "values-postgres.yaml")]):
+        proc = helm(
+            "template", RELEASE, str(CHART), *extra, "--set", "networkPolicy.enabled=true",
+            "--set-json", "networkPolicy.egress.rules=[]", check=False,
+        )  # fmt: skip
+        assert proc.returncode != 0, extra
+        assert "networkPolicy.egress.restrict applies to every container of the pod" in proc.stderr
+        assert "networkPolicy.egress.rules" in proc.stderr
+    open_egress = render(
+        "--set", "networkPolicy.enabled=true", "--set", "networkPolicy.egress.restrict=false"
+    )
+    spec = network_policy(open_egress)
+    assert spec["policyTypes"] == ["Ingress"] and "egress" not in spec
+
+
+def test_json_logs_are_the_charts_default_and_text_a_value() -> None:
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["log"] == {"format": "json"}
+    assert tomllib.loads(config_toml(render("--set", "log.format=text")))["log"] == {"format": "text"}
+
+
+def test_pod_monitor_is_optional_and_scrapes_the_metrics_port() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["observability"]["metrics"]["podMonitor"]
+    assert values == {"enabled": False, "interval": "", "labels": {}}
+    docs = scenario(
+        "values-observability.yaml",
+        "--set",
+        "observability.metrics.podMonitor.enabled=true",
+        "--set",
+        "observability.metrics.podMonitor.interval=30s",
+        "--set-json",
+        'observability.metrics.podMonitor.labels={"release": "prometheus"}',
+    )
+    pod = Pod.of(docs)
+    (monitor,) = [d for d in docs if d["kind"] == "PodMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["name"] == f"{RELEASE}-callgate"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod.metadata["labels"].items()
+    assert monitor["spec"]["podMetricsEndpoints"] == [
+        {"port": "metrics", "path": "/metrics", "interval": "30s"}
+    ]
+    assert "metrics" in {p["name"] for p in pod.containers["callgate"]["ports"]}
+    no_interval = scenario(
+        "values-observability.yaml", "--set", "observability.metrics.podMonitor.enabled=true"
+    )
+    (monitor,) = [d for d in no_interval if d["kind"] == "PodMonitor"]
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
+
+
+def test_example_pull_secrets_affinity_and_tolerations() -> None:
+    example = yaml.safe_load((CHART / "values-cedar.yaml").read_text())["example"]
+    pod = Pod.of(scenario("values-cedar.yaml"))
+    assert pod.spec["imagePullSecrets"] == example["imagePullSecrets"] == [{"name": "registry-credentials"}]
+    assert pod.spec["tolerations"] == example["tolerations"]
+    assert pod.spec["affinity"] == example["affinity"]
+    assert not {"imagePullSecrets", "tolerations", "affinity"} & set(Pod.of(render()).spec)
 
 
 def test_versions_and_bundled_policies_agree() -> None:
@@ -761,6 +882,60 @@ def test_the_rendered_command_line_serves(root: Path) -> None:
     assert rc == 0, proc.log()
 
 
+def swap_atomic_volume(mount: Path, files: dict[str, str], stamp: str) -> None:
+    """Update a volume laid out by :func:`write_atomic_volume` as the kubelet does: a new
+    timestamped directory, then ``..data`` swapped to it with one rename."""
+    for rel, content in files.items():
+        target = mount / stamp / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    (mount / "..data_tmp").symlink_to(stamp)
+    os.replace(mount / "..data_tmp", mount / "..data")
+
+
+def test_a_refused_reload_fails_readiness_only(root: Path) -> None:
+    """policy.reload=watch: a broken ConfigMap update is refused (the last good snapshot keeps
+    serving) and the rendered readiness probe fails, so Kubernetes sees it; startup and liveness
+    still pass (a restart would not fix the files). Fixed files make the pod ready again."""
+    pod = Pod.of(
+        scenario(
+            "values-cedar.yaml",
+            "--set",
+            f"paths.root={root}",
+            "--set",
+            "policy.reload=watch",
+            "--set",
+            "policy.watchIntervalMs=100",
+        )
+    )
+    proc, c, env = start_rendered_sidecar(pod, root)
+    try:
+        assert probe(c, "readinessProbe", env).returncode == 0
+        mount = Path(next(m["mountPath"] for m in c["volumeMounts"] if m["name"] == "callgate-policies"))
+        data = pod.obj("ConfigMap", pod.volumes["callgate-policies"]["configMap"]["name"])["data"]
+        files = {i["path"]: data[i["key"]] for i in pod.volumes["callgate-policies"]["configMap"]["items"]}
+        broken = {**files, "cedar/policies.cedar": "permit (principal, action, resource"}
+        swap_atomic_volume(mount, broken, "..2026_01_01_00_01_00.000000001")
+
+        def wait_readiness(rc: int) -> subprocess.CompletedProcess[str]:
+            deadline = time.monotonic() + 30
+            while True:
+                result = probe(c, "readinessProbe", env)
+                if result.returncode == rc or time.monotonic() > deadline:
+                    return result
+                time.sleep(0.2)
+
+        refused = wait_readiness(1)
+        assert refused.returncode == 1 and "NOT_SERVING" in refused.stdout, (refused.stdout, proc.log())
+        assert probe(c, "livenessProbe", env).returncode == 0
+        assert probe(c, "startupProbe", env).returncode == 0  # the last good snapshot serves
+        swap_atomic_volume(mount, files, "..2026_01_01_00_02_00.000000001")
+        ready = wait_readiness(0)
+        assert ready.returncode == 0, (ready.stdout, proc.log())
+    finally:
+        assert proc.stop() == 0, proc.log()
+
+
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_rendered_config_passes_callgate_check(name: str, root: Path) -> None:
     pod = Pod.of(scenario(name, "--set", f"paths.root={root}"))
@@ -802,8 +977,9 @@ def test_the_rendered_opa_pair_serves(root: Path) -> None:
         try:
             assert probe(c, "readinessProbe", env).returncode == 0
             http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-            with http.open(f"http://127.0.0.1:{diag}/health", timeout=5) as r:  # the kubelet's probe
+            with http.open(f"http://127.0.0.1:{diag}/health", timeout=5) as r:  # diagnostics: loopback
                 assert r.status == 200
+            assert listening_addresses(diag) == {"127.0.0.1"}  # never the pod IP
             put = urllib.request.Request(
                 f"http://127.0.0.1:{port}/v1/policies/callgate/evil",
                 data=b"package callgate.evil\n",
@@ -822,6 +998,23 @@ def test_the_rendered_opa_pair_serves(root: Path) -> None:
             assert proc.stop() == 0, proc.log()
     finally:
         opa.stop()
+
+
+def listening_addresses(port: int) -> set[str]:
+    """IPv4/IPv6 addresses with a TCP listener on ``port`` (from /proc/net/tcp{,6})."""
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, _, hexport = local.partition(":")
+            if state == "0A" and int(hexport, 16) == port:  # LISTEN
+                raw = bytes.fromhex(addr)
+                if width == 8:
+                    found.add(".".join(str(b) for b in reversed(raw)))
+                else:
+                    words = [raw[i : i + 4][::-1] for i in range(0, 16, 4)]
+                    found.add(str(ipaddress.IPv6Address(b"".join(words))))
+    return found
 
 
 def scrape(port: int) -> str:

@@ -79,6 +79,7 @@ callgate.toml and the policy directory, from values. Keys are those of callgate/
 {{- if $obs -}}
 {{- $_ := set $cfg "observability" $obs -}}
 {{- end -}}
+{{- $_ := set $cfg "log" (dict "format" $v.log.format) -}}
 {{- if $v.secrets -}}
 {{- $secrets := list -}}
 {{- range $s := $v.secrets -}}
@@ -161,6 +162,12 @@ the same key are an error. Returns the map key -> path as JSON. */ -}}
 {{- end -}}
 {{- if and (eq $o.tracing.exporter "otlp") $v.networkPolicy.enabled $v.networkPolicy.egress.restrict (not $v.networkPolicy.egress.rules) -}}
 {{- fail "callgate: observability.tracing.exporter otlp sends spans to a collector: add an egress rule for it to networkPolicy.egress.rules" -}}
+{{- end -}}
+{{- if and $v.networkPolicy.enabled $v.networkPolicy.egress.restrict (not $v.networkPolicy.egress.rules) -}}
+{{- fail "callgate: networkPolicy.egress.restrict applies to every container of the pod, your agent included (a NetworkPolicy cannot select one container): list what the agent and executors reach (e.g. the model API) in networkPolicy.egress.rules, or set networkPolicy.egress.restrict=false" -}}
+{{- end -}}
+{{- if and $o.metrics.podMonitor.enabled (not $o.metrics.enabled) -}}
+{{- fail "callgate: observability.metrics.podMonitor needs observability.metrics.enabled (the port it scrapes)" -}}
 {{- end -}}
 {{- end -}}
 

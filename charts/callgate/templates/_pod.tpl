@@ -63,7 +63,8 @@ seccompProfile:
   readOnly: true
 {{- end -}}
 
-{{- /* exec probe command: python -m callgate.server.healthcheck over every enabled socket. */ -}}
+{{- /* exec probe command: python -m callgate.server.healthcheck over every enabled socket
+(.service: a health service name, e.g. the policy snapshot's; .live: any answer counts). */ -}}
 {{- define "callgate.probeCommand" -}}
 {{- $ctx := .ctx -}}
 - python
@@ -73,6 +74,10 @@ seccompProfile:
 - {{ sub .probe.timeoutSeconds 1 | max 1 | quote }}
 {{- if .live }}
 - --live
+{{- end }}
+{{- with .service }}
+- --service
+- {{ . | quote }}
 {{- end }}
 {{- range $role := include "callgate.roles" $ctx | fromYamlArray }}
 - {{ printf "unix:%s" (include "callgate.socketPath" (dict "ctx" $ctx "role" $role)) | quote }}
@@ -121,7 +126,7 @@ failureThreshold: {{ .failureThreshold }}
   readinessProbe:
     exec:
       command:
-        {{- include "callgate.probeCommand" (dict "ctx" . "probe" $v.sidecar.probes.readiness) | nindent 8 }}
+        {{- include "callgate.probeCommand" (dict "ctx" . "probe" $v.sidecar.probes.readiness "service" "callgate.v1.PolicySnapshot") | nindent 8 }}
     {{- include "callgate.probeTiming" $v.sidecar.probes.readiness | nindent 4 }}
   livenessProbe:
     exec:
@@ -178,7 +183,7 @@ failureThreshold: {{ .failureThreshold }}
     - run
     - --server
     - {{ printf "--addr=127.0.0.1:%d" (int $v.opa.port) | quote }}
-    - {{ printf "--diagnostic-addr=:%d" (int $v.opa.diagnosticPort) | quote }}
+    - {{ printf "--diagnostic-addr=127.0.0.1:%d" (int $v.opa.diagnosticPort) | quote }}
     - --authorization=basic
     - --ignore=.*
     - --ignore=*_test.rego
@@ -188,26 +193,9 @@ failureThreshold: {{ .failureThreshold }}
     {{- end }}
     - {{ printf "%s/rego" $p.policies | quote }}
     - {{ $p.opaAuthz | quote }}
-  ports:
-    - name: opa-diag
-      containerPort: {{ $v.opa.diagnosticPort }}
-      protocol: TCP
-  startupProbe:
-    httpGet:
-      path: /health
-      port: opa-diag
-    periodSeconds: 1
-    failureThreshold: 60
-  readinessProbe:
-    httpGet:
-      path: /health
-      port: opa-diag
-    periodSeconds: 10
-  livenessProbe:
-    httpGet:
-      path: /health
-      port: opa-diag
-    periodSeconds: 20
+  {{- /* No kubelet probes: they would dial the pod IP, and OPA listens on loopback only. The
+  kubelet restarts OPA when it exits; callgate's probes report whether OPA serves callgate's
+  revision (startup waits for it, readiness fails while it does not). */}}
   resources:
     {{- toYaml $v.opa.resources | nindent 4 }}
   securityContext:
