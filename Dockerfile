@@ -1,5 +1,7 @@
 # callgate sidecar image.
 #   docker build -t callgate:0.1.0 .
+# Without a daemon or any container registry: scripts/image (buildah, a base made from Debian's
+# packages by mmdebstrap as PYTHON_IMAGE; docs/DEPLOY.md), which also runs and checks the image.
 # Two stages: the first builds a virtualenv from PyPI (wheels only need pip, no compiler), the
 # second copies it onto a clean python:3.11-slim and runs as an unprivileged user. The Helm chart
 # (charts/callgate) runs it with a read-only root filesystem as uid/gid 10001.
