@@ -42,15 +42,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Validate config, ToolSpecs and policies; print ``file:line: code: message`` on error."""
+    """Validate config, ToolSpecs and policies, then run the snapshot checks
+    (:mod:`callgate.policy.check`: inventory, consistency, decision shapes, policy tests); print
+    ``error: file:line:column: place: problem`` for every problem (exit 1)."""
+    from callgate.policy import check
+
     try:
         cfg = _config(args.config)
         snap = load_snapshot_from_config(cfg)
         secrets = _check_secrets_and_keys(cfg)
     except LoadError as exc:
-        print(f"error: {exc}", file=out)
-        for v in exc.violations[1:]:
-            print(f"  {v.pointer}: {v.message}", file=out)
+        for finding in check.load_error_findings(exc):
+            print(finding.render(), file=out)
+        return 1
+
+    async def run() -> list[check.Finding]:
+        try:
+            return await check.check_snapshot(cfg, snap)
+        finally:
+            await snap.engine.close()
+
+    try:
+        findings = asyncio.run(run())
+    except LoadError as exc:  # the opa engine's embedded Rego twin could not be built
+        findings = check.load_error_findings(exc)
+    for finding in findings:
+        print(finding.render(), file=out)
+    if check.errors(findings):
         return 1
     print(f"ok: {len(snap.tools)} tools, engine {snap.engine.name}, revision {snap.revision}", file=out)
     for warning in ENGINES.get(cfg.policy.engine).warnings(cfg.path(cfg.policy.dir)):
