@@ -117,12 +117,13 @@ def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict
 
 async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: TextIO) -> int:
     snap = load_snapshot_from_config(cfg)
-    store = SQLiteStore(":memory:")
-    idem = SQLiteIdempotencyStore(":memory:")
-    await idem.start()
     failures = 0
-    try:
-        for n, case in cases:
+    for n, case in cases:
+        # Each case alone: fresh stores, so no key, session or budget carries to the next case.
+        store = SQLiteStore(":memory:")
+        idem = SQLiteIdempotencyStore(":memory:")
+        await idem.start()
+        try:
             clock = (
                 FixedClock(datetime.fromisoformat(case["reference_clock"]))
                 if "reference_clock" in case
@@ -154,9 +155,9 @@ async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: T
                     result["mismatches"] = problems
                     failures += 1
             print(json.dumps(result, ensure_ascii=False, sort_keys=True), file=out)
-    finally:
-        await store.close()
-        await idem.close()
+        finally:
+            await store.close()
+            await idem.close()
     return 1 if failures else 0
 
 
