@@ -49,7 +49,10 @@ def check(proj: Path) -> tuple[int, str]:
     return r.returncode, r.stdout + r.stderr
 
 
-APPROVE = ('} else := {"effect": "confirm", "reasons": reasons} if {', '} else := {"effect": "approve", "reasons": reasons} if {')
+APPROVE = (
+    '} else := {"effect": "confirm", "reasons": reasons} if {',
+    '} else := {"effect": "approve", "reasons": reasons} if {',
+)
 
 
 # -- callgate check: the three mistakes ---------------------------------------------------------
@@ -69,7 +72,9 @@ def test_check_refuses_a_misspelt_required_with_pointer_line_and_the_close_keywo
 def test_check_names_a_bad_type_without_verbose(tmp_path: Path) -> None:
     proj = project(tmp_path)
     spec = proj / "policies" / WEATHER
-    text = edit(spec, '"date": {"type": "string", "minLength": 1', '"date": {"type": "integr", "minLength": 1')
+    text = edit(
+        spec, '"date": {"type": "string", "minLength": 1', '"date": {"type": "integr", "minLength": 1'
+    )
     rc, out = check(proj)
     assert rc == 1, out
     at = position(text, '"type": "integr"')
@@ -105,7 +110,9 @@ def test_check_runs_the_policy_tests(tmp_path: Path) -> None:
     (tests / "DENY" / "files-non-admin.json").rename(tests / "ALLOW" / "files-non-admin.json")
     rc, out = check(proj)
     assert rc == 1, out
-    assert f"{tests / 'ALLOW' / 'files-non-admin.json'}: test: policy test failed: wanted allow, got deny" in out
+    assert (
+        f"{tests / 'ALLOW' / 'files-non-admin.json'}: test: policy test failed: wanted allow, got deny" in out
+    )
 
 
 def test_every_cedar_file_is_one_set_and_an_unknown_file_is_refused_by_name(tmp_path: Path) -> None:
@@ -116,8 +123,13 @@ def test_every_cedar_file_is_one_set_and_an_unknown_file_is_refused_by_name(tmp_
     )
     # The forbid in the second file applies: the example suite's denies of bob now name it.
     rc, out = check(proj)
-    assert rc == 1 and "files-non-admin.json: test: policy test failed: wanted policy ids [], got [no-bob]" in out, out
-    (cedar / "no-bob.cedar").write_text('@id("no-bob")\nforbid (principal == User::"bob", action, resource)\n')
+    assert (
+        rc == 1
+        and "files-non-admin.json: test: policy test failed: wanted policy ids [], got [no-bob]" in out
+    ), out
+    (cedar / "no-bob.cedar").write_text(
+        '@id("no-bob")\nforbid (principal == User::"bob", action, resource)\n'
+    )
     rc, out = check(proj)
     assert rc == 1 and f"{cedar / 'no-bob.cedar'}:1" in out and "syntax error" in out, out
     (cedar / "no-bob.cedar").unlink()
@@ -129,7 +141,9 @@ def test_every_cedar_file_is_one_set_and_an_unknown_file_is_refused_by_name(tmp_
 def test_a_capability_missing_from_the_cedar_schema_refuses_the_set(tmp_path: Path) -> None:
     proj = project(tmp_path)
     spec = proj / "policies" / WEATHER
-    text = edit(spec, '"required_capabilities": ["weather.read"]', '"required_capabilities": ["weather.forecast"]')
+    text = edit(
+        spec, '"required_capabilities": ["weather.read"]', '"required_capabilities": ["weather.forecast"]'
+    )
     rc, out = check(proj)
     assert rc == 1, out
     at = position(text, '"weather.forecast"')
@@ -148,7 +162,9 @@ def test_check_passes_the_example_policies_on_every_embedded_engine(tmp_path: Pa
 FAST = PolicyConfig(watch=True, watch_interval_ms=50, reload_quiet_ms=200)
 
 
-def test_hot_reload_refuses_each_mistake_and_keeps_serving(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_hot_reload_refuses_each_mistake_and_keeps_serving(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     pdir = project(tmp_path) / "policies"
     caplog.set_level(logging.INFO, logger="callgate.policy")
     sc, tmp = start_sidecar(pdir, policy=FAST)
@@ -158,8 +174,16 @@ def test_hot_reload_refuses_each_mistake_and_keeps_serving(tmp_path: Path, caplo
         good = spec.read_text()
         for old, new, expect in [
             ('"required": ["city", "date"]', '"requried": ["city", "date"]', "/input_schema/requried"),
-            ('"type": "string", "minLength": 1, "maxLength": 40', '"type": "integr", "minLength": 1, "maxLength": 40', "'integr' is not a JSON Schema type"),
-            ('"required_capabilities": ["weather.read"]', '"required_capabilities": ["weather.forecast"]', "capability 'weather.forecast'"),
+            (
+                '"type": "string", "minLength": 1, "maxLength": 40',
+                '"type": "integr", "minLength": 1, "maxLength": 40',
+                "'integr' is not a JSON Schema type",
+            ),
+            (
+                '"required_capabilities": ["weather.read"]',
+                '"required_capabilities": ["weather.forecast"]',
+                "capability 'weather.forecast'",
+            ),
         ]:
             caplog.clear()
             spec.write_text(good.replace(old, new, 1))
@@ -171,8 +195,20 @@ def test_hot_reload_refuses_each_mistake_and_keeps_serving(tmp_path: Path, caplo
             assert any(f"serving revision {first} kept" in m for m in refused), refused
             assert health(sc) == SERVING and sc.sidecar.components.gate.snapshot.revision == first
             assert pb.State.Name(weather(sc).state) == "PREPARED"
+            # Operators read the problem from the sidecar itself: callgate status (PolicyStatus).
+            for role in ("agent", "executor"):
+                r = callgate("status", "--target", sc.sidecar.addresses[role][0])
+                assert r.returncode == 1 and f"serving: {first} (ready)" in r.stdout, r.stdout + r.stderr
+                assert (
+                    "latest policy files: REFUSED" in r.stdout
+                    and expect in r.stdout
+                    and str(spec) in r.stdout
+                )
             spec.write_text(good)
             wait_for(lambda: health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING)
+            r = callgate("status", "--target", sc.sidecar.addresses["agent"][0], "--json")
+            doc = json.loads(r.stdout)
+            assert r.returncode == 0 and doc["latestFilesOk"] and doc["problems"] == [], r.stdout
     finally:
         stop_sidecar(sc, tmp)
 
@@ -180,7 +216,9 @@ def test_hot_reload_refuses_each_mistake_and_keeps_serving(tmp_path: Path, caplo
 def test_hot_reload_refuses_a_rego_approve_effect(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     pdir = project(tmp_path, "rego") / "policies"
     caplog.set_level(logging.INFO, logger="callgate.policy")
-    sc, tmp = start_sidecar(pdir, policy=PolicyConfig(engine="rego", watch=True, watch_interval_ms=50, reload_quiet_ms=200))
+    sc, tmp = start_sidecar(
+        pdir, policy=PolicyConfig(engine="rego", watch=True, watch_interval_ms=50, reload_quiet_ms=200)
+    )
     try:
         first = sc.sidecar.components.gate.snapshot.revision
         rego = pdir / "rego" / "decision.rego"
@@ -232,7 +270,9 @@ def test_a_multi_file_edit_loads_as_one_set(tmp_path: Path, caplog: pytest.LogCa
         (pdir / "cedar" / "payments.cedar").write_text(
             '@id("refund-admins")\npermit (principal in Role::"admin", action == Action::"payments.refund", resource);\n'
         )
-        wait_for(lambda: sc.sidecar.components.gate.snapshot.tools.get("payments.refund", "v1") is not None, 20)
+        wait_for(
+            lambda: sc.sidecar.components.gate.snapshot.tools.get("payments.refund", "v1") is not None, 20
+        )
         assert not [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
         assert health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING
     finally:
@@ -246,9 +286,21 @@ def test_eval_compares_effects_in_any_case_and_isolates_cases(tmp_path: Path) ->
     table = {
         "defaults": {"subject": {"tenant": "acme", "id": "bob"}, "idempotency_key": "same-key-for-all"},
         "cases": [
-            {"tool": "weather.get@v1", "arguments": {"city": "Paris", "date": "2026-07-20"}, "expect": "ALLOW"},
-            {"tool": "weather.get@v1", "arguments": {"city": "Rome", "date": "2026-07-21"}, "expect": "Allow"},
-            {"tool": "weather.get@v1", "arguments": {"city": "Oslo", "date": "2026-07-22"}, "expect": {"effect": "ALLOW"}},
+            {
+                "tool": "weather.get@v1",
+                "arguments": {"city": "Paris", "date": "2026-07-20"},
+                "expect": "ALLOW",
+            },
+            {
+                "tool": "weather.get@v1",
+                "arguments": {"city": "Rome", "date": "2026-07-21"},
+                "expect": "Allow",
+            },
+            {
+                "tool": "weather.get@v1",
+                "arguments": {"city": "Oslo", "date": "2026-07-22"},
+                "expect": {"effect": "ALLOW"},
+            },
         ],
     }
     f = tmp_path / "cases.json"
@@ -269,4 +321,5 @@ def test_the_case_format_is_documented_with_its_schema() -> None:
     schema = (ROOT / "callgate" / "cli" / "evalcase.schema.json").read_text()
     blocks = re.findall(r"```json\n(.*?)```", doc, re.S)
     assert any(json.loads(b) == json.loads(schema) for b in blocks), "docs/EVAL.md must carry the schema"
-    assert "policytest-request.schema.json" in doc
+    request = (ROOT / "callgate" / "policy" / "policytest-request.schema.json").read_text()
+    assert any(json.loads(b) == json.loads(request) for b in blocks), "and the policy test request schema"

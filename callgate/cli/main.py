@@ -185,6 +185,51 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return asyncio.run(run_command(cfg, Path(args.dir), engine=args.engine, opa_url=args.opa_url, out=out))
 
 
+def cmd_status(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Ask a running sidecar for its policy status (``callgate.v1.PolicyStatus``): the serving
+    revision and, when the newest files were refused, each problem. Exit 0 when the newest files
+    serve, 1 when they were refused or nothing serves, 2 when the sidecar cannot be reached."""
+    import grpc
+
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+
+    target = args.target
+    if not target:
+        try:
+            cfg = _config(args.config)
+        except CallgateError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        listener = cfg.server.agent
+        target = f"unix:{cfg.path(listener.socket)}" if listener.socket else listener.tcp
+    try:
+        with grpc.insecure_channel(target) as channel:
+            stub = pb_grpc.PolicyStatusStub(channel)  # type: ignore[no-untyped-call]
+            reply = stub.GetPolicyStatus(pb.GetPolicyStatusRequest(), timeout=args.timeout)
+    except grpc.RpcError as exc:
+        print(f"error: cannot reach the sidecar at {target}: {exc.code().name}", file=sys.stderr)
+        return 2
+    if args.json:
+        from google.protobuf import json_format
+
+        doc = json_format.MessageToDict(reply, always_print_fields_with_no_presence=True)
+        print(json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True), file=out)
+    else:
+        print(
+            f"serving: {reply.serving_revision or '-'} ({'ready' if reply.ready else 'NOT READY'})", file=out
+        )
+        if reply.latest_files_ok:
+            print("latest policy files: loaded", file=out)
+        else:
+            print(f"latest policy files: REFUSED at {reply.refused_at}", file=out)
+            for p in reply.problems:
+                where = f"{p.file}:{p.line}" if p.line else p.file
+                place = f" {p.place}:" if p.place else ""
+                print(f"  error: {where}:{place} {p.problem}", file=out)
+    return 0 if reply.ready and reply.latest_files_ok else 1
+
+
 # --- callgate explain (callgate/cli/explain.py) ---------------------------------------------------
 T = TypeVar("T")
 
@@ -284,6 +329,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
     p.add_argument("--config", "-c")
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser(
+        "status", help="a running sidecar's policy status: serving revision, refused files and why"
+    )
+    p.add_argument("--config", "-c")
+    p.add_argument("--target", help="gRPC address (default: the config's agent listener)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
     p = sub.add_parser("eval", help="run proposal cases (.json or .jsonl, '-' for stdin) offline")
     p.add_argument("file")
     p.add_argument("--config", "-c")

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json.decoder
 import re
-from typing import Final
+from collections.abc import Callable
+from typing import Final, cast
 
+_scanstring = cast(Callable[[str, int], tuple[str, int]], getattr(json.decoder, "scanstring"))  # noqa: B009
+"""``json.decoder.scanstring(text, after_quote) -> (value, end)`` (not in the type stubs)."""
 _WS: Final = re.compile(r"[ \t\n\r]*")
 _SCALAR: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null")
 
@@ -53,7 +56,7 @@ class _Scanner:
             while True:
                 i = self.ws(i)
                 key_at = i
-                key, i = json.decoder.scanstring(text, i + 1)
+                key, i = _scanstring(text, i + 1)
                 child = f"{pointer}/{_escape(key)}"
                 self.found[child] = self.at(key_at)
                 i = self.ws(i)
@@ -77,7 +80,7 @@ class _Scanner:
                     continue
                 return i + 1  # ']'
         if ch == '"':
-            return json.decoder.scanstring(text, i + 1)[1]
+            return _scanstring(text, i + 1)[1]
         m = _SCALAR.match(text, i)
         if not m:
             raise ValueError(f"unexpected character at offset {i}")

@@ -242,12 +242,12 @@ def example_value(schema: Any, depth: int = 0) -> JSONValue:
         return "example"
     for key in ("const",):
         if key in schema:
-            return schema[key]  # type: ignore[no-any-return]
+            return schema[key]
     for key in ("enum", "examples"):
         if isinstance(schema.get(key), list) and schema[key]:
-            return schema[key][0]  # type: ignore[no-any-return]
+            return schema[key][0]
     if "default" in schema:
-        return schema["default"]  # type: ignore[no-any-return]
+        return schema["default"]
     for key in ("anyOf", "oneOf", "allOf"):
         if isinstance(schema.get(key), list) and schema[key]:
             merged = {k: v for k, v in schema.items() if k != key}
@@ -423,7 +423,9 @@ def _decision_finding(sample: Sample, d: Decision, policy_dir: Path, engine: str
             f"{d.error_code}); {sample.describe()}"
         )
     else:
-        problem = f"the decision is not of the contract's shape: {d.error_code}: {message}; {sample.describe()}"
+        problem = (
+            f"the decision is not of the contract's shape: {d.error_code}: {message}; {sample.describe()}"
+        )
     return Finding(Severity.ERROR, file, problem, line, "decision")
 
 

@@ -118,6 +118,13 @@ class PolicyLifecycle:
     on_reload: Callable[[bool], None] = lambda ok: None
     last_error: str = ""
     """The newest files' load error ("" when they are good)."""
+    problems: tuple[Finding, ...] = ()
+    """The newest files' problems, each with file, place and problem (``()`` when good);
+    served by ``callgate.v1.PolicyStatus`` and printed by ``callgate status``."""
+    refused_at: str = ""
+    """When the newest files were refused (RFC 3339), "" when they are good."""
+    ready: bool = False
+    """The gate answers (a good snapshot is loaded and its engine is ready), as last computed."""
     _fingerprint: str = ""
     _task: asyncio.Task[None] | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -168,12 +175,14 @@ class PolicyLifecycle:
             return errors(await check_snapshot(self.config, snap))
         except LoadError as exc:
             return load_error_findings(exc)
-        except Exception as exc:  # noqa: BLE001 - any failure of the checks refuses the set
+        except Exception as exc:  # any failure of the checks refuses the set (fail closed)
             log.exception("snapshot checks failed")
             return [Finding(Severity.ERROR, str(self.policy_dir), f"the snapshot checks failed: {exc!r}")]
 
     async def _refuse(self, reason: str, current: PolicySnapshot | None, problems: list[Finding]) -> bool:
         """Log a refused set (each problem: file, place, problem) and keep what serves."""
+        self.problems = tuple(problems)
+        self.refused_at = rfc3339(self.clock.now())
         self.last_error = "; ".join(f.render() for f in problems[:MAX_ERRORS_SHOWN])
         if len(problems) > MAX_ERRORS_SHOWN:
             self.last_error += f"; ... ({len(problems) - MAX_ERRORS_SHOWN} more)"
@@ -181,8 +190,7 @@ class PolicyLifecycle:
             log.error("policy load (%s) refused: %s", reason, f.render())
         if current is not None and self._refused_revision != current.revision:
             log.warning(
-                "policy load (%s) refused; serving revision %s kept (restored: the refused set "
-                "never served)",
+                "policy load (%s) refused; serving revision %s kept (restored: the refused set never served)",
                 reason,
                 current.revision,
             )
@@ -198,7 +206,7 @@ class PolicyLifecycle:
         at most :data:`LOAD_ATTEMPTS` times) and it must pass the snapshot checks."""
         async with self._lock:
             current = self.gate.snapshot_or_none
-            for attempt in range(LOAD_ATTEMPTS):
+            for _attempt in range(LOAD_ATTEMPTS):
                 before = await asyncio.to_thread(fingerprint, self.policy_dir)
                 self._fingerprint = before
                 try:
@@ -220,7 +228,7 @@ class PolicyLifecycle:
             if problems:
                 await snap.engine.close()
                 return await self._refuse(reason, current, problems)
-            self.last_error = ""
+            self.last_error, self.problems, self.refused_at = "", (), ""
             self._refused_revision = ""
             if current is not None and snap.revision == current.revision:
                 await snap.engine.close()
@@ -235,6 +243,7 @@ class PolicyLifecycle:
     async def refresh_health(self) -> None:
         snap = self.gate.snapshot_or_none
         ready = snap is not None and snap.revision != self._refused_revision and await snap.engine.ready()
+        self.ready = ready
         self.gate.set_ready(ready)
         await self.set_health(ready, not self.last_error)
 

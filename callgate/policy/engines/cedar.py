@@ -262,7 +262,9 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
             except ValueError as part_exc:
                 line = _locate_parse_error(text)
                 raise policy_invalid(f"syntax error: {part_exc}", source=f"{path}:{line}") from None
-        raise policy_invalid(f"syntax error: {exc}", source=files.where(_locate_parse_error(pol_text))) from None
+        raise policy_invalid(
+            f"syntax error: {exc}", source=files.where(_locate_parse_error(pol_text))
+        ) from None
 
     static: dict[str, Any] = est.get("staticPolicies", {})
     if est.get("templates"):
