@@ -3,31 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib.util
 import json
 import logging
 import os
-import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from callgate.cli.evalcases import case_arguments, load_cases, mismatches
-from callgate.config import Config, load_config
-from callgate.core.clock import FixedClock, SystemClock
+# Nothing heavy at import time: `callgate --help` starts at once, and each command imports what
+# it needs (issue 12 item 6; measured with `python -X importtime -m callgate --help`).
 from callgate.core.errors import CallgateError, LoadError, config_invalid
-from callgate.core.model import Proposal, Subject
-from callgate.core.trace import TraceContext
-from callgate.policy.engines.registry import ENGINES
-from callgate.policy.snapshot import load_snapshot_from_config
-from callgate.propose.gate import Gate, ProposeOutcome, SessionSpec, decision_to_dict
-from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
-from callgate.store.sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from callgate.config import Config
+    from callgate.propose.gate import ProposeOutcome
 
 
 def _config(path: str | None) -> Config:
+    from callgate.config import Config, load_config
+
     if path:
         return load_config(path)
     default = Path("callgate.toml")
@@ -35,6 +31,8 @@ def _config(path: str | None) -> Config:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
     from callgate.server.app import serve
 
     cfg = _config(args.config)
@@ -45,7 +43,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Validate config, ToolSpecs and policies, then run the snapshot checks
     (:mod:`callgate.policy.check`: inventory, consistency, decision shapes, policy tests); print
     ``error: file:line:column: place: problem`` for every problem (exit 1)."""
+    import asyncio
+
     from callgate.policy import check
+    from callgate.policy.engines.registry import ENGINES
+    from callgate.policy.snapshot import load_snapshot_from_config
 
     try:
         cfg = _config(args.config)
@@ -102,6 +104,8 @@ def _check_secrets_and_keys(cfg: Config) -> list[str]:
 
 
 def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict[str, Any]:
+    from callgate.propose.gate import decision_to_dict
+
     r = o.record
     return {
         "case": case.get("name", case_no),
@@ -116,6 +120,17 @@ def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict
 
 
 async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: TextIO) -> int:
+    from datetime import datetime
+
+    from callgate.cli.evalcases import case_arguments, mismatches
+    from callgate.core.clock import FixedClock, SystemClock
+    from callgate.core.model import Proposal, Subject
+    from callgate.core.trace import TraceContext
+    from callgate.policy.snapshot import load_snapshot_from_config
+    from callgate.propose.gate import Gate, SessionSpec
+    from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+    from callgate.store.sqlite import SQLiteStore
+
     snap = load_snapshot_from_config(cfg)
     failures = 0
     for n, case in cases:
@@ -162,7 +177,12 @@ async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: T
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Run proposal cases through the whole pipeline offline (in-memory store, no server)."""
+    """Run proposal cases through the whole pipeline offline (a fresh in-memory store per case,
+    no server; docs/EVAL.md)."""
+    import asyncio
+
+    from callgate.cli.evalcases import load_cases
+
     try:
         cfg = _config(args.config)
         cases = load_cases(args.file)
@@ -175,6 +195,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Run the request files in DIR/ALLOW, DIR/DENY, DIR/CONFIRM on an engine; print a pass/fail
     table (format: ``callgate/policy/policytest.py``). 0 only if all pass and at least one ran."""
+    import asyncio
+
     from callgate.policy.policytest import run_command
 
     try:
@@ -285,6 +307,9 @@ def _explain_from_store(
 ) -> int:
     """Open the configured store read-only (SQLite or PostgreSQL), ``fetch`` one record, print
     it; exit 1 when it is not there, 2 when the store cannot be opened or read."""
+    import asyncio
+    import sqlite3
+
     from callgate.cli.explain import open_source
 
     where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
@@ -317,7 +342,23 @@ def _explain_from_store(
     return 0
 
 
+MCP_HELP = "the MCP gateway: callgate in front of MCP servers (docs/MCP.md)"
+"""``callgate mcp``'s line in ``--help`` (the same as callgate/mcp/cli.py's), shown without
+importing the gateway."""
+
+
+def _engine_names(command: str) -> tuple[str, ...] | None:
+    """The registered engines, for ``policy test --engine`` (imported only for that command)."""
+    if command != "policy":
+        return None
+    from callgate.policy.engines.registry import ENGINES
+
+    return ENGINES.names()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), "")
     parser = argparse.ArgumentParser(
         prog="callgate", description="Authorization sidecar for AI-agent tool calls."
     )
@@ -348,7 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
     p.add_argument("--config", "-c")
-    p.add_argument("--engine", choices=ENGINES.names(), help="default: the config's policy.engine")
+    p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
     p = sub.add_parser(
@@ -364,13 +405,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
-    try:
-        from callgate.mcp.cli import add_parser as add_mcp_parser
-    except ImportError:  # the 'mcp' extra is not installed
-        pass
-    else:
-        add_mcp_parser(sub)
-    args = parser.parse_args(argv)
+    if command == "mcp":
+        try:
+            from callgate.mcp.cli import add_parser as add_mcp_parser
+        except ImportError:  # the 'mcp' extra is not installed
+            pass
+        else:
+            add_mcp_parser(sub)
+    elif importlib.util.find_spec("mcp") is not None:  # listed in --help without importing it
+        sub.add_parser("mcp", help=MCP_HELP, add_help=False)
+    args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
