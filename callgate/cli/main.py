@@ -12,10 +12,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-# Nothing heavy at import time: `callgate --help` starts at once, and each command imports what
-# it needs (issue 12 item 6; measured with `python -X importtime -m callgate --help`).
-from callgate.core.errors import CallgateError, LoadError, config_invalid
-
+# Nothing of callgate at import time: `callgate --help` starts at once, and each command imports
+# what it needs (issue 12 item 6; measured with `python -X importtime -m callgate --help`).
 if TYPE_CHECKING:
     from callgate.config import Config
     from callgate.propose.gate import ProposeOutcome
@@ -45,6 +43,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     ``error: file:line:column: place: problem`` for every problem (exit 1)."""
     import asyncio
 
+    from callgate.core.errors import LoadError
     from callgate.policy import check
     from callgate.policy.engines.registry import ENGINES
     from callgate.policy.snapshot import load_snapshot_from_config
@@ -88,6 +87,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def _check_secrets_and_keys(cfg: Config) -> list[str]:
     """Load what ``serve`` would load besides policies: secret files/variables (values never
     printed) and a fixed signing key. Raises LoadError."""
+    from callgate.core.errors import config_invalid
     from callgate.execute.redaction import Redactor
     from callgate.execute.secrets import SecretStore
 
@@ -182,6 +182,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     import asyncio
 
     from callgate.cli.evalcases import load_cases
+    from callgate.core.errors import CallgateError
 
     try:
         cfg = _config(args.config)
@@ -197,6 +198,7 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     table (format: ``callgate/policy/policytest.py``). 0 only if all pass and at least one ran."""
     import asyncio
 
+    from callgate.core.errors import CallgateError
     from callgate.policy.policytest import run_command
 
     try:
@@ -213,6 +215,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     serve, 1 when they were refused or nothing serves, 2 when the sidecar cannot be reached."""
     import grpc
 
+    from callgate.core.errors import CallgateError
     from callgate.gen.v1 import callgate_pb2 as pb
     from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
@@ -265,6 +268,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     with ``--decision``) from the configured store (read-only; the sidecar may be running or
     stopped). Exit 1 for an unknown id, 2 for an unusable store or a wrong call."""
     from callgate.cli import explain as ex
+    from callgate.core.errors import CallgateError
 
     if bool(args.invocation_id) == bool(args.decision):
         print("error: give an INVOCATION_ID or --decision DECISION_ID (one of them)", file=sys.stderr)
@@ -311,6 +315,7 @@ def _explain_from_store(
     import sqlite3
 
     from callgate.cli.explain import open_source
+    from callgate.core.errors import CallgateError
 
     where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
 
