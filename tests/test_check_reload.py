@@ -323,3 +323,41 @@ def test_the_case_format_is_documented_with_its_schema() -> None:
     assert any(json.loads(b) == json.loads(schema) for b in blocks), "docs/EVAL.md must carry the schema"
     request = (ROOT / "callgate" / "policy" / "policytest-request.schema.json").read_text()
     assert any(json.loads(b) == json.loads(request) for b in blocks), "and the policy test request schema"
+
+
+# -- the pieces ----------------------------------------------------------------------------------
+
+
+def test_positions_name_each_member_and_element() -> None:
+    from callgate.core.jsonpositions import locate, positions
+
+    text = '{\n  "a/b": {"x~y": [1,\n    {"k": "v\\"}"}]},\n  "z": null\n}'
+    found = positions(text)
+    assert found[""] == (1, 1)
+    assert found["/a~1b"] == (2, 3)
+    assert found["/a~1b/x~0y"] == (2, 11)
+    assert found["/a~1b/x~0y/1/k"] == (3, 6)
+    assert found["/z"] == (4, 3)
+    assert locate(text, "/a~1b/missing") == (2, 3)  # the nearest present ancestor
+    assert locate("not json", "/a") == (1, 1)
+
+
+def test_unknown_keywords_are_found_by_keyword_not_by_shape() -> None:
+    from callgate.propose.validate.vocabulary import unknown_keywords
+
+    schema = {
+        "type": "object",
+        "properties": {"requried": {"type": "string", "maxLenght": 3}, "x": {"enum": [{"bogus": 1}]}},
+        "$defs": {"d": {"minimun": 1}},
+        "x-ui": {"anything": True},
+        "default": {"notAKeyword": 1},
+        "requried": ["x"],
+    }
+    found = {v.pointer: v.message for v in unknown_keywords(schema, "/input_schema")}
+    assert set(found) == {
+        "/input_schema/properties/requried/maxLenght",
+        "/input_schema/$defs/d/minimun",
+        "/input_schema/requried",
+    }
+    assert "did you mean 'maxLength'?" in found["/input_schema/properties/requried/maxLenght"]
+    assert "did you mean 'minimum'?" in found["/input_schema/$defs/d/minimun"]
