@@ -361,3 +361,20 @@ def test_unknown_keywords_are_found_by_keyword_not_by_shape() -> None:
     }
     assert "did you mean 'maxLength'?" in found["/input_schema/properties/requried/maxLenght"]
     assert "did you mean 'minimum'?" in found["/input_schema/$defs/d/minimun"]
+
+
+def test_a_set_that_fails_the_checks_at_start_never_serves(tmp_path: Path) -> None:
+    pdir = project(tmp_path) / "policies"
+    stray = pdir / "cedar" / "old-policies.cedar.bak"
+    stray.write_text("// an editor's backup\n")
+    sc, tmp = start_sidecar(pdir, policy=FAST)
+    try:
+        assert health(sc) == NOT_SERVING and health(sc, SNAPSHOT_HEALTH_SERVICE) == NOT_SERVING
+        r = callgate("status", "--target", sc.sidecar.addresses["agent"][0])
+        assert r.returncode == 1 and "serving: - (NOT READY)" in r.stdout, r.stdout + r.stderr
+        assert f"{stray}: file refused: not read by the cedar engine" in r.stdout
+        stray.unlink()
+        wait_for(lambda: health(sc) == SERVING and health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING)
+        assert pb.State.Name(weather(sc).state) == "PREPARED"
+    finally:
+        stop_sidecar(sc, tmp)

@@ -229,8 +229,8 @@ class PolicyLifecycle:
                 await snap.engine.close()
                 return await self._refuse(reason, current, problems)
             self.last_error, self.problems, self.refused_at = "", (), ""
-            self._refused_revision = ""
-            if current is not None and snap.revision == current.revision:
+            never_served, self._refused_revision = self._refused_revision, ""
+            if current is not None and snap.revision == current.revision and not never_served:
                 await snap.engine.close()
                 await self.refresh_health()
                 return True
