@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from callgate.config import PolicyConfig
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE
 from tests.conftest import POLICIES, ROOT, start_sidecar, stop_sidecar
+from tests.opa_fixture import OpaServer
 from tests.test_cli import callgate
 from tests.test_lifecycle import NOT_SERVING, SERVING, health, wait_for, weather
 
@@ -92,8 +94,11 @@ def test_check_reports_a_bad_toolspec_key_at_its_own_line(tmp_path: Path) -> Non
     assert at.startswith("26:") and f"{spec}:{at}: /side_efect_class:" in out, out
 
 
-def test_check_shows_a_rego_effect_outside_the_contract_with_its_file_and_sample(tmp_path: Path) -> None:
-    proj = project(tmp_path, "rego")
+@pytest.mark.parametrize("engine", ["rego", "opa"])  # opa: the samples run on embedded Rego, no server
+def test_check_shows_a_rego_effect_outside_the_contract_with_its_file_and_sample(
+    tmp_path: Path, engine: str
+) -> None:
+    proj = project(tmp_path, engine)
     rego = proj / "policies" / "rego" / "decision.rego"
     text = edit(rego, *APPROVE)
     rc, out = check(proj)
@@ -375,6 +380,30 @@ def test_a_set_that_fails_the_checks_at_start_never_serves(tmp_path: Path) -> No
         assert f"{stray}: file refused: not read by the cedar engine" in r.stdout
         stray.unlink()
         wait_for(lambda: health(sc) == SERVING and health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING)
+        assert pb.State.Name(weather(sc).state) == "PREPARED"
+    finally:
+        stop_sidecar(sc, tmp)
+
+
+def test_opa_never_gets_a_refused_rego_set(tmp_path: Path, opa_factory: Callable[..., OpaServer]) -> None:
+    """With a real OPA the sidecar uploads to, the "approve" mistake is refused before upload:
+    OPA keeps the serving revision's modules and decisions keep their shape."""
+    pdir = project(tmp_path, "opa") / "policies"
+    opa = opa_factory(None)
+    cfg = PolicyConfig(
+        engine="opa", opa_url=opa.url, opa_upload_policies=True, watch_interval_ms=50, reload_quiet_ms=200
+    )
+    sc, tmp = start_sidecar(pdir, policy=cfg)
+    try:
+        wait_for(lambda: health(sc) == SERVING, timeout=60)
+        first = sc.sidecar.components.gate.snapshot.revision
+        rego = pdir / "rego" / "decision.rego"
+        edit(rego, *APPROVE)
+        wait_for(lambda: health(sc, SNAPSHOT_HEALTH_SERVICE) == NOT_SERVING, timeout=60)
+        lc = sc.sidecar.lifecycle
+        assert lc is not None and f"{rego}:" in lc.last_error and '"approve"' in lc.last_error, lc.last_error
+        assert sc.sidecar.components.gate.snapshot.revision == first and health(sc) == SERVING
+        assert "approve" not in json.dumps(opa.get_json("/v1/policies"))
         assert pb.State.Name(weather(sc).state) == "PREPARED"
     finally:
         stop_sidecar(sc, tmp)
