@@ -83,6 +83,14 @@ class PolicyConfig:
     """Reload the snapshot when a file under ``dir`` changes (SIGHUP always reloads)."""
     watch_interval_ms: int = 1000
     """How often the policy directory is checked for changes."""
+    reload_quiet_ms: int = 300
+    """Debounce of a file change: the watcher waits until the directory has not changed for this
+    long (a multi-file edit or a ConfigMap swap settles first), then loads the whole set; a set
+    that changes while it loads is discarded and loaded again."""
+    reload_checks: bool = True
+    """Gate every load on the snapshot checks ``callgate check`` runs (unknown files, ToolSpec
+    capabilities vs the engine's actions, decision shapes of sample requests, ``tests/``): a set
+    that fails them is refused and the serving revision stays (docs/POLICIES.md)."""
     shadow: tuple[str, ...] = ()
     """Policy ids in shadow mode besides those the policy files mark (Cedar ``@shadow``, Rego
     ``data.callgate.shadow``): evaluated and logged on the decision event, never enforced
@@ -396,6 +404,8 @@ def validate(cfg: Config, *, source: str = "") -> Config:
     choices) and each registration checks its own keys."""
     _check_problems(ENGINES.get(cfg.policy.engine, source=source).validate(cfg.policy), source)
     _check_problems(STORES.get(cfg.store.backend, source=source).validate(cfg.store), source)
+    if cfg.policy.reload_quiet_ms < 0:
+        raise config_invalid("policy.reload_quiet_ms must be >= 0 (0 = no debounce)", source=source)
     if cfg.core.engine not in ("auto", "python", "native"):
         raise config_invalid("core.engine must be 'auto', 'python' or 'native'", source=source)
     if cfg.store.synchronous not in ("full", "normal"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -49,9 +50,13 @@ def test_schemas_are_2020_12_package_data(package: str, name: str) -> None:
 def test_eval_schema_enums_follow_the_code() -> None:
     defs = schema("callgate.cli", EVAL_SCHEMA)["$defs"]
     states, effects = [s.value for s in State], [e.value for e in Effect]
-    assert defs["expectation"]["properties"]["state"]["enum"] == states
-    assert defs["expectation"]["properties"]["effect"]["enum"] == effects
-    assert defs["outcome"]["enum"] == effects + states
+    assert defs["state"]["enum"] == states
+    pattern = re.compile(defs["effect"]["pattern"])
+    for e in effects:  # any letter case
+        assert pattern.match(e) and pattern.match(e.upper()) and pattern.match(e.title())
+    assert not pattern.match("approve") and not pattern.match("allowed")
+    assert defs["expectation"]["properties"]["effect"] == {"$ref": "#/$defs/effect"}
+    assert defs["expectation"]["properties"]["state"] == {"$ref": "#/$defs/state"}
 
 
 # -- every shipped file validates -----------------------------------------------------------------

@@ -189,6 +189,23 @@ class Published:
         assert proc.returncode == 0, (
             f"callgate mcp import failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
         )
+        # Every pinned tool needs its Cedar action (a ToolSpec whose action does not exist
+        # refuses the whole set, docs/POLICIES.md): the tools no scenario uses get an action
+        # with no context, so any call of theirs is a deny, as before.
+        schema = self.base / "policies" / "cedar" / "schema.cedarschema"
+        declared = schema.read_text()
+        caps = {
+            cap
+            for path in self.tools_dir.glob("*.json")
+            for cap in json.loads(path.read_text())["required_capabilities"]
+        }
+        missing = sorted(cap for cap in caps if f'"{cap}"' not in declared)
+        schema.write_text(
+            declared
+            + "".join(
+                f'\naction "{cap}" appliesTo {{ principal: User, resource: Resource }};' for cap in missing
+            )
+        )
         return proc.stdout
 
     def alter_pin(self, spec: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -158,8 +159,8 @@ def test_a_bad_output_schema_is_a_load_error_naming_file_and_place(
         compile_tool(path)
     err = exc.value
     assert err.code is code, err
-    file, _, line = err.source.rpartition(":")
-    assert file == str(path) and line.isdigit()
+    file, line, column = re.fullmatch(r"(.*):(\d+):(\d+)", err.source).groups()  # type: ignore[union-attr]
+    assert file == str(path) and int(column) >= 1
     lines = path.read_text(encoding="utf-8").splitlines()
     at = next(i for i, text in enumerate(lines, 1) if '"output_schema"' in text)
     assert int(line) >= at  # the line of the member in the output_schema, not of the input's

@@ -9,6 +9,10 @@ A case is a JSON object::
                           "policy_ids": [...], "reason": ..., "normalized": {...}}}
 
 Every key of ``expect`` is optional; a string ``expect`` is the wanted effect (or final state).
+Effects are compared in any letter case (``"ALLOW"`` == ``"allow"``). Each case runs alone: a
+fresh in-memory store and idempotency store per case, so nothing (an idempotency key in
+``defaults``, a session, a budget) carries from one case to the next. docs/EVAL.md documents the
+format with its JSON Schema.
 
 A ``.json`` file holds one case, an array of cases, or a table ``{"defaults": {...}, "cases":
 [...]}`` whose defaults are merged under each case; a ``.jsonl`` file (or ``-``, stdin) holds
@@ -35,6 +39,9 @@ from callgate.core.schemafiles import (
     schema_problems,
     subschema_validator,
 )
+
+EFFECTS = frozenset({"allow", "deny", "confirm"})
+"""The effects an ``expect`` may name, compared in any letter case."""
 
 SCHEMA_FILE = "evalcase.schema.json"
 """The case-file schema, package data of ``callgate.cli``."""
@@ -133,7 +140,10 @@ def mismatches(result: Mapping[str, Any], expect: Any) -> list[str]:
     decision = result.get("decision") or {}
     rejection = result.get("rejection") or {}
     if isinstance(expect, str):
-        got = decision.get("effect") or result.get("state")
+        if expect.lower() in EFFECTS:  # effects in any letter case
+            got = decision.get("effect") or result.get("state")
+            return [] if str(got).lower() == expect.lower() else [f"wanted {expect.lower()}, got {got}"]
+        got = result.get("state")
         return [] if got == expect else [f"wanted {expect}, got {got}"]
     out: list[str] = []
 
@@ -144,7 +154,9 @@ def mismatches(result: Mapping[str, Any], expect: Any) -> list[str]:
     if "state" in expect:
         want("state", expect["state"], result.get("state"))
     if "effect" in expect:
-        want("effect", expect["effect"], decision.get("effect"))
+        wanted_effect = str(expect["effect"]).lower()
+        if wanted_effect != decision.get("effect"):
+            out.append(f"effect: wanted {wanted_effect!r}, got {decision.get('effect')!r}")
     if "code" in expect:
         want("code", expect["code"], rejection.get("code") or decision.get("error_code") or None)
     if "pointer" in expect:

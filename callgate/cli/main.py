@@ -3,31 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib.util
 import json
 import logging
 import os
-import sqlite3
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from callgate.cli.evalcases import case_arguments, load_cases, mismatches
-from callgate.config import Config, load_config
-from callgate.core.clock import FixedClock, SystemClock
-from callgate.core.errors import CallgateError, LoadError, config_invalid
-from callgate.core.model import Proposal, Subject
-from callgate.core.trace import TraceContext
-from callgate.policy.engines.registry import ENGINES
-from callgate.policy.snapshot import load_snapshot_from_config
-from callgate.propose.gate import Gate, ProposeOutcome, SessionSpec, decision_to_dict
-from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
-from callgate.store.sqlite import SQLiteStore
+# Nothing of callgate at import time: `callgate --help` starts at once, and each command imports
+# what it needs (issue 12 item 6; measured with `python -X importtime -m callgate --help`).
+if TYPE_CHECKING:
+    from callgate.config import Config
+    from callgate.propose.gate import ProposeOutcome
 
 
 def _config(path: str | None) -> Config:
+    from callgate.config import Config, load_config
+
     if path:
         return load_config(path)
     default = Path("callgate.toml")
@@ -35,6 +29,8 @@ def _config(path: str | None) -> Config:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import asyncio
+
     from callgate.server.app import serve
 
     cfg = _config(args.config)
@@ -45,15 +41,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Validate config, ToolSpecs and policies; print ``file:line: code: message`` on error."""
+    """Validate config, ToolSpecs and policies, then run the snapshot checks
+    (:mod:`callgate.policy.check`: inventory, consistency, decision shapes, policy tests); print
+    ``error: file:line:column: place: problem`` for every problem (exit 1)."""
+    import asyncio
+
+    from callgate.core.errors import LoadError
+    from callgate.policy import check
+    from callgate.policy.engines.registry import ENGINES
+    from callgate.policy.snapshot import load_snapshot_from_config
+
     try:
         cfg = _config(args.config)
         snap = load_snapshot_from_config(cfg)
         secrets = _check_secrets_and_keys(cfg)
     except LoadError as exc:
-        print(f"error: {exc}", file=out)
-        for v in exc.violations[1:]:
-            print(f"  {v.pointer}: {v.message}", file=out)
+        for finding in check.load_error_findings(exc):
+            print(finding.render(), file=out)
+        return 1
+
+    async def run() -> list[check.Finding]:
+        try:
+            return await check.check_snapshot(cfg, snap)
+        finally:
+            await snap.engine.close()
+
+    try:
+        findings = asyncio.run(run())
+    except LoadError as exc:  # the opa engine's embedded Rego twin could not be built
+        findings = check.load_error_findings(exc)
+    for finding in findings:
+        print(finding.render(), file=out)
+    if check.errors(findings):
         return 1
     print(f"ok: {len(snap.tools)} tools, engine {snap.engine.name}, revision {snap.revision}", file=out)
     for warning in ENGINES.get(cfg.policy.engine).warnings(cfg.path(cfg.policy.dir)):
@@ -71,6 +90,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def _check_secrets_and_keys(cfg: Config) -> list[str]:
     """Load what ``serve`` would load besides policies: secret files/variables (values never
     printed) and a fixed signing key. Raises LoadError."""
+    from callgate.core.errors import config_invalid
     from callgate.execute.redaction import Redactor
     from callgate.execute.secrets import SecretStore
 
@@ -87,6 +107,8 @@ def _check_secrets_and_keys(cfg: Config) -> list[str]:
 
 
 def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict[str, Any]:
+    from callgate.propose.gate import decision_to_dict
+
     r = o.record
     return {
         "case": case.get("name", case_no),
@@ -101,13 +123,25 @@ def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict
 
 
 async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: TextIO) -> int:
+    from datetime import datetime
+
+    from callgate.cli.evalcases import case_arguments, mismatches
+    from callgate.core.clock import FixedClock, SystemClock
+    from callgate.core.model import Proposal, Subject
+    from callgate.core.trace import TraceContext
+    from callgate.policy.snapshot import load_snapshot_from_config
+    from callgate.propose.gate import Gate, SessionSpec
+    from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+    from callgate.store.sqlite import SQLiteStore
+
     snap = load_snapshot_from_config(cfg)
-    store = SQLiteStore(":memory:")
-    idem = SQLiteIdempotencyStore(":memory:")
-    await idem.start()
     failures = 0
-    try:
-        for n, case in cases:
+    for n, case in cases:
+        # Each case alone: fresh stores, so no key, session or budget carries to the next case.
+        store = SQLiteStore(":memory:")
+        idem = SQLiteIdempotencyStore(":memory:")
+        await idem.start()
+        try:
             clock = (
                 FixedClock(datetime.fromisoformat(case["reference_clock"]))
                 if "reference_clock" in case
@@ -139,14 +173,20 @@ async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: T
                     result["mismatches"] = problems
                     failures += 1
             print(json.dumps(result, ensure_ascii=False, sort_keys=True), file=out)
-    finally:
-        await store.close()
-        await idem.close()
+        finally:
+            await store.close()
+            await idem.close()
     return 1 if failures else 0
 
 
 def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Run proposal cases through the whole pipeline offline (in-memory store, no server)."""
+    """Run proposal cases through the whole pipeline offline (a fresh in-memory store per case,
+    no server; docs/EVAL.md)."""
+    import asyncio
+
+    from callgate.cli.evalcases import load_cases
+    from callgate.core.errors import CallgateError
+
     try:
         cfg = _config(args.config)
         cases = load_cases(args.file)
@@ -159,6 +199,9 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Run the request files in DIR/ALLOW, DIR/DENY, DIR/CONFIRM on an engine; print a pass/fail
     table (format: ``callgate/policy/policytest.py``). 0 only if all pass and at least one ran."""
+    import asyncio
+
+    from callgate.core.errors import CallgateError
     from callgate.policy.policytest import run_command
 
     try:
@@ -167,6 +210,52 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return asyncio.run(run_command(cfg, Path(args.dir), engine=args.engine, opa_url=args.opa_url, out=out))
+
+
+def cmd_status(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Ask a running sidecar for its policy status (``callgate.v1.PolicyStatus``): the serving
+    revision and, when the newest files were refused, each problem. Exit 0 when the newest files
+    serve, 1 when they were refused or nothing serves, 2 when the sidecar cannot be reached."""
+    import grpc
+
+    from callgate.core.errors import CallgateError
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+
+    target = args.target
+    if not target:
+        try:
+            cfg = _config(args.config)
+        except CallgateError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        listener = cfg.server.agent
+        target = f"unix:{cfg.path(listener.socket)}" if listener.socket else listener.tcp
+    try:
+        with grpc.insecure_channel(target) as channel:
+            stub = pb_grpc.PolicyStatusStub(channel)  # type: ignore[no-untyped-call]
+            reply = stub.GetPolicyStatus(pb.GetPolicyStatusRequest(), timeout=args.timeout)
+    except grpc.RpcError as exc:
+        print(f"error: cannot reach the sidecar at {target}: {exc.code().name}", file=sys.stderr)
+        return 2
+    if args.json:
+        from google.protobuf import json_format
+
+        doc = json_format.MessageToDict(reply, always_print_fields_with_no_presence=True)
+        print(json.dumps(doc, ensure_ascii=False, indent=2, sort_keys=True), file=out)
+    else:
+        print(
+            f"serving: {reply.serving_revision or '-'} ({'ready' if reply.ready else 'NOT READY'})", file=out
+        )
+        if reply.latest_files_ok:
+            print("latest policy files: loaded", file=out)
+        else:
+            print(f"latest policy files: REFUSED at {reply.refused_at}", file=out)
+            for p in reply.problems:
+                where = f"{p.file}:{p.line}" if p.line else p.file
+                place = f" {p.place}:" if p.place else ""
+                print(f"  error: {where}:{place} {p.problem}", file=out)
+    return 0 if reply.ready and reply.latest_files_ok else 1
 
 
 # --- callgate explain (callgate/cli/explain.py) ---------------------------------------------------
@@ -182,6 +271,7 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     with ``--decision``) from the configured store (read-only; the sidecar may be running or
     stopped). Exit 1 for an unknown id, 2 for an unusable store or a wrong call."""
     from callgate.cli import explain as ex
+    from callgate.core.errors import CallgateError
 
     if bool(args.invocation_id) == bool(args.decision):
         print("error: give an INVOCATION_ID or --decision DECISION_ID (one of them)", file=sys.stderr)
@@ -224,7 +314,11 @@ def _explain_from_store(
 ) -> int:
     """Open the configured store read-only (SQLite or PostgreSQL), ``fetch`` one record, print
     it; exit 1 when it is not there, 2 when the store cannot be opened or read."""
+    import asyncio
+    import sqlite3
+
     from callgate.cli.explain import open_source
+    from callgate.core.errors import CallgateError
 
     where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
 
@@ -256,7 +350,23 @@ def _explain_from_store(
     return 0
 
 
+MCP_HELP = "the MCP gateway: callgate in front of MCP servers (docs/MCP.md)"
+"""``callgate mcp``'s line in ``--help`` (the same as callgate/mcp/cli.py's), shown without
+importing the gateway."""
+
+
+def _engine_names(command: str) -> tuple[str, ...] | None:
+    """The registered engines, for ``policy test --engine`` (imported only for that command)."""
+    if command != "policy":
+        return None
+    from callgate.policy.engines.registry import ENGINES
+
+    return ENGINES.names()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    command = next((w for w in words if not w.startswith("-")), "")
     parser = argparse.ArgumentParser(
         prog="callgate", description="Authorization sidecar for AI-agent tool calls."
     )
@@ -268,6 +378,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
     p.add_argument("--config", "-c")
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser(
+        "status", help="a running sidecar's policy status: serving revision, refused files and why"
+    )
+    p.add_argument("--config", "-c")
+    p.add_argument("--target", help="gRPC address (default: the config's agent listener)")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_status)
     p = sub.add_parser("eval", help="run proposal cases (.json or .jsonl, '-' for stdin) offline")
     p.add_argument("file")
     p.add_argument("--config", "-c")
@@ -279,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
     p.add_argument("--config", "-c")
-    p.add_argument("--engine", choices=ENGINES.names(), help="default: the config's policy.engine")
+    p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
     p = sub.add_parser(
@@ -295,13 +413,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
-    try:
-        from callgate.mcp.cli import add_parser as add_mcp_parser
-    except ImportError:  # the 'mcp' extra is not installed
-        pass
-    else:
-        add_mcp_parser(sub)
-    args = parser.parse_args(argv)
+    if command == "mcp":
+        try:
+            from callgate.mcp.cli import add_parser as add_mcp_parser
+        except ImportError:  # the 'mcp' extra is not installed
+            pass
+        else:
+            add_mcp_parser(sub)
+    elif importlib.util.find_spec("mcp") is not None:  # listed in --help without importing it
+        sub.add_parser("mcp", help=MCP_HELP, add_help=False)
+    args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -34,6 +34,7 @@ from pathlib import Path
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import LoadError
+from callgate.policy.check import Finding, Severity, check_snapshot, errors, load_error_findings
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
@@ -42,6 +43,12 @@ from callgate.store.base import Store
 log = logging.getLogger("callgate.policy")
 
 SNAPSHOT_HEALTH_SERVICE = "callgate.v1.PolicySnapshot"
+
+LOAD_ATTEMPTS = 3
+"""Loads of a set that changes while it loads, before the reload gives up (the watcher tries
+again at its next tick)."""
+MAX_ERRORS_SHOWN = 10
+"""Problems kept in :attr:`PolicyLifecycle.last_error` (all of them are logged)."""
 
 HealthSetter = Callable[[bool, bool], Awaitable[None]]
 """``(ready, latest_files_ok)`` -> update health statuses."""
@@ -111,10 +118,19 @@ class PolicyLifecycle:
     on_reload: Callable[[bool], None] = lambda ok: None
     last_error: str = ""
     """The newest files' load error ("" when they are good)."""
+    problems: tuple[Finding, ...] = ()
+    """The newest files' problems, each with file, place and problem (``()`` when good);
+    served by ``callgate.v1.PolicyStatus`` and printed by ``callgate status``."""
+    refused_at: str = ""
+    """When the newest files were refused (RFC 3339), "" when they are good."""
+    ready: bool = False
+    """The gate answers (a good snapshot is loaded and its engine is ready), as last computed."""
     _fingerprint: str = ""
     _task: asyncio.Task[None] | None = None
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _retired: list[PolicySnapshot] = field(default_factory=list)
+    _refused_revision: str = ""
+    """A snapshot loaded before :meth:`start` that failed the checks: it never serves."""
 
     @property
     def policy_dir(self) -> Path:
@@ -150,26 +166,71 @@ class PolicyLifecycle:
             self._retired.remove(snap)
             await snap.engine.close()
 
+    async def _checked(self, snap: PolicySnapshot) -> list[Finding]:
+        """The snapshot checks' errors (``policy.reload_checks``); a check that raises is an
+        error too (fail closed)."""
+        if not self.config.policy.reload_checks:
+            return []
+        try:
+            return errors(await check_snapshot(self.config, snap))
+        except LoadError as exc:
+            return load_error_findings(exc)
+        except Exception as exc:  # any failure of the checks refuses the set (fail closed)
+            log.exception("snapshot checks failed")
+            return [Finding(Severity.ERROR, str(self.policy_dir), f"the snapshot checks failed: {exc!r}")]
+
+    async def _refuse(self, reason: str, current: PolicySnapshot | None, problems: list[Finding]) -> bool:
+        """Log a refused set (each problem: file, place, problem) and keep what serves."""
+        self.problems = tuple(problems)
+        self.refused_at = rfc3339(self.clock.now())
+        self.last_error = "; ".join(f.render() for f in problems[:MAX_ERRORS_SHOWN])
+        if len(problems) > MAX_ERRORS_SHOWN:
+            self.last_error += f"; ... ({len(problems) - MAX_ERRORS_SHOWN} more)"
+        for f in problems:
+            log.error("policy load (%s) refused: %s", reason, f.render())
+        if current is not None and self._refused_revision != current.revision:
+            log.warning(
+                "policy load (%s) refused; serving revision %s kept (restored: the refused set never served)",
+                reason,
+                current.revision,
+            )
+        else:
+            log.error("policy load (%s) refused; not ready (no good snapshot yet)", reason)
+        self.on_reload(False)
+        await self.refresh_health()
+        return False
+
     async def reload(self, reason: str = "signal") -> bool:
-        """Load the files now; swap on success, keep the old snapshot on failure."""
+        """Load the files now; swap on success, keep the old snapshot on failure. The set is
+        loaded atomically: the files must not change while they load (else it is loaded again,
+        at most :data:`LOAD_ATTEMPTS` times) and it must pass the snapshot checks."""
         async with self._lock:
-            self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
             current = self.gate.snapshot_or_none
-            try:
-                snap = await _off_the_loop(load_snapshot_from_config, self.config)
-            except LoadError as exc:
-                self.last_error = str(exc)
-                log.error(
-                    "policy load (%s) rejected; %s: %s",
+            for _attempt in range(LOAD_ATTEMPTS):
+                before = await asyncio.to_thread(fingerprint, self.policy_dir)
+                self._fingerprint = before
+                try:
+                    snap = await _off_the_loop(load_snapshot_from_config, self.config)
+                except LoadError as exc:
+                    return await self._refuse(reason, current, load_error_findings(exc))
+                problems = await self._checked(snap)
+                if await asyncio.to_thread(fingerprint, self.policy_dir) == before:
+                    break
+                await snap.engine.close()
+                log.warning("policy load (%s): files changed while loading; loading the set again", reason)
+                await asyncio.sleep(self.config.policy.reload_quiet_ms / 1000)
+            else:
+                return await self._refuse(
                     reason,
-                    f"still serving {current.revision}" if current else "not ready",
-                    exc,
+                    current,
+                    [Finding(Severity.ERROR, str(self.policy_dir), "the files kept changing while loading")],
                 )
-                self.on_reload(False)
-                await self.refresh_health()
-                return False
-            self.last_error = ""
-            if current is not None and snap.revision == current.revision:
+            if problems:
+                await snap.engine.close()
+                return await self._refuse(reason, current, problems)
+            self.last_error, self.problems, self.refused_at = "", (), ""
+            never_served, self._refused_revision = self._refused_revision, ""
+            if current is not None and snap.revision == current.revision and not never_served:
                 await snap.engine.close()
                 await self.refresh_health()
                 return True
@@ -181,19 +242,32 @@ class PolicyLifecycle:
 
     async def refresh_health(self) -> None:
         snap = self.gate.snapshot_or_none
-        ready = snap is not None and await snap.engine.ready()
+        ready = snap is not None and snap.revision != self._refused_revision and await snap.engine.ready()
+        self.ready = ready
         self.gate.set_ready(ready)
         await self.set_health(ready, not self.last_error)
+
+    async def _settle(self, seen: str) -> None:
+        """Debounce: wait until the directory has not changed for ``policy.reload_quiet_ms``
+        (bounded: at most 20 quiet intervals), so a multi-file edit is loaded as one set."""
+        quiet = self.config.policy.reload_quiet_ms / 1000
+        for _ in range(20):
+            if quiet <= 0:
+                return
+            await asyncio.sleep(quiet)
+            now = await asyncio.to_thread(fingerprint, self.policy_dir)
+            if now == seen:
+                return
+            seen = now
 
     async def _watch(self) -> None:
         interval = max(0.05, self.config.policy.watch_interval_ms / 1000)
         while True:
             await asyncio.sleep(interval)
             try:
-                if (
-                    self.config.policy.watch
-                    and await asyncio.to_thread(fingerprint, self.policy_dir) != self._fingerprint
-                ):
+                seen = await asyncio.to_thread(fingerprint, self.policy_dir)
+                if self.config.policy.watch and seen != self._fingerprint:
+                    await self._settle(seen)
                     await self.reload("file change")
                 elif self.gate.snapshot_or_none is None:
                     await self.reload("retry")
@@ -209,6 +283,12 @@ class PolicyLifecycle:
             self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
             snap = self.gate.snapshot_or_none
             assert snap is not None
+            problems = await self._checked(snap)
+            if problems:
+                self._refused_revision = snap.revision
+                await self._refuse("start", None, problems)
+                self._task = asyncio.ensure_future(self._watch())
+                return
             if self._uploads_policies():
                 try:
                     await snap.engine.load_policies()

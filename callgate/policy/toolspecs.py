@@ -19,7 +19,7 @@ from typing import Any
 
 import jsonschema
 
-from callgate.core import jsonpointer
+from callgate.core import jsonpointer, jsonpositions
 from callgate.core.errors import (
     ErrorCode,
     LoadError,
@@ -33,6 +33,7 @@ from callgate.execute.encode import limits_from_spec
 from callgate.propose.normalize import NormalizerChain
 from callgate.propose.parse import ParseLimits, parse_json_document
 from callgate.propose.validate import CompiledSchema
+from callgate.propose.validate.vocabulary import unknown_keywords
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
@@ -170,22 +171,33 @@ class ToolRegistry:
         return len(self._tools)
 
 
-def _line_for_pointer(text: str, pointer: str, nth: int = 1) -> int:
-    """Best-effort line of the member a JSON pointer names: the ``nth`` occurrence of its last
-    key as a member name, searching forward from its parents' positions."""
-    parts = [p for p in pointer.split("/") if p] if pointer else []
-    pos = 0
-    for i, part in enumerate(parts):
-        if part.isdigit():
+def _line_for_pointer(text: str, pointer: str, nth: int = 1) -> str:
+    """``line:column`` of the member a JSON pointer names (of its nearest present ancestor when
+    it is missing), from a position-tracking scan of the file (:mod:`callgate.core.jsonpositions`).
+    With duplicate members (``nth`` 2) the later one is named."""
+    line, col = jsonpositions.locate(text, pointer)
+    return f"{line}:{col}"
+
+
+def _meta_violations(doc: Any) -> list[Violation]:
+    """Every problem ``toolspec.schema.json`` finds, sorted by pointer; an unexpected member
+    is reported at its own pointer (not at the object holding it)."""
+    out: list[Violation] = []
+    for e in _META.iter_errors(doc):
+        pointer = "".join(f"/{jsonpointer.escape(str(p))}" for p in e.absolute_path)
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            declared = e.schema.get("properties", {}) if isinstance(e.schema, dict) else {}
+            for key in sorted(k for k in e.instance if k not in declared):
+                out.append(
+                    Violation(
+                        pointer=f"{pointer}/{jsonpointer.escape(key)}",
+                        message=f"unknown ToolSpec member {key!r}",
+                        keyword="additionalProperties",
+                    )
+                )
             continue
-        name = re.escape(json.dumps(jsonpointer.unescape(part), ensure_ascii=False))
-        hits = [m.start() for m in re.finditer(name + r"\s*:", text[pos:])]
-        want = nth if i == len(parts) - 1 else 1
-        if len(hits) >= want:
-            pos += hits[want - 1]
-        elif hits:
-            pos += hits[0]
-    return text.count("\n", 0, pos) + 1
+        out.append(Violation(pointer=pointer, message=e.message, keyword=str(e.validator)))
+    return sorted(out, key=lambda v: (v.pointer, v.keyword, v.message))
 
 
 def compile_tool(path: Path) -> CompiledTool:
@@ -197,6 +209,8 @@ def compile_tool(path: Path) -> CompiledTool:
         doc = parse_json_document(raw, ParseLimits(max_bytes=4 * 1024 * 1024, max_depth=256))
     except RejectedError as exc:
         line = exc.metadata.get("line", "")
+        if line and exc.metadata.get("column"):
+            line = f"{line}:{exc.metadata['column']}"
         if not line and exc.violations:
             line = str(
                 _line_for_pointer(
@@ -208,14 +222,14 @@ def compile_tool(path: Path) -> CompiledTool:
             source=f"{source}:{line}" if line else source,
             violations=exc.violations,
         ) from None
-    errors = sorted(_META.iter_errors(doc), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        pointer = "".join(f"/{p}" for p in e.absolute_path)
+    problems = _meta_violations(doc)
+    if problems:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise toolspec_invalid(
-            f"{pointer or '/'}: {e.message}",
-            source=f"{source}:{_line_for_pointer(text, pointer)}",
-            violations=[Violation(pointer=pointer, message=e.message, keyword=str(e.validator))],
+            f"{first.pointer or '/'}: {first.message}{more}",
+            source=f"{source}:{_line_for_pointer(text, first.pointer)}",
+            violations=problems,
         )
     assert isinstance(doc, dict)
     name, version = doc["name"], doc["version"]
@@ -237,6 +251,20 @@ def compile_tool(path: Path) -> CompiledTool:
             prefixed = [Violation(f"/{member}{v.pointer}", v.message, v.keyword) for v in exc.violations]
             raise located(exc.located(exc.source, violations=prefixed)) from None
 
+    unknown = [
+        v
+        for member in ("input_schema", "normalized_schema", "output_schema")
+        if member in doc
+        for v in unknown_keywords(doc[member], f"/{member}")
+    ]
+    if unknown:
+        first = unknown[0]
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        raise toolspec_invalid(
+            f"{first.pointer}: {first.message}{more}",
+            source=f"{source}:{_line_for_pointer(text, first.pointer)}",
+            violations=unknown,
+        )
     schema = compile_member("input_schema")
     normalized_schema = compile_member("normalized_schema") if "normalized_schema" in doc else schema
     output_schema = compile_member("output_schema") if "output_schema" in doc else None

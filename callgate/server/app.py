@@ -44,6 +44,7 @@ from callgate.server.services import (
     ConfirmationsService,
     ExecutorService,
     GateService,
+    PolicyStatusService,
 )
 from callgate.server.sweeper import SWEEPER_HEALTH_SERVICE, ConfirmationSweeper
 from callgate.server.watch import InvocationWatch
@@ -53,6 +54,9 @@ from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
 from callgate.store.registry import STORES
 
 log = logging.getLogger("callgate")
+
+POLICY_STATUS_SERVICE = "callgate.v1.PolicyStatus"
+"""On every listener: the serving revision and the newest files' problems (``callgate status``)."""
 
 ROLE_SERVICES = {
     "agent": "callgate.v1.Gate",
@@ -228,9 +232,11 @@ class Sidecar:
             pb_grpc.add_AuthorizerServicer_to_server(servicer, server)
         hs = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(hs, server)
+        pb_grpc.add_PolicyStatusServicer_to_server(PolicyStatusService(gate, lambda: self.lifecycle), server)
         if self.components.config.server.reflection:
             names = (
                 pb.DESCRIPTOR.services_by_name[ROLE_SERVICES[role].split(".")[-1]].full_name,
+                POLICY_STATUS_SERVICE,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             )

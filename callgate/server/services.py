@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import json_format, struct_pb2
@@ -28,6 +28,9 @@ from callgate.server.interceptors import current_trace
 from callgate.server.status import for_model
 from callgate.server.watch import InvocationWatch
 from callgate.store.base import EventRecord, InvocationRecord
+
+if TYPE_CHECKING:
+    from callgate.policy.lifecycle import PolicyLifecycle
 
 _EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
 
@@ -441,4 +444,33 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return pb.ReconcileResponse(
             state=state_pb(done.invocation.state),  # type: ignore[arg-type]
             already_recorded=done.already_recorded,
+        )
+
+
+class PolicyStatusService(pb_grpc.PolicyStatusServicer):
+    """``callgate.v1.PolicyStatus`` on every listener: the serving revision and, when the newest
+    policy files were refused, each problem (file, place, problem). ``lifecycle`` returns the
+    sidecar's :class:`~callgate.policy.lifecycle.PolicyLifecycle` (None before it starts)."""
+
+    def __init__(self, gate: Gate, lifecycle: Callable[[], PolicyLifecycle | None]) -> None:
+        self._gate = gate
+        self._lifecycle = lifecycle
+
+    async def GetPolicyStatus(
+        self, request: pb.GetPolicyStatusRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.GetPolicyStatusResponse:
+        snap = self._gate.snapshot_or_none
+        lc = self._lifecycle()
+        if lc is None:
+            return pb.GetPolicyStatusResponse(serving_revision="", ready=False, latest_files_ok=False)
+        return pb.GetPolicyStatusResponse(
+            serving_revision=snap.revision if snap is not None and lc.ready else "",
+            ready=lc.ready,
+            latest_files_ok=not lc.last_error,
+            last_error=lc.last_error,
+            problems=[
+                pb.PolicyProblem(file=f.file, line=f.line, place=f.place, problem=f.problem)
+                for f in lc.problems
+            ],
+            refused_at=lc.refused_at,
         )

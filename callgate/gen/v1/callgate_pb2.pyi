@@ -654,3 +654,35 @@ class AuthorizeResponse(_message.Message):
     decision: Decision
     decision_id: str
     def __init__(self, decision: _Optional[_Union[Decision, _Mapping]] = ..., decision_id: _Optional[str] = ...) -> None: ...
+
+class GetPolicyStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PolicyProblem(_message.Message):
+    __slots__ = ("file", "line", "place", "problem")
+    FILE_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    PLACE_FIELD_NUMBER: _ClassVar[int]
+    PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    file: str
+    line: str
+    place: str
+    problem: str
+    def __init__(self, file: _Optional[str] = ..., line: _Optional[str] = ..., place: _Optional[str] = ..., problem: _Optional[str] = ...) -> None: ...
+
+class GetPolicyStatusResponse(_message.Message):
+    __slots__ = ("serving_revision", "ready", "latest_files_ok", "last_error", "problems", "refused_at")
+    SERVING_REVISION_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FILES_OK_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_AT_FIELD_NUMBER: _ClassVar[int]
+    serving_revision: str
+    ready: bool
+    latest_files_ok: bool
+    last_error: str
+    problems: _containers.RepeatedCompositeFieldContainer[PolicyProblem]
+    refused_at: str
+    def __init__(self, serving_revision: _Optional[str] = ..., ready: _Optional[bool] = ..., latest_files_ok: _Optional[bool] = ..., last_error: _Optional[str] = ..., problems: _Optional[_Iterable[_Union[PolicyProblem, _Mapping]]] = ..., refused_at: _Optional[str] = ...) -> None: ...

@@ -879,3 +879,75 @@ class Authorizer:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class PolicyStatusStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.GetPolicyStatus = channel.unary_unary(
+                '/callgate.v1.PolicyStatus/GetPolicyStatus',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.GetPolicyStatusRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.GetPolicyStatusResponse.FromString,
+                _registered_method=True)
+
+
+class PolicyStatusServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def GetPolicyStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_PolicyStatusServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'GetPolicyStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPolicyStatus,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.GetPolicyStatusRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.GetPolicyStatusResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'callgate.v1.PolicyStatus', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('callgate.v1.PolicyStatus', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class PolicyStatus:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def GetPolicyStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.PolicyStatus/GetPolicyStatus',
+            callgate_dot_v1_dot_callgate__pb2.GetPolicyStatusRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.GetPolicyStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

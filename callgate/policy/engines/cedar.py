@@ -181,8 +181,50 @@ def _id_lines(text: str, lines: LineIndex | None = None) -> dict[str, int]:
     return {m.group(1): index.line_of(m.start()) for m in re.finditer(r'@id\(\s*"([^"]*)"\s*\)', text)}
 
 
+POLICY_FILE = "policies.cedar"
+"""The usual policy file; every ``*.cedar`` file of the folder is loaded with it as one set."""
+
+
+def policy_files(directory: Path) -> list[Path]:
+    """The ``*.cedar`` files of ``directory`` (``policies.cedar`` first, then by name; hidden
+    files and ConfigMap ``..`` entries skipped), all loaded as one policy set. When there are
+    none, ``[policies.cedar]`` (its read then fails, naming it)."""
+    found = sorted(
+        (p for p in directory.glob("*.cedar") if not p.name.startswith(".")),
+        key=lambda p: (p.name != POLICY_FILE, p.name),
+    )
+    return found or [directory / POLICY_FILE]
+
+
+class _PolicyFiles:
+    """The policy files joined into one text, and where each line of it came from."""
+
+    def __init__(self, parts: Sequence[tuple[Path, str]]) -> None:
+        self.parts = list(parts)
+        chunks: list[str] = []
+        self._starts: list[tuple[int, Path]] = []  # (first global line, file)
+        line = 1
+        for path, text in self.parts:
+            if chunks and not chunks[-1].endswith("\n"):
+                chunks.append("\n")
+                line += 1
+            self._starts.append((line, path))
+            chunks.append(text)
+            line += text.count("\n")
+        self.text = "".join(chunks)
+
+    def where(self, global_line: int) -> str:
+        """``file:line`` of a line of the joined text."""
+        first, path = self._starts[0]
+        for start, p in self._starts:
+            if start <= global_line:
+                first, path = start, p
+        return f"{path}:{global_line - first + 1}"
+
+
 def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies:
-    """Load, parse and validate ``policies.cedar``, ``schema.cedarschema`` and ``entities.json``.
+    """Load, parse and validate every ``*.cedar`` file (one policy set: ``policies.cedar`` and any
+    other, :func:`policy_files`), ``schema.cedarschema`` and ``entities.json``.
 
     Linear in the size of the files (issue 15): one index of line offsets, Cedar's JSON form built
     in chunks of statements, validation per group of policies (:mod:`cedar_slices`); the long
@@ -190,16 +232,19 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
 
     Raises :class:`LoadError` (``policy_invalid``) with ``file:line`` where it can be located.
     """
-    pol_path = directory / "policies.cedar"
+    pol_paths = policy_files(directory)
+    pol_path = pol_paths[0] if len(pol_paths) == 1 else directory / "*.cedar"
     sch_path = directory / "schema.cedarschema"
     ent_path = directory / "entities.json"
     texts: dict[Path, str] = {}
-    for p in (pol_path, sch_path, ent_path):
+    for p in (*pol_paths, sch_path, ent_path):
         try:
             texts[p] = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise policy_invalid(f"cannot read: {exc.strerror}", source=str(p)) from None
-    pol_text, sch_text, ent_text = texts[pol_path], texts[sch_path], texts[ent_path]
+    # Every *.cedar file is one policy set: their texts joined, each line mapped back to its file.
+    files = _PolicyFiles([(p, texts[p]) for p in pol_paths])
+    pol_text, sch_text, ent_text = files.text, texts[sch_path], texts[ent_path]
 
     try:
         schema = cedarpy.Schema.from_str(sch_text, release_gil=True)
@@ -211,12 +256,19 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     try:
         est = est_chunked(pol_text, spans) or json.loads(cedarpy.policies_to_json_str(pol_text))
     except ValueError as exc:
-        line = _locate_parse_error(pol_text)
-        raise policy_invalid(f"syntax error: {exc}", source=f"{pol_path}:{line}") from None
+        for path, text in files.parts:
+            try:
+                cedarpy.policies_to_json_str(text)
+            except ValueError as part_exc:
+                line = _locate_parse_error(text)
+                raise policy_invalid(f"syntax error: {part_exc}", source=f"{path}:{line}") from None
+        raise policy_invalid(
+            f"syntax error: {exc}", source=files.where(_locate_parse_error(pol_text))
+        ) from None
 
     static: dict[str, Any] = est.get("staticPolicies", {})
     if est.get("templates"):
-        raise policy_invalid("policy templates are not supported in policies.cedar", source=str(pol_path))
+        raise policy_invalid("policy templates are not supported in *.cedar files", source=str(pol_path))
     id_lines = _id_lines(pol_text, lines)
     policy_ids: dict[str, str] = {}
     confirm: dict[str, str] = {}
@@ -224,7 +276,7 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     for pos_id, body in static.items():
         ann: dict[str, str] = body.get("annotations") or {}
         index = int(pos_id.removeprefix("policy")) if pos_id.startswith("policy") else -1
-        where = f"{pol_path}:{lines.line_of(starts[index])}" if 0 <= index < len(starts) else str(pol_path)
+        where = files.where(lines.line_of(starts[index])) if 0 <= index < len(starts) else str(pol_path)
         pid = ann.get("id")
         if not pid:
             raise policy_invalid(
@@ -264,7 +316,7 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
             raise policy_invalid(
                 "policies do not validate against the schema: "
                 + "; ".join(f"{v.pointer}: {v.message}" for v in violations),
-                source=f"{pol_path}:{first_line}" if first_line else str(pol_path),
+                source=files.where(first_line) if first_line else str(pol_path),
                 violations=violations,
             )
 
@@ -291,7 +343,7 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
     digest = hashlib.sha256()
-    for p in (pol_path, sch_path, ent_path):
+    for p in (*pol_paths, sch_path, ent_path):
         digest.update(p.name.encode() + b"\x00" + texts[p].encode() + b"\x00")
     digest.update(("shadow:" + ",".join(sorted(shadow))).encode())
     del texts, ent_text, stmts, static, est

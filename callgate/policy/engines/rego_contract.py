@@ -40,6 +40,7 @@ documents an OPA server must serve stay exactly ``data.json``; see :class:`RegoP
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -57,6 +58,8 @@ __all__ = [
     "DATA_FILE",
     "DEFAULT_DECISION_PATH",
     "EFFECTS",
+    "malformed_effect",
+    "shown_value",
     "ENGINE_MALFORMED",
     "ENGINE_TIMEOUT",
     "ENGINE_UNAVAILABLE",
@@ -185,6 +188,25 @@ class MalformedDecision(ValueError):
     """The decision document is not of the contract's shape."""
 
 
+def shown_value(value: object, limit: int = 60) -> str:
+    """A policy's output value as JSON for a message (the policy wrote it; it is not a request
+    value), cut at ``limit`` characters. :func:`malformed_effect` reads it back."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        text = type(value).__name__
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+_MALFORMED_EFFECT = re.compile(r"decision effect (.+) is not one of allow, deny, confirm")
+
+
+def malformed_effect(message: str) -> str | None:
+    """The JSON text of the bad effect a malformed-decision message names, else None."""
+    m = _MALFORMED_EFFECT.search(message)
+    return m.group(1) if m else None
+
+
 def decision_from_document(doc: object, engine: str) -> Decision:
     """Validate a decision document and turn it into a :class:`Decision`.
 
@@ -195,7 +217,11 @@ def decision_from_document(doc: object, engine: str) -> Decision:
     raw_effect = doc.get("effect")
     effect = EFFECTS.get(raw_effect) if isinstance(raw_effect, str) else None
     if effect is None:
-        raise MalformedDecision("decision effect is missing or not one of allow, deny, confirm")
+        raise MalformedDecision(
+            "decision effect is missing"
+            if raw_effect is None
+            else f"decision effect {shown_value(raw_effect)} is not one of allow, deny, confirm"
+        )
     raw_reasons = doc.get("reasons")
     if not isinstance(raw_reasons, list) or not raw_reasons:
         raise MalformedDecision("decision reasons must be a non-empty array")

@@ -294,6 +294,22 @@ def _metaschema_violations(schema: Any) -> list[Violation]:
     return found
 
 
+_TYPES: Final = ("array", "boolean", "integer", "null", "number", "object", "string")
+
+
+def _type_message(value: Any) -> str:
+    """What is wrong with a ``type`` value, naming the bad name and the close one."""
+    import difflib
+
+    names = value if isinstance(value, list) else [value]
+    bad = [n for n in names if n not in _TYPES]
+    if not bad or not all(isinstance(n, str) for n in bad):
+        return f"{quote(json.dumps(value))} is not a type name or a list of unique type names"
+    close = difflib.get_close_matches(str(bad[0]), _TYPES, n=1)
+    hint = f" (did you mean {quote(close[0])}?)" if close else ""
+    return f"{quote(bad[0])} is not a JSON Schema type{hint}; the types are {', '.join(_TYPES)}"
+
+
 def _metaschema_check(schema: Any) -> list[Violation]:
     out = []
     for error in _META_VALIDATOR.iter_errors(schema):
@@ -306,6 +322,8 @@ def _metaschema_check(schema: Any) -> list[Violation]:
             )
             if path and path[-1] == "patternProperties":  # reported by propertyNames
                 path.append(source)
+        if path and path[-1] == "type" and error.validator == "anyOf":
+            message = _type_message(error.instance)
         if len(message) > 200:
             message = message[:200] + "..."
         out.append(
