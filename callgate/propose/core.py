@@ -41,6 +41,11 @@ __all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "nati
 
 NATIVE_KINDS: Final = frozenset({"default", "enum_alias", "text", "round", "relative_date"})
 """Normalizer kinds the compiled core runs (``datetime`` needs zone rules: it stays in Python)."""
+DETACH_MIN_BYTES: Final = 4096
+"""Arguments of at least this many bytes are decided with the GIL released. A smaller call
+(tens of microseconds) keeps it: on the event loop's thread, taking the GIL back after a short
+release waits for whichever thread took it (the writer, gRPC's), measured at several times the
+call itself (docs/BENCHMARKS.md, issue 15 hot path)."""
 _SUBSET_EXCLUDED: Final = frozenset({"patternProperties"})
 """Schema keywords that keep a tool's validation in Python (see :func:`_schema_native`)."""
 
@@ -128,6 +133,12 @@ class FrontAnswer:
     canonical: bytes = b""
     digest: str = ""
     applied: tuple[str, ...] = ()
+    resource: str = ""
+    """With :attr:`authz`: the rendered resource."""
+    authz: tuple[Any, ...] | None = None
+    """The one-call decision (:meth:`Core.front` given a compiled Cedar snapshot): the compiled
+    snapshot's ``(enforcing, shadow)`` answers, one per capability; None when the core did not
+    decide (the engine then decides as before)."""
 
 
 class Core:
@@ -195,7 +206,9 @@ class Core:
         if not isinstance(plan, str):
             steps, schema, normalized = plan
             try:
-                native_tool = self._native.Tool(tool.spec.name, tool.spec.version, steps, schema, normalized)
+                native_tool = self._native.Tool(
+                    tool.spec.name, tool.spec.version, steps, schema, normalized, tool.resource.template
+                )
             except ValueError as exc:
                 reason = str(exc)
         with self._lock:
@@ -226,8 +239,15 @@ class Core:
         locale: str,
         reference_clock: str,
         limits: ParseLimits,
+        principal: str | None = None,
     ) -> FrontAnswer | None:
-        """The native answer, or None when this tool runs the Python stages."""
+        """The native answer, or None when this tool runs the Python stages.
+
+        With ``principal`` (the session's subject) and a snapshot whose Cedar decisions run in
+        the compiled core, the whole decision is one call (docs/NATIVE.md): the front stages,
+        the resource, the Cedar context from the normalized value and one decision per required
+        capability (:attr:`FrontAnswer.authz`). The GIL is released for inputs of
+        :data:`DETACH_MIN_BYTES` or more."""
         if self._native is None:
             return None
         if self._snapshot is not snapshot:
@@ -236,12 +256,34 @@ class Core:
         if native_tool is None:
             self.note("unsupported_tool")
             return None
-        code, keys, parsed, normalized, canonical, digest, applied = native_tool.front(
-            raw, tenant, locale, reference_clock, limits.max_bytes, limits.max_depth
-        )
+        cedar = getattr(snapshot.engine, "native_snapshot", None) if principal is not None else None
+        authz = None
+        if cedar is None:
+            code, keys, parsed, normalized, canonical, digest, applied = native_tool.front(
+                raw, tenant, locale, reference_clock, limits.max_bytes, limits.max_depth
+            )
+        else:
+            front, authz = native_tool.decide(
+                raw,
+                tenant,
+                locale,
+                reference_clock,
+                limits.max_bytes,
+                limits.max_depth,
+                cedar,
+                principal,
+                list(tool.spec.required_capabilities),
+                len(raw) >= DETACH_MIN_BYTES,
+            )
+            code, keys, parsed, normalized, canonical, digest, applied = front
         if code == "defer":
             self.note("deferred")
-        return FrontAnswer(code, keys, parsed, normalized, canonical, digest, tuple(applied))
+        if authz is None:
+            return FrontAnswer(code, keys, parsed, normalized, canonical, digest, tuple(applied))
+        resource, answers = authz
+        return FrontAnswer(
+            code, keys, parsed, normalized, canonical, digest, tuple(applied), resource, tuple(answers)
+        )
 
     def validated(self, tool: CompiledTool, answer: FrontAnswer) -> ValidatedArguments:
         """The :class:`ValidatedArguments` the Python validator would have returned."""
