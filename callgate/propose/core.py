@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from callgate.core.errors import config_invalid
 from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
+from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.normalize import _text_key
@@ -41,11 +42,6 @@ __all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "nati
 
 NATIVE_KINDS: Final = frozenset({"default", "enum_alias", "text", "round", "relative_date"})
 """Normalizer kinds the compiled core runs (``datetime`` needs zone rules: it stays in Python)."""
-DETACH_MIN_BYTES: Final = 4096
-"""Arguments of at least this many bytes are decided with the GIL released. A smaller call
-(tens of microseconds) keeps it: on the event loop's thread, taking the GIL back after a short
-release waits for whichever thread took it (the writer, gRPC's), measured at several times the
-call itself (docs/BENCHMARKS.md, issue 15 hot path)."""
 _SUBSET_EXCLUDED: Final = frozenset({"patternProperties"})
 """Schema keywords that keep a tool's validation in Python (see :func:`_schema_native`)."""
 
@@ -247,7 +243,7 @@ class Core:
         the compiled core, the whole decision is one call (docs/NATIVE.md): the front stages,
         the resource, the Cedar context from the normalized value and one decision per required
         capability (:attr:`FrontAnswer.authz`). The GIL is released for inputs of
-        :data:`DETACH_MIN_BYTES` or more."""
+        ``DETACH_MIN_BYTES`` or more (:mod:`callgate.policy.engines.cedar`)."""
         if self._native is None:
             return None
         if self._snapshot is not snapshot:
@@ -260,7 +256,13 @@ class Core:
         authz = None
         if cedar is None:
             code, keys, parsed, normalized, canonical, digest, applied = native_tool.front(
-                raw, tenant, locale, reference_clock, limits.max_bytes, limits.max_depth
+                raw,
+                tenant,
+                locale,
+                reference_clock,
+                limits.max_bytes,
+                limits.max_depth,
+                len(raw) >= DETACH_MIN_BYTES,
             )
         else:
             front, authz = native_tool.decide(

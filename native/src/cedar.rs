@@ -186,7 +186,9 @@ impl CedarSnapshot {
     }
 
     /// One decision: `(enforcing, shadow)`, each `(effect, [(code, policy id, message)], error
-    /// code)`; `shadow` is None when the snapshot has no shadow policies. The GIL is released.
+    /// code)`; `shadow` is None when the snapshot has no shadow policies. With `detach` (the
+    /// default) the GIL is released.
+    #[pyo3(signature = (principal, action, resource, tenant, context_json, detach=true))]
     fn authorize(
         &self,
         py: Python<'_>,
@@ -195,8 +197,13 @@ impl CedarSnapshot {
         resource: &str,
         tenant: &str,
         context_json: &str,
+        detach: bool,
     ) -> (Answer, Option<Answer>) {
-        py.detach(|| self.decide(principal, action, resource, tenant, context_json))
+        if detach {
+            py.detach(|| self.decide(principal, action, resource, tenant, context_json))
+        } else {
+            self.decide(principal, action, resource, tenant, context_json)
+        }
     }
 
     /// Policies in the enforcing slice of `action` (diagnostics and tests).

@@ -302,6 +302,8 @@ impl Tool {
     ///
     /// Returns `(code, top_level_keys, parsed, normalized, canonical, digest, applied)`; `code` is None on
     /// success, a refusal code (the Python stages then produce the full error), or `"defer"`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, detach=true))]
     fn front<'py>(
         &self,
         py: Python<'py>,
@@ -311,9 +313,11 @@ impl Tool {
         reference_clock: &str,
         max_bytes: usize,
         max_depth: usize,
+        detach: bool,
     ) -> PyResult<FrontResult<'py>> {
         let l = limits(max_bytes, max_depth);
-        let r = py.detach(|| self.run_front(raw, tenant, locale, reference_clock, &l));
+        let work = || self.run_front(raw, tenant, locale, reference_clock, &l);
+        let r = if detach { py.detach(work) } else { work() };
         match r {
             Ok(ok) => front_ok(py, ok),
             Err(e) => Ok(front_err(py, e)),

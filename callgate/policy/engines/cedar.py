@@ -64,6 +64,12 @@ ACTION_TYPE = "Action"
 CONFIRM_ANNOTATION = "confirm"
 SHADOW_ANNOTATION = "shadow"
 
+DETACH_MIN_BYTES = 4096
+"""A compiled-core call on at least this many bytes of input releases the GIL; a smaller one (tens
+of microseconds) keeps it. On the event loop's thread, taking the GIL back after a short release
+waits for whichever thread took it meanwhile (the SQLite writer, gRPC's threads): measured at
+several times the call itself (docs/BENCHMARKS.md, "Issue 15: the hot path")."""
+
 _POLICY_REF = re.compile(r"policy `([^`]+)`")
 
 # The request path calls cedarpy's extension function directly with the context already as a
@@ -591,12 +597,14 @@ class CedarEngine:
     def _decide_native(self, p: CedarPolicies, req: AuthzRequest, context: dict[str, Any]) -> Decision:
         """The same decision in the compiled core (same slices, entities, mapping and denies)."""
         try:
+            context_json = json.dumps(context, ensure_ascii=False)
             main, shadow = p.native.authorize(
                 req.subject.id,
                 req.capability,
                 req.resource,
                 req.subject.tenant,
-                json.dumps(context, ensure_ascii=False),
+                context_json,
+                len(context_json) >= DETACH_MIN_BYTES,
             )
             decision = _with_shadow(main, shadow)
         except Exception:
