@@ -469,6 +469,14 @@ def test_one_call_runs_only_on_the_compiled_cedar() -> None:
     assert one is not None and one.code is None and one.resource == "weather:Paris"
     assert snap.engine.native_decision(one.authz).effect is Effect.ALLOW
     assert core.front(snap, tool, raw, "acme", "en", clock, ParseLimits()).authz is None
+    padded = raw[:-1] + b" " * 5000 + b"}"  # from 4 KiB the call releases the GIL: the same answer
+    big = core.front(snap, tool, padded, "acme", "en", clock, ParseLimits(), "bob")
+    assert big is not None and (big.canonical, big.digest, big.resource, big.authz) == (
+        one.canonical,
+        one.digest,
+        one.resource,
+        one.authz,
+    )
     snap.engine.use_native(False)
     assert core.front(snap, tool, raw, "acme", "en", clock, ParseLimits(), "bob").authz is None
     snap.engine.use_native(True)
