@@ -283,3 +283,208 @@ def test_real_serve_names_the_cedar_core_and_answers_the_same() -> None:
     assert answers["native"] == answers["python"]
     effects = [a[0] for a in answers["native"]]
     assert effects == [pb.ALLOW, pb.CONFIRM, pb.DENY, pb.DENY], answers
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole decision in one call (issue 15 item 5/7): ``Core.front`` with the session's subject
+# runs the front stages, the resource, the Cedar context and the decision in one native call.
+# The pieces are compared with their Python references: ``to_cedar_value`` (cedar.py), the
+# resource template (toolspecs.py), then whole proposals against the Python stages followed by
+# the engine over cedarpy. A defer (the core leaves the decision to the engine) is counted.
+
+N: Any = NATIVE
+CONTEXT_VALUE = st.recursive(
+    st.one_of(
+        JSON_LEAF,
+        st.integers(min_value=-(2**63) - 2, max_value=-(2**63) + 2),
+        st.integers(min_value=2**63 - 2, max_value=2**63 + 2),
+        st.floats(min_value=-1e16, max_value=1e16, allow_nan=False),
+        st.decimals(places=5, min_value=-(10**15), max_value=10**15, allow_nan=False).map(float),
+        st.sampled_from([0.0001, 0.00015, 922337203685477.5, 922337203685477.6, 2.0**53, 1e14 + 0.5]),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(
+            st.one_of(st.sampled_from(["a", "__entity", "__x", "_y", "tool"]), st.text(max_size=3)),
+            inner,
+            max_size=3,
+        ),
+    ),  # fmt: skip
+    max_leaves=10,
+)
+
+
+@PROPS
+@given(CONTEXT_VALUE)
+def test_cedar_context_conversion_is_to_cedar_value(value: Any) -> None:
+    from callgate.policy.engines.cedar import _ContextError, to_cedar_value
+
+    try:
+        want: Any = to_cedar_value(value)
+    except _ContextError:
+        want = None
+    got = N.cedar_context_of(json.dumps(value).encode())
+    if got is None and want is not None:
+        COUNTS["context-defer"] += 1  # the engine converts it (Python), as before
+        return
+    assert (json.loads(got) if got is not None else None) == want, (value, got, want)
+    COUNTS["context-equal"] += 1
+
+
+TEMPLATES = st.sampled_from(
+    ["weather:{city}", "file:{/path}", "x:{/a/0}", "x:{/a~1b}-{/a~0b}", "k:{a}{b}", "k:{{a}}", "k:{}",
+     "k:{a", "k:{/a/01}", "k:{/a/x}", "k:{/}", "k:{/a/١}", "k:{ü}", "plain:"]
+)  # fmt: skip
+TEMPLATE_ARGS = st.dictionaries(
+    st.sampled_from(["a", "b", "city", "path", "a/b", "a~b", "", "ü"]),
+    st.one_of(JSON_LEAF, st.lists(JSON_LEAF, max_size=3), st.dictionaries(st.sampled_from(["", "x", "0"]), JSON_LEAF, max_size=2)),
+    max_size=4,
+)  # fmt: skip
+
+
+@PROPS
+@given(TEMPLATES, TEMPLATE_ARGS)
+def test_resource_rendering_is_the_template(template: str, args: dict[str, Any]) -> None:
+    from callgate.core.errors import CallgateError
+    from callgate.policy.toolspecs import ResourceTemplate
+
+    try:
+        want: str | None = ResourceTemplate.compile(template).render(args)
+    except CallgateError:
+        want = None
+    got = N.render_resource(template, json.dumps(args).encode())
+    if got is None and want is not None:
+        COUNTS["render-defer"] += 1
+        return
+    assert got == want, (template, args, got, want)
+    COUNTS["render-equal"] += 1
+
+
+def _one_call_pair() -> tuple[Any, Core, CedarEngine]:
+    """The example snapshot with the compiled Cedar enabled (the one-call path), a native core
+    prepared on it, and a reference engine over cedarpy on the same loaded policies."""
+    from callgate.policy.snapshot import load_snapshot
+
+    if "pair" not in _ONE_CALL:
+        snap = load_snapshot(POLICIES)
+        core = Core("native")
+        core.prepare(snap, eager=True)
+        assert Core.cedar_core(snap) is CoreKind.NATIVE
+        ref = CedarEngine(snap.engine._p)  # type: ignore[attr-defined]
+        assert not ref.native
+        _ONE_CALL["pair"] = (snap, core, ref)
+    out: tuple[Any, Core, CedarEngine] = _ONE_CALL["pair"]
+    return out
+
+
+_ONE_CALL: dict[str, Any] = {}
+WEATHER, FILES = ("weather.get", "v1"), ("files.delete", "v1")
+ASCII = st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=8)
+ONE_CALL_PROPOSALS = st.one_of(
+    st.tuples(st.just(WEATHER), st.fixed_dictionaries(
+        {"city": st.one_of(st.sampled_from(["Paris", " lyon ", "Lyon", "blocked", "上海", "", "a" * 101]), ASCII),
+         "date": st.sampled_from(["tomorrow", "2026-07-20", "next monday", "today", "Tomorrow ", "x", "2026-02-30"])},
+    )),
+    st.tuples(st.just(FILES), st.fixed_dictionaries(
+        {"path": st.one_of(st.sampled_from(["/etc/passwd", "/tmp/x", "/a/../b", " /Tmp/Y ", "/etc/"]), ASCII.map(lambda t: "/" + t))},
+        optional={"reason": st.one_of(ASCII, st.text(max_size=4))},
+    )),
+    st.tuples(st.sampled_from([WEATHER, FILES]), st.one_of(
+        st.fixed_dictionaries({"city": JSON_LEAF, "date": JSON_LEAF}, optional={"extra": CONTEXT_VALUE}),
+        CONTEXT_VALUE,
+    )),
+)  # fmt: skip
+
+
+@settings(PROPS, max_examples=600)
+@given(proposal=ONE_CALL_PROPOSALS, user=st.sampled_from([*GRID_USERS, ("ü", "ümlaut")]))
+def test_one_call_decision_is_the_reference(
+    proposal: tuple[tuple[str, str], Any], user: tuple[str, str]
+) -> None:
+    """The one-call answer (front stages + resource + context + Cedar) equals the Python stages
+    followed by the engine over cedarpy: the same refusal code or normalized bytes and digest,
+    the same resource and the same decision."""
+    import asyncio
+
+    from callgate.core.errors import RejectedError
+    from callgate.core.model import NormalizationContext
+    from callgate.propose.authorize import authorize_invocation
+    from callgate.propose.normalize import normalize
+    from callgate.propose.parse import ParseLimits, parse_arguments
+
+    tool_key, args = proposal
+    snap, core, ref = _one_call_pair()
+    tool = snap.tools.get(*tool_key)
+    tenant, principal = user
+    clock = "2026-07-19T14:00:00+08:00"
+    raw = json.dumps(args, ensure_ascii=False).encode()
+    answer = core.front(snap, tool, raw, tenant, "en", clock, ParseLimits(), principal)
+    assert answer is not None
+    if answer.code == "defer":
+        COUNTS["one-call-front-defer"] += 1
+        return
+    try:
+        validated = tool.schema.validate(parse_arguments(raw))
+        norm = normalize(
+            validated,
+            tool.normalizers,
+            NormalizationContext(clock, "Asia/Shanghai", "en"),
+            tenant=tenant,
+            tool_name=tool.spec.name,
+            tool_version=tool.spec.version,
+        )
+        code = "schema_violation" if tool.normalized_schema.validate_value(norm.value) else None
+    except RejectedError as exc:
+        code = exc.code.value
+    assert answer.code == code, (args, answer.code, code)
+    if code is not None:
+        assert answer.authz is None
+        COUNTS["one-call-refused"] += 1
+        return
+    assert (answer.canonical, answer.digest) == (norm.canonical, norm.digest)
+    want = asyncio.run(authorize_invocation(ref, tool, norm, Subject(tenant, principal)))
+    if answer.authz is None:
+        COUNTS["one-call-authz-defer"] += 1  # the engine decides, as before
+        return
+    got = snap.engine.native_decision(answer.authz)
+    assert answer.resource == want.resource
+    assert key(got) == key(want.decision), (args, got, want.decision)
+    COUNTS["one-call-" + got.effect.value + (":" + got.error_code if got.error_code else "")] += 1
+
+
+def test_one_call_runs_only_on_the_compiled_cedar() -> None:
+    """Without the subject, on a snapshot whose Cedar runs in cedarpy, or on a closed engine, the
+    core answers the front stages only and the engine decides."""
+    from callgate.policy.snapshot import load_snapshot
+
+    snap = load_snapshot(POLICIES)
+    core = Core("native")
+    core.prepare(snap)
+    tool = snap.tools.get("weather.get", "v1")
+    raw = b'{"city": "Paris", "date": "tomorrow"}'
+    clock = "2026-07-19T14:00:00+08:00"
+    from callgate.propose.parse import ParseLimits
+
+    one = core.front(snap, tool, raw, "acme", "en", clock, ParseLimits(), "bob")
+    assert one is not None and one.code is None and one.resource == "weather:Paris"
+    assert snap.engine.native_decision(one.authz).effect is Effect.ALLOW
+    assert core.front(snap, tool, raw, "acme", "en", clock, ParseLimits()).authz is None
+    padded = raw[:-1] + b" " * 5000 + b"}"  # from 4 KiB the call releases the GIL: the same answer
+    big = core.front(snap, tool, padded, "acme", "en", clock, ParseLimits(), "bob")
+    assert big is not None and (big.canonical, big.digest, big.resource, big.authz) == (
+        one.canonical,
+        one.digest,
+        one.resource,
+        one.authz,
+    )
+    snap.engine.use_native(False)
+    assert core.front(snap, tool, raw, "acme", "en", clock, ParseLimits(), "bob").authz is None
+    snap.engine.use_native(True)
+    import asyncio
+
+    asyncio.run(snap.engine.close())
+    assert core.front(snap, tool, raw, "acme", "en", clock, ParseLimits(), "bob").authz is None
+
+
+def test_one_call_counts_reported() -> None:
+    print(f"one-call parity: {dict(sorted((k, v) for k, v in COUNTS.items() if '-' in k))}")

@@ -303,7 +303,9 @@ WORDS = ["tomorrow", "  Today ", "yesterday", "the day after tomorrow", "in 3 da
          "5 days ago", "next monday", "last Fri.", "this sunday", "sun", "mon", "2026-07-30", "2026-02-30",
          " 2026-07-30 ", "0000-01-01", "tomorrow at 5", "明天", "下周一", "Ｔｏｍｏｒｒｏｗ", "next\tmonday",
          "next  monday", "in 03 days", "in 10000 days", "nextmonday", ""]  # fmt: skip
-texts = st.sampled_from(WORDS) | st.text(st.sampled_from(list(" \t\n\x0b\x1cAbZz-é\u00a0ı")), max_size=10)
+texts = st.sampled_from(WORDS) | st.text(
+    st.sampled_from(list(" \t\n\x0b\x1cAbZz-é\u00a0ı上海\u3400\u9fff\uf900\u3000")), max_size=10
+)
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=False, allow_infinity=False)
     | st.floats(-1000, 1000).map(lambda f: round(f, 4)) | texts,

@@ -164,3 +164,53 @@ def test_a_field_type_without_a_conversion_is_refused() -> None:
 
     with pytest.raises(TypeError, match="Odd.when: no SQLite conversion"):
         _RowMapping.of(Odd)  # type: ignore[type-var]
+
+
+def test_keyless_invocations_of_one_batch_are_one_statement_per_table(tmp_path: Path) -> None:
+    """Issue 15 item 10: the writer runs the keyless ``create_invocation`` of one batch as one
+    INSERT per table (and one usage upsert per session); when that merged run fails (here a
+    duplicate invocation id), it is rolled back and each runs alone: only the bad one fails."""
+    import threading
+
+    from callgate.core.errors import CallgateError
+    from callgate.store.base import Usage
+
+    def record(n: int) -> tuple[InvocationRecord, list[EventRecord]]:
+        inv = replace(INVOCATION, invocation_id=f"inv-{n}", idempotency_key="", attempts=0)
+        evs = [replace(EVENT, event_id=f"ev-{n}-{k}", invocation_id=f"inv-{n}", seq=k) for k in (1, 2)]
+        return inv, evs
+
+    async def batch(store: SQLiteStore, ns: list[int], usage: dict[str, Usage]) -> list[object]:
+        hold = threading.Event()
+        blocked = asyncio.ensure_future(store.worker.run(lambda c: hold.wait(10)))
+        await asyncio.sleep(0.05)  # the worker holds the blocker: what follows queues as one batch
+        calls = [store.create_invocation(*record(n), usage) for n in ns]
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        await asyncio.sleep(0.05)
+        hold.set()
+        await blocked
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s.db")
+        statements: list[str] = []
+        try:
+            await store.worker.run(lambda c: c.set_trace_callback(statements.append))
+            one = {"ses-1": Usage(tool_calls=1)}
+            assert await batch(store, [1, 2, 3, 4], one) == [None] * 4
+            assert sum(s.startswith("INSERT INTO invocations") for s in statements) == 1
+            assert sum(s.startswith("INSERT INTO events") for s in statements) == 1
+            assert sum(s.startswith("INSERT INTO usage") for s in statements) == 1
+            assert not any(s.startswith("SAVEPOINT op") for s in statements)
+            got = await batch(store, [5, 2, 6], one)  # inv-2 exists: the merged run fails
+            assert got[0] is None and got[2] is None
+            assert isinstance(got[1], CallgateError) and got[1].code.value == "store_unavailable"
+            for n in (1, 2, 3, 4, 5, 6):
+                inv = await store.get_invocation(f"inv-{n}")
+                assert inv is not None and len(await store.list_events(f"inv-{n}")) == 2
+            total = await store.worker.run(lambda c: c.execute("SELECT tool_calls FROM usage").fetchone()[0])
+            assert total == 6  # 4 + the two of the second batch that were written
+        finally:
+            await store.close()
+
+    asyncio.run(main())

@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from callgate.core.errors import config_invalid
 from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
+from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.normalize import _text_key
@@ -128,6 +129,12 @@ class FrontAnswer:
     canonical: bytes = b""
     digest: str = ""
     applied: tuple[str, ...] = ()
+    resource: str = ""
+    """With :attr:`authz`: the rendered resource."""
+    authz: tuple[Any, ...] | None = None
+    """The one-call decision (:meth:`Core.front` given a compiled Cedar snapshot): the compiled
+    snapshot's ``(enforcing, shadow)`` answers, one per capability; None when the core did not
+    decide (the engine then decides as before)."""
 
 
 class Core:
@@ -195,7 +202,9 @@ class Core:
         if not isinstance(plan, str):
             steps, schema, normalized = plan
             try:
-                native_tool = self._native.Tool(tool.spec.name, tool.spec.version, steps, schema, normalized)
+                native_tool = self._native.Tool(
+                    tool.spec.name, tool.spec.version, steps, schema, normalized, tool.resource.template
+                )
             except ValueError as exc:
                 reason = str(exc)
         with self._lock:
@@ -226,8 +235,15 @@ class Core:
         locale: str,
         reference_clock: str,
         limits: ParseLimits,
+        principal: str | None = None,
     ) -> FrontAnswer | None:
-        """The native answer, or None when this tool runs the Python stages."""
+        """The native answer, or None when this tool runs the Python stages.
+
+        With ``principal`` (the session's subject) and a snapshot whose Cedar decisions run in
+        the compiled core, the whole decision is one call (docs/NATIVE.md): the front stages,
+        the resource, the Cedar context from the normalized value and one decision per required
+        capability (:attr:`FrontAnswer.authz`). The GIL is released for inputs of
+        ``DETACH_MIN_BYTES`` or more (:mod:`callgate.policy.engines.cedar`)."""
         if self._native is None:
             return None
         if self._snapshot is not snapshot:
@@ -236,12 +252,40 @@ class Core:
         if native_tool is None:
             self.note("unsupported_tool")
             return None
-        code, keys, parsed, normalized, canonical, digest, applied = native_tool.front(
-            raw, tenant, locale, reference_clock, limits.max_bytes, limits.max_depth
-        )
+        cedar = getattr(snapshot.engine, "native_snapshot", None) if principal is not None else None
+        authz = None
+        if cedar is None:
+            code, keys, parsed, normalized, canonical, digest, applied = native_tool.front(
+                raw,
+                tenant,
+                locale,
+                reference_clock,
+                limits.max_bytes,
+                limits.max_depth,
+                len(raw) >= DETACH_MIN_BYTES,
+            )
+        else:
+            front, authz = native_tool.decide(
+                raw,
+                tenant,
+                locale,
+                reference_clock,
+                limits.max_bytes,
+                limits.max_depth,
+                cedar,
+                principal,
+                list(tool.spec.required_capabilities),
+                len(raw) >= DETACH_MIN_BYTES,
+            )
+            code, keys, parsed, normalized, canonical, digest, applied = front
         if code == "defer":
             self.note("deferred")
-        return FrontAnswer(code, keys, parsed, normalized, canonical, digest, tuple(applied))
+        if authz is None:
+            return FrontAnswer(code, keys, parsed, normalized, canonical, digest, tuple(applied))
+        resource, answers = authz
+        return FrontAnswer(
+            code, keys, parsed, normalized, canonical, digest, tuple(applied), resource, tuple(answers)
+        )
 
     def validated(self, tool: CompiledTool, answer: FrontAnswer) -> ValidatedArguments:
         """The :class:`ValidatedArguments` the Python validator would have returned."""

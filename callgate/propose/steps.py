@@ -45,7 +45,7 @@ from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.authorize import authorize_invocation
+from callgate.propose.authorize import AuthorizationResult, authorize_invocation
 from callgate.propose.core import Core
 from callgate.propose.normalize import load_zone, normalize
 from callgate.propose.outcome import Rejection, decision_to_dict
@@ -73,6 +73,9 @@ class ProposeCall:
     """``name version`` of the validator, once the arguments validated."""
     dialect: str = ""
     decision: dict[str, object] | None = field(default=None)
+    authorization: AuthorizationResult | None = None
+    """The decision the compiled core made in the same call as the front stages (one call,
+    docs/NATIVE.md); :func:`authorize` records it instead of asking the engine."""
 
     @property
     def at(self) -> str:
@@ -289,6 +292,7 @@ def front(
             session.locale,
             ctx.reference_clock,
             limits,
+            session.subject,
         )
     if answer is not None and answer.code is None and ctx is not None:
         validated = core.validated(tool, answer)
@@ -296,6 +300,10 @@ def front(
         _parsed_event(call, answer.top_level_keys)
         _validated_event(call, tool, validated)
         _normalized_event(call, normalized)
+        if answer.authz is not None:
+            engine = call.snapshot.engine
+            decision = engine.native_decision(answer.authz)  # type: ignore[attr-defined]
+            call.authorization = AuthorizationResult(decision, answer.resource, ())
         return validated, normalized
     parsed = parse(call, limits)
     if isinstance(parsed, Rejection):
@@ -312,7 +320,9 @@ def front(
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
     """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
     subject = call.subject
-    result = await authorize_invocation(call.snapshot.engine, tool, normalized, subject)
+    result = call.authorization
+    if result is None:
+        result = await authorize_invocation(call.snapshot.engine, tool, normalized, subject)
     decision = result.decision
     call.decision = decision_to_dict(decision)
     data = {

@@ -334,7 +334,46 @@ def _read_tool_view(c: sqlite3.Connection, session_id: str, model_call_id: str) 
     return None if row is None else _tool_view(row)
 
 
-def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> None:
+@dataclass(frozen=True, slots=True)
+class _NewInvocation:
+    """``create_invocation`` without a key: the invocation row, its events (numbered from 1)
+    and the pending usage. The writer runs consecutive ones as one (:meth:`run_many`): one
+    INSERT for their invocations, one for their events, one upsert per session's usage."""
+
+    row: tuple[Any, ...]
+    events: tuple[EventRecord, ...]
+    usage: dict[str, Usage]
+
+    def __call__(self, c: sqlite3.Connection) -> None:
+        self.run_many(c, (self,))
+
+    def run_many(self, c: sqlite3.Connection, ops: Sequence[_NewInvocation]) -> list[None]:
+        limit = c.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        width = len(_INVOCATIONS.columns)
+        rows = [op.row for op in ops]
+        per = max(1, limit // width)
+        for k in range(0, len(rows), per):
+            chunk = rows[k : k + per]
+            c.execute(_insert_invocations_sql(len(chunk)), [v for r in chunk for v in r])
+        _insert_events(c, [e for op in ops for e in op.events], limit)
+        total: dict[str, list[int]] = {}
+        for op in ops:
+            for sid, u in op.usage.items():
+                t = total.setdefault(sid, [0, 0, 0, 0])
+                for n, v in enumerate(_usage_row(u)):
+                    t[n] += v
+        if total:
+            c.executemany(_ADD_USAGE, [(sid, *t) for sid, t in total.items()])
+        return [None] * len(ops)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_invocations_sql(n: int) -> str:
+    one = "(" + ",".join("?" * len(_INVOCATIONS.columns)) + ")"
+    return f"INSERT INTO invocations ({_INV_COLS}) VALUES " + ",".join([one] * n)
+
+
+def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord], limit: int = 0) -> None:
     if events and events[0].seq == 0:  # appended to an existing invocation: next numbers
         (last,) = conn.execute(
             "SELECT COALESCE(MAX(seq), 0) FROM events WHERE invocation_id=?", (events[0].invocation_id,)
@@ -342,14 +381,17 @@ def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord]) -> N
         events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
     if not events:
         return
-    params: list[Any] = []
-    for e in events:
-        params += (
-            e.invocation_id, e.seq, e.event_id, e.at, e.kind,
-            e.from_state.value if e.from_state else None, e.to_state.value,
-            e.trace_id, e.span_id, _dump(dict(e.data)),
-        )  # fmt: skip
-    conn.execute(_insert_events_sql(len(events)), params)  # one statement: one step for all rows
+    per = max(1, (limit or conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)) // 10)
+    for k in range(0, len(events), per):
+        chunk = events[k : k + per]
+        params: list[Any] = []
+        for e in chunk:
+            params += (
+                e.invocation_id, e.seq, e.event_id, e.at, e.kind,
+                e.from_state.value if e.from_state else None, e.to_state.value,
+                e.trace_id, e.span_id, _dump(dict(e.data)),
+            )  # fmt: skip
+        conn.execute(_insert_events_sql(len(chunk)), params)  # one statement: one step for all rows
 
 
 @functools.lru_cache(maxsize=64)
@@ -573,6 +615,9 @@ class SQLiteStore:
         claim: KeyClaim | None = None,
     ) -> ClaimResult | None:
         row = _INVOCATIONS.row(record)
+        if claim is None and not record.idempotency_key and events and events[0].seq != 0:
+            # the common Propose: merged with its batch's like it (one statement per table)
+            return await self._call(_NewInvocation(row, tuple(events), dict(usage or {})))
 
         def op(c: sqlite3.Connection) -> ClaimResult | None:
             if claim is not None:

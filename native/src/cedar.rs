@@ -32,7 +32,7 @@ const ACTION_TYPE: &str = "Action";
 /// (code, policy id, message)
 type ReasonT = (String, String, String);
 /// (effect, reasons, error code)
-type Answer = (String, Vec<ReasonT>, String);
+pub(crate) type Answer = (String, Vec<ReasonT>, String);
 
 struct Slice {
     set: PolicySet,
@@ -186,7 +186,9 @@ impl CedarSnapshot {
     }
 
     /// One decision: `(enforcing, shadow)`, each `(effect, [(code, policy id, message)], error
-    /// code)`; `shadow` is None when the snapshot has no shadow policies. The GIL is released.
+    /// code)`; `shadow` is None when the snapshot has no shadow policies. With `detach` (the
+    /// default) the GIL is released.
+    #[pyo3(signature = (principal, action, resource, tenant, context_json, detach=true))]
     fn authorize(
         &self,
         py: Python<'_>,
@@ -195,8 +197,13 @@ impl CedarSnapshot {
         resource: &str,
         tenant: &str,
         context_json: &str,
+        detach: bool,
     ) -> (Answer, Option<Answer>) {
-        py.detach(|| self.decide(principal, action, resource, tenant, context_json))
+        if detach {
+            py.detach(|| self.decide(principal, action, resource, tenant, context_json))
+        } else {
+            self.decide(principal, action, resource, tenant, context_json)
+        }
     }
 
     /// Policies in the enforcing slice of `action` (diagnostics and tests).
@@ -225,6 +232,34 @@ impl CedarSnapshot {
         tenant: &str,
         context_json: &str,
     ) -> (Answer, Option<Answer>) {
+        self.decide_with(principal, action, resource, tenant, |a| {
+            Context::from_json_str(context_json, Some((&self.schema, a))).map_err(|_| ())
+        })
+    }
+
+    /// One decision with the context already as a JSON value (the one-call Propose decision of
+    /// `lib.rs`: the context built from the normalized arguments, never serialized to text).
+    pub(crate) fn decide_value(
+        &self,
+        principal: &str,
+        action: &str,
+        resource: &str,
+        tenant: &str,
+        context: &serde_json::Value,
+    ) -> (Answer, Option<Answer>) {
+        self.decide_with(principal, action, resource, tenant, |a| {
+            Context::from_json_value(context.clone(), Some((&self.schema, a))).map_err(|_| ())
+        })
+    }
+
+    fn decide_with(
+        &self,
+        principal: &str,
+        action: &str,
+        resource: &str,
+        tenant: &str,
+        context: impl FnOnce(&EntityUid) -> Result<Context, ()>,
+    ) -> (Answer, Option<Answer>) {
         let engine_error = || fault("engine_error", "the Cedar engine raised an exception");
         let entities = match self.entities_for(tenant, principal, resource, action) {
             Ok(e) => e,
@@ -233,7 +268,7 @@ impl CedarSnapshot {
                 return (engine_error(), shadow);
             }
         };
-        let request = self.request(principal, action, resource, context_json);
+        let request = self.request(principal, action, resource, context);
         let enforcing = &self.slices[*self
             .enforcing
             .get(action)
@@ -251,12 +286,12 @@ impl CedarSnapshot {
         principal: &str,
         action: &str,
         resource: &str,
-        context_json: &str,
+        context: impl FnOnce(&EntityUid) -> Result<Context, ()>,
     ) -> Result<Request, ()> {
         let p = uid(PRINCIPAL_TYPE, principal).map_err(|_| ())?;
         let a = uid(ACTION_TYPE, action).map_err(|_| ())?;
         let r = uid(RESOURCE_TYPE, resource).map_err(|_| ())?;
-        let ctx = Context::from_json_str(context_json, Some((&self.schema, &a))).map_err(|_| ())?;
+        let ctx = context(&a)?;
         Request::new(p, a, r, ctx, Some(&self.schema)).map_err(|_| ())
     }
 

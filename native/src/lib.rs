@@ -151,6 +151,8 @@ struct Tool {
     steps: Vec<Step>,
     schema: Option<schema::Schema>,
     normalized_schema: Option<schema::Schema>,
+    /// The ToolSpec's `resource_template` (`kind:{field}`), for the one-call decision.
+    resource: Option<String>,
 }
 
 fn parse_text(text: &str) -> PyResult<Value> {
@@ -163,14 +165,16 @@ impl Tool {
     /// `normalizers`: `(kind, field, options_json, alias_table)` per declaration, in order, as
     /// validated by `NormalizerChain.build`; `alias_table` maps `_text_key(alias)` to its target.
     /// `schema_json` / `normalized_schema_json`: the schema documents when in the native subset.
+    /// `resource_template`: the ToolSpec's, when the one-call decision (`decide`) may run.
     #[new]
-    #[pyo3(signature = (name, version, normalizers, schema_json=None, normalized_schema_json=None))]
+    #[pyo3(signature = (name, version, normalizers, schema_json=None, normalized_schema_json=None, resource_template=None))]
     fn new(
         name: String,
         version: String,
         normalizers: Vec<(String, String, String, HashMap<String, String>)>,
         schema_json: Option<String>,
         normalized_schema_json: Option<String>,
+        resource_template: Option<String>,
     ) -> PyResult<Self> {
         let mut steps = Vec::new();
         for (kind, field, options_json, table) in normalizers {
@@ -237,6 +241,7 @@ impl Tool {
             steps,
             schema,
             normalized_schema,
+            resource: resource_template,
         })
     }
 
@@ -297,6 +302,8 @@ impl Tool {
     ///
     /// Returns `(code, top_level_keys, parsed, normalized, canonical, digest, applied)`; `code` is None on
     /// success, a refusal code (the Python stages then produce the full error), or `"defer"`.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, detach=true))]
     fn front<'py>(
         &self,
         py: Python<'py>,
@@ -306,39 +313,54 @@ impl Tool {
         reference_clock: &str,
         max_bytes: usize,
         max_depth: usize,
+        detach: bool,
     ) -> PyResult<FrontResult<'py>> {
         let l = limits(max_bytes, max_depth);
-        let r = py.detach(|| self.run_front(raw, tenant, locale, reference_clock, &l));
+        let work = || self.run_front(raw, tenant, locale, reference_clock, &l);
+        let r = if detach { py.detach(work) } else { work() };
         match r {
-            Ok((keys, parsed, v, canonical, digest, applied)) => {
-                let normalized = to_py(py, &v)?;
-                // the parsed value is the same object when no normalizer changed anything
-                let parsed = match (&parsed, applied.is_empty()) {
-                    (Some(p), false) => to_py(py, p)?,
-                    _ => normalized.clone(),
-                };
-                Ok((
-                    None,
-                    keys,
-                    parsed,
-                    normalized,
-                    PyBytes::new(py, &canonical),
-                    digest,
-                    applied,
-                ))
-            }
-            Err(e) => {
-                let none = py.None().into_bound(py);
-                Ok((
-                    Some(e.code()),
-                    0,
-                    none.clone(),
-                    none,
-                    PyBytes::new(py, b""),
-                    String::new(),
-                    vec![],
-                ))
-            }
+            Ok(ok) => front_ok(py, ok),
+            Err(e) => Ok(front_err(py, e)),
+        }
+    }
+
+    /// The whole Propose decision in one call: the front stages of `front`, then the resource
+    /// (`resource_template` over the normalized value), the Cedar context built from the
+    /// normalized value with `to_cedar_value`'s rules, and one Cedar decision per capability on
+    /// `cedar` (the snapshot's `CedarSnapshot`). With `detach` the GIL is released for all of it.
+    ///
+    /// Returns the 7 values of `front` and `authz`: None when the front did not accept or when
+    /// the authorization cannot be answered exactly here (a resource field missing or not a
+    /// string/integer, a value the context conversion refuses or cannot match exactly: the
+    /// Python engine then decides, and reports the fault), else `(resource, [(enforcing,
+    /// shadow)] per capability)` as `CedarSnapshot.authorize` answers.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, cedar, principal, capabilities, detach))]
+    fn decide<'py>(
+        &self,
+        py: Python<'py>,
+        raw: &[u8],
+        tenant: &str,
+        locale: &str,
+        reference_clock: &str,
+        max_bytes: usize,
+        max_depth: usize,
+        cedar: &Bound<'py, cedar::CedarSnapshot>,
+        principal: &str,
+        capabilities: Vec<String>,
+        detach: bool,
+    ) -> PyResult<(FrontResult<'py>, Option<Authz>)> {
+        let l = limits(max_bytes, max_depth);
+        let snap = cedar.get();
+        let work = || {
+            let ok = self.run_front(raw, tenant, locale, reference_clock, &l)?;
+            let authz = self.authorize(&ok.2, snap, tenant, principal, &capabilities);
+            Ok::<_, Refusal>((ok, authz))
+        };
+        let r = if detach { py.detach(work) } else { work() };
+        match r {
+            Ok((ok, authz)) => Ok((front_ok(py, ok)?, authz)),
+            Err(e) => Ok((front_err(py, e), None)),
         }
     }
 }
@@ -355,7 +377,186 @@ type FrontResult<'py> = (
 
 type FrontOk = (usize, Option<Value>, Value, Vec<u8>, String, Vec<String>);
 
+/// `(resource, [(enforcing, shadow)] per capability)`
+type Authz = (String, Vec<(cedar::Answer, Option<cedar::Answer>)>);
+
+fn front_ok<'py>(py: Python<'py>, ok: FrontOk) -> PyResult<FrontResult<'py>> {
+    let (keys, parsed, v, canonical, digest, applied) = ok;
+    let normalized = to_py(py, &v)?;
+    // the parsed value is the same object when no normalizer changed anything
+    let parsed = match (&parsed, applied.is_empty()) {
+        (Some(p), false) => to_py(py, p)?,
+        _ => normalized.clone(),
+    };
+    Ok((
+        None,
+        keys,
+        parsed,
+        normalized,
+        PyBytes::new(py, &canonical),
+        digest,
+        applied,
+    ))
+}
+
+fn front_err<'py>(py: Python<'py>, e: Refusal) -> FrontResult<'py> {
+    let none = py.None().into_bound(py);
+    (
+        Some(e.code()),
+        0,
+        none.clone(),
+        none,
+        PyBytes::new(py, b""),
+        String::new(),
+        vec![],
+    )
+}
+
+/// `to_cedar_value` of `callgate/policy/engines/cedar.py` on a parsed value, or None where the
+/// reference refuses the value (a `__` key, an integer outside Long, a number that is no Cedar
+/// decimal) or where this could not match it exactly (a non-integral number of 10^14 or more):
+/// the Python engine then decides and reports it.
+fn cedar_value(v: &Value) -> Option<serde_json::Value> {
+    use serde_json::Value as J;
+    Some(match v {
+        Value::Null => return None,
+        Value::Bool(b) => J::Bool(*b),
+        Value::Str(s) => J::String(s.clone()),
+        Value::Num(Num::Int(i)) => J::from(*i),
+        Value::Num(Num::Big(_)) => return None,
+        Value::Num(Num::Float(f)) => cedar_float(*f)?,
+        Value::Array(items) => J::Array(
+            items
+                .iter()
+                .filter(|x| !matches!(x, Value::Null))
+                .map(cedar_value)
+                .collect::<Option<Vec<_>>>()?,
+        ),
+        Value::Object(members) => {
+            let mut out = serde_json::Map::new();
+            for (k, x) in members {
+                if k.starts_with("__") {
+                    return None;
+                }
+                if matches!(x, Value::Null) {
+                    continue;
+                }
+                out.insert(k.clone(), cedar_value(x)?);
+            }
+            J::Object(out)
+        }
+    })
+}
+
+/// A float as `to_cedar_value` converts it: an integral value below 2^53 is a Long, else a
+/// Cedar `decimal` of Python's `repr` digits (the shortest round-trip digits, as Rust's
+/// `Display` writes them) with at most 4 fractional digits.
+fn cedar_float(f: f64) -> Option<serde_json::Value> {
+    if f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0 {
+        return Some(serde_json::Value::from(f as i64));
+    }
+    if !(f.abs() < 1e14) {
+        return None;
+    }
+    let text = format!("{f}");
+    if text.contains(['e', 'E']) || text.split_once('.').map_or(0, |(_, b)| b.len()) > 4 {
+        return None;
+    }
+    Some(serde_json::json!({"__extn": {"fn": "decimal", "arg": text}}))
+}
+
+/// `ResourceTemplate.render` of toolspecs.py over the normalized value, or None where it would
+/// raise (or where this cannot match it exactly): the Python engine then decides.
+fn render(template: &str, args: &Value) -> Option<String> {
+    let b = template.as_bytes();
+    let (mut out, mut i, mut last) = (String::with_capacity(template.len() + 16), 0, 0);
+    while i < b.len() {
+        if b[i] != b'{' {
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < b.len() && b[j] != b'{' && b[j] != b'}' {
+            j += 1;
+        }
+        if j < b.len() && b[j] == b'}' && j > i + 1 {
+            out.push_str(&template[last..i]);
+            out.push_str(&render_field(&template[i + 1..j], args)?);
+            i = j + 1;
+            last = i;
+        } else {
+            i = j; // the regex retries from the next brace
+        }
+    }
+    out.push_str(&template[last..]);
+    Some(out)
+}
+
+fn render_field(name: &str, args: &Value) -> Option<String> {
+    let parts: Vec<&str> = match name.strip_prefix('/') {
+        Some(rest) => rest.split('/').collect(),
+        None => vec![name],
+    };
+    let mut node = args;
+    for part in parts {
+        let part = part.replace("~1", "/").replace("~0", "~");
+        node = match node {
+            Value::Object(_) => node.get(&part)?,
+            Value::Array(items) => {
+                if part.is_empty() || !part.bytes().all(|c| c.is_ascii_digit()) {
+                    return None;
+                }
+                items.get(part.parse::<usize>().ok()?)?
+            }
+            _ => return None,
+        };
+    }
+    match node {
+        Value::Str(s) => Some(s.clone()),
+        Value::Num(Num::Int(i)) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+/// `to_cedar_value` of a JSON document as Cedar JSON text, or None (parity tests).
+#[pyfunction]
+fn cedar_context_of(raw: &[u8]) -> Option<String> {
+    let v = json::parse_document(raw, &limits(usize::MAX, usize::MAX)).ok()?;
+    cedar_value(&v).map(|j| j.to_string())
+}
+
+/// `ResourceTemplate.render` of a JSON document, or None (parity tests).
+#[pyfunction]
+fn render_resource(template: &str, raw: &[u8]) -> Option<String> {
+    let v = json::parse_document(raw, &limits(usize::MAX, usize::MAX)).ok()?;
+    render(template, &v)
+}
+
 impl Tool {
+    fn authorize(
+        &self,
+        normalized: &Value,
+        snap: &cedar::CedarSnapshot,
+        tenant: &str,
+        principal: &str,
+        capabilities: &[String],
+    ) -> Option<Authz> {
+        let resource = render(self.resource.as_deref()?, normalized)?;
+        let mut context = serde_json::Map::new();
+        context.insert(
+            "tool".into(),
+            format!("{}@{}", self.name, self.version).into(),
+        );
+        context.insert("args".into(), cedar_value(normalized)?);
+        context.insert("tenant".into(), tenant.into());
+        let context = serde_json::Value::Object(context);
+        let answers = capabilities
+            .iter()
+            .map(|cap| snap.decide_value(principal, cap, &resource, tenant, &context))
+            .collect();
+        Some((resource, answers))
+    }
+
     fn run_front(
         &self,
         raw: &[u8],
@@ -408,6 +609,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_of, m)?)?;
     m.add_function(wrap_pyfunction!(format_number, m)?)?;
     m.add_function(wrap_pyfunction!(invocation_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(cedar_context_of, m)?)?;
+    m.add_function(wrap_pyfunction!(render_resource, m)?)?;
     m.add_class::<Tool>()?;
     m.add_class::<cedar::CedarSnapshot>()?;
     Ok(())

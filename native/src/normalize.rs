@@ -86,6 +86,14 @@ pub fn parse_pointer(field: &str) -> Vec<Seg> {
         .collect()
 }
 
+/// CJK Unified Ideographs and Extension A: no decomposition (NFC and NFKC keep them), no case,
+/// not whitespace, and nothing composes with them, so the `text` leaf treats them as the
+/// reference does (Python's NFC, `strip`, `\s`, `lower`/`upper`) with the ASCII rules.
+/// Compatibility ideographs (U+F900...) and the ideographic space are outside: they defer.
+fn cjk_ideograph(c: char) -> bool {
+    matches!(c, '\u{3400}'..='\u{4DBF}' | '\u{4E00}'..='\u{9FFF}')
+}
+
 fn py_space(b: u8) -> bool {
     matches!(b, 0x09..=0x0d | 0x1c..=0x20)
 }
@@ -154,7 +162,7 @@ fn apply_leaf(leaf: &Leaf, node: &Value, ctx: &Ctx) -> Result<Option<Value>, Lea
         }
         Leaf::Text { collapse: c, case } => {
             let Value::Str(s) = node else { return Ok(None) };
-            if !s.is_ascii() {
+            if !s.chars().all(|ch| ch.is_ascii() || cjk_ideograph(ch)) {
                 return Err(LeafError::Defer);
             }
             let mut out = strip(s).to_string();

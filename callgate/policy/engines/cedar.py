@@ -37,7 +37,7 @@ import cedarpy
 
 from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
-from callgate.policy.engines.base import Readiness, fault
+from callgate.policy.engines.base import Readiness, combine, fault
 from callgate.policy.engines.cedar_slices import (
     LITERALS,
     EntityIndex,
@@ -63,6 +63,12 @@ RESOURCE_TYPE = "Resource"
 ACTION_TYPE = "Action"
 CONFIRM_ANNOTATION = "confirm"
 SHADOW_ANNOTATION = "shadow"
+
+DETACH_MIN_BYTES = 4096
+"""A compiled-core call on at least this many bytes of input releases the GIL; a smaller one (tens
+of microseconds) keeps it. On the event loop's thread, taking the GIL back after a short release
+waits for whichever thread took it meanwhile (the SQLite writer, gRPC's threads): measured at
+several times the call itself (docs/BENCHMARKS.md, "Issue 15: the hot path")."""
 
 _POLICY_REF = re.compile(r"policy `([^`]+)`")
 
@@ -497,6 +503,20 @@ def _native_decision(answer: tuple[str, list[tuple[str, str, str]], str]) -> Dec
     )
 
 
+def _with_shadow(
+    main: tuple[str, list[tuple[str, str, str]], str],
+    shadow: tuple[str, list[tuple[str, str, str]], str] | None,
+) -> Decision:
+    """One capability's decision from the compiled core's answers (the shadow effect reported
+    when it differs, as :meth:`CedarEngine._decide` does)."""
+    decision = _native_decision(main)
+    if shadow is not None:
+        would = _native_decision(shadow)
+        if would.effect is not decision.effect:
+            decision = replace(decision, shadow_effect=would.effect.value, shadow_policy_ids=would.policy_ids)
+    return decision
+
+
 def _release(p: CedarPolicies) -> None:
     p.entity_cache.clear()
     for table in (p.slices.by_action, p.slices.shadow_by_action):
@@ -524,6 +544,18 @@ class CedarEngine:
     def native(self) -> bool:
         """Whether the compiled core decides (``callgate serve`` names it)."""
         return self._native
+
+    @property
+    def native_snapshot(self) -> Any:
+        """The compiled snapshot when the compiled core decides and the engine is open, else
+        None: the one-call Propose decision (:meth:`callgate.propose.core.Core.front`) runs on
+        it, and :meth:`native_decision` reads its answers."""
+        return self._p.native if self._native and not self._closed else None
+
+    def native_decision(self, answers: Sequence[tuple[Any, Any]]) -> Decision:
+        """The combined decision of the compiled core's ``(enforcing, shadow)`` answers, one per
+        capability: what :meth:`authorize_batch` and ``combine`` give for the same requests."""
+        return combine([_with_shadow(main, shadow) for main, shadow in answers], ENGINE_NAME)
 
     @property
     def name(self) -> str:
@@ -617,20 +649,16 @@ class CedarEngine:
     def _decide_native(self, p: CedarPolicies, req: AuthzRequest, context: dict[str, Any]) -> Decision:
         """The same decision in the compiled core (same slices, entities, mapping and denies)."""
         try:
+            context_json = json.dumps(context, ensure_ascii=False)
             main, shadow = p.native.authorize(
                 req.subject.id,
                 req.capability,
                 req.resource,
                 req.subject.tenant,
-                json.dumps(context, ensure_ascii=False),
+                context_json,
+                len(context_json) >= DETACH_MIN_BYTES,
             )
-            decision = _native_decision(main)
-            if shadow is not None:
-                would = _native_decision(shadow)
-                if would.effect is not decision.effect:
-                    decision = replace(
-                        decision, shadow_effect=would.effect.value, shadow_policy_ids=would.policy_ids
-                    )
+            decision = _with_shadow(main, shadow)
         except Exception:
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, "the Cedar engine raised an exception")
         return decision
