@@ -40,6 +40,7 @@ documents an OPA server must serve stay exactly ``data.json``; see :class:`RegoP
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -143,6 +144,10 @@ def contract_value(value: JSONValue, path: str = "") -> JSONValue:
         if not isinstance(exp, int) or exp < -4 or abs(d) >= _DECIMAL_MAX:
             raise RequestError(f"{path or '/'}: number with more than 4 fractional digits or out of range")
         return value
+    if isinstance(value, Decimal):  # a decimal argument (the ``decimal`` normalizer): a number
+        if not value.is_finite() or abs(value) >= _DECIMAL_MAX:
+            raise RequestError(f"{path or '/'}: decimal out of range")
+        return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, Mapping):
         out: dict[str, JSONValue] = {}
         for k, v in value.items():
@@ -346,7 +351,13 @@ def load_rego_dir(directory: Path, shadow: Sequence[str] = ()) -> RegoPolicies:
                 f"data.json: '{PACKAGE_ROOT}.{SHADOW_KEY}' must be an array of policy ids", data_path
             )
         data, data_text = parsed, raw.decode("utf-8")
-        digest.update(b"data\x00" + raw + b"\x00")
+    # One declaration per tool (callgate/policy/declare.py): schema actions data.json does not
+    # declare come from the ToolSpecs, users and roles from principals.json
+    from callgate.policy.declare import declared
+
+    data = declared(directory.parent).rego_data(data, str(data_path))
+    data_text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    digest.update(b"data\x00" + data_text.encode() + b"\x00")
     config_shadow = tuple(sorted(set(shadow)))
     if config_shadow:
         digest.update(b"shadow\x00" + "\x00".join(config_shadow).encode() + b"\x00")
