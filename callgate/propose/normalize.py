@@ -33,7 +33,7 @@ from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Final
 from zoneinfo import ZoneInfo
 
 from callgate.core import jsonpointer
@@ -564,9 +564,25 @@ class DateVocabulary:
         return _weekday_delta(today.weekday(), self.weekdays[name], rule)
 
 
-def _table(**kw: Any) -> DateVocabulary:
-    frozen = {k: MappingProxyType(dict(v)) if isinstance(v, dict) else v for k, v in kw.items()}
-    return DateVocabulary(**frozen)
+def _table(
+    fixed: dict[str, int],
+    counts: tuple[tuple[re.Pattern[str], int], ...],
+    units: dict[str, int],
+    weekdays: dict[str, int],
+    articles: frozenset[str] = frozenset(),
+    prefixes: dict[str, str] | None = None,
+    suffixes: dict[str, str] | None = None,
+) -> DateVocabulary:
+    """A vocabulary with read-only tables."""
+    return DateVocabulary(
+        fixed=MappingProxyType(fixed),
+        counts=counts,
+        units=MappingProxyType(units),
+        weekdays=MappingProxyType(weekdays),
+        articles=articles,
+        prefixes=MappingProxyType(prefixes or {}),
+        suffixes=MappingProxyType(suffixes or {}),
+    )
 
 
 _N = r"(?P<n>[0-9]{1,4})"
