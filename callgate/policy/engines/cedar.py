@@ -8,6 +8,10 @@ Policy files live in ``<policy dir>/cedar/``:
   request and entity set is checked against it at evaluation;
 * ``entities.json``    -- users, roles and any static resources.
 
+``schema.cedarschema`` and ``entities.json`` are optional (legacy): actions they do not declare
+come from the ToolSpecs, users and roles from ``<policy dir>/principals.json``
+(:mod:`callgate.policy.declare`).
+
 Everything is parsed once into an immutable :class:`CedarPolicies` snapshot held by one engine; a
 reload builds a new engine (and policy snapshot) and swaps the snapshot reference atomically, so a
 request sees either the old or the new policies, never a mix.

@@ -272,9 +272,11 @@ class RegoPolicies:
     modules: tuple[tuple[str, str], ...]
     """``(path relative to the directory, source text)`` of every non-test ``.rego`` file, sorted."""
     data: Mapping[str, Any]
-    """The base document from ``data.json`` (``{"callgate": {...}}``), or ``{}``."""
+    """The base document (``{"callgate": {...}}``): ``data.json`` (optional, legacy) plus what is
+    declared once (:mod:`callgate.policy.declare`): ``callgate.schema`` actions from the ToolSpecs
+    that ``data.json`` does not declare, ``callgate.entities`` from ``principals.json``."""
     data_text: str
-    """``data.json`` as read (``"{}"`` when there is none)."""
+    """:attr:`data` as JSON text (what rego-cpp compiles and OPA is given)."""
     revision: str
     """``sha256:`` over the module paths and texts and ``data.json``, and the config's shadow ids
     when there are any (so a switch between shadow and enforcing is a new revision)."""
@@ -298,7 +300,8 @@ def _load_error(message: str, source: Path | str, line: int = 0) -> LoadError:
 
 def load_rego_dir(directory: Path, shadow: Sequence[str] = ()) -> RegoPolicies:
     """Read ``<directory>/**/*.rego`` (``*_test.rego`` excluded: those are for ``opa test``) and
-    ``<directory>/data.json``. Checks what can be checked without a Rego compiler: every module
+    ``<directory>/data.json``, merged with the declarations of the policy folder
+    (``<directory>/..``: ToolSpecs and ``principals.json``, :mod:`callgate.policy.declare`). Checks what can be checked without a Rego compiler: every module
     declares a package under ``callgate``, ``data.json`` is strict JSON (duplicate keys refused:
     OPA and rego-cpp might each keep a different one) holding only ``callgate``, and its
     ``callgate.shadow``, if any, is an array of policy ids. Compilation errors are reported by the
