@@ -116,8 +116,13 @@ def test_an_argument_without_a_policy_type_is_named(
     tmp_path: Path, prop: dict[str, Any], pointer: str, message: str
 ) -> None:
     path = write_tool(tmp_path / "tools", "t.x", obj({"id": {"type": "string"}, "x": prop}, ["id"]))
+    decl = tool_declaration(path)
+    assert decl.args is None
+    assert declared(tmp_path).cedar_schema(
+        BASE_CEDAR_SCHEMA + 'action "t.x" in [create];\n'
+    )  # declared by hand: fine
     with pytest.raises(LoadError) as exc:
-        tool_declaration(path)
+        declared(tmp_path).cedar_schema(None)  # to be generated: the argument is named
     assert exc.value.code is ErrorCode.POLICY_INVALID
     assert exc.value.message.startswith(pointer + ":") and message in exc.value.message
     line = int(exc.value.source.rsplit(":", 1)[1])

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
@@ -127,8 +127,11 @@ class ToolDecl:
     source: str
     capabilities: tuple[str, ...]
     group: str
-    args: ArgType
-    """A ``Record``: the arguments the policy sees (``context.args``)."""
+    args: ArgType | None
+    """A ``Record``: the arguments the policy sees (``context.args``); None when an argument has
+    no policy type (:attr:`error` says which): an error only when the action must be generated
+    (a hand-written schema may declare it as it likes)."""
+    error: LoadError | None = field(default=None, compare=False)
 
 
 class _TypeError(Exception):
@@ -243,12 +246,12 @@ def tool_declaration(path: Path) -> ToolDecl:
         for n in doc.get("normalizers", []) or []
         if isinstance(n, Mapping) and n.get("kind") == "decimal"
     )
+    args: ArgType | None = None
+    error: LoadError | None = None
     try:
         args = _record(doc.get(member, {}), f"/{member}", "", decimals)
     except _TypeError as exc:
-        raise policy_invalid(
-            f"{exc.pointer}: {exc.message}", source=f"{path}:{_line(text, exc.pointer)}"
-        ) from None
+        error = policy_invalid(f"{exc.pointer}: {exc.message}", source=f"{path}:{_line(text, exc.pointer)}")
     caps = doc.get("required_capabilities", [])
     return ToolDecl(
         key=f"{doc.get('name')}@{doc.get('version')}",
@@ -256,6 +259,7 @@ def tool_declaration(path: Path) -> ToolDecl:
         capabilities=tuple(c for c in caps if isinstance(c, str)) if isinstance(caps, list) else (),
         group=GROUP_OF_CLASS.get(str(doc.get("side_effect_class")), "read"),
         args=args,
+        error=error,
     )
 
 
@@ -266,14 +270,17 @@ def tool_declarations(tools_dir: Path) -> list[ToolDecl]:
     return [tool_declaration(p) for p in sorted(tools_dir.glob("*.json"))]
 
 
-def actions_of(decls: Iterable[ToolDecl]) -> dict[str, ToolDecl]:
-    """Capability -> the declaration that types it. Two ToolSpecs typing one capability
-    differently is a :class:`LoadError` (an action has one context type in Cedar)."""
+def actions_of(decls: Iterable[ToolDecl], declared_by_hand: Container[str] = ()) -> dict[str, ToolDecl]:
+    """Capability -> the declaration that types it, for the capabilities not ``declared_by_hand``.
+    Raises :class:`LoadError` for such a capability whose ToolSpec has an argument without a
+    policy type, or that two ToolSpecs type differently (an action has one context type)."""
     out: dict[str, ToolDecl] = {}
     for d in decls:
         for cap in d.capabilities:
-            if cap in GROUPS:
+            if cap in GROUPS or cap in declared_by_hand:
                 continue
+            if d.error is not None:
+                raise d.error
             other = out.get(cap)
             if other is not None and (other.args != d.args or other.group != d.group):
                 raise policy_invalid(
@@ -287,6 +294,7 @@ def actions_of(decls: Iterable[ToolDecl]) -> dict[str, ToolDecl]:
 
 def cedar_action_fragment(cap: str, decl: ToolDecl) -> str:
     """The Cedar schema declaration of ``cap`` as ``decl`` types it."""
+    assert decl.args is not None
     return (
         f"// from {Path(decl.source).name} ({decl.key})\n"
         f"action {json.dumps(cap)} in [{decl.group}] appliesTo {{\n"
@@ -298,6 +306,7 @@ def cedar_action_fragment(cap: str, decl: ToolDecl) -> str:
 
 def rego_action(decl: ToolDecl) -> dict[str, JSONValue]:
     """``data.callgate.schema.actions[<capability>]`` as ``decl`` types it."""
+    assert decl.args is not None
     args: dict[str, JSONValue] = {}
     for name, t, required in decl.args.fields:
         entry: dict[str, JSONValue] = {"type": t.rego}
@@ -552,9 +561,8 @@ class Declared:
         base = BASE_CEDAR_SCHEMA if hand_written is None else hand_written
         have = cedar_declared_actions(base)
         parts = [base]
-        for cap, decl in sorted(actions_of(self.tools).items()):
-            if cap not in have:
-                parts.append(cedar_action_fragment(cap, decl))
+        for cap, decl in sorted(actions_of(self.tools, have).items()):
+            parts.append(cedar_action_fragment(cap, decl))
         return "\n".join(parts)
 
     def cedar_entities(self, legacy_text: str | None, legacy_source: str) -> str:
@@ -578,8 +586,8 @@ class Declared:
         schema.setdefault("context", {"tenant": "String", "tool": "String"})
         schema.setdefault("groups", list(GROUPS))
         actions = dict(schema.get("actions", {}))
-        for cap, decl in sorted(actions_of(self.tools).items()):
-            actions.setdefault(cap, rego_action(decl))
+        for cap, decl in sorted(actions_of(self.tools, actions).items()):
+            actions[cap] = rego_action(decl)
         schema["actions"] = actions
         root["schema"] = schema
         if self.principals is not None:
@@ -673,8 +681,8 @@ def check_tools(policy_dir: Path) -> list[Problem]:
                 if cap not in have or cap in GROUPS:
                     continue
                 cedar_args = have[cap]
-                if cedar_args is None:
-                    continue  # not a literal record: Cedar validates requests at evaluation
+                if cedar_args is None or d.args is None:
+                    continue  # not a literal record (Cedar validates requests at evaluation)
                 for msg in _diff("", d.args, cedar_args):
                     arg = msg.split(":", 1)[0]
                     problems.append(Problem(d.source, where(d, arg), f"{cap} in {schema_path}: args.{msg}"))
@@ -690,7 +698,11 @@ def check_tools(policy_dir: Path) -> list[Problem]:
         for d in decls:
             for cap in d.capabilities:
                 entry = actions.get(cap) if isinstance(actions, Mapping) else None
-                if not isinstance(entry, Mapping) or not isinstance(entry.get("args"), Mapping):
+                if (
+                    not isinstance(entry, Mapping)
+                    or not isinstance(entry.get("args"), Mapping)
+                    or d.args is None
+                ):
                     continue
                 for msg in _diff("", _shallow(d.args), _rego_record(entry["args"])):
                     arg = msg.split(":", 1)[0]
