@@ -121,8 +121,10 @@ def test_an_argument_without_a_policy_type_is_named(
     assert declared(tmp_path).cedar_schema(
         BASE_CEDAR_SCHEMA + 'action "t.x" in [create];\n'
     )  # declared by hand: fine
+    # a legacy schema that does not declare it: left undeclared (its requests are denied), as before
+    assert "t.x" not in declared(tmp_path).cedar_schema(BASE_CEDAR_SCHEMA)
     with pytest.raises(LoadError) as exc:
-        declared(tmp_path).cedar_schema(None)  # to be generated: the argument is named
+        declared(tmp_path).cedar_schema(None)  # no hand-written schema: the argument is named
     assert exc.value.code is ErrorCode.POLICY_INVALID
     assert exc.value.message.startswith(pointer + ":") and message in exc.value.message
     line = int(exc.value.source.rsplit(":", 1)[1])

@@ -23,6 +23,7 @@ layout.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,8 @@ action read, create, modify, delete;
 """
 """The schema used when ``cedar/schema.cedarschema`` is absent (the request shape of
 docs/POLICIES.md); the actions come from the ToolSpecs."""
+
+log = logging.getLogger("callgate.policy.declare")
 
 _LIMITS: Final = ParseLimits(max_bytes=16 * 1024 * 1024, max_depth=64)
 
@@ -270,24 +273,40 @@ def tool_declarations(tools_dir: Path) -> list[ToolDecl]:
     return [tool_declaration(p) for p in sorted(tools_dir.glob("*.json"))]
 
 
-def actions_of(decls: Iterable[ToolDecl], declared_by_hand: Container[str] = ()) -> dict[str, ToolDecl]:
+def actions_of(
+    decls: Iterable[ToolDecl], declared_by_hand: Container[str] = (), *, strict: bool = True
+) -> dict[str, ToolDecl]:
     """Capability -> the declaration that types it, for the capabilities not ``declared_by_hand``.
-    Raises :class:`LoadError` for such a capability whose ToolSpec has an argument without a
-    policy type, or that two ToolSpecs type differently (an action has one context type)."""
+    A capability whose ToolSpec has an argument without a policy type, or that two ToolSpecs type
+    differently (an action has one context type), is a :class:`LoadError` when ``strict`` (no
+    hand-written schema: every action must be generated); otherwise it is left undeclared, as it
+    was before actions were generated (its requests do not conform: a deny), and logged."""
     out: dict[str, ToolDecl] = {}
+    skipped: set[str] = set()
     for d in decls:
         for cap in d.capabilities:
-            if cap in GROUPS or cap in declared_by_hand:
+            if cap in GROUPS or cap in declared_by_hand or cap in skipped:
                 continue
-            if d.error is not None:
-                raise d.error
+            problem = d.error
             other = out.get(cap)
-            if other is not None and (other.args != d.args or other.group != d.group):
-                raise policy_invalid(
+            if problem is None and other is not None and (other.args != d.args or other.group != d.group):
+                problem = policy_invalid(
                     f"capability '{cap}' is typed differently by {other.source} ({other.key}); "
                     "one capability has one argument type: declare it once or give it another name",
                     source=d.source,
                 )
+            if problem is not None:
+                if strict:
+                    raise problem
+                log.warning(
+                    "%s: %s: action %s not generated (declare it by hand)",
+                    problem.source,
+                    problem.message,
+                    cap,
+                )
+                skipped.add(cap)
+                out.pop(cap, None)
+                continue
             out.setdefault(cap, d)
     return out
 
@@ -561,7 +580,7 @@ class Declared:
         base = BASE_CEDAR_SCHEMA if hand_written is None else hand_written
         have = cedar_declared_actions(base)
         parts = [base]
-        for cap, decl in sorted(actions_of(self.tools, have).items()):
+        for cap, decl in sorted(actions_of(self.tools, have, strict=hand_written is None).items()):
             parts.append(cedar_action_fragment(cap, decl))
         return "\n".join(parts)
 
@@ -586,7 +605,8 @@ class Declared:
         schema.setdefault("context", {"tenant": "String", "tool": "String"})
         schema.setdefault("groups", list(GROUPS))
         actions = dict(schema.get("actions", {}))
-        for cap, decl in sorted(actions_of(self.tools, actions).items()):
+        strict = "actions" not in schema
+        for cap, decl in sorted(actions_of(self.tools, actions, strict=strict).items()):
             actions[cap] = rego_action(decl)
         schema["actions"] = actions
         root["schema"] = schema
