@@ -258,6 +258,29 @@ def cmd_status(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0 if reply.ready and reply.latest_files_ok else 1
 
 
+def cmd_new_tool(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Scaffold a ToolSpec, its Cedar and Rego rules and test requests (callgate/cli/newtool.py)."""
+    from callgate.cli.newtool import ScaffoldError, scaffold
+    from callgate.core.errors import CallgateError
+
+    try:
+        if args.dir:
+            policy_dir = Path(args.dir)
+        else:
+            cfg = _config(args.config)
+            policy_dir = cfg.path(cfg.policy.dir)
+        done = scaffold(policy_dir, args.name, args.side_effect)
+    except (ScaffoldError, CallgateError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in done.created:
+        print(f"created  {path}", file=out)
+    for path in done.appended:
+        print(f"appended {path}", file=out)
+    print("next: type the arguments in the ToolSpec, write the rules, then `callgate check`", file=out)
+    return 0
+
+
 # --- callgate explain (callgate/cli/explain.py) ---------------------------------------------------
 T = TypeVar("T")
 
@@ -400,6 +423,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
+    p = sub.add_parser("new", help="scaffold policy files")
+    new_sub = p.add_subparsers(dest="new_command", required=True)
+    p = new_sub.add_parser("tool", help="a ToolSpec, its Cedar and Rego rules and test requests")
+    p.add_argument("name", help="NAME[@VERSION], e.g. payments.refund@v1 (version default v1)")
+    p.add_argument("--dir", help="the policy folder (default: the config's policy.dir)")
+    p.add_argument("--config", "-c")
+    p.add_argument(
+        "--side-effect",
+        default="read_only",
+        choices=["read_only", "create", "modify", "delete"],
+        help="the ToolSpec's side_effect_class (default read_only)",
+    )
+    p.set_defaults(func=cmd_new_tool)
     p = sub.add_parser(
         "explain", help="what happened to one invocation (the 8 questions of 6.13), from the event store"
     )

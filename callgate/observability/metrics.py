@@ -201,7 +201,7 @@ class Metrics:
         self.core_python_path = Counter(
             "callgate_core_python_path_total",
             "Proposals answered by the Python stages while the native core runs, by reason "
-            "(unsupported_tool, deferred, mismatch).",
+            "(unsupported_tool, deferred, locale, mismatch).",
             ["reason"],
             registry=r,
         )

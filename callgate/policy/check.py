@@ -128,6 +128,8 @@ def inventory(policy_dir: Path, engine: str) -> list[Finding]:
         top, rest = rel_parts[0], "/".join(rel_parts[1:])
         if top == "tools" and len(rel_parts) == 2 and path.suffix == ".json":
             continue
+        if rel_parts == ("principals.json",):
+            continue  # read by both engines (callgate/policy/declare.py)
         if top == "tests" and len(rel_parts) >= 3 and rel_parts[1] in {"ALLOW", "DENY", "CONFIRM"}:
             continue
         if top == mine and _engine_reads(mine, rest):
@@ -161,12 +163,19 @@ def _reads_text(folder: str) -> str:
 
 
 def _cedar_actions(policy_dir: Path) -> set[str] | None:
+    """The actions of the schema the engine loads: the hand-written one (if any) plus what the
+    ToolSpecs declare (:mod:`callgate.policy.declare`)."""
     import cedarpy
 
+    from callgate.policy.declare import declared
+
+    path = policy_dir / "cedar" / "schema.cedarschema"
     try:
-        schema = cedarpy.Schema.from_str((policy_dir / "cedar" / "schema.cedarschema").read_text("utf-8"))
+        hand_written = path.read_text("utf-8") if path.exists() else None
+        text = declared(policy_dir).cedar_schema(hand_written)
+        schema = cedarpy.Schema.from_str(text)
         entities = json.loads(str(cedarpy.Entities.from_json_str("[]", schema)))
-    except (OSError, ValueError):
+    except (OSError, ValueError, LoadError):
         return None  # the engine's load reports it
     return {e["uid"]["id"] for e in entities if str(e["uid"]["type"]).endswith("Action")}
 
@@ -181,7 +190,15 @@ def _rego_data(policy_dir: Path) -> dict[str, Any]:
 
 
 def _rego_actions(policy_dir: Path) -> set[str] | None:
-    actions = _rego_data(policy_dir).get("schema", {}).get("actions")
+    """The actions of ``data.callgate.schema``: ``data.json``'s plus what the ToolSpecs declare."""
+    from callgate.policy.declare import declared
+
+    path = policy_dir / "rego" / "data.json"
+    try:
+        data = declared(policy_dir).rego_data({"callgate": _rego_data(policy_dir)}, str(path))
+    except LoadError:
+        return None  # the engine's load reports it
+    actions = data["callgate"].get("schema", {}).get("actions")
     return set(actions) if isinstance(actions, dict) else None
 
 
@@ -467,7 +484,7 @@ async def policy_tests(engine: Engine, policy_dir: Path) -> list[Finding]:
     tests = policy_dir / "tests"
     if not any((tests / f).is_dir() for f in FOLDERS):
         return []
-    result = await run_suite(tests, engine)
+    result = await run_suite(tests, engine, policy_dir / "tools")
     return [
         Finding(Severity.ERROR, str(tests / c.file), f"policy test failed: {c.message}", place="test")
         for c in result.cases
@@ -475,11 +492,26 @@ async def policy_tests(engine: Engine, policy_dir: Path) -> list[Finding]:
     ]
 
 
+def declared_types(policy_dir: Path) -> list[Finding]:
+    """ToolSpec argument types against the hand-written engine schemas
+    (:func:`callgate.policy.declare.check_tools`), as findings."""
+    from callgate.policy.declare import check_tools
+
+    out: list[Finding] = []
+    for problem in check_tools(policy_dir):
+        file, line = _split_source(problem.file)
+        place = problem.place
+        if place.startswith("line "):  # declare.py's "line N"
+            line, place = place.removeprefix("line "), ""
+        out.append(Finding(Severity.ERROR, file, problem.message, line, place))
+    return out
+
+
 async def check_snapshot(cfg: Config, snap: PolicySnapshot) -> list[Finding]:
     """Every check of the module docstring on a loaded snapshot; errors first."""
     policy_dir = cfg.path(cfg.policy.dir)
     name = cfg.policy.engine
-    out = inventory(policy_dir, name) + consistency(snap, policy_dir, name)
+    out = inventory(policy_dir, name) + consistency(snap, policy_dir, name) + declared_types(policy_dir)
     engine, close = shape_engine(cfg, snap)
     try:
         out += await decision_shapes(snap, engine, policy_dir, name)
@@ -496,6 +528,7 @@ def errors(findings: Sequence[Finding]) -> list[Finding]:
 
 
 __all__ = [
+    "declared_types",
     "Finding",
     "Sample",
     "Severity",

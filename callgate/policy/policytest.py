@@ -332,10 +332,37 @@ async def run_cases(cases: Sequence[RequestCase], engine: Engine) -> list[CaseRe
     return results
 
 
-async def run_suite(directory: Path, engine: Engine) -> SuiteResult:
+def _policy_values(cases: list[RequestCase], tools_dir: Path | None) -> list[RequestCase]:
+    """Cases whose ``context.tool`` names a ToolSpec with ``decimal`` normalizers get those
+    arguments as the authorize stage passes them (decimals: a Cedar ``decimal``, a Rego number),
+    so ``"amount": "150.00"`` in a request file means what it means in production."""
+    if tools_dir is None or not tools_dir.is_dir():
+        return cases
+    from callgate.policy.toolspecs import load_tools
+    from callgate.propose.normalize import as_policy_values
+
+    try:
+        tools = {t.spec.key: t for t in load_tools(tools_dir)}
+    except CallgateError:
+        return cases  # the snapshot load reports it
+    out = []
+    for c in cases:
+        ctx = c.request.context
+        tool = tools.get(str(ctx.get("tool", "")))
+        args = ctx.get("args")
+        if tool is not None and isinstance(args, dict):
+            converted = {**ctx, "args": as_policy_values(args, tool.normalizers)}
+            c = replace(c, request=replace(c.request, context=converted))
+        out.append(c)
+    return out
+
+
+async def run_suite(directory: Path, engine: Engine, tools_dir: Path | None = None) -> SuiteResult:
     """Run every case file under ``directory`` on ``engine``. Raises :class:`SuiteError` if the
-    directory does not exist; everything else (malformed files, failures) is in the result."""
+    directory does not exist; everything else (malformed files, failures) is in the result.
+    ``tools_dir``: the ToolSpecs, for decimal arguments (:func:`_policy_values`)."""
     cases, bad = collect(directory)
+    cases = _policy_values(cases, tools_dir)
     results = await run_cases(cases, engine)
     hint = "" if cases or bad else hint_for(directory)
     return SuiteResult(
@@ -444,7 +471,7 @@ async def run_command(
             # a down OPA denies everything: neither is a test of these policies.
             print(f"error: engine {eng.name} is not ready: {why}", file=err)
             return 2
-        result = await run_suite(directory, eng)
+        result = await run_suite(directory, eng, cfg.path(cfg.policy.dir) / "tools")
     except SuiteError as exc:
         print(f"error: {exc}", file=err)
         return 2

@@ -13,6 +13,7 @@ from callgate.core.errors import CallgateError, ErrorCode
 from callgate.core.model import AuthzRequest, Decision, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
 from callgate.policy.toolspecs import CompiledTool
+from callgate.propose.normalize import as_policy_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +34,8 @@ async def authorize_invocation(
         resource = tool.resource.render(normalized.value)
     except CallgateError as exc:
         return AuthorizationResult(fault(engine.name, exc.code, exc.message), "", ())
-    context = {"tool": tool.spec.key, "args": normalized.value}
+    # decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number)
+    context = {"tool": tool.spec.key, "args": as_policy_values(normalized.value, tool.normalizers)}
     requests = tuple(
         AuthzRequest(subject=subject, capability=cap, resource=resource, context=context)
         for cap in tool.spec.required_capabilities

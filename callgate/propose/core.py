@@ -14,7 +14,9 @@ and answers exactly as they do (``tests/test_native_parity.py``) or defers:
   ``enum_alias`` normalizer, an integer past 64 bits...): the Python stages decide.
 
 A tool the core does not support at all (a schema outside its subset, a ``datetime`` or
-``relative_date`` normalizer) always runs the Python stages; :meth:`Core.unsupported` names them
+``decimal`` normalizer) always runs the Python stages, and so does a tool with a ``relative_date``
+normalizer in a session whose locale is neither English nor Chinese (the core reads English
+only; Chinese expressions are non-ASCII, which it defers); :meth:`Core.unsupported` names them
 and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`CoreEngine`).
 """
 
@@ -107,6 +109,17 @@ def native_plan(tool: CompiledTool) -> tuple[list[tuple[str, str, str, dict[str,
     if not _schema_native(tool.normalized_schema, raw_norm):
         return "normalized schema outside the native subset"
     return steps, json.dumps(raw_input), json.dumps(raw_norm)
+
+
+NATIVE_DATE_LANGUAGES: Final = frozenset({"en", "zh"})
+"""Locales whose relative dates the compiled core answers: it reads English only, and defers any
+non-ASCII expression (so Chinese ones) to the Python stages. Other locales' words are ASCII too
+("morgen", "demain") and an unlisted locale is an error there, so those run the Python stages."""
+
+
+def _native_dates(locale: str) -> bool:
+    """Whether the compiled core may answer relative dates in ``locale`` (see above)."""
+    return locale.replace("_", "-").split("-", 1)[0].lower() in NATIVE_DATE_LANGUAGES
 
 
 def _thaw(value: Any) -> Any:
@@ -251,6 +264,9 @@ class Core:
         native_tool = self._tool(snapshot, tool)
         if native_tool is None:
             self.note("unsupported_tool")
+            return None
+        if not _native_dates(locale) and any(s.kind == "relative_date" for s in tool.normalizers.specs):
+            self.note("locale")  # the core reads English relative dates only: the reference decides
             return None
         cedar = getattr(snapshot.engine, "native_snapshot", None) if principal is not None else None
         authz = None

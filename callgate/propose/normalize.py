@@ -28,6 +28,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as _dc_field
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from importlib import resources
@@ -39,6 +40,7 @@ from callgate.core import jsonpointer
 from callgate.core.errors import (
     RejectedError,
     Violation,
+    decimal_invalid,
     normalization_failed,
     toolspec_invalid,
 )
@@ -59,7 +61,7 @@ __all__ = [
     "load_zone",
 ]
 
-KINDS: Final = ("relative_date", "datetime", "text", "enum_alias", "default", "round")
+KINDS: Final = ("relative_date", "datetime", "text", "enum_alias", "default", "round", "decimal")
 
 
 # ============================================================================================
@@ -338,8 +340,9 @@ class _Resolved:
     """Reference clock converted to ``zone``."""
     today: date
     """The user's local calendar date at the reference clock."""
-    zh: bool
-    """Chinese vocabularies enabled (locale ``zh`` or ``zh-*``)."""
+    lang: str
+    """The locale's language subtag, lower case (``zh`` for ``zh-CN``): which relative-date
+    vocabulary reads expressions (:data:`DATE_LOCALES`; English is always read too)."""
 
 
 def _ctx_error(keyword: str, message: str) -> RejectedError:
@@ -349,14 +352,14 @@ def _ctx_error(keyword: str, message: str) -> RejectedError:
 
 
 @functools.lru_cache(maxsize=512)
-def _resolve_place(timezone: str, locale: str) -> tuple[tzinfo, bool] | None:
+def _resolve_place(timezone: str, locale: str) -> tuple[tzinfo, str] | None:
     """(zone, Chinese vocabularies) for a valid zone and locale, else ``None``. The part of a
     context that repeats from call to call (the clock never does, so a cache keyed on the whole
     context never hit: issue 15)."""
     zone = load_zone(timezone)
     if zone is None or not _LOCALE.fullmatch(locale):
         return None
-    return zone, re.split(r"[-_]", locale, maxsplit=1)[0].lower() == "zh"
+    return zone, re.split(r"[-_]", locale, maxsplit=1)[0].lower()
 
 
 def _resolve_ctx(ctx: NormalizationContext) -> _Resolved:
@@ -374,7 +377,7 @@ def _resolve_ctx(ctx: NormalizationContext) -> _Resolved:
                 now = t.astimezone(place[0])
             except (OverflowError, ValueError):
                 return _resolve_text(ctx)  # reports it as the text path does
-            return _Resolved(zone=place[0], now=now, today=now.date(), zh=place[1])
+            return _Resolved(zone=place[0], now=now, today=now.date(), lang=place[1])
     return _resolve_text(ctx)
 
 
@@ -401,7 +404,7 @@ def _resolve_text(ctx: NormalizationContext) -> _Resolved:
     if not isinstance(locale, str) or not _LOCALE.fullmatch(locale):
         raise _ctx_error("locale", "locale must be a BCP 47 language tag")
     lang = re.split(r"[-_]", locale, maxsplit=1)[0].lower()
-    return _Resolved(zone=zone, now=now, today=now.date(), zh=lang == "zh")
+    return _Resolved(zone=zone, now=now, today=now.date(), lang=lang)
 
 
 # ============================================================================================
@@ -478,8 +481,7 @@ def _weekday_delta(today: int, target: int, rule: str) -> int:
     raise AssertionError(rule)
 
 
-def _relative_days(text: str, today: date, zh: bool) -> int | None:
-    """Day offset from ``today`` for a prepared (see :func:`_prepare`) relative expression."""
+def _english_days(text: str, today: date) -> int | None:
     if text in _EN_FIXED:
         return _EN_FIXED[text]
     m = _EN_IN.fullmatch(text) or _EN_AGO.fullmatch(text)
@@ -489,8 +491,10 @@ def _relative_days(text: str, today: date, zh: bool) -> int | None:
     m = _EN_WEEKDAY.fullmatch(text)
     if m is not None and m[2] in _EN_WEEKDAYS:
         return _weekday_delta(today.weekday(), _EN_WEEKDAYS[m[2]], m[1] or "next")
-    if not zh:
-        return None
+    return None
+
+
+def _chinese_days(text: str, today: date) -> int | None:
     if text in _ZH_FIXED:
         return _ZH_FIXED[text]
     m = _ZH_OFFSET.fullmatch(text)
@@ -516,6 +520,129 @@ def _relative_days(text: str, today: date, zh: bool) -> int | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class DateVocabulary:
+    """One locale's relative-date words, as a table (after NFKC, trimming, whitespace collapsing
+    and case folding; docs/NORMALIZATION.md lists them).
+
+    * ``fixed``: whole expressions and their day offsets (today, tomorrow...);
+    * ``counts``: ``(pattern, sign)``: a pattern with groups ``n`` and ``unit`` ("in 3 days" / "3
+      days ago"), ``units`` giving each unit word's days;
+    * weekdays: ``[article] [prefix] <weekday> [suffix]``, the prefix or suffix word choosing
+      the rule (``next``: strictly after today, the default; ``last``: strictly before; ``this``:
+      the current ISO week)."""
+
+    fixed: Mapping[str, int]
+    counts: tuple[tuple[re.Pattern[str], int], ...] = ()
+    units: Mapping[str, int] = _dc_field(default_factory=dict)
+    weekdays: Mapping[str, int] = _dc_field(default_factory=dict)
+    articles: frozenset[str] = frozenset()
+    prefixes: Mapping[str, str] = _dc_field(default_factory=dict)
+    suffixes: Mapping[str, str] = _dc_field(default_factory=dict)
+
+    def days(self, text: str, today: date) -> int | None:
+        if text in self.fixed:
+            return self.fixed[text]
+        for pattern, sign in self.counts:
+            m = pattern.fullmatch(text)
+            if m is not None and m["unit"] in self.units:
+                return sign * int(m["n"]) * self.units[m["unit"]]
+        words = text.split(" ")
+        if len(words) > 1 and words[0] in self.articles:
+            words = words[1:]
+        rule = "next"
+        if len(words) > 1 and words[0] in self.prefixes:
+            rule, words = self.prefixes[words[0]], words[1:]
+        if len(words) > 1:
+            suffix = " ".join(words[1:])
+            if suffix not in self.suffixes or rule != "next":
+                return None
+            rule, words = self.suffixes[suffix], words[:1]
+        name = words[0].removesuffix(".")
+        if len(words) != 1 or name not in self.weekdays:
+            return None
+        return _weekday_delta(today.weekday(), self.weekdays[name], rule)
+
+
+def _table(
+    fixed: dict[str, int],
+    counts: tuple[tuple[re.Pattern[str], int], ...],
+    units: dict[str, int],
+    weekdays: dict[str, int],
+    articles: frozenset[str] = frozenset(),
+    prefixes: dict[str, str] | None = None,
+    suffixes: dict[str, str] | None = None,
+) -> DateVocabulary:
+    """A vocabulary with read-only tables."""
+    return DateVocabulary(
+        fixed=MappingProxyType(fixed),
+        counts=counts,
+        units=MappingProxyType(units),
+        weekdays=MappingProxyType(weekdays),
+        articles=articles,
+        prefixes=MappingProxyType(prefixes or {}),
+        suffixes=MappingProxyType(suffixes or {}),
+    )
+
+
+_N = r"(?P<n>[0-9]{1,4})"
+DE: Final = _table(
+    fixed={"heute": 0, "morgen": 1, "übermorgen": 2, "gestern": -1, "vorgestern": -2},
+    counts=((re.compile(rf"in {_N} (?P<unit>\w+)"), 1), (re.compile(rf"vor {_N} (?P<unit>\w+)"), -1)),
+    units={"tag": 1, "tagen": 1, "tage": 1, "woche": 7, "wochen": 7},
+    weekdays={"montag": 0, "dienstag": 1, "mittwoch": 2, "donnerstag": 3, "freitag": 4,
+              "samstag": 5, "sonnabend": 5, "sonntag": 6},
+    articles=frozenset({"am"}),
+    prefixes={"nächsten": "next", "nächster": "next", "nächste": "next", "kommenden": "next",
+              "letzten": "last", "letzter": "last", "letzte": "last", "vergangenen": "last",
+              "diesen": "this", "dieser": "this", "diese": "this"},
+)  # fmt: skip
+FR: Final = _table(
+    fixed={"aujourd'hui": 0, "aujourd’hui": 0, "demain": 1, "après-demain": 2, "apres-demain": 2,
+           "hier": -1, "avant-hier": -2},
+    counts=((re.compile(rf"dans {_N} (?P<unit>\w+)"), 1), (re.compile(rf"il y a {_N} (?P<unit>\w+)"), -1)),
+    units={"jour": 1, "jours": 1, "semaine": 7, "semaines": 7},
+    weekdays={"lundi": 0, "mardi": 1, "mercredi": 2, "jeudi": 3, "vendredi": 4, "samedi": 5, "dimanche": 6},
+    prefixes={"ce": "this"},
+    suffixes={"prochain": "next", "dernier": "last"},
+)  # fmt: skip
+ES: Final = _table(
+    fixed={"hoy": 0, "mañana": 1, "manana": 1, "pasado mañana": 2, "pasado manana": 2, "ayer": -1,
+           "anteayer": -2, "antier": -2, "antes de ayer": -2},
+    counts=((re.compile(rf"(?:en|dentro de) {_N} (?P<unit>\w+)"), 1),
+            (re.compile(rf"hace {_N} (?P<unit>\w+)"), -1)),
+    units={"día": 1, "dia": 1, "días": 1, "dias": 1, "semana": 7, "semanas": 7},
+    weekdays={"lunes": 0, "martes": 1, "miércoles": 2, "miercoles": 2, "jueves": 3, "viernes": 4,
+              "sábado": 5, "sabado": 5, "domingo": 6},
+    articles=frozenset({"el"}),
+    prefixes={"próximo": "next", "proximo": "next", "pasado": "last", "este": "this"},
+    suffixes={"próximo": "next", "proximo": "next", "que viene": "next", "pasado": "last"},
+)  # fmt: skip
+
+
+DATE_LOCALES: Final[Mapping[str, Callable[[str, date], int | None]]] = MappingProxyType(
+    {"de": DE.days, "en": _english_days, "es": ES.days, "fr": FR.days, "zh": _chinese_days}
+)
+"""Relative-date vocabularies by language subtag (one table per locale). English is read in
+every supported locale too; a locale not listed here reads no relative expression (an error
+naming these)."""
+
+
+def _relative_days(text: str, today: date, lang: str) -> int | None:
+    """Day offset from ``today`` for a prepared (see :func:`_prepare`) relative expression, read
+    with the vocabulary of ``lang`` and English. Raises _FieldError for a locale without one."""
+    local = DATE_LOCALES.get(lang)
+    if local is None:
+        raise _FieldError(
+            f"relative dates are not supported in locale {lang[:16]!r}; supported: {', '.join(sorted(DATE_LOCALES))}"
+            " (or send an ISO date)"
+        )
+    days = local(text, today)
+    if days is None and lang != "en":
+        days = _english_days(text, today)
+    return days
+
+
 def _iso_date(text: str) -> date | None:
     """A ``YYYY-MM-DD`` date, None if ``text`` is not of that shape; _FieldError if it has the
     shape but is no calendar date (2026-02-30)."""
@@ -532,7 +659,7 @@ def _resolve_date(prepared: str, rctx: _Resolved) -> date:
     iso = _iso_date(prepared)
     if iso is not None:
         return iso
-    days = _relative_days(prepared, rctx.today, rctx.zh)
+    days = _relative_days(prepared, rctx.today, rctx.lang)
     if days is None:
         raise _FieldError("unrecognized relative date expression")
     try:
@@ -701,6 +828,7 @@ _OPTIONS: Final[Mapping[str, frozenset[str]]] = {
     "enum_alias": frozenset({"aliases"}),
     "default": frozenset({"value"}),
     "round": frozenset({"decimals", "mode"}),
+    "decimal": frozenset({"scale", "minimum", "maximum"}),
 }
 _MAX_DECIMALS: Final = 15
 
@@ -750,6 +878,8 @@ def _compile(decl: Mapping[str, JSONValue]) -> _Compiled:
             raise _DeclError("default 'value' is not canonicalizable JSON", "value") from None
         leaf = _make_default_leaf(last.key, _freeze(options["value"]))
         return _Compiled(spec, segs[:-1], leaf)
+    if kind == "decimal":
+        return _Compiled(spec, segs, _compile_decimal(options))
     # kind == "round"
     decimals = options.get("decimals")
     if not isinstance(decimals, int) or isinstance(decimals, bool):
@@ -760,6 +890,113 @@ def _compile(decl: Mapping[str, JSONValue]) -> _Compiled:
     if mode not in _ROUNDING:
         raise _DeclError('\'mode\' must be "half_even" or "half_up"', "mode")
     return _Compiled(spec, segs, _make_round_leaf(decimals, mode))
+
+
+# ============================================================================================
+# Money (kind "decimal")
+
+DECIMAL_MAX_SCALE: Final = 4
+"""Cedar's ``decimal`` has four fractional digits: a declared scale can be at most that."""
+DECIMAL_LIMIT: Final = Decimal("922337203685477.5807")
+"""Cedar's ``decimal`` range (a 64-bit integer of ten-thousandths): larger values are refused."""
+_DECIMAL_TEXT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})(?:\.[0-9]{1,18})?", re.ASCII)
+
+
+def _decimal_option(options: Mapping[str, JSONValue], name: str) -> Decimal | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+        raise _DeclError(f"'{name}' must be a number or a decimal string", name)
+    text = repr(raw) if isinstance(raw, float) else str(raw)
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise _DeclError(f"'{name}' must be a number or a decimal string", name) from None
+    if not value.is_finite() or abs(value) >= DECIMAL_LIMIT:
+        raise _DeclError(f"'{name}' is out of Cedar's decimal range", name)
+    return value
+
+
+def _compile_decimal(options: Mapping[str, JSONValue]) -> Leaf:
+    scale = options.get("scale")
+    if not isinstance(scale, int) or isinstance(scale, bool) or not 0 <= scale <= DECIMAL_MAX_SCALE:
+        raise _DeclError(
+            f"kind 'decimal' needs an integer 'scale' between 0 and {DECIMAL_MAX_SCALE} (Cedar decimals "
+            "have four fractional digits)",
+            "scale",
+        )
+    low, high = _decimal_option(options, "minimum"), _decimal_option(options, "maximum")
+    if low is not None and high is not None and low > high:
+        raise _DeclError("'minimum' is greater than 'maximum'", "minimum")
+    return _make_decimal_leaf(scale, low, high)
+
+
+def parse_decimal(value: JSONValue) -> Decimal | None:
+    """The exact decimal a JSON number or decimal string says, or None for another value. A
+    float is read from its shortest repr (what the JSON text most plausibly said)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        try:
+            return Decimal(repr(value))
+        except InvalidOperation:
+            return None
+    if isinstance(value, str):
+        text = unicodedata.normalize("NFKC", value).strip()
+        return Decimal(text) if _DECIMAL_TEXT.fullmatch(text) else None
+    return None
+
+
+def _make_decimal_leaf(scale: int, low: Decimal | None, high: Decimal | None) -> Leaf:
+    quantum = Decimal(1).scaleb(-scale)
+
+    def leaf(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+        if value is None or isinstance(value, (dict, list, bool)):
+            return _UNCHANGED  # schema re-validation rejects a wrong type
+        dec = parse_decimal(value)
+        if dec is None or not dec.is_finite():
+            raise _FieldError("not a decimal number (digits with an optional '.' and fraction)")
+        exponent = dec.normalize(_ROUND_CTX).as_tuple().exponent
+        if isinstance(exponent, int) and exponent < -scale and dec != 0:
+            raise _FieldError(f"more than {scale} decimal place(s): amounts are never rounded")
+        if abs(dec) >= DECIMAL_LIMIT or (low is not None and dec < low) or (high is not None and dec > high):
+            raise _FieldError("decimal out of the declared range")
+        out = format(dec.quantize(quantum, context=_ROUND_CTX), "f")
+        if out.startswith("-") and Decimal(out) == 0:
+            out = out[1:]  # no negative zero
+        return _UNCHANGED if out == value else out
+
+    return leaf
+
+
+def decimal_fields(chain: NormalizerChain) -> tuple[tuple[_Seg, ...], ...]:
+    """The pointers of ``chain``'s ``decimal`` normalizers (for :func:`as_policy_values`)."""
+    return tuple(c.segs for c in chain._compiled if c.spec.kind == "decimal")
+
+
+_NO_CTX: Final = _Resolved(zone=UTC, now=datetime(2000, 1, 1, tzinfo=UTC), today=date(2000, 1, 1), lang="en")
+
+
+def _leaf_to_decimal(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
+    return Decimal(value) if isinstance(value, str) and _DECIMAL_TEXT.fullmatch(value) else _UNCHANGED
+
+
+def as_policy_values(value: dict[str, JSONValue], chain: NormalizerChain) -> dict[str, JSONValue]:
+    """``value`` with every ``decimal`` field as a :class:`~decimal.Decimal` (the policy engines
+    make it a Cedar ``decimal`` and a Rego number). The input is not modified; without decimal
+    normalizers it is returned as is."""
+    segs_list = decimal_fields(chain)
+    if not segs_list:
+        return value
+    current: JSONValue = value
+    errors: list[Violation] = []
+    for segs in segs_list:
+        current = _update(current, segs, 0, _leaf_to_decimal, _NO_CTX, "", "decimal", errors)
+    assert isinstance(current, dict)
+    return current
 
 
 def _compile_aliases(aliases: JSONValue) -> Leaf:
@@ -872,6 +1109,8 @@ class NormalizerChain:
                 applied.append(item.spec.name)
                 current = new
         if errors:
+            if all(e.keyword == "decimal" for e in errors):
+                raise decimal_invalid(f"{len(errors)} amount(s) refused", errors)
             raise normalization_failed(f"{len(errors)} argument value(s) could not be normalized", errors)
         result: dict[str, JSONValue] = dict(current) if current is value else current
         return result, tuple(applied)

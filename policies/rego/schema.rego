@@ -107,3 +107,10 @@ has_type(v, "Long") if {
 	is_number(v)
 	floor(v) == v
 }
+
+# A decimal argument (the ToolSpec's `decimal` normalizer): a number (callgate/policy/declare.py).
+has_type(v, "Decimal") if is_number(v)
+
+has_type(v, "Set") if is_array(v)
+
+has_type(v, "Record") if is_object(v)

@@ -8,6 +8,10 @@ Policy files live in ``<policy dir>/cedar/``:
   request and entity set is checked against it at evaluation;
 * ``entities.json``    -- users, roles and any static resources.
 
+``schema.cedarschema`` and ``entities.json`` are optional (legacy): actions they do not declare
+come from the ToolSpecs, users and roles from ``<policy dir>/principals.json``
+(:mod:`callgate.policy.declare`).
+
 Everything is parsed once into an immutable :class:`CedarPolicies` snapshot held by one engine; a
 reload builds a new engine (and policy snapshot) and swaps the snapshot reference atomically, so a
 request sees either the old or the new policies, never a mix.
@@ -37,6 +41,7 @@ import cedarpy
 
 from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
+from callgate.policy.declare import declared
 from callgate.policy.engines.base import Readiness, combine, fault
 from callgate.policy.engines.cedar_slices import (
     LITERALS,
@@ -244,12 +249,19 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     ent_path = directory / "entities.json"
     texts: dict[Path, str] = {}
     for p in (*pol_paths, sch_path, ent_path):
+        if p in (sch_path, ent_path) and not p.exists():
+            continue  # declared once instead (callgate/policy/declare.py)
         try:
             texts[p] = p.read_text(encoding="utf-8")
         except OSError as exc:
             raise policy_invalid(f"cannot read: {exc.strerror}", source=str(p)) from None
     # Every *.cedar file is one policy set: their texts joined, each line mapped back to its file.
     files = _PolicyFiles([(p, texts[p]) for p in pol_paths])
+    # One declaration per tool: actions nobody declares come from the ToolSpecs, users and roles
+    # from principals.json (the hand-written schema and entities.json still load: legacy)
+    decl = declared(directory.parent)
+    texts[sch_path] = decl.cedar_schema(texts.get(sch_path))
+    texts[ent_path] = decl.cedar_entities(texts.get(ent_path), str(ent_path))
     pol_text, sch_text, ent_text = files.text, texts[sch_path], texts[ent_path]
 
     try:
@@ -461,6 +473,16 @@ def to_cedar_value(value: JSONValue, path: str = "") -> Any:
         if not isinstance(exp, int) or exp < -4 or abs(d) >= Decimal("922337203685477.5807"):
             raise _ContextError(f"{path or '/'}: number not representable as a Cedar decimal")
         return {"__extn": {"fn": "decimal", "arg": format(d, "f")}}
+    if isinstance(value, Decimal):  # a decimal argument (the ``decimal`` normalizer)
+        if not value.is_finite() or abs(value) >= Decimal("922337203685477.5807"):
+            raise _ContextError(f"{path or '/'}: decimal out of Cedar's range")
+        try:
+            arg = format(value.quantize(Decimal("0.0001")), "f")
+        except InvalidOperation:
+            raise _ContextError(f"{path or '/'}: decimal not representable") from None
+        if Decimal(arg) != value:
+            raise _ContextError(f"{path or '/'}: more than 4 fractional digits (Cedar's decimal)")
+        return {"__extn": {"fn": "decimal", "arg": arg}}
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():

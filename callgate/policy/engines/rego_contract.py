@@ -146,6 +146,10 @@ def contract_value(value: JSONValue, path: str = "") -> JSONValue:
         if not isinstance(exp, int) or exp < -4 or abs(d) >= _DECIMAL_MAX:
             raise RequestError(f"{path or '/'}: number with more than 4 fractional digits or out of range")
         return value
+    if isinstance(value, Decimal):  # a decimal argument (the ``decimal`` normalizer): a number
+        if not value.is_finite() or abs(value) >= _DECIMAL_MAX:
+            raise RequestError(f"{path or '/'}: decimal out of range")
+        return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, Mapping):
         out: dict[str, JSONValue] = {}
         for k, v in value.items():
@@ -293,9 +297,11 @@ class RegoPolicies:
     modules: tuple[tuple[str, str], ...]
     """``(path relative to the directory, source text)`` of every non-test ``.rego`` file, sorted."""
     data: Mapping[str, Any]
-    """The base document from ``data.json`` (``{"callgate": {...}}``), or ``{}``."""
+    """The base document (``{"callgate": {...}}``): ``data.json`` (optional, legacy) plus what is
+    declared once (:mod:`callgate.policy.declare`): ``callgate.schema`` actions from the ToolSpecs
+    that ``data.json`` does not declare, ``callgate.entities`` from ``principals.json``."""
     data_text: str
-    """``data.json`` as read (``"{}"`` when there is none)."""
+    """:attr:`data` as JSON text (what rego-cpp compiles and OPA is given)."""
     revision: str
     """``sha256:`` over the module paths and texts and ``data.json``, and the config's shadow ids
     when there are any (so a switch between shadow and enforcing is a new revision)."""
@@ -319,7 +325,8 @@ def _load_error(message: str, source: Path | str, line: int = 0) -> LoadError:
 
 def load_rego_dir(directory: Path, shadow: Sequence[str] = ()) -> RegoPolicies:
     """Read ``<directory>/**/*.rego`` (``*_test.rego`` excluded: those are for ``opa test``) and
-    ``<directory>/data.json``. Checks what can be checked without a Rego compiler: every module
+    ``<directory>/data.json``, merged with the declarations of the policy folder
+    (``<directory>/..``: ToolSpecs and ``principals.json``, :mod:`callgate.policy.declare`). Checks what can be checked without a Rego compiler: every module
     declares a package under ``callgate``, ``data.json`` is strict JSON (duplicate keys refused:
     OPA and rego-cpp might each keep a different one) holding only ``callgate``, and its
     ``callgate.shadow``, if any, is an array of policy ids. Compilation errors are reported by the
@@ -372,7 +379,13 @@ def load_rego_dir(directory: Path, shadow: Sequence[str] = ()) -> RegoPolicies:
                 f"data.json: '{PACKAGE_ROOT}.{SHADOW_KEY}' must be an array of policy ids", data_path
             )
         data, data_text = parsed, raw.decode("utf-8")
-        digest.update(b"data\x00" + raw + b"\x00")
+    # One declaration per tool (callgate/policy/declare.py): schema actions data.json does not
+    # declare come from the ToolSpecs, users and roles from principals.json
+    from callgate.policy.declare import declared
+
+    data = declared(directory.parent).rego_data(data, str(data_path))
+    data_text = json.dumps(data, ensure_ascii=False, sort_keys=True)
+    digest.update(b"data\x00" + data_text.encode() + b"\x00")
     config_shadow = tuple(sorted(set(shadow)))
     if config_shadow:
         digest.update(b"shadow\x00" + "\x00".join(config_shadow).encode() + b"\x00")
