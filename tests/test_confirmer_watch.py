@@ -83,7 +83,11 @@ def test_another_tenant_cannot_confirm_deny_or_read(server: Running) -> None:
         assert error_reason(err.value) == "invocation_not_found"
     got = server.confirmations.Confirm(
         pb.ConfirmRequest(
-            invocation_id=parked.invocation_id, digest=parked.digest, confirmed_by="carol", tenant="acme"
+            invocation_id=parked.invocation_id,
+            digest=parked.digest,
+            confirmed_by="carol",
+            tenant="acme",
+            note="checked with the team",
         )
     )
     assert got.state == pb.PREPARED
@@ -93,3 +97,4 @@ def test_another_tenant_cannot_confirm_deny_or_read(server: Running) -> None:
     kinds = [e.kind for e in trail.events]
     assert kinds[0] == "proposed" and kinds[-1] == "confirmed"
     assert trail.events[-1].data["confirmed_by"] == "carol"
+    assert trail.events[-1].data["note"] == "checked with the team"

@@ -264,18 +264,20 @@ class Gate:
         return inv
 
     async def confirm(
-        self, invocation_id: str, digest: str, confirmed_by: str, trace: TraceContext, *, tenant: str = ""
-    ) -> InvocationRecord:
+        self, invocation_id: str, digest: str, confirmed_by: str, trace: TraceContext, *, tenant: str = "",
+        note: str = "",
+    ) -> InvocationRecord:  # fmt: skip
         return await self.confirmations.confirm(
-            await self._tenant_invocation(invocation_id, tenant), digest, confirmed_by, trace
+            await self._tenant_invocation(invocation_id, tenant), digest, confirmed_by, trace, note
         )
 
     async def deny(
-        self, invocation_id: str, digest: str, denied_by: str, trace: TraceContext, *, tenant: str = ""
-    ) -> InvocationRecord:
+        self, invocation_id: str, digest: str, denied_by: str, trace: TraceContext, *, tenant: str = "",
+        note: str = "",
+    ) -> InvocationRecord:  # fmt: skip
         """The confirmer refused the parked invocation (cancelled before commit, key released)."""
         inv = await self._tenant_invocation(invocation_id, tenant)
-        return await self.confirmations.deny(inv, digest, denied_by, trace)
+        return await self.confirmations.deny(inv, digest, denied_by, trace, note)
 
     async def tenant_invocation(
         self, invocation_id: str, tenant: str

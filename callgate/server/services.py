@@ -285,14 +285,15 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
     ) -> pb.ConfirmResponse:
         inv = await self._gate.confirm(
             request.invocation_id, request.digest, request.confirmed_by, current_trace(),
-            tenant=request.tenant,
+            tenant=request.tenant, note=request.note,
         )  # fmt: skip
         return pb.ConfirmResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
     async def Deny(self, request: pb.DenyRequest, context: grpc.aio.ServicerContext) -> pb.DenyResponse:
         inv = await self._gate.deny(
-            request.invocation_id, request.digest, request.denied_by, current_trace(), tenant=request.tenant
-        )
+            request.invocation_id, request.digest, request.denied_by, current_trace(),
+            tenant=request.tenant, note=request.note,
+        )  # fmt: skip
         return pb.DenyResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
     async def ListPending(

@@ -566,16 +566,18 @@ class ReconcileResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[State, str]] = ..., already_recorded: _Optional[bool] = ...) -> None: ...
 
 class ConfirmRequest(_message.Message):
-    __slots__ = ("invocation_id", "digest", "confirmed_by", "tenant")
+    __slots__ = ("invocation_id", "digest", "confirmed_by", "tenant", "note")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     CONFIRMED_BY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     digest: str
     confirmed_by: str
     tenant: str
-    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., confirmed_by: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    note: str
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., confirmed_by: _Optional[str] = ..., tenant: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class ConfirmResponse(_message.Message):
     __slots__ = ("state",)
@@ -626,16 +628,18 @@ class ListPendingResponse(_message.Message):
     def __init__(self, pending: _Optional[_Iterable[_Union[PendingConfirmation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DenyRequest(_message.Message):
-    __slots__ = ("invocation_id", "digest", "denied_by", "tenant")
+    __slots__ = ("invocation_id", "digest", "denied_by", "tenant", "note")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     DENIED_BY_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     digest: str
     denied_by: str
     tenant: str
-    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., denied_by: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    note: str
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., denied_by: _Optional[str] = ..., tenant: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class DenyResponse(_message.Message):
     __slots__ = ("state",)
