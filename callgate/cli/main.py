@@ -298,6 +298,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     else:
         add_mcp_parser(sub)
+    try:
+        from callgate.console.cli import add_parser as add_console_parser
+    except ImportError:  # the 'console' extra is not installed
+        pass
+    else:
+        add_console_parser(sub)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
