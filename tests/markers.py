@@ -3,10 +3,11 @@
 ``@pytest.mark.opa`` (a real OPA server or the ``opa`` binary), ``@pytest.mark.postgres`` (a
 PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary), ``@pytest.mark.node`` (Node.js
 and the npm dependencies of the TypeScript client, tests/test_ts_client.py, and of the MCP tests,
-tests/mcp_node). They are registered in
+tests/mcp_node), ``@pytest.mark.browser`` (Debian's headless Chromium, driven by Playwright: the
+console's browser test; scripts/chromium). They are registered in
 pyproject.toml (``--strict-markers``) and give the fast local loop::
 
-    scripts/test -m "not opa and not postgres and not helm and not node"
+    scripts/test -m "not opa and not postgres and not helm and not node and not browser"
 
 How a test gets its marker:
 
@@ -51,6 +52,7 @@ class Needs(str, Enum):
     POSTGRES = "postgres"
     HELM = "helm"
     NODE = "node"
+    BROWSER = "browser"
 
 
 FIXTURE_MARKERS: dict[str, Needs] = {
@@ -65,6 +67,7 @@ PREPARE: dict[Needs, tuple[str, ...]] = {
     Needs.HELM: ("scripts/helm", "build"),
     Needs.POSTGRES: ("scripts/postgres", "install"),
     Needs.NODE: ("scripts/node-client", "install"),
+    Needs.BROWSER: ("scripts/chromium", "install"),
 }
 """What builds or installs each program (idempotent; seconds when it is already there)."""
 

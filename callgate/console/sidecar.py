@@ -97,6 +97,17 @@ class ConsoleCallError(Exception):
         self.status = status
 
 
+def _ints(value: Any) -> Any:
+    """Integral floats back to ints (a protobuf Struct holds every number as a double)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_ints(v) for v in value]
+    return value
+
+
 def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
@@ -257,7 +268,7 @@ class SidecarLink:
                     kind=e.kind,
                     from_state=str(pb.State.Name(e.from_state)),
                     to_state=str(pb.State.Name(e.to_state)),
-                    data=_pretty(json_format.MessageToDict(e.data)) if e.data.fields else "",
+                    data=_pretty(_ints(json_format.MessageToDict(e.data))) if e.data.fields else "",
                 )
                 for e in resp.events
             ),
