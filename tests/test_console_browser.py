@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.console_fixture import ALICE, EVENT, GINA, Console, Sidecar, http, start_console, start_sidecar
 from tests.conftest import ROOT
+from tests.console_fixture import ALICE, EVENT, GINA, Console, Sidecar, http, start_console, start_sidecar
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 playwright_sync = pytest.importorskip("playwright.sync_api")
@@ -126,9 +126,7 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
     shown = sc.propose(sid, EVENT, "p3", key="k-replace")
     page.goto(con.url + f"/t/acme/i/{shown.invocation_id}")
     sc.gate.Cancel(
-        __import__("callgate.gen.v1.callgate_pb2", fromlist=["x"]).CancelRequest(
-            invocation_id=shown.invocation_id, reason="arguments replaced", session_id=sid
-        )
+        pb.CancelRequest(invocation_id=shown.invocation_id, reason="arguments replaced", session_id=sid)
     )
     replaced = sc.propose(sid, {**EVENT, "title": "Dentist (moved)"}, "p4", key="k-replace")
     assert replaced.invocation_id != shown.invocation_id and replaced.digest != shown.digest
