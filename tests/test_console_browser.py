@@ -16,12 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
 
+from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import ROOT
 from tests.console_fixture import ALICE, EVENT, GINA, Console, Sidecar, http, start_console, start_sidecar
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
-playwright_sync = pytest.importorskip("playwright.sync_api")
 
 WAIT_MS = 15_000
 
@@ -45,8 +46,8 @@ def shots() -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with playwright_sync.sync_playwright() as pw:
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=chromium_path(), headless=True, args=["--no-sandbox"])
         try:
             yield b
@@ -67,8 +68,8 @@ def stack() -> Iterator[tuple[Sidecar, Console]]:
         sc.stop()
 
 
-def login(browser: object, url: str, token: str) -> object:
-    ctx = browser.new_context(viewport={"width": 1200, "height": 900})  # type: ignore[attr-defined]
+def login(browser: Browser, url: str, token: str) -> Page:
+    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
     page = ctx.new_page()
     page.goto(url + "/login")
     page.fill("input[name=token]", token)
@@ -79,7 +80,7 @@ def login(browser: object, url: str, token: str) -> object:
 
 
 def test_approve_deny_replace_tenants_csrf_and_tokens(
-    stack: tuple[Sidecar, Console], browser: object, shots: Path
+    stack: tuple[Sidecar, Console], browser: Browser, shots: Path
 ) -> None:
     sc, con = stack
     page = login(browser, con.url, ALICE)
@@ -148,7 +149,7 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
     waiting = sc.propose(sid, {**EVENT, "title": "Quarterly review"}, "p5")
     page.goto(con.url + "/")
     page.wait_for_selector(f"#item-{waiting.invocation_id}", timeout=WAIT_MS)
-    gina_ctx = browser.new_context(extra_http_headers={"Authorization": f"Bearer {GINA}"})  # type: ignore[attr-defined]
+    gina_ctx = browser.new_context(extra_http_headers={"Authorization": f"Bearer {GINA}"})
     gina = gina_ctx.new_page()
     gina.goto(con.url + "/")
     assert "gina@globex.example" in gina.inner_text("#who")
@@ -170,14 +171,14 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
     assert status == 403 and sc.state(sid, waiting.invocation_id) == "AUTHORIZED"
 
     # A bad token: 401.
-    bad_ctx = browser.new_context(extra_http_headers={"Authorization": "Bearer not-a-known-token-000"})  # type: ignore[attr-defined]
+    bad_ctx = browser.new_context(extra_http_headers={"Authorization": "Bearer not-a-known-token-000"})
     resp = bad_ctx.new_page().goto(con.url + "/")
     assert resp is not None and resp.status == 401
     bad_ctx.close()
     page.context.close()
 
 
-def test_an_expired_item_leaves_the_list(browser: object) -> None:
+def test_an_expired_item_leaves_the_list(browser: Browser) -> None:
     sc = start_sidecar(ttl_seconds=3)
     try:
         con = start_console(sc.confirmer)
