@@ -314,12 +314,12 @@ async def login(request: Request) -> Response:
             path="/login",
         )
         return resp
-    resp = RedirectResponse("/", 303)
-    resp.set_cookie(
+    done = RedirectResponse("/", 303)
+    done.set_cookie(
         TOKEN_COOKIE, token, httponly=True, samesite="strict", secure=c.cfg.cookie_secure, path="/"
     )
-    resp.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
-    return resp
+    done.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+    return done
 
 
 async def logout(request: Request) -> Response:

@@ -161,7 +161,7 @@ def item_of(p: pb.PendingConfirmation) -> PendingItem:
 
 
 def _error(err: grpc.aio.AioRpcError) -> ConsoleCallError:
-    status = rpc_status.from_call(err)  # type: ignore[arg-type]
+    status = rpc_status.from_call(err)
     if status is not None:
         for detail in status.details:
             info = error_details_pb2.ErrorInfo()
@@ -183,7 +183,7 @@ class SidecarLink:
         # Opened on first use, inside the serving event loop (a grpc.aio channel is bound to it).
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(self._target)
-        return pb_grpc.ConfirmationsStub(self._channel)
+        return pb_grpc.ConfirmationsStub(self._channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
         if self._channel is not None:
