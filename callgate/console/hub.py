@@ -46,6 +46,8 @@ class PendingHub:
                     await self._update(tenant, items)
             except ConsoleCallError as exc:
                 log.warning("console: WatchPending for a tenant ended (%s); reconnecting", exc.code)
+            except Exception:  # never let one tenant's stream die for good
+                log.exception("console: WatchPending for a tenant failed; reconnecting")
             await asyncio.sleep(BACKOFF_S[min(failures, len(BACKOFF_S) - 1)])
             failures += 1
 

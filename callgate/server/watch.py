@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
+from callgate.core.events import EventKind
 from callgate.core.states import TERMINAL
 from callgate.propose.confirmation import PAGE_SIZE_MAX
 from callgate.propose.gate import Gate
@@ -21,6 +22,19 @@ from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 
 RECHECK_S = 1.0
 """Re-read period of a stream without local events (changes made by other pods)."""
+
+PENDING_KINDS = frozenset(
+    k.value
+    for k in (
+        EventKind.CONFIRMATION_REQUESTED,
+        EventKind.CONFIRMED,
+        EventKind.CONFIRMATION_REJECTED,
+        EventKind.CONFIRMATION_EXPIRED,
+        EventKind.CANCELLED,
+        EventKind.DEADLINE_EXPIRED,
+    )
+)
+"""The event kinds that can change a pending list (they wake ``WatchPending`` streams)."""
 
 
 class InvocationWatch:
@@ -37,8 +51,9 @@ class InvocationWatch:
         for invocation_id in ids:
             for woken in self._waiting.get(invocation_id, ()):
                 woken.set()
-        for woken in self._any:
-            woken.set()
+        if self._any and any(e.kind in PENDING_KINDS for e in events):
+            for woken in self._any:
+                woken.set()
 
     async def publish_decision(self, record: DecisionRecord) -> None:
         return None
