@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,17 +180,23 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
 
 
 def test_an_expired_item_leaves_the_list(browser: Browser) -> None:
-    sc = start_sidecar(ttl_seconds=3)
+    ttl = 10  # long enough for the page to show it on a loaded machine
+    sc = start_sidecar(ttl_seconds=ttl)
     try:
         con = start_console(sc.confirmer)
         try:
             page = login(browser, con.url, ALICE)
             sid = sc.session("acme", "alice")
             parked = sc.propose(sid, EVENT, "p-exp")
-            page.wait_for_selector(f"#item-{parked.invocation_id}", timeout=WAIT_MS)
-            page.wait_for_selector(f"#item-{parked.invocation_id}", state="detached", timeout=WAIT_MS)
+            page.wait_for_selector(f"#item-{parked.invocation_id}", timeout=ttl * 1000)
+            page.wait_for_selector(
+                f"#item-{parked.invocation_id}", state="detached", timeout=(ttl + 30) * 1000
+            )
             assert "Nothing waits" in page.inner_text("#pending")
-            assert sc.state(sid, parked.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+            deadline = time.monotonic() + 15  # the sweep (every 0.5 s) records the expiry
+            while sc.state(sid, parked.invocation_id) != "CANCELLED_BEFORE_COMMIT":
+                assert time.monotonic() < deadline, sc.state(sid, parked.invocation_id)
+                time.sleep(0.1)
             page.context.close()
         finally:
             con.stop()
