@@ -4,10 +4,12 @@
 PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary), ``@pytest.mark.node`` (Node.js
 and the npm dependencies of the TypeScript client, tests/test_ts_client.py, and of the MCP tests,
 tests/mcp_node), ``@pytest.mark.image`` (buildah and mmdebstrap, Debian's packages, as root:
-tests/test_image.py builds and runs the container image with scripts/image). They are registered in
+tests/test_image.py builds and runs the container image with scripts/image),
+``@pytest.mark.browser`` (Debian's headless Chromium, driven by Playwright: the console's browser
+test; scripts/chromium). They are registered in
 pyproject.toml (``--strict-markers``) and give the fast local loop::
 
-    scripts/test -m "not opa and not postgres and not helm and not node and not image"
+    scripts/test -m "not opa and not postgres and not helm and not node and not image and not browser"
 
 How a test gets its marker:
 
@@ -53,6 +55,7 @@ class Needs(str, Enum):
     HELM = "helm"
     NODE = "node"
     IMAGE = "image"
+    BROWSER = "browser"
 
 
 FIXTURE_MARKERS: dict[str, Needs] = {
@@ -68,6 +71,7 @@ PREPARE: dict[Needs, tuple[str, ...]] = {
     Needs.POSTGRES: ("scripts/postgres", "install"),
     Needs.NODE: ("scripts/node-client", "install"),
     Needs.IMAGE: ("scripts/image", "install"),
+    Needs.BROWSER: ("scripts/chromium", "install"),
 }
 """What builds or installs each program (idempotent; seconds when it is already there)."""
 

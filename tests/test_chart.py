@@ -110,7 +110,9 @@ class Pod:
 
     @classmethod
     def of(cls, docs: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> Pod:
-        deployments = [d for d in docs if d["kind"] == "Deployment"]
+        deployments = [  # the agent pod (the console's own Deployment: tests/test_chart_console.py)
+            d for d in docs if d["kind"] == "Deployment" and not d["metadata"]["name"].endswith("-console")
+        ]
         assert len(deployments) == 1, [d["kind"] for d in docs]
         template = deployments[0]["spec"]["template"]
         return cls(tuple(docs), template["spec"], template["metadata"])

@@ -193,7 +193,10 @@ def test_check_reports_toolspec_types_against_the_hand_written_schemas(
     r = cli("check", "--config", str(config_for(tmp_path, policies)))
     out = r.stdout
     assert r.returncode == 1, r
-    assert re.search(rf"error: {re.escape(str(path))}:\d+: .*args\.duration_minutes: the ToolSpec makes it String, the schema Long", out), out
+    assert re.search(
+        rf"error: {re.escape(str(path))}:\d+: .*args\.duration_minutes: the ToolSpec makes it String, the schema Long",
+        out,
+    ), out
     assert isinstance(problems[0], Problem)
 
 

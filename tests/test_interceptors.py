@@ -71,15 +71,15 @@ def _reason(err: grpc.aio.AioRpcError) -> str:
 
 
 def test_every_callgate_method_is_unary_unary_or_server_streaming() -> None:
-    # The interceptor wraps unary-unary and server-streaming behaviours only (WatchInvocation is
-    # the one stream): a client-streaming RPC would need its own wrapper.
+    # The interceptor wraps unary-unary and server-streaming behaviours only (WatchInvocation and
+    # the console's WatchPending are the streams): a client-streaming RPC would need its own wrapper.
     streams = set()
     for service in pb.DESCRIPTOR.services_by_name.values():
         for method in service.methods:
             assert not method.client_streaming, method.full_name
             if method.server_streaming:
                 streams.add(method.full_name)
-    assert streams == {"callgate.v1.Gate.WatchInvocation"}
+    assert streams == {"callgate.v1.Gate.WatchInvocation", "callgate.v1.Confirmations.WatchPending"}
 
 
 def test_interceptor_maps_errors_passes_trace_and_observes(caplog: pytest.LogCaptureFixture) -> None:

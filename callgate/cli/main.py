@@ -376,6 +376,8 @@ def _explain_from_store(
 MCP_HELP = "the MCP gateway: callgate in front of MCP servers (docs/MCP.md)"
 """``callgate mcp``'s line in ``--help`` (the same as callgate/mcp/cli.py's), shown without
 importing the gateway."""
+CONSOLE_HELP = "serve the confirmation console (web UI for the confirmer role)"
+"""``callgate console``'s line in ``--help`` (the same as callgate/console/cli.py's)."""
 
 
 def _engine_names(command: str) -> tuple[str, ...] | None:
@@ -458,6 +460,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             add_mcp_parser(sub)
     elif importlib.util.find_spec("mcp") is not None:  # listed in --help without importing it
         sub.add_parser("mcp", help=MCP_HELP, add_help=False)
+    if command == "console":
+        try:
+            from callgate.console.cli import add_parser as add_console_parser
+        except ImportError:  # the 'console' extra is not installed
+            pass
+        else:
+            add_console_parser(sub)
+    elif importlib.util.find_spec("starlette") is not None:  # listed in --help without importing it
+        sub.add_parser("console", help=CONSOLE_HELP, add_help=False)
     args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -77,7 +77,7 @@ class Confirmations:
         return moved
 
     async def confirm(
-        self, inv: InvocationRecord, digest: str, confirmed_by: str, trace: TraceContext
+        self, inv: InvocationRecord, digest: str, confirmed_by: str, trace: TraceContext, note: str = ""
     ) -> InvocationRecord:
         """Confirm the parked ``inv`` with ``digest``; the PREPARED record, or an error."""
         if inv.state is not State.AUTHORIZED or not inv.confirmation_expires_at:
@@ -115,7 +115,7 @@ class Confirmations:
             replace(inv, deadline=deadline),
             State.PREPARED,
             EventKind.CONFIRMED,
-            {"digest": inv.digest, "confirmed_by": confirmed_by, "deadline": deadline},
+            {"digest": inv.digest, "confirmed_by": confirmed_by, "deadline": deadline, **_note(note)},
             trace,
             rfc3339(now),
         )
@@ -127,7 +127,7 @@ class Confirmations:
         return moved
 
     async def deny(
-        self, inv: InvocationRecord, digest: str, denied_by: str, trace: TraceContext
+        self, inv: InvocationRecord, digest: str, denied_by: str, trace: TraceContext, note: str = ""
     ) -> InvocationRecord:
         """The confirmer refused the parked ``inv``: CANCELLED_BEFORE_COMMIT (event
         ``confirmation_rejected``, reason ``denied``), key released. Another digest cancels it
@@ -138,7 +138,7 @@ class Confirmations:
             )
         matches = hmac.compare_digest(digest.encode(), inv.digest.encode())
         reason = "denied" if matches else ErrorCode.CONFIRMATION_DIGEST_MISMATCH.value
-        data = {"reason": reason, "denied_by": denied_by}
+        data = {"reason": reason, "denied_by": denied_by, **_note(note)}
         moved = await self._cancel(inv, EventKind.CONFIRMATION_REJECTED, data, trace)
         if moved is None:
             raise confirmation_not_pending("invocation has no pending confirmation")
@@ -211,6 +211,15 @@ class Confirmations:
             if len(rows) < want:
                 return PendingPage(tuple(live), "")
             cursor = (rows[-1].created_at, rows[-1].invocation_id)
+
+
+NOTE_MAX = 500
+"""Characters of a confirmer's note (``Confirm``/``Deny``) kept on the event."""
+
+
+def _note(note: str) -> dict[str, str]:
+    """The event data of a confirmer's optional note (none when empty)."""
+    return {"note": note[:NOTE_MAX]} if note else {}
 
 
 PAGE_SIZE_DEFAULT = 50

@@ -19,6 +19,7 @@ and tool views), :class:`~callgate.execute.usage.UsageMeter` (budgets),
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -254,18 +255,39 @@ class Gate:
             raise invocation_not_found("unknown invocation_id")
         return inv
 
+    async def _tenant_invocation(self, invocation_id: str, tenant: str) -> InvocationRecord:
+        """The invocation, if it belongs to ``tenant`` (empty: any tenant); another tenant's
+        answers exactly like an unknown id (``invocation_not_found``)."""
+        inv = await self._invocation(invocation_id)
+        if tenant and not hmac.compare_digest(inv.tenant.encode(), tenant.encode()):
+            raise invocation_not_found("unknown invocation_id")
+        return inv
+
     async def confirm(
-        self, invocation_id: str, digest: str, confirmed_by: str, trace: TraceContext
-    ) -> InvocationRecord:
+        self, invocation_id: str, digest: str, confirmed_by: str, trace: TraceContext, *, tenant: str = "",
+        note: str = "",
+    ) -> InvocationRecord:  # fmt: skip
         return await self.confirmations.confirm(
-            await self._invocation(invocation_id), digest, confirmed_by, trace
+            await self._tenant_invocation(invocation_id, tenant), digest, confirmed_by, trace, note
         )
 
     async def deny(
-        self, invocation_id: str, digest: str, denied_by: str, trace: TraceContext
-    ) -> InvocationRecord:
+        self, invocation_id: str, digest: str, denied_by: str, trace: TraceContext, *, tenant: str = "",
+        note: str = "",
+    ) -> InvocationRecord:  # fmt: skip
         """The confirmer refused the parked invocation (cancelled before commit, key released)."""
-        return await self.confirmations.deny(await self._invocation(invocation_id), digest, denied_by, trace)
+        inv = await self._tenant_invocation(invocation_id, tenant)
+        return await self.confirmations.deny(inv, digest, denied_by, trace, note)
+
+    async def tenant_invocation(
+        self, invocation_id: str, tenant: str
+    ) -> tuple[InvocationRecord, list[EventRecord]]:
+        """An invocation of ``tenant`` and its events, for the confirmer listener (the tenant is
+        required; another tenant's invocation answers ``invocation_not_found``)."""
+        if not tenant:
+            raise invalid_request("tenant is required")
+        inv = await self._tenant_invocation(invocation_id, tenant)
+        return inv, await self._store.list_events(invocation_id)
 
     async def expire_confirmations(self) -> int:
         """Cancel every parked invocation whose confirmation window has passed; how many."""

@@ -222,7 +222,7 @@ class Sidecar:
             servicer = GateService(gate, execution, self.components.watch)
             pb_grpc.add_GateServicer_to_server(servicer, server)
         elif role == "confirmer":
-            servicer = ConfirmationsService(gate)
+            servicer = ConfirmationsService(gate, self.components.watch)
             pb_grpc.add_ConfirmationsServicer_to_server(servicer, server)
         elif role == "executor":
             servicer = ExecutorService(execution)

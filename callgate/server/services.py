@@ -262,42 +262,61 @@ class GateService(pb_grpc.GateServicer):
             )
 
 
+def pending_pb(inv: InvocationRecord) -> pb.PendingConfirmation:
+    d = decision_dict_pb(inv.decision)
+    return pb.PendingConfirmation(
+        invocation_id=inv.invocation_id,
+        digest=inv.digest,
+        tool_name=inv.tool_name,
+        tool_version=inv.tool_version,
+        subject=pb.Subject(tenant=inv.tenant, id=inv.subject),
+        normalized_arguments=inv.normalized_arguments,
+        expires_at=inv.confirmation_expires_at,
+        reasons=list(d.reasons) if d else [],
+        raw_arguments=inv.raw_arguments,
+        created_at=inv.created_at,
+    )
+
+
 class ConfirmationsService(pb_grpc.ConfirmationsServicer):
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, watch: InvocationWatch | None = None) -> None:
         self._gate = gate
+        self._watch = watch or InvocationWatch()
 
     async def Confirm(
         self, request: pb.ConfirmRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConfirmResponse:
         inv = await self._gate.confirm(
-            request.invocation_id, request.digest, request.confirmed_by, current_trace()
-        )
+            request.invocation_id, request.digest, request.confirmed_by, current_trace(),
+            tenant=request.tenant, note=request.note,
+        )  # fmt: skip
         return pb.ConfirmResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
     async def Deny(self, request: pb.DenyRequest, context: grpc.aio.ServicerContext) -> pb.DenyResponse:
-        inv = await self._gate.deny(request.invocation_id, request.digest, request.denied_by, current_trace())
+        inv = await self._gate.deny(
+            request.invocation_id, request.digest, request.denied_by, current_trace(),
+            tenant=request.tenant, note=request.note,
+        )  # fmt: skip
         return pb.DenyResponse(state=state_pb(inv.state))  # type: ignore[arg-type]
 
     async def ListPending(
         self, request: pb.ListPendingRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPendingResponse:
         page = await self._gate.list_pending(request.tenant, request.page_size, request.page_token)
-        out = []
-        for inv in page.pending:
-            d = decision_dict_pb(inv.decision)
-            out.append(
-                pb.PendingConfirmation(
-                    invocation_id=inv.invocation_id,
-                    digest=inv.digest,
-                    tool_name=inv.tool_name,
-                    tool_version=inv.tool_version,
-                    subject=pb.Subject(tenant=inv.tenant, id=inv.subject),
-                    normalized_arguments=inv.normalized_arguments,
-                    expires_at=inv.confirmation_expires_at,
-                    reasons=list(d.reasons) if d else [],
-                )
-            )
+        out = [pending_pb(inv) for inv in page.pending]
         return pb.ListPendingResponse(pending=out, next_page_token=page.next_page_token)
+
+    async def WatchPending(
+        self, request: pb.WatchPendingRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchPendingResponse]:
+        async for pending in self._watch.pending_changes(self._gate, request.tenant):
+            yield pb.WatchPendingResponse(pending=[pending_pb(inv) for inv in pending])
+
+    async def GetTenantInvocation(
+        self, request: pb.GetTenantInvocationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetInvocationResponse:
+        inv, events = await self._gate.tenant_invocation(request.invocation_id, request.tenant)
+        return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
 
 
 class AuthorizerService(pb_grpc.AuthorizerServicer):

@@ -14,12 +14,27 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
+from callgate.core.events import EventKind
 from callgate.core.states import TERMINAL
+from callgate.propose.confirmation import PAGE_SIZE_MAX
 from callgate.propose.gate import Gate
 from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 
 RECHECK_S = 1.0
 """Re-read period of a stream without local events (changes made by other pods)."""
+
+PENDING_KINDS = frozenset(
+    k.value
+    for k in (
+        EventKind.CONFIRMATION_REQUESTED,
+        EventKind.CONFIRMED,
+        EventKind.CONFIRMATION_REJECTED,
+        EventKind.CONFIRMATION_EXPIRED,
+        EventKind.CANCELLED,
+        EventKind.DEADLINE_EXPIRED,
+    )
+)
+"""The event kinds that can change a pending list (they wake ``WatchPending`` streams)."""
 
 
 class InvocationWatch:
@@ -27,6 +42,7 @@ class InvocationWatch:
 
     def __init__(self) -> None:
         self._waiting: dict[str, set[asyncio.Event]] = {}
+        self._any: set[asyncio.Event] = set()  # WatchPending streams: woken by every commit
 
     async def publish(self, events: Sequence[EventRecord], invocation: InvocationRecord | None) -> None:
         ids = {e.invocation_id for e in events}
@@ -35,12 +51,15 @@ class InvocationWatch:
         for invocation_id in ids:
             for woken in self._waiting.get(invocation_id, ()):
                 woken.set()
+        if self._any and any(e.kind in PENDING_KINDS for e in events):
+            for woken in self._any:
+                woken.set()
 
     async def publish_decision(self, record: DecisionRecord) -> None:
         return None
 
     async def close(self) -> None:
-        for waiters in self._waiting.values():
+        for waiters in (*self._waiting.values(), self._any):
             for woken in waiters:
                 woken.set()
 
@@ -83,6 +102,35 @@ class InvocationWatch:
                 waiters.discard(woken)
                 if not waiters:
                     del self._waiting[invocation_id]
+
+    def pending_watchers(self) -> int:
+        """How many ``WatchPending`` streams are open now (tests: nothing leaks)."""
+        return len(self._any)
+
+    async def pending_changes(
+        self, gate: Gate, tenant: str, *, recheck_s: float = RECHECK_S
+    ) -> AsyncIterator[tuple[InvocationRecord, ...]]:
+        """``tenant``'s pending confirmations (one page of the largest size, oldest first), first
+        as they are, then after each change of the listed ids, digests or expiries. Woken by every
+        local commit and re-read every ``recheck_s`` (other pods; a window that passed unswept
+        leaves the list then). ``invalid_request`` (raised by the gate) for an empty tenant."""
+        woken = asyncio.Event()
+        self._any.add(woken)
+        try:
+            last: tuple[tuple[str, str, str], ...] | None = None
+            while True:
+                woken.clear()
+                page = await gate.list_pending(tenant, PAGE_SIZE_MAX)
+                shown = tuple((p.invocation_id, p.digest, p.confirmation_expires_at) for p in page.pending)
+                if shown != last:
+                    yield page.pending
+                    last = shown
+                try:
+                    await asyncio.wait_for(woken.wait(), timeout=recheck_s)
+                except TimeoutError:
+                    pass
+        finally:
+            self._any.discard(woken)
 
 
 __all__ = ["RECHECK_S", "InvocationWatch"]

@@ -566,14 +566,18 @@ class ReconcileResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[State, str]] = ..., already_recorded: _Optional[bool] = ...) -> None: ...
 
 class ConfirmRequest(_message.Message):
-    __slots__ = ("invocation_id", "digest", "confirmed_by")
+    __slots__ = ("invocation_id", "digest", "confirmed_by", "tenant", "note")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     CONFIRMED_BY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     digest: str
     confirmed_by: str
-    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., confirmed_by: _Optional[str] = ...) -> None: ...
+    tenant: str
+    note: str
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., confirmed_by: _Optional[str] = ..., tenant: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class ConfirmResponse(_message.Message):
     __slots__ = ("state",)
@@ -592,7 +596,7 @@ class ListPendingRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class PendingConfirmation(_message.Message):
-    __slots__ = ("invocation_id", "digest", "tool_name", "tool_version", "subject", "normalized_arguments", "expires_at", "reasons")
+    __slots__ = ("invocation_id", "digest", "tool_name", "tool_version", "subject", "normalized_arguments", "expires_at", "reasons", "raw_arguments", "created_at")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
@@ -601,6 +605,8 @@ class PendingConfirmation(_message.Message):
     NORMALIZED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     REASONS_FIELD_NUMBER: _ClassVar[int]
+    RAW_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     digest: str
     tool_name: str
@@ -609,7 +615,9 @@ class PendingConfirmation(_message.Message):
     normalized_arguments: bytes
     expires_at: str
     reasons: _containers.RepeatedCompositeFieldContainer[Reason]
-    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., normalized_arguments: _Optional[bytes] = ..., expires_at: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
+    raw_arguments: bytes
+    created_at: str
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., normalized_arguments: _Optional[bytes] = ..., expires_at: _Optional[str] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ..., raw_arguments: _Optional[bytes] = ..., created_at: _Optional[str] = ...) -> None: ...
 
 class ListPendingResponse(_message.Message):
     __slots__ = ("pending", "next_page_token")
@@ -620,20 +628,44 @@ class ListPendingResponse(_message.Message):
     def __init__(self, pending: _Optional[_Iterable[_Union[PendingConfirmation, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class DenyRequest(_message.Message):
-    __slots__ = ("invocation_id", "digest", "denied_by")
+    __slots__ = ("invocation_id", "digest", "denied_by", "tenant", "note")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
     DENIED_BY_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     digest: str
     denied_by: str
-    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., denied_by: _Optional[str] = ...) -> None: ...
+    tenant: str
+    note: str
+    def __init__(self, invocation_id: _Optional[str] = ..., digest: _Optional[str] = ..., denied_by: _Optional[str] = ..., tenant: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
 
 class DenyResponse(_message.Message):
     __slots__ = ("state",)
     STATE_FIELD_NUMBER: _ClassVar[int]
     state: State
     def __init__(self, state: _Optional[_Union[State, str]] = ...) -> None: ...
+
+class WatchPendingRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class WatchPendingResponse(_message.Message):
+    __slots__ = ("pending",)
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    pending: _containers.RepeatedCompositeFieldContainer[PendingConfirmation]
+    def __init__(self, pending: _Optional[_Iterable[_Union[PendingConfirmation, _Mapping]]] = ...) -> None: ...
+
+class GetTenantInvocationRequest(_message.Message):
+    __slots__ = ("invocation_id", "tenant")
+    INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    invocation_id: str
+    tenant: str
+    def __init__(self, invocation_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class AuthorizeRequest(_message.Message):
     __slots__ = ("subject", "capability", "resource", "context")

@@ -673,6 +673,16 @@ class ConfirmationsStub:
                 request_serializer=callgate_dot_v1_dot_callgate__pb2.DenyRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_callgate__pb2.DenyResponse.FromString,
                 _registered_method=True)
+        self.WatchPending = channel.unary_stream(
+                '/callgate.v1.Confirmations/WatchPending',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.WatchPendingRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.WatchPendingResponse.FromString,
+                _registered_method=True)
+        self.GetTenantInvocation = channel.unary_unary(
+                '/callgate.v1.Confirmations/GetTenantInvocation',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.GetTenantInvocationRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.FromString,
+                _registered_method=True)
 
 
 class ConfirmationsServicer:
@@ -698,6 +708,25 @@ class ConfirmationsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchPending(self, request, context):
+        """The tenant's pending confirmations as a stream: the first message is the whole current list
+        (oldest first, at most 500), each further one the whole list after a change (a new parked
+        invocation, one confirmed, denied, cancelled or expired). Changes made by other pods sharing
+        a PostgreSQL store are seen within a second. Ends when the caller's deadline passes or it
+        goes away.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTenantInvocation(self, request, context):
+        """An invocation of the tenant with its whole event trail (the explain view, 6.13); an
+        invocation of another tenant answers invocation_not_found like an unknown one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ConfirmationsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -715,6 +744,16 @@ def add_ConfirmationsServicer_to_server(servicer, server):
                     servicer.Deny,
                     request_deserializer=callgate_dot_v1_dot_callgate__pb2.DenyRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_callgate__pb2.DenyResponse.SerializeToString,
+            ),
+            'WatchPending': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchPending,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.WatchPendingRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.WatchPendingResponse.SerializeToString,
+            ),
+            'GetTenantInvocation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenantInvocation,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.GetTenantInvocationRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -798,6 +837,60 @@ class Confirmations:
             '/callgate.v1.Confirmations/Deny',
             callgate_dot_v1_dot_callgate__pb2.DenyRequest.SerializeToString,
             callgate_dot_v1_dot_callgate__pb2.DenyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchPending(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/callgate.v1.Confirmations/WatchPending',
+            callgate_dot_v1_dot_callgate__pb2.WatchPendingRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.WatchPendingResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenantInvocation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Confirmations/GetTenantInvocation',
+            callgate_dot_v1_dot_callgate__pb2.GetTenantInvocationRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,7 +44,7 @@ callgate.toml and the policy directory, from values. Keys are those of callgate/
 {{- $cfg := dict
       "server" $server
       "policy" $policy
-      "store" (dict "backend" "sqlite" "path" (printf "%s/callgate.db" $p.state) "synchronous" $v.store.synchronous "durability" ($v.store.durability | default "barrier"))
+      "store" (include "callgate.storeConfig" . | fromJson)
       "limits" (dict
           "max_argument_bytes" $v.limits.maxArgumentBytes
           "max_depth" $v.limits.maxDepth
@@ -99,6 +99,20 @@ callgate.toml and the policy directory, from values. Keys are those of callgate/
 {{- /* The policy directory as a JSON map: path under it -> file content. Bundled files (the
 engine's directory and tools/) first, then policies.files over them. JSON, not YAML: Helm's toYaml
 drops the final newline of the last value, and policy bytes must stay exact (ToolSpec digests). */ -}}
+{{- /* [store]: SQLite per pod, or the PostgreSQL database of idempotency.postgres (store.backend). */ -}}
+{{- define "callgate.storeConfig" -}}
+{{- $v := .Values -}}
+{{- $p := include "callgate.paths" . | fromYaml -}}
+{{- if eq ($v.store.backend | default "sqlite") "postgres" -}}
+{{- if ne $v.idempotency.backend "postgres" -}}
+{{- fail "store.backend: postgres needs idempotency.backend: postgres (the DSN Secret of idempotency.postgres)" -}}
+{{- end -}}
+{{- dict "backend" "postgres" "dsn_file" (printf "%s/postgres/%s" $p.secrets $v.idempotency.postgres.key) | toJson -}}
+{{- else -}}
+{{- dict "backend" "sqlite" "path" (printf "%s/callgate.db" $p.state) "synchronous" $v.store.synchronous "durability" ($v.store.durability | default "barrier") | toJson -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "callgate.policyFiles" -}}
 {{- $files := dict -}}
 {{- if .Values.policies.bundled -}}

@@ -1,0 +1,254 @@
+"""Who is asking, which tenants they may approve, and CSRF tokens.
+
+* **Static tokens** (one machine): a JSON file of tokens; the browser sends one as ``Authorization:
+  Bearer <token>`` or logs in once with the form, which keeps it in an ``HttpOnly``,
+  ``SameSite=Strict`` cookie. Each request is checked against the current list.
+* **OIDC** (an ingress such as oauth2-proxy in front): a JWT in a header, verified with joserfc
+  against the issuer's JWKS (file or URL), ``iss``, ``aud``, ``exp``/``nbf`` checked; the person is
+  the identity claim, their groups the groups claim.
+
+Anything missing, malformed, expired or unknown is ``None`` (the app answers 401). Tenants come
+only from the config (``[[console.tenants]]``): identities and groups map to tenants.
+
+CSRF: every form carries a synchronizer token, an HMAC of the person's identity under the
+console's key (a page of another origin can neither read nor compute it); the login form, before
+anyone is known, uses a double-submit cookie. Cookies are ``SameSite=Strict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from joserfc import jwt
+from joserfc.errors import JoseError
+from joserfc.jwk import KeySet
+
+from callgate.console.config import AuthMode, ConsoleConfig
+from callgate.core.errors import config_invalid
+
+log = logging.getLogger("callgate.console.auth")
+
+TOKEN_COOKIE = "cg_console_token"
+"""The login form's cookie (static mode): the token, HttpOnly, SameSite=Strict."""
+LOGIN_CSRF_COOKIE = "cg_console_login_csrf"
+"""The login form's double-submit cookie."""
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """An authenticated person: the name recorded on their decisions, and their groups."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+
+
+def _bearer(value: str) -> str:
+    scheme, _, rest = value.strip().partition(" ")
+    if rest and scheme.lower() == "bearer":
+        return rest.strip()
+    return value.strip() if not rest else ""
+
+
+class StaticTokens:
+    """The configured token list (``tokens_file``)."""
+
+    def __init__(self, entries: dict[str, Identity]) -> None:
+        # Keyed by the token's SHA-256: lookups compare digests, never the token text itself.
+        self._by_digest = {hashlib.sha256(t.encode()).digest(): who for t, who in entries.items()}
+
+    @staticmethod
+    def load(cfg: ConsoleConfig) -> StaticTokens:
+        path = cfg.path(cfg.auth.tokens_file)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise config_invalid(f"console.auth.tokens_file: cannot read ({type(exc).__name__})") from None
+        if not isinstance(data, dict) or not data:
+            raise config_invalid("console.auth.tokens_file must be a non-empty JSON object")
+        entries: dict[str, Identity] = {}
+        for token, who in data.items():
+            if isinstance(who, str) and who:
+                entries[token] = Identity(who)
+            elif (
+                isinstance(who, dict)
+                and isinstance(who.get("identity"), str)
+                and who["identity"]
+                and all(isinstance(g, str) for g in who.get("groups", []))
+            ):
+                entries[token] = Identity(who["identity"], tuple(who.get("groups", [])))
+            else:
+                raise config_invalid(
+                    'console.auth.tokens_file: each value is "<identity>" or {"identity": ..., "groups": [...]}'
+                )
+            if len(token) < 16:
+                raise config_invalid("console.auth.tokens_file: tokens must have at least 16 characters")
+        return StaticTokens(entries)
+
+    def verify(self, token: str) -> Identity | None:
+        if not token:
+            return None
+        want = hashlib.sha256(token.encode()).digest()
+        found: Identity | None = None
+        for digest, who in self._by_digest.items():
+            if hmac.compare_digest(digest, want):
+                found = who
+        return found
+
+
+class OidcVerifier:
+    """JWTs of one issuer and audience, keys from a JWKS file or URL."""
+
+    def __init__(self, cfg: ConsoleConfig, keys: KeySet | None) -> None:
+        self._cfg = cfg.auth
+        self._keys = keys
+        self._fetched_at = 0.0
+        self._lock = asyncio.Lock()
+
+    @staticmethod
+    def load(cfg: ConsoleConfig) -> OidcVerifier:
+        keys = None
+        if cfg.auth.jwks_file:
+            try:
+                keys = KeySet.import_key_set(
+                    json.loads(cfg.path(cfg.auth.jwks_file).read_text(encoding="utf-8"))
+                )
+            except (OSError, ValueError, JoseError) as exc:
+                raise config_invalid(f"console.auth.jwks_file: cannot load ({type(exc).__name__})") from None
+        return OidcVerifier(cfg, keys)
+
+    async def _refresh(self) -> None:
+        """Fetch ``jwks_url`` (at most every ``jwks_refresh_s``); a failure keeps the old keys."""
+        if not self._cfg.jwks_url:
+            return
+        async with self._lock:
+            if self._keys is not None and time.monotonic() - self._fetched_at < self._cfg.jwks_refresh_s:
+                return
+            self._fetched_at = time.monotonic()
+            try:
+                timeout = aiohttp.ClientTimeout(total=5)
+                async with aiohttp.ClientSession(timeout=timeout) as http:
+                    async with http.get(self._cfg.jwks_url) as resp:
+                        resp.raise_for_status()
+                        self._keys = KeySet.import_key_set(await resp.json(content_type=None))
+            except (aiohttp.ClientError, TimeoutError, ValueError, JoseError) as exc:
+                log.warning(
+                    "console: cannot fetch the JWKS (%s); keeping the keys I have", type(exc).__name__
+                )
+
+    def _decode(self, token: str) -> jwt.Token | None:
+        if self._keys is None:
+            return None
+        try:
+            return jwt.decode(token, self._keys, algorithms=list(self._cfg.algorithms))
+        except (JoseError, ValueError, TypeError, KeyError):
+            return None
+
+    async def verify(self, token: str) -> Identity | None:
+        if not token or token.count(".") != 2:
+            return None
+        if self._keys is None:
+            await self._refresh()
+        tok = self._decode(token)
+        if tok is None and self._cfg.jwks_url:
+            await self._refresh()  # a rotated key: fetch again (at most every jwks_refresh_s)
+            tok = self._decode(token)
+        if tok is None:
+            return None
+        claims = tok.claims
+        reg = jwt.JWTClaimsRegistry(
+            leeway=self._cfg.leeway_s,
+            iss={"essential": True, "value": self._cfg.issuer},
+            aud={"essential": True, "value": self._cfg.audience},
+            exp={"essential": True},
+        )
+        try:
+            reg.validate(claims)
+        except JoseError:
+            return None
+        name = claims.get(self._cfg.identity_claim)
+        groups = claims.get(self._cfg.groups_claim, [])
+        if not isinstance(name, str) or not name:
+            return None
+        if not isinstance(groups, list):
+            groups = []
+        return Identity(name, tuple(g for g in groups if isinstance(g, str)))
+
+
+class Authenticator:
+    """The request's person, from the configured source (``None``: 401)."""
+
+    def __init__(self, cfg: ConsoleConfig) -> None:
+        self.cfg = cfg
+        self.mode = cfg.auth.mode
+        self._static = StaticTokens.load(cfg) if cfg.auth.mode is AuthMode.STATIC else None
+        self._oidc = OidcVerifier.load(cfg) if cfg.auth.mode is AuthMode.OIDC else None
+
+    async def identify(self, headers: Any, cookies: dict[str, str]) -> Identity | None:
+        token = _bearer(headers.get(self.cfg.auth.header, "") or "")
+        if self._static is not None:
+            return self._static.verify(token or cookies.get(TOKEN_COOKIE, ""))
+        assert self._oidc is not None
+        return await self._oidc.verify(token)
+
+    def check_token(self, token: str) -> Identity | None:
+        """The login form (static mode): the person a typed token names."""
+        return self._static.verify(token) if self._static is not None else None
+
+
+class Tenants:
+    """``[[console.tenants]]``: which tenants a person may see and decide."""
+
+    def __init__(self, cfg: ConsoleConfig) -> None:
+        self.all = tuple(t.name for t in cfg.tenants)
+        self._access = cfg.tenants
+
+    def of(self, who: Identity) -> tuple[str, ...]:
+        return tuple(
+            t.name for t in self._access if who.name in t.identities or any(g in t.groups for g in who.groups)
+        )
+
+
+class Csrf:
+    """Synchronizer tokens bound to the person (HMAC under the console's key)."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    @staticmethod
+    def load(cfg: ConsoleConfig) -> Csrf:
+        if not cfg.secret_file:
+            return Csrf(secrets.token_bytes(32))
+        try:
+            key = cfg.path(cfg.secret_file).read_bytes().strip()
+        except OSError as exc:
+            raise config_invalid(f"console.secret_file: cannot read ({type(exc).__name__})") from None
+        if len(key) < 32:
+            raise config_invalid("console.secret_file must hold at least 32 bytes")
+        return Csrf(key)
+
+    def token(self, who: Identity) -> str:
+        return hmac.new(self._key, b"csrf\x00" + who.name.encode(), hashlib.sha256).hexdigest()
+
+    def valid(self, who: Identity, presented: str) -> bool:
+        return bool(presented) and hmac.compare_digest(self.token(who).encode(), presented.encode())
+
+
+__all__ = [
+    "LOGIN_CSRF_COOKIE",
+    "TOKEN_COOKIE",
+    "Authenticator",
+    "Csrf",
+    "Identity",
+    "OidcVerifier",
+    "StaticTokens",
+    "Tenants",
+]

@@ -1,0 +1,326 @@
+"""The console without a browser (issue 13): its config, OIDC bearer tokens (JWKS file and URL),
+static tokens, the webhook against a real local HTTP server, the SSE stream, and one console
+serving a fleet: two sidecar processes on one real PostgreSQL store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from joserfc import jwt
+from joserfc.jwk import ECKey, KeySet
+
+from callgate.console import config
+from callgate.console.auth import Authenticator, Csrf, Identity, Tenants
+from callgate.console.config import AuthConfig, AuthMode, ConsoleConfig, TenantAccess
+from callgate.console.sidecar import changes
+from callgate.core.errors import CallgateError
+from tests.console_fixture import ALICE, EVENT, GINA, free_port, http, start_console, start_sidecar
+from tests.test_store_contract import fresh_pg_database
+
+ISSUER, AUDIENCE = "https://login.example", "callgate-console"
+
+
+class Hook:
+    """A real local HTTP server recording the JSON bodies POSTed to it (the webhook's receiver)."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", "0"))
+                hook.bodies.append(json.loads(self.rfile.read(n)))
+                self.send_response(status)
+                self.end_headers()
+
+            def do_GET(self) -> None:
+                body = json.dumps(hook.jwks).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+        self.jwks: dict[str, Any] = {}
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    h = Hook()
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def wait_for(check: Any, timeout: float = 15.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+# ---------------------------------------------------------------- config
+
+
+def write(tmp: Path, text: str) -> Path:
+    p = tmp / "console.toml"
+    p.write_text(text)
+    (tmp / "tokens.json").write_text(json.dumps({"a-long-enough-token-1": "alice"}))
+    return p
+
+
+BASE = """
+[console]
+confirmer = "unix:run/confirmer.sock"
+[console.auth]
+tokens_file = "tokens.json"
+[[console.tenants]]
+name = "acme"
+identities = ["alice"]
+"""
+
+
+def test_config_loads_typed_and_relative_paths(tmp_path: Path) -> None:
+    cfg = config.load(write(tmp_path, BASE))
+    assert cfg.auth.mode is AuthMode.STATIC and cfg.tenants == (TenantAccess("acme", ("alice",)),)
+    assert cfg.confirmer_target == f"unix:{tmp_path}/run/confirmer.sock"
+    assert cfg.link_base == "http://127.0.0.1:8765"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (BASE + "[console.extra]\n", "unknown keys"),
+        (BASE.replace('tokens_file = "tokens.json"', 'mode = "oidc"\nissuer = "x"'), "issuer and audience"),
+        (BASE.replace('tokens_file = "tokens.json"', 'mode = "basic"'), "must be one of"),
+        (BASE.replace('name = "acme"', 'name = ""'), "console.tenants"),
+        (BASE + '[console.notify]\ntimeout_s = "5"\n', "non-negative number"),
+        (
+            BASE.replace(
+                'tokens_file = "tokens.json"',
+                f'mode = "oidc"\nissuer = "{ISSUER}"\naudience = "a"\njwks_file = "j"\nalgorithms = ["HS256"]',
+            ),
+            "asymmetric",
+        ),
+        (BASE.replace("[console]", '[console]\nlisten = "8080"'), "host:port"),
+    ],
+)
+def test_config_refuses(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(CallgateError) as err:
+        config.load(write(tmp_path, text))
+    assert message in err.value.message
+
+
+def test_every_config_field_is_documented() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs/CONSOLE.md").read_text()
+    for cls, prefix in (
+        (ConsoleConfig, ""),
+        (AuthConfig, "auth."),
+        (config.NotifyConfig, "notify."),
+        (TenantAccess, "tenants[]."),
+    ):
+        for f in cls.__dataclass_fields__.values():
+            if f.metadata.get("internal") or f.name in ("auth", "notify", "tenants"):
+                continue
+            assert f"`{prefix}{f.name}`" in doc, f"docs/CONSOLE.md does not document {prefix}{f.name}"
+
+
+# ---------------------------------------------------------------- auth
+
+
+def oidc_config(tmp: Path, **auth: Any) -> ConsoleConfig:
+    return config.check(
+        ConsoleConfig(
+            auth=AuthConfig(mode=AuthMode.OIDC, issuer=ISSUER, audience=AUDIENCE, **auth),
+            tenants=(TenantAccess("acme", groups=("acme-approvers",)),),
+            base_dir=str(tmp),
+        )
+    )
+
+
+def token(key: ECKey, **claims: Any) -> str:
+    now = int(time.time())
+    body = {"iss": ISSUER, "aud": AUDIENCE, "exp": now + 300, "iat": now, "email": "olga@acme.example"}
+    body["groups"] = ["acme-approvers"]
+    body.update(claims)
+    return jwt.encode({"alg": "ES256", "kid": key.kid}, body, key)
+
+
+def test_oidc_tokens_from_a_jwks_file(tmp_path: Path) -> None:
+    key = ECKey.generate_key("P-256", auto_kid=True)
+    other = ECKey.generate_key("P-256", auto_kid=True)
+    (tmp_path / "jwks.json").write_text(json.dumps(KeySet([key]).as_dict(private=False)))
+    cfg = oidc_config(tmp_path, jwks_file="jwks.json")
+    auth = Authenticator(cfg)
+
+    async def who(tok: str, header: str = "Authorization") -> Identity | None:
+        return await auth.identify({header: f"Bearer {tok}"}, {})
+
+    good = asyncio.run(who(token(key)))
+    assert good == Identity("olga@acme.example", ("acme-approvers",))
+    assert Tenants(cfg).of(good) == ("acme",)
+    for bad in (
+        token(key, aud="someone-else"),
+        token(key, iss="https://evil.example"),
+        token(key, exp=int(time.time()) - 3600),
+        token(other),  # not the issuer's key
+        token(key, email=""),
+        "not.a.jwt",
+        "",
+    ):
+        assert asyncio.run(who(bad)) is None, bad
+    assert asyncio.run(auth.identify({}, {"cg_console_token": token(key)})) is None  # header only
+
+
+def test_oidc_keys_from_the_issuer_url_and_rotation(tmp_path: Path, hook: Hook) -> None:
+    first = ECKey.generate_key("P-256", auto_kid=True)
+    hook.jwks = KeySet([first]).as_dict(private=False)
+    cfg = oidc_config(tmp_path, jwks_url=hook.url, jwks_refresh_s=0.0, header="X-Forwarded-Access-Token")
+    auth = Authenticator(cfg)
+    assert asyncio.run(auth.identify({"X-Forwarded-Access-Token": token(first)}, {})) is not None
+    rotated = ECKey.generate_key("P-256", auto_kid=True)
+    hook.jwks = KeySet([rotated]).as_dict(private=False)
+
+    async def both() -> tuple[Identity | None, Identity | None]:
+        a = Authenticator(cfg)
+        return (
+            await a.identify({"X-Forwarded-Access-Token": token(first)}, {}),
+            await a.identify({"X-Forwarded-Access-Token": token(rotated)}, {}),
+        )
+
+    old, new = asyncio.run(both())
+    assert old is None and new is not None
+
+
+def test_csrf_tokens_are_bound_to_the_person() -> None:
+    csrf = Csrf(b"k" * 32)
+    alice, bob = Identity("alice"), Identity("bob")
+    assert csrf.valid(alice, csrf.token(alice))
+    assert not csrf.valid(bob, csrf.token(alice)) and not csrf.valid(alice, "")
+    assert Csrf(b"j" * 32).token(alice) != csrf.token(alice)
+
+
+def test_what_normalization_changed() -> None:
+    got = changes({"a": 1, "b": {"c": "x"}, "d/e": 1}, {"a": 1, "b": {"c": "y"}, "f": 2, "d/e": 1.0})
+    assert [(c.pointer, c.raw, c.normalized) for c in got] == [
+        ("/b/c", '"x"', '"y"'),
+        ("/d~1e", "1", "1.0"),
+        ("/f", "(absent)", "2"),
+    ]
+
+
+# ---------------------------------------------------------------- a real sidecar and console
+
+
+def test_webhook_sse_and_static_tokens(hook: Hook) -> None:
+    sc = start_sidecar()
+    try:
+        con = start_console(sc.confirmer, webhook=hook.url)
+        try:
+            sid = sc.session("acme", "alice")
+            with urllib.request.urlopen(
+                urllib.request.Request(con.url + "/events", headers={"Authorization": f"Bearer {ALICE}"}),
+                timeout=20,
+            ) as stream:
+                parked = sc.propose(sid, EVENT, "w1")
+                seen = b""
+                while parked.invocation_id.encode() not in seen:
+                    seen += stream.readline()
+            (body,) = wait_for(lambda: hook.bodies)
+            assert set(body) == {"text"} and "calendar.create_event@v1" in body["text"]
+            assert "primary" not in body["text"]  # arguments never leave the console
+            link = re.search(r"(http://\S+)", body["text"]).group(1)  # type: ignore[union-attr]
+            assert link == f"{con.url}/t/acme/i/{parked.invocation_id}"
+            status, page = http(link, token=ALICE)
+            assert status == 200 and parked.digest in page
+            assert http(link, token=GINA)[0] == 404
+            assert http(link)[0] == 401 and http(link, token="x" * 20)[0] == 401
+            # the login form: double-submit CSRF, then the cookie
+            assert http(con.url + "/login", data={"token": ALICE})[0] == 403
+        finally:
+            con.stop()
+    finally:
+        sc.stop()
+
+
+def test_a_failing_webhook_blocks_nothing() -> None:
+    dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
+    sc = start_sidecar()
+    try:
+        con = start_console(sc.confirmer, webhook=dead)
+        try:
+            sid = sc.session("acme", "alice")
+            parked = sc.propose(sid, EVENT, "f1")
+            wait_for(lambda: "notification webhook failed" in con.log())
+            assert dead not in con.log()  # the URL (a secret for Slack) is not logged
+            status, page = http(con.url + "/", token=ALICE)
+            assert status == 200 and parked.invocation_id in page
+        finally:
+            con.stop()
+    finally:
+        sc.stop()
+
+
+@pytest.mark.postgres
+def test_one_console_serves_two_pods_on_one_postgres(postgres_dsn: str, hook: Hook) -> None:
+    dsn = fresh_pg_database(postgres_dsn)
+    a = start_sidecar(dsn=dsn)
+    try:
+        b = start_sidecar(dsn=dsn)
+        try:
+            con = start_console(b.confirmer, webhook=hook.url)  # the console knows only pod b
+            try:
+                sid = a.session("acme", "alice")
+                parked = a.propose(sid, EVENT, "pg1")  # proposed on pod a
+                (body,) = wait_for(lambda: hook.bodies)  # b's WatchPending saw a's proposal
+                assert parked.invocation_id in body["text"]
+                status, page = http(con.url + "/", token=ALICE)
+                assert status == 200 and parked.invocation_id in page
+                csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+                status, _ = http(
+                    con.url + f"/t/acme/i/{parked.invocation_id}/approve",
+                    token=ALICE,
+                    data={"csrf_token": csrf, "digest": parked.digest, "note": ""},
+                )
+                assert status == 303
+                assert a.state(sid, parked.invocation_id) == "PREPARED"  # pod a sees the confirmation
+                status, page = http(con.url + f"/t/acme/i/{parked.invocation_id}", token=ALICE)
+                assert "alice@acme.example" in page and "PREPARED" in page
+            finally:
+                con.stop()
+        finally:
+            b.stop()
+    finally:
+        a.stop()
+
+
+def test_config_replace_keeps_frozen() -> None:
+    cfg = ConsoleConfig()
+    with pytest.raises(AttributeError):
+        cfg.listen = "x"  # type: ignore[misc]
+    assert replace(cfg, listen="127.0.0.1:1").listen == "127.0.0.1:1"
