@@ -176,3 +176,18 @@ def test_release_incrementally_empties() -> None:
     table = {i: {"x": [i]} for i in range(1000)}
     release_incrementally(table)
     assert table == {}
+
+
+def test_a_load_leaves_its_objects_frozen() -> None:
+    """What a reload leaves alive joins the permanent generation (docs/LIMITS.md, "Reloads"): the
+    first collection after it must not walk the new snapshot on the event loop."""
+    import asyncio
+    import gc
+
+    from callgate.policy import lifecycle
+
+    before = gc.get_freeze_count()
+    kept = asyncio.run(lifecycle._off_the_loop(lambda _cfg: [{"n": [i]} for i in range(5000)], None))  # type: ignore[arg-type,return-value,misc]
+    assert len(kept) == 5000
+    assert gc.isenabled()
+    assert gc.get_freeze_count() >= before + 5000
