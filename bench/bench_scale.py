@@ -11,7 +11,8 @@ Each part runs on the code in ``--code`` (default: this checkout), so the same s
                 10,000 policies after a file change;
 * ``tools``     ListTools p50 at 10 vs 1,000 tools;
 * ``args``      sidecar CPU per Propose with a 60 KB array of records in the arguments;
-* ``sessions``  sidecar RSS after opening 100,000 sessions (each with one ListTools).
+* ``sessions``  sidecar RSS after opening 100,000 sessions (each with one ListTools);
+* ``memory``    sidecar RSS on the example policies: idle at SERVING, under steady Propose load, peak.
 
     .venv/bin/python bench/bench_scale.py [--code DIR] [--only policies,entities,...] [--json out.json]
 """
@@ -419,11 +420,54 @@ def part_sessions(n: int) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
 
 
+def part_memory(seconds: float) -> None:
+    """The sidecar's RSS on the example policies: at SERVING (idle), then under steady load
+    (Propose of weather.get, ``BENCH_INFLIGHT`` calls in flight, for ``seconds``), and its peak."""
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+
+    tmp = Path(tempfile.mkdtemp())
+    pdir = policy_dir(tmp)
+    with serve(pdir) as (proc, target, _):
+        time.sleep(1.0)
+        idle = rss_kib(proc.pid, "VmRSS") / 1024
+
+        async def run() -> int:
+            done = 0
+            async with grpc.aio.insecure_channel(target) as ch:
+                gate = pb_grpc.GateStub(ch)
+                sid = (await gate.OpenSession(pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="bob"),
+                                                                     timezone="Europe/Paris"))).session_id  # fmt: skip
+                await gate.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="mc"))
+                end = time.monotonic() + seconds
+
+                async def worker(w: int) -> None:
+                    nonlocal done
+                    i = 0
+                    while time.monotonic() < end:
+                        args = {"city": f"City{i % 97}", "date": "2026-07-20"}
+                        await gate.Propose(pb.ProposeRequest(session_id=sid, model_call_id="mc", proposal_id=f"w{w}-{i}",
+                                                             tool_name="weather.get", tool_version="v1",
+                                                             arguments=json.dumps(args).encode()))  # fmt: skip
+                        i += 1
+                        done += 1
+
+                await asyncio.gather(*(worker(w) for w in range(INFLIGHT)))
+            return done
+
+        calls = asyncio.run(run())
+        out("sidecar RSS, example policies", idle_at_serving_mib=round(idle, 1),
+            under_load_mib=round(rss_kib(proc.pid, "VmRSS") / 1024, 1), peak_mib=round(rss_kib(proc.pid) / 1024, 1),
+            calls=calls, seconds=seconds)  # fmt: skip
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     global CODE
     ap = argparse.ArgumentParser()
     ap.add_argument("--code", default=str(ROOT), help="checkout whose callgate runs (before/after)")
-    ap.add_argument("--only", default="policies,entities,reload,tools,args,sessions")
+    ap.add_argument("--only", default="policies,entities,reload,tools,args,sessions,memory")
+    ap.add_argument("--memory-seconds", type=float, default=30.0)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--entity-calls", type=int, default=200)
     ap.add_argument("--reload-policies", type=int, default=10000)
@@ -448,6 +492,8 @@ def main() -> None:
         part_args(max(5, a.calls // 10))
     if "sessions" in parts:
         part_sessions(a.sessions)
+    if "memory" in parts:
+        part_memory(a.memory_seconds)
     if a.json:
         Path(a.json).write_text(json.dumps(RESULTS, indent=2))
 

@@ -146,9 +146,13 @@ def test_serving_runtime_settings_and_refreeze() -> None:
         del b
         gc.collect()
         assert ref() is not None  # ... frozen cycles are not collected
+        fresh = [[] for _ in range(100)]  # lists are always tracked by the collector
+        count = gc.get_freeze_count()
         refreeze()
-        assert ref() is None  # ... until a reload refreezes
-        assert gc.get_freeze_count() > 0
+        # a reload freezes what is alive now, without a full collection on the event loop (it was
+        # the longest stall of a reload, docs/LIMITS.md): frozen cycles stay
+        assert ref() is not None
+        assert gc.get_freeze_count() >= count + len(fresh)
     finally:
         gc.unfreeze()
         gc.set_threshold(*before[0])

@@ -105,6 +105,12 @@ async def _off_the_loop(fn: Callable[[Config], PolicySnapshot], cfg: Config) -> 
         if _loads_running == 0:
             sys.setswitchinterval(_saved_interval)
             if _gc_was_enabled:
+                # What the load left alive (the new snapshot) joins the permanent generation, as
+                # startup's objects do (``callgate serve``): with the collector paused it all sat
+                # in generation 0, and the first collection after the load walked it on the
+                # event loop (~100 ms for 10,000 policies, measured). The retired snapshot is
+                # freed by reference counting either way.
+                gc.freeze()
                 gc.enable()
 
 

@@ -25,13 +25,23 @@ class PolicySnapshot:
 
 
 def load_snapshot(
-    policy_dir: Path, engine_name: str = "cedar", *, policy: PolicyConfig | None = None
+    policy_dir: Path,
+    engine_name: str = "cedar",
+    *,
+    policy: PolicyConfig | None = None,
+    compiled_core: bool | None = None,
 ) -> PolicySnapshot:
     """Load ``tools/`` and the files of the engine registered as ``engine_name``
     (:data:`~callgate.policy.engines.registry.ENGINES`) from ``policy_dir``. Raises LoadError
-    (an unregistered engine name too)."""
+    (an unregistered engine name too). ``compiled_core``: whether the compiled core will serve
+    decisions (the engine then prepares only the form that serves); None prepares every form
+    (the parity suite compares them)."""
     tools = load_tools(policy_dir / "tools")
-    engine = ENGINES.get(engine_name).load(policy_dir, policy or PolicyConfig())
+    factory = ENGINES.get(engine_name)
+    if compiled_core is not None and factory.load_for_core is not None:
+        engine = factory.load_for_core(policy_dir, policy or PolicyConfig(), compiled_core)
+    else:
+        engine = factory.load(policy_dir, policy or PolicyConfig())
     h = hashlib.sha256()
     for t in tools:
         h.update(f"{t.spec.key}={t.spec.spec_digest}\n".encode())
@@ -39,6 +49,20 @@ def load_snapshot(
     return PolicySnapshot(tools=tools, engine=engine, revision="sha256:" + h.hexdigest())
 
 
+def compiled_core_serves(cfg: Config) -> bool:
+    """Whether the compiled core will serve decisions under ``cfg`` (``[core] engine``: ``python``
+    never; ``auto`` and ``native`` when ``callgate._native`` imports), as the core seam decides."""
+    from callgate.propose.core import CoreEngine, load_native
+
+    return CoreEngine(cfg.core.engine) is not CoreEngine.PYTHON and load_native() is not None
+
+
 def load_snapshot_from_config(cfg: Config) -> PolicySnapshot:
-    """The snapshot ``cfg`` describes (``policy.engine`` over ``policy.dir``), as the server loads it."""
-    return load_snapshot(cfg.path(cfg.policy.dir), cfg.policy.engine, policy=cfg.policy)
+    """The snapshot ``cfg`` describes (``policy.engine`` over ``policy.dir``), as the server loads
+    it: only the engine form the configured core serves (docs/NATIVE.md)."""
+    return load_snapshot(
+        cfg.path(cfg.policy.dir),
+        cfg.policy.engine,
+        policy=cfg.policy,
+        compiled_core=compiled_core_serves(cfg),
+    )

@@ -378,11 +378,12 @@ def tune_runtime() -> None:
 
 
 def refreeze() -> None:
-    """After a policy reload: give the frozen objects back to the collector (the snapshot that
-    was serving at startup may hold reference cycles that only it can free), collect, and freeze
-    what is alive now."""
-    gc.unfreeze()
-    gc.collect()
+    """After a policy reload: freeze what is alive now (the new snapshot; the lifecycle already
+    froze what its load left). No full collection: ``gc.unfreeze(); gc.collect()`` walked every
+    object of the process on the event loop at the swap, the longest health check of a reload
+    (~170-200 ms at 10,000 policies, docs/LIMITS.md). A retired snapshot is freed by reference
+    counting; what it holds in reference cycles stays frozen (measured: 9 objects for the example
+    policies, none for 10,000 policies and 200 tools)."""
     gc.freeze()
 
 

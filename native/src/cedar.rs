@@ -17,11 +17,12 @@
 
 use cedar_policy::{
     Authorizer, Context, Decision, Entities, EntityId, EntityTypeName, EntityUid, PolicySet,
-    Request, Schema,
+    Request, RestrictedExpression, Schema,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
@@ -56,6 +57,7 @@ impl Slice {
     }
 }
 
+#[derive(Default)]
 struct EntityCache {
     map: HashMap<(String, String, String, String), Arc<Entities>>,
     order: VecDeque<(String, String, String, String)>,
@@ -72,8 +74,7 @@ pub struct CedarSnapshot {
     confirm: HashMap<String, String>,
     /// snapshot positional id -> its number (to order reasons by position)
     position: HashMap<String, usize>,
-    fragments: Vec<String>,
-    index: HashMap<(String, String), usize>,
+    store: EntityStore,
     edges: HashMap<usize, Vec<usize>>,
     always: Vec<usize>,
     cache: Mutex<EntityCache>,
@@ -93,12 +94,280 @@ fn fault(code: &str, message: &str) -> Answer {
     )
 }
 
+/// The schema and every distinct policy slice, parsed once.
+fn prepare(
+    schema_text: &str,
+    sources: Vec<(String, bool, Vec<String>)>,
+) -> Result<(Schema, Vec<Slice>), String> {
+    let (schema, _warnings) =
+        Schema::from_cedarschema_str(schema_text).map_err(|e| format!("schema: {e}"))?;
+    let mut slices = Vec::with_capacity(sources.len());
+    for (text, is_json, ids) in sources {
+        let set = if is_json {
+            PolicySet::from_json_str(&text).map_err(|e| format!("policies: {e}"))?
+        } else {
+            PolicySet::from_str(&text).map_err(|e| format!("policies: {e}"))?
+        };
+        slices.push(Slice { set, ids });
+    }
+    Ok((schema, slices))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    schema: Schema,
+    slices: Vec<Slice>,
+    enforcing: HashMap<String, usize>,
+    enforcing_default: usize,
+    shadow: Option<(HashMap<String, usize>, usize)>,
+    policy_ids: HashMap<String, String>,
+    confirm: HashMap<String, String>,
+    store: EntityStore,
+    edges: HashMap<usize, Vec<usize>>,
+    always: Vec<usize>,
+    cache_max: usize,
+) -> Result<CedarSnapshot, String> {
+    let n = slices.len();
+    let in_range = |i: &usize| *i < n;
+    if !enforcing.values().all(in_range)
+        || enforcing_default >= n
+        || shadow
+            .as_ref()
+            .is_some_and(|(m, d)| *d >= n || !m.values().all(in_range))
+    {
+        return Err("slice number out of range".into());
+    }
+    let position = policy_ids
+        .keys()
+        .filter_map(|k| {
+            k.strip_prefix("policy")
+                .and_then(|n| n.parse::<usize>().ok())
+                .map(|n| (k.clone(), n))
+        })
+        .collect();
+    Ok(CedarSnapshot {
+        schema,
+        slices,
+        enforcing,
+        enforcing_default,
+        shadow,
+        policy_ids,
+        confirm,
+        position,
+        store,
+        edges,
+        always,
+        cache: Mutex::new(EntityCache {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+        }),
+        cache_max,
+    })
+}
+
+/// How an entity's fragment starts: `{"uid":{"type":<t>,"id":<id>}` (the form both loads write,
+/// so a hash hit is confirmed against the fragment itself).
+fn head(t: &str, id: &str) -> String {
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    format!("{{\"uid\":{{\"type\":{},\"id\":{}}}", q(t), q(id))
+}
+
+fn key_hash(t: &str, id: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    t.hash(&mut h);
+    id.hash(&mut h);
+    h.finish()
+}
+
+/// Entity uids referenced in an explicit-form JSON value (`__entity` escapes and `{"type",
+/// "id"}` objects; over-inclusion is harmless, as in `cedar_slices._refs`).
+fn collect_refs(v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let (Some(serde_json::Value::String(t)), Some(serde_json::Value::String(i))) =
+                (m.get("type"), m.get("id"))
+            {
+                out.push((t.clone(), i.clone()));
+            }
+            for x in m.values() {
+                collect_refs(x, out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                collect_refs(x, out);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn reach(roots: &[usize], edges: &HashMap<usize, Vec<usize>>) -> Vec<usize> {
+    let mut seen: HashSet<usize> = HashSet::new();
+    let mut order = Vec::new();
+    let mut todo: Vec<usize> = roots.to_vec();
+    while let Some(n) = todo.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        order.push(n);
+        if let Some(e) = edges.get(&n) {
+            todo.extend(e.iter().copied());
+        }
+    }
+    order
+}
+
+/// The static entities once: every entity's explicit JSON in one buffer, its offsets, and the
+/// key hashes sorted with their entity numbers (no per-entity strings or map entries).
+#[derive(Default)]
+struct EntityStore {
+    blob: String,
+    offsets: Vec<u32>,
+    hashes: Vec<(u64, u32)>,
+}
+
+impl EntityStore {
+    fn push_raw(&mut self, t: &str, id: &str, fragment: &str) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        let n = self.hashes.len() as u32;
+        self.hashes.push((key_hash(t, id), n));
+        self.blob.push_str(fragment);
+        self.offsets.push(self.blob.len() as u32);
+    }
+
+    fn finish(&mut self) -> Result<(), String> {
+        if self.blob.len() > u32::MAX as usize {
+            return Err("entities: more than 4 GiB of JSON".into());
+        }
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.hashes.sort_unstable();
+        self.hashes.shrink_to_fit();
+        self.blob.shrink_to_fit();
+        self.offsets.shrink_to_fit();
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.hashes.len()
+    }
+
+    fn fragment(&self, n: usize) -> &str {
+        &self.blob[self.offsets[n] as usize..self.offsets[n + 1] as usize]
+    }
+
+    fn lookup(&self, t: &str, id: &str) -> Option<usize> {
+        let h = key_hash(t, id);
+        let start = self.hashes.partition_point(|(x, _)| *x < h);
+        let want = head(t, id);
+        self.hashes[start..]
+            .iter()
+            .take_while(|(x, _)| *x == h)
+            .map(|(_, n)| *n as usize)
+            .find(|n| {
+                let f = self.fragment(*n);
+                f.starts_with(&want) && f[want.len()..].starts_with([',', '}'])
+            })
+    }
+}
+
+/// The context as Cedar values built directly from the JSON (`to_cedar_value`'s explicit form:
+/// records, sets, strings, Longs, booleans and `{"__extn": decimal}`), or None for anything
+/// else. Cedar's own JSON reader (`Context::from_json_str`) deserializes every value through an
+/// untagged enum that formats an error for each variant it rejects: ~25 ms for 60 KB of records.
+fn fast_context(v: &serde_json::Value) -> Option<Context> {
+    let serde_json::Value::Object(map) = v else {
+        return None;
+    };
+    let mut pairs = Vec::with_capacity(map.len());
+    for (k, v) in map {
+        pairs.push((k.clone(), restricted(v)?));
+    }
+    Context::from_pairs(pairs).ok()
+}
+
+fn restricted(v: &serde_json::Value) -> Option<RestrictedExpression> {
+    Some(match v {
+        serde_json::Value::Bool(b) => RestrictedExpression::new_bool(*b),
+        serde_json::Value::String(s) => RestrictedExpression::new_string(s.clone()),
+        serde_json::Value::Number(n) => RestrictedExpression::new_long(n.as_i64()?),
+        serde_json::Value::Array(a) => {
+            let mut items = Vec::with_capacity(a.len());
+            for x in a {
+                items.push(restricted(x)?);
+            }
+            RestrictedExpression::new_set(items)
+        }
+        serde_json::Value::Object(m) => {
+            if m.keys().any(|k| k.starts_with("__")) {
+                if m.len() != 1 {
+                    return None;
+                }
+                let e = m.get("__extn")?.as_object()?;
+                if e.len() != 2 || e.get("fn")?.as_str()? != "decimal" {
+                    return None;
+                }
+                return Some(RestrictedExpression::new_decimal(e.get("arg")?.as_str()?));
+            }
+            let mut fields = Vec::with_capacity(m.len());
+            for (k, x) in m {
+                fields.push((k.clone(), restricted(x)?));
+            }
+            RestrictedExpression::new_record(fields).ok()?
+        }
+        serde_json::Value::Null => return None,
+    })
+}
+
+/// Where a decision's context comes from: the Authorizer's JSON text, or the one-call Propose
+/// decision's value built from the normalized arguments (`lib.rs`, never serialized to text).
+#[derive(Clone, Copy)]
+enum ContextSrc<'a> {
+    Text(&'a str),
+    Value(&'a serde_json::Value),
+}
+
+/// A large snapshot is freed in a thread of its own, without the GIL: its policy sets and entity
+/// buffer take hundreds of ms to drop at 10,000 policies on a loaded box (measured), and the last
+/// reference to a retired snapshot goes away on the event loop.
+impl Drop for CedarSnapshot {
+    fn drop(&mut self) {
+        const LARGE: usize = 256;
+        let policies: usize = self.slices.iter().map(|s| s.ids.len().max(1)).sum();
+        if policies < LARGE && self.store.len() < LARGE * 16 {
+            return;
+        }
+        let heavy = (
+            std::mem::take(&mut self.slices),
+            std::mem::take(&mut self.store),
+            std::mem::take(&mut self.policy_ids),
+            std::mem::take(&mut self.confirm),
+            std::mem::take(&mut self.position),
+            std::mem::take(&mut self.edges),
+            std::mem::take(&mut self.enforcing),
+        );
+        let cache = self.cache.get_mut().map(std::mem::take).ok();
+        if let Err(e) = std::thread::Builder::new()
+            .name("callgate-cedar-drop".into())
+            .spawn(move || drop((heavy, cache)))
+        {
+            // no thread: dropped here (the returned closure, and what it holds, go with the error)
+            drop(e);
+        }
+    }
+}
+
 #[pymethods]
 impl CedarSnapshot {
     /// `sources`: (text, is_json, positional ids) per distinct slice; `enforcing` action -> slice
     /// number, `enforcing_default` the slice of an action no scope names; `shadow` the same two
-    /// for the shadow slices (or None). `fragments`: every static entity's explicit JSON, `edges`
-    /// entity number -> the numbers it reaches, `always` the entities in every slice.
+    /// for the shadow slices (or None). `fragments`: every static entity's explicit JSON (as
+    /// `cedar_slices.EntityIndex` renders it: `{"uid":{"type":..,"id":..},...}`), `edges` entity
+    /// number -> the numbers it reaches, `always` the entities in every slice.
     #[new]
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (schema_text, sources, enforcing, enforcing_default, shadow, policy_ids, confirm, fragments, edges, always, cache_max))]
@@ -117,52 +386,28 @@ impl CedarSnapshot {
         cache_max: usize,
     ) -> PyResult<Self> {
         let built = py.detach(move || -> Result<CedarSnapshot, String> {
-            let (schema, _warnings) =
-                Schema::from_cedarschema_str(&schema_text).map_err(|e| format!("schema: {e}"))?;
-            let mut slices = Vec::with_capacity(sources.len());
-            for (text, is_json, ids) in sources {
-                let set = if is_json {
-                    PolicySet::from_json_str(&text).map_err(|e| format!("policies: {e}"))?
-                } else {
-                    PolicySet::from_str(&text).map_err(|e| format!("policies: {e}"))?
-                };
-                slices.push(Slice { set, ids });
-            }
-            let n = slices.len();
-            let in_range = |i: &usize| *i < n;
-            if !enforcing.values().all(in_range)
-                || enforcing_default >= n
-                || shadow
-                    .as_ref()
-                    .is_some_and(|(m, d)| *d >= n || !m.values().all(in_range))
-            {
-                return Err("slice number out of range".into());
-            }
-            let mut index = HashMap::with_capacity(fragments.len());
+            let (schema, slices) = prepare(&schema_text, sources)?;
+            let mut store = EntityStore::default();
             for (k, f) in fragments.iter().enumerate() {
                 let v: serde_json::Value =
                     serde_json::from_str(f).map_err(|e| format!("entity {k}: {e}"))?;
                 let t = v["uid"]["type"].as_str().ok_or("entity without uid.type")?;
                 let i = v["uid"]["id"].as_str().ok_or("entity without uid.id")?;
-                index.insert((t.to_string(), i.to_string()), k);
+                if !f.starts_with(&head(t, i)) {
+                    return Err(format!("entity {k}: not in the expected form"));
+                }
+                store.push_raw(t, i, f);
             }
             if edges
                 .values()
                 .flatten()
                 .chain(always.iter())
-                .any(|t| *t >= fragments.len())
+                .any(|t| *t >= store.len())
             {
                 return Err("entity number out of range".into());
             }
-            let position = policy_ids
-                .keys()
-                .filter_map(|k| {
-                    k.strip_prefix("policy")
-                        .and_then(|n| n.parse::<usize>().ok())
-                        .map(|n| (k.clone(), n))
-                })
-                .collect();
-            Ok(CedarSnapshot {
+            store.finish()?;
+            assemble(
                 schema,
                 slices,
                 enforcing,
@@ -170,17 +415,113 @@ impl CedarSnapshot {
                 shadow,
                 policy_ids,
                 confirm,
-                position,
-                fragments,
-                index,
+                store,
                 edges,
                 always,
-                cache: Mutex::new(EntityCache {
-                    map: HashMap::new(),
-                    order: VecDeque::new(),
-                }),
                 cache_max,
-            })
+            )
+        });
+        built.map_err(PyValueError::new_err)
+    }
+
+    /// The same snapshot with the static entities read here from `entities.json` (checked
+    /// against the schema, with the schema's action entities, as cedarpy's load does) and held
+    /// once: one buffer of Cedar's explicit JSON, offsets and sorted key hashes (issue 15: the
+    /// compiled core serving alone, no cedarpy copy). `literals`: the entity uids named in the
+    /// policies' conditions (their closure is in every slice). Everything runs with the GIL
+    /// released; an error (ValueError) means the caller loads the set with cedarpy instead.
+    #[staticmethod]
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (schema_text, sources, enforcing, enforcing_default, shadow, policy_ids, confirm, entities_json, literals, cache_max))]
+    fn load(
+        py: Python<'_>,
+        schema_text: String,
+        sources: Vec<(String, bool, Vec<String>)>,
+        enforcing: HashMap<String, usize>,
+        enforcing_default: usize,
+        shadow: Option<(HashMap<String, usize>, usize)>,
+        policy_ids: HashMap<String, String>,
+        confirm: HashMap<String, String>,
+        entities_json: String,
+        literals: Vec<(String, String)>,
+        cache_max: usize,
+    ) -> PyResult<Self> {
+        let built = py.detach(move || -> Result<CedarSnapshot, String> {
+            let (schema, slices) = prepare(&schema_text, sources)?;
+            let (store, edges) = {
+                let entities = Entities::from_json_str(&entities_json, Some(&schema))
+                    .map_err(|e| format!("entities: {e}"))?;
+                drop(entities_json);
+                let mut store = EntityStore::default();
+                let mut refs: Vec<(usize, Vec<(String, String)>)> = Vec::new();
+                for (n, entity) in entities.iter().enumerate() {
+                    let uid = entity.uid();
+                    let t = uid.type_name().to_string();
+                    let i = uid.id().unescaped().to_string();
+                    let value = entity
+                        .to_json_value()
+                        .map_err(|e| format!("entities: {e}"))?;
+                    let mut text = head(&t, &i);
+                    let mut out: Vec<(String, String)> = Vec::new();
+                    if let serde_json::Value::Object(map) = &value {
+                        for (k, v) in map {
+                            let empty = matches!(v, serde_json::Value::Object(m) if m.is_empty());
+                            if k == "uid" || (k == "tags" && empty) {
+                                continue;
+                            }
+                            text.push(',');
+                            text.push_str(&serde_json::to_string(k).map_err(|e| e.to_string())?);
+                            text.push(':');
+                            text.push_str(&serde_json::to_string(v).map_err(|e| e.to_string())?);
+                            if k == "parents" || k == "attrs" || k == "tags" {
+                                collect_refs(v, &mut out);
+                            }
+                        }
+                    } else {
+                        return Err("entities: an entity is not an object".into());
+                    }
+                    text.push('}');
+                    store.push_raw(&t, &i, &text);
+                    out.retain(|u| u.0 != t || u.1 != i);
+                    if !out.is_empty() {
+                        refs.push((n, out));
+                    }
+                }
+                store.finish()?;
+                let mut edges: HashMap<usize, Vec<usize>> = HashMap::new();
+                for (n, out) in refs {
+                    let mut targets: Vec<usize> = Vec::new();
+                    for (t, i) in out {
+                        if let Some(m) = store.lookup(&t, &i) {
+                            if !targets.contains(&m) {
+                                targets.push(m);
+                            }
+                        }
+                    }
+                    if !targets.is_empty() {
+                        edges.insert(n, targets);
+                    }
+                }
+                (store, edges)
+            };
+            let roots: Vec<usize> = literals
+                .iter()
+                .filter_map(|(t, i)| store.lookup(t, i))
+                .collect();
+            let always = reach(&roots, &edges);
+            assemble(
+                schema,
+                slices,
+                enforcing,
+                enforcing_default,
+                shadow,
+                policy_ids,
+                confirm,
+                store,
+                edges,
+                always,
+                cache_max,
+            )
         });
         built.map_err(PyValueError::new_err)
     }
@@ -232,9 +573,7 @@ impl CedarSnapshot {
         tenant: &str,
         context_json: &str,
     ) -> (Answer, Option<Answer>) {
-        self.decide_with(principal, action, resource, tenant, |a| {
-            Context::from_json_str(context_json, Some((&self.schema, a))).map_err(|_| ())
-        })
+        self.decide_with(principal, action, resource, tenant, ContextSrc::Text(context_json))
     }
 
     /// One decision with the context already as a JSON value (the one-call Propose decision of
@@ -247,9 +586,7 @@ impl CedarSnapshot {
         tenant: &str,
         context: &serde_json::Value,
     ) -> (Answer, Option<Answer>) {
-        self.decide_with(principal, action, resource, tenant, |a| {
-            Context::from_json_value(context.clone(), Some((&self.schema, a))).map_err(|_| ())
-        })
+        self.decide_with(principal, action, resource, tenant, ContextSrc::Value(context))
     }
 
     fn decide_with(
@@ -258,7 +595,7 @@ impl CedarSnapshot {
         action: &str,
         resource: &str,
         tenant: &str,
-        context: impl FnOnce(&EntityUid) -> Result<Context, ()>,
+        context: ContextSrc<'_>,
     ) -> (Answer, Option<Answer>) {
         let engine_error = || fault("engine_error", "the Cedar engine raised an exception");
         let entities = match self.entities_for(tenant, principal, resource, action) {
@@ -286,12 +623,30 @@ impl CedarSnapshot {
         principal: &str,
         action: &str,
         resource: &str,
-        context: impl FnOnce(&EntityUid) -> Result<Context, ()>,
+        context: ContextSrc<'_>,
     ) -> Result<Request, ()> {
         let p = uid(PRINCIPAL_TYPE, principal).map_err(|_| ())?;
         let a = uid(ACTION_TYPE, action).map_err(|_| ())?;
         let r = uid(RESOURCE_TYPE, resource).map_err(|_| ())?;
-        let ctx = context(&a)?;
+        let fast = match context {
+            ContextSrc::Text(t) => serde_json::from_str::<serde_json::Value>(t)
+                .ok()
+                .and_then(|v| fast_context(&v)),
+            ContextSrc::Value(v) => fast_context(v),
+        };
+        if let Some(ctx) = fast {
+            if let Ok(req) = Request::new(p.clone(), a.clone(), r.clone(), ctx, Some(&self.schema))
+            {
+                return Ok(req);
+            }
+        }
+        // Not built or not conforming as explicit values: Cedar's schema-directed reading (the
+        // reference: implicit entity and extension forms, and the deny of a non-conforming one).
+        let ctx = match context {
+            ContextSrc::Text(t) => Context::from_json_str(t, Some((&self.schema, &a))),
+            ContextSrc::Value(v) => Context::from_json_value(v.clone(), Some((&self.schema, &a))),
+        }
+        .map_err(|_| ())?;
         Request::new(p, a, r, ctx, Some(&self.schema)).map_err(|_| ())
     }
 
@@ -386,7 +741,7 @@ impl CedarSnapshot {
         let mut order = Vec::new();
         let mut todo: Vec<usize> = roots
             .iter()
-            .filter_map(|u| self.index.get(u).copied())
+            .filter_map(|u| self.store.lookup(&u.0, &u.1))
             .collect();
         todo.extend(self.always.iter().copied());
         while let Some(n) = todo.pop() {
@@ -421,7 +776,7 @@ impl CedarSnapshot {
         }
         let mut added: Vec<String> = Vec::new();
         let p_key = (PRINCIPAL_TYPE.to_string(), principal.to_string());
-        if !self.index.contains_key(&p_key) {
+        if self.store.lookup(&p_key.0, &p_key.1).is_none() {
             added.push(
                 serde_json::json!({
                     "uid": {"type": PRINCIPAL_TYPE, "id": principal},
@@ -432,7 +787,7 @@ impl CedarSnapshot {
             );
         }
         let r_key = (RESOURCE_TYPE.to_string(), resource.to_string());
-        if !self.index.contains_key(&r_key) {
+        if self.store.lookup(&r_key.0, &r_key.1).is_none() {
             let (kind, name) = resource.split_once(':').unwrap_or((resource, ""));
             added.push(
                 serde_json::json!({
@@ -453,7 +808,7 @@ impl CedarSnapshot {
         let mut first = true;
         for part in numbers
             .iter()
-            .map(|n| self.fragments[*n].as_str())
+            .map(|n| self.store.fragment(*n))
             .chain(added.iter().map(String::as_str))
         {
             if !first {

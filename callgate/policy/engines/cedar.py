@@ -30,10 +30,12 @@ import importlib
 import json
 import logging
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +53,9 @@ from callgate.policy.engines.cedar_slices import (
     Slice,
     build_slices,
     est_chunked,
+    literal_uids,
     release_free_memory,
+    release_incrementally,
     statement_spans,
     validate_grouped,
 )
@@ -105,15 +109,30 @@ class _ContextError(ValueError):
     pass
 
 
+class SnapshotCores(StrEnum):
+    """Which Cedar forms a load prepares (docs/NATIVE.md, "Cedar in the compiled core")."""
+
+    BOTH = "both"
+    """cedarpy's and the compiled core's (the parity suite: the reference beside the core)."""
+    PYTHON = "python"
+    """cedarpy's only (``[core] engine = "python"``, or no compiled core built)."""
+    NATIVE = "native"
+    """The compiled core's only, entities read by the core itself (it serves decisions). When the
+    core cannot take the snapshot, cedarpy's form is built instead, with the reason logged; a
+    snapshot neither can take is refused (``policy_invalid``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CedarPolicies:
     """One parsed, validated Cedar snapshot. Immutable; swapped whole on reload."""
 
     schema: cedarpy.Schema
-    entities: EntityIndex
-    """The static entities, once; a request gets its slice (:meth:`EntityIndex.slice_json`)."""
+    entities: EntityIndex | None
+    """The static entities, once; a request gets its slice (:meth:`EntityIndex.slice_json`).
+    None when only the compiled core serves (it holds them)."""
     slices: PolicySlices
-    """One prepared policy set per action (what a request is evaluated against)."""
+    """One prepared policy set per action (what a request is evaluated against); their
+    ``policy_set`` is None when only the compiled core serves."""
     policy_ids: Mapping[str, str]
     """Positional Cedar id (``policy0``) -> the policy's ``@id``."""
     confirm: Mapping[str, str]
@@ -129,6 +148,9 @@ class CedarPolicies:
     native: Any = field(default=None, compare=False, repr=False)
     """The same snapshot prepared in the compiled core (``callgate._native.CedarSnapshot``), or
     None when the core is not built; the engine uses it once the core seam enables it."""
+    python: bool = True
+    """Whether cedarpy's form (policy sets, :attr:`entities`) was built; when not, the compiled
+    core decides whatever the seam says (:meth:`CedarEngine.use_native`)."""
 
 
 def _line_of(text: str, offset: int) -> int:
@@ -233,13 +255,44 @@ class _PolicyFiles:
         return f"{path}:{global_line - first + 1}"
 
 
-def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies:
+SCHEMAS_KEPT = 2
+"""Parsed schemas kept for the next loads (by text): see :func:`_parsed_schema`."""
+_schemas: OrderedDict[str, cedarpy.Schema] = OrderedDict()
+_schemas_lock = threading.Lock()
+
+
+def _parsed_schema(text: str) -> cedarpy.Schema:
+    """cedarpy's parse of ``text``, shared by the snapshots loaded from the same schema text.
+
+    Freeing a cedarpy ``Schema`` holds the GIL for its whole drop (110-130 ms for 1,000 actions,
+    measured on a loaded box), in whichever thread drops it: a reload that leaves the schema
+    unchanged (the common case) reuses the parsed one, so neither the loader nor the event loop
+    (retiring the old snapshot) frees it. Only a schema change frees the oldest of the last
+    :data:`SCHEMAS_KEPT`. Raises ``ValueError`` as ``Schema.from_str``."""
+    key = hashlib.sha256(text.encode()).hexdigest()
+    with _schemas_lock:
+        hit = _schemas.get(key)
+        if hit is not None:
+            _schemas.move_to_end(key)
+            return hit
+    schema = cedarpy.Schema.from_str(text, release_gil=True)
+    with _schemas_lock:
+        _schemas[key] = schema
+        evicted = [_schemas.popitem(last=False)[1] for _ in range(max(0, len(_schemas) - SCHEMAS_KEPT))]
+    del evicted  # outside the lock
+    return schema
+
+
+def load_cedar_dir(
+    directory: Path, shadow: Sequence[str] = (), cores: SnapshotCores = SnapshotCores.BOTH
+) -> CedarPolicies:
     """Load, parse and validate every ``*.cedar`` file (one policy set: ``policies.cedar`` and any
     other, :func:`policy_files`), ``schema.cedarschema`` and ``entities.json``.
 
     Linear in the size of the files (issue 15): one index of line offsets, Cedar's JSON form built
     in chunks of statements, validation per group of policies (:mod:`cedar_slices`); the long
-    Cedar calls release the GIL, so a reload in a worker thread does not stall serving.
+    Cedar calls release the GIL, so a reload in a worker thread does not stall serving. ``cores``
+    says which forms to prepare (:class:`SnapshotCores`; the server asks for one).
 
     Raises :class:`LoadError` (``policy_invalid``) with ``file:line`` where it can be located.
     """
@@ -265,7 +318,7 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     pol_text, sch_text, ent_text = files.text, texts[sch_path], texts[ent_path]
 
     try:
-        schema = cedarpy.Schema.from_str(sch_text, release_gil=True)
+        schema = _parsed_schema(sch_text)
     except ValueError as exc:
         raise policy_invalid(str(exc), source=str(sch_path)) from None
     lines = LineIndex(pol_text)
@@ -338,15 +391,7 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
                 violations=violations,
             )
 
-    try:
-        entities = cedarpy.Entities.from_json_str(ent_text, schema, release_gil=True)
-        rendered = str(entities)  # explicit JSON (__entity / __extn): a slice parses without the schema
-        del entities
-        literal_ids = est.get(LITERALS, static)
-        entity_index, graph = EntityIndex.build(rendered, {k: static[k] for k in literal_ids})
-        del rendered
-    except (ValueError, json.JSONDecodeError) as exc:
-        raise policy_invalid(str(exc), source=str(ent_path)) from None
+    literal_static = {k: static[k] for k in est.get(LITERALS, static)}
     warning = entities_size_warning(len(ent_text.encode()), str(ent_path))
     if warning:
         log.warning("%s", warning)
@@ -356,14 +401,42 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
     # slices are parsed from their text; the positional ids then come from each slice's order.
     aligned = len(spans) == len(static) and all(f"policy{k}" in static for k in range(len(spans)))
     stmts = {f"policy{k}": pol_text[a:b] for k, (a, b) in enumerate(spans)} if aligned else None
-    slices = build_slices(static, enforcing, bool(shadow_ids), graph, PRINCIPAL_TYPE, RESOURCE_TYPE, stmts)
+    has_shadow = bool(shadow_ids)
 
-    native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
+    native: Any = None
+    entity_index: EntityIndex | None = None
+    declined = ""
+    if cores is SnapshotCores.NATIVE:
+        slices = build_slices(
+            static, enforcing, has_shadow, graph, PRINCIPAL_TYPE, RESOURCE_TYPE, stmts, python=False
+        )
+        native, declined = native_loaded(sch_text, slices, policy_ids, confirm, ent_text, literal_static)
+    if native is None:
+        try:
+            entities = cedarpy.Entities.from_json_str(ent_text, schema, release_gil=True)
+            rendered = str(entities)  # explicit JSON (__entity / __extn): a slice parses without the schema
+            del entities
+            entity_index, graph = EntityIndex.build(rendered, literal_static)
+            del rendered
+        except (ValueError, json.JSONDecodeError) as exc:
+            raise policy_invalid(str(exc), source=str(ent_path)) from None
+        if declined:
+            log.warning(
+                "Cedar: the compiled core cannot take this snapshot (%s); cedarpy serves it", declined
+            )
+        slices = build_slices(static, enforcing, has_shadow, graph, PRINCIPAL_TYPE, RESOURCE_TYPE, stmts)
+        if cores is SnapshotCores.BOTH:
+            native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
     digest = hashlib.sha256()
     for p in (*pol_paths, sch_path, ent_path):
         digest.update(p.name.encode() + b"\x00" + texts[p].encode() + b"\x00")
     digest.update(("shadow:" + ",".join(sorted(shadow))).encode())
+    # Cedar's JSON form of every policy is ~100 objects per policy: freed entry by entry so this
+    # thread never holds the GIL for one long deallocation (docs/LIMITS.md, "Reloads").
+    for table in (stmts, literal_static, static, est):
+        if table is not None:
+            release_incrementally(table)
     del texts, ent_text, stmts, static, est
     release_free_memory()  # what the load freed (parse copies) goes back to the OS
     return CedarPolicies(
@@ -374,7 +447,70 @@ def load_cedar_dir(directory: Path, shadow: Sequence[str] = ()) -> CedarPolicies
         confirm=confirm,
         revision="sha256:" + digest.hexdigest(),
         native=native,
+        python=entity_index is not None,
     )
+
+
+def native_loaded(
+    schema_text: str,
+    slices: PolicySlices,
+    policy_ids: Mapping[str, str],
+    confirm: Mapping[str, str],
+    entities_json: str,
+    literal_static: Mapping[str, Any],
+) -> tuple[Any, str]:
+    """The snapshot prepared by the compiled core alone, entities read from ``entities.json`` by
+    the core (checked against the schema there, held once), as ``(snapshot, "")``; or
+    ``(None, why)`` when the core is not built or cannot take it (cedarpy's form is then built)."""
+    try:
+        mod = importlib.import_module("callgate._native")
+    except ImportError:
+        return None, "the compiled core is not built"
+    cls = getattr(mod, "CedarSnapshot", None)
+    load = getattr(cls, "load", None)
+    if load is None:
+        return None, "this build of the compiled core cannot load entities"
+    sources, enforcing, default, shadow = _native_slices(slices)
+    try:
+        return (
+            load(
+                schema_text,
+                sources,
+                enforcing,
+                default,
+                shadow,
+                dict(policy_ids),
+                dict(confirm),
+                entities_json,
+                literal_uids(literal_static),
+                ENTITY_CACHE_SIZE,
+            ),
+            "",
+        )
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def _native_slices(
+    slices: PolicySlices,
+) -> tuple[list[tuple[str, bool, list[str]]], dict[str, int], int, tuple[dict[str, int], int] | None]:
+    """The distinct slices as the compiled core takes them: sources and slice numbers."""
+    numbers: dict[int, int] = {}
+    sources: list[tuple[str, bool, list[str]]] = []
+
+    def number(part: Slice) -> int:
+        key = id(part)
+        if key not in numbers:
+            numbers[key] = len(sources)
+            sources.append((part.source, part.source_json, list(part.ids)))
+        return numbers[key]
+
+    enforcing = {a: number(s) for a, s in slices.by_action.items()}
+    default = number(slices.default)
+    shadow = None
+    if slices.shadow_by_action is not None and slices.shadow_default is not None:
+        shadow = ({a: number(s) for a, s in slices.shadow_by_action.items()}, number(slices.shadow_default))
+    return sources, enforcing, default, shadow
 
 
 def native_snapshot(
@@ -394,21 +530,7 @@ def native_snapshot(
     cls = getattr(mod, "CedarSnapshot", None)
     if cls is None:
         return None
-    numbers: dict[int, int] = {}
-    sources: list[tuple[str, bool, list[str]]] = []
-
-    def number(part: Slice) -> int:
-        key = id(part)
-        if key not in numbers:
-            numbers[key] = len(sources)
-            sources.append((part.source, part.source_json, list(part.ids)))
-        return numbers[key]
-
-    enforcing = {a: number(s) for a, s in slices.by_action.items()}
-    default = number(slices.default)
-    shadow = None
-    if slices.shadow_by_action is not None and slices.shadow_default is not None:
-        shadow = ({a: number(s) for a, s in slices.shadow_by_action.items()}, number(slices.shadow_default))
+    sources, enforcing, default, shadow = _native_slices(slices)
     try:
         return cls(
             schema_text,
@@ -455,7 +577,48 @@ def to_cedar_value(value: JSONValue, path: str = "") -> Any:
     (at most 4 fractional digits, Cedar's decimal), ``null`` members are dropped (Cedar has no
     null). Keys starting with ``__`` are refused: they would let argument data forge Cedar entity
     references (``__entity``) or extension values (``__extn``).
+
+    The conversion runs without building a path per value (60 KB of records: ~2x faster); only
+    a value it refuses is converted again with paths, for the message.
     """
+    try:
+        return _cedar_fast(value)
+    except _ContextError:
+        return _cedar_value(value, path)
+
+
+_LONG_MIN, _LONG_MAX = -(2**63), 2**63
+
+
+def _cedar_fast(value: Any) -> Any:
+    """:func:`_cedar_value` for exact JSON types, without paths; anything else (a subclass, a
+    refusal) raises :class:`_ContextError` and the caller converts again with paths."""
+    t = type(value)
+    if t is str or t is bool:
+        return value
+    if t is int:
+        if _LONG_MIN <= value < _LONG_MAX:
+            return value
+        raise _ContextError
+    if t is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if v is None:
+                if k.startswith("__"):
+                    raise _ContextError
+                continue
+            if k.startswith("__"):
+                raise _ContextError
+            out[k] = _cedar_fast(v)
+        return out
+    if t is list:
+        return [_cedar_fast(v) for v in value if v is not None]
+    if t is float:
+        return _cedar_value(value)
+    raise _ContextError
+
+
+def _cedar_value(value: JSONValue, path: str = "") -> Any:
     if isinstance(value, bool) or isinstance(value, str):
         return value
     if isinstance(value, int):
@@ -490,10 +653,10 @@ def to_cedar_value(value: JSONValue, path: str = "") -> Any:
                 raise _ContextError(f"{path}/{k}: keys starting with '__' are reserved")
             if v is None:
                 continue
-            out[k] = to_cedar_value(v, f"{path}/{k}")
+            out[k] = _cedar_value(v, f"{path}/{k}")
         return out
     if isinstance(value, list):
-        return [to_cedar_value(v, f"{path}/{i}") for i, v in enumerate(value) if v is not None]
+        return [_cedar_value(v, f"{path}/{i}") for i, v in enumerate(value) if v is not None]
     raise _ContextError(f"{path or '/'}: unsupported value type")
 
 
@@ -541,10 +704,10 @@ def _with_shadow(
 
 def _release(p: CedarPolicies) -> None:
     p.entity_cache.clear()
-    for table in (p.slices.by_action, p.slices.shadow_by_action):
+    for table in (p.slices.by_action, p.slices.shadow_by_action, p.slices.sizes, p.policy_ids, p.confirm):
         if isinstance(table, dict):
             while table:
-                table.popitem()  # each policy set dropped on its own: the GIL switches between
+                table.popitem()  # each entry dropped on its own: the GIL switches between
 
 
 class CedarEngine:
@@ -553,13 +716,14 @@ class CedarEngine:
     def __init__(self, policies: CedarPolicies) -> None:
         self._p = policies
         self._closed = False
-        self._native = False
+        self._native = not policies.python and policies.native is not None
 
     def use_native(self, on: bool) -> bool:
         """Decide in the compiled core (``on``, when the snapshot has one) or through cedarpy.
         Set by the core seam (``[core] engine``, :class:`callgate.propose.core.Core`); returns
-        whether the compiled core now decides."""
-        self._native = on and self._p.native is not None
+        whether the compiled core now decides. A snapshot loaded for the compiled core alone
+        (:attr:`SnapshotCores.NATIVE`) has no cedarpy form: the core decides it either way."""
+        self._native = (on or not self._p.python) and self._p.native is not None
         return self._native
 
     @property
@@ -588,6 +752,8 @@ class CedarEngine:
         return self._p.revision
 
     def _request_entities(self, p: CedarPolicies, req: AuthzRequest) -> list[dict[str, Any]]:
+        if p.entities is None:
+            raise RuntimeError("cedarpy's form of this snapshot was not built")
         added: list[dict[str, Any]] = []
         if (PRINCIPAL_TYPE, req.subject.id) not in p.entities:
             added.append(
@@ -627,6 +793,7 @@ class CedarEngine:
             (RESOURCE_TYPE, req.resource),
             (ACTION_TYPE, req.capability),
         ]
+        assert p.entities is not None  # checked by _request_entities
         entities = cedarpy.Entities.from_json_str(p.entities.slice_json(roots, added_json))
         cache[key] = entities
         if len(cache) > p.entity_cache_max:

@@ -217,9 +217,13 @@ def build_slices(
     principal_type: str,
     resource_type: str,
     texts: Mapping[str, str] | None = None,
+    *,
+    python: bool = True,
 ) -> PolicySlices:
     """``texts`` (positional id -> the policy's statement text), when given, is what a slice is
-    parsed from (Cedar parses text ~3x faster than its JSON form); else the JSON form is used."""
+    parsed from (Cedar parses text ~3x faster than its JSON form); else the JSON form is used.
+    ``python=False`` leaves cedarpy's ``PolicySet`` out (``Slice.policy_set`` is None): only the
+    compiled core, which parses :attr:`Slice.source`, serves the snapshot."""
     descendants = graph.descendants()
     everywhere: list[str] = []
     per_action: dict[str, list[str]] = {}
@@ -247,14 +251,16 @@ def build_slices(
             return got
         if texts is not None:
             source = "\n".join(texts[i] for i in key)
-            got = Slice(cedarpy.PolicySet.from_str(source, release_gil=True), key, source)
+            got = Slice(cedarpy.PolicySet.from_str(source, release_gil=True) if python else None, key, source)
         else:
             for i in key:
                 if i not in fragments:
                     fragments[i] = json.dumps(static[i], separators=(",", ":"))
             doc = '{"staticPolicies":{' + ",".join(f"{json.dumps(i)}:{fragments[i]}" for i in key)
             doc += '},"templates":{},"templateLinks":[]}'
-            got = Slice(cedarpy.PolicySet.from_json_str(doc, release_gil=True), (), doc, True)
+            got = Slice(
+                cedarpy.PolicySet.from_json_str(doc, release_gil=True) if python else None, (), doc, True
+            )
         prepared[key] = got
         return got
 
@@ -398,6 +404,24 @@ def release_free_memory() -> None:
         pass
 
 
+def literal_uids(policy_static: Mapping[str, Any]) -> list[Uid]:
+    """The entity uids named in the policies' conditions (their closure is in every slice).
+    Scope entities are only ever the right side of == / in (no data needed); entity literals in
+    conditions may be dereferenced (``User::"x".tenant``)."""
+    literals: list[Uid] = []
+    for body in policy_static.values():
+        _refs(body.get("conditions", []), literals)
+    return literals
+
+
+def release_incrementally(table: dict[Any, Any]) -> None:
+    """Empty ``table`` one entry at a time. Dropping a large nested structure at once (Cedar's
+    JSON form of 10,000 policies: ~1M objects) is one deallocation cascade holding the GIL for
+    tens of ms, whichever thread runs it; entry by entry, the event loop gets the GIL between."""
+    while table:
+        table.popitem()
+
+
 def _key(uid: Uid) -> str:
     return uid[0] + "\x00" + uid[1]
 
@@ -459,11 +483,7 @@ class EntityIndex:
         hashes = array("q", (h for h, _ in ordered))
         numbers = array("Q", (n for _, n in ordered))
         del ordered
-        literals: list[Uid] = []
-        for body in policy_static.values():
-            # Scope entities are only ever the right side of == / in (no data needed); entity
-            # literals in conditions may be dereferenced (``User::"x".tenant``).
-            _refs(body.get("conditions", []), literals)
+        literals = literal_uids(policy_static)
         blob = b"".join(parts)
         del parts
         partial = cls(hashes, numbers, blob, offsets, edges, ())

@@ -50,6 +50,10 @@ class EngineFactory:
     """Whether the lifecycle calls :meth:`Engine.load_policies` before a snapshot serves."""
     warnings: Callable[[Path], list[str]] = _no_warnings
     """``callgate check`` warnings about the files under ``policy_dir`` (not errors)."""
+    load_for_core: Callable[[Path, PolicyConfig, bool], Engine] | None = None
+    """Like :attr:`load`, told whether the compiled core serves decisions (``[core] engine``):
+    an engine with a compiled form then prepares only the form that serves (Cedar, docs/NATIVE.md).
+    None: :attr:`load` either way."""
 
 
 # -- cedar ------------------------------------------------------------------------------------
@@ -59,6 +63,13 @@ def _load_cedar(policy_dir: Path, policy: PolicyConfig) -> Engine:
     from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 
     return CedarEngine(load_cedar_dir(policy_dir / "cedar", shadow=policy.shadow))
+
+
+def _load_cedar_for_core(policy_dir: Path, policy: PolicyConfig, compiled: bool) -> Engine:
+    from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
+
+    cores = SnapshotCores.NATIVE if compiled else SnapshotCores.PYTHON
+    return CedarEngine(load_cedar_dir(policy_dir / "cedar", shadow=policy.shadow, cores=cores))
 
 
 def _cedar_warnings(policy_dir: Path) -> list[str]:
@@ -117,6 +128,7 @@ ENGINES.register(
         doc="embedded Cedar (cedarpy), the default; files in <policy dir>/cedar/",
         load=_load_cedar,
         warnings=_cedar_warnings,
+        load_for_core=_load_cedar_for_core,
     )
 )
 ENGINES.register(
