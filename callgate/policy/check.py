@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
@@ -38,6 +38,7 @@ from callgate.core import jsonpositions
 from callgate.core.errors import ErrorCode, LoadError
 from callgate.core.model import AuthzRequest, Decision, JSONValue, Subject
 from callgate.policy.engines.base import Engine
+from callgate.policy.engines.cedar_slices import release_free_memory
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
@@ -345,20 +346,43 @@ class Sample:
         )
 
 
+def _array_items(text: str) -> Iterator[Any]:
+    """The items of a JSON array, decoded one at a time (100,000 entities would otherwise be
+    ~100 MiB of Python objects at once, and RSS that stays after they are freed); nothing for a
+    text that is not an array (the engine's load reports it)."""
+    decoder = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if not text.startswith("[", i):
+        return
+    i += 1
+    while True:
+        while i < len(text) and text[i] in " \t\r\n,":
+            i += 1
+        if i >= len(text) or text[i] == "]":
+            return
+        try:
+            item, i = decoder.raw_decode(text, i)
+        except ValueError:
+            return
+        yield item
+
+
 def subjects(policy_dir: Path, engine: str) -> list[Subject]:
     """The principals the engine's entity data names (Cedar ``User`` entities with their
     ``tenant``; Rego ``data.callgate.entities.users``), at most :data:`MAX_SUBJECTS`."""
     out: list[Subject] = []
     if ENGINE_FOLDERS.get(engine) == "cedar":
         try:
-            doc = json.loads((policy_dir / "cedar" / "entities.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            doc = []
-        for e in doc if isinstance(doc, list) else []:
+            text = (policy_dir / "cedar" / "entities.json").read_text("utf-8")
+        except OSError:
+            text = "[]"
+        for e in _array_items(text):  # one entity at a time: never the whole set as Python objects
             uid = e.get("uid", {}) if isinstance(e, dict) else {}
             if isinstance(uid, dict) and uid.get("type") == "User":
                 tenant = (e.get("attrs") or {}).get("tenant", "example")
                 out.append(Subject(tenant=str(tenant), id=str(uid.get("id", ""))))
+                if len(out) >= MAX_SUBJECTS:
+                    break
     else:
         users = _rego_data(policy_dir).get("entities", {}).get("users", {})
         for uid, attrs in users.items() if isinstance(users, dict) else []:
@@ -528,6 +552,7 @@ async def check_snapshot(cfg: Config, snap: PolicySnapshot) -> list[Finding]:
     finally:
         if close:
             await engine.close()
+    await asyncio.to_thread(release_free_memory)  # what the checks used goes back to the OS
     order = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.NOTE: 2}
     return sorted(out, key=lambda f: order[f.severity])
 
