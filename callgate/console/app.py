@@ -277,22 +277,22 @@ async def decide(request: Request, c: Console, who: Identity) -> Response:
     return RedirectResponse(f"/t/{quote(tenant, safe='')}/i/{quote(invocation_id, safe='')}?done={done}", 303)
 
 
+def _login_form(c: Console, status: int = 200, error: str = "") -> Response:
+    """The sign-in form with a fresh CSRF nonce, set as a cookie scoped to ``/login``."""
+    nonce = secrets.token_urlsafe(24)
+    resp = c.render("login.html", status, csrf=nonce, error=error)
+    resp.set_cookie(
+        LOGIN_CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=c.cfg.cookie_secure, path="/login"
+    )
+    return resp
+
+
 async def login(request: Request) -> Response:
     c: Console = request.app.state.console
     if c.auth.mode is not AuthMode.STATIC:
         return c.render("denied.html", 404, login=False, message="Sign-in is done by the ingress (OIDC).")
     if request.method == "GET":
-        nonce = secrets.token_urlsafe(24)
-        resp = c.render("login.html", csrf=nonce, error="")
-        resp.set_cookie(
-            LOGIN_CSRF_COOKIE,
-            nonce,
-            httponly=True,
-            samesite="strict",
-            secure=c.cfg.cookie_secure,
-            path="/login",
-        )
-        return resp
+        return _login_form(c)
     form = await request.form()
     cookie = request.cookies.get(LOGIN_CSRF_COOKIE, "")
     presented = str(form.get("csrf_token", ""))
@@ -303,17 +303,7 @@ async def login(request: Request) -> Response:
     token = str(form.get("token", ""))
     who = c.auth.check_token(token)
     if who is None:
-        nonce = secrets.token_urlsafe(24)
-        resp = c.render("login.html", 401, csrf=nonce, error="Unknown token.")
-        resp.set_cookie(
-            LOGIN_CSRF_COOKIE,
-            nonce,
-            httponly=True,
-            samesite="strict",
-            secure=c.cfg.cookie_secure,
-            path="/login",
-        )
-        return resp
+        return _login_form(c, 401, "Unknown token.")
     done = RedirectResponse("/", 303)
     done.set_cookie(
         TOKEN_COOKIE, token, httponly=True, samesite="strict", secure=c.cfg.cookie_secure, path="/"
