@@ -21,7 +21,11 @@ The decision mix (both example policies): bob reads the weather in his tenant (a
   ``cerbos.svc.v1.CerbosService/CheckResources`` over gRPC with the same Go load generator; its
   floor is its own ``Health/Check``.
 
+Under the default ``store.durability = "barrier"`` an Authorize *allow* is answered after an fsync
+(docs/CONFIG.md), so the allow half of the mix pays one; ``--durability`` picks the mode.
+
     .venv/bin/python bench/bench_peers.py [--seconds 5] [--concurrency 16] [--rounds 2] [--json out.json]
+                                          [--only callgate,opa,cerbos] [--durability barrier]
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from typing import Any
 import grpc
 from _harness import ROOT, GoLoad, dump, free_port, machine_line, report_go, sidecar
 from google.protobuf import struct_pb2
-from grpc_health.v1 import health_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.core.model import AuthzRequest, Subject
 from callgate.gen.v1 import callgate_pb2 as pb
@@ -127,7 +131,7 @@ class Pair:
 
 
 def run_callgate(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    with sidecar(policy='engine = "cedar"') as sc:
+    with sidecar(policy='engine = "cedar"', durability=args.durability) as sc:
         target = sc.authorizer.replace("unix:", "unix://", 1)
         go = GoLoad(target=target, tmp=tmp)
         reqs = []
@@ -138,14 +142,21 @@ def run_callgate(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         files = {"decision": (AUTHORIZE, go.requests("authorize", reqs)),
                  "floor": (CHECK, go.requests("check", [health_pb2.HealthCheckRequest()]))}  # fmt: skip
         deadline = time.monotonic() + 60
-        while True:  # SERVING: the health check answers on the authorizer listener
-            try:
-                go.run(CHECK, files["floor"][1], seconds=0.2, inflight=1)
-                break
-            except RuntimeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        with grpc.insecure_channel(sc.authorizer) as ch:  # SERVING on the authorizer listener
+            while time.monotonic() < deadline:
+                try:
+                    if (
+                        health_pb2_grpc.HealthStub(ch)
+                        .Check(health_pb2.HealthCheckRequest(), timeout=1)
+                        .status
+                        == 1
+                    ):
+                        break
+                except grpc.RpcError:
+                    pass
+                time.sleep(0.1)
+            else:
+                raise RuntimeError("the sidecar never became SERVING")
         with grpc.insecure_channel(sc.authorizer) as ch:  # the decisions are the expected ones
             stub = pb_grpc.AuthorizerStub(ch)
             for req, (*_, effect) in zip(reqs, DECISIONS, strict=True):
@@ -314,6 +325,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=2, help="floor/decision pairs per server (medians printed)")
     ap.add_argument("--only", default="callgate,opa,cerbos")
+    ap.add_argument(
+        "--durability", default="barrier", help="callgate's store.durability (barrier: an fsync per allow)"
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cg-peers-"))
