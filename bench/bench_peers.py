@@ -235,7 +235,50 @@ def cerbos_request(subject: str, action: str, kind: str, rid: str, attrs: dict[s
         _ld(1, kind.encode()) + _ld(3, rid.encode()) + b"".join(_ld(4, _attr(k, v)) for k, v in attrs.items())
     )
     entry = _ld(1, action.encode()) + _ld(2, resource)
-    return _ld(1, b"bench") + _ld(2, principal) + _ld(3, entry)
+    return _ld(1, b"bench") + _ld(3, principal) + _ld(4, entry)  # request_id, principal, resources
+
+
+def _fields(buf: bytes) -> list[tuple[int, int | bytes]]:
+    out: list[tuple[int, int | bytes]] = []
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        n = shift = 0
+        while True:
+            b = buf[i]
+            i += 1
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return n
+
+    while i < len(buf):
+        key = varint()
+        if key & 7 == 0:
+            out.append((key >> 3, varint()))
+        elif key & 7 == 2:
+            n = varint()
+            out.append((key >> 3, buf[i : i + n]))
+            i += n
+        else:
+            raise ValueError(f"wire type {key & 7} not expected in a CheckResourcesResponse")
+    return out
+
+
+def cerbos_effects(answer: bytes) -> list[str]:
+    """The effects in a CheckResourcesResponse (results = 2; ResultEntry.actions = 2, a map of
+    action to Effect: 1 allow, 2 deny)."""
+    names = {1: "allow", 2: "deny"}
+    return [
+        names.get(int(v), "?")
+        for f, entry in _fields(answer)
+        if f == 2 and isinstance(entry, bytes)
+        for g, action in _fields(entry)
+        if g == 2 and isinstance(action, bytes)
+        for h, v in _fields(action)
+        if h == 2
+    ]
 
 
 CERBOS_POLICIES = {
@@ -303,9 +346,15 @@ def run_cerbos(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         last = tmp / "cerbos-last.bin"
         effects = []
         for i in range(len(reqs)):
-            go.run(CERBOS_CHECK, dec, seconds=0.2, inflight=1, offset=i, last=last)
-            effects.append({b"\x10\x01": "ALLOW", b"\x10\x02": "DENY"}.get(last.read_bytes()[-2:], "?"))
-        print(f"Cerbos answers (weather allow expected first): {effects}")
+            one = records(tmp / f"cerbos-{i}.bin", [reqs[i]])
+            r = go.run(CERBOS_CHECK, one, seconds=0.2, inflight=1, last=last)
+            if not r["n"]:
+                raise RuntimeError(
+                    f"Cerbos refused the request: {r['error_codes']}; log: {(tmp / 'cerbos.log').read_text()[-2000:]}"
+                )
+            effects += cerbos_effects(last.read_bytes())
+        print(f"Cerbos answers: {effects}")
+        assert effects == ["allow", "deny"], effects
 
         def run(kind: str, inflight: int, seconds: float) -> dict[str, Any]:
             method, path = (CERBOS_CHECK, dec) if kind == "decision" else (CHECK, chk)
