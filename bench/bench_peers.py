@@ -22,10 +22,12 @@ The decision mix (both example policies): bob reads the weather in his tenant (a
   floor is its own ``Health/Check``.
 
 Under the default ``store.durability = "barrier"`` an Authorize *allow* is answered after an fsync
-(docs/CONFIG.md), so the allow half of the mix pays one; ``--durability`` picks the mode.
+(docs/CONFIG.md), so the allow half of the mix pays one; ``--durability per_answer --synchronous
+normal`` runs without any fsync (not durable against power loss).
 
     .venv/bin/python bench/bench_peers.py [--seconds 5] [--concurrency 16] [--rounds 2] [--json out.json]
                                           [--only callgate,opa,cerbos] [--durability barrier]
+                                          [--synchronous full]
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class Pair:
 
 
 def run_callgate(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
-    with sidecar(policy='engine = "cedar"', durability=args.durability) as sc:
+    with sidecar(policy='engine = "cedar"', durability=args.durability, synchronous=args.synchronous) as sc:
         target = sc.authorizer.replace("unix:", "unix://", 1)
         go = GoLoad(target=target, tmp=tmp)
         reqs = []
