@@ -384,18 +384,25 @@ def part_sessions(n: int) -> None:
 
     tmp = Path(tempfile.mkdtemp())
     pdir = policy_dir(tmp)
+    curve: list[tuple[int, int]] = []
     with serve(pdir) as (proc, target, log):
 
         async def run() -> None:
             async with grpc.aio.insecure_channel(target) as ch:
                 gate = pb_grpc.GateStub(ch)
                 counter = iter(range(n))
+                step = max(1, n // 10)
+                done = 0
 
                 async def worker() -> None:
+                    nonlocal done
                     for i in counter:
                         sid = (await gate.OpenSession(pb.OpenSessionRequest(
                             subject=pb.Subject(tenant="acme", id=f"user{i}"), timezone="Europe/Paris"))).session_id  # fmt: skip
                         await gate.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="mc"))
+                        done += 1
+                        if done % step == 0:  # the curve: RSS every tenth of the sessions
+                            curve.append((done, rss_kib(proc.pid, "VmRSS")))
 
                 await asyncio.gather(*(worker() for _ in range(INFLIGHT)))
 
@@ -411,12 +418,14 @@ def part_sessions(n: int) -> None:
             print(log.read_text()[-3000:])
             raise
         before = rss_kib(proc.pid, "VmRSS")
+        curve.clear()
         t0 = time.monotonic()
         asyncio.run(run())
         after = rss_kib(proc.pid, "VmRSS")
         out(f"sessions {n}", rss_growth_mib=round((after - before) / 1024, 1),
             per_session_bytes=round((after - before) * 1024 / n), rss_mib=round(after / 1024, 1),
-            seconds=round(time.monotonic() - t0))  # fmt: skip
+            seconds=round(time.monotonic() - t0),
+            curve_rss_growth_mib=[(k, round((v - before) / 1024, 1)) for k, v in curve])  # fmt: skip
     shutil.rmtree(tmp, ignore_errors=True)
 
 

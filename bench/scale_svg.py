@@ -1,6 +1,10 @@
 """Draw the issue 15 A scale curves (before/after) as an SVG from bench_scale.py's JSON results.
 
     python bench/scale_svg.py before.json after.json docs/scale-issue15.svg
+    python bench/scale_svg.py --sessions run.json [more.json ...] docs/scale-sessions.svg
+
+(``--sessions``: the sidecar's RSS growth against open sessions, from the ``sessions N`` result's
+``curve_rss_growth_mib``, one line per JSON file.) ``bench/svg_png.py`` renders either to PNG.
 
 No plotting library (none in the venv): four small line charts, written by hand.
 """
@@ -70,7 +74,28 @@ def panel(x0: int, y0: int, title: str, field: str, points: list[tuple[str, str]
     return "\n".join(parts)
 
 
+def sessions_svg(paths: list[str], out: str) -> None:
+    colours = ["#2471a3", "#c0392b", "#27ae60"]
+    runs = []
+    counts: list[int] = []
+    for j, p in enumerate(paths):
+        res = json.loads(Path(p).read_text())
+        key = next(k for k in res if k.startswith("sessions "))
+        curve = res[key]["curve_rss_growth_mib"]
+        counts = counts or [int(k) for k, _ in curve]
+        runs.append((Path(p).stem, colours[j % len(colours)], {f"s{k}": {"rss": v} for k, v in curve}))
+    points = [(f"{k // 1000}k" if k >= 1000 else str(k), f"s{k}") for k in counts]
+    body = panel(10, 10, "Sidecar RSS growth (MiB) vs open sessions", "rss", points, runs)
+    Path(out).write_text(
+        '<svg xmlns="http://www.w3.org/2000/svg" width="450" height="250" font-family="sans-serif">\n'
+        '<rect width="100%" height="100%" fill="white"/>\n' + body + "\n</svg>\n"
+    )
+
+
 def main() -> None:
+    if sys.argv[1] == "--sessions":
+        sessions_svg(sys.argv[2:-1], sys.argv[-1])
+        return
     before, after = (json.loads(Path(p).read_text()) for p in sys.argv[1:3])
     runs = [("before (main)", "#c0392b", before), ("after", "#2471a3", after)]
     body = []

@@ -1,0 +1,3 @@
+module callgate.local/bench/httpload
+
+go 1.22
