@@ -57,12 +57,15 @@ class ServerConfig:
     deadlines not consulted), the rule before it existed."""
     admission_min_in_flight: int = 16
     """Per listener: the adaptive limit's floor and starting value (calls in flight)."""
-    max_pending_rpcs: int = 4
+    max_pending_rpcs: int = 64
     """Per listener: calls gRPC core may hold per method before the event loop picks them up
     (channel argument ``grpc.server.max_pending_requests``; refusals start at this many and all
-    are refused at twice it). Beyond it gRPC core drops the call before any Python work, which
-    keeps refusals cheap under heavy overload; the caller sees ``CANCELLED`` without a retry hint
-    (measured with grpcio 1.85 and grpc-go clients), to be treated as overload.
+    are refused at twice it). The event loop takes arriving calls one at a time, so a burst of
+    parallel calls sits here for a moment even on an idle sidecar: a value below the largest
+    burst an agent sends drops calls that would have been served at once (with 4, one in ten of
+    a burst of 8 parallel calls). Beyond it gRPC core drops the call before any Python work,
+    which keeps refusals cheap under heavy overload; the caller sees ``CANCELLED`` without a
+    retry hint (measured with grpcio 1.85 and grpc-go clients), to be treated as overload.
     ``0`` = gRPC's defaults (1,000 / 3,000)."""
 
 
