@@ -248,7 +248,8 @@ def test_a_burst_of_parallel_calls_on_an_idle_sidecar_is_served_not_dropped() ->
         for rnd in range(3):
             checks = [health.Check.future(health_pb2.HealthCheckRequest(), timeout=30) for _ in range(48)]
             proposes = [
-                running.gate.Propose.future(propose_request(sid, 100 * rnd + i), timeout=30) for i in range(16)
+                running.gate.Propose.future(propose_request(sid, 100 * rnd + i), timeout=30)
+                for i in range(16)
             ]
             assert all(f.result().status == health_pb2.HealthCheckResponse.SERVING for f in checks)
             assert all(f.result().state == pb.PREPARED for f in proposes)
