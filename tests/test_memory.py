@@ -1,6 +1,8 @@
 """What a serving sidecar keeps resident (issue 15, "sidecar RSS"): a real ``callgate serve``
-process on the example policies answers a Propose, then reports the modules it imported and its
-glibc malloc arenas (``malloc_info``) from a signal handler installed before the CLI runs."""
+process on the example policies answers Proposes, then reports the modules it imported, its
+glibc malloc arenas (``malloc_info``) and whether a 256 KiB block gets its own mapping after a
+4 MiB one was freed (glibc's sliding threshold would have risen to 4 MiB), from a signal handler
+installed before the CLI runs."""
 
 from __future__ import annotations
 
@@ -19,20 +21,33 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from callgate.cli.main import MALLOC_ARENAS, limit_malloc_arenas
+from callgate.cli.main import MALLOC_ARENAS, Mallopt
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.store.sqlite_worker import CACHED_STATEMENTS, PAGE_CACHE_KIB, open_connection
 from tests.conftest import POLICIES, ROOT, short_tmpdir
 
-# Installed in the sidecar process before `callgate serve` runs: SIGUSR1 writes its modules and
-# glibc's malloc_info (one <heap> element per arena) to the report file.
+# Installed in the sidecar process before `callgate serve` runs: SIGUSR1 writes its modules, the
+# mmap check and glibc's malloc_info (one <heap> element per arena) to the report files.
 WRAPPER = """
 import ctypes, json, runpy, signal, sys
 report, config = sys.argv[1], sys.argv[2]
 
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
 def dump(*_):
     libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallinfo2.restype = MallInfo2
+    libc.free(libc.malloc(4 << 20))
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(256 << 10)
+    mapped = libc.mallinfo2().hblks > before
+    libc.free(block)
     libc.fopen.restype = ctypes.c_void_p
     libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
     libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
@@ -41,7 +56,7 @@ def dump(*_):
     libc.malloc_info(0, f)
     libc.fclose(f)
     with open(report, "w") as fh:
-        json.dump(sorted(sys.modules), fh)
+        json.dump({"modules": sorted(sys.modules), "mapped_256k": mapped}, fh)
 
 signal.signal(signal.SIGUSR1, dump)
 sys.argv = ["callgate", "serve", "--config", config]
@@ -120,7 +135,7 @@ path = "{tmp}/idempotency.db"
                 assert answer.state == pb.PREPARED, answer
         proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 20
-        while not report.exists() or not report.read_text().endswith("]"):
+        while not report.exists() or not report.read_text().endswith("}"):
             assert time.monotonic() < deadline, "no report"
             time.sleep(0.05)
         yield report, Path(str(report) + ".malloc")
@@ -137,26 +152,39 @@ def heaps(malloc_info: Path) -> int:
     return len(re.findall(r"<heap nr=", malloc_info.read_text()))
 
 
-def test_serving_sidecar_imports_nothing_it_does_not_use_and_caps_malloc_arenas() -> None:
+def test_serving_sidecar_imports_nothing_it_does_not_use_and_tunes_malloc() -> None:
     with sidecar() as (report, malloc):
-        modules: list[Any] = json.loads(report.read_text())
-        loaded = [m for m in NOT_SERVING if m in modules]
+        found: dict[str, Any] = json.loads(report.read_text())
+        loaded = [m for m in NOT_SERVING if m in found["modules"]]
         assert loaded == [], loaded
-        assert "callgate._native" in modules  # the example policies are served by the compiled core
+        assert "callgate._native" in found["modules"]  # the example policies run on the compiled core
         assert heaps(malloc) <= MALLOC_ARENAS, malloc.read_text()[:400]
+        assert found["mapped_256k"] is True  # the fixed mmap threshold, not glibc's sliding one
 
 
-def test_a_metrics_endpoint_imports_prometheus_and_the_environment_overrides_the_arena_cap() -> None:
+def test_a_metrics_endpoint_imports_prometheus_and_the_environment_overrides_a_malloc_setting() -> None:
     with sidecar('[observability]\nmetrics_address = "127.0.0.1:0"\n', env={"MALLOC_ARENA_MAX": "8"}) as (
         report,
         malloc,
     ):
-        assert "prometheus_client" in json.loads(report.read_text())
+        found = json.loads(report.read_text())
+        assert "prometheus_client" in found["modules"]
         assert heaps(malloc) > MALLOC_ARENAS  # glibc applied MALLOC_ARENA_MAX=8, callgate left it
+        assert found["mapped_256k"] is True  # the other setting still applies
 
 
-def test_limit_malloc_arenas_leaves_an_explicit_environment_alone() -> None:
-    assert limit_malloc_arenas({"MALLOC_ARENA_MAX": "4"}) is False
+def test_tune_malloc_leaves_what_the_environment_sets_alone() -> None:
+    # in a fresh interpreter: mallopt would otherwise tune this test process
+    code = (
+        "from callgate.cli.main import tune_malloc as t; "
+        "print([p.name for p in t({'MALLOC_ARENA_MAX': '4'})], "
+        "[p.name for p in t({'MALLOC_ARENA_MAX': '4', 'MALLOC_MMAP_THRESHOLD_': '65536'})])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert out.split() == [f"['{Mallopt.M_MMAP_THRESHOLD.name}']", "[]"]
 
 
 def test_writer_connections_keep_a_small_page_cache_and_statement_cache(tmp_path: Path) -> None:
