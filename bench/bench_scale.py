@@ -440,6 +440,7 @@ def part_memory(seconds: float) -> None:
     with serve(pdir) as (proc, target, _):
         time.sleep(1.0)
         idle = rss_kib(proc.pid, "VmRSS") / 1024
+        idle_anon = rss_kib(proc.pid, "RssAnon") / 1024
 
         async def run() -> int:
             done = 0
@@ -467,7 +468,9 @@ def part_memory(seconds: float) -> None:
         calls = asyncio.run(run())
         out("sidecar RSS, example policies", idle_at_serving_mib=round(idle, 1),
             under_load_mib=round(rss_kib(proc.pid, "VmRSS") / 1024, 1), peak_mib=round(rss_kib(proc.pid) / 1024, 1),
-            calls=calls, seconds=seconds)  # fmt: skip
+            calls=calls, seconds=seconds, idle_anon_mib=round(idle_anon, 1),
+            under_load_anon_mib=round(rss_kib(proc.pid, "RssAnon") / 1024, 1),
+            file_backed_mib=round(rss_kib(proc.pid, "RssFile") / 1024, 1))  # fmt: skip
     shutil.rmtree(tmp, ignore_errors=True)
 
 

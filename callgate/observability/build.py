@@ -25,8 +25,8 @@ def build_sinks(
     environ: Mapping[str, str] | None = None,
 ) -> tuple[list[EventSink], Metrics]:
     """The sinks to wrap the store with (``PublishingStore(store, sinks)``) and the sidecar's
-    :class:`Metrics` (always returned: it also counts reloads and audit drops; event and RPC
-    metrics are collected only when ``metrics_address`` is set).
+    :class:`Metrics` (always returned, the same calls either way; without ``metrics_address``
+    nothing could read them, so its families are inert and ``prometheus_client`` is not imported).
 
     ``lookup`` reads an invocation by id (the *inner* store's ``get_invocation``), used for events
     appended without their invocation (idempotent replays). Call ``metrics.set_snapshot`` with

@@ -1,7 +1,10 @@
 """Prometheus metrics, fed by the committed event trail and by the RPC layer.
 
 Each sidecar owns its own :class:`~prometheus_client.CollectorRegistry` (never the process-wide
-default), so several sidecars can run in one process (tests) without sharing counters.
+default), so several sidecars can run in one process (tests) without sharing counters. Without a
+metrics endpoint nothing can read them: the families are inert and ``prometheus_client`` is not
+imported (with the ``http.server``, ``wsgiref`` and ``urllib.request`` it pulls in, ~2.3 MiB of a
+sidecar's RSS).
 
 Labels have bounded cardinality by construction: tool names come from the loaded ToolSpecs (a name
 the model invented is counted as ``unknown``), codes from :class:`~callgate.core.errors.ErrorCode`,
@@ -16,10 +19,8 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
-
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
-from prometheus_client.exposition import choose_encoder
 
 from callgate.core.errors import ErrorCode
 from callgate.core.events import CONFIRMATION_ANSWERS, OUTCOMES, REJECTIONS, EventKind, stage_of
@@ -28,6 +29,8 @@ from callgate.core.trace import TraceContext
 from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
     from callgate.policy.snapshot import PolicySnapshot
 
 log = logging.getLogger("callgate.metrics")
@@ -89,116 +92,174 @@ class _RpcToken:
     trace_token: Token[TraceContext | None] | None
 
 
+class _Unread:
+    """A metric family (or the registry) of a sidecar without a metrics endpoint: nothing can
+    read it, so nothing is kept."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def labels(self, *values: object, **kwargs: object) -> _Unread:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+    def remove(self, *values: object) -> None:
+        pass
+
+
+_UNREAD = SimpleNamespace(
+    CollectorRegistry=_Unread, Counter=_Unread, Gauge=_Unread, Histogram=_Unread, ProcessCollector=_Unread
+)
+
+
+def _prometheus() -> Any:
+    """``prometheus_client``, imported only by a sidecar that serves metrics."""
+    import prometheus_client
+
+    return prometheus_client
+
+
 class Metrics:
-    """The metric families of one sidecar, its registry and the RPC observer."""
+    """The metric families of one sidecar, its registry and the RPC observer.
+
+    With ``enabled=False`` (no endpoint configured) every family is inert (:class:`_Unread`):
+    the same calls, nothing counted, ``prometheus_client`` never imported."""
+
+    registry: CollectorRegistry
+    decisions: Counter
+    rejections: Counter
+    stage_duration: Histogram
+    rpc_duration: Histogram
+    reloads: Counter
+    snapshot_info: Gauge
+    audit_dropped: Counter
+    audit_write_failures: Counter
+    credentials_issued: Counter
+    idempotency_replays: Counter
+    attempt_outcomes: Counter
+    confirmations: Counter
+    terminal: Counter
+    events: Counter
+    authorize_decisions: Counter
+    core_info: Gauge
+    core_python_path: Counter
 
     def __init__(self, *, enabled: bool = True, process_metrics: bool = True) -> None:
         self.enabled = enabled
         """Collect event and RPC metrics (False when no endpoint is configured)."""
         self.capture_caller_trace = False
         """Set by :func:`~callgate.observability.build.build_sinks` when tracing is on."""
-        self.registry = CollectorRegistry(auto_describe=True)
+        p = _prometheus() if enabled else _UNREAD
+        self.registry = p.CollectorRegistry(auto_describe=True)
         r = self.registry
         if process_metrics:
-            ProcessCollector(registry=r)
-        self.decisions = Counter(
+            p.ProcessCollector(registry=r)
+        self.decisions = p.Counter(
             "callgate_decisions_total",
             "Authorization decisions of proposals, by effect (allow/deny/confirm), tool and engine error code.",
             ["effect", "tool", "error_code"],
             registry=r,
         )
-        self.rejections = Counter(
+        self.rejections = p.Counter(
             "callgate_proposals_rejected_total",
             "Proposals refused before authorization, by stage (lookup, parse, validate, normalize, idempotency), code and tool.",
             ["stage", "code", "tool"],
             registry=r,
         )
-        self.stage_duration = Histogram(
+        self.stage_duration = p.Histogram(
             "callgate_stage_duration_seconds",
             "Time spent in each Propose pipeline stage (from the events' duration_us).",
             ["stage"],
             buckets=STAGE_BUCKETS,
             registry=r,
         )
-        self.rpc_duration = Histogram(
+        self.rpc_duration = p.Histogram(
             "callgate_rpc_duration_seconds",
             "gRPC handling time by service, method and result code ('ok' or the callgate error code).",
             ["service", "method", "code"],
             buckets=RPC_BUCKETS,
             registry=r,
         )
-        self.reloads = Counter(
+        self.reloads = p.Counter(
             "callgate_policy_reloads_total",
             "Policy reloads after start (file change, SIGHUP, retry): success = a new snapshot serves, failure = files rejected.",
             ["result"],
             registry=r,
         )
-        self.snapshot_info = Gauge(
+        self.snapshot_info = p.Gauge(
             "callgate_policy_snapshot_info",
             "The serving policy snapshot (value 1): revision and engine.",
             ["revision", "engine"],
             registry=r,
         )
-        self.audit_dropped = Counter(
+        self.audit_dropped = p.Counter(
             "callgate_audit_events_dropped_total",
             "Decision-log lines lost in bounded mode, by reason (queue_full, write_failed).",
             ["reason"],
             registry=r,
         )
-        self.audit_write_failures = Counter(
+        self.audit_write_failures = p.Counter(
             "callgate_audit_write_failures_total",
             "Failed decision-log writes (lossless mode: the RPC failed with store_unavailable).",
             registry=r,
         )
-        self.credentials_issued = Counter(
+        self.credentials_issued = p.Counter(
             "callgate_credentials_issued_total",
             "Scoped credentials minted for attempts, by tool.",
             ["tool"],
             registry=r,
         )
-        self.idempotency_replays = Counter(
+        self.idempotency_replays = p.Counter(
             "callgate_idempotency_replays_total",
             "Proposals answered from an earlier invocation with the same idempotency key and digest, by tool.",
             ["tool"],
             registry=r,
         )
-        self.attempt_outcomes = Counter(
+        self.attempt_outcomes = p.Counter(
             "callgate_attempt_outcomes_total",
             "Reported attempt outcomes (committed, attempt_failed, failed_before_commit, outcome_unknown, failed_after_commit), by tool.",
             ["outcome", "tool"],
             registry=r,
         )
-        self.confirmations = Counter(
+        self.confirmations = p.Counter(
             "callgate_confirmations_total",
             "Confirmation results (confirmed, rejected = digest mismatch, expired), by tool.",
             ["result", "tool"],
             registry=r,
         )
-        self.terminal = Counter(
+        self.terminal = p.Counter(
             "callgate_invocations_terminal_total",
             "Invocations that reached a terminal state (or OUTCOME_UNKNOWN), by state.",
             ["state"],
             registry=r,
         )
-        self.events = Counter(
+        self.events = p.Counter(
             "callgate_events_total",
             "Committed events by kind.",
             ["kind"],
             registry=r,
         )
-        self.authorize_decisions = Counter(
+        self.authorize_decisions = p.Counter(
             "callgate_authorize_decisions_total",
             "Decisions of the generic decision point (Authorizer.Authorize, not proposals), by effect and engine error code.",
             ["effect", "error_code"],
             registry=r,
         )
-        self.core_info = Gauge(
+        self.core_info = p.Gauge(
             "callgate_core_info",
             "The core that runs Propose's front stages (value 1): native (callgate._native) or python.",
             ["core"],
             registry=r,
         )
-        self.core_python_path = Counter(
+        self.core_python_path = p.Counter(
             "callgate_core_python_path_total",
             "Proposals answered by the Python stages while the native core runs, by reason "
             "(unsupported_tool, deferred, locale, mismatch).",
@@ -309,6 +370,8 @@ class Metrics:
     # ------------------------------------------------------------------ exposition
     def render(self, accept: str = "") -> tuple[bytes, str]:
         """The exposition (Prometheus text, or OpenMetrics when ``accept`` asks for it)."""
+        from prometheus_client.exposition import choose_encoder
+
         encoder, content_type = choose_encoder(accept)
         return encoder(self.registry), content_type
 

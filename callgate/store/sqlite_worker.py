@@ -37,6 +37,16 @@ Op = Callable[[sqlite3.Connection], Any]
 
 _SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
+PAGE_CACHE_KIB = 512
+"""Page cache of a writer connection (``PRAGMA cache_size``; SQLite's default is 2,000 KiB, a
+cache that fills in minutes of traffic). A writer appends: it touches the few pages on the
+paths to the ends of its tables and indexes, and misses are served from the OS page cache."""
+CACHED_STATEMENTS = 32
+"""Prepared statements a writer connection keeps (the :mod:`sqlite3` default is 128). The
+group-commit inserts take as many rows as their batch holds, one statement text per batch size:
+128 of them held 2.7 MiB of VDBE programs after 15 s of Propose load; the fixed statements run
+every batch and stay in the LRU."""
+
 
 class Durability(str, Enum):
     """When a committed record is made durable against power loss (``store.durability``)."""
@@ -252,11 +262,16 @@ class SQLiteWorker:
 def open_connection(path: str, *, schema: str, synchronous: str, busy_timeout_ms: int) -> sqlite3.Connection:
     """A connection in WAL mode with ``synchronous`` set and ``schema`` applied."""
     conn = sqlite3.connect(
-        path, isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+        path,
+        isolation_level=None,
+        timeout=busy_timeout_ms / 1000,
+        check_same_thread=False,
+        cached_statements=CACHED_STATEMENTS,
     )
     # busy_timeout first: switching a fresh file to WAL and creating the schema can meet
     # another process doing the same.
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    conn.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
     deadline = time.monotonic() + busy_timeout_ms / 1000
     while True:
         try:

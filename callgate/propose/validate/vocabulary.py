@@ -11,7 +11,6 @@ test suite's schemas (which carry unknown keywords on purpose) still compile.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -57,6 +56,8 @@ _MAP: Final = frozenset({"properties", "patternProperties", "$defs", "definition
 
 def suggestion(keyword: str) -> str:
     """The closest known keyword (case-insensitive), or ``""``."""
+    import difflib  # only for a schema with an unknown keyword: not resident in a serving sidecar
+
     by_lower = {k.lower(): k for k in KNOWN_KEYWORDS}
     close = difflib.get_close_matches(keyword.lower(), list(by_lower), n=1, cutoff=0.7)
     return by_lower[close[0]] if close else ""
