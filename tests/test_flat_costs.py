@@ -96,3 +96,65 @@ def test_propose_can_answer_with_the_digest_only() -> None:
         assert inv.invocation.normalized_arguments == full.normalized_arguments
     finally:
         stop_sidecar(sc, tmp)
+
+
+def test_large_arguments_are_stored_once_and_the_trail_shows_them() -> None:
+    """Issue 15 A5: the normalized arguments are stored once, in the invocation row; the
+    ``normalized`` event is written without them (its digest names them) and every reader of
+    the trail (GetInvocation, ``callgate explain`` live and on the file) sees the event as it
+    was recorded, with the arguments."""
+    import asyncio
+    import json
+    import sqlite3
+
+    from callgate.cli.explain import explain, to_json
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.store.sqlite import SQLiteReader
+
+    sc, tmp = start_sidecar()
+    try:
+        sid = sc.open_session(subject="bob")
+        sc.list_tools(sid)
+        marker = "Paris-" + "x" * 90
+        args = {"city": marker, "date": "2026-07-20"}
+        resp = sc.gate.Propose(
+            pb.ProposeRequest(session_id=sid, model_call_id="mc-1", proposal_id="call_big", tool_name="weather.get",
+                              tool_version="v1", arguments=json.dumps(args).encode(), omit_normalized_arguments=True)
+        )  # fmt: skip
+        assert pb.State.Name(resp.state) == "PREPARED" and not resp.normalized_arguments
+        inv_id = resp.invocation_id
+        db = sqlite3.connect(f"file:{sc.db_path}?mode=ro", uri=True)
+        try:
+            (stored,) = db.execute(
+                "SELECT data FROM events WHERE invocation_id=? AND kind='normalized'", (inv_id,)
+            ).fetchone()
+            (column,) = db.execute(
+                "SELECT normalized_arguments FROM invocations WHERE invocation_id=?", (inv_id,)
+            ).fetchone()
+            datas = [r[0] for r in db.execute("SELECT data FROM events WHERE invocation_id=?", (inv_id,))]
+        finally:
+            db.close()
+        data = json.loads(stored)
+        assert "normalized_arguments" not in data and data["digest"] == resp.digest
+        assert json.loads(column) == args and len(datas) >= 4
+        # the events hold no copy (the city is in them only as the rendered resource)
+        assert all(d.count(marker) == d.count("weather:" + marker) for d in datas)
+        assert not any("normalized_arguments" in json.loads(d) for d in datas)
+        got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=inv_id, session_id=sid))
+        (normalized,) = [e for e in got.events if e.kind == "normalized"]
+        assert normalized.data["normalized_arguments"] == column.decode()
+        assert got.invocation.normalized_arguments == column
+        live = sc.call(explain(sc.sidecar.components.store, inv_id))
+        reader = SQLiteReader(sc.db_path)
+        try:
+            on_file = asyncio.run(explain(reader, inv_id))
+        finally:
+            reader.close()
+        assert live is not None and on_file is not None
+        assert to_json(live)["stages"] == to_json(on_file)["stages"]
+        assert to_json(live)["normalized_arguments"] == to_json(on_file)["normalized_arguments"]
+        stage = next(s for s in live.stages if s.kind == "normalized")
+        assert stage.output["normalized_arguments"] == column.decode()
+        assert live.normalized_arguments == column
+    finally:
+        stop_sidecar(sc, tmp)

@@ -488,3 +488,134 @@ def test_one_call_runs_only_on_the_compiled_cedar() -> None:
 
 def test_one_call_counts_reported() -> None:
     print(f"one-call parity: {dict(sorted((k, v) for k, v in COUNTS.items() if '-' in k))}")
+
+
+# The one-call context built as Cedar values straight from the parsed arguments (issue 15 A5: no
+# JSON form in between) on a tool whose arguments are any object and whose Cedar context declares
+# Longs, decimals, sets, nested and optional records, so every conversion rule of
+# ``to_cedar_value`` (nulls dropped, ``__`` keys and numbers outside Long refused, floats as Longs
+# or decimals) reaches a decision, against the engine over cedarpy.
+TYPED_SCHEMA = """
+action "typed.put" in [create] appliesTo { principal: User, resource: Resource,
+  context: { tenant: String, tool: String,
+             args: { table: String, n?: Long, d?: decimal, b?: Bool, xs?: Set<Long>,
+                     r?: { a?: Long, s?: String }, rs?: Set<{ id: Long }> } } };
+"""
+TYPED_POLICIES = """
+@id("typed-permit")
+permit (principal, action == Action::"typed.put", resource)
+when { principal.tenant == context.tenant && context.args.table == "t" };
+@id("typed-forbid-n")
+forbid (principal, action == Action::"typed.put", resource) when { context.args has n && context.args.n > 100 };
+@id("typed-forbid-d")
+forbid (principal, action == Action::"typed.put", resource)
+when { context.args has d && context.args.d.greaterThan(decimal("1.5")) };
+@id("typed-forbid-xs")
+forbid (principal, action == Action::"typed.put", resource) when { context.args has xs && context.args.xs.contains(7) };
+@id("typed-forbid-r")
+forbid (principal, action == Action::"typed.put", resource)
+when { context.args has r && context.args.r has a && context.args.r.a == 3 };
+@id("typed-forbid-rs")
+forbid (principal, action == Action::"typed.put", resource) when { context.args has rs && context.args.rs.contains({id: 7}) };
+"""
+_TYPED: dict[str, Any] = {}
+NUMBER = st.one_of(
+    st.integers(min_value=-5, max_value=200),
+    st.sampled_from(
+        [7, 3, 2**63 - 1, 2**63, -(2**63) - 1, 1.0, 1.5, 1.50001, 2.25, 1e14 + 0.5, 2.0**53, 0.00015]
+    ),
+    st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+)
+MAYBE = st.one_of(NUMBER, st.none(), st.booleans(), ASCII)
+TYPED_ARGS = st.fixed_dictionaries(
+    {"table": st.sampled_from(["t", "u"])},
+    optional={
+        "n": MAYBE, "d": MAYBE, "b": st.one_of(st.booleans(), st.none(), NUMBER),
+        "xs": st.one_of(st.lists(st.one_of(NUMBER, st.none()), max_size=4), MAYBE),
+        "r": st.one_of(st.fixed_dictionaries({}, optional={"a": MAYBE, "s": st.one_of(ASCII, st.none()),
+                                                           "__x": NUMBER, "extra": NUMBER}), MAYBE),
+        "rs": st.lists(st.fixed_dictionaries({"id": st.one_of(NUMBER, st.none())}), max_size=3),
+        "extra": CONTEXT_VALUE, "__entity": ASCII,
+    },
+)  # fmt: skip
+
+
+def _typed_pair(tmp: Path) -> tuple[Any, Core, CedarEngine]:
+    from callgate.policy.snapshot import load_snapshot
+
+    if "pair" not in _TYPED:
+        pdir = tmp / "policies"
+        shutil.copytree(POLICIES, pdir, ignore=shutil.ignore_patterns("tests", "rego"))
+        spec = json.loads((pdir / "tools" / "files.delete@v1.json").read_text())
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object"}
+        spec.update(name="typed.put", input_schema=schema, normalizers=[], required_capabilities=["typed.put"],
+                    resource_template="typed:{table}", side_effect_class="create")  # fmt: skip
+        (pdir / "tools" / "typed.put@v1.json").write_text(json.dumps(spec))
+        with open(pdir / "cedar" / "schema.cedarschema", "a") as fh:
+            fh.write(TYPED_SCHEMA)
+        with open(pdir / "cedar" / "policies.cedar", "a") as fh:
+            fh.write(TYPED_POLICIES)
+        snap = load_snapshot(pdir)
+        core = Core("native")
+        core.prepare(snap, eager=True)
+        assert Core.cedar_core(snap) is CoreKind.NATIVE and "typed.put@v1" not in core.unsupported()
+        _TYPED["pair"] = (snap, core, CedarEngine(snap.engine._p))  # type: ignore[attr-defined]
+    out: tuple[Any, Core, CedarEngine] = _TYPED["pair"]
+    return out
+
+
+@settings(PROPS, max_examples=500)
+@given(args=TYPED_ARGS, user=st.sampled_from(GRID_USERS))
+def test_one_call_typed_context_is_the_reference(
+    tmp_path_factory: pytest.TempPathFactory, args: dict[str, Any], user: tuple[str, str]
+) -> None:
+    import asyncio
+
+    from callgate.core.errors import RejectedError
+    from callgate.core.model import NormalizationContext
+    from callgate.propose.authorize import authorize_invocation
+    from callgate.propose.normalize import normalize
+    from callgate.propose.parse import ParseLimits, parse_arguments
+
+    snap, core, ref = _typed_pair(tmp_path_factory.getbasetemp())
+    tool = snap.tools.get("typed.put", "v1")
+    tenant, principal = user
+    clock = "2026-07-19T14:00:00+08:00"
+    raw = json.dumps(args, ensure_ascii=False).encode()
+    answer = core.front(snap, tool, raw, tenant, "en", clock, ParseLimits(), principal)
+    assert answer is not None
+    if answer.code == "defer":
+        COUNTS["typed-front-defer"] += 1
+        return
+    try:
+        norm = normalize(
+            tool.schema.validate(parse_arguments(raw)),
+            tool.normalizers,
+            NormalizationContext(clock, "Asia/Shanghai", "en"),
+            tenant=tenant,
+            tool_name=tool.spec.name,
+            tool_version=tool.spec.version,
+        )
+    except RejectedError as exc:  # e.g. an integer past 2^53 (no RFC 8785 form): refused alike
+        assert answer.code == exc.code.value, (args, answer.code, exc.code)
+        COUNTS["typed-refused"] += 1
+        return
+    assert answer.code is None, (args, answer.code)
+    want = asyncio.run(authorize_invocation(ref, tool, norm, Subject(tenant, principal)))
+    if answer.authz is None:
+        COUNTS["typed-authz-defer"] += 1  # the engine decides (a value to_cedar_value refuses)
+        assert want.decision.effect is Effect.DENY, (args, want.decision)
+        return
+    got = snap.engine.native_decision(answer.authz)
+    assert answer.resource == want.resource
+    assert key(got) == key(want.decision), (args, got, want.decision)
+    COUNTS["typed-" + got.effect.value + (":" + got.error_code if got.error_code else "")] += 1
+
+
+def test_typed_counts_reported() -> None:
+    typed = {k: v for k, v in COUNTS.items() if k.startswith("typed-")}
+    print(f"typed one-call parity: {dict(sorted(typed.items()))}")
+    if sum(typed.values()) >= 500:  # the whole property ran: allows, forbids and defers all met
+        assert (
+            typed.get("typed-allow", 0) and typed.get("typed-deny", 0) and typed.get("typed-authz-defer", 0)
+        )

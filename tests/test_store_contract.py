@@ -333,3 +333,35 @@ def test_queries_and_records_of_later_features(backend: Backend) -> None:
         assert await store.get_decision("nope") is None
 
     backend.run(body)
+
+
+def test_normalized_event_reads_back_with_the_invocations_arguments(backend: Backend) -> None:
+    """Issue 15 A5: the arguments are stored once (the invocation row); a ``normalized`` event
+    stored without them is read back with the invocation's, and one written before (carrying
+    its own copy) is read as it was stored."""
+    args = b'{"records":[1,2,3],"table":"t"}'
+
+    def normalized(inv_id: str, data: dict[str, Any]) -> EventRecord:
+        return EventRecord(f"{inv_id}.2", inv_id, 2, "t", "normalized", State.VALIDATED, State.VALIDATED,
+                           "t", "s", data)  # fmt: skip
+
+    new = normalized("i-new", {"digest": "sha256:d", "applied": []})
+    old = normalized(
+        "i-old", {"digest": "sha256:d", "applied": [], "normalized_arguments": '{"as":"stored"}'}
+    )
+
+    async def body(store: Store) -> None:
+        first = ev("i-new", 1, None, State.VALIDATED)
+        await store.create_invocation(inv("i-new", normalized_arguments=args), [first, new])
+        await store.create_invocation(
+            inv("i-old", normalized_arguments=args), [ev("i-old", 1, None, State.VALIDATED), old]
+        )
+        got = await store.list_events("i-new")
+        assert got[0] == first
+        assert got[1] == replace(new, data={**new.data, "normalized_arguments": args.decode()})
+        assert (await store.list_events("i-old"))[1] == old
+        # no arguments, nothing to add (a call refused before normalization has none)
+        await store.create_invocation(inv("i-none"), [normalized("i-none", {"digest": ""})])
+        assert (await store.list_events("i-none"))[0].data == {"digest": ""}
+
+    backend.run(body)

@@ -48,7 +48,7 @@ from callgate.core import jsonpointer
 from callgate.core.errors import store_unavailable
 from callgate.core.events import EventKind
 from callgate.observability.metrics import InvocationLookup, Metrics
-from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
+from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord, needs_arguments, with_arguments
 
 log = logging.getLogger("callgate.decision_log")
 
@@ -183,6 +183,8 @@ class Masker:
 def event_line(e: EventRecord, inv: InvocationRecord | None, masker: Masker | None = None) -> dict[str, Any]:
     tool_name = inv.tool_name if inv else ""
     tool_version = inv.tool_version if inv else ""
+    if inv is not None and needs_arguments(e):  # stored once, in the invocation: the line shows them
+        (e,) = with_arguments((e,), inv.normalized_arguments)
     data: Mapping[str, Any] = e.data
     if masker is not None and masker.active:
         data = masker.mask_event_data(e.kind, data, tool_name, tool_version)

@@ -263,9 +263,8 @@ def _normalized_event(call: ProposeCall, normalized: NormalizedArguments) -> Non
             "timezone": ctx.timezone,
             "locale": ctx.locale,
             "applied": list(normalized.applied),
-            "normalized_arguments": normalized.canonical.decode("utf-8"),
             "digest": normalized.digest,
-        },
+        },  # the arguments themselves are stored once, in the invocation (store/base.py ARGUMENTS_KEY)
     )
 
 

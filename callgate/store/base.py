@@ -8,10 +8,11 @@ that two racing callers (two ``Confirm`` calls, ``Cancel`` vs ``Confirm``) canno
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
+from callgate.core.events import EventKind
 from callgate.core.states import State
 from callgate.store.idempotency.base import (
     ClaimResult,
@@ -229,6 +230,28 @@ def key_follows(
     if message is not None and new.state == "completed" and new.result is None:
         new = with_result(new, record.invocation_id, message, now) or new
     return None if new == rec else new
+
+
+ARGUMENTS_KEY: Final = "normalized_arguments"
+"""The key of the ``normalized`` event's data that names the normalized arguments. The
+arguments are stored once, in the invocation (``InvocationRecord.normalized_arguments``): the
+event is written without them and every read of the events puts them back from the invocation
+(:func:`with_arguments`), so the trail shows the same facts (docs/BENCHMARKS.md, issue 15 A5).
+Events written before that carry their own copy, which is read as it is."""
+
+
+def needs_arguments(e: EventRecord) -> bool:
+    """Whether ``e`` is a ``normalized`` event stored without its arguments."""
+    return e.kind == EventKind.NORMALIZED.value and ARGUMENTS_KEY not in e.data
+
+
+def with_arguments(events: Sequence[EventRecord], normalized_arguments: bytes) -> list[EventRecord]:
+    """``events`` as the trail recorded them: a ``normalized`` event stored without its
+    arguments gets the invocation's (the RFC 8785 bytes as text, as the event was built)."""
+    if not normalized_arguments:
+        return list(events)
+    text = normalized_arguments.decode("utf-8")
+    return [replace(e, data={**e.data, ARGUMENTS_KEY: text}) if needs_arguments(e) else e for e in events]
 
 
 class Store(Protocol):

@@ -51,6 +51,8 @@ from callgate.store.base import (
     Usage,
     key_follows,
     key_of,
+    needs_arguments,
+    with_arguments,
 )
 from callgate.store.idempotency import postgres as keys_pg
 from callgate.store.idempotency.base import (
@@ -480,7 +482,14 @@ class PostgresStore:
             "FROM callgate_events WHERE invocation_id=%s ORDER BY seq",
             (invocation_id,),
         )
-        return [_event(r) for r in rows]
+        events = [_event(r) for r in rows]
+        if any(needs_arguments(e) for e in events):
+            found = await self._fetchone(
+                "SELECT normalized_arguments FROM callgate_invocations WHERE invocation_id=%s",
+                (invocation_id,),
+            )
+            events = with_arguments(events, bytes(found[0]) if found else b"")
+        return events
 
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         q = f"SELECT {_INV_COLS} FROM callgate_invocations WHERE state=%s AND confirmation_expires_at != ''"

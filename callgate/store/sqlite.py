@@ -37,6 +37,8 @@ from callgate.store.base import (
     Usage,
     key_follows,
     key_of,
+    needs_arguments,
+    with_arguments,
 )
 from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
@@ -266,7 +268,7 @@ def read_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
         "FROM events WHERE invocation_id=? ORDER BY seq",
         (invocation_id,),
     ).fetchall()
-    return [
+    events = [
         EventRecord(
             event_id=r[0],
             invocation_id=r[1],
@@ -281,6 +283,13 @@ def read_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
         )  # fmt: skip
         for r in rows
     ]
+    if any(needs_arguments(e) for e in events):
+        row = c.execute(
+            "SELECT normalized_arguments FROM invocations WHERE invocation_id=?", (invocation_id,)
+        )
+        found = row.fetchone()
+        events = with_arguments(events, bytes(found[0]) if found else b"")
+    return events
 
 
 # Reads shared by the store (on its writer connection) and :class:`SQLiteReader` (read-only).

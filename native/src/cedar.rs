@@ -324,11 +324,15 @@ fn restricted(v: &serde_json::Value) -> Option<RestrictedExpression> {
 }
 
 /// Where a decision's context comes from: the Authorizer's JSON text, or the one-call Propose
-/// decision's value built from the normalized arguments (`lib.rs`, never serialized to text).
+/// decision's value built from the normalized arguments (`lib.rs`, never serialized to text),
+/// or (`Built`) that decision's context already built as Cedar values straight from the parsed
+/// arguments (`lib.rs` `cedar_restricted`, the same values `restricted` builds from the JSON
+/// form), with the JSON form made only if Cedar's schema-directed reading is needed.
 #[derive(Clone, Copy)]
 enum ContextSrc<'a> {
     Text(&'a str),
     Value(&'a serde_json::Value),
+    Built(&'a Context, &'a dyn Fn() -> serde_json::Value),
 }
 
 /// A large snapshot is freed in a thread of its own, without the GIL: its policy sets and entity
@@ -589,6 +593,21 @@ impl CedarSnapshot {
         self.decide_with(principal, action, resource, tenant, ContextSrc::Value(context))
     }
 
+    /// [`Self::decide_value`] with the context already built as Cedar values; `json` gives its
+    /// JSON form (the one `decide_value` would take) when Cedar's schema-directed reading must
+    /// decide (a context that does not conform as explicit values).
+    pub(crate) fn decide_built(
+        &self,
+        principal: &str,
+        action: &str,
+        resource: &str,
+        tenant: &str,
+        context: &Context,
+        json: &dyn Fn() -> serde_json::Value,
+    ) -> (Answer, Option<Answer>) {
+        self.decide_with(principal, action, resource, tenant, ContextSrc::Built(context, json))
+    }
+
     fn decide_with(
         &self,
         principal: &str,
@@ -633,6 +652,7 @@ impl CedarSnapshot {
                 .ok()
                 .and_then(|v| fast_context(&v)),
             ContextSrc::Value(v) => fast_context(v),
+            ContextSrc::Built(c, _) => Some(c.clone()),
         };
         if let Some(ctx) = fast {
             if let Ok(req) = Request::new(p.clone(), a.clone(), r.clone(), ctx, Some(&self.schema))
@@ -645,6 +665,7 @@ impl CedarSnapshot {
         let ctx = match context {
             ContextSrc::Text(t) => Context::from_json_str(t, Some((&self.schema, &a))),
             ContextSrc::Value(v) => Context::from_json_value(v.clone(), Some((&self.schema, &a))),
+            ContextSrc::Built(_, json) => Context::from_json_value(json(), Some((&self.schema, &a))),
         }
         .map_err(|_| ())?;
         Request::new(p, a, r, ctx, Some(&self.schema)).map_err(|_| ())

@@ -448,6 +448,53 @@ fn cedar_value(v: &Value) -> Option<serde_json::Value> {
     })
 }
 
+/// Why [`cedar_restricted`] gave no value: `cedar_value` refuses it (the Python engine decides),
+/// or it is not in the explicit form `cedar::restricted` builds (the JSON form decides).
+enum Miss {
+    Refused,
+    NotFast,
+}
+
+/// `cedar::restricted(cedar_value(v))` in one walk, without the JSON form in between: the same
+/// Cedar values (nulls dropped from arrays and records, a `__` key or an unconvertible number
+/// refused, a float as a Long or a `decimal`); `NotFast` where that pair would need the JSON
+/// form (the caller then takes it, so a refusal elsewhere in the value is still found).
+fn cedar_restricted(v: &Value) -> Result<cedar_policy::RestrictedExpression, Miss> {
+    use cedar_policy::RestrictedExpression as R;
+    Ok(match v {
+        Value::Null => return Err(Miss::Refused),
+        Value::Bool(b) => R::new_bool(*b),
+        Value::Str(s) => R::new_string(s.clone()),
+        Value::Num(Num::Int(i)) => R::new_long(*i),
+        Value::Num(Num::Big(_)) => return Err(Miss::Refused),
+        Value::Num(Num::Float(f)) => match cedar_float(*f).ok_or(Miss::Refused)? {
+            serde_json::Value::Number(n) => R::new_long(n.as_i64().ok_or(Miss::NotFast)?),
+            other => R::new_decimal(other["__extn"]["arg"].as_str().ok_or(Miss::NotFast)?),
+        },
+        Value::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for x in items {
+                if !matches!(x, Value::Null) {
+                    out.push(cedar_restricted(x)?);
+                }
+            }
+            R::new_set(out)
+        }
+        Value::Object(members) => {
+            if members.iter().any(|(k, _)| k.starts_with("__")) {
+                return Err(Miss::Refused);
+            }
+            let mut fields = Vec::with_capacity(members.len());
+            for (k, x) in members {
+                if !matches!(x, Value::Null) {
+                    fields.push((k.clone(), cedar_restricted(x)?));
+                }
+            }
+            R::new_record(fields).map_err(|_| Miss::NotFast)?
+        }
+    })
+}
+
 /// A float as `to_cedar_value` converts it: an integral value below 2^53 is a Long, else a
 /// Cedar `decimal` of Python's `repr` digits (the shortest round-trip digits, as Rust's
 /// `Display` writes them) with at most 4 fractional digits.
@@ -542,6 +589,33 @@ impl Tool {
         capabilities: &[String],
     ) -> Option<Authz> {
         let resource = render(self.resource.as_deref()?, normalized)?;
+        let tool = format!("{}@{}", self.name, self.version);
+        // The context as Cedar values straight from the parsed arguments (no JSON form in
+        // between: issue 15 A5, the per-byte cost); anything else takes the JSON form below.
+        let built = match cedar_restricted(normalized) {
+            Ok(args) => cedar_policy::Context::from_pairs([
+                ("tool".to_string(), cedar_policy::RestrictedExpression::new_string(tool.clone())),
+                ("args".to_string(), args),
+                ("tenant".to_string(), cedar_policy::RestrictedExpression::new_string(tenant.to_string())),
+            ])
+            .ok(),
+            Err(Miss::Refused) => return None,
+            Err(Miss::NotFast) => None,
+        };
+        if let Some(ctx) = built {
+            let json = || {
+                let mut context = serde_json::Map::new();
+                context.insert("tool".into(), tool.clone().into());
+                context.insert("args".into(), cedar_value(normalized).unwrap_or_default());
+                context.insert("tenant".into(), tenant.into());
+                serde_json::Value::Object(context)
+            };
+            let answers = capabilities
+                .iter()
+                .map(|cap| snap.decide_built(principal, cap, &resource, tenant, &ctx, &json))
+                .collect();
+            return Some((resource, answers));
+        }
         let mut context = serde_json::Map::new();
         context.insert(
             "tool".into(),
@@ -573,9 +647,19 @@ impl Tool {
         let (Some(schema), Some(nschema)) = (&self.schema, &self.normalized_schema) else {
             return Err(Refusal::Defer);
         };
-        if !schema.is_valid(&v)? {
-            return Err(Refusal::SchemaViolation);
-        }
+        // one conversion for both schemas when no normalizer runs (the value cannot change)
+        let same = if self.steps.is_empty() {
+            let j = schema::to_serde(&v)?;
+            if !schema.is_valid_serde(&j) {
+                return Err(Refusal::SchemaViolation);
+            }
+            Some(j)
+        } else {
+            if !schema.is_valid(&v)? {
+                return Err(Refusal::SchemaViolation);
+            }
+            None
+        };
         // an invalid context is the reference's to report
         let today = normalize::reference_today(reference_clock).ok_or(Refusal::Defer)?;
         if !normalize::locale_ok(locale) {
@@ -594,9 +678,14 @@ impl Tool {
             &format!("{}@{}", self.name, self.version),
             &canonical,
         );
-        if !nschema.is_valid(&v)? {
+        let valid = match &same {
+            Some(j) => nschema.is_valid_serde(j),
+            None => nschema.is_valid(&v)?,
+        };
+        if !valid {
             return Err(Refusal::SchemaViolation);
         }
+        drop(same);
         Ok((keys, parsed, v, canonical, digest, applied))
     }
 }

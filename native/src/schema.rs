@@ -199,9 +199,16 @@ impl Schema {
         let j = to_serde(v)?;
         Ok(self.validator.is_valid(&j))
     }
+
+    /// [`Self::is_valid`] on a value already in the crate's form ([`to_serde`]), so one
+    /// conversion serves both schemas when the normalizers cannot have changed the value.
+    pub fn is_valid_serde(&self, j: &J) -> bool {
+        self.validator.is_valid(j)
+    }
 }
 
-fn to_serde(v: &Value) -> Result<J, Refusal> {
+/// The value in the `jsonschema` crate's form; `Defer` for a number it cannot hold exactly.
+pub fn to_serde(v: &Value) -> Result<J, Refusal> {
     Ok(match v {
         Value::Null => J::Null,
         Value::Bool(b) => J::Bool(*b),
