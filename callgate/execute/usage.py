@@ -53,6 +53,10 @@ class UsageMeter:
         self._usage: OrderedDict[str, Usage] = OrderedDict()
         self._limits: dict[tuple[tuple[str, int], ...], budgets.Limits] = {}
         """Effective limits by requested budgets (few distinct ones: not one entry per session)."""
+        self._by_budgets: dict[int, tuple[Mapping[str, int], budgets.Limits]] = {}
+        """The same, by identity of a budgets mapping (kept alive here, so its id stays its own)."""
+        self._opened: dict[str, datetime] = {}
+        """Sessions' opening times, parsed."""
         self._pending: dict[str, Usage] = {}
         """Increments counted in memory but not yet handed to a store write."""
         self._writes: set[asyncio.Future[Usage]] = set()
@@ -107,13 +111,26 @@ class UsageMeter:
 
     def _limits_of(self, session: SessionRecord) -> tuple[budgets.Limits, datetime]:
         """The session's effective limits (computed once per distinct budgets) and opening time."""
-        key = tuple(session.budgets.items())
-        limits = self._limits.get(key)
-        if limits is None:
-            limits = effective_limits(session.budgets, self._defaults)
-            if len(self._limits) < LIMITS_CACHE_MAX:
-                self._limits[key] = limits
-        return limits, datetime.fromisoformat(session.opened_at)
+        budgets_of = session.budgets
+        hit = self._by_budgets.get(id(budgets_of))
+        if hit is not None and hit[0] is budgets_of:
+            limits = hit[1]  # the mapping shared by sessions of the same budgets (sessions.compact)
+        else:
+            key = tuple(budgets_of.items())
+            limits = self._limits.get(key)
+            if limits is None:
+                limits = effective_limits(budgets_of, self._defaults)
+                if len(self._limits) < LIMITS_CACHE_MAX:
+                    self._limits[key] = limits
+            if len(self._by_budgets) < LIMITS_CACHE_MAX:
+                self._by_budgets[id(budgets_of)] = (budgets_of, limits)
+        opened = self._opened.get(session.opened_at)
+        if opened is None:
+            opened = datetime.fromisoformat(session.opened_at)
+            if len(self._opened) >= LIMITS_CACHE_MAX:
+                self._opened.clear()
+            self._opened[session.opened_at] = opened
+        return limits, opened
 
     def _queue_flush(self) -> None:
         if not self._flush_queued:

@@ -34,6 +34,7 @@ from callgate.core.errors import (
     store_unavailable,
 )
 from callgate.core.events import EventKind
+from callgate.core.fastinit import builder
 from callgate.core.ids import new_id
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
 from callgate.core.states import AFTER_BOUNDARY, CANCELLABLE, State
@@ -62,6 +63,7 @@ from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.trail import Trail, move, rewind
 
 _ONE_TOOL_CALL = Usage(tool_calls=1)
+_outcome = builder(ProposeOutcome)
 MAX_FED_INVOCATIONS = 1024
 """Tool messages one ``ListTools`` may name as fed into its model call."""
 _CANCEL_TRIES = 5
@@ -266,8 +268,15 @@ class Gate:
             return await self._finish(call, refused, validated=validated)
         if validated is None:
             return ProposeOutcome(record, decision, rejection)
-        validator = f"{validated.validator} {validated.validator_version}"
-        return ProposeOutcome(record, decision, rejection, validator, validated.dialect)
+        return _outcome(
+            record=record,
+            decision=decision,
+            rejection=rejection,
+            validator=f"{validated.validator} {validated.validator_version}",
+            schema_dialect=validated.dialect,
+            idempotent_replay=False,
+            replayed_message=b"",
+        )
 
     # ------------------------------------------------------------------ confirmation
     async def _invocation(self, invocation_id: str) -> InvocationRecord:

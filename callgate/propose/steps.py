@@ -220,22 +220,39 @@ def _validated_data(tool: CompiledTool, validated: ValidatedArguments) -> dict[s
     }
 
 
+@dataclass(slots=True)
+class _ToolFacts:
+    """What every call of one tool reads the same way, found once per CompiledTool."""
+
+    tool: CompiledTool
+    timeout: timedelta
+    """The ToolSpec's execution budget (the deadline of an allowed call)."""
+    native_validated: dict[str, object] | None = None
+    """The ``validated`` event data when the compiled core validated (:meth:`Core.validated`
+    takes every field from the tool's schema); the trail copies it into each event."""
+
+
 _PER_TOOL_MAX = 4096
-_validated_by_tool: dict[int, tuple[CompiledTool, dict[str, object]]] = {}
+_tool_facts: dict[int, _ToolFacts] = {}
+
+
+def _facts(tool: CompiledTool) -> _ToolFacts:
+    hit = _tool_facts.get(id(tool))
+    if hit is not None and hit.tool is tool:
+        return hit
+    facts = _ToolFacts(tool, timedelta(milliseconds=tool.spec.timeout_ms))
+    if len(_tool_facts) >= _PER_TOOL_MAX:
+        _tool_facts.clear()
+    _tool_facts[id(tool)] = facts
+    return facts
 
 
 def _native_validated_data(tool: CompiledTool, validated: ValidatedArguments) -> dict[str, object]:
-    """:func:`_validated_data` of a validation the compiled core answered: its fields are the
-    tool's schema's (:meth:`Core.validated`), so the event data is the same for every call of
-    the tool and built once (the trail copies it into each event)."""
-    hit = _validated_by_tool.get(id(tool))
-    if hit is not None and hit[0] is tool:
-        return hit[1]
-    data = _validated_data(tool, validated)
-    if len(_validated_by_tool) >= _PER_TOOL_MAX:
-        _validated_by_tool.clear()
-    _validated_by_tool[id(tool)] = (tool, data)
-    return data
+    """:func:`_validated_data` of a validation the compiled core answered, built once per tool."""
+    facts = _facts(tool)
+    if facts.native_validated is None:
+        facts.native_validated = _validated_data(tool, validated)
+    return facts.native_validated
 
 
 _decisions: dict[tuple[object, ...], tuple[object, Decision]] = {}
@@ -392,15 +409,16 @@ def front(
 
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
     """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
-    subject = call.subject
+    session = call.session
     result = call.authorization
     if result is None:
-        result = await authorize_invocation(call.snapshot.engine, tool, normalized, subject)
+        result = await authorize_invocation(call.snapshot.engine, tool, normalized, call.subject)
+        call.decision = decision_to_dict(result.decision)
+    else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
+        call.decision = _decision_dict(result.decision)
     decision = result.decision
-    # a decision of the compiled core is a shared value (_native_decision): so is its dict
-    call.decision = _decision_dict(decision) if call.authorization is not None else decision_to_dict(decision)
     data = {
-        "subject": {"tenant": subject.tenant, "id": subject.id},
+        "subject": {"tenant": session.tenant, "id": session.subject},
         "capabilities": list(tool.spec.required_capabilities),
         "resource": result.resource,
         "decision": call.decision,
@@ -420,7 +438,6 @@ def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmati
     (:mod:`callgate.propose.confirmation`)."""
     if decision.effect is Effect.DENY:
         return
-    call.deadline = rfc3339(call.now + timedelta(milliseconds=tool.spec.timeout_ms))
     if decision.effect is Effect.CONFIRM:
         call.confirmation_expires_at = rfc3339(call.now + timedelta(seconds=confirmation_ttl_seconds))
         call.deadline = call.confirmation_expires_at
@@ -430,6 +447,7 @@ def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmati
             {"digest": call.digest, "expires_at": call.confirmation_expires_at},
         )
     else:
+        call.deadline = rfc3339(call.now + _facts(tool).timeout)
         call.trail.add(
             EventKind.PREPARED, State.PREPARED, {"digest": call.digest, "confirmation": "not_required"}
         )
