@@ -57,9 +57,18 @@ def test_builder_equals_init(cls: type) -> None:
         setattr(built, next(iter(values)), "x")
 
 
-def test_builder_requires_every_field() -> None:
+def test_builder_applies_the_defaults() -> None:
+    assert builder(Usage)(model_calls=1) == Usage(model_calls=1)
+    assert builder(Usage)(1, 2) == Usage(1, 2)
+    make = builder(EventRecord)
+    values = {k: v for k, v in _sample(EventRecord).items() if k != "data"}
+    a, b = make(**values), make(**values)
+    assert a == EventRecord(**values)  # type: ignore[arg-type]
+    assert a.data == {} and a.data is not b.data  # default_factory, called per object
     with pytest.raises(TypeError):
-        builder(Usage)(model_calls=1)
+        make(event_id="e")  # a field without a default is required, as in __init__
+    with pytest.raises(TypeError):
+        make(**values, unknown=1)
 
 
 def test_builder_refuses_what_init_does_more_for() -> None:

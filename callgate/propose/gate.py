@@ -274,8 +274,6 @@ class Gate:
             rejection=rejection,
             validator=f"{validated.validator} {validated.validator_version}",
             schema_dialect=validated.dialect,
-            idempotent_replay=False,
-            replayed_message=b"",
         )
 
     # ------------------------------------------------------------------ confirmation

@@ -124,10 +124,6 @@ class ProposeCall:
             policy_revision=self.snapshot.revision,
             created_at=at,
             updated_at=at,
-            attempts=0,
-            external_resource_id="",
-            commit_time="",
-            cancel_requested_at="",
         )
 
 
