@@ -117,11 +117,13 @@ class UsageMeter:
             limits = hit[1]  # the mapping shared by sessions of the same budgets (sessions.compact)
         else:
             key = tuple(budgets_of.items())
-            limits = self._limits.get(key)
-            if limits is None:
+            known = self._limits.get(key)
+            if known is None:
                 limits = effective_limits(budgets_of, self._defaults)
                 if len(self._limits) < LIMITS_CACHE_MAX:
                     self._limits[key] = limits
+            else:
+                limits = known
             if len(self._by_budgets) < LIMITS_CACHE_MAX:
                 self._by_budgets[id(budgets_of)] = (budgets_of, limits)
         opened = self._opened.get(session.opened_at)
