@@ -34,4 +34,6 @@ class FixedClock:
 
 def rfc3339(dt: datetime) -> str:
     """``2026-07-19T06:00:00.123456Z`` style UTC timestamp for records and events."""
-    return dt.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if dt.tzinfo is not UTC:
+        dt = dt.astimezone(UTC)
+    return dt.isoformat().replace("+00:00", "Z")

@@ -22,6 +22,7 @@ and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`Co
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import threading
@@ -33,6 +34,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from callgate.core.errors import config_invalid
+from callgate.core.fastinit import builder
 from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
@@ -117,6 +119,7 @@ non-ASCII expression (so Chinese ones) to the Python stages. Other locales' word
 ("morgen", "demain") and an unlisted locale is an error there, so those run the Python stages."""
 
 
+@functools.lru_cache(maxsize=256)
 def _native_dates(locale: str) -> bool:
     """Whether the compiled core may answer relative dates in ``locale`` (see above)."""
     return locale.replace("_", "-").split("-", 1)[0].lower() in NATIVE_DATE_LANGUAGES
@@ -150,6 +153,23 @@ class FrontAnswer:
     decide (the engine then decides as before)."""
 
 
+_front_answer = builder(FrontAnswer)
+_validated = builder(ValidatedArguments)
+_normalized = builder(NormalizedArguments)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What :meth:`Core.front` reads of one tool on every call, found once per snapshot."""
+
+    tool: CompiledTool
+    snapshot: PolicySnapshot
+    native_tool: Any
+    relative_dates: bool
+    """The tool has a ``relative_date`` normalizer (the locale then decides who answers)."""
+    capabilities: list[str]
+
+
 class Core:
     """The seam: prepares tools once per snapshot and answers the front stages natively when it
     can. Thread-safe (preparation takes a lock; answers share nothing mutable)."""
@@ -168,6 +188,8 @@ class Core:
         self._snapshot: PolicySnapshot | None = None
         self._tools: dict[str, Any] = {}
         self._unsupported: dict[str, str] = {}
+        self._prepared: dict[int, _Prepared] = {}
+        """By ``id`` of the CompiledTool (checked by identity): tools the core runs."""
         self.python_path: Counter[str] = Counter()
         """Proposals the Python stages answered on the native core, by reason."""
         self.observer: Callable[[str], None] | None = None
@@ -198,6 +220,7 @@ class Core:
         with self._lock:
             if self._snapshot is not snapshot:
                 self._snapshot, self._tools, self._unsupported = snapshot, {}, {}
+                self._prepared = {}
         if eager:
             for tool in snapshot.tools:
                 self._tool(snapshot, tool)
@@ -259,13 +282,26 @@ class Core:
         ``DETACH_MIN_BYTES`` or more (:mod:`callgate.policy.engines.cedar`)."""
         if self._native is None:
             return None
-        if self._snapshot is not snapshot:
-            self.prepare(snapshot)
-        native_tool = self._tool(snapshot, tool)
-        if native_tool is None:
-            self.note("unsupported_tool")
-            return None
-        if not _native_dates(locale) and any(s.kind == "relative_date" for s in tool.normalizers.specs):
+        prepared = self._prepared.get(id(tool))
+        if prepared is None or prepared.tool is not tool or prepared.snapshot is not snapshot:
+            if self._snapshot is not snapshot:
+                self.prepare(snapshot)
+            native_tool = self._tool(snapshot, tool)
+            if native_tool is None:
+                self.note("unsupported_tool")
+                return None
+            prepared = _Prepared(
+                tool,
+                snapshot,
+                native_tool,
+                any(s.kind == "relative_date" for s in tool.normalizers.specs),
+                list(tool.spec.required_capabilities),
+            )
+            with self._lock:
+                if self._snapshot is snapshot:
+                    self._prepared[id(tool)] = prepared
+        native_tool = prepared.native_tool
+        if prepared.relative_dates and not _native_dates(locale):
             self.note("locale")  # the core reads English relative dates only: the reference decides
             return None
         cedar = getattr(snapshot.engine, "native_snapshot", None) if principal is not None else None
@@ -290,7 +326,7 @@ class Core:
                 limits.max_depth,
                 cedar,
                 principal,
-                list(tool.spec.required_capabilities),
+                prepared.capabilities,
                 len(raw) >= DETACH_MIN_BYTES,
             )
             code, keys, parsed, normalized, canonical, digest, applied = front
@@ -299,15 +335,23 @@ class Core:
         if authz is None:
             return FrontAnswer(code, keys, parsed, normalized, canonical, digest, tuple(applied))
         resource, answers = authz
-        return FrontAnswer(
-            code, keys, parsed, normalized, canonical, digest, tuple(applied), resource, tuple(answers)
+        return _front_answer(
+            code=code,
+            top_level_keys=keys,
+            parsed=parsed,
+            normalized=normalized,
+            canonical=canonical,
+            digest=digest,
+            applied=tuple(applied),
+            resource=resource,
+            authz=tuple(answers),
         )
 
     def validated(self, tool: CompiledTool, answer: FrontAnswer) -> ValidatedArguments:
         """The :class:`ValidatedArguments` the Python validator would have returned."""
         s = tool.schema
         assert answer.parsed is not None
-        return ValidatedArguments(
+        return _validated(
             value=answer.parsed,
             dialect=s.dialect,
             validator=s.validator_name,
@@ -317,7 +361,7 @@ class Core:
 
     def normalized(self, answer: FrontAnswer, ctx: Any) -> NormalizedArguments:
         assert answer.normalized is not None
-        return NormalizedArguments(
+        return _normalized(
             value=answer.normalized,
             canonical=answer.canonical,
             digest=answer.digest,

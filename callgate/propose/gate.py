@@ -34,6 +34,7 @@ from callgate.core.errors import (
     store_unavailable,
 )
 from callgate.core.events import EventKind
+from callgate.core.fastinit import builder
 from callgate.core.ids import new_id
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
 from callgate.core.states import AFTER_BOUNDARY, CANCELLABLE, State
@@ -61,6 +62,8 @@ from callgate.store.base import (
 from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.trail import Trail, move, rewind
 
+_ONE_TOOL_CALL = Usage(tool_calls=1)
+_outcome = builder(ProposeOutcome)
 MAX_FED_INVOCATIONS = 1024
 """Tool messages one ``ListTools`` may name as fed into its model call."""
 _CANCEL_TRIES = 5
@@ -164,19 +167,39 @@ class Gate:
     # ------------------------------------------------------------------ propose
     async def propose(self, p: Proposal, trace: TraceContext) -> ProposeOutcome:
         """Run a proposal through the chain; the recorded outcome (decision or rejection)."""
-        for name, value in (
-            ("model_call_id", p.model_call_id),
-            ("proposal_id", p.proposal_id),
-            ("tool_name", p.tool_name),
-            ("tool_version", p.tool_version),
-        ):
-            check_id(name, value)
+        mc, pid, name, version = p.model_call_id, p.proposal_id, p.tool_name, p.tool_version
+        if not (
+            0 < len(mc) <= 256
+            and 0 < len(pid) <= 256
+            and 0 < len(name) <= 256
+            and 0 < len(version) <= 256
+            and "\x00" not in mc + pid + name + version
+        ):  # one of them is refused: check them in order for its message
+            for field_name, value in (
+                ("model_call_id", mc),
+                ("proposal_id", pid),
+                ("tool_name", name),
+                ("tool_version", version),
+            ):
+                check_id(field_name, value)
         if p.idempotency_key:
             check_id("idempotency_key", p.idempotency_key)
-        session = await self.sessions.get(p.session_id)
+        session = self.sessions.cached(p.session_id) or await self.sessions.get(p.session_id)
         snap = self.serving.current
-        await self.usage.consume(session, Usage(tool_calls=1))
-        view = await self.sessions.view(p.session_id, p.model_call_id)
+        # counted here, written by this call's own transaction (_finish takes it); settle()
+        # queues a write for whatever a path without that write left pending
+        try:
+            await self.usage.consume(session, _ONE_TOOL_CALL, flush=False)
+            return await self._propose(p, trace, session, snap)
+        finally:
+            self.usage.settle()
+
+    async def _propose(
+        self, p: Proposal, trace: TraceContext, session: SessionRecord, snap: PolicySnapshot
+    ) -> ProposeOutcome:
+        view = self.sessions.cached_view(p.session_id, p.model_call_id)
+        if view is None:
+            view = await self.sessions.view(p.session_id, p.model_call_id)
         call = steps.begin(p, session, snap, view, self._clock.now(), trace)
 
         tool = steps.lookup(call)
@@ -245,8 +268,13 @@ class Gate:
             return await self._finish(call, refused, validated=validated)
         if validated is None:
             return ProposeOutcome(record, decision, rejection)
-        validator = f"{validated.validator} {validated.validator_version}"
-        return ProposeOutcome(record, decision, rejection, validator, validated.dialect)
+        return _outcome(
+            record=record,
+            decision=decision,
+            rejection=rejection,
+            validator=f"{validated.validator} {validated.validator_version}",
+            schema_dialect=validated.dialect,
+        )
 
     # ------------------------------------------------------------------ confirmation
     async def _invocation(self, invocation_id: str) -> InvocationRecord:

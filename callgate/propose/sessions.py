@@ -89,6 +89,14 @@ class Sessions:
         remember(self._sessions, session_id, record, self._cache_max)
         return record
 
+    def cached(self, session_id: str) -> SessionRecord | None:
+        """The session if it is in memory (what :meth:`get` answers without awaiting)."""
+        return self._sessions.get(session_id)
+
+    def cached_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
+        """The tool view if it is in memory (what :meth:`view` answers without awaiting)."""
+        return self._views.get((session_id, model_call_id))
+
     async def get(self, session_id: str) -> SessionRecord:
         """The session, or ``session_not_found``."""
         s = self._sessions.get(session_id)

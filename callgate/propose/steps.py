@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from callgate.core.clock import rfc3339
 from callgate.core.errors import (
@@ -30,6 +31,7 @@ from callgate.core.errors import (
     unknown_tool_version,
 )
 from callgate.core.events import EventKind
+from callgate.core.fastinit import builder
 from callgate.core.ids import new_id
 from callgate.core.model import (
     Decision,
@@ -52,6 +54,9 @@ from callgate.propose.outcome import Rejection, decision_to_dict
 from callgate.propose.parse import ParseLimits, parse_arguments
 from callgate.store.base import InvocationRecord, SessionRecord, ToolViewRecord
 from callgate.store.trail import Trail
+
+_invocation = builder(InvocationRecord)
+_normalization_context = builder(NormalizationContext)
 
 
 @dataclass(slots=True)
@@ -97,7 +102,8 @@ class ProposeCall:
     def record(self, rejection: Rejection | None) -> InvocationRecord:
         """The invocation record as the call leaves it."""
         p = self.proposal
-        return InvocationRecord(
+        at = self.trail.at
+        return _invocation(
             invocation_id=self.invocation_id,
             session_id=p.session_id,
             model_call_id=p.model_call_id,
@@ -116,8 +122,8 @@ class ProposeCall:
             deadline=self.deadline,
             confirmation_expires_at=self.confirmation_expires_at,
             policy_revision=self.snapshot.revision,
-            created_at=self.at,
-            updated_at=self.at,
+            created_at=at,
+            updated_at=at,
         )
 
 
@@ -131,10 +137,9 @@ def begin(
 ) -> ProposeCall:
     """A new invocation for ``p``, with its ``proposed`` event."""
     invocation_id = "inv_" + new_id()
-    call = ProposeCall(
-        p, session, snapshot, view, now, Trail.new(invocation_id, trace, rfc3339(now)), invocation_id
-    )
-    call.trail.add(
+    trail = Trail.new(invocation_id, trace, rfc3339(now))
+    call = ProposeCall(p, session, snapshot, view, now, trail, invocation_id)
+    trail.add(
         EventKind.PROPOSED,
         State.PROPOSED,
         {
@@ -198,17 +203,99 @@ def validate(
 
 
 def _validated_event(call: ProposeCall, tool: CompiledTool, validated: ValidatedArguments) -> None:
-    call.trail.add(
-        EventKind.VALIDATED,
-        State.VALIDATED,
-        {
-            "dialect": validated.dialect,
-            "validator": validated.validator,
-            "validator_version": validated.validator_version,
-            "format_assertion": validated.format_assertion,
-            "tool_spec_digest": tool.spec.spec_digest,
-        },
-    )
+    call.trail.add(EventKind.VALIDATED, State.VALIDATED, _validated_data(tool, validated))
+
+
+def _validated_data(tool: CompiledTool, validated: ValidatedArguments) -> dict[str, object]:
+    return {
+        "dialect": validated.dialect,
+        "validator": validated.validator,
+        "validator_version": validated.validator_version,
+        "format_assertion": validated.format_assertion,
+        "tool_spec_digest": tool.spec.spec_digest,
+    }
+
+
+@dataclass(slots=True)
+class _ToolFacts:
+    """What every call of one tool reads the same way, found once per CompiledTool."""
+
+    tool: CompiledTool
+    timeout: timedelta
+    """The ToolSpec's execution budget (the deadline of an allowed call)."""
+    native_validated: dict[str, object] | None = None
+    """The ``validated`` event data when the compiled core validated (:meth:`Core.validated`
+    takes every field from the tool's schema); the trail copies it into each event."""
+
+
+_PER_TOOL_MAX = 4096
+_tool_facts: dict[int, _ToolFacts] = {}
+
+
+def _facts(tool: CompiledTool) -> _ToolFacts:
+    hit = _tool_facts.get(id(tool))
+    if hit is not None and hit.tool is tool:
+        return hit
+    facts = _ToolFacts(tool, timedelta(milliseconds=tool.spec.timeout_ms))
+    if len(_tool_facts) >= _PER_TOOL_MAX:
+        _tool_facts.clear()
+    _tool_facts[id(tool)] = facts
+    return facts
+
+
+def _native_validated_data(tool: CompiledTool, validated: ValidatedArguments) -> dict[str, object]:
+    """:func:`_validated_data` of a validation the compiled core answered, built once per tool."""
+    facts = _facts(tool)
+    if facts.native_validated is None:
+        facts.native_validated = _validated_data(tool, validated)
+    return facts.native_validated
+
+
+_decisions: dict[tuple[object, ...], tuple[object, Decision]] = {}
+_DECISIONS_MAX = 1024
+
+
+def _native_decision(engine: object, authz: tuple[tuple[Any, Any], ...]) -> Decision:
+    """The engine's combined decision of the compiled core's answers, one Decision per distinct
+    answer (they are few: effect, reasons and error per capability): the same frozen value the
+    engine builds, without building it for every call."""
+    decision: Decision
+    try:
+        key = (
+            id(engine),
+            *(
+                (m[0], tuple(m[1]), m[2], None if sh is None else (sh[0], tuple(sh[1]), sh[2]))
+                for m, sh in authz
+            ),
+        )
+        hit = _decisions.get(key)
+    except TypeError:  # an answer of another shape: decided as is, not remembered
+        decision = engine.native_decision(authz)  # type: ignore[attr-defined]
+        return decision
+    if hit is not None and hit[0] is engine:
+        return hit[1]
+    decision = engine.native_decision(authz)  # type: ignore[attr-defined]
+    if len(_decisions) >= _DECISIONS_MAX:
+        _decisions.clear()
+    _decisions[key] = (engine, decision)
+    return decision
+
+
+_decision_dicts: dict[int, tuple[Decision, dict[str, object]]] = {}
+
+
+def _decision_dict(decision: Decision) -> dict[str, object]:
+    """:func:`decision_to_dict`, built once per Decision object (the native decisions are
+    shared, :func:`_native_decision`). The dict is shared by the records and events of those
+    calls, which only read it (stores serialize it, sinks copy before masking)."""
+    hit = _decision_dicts.get(id(decision))
+    if hit is not None and hit[0] is decision:
+        return hit[1]
+    d = decision_to_dict(decision)
+    if len(_decision_dicts) >= _DECISIONS_MAX:
+        _decision_dicts.clear()
+    _decision_dicts[id(decision)] = (decision, d)
+    return d
 
 
 def normalize_arguments(
@@ -243,7 +330,7 @@ def _context(call: ProposeCall) -> NormalizationContext:
     if zone is None:  # the zone was valid at OpenSession; tzdata changed under us
         raise internal("session time zone is no longer known")
     local_now = call.now.astimezone(zone)
-    return NormalizationContext(
+    return _normalization_context(
         reference_clock=local_now.isoformat(),
         timezone=session.timezone,
         locale=session.locale,
@@ -297,11 +384,10 @@ def front(
         validated = core.validated(tool, answer)
         normalized = core.normalized(answer, ctx)
         _parsed_event(call, answer.top_level_keys)
-        _validated_event(call, tool, validated)
+        call.trail.add(EventKind.VALIDATED, State.VALIDATED, _native_validated_data(tool, validated))
         _normalized_event(call, normalized)
         if answer.authz is not None:
-            engine = call.snapshot.engine
-            decision = engine.native_decision(answer.authz)  # type: ignore[attr-defined]
+            decision = _native_decision(call.snapshot.engine, answer.authz)
             call.authorization = AuthorizationResult(decision, answer.resource, ())
         return validated, normalized
     parsed = parse(call, limits)
@@ -318,14 +404,16 @@ def front(
 
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
     """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
-    subject = call.subject
+    session = call.session
     result = call.authorization
     if result is None:
-        result = await authorize_invocation(call.snapshot.engine, tool, normalized, subject)
+        result = await authorize_invocation(call.snapshot.engine, tool, normalized, call.subject)
+        call.decision = decision_to_dict(result.decision)
+    else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
+        call.decision = _decision_dict(result.decision)
     decision = result.decision
-    call.decision = decision_to_dict(decision)
     data = {
-        "subject": {"tenant": subject.tenant, "id": subject.id},
+        "subject": {"tenant": session.tenant, "id": session.subject},
         "capabilities": list(tool.spec.required_capabilities),
         "resource": result.resource,
         "decision": call.decision,
@@ -345,7 +433,6 @@ def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmati
     (:mod:`callgate.propose.confirmation`)."""
     if decision.effect is Effect.DENY:
         return
-    call.deadline = rfc3339(call.now + timedelta(milliseconds=tool.spec.timeout_ms))
     if decision.effect is Effect.CONFIRM:
         call.confirmation_expires_at = rfc3339(call.now + timedelta(seconds=confirmation_ttl_seconds))
         call.deadline = call.confirmation_expires_at
@@ -355,6 +442,7 @@ def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmati
             {"digest": call.digest, "expires_at": call.confirmation_expires_at},
         )
     else:
+        call.deadline = rfc3339(call.now + _facts(tool).timeout)
         call.trail.add(
             EventKind.PREPARED, State.PREPARED, {"digest": call.digest, "confirmation": "not_required"}
         )

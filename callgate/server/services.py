@@ -17,6 +17,7 @@ import grpc
 from google.protobuf import json_format, struct_pb2
 
 from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
+from callgate.core.fastinit import builder
 from callgate.core.lru import remember
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
@@ -40,6 +41,25 @@ _STATE_PB: dict[State, int] = {s: pb.State.Value(s.value) for s in State}
 
 def state_pb(s: State | None) -> int:
     return _STATE_PB[s] if s is not None else pb.STATE_UNSPECIFIED
+
+
+_proposal = builder(Proposal)
+_DECISIONS_PB_MAX = 1024
+_decisions_pb: dict[int, tuple[Decision, pb.Decision]] = {}
+
+
+def _shared_decision_pb(d: Decision) -> pb.Decision:
+    """:func:`decision_pb` built once per Decision object: the compiled core's decisions are
+    shared values (:func:`callgate.propose.steps._native_decision`), and a message passed to a
+    constructor is copied into the new message, so the cached one is never changed."""
+    hit = _decisions_pb.get(id(d))
+    if hit is not None and hit[0] is d:
+        return hit[1]
+    msg = decision_pb(d)
+    if len(_decisions_pb) >= _DECISIONS_PB_MAX:
+        _decisions_pb.clear()
+    _decisions_pb[id(d)] = (d, msg)
+    return msg
 
 
 def decision_pb(d: Decision) -> pb.Decision:
@@ -123,8 +143,8 @@ def propose_pb(o: ProposeOutcome, *, echo_arguments: bool = True) -> pb.ProposeR
     r = o.record
     return pb.ProposeResponse(
         invocation_id=r.invocation_id,
-        state=state_pb(r.state),  # type: ignore[arg-type]
-        decision=decision_pb(o.decision) if o.decision else None,
+        state=_STATE_PB[r.state],  # type: ignore[arg-type]
+        decision=_shared_decision_pb(o.decision) if o.decision else None,
         digest=r.digest,
         normalized_arguments=r.normalized_arguments if echo_arguments else b"",
         rejection=rejection_pb(o.rejection),
@@ -217,7 +237,7 @@ class GateService(pb_grpc.GateServicer):
         self, request: pb.ProposeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ProposeResponse:
         outcome = await self._gate.propose(
-            Proposal(
+            _proposal(
                 session_id=request.session_id,
                 model_call_id=request.model_call_id,
                 proposal_id=request.proposal_id,

@@ -45,6 +45,8 @@ class InvocationWatch:
         self._any: set[asyncio.Event] = set()  # WatchPending streams: woken by every commit
 
     async def publish(self, events: Sequence[EventRecord], invocation: InvocationRecord | None) -> None:
+        if not self._waiting and not self._any:
+            return  # nobody watches (the common case): nothing to wake
         ids = {e.invocation_id for e in events}
         if invocation is not None:
             ids.add(invocation.invocation_id)

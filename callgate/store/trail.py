@@ -14,10 +14,18 @@ from dataclasses import replace
 from typing import Any
 
 from callgate.core.events import EventKind
+from callgate.core.fastinit import builder
 from callgate.core.ids import new_id
-from callgate.core.states import State, check_transition
+from callgate.core.states import EDGES, TERMINAL, State, check_transition
 from callgate.core.trace import TraceContext, new_span_id
 from callgate.store.base import EventRecord, InvocationRecord, Store
+
+_event = builder(EventRecord)
+_EDGE_IDS: frozenset[tuple[int, int]] = frozenset(
+    (id(a), id(b)) for a, nxt in EDGES.items() if a not in TERMINAL for b in nxt
+)
+"""The 6.2 edges by identity (an enum member hashes in Python code): a legal edge is one set
+look-up, an illegal one goes to :func:`check_transition` for its error."""
 
 
 class Trail:
@@ -49,10 +57,11 @@ class Trail:
 
     def add(self, kind: EventKind, to: State, data: Mapping[str, Any] | None = None) -> None:
         """Append one event moving the invocation to ``to`` (raises on an illegal 6.2 edge)."""
-        if self.state is not None and to is not self.state:
-            check_transition(self.state, to)
+        state = self.state
+        if state is not None and to is not state and (id(state), id(to)) not in _EDGE_IDS:
+            check_transition(state, to)
         now = time.perf_counter()
-        payload = dict(data or {})
+        payload = {**data} if data else {}
         payload["duration_us"] = int((now - self._mark) * 1e6)  # time spent in this stage
         self._mark = now
         if self._numbered:
@@ -62,13 +71,13 @@ class Trail:
             self.seq = 0  # the store assigns the next sequence number in the same transaction
             event_id = new_id()
         self.events.append(
-            EventRecord(
+            _event(
                 event_id=event_id,
                 invocation_id=self.invocation_id,
                 seq=self.seq,
                 at=self.at,
-                kind=kind.value,
-                from_state=self.state,
+                kind=kind._value_,
+                from_state=state,
                 to_state=to,
                 trace_id=self.trace.trace_id,
                 span_id=new_span_id(),
