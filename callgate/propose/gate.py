@@ -396,9 +396,9 @@ class Gate:
             parent_span_id=trace.parent_span_id,
         )
         try:
-            await self._store.record_decision(record)
-            if decision.effect is Effect.ALLOW:  # the caller may act on it: the barrier (6.7)
-                await self._store.barrier()
+            # An allow is something the caller may act on: its record is behind the barrier
+            # (6.7) when it returns, in the same writer round trip as the record itself.
+            await self._store.record_decision(record, durable=decision.effect is Effect.ALLOW)
         except CallgateError:
             raise
         except Exception as exc:  # any store: no record, no answer
