@@ -228,7 +228,8 @@ def test_an_authorize_allow_is_durable_in_one_writer_round_trip(sc: Running) -> 
     run = w.run
 
     async def counting(op: Callable[[sqlite3.Connection], Any], *, durable: bool = False) -> Any:
-        ops.append(durable)
+        if "record_decision" in op.__qualname__ or "_nothing" in op.__qualname__:  # not the sweeper's
+            ops.append(durable)
         return await run(op, durable=durable)
 
     w.run = counting  # type: ignore[method-assign]
