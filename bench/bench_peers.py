@@ -379,6 +379,9 @@ def main() -> None:
     ap.add_argument(
         "--durability", default="barrier", help="callgate's store.durability (barrier: an fsync per allow)"
     )
+    ap.add_argument(
+        "--synchronous", default="full", help="callgate's store.synchronous (normal + per_answer: no fsync)"
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cg-peers-"))

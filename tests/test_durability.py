@@ -24,7 +24,9 @@ import errno
 import shutil
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -216,3 +218,24 @@ def test_config_durability_is_checked() -> None:
     validate(replace(cfg, store=replace(cfg.store, durability="per_answer")))
     with pytest.raises(LoadError):
         validate(replace(cfg, store=replace(cfg.store, durability="sometimes")))
+
+
+def test_an_authorize_allow_is_durable_in_one_writer_round_trip(sc: Running) -> None:  # noqa: F811
+    """The allow's record is behind the barrier when it is answered, in the same writer
+    operation as the record itself (``record_decision(durable=True)``); a deny takes no sync."""
+    w = worker_of(sc)
+    ops: list[bool] = []
+    run = w.run
+
+    async def counting(op: Callable[[sqlite3.Connection], Any], *, durable: bool = False) -> Any:
+        if "record_decision" in op.__qualname__ or "_nothing" in op.__qualname__:  # not the sweeper's
+            ops.append(durable)
+        return await run(op, durable=durable)
+
+    w.run = counting  # type: ignore[method-assign]
+    before = w.barriers
+    assert authorize(sc, "carol", "files.delete", CONTEXT).decision.effect == pb.ALLOW
+    assert (ops, w.barriers - before) == ([True], 1)
+    ops.clear()
+    assert authorize(sc, "bob", "files.delete", CONTEXT).decision.effect == pb.DENY
+    assert (ops, w.barriers - before) == ([False], 1)

@@ -164,9 +164,10 @@ class PublishingStore:
     async def list_fed(self, invocation_id: str) -> list[FedResultRecord]:
         return await self.inner.list_fed(invocation_id)
 
-    async def record_decision(self, record: DecisionRecord) -> None:
-        """Store the decision, then publish it (the decision log first, see ``build_sinks``)."""
-        await self.inner.record_decision(record)
+    async def record_decision(self, record: DecisionRecord, *, durable: bool = False) -> None:
+        """Store the decision (behind a barrier with ``durable``), then publish it (the decision
+        log first, see ``build_sinks``)."""
+        await self.inner.record_decision(record, durable=durable)
         for sink in self.sinks:
             await sink.publish_decision(record)
 

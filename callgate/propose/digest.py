@@ -15,7 +15,9 @@ zones, aliases, rounding, defaults) lives in :mod:`callgate.propose.normalize`.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+from typing import Any
 
 import rfc8785
 
@@ -23,7 +25,7 @@ from callgate.core import jsonpointer
 from callgate.core.errors import Violation, not_canonicalizable
 from callgate.core.model import JSONValue
 
-__all__ = ["DIGEST_PREFIX", "canonicalize", "invocation_digest"]
+__all__ = ["DIGEST_PREFIX", "canonicalize", "canonicalize_plain", "invocation_digest"]
 
 DIGEST_PREFIX = "sha256:"
 
@@ -56,6 +58,63 @@ def canonicalize(value: JSONValue) -> bytes:
         f"arguments have no RFC 8785 canonical form: {what}",
         [Violation(pointer=pointer, message=what, keyword="canonical")],
     )
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain(value: Any) -> JSONValue:
+    t = type(value)
+    if t is str or t is bool or value is None:
+        return value
+    if t is float:
+        f: float = value
+        if f.is_integer():
+            if -_INT_MAX <= f <= _INT_MAX:
+                return int(f)
+            raise _NotPlain
+        r = repr(f)
+        if "e" in r or "n" in r:  # an exponent (written differently), nan, inf
+            raise _NotPlain
+        return f
+    if t is int:
+        i: int = value
+        if -_INT_MAX <= i <= _INT_MAX:
+            return i
+        raise _NotPlain
+    if t is dict:
+        out: dict[str, JSONValue] = {}
+        for k, v in value.items():
+            if type(k) is not str or not k.isascii():
+                raise _NotPlain
+            out[k] = _plain(v)
+        return out
+    if t is list:
+        return [_plain(v) for v in value]
+    raise _NotPlain
+
+
+def canonicalize_plain(value: JSONValue) -> bytes | None:
+    """:func:`canonicalize`'s bytes through the C JSON encoder, for the values whose JSON text
+    from it already is the RFC 8785 text; None for any other value (the caller then runs
+    :func:`canonicalize`, the reference, which also says why a value has no canonical form).
+
+    The texts agree when every object key is ASCII (code point order is then UTF-16 order),
+    every integer, and every integral float (written as the integer), is within ±(2^53−1), and
+    every other float's ``repr`` has no exponent: Python and ECMAScript pick the same shortest
+    round-trip digits and differ only in where they switch to an exponent (Python below 1e-4 and
+    from 1e16, ECMAScript below 1e-6 and from 1e21). Strings are escaped alike (``"``, ``\\``
+    and the C0 controls, lowercase hex; nothing else with ``ensure_ascii=False``); a lone
+    surrogate cannot be encoded and gives None. ``tests/test_authorize_fast.py`` checks it against the
+    reference. ~3x faster than the reference on the small contexts of ``Authorize``."""
+    try:
+        text = json.dumps(
+            _plain(value), ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+        return text.encode("utf-8")
+    except (_NotPlain, UnicodeEncodeError, RecursionError, ValueError):
+        return None
 
 
 def invocation_digest(tenant: str, tool_name: str, tool_version: str, canonical: bytes) -> str:

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
@@ -45,7 +47,7 @@ from callgate.policy.snapshot import PolicySnapshot
 from callgate.propose import steps
 from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.core import Core
-from callgate.propose.digest import canonicalize
+from callgate.propose.digest import canonicalize, canonicalize_plain
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
 from callgate.propose.parse import ParseLimits
@@ -68,6 +70,8 @@ MAX_FED_INVOCATIONS = 1024
 """Tool messages one ``ListTools`` may name as fed into its model call."""
 _CANCEL_TRIES = 5
 """How often ``Cancel`` re-reads an invocation that another call changed under it."""
+STORED_DECISIONS_MAX = 256
+"""Distinct ``Authorize`` decisions whose stored form (``decision_to_dict``) the gate keeps built."""
 
 
 class Gate:
@@ -97,6 +101,7 @@ class Gate:
         )
         self.core = Core(config.core.engine)
         """Which core runs the front stages of Propose (docs/NATIVE.md)."""
+        self._stored_decisions: dict[Decision, Mapping[str, Any]] = {}
         if snapshot is not None:
             self.core.prepare(snapshot)
 
@@ -398,16 +403,23 @@ class Gate:
         decision log, metrics and a span) before answering. The context is kept as a digest and
         its key names, never its values. A store failure fails the call (``store_unavailable``):
         no decision is handed out without its record."""
-        try:
-            context_digest = (
-                "sha256:" + hashlib.sha256(canonicalize(dict(request.context))).hexdigest()
-                if request.context
-                else ""
-            )
-        except RejectedError as exc:
-            raise invalid_request(f"context has no canonical JSON form: {exc.message}") from None
+        context_digest = ""
+        if request.context:
+            # the plain JSON text where it is the canonical one, else the reference (same bytes)
+            canonical = canonicalize_plain(request.context)
+            if canonical is None:
+                try:
+                    canonical = canonicalize(dict(request.context))
+                except RejectedError as exc:
+                    raise invalid_request(f"context has no canonical JSON form: {exc.message}") from None
+            context_digest = "sha256:" + hashlib.sha256(canonical).hexdigest()
         snap = self.serving.current
         decision = (await snap.engine.authorize_batch([request]))[0]
+        stored = self._stored_decisions.get(decision)
+        if stored is None:
+            if len(self._stored_decisions) >= STORED_DECISIONS_MAX:
+                self._stored_decisions.clear()
+            stored = self._stored_decisions[decision] = MappingProxyType(decision_to_dict(decision))
         record = DecisionRecord(
             decision_id="dec_" + new_id(),
             at=rfc3339(self._clock.now()),
@@ -417,16 +429,16 @@ class Gate:
             resource=request.resource,
             context_digest=context_digest,
             context_keys=tuple(sorted(str(k) for k in request.context)),
-            decision=decision_to_dict(decision),
+            decision=stored,
             policy_revision=snap.revision,
             trace_id=trace.trace_id,
             span_id=new_span_id(),
             parent_span_id=trace.parent_span_id,
         )
         try:
-            await self._store.record_decision(record)
-            if decision.effect is Effect.ALLOW:  # the caller may act on it: the barrier (6.7)
-                await self._store.barrier()
+            # An allow is something the caller may act on: its record is behind the barrier
+            # (6.7) when it returns, in the same writer round trip as the record itself.
+            await self._store.record_decision(record, durable=decision.effect is Effect.ALLOW)
         except CallgateError:
             raise
         except Exception as exc:  # any store: no record, no answer

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from google.protobuf import json_format, struct_pb2
+from google.protobuf import struct_pb2
 
 from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
 from callgate.core.fastinit import builder
@@ -339,16 +339,55 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
         return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
 
 
+def _value(v: struct_pb2.Value) -> Any:
+    kind = v.WhichOneof("kind")
+    if kind == "string_value":
+        return v.string_value
+    if kind == "number_value":
+        n = v.number_value
+        if n - n != 0.0:  # NaN or an infinity: no JSON form (MessageToDict raised ValueError)
+            raise invalid_request("context: a number is NaN or infinite (no JSON form)")
+        return n
+    if kind == "bool_value":
+        return v.bool_value
+    if kind == "struct_value":
+        return {k: _value(x) for k, x in v.struct_value.fields.items()}
+    if kind == "list_value":
+        return [_value(x) for x in v.list_value.values]
+    return None  # null_value, or no kind set (MessageToDict reads both as null)
+
+
+def struct_dict(s: struct_pb2.Struct) -> dict[str, Any]:
+    """``json_format.MessageToDict`` of a ``Struct`` (the same values in the same order: numbers
+    as floats, a null or unset value as None), without its per-field descriptor look-ups (~5x
+    faster); a NaN or infinite number is ``invalid_request`` (MessageToDict raised ValueError)."""
+    return {k: _value(x) for k, x in s.fields.items()}
+
+
+DECISION_PB_CACHE_MAX = 256
+"""Distinct decisions whose ``pb.Decision`` an :class:`AuthorizerService` keeps built (a
+decision is its effect and the policies behind it: a handful per policy set)."""
+
+
 class AuthorizerService(pb_grpc.AuthorizerServicer):
     def __init__(self, gate: Gate) -> None:
         self._gate = gate
+        self._built: dict[Decision, pb.Decision] = {}
+
+    def _decision_pb(self, d: Decision) -> pb.Decision:
+        built = self._built.get(d)
+        if built is None:
+            if len(self._built) >= DECISION_PB_CACHE_MAX:
+                self._built.clear()
+            built = self._built[d] = decision_pb(d)
+        return built
 
     async def Authorize(
         self, request: pb.AuthorizeRequest, context: grpc.aio.ServicerContext
     ) -> pb.AuthorizeResponse:
         if not request.subject.tenant or not request.subject.id or not request.capability:
             raise invalid_request("subject.tenant, subject.id and capability are required")
-        ctx = json_format.MessageToDict(request.context) if request.HasField("context") else {}
+        ctx = struct_dict(request.context) if request.HasField("context") else {}
         decision, record = await self._gate.authorize(
             AuthzRequest(
                 subject=Subject(tenant=request.subject.tenant, id=request.subject.id),
@@ -358,7 +397,8 @@ class AuthorizerService(pb_grpc.AuthorizerServicer):
             ),
             current_trace(),
         )
-        return pb.AuthorizeResponse(decision=decision_pb(decision), decision_id=record.decision_id)
+        # the cached message is copied into the response (never shared, never changed)
+        return pb.AuthorizeResponse(decision=self._decision_pb(decision), decision_id=record.decision_id)
 
 
 _OUTCOME_NAMES = {

@@ -364,9 +364,10 @@ class Store(Protocol):
         """The model calls the invocation's tool message was fed into, in recording order."""
         ...
 
-    async def record_decision(self, record: DecisionRecord) -> None:
-        """Append one ``Authorize`` decision (append-only); committed when it returns (the gate
-        takes a :meth:`barrier` after an allow)."""
+    async def record_decision(self, record: DecisionRecord, *, durable: bool = False) -> None:
+        """Append one ``Authorize`` decision (append-only); committed when it returns. With
+        ``durable`` it is also behind a :meth:`barrier` when it returns (one writer round trip:
+        the gate asks it for an allow, spec 6.7)."""
         ...
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...

@@ -633,7 +633,8 @@ class PostgresStore:
         )
         return [FedResultRecord(*r) for r in rows]
 
-    async def record_decision(self, d: DecisionRecord) -> None:
+    async def record_decision(self, d: DecisionRecord, *, durable: bool = False) -> None:
+        # ``durable`` asks nothing more: a commit here is already durable (see :meth:`barrier`).
         async with self._tx() as conn:
             await conn.execute(
                 f"INSERT INTO callgate_decisions ({_DECISION_COLS}) VALUES ({','.join(['%s'] * 13)})",

@@ -786,16 +786,17 @@ class SQLiteStore:
     async def list_fed(self, invocation_id: str) -> list[FedResultRecord]:
         return await self._call(lambda c: _read_fed(c, invocation_id))
 
-    async def record_decision(self, d: DecisionRecord) -> None:
+    async def record_decision(self, d: DecisionRecord, *, durable: bool = False) -> None:
         row = (
             d.decision_id, d.at, d.tenant, d.subject, d.capability, d.resource, d.context_digest,
             _dump(list(d.context_keys)), _dump(dict(d.decision)), d.policy_revision, d.trace_id,
             d.span_id, d.parent_span_id,
         )  # fmt: skip
-        await self._call(
+        await self._worker.run(
             lambda c: c.execute(
                 f"INSERT INTO decisions ({_DECISION_COLS}) VALUES ({','.join('?' * 13)})", row
-            )
+            ),
+            durable=durable,
         )
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:

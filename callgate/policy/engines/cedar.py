@@ -73,6 +73,8 @@ ACTION_TYPE = "Action"
 CONFIRM_ANNOTATION = "confirm"
 SHADOW_ANNOTATION = "shadow"
 
+ANSWERS_MAX = 256
+"""Distinct answers of the compiled core an engine keeps read as :class:`Decision` values."""
 DETACH_MIN_BYTES = 4096
 """A compiled-core call on at least this many bytes of input releases the GIL; a smaller one (tens
 of microseconds) keeps it. On the event loop's thread, taking the GIL back after a short release
@@ -717,6 +719,8 @@ class CedarEngine:
         self._p = policies
         self._closed = False
         self._native = not policies.python and policies.native is not None
+        self._answers: dict[Any, Decision] = {}
+        """The compiled core's answers, as read (:func:`_with_shadow`): a handful per snapshot."""
 
     def use_native(self, on: bool) -> bool:
         """Decide in the compiled core (``on``, when the snapshot has one) or through cedarpy.
@@ -847,7 +851,12 @@ class CedarEngine:
                 context_json,
                 len(context_json) >= DETACH_MIN_BYTES,
             )
-            decision = _with_shadow(main, shadow)
+            key = (main[0], tuple(main[1]), main[2], shadow and (shadow[0], tuple(shadow[1]), shadow[2]))
+            decision = self._answers.get(key)
+            if decision is None:
+                if len(self._answers) >= ANSWERS_MAX:
+                    self._answers.clear()
+                decision = self._answers[key] = _with_shadow(main, shadow)
         except Exception:
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, "the Cedar engine raised an exception")
         return decision
