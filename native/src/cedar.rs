@@ -595,7 +595,13 @@ impl CedarSnapshot {
         tenant: &str,
         context_json: &str,
     ) -> (Answer, Option<Answer>) {
-        self.decide_with(principal, action, resource, tenant, ContextSrc::Text(context_json))
+        self.decide_with(
+            principal,
+            action,
+            resource,
+            tenant,
+            ContextSrc::Text(context_json),
+        )
     }
 
     /// One decision with the context already as a JSON value (the one-call Propose decision of
@@ -608,7 +614,13 @@ impl CedarSnapshot {
         tenant: &str,
         context: &serde_json::Value,
     ) -> (Answer, Option<Answer>) {
-        self.decide_with(principal, action, resource, tenant, ContextSrc::Value(context))
+        self.decide_with(
+            principal,
+            action,
+            resource,
+            tenant,
+            ContextSrc::Value(context),
+        )
     }
 
     /// [`Self::decide_value`] with the context already built as Cedar values; `json` gives its
@@ -623,7 +635,13 @@ impl CedarSnapshot {
         context: &Context,
         json: &dyn Fn() -> serde_json::Value,
     ) -> (Answer, Option<Answer>) {
-        self.decide_with(principal, action, resource, tenant, ContextSrc::Built(context, json))
+        self.decide_with(
+            principal,
+            action,
+            resource,
+            tenant,
+            ContextSrc::Built(context, json),
+        )
     }
 
     fn decide_with(
@@ -683,7 +701,9 @@ impl CedarSnapshot {
         let ctx = match context {
             ContextSrc::Text(t) => Context::from_json_str(t, Some((&self.schema, &a))),
             ContextSrc::Value(v) => Context::from_json_value(v.clone(), Some((&self.schema, &a))),
-            ContextSrc::Built(_, json) => Context::from_json_value(json(), Some((&self.schema, &a))),
+            ContextSrc::Built(_, json) => {
+                Context::from_json_value(json(), Some((&self.schema, &a)))
+            }
         }
         .map_err(|_| ())?;
         Request::new(p, a, r, ctx, Some(&self.schema)).map_err(|_| ())

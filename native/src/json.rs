@@ -546,11 +546,7 @@ pub fn format_float(f: f64) -> String {
     if f < 0.0 {
         return format!("-{}", format_float(-f));
     }
-    // Rust's `{:e}` is the shortest round-trip digit string: d[.ddd]e<exp>
-    let sci = format!("{:e}", f);
-    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mant.chars().filter(|c| *c != '.').collect();
+    let (digits, exp) = shortest_digits(f);
     let k = digits.len() as i32;
     let n = exp + 1; // value = 0.digits * 10^n
     if k <= n && n <= 21 {
@@ -572,6 +568,91 @@ pub fn format_float(f: f64) -> String {
             format!("{}.{}e{}{}", &digits[..1], &digits[1..], sign, e.abs())
         }
     }
+}
+
+/// The shortest digit string that reads back as `f` (positive, finite) and its decimal exponent
+/// (`f` = d.ddd × 10^exp), as ECMA-262 7.1.12.1 picks it: of several shortest strings, the one
+/// closest to `f`; of two equally close, the one whose last digit is even (also what Python's
+/// `repr`, and so the `rfc8785` reference, writes). Rust's `{:e}` gives a shortest, closest
+/// string but rounds an exact tie up (240825066873221.125 -> ...221.13, where ECMAScript writes
+/// ...221.12), so a string ending in an odd digit is checked against its even neighbours.
+fn shortest_digits(f: f64) -> (String, i32) {
+    let sci = format!("{:e}", f);
+    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let digits: String = mant.chars().filter(|c| *c != '.').collect();
+    let last = digits.as_bytes()[digits.len() - 1] - b'0';
+    if digits.len() < 2 || last % 2 == 0 {
+        return (digits, exp);
+    }
+    for up in [false, true] {
+        let Some(alt) = last_place_step(&digits, up) else {
+            continue;
+        };
+        if alt.len() != digits.len() || sci_value(&alt, exp) != Some(f) {
+            continue; // a different length, or not read back as f: no tie possible
+        }
+        // Both read back as f and both are shortest: a tie iff f is exactly their midpoint.
+        let low = if up { &digits } else { &alt };
+        if exactly(f, &format!("{low}5"), exp) {
+            return (alt, exp);
+        }
+    }
+    (digits, exp)
+}
+
+/// `digits` plus or minus one in the last place; None when the digit count would change.
+fn last_place_step(digits: &str, up: bool) -> Option<String> {
+    let mut b = digits.as_bytes().to_vec();
+    let mut i = b.len();
+    loop {
+        if i == 0 {
+            return None;
+        }
+        i -= 1;
+        if up {
+            if b[i] == b'9' {
+                b[i] = b'0';
+                continue;
+            }
+            b[i] += 1;
+        } else {
+            if b[i] == b'0' {
+                b[i] = b'9';
+                continue;
+            }
+            b[i] -= 1;
+        }
+        break;
+    }
+    if b[0] == b'0' {
+        return None;
+    }
+    String::from_utf8(b).ok()
+}
+
+/// The double a digit string d.ddd × 10^exp reads as.
+fn sci_value(digits: &str, exp: i32) -> Option<f64> {
+    format!("{}.{}e{}", &digits[..1], &digits[1..], exp)
+        .parse()
+        .ok()
+}
+
+/// Whether `f`'s exact decimal value is `digits` × 10^(exp - digits + 1) (d.ddd × 10^exp), i.e.
+/// those significant digits followed only by zeros. A double's exact expansion has at most 767
+/// significant digits, so 800 are exact.
+fn exactly(f: f64, digits: &str, exp: i32) -> bool {
+    let full = format!("{:.800e}", f);
+    let Some((mant, e)) = full.split_once('e') else {
+        return false;
+    };
+    if e.parse::<i32>() != Ok(exp) {
+        return false;
+    }
+    let all: String = mant.chars().filter(|c| *c != '.').collect();
+    all.len() >= digits.len()
+        && all.starts_with(digits)
+        && all[digits.len()..].bytes().all(|c| c == b'0')
 }
 
 fn utf16_key(s: &str) -> Vec<u16> {

@@ -594,9 +594,15 @@ impl Tool {
         // between: issue 15 A5, the per-byte cost); anything else takes the JSON form below.
         let built = match cedar_restricted(normalized) {
             Ok(args) => cedar_policy::Context::from_pairs([
-                ("tool".to_string(), cedar_policy::RestrictedExpression::new_string(tool.clone())),
+                (
+                    "tool".to_string(),
+                    cedar_policy::RestrictedExpression::new_string(tool.clone()),
+                ),
                 ("args".to_string(), args),
-                ("tenant".to_string(), cedar_policy::RestrictedExpression::new_string(tenant.to_string())),
+                (
+                    "tenant".to_string(),
+                    cedar_policy::RestrictedExpression::new_string(tenant.to_string()),
+                ),
             ])
             .ok(),
             Err(Miss::Refused) => return None,
