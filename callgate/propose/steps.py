@@ -33,6 +33,7 @@ from callgate.core.errors import (
 from callgate.core.events import EventKind
 from callgate.core.fastinit import builder
 from callgate.core.ids import new_id
+from callgate.core.lru import IdentityMemo
 from callgate.core.model import (
     Decision,
     Effect,
@@ -281,21 +282,10 @@ def _native_decision(engine: object, authz: tuple[tuple[Any, Any], ...]) -> Deci
     return decision
 
 
-_decision_dicts: dict[int, tuple[Decision, dict[str, object]]] = {}
-
-
-def _decision_dict(decision: Decision) -> dict[str, object]:
-    """:func:`decision_to_dict`, built once per Decision object (the native decisions are
-    shared, :func:`_native_decision`). The dict is shared by the records and events of those
-    calls, which only read it (stores serialize it, sinks copy before masking)."""
-    hit = _decision_dicts.get(id(decision))
-    if hit is not None and hit[0] is decision:
-        return hit[1]
-    d = decision_to_dict(decision)
-    if len(_decision_dicts) >= _DECISIONS_MAX:
-        _decision_dicts.clear()
-    _decision_dicts[id(decision)] = (decision, d)
-    return d
+_decision_dict: IdentityMemo[Decision, dict[str, object]] = IdentityMemo(decision_to_dict, _DECISIONS_MAX)
+""":func:`decision_to_dict`, built once per Decision object (the native decisions are shared,
+:func:`_native_decision`). The dict is shared by the records and events of those calls, which
+only read it (stores serialize it, sinks copy before masking)."""
 
 
 def normalize_arguments(

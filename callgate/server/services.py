@@ -18,7 +18,7 @@ from google.protobuf import struct_pb2
 
 from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
 from callgate.core.fastinit import builder
-from callgate.core.lru import remember
+from callgate.core.lru import IdentityMemo, remember
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
 from callgate.execute.execution import Execution, Finding
@@ -45,21 +45,12 @@ def state_pb(s: State | None) -> int:
 
 _proposal = builder(Proposal)
 _DECISIONS_PB_MAX = 1024
-_decisions_pb: dict[int, tuple[Decision, pb.Decision]] = {}
-
-
-def _shared_decision_pb(d: Decision) -> pb.Decision:
-    """:func:`decision_pb` built once per Decision object: the compiled core's decisions are
-    shared values (:func:`callgate.propose.steps._native_decision`), and a message passed to a
-    constructor is copied into the new message, so the cached one is never changed."""
-    hit = _decisions_pb.get(id(d))
-    if hit is not None and hit[0] is d:
-        return hit[1]
-    msg = decision_pb(d)
-    if len(_decisions_pb) >= _DECISIONS_PB_MAX:
-        _decisions_pb.clear()
-    _decisions_pb[id(d)] = (d, msg)
-    return msg
+_shared_decision_pb: IdentityMemo[Decision, pb.Decision] = IdentityMemo(
+    lambda d: decision_pb(d), _DECISIONS_PB_MAX
+)
+""":func:`decision_pb` built once per Decision object: the compiled core's decisions are shared
+values (:func:`callgate.propose.steps._native_decision`), and a message passed to a constructor
+is copied into the new message, so the cached one is never changed."""
 
 
 def decision_pb(d: Decision) -> pb.Decision:
