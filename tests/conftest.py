@@ -103,6 +103,22 @@ class Running:
         )
 
 
+def serve_toml(tmp: Path, policies: Path = POLICIES) -> str:
+    """The head of a real ``callgate serve``'s config in ``tmp``: the four listeners on Unix
+    sockets there and the policies in ``policies`` (not watched). Callers append the rest
+    (more ``[policy]`` keys first, then their own tables)."""
+    return f"""
+[server]
+agent = {{ socket = "{tmp}/agent.sock" }}
+confirmer = {{ socket = "{tmp}/confirmer.sock" }}
+authorizer = {{ socket = "{tmp}/authorizer.sock" }}
+executor = {{ socket = "{tmp}/executor.sock" }}
+[policy]
+dir = "{policies}"
+watch = false
+"""
+
+
 def short_tmpdir() -> Path:
     # Unix socket paths are limited to ~107 bytes; pytest's tmp_path can be longer.
     return Path(tempfile.mkdtemp(prefix="cg-", dir="/tmp"))

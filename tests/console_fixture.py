@@ -21,7 +21,7 @@ import grpc
 
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
-from tests.conftest import POLICIES, ROOT
+from tests.conftest import ROOT, serve_toml
 from tests.test_shared_idempotency import wait_serving
 
 TOKENS = {
@@ -88,16 +88,8 @@ def start_sidecar(*, ttl_seconds: int = 600, dsn: str = "") -> Sidecar:
         else f'[store]\npath = "{tmp}/callgate.db"\n[idempotency]\npath = "{tmp}/idempotency.db"\n'
     )
     (tmp / "callgate.toml").write_text(
-        f"""
-[server]
-agent = {{ socket = "{tmp}/agent.sock" }}
-confirmer = {{ socket = "{tmp}/confirmer.sock" }}
-authorizer = {{ socket = "{tmp}/authorizer.sock" }}
-executor = {{ socket = "{tmp}/executor.sock" }}
-[policy]
-dir = "{POLICIES}"
-watch = false
-[confirmation]
+        serve_toml(tmp)
+        + f"""[confirmation]
 ttl_seconds = {ttl_seconds}
 sweep_interval_ms = 500
 {store}"""

@@ -33,7 +33,7 @@ import pytest
 from callgate.core.states import EDGES, State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
-from tests.conftest import POLICIES, ROOT
+from tests.conftest import ROOT, serve_toml
 from tests.test_shared_idempotency import wait_serving
 
 SEED = 20260719
@@ -79,16 +79,8 @@ def make_pod(store_toml: str, env: dict[str, str]) -> Pod:
     tmp = Path(tempfile.mkdtemp(prefix="cg-crash-", dir="/tmp"))
     toml = tmp / "callgate.toml"
     toml.write_text(
-        f"""
-[server]
-agent = {{ socket = "{tmp}/agent.sock" }}
-confirmer = {{ socket = "{tmp}/confirmer.sock" }}
-authorizer = {{ socket = "{tmp}/authorizer.sock" }}
-executor = {{ socket = "{tmp}/executor.sock" }}
-[policy]
-dir = "{POLICIES}"
-watch = false
-[budgets]
+        serve_toml(tmp)
+        + f"""[budgets]
 max_tool_calls = 1000000
 {store_toml.format(tmp=tmp)}
 """

@@ -25,7 +25,7 @@ from callgate.cli.main import MALLOC_ARENAS, Mallopt
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.store.sqlite_worker import CACHED_STATEMENTS, PAGE_CACHE_KIB, open_connection
-from tests.conftest import POLICIES, ROOT, short_tmpdir
+from tests.conftest import ROOT, serve_toml, short_tmpdir
 
 # Installed in the sidecar process before `callgate serve` runs: SIGUSR1 writes its modules, the
 # mmap check and glibc's malloc_info (one <heap> element per arena) to the report files.
@@ -80,16 +80,8 @@ def sidecar(extra_toml: str = "", env: dict[str, str] | None = None) -> Iterator
     tmp = short_tmpdir()
     cfg = tmp / "callgate.toml"
     cfg.write_text(
-        f"""
-[server]
-agent = {{ socket = "{tmp}/agent.sock" }}
-confirmer = {{ socket = "{tmp}/confirmer.sock" }}
-authorizer = {{ socket = "{tmp}/authorizer.sock" }}
-executor = {{ socket = "{tmp}/executor.sock" }}
-[policy]
-dir = "{POLICIES}"
-watch = false
-[store]
+        serve_toml(tmp)
+        + f"""[store]
 path = "{tmp}/callgate.db"
 [idempotency]
 path = "{tmp}/idempotency.db"

@@ -28,7 +28,7 @@ import pytest
 
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
-from tests.conftest import POLICIES, ROOT
+from tests.conftest import POLICIES, ROOT, serve_toml
 from tests.opa_fixture import OpaServer
 from tests.test_shared_idempotency import wait_serving
 
@@ -184,16 +184,8 @@ def folder() -> Iterator[Path]:
 def config(tmp: Path, policies: Path, policy_toml: str, core: str = "auto") -> Path:
     toml = tmp / "callgate.toml"
     toml.write_text(
-        f"""
-[server]
-agent = {{ socket = "{tmp}/agent.sock" }}
-confirmer = {{ socket = "{tmp}/confirmer.sock" }}
-authorizer = {{ socket = "{tmp}/authorizer.sock" }}
-executor = {{ socket = "{tmp}/executor.sock" }}
-[policy]
-dir = "{policies}"
-watch = false
-{policy_toml}
+        serve_toml(tmp, policies=policies)
+        + f"""{policy_toml}
 [store]
 path = "{tmp}/callgate.db"
 [idempotency]

@@ -18,7 +18,7 @@ import pytest
 
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
-from tests.conftest import POLICIES, ROOT
+from tests.conftest import ROOT, serve_toml
 from tests.test_shared_idempotency import wait_serving
 from tests.test_store_contract import fresh_pg_database
 
@@ -28,16 +28,8 @@ pytestmark = pytest.mark.postgres
 def pod_config(tmp: Path) -> Path:
     toml = tmp / "callgate.toml"
     toml.write_text(
-        f"""
-[server]
-agent = {{ socket = "{tmp}/agent.sock" }}
-confirmer = {{ socket = "{tmp}/confirmer.sock" }}
-authorizer = {{ socket = "{tmp}/authorizer.sock" }}
-executor = {{ socket = "{tmp}/executor.sock" }}
-[policy]
-dir = "{POLICIES}"
-watch = false
-[store]
+        serve_toml(tmp)
+        + """[store]
 backend = "postgres"
 dsn_env = "CALLGATE_TEST_STORE_DSN"
 """

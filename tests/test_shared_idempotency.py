@@ -17,22 +17,14 @@ import grpc
 
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
-from tests.conftest import POLICIES, ROOT
+from tests.conftest import ROOT, serve_toml
 
 
 def start(dsn: str) -> tuple[subprocess.Popen[bytes], str, Path]:
     tmp = Path(tempfile.mkdtemp(prefix="cg-pod-", dir="/tmp"))
     (tmp / "callgate.toml").write_text(
-        f"""
-[server]
-agent = {{ socket = "{tmp}/agent.sock" }}
-confirmer = {{ socket = "{tmp}/confirmer.sock" }}
-authorizer = {{ socket = "{tmp}/authorizer.sock" }}
-executor = {{ socket = "{tmp}/executor.sock" }}
-[policy]
-dir = "{POLICIES}"
-watch = false
-[store]
+        serve_toml(tmp)
+        + f"""[store]
 path = "{tmp}/events.db"
 [idempotency]
 backend = "postgres"
