@@ -428,6 +428,12 @@ MCP_HELP = "the MCP gateway: callgate in front of MCP servers (docs/MCP.md)"
 importing the gateway."""
 CONSOLE_HELP = "serve the confirmation console (web UI for the confirmer role)"
 """``callgate console``'s line in ``--help`` (the same as callgate/console/cli.py's)."""
+_EXTRA_COMMANDS = (
+    ("mcp", "callgate.mcp.cli", "mcp", MCP_HELP),
+    ("console", "callgate.console.cli", "starlette", CONSOLE_HELP),
+)
+"""Commands of optional extras: name, the module whose ``add_parser`` adds it (imported only when
+the command runs), the package whose presence lists it in ``--help``, and its help line."""
 
 
 def _engine_names(command: str) -> tuple[str, ...] | None:
@@ -501,24 +507,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
-    if command == "mcp":
-        try:
-            from callgate.mcp.cli import add_parser as add_mcp_parser
-        except ImportError:  # the 'mcp' extra is not installed
-            pass
-        else:
-            add_mcp_parser(sub)
-    elif importlib.util.find_spec("mcp") is not None:  # listed in --help without importing it
-        sub.add_parser("mcp", help=MCP_HELP, add_help=False)
-    if command == "console":
-        try:
-            from callgate.console.cli import add_parser as add_console_parser
-        except ImportError:  # the 'console' extra is not installed
-            pass
-        else:
-            add_console_parser(sub)
-    elif importlib.util.find_spec("starlette") is not None:  # listed in --help without importing it
-        sub.add_parser("console", help=CONSOLE_HELP, add_help=False)
+    for name, cli_module, probe, help_text in _EXTRA_COMMANDS:
+        if command == name:
+            try:
+                add_extra_parser = importlib.import_module(cli_module).add_parser
+            except ImportError:  # the extra is not installed
+                continue
+            add_extra_parser(sub)
+        elif importlib.util.find_spec(probe) is not None:  # listed in --help without importing it
+            sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(words)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
