@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from callgate.core.errors import CallgateError, ErrorCode
-from callgate.store.sqlite_worker import SQLiteWorker
+from callgate.store.sqlite_worker import CHECKPOINT_EVERY, Durability, SQLiteWorker
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v INTEGER NOT NULL);"
 
@@ -72,3 +72,153 @@ def test_a_failing_operation_in_a_batch_is_rolled_back_alone(tmp_path: Path) -> 
     assert isinstance(out[1], KeyError)
     assert isinstance(out[2], CallgateError) and out[2].code is ErrorCode.STORE_UNAVAILABLE
     assert rows(tmp_path / "w.db") == {"x": 1, "z": 3}
+
+
+# --- alone, inline (the event loop commits a lone call's operation itself) ------------------------
+
+
+def lone_worker(path: Path, **kw: object) -> SQLiteWorker:
+    """A writer whose commits do not sync (barrier durability)."""
+    return SQLiteWorker(path, schema=SCHEMA, durability=Durability.BARRIER, **kw)  # type: ignore[arg-type]
+
+
+def on_thread(k: str, v: int, seen: list[int]):  # type: ignore[no-untyped-def]
+    def op(c: sqlite3.Connection) -> str:
+        seen.append(threading.get_ident())
+        c.execute("INSERT INTO t VALUES (?, ?)", (k, v))
+        return k
+
+    return op
+
+
+def test_a_lone_operation_runs_on_the_loop_with_the_same_outcomes(tmp_path: Path) -> None:
+    async def main() -> None:
+        w = lone_worker(tmp_path / "w.db")
+        seen: list[int] = []
+        assert await w.run(on_thread("a", 1, seen)) == "a"
+        assert seen == [threading.get_ident()]  # the loop's own thread, no round trip
+        with pytest.raises(ValueError):  # the op's own error passes through, its writes undone
+            await w.run(insert("b", 2, then_fail=ValueError("no")))
+        with pytest.raises(CallgateError) as err:  # a SQLite error is store_unavailable
+            await w.run(insert("a", 3))
+        assert err.value.code is ErrorCode.STORE_UNAVAILABLE
+        assert await w.run(insert("c", 4)) == "c"
+        assert w.inline_runs == 4
+        await w.close()
+        with pytest.raises(CallgateError):
+            await w.run(insert("d", 5))
+
+    asyncio.run(main())
+    assert rows(tmp_path / "w.db") == {"a": 1, "c": 4}
+
+
+def test_the_writer_thread_runs_overlapping_durable_or_syncing_operations(tmp_path: Path) -> None:
+    async def main() -> None:
+        here = threading.get_ident()
+        lone = lone_worker(tmp_path / "lone.db")
+        seen: list[int] = []
+        # issued in the same turn of the loop (overlapping calls): one group commit, off the loop
+        assert await asyncio.gather(*(lone.run(on_thread(f"k{i}", i, seen)) for i in range(4)))
+        assert len(seen) == 4 and here not in seen and lone.inline_runs == 0
+        seen.clear()
+        await lone.run(on_thread("d", 1, seen), durable=True)  # a barrier: the writer's fsync
+        assert seen[0] != here and lone.inline_runs == 0 and lone.barriers == 1
+        seen.clear()
+        await lone.run(on_thread("e", 1, seen))  # alone again: the loop's
+        assert seen == [here] and lone.inline_runs == 1
+        syncing = SQLiteWorker(tmp_path / "sync.db", schema=SCHEMA, durability=Durability.PER_ANSWER)
+        seen.clear()
+        await syncing.run(on_thread("a", 1, seen))  # every commit is an fsync: never on the loop
+        assert seen[0] != here and syncing.inline_runs == 0
+        for w in (lone, syncing):
+            await w.close()
+
+    asyncio.run(main())
+
+
+def test_a_lone_commit_never_waits_on_the_loop_for_another_connections_lock(tmp_path: Path) -> None:
+    async def main() -> None:
+        w = lone_worker(tmp_path / "w.db", busy_timeout_ms=5000)
+        other = sqlite3.connect(tmp_path / "w.db", isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+        ticks = 0
+
+        async def heartbeat() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        beat = asyncio.ensure_future(heartbeat())
+        asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
+        seen: list[int] = []
+        assert await w.run(on_thread("a", 1, seen)) == "a"  # waited on the writer thread
+        assert seen[0] != threading.get_ident() and w.inline_runs == 0
+        assert ticks >= 10  # the loop kept running while the lock was held (~30 ticks)
+        beat.cancel()
+        other.close()
+        await w.close()
+
+    asyncio.run(main())
+    assert rows(tmp_path / "w.db") == {"a": 1}
+
+
+def test_lone_commits_never_checkpoint_the_writer_thread_does(tmp_path: Path) -> None:
+    async def main() -> None:
+        w = lone_worker(tmp_path / "w.db")
+        auto = await w.run(lambda c: c.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        assert auto == 0  # no commit checkpoints by itself (the loop's would write the database)
+        for i in range(CHECKPOINT_EVERY + 5):
+            await w.run(insert(f"k{i}", i))
+        assert w.inline_runs >= CHECKPOINT_EVERY  # (one may meet the checkpoint holding the lock)
+        for _ in range(200):  # the checkpoint request is the writer thread's to serve
+            if w.checkpoints:
+                break
+            await asyncio.sleep(0.01)
+        assert w.checkpoints >= 1
+        await w.close()
+
+    asyncio.run(main())
+    assert len(rows(tmp_path / "w.db")) == CHECKPOINT_EVERY + 5
+
+
+def test_a_sidecar_commits_a_lone_propose_on_the_loop_and_records_overlapping_ones() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.store.sqlite import SQLiteStore
+    from tests.conftest import start_sidecar, stop_sidecar
+
+    running, tmp = start_sidecar()
+    try:
+        store = running.sidecar.components.store.inner  # type: ignore[attr-defined]
+        assert isinstance(store, SQLiteStore)
+        worker = store.worker
+        sid = running.open_session()
+        running.list_tools(sid)
+        before = worker.inline_runs
+        for i in range(5):  # one agent, one call at a time: each commit is the loop's
+            r = running.propose(
+                sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"}, proposal_id=f"a{i}"
+            )
+            assert r.state == pb.State.PREPARED and not r.rejection.code, r
+        assert worker.inline_runs >= before + 5
+        inline = worker.inline_runs
+        ids: list[str] = []
+
+        def one(i: int) -> str:
+            r = running.propose(
+                sid, "weather.get@v1", {"city": "Lyon", "date": "tomorrow"}, proposal_id=f"b{i}"
+            )
+            return r.invocation_id
+
+        with ThreadPoolExecutor(16) as pool:  # overlapping calls: every answer has its record
+            for _ in range(3):
+                ids += pool.map(one, range(16))
+        # (which of them the loop committed depends on timing; the rule is tested above)
+        assert worker.inline_runs >= inline
+        for invocation_id in ids:  # every answer has its record
+            inv = running.call(store.get_invocation(invocation_id))
+            assert inv is not None and inv.state.value == "PREPARED"
+    finally:
+        stop_sidecar(running, tmp)

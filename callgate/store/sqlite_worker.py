@@ -4,7 +4,8 @@ idempotency store.
 Operations queued while a commit is in flight run together in the next transaction (group
 commit), each inside its own SAVEPOINT so a failing operation is rolled back alone. A caller's
 future resolves only after the transaction that ran its operation committed. The asyncio event
-loop never blocks on the disk.
+loop never syncs, checkpoints or waits for a lock; it runs a commit itself only when nothing
+else is ready to run (below).
 
 Durability (docs/RELIABILITY.md, spec 6.7/6.8): with :attr:`Durability.PER_ANSWER` every commit
 runs at the configured ``synchronous`` (``FULL``: on disk before the gate answers). With
@@ -15,6 +16,19 @@ one sync covers every transaction committed before it, and every barrier queued 
 previous batch ran is served by the same sync (they coalesce). A failed sync is sticky: the
 page cache can no longer be trusted to reach the disk, so every later barrier fails with
 ``store_unavailable`` until the process restarts.
+
+**Alone, on the loop.** When nothing else is ready to run on the event loop (no other call
+waiting for its turn: :func:`_loop_idle`), nothing is queued or running on the writer thread,
+and the commit does not sync (``synchronous=NORMAL``/``OFF``, not a barrier), the loop runs the
+operation itself: the same transaction with the same outcomes, without the two thread wake-ups
+of the round trip. Nobody waits meanwhile, so nobody is delayed, and a lone Propose spends ~300
+us less in its handler (measured at 1 call in flight; a sidecar serves one agent, whose calls
+mostly come one at a time). Under load other calls are ready, operations queue and group-commit
+on the writer thread as before, which keeps the SQLite work off the loop's core. The loop never
+waits for another connection's lock (the write lock is tried without a busy wait; if it is
+taken, the operation queues), and its commits never checkpoint: the connection's automatic
+checkpoint is off and the writer thread runs a ``PASSIVE`` checkpoint after every
+:data:`CHECKPOINT_EVERY` commits, so the loop neither writes the database file nor syncs.
 """
 
 from __future__ import annotations
@@ -48,6 +62,12 @@ group-commit inserts take as many rows as their batch holds, one statement text 
 every batch and stay in the LRU."""
 
 
+CHECKPOINT_EVERY = 100
+"""Commits between two WAL checkpoints, run by the writer thread (``PRAGMA
+wal_checkpoint(PASSIVE)``; SQLite's automatic checkpoint, which would run inside whichever commit
+crosses 1,000 pages, is off). A Propose dirties ~5-10 pages, so this is near SQLite's default."""
+
+
 class Durability(str, Enum):
     """When a committed record is made durable against power loss (``store.durability``)."""
 
@@ -60,6 +80,14 @@ class Durability(str, Enum):
 
 
 Item = tuple[Op, asyncio.AbstractEventLoop, "asyncio.Future[Any]", bool]
+
+
+class _Checkpoint:
+    """Queued by an inline commit that reached :data:`CHECKPOINT_EVERY`: the writer thread
+    checkpoints after its batch."""
+
+
+_CHECKPOINT = _Checkpoint()
 
 
 class SQLiteWorker:
@@ -112,7 +140,19 @@ class SQLiteWorker:
         self._schema = schema
         self._setup = setup
         self._max_batch = max_batch
-        self._q: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
+        self._q: queue.SimpleQueue[Item | _Checkpoint | None] = queue.SimpleQueue()
+        self._conn: sqlite3.Connection  # the writer thread's, set before _ready
+        self._conn_lock = threading.Lock()
+        """Held by whoever uses the connection: the writer thread for a batch (and its barrier and
+        checkpoint), the event loop for an operation it runs alone (:meth:`run`)."""
+        self._inline = self._commit_sync in ("NORMAL", "OFF")
+        self._outstanding = 0
+        """Operations queued to the writer thread and not yet settled (event-loop side)."""
+        self._commits = 0
+        self.checkpoints = 0
+        """PASSIVE checkpoints the writer thread ran."""
+        self.inline_runs = 0
+        """Operations the event loop ran itself (module docstring)."""
         self._ready = threading.Event()
         self._init_error: BaseException | None = None
         self._closing = False
@@ -127,6 +167,7 @@ class SQLiteWorker:
         conn = open_connection(
             self._path, schema=self._schema, synchronous=self._commit_sync, busy_timeout_ms=self._busy_ms
         )
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # the writer thread checkpoints (_checkpoint)
         if self._setup is not None:  # e.g. startup repair, in one transaction before any call
             ok, value = _run_alone(conn, self._setup)
             if not ok:
@@ -141,6 +182,7 @@ class SQLiteWorker:
             self._init_error = exc
             self._ready.set()
             return
+        self._conn = conn
         self._ready.set()
         stop = False
         try:
@@ -148,7 +190,7 @@ class SQLiteWorker:
                 first = self._q.get()
                 if first is None:
                     break
-                batch = [first]
+                batch: list[Item | _Checkpoint] = [first]
                 while len(batch) < self._max_batch:
                     try:
                         nxt = self._q.get_nowait()
@@ -158,9 +200,13 @@ class SQLiteWorker:
                         stop = True
                         break
                     batch.append(nxt)
-                self._run_batch(conn, batch)
+                with self._conn_lock:
+                    self._run_batch(conn, [item for item in batch if not isinstance(item, _Checkpoint)])
+                    if self._commits >= CHECKPOINT_EVERY:
+                        self._checkpoint(conn)
         finally:
-            conn.close()
+            with self._conn_lock:
+                conn.close()
             self._fail_pending()
 
     def _fail_pending(self) -> None:
@@ -169,12 +215,24 @@ class SQLiteWorker:
                 item = self._q.get_nowait()
             except queue.Empty:
                 return
-            if item is not None:
+            if item is not None and not isinstance(item, _Checkpoint):
                 _, loop, fut, _ = item
                 err = store_unavailable("store is closed")
                 loop.call_soon_threadsafe(_settle_all, [(fut, False, err)])
 
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the database where no reader needs it (writer thread, lock held)."""
+        self._commits = 0
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            return  # a busy or failed checkpoint is retried after the next CHECKPOINT_EVERY commits
+        self.checkpoints += 1
+
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Item]) -> None:
+        if not batch:
+            return
+        self._commits += 1
         if self._barrier_error and any(durable for _, _, _, durable in batch):
             # After a failed sync a durable operation is refused before it writes anything.
             refused = [item for item in batch if item[3]]
@@ -241,9 +299,35 @@ class SQLiteWorker:
         if self._closing or not self._thread.is_alive():
             raise store_unavailable("store is closed")
         loop = asyncio.get_running_loop()
+        if (
+            self._inline
+            and not durable
+            and not self._outstanding
+            and _loop_idle(loop)
+            and self._conn_lock.acquire(blocking=False)
+        ):
+            try:
+                done = _try_alone(self._conn, op, self._busy_ms)
+                if done is not None:
+                    self._commits += 1
+                    self.inline_runs += 1
+                    if self._commits >= CHECKPOINT_EVERY:
+                        self._q.put(_CHECKPOINT)  # the writer thread checkpoints, off the loop
+            finally:
+                self._conn_lock.release()
+            if done is not None:
+                ok, value = done
+                if ok:
+                    return value  # type: ignore[no-any-return]
+                raise value
+            # another connection holds the write lock: the writer thread waits for it, not the loop
         fut: asyncio.Future[T] = loop.create_future()
-        self._q.put((op, loop, fut, durable))
-        return await fut
+        self._outstanding += 1
+        try:
+            self._q.put((op, loop, fut, durable))
+            return await fut
+        finally:
+            self._outstanding -= 1
 
     async def barrier(self) -> None:
         """Every transaction committed before this call is durable on disk when it returns
@@ -371,6 +455,43 @@ def _run_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
         conn.execute("BEGIN IMMEDIATE")
     except Exception as exc:
         return False, _transaction_failed(exc)
+    try:
+        value = op(conn)
+    except Exception as exc:
+        _rollback(conn)
+        return False, _store_error(exc)
+    except BaseException:
+        _rollback(conn)
+        raise
+    try:
+        conn.execute("COMMIT")
+    except Exception as exc:
+        _rollback(conn)
+        return False, _transaction_failed(exc)
+    return True, value
+
+
+def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
+    """Nothing else is ready to run on ``loop`` (CPython's event loops keep their ready callbacks
+    in ``_ready``; a loop without it never counts as idle, so its operations always queue).
+    Measured under a Go load generator: at 1 call in flight the queue was empty at 1,505 of 1,510
+    writes, at 16 in flight at 201 of 2,143."""
+    ready = getattr(loop, "_ready", None)
+    return ready is not None and not ready
+
+
+def _try_alone(conn: sqlite3.Connection, op: Op, busy_timeout_ms: int) -> tuple[bool, Any] | None:
+    """:func:`_run_alone` on the event loop, which must not wait: None (nothing run) when another
+    connection holds the write lock. Once BEGIN IMMEDIATE holds it, nothing else in the
+    transaction waits on another connection (WAL; this connection never checkpoints on commit)."""
+    try:
+        conn.execute("PRAGMA busy_timeout=0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    except sqlite3.OperationalError:
+        return None  # busy (or any failure to begin): the writer thread tries, and reports
     try:
         value = op(conn)
     except Exception as exc:
