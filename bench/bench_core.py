@@ -2,9 +2,10 @@
 
 Same inputs, same process, no server: strict parse -> JSON Schema -> normalizers -> RFC 8785 ->
 digest -> normalized schema, for the example ToolSpecs and a 60 KB array of records, then the
-same plus the Cedar decision (cedarpy on both: the compiled core does not run Cedar yet). Prints
-p50 / p99 per call, single-thread throughput and the Python/native ratio; a benchmark prints,
-it is not a timed test.
+whole decision: the same plus the Cedar decision (the Python stages with cedarpy against the
+compiled core's one call, ``cedar-policy`` inside). The records tool is the one of
+``bench_scale.py --only args`` (a policy set with its action). Prints p50 / p99 per call,
+single-thread throughput and the Python/native ratio; a benchmark prints, it is not a timed test.
 
     .venv/bin/python bench/bench_core.py [--seconds 2]
 """
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from callgate.core.errors import RejectedError  # noqa: E402
 from callgate.core.model import NormalizationContext, Subject  # noqa: E402
 from callgate.policy.snapshot import load_snapshot  # noqa: E402
-from callgate.policy.toolspecs import CompiledTool, load_tools  # noqa: E402
+from callgate.policy.toolspecs import CompiledTool  # noqa: E402
 from callgate.propose.authorize import authorize_invocation  # noqa: E402
 from callgate.propose.core import Core  # noqa: E402
 from callgate.propose.normalize import normalize  # noqa: E402
@@ -72,46 +73,15 @@ def measure(fn: Callable[[], Any], seconds: float) -> tuple[float, float, float]
     return p50, p99, len(samples) / elapsed
 
 
-def records_tool() -> tuple[CompiledTool, bytes]:
-    """A tool taking a 60 KB array of small records (issue 15, "Arguments")."""
-    import tempfile
+def records_snapshot(tmp: Path) -> tuple[Any, CompiledTool, bytes]:
+    """The example policies plus ``records.put`` (bench_scale's) and ~60 KB of 1,390 records."""
+    from bench_scale import policy_dir
 
-    base = json.loads((ROOT / "policies" / "tools" / "weather.get@v1.json").read_text())
-    base.pop("normalized_schema", None)
-    spec = {
-        **base,
-        "name": "records.put",
-        "version": "v1",
-        "description": "bench: a 60 KB array of small records",
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "records": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "integer"},
-                            "name": {"type": "string", "maxLength": 40},
-                            "score": {"type": "number"},
-                        },  # fmt: skip
-                        "required": ["id", "name"],
-                        "additionalProperties": False,
-                    },
-                }
-            },
-            "required": ["records"],
-            "additionalProperties": False,
-        },
-        "normalizers": [{"kind": "text", "field": "/records/*/name"}],
-    }
-    with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "records.put@v1.json").write_text(json.dumps(spec))
-        tool = load_tools(Path(d)).get("records.put", "v1")
+    snap = load_snapshot(policy_dir(tmp, records=True))
+    tool = snap.tools.get("records.put", "v1")
     assert tool is not None
-    records = [{"id": i, "name": f" name {i} ", "score": i / 7} for i in range(1000)]
-    raw = json.dumps({"records": records}).encode()
-    return tool, raw
+    records = [{"id": i, "name": f"n{i:05d}", "ok": i % 2 == 0} for i in range(1390)]
+    return snap, tool, json.dumps({"table": "t", "records": records}).encode()
 
 
 def main() -> None:
@@ -130,7 +100,9 @@ def main() -> None:
         tool = snap.tools.get(name, version)
         assert tool is not None and key not in unsupported, (key, unsupported)
         cases.append((key, tool, raw))
-    rec_tool, rec_raw = records_tool()
+    import tempfile
+
+    rec_snap, rec_tool, rec_raw = records_snapshot(Path(tempfile.mkdtemp(prefix="cg-bench-core-")))
     print(f"python {sys.version.split()[0]}; compiled core {core.kind.value}; {args.seconds:.0f} s per row")
     print()
     print(
@@ -142,28 +114,34 @@ def main() -> None:
         rows.append(("front", f"{key} ({len(raw)} B)", lambda t=tool, r=raw: python_front(t, r),
                      lambda t=tool, r=raw: _native(core, snap, t, r)))  # fmt: skip
     rec_core = Core("native")
-
-    class _Snap:  # a one-tool snapshot for the records tool
-        tools = type("R", (), {"__iter__": lambda self: iter([rec_tool])})()
-
-    rec_snap = _Snap()
-    rec_core.prepare(rec_snap, eager=True)  # type: ignore[arg-type]
-    rows.append(("front", f"records.put@v1 ({len(rec_raw) // 1024} KB, 1,000 records)",
-                 lambda: python_front(rec_tool, rec_raw), lambda: _native(rec_core, rec_snap, rec_tool, rec_raw)))  # fmt: skip
-    # the whole decision: front + Cedar (cedarpy on both)
-    weather = cases[0][1]
+    rec_core.prepare(rec_snap, eager=True)
+    label = f"records.put@v1 ({len(rec_raw) // 1024} KB, 1,390 records)"
+    rows.append(("front", label, lambda: python_front(rec_tool, rec_raw),
+                 lambda: _native(rec_core, rec_snap, rec_tool, rec_raw)))  # fmt: skip
+    # the whole decision: the Python stages + cedarpy against the compiled core's one call
     subject = Subject(tenant="acme", id="alice")
     loop = asyncio.new_event_loop()
 
-    def decide(front: Callable[[], Any]) -> Callable[[], Any]:
+    def decide(s: Any, tool: CompiledTool, raw: bytes, who: Subject) -> Callable[[], Any]:
         def run() -> Any:
-            n = front()
-            return loop.run_until_complete(authorize_invocation(snap.engine, weather, n, subject))
+            return loop.run_until_complete(authorize_invocation(s.engine, tool, python_front(tool, raw), who))
 
         return run
 
-    rows.append(("front + Cedar", "weather.get@v1", decide(lambda: python_front(weather, cases[0][2])),
-                 decide(lambda: _native_normalized(core, snap, weather, cases[0][2]))))  # fmt: skip
+    def decide_native(c: Core, s: Any, tool: CompiledTool, raw: bytes, who: Subject) -> Callable[[], Any]:
+        def run() -> Any:
+            answer = c.front(s, tool, raw, who.tenant, "en", CLOCK, LIMITS, who.id)
+            assert answer is not None and answer.code is None and answer.authz is not None
+            return answer
+
+        return run
+
+    weather = cases[0][1]
+    rows.append(("front + Cedar", "weather.get@v1", decide(snap, weather, cases[0][2], subject),
+                 decide_native(core, snap, weather, cases[0][2], subject)))  # fmt: skip
+    bob = Subject(tenant="acme", id="bob")
+    rows.append(("front + Cedar", label, decide(rec_snap, rec_tool, rec_raw, bob),
+                 decide_native(rec_core, rec_snap, rec_tool, rec_raw, bob)))  # fmt: skip
     for stages, label, py, nat in rows:
         p50, p99, tput = measure(py, args.seconds)
         n50, n99, ntput = measure(nat, args.seconds)
