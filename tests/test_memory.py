@@ -30,7 +30,7 @@ from tests.conftest import ROOT, serve_toml, short_tmpdir
 # Installed in the sidecar process before `callgate serve` runs: SIGUSR1 writes its modules, the
 # mmap check and glibc's malloc_info (one <heap> element per arena) to the report files.
 WRAPPER = """
-import ctypes, json, runpy, signal, sys
+import ctypes, gc, json, runpy, signal, sys
 report, config = sys.argv[1], sys.argv[2]
 
 class MallInfo2(ctypes.Structure):
@@ -56,7 +56,7 @@ def dump(*_):
     libc.malloc_info(0, f)
     libc.fclose(f)
     with open(report, "w") as fh:
-        json.dump({"modules": sorted(sys.modules), "mapped_256k": mapped}, fh)
+        json.dump({"modules": sorted(sys.modules), "mapped_256k": mapped, "frozen": gc.get_freeze_count()}, fh)
 
 signal.signal(signal.SIGUSR1, dump)
 sys.argv = ["callgate", "serve", "--config", config]
@@ -152,6 +152,7 @@ def test_serving_sidecar_imports_nothing_it_does_not_use_and_tunes_malloc() -> N
         assert "callgate._native" in found["modules"]  # the example policies run on the compiled core
         assert heaps(malloc) <= MALLOC_ARENAS, malloc.read_text()[:400]
         assert found["mapped_256k"] is True  # the fixed mmap threshold, not glibc's sliding one
+        assert found["frozen"] > 20_000  # the modules' objects: out of every full collection
 
 
 def test_a_metrics_endpoint_imports_prometheus_and_the_environment_overrides_a_malloc_setting() -> None:

@@ -77,6 +77,21 @@ def tune_malloc(environ: Mapping[str, str] | None = None) -> tuple[Mallopt, ...]
     return tuple(p for p, override, value in _MALLOPT if override not in env and mallopt(p.value, value) == 1)
 
 
+def freeze_startup_objects() -> int:
+    """Collect once, then move every object alive now (the ~50,000 of the imported modules:
+    their functions, classes, protobuf descriptors) to the collector's permanent generation
+    (:func:`gc.freeze`): they live as long as the process, and a full collection, which Python
+    runs whenever enough objects have survived since the last one, then traverses only the
+    objects made since (the calls', the snapshot's) instead of all of them (~10-18 ms each on the
+    development machine). Reference counting still frees frozen objects. Called by ``callgate
+    serve`` once its modules are imported, before the snapshot loads. Returns how many froze."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     tune_malloc()
     import asyncio
@@ -84,6 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from callgate.server.app import serve
 
     cfg = _config(args.config)
+    freeze_startup_objects()
     from callgate.observability.logs import apply_log_format
 
     apply_log_format(cfg.log.format)
