@@ -1,0 +1,129 @@
+"""The SQLite event store's write path in process (issue 15 items 9/10): no server, the store's
+own schema and writer.
+
+1. **Index locality.** Batches of three keyless Proposes (an invocation row and six events each,
+   rows shaped like the gate's) inserted with the same multi-row statements as the writer, ids
+   either random (128 CSPRNG bits, the baseline) or time-ordered (``callgate.core.ids.new_id``:
+   48 bits of milliseconds, 80 random). Prints SQLite CPU per proposal and the ratio to the
+   baseline at two database sizes: random keys scatter every commit over the indexes' pages, so
+   their cost grows as the indexes outgrow the page cache.
+2. **A lone write.** One operation at a time through :class:`SQLiteWorker` (barrier durability):
+   queued to the writer thread (the baseline) against run by the event loop when nothing else is
+   ready (``store/sqlite_worker.py``, "Alone, on the loop"). Prints p50/p99 of the awaited call.
+
+    .venv/bin/python bench/bench_store.py [--proposals 30000] [--calls 3000]
+
+A benchmark prints; it is not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from callgate.core.ids import new_id  # noqa: E402
+from callgate.store import sqlite as S  # noqa: E402
+from callgate.store.migrations import sqlite_statements  # noqa: E402
+from callgate.store.sqlite_worker import Durability, SQLiteWorker, open_connection  # noqa: E402
+
+EVENT_DATA = json.dumps({"tool": "weather.get@v1", "digest": "sha256:" + "a" * 64, "note": "x" * 120})
+
+
+def random_id() -> str:
+    return os.urandom(16).hex()
+
+
+def insert_batches(path: Path, proposals: int, make_id: Callable[[], str]) -> float:
+    """SQLite CPU seconds per proposal, batches of three, as the writer's run_many inserts them."""
+    c = open_connection(str(path), schema="", synchronous="NORMAL", busy_timeout_ms=5000)
+    for m in S.MIGRATIONS:
+        for statement in sqlite_statements(m.sql):
+            c.execute(statement)
+    c.execute("PRAGMA cache_size=-512")  # the writer's page cache (PAGE_CACHE_KIB)
+    args = b'{"city":"Paris","date":"2026-07-20"}'
+    t0 = time.process_time()
+    for _ in range(proposals // 3):
+        c.execute("BEGIN IMMEDIATE")
+        rows: list[object] = []
+        events: list[object] = []
+        for _ in range(3):
+            iid = "inv_" + make_id()
+            rows += [iid, "ses", "mc", "p", "weather.get", "v1", "acme", "alice", "PREPARED", args,
+                     "sha256:" + "b" * 64, args, "{}", None, "", "2026-07-19T14:00:10Z", "", "rev",
+                     "2026-07-19T14:00:00Z", "2026-07-19T14:00:00Z", 0, "", "", ""]  # fmt: skip
+            for seq in range(1, 7):
+                events += [iid, seq, make_id(), "2026-07-19T14:00:00.000001Z", "proposed", None,
+                           "PROPOSED", "c" * 32, "d" * 16, EVENT_DATA]  # fmt: skip
+        c.execute(S._insert_invocations_sql(3), rows)
+        c.execute(S._insert_events_sql(18), events)
+        c.execute("COMMIT")
+    cpu = (time.process_time() - t0) / proposals
+    c.close()
+    return cpu
+
+
+async def lone_writes(path: Path, calls: int, inline: bool) -> list[float]:
+    w = SQLiteWorker(
+        path, schema="CREATE TABLE IF NOT EXISTS t (k TEXT, v BLOB);", durability=Durability.BARRIER
+    )
+    if not inline:
+        w._inline = False  # the baseline: every operation through the writer thread
+    payload = b"x" * 400
+
+    def op(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO t VALUES (?, ?)", (new_id(), payload))
+
+    lat = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        await w.run(op)
+        lat.append(time.perf_counter() - t0)
+    assert (w.inline_runs > 0) is inline
+    await w.close()
+    return lat[calls // 10 :]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--proposals", type=int, default=30000)
+    ap.add_argument("--calls", type=int, default=3000)
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="cg-bench-store-"))
+    print(f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, load {os.getloadavg()[0]:.2f}")
+    print()
+    print("| proposals inserted | ids | SQLite CPU per proposal | ratio to random | database |")
+    print("|---|---|---|---|---|")
+    for n in (a.proposals // 6, a.proposals):
+        base = 0.0
+        for label, make in (("random (baseline)", random_id), ("time-ordered", new_id)):
+            path = tmp / f"{label[:4]}-{n}.db"
+            cpu = insert_batches(path, n, make)
+            base = base or cpu
+            size = path.stat().st_size >> 20
+            print(f"| {n:,} | {label} | {cpu * 1e6:.0f} µs | {cpu / base:.2f} | {size} MiB |")
+    print()
+    print("| one write at a time | p50 | p99 | ratio (p50) |")
+    print("|---|---|---|---|")
+    base = 0.0
+    for label, inline in (("through the writer thread (baseline)", False), ("on the loop when alone", True)):
+        lat = asyncio.run(lone_writes(tmp / f"lone-{inline}.db", a.calls, inline))
+        p50 = statistics.median(lat)
+        p99 = sorted(lat)[int(len(lat) * 0.99)]
+        base = base or p50
+        print(f"| {label} | {p50 * 1e6:.0f} µs | {p99 * 1e6:.0f} µs | {p50 / base:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
