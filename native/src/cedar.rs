@@ -25,6 +25,7 @@ use pyo3::prelude::*;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const PRINCIPAL_TYPE: &str = "User";
@@ -86,6 +87,8 @@ pub struct CedarSnapshot {
     /// action -> its context projection (issue 15 A5), for actions whose policies read part of
     /// the context only.
     projections: HashMap<String, Eff>,
+    /// Decisions made on a projected context (diagnostics and tests).
+    projected: AtomicU64,
 }
 
 /// The three entity type names of every request, parsed once per process: Cedar's name parser
@@ -243,6 +246,7 @@ fn assemble(
         cache_max,
         pruned,
         projections,
+        projected: AtomicU64::new(0),
     })
 }
 
@@ -662,6 +666,11 @@ impl CedarSnapshot {
         self.projections.len()
     }
 
+    /// How many decisions this snapshot made on a projected context.
+    fn projected_decisions(&self) -> u64 {
+        self.projected.load(Ordering::Relaxed)
+    }
+
     /// Entity slices in the per-snapshot cache.
     fn cached(&self) -> usize {
         self.cache.lock().map(|c| c.map.len()).unwrap_or(0)
@@ -742,6 +751,7 @@ impl CedarSnapshot {
         context: &Context,
         json: &dyn Fn() -> serde_json::Value,
     ) -> (Answer, Option<Answer>) {
+        self.projected.fetch_add(1, Ordering::Relaxed);
         self.decide_with(
             principal,
             action,

@@ -4,7 +4,8 @@
 //!
 //! * [`Proj`]: what the policies of an action (its enforcing and shadow slices) read, from each
 //!   policy's JSON EST: every maximal attribute chain rooted at `context` keeps that path and
-//!   everything under it; `<chain> has a` keeps `<chain>.a`; any other occurrence of `context`
+//!   everything under it; `<chain> has a` keeps `<chain>.a` present (a record there keeps only
+//!   the attributes something else reads: `has` tests presence); any other occurrence of `context`
 //!   keeps everything under that point (the bare `context`: no projection). The walk descends into
 //!   every object and array of the EST except `{"Value": ..}` literals, so no occurrence of
 //!   `context` is missed (over-keeping costs time only).
@@ -43,6 +44,16 @@ impl Proj {
                 None => *self = Proj::All,
                 Some((head, rest)) => m.entry(head.clone()).or_insert_with(Proj::empty).keep(rest),
             },
+        }
+    }
+
+    /// Keep `path` present (a `has` test): its record attributes only where something else reads
+    /// them (an attribute of another type is kept whole by the schema intersection).
+    fn touch(&mut self, path: &[String]) {
+        if let (Proj::Fields(m), Some((head, rest))) = (&mut *self, path.split_first()) {
+            m.entry(head.clone())
+                .or_insert_with(Proj::empty)
+                .touch(rest);
         }
     }
 
@@ -107,7 +118,7 @@ pub(crate) fn walk(v: &J, out: &mut Proj) {
                         {
                             if let Some(mut path) = chain(left) {
                                 path.push(attr.clone());
-                                out.keep(&path);
+                                out.touch(&path);
                                 return;
                             }
                         }
@@ -502,7 +513,7 @@ mod tests {
             ("tenant", Proj::All),
             (
                 "args",
-                fields(&[("table", Proj::All), ("r", fields(&[("a", Proj::All)]))]),
+                fields(&[("table", Proj::empty()), ("r", fields(&[("a", Proj::All)]))]),
             ),
         ]);
         assert_eq!(p, want);
