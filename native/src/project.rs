@@ -554,4 +554,69 @@ mod tests {
             Proj::empty()
         );
     }
+
+    fn val(j: &str) -> Value {
+        crate::json::parse_document(j.as_bytes(), &crate::limits(usize::MAX, usize::MAX))
+            .expect("json")
+    }
+
+    #[test]
+    fn pruned_schema_and_conformance() {
+        let text = r#"
+            entity User; entity Resource;
+            type Rec = { id: Long, name: String };
+            type Args = { table: String, n?: Long, d?: decimal, recs?: Set<Rec>,
+                          r?: { a?: Long, b: String } };
+            action "a" appliesTo { principal: User, resource: Resource,
+                                   context: { tenant: String, args: Args } };
+            action "b" appliesTo { principal: User, resource: Resource,
+                                   context: { tenant: String, args: Args } };
+        "#;
+        let (frag, _) = cedar_policy::SchemaFragment::from_cedarschema_str(text).expect("schema");
+        let json = frag.to_json_value().expect("json");
+        let reads = |action: &str| {
+            Some(match action {
+                "a" => read(
+                    r#"permit(principal, action, resource) when { context.args.table == "t" && context.args has r && context.args.r.a == 1 };"#,
+                ),
+                _ => Proj::All,
+            })
+        };
+        let (pruned, effs) = prune_schema(&json, &reads).expect("pruned");
+        assert!(!effs.contains_key("b"), "b reads the whole context");
+        let eff = &effs["a"];
+        assert_eq!(
+            eff.describe().to_string(),
+            r#"{"args":{"r":{"a":true},"table":true}}"#
+        );
+        cedar_policy::Schema::from_json_value(pruned).expect("the pruned schema builds");
+        let Eff::Fields { keep, .. } = eff else {
+            panic!("a projection")
+        };
+        let Eff::Fields { dropped, .. } = &keep["args"] else {
+            panic!("args projected")
+        };
+        let ok = |field: &str, v: &str| conforms(&val(v), &dropped[field].0);
+        assert!(ok("n", "3") && ok("n", "3.0") && !ok("n", "3.5") && !ok("n", "\"3\""));
+        assert!(ok("d", "1.25") && !ok("d", "1") && !ok("d", "1.00001"));
+        assert!(ok("recs", r#"[{"id": 1, "name": "x"}, null]"#) && ok("recs", "[]"));
+        assert!(
+            !ok("recs", r#"[{"id": 1}]"#) && !ok("recs", r#"[{"id": 1, "name": "x", "z": 1}]"#)
+        );
+        assert!(!ok("recs", r#"[{"id": 1, "name": "x", "__entity": 1}]"#));
+        assert!(dropped.contains_key("tenant") || !keep.contains_key("tenant"));
+        let top = |args: &str| {
+            let (t, a) = (Value::Str("acme".into()), val(args));
+            context(&[("tenant", &t), ("args", &a)], eff).is_ok()
+        };
+        assert!(top(
+            r#"{"table": "t", "recs": [{"id": 1, "name": "x"}], "r": {"b": "y"}}"#
+        ));
+        assert!(!top(r#"{"table": "t", "undeclared": 1}"#));
+        assert!(!top(
+            r#"{"table": "t", "recs": [{"id": "1", "name": "x"}]}"#
+        ));
+        assert!(!top(r#"{"table": "t", "r": {"a": 1, "c": 2}}"#));
+        assert!(top(r#"{"table": 5}"#), "a kept value is Cedar's to check");
+    }
 }
