@@ -142,13 +142,24 @@ fn prepare(
 }
 
 /// What the policies of one slice read of the context (templates included); All when a policy
-/// has no JSON form here.
-fn slice_reads(part: &Slice) -> Proj {
+/// has no JSON form here. `seen`: each policy's reads by its snapshot id (a policy is in many
+/// slices: its JSON form is made and walked once).
+fn slice_reads(part: &Slice, seen: &mut HashMap<String, Proj>) -> Proj {
     let mut out = Proj::Fields(Default::default());
     for p in part.set.policies() {
-        match p.to_json() {
-            Ok(est) => project::walk(&est, &mut out),
-            Err(_) => return Proj::All,
+        let reads = seen
+            .entry(part.global(&p.id().to_string()))
+            .or_insert_with(|| match p.to_json() {
+                Ok(est) => {
+                    let mut r = Proj::Fields(Default::default());
+                    project::walk(&est, &mut r);
+                    r
+                }
+                Err(_) => Proj::All,
+            });
+        out.union(reads);
+        if out == Proj::All {
+            return out;
         }
     }
     for t in part.set.templates() {
@@ -172,7 +183,8 @@ fn projections(
 ) -> Option<(Schema, HashMap<String, Eff>)> {
     let (fragment, _warnings) = SchemaFragment::from_cedarschema_str(schema_text).ok()?;
     let json = fragment.to_json_value().ok()?;
-    let reads: Vec<Proj> = slices.iter().map(slice_reads).collect();
+    let mut seen = HashMap::new();
+    let reads: Vec<Proj> = slices.iter().map(|s| slice_reads(s, &mut seen)).collect();
     let read = |action: &str| {
         let mut p = reads[*enforcing.get(action).unwrap_or(&enforcing_default)].clone();
         if let Some((m, d)) = shadow {
