@@ -439,8 +439,12 @@ def test_example_tools_prepare() -> None:
 
 
 proposals = st.fixed_dictionaries(
-    {"city": texts | st.sampled_from(["Paris", " Paris  ", "上海"]), "date": texts},
+    {"city": texts | st.sampled_from(["Paris", " Paris  ", "上海", "blocked"]),
+     "date": texts | st.sampled_from(["tomorrow", "2026-07-20", "today"])},
     optional={"extra": values, "path": texts},
+)  # fmt: skip
+file_proposals = st.fixed_dictionaries(
+    {"path": texts | st.sampled_from(["/etc/passwd", "/tmp/x", " /Tmp/Y "])}, optional={"reason": texts}
 )
 
 
@@ -479,6 +483,74 @@ def test_generated_proposals_on_weather(args: dict[str, Any], clock_zone: tuple[
     if answer.code is None:
         assert same(answer.normalized, norm.value) and same(answer.parsed, validated.value)
     COUNTS["front-compared"] += 1
+
+
+@PROPS
+@given(st.tuples(st.just("weather.get"), proposals) | st.tuples(st.just("files.delete"), file_proposals),
+       st.sampled_from(CLOCKS[:3]), st.sampled_from([("acme", "bob"), ("acme", "alice"), ("evil", "eve")]))  # fmt: skip
+def test_generated_proposals_decide_as_the_whole_context(
+    proposal: tuple[str, dict[str, Any]], clock_zone: tuple[str, str], user: tuple[str, str]
+) -> None:
+    """The one-call decision on the Cedar context projection (issue 15 A5) is the decision on the
+    whole context: the compiled core without the projection, and the engine over cedarpy."""
+    import asyncio
+
+    from callgate.core.model import Subject
+    from callgate.policy.engines.cedar import CedarEngine
+    from callgate.propose.authorize import authorize_invocation
+
+    tool_name, args = proposal
+    (snap, core), (whole_snap, whole_core) = _projection_pair(True), _projection_pair(False)
+    tool = snap.tools.get(tool_name, "v1")
+    assert tool is not None
+    raw = json.dumps(args, ensure_ascii=False).encode()
+    clock, zone = clock_zone
+    tenant, principal = user
+    answer = core.front(snap, tool, raw, tenant, "en", clock, LIMITS, principal)
+    whole = whole_core.front(whole_snap, whole_snap.tools.get(tool_name, "v1"), raw, tenant, "en", clock, LIMITS,
+                             principal)  # fmt: skip
+    assert answer is not None and whole is not None
+    assert (answer.code, answer.resource, answer.authz) == (whole.code, whole.resource, whole.authz)
+    if answer.code is not None or answer.authz is None:
+        COUNTS[f"projection-no-decision-{answer.code}"] += 1
+        return
+    norm = normalize(
+        tool.schema.validate(parse_arguments(raw, LIMITS)),
+        tool.normalizers,
+        NormalizationContext(clock, zone, "en"),
+        tenant=tenant,
+        tool_name=tool_name,
+        tool_version="v1",
+    )
+    ref = CedarEngine(snap.engine._p)
+    want = asyncio.run(authorize_invocation(ref, tool, norm, Subject(tenant, principal)))
+    got = snap.engine.native_decision(answer.authz)
+    assert (got.effect, got.error_code, [(r.code, r.policy_id, r.message) for r in got.reasons]) == (
+        want.decision.effect,
+        want.decision.error_code,
+        [(r.code, r.policy_id, r.message) for r in want.decision.reasons],
+    ), (args, got, want.decision)
+    COUNTS["projection-" + got.effect.value] += 1
+
+
+def _projection_pair(project: bool) -> tuple[Any, Core]:
+    from callgate.policy.engines import cedar as cedar_engine
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    name = f"projection-{project}"
+    if name not in _CACHE:
+        cedar_engine.NATIVE_CONTEXT_PROJECTION = project
+        try:
+            snap = load_snapshot(ROOT / "policies")
+        finally:
+            cedar_engine.NATIVE_CONTEXT_PROJECTION = True
+        core = Core("native")
+        core.prepare(snap, eager=True)
+        assert (snap.engine._p.native.projected_actions() > 0) is project
+        _CACHE[name] = (snap, core)
+    out: tuple[Any, Core] = _CACHE[name]
+    return out
 
 
 _CACHE: dict[str, Any] = {}
@@ -536,19 +608,26 @@ def test_gate_cases_same_on_both_cores() -> None:
 
     from callgate.cli.main import _eval
     from callgate.config import CoreConfig, load_config
+    from callgate.policy.engines import cedar as cedar_engine
     from tests.conftest import DATA, ROOT
 
     doc = json.loads((DATA / "gate_cases.json").read_text(encoding="utf-8"))
     cases = [(n, {**doc["defaults"], **c}) for n, c in enumerate(doc["cases"])]
     base = load_config(ROOT / "callgate.toml")
     answers: dict[str, list[dict[str, Any]]] = {}
-    for engine in ("python", "native"):
+    # the native core with and without the Cedar context projection (issue 15 A5)
+    for engine, project in (("python", True), ("native", True), ("native-whole-context", False)):
         out = io.StringIO()
-        asyncio.run(_eval(replace(base, core=CoreConfig(engine=engine)), cases, out))
+        cedar_engine.NATIVE_CONTEXT_PROJECTION = project
+        try:
+            asyncio.run(_eval(replace(base, core=CoreConfig(engine=engine.split("-")[0])), cases, out))
+        finally:
+            cedar_engine.NATIVE_CONTEXT_PROJECTION = True
         lines = [json.loads(line) for line in out.getvalue().splitlines()]
         for line in lines:
             line.pop("invocation_id", None)
         answers[engine] = lines
     assert len(answers["native"]) == len(cases)
     assert answers["native"] == answers["python"]
-    print(f"gate_cases.json: {len(cases)} cases, the same answers on both cores")
+    assert answers["native-whole-context"] == answers["native"]
+    print(f"gate_cases.json: {len(cases)} cases, the same answers on both cores (and without the projection)")

@@ -15,15 +15,17 @@
 //! that does not conform to the schema is one too, anything that cannot be built is an
 //! `engine_error` deny. Decisions run with the GIL released.
 
+use crate::project::{self, Eff, Proj};
 use cedar_policy::{
     Authorizer, Context, Decision, Entities, EntityId, EntityTypeName, EntityUid, PolicySet,
-    Request, RestrictedExpression, Schema,
+    Request, RestrictedExpression, Schema, SchemaFragment,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const PRINCIPAL_TYPE: &str = "User";
@@ -79,6 +81,14 @@ pub struct CedarSnapshot {
     always: Vec<usize>,
     cache: Mutex<EntityCache>,
     cache_max: usize,
+    /// The schema with each projected action's context type pruned to its projection (requests
+    /// of those actions are validated against it; entities always against `schema`).
+    pruned: Option<Schema>,
+    /// action -> its context projection (issue 15 A5), for actions whose policies read part of
+    /// the context only.
+    projections: HashMap<String, Eff>,
+    /// Decisions made on a projected context (diagnostics and tests).
+    projected: AtomicU64,
 }
 
 /// The three entity type names of every request, parsed once per process: Cedar's name parser
@@ -131,6 +141,65 @@ fn prepare(
     Ok((schema, slices))
 }
 
+/// What the policies of one slice read of the context (templates included); All when a policy
+/// has no JSON form here. `seen`: each policy's reads by its snapshot id (a policy is in many
+/// slices: its JSON form is made and walked once).
+fn slice_reads(part: &Slice, seen: &mut HashMap<String, Proj>) -> Proj {
+    let mut out = Proj::Fields(Default::default());
+    for p in part.set.policies() {
+        let reads = seen
+            .entry(part.global(&p.id().to_string()))
+            .or_insert_with(|| match p.to_json() {
+                Ok(est) => {
+                    let mut r = Proj::Fields(Default::default());
+                    project::walk(&est, &mut r);
+                    r
+                }
+                Err(_) => Proj::All,
+            });
+        out.union(reads);
+        if out == Proj::All {
+            return out;
+        }
+    }
+    for t in part.set.templates() {
+        match t.to_json() {
+            Ok(est) => project::walk(&est, &mut out),
+            Err(_) => return Proj::All,
+        }
+    }
+    out
+}
+
+/// Every action's context projection (the union over its enforcing and shadow slices) and the
+/// pruned schema, or nothing when the schema is not in a shape this reads or the pruned schema
+/// does not build (no projection then: today's full context, still fully validated).
+fn projections(
+    schema_text: &str,
+    slices: &[Slice],
+    enforcing: &HashMap<String, usize>,
+    enforcing_default: usize,
+    shadow: &Option<(HashMap<String, usize>, usize)>,
+) -> Option<(Schema, HashMap<String, Eff>)> {
+    let (fragment, _warnings) = SchemaFragment::from_cedarschema_str(schema_text).ok()?;
+    let json = fragment.to_json_value().ok()?;
+    let mut seen = HashMap::new();
+    let reads: Vec<Proj> = slices.iter().map(|s| slice_reads(s, &mut seen)).collect();
+    let read = |action: &str| {
+        let mut p = reads[*enforcing.get(action).unwrap_or(&enforcing_default)].clone();
+        if let Some((m, d)) = shadow {
+            p.union(&reads[*m.get(action).unwrap_or(d)]);
+        }
+        Some(p)
+    };
+    let (pruned, effs) = project::prune_schema(&json, &read)?;
+    if effs.is_empty() {
+        return None;
+    }
+    let schema = Schema::from_json_value(pruned).ok()?;
+    Some((schema, effs))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn assemble(
     schema: Schema,
@@ -144,6 +213,7 @@ fn assemble(
     edges: HashMap<usize, Vec<usize>>,
     always: Vec<usize>,
     cache_max: usize,
+    project_from: Option<&str>,
 ) -> Result<CedarSnapshot, String> {
     let n = slices.len();
     let in_range = |i: &usize| *i < n;
@@ -155,6 +225,12 @@ fn assemble(
     {
         return Err("slice number out of range".into());
     }
+    let (pruned, projections) = match project_from
+        .and_then(|text| projections(text, &slices, &enforcing, enforcing_default, &shadow))
+    {
+        Some((s, p)) => (Some(s), p),
+        None => (None, HashMap::new()),
+    };
     let position = policy_ids
         .keys()
         .filter_map(|k| {
@@ -180,6 +256,9 @@ fn assemble(
             order: VecDeque::new(),
         }),
         cache_max,
+        pruned,
+        projections,
+        projected: AtomicU64::new(0),
     })
 }
 
@@ -351,6 +430,8 @@ enum ContextSrc<'a> {
     Text(&'a str),
     Value(&'a serde_json::Value),
     Built(&'a Context, &'a dyn Fn() -> serde_json::Value),
+    /// `Built` projected to the action's projection: validated against the pruned schema.
+    Projected(&'a Context, &'a dyn Fn() -> serde_json::Value),
 }
 
 /// A large snapshot is freed in a thread of its own, without the GIL: its policy sets and entity
@@ -392,7 +473,7 @@ impl CedarSnapshot {
     /// number -> the numbers it reaches, `always` the entities in every slice.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (schema_text, sources, enforcing, enforcing_default, shadow, policy_ids, confirm, fragments, edges, always, cache_max))]
+    #[pyo3(signature = (schema_text, sources, enforcing, enforcing_default, shadow, policy_ids, confirm, fragments, edges, always, cache_max, project=true))]
     fn new(
         py: Python<'_>,
         schema_text: String,
@@ -406,6 +487,7 @@ impl CedarSnapshot {
         edges: HashMap<usize, Vec<usize>>,
         always: Vec<usize>,
         cache_max: usize,
+        project: bool,
     ) -> PyResult<Self> {
         let built = py.detach(move || -> Result<CedarSnapshot, String> {
             let (schema, slices) = prepare(&schema_text, sources)?;
@@ -441,6 +523,7 @@ impl CedarSnapshot {
                 edges,
                 always,
                 cache_max,
+                project.then_some(schema_text.as_str()),
             )
         });
         built.map_err(PyValueError::new_err)
@@ -454,7 +537,7 @@ impl CedarSnapshot {
     /// released; an error (ValueError) means the caller loads the set with cedarpy instead.
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (schema_text, sources, enforcing, enforcing_default, shadow, policy_ids, confirm, entities_json, literals, cache_max))]
+    #[pyo3(signature = (schema_text, sources, enforcing, enforcing_default, shadow, policy_ids, confirm, entities_json, literals, cache_max, project=true))]
     fn load(
         py: Python<'_>,
         schema_text: String,
@@ -467,6 +550,7 @@ impl CedarSnapshot {
         entities_json: String,
         literals: Vec<(String, String)>,
         cache_max: usize,
+        project: bool,
     ) -> PyResult<Self> {
         let built = py.detach(move || -> Result<CedarSnapshot, String> {
             let (schema, slices) = prepare(&schema_text, sources)?;
@@ -543,6 +627,7 @@ impl CedarSnapshot {
                 edges,
                 always,
                 cache_max,
+                project.then_some(schema_text.as_str()),
             )
         });
         built.map_err(PyValueError::new_err)
@@ -578,6 +663,24 @@ impl CedarSnapshot {
         .set
         .policies()
         .count()
+    }
+
+    /// The context projection of `action` as JSON (`true`: kept whole), or None when its
+    /// requests carry the whole context (diagnostics and tests).
+    fn projection(&self, action: &str) -> Option<String> {
+        self.projections
+            .get(action)
+            .map(|e| e.describe().to_string())
+    }
+
+    /// How many actions run with a context projection.
+    fn projected_actions(&self) -> usize {
+        self.projections.len()
+    }
+
+    /// How many decisions this snapshot made on a projected context.
+    fn projected_decisions(&self) -> u64 {
+        self.projected.load(Ordering::Relaxed)
     }
 
     /// Entity slices in the per-snapshot cache.
@@ -644,6 +747,32 @@ impl CedarSnapshot {
         )
     }
 
+    /// The context projection of `action`, if it has one (`lib.rs` builds the projected context).
+    pub(crate) fn projection_of(&self, action: &str) -> Option<&Eff> {
+        self.projections.get(action)
+    }
+
+    /// [`Self::decide_built`] with the context built to `action`'s projection
+    /// ([`Self::projection_of`]): the request is validated against the pruned schema.
+    pub(crate) fn decide_projected(
+        &self,
+        principal: &str,
+        action: &str,
+        resource: &str,
+        tenant: &str,
+        context: &Context,
+        json: &dyn Fn() -> serde_json::Value,
+    ) -> (Answer, Option<Answer>) {
+        self.projected.fetch_add(1, Ordering::Relaxed);
+        self.decide_with(
+            principal,
+            action,
+            resource,
+            tenant,
+            ContextSrc::Projected(context, json),
+        )
+    }
+
     fn decide_with(
         &self,
         principal: &str,
@@ -683,30 +812,34 @@ impl CedarSnapshot {
         let p = uid(PRINCIPAL_TYPE, principal).map_err(|_| ())?;
         let a = uid(ACTION_TYPE, action).map_err(|_| ())?;
         let r = uid(RESOURCE_TYPE, resource).map_err(|_| ())?;
+        let schema = match (context, &self.pruned) {
+            (ContextSrc::Projected(..), Some(pruned)) => pruned,
+            (ContextSrc::Projected(..), None) => return Err(()),
+            _ => &self.schema,
+        };
         let fast = match context {
             ContextSrc::Text(t) => serde_json::from_str::<serde_json::Value>(t)
                 .ok()
                 .and_then(|v| fast_context(&v)),
             ContextSrc::Value(v) => fast_context(v),
-            ContextSrc::Built(c, _) => Some(c.clone()),
+            ContextSrc::Built(c, _) | ContextSrc::Projected(c, _) => Some(c.clone()),
         };
         if let Some(ctx) = fast {
-            if let Ok(req) = Request::new(p.clone(), a.clone(), r.clone(), ctx, Some(&self.schema))
-            {
+            if let Ok(req) = Request::new(p.clone(), a.clone(), r.clone(), ctx, Some(schema)) {
                 return Ok(req);
             }
         }
         // Not built or not conforming as explicit values: Cedar's schema-directed reading (the
         // reference: implicit entity and extension forms, and the deny of a non-conforming one).
         let ctx = match context {
-            ContextSrc::Text(t) => Context::from_json_str(t, Some((&self.schema, &a))),
-            ContextSrc::Value(v) => Context::from_json_value(v.clone(), Some((&self.schema, &a))),
-            ContextSrc::Built(_, json) => {
-                Context::from_json_value(json(), Some((&self.schema, &a)))
+            ContextSrc::Text(t) => Context::from_json_str(t, Some((schema, &a))),
+            ContextSrc::Value(v) => Context::from_json_value(v.clone(), Some((schema, &a))),
+            ContextSrc::Built(_, json) | ContextSrc::Projected(_, json) => {
+                Context::from_json_value(json(), Some((schema, &a)))
             }
         }
         .map_err(|_| ())?;
-        Request::new(p, a, r, ctx, Some(&self.schema)).map_err(|_| ())
+        Request::new(p, a, r, ctx, Some(schema)).map_err(|_| ())
     }
 
     fn evaluate(&self, request: &Result<Request, ()>, part: &Slice, entities: &Entities) -> Answer {

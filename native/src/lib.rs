@@ -6,6 +6,7 @@
 mod cedar;
 mod json;
 mod normalize;
+mod project;
 mod schema;
 
 use json::{Limits, Num, Refusal, Value};
@@ -448,6 +449,12 @@ fn cedar_value(v: &Value) -> Option<serde_json::Value> {
     })
 }
 
+/// The whole Cedar context of a one-call decision.
+enum Full {
+    Built(cedar_policy::Context),
+    Json(serde_json::Value),
+}
+
 /// Why [`cedar_restricted`] gave no value: `cedar_value` refuses it (the Python engine decides),
 /// or it is not in the explicit form `cedar::restricted` builds (the JSON form decides).
 enum Miss {
@@ -590,13 +597,58 @@ impl Tool {
     ) -> Option<Authz> {
         let resource = render(self.resource.as_deref()?, normalized)?;
         let tool = format!("{}@{}", self.name, self.version);
-        // The context as Cedar values straight from the parsed arguments (no JSON form in
-        // between: issue 15 A5, the per-byte cost); anything else takes the JSON form below.
+        // Per capability, the context its policies read (issue 15 A5: the projection of the
+        // snapshot), built as Cedar values straight from the parsed arguments; the whole context
+        // (once, for every capability without a projection or whose left-out part does not
+        // surely conform) as before: Cedar values, or the JSON form below.
+        let (tool_v, tenant_v) = (Value::Str(tool.clone()), Value::Str(tenant.to_string()));
+        let top = [
+            ("tool", &tool_v),
+            ("args", normalized),
+            ("tenant", &tenant_v),
+        ];
+        let mut full: Option<Full> = None;
+        let mut answers = Vec::with_capacity(capabilities.len());
+        for cap in capabilities {
+            if let Some(eff) = snap.projection_of(cap) {
+                if let Ok(ctx) = project::context(&top, eff) {
+                    let json = || project::context_json(&top, eff);
+                    answers.push(
+                        snap.decide_projected(principal, cap, &resource, tenant, &ctx, &json),
+                    );
+                    continue;
+                }
+            }
+            if full.is_none() {
+                full = Some(self.full_context(normalized, &tool, tenant)?);
+            }
+            answers.push(match full.as_ref()? {
+                Full::Built(ctx) => {
+                    let json = || {
+                        let mut context = serde_json::Map::new();
+                        context.insert("tool".into(), tool.clone().into());
+                        context.insert("args".into(), cedar_value(normalized).unwrap_or_default());
+                        context.insert("tenant".into(), tenant.into());
+                        serde_json::Value::Object(context)
+                    };
+                    snap.decide_built(principal, cap, &resource, tenant, ctx, &json)
+                }
+                Full::Json(context) => {
+                    snap.decide_value(principal, cap, &resource, tenant, context)
+                }
+            });
+        }
+        Some((resource, answers))
+    }
+
+    /// The whole context: as Cedar values straight from the parsed arguments (no JSON form in
+    /// between), else the JSON form; None where `to_cedar_value` refuses a value.
+    fn full_context(&self, normalized: &Value, tool: &str, tenant: &str) -> Option<Full> {
         let built = match cedar_restricted(normalized) {
             Ok(args) => cedar_policy::Context::from_pairs([
                 (
                     "tool".to_string(),
-                    cedar_policy::RestrictedExpression::new_string(tool.clone()),
+                    cedar_policy::RestrictedExpression::new_string(tool.to_string()),
                 ),
                 ("args".to_string(), args),
                 (
@@ -609,32 +661,13 @@ impl Tool {
             Err(Miss::NotFast) => None,
         };
         if let Some(ctx) = built {
-            let json = || {
-                let mut context = serde_json::Map::new();
-                context.insert("tool".into(), tool.clone().into());
-                context.insert("args".into(), cedar_value(normalized).unwrap_or_default());
-                context.insert("tenant".into(), tenant.into());
-                serde_json::Value::Object(context)
-            };
-            let answers = capabilities
-                .iter()
-                .map(|cap| snap.decide_built(principal, cap, &resource, tenant, &ctx, &json))
-                .collect();
-            return Some((resource, answers));
+            return Some(Full::Built(ctx));
         }
         let mut context = serde_json::Map::new();
-        context.insert(
-            "tool".into(),
-            format!("{}@{}", self.name, self.version).into(),
-        );
+        context.insert("tool".into(), tool.into());
         context.insert("args".into(), cedar_value(normalized)?);
         context.insert("tenant".into(), tenant.into());
-        let context = serde_json::Value::Object(context);
-        let answers = capabilities
-            .iter()
-            .map(|cap| snap.decide_value(principal, cap, &resource, tenant, &context))
-            .collect();
-        Some((resource, answers))
+        Some(Full::Json(serde_json::Value::Object(context)))
     }
 
     fn run_front(

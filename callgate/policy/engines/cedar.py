@@ -67,6 +67,10 @@ ENTITY_CACHE_SIZE = 4096
 """At most this many cached request entity slices per snapshot. A slice is the principal, the
 resource, the action and what is reachable from them (:mod:`cedar_slices`), never a copy of the
 whole ``entities.json``, so an entry's size does not depend on the size of the file."""
+NATIVE_CONTEXT_PROJECTION = True
+"""The compiled core's one-call Propose decision builds, type-checks and evaluates only the part
+of the Cedar context each action's policies read (docs/NATIVE.md, "The Cedar context"); tests
+set it to False to compare against the whole context (read when a snapshot is prepared)."""
 PRINCIPAL_TYPE = "User"
 RESOURCE_TYPE = "Resource"
 ACTION_TYPE = "Action"
@@ -430,6 +434,10 @@ def load_cedar_dir(
         if cores is SnapshotCores.BOTH:
             native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
+    if native is not None:
+        projected = getattr(native, "projected_actions", None)
+        if projected is not None:
+            log.info("Cedar: %d action(s) run with a context projection", projected())
     digest = hashlib.sha256()
     for p in (*pol_paths, sch_path, ent_path):
         digest.update(p.name.encode() + b"\x00" + texts[p].encode() + b"\x00")
@@ -486,6 +494,7 @@ def native_loaded(
                 entities_json,
                 literal_uids(literal_static),
                 ENTITY_CACHE_SIZE,
+                NATIVE_CONTEXT_PROJECTION,
             ),
             "",
         )
@@ -546,6 +555,7 @@ def native_snapshot(
             {int(n): list(t) for n, t in entities.edges.items()},
             list(entities.always),
             ENTITY_CACHE_SIZE,
+            NATIVE_CONTEXT_PROJECTION,
         )
     except ValueError as exc:
         log.warning("Cedar: the compiled core cannot take this snapshot (%s); cedarpy serves it", exc)
