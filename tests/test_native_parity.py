@@ -514,6 +514,7 @@ def test_generated_proposals_decide_as_the_whole_context(
     if answer.code is not None or answer.authz is None:
         COUNTS[f"projection-no-decision-{answer.code}"] += 1
         return
+    assert answer.parsed is None and answer.normalized is None  # decided: never built in Python
     norm = normalize(
         tool.schema.validate(parse_arguments(raw, LIMITS)),
         tool.normalizers,
@@ -631,3 +632,23 @@ def test_gate_cases_same_on_both_cores() -> None:
     assert answers["native"] == answers["python"]
     assert answers["native-whole-context"] == answers["native"]
     print(f"gate_cases.json: {len(cases)} cases, the same answers on both cores (and without the projection)")
+
+
+def test_arguments_the_core_did_not_build_fail_closed_if_a_python_stage_asks() -> None:
+    """When the compiled core decided, the arguments are not built as Python objects
+    (``value`` None); an engine asked to decide on them anyway denies with ``internal``."""
+    import asyncio
+
+    from callgate.core.model import NormalizedArguments, Subject, values_of
+    from callgate.propose.authorize import authorize_invocation
+
+    snap, _ = _projection_pair(True)
+    tool = snap.tools.get("weather.get", "v1")
+    assert tool is not None
+    args = NormalizedArguments(
+        None, b"{}", "sha256:" + "0" * 64, NormalizationContext(CLOCKS[0][0], "UTC", "en")
+    )
+    result = asyncio.run(authorize_invocation(snap.engine, tool, args, Subject("acme", "alice")))
+    assert result.decision.effect.value == "deny" and result.decision.error_code == "internal"
+    with pytest.raises(RuntimeError):
+        values_of(args)

@@ -73,7 +73,9 @@ class ParsedArguments:
 class ValidatedArguments:
     """Output of schema validation, with the validator that vouched for it (6.4)."""
 
-    value: dict[str, JSONValue]
+    value: dict[str, JSONValue] | None
+    """The arguments as Python values; None when the compiled core decided the whole proposal
+    itself (docs/NATIVE.md) and no Python stage reads them (never built: :func:`values_of`)."""
     dialect: str
     validator: str
     validator_version: str
@@ -99,7 +101,9 @@ class NormalizationContext:
 class NormalizedArguments:
     """Output of normalization + canonicalization: the digest input and the digest (6.5)."""
 
-    value: dict[str, JSONValue]
+    value: dict[str, JSONValue] | None
+    """The normalized arguments as Python values; None when the compiled core decided the whole
+    proposal (never built: :func:`values_of`). ``canonical`` always holds them."""
     canonical: bytes
     """RFC 8785 canonical JSON bytes of ``value``."""
     digest: str
@@ -107,6 +111,14 @@ class NormalizedArguments:
     context: NormalizationContext
     applied: tuple[str, ...] = ()
     """Names of the normalizers that changed something, in order, for the event trail."""
+
+
+def values_of(args: ValidatedArguments | NormalizedArguments) -> dict[str, JSONValue]:
+    """``args.value``, which a Python stage needs: an internal error if the compiled core decided
+    the proposal and did not build it (a stage reading it on that path is a defect)."""
+    if args.value is None:
+        raise RuntimeError("the compiled core decided this proposal; its arguments were not built in Python")
+    return args.value
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.model import AuthzRequest, Decision, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
 from callgate.policy.toolspecs import CompiledTool
@@ -30,12 +30,15 @@ async def authorize_invocation(
 
     Never raises: an unresolvable resource or an engine exception is a fail-closed deny.
     """
+    args = normalized.value
     try:
-        resource = tool.resource.render(normalized.value)
+        if args is None:  # decided by the compiled core, which did not build them: fail closed
+            raise internal("the proposal's arguments were not built in Python")
+        resource = tool.resource.render(args)
     except CallgateError as exc:
         return AuthorizationResult(fault(engine.name, exc.code, exc.message), "", ())
     # decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number)
-    context = {"tool": tool.spec.key, "args": as_policy_values(normalized.value, tool.normalizers)}
+    context = {"tool": tool.spec.key, "args": as_policy_values(args, tool.normalizers)}
     requests = tuple(
         AuthzRequest(subject=subject, capability=cap, resource=resource, context=context)
         for cap in tool.spec.required_capabilities

@@ -348,9 +348,10 @@ class Core:
         )
 
     def validated(self, tool: CompiledTool, answer: FrontAnswer) -> ValidatedArguments:
-        """The :class:`ValidatedArguments` the Python validator would have returned."""
+        """The :class:`ValidatedArguments` the Python validator would have returned (without
+        the value when the core decided the proposal: it does not build it then)."""
         s = tool.schema
-        assert answer.parsed is not None
+        assert answer.parsed is not None or answer.authz is not None
         return _validated(
             value=answer.parsed,
             dialect=s.dialect,
@@ -360,7 +361,7 @@ class Core:
         )
 
     def normalized(self, answer: FrontAnswer, ctx: Any) -> NormalizedArguments:
-        assert answer.normalized is not None
+        assert answer.normalized is not None or answer.authz is not None
         return _normalized(
             value=answer.normalized,
             canonical=answer.canonical,

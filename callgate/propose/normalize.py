@@ -49,6 +49,7 @@ from callgate.core.model import (
     NormalizationContext,
     NormalizedArguments,
     ValidatedArguments,
+    values_of,
 )
 from callgate.propose.digest import canonicalize, invocation_digest
 
@@ -1133,7 +1134,7 @@ def normalize(
         ValueError: NUL in tenant/name/version or '@' in the tool name (see
             :func:`callgate.propose.digest.invocation_digest`).
     """
-    value, applied = chain.apply(validated.value, ctx)
+    value, applied = chain.apply(values_of(validated), ctx)
     canonical = canonicalize(value)
     digest = invocation_digest(tenant, tool_name, tool_version, canonical)
     return NormalizedArguments(value=value, canonical=canonical, digest=digest, context=ctx, applied=applied)

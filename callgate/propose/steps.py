@@ -43,6 +43,7 @@ from callgate.core.model import (
     Proposal,
     Subject,
     ValidatedArguments,
+    values_of,
 )
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
@@ -304,7 +305,7 @@ def normalize_arguments(
             tool_name=tool.spec.name,
             tool_version=tool.spec.version,
         )
-        post = tool.normalized_schema.validate_value(normalized.value)
+        post = tool.normalized_schema.validate_value(values_of(normalized))
         if post:
             raise schema_violation("normalized arguments do not satisfy the tool's normalized schema", post)
     except RejectedError as exc:
