@@ -455,6 +455,11 @@ def _run_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
         conn.execute("BEGIN IMMEDIATE")
     except Exception as exc:
         return False, _transaction_failed(exc)
+    return _op_then_commit(conn, op)
+
+
+def _op_then_commit(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any]:
+    """Inside a transaction just begun: run ``op`` and commit, or roll back (its outcome)."""
     try:
         value = op(conn)
     except Exception as exc:
@@ -492,20 +497,7 @@ def _try_alone(conn: sqlite3.Connection, op: Op, busy_timeout_ms: int) -> tuple[
             conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     except sqlite3.OperationalError:
         return None  # busy (or any failure to begin): the writer thread tries, and reports
-    try:
-        value = op(conn)
-    except Exception as exc:
-        _rollback(conn)
-        return False, _store_error(exc)
-    except BaseException:
-        _rollback(conn)
-        raise
-    try:
-        conn.execute("COMMIT")
-    except Exception as exc:
-        _rollback(conn)
-        return False, _transaction_failed(exc)
-    return True, value
+    return _op_then_commit(conn, op)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
