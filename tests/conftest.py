@@ -19,8 +19,12 @@ import pytest
 
 from callgate.config import Config, IdempotencyConfig, ListenerConfig, ServerConfig, StoreConfig
 from callgate.core.clock import FixedClock
+from callgate.core.model import NormalizationContext, NormalizedArguments
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.policy.toolspecs import CompiledTool
+from callgate.propose.normalize import normalize
+from callgate.propose.parse import ParseLimits, parse_arguments
 from callgate.server.app import Sidecar, build_components
 
 pytest_plugins = ["tests.markers", "tests.pg_fixture", "tests.opa_fixture"]
@@ -218,3 +222,25 @@ def shared_server() -> Iterator[Running]:
         yield running
     finally:
         stop_sidecar(running, tmp)
+
+
+def reference_front(
+    tool: CompiledTool,
+    raw: bytes,
+    clock: str,
+    tenant: str,
+    *,
+    zone: str = "Asia/Shanghai",
+    limits: ParseLimits | None = None,
+) -> NormalizedArguments:
+    """The Python stages' answer to one proposal (strict parse, JSON Schema, the normalizers,
+    RFC 8785, the digest): the reference the compiled core is compared with. Raises their
+    ``RejectedError`` as they do."""
+    return normalize(
+        tool.schema.validate(parse_arguments(raw, limits or ParseLimits())),
+        tool.normalizers,
+        NormalizationContext(clock, zone, "en"),
+        tenant=tenant,
+        tool_name=tool.spec.name,
+        tool_version=tool.spec.version,
+    )

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from callgate.core.model import AuthzRequest, Decision, Effect, Subject
 from callgate.policy.engines.cedar import CedarEngine, CedarPolicies, load_cedar_dir
 from callgate.propose.core import Core, CoreKind, load_native
-from tests.conftest import POLICIES
+from tests.conftest import POLICIES, reference_front
 from tests.test_cedar_slices import ARGS, ENTITIES_EXTRA, POLICIES_EXTRA, SCHEMA_EXTRA
 
 NATIVE = load_native()
@@ -572,10 +572,8 @@ def test_one_call_typed_context_is_the_reference(
     import asyncio
 
     from callgate.core.errors import RejectedError
-    from callgate.core.model import NormalizationContext
     from callgate.propose.authorize import authorize_invocation
-    from callgate.propose.normalize import normalize
-    from callgate.propose.parse import ParseLimits, parse_arguments
+    from callgate.propose.parse import ParseLimits
 
     snap, core, ref = _typed_pair(tmp_path_factory.getbasetemp())
     tool = snap.tools.get("typed.put", "v1")
@@ -588,14 +586,7 @@ def test_one_call_typed_context_is_the_reference(
         COUNTS["typed-front-defer"] += 1
         return
     try:
-        norm = normalize(
-            tool.schema.validate(parse_arguments(raw)),
-            tool.normalizers,
-            NormalizationContext(clock, "Asia/Shanghai", "en"),
-            tenant=tenant,
-            tool_name=tool.spec.name,
-            tool_version=tool.spec.version,
-        )
+        norm = reference_front(tool, raw, clock, tenant)
     except RejectedError as exc:  # e.g. an integer past 2^53 (no RFC 8785 form): refused alike
         assert answer.code == exc.code.value, (args, answer.code, exc.code)
         COUNTS["typed-refused"] += 1

@@ -39,7 +39,7 @@ from callgate.propose.digest import canonicalize, invocation_digest
 from callgate.propose.normalize import NormalizerChain, normalize
 from callgate.propose.parse import ParseLimits, parse_arguments, parse_json_document
 from callgate.propose.validate.schema import CompiledSchema
-from tests.conftest import SHARED
+from tests.conftest import SHARED, reference_front
 
 NATIVE = load_native()
 if NATIVE is None:
@@ -515,14 +515,7 @@ def test_generated_proposals_decide_as_the_whole_context(
         COUNTS[f"projection-no-decision-{answer.code}"] += 1
         return
     assert answer.parsed is None and answer.normalized is None  # decided: never built in Python
-    norm = normalize(
-        tool.schema.validate(parse_arguments(raw, LIMITS)),
-        tool.normalizers,
-        NormalizationContext(clock, zone, "en"),
-        tenant=tenant,
-        tool_name=tool_name,
-        tool_version="v1",
-    )
+    norm = reference_front(tool, raw, clock, tenant, zone=zone, limits=LIMITS)
     ref = CedarEngine(snap.engine._p)
     want = asyncio.run(authorize_invocation(ref, tool, norm, Subject(tenant, principal)))
     got = snap.engine.native_decision(answer.authz)

@@ -22,14 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate.core.errors import RejectedError
-from callgate.core.model import Effect, NormalizationContext, Subject
+from callgate.core.model import Effect, Subject
 from callgate.policy.engines import cedar as cedar_engine
 from callgate.policy.engines.cedar import CedarEngine
 from callgate.propose.authorize import authorize_invocation
 from callgate.propose.core import Core, CoreKind, load_native
-from callgate.propose.normalize import normalize
-from callgate.propose.parse import ParseLimits, parse_arguments
-from tests.conftest import POLICIES
+from callgate.propose.parse import ParseLimits
+from tests.conftest import POLICIES, reference_front
 from tests.test_native_cedar import ASCII, CONTEXT_VALUE, GRID_USERS, NUMBER, key
 
 NATIVE = load_native()
@@ -197,14 +196,7 @@ def decide_three_ways(engines: tuple[Any, ...], tool_name: str, args: Any, user:
     if answer.code is not None:
         return "refused"
     try:
-        norm = normalize(
-            tool.schema.validate(parse_arguments(raw)),
-            tool.normalizers,
-            NormalizationContext(CLOCK, "Asia/Shanghai", "en"),
-            tenant=tenant,
-            tool_name=tool.spec.name,
-            tool_version=tool.spec.version,
-        )
+        norm = reference_front(tool, raw, CLOCK, tenant)
     except RejectedError:
         return "refused"
     want = asyncio.run(authorize_invocation(ref, tool, norm, Subject(tenant, principal)))
@@ -357,14 +349,7 @@ def test_records_put_drops_the_records() -> None:
         assert answer is not None and answer.code is None and answer.authz is not None
         assert native.projected_decisions() == 1
         got = snap.engine.native_decision(answer.authz)
-        norm = normalize(
-            tool.schema.validate(parse_arguments(raw, limits)),
-            tool.normalizers,
-            NormalizationContext(CLOCK, "Asia/Shanghai", "en"),
-            tenant="acme",
-            tool_name="records.put",
-            tool_version="v1",
-        )
+        norm = reference_front(tool, raw, CLOCK, "acme", limits=limits)
         ref = CedarEngine(snap.engine._p)
         want = asyncio.run(authorize_invocation(ref, tool, norm, Subject("acme", "bob")))
         assert key(got) == key(want.decision) and got.effect is Effect.ALLOW
