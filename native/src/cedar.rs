@@ -728,7 +728,10 @@ impl CedarSnapshot {
 
     /// [`Self::decide_value`] with the context already built as Cedar values; `json` gives its
     /// JSON form (the one `decide_value` would take) when Cedar's schema-directed reading must
-    /// decide (a context that does not conform as explicit values).
+    /// decide (a context that does not conform as explicit values). `projected`: the context
+    /// was built to `action`'s projection ([`Self::projection_of`]); the request is then
+    /// validated against the pruned schema.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn decide_built(
         &self,
         principal: &str,
@@ -737,40 +740,20 @@ impl CedarSnapshot {
         tenant: &str,
         context: &Context,
         json: &dyn Fn() -> serde_json::Value,
+        projected: bool,
     ) -> (Answer, Option<Answer>) {
-        self.decide_with(
-            principal,
-            action,
-            resource,
-            tenant,
-            ContextSrc::Built(context, json),
-        )
+        let src = if projected {
+            self.projected.fetch_add(1, Ordering::Relaxed);
+            ContextSrc::Projected(context, json)
+        } else {
+            ContextSrc::Built(context, json)
+        };
+        self.decide_with(principal, action, resource, tenant, src)
     }
 
     /// The context projection of `action`, if it has one (`lib.rs` builds the projected context).
     pub(crate) fn projection_of(&self, action: &str) -> Option<&Eff> {
         self.projections.get(action)
-    }
-
-    /// [`Self::decide_built`] with the context built to `action`'s projection
-    /// ([`Self::projection_of`]): the request is validated against the pruned schema.
-    pub(crate) fn decide_projected(
-        &self,
-        principal: &str,
-        action: &str,
-        resource: &str,
-        tenant: &str,
-        context: &Context,
-        json: &dyn Fn() -> serde_json::Value,
-    ) -> (Answer, Option<Answer>) {
-        self.projected.fetch_add(1, Ordering::Relaxed);
-        self.decide_with(
-            principal,
-            action,
-            resource,
-            tenant,
-            ContextSrc::Projected(context, json),
-        )
     }
 
     fn decide_with(

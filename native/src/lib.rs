@@ -629,7 +629,7 @@ impl Tool {
                 if let Ok(ctx) = project::context(&top, eff) {
                     let json = || project::context_json(&top, eff);
                     answers.push(
-                        snap.decide_projected(principal, cap, &resource, tenant, &ctx, &json),
+                        snap.decide_built(principal, cap, &resource, tenant, &ctx, &json, true),
                     );
                     continue;
                 }
@@ -646,7 +646,7 @@ impl Tool {
                         context.insert("tenant".into(), tenant.into());
                         serde_json::Value::Object(context)
                     };
-                    snap.decide_built(principal, cap, &resource, tenant, ctx, &json)
+                    snap.decide_built(principal, cap, &resource, tenant, ctx, &json, false)
                 }
                 Full::Json(context) => {
                     snap.decide_value(principal, cap, &resource, tenant, context)
