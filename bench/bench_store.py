@@ -10,6 +10,11 @@ own schema and writer.
 2. **A lone write.** One operation at a time through :class:`SQLiteWorker` (barrier durability):
    queued to the writer thread (the baseline) against run by the event loop when nothing else is
    ready (``store/sqlite_worker.py``, "Alone, on the loop"). Prints p50/p99 of the awaited call.
+3. **Event data text.** The six ``data`` mappings of an allowed Propose (as a real sidecar stores
+   them) turned into their stored JSON text, as the writer thread does while holding the GIL:
+   ``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` (the baseline)
+   against :func:`callgate.core.jsontext.compact_sorted` (one C encoder kept). Prints CPU per
+   Propose (six mappings) and the ratio.
 
     .venv/bin/python bench/bench_store.py [--proposals 30000] [--calls 3000]
 
@@ -34,11 +39,46 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from callgate.core.ids import new_id  # noqa: E402
+from callgate.core.jsontext import compact_sorted  # noqa: E402
 from callgate.store import sqlite as S  # noqa: E402
 from callgate.store.migrations import sqlite_statements  # noqa: E402
 from callgate.store.sqlite_worker import Durability, SQLiteWorker, open_connection  # noqa: E402
 
 EVENT_DATA = json.dumps({"tool": "weather.get@v1", "digest": "sha256:" + "a" * 64, "note": "x" * 120})
+
+
+_SHA = "sha256:" + "0123456789abcdef" * 4
+PROPOSE_EVENT_DATA: list[dict[str, object]] = [  # an allowed weather.get, as stored by a sidecar
+    {"duration_us": 48, "model_call_id": "bench", "parent_span_id": "", "policy_revision": _SHA,
+     "proposal_id": "p1", "raw_len": 36, "raw_sha256": _SHA[7:], "tool": "weather.get@v1",
+     "tool_set_digest": _SHA},
+    {"duration_us": 692, "top_level_keys": 2},
+    {"dialect": "https://json-schema.org/draft/2020-12/schema", "duration_us": 48, "format_assertion": True,
+     "tool_spec_digest": _SHA, "validator": "python-jsonschema", "validator_version": "4.26.0"},
+    {"applied": ["relative_date:/date"], "digest": _SHA, "duration_us": 15, "locale": "en",
+     "reference_clock": "2026-12-02T14:15:26.292834+08:00", "timezone": "Asia/Shanghai"},
+    {"capabilities": ["weather.read"], "decision": {"effect": "allow", "engine": "cedar", "error_code": "",
+     "policy_ids": ["weather-read-own-tenant"], "reasons": [{"code": "policy_permit", "message": "",
+     "policy_id": "weather-read-own-tenant"}]}, "duration_us": 135, "policy_revision": _SHA,
+     "resource": "weather:Lyon", "subject": {"id": "alice", "tenant": "acme"}},
+    {"confirmation": "not_required", "digest": _SHA, "duration_us": 31},
+]  # fmt: skip
+
+
+def reference_text(v: object) -> str:
+    return json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def event_texts(encode: Callable[[object], str], rounds: int) -> float:
+    """CPU seconds per Propose to turn its six events' data into text (best of five)."""
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.process_time()
+        for _ in range(rounds):
+            for d in PROPOSE_EVENT_DATA:
+                encode(dict(d))  # the store copies each mapping, as _insert_events does
+        best = min(best, (time.process_time() - t0) / rounds)
+    return best
 
 
 def random_id() -> str:
@@ -123,6 +163,15 @@ def main() -> None:
         p99 = sorted(lat)[int(len(lat) * 0.99)]
         base = base or p50
         print(f"| {label} | {p50 * 1e6:.0f} µs | {p99 * 1e6:.0f} µs | {p50 / base:.2f} |")
+    print()
+    assert all(compact_sorted(d) == reference_text(d) for d in PROPOSE_EVENT_DATA)  # the same bytes
+    print("| six events' data as text | CPU per Propose | ratio |")
+    print("|---|---|---|")
+    base = 0.0
+    for label, encode in (("json.dumps (baseline)", reference_text), ("compact_sorted", compact_sorted)):
+        cpu = event_texts(encode, a.calls * 10)
+        base = base or cpu
+        print(f"| {label} | {cpu * 1e6:.1f} µs | {cpu / base:.2f} |")
 
 
 if __name__ == "__main__":

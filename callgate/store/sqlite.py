@@ -23,6 +23,7 @@ from typing import Any, Final, Generic, TypeVar, get_type_hints
 from urllib.parse import quote
 
 from callgate.core.clock import rfc3339
+from callgate.core.jsontext import compact_sorted
 from callgate.core.states import State
 from callgate.store.base import (
     AttemptRecord,
@@ -154,7 +155,7 @@ def _usage_row(u: Usage) -> tuple[int, int, int, int]:
 
 
 def _dump(v: Any) -> str | None:
-    return None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return None if v is None else compact_sorted(v)
 
 
 def _identity(v: Any) -> Any:
