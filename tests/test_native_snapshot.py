@@ -191,3 +191,57 @@ def test_a_load_leaves_its_objects_frozen() -> None:
     assert len(kept) == 5000
     assert gc.isenabled()
     assert gc.get_freeze_count() >= before + 5000
+
+
+def _many_actions(tmp: Path, actions: int) -> Path:
+    """The example policies plus ``actions`` actions, each with one policy reading a part of its
+    context (so each action has a context projection)."""
+    d = tmp / "cedar"
+    shutil.copytree(POLICIES / "cedar", d)
+    (d / "schema.cedarschema").write_text(
+        (d / "schema.cedarschema").read_text()
+        + "\n".join(
+            f'action "many.a{i}" appliesTo {{ principal: User, resource: Resource, '
+            f"context: {{ tenant: String, tool: String, args: {{ city: String, n: Long }} }} }};"
+            for i in range(actions)
+        )
+    )
+    (d / "policies.cedar").write_text(
+        (d / "policies.cedar").read_text()
+        + "\n".join(
+            f'@id("many-{i}")\npermit (principal, action == Action::"many.a{i}", resource)\n'
+            f'when {{ principal.tenant == context.tenant && context.args.city == "c{i}" }};'
+            for i in range(actions)
+        )
+    )
+    return d
+
+
+def test_a_large_snapshot_is_freed_apart_and_the_next_one_decides(tmp_path: Path) -> None:
+    """A retired snapshot's last reference goes away on the event loop; a large one (here: 300
+    actions, each with a context projection) hands its policy sets, schemas and projections to a
+    thread of its own instead of freeing them there (docs/LIMITS.md, "Reloads"). A small one is
+    freed in place. Either way the snapshot serving next decides as before."""
+    import gc
+
+    d = _many_actions(tmp_path, 300)
+
+    def decide(engine: CedarEngine, city: str) -> Effect:
+        req = AuthzRequest(Subject("acme", "alice"), "many.a7", "x:y", {"tool": "t@v1", "args": {"city": city, "n": 1}})  # fmt: skip
+        (decision,) = engine.authorize_batch_sync([req])
+        return decision.effect
+
+    first = _only(d)
+    assert (decide(first, "c7"), decide(first, "c8")) == (Effect.ALLOW, Effect.DENY)
+    apart = NATIVE.CedarSnapshot.dropped_apart()
+    del first
+    gc.collect()
+    assert NATIVE.CedarSnapshot.dropped_apart() == apart + 1
+    second = _only(d)
+    assert (decide(second, "c7"), decide(second, "c8")) == (Effect.ALLOW, Effect.DENY)
+
+    small = _only(POLICIES / "cedar")
+    del small
+    gc.collect()
+    assert NATIVE.CedarSnapshot.dropped_apart() == apart + 1  # freed in place
+    assert decide(second, "c7") is Effect.ALLOW
