@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,7 +143,10 @@ def sidecar(
     policy: str = "",
     server_toml: str = "",
     durability: str = "barrier",
+    runner: Sequence[str] = ("-m", "callgate"),
 ) -> Iterator[SidecarProcess]:
+    """A ``callgate serve`` in its own process (``runner``: what the interpreter runs instead of
+    ``-m callgate``, e.g. a script that patches the server first; bench_floor.py)."""
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-"))
     port = free_port()
     cfg = tmp / "callgate.toml"
@@ -175,7 +178,7 @@ max_result_bytes = 100000000000
     )
     env = dict(os.environ)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "callgate", "serve", "--config", str(cfg)],
+        [sys.executable, *runner, "serve", "--config", str(cfg)],
         cwd=ROOT,
         stderr=open(tmp / "sidecar.log", "wb"),
         env=env,
