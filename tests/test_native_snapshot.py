@@ -198,22 +198,20 @@ def _many_actions(tmp: Path, actions: int) -> Path:
     context (so each action has a context projection)."""
     d = tmp / "cedar"
     shutil.copytree(POLICIES / "cedar", d)
-    (d / "schema.cedarschema").write_text(
-        (d / "schema.cedarschema").read_text()
-        + "\n".join(
+    more = {
+        "schema.cedarschema": [
             f'action "many.a{i}" appliesTo {{ principal: User, resource: Resource, '
             f"context: {{ tenant: String, tool: String, args: {{ city: String, n: Long }} }} }};"
             for i in range(actions)
-        )
-    )
-    (d / "policies.cedar").write_text(
-        (d / "policies.cedar").read_text()
-        + "\n".join(
+        ],
+        "policies.cedar": [
             f'@id("many-{i}")\npermit (principal, action == Action::"many.a{i}", resource)\n'
             f'when {{ principal.tenant == context.tenant && context.args.city == "c{i}" }};'
             for i in range(actions)
-        )
-    )
+        ],
+    }
+    for name, lines in more.items():
+        (d / name).write_text((d / name).read_text() + "\n".join(lines))
     return d
 
 
