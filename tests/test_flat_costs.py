@@ -158,3 +158,44 @@ def test_large_arguments_are_stored_once_and_the_trail_shows_them() -> None:
         assert live.normalized_arguments == column
     finally:
         stop_sidecar(sc, tmp)
+
+
+def test_gate_service_registers_every_generated_method_and_listtools_sends_kept_bytes() -> None:
+    """ListTools answers its listing's kept wire bytes (serialized once per tool set); the Gate
+    service is otherwise registered exactly as the generated code registers it."""
+    from typing import Any
+
+    import grpc
+
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+    from callgate.server.services import add_gate_service
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.generic: list[Any] = []
+            self.registered: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
+
+        def add_generic_rpc_handlers(self, handlers: Any) -> None:
+            self.generic.extend(handlers)
+
+        def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+            self.registered[service] = handlers
+
+    servicer: Any = pb_grpc.GateServicer()
+    ours, generated = Recorder(), Recorder()
+    add_gate_service(servicer, ours)  # type: ignore[arg-type]
+    pb_grpc.add_GateServicer_to_server(servicer, generated)  # type: ignore[no-untyped-call]
+    assert ours.registered.keys() == generated.registered.keys() == {"callgate.v1.Gate"}
+    mine, theirs = ours.registered["callgate.v1.Gate"], generated.registered["callgate.v1.Gate"]
+    assert mine.keys() == theirs.keys() and len(ours.generic) == 1
+    for name, h in theirs.items():
+        assert mine[name].request_deserializer == h.request_deserializer
+        assert mine[name].unary_unary == h.unary_unary and mine[name].unary_stream == h.unary_stream
+        if name != "ListTools":
+            assert mine[name].response_serializer == h.response_serializer
+    listing = pb.ListToolsResponse(tools=[pb.ToolSpec(name="a", version="v1")], tool_set_digest="sha256:x")
+    wire = listing.SerializeToString()
+    serialize = mine["ListTools"].response_serializer
+    assert serialize(wire) is wire  # kept bytes go out as they are
+    assert serialize(listing) == wire  # a message (any other servicer) is serialized as before

@@ -45,6 +45,7 @@ from callgate.server.services import (
     ExecutorService,
     GateService,
     PolicyStatusService,
+    add_gate_service,
 )
 from callgate.server.sweeper import SWEEPER_HEALTH_SERVICE, ConfirmationSweeper
 from callgate.server.watch import InvocationWatch
@@ -220,7 +221,7 @@ class Sidecar:
         servicer: object
         if role == "agent":
             servicer = GateService(gate, execution, self.components.watch)
-            pb_grpc.add_GateServicer_to_server(servicer, server)
+            add_gate_service(servicer, server)
         elif role == "confirmer":
             servicer = ConfirmationsService(gate, self.components.watch)
             pb_grpc.add_ConfirmationsServicer_to_server(servicer, server)

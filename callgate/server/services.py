@@ -152,12 +152,48 @@ LISTINGS_CACHE_MAX = 16
 or another allowlist makes another set)."""
 
 
+def _listing_bytes(answer: bytes | pb.ListToolsResponse) -> bytes:
+    """ListTools' response serializer: a listing kept as its wire bytes goes out as is."""
+    return answer if isinstance(answer, bytes) else answer.SerializeToString()
+
+
+class _Handlers:
+    """Stands in for the server while the generated code registers a service: keeps its
+    method handlers (the generated module stays the one place that names them)."""
+
+    service = ""
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, _handlers: object) -> None:
+        pass
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def add_gate_service(servicer: GateService, server: grpc.aio.Server) -> None:
+    """Register the Gate service as the generated code does, except that ListTools answers its
+    listing's kept wire bytes: at 1,000 tools serializing the 569 KB listing again for every call
+    cost ~1 ms of the call's CPU (docs/BENCHMARKS.md, "ListTools")."""
+    got = _Handlers()
+    pb_grpc.add_GateServicer_to_server(servicer, got)  # type: ignore[no-untyped-call]
+    plain = got.handlers["ListTools"]
+    got.handlers["ListTools"] = grpc.unary_unary_rpc_method_handler(
+        plain.unary_unary, request_deserializer=plain.request_deserializer, response_serializer=_listing_bytes
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(got.service, got.handlers),))
+    server.add_registered_method_handlers(got.service, got.handlers)
+
+
 class GateService(pb_grpc.GateServicer):
     def __init__(self, gate: Gate, execution: Execution, watch: InvocationWatch | None = None) -> None:
         self._gate = gate
         self._x = execution
         self._watch = watch if watch is not None else InvocationWatch()
-        self._listings: OrderedDict[str, pb.ListToolsResponse] = OrderedDict()
+        self._listings: OrderedDict[str, bytes] = OrderedDict()
+        """ListTools answers by tool set digest, as wire bytes (:func:`add_gate_service`)."""
 
     async def GetResult(
         self, request: pb.GetResultRequest, context: grpc.aio.ServicerContext
@@ -193,7 +229,9 @@ class GateService(pb_grpc.GateServicer):
 
     async def ListTools(
         self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ListToolsResponse:
+    ) -> bytes:
+        """The listing as its wire bytes, serialized once per tool set (:func:`add_gate_service`
+        sends them as is)."""
         view = await self._gate.list_tools(
             request.session_id, request.model_call_id, tuple(request.fed_invocation_ids)
         )
@@ -221,8 +259,9 @@ class GateService(pb_grpc.GateServicer):
             ],
             tool_set_digest=view.tool_set_digest,
         )
-        remember(self._listings, view.tool_set_digest, listing, LISTINGS_CACHE_MAX)
-        return listing
+        wire: bytes = listing.SerializeToString()
+        remember(self._listings, view.tool_set_digest, wire, LISTINGS_CACHE_MAX)
+        return wire
 
     async def Propose(
         self, request: pb.ProposeRequest, context: grpc.aio.ServicerContext
