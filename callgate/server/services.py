@@ -227,9 +227,7 @@ class GateService(pb_grpc.GateServicer):
         )
         return pb.OpenSessionResponse(session_id=s.session_id, opened_at=s.opened_at)
 
-    async def ListTools(
-        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext
-    ) -> bytes:
+    async def ListTools(self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext) -> bytes:
         """The listing as its wire bytes, serialized once per tool set (:func:`add_gate_service`
         sends them as is)."""
         view = await self._gate.list_tools(
