@@ -161,8 +161,9 @@ class _Handlers:
     """Stands in for the server while the generated code registers a service: keeps its
     method handlers (the generated module stays the one place that names them)."""
 
-    service = ""
-    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     def add_generic_rpc_handlers(self, _handlers: object) -> None:
         pass

@@ -434,14 +434,15 @@ enum ContextSrc<'a> {
     Projected(&'a Context, &'a dyn Fn() -> serde_json::Value),
 }
 
+/// Snapshots whose heavy parts were handed to a thread of their own (`Drop`; read by tests).
+static DROPPED_APART: AtomicU64 = AtomicU64::new(0);
+
 /// A large snapshot is freed in a thread of its own, without the GIL: its policy sets and entity
 /// buffer take hundreds of ms to drop at 10,000 policies on a loaded box (measured), and the last
 /// reference to a retired snapshot goes away on the event loop. The schemas and the context
 /// projections go too: at 10,000 policies over 1,000 actions they alone took 16-27 ms to drop
 /// in the dropping thread (measured: the longest health check during a hot reload, 5 s after the
 /// swap, when the retired snapshot's last reference goes).
-static DROPPED_APART: AtomicU64 = AtomicU64::new(0);
-
 impl Drop for CedarSnapshot {
     fn drop(&mut self) {
         const LARGE: usize = 256;
@@ -469,13 +470,17 @@ impl Drop for CedarSnapshot {
             ),
         );
         let cache = self.cache.get_mut().map(std::mem::take).ok();
-        DROPPED_APART.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = std::thread::Builder::new()
+        match std::thread::Builder::new()
             .name("callgate-cedar-drop".into())
             .spawn(move || drop((heavy, cache)))
         {
-            // no thread: dropped here (the returned closure, and what it holds, go with the error)
-            drop(e);
+            Ok(_) => {
+                DROPPED_APART.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                // no thread: dropped here (the returned closure, and what it holds, go with the error)
+                drop(e);
+            }
         }
     }
 }
