@@ -16,7 +16,13 @@ own schema and writer.
    against :func:`callgate.core.jsontext.compact_sorted` (one C encoder kept). Prints CPU per
    Propose (six mappings) and the ratio.
 
-    .venv/bin/python bench/bench_store.py [--proposals 30000] [--calls 3000]
+4. **A sweep.** ``--expired`` PREPARED invocations past their deadline ended by the deadline
+   sweep: one transaction per invocation (``Confirmations._cancel`` for each of up to
+   ``DEADLINE_SWEEP_BATCH`` listed at once, as the sweep did before; the baseline) against ``Confirmations.expire_deadlines`` (``SWEEP_SLICE`` moves per
+   transaction, on the writer thread). Prints CPU (all threads) and wall time per invocation,
+   and the longest the event loop was held meanwhile (a 1 ms ticker's worst lateness).
+
+    .venv/bin/python bench/bench_store.py [--proposals 30000] [--calls 3000] [--expired 2000]
 
 A benchmark prints; it is not a timed test.
 """
@@ -33,17 +39,29 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from callgate.config import IdempotencyConfig  # noqa: E402
+from callgate.core.clock import FixedClock, rfc3339  # noqa: E402
+from callgate.core.events import EventKind  # noqa: E402
 from callgate.core.ids import new_id  # noqa: E402
 from callgate.core.jsontext import compact_sorted  # noqa: E402
+from callgate.core.states import State  # noqa: E402
+from callgate.core.trace import TraceContext  # noqa: E402
+from callgate.policy.serving import ServingSnapshot  # noqa: E402
+from callgate.propose.confirmation import DEADLINE_SWEEP_BATCH, SWEEP_SLICE, Confirmations  # noqa: E402
+from callgate.propose.idempotency import IdempotencyFlow  # noqa: E402
 from callgate.store import sqlite as S  # noqa: E402
+from callgate.store.base import EventRecord, InvocationRecord  # noqa: E402
 from callgate.store.migrations import sqlite_statements  # noqa: E402
+from callgate.store.sqlite import SQLiteStore  # noqa: E402
 from callgate.store.sqlite_worker import Durability, SQLiteWorker, open_connection  # noqa: E402
 
+SWEEP_NOW = datetime(2026, 7, 20, 9, 0, tzinfo=UTC)
 EVENT_DATA = json.dumps({"tool": "weather.get@v1", "digest": "sha256:" + "a" * 64, "note": "x" * 120})
 
 
@@ -135,10 +153,60 @@ async def lone_writes(path: Path, calls: int, inline: bool) -> list[float]:
     return lat[calls // 10 :]
 
 
+async def sweep(path: Path, n: int, batched: bool) -> tuple[float, float, float]:
+    """CPU and wall seconds per ended invocation, and the loop's worst lateness (seconds)."""
+    store = SQLiteStore(path)
+    clock = FixedClock(SWEEP_NOW)
+    keys = IdempotencyFlow(backend=store.keys(), store=store, clock=clock, config=IdempotencyConfig())
+    conf = Confirmations(store=store, clock=clock, keys=keys, serving=ServingSnapshot(None))
+    past = rfc3339(SWEEP_NOW - timedelta(seconds=1))
+    for i in range(n):
+        inv = InvocationRecord(
+            invocation_id="inv_" + new_id(), session_id="ses", model_call_id="mc", proposal_id=f"p{i}",
+            tool_name="weather.get", tool_version="v1", tenant="acme", subject="alice", state=State.PREPARED,
+            raw_arguments=b'{"city":"Paris"}', digest="sha256:" + "b" * 64, deadline=past,
+            created_at=past, updated_at=past,
+        )  # fmt: skip
+        first = EventRecord(
+            new_id(), inv.invocation_id, 1, past, "proposed", None, State.PREPARED, "t" * 32, "s" * 16
+        )
+        await store.create_invocation(inv, [first])
+    worst = 0.0
+    done = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst
+        while not done.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.001)
+            worst = max(worst, time.perf_counter() - t - 0.001)
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.01)
+    c0, w0 = time.process_time(), time.perf_counter()
+    ended = 0
+    if batched:
+        while got := await conf.expire_deadlines():
+            ended += got
+    else:  # the sweep as it was: DEADLINE_SWEEP_BATCH listed at once, one transaction per invocation
+        trace = TraceContext.from_traceparent(None)
+        while past := await store.list_past_deadline(SWEEP_NOW, DEADLINE_SWEEP_BATCH):
+            for inv in past:
+                data = {"deadline": inv.deadline}
+                ended += await conf._cancel(inv, EventKind.DEADLINE_EXPIRED, data, trace) is not None
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    done.set()
+    await tick
+    await store.close()
+    assert ended == n, (ended, n)
+    return cpu / n, wall / n, worst
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--proposals", type=int, default=30000)
     ap.add_argument("--calls", type=int, default=3000)
+    ap.add_argument("--expired", type=int, default=2000)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-store-"))
     print(f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, load {os.getloadavg()[0]:.2f}")
@@ -172,6 +240,20 @@ def main() -> None:
         cpu = event_texts(encode, a.calls * 10)
         base = base or cpu
         print(f"| {label} | {cpu * 1e6:.1f} µs | {cpu / base:.2f} |")
+    print()
+    print(f"| deadline sweep of {a.expired:,} invocations | CPU per invocation | wall per invocation | "
+          "ratio (CPU) | event loop held at most |")  # fmt: skip
+    print("|---|---|---|---|---|")
+    base = 0.0
+    for label, batched in (
+        ("one transaction each (baseline)", False),
+        (f"{SWEEP_SLICE} per transaction", True),
+    ):
+        cpu, wall, worst = asyncio.run(sweep(tmp / f"sweep-{batched}.db", a.expired, batched))
+        base = base or cpu
+        print(
+            f"| {label} | {cpu * 1e6:.0f} µs | {wall * 1e6:.0f} µs | {cpu / base:.2f} | {worst * 1e3:.1f} ms |"
+        )
 
 
 if __name__ == "__main__":

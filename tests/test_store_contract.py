@@ -23,6 +23,7 @@ from callgate.store.base import (
     EventRecord,
     InvocationRecord,
     KeyClaim,
+    Move,
     ResultRecord,
     SessionRecord,
     Store,
@@ -177,6 +178,42 @@ def test_transitions_are_compare_and_set_with_numbered_events(backend: Backend) 
         await store.create_invocation(inv("i2"), [ev("i2", 1, None, State.AUTHORIZED)])
         assert [i.invocation_id for i in await store.list_pending("acme")] == ["i2"]
         assert await store.list_pending("other") == []
+
+    backend.run(body)
+
+
+def test_many_moves_in_one_transaction_skip_only_the_stale_ones(backend: Backend) -> None:
+    """transition_many (the sweeps): each move is a compare-and-set of its own; a stale one is
+    skipped, the others are written with their numbered events and their keys follow them."""
+
+    async def body(store: Store) -> None:
+        assert await store.transition_many([]) == []
+        for i, key in (("i1", "k1"), ("i2", ""), ("i3", "")):
+            await store.create_invocation(inv(i, key), [ev(i, 1, None, State.AUTHORIZED)], None,
+                                          claim(key) if key else None)  # fmt: skip
+        confirmed = replace(inv("i2"), state=State.PREPARED)  # another call moved i2 first
+        assert await store.transition(
+            confirmed, State.AUTHORIZED, [ev("i2", 0, State.AUTHORIZED, State.PREPARED)]
+        )
+        cancel = State.CANCELLED_BEFORE_COMMIT
+        moves = [
+            Move(replace(inv(i, key), state=cancel), State.AUTHORIZED, [ev(i, 0, State.AUTHORIZED, cancel)])
+            for i, key in (("i1", "k1"), ("i2", ""), ("i3", ""))
+        ]
+        assert await store.transition_many(moves) == [True, False, True]
+        assert [(await store.get_invocation(i)).state for i in ("i1", "i2", "i3")] == [
+            cancel,
+            State.PREPARED,
+            cancel,
+        ]  # type: ignore[union-attr]
+        assert [(e.seq, e.to_state) for e in await store.list_events("i1")] == [
+            (1, State.AUTHORIZED),
+            (2, cancel),
+        ]
+        assert [e.to_state for e in await store.list_events("i2")] == [State.AUTHORIZED, State.PREPARED]
+        rec = await store.keys().get(claim("k1").key)
+        assert rec is not None and rec.state == "released"  # in the same transaction as its move
+        assert await store.transition_many(moves) == [False, False, False]  # nothing is moved twice
 
     backend.run(body)
 

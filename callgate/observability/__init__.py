@@ -20,6 +20,7 @@ from callgate.store.base import (
     FedResultRecord,
     InvocationRecord,
     KeyClaim,
+    Move,
     ResultRecord,
     SessionRecord,
     Store,
@@ -73,6 +74,13 @@ class PublishingStore:
         if ok:
             await self._publish(events, record)
         return ok
+
+    async def transition_many(self, moves: Sequence[Move]) -> list[bool]:
+        done = await self.inner.transition_many(moves)
+        for m, ok in zip(moves, done, strict=True):
+            if ok:
+                await self._publish(m.events, m.record)
+        return done
 
     async def begin_attempt(
         self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import hmac
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -48,11 +49,16 @@ from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.policy.serving import ServingSnapshot
 from callgate.propose.idempotency import IdempotencyFlow
-from callgate.store.base import InvocationRecord, Store
-from callgate.store.trail import move
+from callgate.store.base import InvocationRecord, Move, Store
+from callgate.store.trail import Trail, move
 
 DEADLINE_SWEEP_BATCH = 500
 """Invocations one deadline sweep ends at most (the next sweep takes the rest)."""
+SWEEP_SLICE = 32
+"""Invocations a sweep reads and ends per store transaction (:meth:`Store.transition_many`).
+Between two slices the event loop serves other calls: a sweep of hundreds of expired invocations
+costs one write per slice, not one per invocation, and neither the loop nor the writer thread
+holds the GIL for more than one slice's records at a time (docs/BENCHMARKS.md, "the sweeper")."""
 
 
 class Confirmations:
@@ -75,6 +81,31 @@ class Confirmations:
         if moved is not None:
             await self._keys.release(inv)
         return moved
+
+    async def _cancel_many(
+        self, ends: Sequence[tuple[InvocationRecord, EventKind, dict[str, str]]], trace: TraceContext
+    ) -> int:
+        """:meth:`_cancel` for many invocations, :data:`SWEEP_SLICE` per transaction; how many
+        were cancelled (one that another call moved first is skipped, as in :meth:`_cancel`)."""
+        ended = 0
+        for k in range(0, len(ends), SWEEP_SLICE):
+            at = rfc3339(self._clock.now())
+            moves = []
+            for inv, kind, data in ends[k : k + SWEEP_SLICE]:
+                trail = Trail.on(inv, trace, at)
+                trail.add(kind, State.CANCELLED_BEFORE_COMMIT, data)
+                moves.append(
+                    Move(
+                        replace(inv, state=State.CANCELLED_BEFORE_COMMIT, updated_at=at),
+                        inv.state,
+                        trail.events,
+                    )
+                )
+            for move_, done in zip(moves, await self._store.transition_many(moves), strict=True):
+                if done:
+                    ended += 1
+                    await self._keys.release(move_.record)
+        return ended
 
     async def confirm(
         self, inv: InvocationRecord, digest: str, confirmed_by: str, trace: TraceContext, note: str = ""
@@ -171,7 +202,11 @@ class Confirmations:
             if now >= datetime.fromisoformat(inv.confirmation_expires_at)
         ]
         trace = TraceContext.from_traceparent(None)
-        return sum([await self.expire_if_stale(inv.invocation_id, trace) for inv in expired])
+        ends = [
+            (inv, EventKind.CONFIRMATION_EXPIRED, {"expired_at": inv.confirmation_expires_at})
+            for inv in expired
+        ]
+        return await self._cancel_many(ends, trace)
 
     async def expire_deadlines(self) -> int:
         """Sweep: end every AUTHORIZED or PREPARED invocation whose deadline has passed
@@ -180,13 +215,14 @@ class Confirmations:
         another call moved first is skipped)."""
         now = self._clock.now()
         trace = TraceContext.from_traceparent(None)
-        ended = 0
-        for inv in await self._store.list_past_deadline(now, DEADLINE_SWEEP_BATCH):
-            if (
-                await self._cancel(inv, EventKind.DEADLINE_EXPIRED, {"deadline": inv.deadline}, trace)
-                is not None
-            ):
-                ended += 1
+        ended = listed = 0
+        while listed < DEADLINE_SWEEP_BATCH:  # read a slice, end it, read the next (by deadline)
+            past = await self._store.list_past_deadline(now, min(SWEEP_SLICE, DEADLINE_SWEEP_BATCH - listed))
+            listed += len(past)
+            ends = [(inv, EventKind.DEADLINE_EXPIRED, {"deadline": inv.deadline}) for inv in past]
+            ended += await self._cancel_many(ends, trace)
+            if len(past) < SWEEP_SLICE:
+                break
         return ended
 
     async def pending(self, tenant: str, page_size: int = 0, page_token: str = "") -> PendingPage:

@@ -189,6 +189,16 @@ class KeyClaim:
     now: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One compare-and-set move of :meth:`Store.transition_many`: the invocation as it will be,
+    the state it must still be in, and the events that record the move."""
+
+    record: InvocationRecord
+    expected: State
+    events: Sequence[EventRecord]
+
+
 # How a key follows its invocation, in the transaction that moves the invocation (every backend).
 KEY_COMPLETES: frozenset[State] = frozenset({State.COMMITTED, State.FAILED_AFTER_COMMIT, State.OBSERVED})
 """States past the commit boundary: the key is completed (repeats replay the invocation)."""
@@ -294,6 +304,13 @@ class Store(Protocol):
     ) -> bool:
         """Replace the invocation row with ``record`` and append ``events`` iff its stored state
         is still ``expected``. Returns False (and writes nothing) when another writer won."""
+        ...
+
+    async def transition_many(self, moves: Sequence[Move]) -> list[bool]:
+        """:meth:`transition` for each move, all in one transaction (a sweep ending many
+        invocations writes once, not once per invocation). Returns, per move, whether it was
+        written: a move whose invocation is no longer in its ``expected`` state is skipped and
+        the others are still written. A failure of the store fails them all (nothing written)."""
         ...
 
     async def append_events(self, events: Sequence[EventRecord]) -> None:

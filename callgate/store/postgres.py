@@ -45,6 +45,7 @@ from callgate.store.base import (
     FedResultRecord,
     InvocationRecord,
     KeyClaim,
+    Move,
     ResultRecord,
     SessionRecord,
     ToolViewRecord,
@@ -465,6 +466,19 @@ class PostgresStore:
             await _insert_events(conn, events)
             await _follow_key(conn, record)
             return True
+
+    async def transition_many(self, moves: Sequence[Move]) -> list[bool]:
+        if not moves:
+            return []
+        done = []
+        async with self._tx() as conn:
+            for m in moves:
+                ok = await _cas(conn, m.record, m.expected)
+                if ok:
+                    await _insert_events(conn, m.events)
+                    await _follow_key(conn, m.record)
+                done.append(ok)
+        return done
 
     async def append_events(self, events: Sequence[EventRecord]) -> None:
         async with self._tx() as conn:

@@ -32,6 +32,7 @@ from callgate.store.base import (
     FedResultRecord,
     InvocationRecord,
     KeyClaim,
+    Move,
     ResultRecord,
     SessionRecord,
     ToolViewRecord,
@@ -237,6 +238,11 @@ class _RowMapping(Generic[R]):
 _INVOCATIONS: Final = _RowMapping.of(InvocationRecord)
 _ATTEMPTS: Final = _RowMapping.of(AttemptRecord)
 _INV_COLS: Final = _INVOCATIONS.column_list
+_UPDATE_INVOCATION: Final = (
+    f"UPDATE invocations SET {', '.join(f'{col}=?' for col in _INVOCATIONS.columns[1:])} "
+    "WHERE invocation_id=? AND state=?"
+)
+"""The compare-and-set of :func:`_cas_invocation` (a condition of its own may follow)."""
 _ATT_COLS: Final = _ATTEMPTS.column_list
 _INSERT_INVOCATION: Final = (
     f"INSERT INTO invocations ({_INV_COLS}) VALUES ({','.join('?' * len(_INVOCATIONS.columns))})"
@@ -254,11 +260,7 @@ def _cas_invocation(
     args: tuple[Any, ...] = (),
 ) -> bool:
     row = _INVOCATIONS.row(record)
-    sets = ", ".join(f"{col}=?" for col in _INVOCATIONS.columns[1:])
-    cur = c.execute(
-        f"UPDATE invocations SET {sets} WHERE invocation_id=? AND state=?{extra}",
-        (*row[1:], record.invocation_id, expected.value, *args),
-    )
+    cur = c.execute(_UPDATE_INVOCATION + extra, (*row[1:], record.invocation_id, expected.value, *args))
     return cur.rowcount == 1
 
 
@@ -657,6 +659,19 @@ class SQLiteStore:
             return True
 
         return await self._call(op)
+
+    async def transition_many(self, moves: Sequence[Move]) -> list[bool]:
+        def op(c: sqlite3.Connection) -> list[bool]:
+            done = []
+            for m in moves:
+                ok = _cas_invocation(c, m.record, m.expected)
+                if ok:
+                    _insert_events(c, m.events)
+                    _follow_key(c, m.record)
+                done.append(ok)
+            return done
+
+        return await self._worker.run(op, alone=False) if moves else []  # off the loop: many rows
 
     async def begin_attempt(
         self, record: InvocationRecord, expected: State, attempt: AttemptRecord, events: Sequence[EventRecord]

@@ -293,14 +293,19 @@ class SQLiteWorker:
                 pass
 
     # ------------------------------------------------------------------ API
-    async def run(self, op: Callable[[sqlite3.Connection], T], *, durable: bool = False) -> T:
+    async def run(
+        self, op: Callable[[sqlite3.Connection], T], *, durable: bool = False, alone: bool = True
+    ) -> T:
         """``op(conn)``'s value once its transaction committed; with ``durable`` once a barrier
-        after that commit made it (and everything committed before) durable on disk."""
+        after that commit made it (and everything committed before) durable on disk. ``alone``
+        False keeps ``op`` off the event loop even when the loop is idle (a long operation, e.g.
+        a sweep's slice of moves, would hold every call that arrives meanwhile)."""
         if self._closing or not self._thread.is_alive():
             raise store_unavailable("store is closed")
         loop = asyncio.get_running_loop()
         if (
             self._inline
+            and alone
             and not durable
             and not self._outstanding
             and _loop_idle(loop)
