@@ -22,7 +22,14 @@ own schema and writer.
    transaction, on the writer thread). Prints CPU (all threads) and wall time per invocation,
    and the longest the event loop was held meanwhile (a 1 ms ticker's worst lateness).
 
+5. **Checkpoints beside the commits.** A steady stream of writes (8 callers, 3 KB rows, a short
+   pause between a caller's writes) through :class:`SQLiteWorker`: the WAL checkpoint every
+   ``CHECKPOINT_EVERY`` commits run by the writer thread on its own connection with the commits
+   waiting (the baseline, as before) against the checkpointer thread on a connection of its own.
+   Prints the writes' p50 / p99 / p99.9 / max latency and the ratio of the p99.9s.
+
     .venv/bin/python bench/bench_store.py [--proposals 30000] [--calls 3000] [--expired 2000]
+                                          [--writes 12000]
 
 A benchmark prints; it is not a timed test.
 """
@@ -37,7 +44,9 @@ import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
+import types
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -202,11 +211,48 @@ async def sweep(path: Path, n: int, batched: bool) -> tuple[float, float, float]
     return cpu / n, wall / n, worst
 
 
+def _checkpoint_on_the_writer(self: SQLiteWorker) -> None:
+    """The baseline of part 5 (the code before the checkpointer thread): the writer thread
+    checkpoints on its own connection, holding it, so commits wait; a request from a commit the
+    loop ran is served after the writer's next batch."""
+    if threading.current_thread() is not self._thread:
+        return
+    self._commits = 0
+    try:
+        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    except sqlite3.Error:
+        return
+    self.checkpoints += 1
+
+
+async def steady_writes(path: Path, writes: int, on_writer: bool) -> list[float]:
+    w = SQLiteWorker(path, schema="CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v BLOB);",
+                     durability=Durability.BARRIER)  # fmt: skip
+    if on_writer:
+        w._request_checkpoint = types.MethodType(_checkpoint_on_the_writer, w)  # type: ignore[method-assign]
+    payload = b"x" * 3000
+    lat: list[float] = []
+    left = iter(range(writes))
+
+    async def caller() -> None:
+        for k in left:
+            t = time.perf_counter()
+            await w.run(lambda c, k=k: c.execute("INSERT INTO t VALUES (?, ?)", (k, payload)))
+            lat.append(time.perf_counter() - t)
+            await asyncio.sleep(0.0005)
+
+    await asyncio.gather(*(caller() for _ in range(8)))
+    assert w.checkpoints > 0
+    await w.close()
+    return sorted(lat[writes // 10 :])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--proposals", type=int, default=30000)
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--expired", type=int, default=2000)
+    ap.add_argument("--writes", type=int, default=12000)
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-store-"))
     print(f"python {sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, load {os.getloadavg()[0]:.2f}")
@@ -253,6 +299,17 @@ def main() -> None:
         base = base or cpu
         print(
             f"| {label} | {cpu * 1e6:.0f} µs | {wall * 1e6:.0f} µs | {cpu / base:.2f} | {worst * 1e3:.1f} ms |"
+        )
+    print()
+    print(f"| {a.writes:,} steady writes, checkpoints | p50 | p99 | p99.9 | max | ratio (p99.9) |")
+    print("|---|---|---|---|---|---|")
+    base = 0.0
+    for label, on_writer in (("by the writer thread (baseline)", True), ("on their own thread", False)):
+        lat = asyncio.run(steady_writes(tmp / f"steady-{on_writer}.db", a.writes, on_writer))
+        q = [lat[int(len(lat) * f)] * 1e3 for f in (0.5, 0.99, 0.999)]
+        base = base or q[2]
+        print(
+            f"| {label} | {q[0]:.2f} ms | {q[1]:.2f} ms | {q[2]:.2f} ms | {lat[-1] * 1e3:.2f} ms | {q[2] / base:.2f} |"
         )
 
 

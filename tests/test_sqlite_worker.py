@@ -164,7 +164,37 @@ def test_a_lone_commit_never_waits_on_the_loop_for_another_connections_lock(tmp_
     assert rows(tmp_path / "w.db") == {"a": 1}
 
 
-def test_lone_commits_never_checkpoint_the_writer_thread_does(tmp_path: Path) -> None:
+def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
+    """The checkpointer thread has a connection of its own and holds no write lock: while it
+    checkpoints (here: held in its lock, as during a slow copy and sync) commits go on, queued and
+    alone; it checkpoints once let go, and stops with the worker."""
+
+    def checkpointers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.endswith("-checkpoint")]
+
+    async def main() -> None:
+        before = len(checkpointers())
+        w = lone_worker(tmp_path / "w.db")
+        assert len(checkpointers()) == before + 1
+        with w._ckpt_lock:  # a checkpoint in progress
+            writes = [w.run(insert(f"k{i}", i)) for i in range(CHECKPOINT_EVERY)]  # queued together
+            await asyncio.wait_for(asyncio.gather(*writes), 10)
+            for i in range(CHECKPOINT_EVERY, 2 * CHECKPOINT_EVERY + 5):  # one at a time
+                await asyncio.wait_for(w.run(insert(f"k{i}", i)), 5)
+            assert w.checkpoints == 0
+        for _ in range(500):
+            if w.checkpoints:
+                break
+            await asyncio.sleep(0.01)
+        assert w.checkpoints >= 1
+        await w.close()
+        assert len(checkpointers()) == before
+
+    asyncio.run(main())
+    assert len(rows(tmp_path / "w.db")) == 2 * CHECKPOINT_EVERY + 5
+
+
+def test_lone_commits_never_checkpoint_the_checkpointer_thread_does(tmp_path: Path) -> None:
     async def main() -> None:
         w = lone_worker(tmp_path / "w.db")
         auto = await w.run(lambda c: c.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
@@ -172,7 +202,7 @@ def test_lone_commits_never_checkpoint_the_writer_thread_does(tmp_path: Path) ->
         for i in range(CHECKPOINT_EVERY + 5):
             await w.run(insert(f"k{i}", i))
         assert w.inline_runs >= CHECKPOINT_EVERY  # (one may meet the checkpoint holding the lock)
-        for _ in range(200):  # the checkpoint request is the writer thread's to serve
+        for _ in range(200):  # the checkpoint request is the checkpointer thread's to serve
             if w.checkpoints:
                 break
             await asyncio.sleep(0.01)
