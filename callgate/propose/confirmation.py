@@ -49,8 +49,8 @@ from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.policy.serving import ServingSnapshot
 from callgate.propose.idempotency import IdempotencyFlow
-from callgate.store.base import InvocationRecord, Move, Store
-from callgate.store.trail import Trail, move
+from callgate.store.base import InvocationRecord, Store
+from callgate.store.trail import move, planned
 
 DEADLINE_SWEEP_BATCH = 500
 """Invocations one deadline sweep ends at most (the next sweep takes the rest)."""
@@ -90,17 +90,10 @@ class Confirmations:
         ended = 0
         for k in range(0, len(ends), SWEEP_SLICE):
             at = rfc3339(self._clock.now())
-            moves = []
-            for inv, kind, data in ends[k : k + SWEEP_SLICE]:
-                trail = Trail.on(inv, trace, at)
-                trail.add(kind, State.CANCELLED_BEFORE_COMMIT, data)
-                moves.append(
-                    Move(
-                        replace(inv, state=State.CANCELLED_BEFORE_COMMIT, updated_at=at),
-                        inv.state,
-                        trail.events,
-                    )
-                )
+            cancel = State.CANCELLED_BEFORE_COMMIT
+            moves = [
+                planned(inv, cancel, kind, data, trace, at) for inv, kind, data in ends[k : k + SWEEP_SLICE]
+            ]
             for move_, done in zip(moves, await self._store.transition_many(moves), strict=True):
                 if done:
                     ended += 1

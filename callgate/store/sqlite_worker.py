@@ -35,6 +35,7 @@ file nor syncs, and commits go on while the checkpoint copies and syncs.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import queue
 import sqlite3
@@ -47,6 +48,7 @@ from typing import Any, Protocol, TypeVar
 
 from callgate.core.errors import CallgateError, store_unavailable
 
+log = logging.getLogger("callgate.store")
 T = TypeVar("T")
 Op = Callable[[sqlite3.Connection], Any]
 
@@ -242,8 +244,13 @@ class SQLiteWorker:
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
             conn.execute(f"PRAGMA synchronous={self._commit_sync}")
             conn.execute("PRAGMA wal_autocheckpoint=0")
-        except sqlite3.Error:
-            return  # nothing checkpoints then: the WAL grows until the next start (logged by reads)
+        except sqlite3.Error as exc:
+            log.error(
+                "the WAL checkpointer cannot open %s (%s): the WAL grows until callgate restarts",
+                self._path,
+                exc,
+            )
+            return
         try:
             while True:
                 self._ckpt_wake.wait()

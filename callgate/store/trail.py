@@ -18,7 +18,7 @@ from callgate.core.fastinit import builder
 from callgate.core.ids import new_id
 from callgate.core.states import EDGES, TERMINAL, State, check_transition
 from callgate.core.trace import TraceContext, new_span_id
-from callgate.store.base import EventRecord, InvocationRecord, Store
+from callgate.store.base import EventRecord, InvocationRecord, Move, Store
 
 _event = builder(EventRecord)
 _EDGE_IDS: frozenset[tuple[int, int]] = frozenset(
@@ -108,10 +108,18 @@ async def move(
 ) -> InvocationRecord | None:
     """Move ``inv`` to ``to`` with one event, compare-and-set on its current state: the new
     record, or None when another call changed the invocation first."""
+    m = planned(inv, to, kind, data, trace, at)
+    return m.record if await store.transition(m.record, m.expected, m.events) else None
+
+
+def planned(
+    inv: InvocationRecord, to: State, kind: EventKind, data: Mapping[str, Any], trace: TraceContext, at: str
+) -> Move:
+    """The move of :func:`move`, not yet written (a sweep writes many in one transaction:
+    :meth:`Store.transition_many`)."""
     trail = Trail.on(inv, trace, at)
     trail.add(kind, to, data)
-    new = replace(inv, state=to, updated_at=at)
-    return new if await store.transition(new, inv.state, trail.events) else None
+    return Move(replace(inv, state=to, updated_at=at), inv.state, trail.events)
 
 
-__all__ = ["Trail", "move", "rewind"]
+__all__ = ["Trail", "move", "planned", "rewind"]
