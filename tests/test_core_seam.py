@@ -7,6 +7,10 @@ without the compiled core built.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,6 +70,80 @@ def test_native_core_refuses_to_start_without_the_build(monkeypatch: pytest.Monk
         Core(CoreEngine.NATIVE)
     assert exc.value.code is ErrorCode.CONFIG_INVALID
     assert Core(CoreEngine.AUTO).kind is CoreKind.PYTHON
+
+
+@pytest.fixture
+def broken_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A compiled core that is there but does not load (what the dynamic loader says of a module
+    built against a newer libsqlite3, seen on this machine); the real one comes back after."""
+    import callgate.core.nativemod as nativemod
+
+    said = f"{ROOT}/callgate/_native.abi3.so: undefined symbol: sqlite3_set_clientdata"
+
+    def refuse(name: str) -> object:
+        raise ImportError(said, name=name)
+
+    nativemod._imported.cache_clear()
+    monkeypatch.setattr(nativemod.importlib, "import_module", refuse)
+    yield said
+    monkeypatch.undo()
+    nativemod._imported.cache_clear()
+
+
+def test_a_build_that_does_not_load_is_named_with_the_loaders_message(broken_build: str) -> None:
+    core = Core(CoreEngine.AUTO)
+    assert core.kind is CoreKind.PYTHON
+    assert "does not load" in core.native_unavailable and broken_build in core.native_unavailable
+    with pytest.raises(CallgateError) as exc:
+        Core(CoreEngine.NATIVE)
+    assert exc.value.code is ErrorCode.CONFIG_INVALID
+    assert broken_build in exc.value.message and "scripts/native build" in exc.value.message
+    assert Core(CoreEngine.PYTHON).native_unavailable == ""  # not wanted: nothing to say
+
+
+def test_serve_warns_when_the_build_does_not_load(tmp_path: Path) -> None:
+    """``callgate serve`` on a machine where the module is there but does not load: it serves on
+    the Python core and says why, as a warning, with the loader's message."""
+    runner = tmp_path / "run.py"
+    runner.write_text(
+        "import importlib.abc, runpy, sys\n"
+        "class Refuse(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'callgate._native':\n"
+        "            raise ImportError('_native.abi3.so: undefined symbol: sqlite3_set_clientdata', name=name)\n"
+        "sys.meta_path.insert(0, Refuse())\n"
+        "sys.argv[0] = 'callgate'\n"
+        "runpy.run_module('callgate', run_name='__main__', alter_sys=True)\n",
+        encoding="utf-8",
+    )
+    toml = tmp_path / "callgate.toml"
+    toml.write_text(
+        f'[server]\nagent = {{ socket = "{tmp_path}/agent.sock" }}\n'
+        f'confirmer = {{ socket = "{tmp_path}/confirmer.sock" }}\n'
+        f'authorizer = {{ socket = "{tmp_path}/authorizer.sock" }}\n'
+        f'executor = {{ socket = "{tmp_path}/executor.sock" }}\n'
+        f'[policy]\ndir = "{ROOT}/policies"\nwatch = false\n'
+        f'[store]\npath = "{tmp_path}/callgate.db"\n[idempotency]\npath = "{tmp_path}/idempotency.db"\n',
+        encoding="utf-8",
+    )
+    log = tmp_path / "log"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, str(runner), "serve", "--config", str(toml)],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=err, stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "core: " not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        text = log.read_text()
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert "core: python (the compiled core callgate._native is present but it does not load" in text, text
+    warning = [line for line in text.splitlines() if "WARNING" in line and "does not load" in line]
+    assert warning and "undefined symbol: sqlite3_set_clientdata" in warning[0], text
+    assert "the Python core runs" in warning[0], text
 
 
 def test_unsupported_tools_run_python_and_are_counted() -> None:

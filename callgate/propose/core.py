@@ -23,7 +23,6 @@ and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`Co
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import threading
 from collections import Counter
@@ -36,6 +35,7 @@ from typing import Any, Final
 from callgate.core.errors import config_invalid
 from callgate.core.fastinit import builder
 from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
+from callgate.core.nativemod import NOT_BUILT, load_native, native_missing
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
@@ -63,14 +63,6 @@ class CoreKind(StrEnum):
 
     PYTHON = "python"
     NATIVE = "native"
-
-
-def load_native() -> ModuleType | None:
-    """``callgate._native`` when it is built and importable, else None."""
-    try:
-        return importlib.import_module("callgate._native")
-    except ImportError:
-        return None
 
 
 def _has_key(node: Any, names: frozenset[str]) -> bool:
@@ -178,11 +170,14 @@ class Core:
         engine = CoreEngine(engine)
         self.engine = engine
         self._native = None if engine is CoreEngine.PYTHON else load_native()
-        if engine is CoreEngine.NATIVE and self._native is None:
-            raise config_invalid(
-                "core.engine is 'native' but the compiled core callgate._native is not built "
-                "(run scripts/native build; see docs/NATIVE.md)"
-            )
+        self.native_unavailable = ""
+        """Why the compiled core was wanted (``auto``, ``native``) and does not run: ``""`` when
+        it runs or ``core.engine = "python"``. ``callgate serve`` logs it, as a warning when a
+        build is there but does not load."""
+        if engine is not CoreEngine.PYTHON and self._native is None:
+            self.native_unavailable = f"the compiled core callgate._native is {native_missing() or NOT_BUILT}"
+            if engine is CoreEngine.NATIVE:
+                raise config_invalid(f"core.engine is 'native' but {self.native_unavailable}")
         self.kind = CoreKind.NATIVE if self._native is not None else CoreKind.PYTHON
         self._lock = threading.Lock()
         self._snapshot: PolicySnapshot | None = None

@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from callgate.config import ROLES, Config, ListenerConfig
 from callgate.core.clock import Clock, SystemClock
 from callgate.core.errors import CallgateError, LoadError, config_invalid
+from callgate.core.nativemod import NOT_BUILT, native_missing
 from callgate.credentials.issuer import KeyRing
 from callgate.execute.execution import Execution
 from callgate.execute.redaction import Redactor
@@ -317,9 +318,12 @@ class Sidecar:
         core = c.gate.core
         python_tools = core.prepare(snap, eager=True) if snap else {}
         cedar = core.cedar_core(snap) if snap else None
+        if core.native_unavailable and native_missing() != NOT_BUILT:
+            log.warning("%s: the Python core runs", core.native_unavailable)  # there, does not load
         log.info(
-            "core: %s%s%s",
+            "core: %s%s%s%s",
             core.kind.value,
+            f" ({core.native_unavailable})" if core.native_unavailable else "",
             f"; Cedar decisions: {cedar.value}" if cedar is not None else "",
             f"; {len(python_tools)} tool(s) on the Python stages: "
             + ", ".join(f"{k} ({why})" for k, why in sorted(python_tools.items()))

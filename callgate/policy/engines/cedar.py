@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import json
 import logging
 import re
@@ -43,6 +42,7 @@ import cedarpy
 
 from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
+from callgate.core.nativemod import load_native, native_missing
 from callgate.policy.declare import declared
 from callgate.policy.engines.base import Readiness, combine, fault
 from callgate.policy.engines.cedar_slices import (
@@ -472,10 +472,9 @@ def native_loaded(
     """The snapshot prepared by the compiled core alone, entities read from ``entities.json`` by
     the core (checked against the schema there, held once), as ``(snapshot, "")``; or
     ``(None, why)`` when the core is not built or cannot take it (cedarpy's form is then built)."""
-    try:
-        mod = importlib.import_module("callgate._native")
-    except ImportError:
-        return None, "the compiled core is not built"
+    mod = load_native()
+    if mod is None:
+        return None, f"the compiled core is {native_missing()}"
     cls = getattr(mod, "CedarSnapshot", None)
     load = getattr(cls, "load", None)
     if load is None:
@@ -534,9 +533,8 @@ def native_snapshot(
     """The snapshot prepared in the compiled core (docs/NATIVE.md), from the slices and entity
     index the Python load computed (so both evaluate the same policy sets on the same entities),
     or None when ``callgate._native`` is not built or cannot take it (the Python path then runs)."""
-    try:
-        mod = importlib.import_module("callgate._native")
-    except ImportError:
+    mod = load_native()
+    if mod is None:
         return None
     cls = getattr(mod, "CedarSnapshot", None)
     if cls is None:
