@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import tempfile
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,7 +35,7 @@ from hypothesis import strategies as st
 
 from callgate.core.errors import LoadError, RejectedError
 from callgate.core.model import NormalizationContext, ValidatedArguments
-from callgate.propose.core import Core, load_native, native_plan
+from callgate.propose.core import Core, load_native, native_plan, native_steps
 from callgate.propose.digest import canonicalize, invocation_digest
 from callgate.propose.normalize import NormalizerChain, normalize
 from callgate.propose.parse import ParseLimits, parse_arguments, parse_json_document
@@ -321,9 +322,17 @@ WORDS = ["tomorrow", "  Today ", "yesterday", "the day after tomorrow", "in 3 da
 texts = st.sampled_from(WORDS) | st.text(
     st.sampled_from(list(" \t\n\x0b\x1cAbZz-é\u00a0ı上海\u3400\u9fff\uf900\u3000")), max_size=10
 )
+DECIMAL_TEXTS = ["12.5", " 12.50 ", "-0", "-0.00", "0", "0.0001", "0.00001", "1.23456", "922337203685477.5807",
+                 "922337203685477.5806", "-922337203685477.5806", "00.1", "1.", ".5", "１２.５", "1e5", "+5", "-12",
+                 "123456789012345678.123456789012345678", "1234567890123456789", "99.9999", "100.25", "100.250000",
+                 "\t7\n", "7 ", "- 7", "0.000000000000000001", "5\u00a0"]  # fmt: skip
+decimal_texts = st.sampled_from(DECIMAL_TEXTS) | st.integers(0, 6).flatmap(
+    lambda places: st.decimals(-(10**16), 10**16, allow_nan=False, allow_infinity=False, places=places)
+).map(lambda d: format(d, "f"))
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=False, allow_infinity=False)
-    | st.floats(-1000, 1000).map(lambda f: round(f, 4)) | texts,
+    | st.floats(-1000, 1000).map(lambda f: round(f, 4)) | texts | decimal_texts
+    | st.sampled_from([0.1, 100.0, 1e-05, 1e16, -0.0, 0.5, 922337203685477.5, 12.3456, 2**63, -(2**63) - 1]),
     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.sampled_from(["a", "b", "c", "0"]), kids, max_size=4),
     max_leaves=12,
 )  # fmt: skip
@@ -360,6 +369,19 @@ decls = st.one_of(
         st.integers(0, 15),
         st.sampled_from(["half_even", "half_up"]),
     ),
+    st.builds(
+        lambda f, scale, low, high: {
+            "kind": "decimal",
+            "field": f,
+            "scale": scale,
+            **({"minimum": low} if low is not None else {}),
+            **({"maximum": high} if high is not None else {}),
+        },
+        fields,
+        st.integers(0, 4),
+        st.sampled_from([None, -10, 0, 0.5, "12.5", "-0.0001", 1e-30]),
+        st.sampled_from([None, 100, 0, 99.99, "100.25", 1e20]),
+    ),
 )
 
 
@@ -386,10 +408,10 @@ def test_normalizers(
         code, canonical = py_canonical(value)
     except RejectedError as exc:
         code, value, canonical, applied = exc.code.value, None, b"", ()
-    steps = [
-        (s.kind, s.field, json.dumps(_plain(s.options)), t)
-        for s, t in zip(chain.specs, _tables(chain), strict=True)
-    ]
+    steps = native_steps(chain)
+    if isinstance(steps, str):  # e.g. a decimal bound finer than 10^-18: the Python stages run it
+        COUNTS["normalize-not-native"] += 1
+        return
     tool = N.Tool("t", "v1", steps)
     ncode, nvalue, ncanonical, napplied = tool.normalize(json.dumps(args).encode(), clock)
     if ncode == "defer":
@@ -403,22 +425,63 @@ def test_normalizers(
     COUNTS["normalize-compared"] += 1
 
 
+amounts = (
+    decimal_texts
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(-1e6, 1e6).map(lambda f: round(f, 3))
+    | st.integers()
+    | st.integers(-(10**16), 10**16)
+    | st.text(st.sampled_from(list("0123456789.-+ e\t１")), max_size=22)
+    | st.none()
+    | st.booleans()
+)
+bounds = (
+    st.none()
+    | st.sampled_from(
+        [-10, 0, 0.5, "12.5", "-0.0001", 1e-30, 100, 99.99, "100.25", 1e20, "-922337203685477.5807"]
+    )
+    | st.integers(-(10**6), 10**6)
+    | st.floats(-1e6, 1e6).map(lambda f: round(f, 2))
+)
+
+
+@settings(derandomize=True, max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(amounts, st.integers(0, 4), bounds, bounds)
+def test_decimal_normalizer(amount: Any, scale: int, low: Any, high: Any) -> None:
+    """The ``decimal`` leaf on one amount: the same code (``decimal_invalid`` for a value that is
+    not a decimal, too precise or out of range), value and canonical bytes as the reference."""
+    decl: dict[str, Any] = {"kind": "decimal", "field": "/a", "scale": scale}
+    decl.update({k: v for k, v in (("minimum", low), ("maximum", high)) if v is not None})
+    chain = chain_of([decl])
+    assume(chain is not None)
+    assert chain is not None
+    clock, zone = CLOCKS[0]
+    args = {"a": amount}
+    try:
+        value, applied = chain.apply(args, NormalizationContext(clock, zone, "en"))
+        code, canonical = py_canonical(value)
+    except RejectedError as exc:
+        code, value, canonical, applied = exc.code.value, None, b"", ()
+    steps = native_steps(chain)
+    if isinstance(steps, str):  # a bound finer than 10^-18 (1e-30): the Python stages run it
+        COUNTS["decimal-not-native"] += 1
+        return
+    ncode, nvalue, ncanonical, napplied = N.Tool("t", "v1", steps).normalize(json.dumps(args).encode(), clock)
+    if ncode == "defer":  # text outside ASCII (NFKC is the reference's)
+        COUNTS["decimal-defer"] += 1
+        return
+    assert ncode == code, (args, decl)
+    if code is None:
+        assert same(nvalue, value) and ncanonical == canonical and tuple(napplied) == applied, (args, decl)
+    COUNTS[f"decimal-{code or 'accepted'}"] += 1
+
+
 def _plain(v: Any) -> Any:
     if isinstance(v, Mapping):
         return {k: _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
     return v
-
-
-def _tables(chain: NormalizerChain) -> list[dict[str, str]]:
-    from callgate.propose.normalize import _text_key
-
-    out: list[dict[str, str]] = []
-    for s in chain.specs:
-        aliases = _plain(s.options).get("aliases") if s.kind == "enum_alias" else None
-        out.append({_text_key(k): v for k, v in aliases.items()} if isinstance(aliases, dict) else {})
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -548,6 +611,70 @@ def _projection_pair(project: bool) -> tuple[Any, Core]:
 
 
 _CACHE: dict[str, Any] = {}
+
+
+def _refund_tool() -> Any:
+    """A refund tool (amounts under a ``decimal`` normalizer with bounds), compiled from its file
+    as the loader does: the example policies have no decimal argument."""
+    from callgate.policy.toolspecs import compile_tool
+    from tests.conftest import ROOT
+
+    if "refund" not in _CACHE:
+        spec = json.loads((ROOT / "policies" / "tools" / "weather.get@v1.json").read_text())
+        amount = {"type": ["number", "string"]}
+        props = {"amount": amount, "currency": {"type": "string", "enum": ["EUR", "USD"]}}
+        spec.update(
+            name="payments.refund",
+            input_schema={**spec["input_schema"], "properties": props, "required": ["amount", "currency"]},
+            normalized_schema={
+                **spec["normalized_schema"],
+                "properties": {**props, "amount": {"type": "string", "maxLength": 24}},
+                "required": ["amount", "currency"],
+            },
+            resource_template="order:{currency}",
+            normalizers=[
+                {"kind": "decimal", "field": "/amount", "scale": 2, "minimum": 0.01, "maximum": "10000"}
+            ],
+        )
+        folder = Path(tempfile.mkdtemp(prefix="cg-refund-"))
+        path = folder / "payments.refund@v1.json"
+        path.write_text(json.dumps(spec))
+        _CACHE["refund"] = compile_tool(path)
+    return _CACHE["refund"]
+
+
+@PROPS
+@given(st.fixed_dictionaries({"amount": amounts, "currency": st.sampled_from(["EUR", "USD", "GBP"])}))
+def test_generated_proposals_on_a_decimal_tool(args: dict[str, Any]) -> None:
+    """The whole front (parse, schema, decimal normalizer, normalized schema, digest) of a refund
+    on both cores: the same answer, bytes and digest."""
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    snap = _snapshot(load_snapshot, ROOT)
+    tool = _refund_tool()
+    raw = json.dumps(args, ensure_ascii=False).encode()
+    clock, zone = CLOCKS[0]
+    try:
+        validated = tool.schema.validate(parse_arguments(raw, LIMITS))
+        norm = normalize(
+            validated, tool.normalizers, NormalizationContext(clock, zone, "en"), tenant="acme",
+            tool_name="payments.refund", tool_version="v1",
+        )  # fmt: skip
+        post = tool.normalized_schema.validate_value(norm.value)
+        want: tuple[Any, ...] = (
+            ("schema_violation",) if post else (None, norm.canonical, norm.digest, norm.applied)
+        )
+    except RejectedError as exc:
+        want = (exc.code.value,)
+    answer = _core(snap).front(snap, tool, raw, "acme", "en", clock, LIMITS)
+    assert answer is not None, "the decimal tool runs on the compiled core"
+    if answer.code == "defer":
+        COUNTS["refund-defer"] += 1
+        return
+    got = (answer.code,) if answer.code else (None, answer.canonical, answer.digest, answer.applied)
+    assert got == want
+    COUNTS[f"refund-{answer.code or 'accepted'}"] += 1
 
 
 def _snapshot(load: Any, root: Path) -> Any:

@@ -13,8 +13,8 @@ and answers exactly as they do (``tests/test_native_parity.py``) or defers:
 * ``defer`` (a value the core cannot answer for exactly: non-ASCII text under a ``text`` or
   ``enum_alias`` normalizer, an integer past 64 bits...): the Python stages decide.
 
-A tool the core does not support at all (a schema outside its subset, a ``datetime`` or
-``decimal`` normalizer) always runs the Python stages, and so does a tool with a ``relative_date``
+A tool the core does not support at all (a schema outside its subset, a ``datetime``
+normalizer, a ``decimal`` bound finer than 10^-18) always runs the Python stages, and so does a tool with a ``relative_date``
 normalizer in a session whose locale is neither English nor Chinese (the core reads English
 only; Chinese expressions are non-ASCII, which it defers); :meth:`Core.unsupported` names them
 and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`CoreEngine`).
@@ -39,13 +39,16 @@ from callgate.core.nativemod import NOT_BUILT, load_native, native_missing
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import _text_key
+from callgate.propose.normalize import NormalizerChain, _decimal_option, _text_key
 from callgate.propose.parse import ParseLimits
 
-__all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "native_plan"]
+__all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "native_plan", "native_steps"]
 
-NATIVE_KINDS: Final = frozenset({"default", "enum_alias", "text", "round", "relative_date"})
+NATIVE_KINDS: Final = frozenset({"default", "enum_alias", "text", "round", "relative_date", "decimal"})
 """Normalizer kinds the compiled core runs (``datetime`` needs zone rules: it stays in Python)."""
+DECIMAL_BOUND_PLACES: Final = 18
+"""Fractional digits of a ``decimal`` bound the compiled core holds exactly (it counts in units
+of 10^-18); a bound written with more keeps the tool on the Python stages."""
 _SUBSET_EXCLUDED: Final = frozenset({"patternProperties"})
 """Schema keywords that keep a tool's validation in Python (see :func:`_schema_native`)."""
 
@@ -85,8 +88,23 @@ def _schema_native(schema: Any, raw: Any) -> bool:
 def native_plan(tool: CompiledTool) -> tuple[list[tuple[str, str, str, dict[str, str]]], str, str] | str:
     """What the compiled core needs for ``tool`` (normalizers, schema texts), or the reason it
     cannot run it."""
+    steps = native_steps(tool.normalizers)
+    if isinstance(steps, str):
+        return steps
+    raw_input = tool.schema.document
+    if not _schema_native(tool.schema, raw_input):
+        return "input schema outside the native subset"
+    raw_norm = tool.normalized_schema.document
+    if not _schema_native(tool.normalized_schema, raw_norm):
+        return "normalized schema outside the native subset"
+    return steps, json.dumps(raw_input), json.dumps(raw_norm)
+
+
+def native_steps(chain: NormalizerChain) -> list[tuple[str, str, str, dict[str, str]]] | str:
+    """``chain`` as the compiled core's ``Tool`` takes it (kind, field, options as JSON, alias
+    table), or the reason it cannot run it."""
     steps: list[tuple[str, str, str, dict[str, str]]] = []
-    for spec in tool.normalizers.specs:
+    for spec in chain.specs:
         if spec.kind not in NATIVE_KINDS:
             return f"normalizer {spec.kind}"
         options = _thaw(spec.options)
@@ -95,14 +113,19 @@ def native_plan(tool: CompiledTool) -> tuple[list[tuple[str, str, str, dict[str,
             aliases = options.get("aliases")
             if isinstance(aliases, dict):
                 table = {_text_key(k): v for k, v in aliases.items() if isinstance(v, str)}
+        elif spec.kind == "decimal":
+            # the bounds as the reference reads them (numbers from their repr), as plain text
+            for name in ("minimum", "maximum"):
+                bound = _decimal_option(options, name)
+                if bound is not None:
+                    text = format(bound, "f")
+                    if len(text.partition(".")[2]) > DECIMAL_BOUND_PLACES:
+                        return (
+                            f"normalizer decimal ({name} has more than {DECIMAL_BOUND_PLACES} decimal places)"
+                        )
+                    options[name] = text
         steps.append((spec.kind, spec.field, json.dumps(options, ensure_ascii=False), table))
-    raw_input = tool.schema.document
-    if not _schema_native(tool.schema, raw_input):
-        return "input schema outside the native subset"
-    raw_norm = tool.normalized_schema.document
-    if not _schema_native(tool.normalized_schema, raw_norm):
-        return "normalized schema outside the native subset"
-    return steps, json.dumps(raw_input), json.dumps(raw_norm)
+    return steps
 
 
 NATIVE_DATE_LANGUAGES: Final = frozenset({"en", "zh"})
@@ -234,7 +257,16 @@ class Core:
             steps, schema, normalized = plan
             try:
                 native_tool = self._native.Tool(
-                    tool.spec.name, tool.spec.version, steps, schema, normalized, tool.resource.template
+                    tool.spec.name,
+                    tool.spec.version,
+                    steps,
+                    schema,
+                    normalized,
+                    # a decimal argument is a Cedar decimal in the policies' context, which the
+                    # one-call decision does not build: the engine decides from the front's value
+                    None
+                    if any(s.kind == "decimal" for s in tool.normalizers.specs)
+                    else tool.resource.template,
                 )
             except ValueError as exc:
                 reason = str(exc)

@@ -24,6 +24,8 @@ pub enum Refusal {
     NotCanonicalizable,
     SchemaViolation,
     NormalizationFailed,
+    /// Every failing location is under a `decimal` normalizer (`decimal_invalid`).
+    DecimalInvalid,
     /// Not a refusal: the native core cannot answer exactly; the Python reference decides.
     Defer,
 }
@@ -44,6 +46,7 @@ impl Refusal {
             Refusal::NotCanonicalizable => "not_canonicalizable",
             Refusal::SchemaViolation => "schema_violation",
             Refusal::NormalizationFailed => "normalization_failed",
+            Refusal::DecimalInvalid => "decimal_invalid",
             Refusal::Defer => "defer",
         }
     }
@@ -576,7 +579,7 @@ pub fn format_float(f: f64) -> String {
 /// `repr`, and so the `rfc8785` reference, writes). Rust's `{:e}` gives a shortest, closest
 /// string but rounds an exact tie up (240825066873221.125 -> ...221.13, where ECMAScript writes
 /// ...221.12), so a string ending in an odd digit is checked against its even neighbours.
-fn shortest_digits(f: f64) -> (String, i32) {
+pub(crate) fn shortest_digits(f: f64) -> (String, i32) {
     let sci = format!("{:e}", f);
     let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);

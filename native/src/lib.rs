@@ -220,6 +220,32 @@ impl Tool {
                     };
                     Leaf::Round { decimals, mode }
                 }
+                "decimal" => {
+                    let scale = match options.get("scale") {
+                        Some(Value::Num(Num::Int(d))) if (0..=4).contains(d) => *d as u32,
+                        _ => return Err(PyValueError::new_err("decimal needs a scale of 0-4")),
+                    };
+                    let bound = |name: &str| -> PyResult<Option<i128>> {
+                        match options.get(name) {
+                            None | Some(Value::Null) => Ok(None),
+                            Some(Value::Str(t)) => normalize::parse_decimal_text(t, 19)
+                                .map(|(units, _)| Some(units))
+                                .ok_or_else(|| {
+                                    PyValueError::new_err(format!(
+                                        "decimal {name} is not exact here"
+                                    ))
+                                }),
+                            _ => Err(PyValueError::new_err(format!(
+                                "decimal {name} must be a decimal text"
+                            ))),
+                        }
+                    };
+                    Leaf::Decimal {
+                        scale,
+                        low: bound("minimum")?,
+                        high: bound("maximum")?,
+                    }
+                }
                 other => return Err(PyValueError::new_err(format!("kind {other} is not native"))),
             };
             steps.push(Step {

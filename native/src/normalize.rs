@@ -44,6 +44,123 @@ pub enum Leaf {
         decimals: i32,
         mode: Mode,
     },
+    /// `kind: decimal`: `scale` places (0-4), optional bounds (in units of 10^-18).
+    Decimal {
+        scale: u32,
+        low: Option<i128>,
+        high: Option<i128>,
+    },
+}
+
+/// Units of 10^-18: every value the decimal leaf accepts is a whole number of them (at most 18
+/// integer and 18 fractional digits: below 10^36, inside i128).
+const DEC_ONE: i128 = 1_000_000_000_000_000_000;
+/// `DECIMAL_LIMIT` of normalize.py (Cedar's decimal range), in units of 10^-18.
+const DEC_LIMIT: i128 = 922_337_203_685_477_580_700_000_000_000_000;
+
+/// `-?(0|[1-9][0-9]*)(\.[0-9]+)?` with at most `max_int` integer and 18 fractional digits, as
+/// (units of 10^-18, fractional places once trailing zeros are dropped); None for another text.
+pub fn parse_decimal_text(t: &str, max_int: usize) -> Option<(i128, u32)> {
+    let (neg, body) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t),
+    };
+    let (int, frac) = match body.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (body, None),
+    };
+    let ib = int.as_bytes();
+    if ib.is_empty() || ib.len() > max_int || !ib.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if ib.len() > 1 && ib[0] == b'0' {
+        return None;
+    }
+    let frac = frac.unwrap_or("");
+    let fb = frac.as_bytes();
+    if (body.contains('.') && fb.is_empty()) || fb.len() > 18 || !fb.iter().all(u8::is_ascii_digit)
+    {
+        return None;
+    }
+    let mut v: i128 = 0;
+    for &b in ib {
+        v = v.checked_mul(10)?.checked_add((b - b'0') as i128)?;
+    }
+    let mut f: i128 = 0;
+    for &b in fb {
+        f = f * 10 + (b - b'0') as i128;
+    }
+    f *= 10i128.pow(18 - fb.len() as u32);
+    let units = v.checked_mul(DEC_ONE)?.checked_add(f)?;
+    let places = frac.trim_end_matches('0').len() as u32;
+    Some((if neg { -units } else { units }, places))
+}
+
+/// `Decimal(repr(f))` of a finite float as (units of 10^-18, places), or None when it is not a
+/// whole number of units or is past 10^19 (either way the leaf refuses it).
+fn float_decimal(f: f64) -> Option<(i128, u32)> {
+    if f == 0.0 {
+        return Some((0, 0));
+    }
+    let (digits, exp) = crate::json::shortest_digits(f.abs());
+    let digits = digits.trim_end_matches('0');
+    let last = exp - digits.len() as i32 + 1; // power of ten of the last digit
+    if exp >= 19 || last < -18 {
+        return None;
+    }
+    let mut coef: i128 = 0;
+    for b in digits.bytes() {
+        coef = coef * 10 + (b - b'0') as i128;
+    }
+    let units = coef * 10i128.pow((last + 18) as u32);
+    let places = if last < 0 { (-last) as u32 } else { 0 };
+    Some((if f < 0.0 { -units } else { units }, places))
+}
+
+/// `_make_decimal_leaf` of normalize.py: the exact decimal a number or decimal string says, at
+/// most `scale` places (never rounded), inside Cedar's range and the bounds, written with
+/// exactly `scale` places (no negative zero).
+fn decimal_leaf(
+    node: &Value,
+    scale: u32,
+    low: Option<i128>,
+    high: Option<i128>,
+) -> Result<Option<Value>, LeafError> {
+    let parsed = match node {
+        Value::Null | Value::Bool(_) | Value::Array(_) | Value::Object(_) => return Ok(None),
+        Value::Num(Num::Int(i)) => Some((*i as i128 * DEC_ONE, 0)),
+        Value::Num(Num::Big(_)) => None, // past 2^63: out of Cedar's range
+        Value::Num(Num::Float(f)) => float_decimal(*f),
+        Value::Str(s) => {
+            if !s.is_ascii() {
+                return Err(LeafError::Defer); // NFKC and Unicode whitespace: the reference
+            }
+            Some(parse_decimal_text(strip(s), 18).ok_or(LeafError::Field)?)
+        }
+    };
+    let (units, places) = parsed.ok_or(LeafError::Field)?;
+    if units != 0 && places > scale {
+        return Err(LeafError::Field); // more places than declared: amounts are never rounded
+    }
+    if units.abs() >= DEC_LIMIT || low.is_some_and(|l| units < l) || high.is_some_and(|h| units > h)
+    {
+        return Err(LeafError::Field);
+    }
+    let q = units / 10i128.pow(18 - scale); // exact: no more than `scale` places
+    let p = 10i128.pow(scale);
+    let mut out = String::new();
+    if q < 0 {
+        out.push('-');
+    }
+    out.push_str(&(q.abs() / p).to_string());
+    if scale > 0 {
+        out.push('.');
+        out.push_str(&format!("{:0width$}", q.abs() % p, width = scale as usize));
+    }
+    Ok(match node {
+        Value::Str(s) if *s == out => None,
+        _ => Some(Value::Str(out)),
+    })
 }
 
 #[derive(Clone, Debug)]
@@ -205,6 +322,7 @@ fn apply_leaf(leaf: &Leaf, node: &Value, ctx: &Ctx) -> Result<Option<Value>, Lea
             new.push((key.clone(), value.clone()));
             Ok(Some(Value::Object(new)))
         }
+        Leaf::Decimal { scale, low, high } => decimal_leaf(node, *scale, *low, *high),
         Leaf::Round { decimals, mode } => {
             let Value::Num(Num::Float(f)) = node else {
                 return Ok(None);
@@ -350,18 +468,24 @@ struct StepState {
 /// Run the chain in order; returns the names of the normalizers that changed something.
 ///
 /// A location that cannot be normalized makes the whole call `normalization_failed` (as the
-/// reference, after running every normalizer); a location the core cannot answer for stops the
-/// chain with `Defer`, unless a failure is already certain (each step's locations are disjoint,
-/// so a failure in the same or an earlier step does not depend on the deferred value).
+/// reference, after running every normalizer), or `decimal_invalid` when every failing location
+/// is under a `decimal` normalizer; a location the core cannot answer for stops the chain with
+/// `Defer`, unless the answer is already certain: a failure outside `decimal` in the same or an
+/// earlier step (each step's locations are disjoint, so it does not depend on the deferred
+/// value; failures under `decimal` alone leave the code to what the rest of the chain does).
 pub fn apply(value: &mut Value, steps: &[Step], ctx: &Ctx) -> Result<Vec<String>, Refusal> {
     let mut applied = Vec::new();
     let mut errors = 0usize;
+    let mut other = 0usize; // failures outside `decimal`
     for step in steps {
         let mut st = StepState::default();
         update(value, &step.segs, &step.leaf, ctx, &mut st);
         errors += st.errors;
+        if !matches!(step.leaf, Leaf::Decimal { .. }) {
+            other += st.errors;
+        }
         if st.deferred {
-            return Err(if errors > 0 {
+            return Err(if other > 0 {
                 Refusal::NormalizationFailed
             } else {
                 Refusal::Defer
@@ -372,7 +496,11 @@ pub fn apply(value: &mut Value, steps: &[Step], ctx: &Ctx) -> Result<Vec<String>
         }
     }
     if errors > 0 {
-        return Err(Refusal::NormalizationFailed);
+        return Err(if other > 0 {
+            Refusal::NormalizationFailed
+        } else {
+            Refusal::DecimalInvalid
+        });
     }
     Ok(applied)
 }
