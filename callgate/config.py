@@ -142,7 +142,7 @@ class CoreConfig:
     core (``callgate._native``, built by ``scripts/native``) when it is importable and the Python
     stages otherwise; ``python`` always runs the Python stages (the reference); ``native``
     requires the compiled core and refuses to start without it. A tool the compiled core does not
-    support (a schema outside its subset, a ``datetime`` normalizer) runs the Python stages either
+    support (a schema outside its subset, a ``decimal`` bound finer than 10^-18) runs the Python stages either
     way; ``callgate serve`` names them at start. With the compiled core, the Cedar engine's
     decisions run in it too (``cedar-policy``, same slices and answers as cedarpy); OPA and Rego
     are unaffected."""

@@ -6,6 +6,7 @@ without the compiled core built.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import pytest
 from callgate.config import load_config
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.policy.snapshot import load_snapshot
+from callgate.policy.toolspecs import CompiledTool, compile_tool
 from callgate.propose.core import Core, CoreEngine, CoreKind, load_native
 from callgate.propose.parse import ParseLimits
 from tests.conftest import ROOT
@@ -146,17 +148,36 @@ def test_serve_warns_when_the_build_does_not_load(tmp_path: Path) -> None:
     assert "the Python core runs" in warning[0], text
 
 
-def test_unsupported_tools_run_python_and_are_counted() -> None:
+def _finer_bound_tool(tmp_path: Path) -> CompiledTool:
+    """A tool the compiled core cannot run: a decimal bound finer than 10^-18."""
+    spec = json.loads((ROOT / "policies" / "tools" / "weather.get@v1.json").read_text())
+    spec.update(
+        name="fine.bound", normalizers=[{"kind": "decimal", "field": "/city", "scale": 2, "minimum": 1e-30}]
+    )
+    path = tmp_path / "fine.bound@v1.json"
+    path.write_text(json.dumps(spec))
+    return compile_tool(path)
+
+
+def test_unsupported_tools_run_python_and_are_counted(tmp_path: Path) -> None:
     assert BUILT, "the compiled core is not built (scripts/native build; needs a Rust toolchain)"
     snap = load_snapshot(ROOT / "policies")
     core = Core(CoreEngine.NATIVE)
     seen: list[str] = []
     core.observer = seen.append
-    assert core.prepare(snap, eager=True) == {"calendar.create_event@v1": "normalizer datetime"}
+    assert core.prepare(snap, eager=True) == {}  # every example tool runs on the compiled core
     cal = snap.tools.get("calendar.create_event", "v1")
     weather = snap.tools.get("weather.get", "v1")
     assert cal is not None and weather is not None
-    assert core.front(snap, cal, b"{}", "acme", "en", CLOCK, ParseLimits()) is None
+    fine = _finer_bound_tool(tmp_path)
+    assert core.front(snap, fine, b"{}", "acme", "en", CLOCK, ParseLimits()) is None
+    assert core.unsupported() == {
+        "fine.bound@v1": "normalizer decimal (minimum has more than 18 decimal places)"
+    }
+    # a datetime normalizer needs the session's zone rules: none known, the reference answers
+    assert core.front(snap, cal, b"{}", "acme", "en", CLOCK, ParseLimits(), timezone="Mars/Olympus") is None
+    answered = core.front(snap, cal, b"{}", "acme", "en", CLOCK, ParseLimits(), timezone="Asia/Shanghai")
+    assert answered is not None and answered.code == "schema_violation"
     deferred = core.front(
         snap, weather, '{"city": "x", "date": "明天"}'.encode(), "acme", "zh", CLOCK, ParseLimits()
     )
@@ -165,5 +186,5 @@ def test_unsupported_tools_run_python_and_are_counted() -> None:
         snap, weather, b'{"city": "x", "date": "tomorrow", "x": 1}', "acme", "en", CLOCK, ParseLimits()
     )
     assert refused is not None and refused.code == "schema_violation"
-    assert seen == ["unsupported_tool", "deferred"]
-    assert dict(core.python_path) == {"unsupported_tool": 1, "deferred": 1}
+    assert seen == ["unsupported_tool", "zone", "deferred"]
+    assert dict(core.python_path) == {"unsupported_tool": 1, "zone": 1, "deferred": 1}

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 from callgate.core.errors import LoadError, RejectedError
 from callgate.core.model import NormalizationContext, ValidatedArguments
-from callgate.propose.core import Core, load_native, native_plan, native_steps
+from callgate.propose.core import Core, load_native, native_plan, native_steps, native_zone
 from callgate.propose.digest import canonicalize, invocation_digest
 from callgate.propose.normalize import NormalizerChain, normalize
 from callgate.propose.parse import ParseLimits, parse_arguments, parse_json_document
@@ -369,6 +369,7 @@ decls = st.one_of(
         st.integers(0, 15),
         st.sampled_from(["half_even", "half_up"]),
     ),
+    st.builds(lambda f: {"kind": "datetime", "field": f}, fields),
     st.builds(
         lambda f, scale, low, high: {
             "kind": "decimal",
@@ -413,7 +414,9 @@ def test_normalizers(
         COUNTS["normalize-not-native"] += 1
         return
     tool = N.Tool("t", "v1", steps)
-    ncode, nvalue, ncanonical, napplied = tool.normalize(json.dumps(args).encode(), clock)
+    ncode, nvalue, ncanonical, napplied = tool.normalize(
+        json.dumps(args).encode(), clock, native_zone(N, zone)
+    )
     if ncode == "defer":
         COUNTS["normalize-defer"] += 1
         return
@@ -611,6 +614,165 @@ def _projection_pair(project: bool) -> tuple[Any, Core]:
 
 
 _CACHE: dict[str, Any] = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# Zone rules and the datetime normalizer
+
+
+def test_zone_rules_of_every_zone() -> None:
+    """``callgate._native.Zone`` against ``zoneinfo`` (the C implementation the reference runs,
+    on the ``tzdata`` package's files) for every zone: ``utcoffset`` of a wall time with fold 0
+    and 1, and ``fromutc`` (wall time and fold), around every transition and at random instants
+    of years 1-9999 and of the footer rule's years."""
+    import io
+    from datetime import datetime, timedelta
+    from importlib import resources
+    from zoneinfo import _common  # type: ignore[attr-defined]
+
+    from callgate.propose.normalize import _zone_names, load_zone
+
+    epoch = datetime(1970, 1, 1)
+    lo, hi = (
+        int((datetime(1, 1, 2) - epoch).total_seconds()),
+        int((datetime(9999, 12, 30) - epoch).total_seconds()),
+    )
+    rng = random.Random(15)
+    compared = 0
+    for name in sorted(_zone_names()):
+        zone, ref = native_zone(N, name), load_zone(name)
+        assert zone is not None and ref is not None, name
+        data = resources.files("tzdata").joinpath("zoneinfo", *name.split("/")).read_bytes()
+        trans = _common.load_data(io.BytesIO(data))[1]
+        points = [t + d for t in trans for d in (-3601, -3600, -1, 0, 1, 1799, 3599, 3600)]
+        points += [rng.randint(lo, hi) for _ in range(20)]
+        points += [
+            rng.randint(1_800_000_000, 4_200_000_000) // 900 * 900 + d for _ in range(30) for d in (-1, 0)
+        ]
+        for ts in points:
+            if not lo <= ts <= hi:
+                continue
+            wall = epoch + timedelta(seconds=ts)
+            for fold in (0, 1):
+                want = int(ref.utcoffset(wall.replace(fold=fold)).total_seconds())
+                assert zone.utcoffset(ts, bool(fold)) == want, (name, wall, fold)
+            local = ref.fromutc(wall.replace(tzinfo=ref))
+            assert tuple(zone.fromutc(ts)) == (
+                int((local.replace(tzinfo=None) - epoch).total_seconds()),
+                local.fold,
+            )
+            compared += 3
+    COUNTS["zone-compared"] += compared
+
+
+DT_ZONES = ["Europe/Paris", "America/New_York", "Asia/Shanghai", "Australia/Lord_Howe", "Asia/Kolkata",
+            "Pacific/Apia", "Africa/Casablanca", "Europe/Dublin", "UTC", "Etc/GMT+5", "America/St_Johns",
+            "America/Ciudad_Juarez", "Antarctica/Troll", "Pacific/Chatham"]  # fmt: skip
+DT_CLOCKS = ["2026-03-29T01:30:00+01:00", "2026-11-01T01:30:00-04:00", "2026-07-19T14:00:00+08:00",
+             "2026-12-31T23:59:59+00:00", "2026-07-19T14:00:00.5+05:30", "0001-01-01T00:00:00+00:00",
+             "9999-12-31T23:59:59-05:00", "2026-10-25T02:30:00+02:00"]  # fmt: skip
+DT_WORDS = ["tomorrow at 5pm", "today 14:30", "next monday 9:05 a.m.", "in 3 days at 12am", "yesterday at 12 pm",
+            "tomorrow 24:00", "tomorrow at 0:00", "2026-07-20 at 3:30pm", "2026-03-29 02:30", "2026-10-25 2:30",
+            "in 2 weeks at 23:59:59", "next  friday   at 1pm", "Tomorrow AT 5PM", "tomorrow at5pm", "tomorrowat 5pm",
+            "tomorrow 5 pm", "tomorrow at 13pm", "at 5pm", "5pm", " tomorrow at 5pm ", "明天 at 5pm",
+            "tomorrow at 5p.m.", "last sun at 11:59 p.m.", "in 9999 weeks at 1am", "2026-02-30 at 1am"]  # fmt: skip
+
+
+def _datetime_text(
+    y: int, mo: int, d: int, h: int, mi: int, s: int | None, frac: str | None, sep: str, off: str
+) -> str:
+    text = f"{y:04d}-{mo:02d}-{d:02d}{sep}{h:02d}:{mi:02d}"
+    if s is not None:
+        text += f":{s:02d}" + (f".{frac}" if frac is not None else "")
+    return text + off
+
+
+datetime_texts = (
+    st.builds(
+        _datetime_text,
+        st.sampled_from([1, 1883, 1900, 1970, 2026, 2038, 2100, 9999]) | st.integers(1, 9999),
+        st.integers(0, 13), st.integers(0, 32), st.integers(0, 24), st.integers(0, 60), st.none() | st.integers(0, 60),
+        st.none() | st.text(st.sampled_from("0123456789"), min_size=1, max_size=34), st.sampled_from(["T", "t", " "]),
+        st.sampled_from(["", "Z", "z", "+00:00", "-00:00", "+05:30", "-03:30", "+14:00", "+23:59", "+24:00", "-07:60"]),
+    )
+    | st.builds(lambda mo, d, h, mi: f"2026-{mo:02d}-{d:02d}T{h:02d}:{mi:02d}", st.sampled_from([3, 4, 9, 10, 11]),
+                st.integers(1, 31), st.integers(0, 3), st.sampled_from([0, 15, 30, 59]))
+    | st.sampled_from(DT_WORDS)
+    | st.text(st.sampled_from(list("0123456789-T: .Z+at")), max_size=25)
+)  # fmt: skip
+
+
+@settings(derandomize=True, max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(datetime_texts | st.integers() | st.none(), st.sampled_from(DT_ZONES), st.sampled_from(DT_CLOCKS))
+def test_datetime_normalizer(value: Any, zone: str, clock: str) -> None:
+    """The ``datetime`` leaf: RFC 3339 date-times with and without offsets (DST gaps and folds,
+    local mean time, the ends of years 1-9999), relative date-times, shapes that are not
+    date-times; the same code, value and canonical bytes as the reference."""
+    chain = NormalizerChain.build([{"kind": "datetime", "field": "/a"}])
+    args = {"a": value}
+    try:
+        got_value, applied = chain.apply(args, NormalizationContext(clock, zone, "en"))
+        code, canonical = py_canonical(got_value)
+    except RejectedError as exc:
+        code, got_value, canonical, applied = exc.code.value, None, b"", ()
+    steps = native_steps(chain)
+    assert not isinstance(steps, str)
+    ncode, nvalue, ncanonical, napplied = N.Tool("t", "v1", steps).normalize(
+        json.dumps(args).encode(), clock, native_zone(N, zone)
+    )
+    if ncode == "defer":  # non-ASCII text, or a clock the reference refuses in this zone
+        COUNTS["datetime-defer"] += 1
+        return
+    assert ncode == code, (args, zone, clock)
+    if code is None:
+        assert same(nvalue, got_value) and ncanonical == canonical and tuple(napplied) == applied, (
+            args,
+            zone,
+        )
+    COUNTS[f"datetime-{code or 'accepted'}"] += 1
+
+
+calendar_proposals = st.fixed_dictionaries(
+    {"title": texts, "start": datetime_texts | texts},
+    optional={"calendar_id": st.sampled_from(["main", "primary", "work", " Default "]),
+              "duration_minutes": st.integers(0, 2000)},
+)  # fmt: skip
+
+
+@PROPS
+@given(calendar_proposals, st.sampled_from(DT_ZONES), st.sampled_from(DT_CLOCKS[:5]))
+def test_generated_proposals_on_calendar(args: dict[str, Any], zone: str, clock: str) -> None:
+    """The whole front of the example ``calendar.create_event`` (defaults, aliases, text and a
+    ``datetime`` normalizer) on both cores: the same answer, bytes and digest."""
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    snap = _snapshot(load_snapshot, ROOT)
+    tool = snap.tools.get("calendar.create_event", "v1")
+    assert tool is not None
+    raw = json.dumps(args, ensure_ascii=False).encode()
+    try:
+        validated = tool.schema.validate(parse_arguments(raw, LIMITS))
+        norm = normalize(
+            validated, tool.normalizers, NormalizationContext(clock, zone, "en"), tenant="acme",
+            tool_name="calendar.create_event", tool_version="v1",
+        )  # fmt: skip
+        post = tool.normalized_schema.validate_value(norm.value)
+        want: tuple[Any, ...] = (
+            ("schema_violation",) if post else (None, norm.canonical, norm.digest, norm.applied)
+        )
+    except RejectedError as exc:
+        want = (exc.code.value,)
+    answer = _core(snap).front(snap, tool, raw, "acme", "en", clock, LIMITS, timezone=zone)
+    assert answer is not None, "the calendar runs on the compiled core"
+    if answer.code == "defer":
+        COUNTS["calendar-defer"] += 1
+        return
+    got = (answer.code,) if answer.code else (None, answer.canonical, answer.digest, answer.applied)
+    assert got == want, (args, zone, clock)
+    if answer.code is None:
+        assert same(answer.normalized, norm.value)
+    COUNTS[f"calendar-{answer.code or 'accepted'}"] += 1
 
 
 def _refund_tool() -> Any:

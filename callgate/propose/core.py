@@ -13,8 +13,8 @@ and answers exactly as they do (``tests/test_native_parity.py``) or defers:
 * ``defer`` (a value the core cannot answer for exactly: non-ASCII text under a ``text`` or
   ``enum_alias`` normalizer, an integer past 64 bits...): the Python stages decide.
 
-A tool the core does not support at all (a schema outside its subset, a ``datetime``
-normalizer, a ``decimal`` bound finer than 10^-18) always runs the Python stages, and so does a tool with a ``relative_date``
+A tool the core does not support at all (a schema outside its subset, a ``decimal`` bound
+finer than 10^-18) always runs the Python stages, and so does a tool with a ``relative_date``
 normalizer in a session whose locale is neither English nor Chinese (the core reads English
 only; Chinese expressions are non-ASCII, which it defers); :meth:`Core.unsupported` names them
 and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`CoreEngine`).
@@ -23,12 +23,14 @@ and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`Co
 from __future__ import annotations
 
 import functools
+import io
 import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from importlib import resources
 from types import ModuleType
 from typing import Any, Final
 
@@ -39,13 +41,19 @@ from callgate.core.nativemod import NOT_BUILT, load_native, native_missing
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import NormalizerChain, _decimal_option, _text_key
+from callgate.propose.normalize import NormalizerChain, _decimal_option, _text_key, load_zone
 from callgate.propose.parse import ParseLimits
 
 __all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "native_plan", "native_steps"]
 
-NATIVE_KINDS: Final = frozenset({"default", "enum_alias", "text", "round", "relative_date", "decimal"})
-"""Normalizer kinds the compiled core runs (``datetime`` needs zone rules: it stays in Python)."""
+NATIVE_KINDS: Final = frozenset(
+    {"default", "enum_alias", "text", "round", "relative_date", "decimal", "datetime"}
+)
+"""Normalizer kinds the compiled core runs (``datetime`` with the zone rules :func:`native_zone`
+reads)."""
+DATED_KINDS: Final = frozenset({"relative_date", "datetime"})
+"""Kinds that read relative dates: the session's locale decides who answers
+(:data:`NATIVE_DATE_LANGUAGES`)."""
 DECIMAL_BOUND_PLACES: Final = 18
 """Fractional digits of a ``decimal`` bound the compiled core holds exactly (it counts in units
 of 10^-18); a bound written with more keeps the tool on the Python stages."""
@@ -148,6 +156,42 @@ def _thaw(value: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=512)
+def native_zone(native: ModuleType, name: str) -> Any:
+    """The compiled core's rules of zone ``name`` (``callgate._native.Zone``), or None when the
+    reference does not know the zone or the rules cannot be read as it reads them.
+
+    They come from the file the reference loads (:func:`~callgate.propose.normalize.load_zone`:
+    the ``tzdata`` package), parsed by the standard library's own ``zoneinfo`` reader (its
+    transitions, offsets and footer rule), so both cores answer from the same data with the same
+    algorithm (``native/src/zone.rs``)."""
+    if load_zone(name) is None:
+        return None
+    try:
+        from zoneinfo import _common, _zoneinfo  # type: ignore[attr-defined]  # the stdlib reader
+
+        data = resources.files("tzdata").joinpath("zoneinfo", *name.split("/")).read_bytes()
+        trans_idx, trans_utc, utcoff, isdst, _, tz_str = _common.load_data(io.BytesIO(data))
+        after: tuple[Any, ...] | None = None
+        if tz_str:
+            parsed = _zoneinfo._parse_tz_str(tz_str.decode())
+            if isinstance(parsed, _zoneinfo._TZStr):
+                after = ("rule", int(parsed.std.utcoff.total_seconds()), int(parsed.dst.utcoff.total_seconds()),
+                         _rule_day(parsed.start), _rule_day(parsed.end))  # fmt: skip
+            else:
+                after = ("fixed", int(parsed.utcoff.total_seconds()), 0, None, None)
+        return native.Zone(list(trans_utc), list(trans_idx), list(utcoff), [bool(d) for d in isdst], after)
+    except Exception:  # another Python's private reader, a file it refuses: the reference decides
+        return None
+
+
+def _rule_day(day: Any) -> tuple[str, int, int, int, int, int, int, int]:
+    hms = (int(day.hour), int(day.minute), int(day.second))
+    if hasattr(day, "w"):  # _CalendarOffset: Mm.w.d
+        return ("M", int(day.m), int(day.w), int(day.d), *hms, 0)
+    return ("D", int(day.d), 0, 0, *hms, int(bool(day.julian)))  # _DayOffset: Jn or n
+
+
 @dataclass(frozen=True, slots=True)
 class FrontAnswer:
     """The compiled core's answer for one proposal's front stages."""
@@ -181,8 +225,11 @@ class _Prepared:
     snapshot: PolicySnapshot
     native_tool: Any
     relative_dates: bool
-    """The tool has a ``relative_date`` normalizer (the locale then decides who answers)."""
+    """The tool has a ``relative_date`` or ``datetime`` normalizer (the locale then decides who
+    answers)."""
     capabilities: list[str]
+    zoned: bool = False
+    """The tool has a ``datetime`` normalizer: the session's zone rules go with each call."""
 
 
 class Core:
@@ -299,6 +346,7 @@ class Core:
         reference_clock: str,
         limits: ParseLimits,
         principal: str | None = None,
+        timezone: str = "",
     ) -> FrontAnswer | None:
         """The native answer, or None when this tool runs the Python stages.
 
@@ -321,8 +369,9 @@ class Core:
                 tool,
                 snapshot,
                 native_tool,
-                any(s.kind == "relative_date" for s in tool.normalizers.specs),
+                any(s.kind in DATED_KINDS for s in tool.normalizers.specs),
                 list(tool.spec.required_capabilities),
+                any(s.kind == "datetime" for s in tool.normalizers.specs),
             )
             with self._lock:
                 if self._snapshot is snapshot:
@@ -331,6 +380,12 @@ class Core:
         if prepared.relative_dates and not _native_dates(locale):
             self.note("locale")  # the core reads English relative dates only: the reference decides
             return None
+        zone = None
+        if prepared.zoned:
+            zone = native_zone(self._native, timezone)
+            if zone is None:  # an unknown zone (the reference reports it) or unreadable rules
+                self.note("zone")
+                return None
         cedar = getattr(snapshot.engine, "native_snapshot", None) if principal is not None else None
         authz = None
         if cedar is None:
@@ -342,6 +397,7 @@ class Core:
                 limits.max_bytes,
                 limits.max_depth,
                 len(raw) >= DETACH_MIN_BYTES,
+                zone,
             )
         else:
             front, authz = native_tool.decide(
@@ -355,6 +411,7 @@ class Core:
                 principal,
                 prepared.capabilities,
                 len(raw) >= DETACH_MIN_BYTES,
+                zone,
             )
             code, keys, parsed, normalized, canonical, digest, applied = front
         if code == "defer":

@@ -370,6 +370,7 @@ def front(
             ctx.reference_clock,
             limits,
             session.subject,
+            session.timezone,
         )
     if answer is not None and answer.code is None and ctx is not None:
         validated = core.validated(tool, answer)

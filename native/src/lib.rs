@@ -8,6 +8,7 @@ mod json;
 mod normalize;
 mod project;
 mod schema;
+mod zone;
 
 use json::{Limits, Num, Refusal, Value};
 use normalize::{Case, Leaf, Mode, Step};
@@ -220,6 +221,7 @@ impl Tool {
                     };
                     Leaf::Round { decimals, mode }
                 }
+                "datetime" => Leaf::DateTime,
                 "decimal" => {
                     let scale = match options.get("scale") {
                         Some(Value::Num(Num::Int(d))) if (0..=4).contains(d) => *d as u32,
@@ -279,22 +281,23 @@ impl Tool {
     }
 
     /// Normalize a JSON document (parity tests): `(code, value, canonical, applied)`.
+    #[pyo3(signature = (raw, reference_clock, zone=None))]
     fn normalize<'py>(
         &self,
         py: Python<'py>,
         raw: &[u8],
         reference_clock: &str,
+        zone: Option<Bound<'py, zone::Zone>>,
     ) -> PyResult<(
         Option<&'static str>,
         Bound<'py, PyAny>,
         Bound<'py, PyBytes>,
         Vec<String>,
     )> {
+        let z = zone.as_ref().map(|b| b.get());
         let r = py.detach(|| {
             let mut v = json::parse_document(raw, &limits(usize::MAX, usize::MAX))?;
-            let ctx = normalize::Ctx {
-                today: normalize::reference_today(reference_clock).ok_or(Refusal::Defer)?,
-            };
+            let ctx = normalize::context(reference_clock, z).ok_or(Refusal::Defer)?;
             let applied = normalize::apply(&mut v, &self.steps, &ctx)?;
             let mut out = Vec::new();
             json::canonicalize(&v, &mut out)?;
@@ -330,7 +333,7 @@ impl Tool {
     /// Returns `(code, top_level_keys, parsed, normalized, canonical, digest, applied)`; `code` is None on
     /// success, a refusal code (the Python stages then produce the full error), or `"defer"`.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, detach=true))]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, detach=true, zone=None))]
     fn front<'py>(
         &self,
         py: Python<'py>,
@@ -341,9 +344,11 @@ impl Tool {
         max_bytes: usize,
         max_depth: usize,
         detach: bool,
+        zone: Option<Bound<'py, zone::Zone>>,
     ) -> PyResult<FrontResult<'py>> {
         let l = limits(max_bytes, max_depth);
-        let work = || self.run_front(raw, tenant, locale, reference_clock, &l);
+        let z = zone.as_ref().map(|b| b.get());
+        let work = || self.run_front(raw, tenant, locale, reference_clock, &l, z);
         let r = if detach { py.detach(work) } else { work() };
         match r {
             Ok(ok) => front_ok(py, ok, true),
@@ -362,7 +367,7 @@ impl Tool {
     /// Python engine then decides, and reports the fault), else `(resource, [(enforcing,
     /// shadow)] per capability)` as `CedarSnapshot.authorize` answers.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, cedar, principal, capabilities, detach))]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, cedar, principal, capabilities, detach, zone=None))]
     fn decide<'py>(
         &self,
         py: Python<'py>,
@@ -376,11 +381,13 @@ impl Tool {
         principal: &str,
         capabilities: Vec<String>,
         detach: bool,
+        zone: Option<Bound<'py, zone::Zone>>,
     ) -> PyResult<(FrontResult<'py>, Option<Authz>)> {
         let l = limits(max_bytes, max_depth);
         let snap = cedar.get();
+        let z = zone.as_ref().map(|b| b.get());
         let work = || {
-            let ok = self.run_front(raw, tenant, locale, reference_clock, &l)?;
+            let ok = self.run_front(raw, tenant, locale, reference_clock, &l, z)?;
             let authz = self.authorize(&ok.2, snap, tenant, principal, &capabilities);
             Ok::<_, Refusal>((ok, authz))
         };
@@ -718,6 +725,7 @@ impl Tool {
         locale: &str,
         reference_clock: &str,
         l: &Limits,
+        zone: Option<&zone::Zone>,
     ) -> Result<FrontOk, Refusal> {
         let mut v = json::parse_arguments(raw, l)?;
         let keys = match &v {
@@ -741,7 +749,7 @@ impl Tool {
             None
         };
         // an invalid context is the reference's to report
-        let today = normalize::reference_today(reference_clock).ok_or(Refusal::Defer)?;
+        let ctx = normalize::context(reference_clock, zone).ok_or(Refusal::Defer)?;
         if !normalize::locale_ok(locale) {
             return Err(Refusal::Defer);
         }
@@ -750,7 +758,7 @@ impl Tool {
         } else {
             Some(v.clone())
         };
-        let applied = normalize::apply(&mut v, &self.steps, &normalize::Ctx { today })?;
+        let applied = normalize::apply(&mut v, &self.steps, &ctx)?;
         let mut canonical = Vec::with_capacity(raw.len());
         json::canonicalize(&v, &mut canonical)?;
         let digest = digest_of(
@@ -782,5 +790,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(render_resource, m)?)?;
     m.add_class::<Tool>()?;
     m.add_class::<cedar::CedarSnapshot>()?;
+    m.add_class::<zone::Zone>()?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! casefold, whitespace) are the reference, so such a value makes the native core defer.
 
 use crate::json::{Num, Refusal, Value};
+use crate::zone::{wall, Zone};
 use std::collections::HashMap;
 
 #[derive(Clone, Debug)]
@@ -44,6 +45,8 @@ pub enum Leaf {
         decimals: i32,
         mode: Mode,
     },
+    /// `kind: datetime`: an RFC 3339 date-time in the session's zone.
+    DateTime,
     /// `kind: decimal`: `scale` places (0-4), optional bounds (in units of 10^-18).
     Decimal {
         scale: u32,
@@ -250,10 +253,12 @@ impl From<Refusal> for LeafError {
     }
 }
 
-/// The resolved context (`_Resolved`): the user's local date at the reference clock.
-#[derive(Clone, Copy, Debug)]
-pub struct Ctx {
+/// The resolved context (`_Resolved`): the user's local date at the reference clock, and the
+/// session's zone rules when a `datetime` normalizer needs them.
+#[derive(Clone, Copy)]
+pub struct Ctx<'a> {
     pub today: i64,
+    pub zone: Option<&'a Zone>,
 }
 
 /// One leaf on one node: `Ok(Some(new))` when the node changes.
@@ -323,6 +328,19 @@ fn apply_leaf(leaf: &Leaf, node: &Value, ctx: &Ctx) -> Result<Option<Value>, Lea
             Ok(Some(Value::Object(new)))
         }
         Leaf::Decimal { scale, low, high } => decimal_leaf(node, *scale, *low, *high),
+        Leaf::DateTime => {
+            let Value::Str(s) = node else { return Ok(None) };
+            if !s.is_ascii() {
+                return Err(LeafError::Defer); // NFKC and Unicode whitespace: the reference
+            }
+            let zone = ctx.zone.ok_or(LeafError::Defer)?;
+            let out = datetime_leaf(strip(s), zone, ctx)?;
+            Ok(if &out == s {
+                None
+            } else {
+                Some(Value::Str(out))
+            })
+        }
         Leaf::Round { decimals, mode } => {
             let Value::Num(Num::Float(f)) = node else {
                 return Ok(None);
@@ -659,7 +677,27 @@ fn resolve_date(prepared: &str, ctx: &Ctx) -> Result<i64, LeafError> {
 
 /// The local date of a reference clock `YYYY-MM-DDTHH:MM:SS[.f]±HH:MM` (as `isoformat()` writes
 /// it in the session's zone), or None for any other shape (the reference then decides).
-pub fn reference_today(clock: &str) -> Option<i64> {
+/// The context of a call: `today` from the reference clock's own date, or with the session's
+/// zone (a `datetime` normalizer) as the reference computes it, the clock's instant on the
+/// zone's wall clock (`t.astimezone(zone).date()`); None where the reference would refuse it.
+pub fn context<'a>(clock: &str, zone: Option<&'a Zone>) -> Option<Ctx<'a>> {
+    let (today, utc) = reference_parts(clock)?;
+    let today = match zone {
+        None => today,
+        Some(z) => {
+            let local = utc + z.offset_utc(utc).0;
+            let day = local.div_euclid(86400);
+            if day < days_from_civil(1, 1, 1) || day > days_from_civil(9999, 12, 31) {
+                return None;
+            }
+            day
+        }
+    };
+    Some(Ctx { today, zone })
+}
+
+/// The clock's own date and its instant (UTC wall seconds).
+fn reference_parts(clock: &str) -> Option<(i64, i64)> {
     let b = clock.as_bytes();
     if b.len() < 25 || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
         return None;
@@ -702,7 +740,7 @@ pub fn reference_today(clock: &str) -> Option<i64> {
     if utc_day < days_from_civil(1, 1, 1) || utc_day > days_from_civil(9999, 12, 31) {
         return None;
     }
-    Some(today)
+    Some((today, utc_minutes * 60 + ss))
 }
 
 /// `_LOCALE` of normalize.py: `[A-Za-z]{2,8}(?:[-_][A-Za-z0-9]{1,8})*`.
@@ -715,4 +753,182 @@ pub fn locale_ok(locale: &str) -> bool {
         return false;
     }
     parts.all(|p| (1..=8).contains(&p.len()) && p.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+// ------------------------------------------------------------------------------------------
+// Date-times (kind "datetime"): `_leaf_datetime` of normalize.py. Wall times are seconds since
+// 1970-01-01 (crate::zone), microseconds apart; Python's datetime range is years 1..=9999.
+
+fn wall_min() -> i64 {
+    wall(days_from_civil(1, 1, 1), 0, 0, 0)
+}
+
+fn wall_max() -> i64 {
+    wall(days_from_civil(9999, 12, 31), 23, 59, 59)
+}
+
+fn in_range(ts: i64) -> Result<i64, LeafError> {
+    if ts < wall_min() || ts > wall_max() {
+        Err(LeafError::Field) // OverflowError: out of the supported range
+    } else {
+        Ok(ts)
+    }
+}
+
+/// `_DT.fullmatch` then `_parse_dt`'s checks: None when the text has another shape;
+/// `Err(Field)` for a shape that is no real instant; else (wall seconds, microseconds, offset).
+fn parse_dt(t: &str) -> Result<Option<(i64, i64, Option<i64>)>, LeafError> {
+    let b = t.as_bytes();
+    let dig = |r: std::ops::Range<usize>| b.get(r).and_then(digits);
+    if b.len() < 16
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !matches!(b[10], b'T' | b't' | b' ')
+        || b[13] != b':'
+    {
+        return Ok(None);
+    }
+    let (Some(y), Some(mo), Some(d), Some(h), Some(mi)) =
+        (dig(0..4), dig(5..7), dig(8..10), dig(11..13), dig(14..16))
+    else {
+        return Ok(None);
+    };
+    let mut i = 16;
+    let mut sec = 0;
+    let mut frac: &[u8] = b"";
+    if b.get(i) == Some(&b':') {
+        let Some(s) = dig(i + 1..i + 3) else {
+            return Ok(None);
+        };
+        sec = s;
+        i += 3;
+        if b.get(i) == Some(&b'.') {
+            let start = i + 1;
+            let mut j = start;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            if j == start || j - start > 32 {
+                return Ok(None);
+            }
+            frac = &b[start..j];
+            i = j;
+        }
+    }
+    let off = match &b[i..] {
+        [] => None,
+        [b'Z' | b'z'] => Some(0),
+        [sign @ (b'+' | b'-'), h1, h2, b':', m1, m2] => {
+            let (Some(oh), Some(om)) = (digits(&[*h1, *h2]), digits(&[*m1, *m2])) else {
+                return Ok(None);
+            };
+            if oh > 23 || om > 59 {
+                return Err(LeafError::Field); // not a valid UTC offset
+            }
+            let v = oh * 3600 + om * 60;
+            Some(if *sign == b'-' { -v } else { v })
+        }
+        _ => return Ok(None),
+    };
+    if frac.len() > 6 && frac[6..].iter().any(|&c| c != b'0') {
+        return Err(LeafError::Field); // sub-microsecond precision
+    }
+    let mut micro = 0;
+    for k in 0..6 {
+        micro = micro * 10 + frac.get(k).map_or(0, |c| i64::from(c - b'0'));
+    }
+    let day = valid_date(y, mo, d).ok_or(LeafError::Field)?;
+    if !(1..=9999).contains(&y) || h > 23 || mi > 59 || sec > 59 {
+        return Err(LeafError::Field);
+    }
+    Ok(Some((wall(day, h, mi, sec), micro, off)))
+}
+
+/// `_localize`: the wall time `naive` in `zone`, the earlier instant of an ambiguous time,
+/// a nonexistent one refused; (local wall time, offset it is written with).
+fn localize(naive: i64, zone: &Zone) -> Result<(i64, i64), LeafError> {
+    let utc = in_range(naive - zone.offset_local(naive, false))?;
+    let (off, fold) = zone.offset_utc(utc);
+    let back = in_range(utc + off)?;
+    if back != naive {
+        return Err(LeafError::Field); // DST gap
+    }
+    Ok((back, zone.offset_local(back, fold)))
+}
+
+/// `_to_zone`: an instant given with its UTC offset, on the zone's wall clock.
+fn to_zone(naive: i64, offset: i64, zone: &Zone) -> Result<(i64, i64), LeafError> {
+    let utc = in_range(naive - offset)?;
+    let (off, fold) = zone.offset_utc(utc);
+    let local = in_range(utc + off)?;
+    Ok((local, zone.offset_local(local, fold)))
+}
+
+/// `_format_rfc3339`.
+fn format_rfc3339(local: i64, micro: i64, off: i64) -> Result<String, LeafError> {
+    if off % 60 != 0 {
+        return Err(LeafError::Field); // e.g. local mean time before 1901
+    }
+    let (y, m, d) = civil_from_days(local.div_euclid(86400));
+    let secs = local.rem_euclid(86400);
+    let mut out = format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    );
+    if micro != 0 {
+        out.push('.');
+        out.push_str(format!("{micro:06}").trim_end_matches('0'));
+    }
+    let minutes = off / 60;
+    let sign = if minutes >= 0 { '+' } else { '-' };
+    let minutes = minutes.abs();
+    out.push_str(&format!("{sign}{:02}:{:02}", minutes / 60, minutes % 60));
+    Ok(out)
+}
+
+/// `_REL_DT`: a relative date, then a 24-hour or 12-hour time.
+fn rel_dt() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(concat!(
+            r"^(?:(?P<date>.+?) ?(?:\bat )?(?:",
+            r"(?P<h24>[01]?[0-9]|2[0-3]):(?P<m24>[0-5][0-9])(?::(?P<s24>[0-5][0-9]))?",
+            r"|(?P<h12>1[0-2]|0?[1-9])(?::(?P<m12>[0-5][0-9]))? ?(?P<ampm>am|pm|a\.m\.|p\.m\.)",
+            r"))$"
+        ))
+        .expect("the _REL_DT pattern")
+    })
+}
+
+fn datetime_leaf(text: &str, zone: &Zone, ctx: &Ctx) -> Result<String, LeafError> {
+    let (local, micro, off) = match parse_dt(text)? {
+        Some((naive, micro, None)) => {
+            let (l, o) = localize(naive, zone)?;
+            (l, micro, o)
+        }
+        Some((naive, micro, Some(offset))) => {
+            let (l, o) = to_zone(naive, offset, zone)?;
+            (l, micro, o)
+        }
+        None => {
+            let prepared = collapse(text).to_ascii_lowercase();
+            let c = rel_dt().captures(&prepared).ok_or(LeafError::Field)?;
+            let day = resolve_date(strip(&c["date"]), ctx)?;
+            let num = |name: &str| {
+                c.name(name)
+                    .map_or(0, |m| m.as_str().parse::<i64>().unwrap_or(0))
+            };
+            let (h, m, s) = if c.name("h24").is_some() {
+                (num("h24"), num("m24"), num("s24"))
+            } else {
+                let pm = c["ampm"].starts_with('p');
+                (num("h12") % 12 + if pm { 12 } else { 0 }, num("m12"), 0)
+            };
+            let (l, o) = localize(wall(day, h, m, s), zone)?;
+            (l, 0, o)
+        }
+    };
+    format_rfc3339(local, micro, off)
 }
