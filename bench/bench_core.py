@@ -35,11 +35,12 @@ from callgate.propose.normalize import normalize  # noqa: E402
 from callgate.propose.parse import ParseLimits, parse_arguments  # noqa: E402
 
 CLOCK = "2026-07-19T14:00:00+08:00"
+ZONE = "Asia/Shanghai"
 LIMITS = ParseLimits()
 
 
 def python_front(tool: CompiledTool, raw: bytes) -> Any:
-    ctx = NormalizationContext(CLOCK, "Asia/Shanghai", "en")
+    ctx = NormalizationContext(CLOCK, ZONE, "en")
     parsed = parse_arguments(raw, LIMITS)
     validated = tool.schema.validate(parsed)
     n = normalize(
@@ -95,6 +96,11 @@ def main() -> None:
     for key, raw in (
         ("weather.get@v1", b'{"city": " Paris ", "date": "tomorrow"}'),
         ("files.delete@v1", b'{"path": "/home/alice/notes/old.txt", "reason": " cleanup "}'),
+        (
+            "calendar.create_event@v1",
+            b'{"title": " Standup ", "start": "tomorrow at 9:30am", "calendar_id": "main"}',
+        ),
+        ("calendar.create_event@v1", b'{"title": "Review", "start": "2026-10-25T02:30:00+02:00"}'),
     ):
         name, _, version = key.partition("@")
         tool = snap.tools.get(name, version)
@@ -182,7 +188,7 @@ def threaded(fn: Callable[[], Any], seconds: float) -> tuple[float, float]:
 
 
 def _native(core: Core, snap: Any, tool: CompiledTool, raw: bytes) -> Any:
-    answer = core.front(snap, tool, raw, "acme", "en", CLOCK, LIMITS)
+    answer = core.front(snap, tool, raw, "acme", "en", CLOCK, LIMITS, timezone=ZONE)
     if answer is None or answer.code is not None:
         raise RejectedError.__new__(RejectedError)  # pragma: no cover - a bench input refused
     return answer
