@@ -393,6 +393,18 @@ def chain_of(raw_decls: list[dict[str, Any]]) -> NormalizerChain | None:
         return None
 
 
+def _reference_chain(
+    chain: NormalizerChain, args: dict[str, Any], ctx: NormalizationContext
+) -> tuple[str | None, Any, bytes, tuple[str, ...]]:
+    """What the Python normalizers answer: (code, value, canonical bytes, applied)."""
+    try:
+        value, applied = chain.apply(args, ctx)
+    except RejectedError as exc:
+        return exc.code.value, None, b"", ()
+    code, canonical = py_canonical(value)
+    return code, value, canonical, applied
+
+
 @PROPS
 @given(st.dictionaries(st.sampled_from(["a", "b", "c~d", "c/d", "0"]), values, max_size=4), st.lists(decls, max_size=4),
        st.sampled_from(CLOCKS), st.sampled_from(["en", "zh-CN"]))  # fmt: skip
@@ -403,12 +415,7 @@ def test_normalizers(
     assume(chain is not None)
     assert chain is not None
     clock, zone = clock_zone
-    ctx = NormalizationContext(clock, zone, locale)
-    try:
-        value, applied = chain.apply(args, ctx)
-        code, canonical = py_canonical(value)
-    except RejectedError as exc:
-        code, value, canonical, applied = exc.code.value, None, b"", ()
+    code, value, canonical, applied = _reference_chain(chain, args, NormalizationContext(clock, zone, locale))
     steps = native_steps(chain)
     if isinstance(steps, str):  # e.g. a decimal bound finer than 10^-18: the Python stages run it
         COUNTS["normalize-not-native"] += 1
@@ -460,11 +467,7 @@ def test_decimal_normalizer(amount: Any, scale: int, low: Any, high: Any) -> Non
     assert chain is not None
     clock, zone = CLOCKS[0]
     args = {"a": amount}
-    try:
-        value, applied = chain.apply(args, NormalizationContext(clock, zone, "en"))
-        code, canonical = py_canonical(value)
-    except RejectedError as exc:
-        code, value, canonical, applied = exc.code.value, None, b"", ()
+    code, value, canonical, applied = _reference_chain(chain, args, NormalizationContext(clock, zone, "en"))
     steps = native_steps(chain)
     if isinstance(steps, str):  # a bound finer than 10^-18 (1e-30): the Python stages run it
         COUNTS["decimal-not-native"] += 1
@@ -710,11 +713,9 @@ def test_datetime_normalizer(value: Any, zone: str, clock: str) -> None:
     date-times; the same code, value and canonical bytes as the reference."""
     chain = NormalizerChain.build([{"kind": "datetime", "field": "/a"}])
     args = {"a": value}
-    try:
-        got_value, applied = chain.apply(args, NormalizationContext(clock, zone, "en"))
-        code, canonical = py_canonical(got_value)
-    except RejectedError as exc:
-        code, got_value, canonical, applied = exc.code.value, None, b"", ()
+    code, got_value, canonical, applied = _reference_chain(
+        chain, args, NormalizationContext(clock, zone, "en")
+    )
     steps = native_steps(chain)
     assert not isinstance(steps, str)
     ncode, nvalue, ncanonical, napplied = N.Tool("t", "v1", steps).normalize(
@@ -730,6 +731,22 @@ def test_datetime_normalizer(value: Any, zone: str, clock: str) -> None:
             zone,
         )
     COUNTS[f"datetime-{code or 'accepted'}"] += 1
+
+
+def _reference_front(tool: Any, raw: bytes, clock: str, zone: str) -> tuple[tuple[Any, ...], Any]:
+    """What the Python stages answer for ``raw``: ``(code,)`` for a refusal, else ``(None,
+    canonical, digest, applied)``, and the normalized arguments (None on a refusal)."""
+    try:
+        validated = tool.schema.validate(parse_arguments(raw, LIMITS))
+        norm = normalize(
+            validated, tool.normalizers, NormalizationContext(clock, zone, "en"), tenant="acme",
+            tool_name=tool.spec.name, tool_version=tool.spec.version,
+        )  # fmt: skip
+    except RejectedError as exc:
+        return (exc.code.value,), None
+    if tool.normalized_schema.validate_value(norm.value):
+        return ("schema_violation",), None
+    return (None, norm.canonical, norm.digest, norm.applied), norm
 
 
 calendar_proposals = st.fixed_dictionaries(
@@ -751,18 +768,7 @@ def test_generated_proposals_on_calendar(args: dict[str, Any], zone: str, clock:
     tool = snap.tools.get("calendar.create_event", "v1")
     assert tool is not None
     raw = json.dumps(args, ensure_ascii=False).encode()
-    try:
-        validated = tool.schema.validate(parse_arguments(raw, LIMITS))
-        norm = normalize(
-            validated, tool.normalizers, NormalizationContext(clock, zone, "en"), tenant="acme",
-            tool_name="calendar.create_event", tool_version="v1",
-        )  # fmt: skip
-        post = tool.normalized_schema.validate_value(norm.value)
-        want: tuple[Any, ...] = (
-            ("schema_violation",) if post else (None, norm.canonical, norm.digest, norm.applied)
-        )
-    except RejectedError as exc:
-        want = (exc.code.value,)
+    want, norm = _reference_front(tool, raw, clock, zone)
     answer = _core(snap).front(snap, tool, raw, "acme", "en", clock, LIMITS, timezone=zone)
     assert answer is not None, "the calendar runs on the compiled core"
     if answer.code == "defer":
@@ -817,18 +823,7 @@ def test_generated_proposals_on_a_decimal_tool(args: dict[str, Any]) -> None:
     tool = _refund_tool()
     raw = json.dumps(args, ensure_ascii=False).encode()
     clock, zone = CLOCKS[0]
-    try:
-        validated = tool.schema.validate(parse_arguments(raw, LIMITS))
-        norm = normalize(
-            validated, tool.normalizers, NormalizationContext(clock, zone, "en"), tenant="acme",
-            tool_name="payments.refund", tool_version="v1",
-        )  # fmt: skip
-        post = tool.normalized_schema.validate_value(norm.value)
-        want: tuple[Any, ...] = (
-            ("schema_violation",) if post else (None, norm.canonical, norm.digest, norm.applied)
-        )
-    except RejectedError as exc:
-        want = (exc.code.value,)
+    want, _ = _reference_front(tool, raw, clock, zone)
     answer = _core(snap).front(snap, tool, raw, "acme", "en", clock, LIMITS)
     assert answer is not None, "the decimal tool runs on the compiled core"
     if answer.code == "defer":
