@@ -23,6 +23,7 @@ import json
 import math
 import random
 import tempfile
+import uuid
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -298,6 +299,78 @@ def test_json_schema_suite_parity() -> None:
     print(f"JSON-Schema-Test-Suite: {compared} answers compared, {outside} outside the native subset")
     assert not diffs, diffs
     assert compared >= 800
+
+
+NATIVE_FORMATS = ["date", "date-time", "time", "duration", "uuid", "ipv4", "ipv6", "json-pointer",
+                  "relative-json-pointer"]  # fmt: skip
+_FORMAT_ALPHABETS = {
+    "date": "0123456789-T:", "date-time": "0123456789-Tt:.Zz+", "time": "0123456789:.Zz+-",
+    "duration": "PTYMWDHS0123456789.-", "uuid": "0123456789abcdefABCDEFgG-", "ipv4": "0123456789.x",
+    "ipv6": "0123456789abcdefABCDEF:.%/g", "json-pointer": "/~01a#é", "relative-json-pointer": "0123456789+-/#~a",
+}  # fmt: skip
+
+
+def _ipv6_text(r: random.Random) -> str:
+    groups = [format(r.randint(0, 0xFFFF), r.choice(["x", "04x", "X", "05x"])) for _ in range(8)]
+    k = r.randint(0, 8)
+    parts = groups[:k] + ([""] if r.random() < 0.6 else []) + groups[r.randint(k, 8) :]
+    text = ("::" if r.random() < 0.2 else "") + ":".join(parts) + ("::" if r.random() < 0.2 else "")
+    if r.random() < 0.3:  # an embedded IPv4 tail, sometimes malformed
+        octets = [str(r.choice([0, 1, 255, 256, "01", 10])) for _ in range(r.choice([3, 4, 4, 5]))]
+        text = text.rsplit(":", 1)[0] + ":" + ".".join(octets)
+    return text
+
+
+def _format_samples(name: str, r: random.Random) -> str:
+    """A text likely near the format's edge (valid or nearly so) for ``name``."""
+    if name == "uuid":
+        text = str(uuid.UUID(int=r.getrandbits(128)))
+        text = text.upper() if r.random() < 0.3 else text
+        if r.random() < 0.5:
+            i = r.randrange(len(text))
+            text = text[:i] + r.choice("0aG-x") + text[i + 1 :]
+        return text
+    if name == "ipv4":
+        tokens = ["0", "1", "9", "10", "99", "100", "199", "249", "255", "256", "01", "001", "a", "", "1000"]
+        return ".".join(r.choice(tokens) for _ in range(r.choice([3, 4, 4, 4, 5])))
+    if name == "ipv6":
+        return _ipv6_text(r)
+    if name == "duration":
+        pieces = ["1Y", "2M", "3D", "4W", "T", "5H", "6M", "7S", "0D", "12", "1.5S"]
+        return "P" + "".join(r.choice(pieces) for _ in range(r.randint(0, 5)))
+    if name == "date":
+        return f"{r.randint(0, 9999):04d}-{r.randint(0, 13):02d}-{r.randint(0, 32):02d}"
+    if name in ("date-time", "time"):
+        t = f"{r.randint(0, 24):02d}:{r.randint(0, 60):02d}:{r.randint(0, 61):02d}" + r.choice(
+            ["", ".5", ".123456789"]
+        )
+        t += r.choice(["Z", "z", "+00:00", "-23:59", "+24:00", "", "+05:60"])
+        date = f"{r.randint(1990, 2030):04d}-{r.randint(1, 12):02d}-{r.randint(1, 31):02d}"
+        return (date + r.choice("Tt ") + t) if name == "date-time" else t
+    return "".join(r.choice(_FORMAT_ALPHABETS[name]) for _ in range(r.randint(0, 12)))
+
+
+def test_formats_the_core_asserts() -> None:
+    """Every format the compiled core asserts against formats.py's checker (the reference), on
+    texts near each format's edges and on random texts of its alphabet."""
+    from callgate.propose.validate.formats import FORMAT_CHECKER
+
+    r = random.Random(20261204)
+    for name in NATIVE_FORMATS:
+        schema = json.dumps({"type": "object", "properties": {"a": {"format": name}}})
+        tool = N.Tool("t", "v1", [], schema, schema)
+        accepted = 0
+        for i in range(4000):
+            text = (
+                _format_samples(name, r)
+                if i % 2
+                else "".join(r.choice(_FORMAT_ALPHABETS[name]) for _ in range(r.randint(0, 40)))
+            )
+            want = FORMAT_CHECKER.conforms(text, name)
+            assert tool.is_valid(json.dumps({"a": text}).encode()) == want, (name, text, want)
+            accepted += want
+        assert accepted, f"no valid {name} sample: the comparison would only cover refusals"
+        COUNTS[f"format-{name}-accepted"] += accepted
 
 
 def _has(node: Any, key: str) -> bool:

@@ -56,6 +56,12 @@ enum Format {
     Date,
     DateTime,
     Time,
+    Duration,
+    Uuid,
+    Ipv4,
+    Ipv6,
+    JsonPointer,
+    RelativeJsonPointer,
 }
 
 struct FormatKw {
@@ -77,6 +83,12 @@ impl<'i> Keyword<'i> for FormatKw {
             Format::Date => is_date(s.as_bytes()),
             Format::DateTime => is_date_time(s.as_bytes()),
             Format::Time => is_time(s.as_bytes()),
+            Format::Duration => duration_re().is_match(s),
+            Format::Uuid => is_uuid(s.as_bytes()),
+            Format::Ipv4 => is_ipv4(s),
+            Format::Ipv6 => is_ipv6(s),
+            Format::JsonPointer => is_json_pointer(s.as_bytes()),
+            Format::RelativeJsonPointer => is_relative_json_pointer(s.as_bytes()),
         }
     }
 }
@@ -90,6 +102,12 @@ fn format_factory<'a>(
         Some("date") => Format::Date,
         Some("date-time") => Format::DateTime,
         Some("time") => Format::Time,
+        Some("duration") => Format::Duration,
+        Some("uuid") => Format::Uuid,
+        Some("ipv4") => Format::Ipv4,
+        Some("ipv6") => Format::Ipv6,
+        Some("json-pointer") => Format::JsonPointer,
+        Some("relative-json-pointer") => Format::RelativeJsonPointer,
         _ => {
             return Err(ValidationError::custom(
                 "format not supported by the native core",
@@ -97,6 +115,160 @@ fn format_factory<'a>(
         }
     };
     Ok(Box::new(FormatKw { format }))
+}
+
+/// `_DURATION_RE` of formats.py (RFC 3339 Appendix A; `\d` is ASCII there).
+fn duration_re() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        let t = r"T(?:[0-9]+H(?:[0-9]+M(?:[0-9]+S)?)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)";
+        regex::Regex::new(&format!(
+            r"^P(?:(?:[0-9]+D|[0-9]+M(?:[0-9]+D)?|[0-9]+Y(?:[0-9]+M(?:[0-9]+D)?)?)(?:{t})?|{t}|[0-9]+W)$"
+        ))
+        .expect("the duration pattern")
+    })
+}
+
+/// `_UUID_RE`: 8-4-4-4-12 ASCII hex digits.
+fn is_uuid(b: &[u8]) -> bool {
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                *c == b'-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
+}
+
+/// A decimal octet as `_DEC_OCTET` (and `ipaddress._parse_octet`) reads it: 0-255, no leading
+/// zero, ASCII digits.
+fn octet(p: &str) -> Option<u32> {
+    let b = p.as_bytes();
+    if b.is_empty()
+        || b.len() > 3
+        || !b.iter().all(u8::is_ascii_digit)
+        || (b.len() > 1 && b[0] == b'0')
+    {
+        return None;
+    }
+    p.parse::<u32>().ok().filter(|v| *v <= 255)
+}
+
+/// `_IPV4_RE`: four dotted decimal octets.
+fn ipv4(s: &str) -> Option<u32> {
+    let parts: Vec<&str> = s.split('.').collect();
+    if parts.len() != 4 {
+        return None;
+    }
+    parts
+        .iter()
+        .try_fold(0u32, |acc, p| Some(acc << 8 | octet(p)?))
+}
+
+fn is_ipv4(s: &str) -> bool {
+    ipv4(s).is_some()
+}
+
+/// `_is_ipv6`: ASCII, no zone id, and what `ipaddress.IPv6Address` accepts
+/// (`IPv6Address._ip_int_from_string`, step by step).
+fn is_ipv6(s: &str) -> bool {
+    if s.is_empty() || !s.is_ascii() || s.contains('%') || s.contains('/') {
+        return false;
+    }
+    let mut parts: Vec<String> = s.split(':').map(str::to_owned).collect();
+    if parts.len() < 3 {
+        return false;
+    }
+    if parts[parts.len() - 1].contains('.') {
+        let Some(v4) = parts.pop().and_then(|p| ipv4(&p)) else {
+            return false;
+        };
+        parts.push(format!("{:x}", v4 >> 16));
+        parts.push(format!("{:x}", v4 & 0xFFFF));
+    }
+    let n = parts.len();
+    if n > 9 {
+        return false;
+    }
+    let mut skip = None;
+    for (i, p) in parts.iter().enumerate().take(n - 1).skip(1) {
+        if p.is_empty() {
+            if skip.is_some() {
+                return false;
+            }
+            skip = Some(i);
+        }
+    }
+    let (hi, lo) = match skip {
+        Some(k) => {
+            let (mut hi, mut lo) = (k, n - k - 1);
+            if parts[0].is_empty() {
+                hi -= 1;
+                if hi != 0 {
+                    return false;
+                }
+            }
+            if parts[n - 1].is_empty() {
+                lo -= 1;
+                if lo != 0 {
+                    return false;
+                }
+            }
+            if hi + lo >= 8 {
+                return false;
+            }
+            (hi, lo)
+        }
+        None => {
+            if n != 8 || parts[0].is_empty() || parts[n - 1].is_empty() {
+                return false;
+            }
+            (n, 0)
+        }
+    };
+    let hextet =
+        |p: &String| !p.is_empty() && p.len() <= 4 && p.bytes().all(|c| c.is_ascii_hexdigit());
+    parts[..hi].iter().all(hextet) && parts[n - lo..].iter().all(hextet)
+}
+
+/// `_JSON_POINTER`: empty, or `/`-separated tokens where `~` is only `~0` or `~1`.
+fn json_pointer(b: &[u8]) -> bool {
+    if !b.is_empty() && b[0] != b'/' {
+        return false;
+    }
+    b.iter()
+        .enumerate()
+        .all(|(i, c)| *c != b'~' || matches!(b.get(i + 1), Some(b'0' | b'1')))
+}
+
+fn is_json_pointer(b: &[u8]) -> bool {
+    json_pointer(b)
+}
+
+/// `_RELATIVE_JSON_POINTER_RE`: a non-negative integer, an optional signed index offset, then
+/// `#` or a JSON pointer (ASCII digits).
+fn is_relative_json_pointer(b: &[u8]) -> bool {
+    fn non_neg(b: &[u8]) -> usize {
+        match b.first() {
+            Some(b'0') => 1,
+            Some(b'1'..=b'9') => b.iter().take_while(|c| c.is_ascii_digit()).count(),
+            _ => 0,
+        }
+    }
+    let mut i = non_neg(b);
+    if i == 0 {
+        return false;
+    }
+    if matches!(b.get(i), Some(b'+' | b'-')) {
+        let k = non_neg(&b[i + 1..]);
+        if k == 0 {
+            return false;
+        }
+        i += 1 + k;
+    }
+    let rest = &b[i..];
+    rest == b"#" || json_pointer(rest)
 }
 
 fn num(b: &[u8]) -> Option<i64> {
