@@ -36,7 +36,15 @@ from hypothesis import strategies as st
 
 from callgate.core.errors import LoadError, RejectedError
 from callgate.core.model import NormalizationContext, ValidatedArguments
-from callgate.propose.core import Core, load_native, native_plan, native_steps, native_zone
+from callgate.propose.core import (
+    Core,
+    _date_language,
+    load_native,
+    native_plan,
+    native_steps,
+    native_vocab,
+    native_zone,
+)
 from callgate.propose.digest import canonicalize, invocation_digest
 from callgate.propose.normalize import NormalizerChain, normalize
 from callgate.propose.parse import ParseLimits, parse_arguments, parse_json_document
@@ -391,7 +399,9 @@ CLOCKS = [("2026-07-19T14:00:00+08:00", "Asia/Shanghai"), ("2026-07-20T10:00:00.
 WORDS = ["tomorrow", "  Today ", "yesterday", "the day after tomorrow", "in 3 days", "in 2 weeks", "in 9999 weeks",
          "5 days ago", "next monday", "last Fri.", "this sunday", "sun", "mon", "2026-07-30", "2026-02-30",
          " 2026-07-30 ", "0000-01-01", "tomorrow at 5", "明天", "下周一", "Ｔｏｍｏｒｒｏｗ", "next\tmonday",
-         "next  monday", "in 03 days", "in 10000 days", "nextmonday", ""]  # fmt: skip
+         "next  monday", "in 03 days", "in 10000 days", "nextmonday", "", "morgen", "in 3 tagen", "vor 1 woche",
+         "am montag", "diesen freitag", "demain", "lundi prochain", "ce vendredi", "dans 2 semaines", "hoy",
+         "el lunes", "el lunes que viene", "hace 3 dias", "manana", "lunes pasado"]  # fmt: skip
 texts = st.sampled_from(WORDS) | st.text(
     st.sampled_from(list(" \t\n\x0b\x1cAbZz-é\u00a0ı上海\u3400\u9fff\uf900\u3000")), max_size=10
 )
@@ -480,7 +490,7 @@ def _reference_chain(
 
 @PROPS
 @given(st.dictionaries(st.sampled_from(["a", "b", "c~d", "c/d", "0"]), values, max_size=4), st.lists(decls, max_size=4),
-       st.sampled_from(CLOCKS), st.sampled_from(["en", "zh-CN"]))  # fmt: skip
+       st.sampled_from(CLOCKS), st.sampled_from(["en", "zh-CN", "de", "fr-FR", "es"]))  # fmt: skip
 def test_normalizers(
     args: dict[str, Any], raw_decls: list[dict[str, Any]], clock_zone: tuple[str, str], locale: str
 ) -> None:
@@ -494,8 +504,10 @@ def test_normalizers(
         COUNTS["normalize-not-native"] += 1
         return
     tool = N.Tool("t", "v1", steps)
+    lang = _date_language(locale)
+    assert lang is not None
     ncode, nvalue, ncanonical, napplied = tool.normalize(
-        json.dumps(args).encode(), clock, native_zone(N, zone)
+        json.dumps(args).encode(), clock, native_zone(N, zone), native_vocab(N, lang)
     )
     if ncode == "defer":
         COUNTS["normalize-defer"] += 1

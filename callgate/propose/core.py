@@ -15,9 +15,10 @@ and answers exactly as they do (``tests/test_native_parity.py``) or defers:
 
 A tool the core does not support at all (a schema outside its subset, a ``decimal`` bound
 finer than 10^-18) always runs the Python stages, and so does a tool with a ``relative_date``
-normalizer in a session whose locale is neither English nor Chinese (the core reads English
-only; Chinese expressions are non-ASCII, which it defers); :meth:`Core.unsupported` names them
-and ``callgate serve`` logs them at start. ``[core] engine`` chooses (:class:`CoreEngine`).
+or ``datetime`` normalizer in a session whose locale has no relative dates (the reference's
+error) or, for ``datetime``, whose zone the reference does not know; :meth:`Core.unsupported`
+names the unsupported tools and ``callgate serve`` logs them at start. ``[core] engine`` chooses
+(:class:`CoreEngine`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,13 @@ from callgate.core.nativemod import NOT_BUILT, load_native, native_missing
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import NormalizerChain, _decimal_option, _text_key, load_zone
+from callgate.propose.normalize import (
+    DATE_VOCABULARIES,
+    NormalizerChain,
+    _decimal_option,
+    _text_key,
+    load_zone,
+)
 from callgate.propose.parse import ParseLimits
 
 __all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "native_plan", "native_steps"]
@@ -137,16 +144,32 @@ def native_steps(chain: NormalizerChain) -> list[tuple[str, str, str, dict[str, 
     return steps
 
 
-NATIVE_DATE_LANGUAGES: Final = frozenset({"en", "zh"})
-"""Locales whose relative dates the compiled core answers: it reads English only, and defers any
-non-ASCII expression (so Chinese ones) to the Python stages. Other locales' words are ASCII too
-("morgen", "demain") and an unlisted locale is an error there, so those run the Python stages."""
+NATIVE_DATE_LANGUAGES: Final = frozenset({"en", "zh", *DATE_VOCABULARIES})
+"""Locales whose relative dates the compiled core answers: English always, German, French and
+Spanish from the reference's own tables (:func:`native_vocab`); it defers any non-ASCII
+expression (so Chinese ones, and the words with accents) to the Python stages. An unlisted
+locale is an error in the reference, so it runs the Python stages."""
 
 
 @functools.lru_cache(maxsize=256)
-def _native_dates(locale: str) -> bool:
-    """Whether the compiled core may answer relative dates in ``locale`` (see above)."""
-    return locale.replace("_", "-").split("-", 1)[0].lower() in NATIVE_DATE_LANGUAGES
+def _date_language(locale: str) -> str | None:
+    """The language whose relative dates the compiled core reads for ``locale`` (see above), or
+    None when the Python stages must answer."""
+    lang = locale.replace("_", "-").split("-", 1)[0].lower()
+    return lang if lang in NATIVE_DATE_LANGUAGES else None
+
+
+@functools.lru_cache(maxsize=16)
+def native_vocab(native: ModuleType, lang: str) -> Any:
+    """The compiled core's copy of ``lang``'s relative-date table (``callgate._native.Vocab``),
+    or None for English and Chinese (English is built in; Chinese text defers)."""
+    table = DATE_VOCABULARIES.get(lang)
+    if table is None:
+        return None
+    return native.Vocab(
+        dict(table.fixed), [(p.pattern, sign) for p, sign in table.counts], dict(table.units),
+        dict(table.weekdays), set(table.articles), dict(table.prefixes), dict(table.suffixes),
+    )  # fmt: skip
 
 
 def _thaw(value: Any) -> Any:
@@ -378,9 +401,13 @@ class Core:
                 if self._snapshot is snapshot:
                     self._prepared[id(tool)] = prepared
         native_tool = prepared.native_tool
-        if prepared.relative_dates and not _native_dates(locale):
-            self.note("locale")  # the core reads English relative dates only: the reference decides
-            return None
+        vocab = None
+        if prepared.relative_dates:
+            lang = _date_language(locale)
+            if lang is None:
+                self.note("locale")  # a locale without relative dates: the reference says so
+                return None
+            vocab = native_vocab(self._native, lang)
         zone = None
         if prepared.zoned:
             zone = native_zone(self._native, timezone)
@@ -399,6 +426,7 @@ class Core:
                 limits.max_depth,
                 len(raw) >= DETACH_MIN_BYTES,
                 zone,
+                vocab,
             )
         else:
             front, authz = native_tool.decide(
@@ -413,6 +441,7 @@ class Core:
                 prepared.capabilities,
                 len(raw) >= DETACH_MIN_BYTES,
                 zone,
+                vocab,
             )
             code, keys, parsed, normalized, canonical, digest, applied = front
         if code == "defer":

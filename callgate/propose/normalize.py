@@ -621,6 +621,10 @@ ES: Final = _table(
 )  # fmt: skip
 
 
+DATE_VOCABULARIES: Final[Mapping[str, DateVocabulary]] = MappingProxyType({"de": DE, "es": ES, "fr": FR})
+"""The locales whose relative dates are read from a :class:`DateVocabulary` table (the compiled
+core reads the same tables: ``native_vocab`` in callgate/propose/core.py)."""
+
 DATE_LOCALES: Final[Mapping[str, Callable[[str, date], int | None]]] = MappingProxyType(
     {"de": DE.days, "en": _english_days, "es": ES.days, "fr": FR.days, "zh": _chinese_days}
 )

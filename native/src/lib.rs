@@ -8,6 +8,7 @@ mod json;
 mod normalize;
 mod project;
 mod schema;
+mod vocab;
 mod zone;
 
 use json::{Limits, Num, Refusal, Value};
@@ -281,13 +282,14 @@ impl Tool {
     }
 
     /// Normalize a JSON document (parity tests): `(code, value, canonical, applied)`.
-    #[pyo3(signature = (raw, reference_clock, zone=None))]
+    #[pyo3(signature = (raw, reference_clock, zone=None, vocab=None))]
     fn normalize<'py>(
         &self,
         py: Python<'py>,
         raw: &[u8],
         reference_clock: &str,
         zone: Option<Bound<'py, zone::Zone>>,
+        vocab: Option<Bound<'py, vocab::Vocab>>,
     ) -> PyResult<(
         Option<&'static str>,
         Bound<'py, PyAny>,
@@ -295,9 +297,10 @@ impl Tool {
         Vec<String>,
     )> {
         let z = zone.as_ref().map(|b| b.get());
+        let w = vocab.as_ref().map(|b| b.get());
         let r = py.detach(|| {
             let mut v = json::parse_document(raw, &limits(usize::MAX, usize::MAX))?;
-            let ctx = normalize::context(reference_clock, z).ok_or(Refusal::Defer)?;
+            let ctx = normalize::context(reference_clock, z, w).ok_or(Refusal::Defer)?;
             let applied = normalize::apply(&mut v, &self.steps, &ctx)?;
             let mut out = Vec::new();
             json::canonicalize(&v, &mut out)?;
@@ -333,7 +336,7 @@ impl Tool {
     /// Returns `(code, top_level_keys, parsed, normalized, canonical, digest, applied)`; `code` is None on
     /// success, a refusal code (the Python stages then produce the full error), or `"defer"`.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, detach=true, zone=None))]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, detach=true, zone=None, vocab=None))]
     fn front<'py>(
         &self,
         py: Python<'py>,
@@ -345,10 +348,12 @@ impl Tool {
         max_depth: usize,
         detach: bool,
         zone: Option<Bound<'py, zone::Zone>>,
+        vocab: Option<Bound<'py, vocab::Vocab>>,
     ) -> PyResult<FrontResult<'py>> {
         let l = limits(max_bytes, max_depth);
         let z = zone.as_ref().map(|b| b.get());
-        let work = || self.run_front(raw, tenant, locale, reference_clock, &l, z);
+        let w = vocab.as_ref().map(|b| b.get());
+        let work = || self.run_front(raw, tenant, locale, reference_clock, &l, z, w);
         let r = if detach { py.detach(work) } else { work() };
         match r {
             Ok(ok) => front_ok(py, ok, true),
@@ -367,7 +372,7 @@ impl Tool {
     /// Python engine then decides, and reports the fault), else `(resource, [(enforcing,
     /// shadow)] per capability)` as `CedarSnapshot.authorize` answers.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, cedar, principal, capabilities, detach, zone=None))]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, cedar, principal, capabilities, detach, zone=None, vocab=None))]
     fn decide<'py>(
         &self,
         py: Python<'py>,
@@ -382,12 +387,14 @@ impl Tool {
         capabilities: Vec<String>,
         detach: bool,
         zone: Option<Bound<'py, zone::Zone>>,
+        vocab: Option<Bound<'py, vocab::Vocab>>,
     ) -> PyResult<(FrontResult<'py>, Option<Authz>)> {
         let l = limits(max_bytes, max_depth);
         let snap = cedar.get();
         let z = zone.as_ref().map(|b| b.get());
+        let w = vocab.as_ref().map(|b| b.get());
         let work = || {
-            let ok = self.run_front(raw, tenant, locale, reference_clock, &l, z)?;
+            let ok = self.run_front(raw, tenant, locale, reference_clock, &l, z, w)?;
             let authz = self.authorize(&ok.2, snap, tenant, principal, &capabilities);
             Ok::<_, Refusal>((ok, authz))
         };
@@ -726,6 +733,7 @@ impl Tool {
         reference_clock: &str,
         l: &Limits,
         zone: Option<&zone::Zone>,
+        vocab: Option<&vocab::Vocab>,
     ) -> Result<FrontOk, Refusal> {
         let mut v = json::parse_arguments(raw, l)?;
         let keys = match &v {
@@ -749,7 +757,7 @@ impl Tool {
             None
         };
         // an invalid context is the reference's to report
-        let ctx = normalize::context(reference_clock, zone).ok_or(Refusal::Defer)?;
+        let ctx = normalize::context(reference_clock, zone, vocab).ok_or(Refusal::Defer)?;
         if !normalize::locale_ok(locale) {
             return Err(Refusal::Defer);
         }
@@ -791,5 +799,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Tool>()?;
     m.add_class::<cedar::CedarSnapshot>()?;
     m.add_class::<zone::Zone>()?;
+    m.add_class::<vocab::Vocab>()?;
     Ok(())
 }

@@ -3,6 +3,7 @@
 //! casefold, whitespace) are the reference, so such a value makes the native core defer.
 
 use crate::json::{Num, Refusal, Value};
+use crate::vocab::Vocab;
 use crate::zone::{wall, Zone};
 use std::collections::HashMap;
 
@@ -259,6 +260,8 @@ impl From<Refusal> for LeafError {
 pub struct Ctx<'a> {
     pub today: i64,
     pub zone: Option<&'a Zone>,
+    /// The session locale's relative-date words (German, French, Spanish); English always.
+    pub vocab: Option<&'a Vocab>,
 }
 
 /// One leaf on one node: `Ok(Some(new))` when the node changes.
@@ -590,11 +593,11 @@ pub fn format_date(day: i64) -> String {
 }
 
 /// Monday = 0, as Python's `date.weekday()`.
-fn weekday(day: i64) -> i64 {
+pub fn weekday(day: i64) -> i64 {
     (day + 3).rem_euclid(7) // 1970-01-01 was a Thursday
 }
 
-fn weekday_delta(today: i64, target: i64, rule: &str) -> i64 {
+pub fn weekday_delta(today: i64, target: i64, rule: &str) -> i64 {
     match rule {
         "last" => -((today - target - 1).rem_euclid(7) + 1),
         "this" => target - today,
@@ -666,7 +669,12 @@ fn resolve_date(prepared: &str, ctx: &Ctx) -> Result<i64, LeafError> {
     if let Some(iso) = iso_date_shape(prepared) {
         return iso.ok_or(LeafError::Field);
     }
-    let days = relative_days(prepared, ctx.today).ok_or(LeafError::Field)?;
+    // the locale's words first, then English (`_relative_days`)
+    let days = ctx
+        .vocab
+        .and_then(|v| v.days(prepared, ctx.today))
+        .or_else(|| relative_days(prepared, ctx.today))
+        .ok_or(LeafError::Field)?;
     let day = ctx.today + days;
     let (y, _, _) = civil_from_days(day);
     if !(1..=9999).contains(&y) {
@@ -680,7 +688,11 @@ fn resolve_date(prepared: &str, ctx: &Ctx) -> Result<i64, LeafError> {
 /// The context of a call: `today` from the reference clock's own date, or with the session's
 /// zone (a `datetime` normalizer) as the reference computes it, the clock's instant on the
 /// zone's wall clock (`t.astimezone(zone).date()`); None where the reference would refuse it.
-pub fn context<'a>(clock: &str, zone: Option<&'a Zone>) -> Option<Ctx<'a>> {
+pub fn context<'a>(
+    clock: &str,
+    zone: Option<&'a Zone>,
+    vocab: Option<&'a Vocab>,
+) -> Option<Ctx<'a>> {
     let (today, utc) = reference_parts(clock)?;
     let today = match zone {
         None => today,
@@ -693,7 +705,7 @@ pub fn context<'a>(clock: &str, zone: Option<&'a Zone>) -> Option<Ctx<'a>> {
             day
         }
     };
-    Some(Ctx { today, zone })
+    Some(Ctx { today, zone, vocab })
 }
 
 /// The clock's own date and its instant (UTC wall seconds).
