@@ -300,6 +300,9 @@ def test_json_schema_suite_parity() -> None:
                 raw = json.dumps(test["data"]).encode()
                 want = not compiled.validate_value(test["data"])
                 got = tool.is_valid(raw)
+                if got is None:  # an `xn--` host name: the reference's IDNA tables decide
+                    COUNTS["schema-suite-deferred"] += 1
+                    continue
                 compared += 1
                 if got != want:
                     differences += 1
@@ -310,11 +313,12 @@ def test_json_schema_suite_parity() -> None:
 
 
 NATIVE_FORMATS = ["date", "date-time", "time", "duration", "uuid", "ipv4", "ipv6", "json-pointer",
-                  "relative-json-pointer"]  # fmt: skip
+                  "relative-json-pointer", "hostname", "email"]  # fmt: skip
 _FORMAT_ALPHABETS = {
     "date": "0123456789-T:", "date-time": "0123456789-Tt:.Zz+", "time": "0123456789:.Zz+-",
     "duration": "PTYMWDHS0123456789.-", "uuid": "0123456789abcdefABCDEFgG-", "ipv4": "0123456789.x",
     "ipv6": "0123456789abcdefABCDEF:.%/g", "json-pointer": "/~01a#é", "relative-json-pointer": "0123456789+-/#~a",
+    "hostname": "abxn-.0Z9é", "email": "ab.-@[]\"\\ x9:é",
 }  # fmt: skip
 
 
@@ -343,6 +347,31 @@ def _format_samples(name: str, r: random.Random) -> str:
         return ".".join(r.choice(tokens) for _ in range(r.choice([3, 4, 4, 4, 5])))
     if name == "ipv6":
         return _ipv6_text(r)
+    if name in ("hostname", "email"):
+        labels = [
+            "a",
+            "example",
+            "xn--",
+            "xn--bcher-kva",
+            "XN--a",
+            "-a",
+            "a-",
+            "a" * 63,
+            "a" * 64,
+            "b1",
+            "",
+            "é",
+        ]
+        host = ".".join(r.choice(labels) for _ in range(r.randint(1, 4)))
+        if name == "hostname":
+            return host
+        local = r.choice(
+            ["joe", "j.o", ".j", "j..o", '"jo e"', '"j\\"o"', "a" * 64, "a" * 65, "j+x", "é", ""]
+        )
+        domain = r.choice(
+            [host, host, "[127.0.0.1]", "[IPv6:::1]", "[ipv6:1::2:3]", "[1.2.3]", "[]", "x" * 250]
+        )
+        return f"{local}@{domain}" if r.random() < 0.95 else local + domain
     if name == "duration":
         pieces = ["1Y", "2M", "3D", "4W", "T", "5H", "6M", "7S", "0D", "12", "1.5S"]
         return "P" + "".join(r.choice(pieces) for _ in range(r.randint(0, 5)))
@@ -375,7 +404,12 @@ def test_formats_the_core_asserts() -> None:
                 else "".join(r.choice(_FORMAT_ALPHABETS[name]) for _ in range(r.randint(0, 40)))
             )
             want = FORMAT_CHECKER.conforms(text, name)
-            assert tool.is_valid(json.dumps({"a": text}).encode()) == want, (name, text, want)
+            got = tool.is_valid(json.dumps({"a": text}).encode())
+            if got is None:  # an `xn--` label: only the reference's IDNA tables can say
+                assert "xn--" in text.lower(), text
+                COUNTS[f"format-{name}-deferred"] += 1
+                continue
+            assert got == want, (name, text, want)
             accepted += want
         assert accepted, f"no valid {name} sample: the comparison would only cover refusals"
         COUNTS[f"format-{name}-accepted"] += accepted
@@ -412,11 +446,21 @@ DECIMAL_TEXTS = ["12.5", " 12.50 ", "-0", "-0.00", "0", "0.0001", "0.00001", "1.
 decimal_texts = st.sampled_from(DECIMAL_TEXTS) | st.integers(0, 6).flatmap(
     lambda places: st.decimals(-(10**16), 10**16, allow_nan=False, allow_infinity=False, places=places)
 ).map(lambda d: format(d, "f"))
+
+
+def _containers(kids: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """Arrays and objects of ``kids`` (a named function: Hypothesis checks that ``extend`` uses
+    its argument by reading its source, which a lambda inside a multi-line call can defeat)."""
+    return st.lists(kids, max_size=4) | st.dictionaries(
+        st.sampled_from(["a", "b", "c", "0"]), kids, max_size=4
+    )
+
+
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=False, allow_infinity=False)
     | st.floats(-1000, 1000).map(lambda f: round(f, 4)) | texts | decimal_texts
     | st.sampled_from([0.1, 100.0, 1e-05, 1e16, -0.0, 0.5, 922337203685477.5, 12.3456, 2**63, -(2**63) - 1]),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.sampled_from(["a", "b", "c", "0"]), kids, max_size=4),
+    _containers,
     max_leaves=12,
 )  # fmt: skip
 fields = st.sampled_from(["/a", "/b", "/a/b", "/a/*", "/a/0", "/a/*/b", "/c~1d", "/0"])

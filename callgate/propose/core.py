@@ -96,8 +96,9 @@ def _schema_native(schema: Any, raw: Any) -> bool:
     ``$ref``, ``unevaluated*``, ``contains``, ``multipleOf``...) and that has no
     ``patternProperties`` (its regexes cannot be put on the ECMA-262 engine in the crate). Of the
     formats it asserts ``date``, ``date-time``, ``time``, ``duration``, ``uuid``, ``ipv4``, ``ipv6``,
-    ``json-pointer`` and ``relative-json-pointer`` (ported from formats.py); a schema with another
-    format is refused when the tool is prepared, and the tool stays on Python."""
+    ``json-pointer``, ``relative-json-pointer``, ``hostname`` and ``email`` (ported from
+    formats.py; an ``xn--`` label defers the check to the reference); a schema with another format
+    is refused when the tool is prepared, and the tool stays on Python."""
     return bool(schema.has_fast_path) and not _has_key(raw, _SUBSET_EXCLUDED)
 
 

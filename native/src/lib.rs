@@ -746,7 +746,7 @@ impl Tool {
         // one conversion for both schemas when no normalizer runs (the value cannot change)
         let same = if self.steps.is_empty() {
             let j = schema::to_serde(&v)?;
-            if !schema.is_valid_serde(&j) {
+            if !schema.is_valid_serde(&j)? {
                 return Err(Refusal::SchemaViolation);
             }
             Some(j)
@@ -775,7 +775,7 @@ impl Tool {
             &canonical,
         );
         let valid = match &same {
-            Some(j) => nschema.is_valid_serde(j),
+            Some(j) => nschema.is_valid_serde(j)?,
             None => nschema.is_valid(&v)?,
         };
         if !valid {

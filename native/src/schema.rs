@@ -62,6 +62,19 @@ enum Format {
     Ipv6,
     JsonPointer,
     RelativeJsonPointer,
+    Hostname,
+    Email,
+}
+
+thread_local! {
+    /// Set by a format check that cannot answer exactly here (an `xn--` label needs the
+    /// reference's IDNA tables): the whole schema check then defers ([`Schema::check`]).
+    static UNDECIDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn undecided() -> bool {
+    UNDECIDED.with(|c| c.set(true));
+    false
 }
 
 struct FormatKw {
@@ -89,6 +102,8 @@ impl<'i> Keyword<'i> for FormatKw {
             Format::Ipv6 => is_ipv6(s),
             Format::JsonPointer => is_json_pointer(s.as_bytes()),
             Format::RelativeJsonPointer => is_relative_json_pointer(s.as_bytes()),
+            Format::Hostname => hostname(s).unwrap_or_else(undecided),
+            Format::Email => email(s).unwrap_or_else(undecided),
         }
     }
 }
@@ -108,6 +123,8 @@ fn format_factory<'a>(
         Some("ipv6") => Format::Ipv6,
         Some("json-pointer") => Format::JsonPointer,
         Some("relative-json-pointer") => Format::RelativeJsonPointer,
+        Some("hostname") => Format::Hostname,
+        Some("email") => Format::Email,
         _ => {
             return Err(ValidationError::custom(
                 "format not supported by the native core",
@@ -271,6 +288,69 @@ fn is_relative_json_pointer(b: &[u8]) -> bool {
     rest == b"#" || json_pointer(rest)
 }
 
+/// `_LDH_LABEL_RE`: 1-63 letters, digits and hyphens, a letter or digit at each end.
+fn ldh_label(l: &[u8]) -> bool {
+    !l.is_empty()
+        && l.len() <= 63
+        && l[0].is_ascii_alphanumeric()
+        && l[l.len() - 1].is_ascii_alphanumeric()
+        && l.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-')
+}
+
+/// `_is_hostname`: ASCII LDH labels, at most 253 octets; None (undecided) when every label is
+/// LDH and one is an `xn--` A-label, whose IDNA2008 check is the reference's.
+fn hostname(s: &str) -> Option<bool> {
+    if s.is_empty() || s.len() > 253 || !s.is_ascii() {
+        return Some(false);
+    }
+    let labels: Vec<&[u8]> = s.as_bytes().split(|c| *c == b'.').collect();
+    if !labels.iter().all(|l| ldh_label(l)) {
+        return Some(false);
+    }
+    if labels
+        .iter()
+        .any(|l| l.len() >= 4 && l[..4].eq_ignore_ascii_case(b"xn--"))
+    {
+        return None;
+    }
+    Some(true) // ASCII labels: no right-to-left text for the Bidi rule
+}
+
+/// `_EMAIL_LOCAL_RE`: a dot-string of `atext` or a quoted string.
+fn email_local_re() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        let atext = r"A-Za-z0-9!#$%&'*+/=?^_`{|}~\-";
+        regex::Regex::new(&format!(
+            r#"^(?:[{atext}]+(?:\.[{atext}]+)*|"(?:[\x20\x21\x23-\x5B\x5D-\x7E]|\\[\x20-\x7E])*")$"#
+        ))
+        .expect("the e-mail local part pattern")
+    })
+}
+
+/// `_email_ok(value, idn=False)`: `local@domain`, the domain a host name or an address literal.
+fn email(s: &str) -> Option<bool> {
+    let Some((local, domain)) = s.rsplit_once('@') else {
+        return Some(false);
+    };
+    if local.is_empty() || domain.is_empty() || s.len() > 254 || local.len() > 64 {
+        return Some(false);
+    }
+    if !email_local_re().is_match(local) {
+        return Some(false);
+    }
+    if domain.starts_with('[') && domain.ends_with(']') && domain.len() >= 2 {
+        let inner = &domain[1..domain.len() - 1];
+        let b = inner.as_bytes();
+        return Some(if b.len() >= 5 && b[..5].eq_ignore_ascii_case(b"ipv6:") {
+            is_ipv6(&inner[5..])
+        } else {
+            is_ipv4(inner)
+        });
+    }
+    hostname(domain)
+}
+
 fn num(b: &[u8]) -> Option<i64> {
     if b.is_empty() || !b.iter().all(u8::is_ascii_digit) {
         return None;
@@ -369,13 +449,20 @@ impl Schema {
     /// Valid or not; `Defer` when the value has a number the crate cannot hold exactly.
     pub fn is_valid(&self, v: &Value) -> Result<bool, Refusal> {
         let j = to_serde(v)?;
-        Ok(self.validator.is_valid(&j))
+        self.is_valid_serde(&j)
     }
 
     /// [`Self::is_valid`] on a value already in the crate's form ([`to_serde`]), so one
     /// conversion serves both schemas when the normalizers cannot have changed the value.
-    pub fn is_valid_serde(&self, j: &J) -> bool {
-        self.validator.is_valid(j)
+    /// `Defer` when a format check met a value only the reference can judge (whatever the
+    /// schema's answer: under `not` or `anyOf` that check's answer could decide it).
+    pub fn is_valid_serde(&self, j: &J) -> Result<bool, Refusal> {
+        UNDECIDED.with(|c| c.set(false));
+        let ok = self.validator.is_valid(j);
+        if UNDECIDED.with(|c| c.replace(false)) {
+            return Err(Refusal::Defer);
+        }
+        Ok(ok)
     }
 }
 
