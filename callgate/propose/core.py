@@ -31,7 +31,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from importlib import resources
 from types import ModuleType
 from typing import Any, Final
 
@@ -48,6 +47,7 @@ from callgate.propose.normalize import (
     _decimal_option,
     _text_key,
     load_zone,
+    zone_file,
 )
 from callgate.propose.parse import ParseLimits
 
@@ -187,15 +187,16 @@ def native_zone(native: ModuleType, name: str) -> Any:
     reference does not know the zone or the rules cannot be read as it reads them.
 
     They come from the file the reference loads (:func:`~callgate.propose.normalize.load_zone`:
-    the ``tzdata`` package), parsed by the standard library's own ``zoneinfo`` reader (its
+    the ``tzdata`` package, :func:`~callgate.propose.normalize.zone_file`), parsed by the standard library's own ``zoneinfo`` reader (its
     transitions, offsets and footer rule), so both cores answer from the same data with the same
     algorithm (``native/src/zone.rs``)."""
-    if load_zone(name) is None:
+    path = zone_file(name)
+    if path is None or load_zone(name) is None:
         return None
     try:
         from zoneinfo import _common, _zoneinfo  # type: ignore[attr-defined]  # the stdlib reader
 
-        data = resources.files("tzdata").joinpath("zoneinfo", *name.split("/")).read_bytes()
+        data = path.read_bytes()
         trans_idx, trans_utc, utcoff, isdst, _, tz_str = _common.load_data(io.BytesIO(data))
         after: tuple[Any, ...] | None = None
         if tz_str:

@@ -32,6 +32,7 @@ from dataclasses import field as _dc_field
 from datetime import UTC, date, datetime, timedelta, timezone, tzinfo
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from importlib import resources
+from importlib.resources.abc import Traversable
 from types import MappingProxyType
 from typing import Final
 from zoneinfo import ZoneInfo
@@ -235,13 +236,21 @@ def tzdata_version() -> str:
     return str(getattr(importlib.import_module("tzdata"), "IANA_VERSION", "unknown"))
 
 
+def zone_file(name: str) -> Traversable | None:
+    """The ``tzdata`` package's file of the IANA zone ``name``, or None if there is no such zone
+    (the one file both cores read a zone's rules from)."""
+    if not _ZONE_NAME.fullmatch(name) or name not in _zone_names():
+        return None
+    return resources.files("tzdata").joinpath("zoneinfo", *name.split("/"))
+
+
 @functools.lru_cache(maxsize=1024)
 def load_zone(name: str) -> ZoneInfo | None:
     """ZoneInfo for an IANA name from the ``tzdata`` package, or None if there is no such zone.
     Cached: each zone file is read once per process."""
-    if not _ZONE_NAME.fullmatch(name) or name not in _zone_names():
+    path = zone_file(name)
+    if path is None:
         return None
-    path = resources.files("tzdata").joinpath("zoneinfo", *name.split("/"))
     try:
         with path.open("rb") as fh:
             return ZoneInfo.from_file(fh, key=name)

@@ -552,9 +552,14 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-fn days_in_month(y: i64, m: i64) -> i64 {
+/// A leap year of the proleptic Gregorian calendar.
+pub fn leap(y: i64) -> bool {
+    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
+}
+
+pub fn days_in_month(y: i64, m: i64) -> i64 {
     match m {
-        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
+        2 if leap(y) => 29,
         2 => 28,
         4 | 6 | 9 | 11 => 30,
         _ => 31,

@@ -7,6 +7,7 @@
 //! The parity suite proves the answers equal to python-jsonschema's on the official test suite.
 
 use crate::json::{Num, Refusal, Value};
+use crate::normalize::days_in_month;
 use jsonschema::paths::Location;
 use jsonschema::{Draft, Keyword, ValidationError, Validator};
 use serde_json::{Map, Value as J};
@@ -356,15 +357,6 @@ fn num(b: &[u8]) -> Option<i64> {
         return None;
     }
     Some(b.iter().fold(0i64, |a, d| a * 10 + i64::from(d - b'0')))
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        2 if y % 4 == 0 && (y % 100 != 0 || y % 400 == 0) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
 }
 
 /// `(\d{4})-(\d{2})-(\d{2})` + `_date_ok` (no year range: the regex allows 0000)

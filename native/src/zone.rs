@@ -5,7 +5,7 @@
 //! `zoneinfo._zoneinfo._parse_tz_str` (callgate/propose/core.py, `native_zone`). Times are
 //! seconds since 1970-01-01 of a wall clock (local or UTC); offsets are seconds.
 
-use crate::normalize::days_from_civil;
+use crate::normalize::{days_from_civil, days_in_month, leap, weekday};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -16,10 +16,6 @@ enum RuleDay {
     Day { d: i64, julian: bool, secs: i64 },
     /// `Mm.w.d`: the `w`-th (5: last) weekday `d` (0: Sunday) of month `m`.
     Month { m: i64, w: i64, d: i64, secs: i64 },
-}
-
-fn leap(y: i64) -> bool {
-    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
 }
 
 /// `_post_epoch_days_before_year`: days from 1970-01-01 to January 1 of `year`, minus one.
@@ -42,14 +38,9 @@ impl RuleDay {
                 (days_before_year(year) + d) * 86400 + secs
             }
             RuleDay::Month { m, w, d, secs } => {
-                let first = days_from_civil(year, m, 1);
                 // calendar.monthrange: first weekday (0 = Monday) and the month's length
-                let first_day = (first + 3).rem_euclid(7); // 1970-01-01 was a Thursday (3)
-                let dim = if m == 12 {
-                    31
-                } else {
-                    days_from_civil(year, m + 1, 1) - first
-                };
+                let first_day = weekday(days_from_civil(year, m, 1));
+                let dim = days_in_month(year, m);
                 let mut month_day = (d - (first_day + 1)).rem_euclid(7) + 1;
                 month_day += (w - 1) * 7;
                 if month_day > dim {
