@@ -64,8 +64,6 @@ DATED_KINDS: Final = frozenset({"relative_date", "datetime"})
 DECIMAL_BOUND_PLACES: Final = 18
 """Fractional digits of a ``decimal`` bound the compiled core holds exactly (it counts in units
 of 10^-18); a bound written with more keeps the tool on the Python stages."""
-_SUBSET_EXCLUDED: Final = frozenset({"patternProperties"})
-"""Schema keywords that keep a tool's validation in Python (see :func:`_schema_native`)."""
 
 
 class CoreEngine(StrEnum):
@@ -83,23 +81,16 @@ class CoreKind(StrEnum):
     NATIVE = "native"
 
 
-def _has_key(node: Any, names: frozenset[str]) -> bool:
-    if isinstance(node, Mapping):
-        return any(k in names or _has_key(v, names) for k, v in node.items())
-    if isinstance(node, (list, tuple)):
-        return any(_has_key(v, names) for v in node)
-    return False
-
-
-def _schema_native(schema: Any, raw: Any) -> bool:
+def _schema_native(schema: Any) -> bool:
     """The compiled core validates a schema that the Python fast check compiles exactly (no
-    ``$ref``, ``unevaluated*``, ``contains``, ``multipleOf``...) and that has no
-    ``patternProperties`` (its regexes cannot be put on the ECMA-262 engine in the crate). Of the
-    formats it asserts ``date``, ``date-time``, ``time``, ``duration``, ``uuid``, ``ipv4``, ``ipv6``,
-    ``json-pointer``, ``relative-json-pointer``, ``hostname`` and ``email`` (ported from
-    formats.py; an ``xn--`` label defers the check to the reference); a schema with another format
-    is refused when the tool is prepared, and the tool stays on Python."""
-    return bool(schema.has_fast_path) and not _has_key(raw, _SUBSET_EXCLUDED)
+    ``$ref``, ``unevaluated*``, ``contains``, ``multipleOf``...; ``pattern`` and
+    ``patternProperties`` on ECMA-262's engine). Of the formats it asserts ``date``,
+    ``date-time``, ``time``, ``duration``, ``uuid``, ``ipv4``, ``ipv6``, ``json-pointer``,
+    ``relative-json-pointer``, ``hostname``, ``email``, ``uri``, ``uri-reference``, ``iri``,
+    ``iri-reference`` and ``uri-template`` (ported from formats.py; an ``xn--`` label defers the
+    check to the reference); a schema with another format (``idn-hostname``, ``idn-email``,
+    ``regex``) is refused when the tool is prepared, and the tool stays on Python."""
+    return bool(schema.has_fast_path)
 
 
 def native_plan(tool: CompiledTool) -> tuple[list[tuple[str, str, str, dict[str, str]]], str, str] | str:
@@ -109,10 +100,10 @@ def native_plan(tool: CompiledTool) -> tuple[list[tuple[str, str, str, dict[str,
     if isinstance(steps, str):
         return steps
     raw_input = tool.schema.document
-    if not _schema_native(tool.schema, raw_input):
+    if not _schema_native(tool.schema):
         return "input schema outside the native subset"
     raw_norm = tool.normalized_schema.document
-    if not _schema_native(tool.normalized_schema, raw_norm):
+    if not _schema_native(tool.normalized_schema):
         return "normalized schema outside the native subset"
     return steps, json.dumps(raw_input), json.dumps(raw_norm)
 

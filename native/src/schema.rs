@@ -2,9 +2,11 @@
 //! engine (ECMA-262, Unicode mode, as `RegExp(source, "u").test(text)`).
 //!
 //! Only schemas that the Python side found in the native subset come here (the fast check's
-//! subset without `patternProperties`: see callgate/propose/core.py); a `format` other than
-//! `date`, `date-time` or `time` fails the build of the validator, so the tool stays on Python.
-//! The parity suite proves the answers equal to python-jsonschema's on the official test suite.
+//! subset: see callgate/propose/core.py); a `format` this module does not port from formats.py
+//! fails the build of the validator, so the tool stays on Python. `patternProperties` (and then
+//! `additionalProperties`) are keywords of this module, so that property names are matched on
+//! `regress` as `pattern` is. The parity suite proves the answers equal to python-jsonschema's on
+//! the official test suite and on generated schemas.
 
 use crate::json::{Num, Refusal, Value};
 use crate::normalize::days_in_month;
@@ -45,9 +47,159 @@ fn pattern_factory<'a>(
     let J::String(source) = value else {
         return Err(ValidationError::custom("pattern must be a string"));
     };
-    let re = regress::Regex::with_flags(source, "u")
-        .map_err(|_| ValidationError::custom("pattern is not an ECMA-262 regular expression"))?;
-    Ok(Box::new(Pattern { re }))
+    Ok(Box::new(Pattern {
+        re: ecma_regex(source)?,
+    }))
+}
+
+/// A `pattern` or a `patternProperties` name as ECMA-262 reads it (`RegExp(source, "u")`).
+fn ecma_regex(source: &str) -> Result<regress::Regex, ValidationError<'static>> {
+    regress::Regex::with_flags(source, "u")
+        .map_err(|_| ValidationError::custom("pattern is not an ECMA-262 regular expression"))
+}
+
+/// The crate's options for a schema: `pattern` on `regress`, `format` from formats.py and, for a
+/// document with `patternProperties`, that keyword and `additionalProperties` done here too, so
+/// that property names are matched on `regress` as well (the crate would put them on
+/// `fancy-regex`). Without `patternProperties` the crate's own fused `properties` /
+/// `additionalProperties` validators run.
+fn options(own_properties: bool) -> jsonschema::ValidationOptions<'static> {
+    let o = jsonschema::options()
+        .with_draft(Draft::Draft202012)
+        .should_validate_formats(false)
+        .with_keyword("pattern", pattern_factory)
+        .with_keyword("format", format_factory);
+    if own_properties {
+        o.with_keyword("patternProperties", pattern_properties_factory)
+            .with_keyword("additionalProperties", additional_properties_factory)
+    } else {
+        o
+    }
+}
+
+/// A subschema of `patternProperties` / `additionalProperties`, compiled on its own (the native
+/// subset has no `$ref`, so a subschema needs nothing from its root).
+fn subschema(value: &J) -> Result<Validator, ValidationError<'static>> {
+    options(true)
+        .build(value)
+        .map_err(|e| ValidationError::custom(format!("subschema refused: {e}")))
+}
+
+fn object_keys(parent: &Map<String, J>, keyword: &str) -> Vec<String> {
+    match parent.get(keyword) {
+        Some(J::Object(m)) => m.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `patternProperties`: every member whose name the regex finds satisfies the subschema
+/// (`_Compiler.pattern_properties` of fastcheck.py).
+struct PatternProperties {
+    subs: Vec<(regress::Regex, Validator)>,
+}
+
+impl<'i> Keyword<'i> for PatternProperties {
+    fn validate(&self, instance: &'i J) -> Result<(), ValidationError<'i>> {
+        if self.is_valid(instance) {
+            Ok(())
+        } else {
+            Err(ValidationError::custom("a pattern property is not valid"))
+        }
+    }
+
+    fn is_valid(&self, instance: &'i J) -> bool {
+        let J::Object(members) = instance else {
+            return true;
+        };
+        self.subs.iter().all(|(re, sub)| {
+            members
+                .iter()
+                .all(|(name, value)| re.find(name).is_none() || sub.is_valid(value))
+        })
+    }
+}
+
+fn pattern_properties_factory<'a>(
+    _parent: &'a Map<String, J>,
+    value: &'a J,
+    _path: Location,
+) -> Result<Box<dyn for<'i> Keyword<'i>>, ValidationError<'a>> {
+    let J::Object(pats) = value else {
+        return Err(ValidationError::custom(
+            "patternProperties must be an object",
+        ));
+    };
+    let subs = pats
+        .iter()
+        .map(|(source, sub)| Ok((ecma_regex(source)?, subschema(sub)?)))
+        .collect::<Result<Vec<_>, ValidationError<'static>>>()?;
+    Ok(Box::new(PatternProperties { subs }))
+}
+
+enum Additional {
+    Any,
+    Nothing,
+    Schema(Validator),
+}
+
+/// `additionalProperties`: the members named by neither `properties` nor a `patternProperties`
+/// regex of the same schema satisfy the subschema (`_Compiler.additional_properties`).
+struct AdditionalProperties {
+    known: std::collections::HashSet<String>,
+    pats: Vec<regress::Regex>,
+    sub: Additional,
+}
+
+impl AdditionalProperties {
+    fn additional(&self, name: &str) -> bool {
+        !self.known.contains(name) && self.pats.iter().all(|re| re.find(name).is_none())
+    }
+}
+
+impl<'i> Keyword<'i> for AdditionalProperties {
+    fn validate(&self, instance: &'i J) -> Result<(), ValidationError<'i>> {
+        if self.is_valid(instance) {
+            Ok(())
+        } else {
+            Err(ValidationError::custom(
+                "an additional property is not allowed",
+            ))
+        }
+    }
+
+    fn is_valid(&self, instance: &'i J) -> bool {
+        let J::Object(members) = instance else {
+            return true;
+        };
+        match &self.sub {
+            Additional::Any => true,
+            Additional::Nothing => members.keys().all(|name| !self.additional(name)),
+            Additional::Schema(sub) => members
+                .iter()
+                .all(|(name, value)| !self.additional(name) || sub.is_valid(value)),
+        }
+    }
+}
+
+fn additional_properties_factory<'a>(
+    parent: &'a Map<String, J>,
+    value: &'a J,
+    _path: Location,
+) -> Result<Box<dyn for<'i> Keyword<'i>>, ValidationError<'a>> {
+    let pats = object_keys(parent, "patternProperties")
+        .iter()
+        .map(|source| ecma_regex(source))
+        .collect::<Result<Vec<_>, _>>()?;
+    let sub = match value {
+        J::Bool(true) => Additional::Any,
+        J::Bool(false) => Additional::Nothing,
+        other => Additional::Schema(subschema(other)?),
+    };
+    Ok(Box::new(AdditionalProperties {
+        known: object_keys(parent, "properties").into_iter().collect(),
+        pats,
+        sub,
+    }))
 }
 
 /// `format`, asserted, for the formats whose checker is ported exactly from
@@ -65,6 +217,11 @@ enum Format {
     RelativeJsonPointer,
     Hostname,
     Email,
+    Uri,
+    UriReference,
+    Iri,
+    IriReference,
+    UriTemplate,
 }
 
 thread_local! {
@@ -105,6 +262,11 @@ impl<'i> Keyword<'i> for FormatKw {
             Format::RelativeJsonPointer => is_relative_json_pointer(s.as_bytes()),
             Format::Hostname => hostname(s).unwrap_or_else(undecided),
             Format::Email => email(s).unwrap_or_else(undecided),
+            Format::Uri => uri_ok(s, &uri_res().absolute, None),
+            Format::UriReference => uri_ok(s, &uri_res().absolute, Some(&uri_res().relative)),
+            Format::Iri => uri_ok(s, &iri_res().absolute, None),
+            Format::IriReference => uri_ok(s, &iri_res().absolute, Some(&iri_res().relative)),
+            Format::UriTemplate => uri_template_re().is_match(s),
         }
     }
 }
@@ -126,6 +288,11 @@ fn format_factory<'a>(
         Some("relative-json-pointer") => Format::RelativeJsonPointer,
         Some("hostname") => Format::Hostname,
         Some("email") => Format::Email,
+        Some("uri") => Format::Uri,
+        Some("uri-reference") => Format::UriReference,
+        Some("iri") => Format::Iri,
+        Some("iri-reference") => Format::IriReference,
+        Some("uri-template") => Format::UriTemplate,
         _ => {
             return Err(ValidationError::custom(
                 "format not supported by the native core",
@@ -428,11 +595,7 @@ fn is_date_time(b: &[u8]) -> bool {
 impl Schema {
     pub fn compile(text: &str) -> Result<Schema, String> {
         let doc: J = serde_json::from_str(text).map_err(|e| format!("schema is not JSON: {e}"))?;
-        let validator = jsonschema::options()
-            .with_draft(Draft::Draft202012)
-            .should_validate_formats(false)
-            .with_keyword("pattern", pattern_factory)
-            .with_keyword("format", format_factory)
+        let validator = options(has_key(&doc, "patternProperties"))
             .build(&doc)
             .map_err(|e| format!("schema refused by the native validator: {e}"))?;
         Ok(Schema { validator })
@@ -478,4 +641,108 @@ pub fn to_serde(v: &Value) -> Result<J, Refusal> {
             J::Object(m)
         }
     })
+}
+
+// --- URI / IRI (RFC 3986 / RFC 3987 ABNF), URI templates: formats.py's patterns, anchored ------
+
+/// `_UCSCHAR` of formats.py (RFC 3987 `ucschar`) as a class body.
+const UCSCHAR: &str = concat!(
+    r"\u{a0}-\u{d7ff}\u{f900}-\u{fdcf}\u{fdf0}-\u{ffef}",
+    r"\u{10000}-\u{1fffd}\u{20000}-\u{2fffd}\u{30000}-\u{3fffd}\u{40000}-\u{4fffd}",
+    r"\u{50000}-\u{5fffd}\u{60000}-\u{6fffd}\u{70000}-\u{7fffd}\u{80000}-\u{8fffd}",
+    r"\u{90000}-\u{9fffd}\u{a0000}-\u{afffd}\u{b0000}-\u{bfffd}\u{c0000}-\u{cfffd}",
+    r"\u{d0000}-\u{dfffd}\u{e1000}-\u{efffd}",
+);
+/// `_IPRIVATE` of formats.py (RFC 3987 `iprivate`).
+const IPRIVATE: &str = r"\u{e000}-\u{f8ff}\u{f0000}-\u{ffffd}\u{100000}-\u{10fffd}";
+
+/// A whole-text match (Python's `fullmatch`).
+fn whole(pattern: &str) -> regex::Regex {
+    regex::Regex::new(&format!(r"\A(?:{pattern})\z")).expect("a formats.py pattern")
+}
+
+struct UriRes {
+    absolute: regex::Regex,
+    relative: regex::Regex,
+}
+
+/// `_uri_patterns(iri=...)` of formats.py, piece by piece.
+fn uri_patterns(iri: bool) -> UriRes {
+    let ucs = if iri { UCSCHAR } else { "" };
+    let private = if iri { IPRIVATE } else { "" };
+    let unreserved = format!(r"A-Za-z0-9\-._~{ucs}");
+    let sub_delims = r"!$&'()*+,;=";
+    let pct = r"%[0-9A-Fa-f]{2}";
+    let pchar = format!(r"(?:[{unreserved}{sub_delims}:@]|{pct})");
+    let query = format!(r"(?:[{unreserved}{sub_delims}:@/?{private}]|{pct})*");
+    let fragment = format!(r"(?:[{unreserved}{sub_delims}:@/?]|{pct})*");
+    let userinfo = format!(r"(?:[{unreserved}{sub_delims}:]|{pct})*");
+    let reg_name = format!(r"(?:[{unreserved}{sub_delims}]|{pct})*");
+    let authority = format!(r"(?:{userinfo}@)?(?:\[(?P<ip>[^\[\]]*)\]|{reg_name})(?::[0-9]*)?");
+    let segment = format!(r"{pchar}*");
+    let path_abempty = format!(r"(?:/{segment})*");
+    let path_absolute = format!(r"/(?:{pchar}+(?:/{segment})*)?");
+    let path_rootless = format!(r"{pchar}+(?:/{segment})*");
+    let path_noscheme = format!(r"(?:[{unreserved}{sub_delims}@]|{pct})+(?:/{segment})*");
+    let tail = format!(r"(?:\?{query})?(?:#{fragment})?");
+    let absolute = format!(
+        r"[A-Za-z][A-Za-z0-9+\-.]*:(?://{authority}{path_abempty}|{path_absolute}|{path_rootless}|){tail}"
+    );
+    let relative =
+        format!(r"(?://{authority}{path_abempty}|{path_absolute}|{path_noscheme}|){tail}");
+    UriRes {
+        absolute: whole(&absolute),
+        relative: whole(&relative),
+    }
+}
+
+fn uri_res() -> &'static UriRes {
+    static RES: std::sync::OnceLock<UriRes> = std::sync::OnceLock::new();
+    RES.get_or_init(|| uri_patterns(false))
+}
+
+fn iri_res() -> &'static UriRes {
+    static RES: std::sync::OnceLock<UriRes> = std::sync::OnceLock::new();
+    RES.get_or_init(|| uri_patterns(true))
+}
+
+/// `_IPVFUTURE_RE` of formats.py.
+fn ipvfuture_re() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| whole(r"[vV][0-9A-Fa-f]+\.[A-Za-z0-9\-._~!$&'()*+,;=:]+"))
+}
+
+/// `_uri_ok` with `_ip_literal_ok`: the first pattern that matches the whole text, then its IP
+/// literal (if any) checked as an IPvFuture or a real IPv6 address.
+fn uri_ok(s: &str, absolute: &regex::Regex, relative: Option<&regex::Regex>) -> bool {
+    let caps = absolute
+        .captures(s)
+        .or_else(|| relative.and_then(|re| re.captures(s)));
+    let Some(caps) = caps else { return false };
+    match caps.name("ip").map(|m| m.as_str()) {
+        None => true,
+        Some(lit) if lit.starts_with(['v', 'V']) => ipvfuture_re().is_match(lit),
+        Some(lit) => !lit.is_empty() && is_ipv6(lit),
+    }
+}
+
+/// `_URI_TEMPLATE_RE` of formats.py (RFC 6570 level 4; reserved operators refused).
+fn uri_template_re() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        let varchar = r"(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})";
+        let varspec = format!(r"{varchar}(?:\.?{varchar})*(?::[1-9][0-9]{{0,3}}|\*)?");
+        whole(&format!(
+            r"(?:[\x21\x23\x24\x26\x27\x28-\x3B\x3D\x3F-\x5B\x5D\x5F\x61-\x7A\x7E{UCSCHAR}{IPRIVATE}]|%[0-9A-Fa-f]{{2}}|\{{[+#./;?&]?{varspec}(?:,{varspec})*\}})*"
+        ))
+    })
+}
+
+/// `key` anywhere in the document (as a member name of any object).
+fn has_key(node: &J, key: &str) -> bool {
+    match node {
+        J::Object(m) => m.iter().any(|(k, v)| k == key || has_key(v, key)),
+        J::Array(items) => items.iter().any(|v| has_key(v, key)),
+        _ => false,
+    }
 }
