@@ -70,6 +70,19 @@ CHECKPOINT_EVERY = 100
 wal_checkpoint(PASSIVE)``; SQLite's automatic checkpoint, which would run inside whichever commit
 crosses 1,000 pages, is off). A Propose dirties ~5-10 pages, so this is near SQLite's default."""
 
+WAL_RESTART_FRAMES = 16384
+"""WAL frames (pages: 64 MiB at SQLite's 4 KiB; about once a second at 2,000 Propose/s) past which the checkpointer follows its PASSIVE
+checkpoint with a ``RESTART`` one. Under sustained writes a PASSIVE checkpoint never finds the
+whole WAL copied (commits append while it copies), so SQLite never starts the WAL over: measured
+on 2026-12-05, 1.37 GB of WAL and a 2.6 MiB shared-memory index after 30 s of Propose load, growing
+until the disk fills. ``RESTART`` waits for the commit in progress, holds the next ones while it
+copies the rest, and makes the next commit write the WAL from its start (at 8,192 frames,
+twice as often, Propose at 16 in flight measured 1,954/s against 2,007/s in five interleaved
+runs: within the noise, a cost of a few % at most)."""
+WAL_SIZE_LIMIT_BYTES = 2 * WAL_RESTART_FRAMES * 4096
+"""``PRAGMA journal_size_limit`` of a writer connection: a WAL file left larger than this (a
+restart that waited for a long reader) is truncated to it when the WAL starts over."""
+
 
 class Durability(str, Enum):
     """When a committed record is made durable against power loss (``store.durability``)."""
@@ -145,7 +158,9 @@ class SQLiteWorker:
         """Operations queued to the writer thread and not yet settled (event-loop side)."""
         self._commits = 0
         self.checkpoints = 0
-        """PASSIVE checkpoints the writer thread ran."""
+        """PASSIVE checkpoints the checkpointer thread ran."""
+        self.restarts = 0
+        """``RESTART`` checkpoints it ran (:data:`WAL_RESTART_FRAMES`)."""
         self.inline_runs = 0
         """Operations the event loop ran itself (module docstring)."""
         self._ready = threading.Event()
@@ -175,6 +190,7 @@ class SQLiteWorker:
             self._path, schema=self._schema, synchronous=self._commit_sync, busy_timeout_ms=self._busy_ms
         )
         conn.execute("PRAGMA wal_autocheckpoint=0")  # the checkpointer thread checkpoints
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         if self._setup is not None:  # e.g. startup repair, in one transaction before any call
             ok, value = _run_alone(conn, self._setup)
             if not ok:
@@ -238,7 +254,9 @@ class SQLiteWorker:
         (it took ~5 ms per checkpoint, every :data:`CHECKPOINT_EVERY` commits, with the writer
         stopped, when the writer thread ran it). Its ``synchronous`` is the commits' (``NORMAL``:
         the WAL is synced before the copy and the database after it, as SQLite's own checkpoint
-        does); a busy or failed checkpoint is retried at the next request."""
+        does); a busy or failed checkpoint is retried at the next request. A WAL that holds
+        :data:`WAL_RESTART_FRAMES` or more after it is checkpointed again with ``RESTART``, so
+        that it starts over instead of growing for as long as commits never pause."""
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
@@ -259,10 +277,13 @@ class SQLiteWorker:
                     return
                 with self._ckpt_lock:
                     try:
-                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                        _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        self.checkpoints += 1
+                        if frames >= WAL_RESTART_FRAMES:
+                            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+                            self.restarts += not busy
                     except sqlite3.Error:
                         continue
-                self.checkpoints += 1
         finally:
             conn.close()
 
