@@ -39,11 +39,13 @@ from callgate.core.model import NormalizationContext, ValidatedArguments
 from callgate.propose.core import (
     Core,
     _date_language,
+    install_text_table,
     load_native,
     native_plan,
     native_steps,
     native_vocab,
     native_zone,
+    text_table,
 )
 from callgate.propose.digest import canonicalize, invocation_digest
 from callgate.propose.normalize import NormalizerChain, normalize
@@ -60,6 +62,8 @@ if NATIVE is None:
         pytrace=False,
     )
 N: Any = NATIVE
+install_text_table(N)  # as Core does once a text or enum_alias tool is prepared
+TEXT = text_table()
 
 PARSING = SHARED / "conformance" / "json-parsing" / "test_parsing"
 SCHEMA_SUITE = SHARED / "conformance" / "json-schema" / "tests" / "draft2020-12"
@@ -602,6 +606,64 @@ def test_normalizers(
         assert ncanonical == canonical
         assert tuple(napplied) == applied
     COUNTS["normalize-compared"] += 1
+
+
+_TEXT_DECLS = [
+    {"kind": "text", "field": "/a"},
+    {"kind": "text", "field": "/a", "collapse_whitespace": True, "case": "lower"},
+    {"kind": "text", "field": "/a", "case": "upper"},
+    {"kind": "enum_alias", "field": "/a", "aliases": {"München": "munich", "ÉTÉ": "summer", "ß": "s", "Ⅻ": "12"}},
+]  # fmt: skip
+_TEXT_CHAINS = [NormalizerChain.build([d]) for d in _TEXT_DECLS]
+_TEXT_TOOLS = [N.Tool("t", "v1", native_steps(c)) for c in _TEXT_CHAINS]
+# outside the table on purpose: whitespace (Unicode and ASCII), a combining mark and what it
+# composes with, the final-sigma capital, mappings with combining marks (İ, ǰ), a Hangul final
+# jamo after a syllable, the kana voicing mark, a compatibility ideograph, unassigned and private
+_TEXT_OTHERS = list(
+    "\u00a0\u3000\u2003\u0085\u0301\u0308\u03a3\u0130\u01f0\u11a8\u3099\uf900\u0378\ue000\x1c\t "
+)
+
+
+def _text_case(text: str, i: int) -> None:
+    code, value, canonical, _ = _reference_chain(
+        _TEXT_CHAINS[i], {"a": text}, NormalizationContext(CLOCKS[0][0], "UTC", "en")
+    )
+    ncode, nvalue, ncanonical, _ = _TEXT_TOOLS[i].normalize(
+        json.dumps({"a": text}).encode(), CLOCKS[0][0], None, None
+    )
+    if ncode == "defer":
+        assert any(
+            not (c.isascii() or c in TEXT or "\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf")
+            for c in text
+        ), text
+        COUNTS["text-defer"] += 1
+        return
+    assert (ncode, ncanonical) == (code, canonical), (_TEXT_DECLS[i], text)
+    assert same(nvalue, value)
+    COUNTS["text-compared"] += 1
+
+
+def test_text_leaves_on_every_character_of_the_table() -> None:
+    """Each character the core normalizes outside ASCII (:func:`text_table`), alone and between
+    ASCII letters and spaces, through ``text`` (as is, collapsed and lower case, upper case) and
+    ``enum_alias``: the same value and bytes as the Python stages (NFC, strip, lower/upper,
+    casefold); and the characters left out of the table on purpose defer."""
+    assert len(TEXT) > 10_000
+    for c in [*TEXT, *_TEXT_OTHERS]:
+        for i in range(len(_TEXT_TOOLS)):
+            _text_case(c, i)
+            _text_case(f"  x{c}Ab {c}{c}\t", i)
+
+
+text_strings = st.text(
+    st.sampled_from(sorted(TEXT)[::7] + _TEXT_OTHERS + list("aZ ßéÉüÜİıΣσςﬁ上\u3400가각ㄱ")), max_size=8
+)
+
+
+@settings(derandomize=True, max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@given(text_strings, st.integers(0, len(_TEXT_DECLS) - 1))
+def test_text_leaves_on_generated_text(text: str, i: int) -> None:
+    _text_case(text, i)
 
 
 amounts = (

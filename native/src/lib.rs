@@ -634,6 +634,18 @@ fn cedar_context_of(raw: &[u8]) -> Option<String> {
     cedar_value(&v).map(|j| j.to_string())
 }
 
+/// Install the `text` / `enum_alias` character table (`normalize::TextTable`): character ->
+/// (lower, upper, casefold) as the reference maps it. Once per process; false if already set.
+#[pyfunction]
+fn set_text_table(table: std::collections::HashMap<char, (String, String, String)>) -> bool {
+    normalize::set_text_table(
+        table
+            .into_iter()
+            .map(|(c, (lower, upper, fold))| (c, normalize::TextChar { lower, upper, fold }))
+            .collect(),
+    )
+}
+
 /// `ResourceTemplate.render` of a JSON document, or None (parity tests).
 #[pyfunction]
 fn render_resource(template: &str, raw: &[u8]) -> Option<String> {
@@ -796,6 +808,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(invocation_digest, m)?)?;
     m.add_function(wrap_pyfunction!(cedar_context_of, m)?)?;
     m.add_function(wrap_pyfunction!(render_resource, m)?)?;
+    m.add_function(wrap_pyfunction!(set_text_table, m)?)?;
     m.add_class::<Tool>()?;
     m.add_class::<cedar::CedarSnapshot>()?;
     m.add_class::<zone::Zone>()?;

@@ -1,6 +1,8 @@
 //! The normalizers `default`, `enum_alias`, `text` and `round` of `callgate/propose/normalize.py`,
-//! byte-identical. Text outside ASCII is not normalized here: Python's Unicode tables (NFC,
-//! casefold, whitespace) are the reference, so such a value makes the native core defer.
+//! byte-identical. Under `text` and `enum_alias`, text outside ASCII is normalized here when
+//! every such character is a CJK ideograph or in the reference's [`TextTable`] (characters NFC
+//! keeps that compose with nothing, each with Python's own case mappings); other text defers, as
+//! Python's Unicode tables (NFC, NFKC, casefold, whitespace) are the reference.
 
 use crate::json::{Num, Refusal, Value};
 use crate::vocab::Vocab;
@@ -215,6 +217,64 @@ fn cjk_ideograph(c: char) -> bool {
     matches!(c, '\u{3400}'..='\u{4DBF}' | '\u{4E00}'..='\u{9FFF}')
 }
 
+/// A character outside ASCII that the `text` and `enum_alias` leaves handle here, with its
+/// mappings as the reference computes them (Python's `str.lower`, `str.upper`, `str.casefold`).
+pub struct TextChar {
+    pub lower: String,
+    pub upper: String,
+    pub fold: String,
+}
+
+/// The characters of [`TextChar`], handed over once by callgate/propose/core.py
+/// (`text_table`): the reference's own `unicodedata` decides which characters are in it (NFC
+/// keeps them and nothing composes with them, no case mapping depends on context, not
+/// whitespace, and every mapping is made of such characters or ASCII), so a text of them and
+/// ASCII is normalized here exactly as Python does; any other character defers.
+pub struct TextTable {
+    chars: HashMap<char, TextChar>,
+}
+
+static TEXT_TABLE: std::sync::OnceLock<TextTable> = std::sync::OnceLock::new();
+
+/// Install the table (once per process; a second call changes nothing and answers false).
+pub fn set_text_table(chars: HashMap<char, TextChar>) -> bool {
+    TEXT_TABLE.set(TextTable { chars }).is_ok()
+}
+
+impl TextTable {
+    /// `s` with each character mapped: ASCII by `ascii`, CJK ideographs unchanged (no case),
+    /// the others by `pick` of their entry (every one has one: [`text_chars`] checked).
+    fn map(&self, s: &str, pick: fn(&TextChar) -> &String, ascii: fn(&char) -> char) -> String {
+        let mut out = String::with_capacity(s.len());
+        for ch in s.chars() {
+            if ch.is_ascii() {
+                out.push(ascii(&ch));
+            } else if let Some(m) = self.chars.get(&ch) {
+                out.push_str(pick(m));
+            } else {
+                out.push(ch);
+            }
+        }
+        out
+    }
+}
+
+/// None for ASCII text; the table when every other character of `s` is a CJK ideograph or in
+/// it; `Defer` otherwise (or before the table is installed).
+fn text_chars(s: &str) -> Result<Option<&'static TextTable>, LeafError> {
+    if s.is_ascii() {
+        return Ok(None);
+    }
+    let table = TEXT_TABLE.get().ok_or(LeafError::Defer)?;
+    if s.chars()
+        .all(|ch| ch.is_ascii() || cjk_ideograph(ch) || table.chars.contains_key(&ch))
+    {
+        Ok(Some(table))
+    } else {
+        Err(LeafError::Defer)
+    }
+}
+
 fn py_space(b: u8) -> bool {
     matches!(b, 0x09..=0x0d | 0x1c..=0x20)
 }
@@ -287,17 +347,17 @@ fn apply_leaf(leaf: &Leaf, node: &Value, ctx: &Ctx) -> Result<Option<Value>, Lea
         }
         Leaf::Text { collapse: c, case } => {
             let Value::Str(s) = node else { return Ok(None) };
-            if !s.chars().all(|ch| ch.is_ascii() || cjk_ideograph(ch)) {
-                return Err(LeafError::Defer);
-            }
+            let table = text_chars(s)?;
             let mut out = strip(s).to_string();
             if *c {
                 out = collapse(&out);
             }
-            match case {
-                Case::Lower => out = out.to_ascii_lowercase(),
-                Case::Upper => out = out.to_ascii_uppercase(),
-                Case::Keep => {}
+            match (case, table) {
+                (Case::Lower, None) => out = out.to_ascii_lowercase(),
+                (Case::Upper, None) => out = out.to_ascii_uppercase(),
+                (Case::Lower, Some(t)) => out = t.map(&out, |m| &m.lower, char::to_ascii_lowercase),
+                (Case::Upper, Some(t)) => out = t.map(&out, |m| &m.upper, char::to_ascii_uppercase),
+                (Case::Keep, _) => {}
             }
             Ok(if &out == s {
                 None
@@ -310,10 +370,10 @@ fn apply_leaf(leaf: &Leaf, node: &Value, ctx: &Ctx) -> Result<Option<Value>, Lea
             if canonical.iter().any(|c| c == s) {
                 return Ok(None);
             }
-            if !s.is_ascii() {
-                return Err(LeafError::Defer);
-            }
-            let key = strip(s).to_ascii_lowercase();
+            let key = match text_chars(s)? {
+                None => strip(s).to_ascii_lowercase(),
+                Some(t) => t.map(strip(s), |m| &m.fold, char::to_ascii_lowercase),
+            };
             Ok(match table.get(&key) {
                 Some(t) if t != s => Some(Value::Str(t.clone())),
                 _ => None,
