@@ -87,10 +87,11 @@ def _schema_native(schema: Any) -> bool:
     ``$ref``, ``unevaluated*``, ``contains``, ``multipleOf``...; ``pattern`` and
     ``patternProperties`` on ECMA-262's engine). Of the formats it asserts ``date``,
     ``date-time``, ``time``, ``duration``, ``uuid``, ``ipv4``, ``ipv6``, ``json-pointer``,
-    ``relative-json-pointer``, ``hostname``, ``email``, ``uri``, ``uri-reference``, ``iri``,
-    ``iri-reference`` and ``uri-template`` (ported from formats.py; an ``xn--`` label defers the
-    check to the reference); a schema with another format (``idn-hostname``, ``idn-email``,
-    ``regex``) is refused when the tool is prepared, and the tool stays on Python."""
+    ``relative-json-pointer``, ``hostname``, ``email``, ``idn-hostname``, ``idn-email``, ``uri``,
+    ``uri-reference``, ``iri``, ``iri-reference`` and ``uri-template`` (ported from formats.py; an
+    ``xn--`` label, or an internationalized name outside ASCII, defers the check to the
+    reference); a schema with the format ``regex`` is refused when the tool is prepared, and the
+    tool stays on Python."""
     return bool(schema.has_fast_path)
 
 

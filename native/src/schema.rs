@@ -217,6 +217,8 @@ enum Format {
     RelativeJsonPointer,
     Hostname,
     Email,
+    IdnHostname,
+    IdnEmail,
     Uri,
     UriReference,
     Iri,
@@ -225,8 +227,9 @@ enum Format {
 }
 
 thread_local! {
-    /// Set by a format check that cannot answer exactly here (an `xn--` label needs the
-    /// reference's IDNA tables): the whole schema check then defers ([`Schema::check`]).
+    /// Set by a format check that cannot answer exactly here (an `xn--` label, or any
+    /// internationalized name, needs the reference's IDNA tables): the whole schema check then
+    /// defers ([`Schema::check`]).
     static UNDECIDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
@@ -262,6 +265,8 @@ impl<'i> Keyword<'i> for FormatKw {
             Format::RelativeJsonPointer => is_relative_json_pointer(s.as_bytes()),
             Format::Hostname => hostname(s).unwrap_or_else(undecided),
             Format::Email => email(s).unwrap_or_else(undecided),
+            Format::IdnHostname => idn_hostname(s).unwrap_or_else(undecided),
+            Format::IdnEmail => idn_email(s).unwrap_or_else(undecided),
             Format::Uri => uri_ok(s, &uri_res().absolute, None),
             Format::UriReference => uri_ok(s, &uri_res().absolute, Some(&uri_res().relative)),
             Format::Iri => uri_ok(s, &iri_res().absolute, None),
@@ -288,6 +293,8 @@ fn format_factory<'a>(
         Some("relative-json-pointer") => Format::RelativeJsonPointer,
         Some("hostname") => Format::Hostname,
         Some("email") => Format::Email,
+        Some("idn-hostname") => Format::IdnHostname,
+        Some("idn-email") => Format::IdnEmail,
         Some("uri") => Format::Uri,
         Some("uri-reference") => Format::UriReference,
         Some("iri") => Format::Iri,
@@ -498,6 +505,22 @@ fn email_local_re() -> &'static regex::Regex {
 
 /// `_email_ok(value, idn=False)`: `local@domain`, the domain a host name or an address literal.
 fn email(s: &str) -> Option<bool> {
+    mailbox(s, hostname)
+}
+
+/// `_email_ok(value, idn=True)` for ASCII text (the local part's other characters and the
+/// domain's U-labels are the reference's to judge: such text defers); its domain an
+/// `idn-hostname` (NFC keeps ASCII as it is).
+fn idn_email(s: &str) -> Option<bool> {
+    if !s.is_ascii() {
+        return None;
+    }
+    mailbox(s, idn_hostname)
+}
+
+/// `local@domain`: the local part as `_EMAIL_LOCAL_RE` reads it, the domain an address literal
+/// or what `domain_ok` says.
+fn mailbox(s: &str, domain_ok: fn(&str) -> Option<bool>) -> Option<bool> {
     let Some((local, domain)) = s.rsplit_once('@') else {
         return Some(false);
     };
@@ -516,7 +539,35 @@ fn email(s: &str) -> Option<bool> {
             is_ipv4(inner)
         });
     }
-    hostname(domain)
+    domain_ok(domain)
+}
+
+/// `_is_idn_hostname` for ASCII text: NR-LDH labels that are not R-LDH (`ab--c`), at most 253
+/// octets in all. None (undecided) for other text (U-labels, the other IDNA dots) and when no
+/// label fails but one is an `xn--` A-label, whose IDNA2008 check is the reference's.
+fn idn_hostname(s: &str) -> Option<bool> {
+    if !s.is_ascii() {
+        return None;
+    }
+    if s.is_empty() || s.len() > 253 {
+        return Some(false);
+    }
+    let mut a_label = false;
+    for l in s.as_bytes().split(|c| *c == b'.') {
+        if l.len() >= 4 && l[..4].eq_ignore_ascii_case(b"xn--") {
+            if l.len() > 63 {
+                return Some(false);
+            }
+            a_label = true;
+        } else if !ldh_label(l) || l.get(2..4) == Some(b"--".as_slice()) {
+            return Some(false);
+        }
+    }
+    if a_label {
+        None
+    } else {
+        Some(true)
+    }
 }
 
 fn num(b: &[u8]) -> Option<i64> {
