@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any, Final
 
 from callgate.core.errors import config_invalid
@@ -179,43 +179,76 @@ syllables; half- and full-width forms). CJK Unified Ideographs are handled in th
 _EXCLUDED_CATEGORIES: Final = frozenset({"Cn", "Cs", "Co", "Cc", "Zs", "Zl", "Zp"})
 
 
-@functools.cache
-def text_table() -> dict[str, tuple[str, str, str]]:
+@dataclass(frozen=True, slots=True)
+class TextTable:
+    """The characters of :func:`text_table`: ``ranges`` of code points (half-open, sorted) and the
+    ``lower()``, ``upper()`` and ``casefold()`` of those whose mappings are not all themselves."""
+
+    ranges: tuple[tuple[int, int], ...]
+    mapped: Mapping[str, tuple[str, str, str]]
+
+    def __contains__(self, c: object) -> bool:
+        return isinstance(c, str) and len(c) == 1 and any(lo <= ord(c) < hi for lo, hi in self.ranges)
+
+    def __len__(self) -> int:
+        return sum(hi - lo for lo, hi in self.ranges)
+
+
+def text_table() -> TextTable:
     """The characters outside ASCII that the compiled core's ``text`` and ``enum_alias`` leaves
-    normalize, each with its ``lower()``, ``upper()`` and ``casefold()``, from this Python's own
+    normalize, with their ``lower()``, ``upper()`` and ``casefold()``, from this Python's own
     ``unicodedata`` (the reference's tables). A character is in it when NFC keeps it and nothing
     composes with it (combining class 0, not the second half of any canonical pair), it is
     assigned, not a control and not whitespace, its case mapping needs no context (not U+03A3,
     whose lower case depends on its place in the word) and every character of its three mappings
     is ASCII or in the table. Text made of such characters and ASCII is then normalized exactly
     as the reference does character by character: NFC changes nothing, ``strip`` and ``\\s``
-    only meet ASCII whitespace. ~80 ms, once per process."""
-    seconds: set[int] = set()
+    only meet ASCII whitespace. ~80 ms; flat arrays while it runs, ranges and ~1,300 mappings in
+    the answer (a dict of every character held 6 MiB)."""
+    seconds = bytearray(0x30000)
     for cp in range(0x80, 0x30000):
         d = unicodedata.decomposition(chr(cp))
-        if d and d[0] != "<" and len(parts := d.split()) == 2:
-            seconds.add(int(parts[1], 16))
+        if d and d[0] != "<" and len(parts := d.split()) == 2 and int(parts[1], 16) < 0x30000:
+            seconds[int(parts[1], 16)] = 1
+    member = bytearray(0x10000)  # every range of TEXT_TABLE_RANGES is in the BMP
+    for lo, hi in TEXT_TABLE_RANGES:
+        for cp in range(lo, hi):
+            c = chr(cp)
+            member[cp] = (
+                unicodedata.category(c) not in _EXCLUDED_CATEGORIES
+                and unicodedata.combining(c) == 0
+                and not seconds[cp]
+                and unicodedata.normalize("NFC", c) == c
+                and not c.isspace()
+                and c != "\u03a3"
+            )
+    changed = True
+    while changed:  # drop those whose mappings leave the table, until none does
+        changed = False
+        for lo, hi in TEXT_TABLE_RANGES:
+            for cp in range(lo, hi):
+                c = chr(cp)
+                if member[cp] and not all(_within(m, member) for m in (c.lower(), c.upper(), c.casefold())):
+                    member[cp], changed = 0, True
+    ranges: list[tuple[int, int]] = []
+    mapped: dict[str, tuple[str, str, str]] = {}
+    for lo, hi in TEXT_TABLE_RANGES:
+        for cp in range(lo, hi):
+            if not member[cp]:
+                continue
+            if ranges and ranges[-1][1] == cp:
+                ranges[-1] = (ranges[-1][0], cp + 1)
+            else:
+                ranges.append((cp, cp + 1))
+            c = chr(cp)
+            maps = (c.lower(), c.upper(), c.casefold())
+            if maps != (c, c, c):
+                mapped[c] = maps
+    return TextTable(tuple(ranges), MappingProxyType(mapped))
 
-    def plain(c: str) -> bool:
-        return (
-            unicodedata.category(c) not in _EXCLUDED_CATEGORIES
-            and unicodedata.combining(c) == 0
-            and ord(c) not in seconds
-            and unicodedata.normalize("NFC", c) == c
-            and not c.isspace()
-            and c != "\u03a3"
-        )
 
-    chars = {chr(cp) for lo, hi in TEXT_TABLE_RANGES for cp in range(lo, hi) if plain(chr(cp))}
-    while True:  # drop those whose mappings leave the table, until none does
-        kept = {c for c in chars if all(_within(m, chars) for m in (c.lower(), c.upper(), c.casefold()))}
-        if kept == chars:
-            return {c: (c.lower(), c.upper(), c.casefold()) for c in sorted(chars)}
-        chars = kept
-
-
-def _within(text: str, chars: set[str]) -> bool:
-    return all(x.isascii() or x in chars for x in text)
+def _within(text: str, member: bytearray) -> bool:
+    return all(x.isascii() or (ord(x) < len(member) and member[ord(x)]) for x in text)
 
 
 TEXT_KINDS: Final = frozenset({"text", "enum_alias"})
@@ -227,7 +260,8 @@ def install_text_table(native: ModuleType) -> None:
     """Hand :func:`text_table` to the compiled core (once per process, when the first tool with
     a ``text`` or ``enum_alias`` normalizer is prepared; until then, text outside ASCII and CJK
     ideographs defers to the Python stages)."""
-    native.set_text_table(text_table())
+    table = text_table()
+    native.set_text_table(list(table.ranges), dict(table.mapped))
 
 
 def _thaw(value: Any) -> Any:

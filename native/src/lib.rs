@@ -634,12 +634,17 @@ fn cedar_context_of(raw: &[u8]) -> Option<String> {
     cedar_value(&v).map(|j| j.to_string())
 }
 
-/// Install the `text` / `enum_alias` character table (`normalize::TextTable`): character ->
-/// (lower, upper, casefold) as the reference maps it. Once per process; false if already set.
+/// Install the `text` / `enum_alias` character table (`normalize::TextTable`): the ranges of
+/// its characters, and (lower, upper, casefold) as the reference maps those not mapped to
+/// themselves. Once per process; false if already set.
 #[pyfunction]
-fn set_text_table(table: std::collections::HashMap<char, (String, String, String)>) -> bool {
+fn set_text_table(
+    ranges: Vec<(u32, u32)>,
+    mapped: std::collections::HashMap<char, (String, String, String)>,
+) -> bool {
     normalize::set_text_table(
-        table
+        ranges,
+        mapped
             .into_iter()
             .map(|(c, (lower, upper, fold))| (c, normalize::TextChar { lower, upper, fold }))
             .collect(),

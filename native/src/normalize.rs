@@ -231,25 +231,36 @@ pub struct TextChar {
 /// whitespace, and every mapping is made of such characters or ASCII), so a text of them and
 /// ASCII is normalized here exactly as Python does; any other character defers.
 pub struct TextTable {
-    chars: HashMap<char, TextChar>,
+    /// Half-open code point ranges of the characters, sorted.
+    ranges: Vec<(u32, u32)>,
+    /// The mappings of those not mapped to themselves by all three.
+    mapped: HashMap<char, TextChar>,
 }
 
 static TEXT_TABLE: std::sync::OnceLock<TextTable> = std::sync::OnceLock::new();
 
 /// Install the table (once per process; a second call changes nothing and answers false).
-pub fn set_text_table(chars: HashMap<char, TextChar>) -> bool {
-    TEXT_TABLE.set(TextTable { chars }).is_ok()
+pub fn set_text_table(ranges: Vec<(u32, u32)>, mapped: HashMap<char, TextChar>) -> bool {
+    let mut ranges = ranges;
+    ranges.sort_unstable();
+    TEXT_TABLE.set(TextTable { ranges, mapped }).is_ok()
 }
 
 impl TextTable {
-    /// `s` with each character mapped: ASCII by `ascii`, CJK ideographs unchanged (no case),
-    /// the others by `pick` of their entry (every one has one: [`text_chars`] checked).
+    fn contains(&self, ch: char) -> bool {
+        let cp = ch as u32;
+        let i = self.ranges.partition_point(|&(lo, _)| lo <= cp);
+        i > 0 && cp < self.ranges[i - 1].1
+    }
+
+    /// `s` with each character mapped: ASCII by `ascii`, the others by `pick` of their entry, or
+    /// to themselves (CJK ideographs, and the table's characters without one).
     fn map(&self, s: &str, pick: fn(&TextChar) -> &String, ascii: fn(&char) -> char) -> String {
         let mut out = String::with_capacity(s.len());
         for ch in s.chars() {
             if ch.is_ascii() {
                 out.push(ascii(&ch));
-            } else if let Some(m) = self.chars.get(&ch) {
+            } else if let Some(m) = self.mapped.get(&ch) {
                 out.push_str(pick(m));
             } else {
                 out.push(ch);
@@ -267,7 +278,7 @@ fn text_chars(s: &str) -> Result<Option<&'static TextTable>, LeafError> {
     }
     let table = TEXT_TABLE.get().ok_or(LeafError::Defer)?;
     if s.chars()
-        .all(|ch| ch.is_ascii() || cjk_ideograph(ch) || table.chars.contains_key(&ch))
+        .all(|ch| ch.is_ascii() || cjk_ideograph(ch) || table.contains(ch))
     {
         Ok(Some(table))
     } else {
