@@ -95,6 +95,7 @@ def main() -> None:
     cases: list[tuple[str, CompiledTool, bytes]] = []
     for key, raw in (
         ("weather.get@v1", b'{"city": " Paris ", "date": "tomorrow"}'),
+        ("weather.get@v1", '{"city": " São Paulo ", "date": "tomorrow"}'.encode()),  # text outside ASCII
         ("files.delete@v1", b'{"path": "/home/alice/notes/old.txt", "reason": " cleanup "}'),
         (
             "calendar.create_event@v1",
