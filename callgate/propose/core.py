@@ -203,7 +203,7 @@ def text_table() -> TextTable:
     whose lower case depends on its place in the word) and every character of its three mappings
     is ASCII or in the table. Text made of such characters and ASCII is then normalized exactly
     as the reference does character by character: NFC changes nothing, ``strip`` and ``\\s``
-    only meet ASCII whitespace. ~80 ms; flat arrays while it runs, ranges and ~1,300 mappings in
+    only meet ASCII whitespace. ~80 ms; flat arrays while it runs, ranges and ~1,200 mappings in
     the answer (a dict of every character held 6 MiB)."""
     seconds = bytearray(0x30000)
     for cp in range(0x80, 0x30000):

@@ -71,14 +71,15 @@ wal_checkpoint(PASSIVE)``; SQLite's automatic checkpoint, which would run inside
 crosses 1,000 pages, is off). A Propose dirties ~5-10 pages, so this is near SQLite's default."""
 
 WAL_RESTART_FRAMES = 16384
-"""WAL frames (pages: 64 MiB at SQLite's 4 KiB; about once a second at 2,000 Propose/s) past which the checkpointer follows its PASSIVE
-checkpoint with a ``RESTART`` one. Under sustained writes a PASSIVE checkpoint never finds the
-whole WAL copied (commits append while it copies), so SQLite never starts the WAL over: measured
-on 2026-12-05, 1.37 GB of WAL and a 2.6 MiB shared-memory index after 30 s of Propose load, growing
-until the disk fills. ``RESTART`` waits for the commit in progress, holds the next ones while it
-copies the rest, and makes the next commit write the WAL from its start (at 8,192 frames,
-twice as often, Propose at 16 in flight measured 1,954/s against 2,007/s in five interleaved
-runs: within the noise, a cost of a few % at most)."""
+"""WAL frames (pages: 64 MiB at SQLite's 4 KiB, about once a second at 2,000 Propose/s) past
+which the checkpointer follows its PASSIVE checkpoint with a ``RESTART`` one. Under sustained
+writes a PASSIVE checkpoint never finds the whole WAL copied (commits append while it copies), so
+SQLite never starts the WAL over: measured on 2026-12-05, 1.37 GB of WAL and a 2.6 MiB
+shared-memory index after 30 s of Propose load, growing until the disk fills. ``RESTART`` waits
+for the commit in progress, holds the next ones while it copies the rest, and makes the next
+commit write the WAL from its start (at 8,192 frames, twice as often, Propose at 16 in flight
+measured 1,954/s against 2,007/s in five interleaved runs: within the noise, a cost of a few %
+at most)."""
 WAL_SIZE_LIMIT_BYTES = 2 * WAL_RESTART_FRAMES * 4096
 """``PRAGMA journal_size_limit`` of a writer connection: a WAL file left larger than this (a
 restart that waited for a long reader) is truncated to it when the WAL starts over."""

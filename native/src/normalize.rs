@@ -225,7 +225,7 @@ pub struct TextChar {
     pub fold: String,
 }
 
-/// The characters of [`TextChar`], handed over once by callgate/propose/core.py
+/// The table of [`TextChar`]s, handed over once by callgate/propose/core.py
 /// (`text_table`): the reference's own `unicodedata` decides which characters are in it (NFC
 /// keeps them and nothing composes with them, no case mapping depends on context, not
 /// whitespace, and every mapping is made of such characters or ASCII), so a text of them and
