@@ -258,6 +258,7 @@ class GoLoad:
         offset: int = 0,
         last: Path | None = None,
         timeout: str = "",
+        trace: Path | None = None,
     ) -> dict[str, Any]:
         args = [
             self.binary,
@@ -281,6 +282,8 @@ class GoLoad:
             args += ["-last", str(last)]
         if timeout:
             args += ["-timeout", timeout]
+        if trace is not None:  # open loop: one line per call (start us, latency us, ok)
+            args += ["-trace", str(trace)]
         proc = subprocess.run(args, capture_output=True, text=True)
         if not proc.stdout:
             raise RuntimeError(f"loadgen failed: {proc.stderr.strip()}")

@@ -94,6 +94,7 @@ func main() {
 	offset := flag.Int("offset", 0, "index of the first record to use")
 	last := flag.String("last", "", "write the last answer's bytes here")
 	timeout := flag.Duration("timeout", 10*time.Second, "per-call deadline")
+	trace := flag.String("trace", "", "open loop: write one line per call here (scheduled start in us from the run's start, latency in us, 1 if OK else 0)")
 	flag.Parse()
 	records, err := readRecords(*reqs)
 	if err != nil {
@@ -187,6 +188,12 @@ func main() {
 				lats = append(lats, d)
 			}
 		}
+		if *trace != "" {
+			if err := writeTrace(*trace, out, okv, interval); err != nil {
+				fmt.Fprintln(os.Stderr, "loadgen:", err)
+				os.Exit(2)
+			}
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "loadgen: -mode must be closed or open")
 		os.Exit(2)
@@ -228,4 +235,18 @@ func main() {
 	if r.Errors > 0 {
 		os.Exit(1)
 	}
+}
+
+// writeTrace writes the open loop's calls, one line each: scheduled start (us from the run's
+// start), latency from that start (us), 1 when the call answered OK.
+func writeTrace(path string, out []time.Duration, okv []bool, interval time.Duration) error {
+	var b []byte
+	for k, d := range out {
+		ok := 0
+		if okv[k] {
+			ok = 1
+		}
+		b = fmt.Appendf(b, "%d %d %d\n", (time.Duration(k) * interval).Microseconds(), d.Microseconds(), ok)
+	}
+	return os.WriteFile(path, b, 0o644)
 }
