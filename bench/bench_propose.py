@@ -7,7 +7,9 @@ turn, in the same run) and a load generator in another process drives it; the ba
 standard gRPC health Check on the same server and listener (a trivial unary RPC through the same
 process and transport). Printed: p50/p99/throughput with one call in flight, open loops at fixed
 rates (latency from the scheduled send: no coordinated omission), N calls in flight, the
-sidecar's CPU per call and its peak RSS (VmHWM).
+sidecar's CPU per call and its peak RSS (VmHWM). With the Go client each open loop also prints
+where its calls over 5 ms fall (in a few 100-ms windows: stalls; in most: queueing) and the
+bare Check's open loop at the same rate (the p99 the serving layer itself reaches there).
 
 The load generator is ``bench/loadgen`` (Go, built by ``scripts/loadgen``) unless
 ``--client python`` (grpc.aio in this process, the figures recorded before 2026-11-30): a Python
@@ -86,8 +88,12 @@ def run_go(args: argparse.Namespace, sc: Any, target: str, sid: str) -> dict[str
     measured("baseline health.Check, 1 in flight", "baseline_sequential", CHECK, check, inflight=1)
     measured("Propose, 1 in flight", "propose_sequential", PROPOSE, reqs, inflight=1)
     for k, rate in enumerate(rates):
+        trace = go.tmp / f"open-{rate:.0f}.txt"
         measured(f"Propose, open loop {rate:.0f}/s", f"propose_open_{rate:.0f}", PROPOSE, reqs,
-                 offset=per_phase * (1 + k), rate=rate)  # fmt: skip
+                 offset=per_phase * (1 + k), rate=rate, trace=trace)  # fmt: skip
+        res[f"propose_open_{rate:.0f}"]["spread"] = spread(trace)
+        measured(f"baseline health.Check, open loop {rate:.0f}/s", f"baseline_open_{rate:.0f}", CHECK, check,
+                 rate=rate)  # fmt: skip
     measured(f"baseline health.Check, {c} in flight", "baseline_saturated", CHECK, check, inflight=c)
     measured(
         f"Propose, {c} in flight",
@@ -98,6 +104,25 @@ def run_go(args: argparse.Namespace, sc: Any, target: str, sid: str) -> dict[str
         inflight=c,
     )
     return res
+
+
+def spread(trace: Path, over_ms: float = 5.0, window_ms: int = 100) -> dict[str, Any]:
+    """Where an open loop's slow calls fall (the loadgen's ``-trace``): the calls over
+    ``over_ms`` and how many of the run's ``window_ms`` windows hold one. Slow calls in a few
+    windows are stalls (a pause of the sidecar); in most windows, queueing (too little headroom
+    at that rate)."""
+    windows: dict[int, int] = {}
+    slow = 0
+    for line in trace.read_text().splitlines():
+        start_us, latency_us, _ok = (int(x) for x in line.split())
+        w = start_us // (window_ms * 1000)
+        windows.setdefault(w, 0)
+        if latency_us > over_ms * 1000:
+            slow += 1
+            windows[w] += 1
+    hit = sum(1 for n in windows.values() if n)
+    print(f"{'':44} calls over {over_ms:g} ms: {slow}, in {hit} of {len(windows)} {window_ms}-ms windows")
+    return {"over_ms": over_ms, "slow_calls": slow, "windows_with_slow": hit, "windows": len(windows)}
 
 
 async def run_python(args: argparse.Namespace, sc: Any, target: str, sid: str) -> dict[str, Any]:
