@@ -64,6 +64,35 @@ def test_the_limit_grows_while_calls_meet_the_target_and_stops_at_the_ceiling() 
     assert adm.state().expected_s == pytest.approx(0.005)
 
 
+def test_with_headroom_the_limit_follows_the_bursts_of_a_light_load() -> None:
+    """Calls well under the target (1 ms against 20) grow an in-use limit by one each: a light
+    load's bursts open it within one burst (the ``1/limit`` step alone kept it at 16-20 through
+    a 1,000/s open loop and refused the bursts above it)."""
+    adm, timer = rule(target_ms=20, lo=16, hi=128)
+    for expected in (22, 30, 41, 55):
+        starts = [adm.admit(None) for _ in range(int(adm.state().limit))]  # a burst fills it
+        timer.t += 0.001
+        for s in starts:
+            adm.release(s)
+        # one per call answered while at least half the limit was in flight
+        assert adm.state().limit == expected
+    s = adm.admit(None)  # one call at a time does not use the limit: it stays
+    timer.t += 0.001
+    adm.release(s)
+    assert adm.state().limit == 55
+    assert adm.state().refused_overloaded == 0
+
+
+def test_near_the_target_the_limit_grows_by_one_per_limits_worth_of_calls() -> None:
+    adm, timer = rule(target_ms=20, lo=4, hi=64)
+    starts = [adm.admit(None) for _ in range(4)]
+    timer.t += 0.015  # 15 ms: within the 20 ms target, above half of it
+    for s in starts:
+        adm.release(s)
+    # 1/limit for each of the two answered while at least half the limit was in flight
+    assert adm.state().limit == pytest.approx(4 + 1 / 4 + 1 / 4.25)
+
+
 def test_slow_calls_shrink_the_limit_once_per_round_trip_never_below_the_floor() -> None:
     adm, timer = rule(target_ms=20, lo=2, hi=64)
     adm._limit = 40.0  # as if grown under an earlier, lighter load

@@ -8,8 +8,11 @@ measured latency stays near the target, and refuses the rest at once instead of 
 
 * **limit (AIMD on measured latency).** Each finished call's time in the handler is measured. A
   call slower than ``server.admission_target_ms`` shrinks the limit by 10% (at most once per
-  current latency, so one slow burst counts once); a call within the target grows it by
-  ``1/limit`` while the limit is in use (about +1 per limit's worth of calls). The limit stays in
+  current latency, so one slow burst counts once). While the limit is in use (at least half of
+  it in flight), a call within the target grows it: by 1 when it took less than half the target
+  (headroom: the limit follows the bursts of a lightly loaded sidecar within one burst, like
+  TCP's slow start), by ``1/limit`` when it took between half the target and the target (about
+  +1 per limit's worth of calls, as the latency nears the target). The limit stays in
   ``[admission_min_in_flight, max_concurrent_rpcs]`` and starts at the minimum. A call arriving
   with ``limit`` calls in flight is refused: ``overloaded`` (gRPC ``RESOURCE_EXHAUSTED``).
 * **deadline.** The expected service time is the moving average of recent calls' latency
@@ -39,6 +42,10 @@ from callgate.core.errors import deadline_too_short, overloaded
 
 DECREASE = 0.9
 """Multiplicative decrease of the limit when a call took longer than the target."""
+HEADROOM = 0.5
+"""A call faster than this fraction of the target grows an in-use limit by one (not ``1/limit``):
+measured on 2026-12-05, the ``1/limit`` step alone kept the limit at 16-20 through a 1,000/s open
+loop whose calls took 1-6 ms against the 50 ms target, and refused the bursts above it."""
 SMOOTHING = 0.2
 """Weight of the newest sample in the moving average of latency."""
 MIN_RETRY_MS = 5
@@ -122,7 +129,8 @@ class Admission:
                 self._limit = max(float(self._s.min_limit), self._limit * DECREASE)
                 self._decreased_at = now
         elif in_use:
-            self._limit = min(self._ceiling, self._limit + 1.0 / self._limit)
+            step = 1.0 if took < self._s.target_s * HEADROOM else 1.0 / self._limit
+            self._limit = min(self._ceiling, self._limit + step)
 
     def state(self) -> AdmissionState:
         """The current limit, calls in flight, expected latency and counters."""
