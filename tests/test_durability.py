@@ -148,6 +148,58 @@ def test_a_failed_barrier_refuses_what_would_run(sc: Running) -> None:  # noqa: 
     assert propose_event(sc, sid, "dur-4").decision.effect == pb.CONFIRM
 
 
+def test_a_full_disk_refuses_and_loses_nothing_then_serves_again(sc: Running) -> None:  # noqa: F811
+    """SQLite's ``database or disk is full`` (here: ``max_page_count`` pinned at the database's
+    size on the writer's connection, so no new page can be added): a call whose records do not
+    fit is refused with ``store_unavailable`` and leaves nothing behind (no invocation without
+    its events, no key without its invocation); once there is room again the refused keys are
+    free and everything is served, a credential included."""
+    w = worker_of(sc)
+    sid, confirmed = prepared_event(sc, "full-0")
+
+    def pin(limit: int) -> None:
+        async def go() -> None:
+            await w.run(lambda c: c.execute(f"PRAGMA max_page_count={limit}").fetchone())
+
+        asyncio.run(go())
+
+    pin(1)  # never below the database's current size: pinned at it
+    served, refused = [], []
+    for n in range(300):  # the pages' free space fills first
+        key = f"fill-{n}"
+        try:
+            served.append(propose_event(sc, sid, key).invocation_id)
+        except grpc.RpcError as err:
+            assert error_reason(err) == "store_unavailable"
+            assert "database or disk is full" in (err.details() or "")
+            refused.append(key)
+            if len(refused) == 5:
+                break
+    assert len(refused) == 5, "the pinned database never filled"
+    with sqlite3.connect(sc.db_path) as c:
+        orphans = c.execute(
+            "SELECT COUNT(*) FROM invocations i WHERE NOT EXISTS "
+            "(SELECT 1 FROM events e WHERE e.invocation_id = i.invocation_id)"
+        ).fetchone()[0]
+        dangling = c.execute(
+            "SELECT COUNT(*) FROM idempotency_keys k WHERE NOT EXISTS "
+            "(SELECT 1 FROM invocations i WHERE i.invocation_id = k.invocation_id)"
+        ).fetchone()[0]
+        keys = {r[0] for r in c.execute("SELECT idem_key FROM idempotency_keys")}
+        invocations = c.execute("SELECT COUNT(*) FROM invocations").fetchone()[0]
+    assert orphans == 0 and dangling == 0
+    assert not keys & set(refused) and invocations == len(served) + 1
+
+    pin(1073741823)  # room again
+    for key in refused:  # fresh invocations, not replays of anything half-written
+        again = propose_event(sc, sid, key)
+        assert again.decision.effect == pb.CONFIRM and again.invocation_id not in served
+    attempt = sc.executor.BeginAttempt(
+        pb.BeginAttemptRequest(invocation_id=confirmed.invocation_id, executor_id="calendar-executor")
+    )
+    assert attempt.credential
+
+
 def _copy_db(db: Path, into: Path) -> None:
     into.mkdir(exist_ok=True)
     for suffix in ("", "-wal"):
