@@ -10,6 +10,7 @@
 //	        as the previous answers); latency = send to answer.
 //	open:   calls start on a fixed schedule of -rate per second for -duration whatever the
 //	        answers do; latency counts from the scheduled start (no coordinated omission).
+//	        -trace FILE writes each call as a line: scheduled start and latency (µs), 1 if OK.
 //
 // Every call must end with status OK; the last answer's bytes can be written with -last so the
 // caller can decode and check it. One HTTP/2 connection (one grpc.ClientConn), like an agent's.
