@@ -214,3 +214,42 @@ def test_keyless_invocations_of_one_batch_are_one_statement_per_table(tmp_path: 
             await store.close()
 
     asyncio.run(main())
+
+
+def test_the_views_of_one_shown_set_reuse_its_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 A4: the tool views recorded from one shown set share its ``tools`` and
+    ``spec_digests`` objects (``propose/sessions.py``), and their JSON is made once for all of
+    them; another set gets its own, and every view reads back as written."""
+    import callgate.store.sqlite as sqlite_store
+
+    made: list[object] = []
+    dump = sqlite_store._dump
+
+    def counting(v: object) -> str | None:
+        made.append(v)
+        return dump(v)
+
+    monkeypatch.setattr(sqlite_store, "_dump", counting)
+    keys = tuple(f"t{i}@v1" for i in range(3))
+    digests = {k: f"sha256:{i}" for i, k in enumerate(keys)}
+    other = ("t0@v1",)
+
+    async def main() -> list[ToolViewRecord | None]:
+        store = SQLiteStore(tmp_path / "s.db")
+        try:
+            for n in range(5):
+                await store.put_tool_view(
+                    ToolViewRecord("ses-1", f"mc-{n}", keys, digests, "sha256:set", "t")
+                )
+            await store.put_tool_view(
+                ToolViewRecord("ses-1", "mc-x", other, {"t0@v1": "sha256:0"}, "sha256:o", "t")
+            )
+            return [await store.get_tool_view("ses-1", m) for m in ("mc-0", "mc-4", "mc-x")]
+        finally:
+            await store.close()
+
+    first, last, lone = asyncio.run(main())
+    assert len(made) == 4  # the shared set's two texts once, the other set's two
+    assert first is not None and last is not None and lone is not None
+    assert first.tools == last.tools == keys and dict(last.spec_digests) == digests
+    assert lone.tools == other

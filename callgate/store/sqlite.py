@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from callgate.core.clock import rfc3339
 from callgate.core.jsontext import compact_sorted
+from callgate.core.lru import IdentityMemo
 from callgate.core.states import State
 from callgate.store.base import (
     AttemptRecord,
@@ -157,6 +158,26 @@ def _usage_row(u: Usage) -> tuple[int, int, int, int]:
 
 def _dump(v: Any) -> str | None:
     return None if v is None else compact_sorted(v)
+
+
+_TOOL_VIEW_TEXTS = 64
+"""Shown sets whose JSON a tool view row reuses (:func:`_tool_view_row`)."""
+_tools_text: IdentityMemo[tuple[str, ...], str | None] = IdentityMemo(
+    lambda t: _dump(list(t)), _TOOL_VIEW_TEXTS
+)
+_digests_text: IdentityMemo[Mapping[str, str], str | None] = IdentityMemo(
+    lambda d: _dump(dict(d)), _TOOL_VIEW_TEXTS
+)
+
+
+def _tool_view_row(v: ToolViewRecord) -> tuple[Any, ...]:
+    """The ``tool_views`` row of ``v``. The views recorded from one snapshot and allowlist share
+    their ``tools`` and ``spec_digests`` objects (``propose/sessions.py``), so their JSON is made
+    once per shown set, not per ListTools (0.34 ms a call at 1,000 tools)."""
+    return (
+        v.session_id, v.model_call_id, _tools_text(v.tools), _digests_text(v.spec_digests),
+        v.tool_set_digest, v.created_at,
+    )  # fmt: skip
 
 
 def _identity(v: Any) -> Any:
@@ -608,11 +629,7 @@ class SQLiteStore:
 
     async def put_tool_view(self, v: ToolViewRecord) -> None:
         def op(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT OR REPLACE INTO tool_views VALUES (?,?,?,?,?,?)",
-                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
-                 v.tool_set_digest, v.created_at),
-            )  # fmt: skip
+            c.execute("INSERT OR REPLACE INTO tool_views VALUES (?,?,?,?,?,?)", _tool_view_row(v))
 
         await self._call(op)
 
@@ -787,11 +804,7 @@ class SQLiteStore:
 
     async def put_tool_view_fed(self, v: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
         def op(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT OR REPLACE INTO tool_views VALUES (?,?,?,?,?,?)",
-                (v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
-                 v.tool_set_digest, v.created_at),
-            )  # fmt: skip
+            c.execute("INSERT OR REPLACE INTO tool_views VALUES (?,?,?,?,?,?)", _tool_view_row(v))
             c.executemany(
                 f"INSERT OR IGNORE INTO fed_results ({_FED_COLS}) VALUES (?,?,?,?,?)",
                 [(f.invocation_id, f.session_id, f.model_call_id, f.at, f.message_sha256) for f in fed],
