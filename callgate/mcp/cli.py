@@ -11,6 +11,7 @@ from typing import Any, TextIO
 
 from callgate.core.errors import LoadError
 from callgate.mcp.config import McpConfig, load_gateway_config
+from callgate.mcp.listing import UNSERVABLE_MESSAGES, unservable
 from callgate.mcp.pins import (
     PinState,
     SideEffect,
@@ -132,6 +133,10 @@ def cmd_import(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         assert not isinstance(tools, str)
         for tool in tools:
             full = spec_name(name, str(tool["name"]))
+            why = unservable(tool)
+            if why is not None:
+                print(f"skipped {full}: {why}: {UNSERVABLE_MESSAGES[why]}", file=out)
+                continue
             proposed = proposed_side_effect(tool)
             cls = classes.get(full) or classes.get(str(tool["name"]))
             how = "given"
@@ -178,8 +183,17 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             print(f"unreachable {name}: {tools}", file=out)
             bad += 1
             continue
+        pinned = {(p.server, p.tool) for p in pins}
+        refused = set()
+        for tool in tools:
+            why = unservable(tool)
+            if why is not None:
+                refused.add(str(tool["name"]))
+                bad += (name, str(tool["name"])) in pinned  # a pin that can never be served
+                print(f"unservable {spec_name(name, str(tool['name']))}: {why}: {UNSERVABLE_MESSAGES[why]}",
+                      file=out)  # fmt: skip
         for c in compare(name, pins, tools):
-            if c.state is PinState.MATCH:
+            if c.state is PinState.MATCH or (c.state is PinState.NEW and c.tool in refused):
                 continue
             bad += 1
             print(f"{c.state.value} {c.spec_name} (upstream {c.server} tool {c.tool})", file=out)
