@@ -34,7 +34,7 @@ from mcp.shared.exceptions import MCPError
 
 from callgate.mcp.results import PAGE_TOOL, RESULT_META_KEY
 from tests.conftest import short_tmpdir
-from tests.mcp_clients import NODE_DIR
+from tests.mcp_clients import NODE_DIR, run_ts
 from tests.test_mcp_gateway import run, text_of
 from tests.test_mcp_published import CONFIG_HEAD, MCP_HEAD, Published, _write_policies, cli
 from tests.test_mcp_results import http_client, http_gateway, read_all_pages, stdio, texts
@@ -298,6 +298,39 @@ def test_everything_over_streamable_http(everything: Published) -> None:
 
     with http_gateway(everything) as port:
         run(go(port), timeout=200)
+
+
+@pytest.mark.node
+def test_everything_through_the_typescript_client(everything: Published) -> None:
+    """The TypeScript SDK client (tests/mcp_node/harness.mjs) gets the same blocks and one
+    increasing progress sequence."""
+
+    async def names() -> dict[str, str]:
+        async with stdio(everything) as c:
+            return {t.title or t.name: t.name for t in (await c.list_tools()).tools}
+
+    tools = run(names())
+    scenario = {
+        "server": everything.gateway(),
+        "steps": [
+            {"op": "call", "id": "image", "name": tools["Get Tiny Image Tool"], "arguments": {}},
+            {
+                "op": "call",
+                "id": "progress",
+                "name": tools["Trigger Long Running Operation Tool"],
+                "arguments": {"duration": 1, "steps": 3},
+                "progress": True,
+            },
+        ],
+    }
+    ts = run_ts(scenario)
+    image = ts.outcome("image")
+    assert image["isError"] is False, image
+    assert [b["type"] for b in image["content"]] == ["text", "image", "text"], image
+    assert base64.b64decode(image["content"][1]["data"]).startswith(b"\x89PNG")
+    assert marked(image["content"][0]["text"])
+    values = [e["progress"] for e in ts.step("progress") if e.get("event") == "progress"]
+    assert values == sorted(set(values)) and len(values) >= 6, values
 
 
 # ------------------------------------------------------------------------------ mcp-server-fetch
