@@ -182,8 +182,10 @@ class PublishingStore:
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return await self.inner.get_decision(decision_id)
 
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
-        return await self.inner.list_past_deadline(now, limit)
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
+        return await self.inner.list_past_deadline(now, limit, executing=executing)
 
 
 __all__ = ["EventSink", "PublishingStore"]

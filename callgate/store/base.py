@@ -25,6 +25,9 @@ from callgate.store.idempotency.base import (
     with_result,
 )
 
+PAST_DEADLINE_STATES: Final = {False: "('AUTHORIZED', 'PREPARED')", True: "('EXECUTING')"}
+"""SQL state lists of :meth:`Store.list_past_deadline`, by its ``executing`` flag (both stores)."""
+
 
 @dataclass(frozen=True, slots=True)
 class SessionRecord:
@@ -388,10 +391,13 @@ class Store(Protocol):
         ...
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
-        """Invocations not yet executing (AUTHORIZED or PREPARED) whose ``deadline`` is at or
-        before ``now``, earliest deadline first, at most ``limit``: what the deadline sweep ends
-        (spec 6.2, 6.7). Records without a deadline are never returned."""
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
+        """Invocations not yet executing (AUTHORIZED or PREPARED; with ``executing``, those in
+        EXECUTING instead) whose ``deadline`` is at or before ``now``, earliest deadline first, at
+        most ``limit``: what the deadline sweep ends (spec 6.2, 6.7). Records without a deadline
+        are never returned."""
         ...
 
     async def list_pending_page(

@@ -39,6 +39,7 @@ from callgate.core.clock import rfc3339
 from callgate.core.errors import CallgateError, store_unavailable
 from callgate.core.states import State
 from callgate.store.base import (
+    PAST_DEADLINE_STATES,
     AttemptRecord,
     DecisionRecord,
     EventRecord,
@@ -669,11 +670,13 @@ class PostgresStore:
             policy_revision=r[9], trace_id=r[10], span_id=r[11], parent_span_id=r[12],
         )  # fmt: skip
 
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
         # As in the SQLite store: rfc3339 strings compared up to the whole second, then exactly.
         bound = rfc3339(now.replace(microsecond=0))
         rows = await self._fetchall(
-            f"SELECT {_INV_COLS} FROM callgate_invocations WHERE state IN ('AUTHORIZED', 'PREPARED') "
+            f"SELECT {_INV_COLS} FROM callgate_invocations WHERE state IN {PAST_DEADLINE_STATES[executing]} "
             "AND deadline != '' AND deadline <= %s ORDER BY deadline LIMIT %s",
             (bound, limit),
         )

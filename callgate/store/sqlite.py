@@ -27,6 +27,7 @@ from callgate.core.jsontext import compact_sorted
 from callgate.core.lru import IdentityMemo
 from callgate.core.states import State
 from callgate.store.base import (
+    PAST_DEADLINE_STATES,
     AttemptRecord,
     DecisionRecord,
     EventRecord,
@@ -831,14 +832,16 @@ class SQLiteStore:
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return await self._call(lambda c: _read_decision(c, decision_id))
 
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
         # Deadlines are rfc3339() strings: "...:SSZ" or "...:SS.ffffffZ". Selecting up to the
         # whole second of ``now`` ("Z" sorts after ".") is a superset; the exact cut is below.
         bound = rfc3339(now.replace(microsecond=0))
 
         def op(c: sqlite3.Connection) -> list[InvocationRecord]:
             rows = c.execute(
-                f"SELECT {_INV_COLS} FROM invocations WHERE state IN ('AUTHORIZED', 'PREPARED') "
+                f"SELECT {_INV_COLS} FROM invocations WHERE state IN {PAST_DEADLINE_STATES[executing]} "
                 "AND deadline != '' AND deadline <= ? ORDER BY deadline LIMIT ?",
                 (bound, limit),
             ).fetchall()
