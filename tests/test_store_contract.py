@@ -353,6 +353,8 @@ def test_queries_and_records_of_later_features(backend: Backend) -> None:
         got = await store.list_past_deadline(NOW, 10)
         assert [r.invocation_id for r in got] == ["a1", "a2"]
         assert [r.invocation_id for r in await store.list_past_deadline(NOW, 1)] == ["a1"]
+        executing = await store.list_past_deadline(NOW, 10, executing=True)  # the EXECUTING sweep
+        assert [r.invocation_id for r in executing] == ["a4"]
         # pending confirmations: AUTHORIZED of the tenant, (created_at, id) keyset pages
         first = await store.list_pending_page("acme", None, 1)
         assert [r.invocation_id for r in first] == ["a2"]
