@@ -7,7 +7,7 @@ that two racing callers (two ``Confirm`` calls, ``Cancel`` vs ``Confirm``) canno
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -388,6 +388,15 @@ class Store(Protocol):
         """Append one ``Authorize`` decision (append-only); committed when it returns. With
         ``durable`` it is also behind a :meth:`barrier` when it returns (one writer round trip:
         the gate asks it for an allow, spec 6.7)."""
+        ...
+
+    async def append_to_current(
+        self, invocation_id: str, events_of: Callable[[InvocationRecord], Sequence[EventRecord]]
+    ) -> InvocationRecord | None:
+        """In one transaction: read the invocation as it is now and append ``events_of(it)``
+        (numbered after its last event); return what was read, or None for an unknown id. A
+        state change that commits meanwhile comes wholly before or wholly after (an idempotent
+        replay never reports a state the trail has already left)."""
         ...
 
     async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -484,6 +484,19 @@ class PostgresStore:
     async def append_events(self, events: Sequence[EventRecord]) -> None:
         async with self._tx() as conn:
             await _insert_events(conn, events)
+
+    async def append_to_current(
+        self, invocation_id: str, events_of: Callable[[InvocationRecord], Sequence[EventRecord]]
+    ) -> InvocationRecord | None:
+        async with self._tx() as conn:  # FOR UPDATE (as the event numbering takes): changes wait
+            cur = await conn.execute(
+                f"SELECT {_INV_COLS} FROM callgate_invocations WHERE invocation_id=%s FOR UPDATE",
+                (invocation_id,),
+            )
+            inv = _invocation(await cur.fetchone())
+            if inv is not None:
+                await _insert_events(conn, events_of(inv))
+            return inv
 
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
         row = await self._fetchone(

@@ -778,6 +778,17 @@ class SQLiteStore:
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
         return await self._call(lambda c: _read_invocation(c, invocation_id))
 
+    async def append_to_current(
+        self, invocation_id: str, events_of: Callable[[InvocationRecord], Sequence[EventRecord]]
+    ) -> InvocationRecord | None:
+        def op(c: sqlite3.Connection) -> InvocationRecord | None:
+            inv = _read_invocation(c, invocation_id)
+            if inv is not None:
+                _insert_events(c, events_of(inv))
+            return inv
+
+        return await self._call(op)
+
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
         return await self._call(lambda c: read_events(c, invocation_id))
 
