@@ -36,6 +36,7 @@ from psycopg import AsyncConnection, IsolationLevel
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from callgate.core.clock import rfc3339
+from callgate.core.deadline import wait_budget
 from callgate.core.errors import CallgateError, store_unavailable
 from callgate.core.states import State
 from callgate.store.base import (
@@ -330,6 +331,7 @@ class PostgresStore:
         read_only: bool = False,
     ) -> None:
         self._connect_timeout = connect_timeout
+        self._pool_timeout = pool_timeout
         self._read_only = read_only
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
@@ -379,7 +381,10 @@ class PostgresStore:
         if not self._started or self._pool.closed:
             raise store_unavailable("PostgreSQL store is not started")
         try:
-            async with self._pool.connection() as conn, conn.transaction():
+            async with (
+                self._pool.connection(timeout=wait_budget(self._pool_timeout)) as conn,
+                conn.transaction(),
+            ):
                 yield conn
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise store_unavailable(f"PostgreSQL store failed: {_brief(exc)}") from exc

@@ -67,15 +67,20 @@ def store_dsn(cfg: Config, environ: Mapping[str, str]) -> str:
 async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> Store:
     from callgate.store.postgres import PostgresStore
 
-    store = PostgresStore(store_dsn(cfg, environ))
+    store = PostgresStore(store_dsn(cfg, environ), pool_timeout=cfg.store.pool_timeout_seconds)
     await store.start()
     return store
 
 
 def _validate_postgres(sc: StoreConfig) -> list[str]:
-    if sc.dsn_env or sc.dsn_file:
-        return []
-    return ["store.backend = postgres needs store.dsn_env or store.dsn_file"]
+    problems = (
+        []
+        if sc.dsn_env or sc.dsn_file
+        else ["store.backend = postgres needs store.dsn_env or store.dsn_file"]
+    )
+    if sc.pool_timeout_seconds <= 0:
+        problems.append("store.pool_timeout_seconds must be positive")
+    return problems
 
 
 STORES: Registry[StoreFactory] = Registry("event store", "store.backend")

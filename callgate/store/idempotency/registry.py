@@ -56,15 +56,20 @@ async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> Idempotency
         raise config_invalid(
             f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file"
         )
-    store = PostgresIdempotencyStore(dsn)
+    store = PostgresIdempotencyStore(dsn, pool_timeout=ic.pool_timeout_seconds)
     await store.start()
     return store
 
 
 def _validate_postgres(ic: IdempotencyConfig) -> list[str]:
-    if ic.dsn_env or ic.dsn_file:
-        return []
-    return ["idempotency.backend = postgres needs idempotency.dsn_env or idempotency.dsn_file"]
+    problems = (
+        []
+        if ic.dsn_env or ic.dsn_file
+        else ["idempotency.backend = postgres needs idempotency.dsn_env or idempotency.dsn_file"]
+    )
+    if ic.pool_timeout_seconds <= 0:
+        problems.append("idempotency.pool_timeout_seconds must be positive")
+    return problems
 
 
 IDEMPOTENCY_BACKENDS: Registry[IdempotencyFactory] = Registry("idempotency backend", "idempotency.backend")
