@@ -139,6 +139,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         findings = asyncio.run(run())
     except LoadError as exc:  # the opa engine's embedded Rego twin could not be built
         findings = check.load_error_findings(exc)
+    findings += [
+        check.Finding(check.Severity.ERROR, str(args.config or "callgate.toml"), f"store_unavailable: {p}")
+        for p in asyncio.run(_probe_stores(cfg))
+    ]
     for finding in findings:
         print(finding.render(), file=out)
     if check.errors(findings):
@@ -154,6 +158,21 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             file=out,
         )
     return 0
+
+
+async def _probe_stores(cfg: Config) -> list[str]:
+    """Reach the configured server stores as ``serve`` would (read-only): problems."""
+    from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
+    from callgate.store.registry import STORES
+
+    probes = [STORES.get(cfg.store.backend).probe]
+    if cfg.store.backend != "postgres":  # with the PostgreSQL store the keys live in it
+        probes.append(IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend).probe)
+    problems: list[str] = []
+    for probe in probes:
+        if probe is not None:
+            problems += await probe(cfg, os.environ)
+    return problems
 
 
 def _check_secrets_and_keys(cfg: Config) -> list[str]:
