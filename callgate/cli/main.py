@@ -139,6 +139,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         findings = asyncio.run(run())
     except LoadError as exc:  # the opa engine's embedded Rego twin could not be built
         findings = check.load_error_findings(exc)
+    findings += [
+        check.Finding(check.Severity.ERROR, str(args.config or "callgate.toml"), f"store_unavailable: {p}")
+        for p in asyncio.run(_probe_stores(cfg))
+    ]
     for finding in findings:
         print(finding.render(), file=out)
     if check.errors(findings):
@@ -153,6 +157,49 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             f"  {t.spec.key:<32} {t.spec.side_effect_class.value:<9} {', '.join(t.spec.required_capabilities)}",
             file=out,
         )
+    return 0
+
+
+async def _probe_stores(cfg: Config) -> list[str]:
+    """Reach the configured server stores as ``serve`` would (read-only): problems."""
+    from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
+    from callgate.store.registry import STORES
+
+    probes = [STORES.get(cfg.store.backend).probe]
+    if cfg.store.backend != "postgres":  # with the PostgreSQL store the keys live in it
+        probes.append(IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend).probe)
+    problems: list[str] = []
+    for probe in probes:
+        if probe is not None:
+            problems += await probe(cfg, os.environ)
+    return problems
+
+
+def cmd_store_backup(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """An online backup of the SQLite store (:mod:`callgate.store.backup`); exit 1 with the
+    reason when it cannot be taken."""
+    from callgate.core.errors import CallgateError, LoadError
+    from callgate.store.backup import backup_sqlite
+
+    try:
+        cfg = _config(args.config)
+        if cfg.store.backend != "sqlite":
+            print(
+                f"error: store.backend = {cfg.store.backend}: back it up with its own tools "
+                "(PostgreSQL: pg_dump, docs/OPERATE.md)",
+                file=out,
+            )
+            return 1
+        report = backup_sqlite(cfg.path(cfg.store.path), Path(args.target))
+    except (CallgateError, LoadError) as exc:
+        where = f"{exc.source}: " if getattr(exc, "source", "") else ""
+        print(f"error: {where}{exc.code.value}: {exc.message}", file=out)
+        return 1
+    print(
+        f"ok: {report.target} ({report.bytes} bytes, schema version {report.schema_version}, "
+        f"{report.invocations} invocations, {report.events} events)",
+        file=out,
+    )
     return 0
 
 
@@ -526,6 +573,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
+    p = sub.add_parser("store", help="the event store: an online backup")
+    store_sub = p.add_subparsers(dest="store_command", required=True)
+    p = store_sub.add_parser("backup", help="copy the SQLite store while the sidecar runs (consistent)")
+    p.add_argument("target", help="the new backup file (must not exist)")
+    p.add_argument("--config", "-c")
+    p.set_defaults(func=cmd_store_backup)
     for name, cli_module, probe, help_text in _EXTRA_COMMANDS:
         if command == name:
             try:
