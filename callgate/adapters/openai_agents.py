@@ -291,7 +291,16 @@ class Gate:
         except asyncio.CancelledError:  # the run was cancelled: the call leaves the console now
             self._cancel(out.invocation_id, "the agent run was cancelled")
             raise
-        return None if ok else self._not_confirmed(out, "not_confirmed")
+        if ok:
+            return None
+        return await asyncio.to_thread(self._ended, out)
+
+    def _ended(self, out: NeedsConfirmation) -> _Answer:
+        """The wait ended without PREPARED: run elsewhere (a second resume of the same state
+        took it: its result), else denied, expired or cancelled."""
+        if self.session.invocation(out.invocation_id).state == pb.OBSERVED:
+            return _answer(self.session.result(out.invocation_id), out.invocation_id, "OBSERVED")
+        return self._not_confirmed(out, "not_confirmed")
 
     def _prepared(self, out: NeedsConfirmation) -> bool:
         inv = self.session.invocation(out.invocation_id)

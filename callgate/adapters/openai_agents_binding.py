@@ -35,7 +35,7 @@ from agents.function_schema import FuncSchema, function_schema
 from agents.tool_context import ToolContext as AgentsToolContext
 from pydantic import TypeAdapter, ValidationError
 
-from callgate.client import CallgateClientError, Committed, ToolContext
+from callgate.client import CallgateClientError, Committed, NotReached, ToolContext
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ class Binding:
             parsed = self.schema.params_pydantic_model(**values)
         except ValidationError as err:  # names only: the values may hold a secret
             fields = sorted({".".join(str(p) for p in e["loc"]) for e in err.errors()})
-            raise TypeError(
+            # the function was not called: nothing reached the upstream (FAILED_BEFORE_COMMIT)
+            raise NotReached(
                 f"{self.tool_name}: arguments do not fit the function: {', '.join(fields)}"
             ) from None
         args, kwargs = self.schema.to_call_args(parsed)
@@ -110,7 +111,10 @@ class Binding:
 def _injected_value(inj: Injection, ctx: ToolContext) -> Any:
     if isinstance(inj, Secret):
         value = ctx.redeem(inj.name)
-        return value.decode("utf-8") if isinstance(value, bytes) else value
+        try:
+            return value.decode("utf-8") if isinstance(value, bytes) else value
+        except UnicodeDecodeError:  # a binary secret: for a ``bytes`` parameter
+            return value
     return getattr(ctx, inj.value)
 
 
