@@ -175,6 +175,27 @@ def test_a_function_that_does_not_fit_the_toolspec_is_refused_by_name(sidecar: R
     assert "calendar.create_event" in str(exc.value) and "calendar_id" in str(exc.value)
 
 
+def test_a_list_of_tools_is_matched_by_callgate_name_and_an_unknown_one_is_refused(sidecar: Running) -> None:
+    @function_tool(name_override="weather.get")
+    def weather(city: str, date: str) -> str:
+        """Forecast."""
+        return city
+
+    @function_tool
+    def send_money(to: str) -> str:
+        """Not a tool this session lists."""
+        return to
+
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        session = new_session(cg)
+        assert [t.name for t in Gate([weather], client=cg, session=session, executor_id="x").tools] == [
+            "weather__get"
+        ]
+        with pytest.raises(CallgateClientError) as exc:
+            Gate([send_money], client=cg, session=session, executor_id="x")
+    assert exc.value.code == "unknown_tool" and "send_money" in str(exc.value)
+
+
 # ---------------------------------------------------------------- approvals with a confirmer
 def test_sdk_approve_confirms_through_the_confirmer_runs_once_and_records_the_approver(
     sidecar: Running,

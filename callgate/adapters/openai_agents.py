@@ -169,9 +169,7 @@ class Gate:
         listed = {str(t["function"]["name"]): t["function"] for t in session.tools(model_call_id, "openai")}
         self.tools: list[FunctionTool] = []
         for name, user_tool in _by_tool_name(tools, session).items():
-            legal = next((lg for lg in listed if session.names.resolve(lg) == name), None)
-            if legal is None:
-                raise CallgateClientError(f"{name}: the session does not list this tool", code="unknown_tool")
+            legal = session.names.legal(*name)
             spec = listed[legal]
             listed_tool = session.listed(*name)
             binding = bind(
@@ -338,10 +336,11 @@ class Gate:
     async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
         """The SDK's ``state.reject(item)`` calls nothing of the tool: it is seen here, when the
         resumed run lists the tools. The parked invocation is denied (confirmer) or cancelled."""
-        async with self._adopting:
-            if not self._adopted:
-                await asyncio.to_thread(self._adopt)
-                self._adopted = True
+        if not self._adopted:
+            async with self._adopting:
+                if not self._adopted:
+                    await asyncio.to_thread(self._adopt)
+                    self._adopted = True
         for call_id, held in list(self._parked.items()):
             if held.legal == legal and ctx.is_tool_approved(legal, call_id) is False:
                 self._parked.pop(call_id, None)
