@@ -164,6 +164,7 @@ class Gate:
         self._parked: dict[str, _Parked] = {}
         self._answers: dict[str, _Answer] = {}
         self._outcomes: dict[str, Outcome | CallgateClientError] = {}
+        self._waiting: dict[str, NeedsConfirmation] = {}
         self._adopted = False
         self._adopting = asyncio.Lock()
         listed = {str(t["function"]["name"]): t["function"] for t in session.tools(model_call_id, "openai")}
@@ -284,11 +285,14 @@ class Gate:
                 if await asyncio.to_thread(self._prepared, out):
                     return None
                 return self._not_confirmed(out, err.code)
+        self._waiting[out.tool_call_id] = out
         try:
             ok = await asyncio.to_thread(self._wait_for_console, out)
         except asyncio.CancelledError:  # the run was cancelled: the call leaves the console now
             self._cancel(out.invocation_id, "the agent run was cancelled")
             raise
+        finally:
+            self._waiting.pop(out.tool_call_id, None)
         if ok:
             return None
         return await asyncio.to_thread(self._ended, out)
@@ -331,6 +335,11 @@ class Gate:
             self.session.cancel(invocation_id, reason=reason)
         except CallgateClientError:
             pass  # the sidecar expires it at its deadline; nothing can run it meanwhile
+
+    def waiting(self) -> list[NeedsConfirmation]:
+        """The calls this gate's runs are waiting on for the console's decision now (approved in
+        the SDK, no confirmer here): invocation id, digest, ``expires_at``; for a status line."""
+        return list(self._waiting.values())
 
     # ---------------------------------------------------------------- abandoned confirmations
     async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
