@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunHooks, Runner, function_tool
+from agents import Agent, RunContextWrapper, RunHooks, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from callgate.adapters.openai_agents import CallgateToolError, Gate
@@ -141,6 +141,30 @@ def test_allow_runs_the_typed_function_once_and_the_model_gets_the_content(sidec
     assert "Paris" in content["data"]["city"] and "sunny" in content["data"]["forecast"]
     assert item.raw_item["output"] == item.output  # exactly what the model is sent
     assert item.custom_data["callgate"] == {"invocation_id": content["invocation_id"], "status": "OBSERVED"}
+
+
+def test_an_async_function_taking_the_sdks_context_gets_it(sidecar: Running) -> None:
+    seen: list[tuple[str, str]] = []
+
+    @function_tool
+    async def get_weather(ctx: RunContextWrapper[Any], city: str, date: str) -> str:
+        """Forecast."""
+        seen.append((ctx.context["user"], city))
+        return "rain"
+
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        tools = Gate({"weather.get": get_weather}, client=cg, session=new_session(cg), executor_id="x").tools
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", {"city": "Oslo", "date": "2026-07-20"}, call_id="c1")],
+                [assistant_message("rain")],
+            ]
+        )
+        result = Runner.run_sync(
+            Agent(name="a", model=model, tools=tools), "?", context=dict(USER), run_config=RUN
+        )
+    assert seen == [("alice@agent-ui", "Oslo")]
+    assert "rain" in json.loads(outputs(result)["c1"].output)["data"]
 
 
 def test_deny_and_rejection_reach_the_model_as_content_and_never_run(sidecar: Running) -> None:
