@@ -348,7 +348,10 @@ class Gate:
         if not self._adopted:
             async with self._adopting:
                 if not self._adopted:
-                    await asyncio.to_thread(self._adopt)
+                    try:
+                        await asyncio.to_thread(self._adopt)
+                    except CallgateClientError:
+                        pass  # best effort: an unseen rejection only leaves the call to expire
                     self._adopted = True
         for call_id, held in list(self._parked.items()):
             if held.legal == legal and ctx.is_tool_approved(legal, call_id) is False:
