@@ -32,9 +32,9 @@ USER = {"user": "alice@agent-ui"}
 
 
 @pytest.fixture
-def sidecar(tmp_path: Path) -> Iterator[Running]:
+def sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
     """A sidecar with the calendar tool's upstream secret, and an empty upstream ledger."""
-    os.environ["CALLGATE_TEST_LEDGER"] = str(tmp_path / "upstream.jsonl")
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(tmp_path / "upstream.jsonl"))
     running, tmp = start_sidecar(secrets=(calendar_secret("CALLGATE_TEST_AGENTS_TOKEN", CANARY),))
     try:
         yield running
@@ -425,8 +425,10 @@ def test_gate_abandon_cancels_every_parked_call_of_a_dropped_run(sidecar: Runnin
 
 
 # ---------------------------------------------------------------- failures are typed, nothing runs
-def test_sidecar_down_is_a_typed_error_and_nothing_runs(tmp_path: Path) -> None:
-    os.environ["CALLGATE_TEST_LEDGER"] = str(tmp_path / "upstream.jsonl")
+def test_sidecar_down_is_a_typed_error_and_nothing_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(tmp_path / "upstream.jsonl"))
     running, tmp = start_sidecar()
     cg = client_for(sockets(running), with_confirmer=False)
     try:
