@@ -77,10 +77,16 @@ def _closure(requirements: Iterable[str]) -> set[str]:
     return {key.partition("[")[0] for key in seen}
 
 
-def _sidecar_only_modules(extra: str | None) -> frozenset[str]:
+def sidecar_only_distributions(extra: str | None) -> frozenset[str]:
+    """The distributions that ``pip install 'callgate[sidecar]'`` installs and ``pip install
+    'callgate[<extra>]'`` (or plain ``callgate``) does not, by canonical name."""
     optional = PROJECT["optional-dependencies"]
     slim = _closure([*PROJECT["dependencies"], *(optional[extra] if extra else [])])
-    sidecar_only = _closure(optional["sidecar"]) - slim
+    return frozenset(_closure(optional["sidecar"]) - slim)
+
+
+def _sidecar_only_modules(extra: str | None) -> frozenset[str]:
+    sidecar_only = sidecar_only_distributions(extra)
     return frozenset(
         module
         for module, dists in metadata.packages_distributions().items()
@@ -101,7 +107,10 @@ def test_client_and_adapters_import_without_the_sidecar(module: str) -> None:
     )
     assert run.returncode == 0, f"{module} needs a module of the sidecar extra:\n{run.stderr[-3000:]}"
     loaded = json.loads(run.stdout)["modules"]
-    ours = [m for m in loaded if m == "callgate._native" or m.startswith("callgate.")]
-    sidecar = [m for m in ours if not m.startswith(CLIENT_SIDE)]
-    assert not sidecar, f"importing {module} loads the sidecar's modules: {sidecar}"
+    assert not sidecar_modules(loaded), f"importing {module} loads the sidecar's modules"
     assert not blocked & {m.partition(".")[0] for m in loaded}
+
+
+def sidecar_modules(loaded: Iterable[str]) -> list[str]:
+    """callgate's modules among ``loaded`` that are not the client's, the stubs or an adapter."""
+    return [m for m in loaded if m.startswith("callgate.") and not m.startswith(CLIENT_SIDE)]
