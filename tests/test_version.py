@@ -71,7 +71,5 @@ def test_the_example_config_reads_packaged_policies_and_writes_under_the_working
     assert Path(cfg.policy.dir) == EXAMPLE_DIR / "policies"
     assert (EXAMPLE_DIR / "policies" / "tools" / "weather.get@v1.json").is_file()
     assert cfg.path(cfg.store.path) == tmp_path / "var" / "callgate.db"
-    assert (
-        cfg.server.agent.socket is not None
-        and cfg.path(cfg.server.agent.socket).parent == tmp_path / "var" / "run"
-    )
+    assert cfg.path(cfg.server.agent.socket).parent == tmp_path / "var" / "run"
+    assert cfg.server.agent.tcp == ""  # no loopback port to collide with scripts/serve

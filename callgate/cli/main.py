@@ -506,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     which.add_argument(
         "--example",
         action="store_true",
-        help="serve the packaged example policies (Cedar + SQLite), sockets and state in ./var",
+        help="serve the packaged example policies (Cedar + SQLite), Unix sockets and state in ./var",
     )
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
