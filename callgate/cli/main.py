@@ -1,4 +1,5 @@
-"""``callgate`` command line: ``serve``, ``check``, ``eval``, ``mcp`` (callgate/mcp/cli.py)."""
+"""``callgate`` command line: ``serve``, ``check``, ``eval``, ``mcp`` (callgate/mcp/cli.py),
+``--version`` (callgate/cli/version.py)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from callgate.server.app import serve
 
-    cfg = _config(args.config)
+    if args.example:
+        from callgate.cli.example import example_config
+
+        cfg = example_config(Path.cwd())
+    else:
+        cfg = _config(args.config)
     freeze_startup_objects()
     from callgate.observability.logs import apply_log_format
 
@@ -500,6 +506,21 @@ _EXTRA_COMMANDS = (
 )
 """Commands of optional extras: name, the module whose ``add_parser`` adds it (imported only when
 the command runs), the package whose presence lists it in ``--help``, and its help line."""
+_EXTRA_NAMES: Final = frozenset(name for name, *_ in _EXTRA_COMMANDS)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`callgate.cli.version.version_info` and exit, like argparse's
+    own version action (no command needed)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from callgate.cli.version import version_info
+
+        sys.stdout.write(version_info().render())
+        parser.exit()
 
 
 def _engine_names(command: str) -> tuple[str, ...] | None:
@@ -518,9 +539,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="callgate", description="Authorization sidecar for AI-agent tool calls."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the version, the core, the proto package, the store schema and the engines",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the gRPC sidecar")
-    p.add_argument("--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)"
+    )
+    which.add_argument(
+        "--example",
+        action="store_true",
+        help="serve the packaged example policies (Cedar + SQLite), Unix sockets and state in ./var",
+    )
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
     p.add_argument("--config", "-c")
@@ -589,6 +623,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif importlib.util.find_spec(probe) is not None:  # listed in --help without importing it
             sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(words)
+    if args.command not in _EXTRA_NAMES:
+        from callgate.cli.version import SIDECAR_EXTRA, missing_sidecar
+
+        if missing := missing_sidecar():  # the slim install: the client and the adapters only
+            print(
+                f"callgate {args.command} needs the sidecar: pip install 'callgate[{SIDECAR_EXTRA}]' "
+                f"(not installed: {', '.join(missing)})",
+                file=sys.stderr,
+            )
+            return 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
