@@ -188,6 +188,18 @@ def test_content_blocks_keep_their_types_and_annotations(rich: Published) -> Non
             assert meta["status"] == "ok" and meta["truncated"] is False
             assert meta["commit_status"] == "COMMITTED" and meta["tool"] == "rich.media@v1"
             assert text.text.startswith(f"⟦untrusted:{meta['nonce']}⟧")
+            # a retry of the same call (the client's key): the first answer's text blocks, a
+            # note for each block only recorded as a digest (old main: the envelope as text)
+            key = {"io.callgate/idempotency-key": "media-once"}
+            first = await c.call_tool("rich__media", {}, meta=key)
+            again = await c.call_tool("rich__media", {}, meta=key)
+            assert not again.is_error and [b.type for b in again.content] == ["text"] * 6, again
+            assert texts(again)[0] == texts(first)[0]
+            notes = [json.loads(t) for t in texts(again)[1:]]
+            assert all(n["type"] == "callgate_not_replayed" for n in notes), notes
+            assert (again.meta or {})[RESULT_META_KEY]["invocation_id"] == (first.meta or {})[
+                RESULT_META_KEY
+            ]["invocation_id"]
 
     run(go())
 
@@ -260,7 +272,7 @@ def test_truncated_result_is_read_through_the_paging_tool_by_its_session_only(ri
             )
             assert denied.is_error and json.loads(texts(denied)[0])["code"] == "invocation_not_found"
             # the caller: page after page until the last
-            body = (await read_all_pages(c, note))["content"][0]["text"]
+            body = (await read_all_pages(c, note))["mcp_content"][0]["text"]
             assert body.startswith("line 000000 of the big result\n") and len(body) >= 60 * 1024
             assert body.endswith(" of the big result\n")
 

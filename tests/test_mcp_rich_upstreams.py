@@ -328,7 +328,7 @@ def test_everything_through_the_typescript_client(everything: Published) -> None
     assert image["isError"] is False, image
     assert [b["type"] for b in image["content"]] == ["text", "image", "text"], image
     assert base64.b64decode(image["content"][1]["data"]).startswith(b"\x89PNG")
-    assert marked(image["content"][0]["text"])
+    assert marked(image["mcp_content"][0]["text"])
     values = [e["progress"] for e in ts.step("progress") if e.get("event") == "progress"]
     assert values == sorted(set(values)) and len(values) >= 6, values
 
@@ -358,7 +358,7 @@ def test_fetch_allow_deny_truncation_and_paging(fetch: tuple[Published, Site]) -
             r = await c.call_tool(name, {"url": f"{root}/docs/big", "max_length": 200000})
             assert not r.is_error, text_of(r)
             assert (r.meta or {})[RESULT_META_KEY]["truncated"] is True
-            body = (await read_all_pages(c, json.loads(texts(r)[-1])))["content"][0]["text"]
+            body = (await read_all_pages(c, json.loads(texts(r)[-1])))["mcp_content"][0]["text"]
             assert f"Paragraph {Site.BIG_PARAGRAPHS - 1:04d}" in body and "THE END" in body
             # the fetch prompt is not proxied (no prompts capability)
             with pytest.raises(MCPError) as err:

@@ -4,7 +4,7 @@ Spec 6.10: the model sees the tool message, so every string an upstream sends pa
 sidecar's ``EncodeResult`` (recorded, redacted, neutralized, marked ``⟦untrusted:N⟧``), while
 what MCP carries keeps its shape (docs/MCP.md, "Results"):
 
-* a result without ``output_schema`` goes to ``EncodeResult`` as ``{"content": [...]}``: one
+* a result without ``output_schema`` goes to ``EncodeResult`` as ``{"mcp_content": [...]}``: one
   descriptor per upstream block, its strings as text, binary data (image, audio, blob) as its
   size and sha256 (recorded in the trail, never text). The answer has the same blocks in the same
   order with their types and annotations: text blocks carry the marked, redacted text, binary
@@ -29,6 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+
+BLOCKS_KEY = "mcp_content"
+"""The one member of the value ``EncodeResult`` gets for a result in block form."""
 
 RESULT_META_KEY = "io.callgate/result"
 """``_meta`` member of an answer in block form: the tool message's envelope without ``data``."""
@@ -105,6 +108,12 @@ def model_text(message: str) -> str:
 def text_result(
     text: str, *, is_error: bool, structured: dict[str, Any] | None = None
 ) -> types.CallToolResult:
+    """One text block (the tool message's content); a stored ``ok`` message in block form
+    (a replayed answer) comes back as its text blocks (:func:`stored_answer`)."""
+    if not is_error and structured is None:
+        stored = stored_answer(text)
+        if stored is not None:
+            return stored
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=model_text(text))],
         is_error=is_error,
@@ -162,7 +171,7 @@ def encode_value(result: types.CallToolResult, *, has_output_schema: bool) -> An
     """The value ``EncodeResult`` gets for an ``ok`` upstream result."""
     if not uses_blocks(result, has_output_schema=has_output_schema):
         return result.structured_content
-    return {"content": [_descriptor(b) for b in result.content]}
+    return {BLOCKS_KEY: [_descriptor(b) for b in result.content]}
 
 
 # ------------------------------------------------------------------------------ message -> answer
@@ -285,9 +294,8 @@ def block_answer(
     content = msg.get("content") if isinstance(msg, dict) else None
     if not isinstance(content, dict) or content.get("status") != "ok":
         return None
-    data = content.get("data")
-    encoded = data.get("content") if isinstance(data, dict) else None
-    if not isinstance(encoded, list):
+    encoded = _encoded_blocks(content)
+    if encoded is None:
         return None
     blocks: list[types.ContentBlock] = []
     for original, enc in zip(upstream.content, encoded, strict=False):
@@ -296,6 +304,47 @@ def block_answer(
             continue
         blocks.append(_withheld_block(block) if _holds_secret(block, secrets) else block)
     cut = truncation_of(content, page_token)
+    if cut is not None:
+        blocks.append(cut.note())
+    envelope = {k: v for k, v in content.items() if k != "data"}
+    return types.CallToolResult(content=blocks, is_error=False, meta={RESULT_META_KEY: envelope})
+
+
+def _encoded_blocks(content: Mapping[str, Any]) -> list[Any] | None:
+    data = content.get("data")
+    blocks = data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
+    return blocks if isinstance(blocks, list) else None
+
+
+def stored_answer(message: str) -> types.CallToolResult | None:
+    """A stored block-form ``ok`` message (what a replay has): its text blocks as they were
+    answered (marked), every other block as a note of the gateway's naming its type (binary data
+    is recorded as size and sha256 only). None for any other message."""
+    try:
+        msg = json.loads(message)
+    except ValueError:
+        return None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if not isinstance(content, dict) or content.get("status") != "ok":
+        return None
+    encoded = _encoded_blocks(content)
+    if encoded is None:
+        return None
+    blocks: list[types.ContentBlock] = []
+    for enc in encoded:
+        text = enc.get("text") if isinstance(enc, dict) else None
+        if isinstance(text, str) and not any(k in enc for k in ("uri", "bytes")):
+            blocks.append(types.TextContent(type="text", text=text))
+        else:
+            doc = {
+                "type": "callgate_not_replayed",
+                "message": "a block of the first answer that a replay does not carry (only its digest was kept)",
+                "block": enc,
+            }
+            blocks.append(
+                types.TextContent(type="text", text=json.dumps(doc, ensure_ascii=False, sort_keys=True))
+            )
+    cut = truncation_of(content, "")
     if cut is not None:
         blocks.append(cut.note())
     envelope = {k: v for k, v in content.items() if k != "data"}
@@ -346,6 +395,7 @@ __all__ = [
     "PAGE_TOOL",
     "RESULT_META_KEY",
     "Truncation",
+    "BLOCKS_KEY",
     "block_answer",
     "encode_value",
     "error_result",
@@ -354,6 +404,7 @@ __all__ = [
     "page_answer",
     "page_arguments",
     "page_tool",
+    "stored_answer",
     "text_result",
     "uses_blocks",
     "with_truncation_note",
