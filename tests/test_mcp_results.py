@@ -374,6 +374,23 @@ def test_list_changed_reaches_the_client(rich: Published) -> None:
     run(go())
 
 
+def test_list_changed_reaches_a_2026_client_through_subscriptions_listen(rich: Published) -> None:
+    """On 2026-07-28 there is no standing stream: change notifications go to
+    ``subscriptions/listen`` streams, which old main did not serve."""
+
+    async def go() -> None:
+        async with Client(StdioServerParameters(**rich.gateway()), mode="auto") as c:
+            assert c.protocol_version == "2026-07-28"
+            async with c.listen(tools_list_changed=True) as sub:
+                policies = rich.base / "policies" / "cedar" / "policies.cedar"
+                policies.write_text(policies.read_text() + "// reviewed again\n")
+                with anyio.fail_after(20):
+                    event = await sub.__anext__()
+                assert type(event).__name__ == "ToolsListChanged", event
+
+    run(go())
+
+
 # ------------------------------------------------------------------------------ units
 
 

@@ -952,7 +952,7 @@ def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         server = GatewayServer(
             "callgate-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool,
-            on_set_logging_level=on_set_level,
+            on_set_logging_level=on_set_level, on_subscriptions_listen=gw.listeners.listen,
         )  # fmt: skip
     # 2026-07-28 confirmations: the SDK seals every outgoing requestState (AES-256-GCM under a key
     # made now, held only by this process) bound to the method, tool name, arguments, subject and

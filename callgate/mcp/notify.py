@@ -12,7 +12,8 @@ client's ``logging/setLevel`` level or above (handshake protocol versions; on 20
 sends it only to a request that opted in through ``_meta``).
 
 **list_changed.** The gateway declares ``tools.listChanged`` and sends
-``notifications/tools/list_changed`` to every connected client when what ``tools/list`` shows
+``notifications/tools/list_changed`` to every connected client (on 2026-07-28, to every
+``subscriptions/listen`` stream that asked for tool changes) when what ``tools/list`` shows
 may have changed: an upstream's own ``tools/list_changed`` (after it was listed again), and a
 change in the policy folder (a re-pinned or edited ToolSpec, a policy file: the files the sidecar
 reloads), seen by :class:`FolderWatch`.
@@ -29,7 +30,9 @@ from typing import Any
 
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.subscriptions import ToolsListChanged
 
 from callgate.execute.encode import neutralize
 from callgate.execute.redaction import Redactor
@@ -91,15 +94,20 @@ def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], 
 
 
 class Listeners:
-    """Connected clients' sessions, for ``notifications/tools/list_changed``."""
+    """Connected clients, for ``notifications/tools/list_changed``: the sessions of handshake-era
+    clients (2025-11-25), and the ``subscriptions/listen`` streams of 2026-07-28 clients (the
+    SDK's bus and :attr:`listen` handler)."""
 
     def __init__(self) -> None:
         self._sessions: dict[Any, Any] = {}
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
 
     def add(self, key: Any, session: Any) -> None:
         self._sessions[key] = session
 
     async def tools_changed(self, why: str) -> None:
+        await self.bus.publish(ToolsListChanged())
         if not self._sessions:
             return
         log.info("tools/list_changed sent to %d client(s): %s", len(self._sessions), why)
