@@ -328,7 +328,7 @@ def test_everything_through_the_typescript_client(everything: Published) -> None
     assert image["isError"] is False, image
     assert [b["type"] for b in image["content"]] == ["text", "image", "text"], image
     assert base64.b64decode(image["content"][1]["data"]).startswith(b"\x89PNG")
-    assert marked(image["mcp_content"][0]["text"])
+    assert marked(image["content"][0]["text"])
     values = [e["progress"] for e in ts.step("progress") if e.get("event") == "progress"]
     assert values == sorted(set(values)) and len(values) >= 6, values
 

@@ -67,20 +67,31 @@ def cleaned(value: Any, redactor: Redactor | None, depth: int = 0) -> Any:
     return cleaned(str(value), redactor, depth + 1)
 
 
-def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], str]) -> LogFn | None:
-    """The sink of one call's upstream log messages (None when no redactor can be built: then
-    nothing is forwarded)."""
-    try:
-        redactor = Redactor({f"secret_{i}": s for i, s in enumerate(secrets)})
-    except ValueError:
-        log.debug("upstream %s: log messages of this call are not forwarded (secret too short)", server)
-        return None
+def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], str]) -> LogFn:
+    """The sink of one call's upstream log messages. Its redactor is built at the first message
+    (most calls log nothing); when none can be built (a secret too short for redaction) nothing
+    is forwarded."""
+    redactors: list[Redactor | None] = []
+
+    def redactor() -> Redactor | None:
+        if not redactors:
+            try:
+                redactors.append(Redactor({f"secret_{i}": s for i, s in enumerate(secrets)}))
+            except ValueError:
+                log.debug(
+                    "upstream %s: log messages of this call are not forwarded (secret too short)", server
+                )
+                redactors.append(None)
+        return redactors[0]
 
     async def sink(level: str, data: Any, logger: str | None) -> None:
         if not at_least(level, floor()):
             return
+        r = redactor()
+        if r is None:
+            return
         name = f"upstream.{server}" + (f".{neutralize(logger)[0][:100]}" if logger else "")
-        payload = {"upstream": server, "data": cleaned(data, redactor)}
+        payload = {"upstream": server, "data": cleaned(data, r)}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", MCPDeprecationWarning)
