@@ -7,6 +7,7 @@ resume shapes; every tool run is counted in a ledger file shared by the processe
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command
 
@@ -25,7 +27,7 @@ from callgate.adapters.hitl import InvalidResume, parse_decisions
 from callgate.client import Client, DeadlineExceeded, Session, TransportError
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import ROOT, Running, short_tmpdir
-from tests.langgraph_app import EVENT, app, cfg, summary
+from tests.langgraph_app import EVENT, app, build, cfg, summary
 
 SUBPROCESS_TIMEOUT_S = 120
 
@@ -121,6 +123,16 @@ def test_allow_and_deny_with_the_model_s_own_ids_and_plain_tool_content(world: W
     assert content(deny)["status"] == "denied" and allow["last"] == "done"
 
 
+def test_the_async_graph_runs_the_same_gate(world: World) -> None:
+    async def go() -> dict[str, Any]:
+        with app(world.spec()) as (gate, _):
+            graph = build(gate, InMemorySaver())  # SqliteSaver is sync only
+            return summary(await graph.ainvoke({"messages": [HumanMessage("weather")]}, cfg("t-async")))
+
+    out = asyncio.run(go())
+    assert world.ledger() == ["weather Paris"] and content(out)["status"] == "ok"
+
+
 # ---------------------------------------------------------------- across processes
 
 APPROVE_SHAPES = {
@@ -149,6 +161,17 @@ def test_approve_in_another_process_runs_exactly_once(world: World, shape: str) 
     again = world.resume({"t": APPROVE_SHAPES[shape]}, db="before.db")["t"]
     assert sorted(world.ledger()) == ["calendar Standup", "weather Paris"]
     assert again["tools"] == out["tools"]
+
+
+@pytest.mark.postgres
+def test_resume_from_a_postgres_checkpointer_in_another_process(world: World, postgres_dsn: str) -> None:
+    """The same with langgraph-checkpoint-postgres against the project's real PostgreSQL."""
+    saver, thread = f"postgres:{postgres_dsn}", "t-pg-" + world.dir.name
+    first = world.start({thread: "calendar"}, saver=saver)[thread]
+    (ask,) = asked(first)
+    out = world.resume({thread: {"decisions": [{"type": "approve"}]}}, saver=saver, approver="bob")[thread]
+    assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
+    assert world.invocation(ask["invocation_id"]).state.name == "OBSERVED"
 
 
 REJECT_SHAPES = {
@@ -250,9 +273,12 @@ def test_console_only_an_approve_alone_confirms_nothing(world: World) -> None:
 def test_an_unknown_resume_value_decides_nothing(world: World) -> None:
     with app(world.spec()) as (_, graph):
         (ask,) = asked(summary(graph.invoke({"messages": [HumanMessage("calendar")]}, cfg("t"))))
-        with pytest.raises(InvalidResume):
-            graph.invoke(Command(resume={"decisions": [{"type": "maybe"}]}), cfg("t"))
-    assert world.ledger() == [] and world.invocation(ask["invocation_id"]).state.name == "AUTHORIZED"
+        again = summary(graph.invoke(Command(resume={"decisions": [{"type": "maybe"}]}), cfg("t")))
+        assert world.ledger() == [] and world.invocation(ask["invocation_id"]).state.name == "AUTHORIZED"
+        (ask2,) = asked(again)  # asked again, saying why
+        assert ask2["invocation_id"] == ask["invocation_id"] and "maybe" in ask2["error"]
+        out = summary(graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg("t")))
+    assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
 
 
 def test_parse_decisions_shapes() -> None:

@@ -21,7 +21,8 @@ order:
 
 Each decision may carry ``"by"`` (who decided, a callgate extension). Anything else, or a count
 that does not match, raises :class:`InvalidResume` (code ``invalid_resume``): nothing runs and
-nothing is decided (fail closed).
+nothing is decided (fail closed); the adapter asks again with the error in each action's
+``callgate.error``.
 """
 
 from __future__ import annotations
@@ -162,16 +163,20 @@ def _description(a: Ask, how: str) -> str:
     return f"callgate: {a.tool} needs your confirmation ({how}); digest {a.digest}, until {a.expires_at}."
 
 
-def _callgate(a: Ask, how: str) -> dict[str, str]:
-    return {
+def _callgate(a: Ask, how: str, error: str) -> dict[str, str]:
+    out = {
         "tool": a.tool, "tool_call_id": a.tool_call_id, "invocation_id": a.invocation_id,
         "digest": a.digest, "expires_at": a.expires_at, "confirmation": how,
     }  # fmt: skip
+    if error:
+        out["error"] = error
+    return out
 
 
-def request(asks: Sequence[Ask], fmt: HITLFormat, how: str) -> object:
+def request(asks: Sequence[Ask], fmt: HITLFormat, how: str, error: str = "") -> object:
     """The interrupt payload for ``asks``. ``how`` says who confirms: ``"resume"`` (an approve
-    confirms) or ``"console"`` (an approve waits for the console's decision)."""
+    confirms) or ``"console"`` (an approve waits for the console's decision); ``error``: why the
+    previous resume value was refused (asked again)."""
     if fmt is HITLFormat.AGENT_INBOX:
         return [
             {
@@ -183,7 +188,7 @@ def request(asks: Sequence[Ask], fmt: HITLFormat, how: str) -> object:
                     "allow_ignore": True,
                 },
                 "description": _description(a, how),
-                "callgate": _callgate(a, how),
+                "callgate": _callgate(a, how, error),
             }
             for a in asks
         ]
@@ -195,7 +200,7 @@ def request(asks: Sequence[Ask], fmt: HITLFormat, how: str) -> object:
             {"action_name": a.name, "allowed_decisions": ["approve", "edit", "reject", "respond"]}
             for a in asks
         ],
-        "callgate": [_callgate(a, how) for a in asks],
+        "callgate": [_callgate(a, how, error) for a in asks],
     }
 
 

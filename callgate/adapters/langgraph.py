@@ -57,7 +57,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
-from callgate.adapters.hitl import Ask, Decision, HITLFormat, Kind, parse_decisions, request
+from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
 from callgate.client import (
     Allowed,
     CallgateClientError,
@@ -286,10 +286,21 @@ class CallgateTools:
         round_ = 0
         while parked:
             asks = [self._ask(p) for p in parked]
-            decisions = parse_decisions(interrupt(request(asks, self.hitl, self.confirmation)), len(asks))
-            parked = self._decide(parked, decisions, round_, steps, messages, config)
+            parked = self._decide(parked, self._decisions(asks), round_, steps, messages, config)
             round_ += 1
         return steps
+
+    def _decisions(self, asks: Sequence[Ask]) -> tuple[Decision, ...]:
+        """One interrupt for ``asks``; a resume value that is no decision shape decides nothing
+        and is asked again (the next interrupt, with the error), as many times as it takes."""
+        error = ""
+        while True:
+            try:
+                return parse_decisions(
+                    interrupt(request(asks, self.hitl, self.confirmation, error)), len(asks)
+                )
+            except InvalidResume as err:
+                error = err.message
 
     def _stamp_of(self, messages: Sequence[AnyMessage], call_id: str) -> Mapping[str, Any]:
         for m in reversed(messages):
