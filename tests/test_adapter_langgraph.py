@@ -140,26 +140,28 @@ APPROVE_SHAPES = {
 }
 
 
-@pytest.mark.parametrize("shape", sorted(APPROVE_SHAPES))
-def test_approve_in_another_process_runs_exactly_once(world: World, shape: str) -> None:
+def test_approve_in_another_process_runs_exactly_once(world: World) -> None:
     """Old main: the resume in another process answered ``tools_not_listed`` (and an approve in
-    LangChain's shapes was taken as a rejection)."""
-    first = world.start({"t": "both"})["t"]
+    LangChain's shapes was taken as a rejection). One thread per approve shape."""
+    firsts = world.start({shape: "both" for shape in APPROVE_SHAPES})
     assert world.ledger() == []  # nothing runs before every decision is in
-    (ask,) = asked(first)
-    assert ask["tool"] == "calendar.create_event" and ask["confirmation"] == "resume"
-    assert first["interrupt"]["action_requests"][0]["args"]["title"] == "Standup"
+    asks = {}
+    for shape, first in firsts.items():
+        (asks[shape],) = asked(first)
+        assert asks[shape]["tool"] == "calendar.create_event" and asks[shape]["confirmation"] == "resume"
+        assert first["interrupt"]["action_requests"][0]["args"]["title"] == "Standup"
     shutil.copy(world.dir / "checkpoints.db", world.dir / "before.db")
-    out = world.resume({"t": APPROVE_SHAPES[shape]}, approver="bob")["t"]
-    assert sorted(world.ledger()) == ["calendar Standup", "weather Paris"]
-    assert [content(out, i)["status"] for i in range(2)] == ["ok", "ok"] and out["last"] == "done"
-    confirmed = [e for e in world.events(ask["invocation_id"]) if e.kind == "confirmed"]
-    assert [e.data["confirmed_by"] for e in confirmed] == ["bob"]
-    # a third process resumes the same interrupt from the checkpoint taken before (as after a
+    outs = world.resume(APPROVE_SHAPES, approver="bob")
+    assert sorted(world.ledger()) == sorted(["calendar Standup", "weather Paris"] * len(APPROVE_SHAPES))
+    for shape, out in outs.items():
+        assert [content(out, i)["status"] for i in range(2)] == ["ok", "ok"] and out["last"] == "done"
+        confirmed = [e for e in world.events(asks[shape]["invocation_id"]) if e.kind == "confirmed"]
+        assert [e.data["confirmed_by"] for e in confirmed] == ["bob"]
+    # a third process resumes the same interrupts from the checkpoint taken before (as after a
     # crash that lost the second's checkpoint): the idempotent replay, nothing runs again
-    again = world.resume({"t": APPROVE_SHAPES[shape]}, db="before.db")["t"]
-    assert sorted(world.ledger()) == ["calendar Standup", "weather Paris"]
-    assert again["tools"] == out["tools"]
+    again = world.resume(APPROVE_SHAPES, db="before.db")
+    assert sorted(world.ledger()) == sorted(["calendar Standup", "weather Paris"] * len(APPROVE_SHAPES))
+    assert {k: v["tools"] for k, v in again.items()} == {k: v["tools"] for k, v in outs.items()}
 
 
 @pytest.mark.postgres
@@ -201,6 +203,16 @@ def test_reject_shapes_tell_the_model_run_nothing_and_leave_the_console(world: W
     assert not set(parked.values()) & world.pending_ids()
     denied = [e for e in world.events(parked["reject"]) if e.kind == "confirmation_rejected"]
     assert denied and denied[0].data.get("denied_by") == "carol"
+
+
+def test_a_dropped_thread_s_parked_calls_are_abandoned(world: World) -> None:
+    with app(world.spec(hitl="agent_inbox")) as (gate, graph):
+        graph.invoke({"messages": [HumanMessage("both")]}, cfg("t-drop"))
+        (ask,) = [i.value[0]["callgate"] for i in graph.get_state(cfg("t-drop")).interrupts]
+        assert ask["invocation_id"] in world.pending_ids()
+        assert gate.abandon(graph, cfg("t-drop")) == [ask["invocation_id"]]
+    assert ask["invocation_id"] not in world.pending_ids() and world.ledger() == []
+    assert world.invocation(ask["invocation_id"]).state.name == "CANCELLED_BEFORE_COMMIT"
 
 
 EDIT_SHAPES = {

@@ -263,6 +263,21 @@ class CallgateTools:
         """The tool node: a ``ToolNode`` over these tools, every call gated."""
         return CallgateToolNode(self, name=name, messages_key=messages_key)
 
+    def abandon(self, graph: Any, config: RunnableConfig, *, reason: str = "abandoned") -> list[str]:
+        """Cancel every call parked behind the thread's pending interrupts (a conversation dropped
+        without resuming): they leave the console at once. The invocation ids cancelled."""
+        ids: list[str] = []
+        for intr in graph.get_state(config).interrupts:
+            value = intr.value
+            items = value.get("callgate", []) if isinstance(value, Mapping) else [
+                v.get("callgate", {}) for v in value if isinstance(v, Mapping)
+            ] if isinstance(value, list) else []  # fmt: skip
+            for item in items:
+                if isinstance(item, Mapping) and isinstance(item.get("invocation_id"), str):
+                    self.session.cancel(item["invocation_id"], reason=reason)
+                    ids.append(item["invocation_id"])
+        return ids
+
     # ---------------------------------------------------------------- the gate
     def plan(
         self, messages: Sequence[AnyMessage], calls: Sequence[Mapping[str, Any]], config: RunnableConfig
