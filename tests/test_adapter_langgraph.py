@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -328,3 +329,18 @@ def test_a_message_the_gate_never_listed_is_refused(world: World) -> None:
         with pytest.raises(CallgateClientError) as err:  # e.g. an AIMessage made by hand
             g.compile().invoke({"messages": [ai]})
     assert err.value.code == "tools_not_listed" and world.ledger() == []
+
+
+def test_the_example_app_runs(world: World) -> None:
+    """examples/langgraph/app.py (what docs/CLIENTS.md shows) against a real sidecar."""
+    run_dir = Path(world.server.sidecar.addresses["agent"][0].removeprefix("unix:")).parent
+    proc = subprocess.run(
+        [sys.executable, "examples/langgraph/app.py"], cwd=ROOT, capture_output=True, text=True,
+        timeout=SUBPROCESS_TIMEOUT_S, env={**os.environ, "CALLGATE_RUN_DIR": str(run_dir)}, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("confirm? calendar__create_event")
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["call_0", "success"], ["call_1", "success"], ["call_2", "error"],
+    ]  # fmt: skip
