@@ -293,6 +293,18 @@ def test_an_unknown_resume_value_decides_nothing(world: World) -> None:
     assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
 
 
+def test_the_earlier_resume_values_still_work_and_a_wrong_digest_runs_nothing(world: World) -> None:
+    with app(world.spec()) as (_, graph):
+        for thread in ("t-true", "t-digest"):
+            graph.invoke({"messages": [HumanMessage("calendar")]}, cfg(thread))
+        ok = summary(graph.invoke(Command(resume=True), cfg("t-true")))
+        bad = summary(
+            graph.invoke(Command(resume={"approve": True, "digest": "sha256:" + "0" * 64}), cfg("t-digest"))
+        )
+    assert world.ledger() == ["calendar Standup"] and content(ok)["status"] == "ok"
+    assert content(bad)["code"] == "confirmation_digest_mismatch"
+
+
 def test_parse_decisions_shapes() -> None:
     assert [d.kind.value for d in parse_decisions([{"type": "accept"}, {"type": "ignore"}], 2)] == [
         "approve", "reject",

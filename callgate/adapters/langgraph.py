@@ -411,6 +411,11 @@ class CallgateTools:
                 self._classify(p.call_id, p.legal, req, steps, again)
             elif d.kind is Kind.RESPOND:
                 steps[p.call_id] = _note(p.call_id, p.legal, "user_response", d.message, inv_id)
+            elif d.kind is Kind.APPROVE:  # an approval of another digest than the one parked
+                text = "The approval named another digest than the one shown; nothing ran."
+                steps[p.call_id] = _note(
+                    p.call_id, p.legal, "not_confirmed", text, inv_id, code="confirmation_digest_mismatch"
+                )
             else:
                 text = d.message or "The user rejected this call; it was not executed."
                 steps[p.call_id] = _note(p.call_id, p.legal, "rejected_by_user", text, inv_id)
@@ -487,7 +492,9 @@ class CallgateTools:
     def _end(self, p: _Parked, d: Decision, config: RunnableConfig) -> None:
         """Take a rejected (or edited) call out of the console at once: Deny with the approver
         when the application confirms, else Cancel."""
-        reason = "edited by the user" if d.kind is Kind.EDIT else (d.message or "rejected by the user")
+        reason = {Kind.EDIT: "edited by the user", Kind.APPROVE: "approved another digest"}.get(
+            d.kind, d.message or "rejected by the user"
+        )
         if p.inv.state == pb.AUTHORIZED and self.confirmation == Confirmation.RESUME:
             try:
                 self.client.confirmer().deny(
