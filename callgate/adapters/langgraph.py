@@ -47,6 +47,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
@@ -85,7 +86,7 @@ STAMP = "callgate"
 Approver = str | Callable[[RunnableConfig], str]
 
 
-class Confirmation:
+class Confirmation(Enum):
     """Who confirms, as the interrupt payload says (``callgate[].confirmation``)."""
 
     RESUME = "resume"  # the application holds a confirmer: the resume decision confirms
@@ -216,7 +217,7 @@ class CallgateTools:
         self.console_timeout = console_timeout
 
     @property
-    def confirmation(self) -> str:
+    def confirmation(self) -> Confirmation:
         return Confirmation.RESUME if self.client.confirmations is not None else Confirmation.CONSOLE
 
     # ---------------------------------------------------------------- the model side
@@ -312,7 +313,7 @@ class CallgateTools:
         while True:
             try:
                 return parse_decisions(
-                    interrupt(request(asks, self.hitl, self.confirmation, error)), len(asks)
+                    interrupt(request(asks, self.hitl, self.confirmation.value, error)), len(asks)
                 )
             except InvalidResume as err:
                 error = err.message
@@ -434,7 +435,7 @@ class CallgateTools:
     def _approve(self, p: _Parked, d: Decision, config: RunnableConfig) -> Step:
         inv_id, tool = p.inv.invocation_id, p.req.tool_name
         state = p.inv.state
-        if state == pb.AUTHORIZED and self.confirmation == Confirmation.RESUME:
+        if state == pb.AUTHORIZED and self.confirmation is Confirmation.RESUME:
             try:
                 self.client.confirmer().confirm(inv_id, p.inv.digest, confirmed_by=self._who(d, config))
             except CallRefused as err:  # expired, decided meanwhile: nothing runs
@@ -495,7 +496,7 @@ class CallgateTools:
         reason = {Kind.EDIT: "edited by the user", Kind.APPROVE: "approved another digest"}.get(
             d.kind, d.message or "rejected by the user"
         )
-        if p.inv.state == pb.AUTHORIZED and self.confirmation == Confirmation.RESUME:
+        if p.inv.state == pb.AUTHORIZED and self.confirmation is Confirmation.RESUME:
             try:
                 self.client.confirmer().deny(
                     p.inv.invocation_id, p.inv.digest, denied_by=self._who(d, config)
