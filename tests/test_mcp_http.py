@@ -7,6 +7,7 @@ where a client would not misbehave on its own (Host, Origin, a flood of sessions
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -70,6 +71,8 @@ def _config(
     base: Path, port: int, as_port: int, *, limit: int = LIMIT, extra: str = "", tokens: str = "tokens.json"
 ) -> Path:
     py, root = json.dumps(sys.executable), json.dumps(str(ROOT))
+    as_url = f"http://127.0.0.1:{as_port}"
+    oauth = f'issuer = "{as_url}"\njwks_url = "{as_url}/jwks"\nrequired_scopes = ["mcp"]' if as_port else ""
     state = json.dumps(str(base / "state"))
     path = base / f"callgate-{port}.toml"
     path.write_text(f"""
@@ -89,9 +92,7 @@ path = "var/idem-{port}.db"
 tenant = "acme"
 listen = "{HOST}:{port}"
 tokens_file = "{tokens}"
-issuer = "http://127.0.0.1:{as_port}"
-jwks_url = "http://127.0.0.1:{as_port}/jwks"
-required_scopes = ["mcp"]
+{oauth}
 max_sessions_per_subject = {limit}
 {extra}
 [[mcp.upstreams]]
@@ -225,6 +226,25 @@ def test_one_subject_over_its_session_limit_is_refused_while_others_work(site: S
         _close(site.url, ALICE, session)
 
 
+@pytest.mark.timeout(120)
+def test_concurrent_opening_requests_cannot_overshoot_the_limit(site: Site) -> None:
+    async def burst() -> list[httpx2.Response]:
+        hdr = {**ACCEPT, "authorization": f"Bearer {ALICE}"}
+        async with httpx2.AsyncClient(timeout=30) as http:
+            return list(
+                await asyncio.gather(*(http.post(site.url, json=INIT, headers=hdr) for _ in range(12)))
+            )
+
+    answers = run(burst())
+    assert sorted(r.status_code for r in answers) == [200] * LIMIT + [429] * (12 - LIMIT)
+    for r in answers:
+        if r.status_code == 200:
+            _close(site.url, ALICE, r.headers["mcp-session-id"])
+    r = _open(site.url, ALICE)  # every place given back
+    assert r.status_code == 200, r.text
+    _close(site.url, ALICE, r.headers["mcp-session-id"])
+
+
 @pytest.mark.timeout(240)
 def test_idle_sessions_are_closed_after_the_configured_minutes(site: Site) -> None:
     port = site.gateway(limit=1, extra="session_idle_minutes = 0.03")
@@ -291,6 +311,24 @@ def test_a_weak_static_token_is_refused_at_load(site: Site) -> None:
 
 
 # ---------------------------------------------------------------------------------- OAuth
+@pytest.mark.timeout(120)
+def test_static_tokens_only_name_no_authorization_server(site: Site) -> None:
+    """Without an authorization server the gateway publishes no protected-resource metadata and
+    its 401 names none (it used to name itself, whose authorization-server metadata is 404)."""
+    site.as_port, as_port = 0, site.as_port
+    try:
+        port = site.gateway()
+    finally:
+        site.as_port = as_port
+    url = f"http://{HOST}:{port}/mcp"
+    assert httpx2.get(f"http://{HOST}:{port}/.well-known/oauth-protected-resource/mcp").status_code == 404
+    unauth = _open(url, "")
+    assert unauth.status_code == 401 and "resource_metadata" not in unauth.headers["www-authenticate"]
+    r = _open(url, BOB)
+    assert r.status_code == 200, r.text
+    _close(url, BOB, r.headers["mcp-session-id"])
+
+
 class MemoryStorage:
     """The SDK's ``TokenStorage`` in memory."""
 
