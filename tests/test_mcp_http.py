@@ -421,3 +421,32 @@ def test_a_token_minted_for_another_audience_is_refused(site: Site) -> None:
     r = _open(site.url, mine)
     assert r.status_code == 200, r.text
     _close(site.url, mine, r.headers["mcp-session-id"])
+
+
+# ---------------------------------------------------------------------------------- config
+def test_http_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    from callgate.core.errors import LoadError
+    from callgate.mcp.config import load_gateway_config
+    from callgate.mcp.http_app import Allowlist, resource_url
+
+    cases = {
+        "max_sessions_per_subject = 0": "'mcp.http.max_sessions' and 'max_sessions_per_subject' must be at least 1",
+        "max_sessions = 4\nmax_sessions_per_subject = 5": "must not exceed 'max_sessions'",
+        "session_idle_minutes = 0": "'mcp.http.session_idle_minutes' must be more than 0",
+        'allowed_origins = ["evil.example"]': "'evil.example' is not an origin",
+        'allowed_origins = ["http://a.example/path"]': "is not an origin",
+        'allowed_hosts = "a.example"': "'mcp.http.allowed_hosts' must be an array",
+        'authorization_server = "login.example"': "'mcp.http.authorization_server' must be an http(s) URL",
+    }
+    for text, expected in cases.items():
+        p = tmp_path / "c.toml"
+        p.write_text(f"[mcp.http]\n{text}\n")
+        with pytest.raises(LoadError) as exc:
+            load_gateway_config(p)
+        assert expected in str(exc.value) and str(p) in str(exc.value), str(exc.value)
+    p = tmp_path / "ok.toml"
+    p.write_text('[mcp.http]\nlisten = "[::1]:8765"\nallowed_origins = ["https://App.example"]\n')
+    _, mcp = load_gateway_config(p)
+    assert resource_url(mcp.http, "::1", 8765) == "http://[::1]:8765/mcp"
+    allow = Allowlist.of(mcp.http, "::1", 8765, resource_url(mcp.http, "::1", 8765))
+    assert allow.hosts == {"[::1]:8765"} and allow.origins == {"https://app.example"}

@@ -38,6 +38,11 @@ def _authority(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def resource_url(cfg: McpHttpConfig, host: str, port: int) -> str:
+    """This gateway's resource URL (RFC 8707/9728): ``resource_url``, or ``http://<listen>/mcp``."""
+    return cfg.resource_url or f"http://{_authority(host, port)}/mcp"
+
+
 @dataclass(frozen=True)
 class Allowlist:
     """``Host`` and ``Origin`` values accepted (lower case)."""
@@ -135,4 +140,4 @@ def build_http_app(
     return HttpGateway(app, subjects, gate)
 
 
-__all__ = ["Allowlist", "HostOriginGuard", "HttpGateway", "build_http_app"]
+__all__ = ["Allowlist", "HostOriginGuard", "HttpGateway", "build_http_app", "resource_url"]

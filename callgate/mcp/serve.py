@@ -69,10 +69,10 @@ async def serve_stdio(cfg: Config, mcp: McpConfig) -> int:
 async def serve_http(cfg: Config, mcp: McpConfig, listen: str) -> int:
     import uvicorn
 
-    from callgate.mcp.http_app import build_http_app
+    from callgate.mcp.http_app import build_http_app, resource_url
 
     host, port = check_loopback(listen or mcp.http.listen)
-    resource = mcp.http.resource_url or f"http://{host}:{port}/mcp"
+    resource = resource_url(mcp.http, host, port)
     verifier = BearerVerifier.load(mcp.http, cfg.path("."), resource)
     async with running_gateway(cfg, mcp) as gw:
         server = build_server(gw, _http_identity(mcp.http.tenant))
