@@ -34,6 +34,7 @@ from mcp.shared.auth import (
     OAuthClientMetadata,
     OAuthToken,
 )
+from mcp.shared.exceptions import MCPError
 
 from callgate.core.tokenstrength import weakness
 from tests.conftest import short_tmpdir
@@ -202,6 +203,16 @@ async def _use(url: str, auth: httpx2.Auth | None = None, token: str = "") -> li
                 return [text_of(r)]
 
 
+async def _refused_initialize(url: str, token: str) -> None:
+    async with httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}, timeout=30) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write):
+            async with ClientSession(read, write) as s:
+                with pytest.raises(MCPError) as exc:
+                    await s.initialize()
+    assert exc.value.code == -32000 and exc.value.data["code"] == "session_limit", exc.value
+    assert "open MCP sessions (the limit)" in exc.value.message
+
+
 # ---------------------------------------------------------------------------------- limits
 @pytest.mark.timeout(240)
 def test_one_subject_over_its_session_limit_is_refused_while_others_work(site: Site) -> None:
@@ -216,6 +227,7 @@ def test_one_subject_over_its_session_limit_is_refused_while_others_work(site: S
     assert (
         err["data"] == {"code": "session_limit", "limit": LIMIT} and "3 open MCP sessions" in err["message"]
     )
+    run(_refused_initialize(site.url, ALICE))  # what the SDK client shows its user
     run(_use(site.url, token=BOB))  # another subject: initialize, list and call still work
     _close(site.url, ALICE, opened.pop())  # a session ended frees its place
     r = _open(site.url, ALICE)
