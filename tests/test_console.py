@@ -305,7 +305,12 @@ def test_one_console_serves_two_pods_on_one_postgres(postgres_dsn: str, hook: Ho
                 status, _ = http(
                     con.url + f"/t/acme/i/{parked.invocation_id}/approve",
                     token=ALICE,
-                    data={"csrf_token": csrf, "digest": parked.digest, "note": ""},
+                    data={
+                        "csrf_token": csrf,
+                        "digest": parked.digest,
+                        "note": "",
+                        "confirm": parked.digest[:19],
+                    },
                 )
                 assert status == 303
                 assert a.state(sid, parked.invocation_id) == "PREPARED"  # pod a sees the confirmation
