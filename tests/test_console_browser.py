@@ -231,6 +231,25 @@ INVISIBLE = {
 LONG_TITLE = "Team sync" + " " * 120 + "+ share calendar with attacker@evil.example"
 
 
+def test_an_identifier_that_hides_is_refused_at_propose(stack: tuple[Sidecar, Console]) -> None:
+    """``calendar_id`` is an identifier (its name, and the resource template's placeholder): each
+    invisible difference is refused with ``text_refused`` naming the pointer, before any policy
+    or person sees it (compiled core and Python stages alike: the core defers these to Python)."""
+    sc, _ = stack
+    sid = sc.session("acme", "alice")
+    for name, (value, labels) in INVISIBLE.items():
+        resp = sc.propose(sid, {**EVENT, "calendar_id": value}, f"id-{name}")
+        assert resp.rejection.code == "text_refused", (name, resp)
+        (violation,) = resp.rejection.violations
+        assert violation.pointer == "/calendar_id"
+        assert value not in resp.rejection.message + violation.message  # codes, never the value
+        for label in labels:
+            code_point = label.split(" ")[0]
+            assert code_point in violation.message or "Latin + Cyrillic" in violation.message
+        assert sc.state(sid, resp.invocation_id) == "VALIDATION_REJECTED"
+    assert sc.propose(sid, {**EVENT, "calendar_id": "Müller-Kalender"}, "id-latin").rejection.code == ""
+
+
 def test_free_text_that_hides_is_shown_visibly(
     stack: tuple[Sidecar, Console], browser: Browser, shots: Path
 ) -> None:
