@@ -138,3 +138,19 @@ def test_a_declared_strip_is_a_recorded_normalization(tmp_path: Path, engine: st
     free = _policies_with(tmp_path / "free", {"/calendar_id": "free"})
     out, _ = asyncio.run(_propose(free, engine, {"calendar_id": BIDI}))
     assert out.rejection is None and json.loads(out.record.normalized_arguments)["calendar_id"] == BIDI
+
+
+def test_the_mcp_elicitation_shows_what_the_arguments_hide() -> None:
+    """The message an MCP client shows its user (callgate/mcp/gateway.py ``_question``)."""
+    from callgate.client.outcomes import NeedsConfirmation
+    from callgate.mcp.gateway import _question
+
+    args = {"title": BIDI, "calendar_id": "primary", "note": CYRILLIC, "pad": "a" + " " * 120 + "b"}
+    out = NeedsConfirmation(
+        "inv_1", "sha256:" + "0" * 64, "c1", "2026-12-20T09:00:00Z", json.dumps(args).encode(), ""
+    )
+    text = _question(out, "calendar.create_event", "v1")
+    assert BIDI not in text and "\u202e" not in text and "\u0430" not in text
+    assert '"title": "⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧yramirp⟦U+202C POP DIRECTIONAL FORMATTING⟧"' in text
+    assert "prim⟦U+0430 CYRILLIC SMALL LETTER A⟧ry ⟦mixed scripts: Latin + Cyrillic⟧" in text
+    assert '"pad": "a⟦120 spaces⟧b"' in text and '"calendar_id": "primary"' in text

@@ -6,16 +6,12 @@ override in the page would reorder what the person reads."""
 
 from __future__ import annotations
 
-import re
-from typing import Final
-
 from markupsafe import Markup, escape
 
 from callgate.core import unitext
 from callgate.core.unitext import SegKind
 
-_STRING: Final = re.compile(r'"(?:[^"\\]|\\.)*"')
-"""A JSON string literal in ``json.dumps`` output."""
+_STRING = unitext.JSON_STRING
 
 
 def _marks(text: str, quote: str) -> str:

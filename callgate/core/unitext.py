@@ -40,6 +40,7 @@ __all__ = [
     "mixed_scripts",
     "segments",
     "visible",
+    "visible_json",
 ]
 
 SCRIPT_DATA: Final = f"disarm {getattr(disarm, '__version__', '?')} (Unicode {disarm.UNICODE_VERSION})"
@@ -48,6 +49,8 @@ SCRIPT_DATA: Final = f"disarm {getattr(disarm, '__version__', '?')} (Unicode {di
 _HIDDEN: Final = regex.compile(r"[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}]")
 _OTHER_SPACE: Final = regex.compile(r"[^\S ]")
 """Whitespace that is not U+0020 (tab, line breaks, NBSP, the U+2000 spaces, U+3000...)."""
+JSON_STRING: Final = regex.compile(r'"(?:[^"\\]|\\.)*"')
+"""A string literal in JSON text (``json.dumps`` output)."""
 _RUN: Final = regex.compile(r" {2,}|[^\S ]|[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}]")
 
 
@@ -182,3 +185,15 @@ def visible(text: str) -> str:
     if scripts:
         out += f" ⟦mixed scripts: {' + '.join(scripts)}⟧"
     return out
+
+
+def _visible_literal(m: regex.Match[str]) -> str:
+    literal = m.group()
+    if literal.isascii() and "  " not in literal:
+        return literal
+    return '"' + visible(literal[1:-1]) + '"'
+
+
+def visible_json(text: str) -> str:
+    """JSON text for a plain-text confirmation surface, each string literal :func:`visible`."""
+    return JSON_STRING.sub(_visible_literal, text)
