@@ -464,10 +464,10 @@ def test_sessions_are_server_side_rotated_and_end(tmp_path: Path) -> None:
 def test_sign_in_is_locked_after_failures_per_client_and_per_identity() -> None:
     sc = start_sidecar()
     try:
-        con = start_console(sc.confirmer, extra="login_max_failures = 3\nlogin_lockout_s = 600")
+        con = start_console(sc.confirmer)  # the defaults: 5 failures in 300 s lock for 300 s
         try:
             here = Browserless(con.url)
-            for _ in range(3):
+            for _ in range(5):
                 assert here.sign_in("alice@acme.example", "wrong-token-000000000")[0] == 401
             # Locked: even the right token is refused, for this client and for this identity.
             assert here.sign_in("alice@acme.example", ALICE)[0] == 429

@@ -321,7 +321,7 @@ def test_a_new_call_under_the_pointer_does_not_take_the_click(
     page = login(browser, con.url, ALICE)
     sid = sc.session("acme", "alice")
     meant = sc.propose(sid, {**EVENT, "title": "The one I checked"}, "move-1")
-    summary = f"#item-{meant.invocation_id} summary.approve"
+    summary = f"#item-{meant.invocation_id} .approve"  # the control that starts an approval
     page.wait_for_selector(summary, timeout=WAIT_MS)
     page.hover(summary)
     box = page.locator(summary).bounding_box()
@@ -330,7 +330,7 @@ def test_a_new_call_under_the_pointer_does_not_take_the_click(
     intruder = sc.propose(sid, {**EVENT, "title": "Inserted under the pointer"}, "move-2")
     page.wait_for_selector(f"#item-{intruder.invocation_id}", timeout=WAIT_MS)
     page.mouse.click(x, y)  # the person clicks where the pointer rests
-    page.wait_for_selector("details.approve-step[open]", timeout=WAIT_MS)
+    page.wait_for_selector("details.approve-step[open], #done", timeout=WAIT_MS)
     # The click approved nothing; it opened one card's confirmation, which names that card's digest.
     assert sc.state(sid, meant.invocation_id) == "AUTHORIZED"
     assert sc.state(sid, intruder.invocation_id) == "AUTHORIZED"
