@@ -428,9 +428,22 @@ def test_sessions_are_server_side_rotated_and_end(tmp_path: Path) -> None:
             assert planted.request("GET", "/")[0] == 401
 
             # Sign-out ends the session on the server: the old cookie replayed answers 401, and
-            # an approval posted with it approves nothing.
+            # an approval posted with it approves nothing; its open event stream ends.
+            port = urllib.parse.urlsplit(con.url).port
+            stream = HTTPConnection("127.0.0.1", port, timeout=20)
+            stream.request("GET", "/events", headers={"Cookie": f"__Host-cg_session={second}"})
+            events = stream.getresponse()
+            assert events.status == 200
+            while b"event: pending" not in events.readline():
+                pass
             form = {"csrf_token": csrf_of(page)}
             assert b.request("POST", "/logout", form)[0] == 303
+            sc.propose(sid, {**EVENT, "title": "after sign-out"}, "s2")  # the list changes
+            rest = b""
+            while line := events.readline():  # the stream ends instead of sending the new list
+                rest += line
+            assert b"after sign-out" not in rest
+            stream.close()
             replay = Browserless(con.url)
             replay.cookies["__Host-cg_session"] = second
             assert replay.request("GET", "/")[0] == 401

@@ -239,6 +239,8 @@ async def events(request: Request, c: Console, who: Identity) -> Response:
         seen = -1
         while True:
             seen = await c.hub.wait(seen, SSE_WAIT_S)
+            if await c.auth.identify(request.headers, request.cookies) != who:
+                return  # signed out, revoked or expired: the stream ends with the session
             yield {"event": "pending", "data": c.list_html(who, c.hub.items(tenants))}
 
     return EventSourceResponse(stream(), ping=SSE_WAIT_S, headers={"Cache-Control": "no-store"})
