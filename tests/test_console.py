@@ -495,3 +495,45 @@ def test_sign_in_is_locked_after_failures_per_client_and_per_identity() -> None:
             con.stop()
     finally:
         sc.stop()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_session_lifetimes_and_limiter_windows() -> None:
+    from callgate.console.sessions import Lock, SessionStore, SignInLimiter
+
+    clock = FakeClock()
+    store = SessionStore(ttl_s=100, idle_s=10, clock=clock)
+    alive = {b"t"}
+    sid = store.open("alice", (), b"t")
+    clock.now += 9
+    assert store.get(sid, alive.__contains__) is not None  # used: idle time starts again
+    clock.now += 9
+    assert store.get(sid, alive.__contains__) is not None
+    clock.now += 11
+    assert store.get(sid, alive.__contains__) is None and len(store) == 0  # idle too long
+    sid = store.open("alice", (), b"t")
+    for _ in range(12):
+        clock.now += 9
+        store.get(sid, alive.__contains__)
+    assert store.get(sid, alive.__contains__) is None  # past its lifetime, however busy
+    sid = store.open("alice", (), b"t")
+    assert store.revoke(lambda d: False) == 1 and store.get(sid, alive.__contains__) is None
+
+    limiter = SignInLimiter(max_failures=3, window_s=60, lockout_s=300, clock=clock)
+    limiter.failed("1.2.3.4", "alice")
+    limiter.failed("1.2.3.4", "alice")
+    clock.now += 61  # the first two fall out of the window
+    assert limiter.failed("1.2.3.4", "alice") is None and limiter.locked("1.2.3.4", "alice") is None
+    limiter.failed("5.6.7.8", "alice")
+    assert limiter.failed("9.9.9.9", "alice") is Lock.IDENTITY  # three clients, one identity
+    assert limiter.locked("1.1.1.1", "alice") is Lock.IDENTITY
+    assert limiter.locked("1.2.3.4", "bob") is None
+    clock.now += 301
+    assert limiter.locked("1.1.1.1", "alice") is None  # the lockout ends
