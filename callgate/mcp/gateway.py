@@ -49,6 +49,7 @@ from callgate.client.aio import _call
 from callgate.client.sync import target
 from callgate.client.tools import Dialect, render
 from callgate.config import Config
+from callgate.core import unitext
 from callgate.execute.encode import unmarked_data
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
@@ -730,11 +731,14 @@ CONFIRM_SCHEMA: dict[str, Any] = {
 
 
 def _question(out: NeedsConfirmation, spec: str, version: str) -> str:
-    """What the human reads: the tool, the normalized arguments, the digest, the expiry."""
+    """What the human reads: the tool, the normalized arguments, the digest, the expiry. Hidden
+    characters, whitespace runs and mixed scripts in the arguments are shown as marks
+    (``⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧``, :func:`callgate.core.unitext.visible_json`)."""
     try:
         args = json.dumps(json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True)
     except ValueError:
         args = out.normalized_arguments.decode("utf-8", "replace")
+    args = unitext.visible_json(args)
     return (
         f"callgate: allow {spec}@{version} with these arguments?\n{args}\n"
         f"digest: {out.digest}\nexpires: {out.expires_at}"
