@@ -81,3 +81,23 @@ def test_a_second_version_gets_the_fixtures_name() -> None:
     v = FIXTURE["versions"]
     names = ToolNames.build([_tool(v["name"], ver) for ver in reversed(v["shown"])])
     assert {ver: names.legal(v["name"], ver) for ver in v["shown"]} == v["wire"]
+
+
+@pytest.mark.parametrize(
+    ("upstream", "ok"),
+    [("everything", True), ("my-server", True), ("fs_2", True), ("a.b", False), ("a__b", False),
+     ("_a", False), ("a@b", False), ("x" * 33, False)],
+)  # fmt: skip
+def test_upstream_names_are_one_segment_of_a_callgate_name(upstream: str, ok: bool, tmp_path: Path) -> None:
+    from callgate.mcp.config import load_gateway_config
+
+    cfg = tmp_path / "callgate.toml"
+    cfg.write_text(
+        '[server]\nagent = { socket = "a.sock" }\n[policy]\ndir = "p"\n[store]\npath = "s.db"\n'
+        f'[[mcp.upstreams]]\nname = "{upstream}"\ncommand = "true"\n'
+    )
+    if ok:
+        load_gateway_config(str(cfg))
+    else:
+        with pytest.raises(LoadError, match="name' must be 1-32 letters"):
+            load_gateway_config(str(cfg))

@@ -79,7 +79,8 @@ class McpUpstreamConfig:
     """One upstream MCP server; its tools are exposed as ``<name>.<tool>``."""
 
     name: str = ""
-    """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``)."""
+    """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``): 1-32 letters, digits
+    and ``-`` with single ``_`` between them (docs/MCP.md "Tool names")."""
     transport: UpstreamTransport = UpstreamTransport.STDIO
     """``stdio`` (a child process) or ``http`` (MCP streamable HTTP)."""
     command: str = ""
