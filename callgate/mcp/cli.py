@@ -169,8 +169,9 @@ def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[
             if key in pinned:
                 doc = pinned[key].doc
                 caps = doc.get("required_capabilities") or [None]
+                cls = doc.get("side_effect_class")
                 gen = toolspec_for(
-                    server, tool, SideEffect(doc.get("side_effect_class", "modify")),
+                    server, tool, SideEffect(cls) if cls in set(SideEffect) else SideEffect.MODIFY,
                     version=str(doc.get("version") or args.version), timeout_seconds=up.timeout_seconds,
                     capability=caps[0], name=str(doc.get("name") or ""),
                 )  # fmt: skip
