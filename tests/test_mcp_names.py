@@ -35,7 +35,8 @@ EVERYTHING_TOOLS = {  # server-everything 2026.8.31 (tests/mcp_node/package.json
     "toggle-simulated-logging", "toggle-subscriber-updates", "trigger-long-running-operation",
     "simulate-research-query",
 }  # fmt: skip
-ARGS = {"awk": "text: String", "everything.echo": "message: String"}
+ARGS = {"awk": "text: String", "everything.echo": "message: String", "everything.get-tiny-image": ""}
+"""The Cedar context of the tools called (by ToolSpec name, or upstream for all of its tools)."""
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
 
@@ -77,8 +78,10 @@ args = [{json.dumps(str(EVERYTHING_JS))}, "stdio"]
     for path in sorted((base / "policies" / "tools").glob("*.json")):
         doc = json.loads(path.read_text())
         group = "read" if doc["side_effect_class"] == "read_only" else "modify"
-        args = ARGS.get(doc["name"]) or ARGS.get(doc["upstream"]["server"]) if group == "read" else None
-        context = f", context: {{ tenant: String, tool: String, args: {{ {args} }} }}" if args else ""
+        args = ARGS.get(doc["name"], ARGS.get(doc["upstream"]["server"])) if group == "read" else None
+        context = (
+            f", context: {{ tenant: String, tool: String, args: {{ {args} }} }}" if args is not None else ""
+        )
         lines.append(
             f'action "{doc["required_capabilities"][0]}" in [{group}] appliesTo '
             f"{{ principal: User, resource: Resource{context} }};"
@@ -109,6 +112,7 @@ def test_the_gateway_lists_and_calls_the_fixtures_names(gateway: tuple[Path, Pat
     ]
     steps += [
         {"op": "call", "id": "everything", "name": "everything__echo", "arguments": {"message": "hello"}},
+        {"op": "call", "id": "kebab", "name": "everything__get-tiny-image", "arguments": {}},
         {"op": "call", "id": "ts-form", "name": "awk_echo", "arguments": {"text": "hi"}},
     ]
     run = CLIENTS[client](
@@ -134,5 +138,7 @@ def test_the_gateway_lists_and_calls_the_fixtures_names(gateway: tuple[Path, Pat
         assert out.get("isError") is False and f"{t['upstream_name']}: hi" in result_text(out), out
     echo = run.outcome("everything")
     assert echo.get("isError") is False and "hello" in result_text(echo), echo
+    kebab = run.outcome("kebab")  # a published server's kebab-case tool, called by its listed name
+    assert kebab.get("isError") is False, kebab
     unknown = run.outcome("ts-form")  # no other form of a name is a tool
     assert unknown.get("isError") is True or unknown.get("event") == "error", unknown
