@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from callgate.client.names import name_of_wire, tool_name_problem, wire_name
+from callgate.client.names import MCP_NAME, import_name, name_of_wire, tool_name_problem, wire_name
 from callgate.client.tools import LEGAL_NAME, Tool, ToolNames
 from callgate.core.errors import LoadError
 from callgate.mcp.importing import assign_names
@@ -101,3 +103,20 @@ def test_upstream_names_are_one_segment_of_a_callgate_name(upstream: str, ok: bo
     else:
         with pytest.raises(LoadError, match="name' must be 1-32 letters"):
             load_gateway_config(str(cfg))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tool=st.from_regex(MCP_NAME, fullmatch=True),
+    upstream=st.from_regex(r"[a-z][a-z0-9-]{0,12}", fullmatch=True),
+)
+def test_every_mcp_name_imports_to_a_callgate_name_with_a_legal_reversible_wire_name(
+    tool: str, upstream: str
+) -> None:
+    name = import_name(upstream, tool)
+    assert tool_name_problem(name) is None, name
+    wire = wire_name(name)
+    assert LEGAL_NAME.fullmatch(wire), wire
+    assert name_of_wire(wire) in (name, None)
+    if f"{upstream}.{tool}" == name:
+        assert len(name) <= 128 and "__" not in tool
