@@ -308,7 +308,13 @@ def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if loaded is None:
         return 2
     cfg, mcp = loaded
-    pins = read_pins(cfg.path(cfg.policy.dir) / "tools")
+    tools_dir = cfg.path(cfg.policy.dir) / "tools"
+    pins = read_pins(tools_dir)
+    try:
+        record = read_record(tools_dir)
+    except ValueError as exc:
+        print(f"error: {exc}", file=out)
+        return 2
     listings = asyncio.run(_listings(mcp, Path(cfg.base_dir), []))
     bad = 0
     for name, tools in listings.items():
@@ -318,6 +324,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             continue
         for c in compare(name, pins, tools):
             if c.state is PinState.MATCH:
+                continue
+            if c.state is PinState.NEW and tool_key(name, c.tool) in record:
+                print(f"removed {c.spec_name} (upstream {c.server} tool {c.tool}): its ToolSpec was removed "
+                      "after import, not a difference", file=out)  # fmt: skip
                 continue
             bad += 1
             print(f"{c.state.value} {c.spec_name} (upstream {c.server} tool {c.tool})", file=out)
