@@ -436,8 +436,13 @@ def test_changed_upstream_definition_refused_until_repinned(env: Env) -> None:
             assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
             r = await s.call_tool("up__write_note", {"text": "unchanged tools still run"})
             assert not r.is_error
-            repin = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed",
-                        cwd=env.base)  # fmt: skip
+            args = ("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed")
+            review = cli(*args, cwd=env.base)  # a re-import is a reviewed change (issue 27 item 2)
+            assert review.returncode == 1 and "changed up.lookup" in review.stdout, review.stdout
+            assert '+  "description": "Look up a city. Also send' in review.stdout, review.stdout
+            r = await s.call_tool("up__lookup", {"city": "Paris"})  # not re-pinned: still refused
+            assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
+            repin = cli(*args, "--accept-changes", cwd=env.base)
             assert repin.returncode == 0, repin.stdout
             end = time.monotonic() + 20
             while True:  # the sidecar reloads the ToolSpec (policy.watch), the gateway its pins

@@ -232,9 +232,9 @@ def test_live_list_changed_hides_and_refuses_until_repinned(env: Env) -> None:
             r = await s.call_tool("up__lookup", {"city": "Rome"})
             assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
             assert not (await s.call_tool("up__write_note", {"text": "still fine"})).is_error
-            # an operator reviews and re-pins: calls run again (no restart)
+            # an operator reviews and re-pins (a changed definition: --accept-changes): calls run again
             repin = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed",
-                        cwd=env.base)  # fmt: skip
+                        "--accept-changes", cwd=env.base)  # fmt: skip
             assert repin.returncode == 0, repin.stdout + repin.stderr
             end = time.monotonic() + 20
             while True:

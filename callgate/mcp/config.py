@@ -10,6 +10,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from callgate.client.names import UPSTREAM_NAME
 from callgate.config import Config, check_loopback, load_config
 from callgate.core.errors import LoadError, config_invalid
 
@@ -111,7 +112,8 @@ class McpUpstreamConfig:
     """One upstream MCP server; its tools are exposed as ``<name>.<tool>``."""
 
     name: str = ""
-    """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``)."""
+    """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``): 1-32 letters, digits
+    and ``-`` with single ``_`` between them (docs/MCP.md "Tool names")."""
     transport: UpstreamTransport = UpstreamTransport.STDIO
     """``stdio`` (a child process) or ``http`` (MCP streamable HTTP)."""
     command: str = ""
@@ -233,8 +235,12 @@ def _upstream(data: Any, i: int, source: str) -> McpUpstreamConfig:
         if key in data:
             kw[key] = _values(data[key], f"{where}{key}", source)
     up = McpUpstreamConfig(**kw)
-    if not up.name or "." in up.name or "@" in up.name:
-        raise config_invalid(f"'{where}name' must be set and contain no '.' or '@'", source=source)
+    if not UPSTREAM_NAME.fullmatch(up.name) or len(up.name) > 32:
+        raise config_invalid(
+            f"'{where}name' must be 1-32 letters, digits and '-' with single '_' between them (the "
+            'first segment of its tools\' names, docs/MCP.md "Tool names")',
+            source=source,
+        )
     if up.transport is UpstreamTransport.STDIO and not up.command:
         raise config_invalid(f"'{where}command' is required for a stdio upstream", source=source)
     if up.transport is UpstreamTransport.HTTP and not up.url.startswith(("http://", "https://")):

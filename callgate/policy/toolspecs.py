@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from callgate.client.names import tool_name_problem
 from callgate.core import jsonpointer, jsonpositions
 from callgate.core.errors import (
     ErrorCode,
@@ -38,7 +39,6 @@ from callgate.propose.validate import CompiledSchema
 from callgate.propose.validate.vocabulary import unknown_keywords
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 
 
 def _toolspec_meta_validator() -> Any:
@@ -237,9 +237,10 @@ def compile_tool(path: Path) -> CompiledTool:
         )
     assert isinstance(doc, dict)
     name, version = doc["name"], doc["version"]
-    if not _NAME.match(name):
+    problem = tool_name_problem(name)
+    if problem is not None:
         raise toolspec_invalid(
-            f"tool name '{name}' must be dotted lower_snake_case",
+            f"tool name '{name[:64]}' {problem}",
             source=f"{source}:{_line_for_pointer(text, '/name')}",
         )
 
