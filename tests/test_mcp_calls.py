@@ -274,3 +274,30 @@ def test_http_bodies_reach_the_strict_parser_as_bytes(env: Env) -> None:
 
     run(go(), 180)
     assert notes(env) == []
+
+
+def test_screen_cuts_the_arguments_out_exactly_and_judges_the_rest() -> None:
+    from callgate.mcp.wire import screen
+
+    def call(arguments: str, extra: str = "") -> bytes:
+        return (
+            f'{{"jsonrpc": "2.0", "id": 5, "method": "tools/call", '
+            f'"params": {{"name": "t", "arguments": {arguments}{extra}}}}}'
+        ).encode()
+
+    dup = ' {"a" : 1,\n "a": [2, {"b": "\\u00e9"}]} '
+    s = screen(call(dup))
+    assert s.error is None and s.call is not None and s.call.request_id == 5
+    assert s.call.arguments == dup.strip().encode()  # the bytes as sent, for the strict parser
+    assert s.forward == call(dup)  # the SDK decodes it: it gets the message unchanged
+    s = screen(call('{"a": "\\ud800"}'))  # the SDK cannot decode a lone surrogate
+    assert s.call is not None and s.call.arguments == b'{"a": "\\ud800"}' and s.forward == call("{}")
+    s = screen(call('{"a": 1}', ', "name": "u"'))  # a duplicate outside the arguments
+    assert s.forward is None and s.error is not None and s.error.id == 5
+    assert s.error.error.code == -32700 and s.error.error.data == {"code": "duplicate_key"}
+    s = screen(b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]')  # a batch
+    assert s.error is not None and s.error.error.code == -32600
+    s = screen(b'{"jsonrpc": "2.0", "id": 1, "result": {"a": 1, "a": 2}}')  # a response: id not ours
+    assert s.error is not None and s.error.id is None
+    s = screen(b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "t"}}')
+    assert s.error is None and s.call is not None and s.call.arguments is None

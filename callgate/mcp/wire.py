@@ -181,10 +181,20 @@ def screen(raw: bytes) -> Screened:
         if _WS.match(text, end).end() != len(text):  # type: ignore[union-attr]
             raise _Malformed("data after the message")
     except (_Malformed, ValueError, IndexError):
+        try:  # valid JSON that is not one object (a batch: MCP has none since 2025-06-18)
+            parse_json_document(raw, ENVELOPE_LIMITS)
+        except CallgateError as exc:
+            return Screened(
+                None, _error(types.PARSE_ERROR, f"Parse error: {exc.message}", None, code=exc.code.value)
+            )
         return Screened(
-            None, _error(types.PARSE_ERROR, "Parse error: not a JSON object", None, code="invalid_json")
+            None,
+            _error(
+                types.INVALID_REQUEST, "Invalid request: not one JSON-RPC message", None, code="not_an_object"
+            ),
         )
-    request_id = _request_id(text, top)
+    # a response's id is the gateway's own request: an error about it is not an answer to it
+    request_id = _request_id(text, top) if _one(top, "method") is not None else None
     call: WireCall | None = None
     envelope = raw
     params = _one(top, "params")
