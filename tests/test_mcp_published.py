@@ -90,7 +90,7 @@ permit (principal == User::"alice", action == Action::"mcp.git.git_create_branch
 """
 
 FS_TOOLS_USED = {
-    "read_text_file": ("read", "path: String, head?: Long, tail?: Long"),
+    "read_text_file": ("read", "path: String, head?: decimal, tail?: decimal"),  # JSON numbers
     "get_file_info": ("read", "path: String"),
     "list_directory": ("read", "path: String"),
     "write_file": ("modify", "path: String, content: String"),
