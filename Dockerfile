@@ -1,12 +1,12 @@
 # callgate sidecar image.
-#   docker build -t callgate:0.1.0 .
+#   docker build -t callgate:<version> .   (pyproject.toml's [project].version, as scripts/image tags it)
 # Without a daemon or any container registry: scripts/image (buildah, a base made from Debian's
 # packages by mmdebstrap as PYTHON_IMAGE; docs/DEPLOY.md), which also runs and checks the image.
 # Two stages: the first builds a virtualenv from PyPI (wheels only need pip, no compiler), the
 # second copies it onto a clean python:3.11-slim and runs as an unprivileged user. The Helm chart
 # (charts/callgate) runs it with a read-only root filesystem as uid/gid 10001.
 # Optional dependencies of pyproject.toml ([project.optional-dependencies]) are added with
-#   docker build --build-arg EXTRAS=otlp -t callgate:0.1.0-otlp .
+#   docker build --build-arg EXTRAS=otlp -t callgate:<version>-otlp .
 # (otlp: the OTLP/gRPC span exporter, for [observability] tracing_exporter = "otlp").
 ARG PYTHON_IMAGE=python:3.11-slim
 
@@ -22,11 +22,16 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/callgate
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md callgate.toml ./
+COPY pep517 ./pep517
+COPY policies ./policies
 COPY callgate ./callgate
-RUN /opt/callgate/bin/pip install ."${EXTRAS:+[$EXTRAS]}" \
+# The sidecar extra (the base install is the slim client). No Rust toolchain here: the build
+# backend (pep517/callgate_build.py) builds the pure-Python package, and the Python core runs
+# (docs/NATIVE.md; the platform wheel of scripts/dist carries the compiled core).
+RUN /opt/callgate/bin/pip install ".[sidecar${EXTRAS:+,$EXTRAS}]" \
  && /opt/callgate/bin/python -m compileall -q /opt/callgate/lib \
- && /opt/callgate/bin/callgate --help >/dev/null
+ && /opt/callgate/bin/callgate --version
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="callgate" \

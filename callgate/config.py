@@ -123,6 +123,10 @@ class StoreConfig:
     """``postgres``: environment variable holding the DSN (mounted from a Secret)."""
     dsn_file: str = ""
     """``postgres``: alternatively a file holding the DSN."""
+    pool_timeout_seconds: float = 5.0
+    """``postgres``: the longest a call waits for a database connection (e.g. during an outage)
+    before it is refused with ``store_unavailable``; a call whose own deadline is nearer waits
+    only until shortly before it, so the caller gets the refusal, not ``DEADLINE_EXCEEDED``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +203,8 @@ class IdempotencyConfig:
     """Environment variable holding the PostgreSQL DSN (mounted from a Secret)."""
     dsn_file: str = ""
     """Alternatively a file holding the DSN."""
+    pool_timeout_seconds: float = 5.0
+    """``postgres``: as ``[store] pool_timeout_seconds``, for this key store's connections."""
     retention_seconds: int = 86400
     """How long a key's record answers replays; ToolSpecs may set their own."""
     expired_policy: str = "reject"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -17,7 +18,14 @@ from typing import Any
 import grpc
 import pytest
 
-from callgate.config import Config, IdempotencyConfig, ListenerConfig, ServerConfig, StoreConfig
+from callgate.config import (
+    Config,
+    IdempotencyConfig,
+    ListenerConfig,
+    SecretConfig,
+    ServerConfig,
+    StoreConfig,
+)
 from callgate.core.clock import FixedClock
 from callgate.core.model import NormalizationContext, NormalizedArguments
 from callgate.gen.v1 import callgate_pb2 as pb
@@ -121,6 +129,14 @@ executor = {{ socket = "{tmp}/executor.sock" }}
 dir = "{policies}"
 watch = false
 """
+
+
+def calendar_secret(env: str, value: str) -> SecretConfig:
+    """The calendar tool's upstream secret ``calendar_api_token``, read from ``env`` (set here)."""
+    os.environ[env] = value
+    return SecretConfig(
+        name="calendar_api_token", env=env, tools=("calendar.create_event",), resources=("calendar:*",)
+    )
 
 
 def short_tmpdir() -> Path:

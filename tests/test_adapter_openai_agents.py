@@ -1,201 +1,445 @@
-"""callgate.adapters.openai_agents against the REAL OpenAI Agents SDK (a scripted ``Model``, no
-network) and a real sidecar: allow runs once, deny never runs and the model sees the denial,
-confirm interrupts and runs once after approval (or never after rejection), a sidecar that is down
-ends the run with a typed error and runs nothing."""
+"""callgate.adapters.openai_agents against the REAL OpenAI Agents SDK (``agents.testing.
+ScriptedModel``, no network) and a real sidecar, written the way the SDK's docs write an approval
+loop (tests/openai_agents_app.py): the application's own ``@function_tool`` functions, gated;
+``state.approve`` / ``state.reject``; ``to_string`` and ``RunState.from_string`` in a **separate
+Python process**; one execution counted at the upstream (a ledger file) and the approver read back
+from the event trail."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, set_tracing_disabled
+from agents import Agent, RunContextWrapper, RunHooks, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from callgate.adapters.openai_agents import CallgateToolError, CallgateTools
-from callgate.client import Client, Committed, ToolContext
+from callgate.adapters.openai_agents import CallgateToolError, Gate
+from callgate.client import CallgateClientError, Client, Session
 from callgate.gen.v1 import callgate_pb2 as pb
-from tests.conftest import Running, start_sidecar, stop_sidecar
-
-set_tracing_disabled(True)  # offline: no trace uploads
+from tests.conftest import ROOT, Running, calendar_secret, start_sidecar, stop_sidecar
+from tests.openai_agents_app import CANARY, RUN, TOOLS, client_for, gated_agent, resume
 
 EVENT = {"title": "Standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 15}
-
-
-class Ran:
-    """The user's functions, counting what actually executed."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    def weather(self, ctx: ToolContext) -> Committed:
-        self.calls.append(("weather.get", dict(ctx.arguments)))
-        return Committed({"city": ctx.arguments["city"], "forecast": "sunny"})
-
-    def calendar(self, ctx: ToolContext) -> Committed:
-        self.calls.append(("calendar.create_event", dict(ctx.arguments)))
-        return Committed({"event_id": "evt_1"}, external_resource_id="evt_1")
-
-
-def client_for(server: Running) -> Client:
-    a = server.sidecar.addresses
-    return Client(a["agent"][0], executor=a["executor"][0], confirmer=a["confirmer"][0], timeout=5)
-
-
-def gate_for(cg: Client, ran: Ran) -> CallgateTools:
-    s = cg.session("acme", "alice", timezone="Asia/Shanghai")
-    return CallgateTools(
-        cg,
-        s,
-        {"weather.get": ran.weather, "calendar.create_event": ran.calendar},
-        executor_id="agents-test",
-        model_call_id="mc-1",
-        confirm_timeout=10,
-    )
-
-
-def agent_for(gate: CallgateTools, *steps: Any) -> tuple[Agent[Any], ScriptedModel]:
-    model = ScriptedModel(list(steps))
-    return Agent(name="assistant", model=model, tools=list(gate.tools)), model
-
-
-def tool_outputs(model: ScriptedModel) -> dict[str, str]:
-    """What the model was sent back as each call's result (the last model call's input)."""
-    last = model.last_call
-    assert last is not None
-    items = last.input if isinstance(last.input, list) else []
-    out: dict[str, str] = {}
-    for item in items:
-        if isinstance(item, dict) and item.get("type") == "function_call_output":
-            out[str(item["call_id"])] = str(item["output"])
-    return out
-
-
-RUN = RunConfig(tracing_disabled=True)
-
-
-def test_tools_come_from_the_session_with_legal_names(server: Running) -> None:
-    with client_for(server) as cg:
-        gate = gate_for(cg, Ran())
-    names = sorted(t.name for t in gate.tools)
-    assert names == ["calendar__create_event", "weather__get"]
-    assert all(t.params_json_schema.get("additionalProperties") is False for t in gate.tools)
-
-
-def test_allow_runs_once_and_the_model_sees_the_result(server: Running) -> None:
-    ran = Ran()
-    with client_for(server) as cg:
-        gate = gate_for(cg, ran)
-        agent, model = agent_for(
-            gate,
-            [function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="c1")],
-            [assistant_message("sunny")],
-        )
-        result = Runner.run_sync(agent, "weather?", run_config=RUN)
-    assert not result.interruptions
-    assert ran.calls == [("weather.get", {"city": "Paris", "date": "2026-07-20"})]
-    assert "sunny" in tool_outputs(model)["c1"]
-
-
-def test_deny_and_rejection_are_returned_to_the_model_and_never_run(server: Running) -> None:
-    ran = Ran()
-    with client_for(server) as cg:
-        gate = gate_for(cg, ran)
-        agent, model = agent_for(
-            gate,
-            [
-                function_call("calendar__create_event", {**EVENT, "duration_minutes": 600}, call_id="c2"),
-                function_call("weather__get", {"city": "Paris"}, call_id="c3"),
-            ],
-            [assistant_message("could not")],
-        )
-        result = Runner.run_sync(agent, "book it", run_config=RUN)
-    assert not result.interruptions
-    assert ran.calls == []
-    outputs = tool_outputs(model)
-    assert json.loads(outputs["c2"])["content"]["status"] == "denied"
-    assert json.loads(outputs["c3"])["content"]["status"] == "rejected"
-
-
-def _interrupted(
-    server: Running, ran: Ran, cg: Client
-) -> tuple[CallgateTools, Agent[Any], ScriptedModel, Any]:
-    gate = gate_for(cg, ran)
-    agent, model = agent_for(
-        gate,
-        [function_call("calendar__create_event", EVENT, call_id="c4")],
-        [assistant_message("done")],
-    )
-    first = Runner.run_sync(agent, "book the standup", run_config=RUN)
-    assert [i.call_id for i in first.interruptions] == ["c4"]
-    assert ran.calls == []  # parked, not run
-    pending = gate.pending(first.interruptions[0])
-    inv = server.gate.GetInvocation(
-        pb.GetInvocationRequest(invocation_id=pending.invocation_id, session_id=gate.session.session_id)
-    )
-    assert pb.State.Name(inv.invocation.state) == "AUTHORIZED"
-    return gate, agent, model, first
-
-
-def test_confirm_interrupts_then_approve_confirms_the_digest_and_runs_once(server: Running) -> None:
-    ran = Ran()
-    with client_for(server) as cg:
-        gate, agent, model, first = _interrupted(server, ran, cg)
-        item = first.interruptions[0]
-        invocation_id = gate.pending(item).invocation_id
-        state = first.to_state()
-        gate.approve(state, item, confirmed_by="alice")
-        result = Runner.run_sync(agent, state, run_config=RUN)
-        inv = server.gate.GetInvocation(
-            pb.GetInvocationRequest(invocation_id=invocation_id, session_id=gate.session.session_id)
-        )
-    assert not result.interruptions
-    assert ran.calls == [("calendar.create_event", {**EVENT, "calendar_id": "primary"})]  # normalized
-    assert "evt_1" in tool_outputs(model)["c4"]
-    assert pb.State.Name(inv.invocation.state) == "OBSERVED"
-
-
-def test_confirm_then_reject_cancels_and_never_runs(server: Running) -> None:
-    ran = Ran()
-    with client_for(server) as cg:
-        gate, agent, model, first = _interrupted(server, ran, cg)
-        item = first.interruptions[0]
-        invocation_id = gate.pending(item).invocation_id
-        state = first.to_state()
-        gate.reject(state, item)
-        result = Runner.run_sync(agent, state, run_config=RUN)
-        inv = server.gate.GetInvocation(
-            pb.GetInvocationRequest(invocation_id=invocation_id, session_id=gate.session.session_id)
-        )
-    assert not result.interruptions
-    assert ran.calls == []
-    assert json.loads(tool_outputs(model)["c4"])["content"]["status"] == "rejected_by_user"
-    assert pb.State.Name(inv.invocation.state) == "CANCELLED_BEFORE_COMMIT"
+USER = {"user": "alice@agent-ui"}
 
 
 @pytest.fixture
-def doomed() -> Iterator[tuple[Running, Any]]:
-    """A sidecar the test itself stops."""
-    running, tmp = start_sidecar()
-    yield running, tmp
-
-
-def test_sidecar_down_is_a_typed_error_and_nothing_runs(doomed: tuple[Running, Any]) -> None:
-    running, tmp = doomed
-    ran = Ran()
-    cg = client_for(running)
+def sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Running]:
+    """A sidecar with the calendar tool's upstream secret, and an empty upstream ledger."""
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(tmp_path / "upstream.jsonl"))
+    running, tmp = start_sidecar(secrets=(calendar_secret("CALLGATE_TEST_AGENTS_TOKEN", CANARY),))
     try:
-        gate = gate_for(cg, ran)
-        stop_sidecar(running, tmp)  # the sidecar goes away between listing tools and the call
-        agent, _ = agent_for(
-            gate,
-            [function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="c1")],
-            [assistant_message("never")],
+        yield running
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def sockets(server: Running) -> Path:
+    return Path(server.sidecar.addresses["agent"][0].removeprefix("unix:")).parent
+
+
+def upstream() -> list[dict[str, Any]]:
+    """What reached the upstream: one line per execution, in any process."""
+    path = Path(os.environ["CALLGATE_TEST_LEDGER"])
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def outputs(result: Any) -> dict[str, Any]:
+    """call id -> the tool output item (what the model is sent, and the SDK-only custom data)."""
+    return {
+        str(i.raw_item["call_id"]): i
+        for i in result.new_items
+        if type(i).__name__ == "ToolCallOutputItem" and isinstance(i.raw_item, dict)
+    }
+
+
+def new_session(cg: Client) -> Session:
+    return cg.session("acme", "alice", timezone="Asia/Shanghai")
+
+
+def trail(server: Running, invocation_id: str) -> tuple[str, list[pb.Event]]:
+    inv = server.gate.GetInvocation(
+        pb.GetInvocationRequest(invocation_id=invocation_id, session_id=server.session_of(invocation_id))
+    )
+    return pb.State.Name(inv.invocation.state), list(inv.events)
+
+
+def booking(cg: Client, session: Session, *, with_confirmer: bool, then: str = "done") -> Agent[Any]:
+    model = ScriptedModel(
+        [[function_call("calendar__create_event", EVENT, call_id="c4")], [assistant_message(then)]]
+    )
+    return gated_agent(cg, session, model, with_confirmer=with_confirmer)
+
+
+def interrupted(cg: Client, session: Session, *, with_confirmer: bool) -> tuple[Agent[Any], Any]:
+    agent = booking(cg, session, with_confirmer=with_confirmer)
+    result = Runner.run_sync(agent, "book the standup", context=dict(USER), run_config=RUN)
+    assert [i.call_id for i in result.interruptions] == ["c4"]
+    assert upstream() == []  # parked, not run
+    return agent, result
+
+
+def parked_id(server: Running) -> str:
+    pending = server.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending
+    assert len(pending) == 1
+    return str(pending[0].invocation_id)
+
+
+def console_pending(server: Running) -> list[str]:
+    return [
+        p.invocation_id
+        for p in server.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending
+    ]
+
+
+def event(events: list[pb.Event], kind: str) -> dict[str, Any]:
+    found = [dict(e.data) for e in events if e.kind == kind]
+    assert found, f"no {kind} event in {[e.kind for e in events]}"
+    return found[-1]
+
+
+# ---------------------------------------------------------------- tools and outputs
+def test_the_users_function_tools_are_shown_under_callgate_names_without_injected_parameters(
+    sidecar: Running,
+) -> None:
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        agent = gated_agent(cg, new_session(cg), ScriptedModel([]), with_confirmer=False)
+    tools = {t.name: t for t in agent.tools}
+    assert sorted(tools) == ["calendar__create_event", "weather__get"]
+    cal = tools["calendar__create_event"]
+    assert cal.description.startswith("Create an event in the user's calendar.")  # the docstring
+    props = cal.params_json_schema["properties"]
+    assert sorted(props) == ["calendar_id", "duration_minutes", "start", "title"]  # no token, no key
+    assert props["title"]["description"] == "The event's title."
+    assert cal.params_json_schema["additionalProperties"] is False
+
+
+def test_allow_runs_the_typed_function_once_and_the_model_gets_the_content(sidecar: Running) -> None:
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="c1")],
+                [assistant_message("sunny")],
+            ]
         )
+        result = Runner.run_sync(
+            gated_agent(cg, new_session(cg), model, with_confirmer=False), "?", run_config=RUN
+        )
+    assert upstream() == [{"tool": "weather.get", "city": "Paris", "date": "2026-07-20"}]
+    item = outputs(result)["c1"]
+    content = json.loads(item.output)
+    assert "role" not in content and "tool_call_id" not in content  # no second envelope
+    assert content["type"] == "tool_result" and content["status"] == "ok"
+    assert "Paris" in content["data"]["city"] and "sunny" in content["data"]["forecast"]
+    assert item.raw_item["output"] == item.output  # exactly what the model is sent
+    assert item.custom_data["callgate"] == {"invocation_id": content["invocation_id"], "status": "OBSERVED"}
+
+
+def test_an_async_function_taking_the_sdks_context_gets_it(sidecar: Running) -> None:
+    seen: list[tuple[str, str]] = []
+
+    @function_tool
+    async def get_weather(ctx: RunContextWrapper[Any], city: str, date: str) -> str:
+        """Forecast."""
+        seen.append((ctx.context["user"], city))
+        return "rain"
+
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        tools = Gate({"weather.get": get_weather}, client=cg, session=new_session(cg), executor_id="x").tools
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", {"city": "Oslo", "date": "2026-07-20"}, call_id="c1")],
+                [assistant_message("rain")],
+            ]
+        )
+        result = Runner.run_sync(
+            Agent(name="a", model=model, tools=tools), "?", context=dict(USER), run_config=RUN
+        )
+    assert seen == [("alice@agent-ui", "Oslo")]
+    assert "rain" in json.loads(outputs(result)["c1"].output)["data"]
+
+
+def test_deny_and_rejection_reach_the_model_as_content_and_never_run(sidecar: Running) -> None:
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel(
+            [
+                [
+                    function_call("calendar__create_event", {**EVENT, "duration_minutes": 600}, call_id="c2"),
+                    function_call("weather__get", {"city": "Paris"}, call_id="c3"),
+                ],
+                [assistant_message("could not")],
+            ]
+        )
+        result = Runner.run_sync(
+            gated_agent(cg, new_session(cg), model, with_confirmer=False), "?", run_config=RUN
+        )
+    assert not result.interruptions and upstream() == []
+    out = outputs(result)
+    assert json.loads(out["c2"].output)["status"] == "denied"
+    assert json.loads(out["c3"].output)["status"] == "rejected"
+
+
+def test_a_function_that_does_not_fit_the_toolspec_is_refused_by_name(sidecar: Running) -> None:
+    @function_tool
+    def create_event(title: str, start: str) -> str:
+        """Drops calendar_id and duration_minutes: would run something else than approved."""
+        return title
+
+    with client_for(sockets(sidecar), with_confirmer=False) as cg, pytest.raises(CallgateClientError) as exc:
+        Gate({"calendar.create_event": create_event}, client=cg, session=new_session(cg), executor_id="x")
+    assert exc.value.code == "tool_mismatch"
+    assert "calendar.create_event" in str(exc.value) and "calendar_id" in str(exc.value)
+
+
+def test_a_list_of_tools_is_matched_by_callgate_name_and_an_unknown_one_is_refused(sidecar: Running) -> None:
+    @function_tool(name_override="weather.get")
+    def weather(city: str, date: str) -> str:
+        """Forecast."""
+        return city
+
+    @function_tool
+    def send_money(to: str) -> str:
+        """Not a tool this session lists."""
+        return to
+
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        session = new_session(cg)
+        assert [t.name for t in Gate([weather], client=cg, session=session, executor_id="x").tools] == [
+            "weather__get"
+        ]
+        with pytest.raises(CallgateClientError) as exc:
+            Gate([send_money], client=cg, session=session, executor_id="x")
+    assert exc.value.code == "unknown_tool" and "send_money" in str(exc.value)
+
+
+# ---------------------------------------------------------------- approvals with a confirmer
+def test_sdk_approve_confirms_through_the_confirmer_runs_once_and_records_the_approver(
+    sidecar: Running,
+) -> None:
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        agent, first = interrupted(cg, new_session(cg), with_confirmer=True)
+        invocation_id = parked_id(sidecar)
+        state = first.to_state()
+        state.approve(first.interruptions[0])  # the SDK's own approval, nothing of callgate's
+        result = Runner.run_sync(agent, state, run_config=RUN)
+    assert not result.interruptions and result.final_output == "done"
+    [ran] = upstream()
+    assert ran["calendar_id"] == "primary" and ran["duration_minutes"] == 15  # canonical arguments
+    assert ran["token_ok"] is True and ran["key"]  # the secret and the key, injected, typed
+    content = json.loads(outputs(result)["c4"].output)
+    assert content["status"] == "ok" and "evt_1" in content["data"]["event_id"]
+    assert CANARY not in outputs(result)["c4"].output  # the echoed secret is redacted
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "OBSERVED"
+    assert event(events, "confirmed")["confirmed_by"] == "alice@agent-ui"
+
+
+@pytest.mark.parametrize("with_confirmer", [True, False], ids=["confirmer", "console-only"])
+def test_sdk_reject_ends_the_parked_call_at_once(sidecar: Running, with_confirmer: bool) -> None:
+    with client_for(sockets(sidecar), with_confirmer=with_confirmer) as cg:
+        agent, first = interrupted(cg, new_session(cg), with_confirmer=with_confirmer)
+        invocation_id = parked_id(sidecar)
+        state = first.to_state()
+        state.reject(first.interruptions[0])  # the SDK's own rejection
+        result = Runner.run_sync(agent, state, run_config=RUN)
+    assert not result.interruptions and upstream() == []
+    assert outputs(result)["c4"].output == "Tool execution was not approved."  # the SDK's own text
+    assert console_pending(sidecar) == []  # it left the console
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "CANCELLED_BEFORE_COMMIT"
+    if with_confirmer:  # denied through the confirmer, with who decided
+        assert event(events, "confirmation_rejected")["denied_by"] == "alice@agent-ui"
+    else:  # cancelled from the agent side
+        assert event(events, "cancelled")
+
+
+def resume_elsewhere(
+    server: Running, session: Session, saved: str, decision: str, mode: str
+) -> dict[str, Any]:
+    """Restore and resume in a separate Python process (tests/openai_agents_app.py)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.openai_agents_app",
+            str(sockets(server)),
+            session.session_id,
+            decision,
+            mode,
+        ],
+        input=saved,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def parked_and_saved(server: Running) -> tuple[Session, str, str]:
+    """A run interrupted here, its state saved with the SDK's ``to_string``."""
+    with client_for(sockets(server), with_confirmer=True) as cg:
+        session = new_session(cg)
+        _, first = interrupted(cg, session, with_confirmer=True)
+        saved = first.to_state().to_string()
+    return session, saved, parked_id(server)
+
+
+def test_a_saved_state_resumes_in_a_new_process_and_completes_exactly_once(sidecar: Running) -> None:
+    session, saved, invocation_id = parked_and_saved(sidecar)
+    done = resume_elsewhere(sidecar, session, saved, "approve", "confirmer")
+    assert done["final_output"] == "done" and done["interruptions"] == 0
+    assert json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
+    assert done["outputs"]["c4"]["custom_data"]["callgate"]["invocation_id"] == invocation_id
+    assert len(upstream()) == 1
+    # the same snapshot resumed once more, here (a retry, a second worker): replayed, not run again
+    again = asyncio.run(resume(sockets(sidecar), session.session_id, saved, "approve", with_confirmer=True))
+    assert again["final_output"] == "done"
+    assert again["outputs"]["c4"]["output"] == done["outputs"]["c4"]["output"]
+    assert len(upstream()) == 1
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "OBSERVED"
+    assert event(events, "confirmed")["confirmed_by"] == "alice@agent-ui"
+
+
+def test_a_saved_state_rejected_in_a_new_process_is_denied_and_never_runs(sidecar: Running) -> None:
+    session, saved, invocation_id = parked_and_saved(sidecar)
+    done = resume_elsewhere(sidecar, session, saved, "reject", "confirmer")
+    assert done["outputs"]["c4"]["output"] == "Tool execution was not approved."
+    assert upstream() == []
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "CANCELLED_BEFORE_COMMIT"
+    assert event(events, "confirmation_rejected")["denied_by"] == "alice@agent-ui"
+    assert console_pending(sidecar) == []
+
+
+# ---------------------------------------------------------------- confirmation only in the console
+class ToolStarted(RunHooks[Any]):
+    """Tells the test the resumed run reached the tool (it then waits for the console)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        self.started.set()
+
+
+def resume_in_thread(
+    agent: Agent[Any], state: Any, hooks: ToolStarted
+) -> tuple[threading.Thread, dict[str, Any]]:
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = Runner.run_sync(agent, state, run_config=RUN, hooks=hooks)
+        except BaseException as exc:  # surfaced to the test
+            box["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t, box
+
+
+@pytest.mark.parametrize("console", ["confirm", "deny"])
+def test_without_a_confirmer_sdk_approve_waits_for_the_consoles_decision(
+    sidecar: Running, console: str
+) -> None:
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        agent, first = interrupted(cg, new_session(cg), with_confirmer=False)
+        invocation_id = parked_id(sidecar)
+        state = first.to_state()
+        state.approve(first.interruptions[0])  # the SDK's approval does not confirm by itself
+        hooks = ToolStarted()
+        t, box = resume_in_thread(agent, state, hooks)
+        assert hooks.started.wait(30)
+        assert console_pending(sidecar) == [invocation_id]  # still the console's to decide
+        inv = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0]
+        if console == "confirm":
+            sidecar.confirmations.Confirm(
+                pb.ConfirmRequest(invocation_id=invocation_id, digest=inv.digest, confirmed_by="bob@console")
+            )
+        else:
+            sidecar.confirmations.Deny(
+                pb.DenyRequest(invocation_id=invocation_id, digest=inv.digest, denied_by="bob@console")
+            )
+        t.join(60)
+    assert "error" not in box, box.get("error")
+    content = json.loads(outputs(box["result"])["c4"].output)
+    state_name, events = trail(sidecar, invocation_id)
+    if console == "confirm":
+        assert content["status"] == "ok" and len(upstream()) == 1 and state_name == "OBSERVED"
+        assert event(events, "confirmed")["confirmed_by"] == "bob@console"
+    else:
+        assert content["status"] == "not_confirmed" and upstream() == []
+        assert state_name == "CANCELLED_BEFORE_COMMIT"
+
+
+def test_a_run_cancelled_while_waiting_for_the_console_cancels_the_call(sidecar: Running) -> None:
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        agent, first = interrupted(cg, new_session(cg), with_confirmer=False)
+        invocation_id = parked_id(sidecar)
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        hooks = ToolStarted()
+
+        async def cancel_midway() -> None:
+            task = asyncio.create_task(Runner.run(agent, state, run_config=RUN, hooks=hooks))
+            await asyncio.to_thread(hooks.started.wait, 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancel_midway())
+    assert upstream() == [] and console_pending(sidecar) == []
+    assert trail(sidecar, invocation_id)[0] == "CANCELLED_BEFORE_COMMIT"
+
+
+def test_gate_abandon_cancels_every_parked_call_of_a_dropped_run(sidecar: Running) -> None:
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        session = new_session(cg)
+        g = Gate(
+            TOOLS,
+            client=cg,
+            session=session,
+            executor_id="x",
+            external_ids={"calendar.create_event": "event_id"},
+        )
+        model = ScriptedModel([[function_call("calendar__create_event", EVENT, call_id="c9")]])
+        first = Runner.run_sync(Agent(name="assistant", model=model, tools=g.tools), "book", run_config=RUN)
+        invocation_id = parked_id(sidecar)
+        asyncio.run(g.abandon(first.to_state()))
+    assert console_pending(sidecar) == []
+    assert trail(sidecar, invocation_id)[0] == "CANCELLED_BEFORE_COMMIT"
+
+
+# ---------------------------------------------------------------- failures are typed, nothing runs
+def test_sidecar_down_is_a_typed_error_and_nothing_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(tmp_path / "upstream.jsonl"))
+    running, tmp = start_sidecar()
+    cg = client_for(sockets(running), with_confirmer=False)
+    try:
+        model = ScriptedModel(
+            [[function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="c1")]]
+        )
+        agent = gated_agent(cg, new_session(cg), model, with_confirmer=False)
+        stop_sidecar(running, tmp)  # the sidecar goes away between listing tools and the call
         with pytest.raises(CallgateToolError) as exc:
             Runner.run_sync(agent, "weather?", run_config=RUN)
     finally:
         cg.close()
     assert exc.value.code in ("unavailable", "deadline_exceeded")
-    assert ran.calls == []
+    assert upstream() == []

@@ -707,10 +707,10 @@ def test_dockerfile() -> None:
     assert users == [f"{values['runAsUser']}:{values['runAsGroup']}"], (
         "one USER, the chart's non-root uid:gid"
     )
-    assert "pip install ." in text
-    # optional extras (e.g. otlp for observability.tracing.exporter: otlp) through a build ARG
+    # the sidecar extra, and optional ones (e.g. otlp for observability.tracing.exporter: otlp)
+    # through a build ARG
     assert re.search(r'^ARG EXTRAS=""$', text, re.M)
-    assert 'pip install ."${EXTRAS:+[$EXTRAS]}"' in text
+    assert 'pip install ".[sidecar${EXTRAS:+,$EXTRAS}]"' in text
     assert "otlp" in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert re.search(r'^ENTRYPOINT \["callgate"\]$', text, re.M)
     ignore = [
@@ -718,9 +718,11 @@ def test_dockerfile() -> None:
         for ln in (ROOT / ".dockerignore").read_text().splitlines()
         if ln.strip() and not ln.startswith("#")
     ]
-    assert ignore[0] == "*" and {"!pyproject.toml", "!README.md", "!callgate/"} <= set(ignore)
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", text, re.M)
-    assert {w for line in copied for w in line.split()} == {"pyproject.toml", "README.md", "callgate"}
+    sources = {w for line in copied for w in line.split()}
+    # what the build backend needs, and what callgate/example links to (serve --example)
+    assert sources == {"pyproject.toml", "README.md", "pep517", "callgate", "callgate.toml", "policies"}
+    assert ignore[0] == "*" and {f"!{s}/" if (ROOT / s).is_dir() else f"!{s}" for s in sources} <= set(ignore)
 
 
 # --------------------------------------------------------------------------------------------

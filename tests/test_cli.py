@@ -97,3 +97,55 @@ def test_check_reports_a_missing_secret_without_printing_values(tmp_path: Path) 
     (proj / "missing.token").write_text("TOKEN-VALUE-123456789\n")
     r = callgate("check", "--config", str(cfg))
     assert r.returncode == 0 and "secrets: api" in r.stdout and "TOKEN-VALUE" not in r.stdout + r.stderr
+
+
+def _with_store(proj: Path, *, store: str = "", idempotency: str = "") -> Path:
+    """The example config with ``[store]`` keys replaced and/or an ``[idempotency]`` table."""
+    cfg = proj / "callgate.toml"
+    text = cfg.read_text()
+    if store:
+        assert 'backend = "sqlite"\npath = "var/callgate.db"\n' in text
+        text = text.replace('backend = "sqlite"\npath = "var/callgate.db"\n', store)
+    if idempotency:
+        assert "[idempotency]" not in text
+        text += "\n[idempotency]\n" + idempotency
+    cfg.write_text(text)
+    return cfg
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_check_refuses_an_unreachable_postgres_store(tmp_path: Path) -> None:
+    """Issue 34: `callgate check` accepted an unreachable DSN; the sidecar then failed at start."""
+    proj = _project_copy(tmp_path)
+    (proj / "dsn").write_text(f"postgresql://callgate:s3cret-pw@127.0.0.1:{_free_port()}/callgate\n")
+    cfg = _with_store(proj, store='backend = "postgres"\ndsn_file = "dsn"\n')
+    r = callgate("check", "--config", str(cfg))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "store_unavailable" in r.stdout and "postgres" in r.stdout, r.stdout
+    assert "s3cret-pw" not in r.stdout + r.stderr
+
+
+def test_check_refuses_an_unreachable_postgres_key_store(tmp_path: Path) -> None:
+    proj = _project_copy(tmp_path)
+    (proj / "dsn").write_text(f"postgresql://callgate:s3cret-pw@127.0.0.1:{_free_port()}/callgate\n")
+    cfg = _with_store(proj, idempotency='backend = "postgres"\ndsn_file = "dsn"\n')
+    r = callgate("check", "--config", str(cfg))
+    assert r.returncode == 1 and "idempotency.backend = postgres" in r.stdout, r.stdout
+    assert "s3cret-pw" not in r.stdout + r.stderr
+
+
+def test_check_reaches_a_real_postgres_store(tmp_path: Path, postgres_dsn: str) -> None:
+    from tests.test_store_contract import fresh_pg_database
+
+    proj = _project_copy(tmp_path)
+    (proj / "dsn").write_text(fresh_pg_database(postgres_dsn) + "\n")
+    cfg = _with_store(proj, store='backend = "postgres"\ndsn_file = "dsn"\n')
+    r = callgate("check", "--config", str(cfg))
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -3,7 +3,8 @@ it with buildah (chroot isolation, vfs storage; Debian's packages, no daemon) on
 Debian's packages by mmdebstrap (no container registry is reachable here), then runs it as its
 configuration says (entrypoint, command, user 10001) with the chart's paths mounted, and checks
 that the image's own health client sees SERVING on the policy snapshot's service, that a Propose
-over the agent socket is answered, that stderr is JSON lines and that SIGTERM stops it cleanly.
+over the agent socket is answered, that stderr is JSON lines, that SIGTERM stops it cleanly and that
+the image's ``callgate --version`` names pyproject.toml's version (issue 32).
 
 Marked ``image``: buildah and mmdebstrap are installed before the first test
 (``scripts/image install``, as root, tests/markers.py); a builder still missing after that fails
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -61,3 +63,6 @@ def test_the_image_builds_runs_serves_health_and_answers_a_propose() -> None:
     assert "unix:/run/callgate/agent/agent.sock: SERVING" in out  # the image's own health client
     assert "Propose answered: CONFIRM" in out  # calendar.create_event asks for confirmation
     assert "JSON log lines" in out and "check passed" in out
+    # one version: pyproject.toml's, in the image's own `callgate --version` (issue 32)
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert f"the image's callgate --version: callgate {version};" in out

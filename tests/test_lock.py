@@ -1,7 +1,7 @@
 """requirements.lock (written by scripts/lock, installed by scripts/bootstrap) must match
-pyproject.toml: every dependency of the project, of the ``dev`` extra and of the build system
-is pinned there, at a version its specifier allows, with hashes. Run ``scripts/lock`` after
-changing dependencies."""
+pyproject.toml: every dependency of the project, of the ``sidecar`` and ``dev`` extras and of the
+build system is pinned there, at a version its specifier allows, with hashes. Run ``scripts/lock``
+after changing dependencies."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ def _wanted() -> list[Requirement]:
     project = PYPROJECT["project"]
     texts = [
         *project["dependencies"],
+        *project["optional-dependencies"]["sidecar"],
         *project["optional-dependencies"]["dev"],
         *PYPROJECT["build-system"]["requires"],
     ]

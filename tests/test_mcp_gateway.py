@@ -28,7 +28,7 @@ from tests.conftest import short_tmpdir
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-5ecret-7d1f0c2a9b"
-TOKEN = "tok-alice-8c1e5f"
+TOKEN = "tok-alice-8c1e5f-Vx3qL9wZ2mR7tK4p"  # 16+ bytes of entropy (a weak one is refused)
 
 SCHEMA = """
 entity Role;
@@ -562,7 +562,8 @@ def test_bearer_verifier_static_tokens_and_jwt(tmp_path: Path) -> None:
     key = OKPKey.generate_key("Ed25519", parameters={"kid": "k1"})
     other = OKPKey.generate_key("Ed25519", parameters={"kid": "k1"})
     (tmp_path / "jwks.json").write_text(json.dumps(KeySet([key]).as_dict(private=False)))
-    (tmp_path / "tokens.json").write_text(json.dumps({"static-1": "bob"}))
+    static = "static-1-Qm4Wz8Rt2Kp6Xv9Ln3Jd"
+    (tmp_path / "tokens.json").write_text(json.dumps({static: "bob"}))
     cfg = McpHttpConfig(
         tenant="acme",
         tokens_file="tokens.json",
@@ -570,22 +571,26 @@ def test_bearer_verifier_static_tokens_and_jwt(tmp_path: Path) -> None:
         issuer="https://idp",
         audience="https://gw/mcp",
     )
-    v = BearerVerifier.load(cfg, tmp_path)
+    v = BearerVerifier.load(cfg, tmp_path, "https://gw/mcp")
     now = int(time.time())
+
+    def subject_of(t: str) -> str | None:
+        found = asyncio.run(v.verify_token(t))
+        return found.subject if found is not None else None
 
     def token(signer: OKPKey = key, **claims: Any) -> str:
         base = {"iss": "https://idp", "aud": "https://gw/mcp", "sub": "alice", "exp": now + 60}
         return jwt.encode({"alg": "EdDSA", "kid": "k1"}, {**base, **claims}, signer, algorithms=["EdDSA"])
 
-    assert v.subject_of("static-1") == "bob"
-    assert v.subject_of(token()) == "alice"
-    assert v.subject_of("") is None and v.subject_of("static-2") is None
-    assert v.subject_of(token(exp=now - 120)) is None  # expired
-    assert v.subject_of(token(aud="https://elsewhere")) is None
-    assert v.subject_of(token(iss="https://evil")) is None
-    assert v.subject_of(token(signer=other)) is None  # not signed by the JWKS
-    assert v.subject_of(token().rsplit(".", 1)[0] + ".") is None
+    assert subject_of(static) == "bob"
+    assert subject_of(token()) == "alice"
+    assert subject_of("") is None and subject_of(static[:-1]) is None
+    assert subject_of(token(exp=now - 120)) is None  # expired
+    assert subject_of(token(aud="https://elsewhere")) is None
+    assert subject_of(token(iss="https://evil")) is None
+    assert subject_of(token(signer=other)) is None  # not signed by the JWKS
+    assert subject_of(token().rsplit(".", 1)[0] + ".") is None
     with pytest.raises(LoadError, match="tenant"):
-        BearerVerifier.load(McpHttpConfig(tokens_file="tokens.json"), tmp_path)
+        BearerVerifier.load(McpHttpConfig(tokens_file="tokens.json"), tmp_path, "")
     with pytest.raises(LoadError, match="tokens_file and/or jwks_file"):
-        BearerVerifier.load(McpHttpConfig(tenant="acme"), tmp_path)
+        BearerVerifier.load(McpHttpConfig(tenant="acme"), tmp_path, "")

@@ -49,7 +49,7 @@ from tests.test_mcp_upstreams import commits, git, make_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-9f3b1c7e-published"
-TOKEN = "tok-published-3e9a"  # the HTTP gateway's static bearer token for alice
+TOKEN = "tok-published-3e9a-Hc7Nw2Qz5Lr8Vm"  # the HTTP gateway's static bearer token for alice
 KEY_META = "io.callgate/idempotency-key"
 
 pytestmark = pytest.mark.timeout(600)

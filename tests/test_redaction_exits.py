@@ -9,6 +9,7 @@ The field table this test covers is the one in docs/RESULT-ENCODING.md ("Redacti
 from __future__ import annotations
 
 import base64
+import html
 import json
 import logging
 import os
@@ -42,6 +43,19 @@ FORMS: dict[str, str] = {
     "base64": base64.b64encode(SECOND.encode()).decode(),
     "base64_url": base64.urlsafe_b64encode(SECOND.encode()).decode(),
     "base64_in_basic_auth": base64.b64encode(b"user:" + SECOND.encode()).decode(),
+    # Issue 34: a canary with capitals came back lower-cased (an object key, an error message).
+    "lower_cased": SECOND.lower(),
+    "upper_cased": SECOND.upper(),
+    "title_cased": SECOND.title(),
+    "case_folded_token": CANARY.casefold(),
+    "html_escaped": html.escape(SECOND),
+    "html_escaped_decimal": html.escape(SECOND).replace("&#x27;", "&#39;"),
+    "url_encoded_mixed_case": "".join(
+        c.lower() if i % 2 else c for i, c in enumerate(urllib.parse.quote(SECOND, safe=""))
+    ),
+    "base64_unpadded": base64.b64encode(SECOND.encode()).decode().rstrip("="),
+    "base64_url_unpadded_lower": base64.urlsafe_b64encode(SECOND.encode()).decode().rstrip("=").lower(),
+    "json_escaped_lower": json.dumps(SECOND.lower())[1:-1],
 }
 """The canary in the encodings the redactor knows (callgate/execute/redaction.py)."""
 

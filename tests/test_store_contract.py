@@ -182,6 +182,38 @@ def test_transitions_are_compare_and_set_with_numbered_events(backend: Backend) 
     backend.run(body)
 
 
+def test_a_replay_records_the_state_its_own_transaction_read(backend: Backend) -> None:
+    """Issue 34: a replay raced the deadline sweep and appended ``PREPARED -> PREPARED`` after
+    ``CANCELLED_BEFORE_COMMIT``. ``append_to_current`` reads and appends in one transaction, so
+    each replay event repeats the state of the event before it, whatever the interleaving."""
+
+    def replay(current: InvocationRecord) -> list[EventRecord]:
+        return [ev(current.invocation_id, 0, current.state, current.state, "idempotent_replay")]
+
+    async def body(store: Store) -> None:
+        for n in range(4):
+            iid = f"r{n}"
+            await store.create_invocation(inv(iid), [ev(iid, 1, None, State.AUTHORIZED)])
+            prepared = replace(inv(iid), state=State.PREPARED)
+            cancelled = replace(inv(iid), state=State.CANCELLED_BEFORE_COMMIT)
+            await asyncio.gather(
+                *(store.append_to_current(iid, replay) for _ in range(6)),
+                store.transition(prepared, State.AUTHORIZED, [ev(iid, 0, State.AUTHORIZED, State.PREPARED)]),
+                store.transition(
+                    cancelled, State.PREPARED, [ev(iid, 0, State.PREPARED, State.CANCELLED_BEFORE_COMMIT)]
+                ),
+                *(store.append_to_current(iid, replay) for _ in range(6)),
+            )
+            events = await store.list_events(iid)
+            assert [e.seq for e in events] == list(range(1, len(events) + 1))
+            assert sum(e.kind == "idempotent_replay" for e in events) == 12
+            for before, e in zip(events, events[1:], strict=False):
+                assert e.from_state == before.to_state, (before, e)
+        assert await store.append_to_current("nope", replay) is None
+
+    backend.run(body)
+
+
 def test_many_moves_in_one_transaction_skip_only_the_stale_ones(backend: Backend) -> None:
     """transition_many (the sweeps): each move is a compare-and-set of its own; a stale one is
     skipped, the others are written with their numbered events and their keys follow them."""
@@ -353,6 +385,8 @@ def test_queries_and_records_of_later_features(backend: Backend) -> None:
         got = await store.list_past_deadline(NOW, 10)
         assert [r.invocation_id for r in got] == ["a1", "a2"]
         assert [r.invocation_id for r in await store.list_past_deadline(NOW, 1)] == ["a1"]
+        executing = await store.list_past_deadline(NOW, 10, executing=True)  # the EXECUTING sweep
+        assert [r.invocation_id for r in executing] == ["a4"]
         # pending confirmations: AUTHORIZED of the tenant, (created_at, id) keyset pages
         first = await store.list_pending_page("acme", None, 1)
         assert [r.invocation_id for r in first] == ["a2"]

@@ -2,60 +2,94 @@
 
 Importable only when ``openai-agents`` is installed; nothing in callgate's core imports it.
 
-:class:`CallgateTools` turns the session's ToolSpecs (``Session.tools(dialect=openai)``: legal
-names, strict schemas, descriptions) into SDK ``FunctionTool`` objects, one per tool the runtime
-can execute (``functions`` is keyed by callgate's tool name, e.g. ``weather.get``). For each call
-the model makes:
+:func:`gate` wraps the application's own ``@function_tool`` functions (typed parameters,
+docstrings, bodies unchanged) into SDK ``FunctionTool`` objects that go through callgate. The model
+sees each tool under its legal callgate name with the ToolSpec's strict schema (the only schema
+callgate accepts) and the function's docstring. Per call:
 
-- the SDK asks ``needs_approval`` first: the call is proposed to callgate there and its outcome
-  kept by call id; only NEEDS_CONFIRMATION answers True, which makes the SDK interrupt the run
-  (``result.interruptions``);
-- ``on_invoke_tool``: ALLOWED runs through the executor path (:meth:`Client.run`: BeginAttempt ->
-  the user's function -> ReportOutcome -> EncodeResult) and the model gets the encoded result;
-  DENIED, REJECTED and REPLAYED are returned to the model as their message, nothing runs;
-- a confirmation: :meth:`CallgateTools.approve` confirms the exact digest through the
-  Confirmations service, then approves the SDK item; after ``Runner.run(agent, state)`` the tool
-  waits (``WatchInvocation``) for PREPARED with that digest and runs once.
-  :meth:`CallgateTools.reject` cancels the parked invocation and rejects the SDK item with the
-  model-facing message;
+- the SDK asks ``needs_approval`` first: the call is proposed there (the idempotency key is
+  derived from session, model call id, tool call id and tool, so a repeat anywhere replays);
+  only NEEDS_CONFIRMATION interrupts the run (``result.interruptions``);
+- ``on_invoke_tool`` proposes again (an idempotent replay when it already was: this is what lets a
+  run state restored in another process resume) and: ALLOWED runs the function through the
+  executor path (BeginAttempt -> the function with the canonical arguments and its injected
+  values -> ReportOutcome -> EncodeResult); DENIED, REJECTED and REPLAYED answer without running;
+- a confirmation is the SDK's own ``state.approve(item)`` / ``state.reject(item)``:
+
+  * with a ``confirmer`` (the application holds the confirmer listener), the SDK's approval
+    confirms the exact digest through callgate's Confirmations service, ``confirmed_by`` =
+    ``approver``; the SDK's rejection denies it there (``denied_by`` = ``approver``);
+  * without one (confirmation lives only in the console), the SDK's approval never confirms by
+    itself: the tool waits (``WatchInvocation``) for the console's decision, for as long as the
+    invocation waits (its ``expires_at``): confirmed -> it runs once; denied or expired -> the
+    model is told ``not_confirmed`` and nothing ran. The SDK's rejection cancels the parked
+    invocation (it leaves the console);
+
+- the run being cancelled while the tool waits cancels the parked invocation at once;
+- what the model gets is the tool message's ``content`` (docs/RESULT-ENCODING.md: ``status``,
+  ``data`` or ``error``, the untrusted-data markers); callgate's envelope (invocation id, state,
+  tool call id) goes where the SDK keeps data the model does not see: the output item's
+  ``custom_data["callgate"]``;
 - a client error (sidecar down, deadline, malformed answer, refusal) raises
-  :class:`CallgateToolError` (an ``AgentsException``, so the SDK lets it end the run unchanged)
-  carrying the stable ``code``: never an execution, never text that could read as success.
+  :class:`CallgateToolError` (an ``AgentsException``: the SDK ends the run with it) carrying the
+  stable ``code``: never an execution, never text that could read as success.
 
-Limits: the SDK hands ``needs_approval`` the parsed arguments, not the model's bytes, so the
-proposal carries them re-serialized (duplicate keys are already collapsed by the SDK's parser);
-arguments the SDK cannot parse skip ``needs_approval`` (the SDK then asks for approval itself) and
-are proposed as raw bytes from ``on_invoke_tool``, where callgate rejects them. Outcomes are kept
-in this object: resume a run with the same :class:`CallgateTools` instance.
+Limits: the SDK hands ``needs_approval`` the parsed arguments, not the model's bytes, so that
+proposal carries them re-serialized (``on_invoke_tool`` proposes the model's bytes; both give the
+same digest after normalization). A rejection is seen when the SDK next lists the tools
+(``is_enabled``), which it does as the resumed run starts; in a process that did not park the call
+itself it needs a ``confirmer`` to find the invocation (docs/CLIENTS.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from agents import FunctionTool, RunContextWrapper, RunState
 from agents.exceptions import AgentsException
-from agents.items import ToolApprovalItem
+from agents.tool import FunctionToolCustomDataContext
 from agents.tool_context import ToolContext as AgentsToolContext
 
+from callgate.adapters.openai_agents_binding import (
+    Attempt,
+    Binding,
+    ExternalId,
+    Secret,
+    bind,
+    with_descriptions,
+)
 from callgate.client import (
     Allowed,
     CallgateClientError,
     Client,
-    Committed,
+    Confirmer,
+    DeadlineExceeded,
     NeedsConfirmation,
     Outcome,
+    Replayed,
     Session,
     ToolCall,
-    ToolContext,
     tool_message,
 )
+from callgate.client._wire import parked
+from callgate.gen.v1 import callgate_pb2 as pb
 
-ToolFunction = Callable[[ToolContext], Committed]
-"""The user's function for one tool: gets the attempt's context, returns :class:`Committed`."""
+DEFAULT_MODEL_CALL_ID = "openai-agents"
+"""The model call id the gate lists its tools under when none is given (one per session: a run
+resumed in another process must use the same one, so the idempotency keys match)."""
+
+WATCH_SLICE_S = 60.0
+"""One ``WatchInvocation`` stream's deadline while waiting for the console; the wait re-opens it
+until the invocation is decided (confirmed, denied, expired or cancelled)."""
+
+Approver = str | Callable[[RunContextWrapper[Any]], str]
+"""Who decides in the SDK: a fixed identity, or one read from the run context (the
+application's own auth), recorded as ``confirmed_by`` / ``denied_by``."""
 
 
 class CallgateToolError(AgentsException):
@@ -69,58 +103,106 @@ class CallgateToolError(AgentsException):
         self.code = error.code
 
 
-class CallgateTools:
-    """The SDK function tools for one callgate session and model call.
+@dataclass(frozen=True)
+class _Parked:
+    legal: str
+    pending: NeedsConfirmation
 
-    ``client`` needs the agent and executor listeners (and the confirmer listener for
-    :meth:`approve`); ``functions`` maps callgate tool names to the functions that run them;
-    ``confirm_timeout`` bounds the wait for PREPARED after an approval (seconds)."""
+
+@dataclass(frozen=True)
+class _Answer:
+    """What one call came to: the model-visible output and callgate's envelope."""
+
+    output: str
+    envelope: Mapping[str, str]
+
+
+def _content(message: str) -> str:
+    """The ``content`` of a tool message in the sidecar's shape, as compact JSON text."""
+    try:
+        doc = json.loads(message)
+    except ValueError:
+        return message
+    if isinstance(doc, dict) and "content" in doc:
+        return json.dumps(doc["content"], ensure_ascii=False, separators=(",", ":"))
+    return message
+
+
+def _answer(message: str, invocation_id: str, status: str) -> _Answer:
+    return _Answer(_content(message), {"invocation_id": invocation_id, "status": status})
+
+
+class Gate:
+    """The gated tools of one callgate session (``.tools``).
+
+    ``tools``: ``{"weather.get": get_weather, ...}`` (callgate tool name -> the application's
+    ``@function_tool``), or a list whose names are callgate names. ``client`` needs the agent and
+    executor listeners; ``confirmer`` (``client.confirmer()``) only where this process may
+    confirm, with ``approver`` naming who decides; ``external_ids``: for each tool that writes,
+    the result's field (or a function of the result) holding the external system's id of the
+    side effect; ``model_call_id``: the same in every process that resumes the session's runs."""
 
     def __init__(
         self,
+        tools: Mapping[str, FunctionTool] | Sequence[FunctionTool],
+        *,
         client: Client,
         session: Session,
-        functions: Mapping[str, ToolFunction],
-        *,
         executor_id: str,
-        model_call_id: str,
-        confirm_timeout: float = 30.0,
+        confirmer: Confirmer | None = None,
+        approver: Approver | None = None,
+        model_call_id: str = DEFAULT_MODEL_CALL_ID,
+        external_ids: Mapping[str, ExternalId] | None = None,
     ) -> None:
+        if confirmer is not None and approver is None:
+            raise CallgateClientError("a confirmer needs an approver (who decides)", code="not_configured")
         self.client = client
         self.session = session
         self.executor_id = executor_id
-        self.confirm_timeout = confirm_timeout
+        self.confirmer = confirmer
+        self.approver = approver
+        self._parked: dict[str, _Parked] = {}
+        self._answers: dict[str, _Answer] = {}
         self._outcomes: dict[str, Outcome | CallgateClientError] = {}
-        listed = session.tools(model_call_id, "openai")
+        self._waiting: dict[str, NeedsConfirmation] = {}
+        self._adopted = False
+        self._adopting = asyncio.Lock()
+        listed = {str(t["function"]["name"]): t["function"] for t in session.tools(model_call_id, "openai")}
         self.tools: list[FunctionTool] = []
-        shown: set[str] = set()
-        for entry in listed:
-            fn_spec = entry["function"]
-            legal = str(fn_spec["name"])
-            resolved = session.names.resolve(legal)
-            if resolved is None or resolved[0] not in functions:
-                continue  # a tool this runtime cannot run is not offered to the model
-            shown.add(resolved[0])
-            self.tools.append(
-                FunctionTool(
-                    name=legal,
-                    description=str(fn_spec.get("description", "")),
-                    params_json_schema=dict(fn_spec["parameters"]),
-                    on_invoke_tool=self._invoker(legal, functions[resolved[0]]),
-                    strict_json_schema=True,
-                    needs_approval=self._needs_approval(legal),
-                )
+        for name, user_tool in _by_tool_name(tools, session).items():
+            legal = session.names.legal(*name)
+            spec = listed[legal]
+            listed_tool = session.listed(*name)
+            binding = bind(
+                name[0],
+                user_tool,
+                spec["parameters"],
+                writes=listed_tool is None or listed_tool.side_effect_class != "read_only",
+                external_id=(external_ids or {}).get(name[0]),
             )
-        missing = sorted(set(functions) - shown)
-        if missing:
-            raise CallgateClientError(
-                f"functions for tools the session does not list: {', '.join(missing)}", code="unknown_tool"
-            )
+            self.tools.append(self._tool(legal, spec, binding, user_tool))
 
-    # ---------------------------------------------------------------- SDK hooks
+    # ---------------------------------------------------------------- building the SDK tool
+    def _tool(
+        self, legal: str, spec: Mapping[str, Any], binding: Binding, user: FunctionTool
+    ) -> FunctionTool:
+        return FunctionTool(
+            name=legal,
+            description=binding.description or str(spec.get("description", "")),
+            params_json_schema=with_descriptions(dict(spec["parameters"]), binding),
+            on_invoke_tool=self._invoker(legal, binding),
+            strict_json_schema=True,
+            is_enabled=self._enabled(legal, user.is_enabled),
+            needs_approval=self._needs_approval(legal),
+            custom_data_extractor=self._custom_data,
+        )
+
     def _propose(self, call_id: str, legal: str, arguments: bytes | str) -> Outcome | CallgateClientError:
         try:
-            return self.session.propose(ToolCall(call_id, legal, arguments))
+            out = self.session.propose(ToolCall(call_id, legal, arguments))
+            if isinstance(out, Replayed) and out.state == "AUTHORIZED":  # still parked
+                return self.session.parked(out.invocation_id, call_id) or out
+            return out
         except CallgateClientError as err:
             return err
 
@@ -129,72 +211,228 @@ class CallgateTools:
             raw = json.dumps(params, ensure_ascii=False)
             out = await asyncio.to_thread(self._propose, call_id, legal, raw)
             self._outcomes[call_id] = out  # an error too: on_invoke_tool raises it, nothing runs
-            return isinstance(out, NeedsConfirmation)
+            if isinstance(out, NeedsConfirmation):
+                self._parked[call_id] = _Parked(legal, out)
+                return True
+            return False
 
         return needs_approval
 
-    def _invoker(self, legal: str, fn: ToolFunction) -> Callable[[AgentsToolContext[Any], str], Any]:
+    def _enabled(self, legal: str, user: Any) -> Callable[[RunContextWrapper[Any], Any], Any]:
+        async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
+            await self._settle_rejections(ctx, legal)
+            if callable(user):
+                value = user(ctx, agent)
+                return bool(await value if inspect.isawaitable(value) else value)
+            return bool(user)
+
+        return is_enabled
+
+    def _custom_data(self, data: FunctionToolCustomDataContext) -> Mapping[str, Any] | None:
+        answer = self._answers.pop(data.tool_context.tool_call_id, None)
+        return {"callgate": dict(answer.envelope)} if answer is not None else None
+
+    # ---------------------------------------------------------------- one call
+    def _invoker(self, legal: str, binding: Binding) -> Callable[[AgentsToolContext[Any], str], Any]:
         async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str:
             call_id = ctx.tool_call_id
             out = self._outcomes.pop(call_id, None)
-            if out is None:  # the SDK could not parse the arguments: propose the bytes as they are
+            if out is None:  # resumed here (or unparsable for needs_approval): propose the bytes
                 out = await asyncio.to_thread(self._propose, call_id, legal, input_json)
+            self._parked.pop(call_id, None)
             if isinstance(out, CallgateClientError):
                 raise CallgateToolError(out)
             try:
-                if isinstance(out, NeedsConfirmation):  # reached only after the SDK's approval
-                    ok = await asyncio.to_thread(
-                        self.session.wait_confirmed, out, timeout=self.confirm_timeout
-                    )
-                    if not ok:
-                        return out.message
-                    out = Allowed(out.invocation_id, out.digest, out.tool_call_id, out.normalized_arguments)
-                if isinstance(out, Allowed):
-                    result = await asyncio.to_thread(
-                        self.client.run, out.invocation_id, fn, executor_id=self.executor_id
-                    )
-                    return result.message
+                answer = await self._decide(ctx, out, binding)
             except CallgateClientError as err:
                 raise CallgateToolError(err) from None
-            return out.message
+            self._answers[call_id] = answer
+            return answer.output
 
         return on_invoke_tool
 
-    # ---------------------------------------------------------------- the approval flow
-    def pending(self, item: ToolApprovalItem) -> NeedsConfirmation:
-        """The parked invocation behind an interruption of one of these tools."""
-        out = self._outcomes.get(item.call_id or "")
-        if not isinstance(out, NeedsConfirmation):
-            raise CallgateClientError("no callgate confirmation for this approval item", code="not_pending")
-        return out
+    async def _decide(self, ctx: AgentsToolContext[Any], out: Outcome, binding: Binding) -> _Answer:
+        if isinstance(out, NeedsConfirmation):  # reached only after the SDK's approval
+            decided = await self._approved(ctx, out)
+            if decided is not None:
+                return decided
+            out = Allowed(out.invocation_id, out.digest, out.tool_call_id, out.normalized_arguments)
+        elif isinstance(out, Replayed) and out.state == "PREPARED":  # confirmed, not yet run
+            out = Allowed(out.invocation_id, "", out.tool_call_id, b"")
+        if isinstance(out, Allowed):
+            loop = asyncio.get_running_loop()
+            result = await asyncio.to_thread(
+                self.client.run,
+                out.invocation_id,
+                lambda c: binding.call(c, ctx, loop),
+                executor_id=self.executor_id,
+            )
+            return _answer(result.message, out.invocation_id, result.state)
+        status = out.state if isinstance(out, Replayed) else type(out).__name__.lower()
+        return _answer(out.message, out.invocation_id, status)
 
-    def approve(self, state: RunState[Any], item: ToolApprovalItem, *, confirmed_by: str) -> None:
-        """The user approved: confirm this exact digest in callgate (Confirmations), then approve
-        the SDK item; resume with ``Runner.run(agent, state)``. ``confirmed_by`` is the user's
-        identity from the runtime's own auth."""
-        out = self.pending(item)
+    async def _approved(self, ctx: AgentsToolContext[Any], out: NeedsConfirmation) -> _Answer | None:
+        """The SDK approved: confirm through the confirmer, or wait for the console. None when
+        the invocation is now PREPARED with this digest; else the model's answer."""
+        if self.confirmer is not None:
+            by = self._who(ctx)
+            try:
+                await asyncio.to_thread(
+                    self.confirmer.confirm, out.invocation_id, out.digest, confirmed_by=by
+                )
+                return None
+            except CallgateClientError as err:  # e.g. decided meanwhile: trust only its state
+                if await asyncio.to_thread(self._prepared, out):
+                    return None
+                return self._not_confirmed(out, err.code)
+        self._waiting[out.tool_call_id] = out
         try:
-            self.client.confirmer().confirm(out.invocation_id, out.digest, confirmed_by=confirmed_by)
-        except CallgateClientError as err:
-            raise CallgateToolError(err) from None
-        state.approve(item)
+            ok = await asyncio.to_thread(self._wait_for_console, out)
+        except asyncio.CancelledError:  # the run was cancelled: the call leaves the console now
+            self._cancel(out.invocation_id, "the agent run was cancelled")
+            raise
+        finally:
+            self._waiting.pop(out.tool_call_id, None)
+        if ok:
+            return None
+        return await asyncio.to_thread(self._ended, out)
 
-    def reject(
-        self, state: RunState[Any], item: ToolApprovalItem, *, reason: str = "rejected by the user"
-    ) -> None:
-        """The user rejected: cancel the parked invocation in callgate, then reject the SDK item;
-        the model is told the call was rejected and did not run."""
-        out = self.pending(item)
-        try:
-            self.session.cancel(out.invocation_id, reason=reason)
-        except CallgateClientError as err:
-            raise CallgateToolError(err) from None
-        self._outcomes.pop(item.call_id or "", None)
+    def _ended(self, out: NeedsConfirmation) -> _Answer:
+        """The wait ended without PREPARED: run elsewhere (a second resume of the same state
+        took it: its result), else denied, expired or cancelled."""
+        if self.session.invocation(out.invocation_id).state == pb.OBSERVED:
+            return _answer(self.session.result(out.invocation_id), out.invocation_id, "OBSERVED")
+        return self._not_confirmed(out, "not_confirmed")
+
+    def _prepared(self, out: NeedsConfirmation) -> bool:
+        inv = self.session.invocation(out.invocation_id)
+        return inv.digest == out.digest and inv.state == pb.PREPARED
+
+    def _wait_for_console(self, out: NeedsConfirmation) -> bool:
+        while True:
+            try:
+                return self.session.wait_confirmed(out, timeout=WATCH_SLICE_S)
+            except DeadlineExceeded:
+                continue  # still parked: watch again (the sidecar expires it at expires_at)
+
+    def _not_confirmed(self, out: NeedsConfirmation, code: str) -> _Answer:
         message = tool_message(
-            item.call_id or "",
-            {"status": "rejected_by_user", "message": "The user rejected this call; it was not executed."},
+            out.tool_call_id,
+            {
+                "status": "not_confirmed",
+                "code": code,
+                "message": "The call was not confirmed (denied, expired or cancelled); it did not run.",
+            },
         )
-        state.reject(item, rejection_message=message)
+        return _answer(message, out.invocation_id, "not_confirmed")
+
+    def _who(self, ctx: RunContextWrapper[Any]) -> str:
+        approver = self.approver
+        return approver(ctx) if callable(approver) else str(approver)
+
+    def _cancel(self, invocation_id: str, reason: str) -> None:
+        try:
+            self.session.cancel(invocation_id, reason=reason)
+        except CallgateClientError:
+            pass  # the sidecar expires it at its deadline; nothing can run it meanwhile
+
+    def waiting(self) -> list[NeedsConfirmation]:
+        """The calls this gate's runs are waiting on for the console's decision now (approved in
+        the SDK, no confirmer here): invocation id, digest, ``expires_at``; for a status line."""
+        return list(self._waiting.values())
+
+    # ---------------------------------------------------------------- abandoned confirmations
+    async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
+        """The SDK's ``state.reject(item)`` calls nothing of the tool: it is seen here, when the
+        resumed run lists the tools. The parked invocation is denied (confirmer) or cancelled."""
+        if not self._adopted:
+            async with self._adopting:
+                if not self._adopted:
+                    try:
+                        await asyncio.to_thread(self._adopt)
+                    except CallgateClientError:
+                        pass  # best effort: an unseen rejection only leaves the call to expire
+                    self._adopted = True
+        for call_id, held in list(self._parked.items()):
+            if held.legal == legal and ctx.is_tool_approved(legal, call_id) is False:
+                self._parked.pop(call_id, None)
+                self._outcomes.pop(call_id, None)
+                await asyncio.to_thread(self._refuse, ctx, held.pending)
+
+    def _adopt(self) -> None:
+        """Once per gate, with a confirmer: this session's calls parked by an earlier process
+        (a run state restored here), so the SDK's rejection of them is seen too. Without a
+        confirmer (or a session opened elsewhere, without tenant) nothing is adopted."""
+        if self.confirmer is None or not self.session.tenant:
+            return
+        legal = {t.name for t in self.tools}
+        for p in self.confirmer.list_pending(self.session.tenant):
+            if self.session.subject and p.subject != self.session.subject:
+                continue
+            try:
+                inv = self.session.invocation(p.invocation_id)  # another session's: not found
+            except CallgateClientError:
+                continue
+            name = self.session.names.by_tool.get(f"{inv.tool_name}@{inv.tool_version}", "")
+            pending = parked(inv, inv.proposal_id)
+            if name in legal and pending is not None and inv.proposal_id not in self._parked:
+                self._parked[inv.proposal_id] = _Parked(name, pending)
+
+    def _refuse(self, ctx: RunContextWrapper[Any], pending: NeedsConfirmation) -> None:
+        if self.confirmer is not None:
+            try:
+                self.confirmer.deny(pending.invocation_id, pending.digest, denied_by=self._who(ctx))
+                return
+            except CallgateClientError:
+                pass  # decided meanwhile, or the confirmer is down: cancel from the agent side
+        self._cancel(pending.invocation_id, "rejected in the agent run")
+
+    async def abandon(self, state: RunState[Any]) -> None:
+        """The application drops an interrupted run: every parked invocation behind
+        ``state``'s interruptions (of these tools) is cancelled at once."""
+        names = {t.name for t in self.tools}
+        for item in state.get_interruptions():
+            if item.tool_name in names and item.call_id:
+                out = await asyncio.to_thread(
+                    self._propose, item.call_id, item.tool_name, item.arguments or "{}"
+                )
+                if isinstance(out, NeedsConfirmation):
+                    await asyncio.to_thread(self._cancel, out.invocation_id, "the agent run was abandoned")
+                self._parked.pop(item.call_id, None)
+                self._outcomes.pop(item.call_id, None)
 
 
-__all__ = ["CallgateToolError", "CallgateTools", "ToolFunction"]
+def _by_tool_name(
+    tools: Mapping[str, FunctionTool] | Sequence[FunctionTool], session: Session
+) -> dict[tuple[str, str], FunctionTool]:
+    """(callgate tool name, version) -> the user's tool: a mapping names callgate tools; in a
+    sequence each tool's name is the callgate name or its legal form (``weather.get`` /
+    ``weather__get``)."""
+    pairs = tools.items() if isinstance(tools, Mapping) else ((t.name, t) for t in tools)
+    out: dict[tuple[str, str], FunctionTool] = {}
+    for name, tool in pairs:
+        found = session.names.resolve(name) or next(
+            (r for r in session.names.by_legal.values() if r[0] == name), None
+        )
+        if found is None:
+            raise CallgateClientError(f"{name}: the session does not list this tool", code="unknown_tool")
+        out[found] = tool
+    return out
+
+
+def gate(tools: Mapping[str, FunctionTool] | Sequence[FunctionTool], **options: Any) -> list[FunctionTool]:
+    """The application's ``@function_tool`` functions gated by callgate, for ``Agent(tools=...)``:
+    ``Gate(tools, **options).tools`` (the options are :class:`Gate`'s)."""
+    return Gate(tools, **options).tools
+
+
+__all__ = [
+    "DEFAULT_MODEL_CALL_ID",
+    "Approver",
+    "Attempt",
+    "ExternalId",
+    "CallgateToolError",
+    "Gate",
+    "Secret",
+    "gate",
+]

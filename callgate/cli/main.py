@@ -1,4 +1,5 @@
-"""``callgate`` command line: ``serve``, ``check``, ``eval``, ``mcp`` (callgate/mcp/cli.py)."""
+"""``callgate`` command line: ``serve``, ``check``, ``eval``, ``mcp`` (callgate/mcp/cli.py),
+``--version`` (callgate/cli/version.py)."""
 
 from __future__ import annotations
 
@@ -101,7 +102,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from callgate.server.app import serve
 
-    cfg = _config(args.config)
+    if args.example:
+        from callgate.cli.example import example_config
+
+        cfg = example_config(Path.cwd())
+    else:
+        cfg = _config(args.config)
     freeze_startup_objects()
     from callgate.observability.logs import apply_log_format
 
@@ -139,6 +145,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         findings = asyncio.run(run())
     except LoadError as exc:  # the opa engine's embedded Rego twin could not be built
         findings = check.load_error_findings(exc)
+    findings += [
+        check.Finding(check.Severity.ERROR, str(args.config or "callgate.toml"), f"store_unavailable: {p}")
+        for p in asyncio.run(_probe_stores(cfg))
+    ]
     for finding in findings:
         print(finding.render(), file=out)
     if check.errors(findings):
@@ -153,6 +163,49 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             f"  {t.spec.key:<32} {t.spec.side_effect_class.value:<9} {', '.join(t.spec.required_capabilities)}",
             file=out,
         )
+    return 0
+
+
+async def _probe_stores(cfg: Config) -> list[str]:
+    """Reach the configured server stores as ``serve`` would (read-only): problems."""
+    from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
+    from callgate.store.registry import STORES
+
+    probes = [STORES.get(cfg.store.backend).probe]
+    if cfg.store.backend != "postgres":  # with the PostgreSQL store the keys live in it
+        probes.append(IDEMPOTENCY_BACKENDS.get(cfg.idempotency.backend).probe)
+    problems: list[str] = []
+    for probe in probes:
+        if probe is not None:
+            problems += await probe(cfg, os.environ)
+    return problems
+
+
+def cmd_store_backup(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """An online backup of the SQLite store (:mod:`callgate.store.backup`); exit 1 with the
+    reason when it cannot be taken."""
+    from callgate.core.errors import CallgateError, LoadError
+    from callgate.store.backup import backup_sqlite
+
+    try:
+        cfg = _config(args.config)
+        if cfg.store.backend != "sqlite":
+            print(
+                f"error: store.backend = {cfg.store.backend}: back it up with its own tools "
+                "(PostgreSQL: pg_dump, docs/OPERATE.md)",
+                file=out,
+            )
+            return 1
+        report = backup_sqlite(cfg.path(cfg.store.path), Path(args.target))
+    except (CallgateError, LoadError) as exc:
+        where = f"{exc.source}: " if isinstance(exc, LoadError) and exc.source else ""
+        print(f"error: {where}{exc.code.value}: {exc.message}", file=out)
+        return 1
+    print(
+        f"ok: {report.target} ({report.bytes} bytes, schema version {report.schema_version}, "
+        f"{report.invocations} invocations, {report.events} events)",
+        file=out,
+    )
     return 0
 
 
@@ -453,6 +506,21 @@ _EXTRA_COMMANDS = (
 )
 """Commands of optional extras: name, the module whose ``add_parser`` adds it (imported only when
 the command runs), the package whose presence lists it in ``--help``, and its help line."""
+_EXTRA_NAMES: Final = frozenset(name for name, *_ in _EXTRA_COMMANDS)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: print :func:`callgate.cli.version.version_info` and exit, like argparse's
+    own version action (no command needed)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from callgate.cli.version import version_info
+
+        sys.stdout.write(version_info().render())
+        parser.exit()
 
 
 def _engine_names(command: str) -> tuple[str, ...] | None:
@@ -471,9 +539,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="callgate", description="Authorization sidecar for AI-agent tool calls."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="print the version, the core, the proto package, the store schema and the engines",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the gRPC sidecar")
-    p.add_argument("--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)"
+    )
+    which.add_argument(
+        "--example",
+        action="store_true",
+        help="serve the packaged example policies (Cedar + SQLite), Unix sockets and state in ./var",
+    )
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
     p.add_argument("--config", "-c")
@@ -526,6 +607,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
+    p = sub.add_parser("store", help="the event store: an online backup")
+    store_sub = p.add_subparsers(dest="store_command", required=True)
+    p = store_sub.add_parser("backup", help="copy the SQLite store while the sidecar runs (consistent)")
+    p.add_argument("target", help="the new backup file (must not exist)")
+    p.add_argument("--config", "-c")
+    p.set_defaults(func=cmd_store_backup)
     for name, cli_module, probe, help_text in _EXTRA_COMMANDS:
         if command == name:
             try:
@@ -536,6 +623,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif importlib.util.find_spec(probe) is not None:  # listed in --help without importing it
             sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(words)
+    if args.command not in _EXTRA_NAMES:
+        from callgate.cli.version import SIDECAR_EXTRA, missing_sidecar
+
+        if missing := missing_sidecar():  # the slim install: the client and the adapters only
+            print(
+                f"callgate {args.command} needs the sidecar: pip install 'callgate[{SIDECAR_EXTRA}]' "
+                f"(not installed: {', '.join(missing)})",
+                file=sys.stderr,
+            )
+            return 2
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

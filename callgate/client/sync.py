@@ -132,7 +132,7 @@ class Client:
         )  # fmt: skip
         if not resp.session_id:
             raise MalformedAnswer("OpenSession answered without a session id")
-        return Session(self, resp.session_id)
+        return Session(self, resp.session_id, tenant=tenant, subject=subject)
 
     # ---------------------------------------------------------------- executor helper
     def run(
@@ -224,9 +224,12 @@ class Confirmer:
 class Session:
     """One agent session: list tools per model call, propose the model's calls."""
 
-    def __init__(self, client: Client, session_id: str) -> None:
+    def __init__(self, client: Client, session_id: str, *, tenant: str = "", subject: str = "") -> None:
         self.client = client
         self.session_id = session_id
+        self.tenant = tenant
+        """The session's tenant and subject as the runtime opened it ("" when not given)."""
+        self.subject = subject
         self.model_call_id = ""
         self.names = ToolNames()
         self._tools: dict[tuple[str, str], Tool] = {}
@@ -254,6 +257,10 @@ class Session:
         self.names = ToolNames.build(tools)
         self._tools = {(t.name, t.version): t for t in tools}
         return render(tools, self.names, d)
+
+    def listed(self, name: str, version: str) -> Tool | None:
+        """The tool as the last :meth:`tools` listed it (None when it was not listed)."""
+        return self._tools.get((name, version))
 
     def propose(self, call: ToolCall, *, traceparent: str | None = None) -> Outcome:
         """Propose one tool call of the current model call; a typed outcome (or a typed error)."""

@@ -16,7 +16,9 @@ from typing import Final
 
 NATIVE_MODULE: Final = "callgate._native"
 
-NOT_BUILT: Final = "not built; scripts/native build builds it (docs/NATIVE.md)"
+NOT_BUILT: Final = (
+    "not built; scripts/native build builds it in a checkout, the platform wheel carries it (docs/NATIVE.md)"
+)
 """:func:`native_missing` when there is no compiled core at all."""
 
 

@@ -72,6 +72,7 @@ from callgate.execute.encode import (
     neutralize,
     page,
 )
+from callgate.execute.expiry import judge
 from callgate.execute.redaction import Redactor
 from callgate.execute.retry import Advice, FailureClass, Reliability, RetryPolicy, advise, reliability
 from callgate.execute.secrets import SecretStore
@@ -81,7 +82,7 @@ from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.idempotency import IdempotencyFlow
 from callgate.propose.sessions import owned_invocation
 from callgate.store.base import AttemptRecord, InvocationRecord, ResultRecord, Store, Usage
-from callgate.store.trail import Trail
+from callgate.store.trail import Trail, move
 
 
 class Outcome(str, Enum):
@@ -199,6 +200,10 @@ def _attempt_id_of(claims: dict[str, Any]) -> str:
         if isinstance(detail, dict) and isinstance(detail.get("attempt_id"), str):
             return str(detail["attempt_id"])
     raise credential_invalid("malformed", "credential names no attempt")
+
+
+EXECUTING_SWEEP_BATCH = 500
+"""EXECUTING invocations past their deadline that one sweep looks at (the oldest deadlines)."""
 
 
 class _PerSecretUse:
@@ -514,6 +519,33 @@ class Execution:
             if session is not None:
                 await self._usage.consume(session, Usage(cost_micros=cost_micros), check=False)
         return ReportedOutcome(new, advice)
+
+    # ------------------------------------------------------------------ the deadline sweep (6.2, 6.7)
+    async def expire_executing(self) -> int:
+        """Sweep: end every EXECUTING invocation past its deadline that no attempt can finish any
+        more (FAILED_BEFORE_COMMIT, key released; or OUTCOME_UNKNOWN when an attempt never
+        reported: :mod:`callgate.execute.expiry`); at most :data:`EXECUTING_SWEEP_BATCH` per call.
+        Returns how many were ended (one that an executor's report moved first is skipped)."""
+        now = self._clock.now()
+        at = rfc3339(now)
+        trace = TraceContext.from_traceparent(None)
+        snap = self._serving.current_or_none
+        ended = 0
+        for inv in await self._store.list_past_deadline(now, EXECUTING_SWEEP_BATCH, executing=True):
+            tool = snap.tools.get(inv.tool_name, inv.tool_version) if snap is not None else None
+            is_write = tool is None or tool.spec.side_effect_class.is_write
+            verdict = judge(
+                inv, await self._store.list_attempts(inv.invocation_id), is_write=is_write, now=now
+            )
+            if verdict.state is None or verdict.kind is None:
+                continue
+            moved = await move(self._store, inv, verdict.state, verdict.kind, verdict.data, trace, at)
+            if moved is None:
+                continue
+            if verdict.state is State.FAILED_BEFORE_COMMIT:
+                await self._keys.release(inv, now)
+            ended += 1
+        return ended
 
     # ------------------------------------------------------------------ reconciliation (6.7, 6.12)
     async def reconcile(

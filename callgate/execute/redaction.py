@@ -12,8 +12,11 @@ encodings a tool or an upstream error message may echo a credential in:
 ============================  ====================================================================
 form                          variants
 ============================  ====================================================================
-literal text                  the secret as text (when its bytes are UTF-8)
+literal text                  the secret as text (when its bytes are UTF-8), in any letter case
+                              (matching ignores case: lower-, upper-, title- or mixed-cased
+                              echoes are caught; ``casefold`` forms such as ``ß`` -> ``ss`` too)
 JSON-escaped                  ``json.dumps`` with and without ``ensure_ascii``, and with ``\\/``
+HTML-escaped                  ``html.escape`` with and without quotes, ``&#x27;`` and ``&#39;``
 URL-encoded                   ``quote``/``quote_plus`` with ``safe=""`` and ``safe="/"``, upper- and
                               lower-case ``%xx``
 hex                           lower and upper case
@@ -40,8 +43,10 @@ which is what keeps scanning cheap).
 
 What this cannot catch (see ``docs/RESULT-ENCODING.md``): paraphrased, re-typed, translated, split
 (``"sk-abc" + "def"``), reversed, compressed or encrypted secrets, other encodings (base32,
-UTF-16, gzip+base64 ...), case-changed secrets, and credential formats nobody configured. Known
-secrets are exact matches; patterns are heuristics. Redaction reduces exposure, it does not prove
+UTF-16, gzip+base64 ...), and credential formats nobody configured. Known secrets are matched
+exactly but for letter case (case-insensitive everywhere: a base64 or hex text that differs from a
+secret's form only in case is redacted too, a false positive at 8 or more characters that costs
+nothing); patterns are heuristics. Redaction reduces exposure, it does not prove
 absence; the encoder therefore also re-checks its final bytes for known secrets
 (:meth:`Redactor.contains_known_secret`).
 
@@ -58,6 +63,7 @@ the strings joined together (one scan) and redact string by string only when one
 from __future__ import annotations
 
 import base64
+import html
 import json
 import math
 import re
@@ -179,9 +185,13 @@ def secret_forms(value: str | bytes) -> frozenset[str]:
             text = None
     forms: set[str] = set()
     if text is not None:
-        forms.add(text)
-        escaped = {json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1]}
-        forms |= escaped | {e.replace("/", "\\/") for e in escaped}
+        for t in {text, text.casefold()}:  # the rest of letter case is matching's (re.IGNORECASE)
+            forms.add(t)
+            escaped = {json.dumps(t)[1:-1], json.dumps(t, ensure_ascii=False)[1:-1]}
+            forms |= escaped | {e.replace("/", "\\/") for e in escaped}
+            for quote in (True, False):
+                escaped_html = html.escape(t, quote=quote)
+                forms |= {escaped_html, escaped_html.replace("&#x27;", "&#39;")}
     for safe in ("", "/"):
         for quoted in (
             urllib.parse.quote_from_bytes(raw, safe=safe),
@@ -309,18 +319,20 @@ class Redactor:
             for form in secret_forms(bytes(value) if isinstance(value, bytearray) else value):
                 if len(form) >= min_secret_length:
                     form_names.setdefault(form, name)
-        self._forms: dict[str, str] = form_names
+        self._forms: dict[str, str] = {}
+        for form, name in form_names.items():
+            self._forms.setdefault(form.casefold(), name)
         self._secret_count = len(named)
         self._min_length = min_secret_length
         self._scan_forms: tuple[str, ...] | None = (
-            tuple(sorted(form_names, key=lambda f: (-len(f), f)))
-            if len(form_names) <= scan_forms_limit
+            tuple(sorted(self._forms, key=lambda f: (-len(f), f)))  # casefolded
+            if len(self._forms) <= scan_forms_limit
             else None
         )
         if form_names:
             trie = _literal_regex(form_names)
-            self._literal: re.Pattern[str] | None = re.compile(trie)
-            self._overlap: re.Pattern[str] | None = re.compile(f"(?=({trie}))")
+            self._literal: re.Pattern[str] | None = re.compile(trie, re.IGNORECASE)
+            self._overlap: re.Pattern[str] | None = re.compile(f"(?=({trie}))", re.IGNORECASE)
         else:
             self._literal = None
             self._overlap = None
@@ -360,12 +372,13 @@ class Redactor:
     def contains_known_secret(self, text: str) -> bool:
         """Whether ``text`` contains any form of a known secret (patterns are not consulted).
 
-        Up to :data:`SCAN_FORMS_LIMIT` forms this is one ``in`` test per form (C substring
-        search, about three times faster than the trie regex for small sets); above, one search
-        with the trie regex.
+        Up to :data:`SCAN_FORMS_LIMIT` forms this is one ``in`` test per casefolded form in the
+        casefolded text (C substring search, about three times faster than the trie regex for
+        small sets); above, one search with the case-insensitive trie regex.
         """
-        if self._scan_forms is not None:
-            return any(form in text for form in self._scan_forms)
+        if self._scan_forms is not None:  # casefolded on both sides: a superset of the regex's matches
+            folded = text.casefold()
+            return any(form in folded for form in self._scan_forms)
         return self._literal is not None and self._literal.search(text) is not None
 
     def might_match_pattern(self, text: str) -> bool:
@@ -408,7 +421,7 @@ class Redactor:
                 if end > spans[-1][1]:
                     spans[-1] = (spans[-1][0], end, spans[-1][2])
                 continue
-            spans.append((start, end, self._forms.get(m.group(1), "secret")))
+            spans.append((start, end, self._forms.get(m.group(1).casefold(), "secret")))
         out: list[str] = []
         pos = 0
         for start, end, name in spans:

@@ -323,6 +323,12 @@ class Gateway:
                 self._sessions[key] = s
             return s
 
+    def end_connection(self, connection: str) -> None:
+        """Forget the callgate sessions of an ended MCP connection (an HTTP session deleted or
+        closed when idle): what the gateway keeps is bounded by the open connections."""
+        for key in [k for k in self._sessions if k[2] == connection]:
+            del self._sessions[key]
+
     async def _list(self, s: _Session) -> list[Tool]:
         s.listed += 1
         model_call_id = f"mcp-list-{s.listed}"

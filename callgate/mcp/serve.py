@@ -67,27 +67,30 @@ async def serve_stdio(cfg: Config, mcp: McpConfig) -> int:
 
 async def serve_http(cfg: Config, mcp: McpConfig, listen: str) -> int:
     import uvicorn
-    from mcp.server.auth.settings import AuthSettings
-    from pydantic import AnyHttpUrl
+
+    from callgate.mcp.http_app import build_http_app, resource_url
 
     host, port = check_loopback(listen or mcp.http.listen)
-    verifier = BearerVerifier.load(mcp.http, cfg.path("."))
-    resource = mcp.http.resource_url or f"http://{host}:{port}/mcp"
+    resource = resource_url(mcp.http, host, port)
+    verifier = BearerVerifier.load(mcp.http, cfg.path("."), resource)
     async with running_gateway(cfg, mcp) as gw:
         server = build_server(gw, _http_identity(mcp.http.tenant))
-        app = server.streamable_http_app(
-            streamable_http_path="/mcp",
+        http = build_http_app(
+            server,
+            mcp.http,
+            verifier,
             host=host,
-            auth=AuthSettings(
-                issuer_url=AnyHttpUrl(mcp.http.issuer or resource), resource_server_url=AnyHttpUrl(resource)
-            ),
-            token_verifier=verifier,
+            port=port,
+            resource=resource,
+            on_session_end=gw.end_connection,
         )
-        guard_endpoint(app, "/mcp")  # tools/call arguments reach the strict parser as bytes
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        guard_endpoint(http.app, "/mcp")  # tools/call arguments reach the strict parser as bytes
+        config = uvicorn.Config(http.app, host=host, port=port, log_level="warning", lifespan="on")
         web = uvicorn.Server(config)  # stops on SIGINT/SIGTERM (uvicorn captures them)
         log.info("callgate mcp listening on http://%s:%d/mcp", host, port)
         await web.serve()
+        if http.gate.refused:
+            log.info("mcp http: %d new sessions refused at the per-subject limit", http.gate.refused)
     return 0
 
 

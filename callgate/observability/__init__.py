@@ -8,7 +8,7 @@ in order, before the call returns (so a lossless sink can fail the RPC, see deci
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -182,8 +182,24 @@ class PublishingStore:
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return await self.inner.get_decision(decision_id)
 
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
-        return await self.inner.list_past_deadline(now, limit)
+    async def append_to_current(
+        self, invocation_id: str, events_of: Callable[[InvocationRecord], Sequence[EventRecord]]
+    ) -> InvocationRecord | None:
+        written: list[EventRecord] = []
+
+        def keep(inv: InvocationRecord) -> Sequence[EventRecord]:
+            written[:] = events_of(inv)
+            return written
+
+        inv = await self.inner.append_to_current(invocation_id, keep)
+        if inv is not None:
+            await self._publish(written, None)
+        return inv
+
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
+        return await self.inner.list_past_deadline(now, limit, executing=executing)
 
 
 __all__ = ["EventSink", "PublishingStore"]

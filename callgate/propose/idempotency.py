@@ -30,7 +30,7 @@ from callgate.core.trace import TraceContext
 from callgate.policy.engines.base import decision_from_dict
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.outcome import ProposeOutcome, Rejection
-from callgate.store.base import InvocationRecord, KeyClaim, SessionRecord, Store
+from callgate.store.base import EventRecord, InvocationRecord, KeyClaim, SessionRecord, Store
 from callgate.store.idempotency.base import (
     ClaimKind,
     ClaimResult,
@@ -156,19 +156,24 @@ class IdempotencyFlow:
         (another pod): its events are there, so the answer is built from the shared record alone
         (state known only once completed; the tool message once encoded)."""
         result = held.result or b""
-        original = await self._store.get_invocation(held.invocation_id)
+        at = rfc3339(self._clock.now())
+
+        def replay_event(original: InvocationRecord) -> list[EventRecord]:
+            trail = Trail.on(original, trace, at)
+            trail.add(
+                EventKind.IDEMPOTENT_REPLAY,
+                original.state,
+                {"proposal_id": p.proposal_id, "model_call_id": p.model_call_id, "digest": digest},
+            )
+            return trail.events
+
+        # The state reported is the one read in the transaction that records the replay.
+        original = await self._store.append_to_current(held.invocation_id, replay_event)
         if original is None:
             log.info("idempotent replay of %s held by another sidecar", held.invocation_id)
             return ProposeOutcome(
                 _remote_record(held, p), None, None, idempotent_replay=True, replayed_message=result
             )
-        trail = Trail.on(original, trace, rfc3339(self._clock.now()))
-        trail.add(
-            EventKind.IDEMPOTENT_REPLAY,
-            original.state,
-            {"proposal_id": p.proposal_id, "model_call_id": p.model_call_id, "digest": digest},
-        )
-        await self._store.append_events(trail.events)
         decision = decision_from_dict(original.decision) if original.decision else None
         return ProposeOutcome(original, decision, None, idempotent_replay=True, replayed_message=result)
 

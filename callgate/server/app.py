@@ -297,6 +297,7 @@ class Sidecar:
             c.clock,
             interval=c.config.confirmation.sweep_interval_ms / 1000,
             set_health=self._set_sweeper_health,
+            execution=c.execution,
         )
         await self.sweeper.start()
         if c.metrics is not None:  # count reloads from now on (file change, SIGHUP, retry)

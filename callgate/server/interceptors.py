@@ -6,6 +6,8 @@ For every RPC of a ``callgate.v1`` service (health and reflection pass through u
 * the caller's W3C ``traceparent`` metadata becomes a :class:`~callgate.core.trace.TraceContext`
   (a new trace when absent or invalid), which the handler reads with :func:`current_trace`
   (a ``ContextVar`` set for the duration of the call: no global state);
+* the caller's deadline is set for the call (:mod:`callgate.core.deadline`), so waits made on
+  its behalf (a PostgreSQL pool during an outage) refuse with ``store_unavailable`` before it;
 * the listener's :class:`~callgate.server.admission.Admission` admits the call or refuses it at
   once (``overloaded`` / ``deadline_too_short`` with a retry hint), before the handler runs;
 * the :class:`RpcObserver` (the sidecar's :class:`~callgate.observability.metrics.Metrics`, when
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 
 import grpc
 
+from callgate.core import deadline
 from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.trace import TraceContext
 from callgate.server.admission import Admission
@@ -150,9 +153,11 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                     observer.rpc_finished(token, service, name, result)
 
             started: float | None = None
+            remaining = context.time_remaining()
+            deadline_token = deadline.enter(remaining)
             try:
                 if admission is not None:
-                    started = admission.admit(context.time_remaining())
+                    started = admission.admit(remaining)
                 response = await behaviour(request, context)
                 code = OK
                 finish(code)
@@ -173,6 +178,7 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if started is not None and admission is not None:
                     admission.release(started)
                 _TRACE.reset(trace_token)
+                deadline.leave(deadline_token)
                 finish(code)
             raise AssertionError("unreachable")  # abort_with_status always raises
 
@@ -187,9 +193,11 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
             trace_token = _TRACE.set(caller_trace(context.invocation_metadata()))
             started: float | None = None
+            remaining = context.time_remaining()
+            deadline_token = deadline.enter(remaining)
             try:
                 if admission is not None:
-                    started = admission.admit(context.time_remaining())
+                    started = admission.admit(remaining)
                 return await behaviour(request, context)
             except CallgateError as err:
                 await context.abort_with_status(to_status(err))
@@ -202,6 +210,7 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 if started is not None and admission is not None:
                     admission.release(started)
                 _TRACE.reset(trace_token)
+                deadline.leave(deadline_token)
             raise AssertionError("unreachable")  # abort_with_status always raises
 
         return guarded

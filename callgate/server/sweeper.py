@@ -5,7 +5,10 @@ executing (6.2, 6.7: nothing stays AUTHORIZED or PREPARED forever).
 Every ``confirmation.sweep_interval_ms`` the sweeper calls ``gate.expire_confirmations()``, which
 cancels every parked invocation whose confirmation window has passed, then
 ``gate.expire_deadlines()``, which cancels every AUTHORIZED or PREPARED invocation whose deadline
-has passed (event ``deadline_expired``); both release the idempotency key. The first sweep runs as
+has passed (event ``deadline_expired``); both release the idempotency key. Then, when it was given
+the execution side, ``execution.expire_executing()`` ends every EXECUTING invocation past its
+deadline that no attempt can finish any more (FAILED_BEFORE_COMMIT, key released, or
+OUTCOME_UNKNOWN when an attempt never reported: callgate/execute/expiry.py). The first sweep runs as
 soon as the task starts, so what expired while the sidecar was down ends at startup, not one
 interval later. It is started and stopped by the composition root (:class:`callgate.server.app.Sidecar`),
 independently of the policy watcher, and is visible in gRPC health as
@@ -53,6 +56,14 @@ class Expirer(Protocol):
         ...
 
 
+class ExecutingExpirer(Protocol):
+    """What the sweeper needs from the execution side."""
+
+    async def expire_executing(self) -> int:
+        """End every EXECUTING invocation past its deadline that no attempt can finish; how many."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class SweepRecord:
     """One finished sweep."""
@@ -63,19 +74,29 @@ class SweepRecord:
     """Invocations it cancelled because their confirmation expired."""
     deadlines: int = 0
     """Invocations it cancelled because their deadline passed."""
+    executing: int = 0
+    """EXECUTING invocations it ended because their deadline passed and no attempt could finish."""
 
 
 class ConfirmationSweeper:
     """Runs :meth:`Expirer.expire_confirmations` every ``interval`` seconds on its own task."""
 
     def __init__(
-        self, gate: Expirer, clock: Clock, *, interval: float, set_health: SweeperHealthSetter
+        self,
+        gate: Expirer,
+        clock: Clock,
+        *,
+        interval: float,
+        set_health: SweeperHealthSetter,
+        execution: ExecutingExpirer | None = None,
     ) -> None:
         """``interval``: seconds between sweeps (> 0); ``set_health``: reports the sweeper's
-        status (see the module docstring). Raises ValueError on a non-positive interval."""
+        status (see the module docstring); ``execution``: ends stuck EXECUTING invocations too.
+        Raises ValueError on a non-positive interval."""
         if interval <= 0:
             raise ValueError("the sweep interval must be positive")
         self._gate = gate
+        self._execution = execution
         self._clock = clock
         self._interval = interval
         self._set_health = set_health
@@ -102,9 +123,12 @@ class ConfirmationSweeper:
         """One sweep now; returns how many invocations it cancelled. Raises what the gate raises."""
         expired = await self._gate.expire_confirmations()
         deadlines = await self._gate.expire_deadlines()
-        self.last = SweepRecord(at=rfc3339(self._clock.now()), expired=expired, deadlines=deadlines)
-        self.total_expired += expired + deadlines
-        self.total_deadlines += deadlines
+        executing = await self._execution.expire_executing() if self._execution is not None else 0
+        self.last = SweepRecord(
+            at=rfc3339(self._clock.now()), expired=expired, deadlines=deadlines, executing=executing
+        )
+        self.total_expired += expired + deadlines + executing
+        self.total_deadlines += deadlines + executing
         if expired:
             log.info("confirmation sweep at %s: %d expired confirmation(s) cancelled", self.last.at, expired)
         if deadlines:
@@ -113,9 +137,15 @@ class ConfirmationSweeper:
                 self.last.at,
                 deadlines,
             )
-        if not expired and not deadlines:
+        if executing:
+            log.info(
+                "deadline sweep at %s: %d executing invocation(s) past their deadline ended",
+                self.last.at,
+                executing,
+            )
+        if not expired and not deadlines and not executing:
             log.debug("confirmation sweep at %s: nothing expired", self.last.at)
-        return expired + deadlines
+        return expired + deadlines + executing
 
     async def _report(self, serving: bool) -> None:
         if serving is not self._serving:

@@ -7,7 +7,7 @@ that two racing callers (two ``Confirm`` calls, ``Cancel`` vs ``Confirm``) canno
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
@@ -24,6 +24,9 @@ from callgate.store.idempotency.base import (
     released,
     with_result,
 )
+
+PAST_DEADLINE_STATES: Final = {False: "('AUTHORIZED', 'PREPARED')", True: "('EXECUTING')"}
+"""SQL state lists of :meth:`Store.list_past_deadline`, by its ``executing`` flag (both stores)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,11 +390,23 @@ class Store(Protocol):
         the gate asks it for an allow, spec 6.7)."""
         ...
 
+    async def append_to_current(
+        self, invocation_id: str, events_of: Callable[[InvocationRecord], Sequence[EventRecord]]
+    ) -> InvocationRecord | None:
+        """In one transaction: read the invocation as it is now and append ``events_of(it)``
+        (numbered after its last event); return what was read, or None for an unknown id. A
+        state change that commits meanwhile comes wholly before or wholly after (an idempotent
+        replay never reports a state the trail has already left)."""
+        ...
+
     async def get_decision(self, decision_id: str) -> DecisionRecord | None: ...
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
-        """Invocations not yet executing (AUTHORIZED or PREPARED) whose ``deadline`` is at or
-        before ``now``, earliest deadline first, at most ``limit``: what the deadline sweep ends
-        (spec 6.2, 6.7). Records without a deadline are never returned."""
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
+        """Invocations not yet executing (AUTHORIZED or PREPARED; with ``executing``, those in
+        EXECUTING instead) whose ``deadline`` is at or before ``now``, earliest deadline first, at
+        most ``limit``: what the deadline sweep ends (spec 6.2, 6.7). Records without a deadline
+        are never returned."""
         ...
 
     async def list_pending_page(

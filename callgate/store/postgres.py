@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -36,9 +36,11 @@ from psycopg import AsyncConnection, IsolationLevel
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from callgate.core.clock import rfc3339
+from callgate.core.deadline import wait_budget
 from callgate.core.errors import CallgateError, store_unavailable
 from callgate.core.states import State
 from callgate.store.base import (
+    PAST_DEADLINE_STATES,
     AttemptRecord,
     DecisionRecord,
     EventRecord,
@@ -329,6 +331,7 @@ class PostgresStore:
         read_only: bool = False,
     ) -> None:
         self._connect_timeout = connect_timeout
+        self._pool_timeout = pool_timeout
         self._read_only = read_only
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
@@ -378,7 +381,10 @@ class PostgresStore:
         if not self._started or self._pool.closed:
             raise store_unavailable("PostgreSQL store is not started")
         try:
-            async with self._pool.connection() as conn, conn.transaction():
+            async with (
+                self._pool.connection(timeout=wait_budget(self._pool_timeout)) as conn,
+                conn.transaction(),
+            ):
                 yield conn
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise store_unavailable(f"PostgreSQL store failed: {_brief(exc)}") from exc
@@ -483,6 +489,19 @@ class PostgresStore:
     async def append_events(self, events: Sequence[EventRecord]) -> None:
         async with self._tx() as conn:
             await _insert_events(conn, events)
+
+    async def append_to_current(
+        self, invocation_id: str, events_of: Callable[[InvocationRecord], Sequence[EventRecord]]
+    ) -> InvocationRecord | None:
+        async with self._tx() as conn:  # FOR UPDATE (as the event numbering takes): changes wait
+            cur = await conn.execute(
+                f"SELECT {_INV_COLS} FROM callgate_invocations WHERE invocation_id=%s FOR UPDATE",
+                (invocation_id,),
+            )
+            inv = _invocation(await cur.fetchone())
+            if inv is not None:
+                await _insert_events(conn, events_of(inv))
+            return inv
 
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
         row = await self._fetchone(
@@ -669,11 +688,13 @@ class PostgresStore:
             policy_revision=r[9], trace_id=r[10], span_id=r[11], parent_span_id=r[12],
         )  # fmt: skip
 
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
         # As in the SQLite store: rfc3339 strings compared up to the whole second, then exactly.
         bound = rfc3339(now.replace(microsecond=0))
         rows = await self._fetchall(
-            f"SELECT {_INV_COLS} FROM callgate_invocations WHERE state IN ('AUTHORIZED', 'PREPARED') "
+            f"SELECT {_INV_COLS} FROM callgate_invocations WHERE state IN {PAST_DEADLINE_STATES[executing]} "
             "AND deadline != '' AND deadline <= %s ORDER BY deadline LIMIT %s",
             (bound, limit),
         )

@@ -34,6 +34,9 @@ class StoreFactory:
     (``store_unavailable``)."""
     validate: Callable[[StoreConfig], list[str]]
     """Problems with the ``[store]`` keys, each naming its key; ``[]`` = fine."""
+    probe: Callable[[Config, Mapping[str, str]], Awaitable[list[str]]] | None = None
+    """``callgate check``: reach the configured store without changing it (a server store: connect
+    and read its schema version); problems, ``[]`` = reachable. None: nothing to reach."""
 
 
 async def _open_sqlite(cfg: Config, environ: Mapping[str, str]) -> Store:
@@ -67,15 +70,37 @@ def store_dsn(cfg: Config, environ: Mapping[str, str]) -> str:
 async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> Store:
     from callgate.store.postgres import PostgresStore
 
-    store = PostgresStore(store_dsn(cfg, environ))
+    store = PostgresStore(store_dsn(cfg, environ), pool_timeout=cfg.store.pool_timeout_seconds)
     await store.start()
     return store
 
 
+async def _probe_postgres(cfg: Config, environ: Mapping[str, str]) -> list[str]:
+    from callgate.core.errors import CallgateError
+    from callgate.store.postgres import PostgresStore
+
+    try:
+        dsn = store_dsn(cfg, environ)
+    except CallgateError as exc:
+        return [exc.message]
+    store = PostgresStore(dsn, min_size=0, max_size=1, read_only=True, connect_timeout=5.0)
+    try:
+        await store.start()  # read-only: the schema version is checked, nothing is migrated
+    except CallgateError as exc:
+        return [f"store.backend = postgres: {exc.message}"]
+    await store.close()
+    return []
+
+
 def _validate_postgres(sc: StoreConfig) -> list[str]:
-    if sc.dsn_env or sc.dsn_file:
-        return []
-    return ["store.backend = postgres needs store.dsn_env or store.dsn_file"]
+    problems = (
+        []
+        if sc.dsn_env or sc.dsn_file
+        else ["store.backend = postgres needs store.dsn_env or store.dsn_file"]
+    )
+    if sc.pool_timeout_seconds <= 0:
+        problems.append("store.pool_timeout_seconds must be positive")
+    return problems
 
 
 STORES: Registry[StoreFactory] = Registry("event store", "store.backend")
@@ -96,6 +121,7 @@ STORES.register(
         "per answer (DSN from store.dsn_env or store.dsn_file)",
         open=_open_postgres,
         validate=_validate_postgres,
+        probe=_probe_postgres,
     )
 )
 

@@ -27,6 +27,7 @@ from callgate.core.jsontext import compact_sorted
 from callgate.core.lru import IdentityMemo
 from callgate.core.states import State
 from callgate.store.base import (
+    PAST_DEADLINE_STATES,
     AttemptRecord,
     DecisionRecord,
     EventRecord,
@@ -777,6 +778,17 @@ class SQLiteStore:
     async def get_invocation(self, invocation_id: str) -> InvocationRecord | None:
         return await self._call(lambda c: _read_invocation(c, invocation_id))
 
+    async def append_to_current(
+        self, invocation_id: str, events_of: Callable[[InvocationRecord], Sequence[EventRecord]]
+    ) -> InvocationRecord | None:
+        def op(c: sqlite3.Connection) -> InvocationRecord | None:
+            inv = _read_invocation(c, invocation_id)
+            if inv is not None:
+                _insert_events(c, events_of(inv))
+            return inv
+
+        return await self._call(op)
+
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
         return await self._call(lambda c: read_events(c, invocation_id))
 
@@ -831,14 +843,16 @@ class SQLiteStore:
     async def get_decision(self, decision_id: str) -> DecisionRecord | None:
         return await self._call(lambda c: _read_decision(c, decision_id))
 
-    async def list_past_deadline(self, now: datetime, limit: int) -> list[InvocationRecord]:
+    async def list_past_deadline(
+        self, now: datetime, limit: int, *, executing: bool = False
+    ) -> list[InvocationRecord]:
         # Deadlines are rfc3339() strings: "...:SSZ" or "...:SS.ffffffZ". Selecting up to the
         # whole second of ``now`` ("Z" sorts after ".") is a superset; the exact cut is below.
         bound = rfc3339(now.replace(microsecond=0))
 
         def op(c: sqlite3.Connection) -> list[InvocationRecord]:
             rows = c.execute(
-                f"SELECT {_INV_COLS} FROM invocations WHERE state IN ('AUTHORIZED', 'PREPARED') "
+                f"SELECT {_INV_COLS} FROM invocations WHERE state IN {PAST_DEADLINE_STATES[executing]} "
                 "AND deadline != '' AND deadline <= ? ORDER BY deadline LIMIT ?",
                 (bound, limit),
             ).fetchall()

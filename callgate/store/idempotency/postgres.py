@@ -34,6 +34,7 @@ import psycopg
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from callgate.core.deadline import wait_budget
 from callgate.core.errors import store_unavailable
 from callgate.store.idempotency.base import (
     RECORD_STATES,
@@ -170,6 +171,7 @@ class PostgresIdempotencyStore(LockedRecordChanges):
             raise ValueError("need 0 <= min_size <= max_size and max_size >= 1")
         self._dsn = dsn
         self._connect_timeout = connect_timeout
+        self._pool_timeout = pool_timeout
         self._pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             dsn,
             open=False,
@@ -202,7 +204,7 @@ class PostgresIdempotencyStore(LockedRecordChanges):
         if not self._started or self._pool.closed:
             raise store_unavailable("idempotency store is not started")
         try:
-            async with self._pool.connection() as conn:
+            async with self._pool.connection(timeout=wait_budget(self._pool_timeout)) as conn:
                 yield conn
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise store_unavailable(f"PostgreSQL idempotency store failed: {_brief(exc)}") from exc

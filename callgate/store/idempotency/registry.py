@@ -33,6 +33,9 @@ class IdempotencyFactory:
     (``store_unavailable``)."""
     validate: Callable[[IdempotencyConfig], list[str]]
     """Problems with the ``[idempotency]`` keys, each naming its key; ``[]`` = fine."""
+    probe: Callable[[Config, Mapping[str, str]], Awaitable[list[str]]] | None = None
+    """``callgate check``: reach the configured key store without changing it; problems, ``[]`` =
+    reachable. None: nothing to reach."""
 
 
 async def _open_sqlite(cfg: Config, environ: Mapping[str, str]) -> IdempotencyStore:
@@ -47,24 +50,50 @@ def _validate_sqlite(ic: IdempotencyConfig) -> list[str]:
     return [] if ic.path else ["idempotency.path must name the SQLite database file"]
 
 
-async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> IdempotencyStore:
-    from callgate.store.idempotency.postgres import PostgresIdempotencyStore
-
+def _dsn(cfg: Config, environ: Mapping[str, str]) -> str:
     ic = cfg.idempotency
     dsn = cfg.path(ic.dsn_file).read_text().strip() if ic.dsn_file else environ.get(ic.dsn_env, "")
     if not dsn:
         raise config_invalid(
             f"idempotency.backend = postgres needs a DSN in ${ic.dsn_env} or idempotency.dsn_file"
         )
-    store = PostgresIdempotencyStore(dsn)
+    return dsn
+
+
+async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> IdempotencyStore:
+    from callgate.store.idempotency.postgres import PostgresIdempotencyStore
+
+    store = PostgresIdempotencyStore(_dsn(cfg, environ), pool_timeout=cfg.idempotency.pool_timeout_seconds)
     await store.start()
     return store
 
 
+async def _probe_postgres(cfg: Config, environ: Mapping[str, str]) -> list[str]:
+    import psycopg
+
+    from callgate.core.errors import CallgateError
+
+    try:
+        dsn = _dsn(cfg, environ)
+        async with await psycopg.AsyncConnection.connect(dsn, connect_timeout=5) as conn:
+            await conn.execute("SELECT 1")
+    except CallgateError as exc:
+        return [exc.message]
+    except (psycopg.Error, OSError) as exc:  # the message names host and port, never the password
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return [f"idempotency.backend = postgres: cannot connect: {first}"]
+    return []
+
+
 def _validate_postgres(ic: IdempotencyConfig) -> list[str]:
-    if ic.dsn_env or ic.dsn_file:
-        return []
-    return ["idempotency.backend = postgres needs idempotency.dsn_env or idempotency.dsn_file"]
+    problems = (
+        []
+        if ic.dsn_env or ic.dsn_file
+        else ["idempotency.backend = postgres needs idempotency.dsn_env or idempotency.dsn_file"]
+    )
+    if ic.pool_timeout_seconds <= 0:
+        problems.append("idempotency.pool_timeout_seconds must be positive")
+    return problems
 
 
 IDEMPOTENCY_BACKENDS: Registry[IdempotencyFactory] = Registry("idempotency backend", "idempotency.backend")
@@ -84,6 +113,7 @@ IDEMPOTENCY_BACKENDS.register(
         doc="PostgreSQL shared by several pods (DSN from idempotency.dsn_env or idempotency.dsn_file)",
         open=_open_postgres,
         validate=_validate_postgres,
+        probe=_probe_postgres,
     )
 )
 
