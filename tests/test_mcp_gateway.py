@@ -356,11 +356,11 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
             assert r.is_error and payload(r)["status"] == "rejected"
             r = await call("up__lookup", {})
             assert r.is_error and payload(r)["code"] == "schema_violation", text_of(r)
-            # a retried identical write inside the dedupe window: one side effect
+            # an identical write is a new call, not a retry: it runs again (docs/MCP.md)
             first = await call("up__write_note", {"text": "hello"})
             again = await call("up__write_note", {"text": "hello"})
             assert not first.is_error and not again.is_error
-            assert payload(again)["invocation_id"] == payload(first)["invocation_id"]
+            assert payload(again)["invocation_id"] != payload(first)["invocation_id"]
             # the client's own key in _meta
             key = {"io.callgate/idempotency-key": "client-key-1"}
             await call("up__write_note", {"text": "keyed"}, meta=key)
@@ -398,7 +398,7 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
     run(go())
     effects = env.effects()
     notes = [e for e in effects if e["tool"] == "write_note"]
-    assert [n["text"] for n in notes] == ["hello", "keyed"], notes  # no forbidden note, no duplicate
+    assert [n["text"] for n in notes] == ["hello", "hello", "keyed"], notes  # no forbidden note
     assert [e["name"] for e in effects if e["tool"] == "remove"] == ["old"]
     assert len([e for e in effects if e["tool"] == "crash"]) == 1  # never retried
     seen = env.seen()
@@ -521,6 +521,7 @@ def test_mcp_config_errors_name_file_and_key(tmp_path: Path) -> None:
         '[[mcp.upstreams]]\nname = "a"\n': "'mcp.upstreams[0].command' is required",
         '[[mcp.upstreams]]\nname = "a"\ncommand = "x"\nenv = { K = { secret = "nope" } }\n': "secret 'nope'",
         '[mcp.http]\nlisten = "0.0.0.0:80"\n': "not loopback",
+        "[mcp]\ndedupe_window_seconds = 600\n": "'mcp.dedupe_window_seconds' was removed",
     }
     for text, expected in cases.items():
         p = tmp_path / "c.toml"
@@ -534,15 +535,24 @@ def test_mcp_config_errors_name_file_and_key(tmp_path: Path) -> None:
     assert mcp.identity.user == "u" and mcp.upstreams == ()
 
 
-def test_derived_key_is_deterministic_within_a_window() -> None:
-    from callgate.mcp.gateway import Identity, derived_key
+def test_call_key_names_one_request_of_one_session() -> None:
+    from callgate.mcp.callkey import KeySource, RequestScope, call_key
 
-    who = Identity("acme", "alice")
-    k1 = derived_key(who, "up.write_note@v1", {"text": "a", "n": 1}, 600, 1200.0)
-    assert k1 == derived_key(who, "up.write_note@v1", {"n": 1, "text": "a"}, 600, 1799.0)
-    assert k1 != derived_key(who, "up.write_note@v1", {"n": 1, "text": "a"}, 600, 1800.0)
-    assert k1 != derived_key(Identity("acme", "bob"), "up.write_note@v1", {"text": "a", "n": 1}, 600, 1200.0)
-    assert k1 != derived_key(who, "up.write_note@v1", {"text": "b", "n": 1}, 600, 1200.0)
+    def key(rid: str | int | None, meta: dict[str, Any] | None = None, derive: bool = True, **kw: Any) -> Any:
+        scope = RequestScope(**{"tenant": "acme", "subject": "alice", "session_id": "s1", "retries": True,
+                                "jsonrpc_id": rid, **kw})  # fmt: skip
+        return call_key(scope, "up.write_note@v1", meta or {}, derive=derive)
+
+    k1 = key(7)
+    assert k1.source is KeySource.JSONRPC_ID and k1 == key(7)  # a retry of request 7
+    assert k1 != key(8) and k1 != key("7")  # another request; "7" is not 7
+    assert k1 != key(7, session_id="s2") and k1 != key(7, subject="bob")
+    assert key(7, retries=False).source is KeySource.NONE and key(7, retries=False).key == ""
+    assert key(7, derive=False).key == ""  # a read: an identical read runs again
+    m = key(7, {"io.callgate/request-id": "r1"})
+    assert m.source is KeySource.META_REQUEST and m == key(9, {"io.callgate/request-id": "r1"})
+    c = key(7, {"io.callgate/idempotency-key": "k"}, retries=False)
+    assert c.source is KeySource.CLIENT and c.key == "k"
 
 
 @pytest.mark.filterwarnings("ignore:EdDSA is deprecated")

@@ -154,9 +154,6 @@ class McpConfig:
     ``external``: use an already-running sidecar at those sockets."""
     executor_id: str = "mcp-gateway"
     """Executor identity (credential audience) the gateway begins attempts as."""
-    dedupe_window_seconds: int = 600
-    """Width of the time bucket of derived idempotency keys: an identical retried call inside
-    the same bucket replays instead of running again (docs/MCP.md, "Idempotency")."""
     elicitation_timeout_seconds: float = 120.0
     """How long a confirmation question waits for the user; then the call is cancelled (for a
     2026-07-28 client: how long the parked confirmation waits for its answer)."""
@@ -258,6 +255,13 @@ def parse_mcp(data: Any, source: str) -> McpConfig:
         return McpConfig()
     if not isinstance(data, dict):
         raise config_invalid("[mcp] must be a table", source=source)
+    if "dedupe_window_seconds" in data:
+        raise config_invalid(
+            "'mcp.dedupe_window_seconds' was removed: calls are no longer deduplicated by their "
+            "arguments inside a time window, only a retry of the same request is (docs/MCP.md, "
+            '"Idempotency"); delete the key',
+            source=source,
+        )
     plain = {k: v for k, v in data.items() if k not in ("identity", "http", "upstreams")}
     kw = _scalar(McpConfig, plain, "mcp.", source)
     if "identity" in data:
@@ -278,8 +282,6 @@ def parse_mcp(data: Any, source: str) -> McpConfig:
     names = [u.name for u in cfg.upstreams]
     if len(set(names)) != len(names):
         raise config_invalid("mcp.upstreams: names must be unique", source=source)
-    if cfg.dedupe_window_seconds <= 0:
-        raise config_invalid("'mcp.dedupe_window_seconds' must be positive", source=source)
     if cfg.elicitation_timeout_seconds <= 0:
         raise config_invalid("'mcp.elicitation_timeout_seconds' must be positive", source=source)
     if cfg.http.listen:

@@ -21,6 +21,7 @@ from typing import Any
 import rfc8785
 
 from callgate.client.names import capability_of, import_name
+from callgate.mcp.argtypes import decimal_normalizers, normalized_schema, upstream_number_fields
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 PINNED_MEMBERS = ("name", "description", "inputSchema", "outputSchema", "annotations")
@@ -91,6 +92,10 @@ def toolspec_for(
         "schema_dialect": SCHEMA_DIALECT,
         "input_schema": {k: v for k, v in dict(tool.get("inputSchema") or {}).items() if k != "$schema"},
     }
+    normalizers = decimal_normalizers(doc["input_schema"])
+    if normalizers:  # JSON numbers: Cedar decimals (callgate/mcp/argtypes.py)
+        doc["normalizers"] = normalizers
+    doc["normalized_schema"] = normalized_schema(doc["input_schema"])  # closed, as Cedar records
     if tool.get("outputSchema") is not None:
         doc["output_schema"] = {k: v for k, v in dict(tool["outputSchema"]).items() if k != "$schema"}
     doc.update(
@@ -129,7 +134,10 @@ class Pin:
     """The ToolSpec's ``idempotency.supported``: writes without a client key get a derived one."""
     read_only: bool = False
     """The ToolSpec's ``side_effect_class`` is ``read_only``: no derived key (an identical read
-    inside the dedupe window runs again instead of replaying an old, possibly stale, answer)."""
+    runs again instead of replaying an old, possibly stale, answer)."""
+    number_fields: tuple[str, ...] = ()
+    """Fields the ToolSpec normalizes to decimal strings that the upstream takes as JSON numbers
+    (sent to it as numbers again: callgate/mcp/argtypes.py)."""
 
 
 def upstream_docs(tools_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -162,6 +170,7 @@ def read_pins(tools_dir: Path) -> list[Pin]:
                     has_output_schema=isinstance(doc.get("output_schema"), dict),
                     idempotency_supported=(doc.get("idempotency") or {}).get("supported") is True,
                     read_only=doc.get("side_effect_class") == "read_only",
+                    number_fields=upstream_number_fields(doc),
                 )
             )  # fmt: skip
         except KeyError:
