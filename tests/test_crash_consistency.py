@@ -328,3 +328,96 @@ def test_crash_consistency_postgres(postgres_dsn: str, capsys: pytest.CaptureFix
         run_crashes(pod, lambda: read_postgres(dsn), capsys, "postgres")
     finally:
         pod.stop()
+
+
+# ----------------------------------------------------------------------------- abandoned attempts
+ABANDON_CALLS = 12
+OPEN_STATES = {"PROPOSED", "PARSED", "VALIDATED", "AUTHORIZED", "PREPARED", "EXECUTING"}
+
+
+def run_abandoned(pod: Pod, read: Callable[[], Rows]) -> None:
+    """Issue 34 item 3: executors that give up mid-call, then a SIGKILL; after restart and the
+    deadline nothing stays open: the attempts that failed before commit end FAILED_BEFORE_COMMIT,
+    those never reported end OUTCOME_UNKNOWN (to be reconciled), nothing is left EXECUTING."""
+    channel = pod.start()
+    tmp = pod.tmp
+    gate = pb_grpc.GateStub(channel)
+    confirm = pb_grpc.ConfirmationsStub(grpc.insecure_channel(f"unix:{tmp}/confirmer.sock"))
+    execu = pb_grpc.ExecutorStub(grpc.insecure_channel(f"unix:{tmp}/executor.sock"))
+    sid = gate.OpenSession(
+        pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="alice"), timezone="UTC")
+    ).session_id
+    gate.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="m"))
+    kinds: dict[str, str] = {}
+    for i in range(ABANDON_CALLS):
+        key = f"abandon-{i}"
+        r = gate.Propose(
+            pb.ProposeRequest(
+                session_id=sid, model_call_id="m", proposal_id=f"a{i}", tool_name="calendar.create_event",
+                tool_version="v1", arguments=arguments(key), idempotency_key=key,
+            ),
+            timeout=10,
+        )  # fmt: skip
+        confirm.Confirm(
+            pb.ConfirmRequest(invocation_id=r.invocation_id, digest=r.digest, confirmed_by="alice")
+        )
+        att = execu.BeginAttempt(
+            pb.BeginAttemptRequest(invocation_id=r.invocation_id, executor_id="calendar-executor")
+        )
+        how = ("failed_then_gave_up", "never_reported", "committed")[i % 3]
+        if how == "failed_then_gave_up":  # a retry is advised; the executor never comes back
+            execu.ReportOutcome(
+                pb.ReportOutcomeRequest(
+                    attempt_id=att.attempt_id,
+                    outcome=pb.OUTCOME_FAILED_BEFORE_COMMIT,
+                    failure_class=pb.NOT_REACHED,
+                )
+            )
+        elif how == "committed":
+            execu.ReportOutcome(
+                pb.ReportOutcomeRequest(
+                    attempt_id=att.attempt_id, outcome=pb.OUTCOME_COMMITTED, external_resource_id=f"evt-{i}"
+                )
+            )
+        kinds[r.invocation_id] = how
+    channel.close()
+    pod.kill()  # the crash
+    pod.start().close()  # restart; the deadlines (the calendar tool's 10 s) pass while it runs
+    expected = {"failed_then_gave_up": "FAILED_BEFORE_COMMIT", "never_reported": "OUTCOME_UNKNOWN"}
+    deadline = time.monotonic() + 40
+    while True:
+        rows = read()
+        states = {iid: rows.invocations[iid][1] for iid in kinds}
+        if all(s not in OPEN_STATES for s in states.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    pod.stop()
+    for iid, how in kinds.items():
+        want = expected.get(how, "COMMITTED")
+        assert states[iid] == want, (how, states[iid])
+    assert not [iid for iid, (_, s) in rows.invocations.items() if s in OPEN_STATES]
+
+
+@pytest.mark.timeout(180)
+def test_abandoned_attempts_end_after_a_crash_sqlite() -> None:
+    pod = make_pod('[store]\npath = "{tmp}/callgate.db"\n[confirmation]\nsweep_interval_ms = 200', {})
+    try:
+        run_abandoned(pod, lambda: read_sqlite(pod.tmp / "callgate.db"))
+    finally:
+        pod.stop()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.postgres
+def test_abandoned_attempts_end_after_a_crash_postgres(postgres_dsn: str) -> None:
+    from tests.test_store_contract import fresh_pg_database
+
+    dsn = fresh_pg_database(postgres_dsn)
+    pod = make_pod(
+        '[store]\nbackend = "postgres"\ndsn_env = "CALLGATE_TEST_STORE_DSN"\n[confirmation]\nsweep_interval_ms = 200',
+        {"CALLGATE_TEST_STORE_DSN": dsn},
+    )
+    try:
+        run_abandoned(pod, lambda: read_postgres(dsn))
+    finally:
+        pod.stop()
