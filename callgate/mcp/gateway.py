@@ -897,8 +897,6 @@ def arguments_sha256(arguments: Mapping[str, Any]) -> str:
         return hashlib.sha256(json.dumps(dict(arguments), sort_keys=True, default=str).encode()).hexdigest()
 
 
-
-
 def _address(cfg: Config, listener: Any) -> str:
     if listener.socket:
         return "unix:" + str(cfg.path(listener.socket).resolve())
