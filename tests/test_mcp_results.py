@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import subprocess
 import sys
 import warnings
@@ -38,7 +39,8 @@ from tests.test_mcp_published import CONFIG_HEAD, MCP_HEAD, Published, _write_po
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-rich-6b1d0e44f2"
-TOKENS = {"tok-rich-alice-1": "alice", "tok-rich-alice-2": "alice"}
+TOKENS = {secrets.token_urlsafe(32): "alice", secrets.token_urlsafe(32): "alice"}
+"""Two bearer tokens of the same user (two HTTP sessions); 256 bits each, as the gateway requires."""
 
 pytestmark = pytest.mark.timeout(240)
 

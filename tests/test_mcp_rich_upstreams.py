@@ -10,15 +10,17 @@
   than the ToolSpec's result limit, a prompt.
 
 Pins come from ``callgate mcp import --accept-proposed``; the policies are written here. Driven
-by the official MCP Python SDK client over stdio and over streamable HTTP. Client-facing names are
-found by the tools' ``title`` (passed through ``tools/list``), so the tests do not depend on the
-name mapping of issue 27 item 1. docs/MCP.md ("Tested with") has the table these tests fill.
+by the official MCP Python SDK client over stdio and over streamable HTTP (and the TypeScript SDK
+client once). Client-facing names are found by the tools' ``title`` (passed through
+``tools/list``), so the tests do not depend on the name mapping (docs/MCP.md, names). Number
+arguments are Cedar ``decimal`` as import types them. docs/MCP.md ("Tested with") has the table these tests fill.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import secrets
 import sys
 import threading
 from collections.abc import Iterator
@@ -44,17 +46,17 @@ EVERYTHING_JS = (
     NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 )
 FETCH_SERVER = Path(sys.executable).with_name("mcp-server-fetch")
-TOKEN = "tok-rich-published-5d2a"
+TOKEN = secrets.token_urlsafe(32)
 
 pytestmark = pytest.mark.timeout(400)
 
 EVERYTHING_ACTIONS = {
     "get_tiny_image": ("read", ""),
     "get_annotated_message": ("read", "messageType: String, includeImage?: Bool"),
-    "get_resource_links": ("read", "count?: Long"),
-    "get_resource_reference": ("read", "resourceType?: String, resourceId?: Long"),
+    "get_resource_links": ("read", "count?: decimal"),
+    "get_resource_reference": ("read", "resourceType?: String, resourceId?: decimal"),
     "get_structured_content": ("read", "location: String"),
-    "trigger_long_running_operation": ("read", "duration?: Long, steps?: Long"),
+    "trigger_long_running_operation": ("read", "duration?: decimal, steps?: decimal"),
     "toggle_simulated_logging": ("read", ""),
 }
 EVERYTHING_POLICIES = (
@@ -67,20 +69,6 @@ FETCH_POLICIES = """
 permit (principal == User::"alice", action == Action::"mcp.fetch.fetch", resource)
 when { context.args.url like "http://127.0.0.1:*/docs/*" };
 """
-
-
-def _snake_names(tools_dir: Path) -> None:
-    """Until issue 27 item 1 lands, ``callgate check`` refuses the kebab-case names ``import``
-    writes for server-everything: the ToolSpec names are renamed by hand (the pin keeps the
-    upstream's own name, which is what the gateway calls). A no-op once import writes valid names."""
-    for path in sorted(tools_dir.glob("*.json")):
-        doc = json.loads(path.read_text())
-        if "-" not in doc["name"]:
-            continue
-        doc["name"] = doc["name"].replace("-", "_")
-        doc["resource_template"] = f"mcp:{doc['name']}"
-        path.unlink()
-        (tools_dir / f"{doc['name']}@{doc['version']}.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +95,7 @@ timeout_seconds = 30.0
 """
     )
     env = Published(base, config, base)
-    out = env.import_pins()
-    _snake_names(env.tools_dir)
+    out = env.import_pins()  # kebab-case upstream names get callgate names by import's rule
     assert "skipped everything.simulate-research-query: task_required" in out, out
     yield env
 
