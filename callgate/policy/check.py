@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -414,17 +415,27 @@ def samples(tool: CompiledTool, principals: Sequence[Subject]) -> tuple[list[Sam
         resource = tool.resource.render(args if isinstance(args, dict) else {})
     except Exception as exc:
         return [], [Finding(Severity.WARNING, tool.spec.source, f"sample request: {exc}")]
+    context = _sample_context(tool, args)
     out = [
-        Sample(
-            tool,
-            AuthzRequest(
-                subject=subj, capability=cap, resource=resource, context={"tool": tool.spec.key, "args": args}
-            ),
-        )
+        Sample(tool, AuthzRequest(subject=subj, capability=cap, resource=resource, context=context))
         for cap in tool.spec.required_capabilities
         for subj in principals
     ]
     return out, []
+
+
+def _sample_context(tool: CompiledTool, args: Any) -> dict[str, Any]:
+    """A sample's context as the authorize stage builds it: time arguments as time values,
+    ``context.now`` the clock of the check (callgate/policy/timevalues.py)."""
+    from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
+
+    if isinstance(args, dict):
+        try:
+            args = time_values(args, tool.times)
+        except TimeValueError:
+            pass  # the engine sees the text: a schema refusal shows in the decision
+    wall = datetime.now(UTC)
+    return {"tool": tool.spec.key, "args": args, NOW_KEY: now_instant(wall.isoformat(), wall)}
 
 
 _SHAPE_FAULTS = frozenset(

@@ -34,6 +34,7 @@ import jsonschema
 
 from callgate.core.errors import CallgateError, LoadError, policy_invalid
 from callgate.core.model import JSONValue
+from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
 from callgate.propose.parse import ParseLimits, parse_json_document
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "ToolDecl",
     "cedar_action_fragment",
     "cedar_declared_actions",
+    "cedar_declared_contexts",
+    "cedar_time_plans",
     "check_tools",
     "declared",
     "load_principals",
@@ -69,6 +72,11 @@ action read, create, modify, delete;
 """
 """The schema used when ``cedar/schema.cedarschema`` is absent (the request shape of
 docs/POLICIES.md); the actions come from the ToolSpecs."""
+
+TIME_TYPES: Final = frozenset({"datetime", "duration"})
+"""Cedar's extension types of time values (``context.now``, date/date-time/duration arguments)."""
+GENERATED_CONTEXT: Final = "tenant: String, tool: String, now: datetime"
+"""The context attributes of every generated action besides ``args``."""
 
 log = logging.getLogger("callgate.policy.declare")
 
@@ -106,7 +114,10 @@ class ArgType:
 
     @property
     def rego(self) -> str:
-        """The type name ``schema.rego`` checks (``Decimal`` for ``decimal``)."""
+        """The type name ``schema.rego`` checks (``Decimal`` for ``decimal``; a ``datetime`` or
+        ``duration`` argument is its RFC 3339 / ISO 8601 ``String`` in Rego)."""
+        if self.kind in TIME_TYPES:
+            return "String"
         return "Decimal" if self.kind == "decimal" else self.kind
 
 
@@ -144,9 +155,14 @@ class _TypeError(Exception):
         self.message = message
 
 
-def _arg_type(node: Any, schema_ptr: str, field_ptr: str, decimals: frozenset[str]) -> ArgType:
+def _arg_type(
+    node: Any, schema_ptr: str, field_ptr: str, decimals: frozenset[str], top: bool = False
+) -> ArgType:
     if field_ptr in decimals:
         return ArgType("decimal")
+    time_kind = field_kind(node) if top else None
+    if time_kind is not None:  # a top-level date, date-time or duration (callgate/policy/timevalues.py)
+        return ArgType(time_kind.cedar_type)
     if not isinstance(node, Mapping):
         raise _TypeError(schema_ptr, "not a schema object")
     for key in ("enum", "const"):
@@ -209,7 +225,13 @@ def _record(node: Mapping[str, Any], schema_ptr: str, field_ptr: str, decimals: 
     fields = tuple(
         (
             name,
-            _arg_type(sub, f"{schema_ptr}/properties/{_esc(name)}", f"{field_ptr}/{_esc(name)}", decimals),
+            _arg_type(
+                sub,
+                f"{schema_ptr}/properties/{_esc(name)}",
+                f"{field_ptr}/{_esc(name)}",
+                decimals,
+                not field_ptr,
+            ),
             name in required,
         )
         for name, sub in sorted(props.items())
@@ -318,7 +340,7 @@ def cedar_action_fragment(cap: str, decl: ToolDecl) -> str:
         f"// from {Path(decl.source).name} ({decl.key})\n"
         f"action {json.dumps(cap)} in [{decl.group}] appliesTo {{\n"
         f"  principal: User, resource: Resource,\n"
-        f"  context: {{ tenant: String, tool: String, args: {decl.args.cedar()} }}\n"
+        f"  context: {{ {GENERATED_CONTEXT}, args: {decl.args.cedar()} }}\n"
         f"}};\n"
     )
 
@@ -397,7 +419,7 @@ class _Parser:
             el = self.type_()
             self.next()  # '>'
             return None if el is None else ArgType("Set", element=el)
-        if tok in ("String", "Long", "Bool", "decimal", "__cedar::String", "__cedar::Long", "__cedar::Bool"):
+        if tok.removeprefix("__cedar::") in ("String", "Long", "Bool", "decimal", *TIME_TYPES):
             return ArgType(tok.removeprefix("__cedar::"))
         if tok == "[":
             while self.peek() not in ("]", ""):
@@ -409,6 +431,36 @@ class _Parser:
 def cedar_declared_actions(schema_text: str) -> dict[str, ArgType | None]:
     """Action name -> its ``context.args`` record as the schema text declares it (None when it
     has no literal record there), for every action the text declares."""
+    return {
+        n: None if ctx is None else next((t for f, t, _ in ctx.fields if f == "args"), None)
+        for n, ctx in cedar_declared_contexts(schema_text).items()
+    }
+
+
+def cedar_time_plans(schema_text: str) -> dict[str, TimePlan]:
+    """Action name -> what its context declares as time values (``context.now: datetime``,
+    top-level arguments typed ``datetime`` / ``duration``), for the actions that declare any."""
+    out: dict[str, TimePlan] = {}
+    for name, ctx in cedar_declared_contexts(schema_text).items():
+        if ctx is None:
+            continue
+        fields = {f: t for f, t, _ in ctx.fields}
+        now = fields.get(NOW_KEY)
+        args = fields.get("args")
+        times = (
+            frozenset(f for f, t, _ in args.fields if t.kind in TIME_TYPES)
+            if args is not None
+            else frozenset()
+        )
+        plan = TimePlan(now=now is not None and now.kind == "datetime", args=times)
+        if plan.now or plan.args:
+            out[name] = plan
+    return out
+
+
+def cedar_declared_contexts(schema_text: str) -> dict[str, ArgType | None]:
+    """Action name -> its ``context`` record as the schema text declares it (None when it has no
+    literal record there), for every action the text declares."""
     p = _Parser(_tokens(schema_text))
     out: dict[str, ArgType | None] = {}
     while p.peek():
@@ -419,16 +471,14 @@ def cedar_declared_actions(schema_text: str) -> dict[str, ArgType | None]:
             tok = p.next()
             if tok != ",":
                 names.append(_name(tok))
-        args: ArgType | None = None
+        ctx: ArgType | None = None
         while p.peek() not in (";", ""):
             tok = p.next()
             if tok == "context" and p.peek() == ":":
                 p.next()
                 ctx = p.type_()
-                if ctx is not None:
-                    args = next((t for n, t, _ in ctx.fields if n == "args"), None)
         for n in names:
-            out[n] = args
+            out[n] = ctx
     return out
 
 
@@ -602,7 +652,9 @@ class Declared:
         file does not declare, and ``callgate.entities`` from the principals file."""
         root = dict(legacy.get("callgate", {}))
         schema = dict(root.get("schema", {}))
-        schema.setdefault("context", {"tenant": "String", "tool": "String"})
+        schema.setdefault(
+            "context", {"tenant": "String", "tool": "String", NOW_KEY: "String", MILLIS_KEY: "Record"}
+        )
         schema.setdefault("groups", list(GROUPS))
         actions = dict(schema.get("actions", {}))
         strict = "actions" not in schema
@@ -632,7 +684,8 @@ def declared(policy_dir: Path) -> Declared:
 
 def _diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
     """Where ``have`` (the engine's schema) differs from ``want`` (the ToolSpec), by path."""
-    if want.kind != have.kind:
+    if want.kind != have.kind and not (want.kind in TIME_TYPES and have.kind == "String"):
+        # a hand-written String keeps a time argument a string (the legacy form)
         return [f"{prefix}: the ToolSpec makes it {want.cedar()}, the schema {have.cedar()}"]
     if want.kind == "Set":
         assert want.element is not None and have.element is not None

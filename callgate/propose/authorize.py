@@ -8,10 +8,12 @@ the policy as ``context.args`` and as the rendered resource, so an argument clai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from callgate.core.errors import CallgateError, ErrorCode, internal
-from callgate.core.model import AuthzRequest, Decision, NormalizedArguments, Subject
+from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
+from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.normalize import as_policy_values
 
@@ -21,6 +23,21 @@ class AuthorizationResult:
     decision: Decision
     resource: str
     requests: tuple[AuthzRequest, ...]
+
+
+def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[str, JSONValue]:
+    """``context`` without the tenant (the engines add the session's): the tool, the arguments
+    and ``now``. Decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number),
+    time arguments and the reference clock as time values (Cedar ``datetime`` / ``duration``,
+    Rego RFC 3339 text plus ``context.millis``: callgate/policy/timevalues.py). Raises
+    :class:`TimeValueError`."""
+    assert normalized.value is not None
+    values = as_policy_values(normalized.value, tool.normalizers)
+    if tool.times:
+        values = time_values(values, tool.times)
+    ctx = normalized.context
+    now: Any = now_instant(ctx.reference_clock, ctx.reference_time)
+    return {"tool": tool.spec.key, "args": values, NOW_KEY: now}
 
 
 async def authorize_invocation(
@@ -37,8 +54,12 @@ async def authorize_invocation(
         resource = tool.resource.render(args)
     except CallgateError as exc:
         return AuthorizationResult(fault(engine.name, exc.code, exc.message), "", ())
-    # decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number)
-    context = {"tool": tool.spec.key, "args": as_policy_values(args, tool.normalizers)}
+    try:
+        context = policy_context(tool, normalized)
+    except TimeValueError:  # refused at validation already (steps.check_times): never reached
+        return AuthorizationResult(
+            fault(engine.name, ErrorCode.ENGINE_ERROR, "time value not representable"), resource, ()
+        )
     requests = tuple(
         AuthzRequest(subject=subject, capability=cap, resource=resource, context=context)
         for cap in tool.spec.required_capabilities
