@@ -339,7 +339,9 @@ class Sample:
     request: AuthzRequest
 
     def describe(self) -> str:
-        args = json.dumps(self.request.context.get("args", {}), ensure_ascii=False, sort_keys=True)
+        args = json.dumps(
+            self.request.context.get("args", {}), ensure_ascii=False, sort_keys=True, default=_shown
+        )
         r = self.request
         return (
             f"sample {self.tool.spec.key}: principal {r.subject.tenant}/{r.subject.id}, action "
@@ -422,6 +424,14 @@ def samples(tool: CompiledTool, principals: Sequence[Subject]) -> tuple[list[Sam
         for subj in principals
     ]
     return out, []
+
+
+def _shown(value: object) -> object:
+    """A time value of a sample as its text (``describe``)."""
+    text = getattr(value, "text", None)
+    if isinstance(text, str):
+        return text
+    raise TypeError(type(value).__name__)
 
 
 def _sample_context(tool: CompiledTool, args: Any) -> dict[str, Any]:

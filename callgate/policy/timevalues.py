@@ -31,6 +31,7 @@ from typing import Any, Final
 
 __all__ = [
     "MILLIS_KEY",
+    "NO_PLAN",
     "NOW_KEY",
     "Instant",
     "Span",

@@ -41,7 +41,7 @@ from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArgumen
 from callgate.core.nativemod import NOT_BUILT, load_native, native_missing
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
-from callgate.policy.timevalues import TimeValueError, now_instant
+from callgate.policy.timevalues import NO_PLAN, TimeValueError, now_instant
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.normalize import (
     DATE_VOCABULARIES,
@@ -350,6 +350,18 @@ class _Prepared:
     """The tool has a ``datetime`` normalizer: the session's zone rules go with each call."""
 
 
+def _time_args_declared(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
+    """Whether a time argument of ``tool`` is a Cedar ``datetime`` / ``duration`` for one of its
+    capabilities (a hand-written schema may keep it a ``String``: the one-call context has it)."""
+    if not tool.times:
+        return False
+    plans = getattr(snapshot.engine, "time_plans", None)
+    if not isinstance(plans, Mapping):
+        return True
+    names = {f.name for f in tool.times}
+    return any(names & plans.get(cap, NO_PLAN).args for cap in tool.spec.required_capabilities)
+
+
 def _cedar_now(reference_clock: str) -> str | None:
     """``context.now`` as Cedar's ``datetime`` text (None: no datetime, the engine decides)."""
     try:
@@ -441,7 +453,8 @@ class Core:
                     # policies' context, which the one-call decision does not build: the engine
                     # decides from the front's value
                     None
-                    if tool.times or any(s.kind == "decimal" for s in tool.normalizers.specs)
+                    if _time_args_declared(snapshot, tool)
+                    or any(s.kind == "decimal" for s in tool.normalizers.specs)
                     else tool.resource.template,
                 )
             except ValueError as exc:

@@ -776,6 +776,11 @@ class CedarEngine:
     def revision(self) -> str:
         return self._p.revision
 
+    @property
+    def time_plans(self) -> Mapping[str, TimePlan]:
+        """Action -> the time values its schema declares (:mod:`callgate.policy.timevalues`)."""
+        return self._p.time_plans
+
     def _request_entities(self, p: CedarPolicies, req: AuthzRequest) -> list[dict[str, Any]]:
         if p.entities is None:
             raise RuntimeError("cedarpy's form of this snapshot was not built")
