@@ -207,7 +207,7 @@ def field_kind(node: Any) -> TimeKind | None:
     if [t for t in types if t != "null"] != ["string"]:
         return None
     fmt = node.get("format")
-    return TimeKind(fmt) if fmt in TimeKind._value2member_map_ else None
+    return TimeKind(fmt) if isinstance(fmt, str) and fmt in TimeKind._value2member_map_ else None
 
 
 def time_values(args: Mapping[str, Any], fields: tuple[TimeField, ...]) -> dict[str, Any]:
