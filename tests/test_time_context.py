@@ -15,6 +15,7 @@ import asyncio
 import json
 import shutil
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +261,53 @@ def _native(folder: Path) -> tuple[Any, Core]:
         _SNAPS["native"] = (snap, core)
     out: tuple[Any, Core] = _SNAPS["native"]
     return out
+
+
+def test_through_a_real_sidecar(folder: Path) -> None:
+    """gRPC end to end (the sidecar's own core, compiled when built): a proposal within the window
+    is allowed, the table's sub-millisecond start is a ``schema_violation`` before any decision,
+    and ``Authorize`` decides on the sidecar's clock (the record's ``at``), never on a ``now`` the
+    caller sends."""
+    from google.protobuf import struct_pb2
+
+    from callgate.gen.v1 import callgate_pb2 as pb
+    from tests.conftest import SPEC_CLOCK, start_sidecar, stop_sidecar
+    from tests.test_gate_cases import propose_recorded
+
+    by_name = {c["name"]: c for c in CASES}
+    sc, tmp = start_sidecar(folder)
+    try:
+        sid = sc.open_session(subject="ana")
+        sc.list_tools(sid)
+        ok = sc.propose(sid, "events.schedule@v1", by_name["an hour tomorrow"]["args"], idempotency_key="k1")
+        assert pb.State.Name(ok.state) == "PREPARED" and ok.decision.effect == pb.ALLOW
+        long = by_name["5 hours needs confirmation"]["args"]
+        confirm = sc.propose(sid, "events.schedule@v1", long, idempotency_key="k2", proposal_id="call_2")
+        assert confirm.decision.effect == pb.CONFIRM
+        bad = by_name["a digit below the millisecond is refused"]["args"]
+        refused, _ = propose_recorded(
+            sc, sid, "events.schedule@v1", bad, idempotency_key="k3", proposal_id="c3"
+        )
+        assert pb.State.Name(refused.state) == "VALIDATION_REJECTED"
+        assert refused.rejection.code == "schema_violation"
+        assert [v.pointer for v in refused.rejection.violations] == ["/start"]
+
+        def authorize(context: dict[str, Any]) -> Any:
+            ctx = struct_pb2.Struct()
+            ctx.update(context)
+            return sc.authorizer.Authorize(
+                pb.AuthorizeRequest(
+                    subject=pb.Subject(tenant="acme", id="ana"), capability="reports.fetch",
+                    resource="report:q3", context=ctx,
+                )
+            )  # fmt: skip
+
+        report = {"tool": "reports.fetch@v1", "args": {"name": "q3"}}
+        assert authorize(report).decision.effect == pb.ALLOW  # 2026: before 2027
+        sc.clock.advance((datetime(2027, 1, 1, tzinfo=UTC) - SPEC_CLOCK).total_seconds())
+        late = authorize({**report, "now": "2026-01-01T00:00:00Z"})  # the caller's now is not used
+        assert late.decision.effect == pb.DENY
+        rec = sc.call(sc.sidecar.components.store.get_decision(late.decision_id))
+        assert rec.at.startswith("2027-01-01T00:00:00") and rec.context_keys == ("args", "now", "tool")
+    finally:
+        stop_sidecar(sc, tmp)
