@@ -228,7 +228,15 @@ def test_instants(text: str, kind: TimeKind, ms: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["2026-02-30", "2026-07-19T14:00:60Z", "2026-07-19T14:00:00.0000001Z", "2026-07-19T14:00:00"]
+    "text",
+    [
+        "2026-02-30",
+        "2026-07-19T14:00:60Z",
+        "2026-07-19T14:00:00.0000001Z",
+        "2026-07-19T14:00:00",
+        "0001-01-01T00:00:00+01:00",  # year 0 in UTC: no Cedar datetime
+        "2026-07-19T14:00:00+05:99",
+    ],
 )
 def test_instants_refused(text: str) -> None:
     with pytest.raises(TimeValueError):

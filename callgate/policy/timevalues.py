@@ -86,7 +86,10 @@ class Instant:
     def cedar(self) -> dict[str, Any]:
         """Cedar's explicit JSON form, ``datetime("YYYY-MM-DDThh:mm:ss.SSSZ")`` (UTC)."""
         dt = _EPOCH + timedelta(milliseconds=self.epoch_ms)
-        text = dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{dt.microsecond // 1000:03d}Z"
+        text = (
+            f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
+            f".{dt.microsecond // 1000:03d}Z"
+        )
         return {"__extn": {"fn": "datetime", "arg": text}}
 
 
@@ -143,7 +146,7 @@ def instant_of(text: str, kind: TimeKind) -> Instant:
     offset = timedelta(0)
     if m[9]:
         offset = timedelta(hours=int(m[10]), minutes=int(m[11]))
-        if offset >= timedelta(hours=24):
+        if offset >= timedelta(hours=24) or int(m[11]) > 59:
             raise TimeValueError("UTC offset out of range")
         offset = -offset if m[9] == "-" else offset
     try:
@@ -151,8 +154,9 @@ def instant_of(text: str, kind: TimeKind) -> Instant:
             int(m[1]), int(m[2]), int(m[3]), int(m[4]), int(m[5]), int(m[6]),
             int((frac + "000")[:3]) * 1000, tzinfo=timezone(offset),
         )  # fmt: skip
-    except ValueError:
-        raise TimeValueError("not a valid date-time") from None
+        dt.astimezone(UTC)  # Cedar's datetime is UTC: years 1 to 9999 there too
+    except (ValueError, OverflowError):
+        raise TimeValueError("not a valid date-time, or outside years 1-9999 in UTC") from None
     return Instant(text, _ms(dt - _EPOCH))
 
 
