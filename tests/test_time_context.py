@@ -300,16 +300,21 @@ def test_through_a_real_sidecar(folder: Path) -> None:
         assert refused.rejection.code == "schema_violation"
         assert [v.pointer for v in refused.rejection.violations] == ["/start"]
 
-        def authorize(context: dict[str, Any]) -> Any:
+        def authorize(context: dict[str, Any], capability: str = "reports.fetch") -> Any:
             ctx = struct_pb2.Struct()
             ctx.update(context)
             return sc.authorizer.Authorize(
                 pb.AuthorizeRequest(
-                    subject=pb.Subject(tenant="acme", id="ana"), capability="reports.fetch",
+                    subject=pb.Subject(tenant="acme", id="ana"), capability=capability,
                     resource="report:q3", context=ctx,
                 )
             )  # fmt: skip
 
+        # a caller's context naming the ToolSpec gets its time arguments as Propose does
+        event = {"tool": "events.schedule@v1", "args": by_name["an hour tomorrow"]["args"]}
+        assert authorize(event, "events.schedule").decision.effect == pb.ALLOW
+        far = {"tool": "events.schedule@v1", "args": by_name["40 days ahead"]["args"]}
+        assert authorize(far, "events.schedule").decision.effect == pb.DENY
         report = {"tool": "reports.fetch@v1", "args": {"name": "q3"}}
         assert authorize(report).decision.effect == pb.ALLOW  # 2026: before 2027
         sc.clock.advance((datetime(2027, 1, 1, tzinfo=UTC) - SPEC_CLOCK).total_seconds())

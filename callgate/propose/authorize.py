@@ -7,6 +7,7 @@ the policy as ``context.args`` and as the rendered resource, so an argument clai
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
 from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
-from callgate.policy.toolspecs import CompiledTool
+from callgate.policy.toolspecs import CompiledTool, ToolRegistry
 from callgate.propose.normalize import as_policy_values
 
 
@@ -38,6 +39,23 @@ def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[
     ctx = normalized.context
     now: Any = now_instant(ctx.reference_clock, ctx.reference_time)
     return {"tool": tool.spec.key, "args": values, NOW_KEY: now}
+
+
+def caller_context(context: Mapping[str, Any], tools: ToolRegistry, now: Any) -> dict[str, Any]:
+    """A caller's context (``Authorize``) as Propose builds it: ``now`` (replacing one the caller
+    sent) and, when ``context.tool`` names a ToolSpec, its time arguments as time values. A text
+    that is no exact time value stays text: Cedar's schema refuses it, Rego has no ``millis``
+    for it (a deny either way)."""
+    out = {**context, NOW_KEY: now}
+    name, _, version = str(context.get("tool", "")).partition("@")
+    tool = tools.get(name, version)
+    args = context.get("args")
+    if tool is not None and tool.times and isinstance(args, Mapping):
+        try:
+            out["args"] = time_values(args, tool.times)
+        except TimeValueError:
+            pass
+    return out
 
 
 async def authorize_invocation(

@@ -44,8 +44,9 @@ from callgate.core.trace import TraceContext, new_span_id
 from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot
-from callgate.policy.timevalues import NOW_KEY, now_instant
+from callgate.policy.timevalues import now_instant
 from callgate.propose import steps
+from callgate.propose.authorize import caller_context
 from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.core import Core
 from callgate.propose.digest import canonicalize, canonicalize_plain
@@ -418,8 +419,9 @@ class Gate:
         # caller sent is replaced, as ``tenant`` is; the digest and key names stay the caller's)
         at_time = self._clock.now()
         at = rfc3339(at_time)
-        engine_request = replace(request, context={**request.context, NOW_KEY: now_instant(at, at_time)})
         snap = self.serving.current
+        now = now_instant(at, at_time)
+        engine_request = replace(request, context=caller_context(request.context, snap.tools, now))
         decision = (await snap.engine.authorize_batch([engine_request]))[0]
         stored = self._stored_decisions.get(decision)
         if stored is None:
