@@ -130,6 +130,8 @@ def test_check_refuses_an_unreachable_postgres_store(tmp_path: Path) -> None:
     assert r.returncode == 1, r.stdout + r.stderr
     assert "store_unavailable" in r.stdout and "postgres" in r.stdout, r.stdout
     assert "s3cret-pw" not in r.stdout + r.stderr
+    offline = callgate("check", "--offline", "--config", str(cfg))  # the files only
+    assert offline.returncode == 0 and "\nok: " in "\n" + offline.stdout, offline.stdout + offline.stderr
 
 
 def test_check_refuses_an_unreachable_postgres_key_store(tmp_path: Path) -> None:

@@ -188,7 +188,7 @@ def visible(text: str) -> str:
 
 
 def _visible_literal(m: regex.Match[str]) -> str:
-    literal = m.group()
+    literal = str(m.group())
     if literal.isascii() and "  " not in literal:
         return literal
     return '"' + visible(literal[1:-1]) + '"'
@@ -196,4 +196,4 @@ def _visible_literal(m: regex.Match[str]) -> str:
 
 def visible_json(text: str) -> str:
     """JSON text for a plain-text confirmation surface, each string literal :func:`visible`."""
-    return JSON_STRING.sub(_visible_literal, text)
+    return str(JSON_STRING.sub(_visible_literal, text))

@@ -29,6 +29,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -338,7 +339,9 @@ class Sample:
     request: AuthzRequest
 
     def describe(self) -> str:
-        args = json.dumps(self.request.context.get("args", {}), ensure_ascii=False, sort_keys=True)
+        args = json.dumps(
+            self.request.context.get("args", {}), ensure_ascii=False, sort_keys=True, default=_shown
+        )
         r = self.request
         return (
             f"sample {self.tool.spec.key}: principal {r.subject.tenant}/{r.subject.id}, action "
@@ -414,17 +417,35 @@ def samples(tool: CompiledTool, principals: Sequence[Subject]) -> tuple[list[Sam
         resource = tool.resource.render(args if isinstance(args, dict) else {})
     except Exception as exc:
         return [], [Finding(Severity.WARNING, tool.spec.source, f"sample request: {exc}")]
+    context = _sample_context(tool, args)
     out = [
-        Sample(
-            tool,
-            AuthzRequest(
-                subject=subj, capability=cap, resource=resource, context={"tool": tool.spec.key, "args": args}
-            ),
-        )
+        Sample(tool, AuthzRequest(subject=subj, capability=cap, resource=resource, context=context))
         for cap in tool.spec.required_capabilities
         for subj in principals
     ]
     return out, []
+
+
+def _shown(value: object) -> object:
+    """A time value of a sample as its text (``describe``)."""
+    text = getattr(value, "text", None)
+    if isinstance(text, str):
+        return text
+    raise TypeError(type(value).__name__)
+
+
+def _sample_context(tool: CompiledTool, args: Any) -> dict[str, Any]:
+    """A sample's context as the authorize stage builds it: time arguments as time values,
+    ``context.now`` the clock of the check (callgate/policy/timevalues.py)."""
+    from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
+
+    if isinstance(args, dict):
+        try:
+            args = time_values(args, tool.times)
+        except TimeValueError:
+            pass  # the engine sees the text: a schema refusal shows in the decision
+    wall = datetime.now(UTC)
+    return {"tool": tool.spec.key, "args": args, NOW_KEY: now_instant(wall.isoformat(), wall)}
 
 
 _SHAPE_FAULTS = frozenset(

@@ -34,6 +34,7 @@ import jsonschema
 
 from callgate.core.errors import CallgateError, LoadError, policy_invalid
 from callgate.core.model import JSONValue
+from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
 from callgate.propose.parse import ParseLimits, parse_json_document
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "cedar_action_fragment",
     "cedar_declared_actions",
     "cedar_declared_contexts",
+    "cedar_time_plans",
     "check_tools",
     "declared",
     "load_principals",
@@ -71,6 +73,11 @@ action read, create, modify, delete;
 """
 """The schema used when ``cedar/schema.cedarschema`` is absent (the request shape of
 docs/POLICIES.md); the actions come from the ToolSpecs."""
+
+TIME_TYPES: Final = frozenset({"datetime", "duration"})
+"""Cedar's extension types of time values (``context.now``, date/date-time/duration arguments)."""
+GENERATED_CONTEXT: Final = "tenant: String, tool: String, now: datetime"
+"""The context attributes of every generated action besides ``args``."""
 
 log = logging.getLogger("callgate.policy.declare")
 
@@ -111,7 +118,10 @@ class ArgType:
 
     @property
     def rego(self) -> str:
-        """The type name ``schema.rego`` checks (``Decimal`` for ``decimal``)."""
+        """The type name ``schema.rego`` checks (``Decimal`` for ``decimal``; a ``datetime`` or
+        ``duration`` argument is its RFC 3339 / ISO 8601 ``String`` in Rego)."""
+        if self.kind in TIME_TYPES:
+            return "String"
         return "Decimal" if self.kind == "decimal" else self.kind
 
 
@@ -149,9 +159,14 @@ class _TypeError(Exception):
         self.message = message
 
 
-def _arg_type(node: Any, schema_ptr: str, field_ptr: str, decimals: frozenset[str]) -> ArgType:
+def _arg_type(
+    node: Any, schema_ptr: str, field_ptr: str, decimals: frozenset[str], top: bool = False
+) -> ArgType:
     if field_ptr in decimals:
         return ArgType("decimal")
+    time_kind = field_kind(node) if top else None
+    if time_kind is not None:  # a top-level date, date-time or duration (callgate/policy/timevalues.py)
+        return ArgType(time_kind.cedar_type)
     if not isinstance(node, Mapping):
         raise _TypeError(schema_ptr, "not a schema object")
     for key in ("enum", "const"):
@@ -214,7 +229,13 @@ def _record(node: Mapping[str, Any], schema_ptr: str, field_ptr: str, decimals: 
     fields = tuple(
         (
             name,
-            _arg_type(sub, f"{schema_ptr}/properties/{_esc(name)}", f"{field_ptr}/{_esc(name)}", decimals),
+            _arg_type(
+                sub,
+                f"{schema_ptr}/properties/{_esc(name)}",
+                f"{field_ptr}/{_esc(name)}",
+                decimals,
+                not field_ptr,
+            ),
             name in required,
         )
         for name, sub in sorted(props.items())
@@ -323,7 +344,7 @@ def cedar_action_fragment(cap: str, decl: ToolDecl) -> str:
         f"// from {Path(decl.source).name} ({decl.key})\n"
         f"action {json.dumps(cap)} in [{decl.group}] appliesTo {{\n"
         f"  principal: User, resource: Resource,\n"
-        f"  context: {{ tenant: String, tool: String, args: {decl.args.cedar()} }}\n"
+        f"  context: {{ {GENERATED_CONTEXT}, args: {decl.args.cedar()} }}\n"
         f"}};\n"
     )
 
@@ -402,7 +423,7 @@ class _Parser:
             el = self.type_()
             self.next()  # '>'
             return None if el is None else ArgType("Set", element=el)
-        if tok in ("String", "Long", "Bool", "decimal", "__cedar::String", "__cedar::Long", "__cedar::Bool"):
+        if tok.removeprefix("__cedar::") in ("String", "Long", "Bool", "decimal", *TIME_TYPES):
             return ArgType(tok.removeprefix("__cedar::"))
         if tok == "[":
             while self.peek() not in ("]", ""):
@@ -428,8 +449,8 @@ class ActionContext:
 
     def never_matches(self) -> str | None:
         """Why no request can conform to this context (every request carries ``context: {
-        tenant: String, tool: String, args: {...} }``), or None when one can (or it cannot be
-        told: a common type)."""
+        tenant: String, tool: String, args: {...} }``, and ``now: datetime`` where declared), or
+        None when one can (or it cannot be told: a common type)."""
         if not self.declared:
             return "declares no context"
         if self.record is None:
@@ -440,7 +461,12 @@ class ActionContext:
                 return f"declares no context.{name}"
             if have[name][0].kind != kind:
                 return f"declares context.{name} as {have[name][0].cedar()}, requests carry a {kind}"
-        extra = sorted(n for n, (_, r) in have.items() if r and n not in ("tenant", "tool", "args"))
+        carried = ("tenant", "tool", "args")
+        extra = sorted(
+            n
+            for n, (t, r) in have.items()
+            if r and n not in carried and not (n == NOW_KEY and t.kind == "datetime")  # context.now
+        )
         if extra:
             return f"requires context.{extra[0]}, which no request carries"
         return None
@@ -474,6 +500,26 @@ def cedar_declared_actions(schema_text: str) -> dict[str, ArgType | None]:
     """Action name -> its ``context.args`` record as the schema text declares it (None when it
     has no literal record there), for every action the text declares."""
     return {name: ctx.args for name, ctx in cedar_declared_contexts(schema_text).items()}
+
+
+def cedar_time_plans(schema_text: str) -> dict[str, TimePlan]:
+    """Action name -> what its context declares as time values (``context.now: datetime``,
+    top-level arguments typed ``datetime`` / ``duration``), for the actions that declare any."""
+    out: dict[str, TimePlan] = {}
+    for name, ctx in cedar_declared_contexts(schema_text).items():
+        if ctx.record is None:
+            continue
+        now = next((t for f, t, _ in ctx.record.fields if f == NOW_KEY), None)
+        args = ctx.args
+        times = (
+            frozenset(f for f, t, _ in args.fields if t.kind in TIME_TYPES)
+            if args is not None
+            else frozenset()
+        )
+        plan = TimePlan(now=now is not None and now.kind == "datetime", args=times)
+        if plan.now or plan.args:
+            out[name] = plan
+    return out
 
 
 # -- the principals file ------------------------------------------------------------------------
@@ -646,7 +692,9 @@ class Declared:
         file does not declare, and ``callgate.entities`` from the principals file."""
         root = dict(legacy.get("callgate", {}))
         schema = dict(root.get("schema", {}))
-        schema.setdefault("context", {"tenant": "String", "tool": "String"})
+        schema.setdefault(
+            "context", {"tenant": "String", "tool": "String", NOW_KEY: "String", MILLIS_KEY: "Record"}
+        )
         schema.setdefault("groups", list(GROUPS))
         actions = dict(schema.get("actions", {}))
         strict = "actions" not in schema
@@ -676,7 +724,8 @@ def declared(policy_dir: Path) -> Declared:
 
 def _diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
     """Where ``have`` (the engine's schema) differs from ``want`` (the ToolSpec), by path."""
-    if want.kind != have.kind:
+    if want.kind != have.kind and not (want.kind in TIME_TYPES and have.kind == "String"):
+        # a hand-written String keeps a time argument a string (the legacy form)
         return [f"{prefix}: the ToolSpec makes it {want.cedar()}, the schema {have.cedar()}"]
     if want.kind == "Set":
         assert want.element is not None and have.element is not None

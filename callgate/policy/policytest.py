@@ -37,7 +37,9 @@ action              yes       the capability (a Cedar action / ``input.capabilit
 resource            yes       the rendered resource template, e.g. ``file:/tmp/x``
 context             no        object, default ``{}``: ``{"tool": "name@version",
                               "args": {...}}`` as the authorize stage passes it (the engine
-                              adds the session tenant, as in production)
+                              adds the session tenant, as in production); ``"now"``: the
+                              reference clock (RFC 3339; default: the clock when the suite
+                              runs: state it in a case whose policy reads ``context.now``)
 expect_reasons      no        list of policy ids: the decision's policy ids must be exactly
                               these (order and repeats ignored); ``[]`` = no policy decided
                               (e.g. a ``no_matching_permit`` deny)
@@ -61,8 +63,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from callgate.config import Config
 from callgate.core.errors import CallgateError, RejectedError
@@ -333,27 +336,48 @@ async def run_cases(cases: Sequence[RequestCase], engine: Engine) -> list[CaseRe
 
 
 def _policy_values(cases: list[RequestCase], tools_dir: Path | None) -> list[RequestCase]:
-    """Cases whose ``context.tool`` names a ToolSpec with ``decimal`` normalizers get those
-    arguments as the authorize stage passes them (decimals: a Cedar ``decimal``, a Rego number),
-    so ``"amount": "150.00"`` in a request file means what it means in production."""
-    if tools_dir is None or not tools_dir.is_dir():
-        return cases
-    from callgate.policy.toolspecs import load_tools
+    """Cases get their context as the authorize stage passes it: ``context.now`` (RFC 3339 in the
+    file, else the clock when the suite runs) as a time value, and when ``context.tool`` names a
+    ToolSpec, its ``decimal`` and time arguments as decimals and time values (a Cedar ``decimal``
+    / ``datetime`` / ``duration``, a Rego number / text), so ``"amount": "150.00"`` and
+    ``"start": "2026-07-20"`` in a request file mean what they mean in production."""
+    from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
+
+    tools: dict[str, Any] = {}
+    if tools_dir is not None and tools_dir.is_dir():
+        from callgate.policy.toolspecs import load_tools
+
+        try:
+            tools = {t.spec.key: t for t in load_tools(tools_dir)}
+        except CallgateError:
+            pass  # the snapshot load reports it
     from callgate.propose.normalize import as_policy_values
 
-    try:
-        tools = {t.spec.key: t for t in load_tools(tools_dir)}
-    except CallgateError:
-        return cases  # the snapshot load reports it
+    wall = datetime.now(UTC)
     out = []
     for c in cases:
-        ctx = c.request.context
+        ctx: dict[str, Any] = dict(c.request.context)
+        stated = ctx.get(NOW_KEY)
+        try:
+            ctx[NOW_KEY] = (
+                now_instant(wall.isoformat().replace("+00:00", "Z"), wall)
+                if stated is None
+                else now_instant(stated)
+                if isinstance(stated, str)
+                else stated
+            )
+        except TimeValueError:
+            pass  # not a time: the engine sees the text (a schema refusal, a deny)
         tool = tools.get(str(ctx.get("tool", "")))
         args = ctx.get("args")
         if tool is not None and isinstance(args, dict):
-            converted = {**ctx, "args": as_policy_values(args, tool.normalizers)}
-            c = replace(c, request=replace(c.request, context=converted))
-        out.append(c)
+            values = as_policy_values(args, tool.normalizers)
+            try:
+                values = time_values(values, tool.times)
+            except TimeValueError:
+                pass
+            ctx["args"] = values
+        out.append(replace(c, request=replace(c.request, context=ctx)))
     return out
 
 

@@ -31,6 +31,7 @@ from callgate.core.errors import (
 )
 from callgate.core.model import JSONValue, SideEffectClass
 from callgate.execute.encode import limits_from_spec
+from callgate.policy.timevalues import TimeField, time_fields
 from callgate.propose.normalize import NormalizerChain
 from callgate.propose.parse import ParseLimits, parse_json_document
 from callgate.propose.textpolicy import EMPTY as NO_TEXT_POLICY
@@ -154,6 +155,9 @@ class CompiledTool:
     """Compiled ``output_schema``: what an ``ok`` result must satisfy before the model sees it."""
     output_schema_json: str = ""
     """``output_schema`` as JSON text (ListTools), empty when the ToolSpec has none."""
+    times: tuple[TimeField, ...] = ()
+    """The top-level arguments that reach the policies as time values (``format`` ``date``,
+    ``date-time``, ``duration`` in the normalized schema: :mod:`callgate.policy.timevalues`)."""
     text_policy: TextPolicy = NO_TEXT_POLICY
     """Which strings are identifiers that must not hide characters (issue 33, ``text_policy``)."""
 
@@ -318,6 +322,7 @@ def compile_tool(path: Path) -> CompiledTool:
         resource=resource,
         input_schema_json=json.dumps(doc["input_schema"], ensure_ascii=False, sort_keys=True),
         output_schema=output_schema,
+        times=time_fields(doc.get("normalized_schema", doc["input_schema"])),
         text_policy=text_policy,
         output_schema_json=(
             json.dumps(doc["output_schema"], ensure_ascii=False, sort_keys=True)

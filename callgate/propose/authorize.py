@@ -7,12 +7,15 @@ the policy as ``context.args`` and as the rendered resource, so an argument clai
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from callgate.core.errors import CallgateError, ErrorCode, internal
-from callgate.core.model import AuthzRequest, Decision, NormalizedArguments, Subject
+from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
-from callgate.policy.toolspecs import CompiledTool
+from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
+from callgate.policy.toolspecs import CompiledTool, ToolRegistry
 from callgate.propose.normalize import as_policy_values
 
 
@@ -21,6 +24,38 @@ class AuthorizationResult:
     decision: Decision
     resource: str
     requests: tuple[AuthzRequest, ...]
+
+
+def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[str, JSONValue]:
+    """``context`` without the tenant (the engines add the session's): the tool, the arguments
+    and ``now``. Decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number),
+    time arguments and the reference clock as time values (Cedar ``datetime`` / ``duration``,
+    Rego RFC 3339 text plus ``context.millis``: callgate/policy/timevalues.py). Raises
+    :class:`TimeValueError`."""
+    assert normalized.value is not None
+    values = as_policy_values(normalized.value, tool.normalizers)
+    if tool.times:
+        values = time_values(values, tool.times)
+    ctx = normalized.context
+    now: Any = now_instant(ctx.reference_clock, ctx.reference_time)
+    return {"tool": tool.spec.key, "args": values, NOW_KEY: now}
+
+
+def caller_context(context: Mapping[str, Any], tools: ToolRegistry, now: Any) -> dict[str, Any]:
+    """A caller's context (``Authorize``) as Propose builds it: ``now`` (replacing one the caller
+    sent) and, when ``context.tool`` names a ToolSpec, its time arguments as time values. A text
+    that is no exact time value stays text: Cedar's schema refuses it, Rego has no ``millis``
+    for it (a deny either way)."""
+    out = {**context, NOW_KEY: now}
+    name, _, version = str(context.get("tool", "")).partition("@")
+    tool = tools.get(name, version)
+    args = context.get("args")
+    if tool is not None and tool.times and isinstance(args, Mapping):
+        try:
+            out["args"] = time_values(args, tool.times)
+        except TimeValueError:
+            pass
+    return out
 
 
 async def authorize_invocation(
@@ -37,8 +72,12 @@ async def authorize_invocation(
         resource = tool.resource.render(args)
     except CallgateError as exc:
         return AuthorizationResult(fault(engine.name, exc.code, exc.message), "", ())
-    # decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number)
-    context = {"tool": tool.spec.key, "args": as_policy_values(args, tool.normalizers)}
+    try:
+        context = policy_context(tool, normalized)
+    except TimeValueError:  # refused at validation already (steps.check_times): never reached
+        return AuthorizationResult(
+            fault(engine.name, ErrorCode.ENGINE_ERROR, "time value not representable"), resource, ()
+        )
     requests = tuple(
         AuthzRequest(subject=subject, capability=cap, resource=resource, context=context)
         for cap in tool.spec.required_capabilities

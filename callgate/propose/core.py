@@ -41,6 +41,7 @@ from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArgumen
 from callgate.core.nativemod import NOT_BUILT, load_native, native_missing
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.timevalues import NO_PLAN, TimeValueError, now_instant
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.normalize import (
     DATE_VOCABULARIES,
@@ -349,6 +350,26 @@ class _Prepared:
     """The tool has a ``datetime`` normalizer: the session's zone rules go with each call."""
 
 
+def _time_args_declared(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
+    """Whether a time argument of ``tool`` is a Cedar ``datetime`` / ``duration`` for one of its
+    capabilities (a hand-written schema may keep it a ``String``: the one-call context has it)."""
+    if not tool.times:
+        return False
+    plans = getattr(snapshot.engine, "time_plans", None)
+    if not isinstance(plans, Mapping):
+        return True
+    names = {f.name for f in tool.times}
+    return any(names & plans.get(cap, NO_PLAN).args for cap in tool.spec.required_capabilities)
+
+
+def _cedar_now(reference_clock: str) -> str | None:
+    """``context.now`` as Cedar's ``datetime`` text (None: no datetime, the engine decides)."""
+    try:
+        return str(now_instant(reference_clock).cedar["__extn"]["arg"])
+    except TimeValueError:
+        return None
+
+
 class Core:
     """The seam: prepares tools once per snapshot and answers the front stages natively when it
     can. Thread-safe (preparation takes a lock; answers share nothing mutable)."""
@@ -428,10 +449,12 @@ class Core:
                     steps,
                     schema,
                     normalized,
-                    # a decimal argument is a Cedar decimal in the policies' context, which the
-                    # one-call decision does not build: the engine decides from the front's value
+                    # a decimal or time argument is a Cedar decimal / datetime / duration in the
+                    # policies' context, which the one-call decision does not build: the engine
+                    # decides from the front's value
                     None
-                    if any(s.kind == "decimal" for s in tool.normalizers.specs)
+                    if _time_args_declared(snapshot, tool)
+                    or any(s.kind == "decimal" for s in tool.normalizers.specs)
                     else tool.resource.template,
                 )
             except ValueError as exc:
@@ -537,6 +560,7 @@ class Core:
                 len(raw) >= DETACH_MIN_BYTES,
                 zone,
                 vocab,
+                _cedar_now(reference_clock),
             )
             code, keys, parsed, normalized, canonical, digest, applied = front
         if code == "defer":

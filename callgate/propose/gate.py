@@ -44,7 +44,9 @@ from callgate.core.trace import TraceContext, new_span_id
 from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.timevalues import now_instant
 from callgate.propose import steps
+from callgate.propose.authorize import caller_context
 from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.core import Core
 from callgate.propose.digest import canonicalize, canonicalize_plain
@@ -413,8 +415,14 @@ class Gate:
                 except RejectedError as exc:
                     raise invalid_request(f"context has no canonical JSON form: {exc.message}") from None
             context_digest = "sha256:" + hashlib.sha256(canonical).hexdigest()
+        # ``context.now`` is the sidecar's clock, read once: the record's ``at`` (a ``now`` the
+        # caller sent is replaced, as ``tenant`` is; the digest and key names stay the caller's)
+        at_time = self._clock.now()
+        at = rfc3339(at_time)
         snap = self.serving.current
-        decision = (await snap.engine.authorize_batch([request]))[0]
+        now = now_instant(at, at_time)
+        engine_request = replace(request, context=caller_context(request.context, snap.tools, now))
+        decision = (await snap.engine.authorize_batch([engine_request]))[0]
         stored = self._stored_decisions.get(decision)
         if stored is None:
             if len(self._stored_decisions) >= STORED_DECISIONS_MAX:
@@ -422,7 +430,7 @@ class Gate:
             stored = self._stored_decisions[decision] = MappingProxyType(decision_to_dict(decision))
         record = DecisionRecord(
             decision_id="dec_" + new_id(),
-            at=rfc3339(self._clock.now()),
+            at=at,
             tenant=request.subject.tenant,
             subject=request.subject.id,
             capability=request.capability,

@@ -26,6 +26,7 @@ from callgate.core.clock import rfc3339
 from callgate.core.errors import (
     CallgateError,
     RejectedError,
+    Violation,
     internal,
     schema_violation,
     tools_not_listed,
@@ -49,6 +50,7 @@ from callgate.core.model import (
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import AuthorizationResult, authorize_invocation
 from callgate.propose.core import Core
@@ -314,10 +316,27 @@ def normalize_arguments(
         post = tool.normalized_schema.validate_value(values_of(normalized))
         if post:
             raise schema_violation("normalized arguments do not satisfy the tool's normalized schema", post)
+        check_times(tool, normalized.value)
     except RejectedError as exc:
         return call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
     _normalized_event(call, normalized)
     return normalized
+
+
+def check_times(tool: CompiledTool, value: object) -> None:
+    """Fail closed (issue 30): a date, date-time or duration argument that has no exact policy
+    time value (a digit below the millisecond, a leap second, a duration in months) is a
+    validation error, never a value the policies cannot compare. Raises ``schema_violation``."""
+    if not tool.times or not isinstance(value, dict):
+        return
+    try:
+        time_values(value, tool.times)
+    except TimeValueError as exc:
+        pointer, _, message = str(exc).partition(": ")
+        raise schema_violation(
+            "an argument has no exact time value for the policies",
+            [Violation(pointer=pointer, message=message, keyword="format")],
+        ) from None
 
 
 def _context(call: ProposeCall) -> NormalizationContext:
@@ -390,6 +409,10 @@ def front(
         normalized = core.normalized(answer, ctx)
         _parsed_event(call, answer.top_level_keys)
         call.trail.add(EventKind.VALIDATED, State.VALIDATED, _native_validated_data(tool, validated))
+        try:
+            check_times(tool, normalized.value)
+        except RejectedError as exc:
+            return validated, call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
         _normalized_event(call, normalized)
         if answer.authz is not None:
             decision = _native_decision(call.snapshot.engine, answer.authz)

@@ -89,6 +89,9 @@ pub struct CedarSnapshot {
     projections: HashMap<String, Eff>,
     /// Decisions made on a projected context (diagnostics and tests).
     projected: AtomicU64,
+    /// The actions whose context declares `now: datetime` (issue 30), told once after the load
+    /// (`declare_now`): the one-call decision adds the reference clock to their context.
+    now_actions: OnceLock<HashSet<String>>,
 }
 
 /// The three entity type names of every request, parsed once per process: Cedar's name parser
@@ -259,6 +262,7 @@ fn assemble(
         pruned,
         projections,
         projected: AtomicU64::new(0),
+        now_actions: OnceLock::new(),
     })
 }
 
@@ -405,10 +409,16 @@ fn restricted(v: &serde_json::Value) -> Option<RestrictedExpression> {
                     return None;
                 }
                 let e = m.get("__extn")?.as_object()?;
-                if e.len() != 2 || e.get("fn")?.as_str()? != "decimal" {
+                if e.len() != 2 {
                     return None;
                 }
-                return Some(RestrictedExpression::new_decimal(e.get("arg")?.as_str()?));
+                let arg = e.get("arg")?.as_str()?;
+                return Some(match e.get("fn")?.as_str()? {
+                    "decimal" => RestrictedExpression::new_decimal(arg),
+                    "datetime" => RestrictedExpression::new_datetime(arg),
+                    "duration" => RestrictedExpression::new_duration(arg),
+                    _ => return None,
+                });
             }
             let mut fields = Vec::with_capacity(m.len());
             for (k, x) in m {
@@ -683,6 +693,12 @@ impl CedarSnapshot {
     }
 
     /// Policies in the enforcing slice of `action` (diagnostics and tests).
+    /// The actions whose context declares `now: datetime` (the Python loader reads them from
+    /// the schema). Once per snapshot: false when already told.
+    fn declare_now(&self, actions: Vec<String>) -> bool {
+        self.now_actions.set(actions.into_iter().collect()).is_ok()
+    }
+
     fn slice_size(&self, action: &str) -> usize {
         self.slices[*self
             .enforcing
@@ -782,6 +798,11 @@ impl CedarSnapshot {
     /// The context projection of `action`, if it has one (`lib.rs` builds the projected context).
     pub(crate) fn projection_of(&self, action: &str) -> Option<&Eff> {
         self.projections.get(action)
+    }
+
+    /// Whether `action`'s context declares `now` (see `declare_now`).
+    pub(crate) fn declares_now(&self, action: &str) -> bool {
+        self.now_actions.get().is_some_and(|s| s.contains(action))
     }
 
     fn decide_with(

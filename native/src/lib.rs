@@ -372,7 +372,7 @@ impl Tool {
     /// Python engine then decides, and reports the fault), else `(resource, [(enforcing,
     /// shadow)] per capability)` as `CedarSnapshot.authorize` answers.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, cedar, principal, capabilities, detach, zone=None, vocab=None))]
+    #[pyo3(signature = (raw, tenant, locale, reference_clock, max_bytes, max_depth, cedar, principal, capabilities, detach, zone=None, vocab=None, now=None))]
     fn decide<'py>(
         &self,
         py: Python<'py>,
@@ -388,6 +388,7 @@ impl Tool {
         detach: bool,
         zone: Option<Bound<'py, zone::Zone>>,
         vocab: Option<Bound<'py, vocab::Vocab>>,
+        now: Option<&str>,
     ) -> PyResult<(FrontResult<'py>, Option<Authz>)> {
         let l = limits(max_bytes, max_depth);
         let snap = cedar.get();
@@ -395,7 +396,7 @@ impl Tool {
         let w = vocab.as_ref().map(|b| b.get());
         let work = || {
             let ok = self.run_front(raw, tenant, locale, reference_clock, &l, z, w)?;
-            let authz = self.authorize(&ok.2, snap, tenant, principal, &capabilities);
+            let authz = self.authorize(&ok.2, snap, tenant, principal, &capabilities, now);
             Ok::<_, Refusal>((ok, authz))
         };
         let r = if detach { py.detach(work) } else { work() };
@@ -666,6 +667,7 @@ impl Tool {
         tenant: &str,
         principal: &str,
         capabilities: &[String],
+        now: Option<&str>,
     ) -> Option<Authz> {
         let resource = render(self.resource.as_deref()?, normalized)?;
         let tool = format!("{}@{}", self.name, self.version);
@@ -682,9 +684,11 @@ impl Tool {
         let mut full: Option<Full> = None;
         let mut answers = Vec::with_capacity(capabilities.len());
         for cap in capabilities {
+            // `context.now` (issue 30) for the actions that declare it
+            let now = now.filter(|_| snap.declares_now(cap));
             if let Some(eff) = snap.projection_of(cap) {
-                if let Ok(ctx) = project::context(&top, eff) {
-                    let json = || project::context_json(&top, eff);
+                if let Ok(ctx) = project::context(&top, now, eff) {
+                    let json = || project::context_json(&top, now, eff);
                     answers.push(
                         snap.decide_built(principal, cap, &resource, tenant, &ctx, &json, true),
                     );
@@ -701,13 +705,37 @@ impl Tool {
                         context.insert("tool".into(), tool.clone().into());
                         context.insert("args".into(), cedar_value(normalized).unwrap_or_default());
                         context.insert("tenant".into(), tenant.into());
+                        if let Some(t) = now {
+                            context.insert(project::NOW.into(), project::datetime_json(t));
+                        }
                         serde_json::Value::Object(context)
+                    };
+                    let with_now;
+                    let ctx = match now {
+                        Some(t) => {
+                            with_now = ctx
+                                .clone()
+                                .merge([(
+                                    project::NOW.to_string(),
+                                    cedar_policy::RestrictedExpression::new_datetime(t),
+                                )])
+                                .ok()?;
+                            &with_now
+                        }
+                        None => ctx,
                     };
                     snap.decide_built(principal, cap, &resource, tenant, ctx, &json, false)
                 }
-                Full::Json(context) => {
-                    snap.decide_value(principal, cap, &resource, tenant, context)
-                }
+                Full::Json(context) => match now {
+                    Some(t) => {
+                        let mut context = context.clone();
+                        if let serde_json::Value::Object(m) = &mut context {
+                            m.insert(project::NOW.into(), project::datetime_json(t));
+                        }
+                        snap.decide_value(principal, cap, &resource, tenant, &context)
+                    }
+                    None => snap.decide_value(principal, cap, &resource, tenant, context),
+                },
             });
         }
         Some((resource, answers))

@@ -403,9 +403,9 @@ fn members<'a>(
     items: impl Iterator<Item = (&'a str, &'a Value)>,
     keep: &HashMap<String, Eff>,
     dropped: &HashMap<String, (Shape, bool)>,
+    mut present: usize,
 ) -> Result<Vec<(String, R)>, ()> {
     let mut out = Vec::with_capacity(keep.len());
-    let mut present = 0;
     let mut pending: Vec<(&str, &Value, &Eff)> = Vec::with_capacity(keep.len());
     for (k, x) in items {
         if k.starts_with("__") {
@@ -436,31 +436,49 @@ fn restricted(v: &Value, e: &Eff) -> Result<R, ()> {
     match (e, v) {
         (Eff::All, _) => crate::cedar_restricted(v).map_err(|_| ()),
         (Eff::Fields { keep, dropped }, Value::Object(m)) => {
-            let fields = members(m.iter().map(|(k, x)| (k.as_str(), x)), keep, dropped)?;
+            let fields = members(m.iter().map(|(k, x)| (k.as_str(), x)), keep, dropped, 0)?;
             R::new_record(fields).map_err(|_| ())
         }
         _ => Err(()),
     }
 }
 
-/// The projected context of the top-level members (`tool`, `args`, `tenant`), or Err: the caller
-/// builds the whole context (what is left out does not surely conform, or a value is refused).
-pub(crate) fn context(top: &[(&str, &Value)], e: &Eff) -> Result<Context, ()> {
+/// The projected context of the top-level members (`tool`, `args`, `tenant`) and `now` (the
+/// reference clock as a Cedar `datetime` text, for an action that declares it), or Err: the
+/// caller builds the whole context (what is left out does not surely conform, or a value is
+/// refused).
+pub(crate) fn context(top: &[(&str, &Value)], now: Option<&str>, e: &Eff) -> Result<Context, ()> {
     let Eff::Fields { keep, dropped } = e else {
         return Err(());
     };
-    let pairs = members(top.iter().copied(), keep, dropped)?;
+    // `now` left out counts as present (it is a datetime: it conforms); kept, it is added
+    let now_dropped = now.is_some() && matches!(dropped.get(NOW), Some((_, true)));
+    let mut pairs = members(top.iter().copied(), keep, dropped, usize::from(now_dropped))?;
+    if let Some(t) = now.filter(|_| keep.contains_key(NOW)) {
+        pairs.push((NOW.to_string(), R::new_datetime(t)));
+    }
     Context::from_pairs(pairs).map_err(|_| ())
 }
 
+/// `context.now` (issue 30): the proposal's reference clock.
+pub(crate) const NOW: &str = "now";
+
+/// Cedar's explicit JSON form of a `datetime` text.
+pub(crate) fn datetime_json(text: &str) -> J {
+    serde_json::json!({"__extn": {"fn": "datetime", "arg": text}})
+}
+
 /// The JSON form of the projected context (for Cedar's schema-directed reading).
-pub(crate) fn context_json(top: &[(&str, &Value)], e: &Eff) -> J {
+pub(crate) fn context_json(top: &[(&str, &Value)], now: Option<&str>, e: &Eff) -> J {
     let mut out = Map::new();
     if let Eff::Fields { keep, .. } = e {
         for (k, x) in top {
             if let Some(sub) = keep.get(*k) {
                 out.insert(k.to_string(), json(x, sub));
             }
+        }
+        if let Some(t) = now.filter(|_| keep.contains_key(NOW)) {
+            out.insert(NOW.to_string(), datetime_json(t));
         }
     }
     J::Object(out)
@@ -607,7 +625,7 @@ mod tests {
         assert!(dropped.contains_key("tenant") || !keep.contains_key("tenant"));
         let top = |args: &str| {
             let (t, a) = (Value::Str("acme".into()), val(args));
-            context(&[("tenant", &t), ("args", &a)], eff).is_ok()
+            context(&[("tenant", &t), ("args", &a)], None, eff).is_ok()
         };
         assert!(top(
             r#"{"table": "t", "recs": [{"id": 1, "name": "x"}], "r": {"b": "y"}}"#

@@ -43,7 +43,7 @@ import cedarpy
 from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.core.nativemod import load_native, native_missing
-from callgate.policy.declare import declared
+from callgate.policy.declare import cedar_time_plans, declared
 from callgate.policy.engines.base import Readiness, combine, fault
 from callgate.policy.engines.cedar_slices import (
     LITERALS,
@@ -59,6 +59,7 @@ from callgate.policy.engines.cedar_slices import (
     statement_spans,
     validate_grouped,
 )
+from callgate.policy.timevalues import NO_PLAN, Instant, Span, TimePlan, cedar_time_context
 
 log = logging.getLogger("callgate.engine.cedar")
 
@@ -154,6 +155,9 @@ class CedarPolicies:
     native: Any = field(default=None, compare=False, repr=False)
     """The same snapshot prepared in the compiled core (``callgate._native.CedarSnapshot``), or
     None when the core is not built; the engine uses it once the core seam enables it."""
+    time_plans: Mapping[str, TimePlan] = field(default_factory=dict)
+    """Action -> the time values its schema declares (``context.now``, ``datetime`` /
+    ``duration`` arguments: :mod:`callgate.policy.timevalues`); absent: none."""
     python: bool = True
     """Whether cedarpy's form (policy sets, :attr:`entities`) was built; when not, the compiled
     core decides whatever the seam says (:meth:`CedarEngine.use_native`)."""
@@ -434,7 +438,11 @@ def load_cedar_dir(
         if cores is SnapshotCores.BOTH:
             native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
+    time_plans = cedar_time_plans(sch_text)
     if native is not None:
+        declare_now = getattr(native, "declare_now", None)
+        if declare_now is not None:
+            declare_now(sorted(a for a, plan in time_plans.items() if plan.now))
         projected = getattr(native, "projected_actions", None)
         if projected is not None:
             log.info("Cedar: %d action(s) run with a context projection", projected())
@@ -457,6 +465,7 @@ def load_cedar_dir(
         confirm=confirm,
         revision="sha256:" + digest.hexdigest(),
         native=native,
+        time_plans=time_plans,
         python=entity_index is not None,
     )
 
@@ -625,6 +634,8 @@ def _cedar_fast(value: Any) -> Any:
         return [_cedar_fast(v) for v in value if v is not None]
     if t is float:
         return _cedar_value(value)
+    if t is Instant or t is Span:
+        return value.cedar
     raise _ContextError
 
 
@@ -656,6 +667,8 @@ def _cedar_value(value: JSONValue, path: str = "") -> Any:
         if Decimal(arg) != value:
             raise _ContextError(f"{path or '/'}: more than 4 fractional digits (Cedar's decimal)")
         return {"__extn": {"fn": "decimal", "arg": arg}}
+    if isinstance(value, (Instant, Span)):  # a time value (callgate/policy/timevalues.py)
+        return value.cedar
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for k, v in value.items():
@@ -763,6 +776,11 @@ class CedarEngine:
     def revision(self) -> str:
         return self._p.revision
 
+    @property
+    def time_plans(self) -> Mapping[str, TimePlan]:
+        """Action -> the time values its schema declares (:mod:`callgate.policy.timevalues`)."""
+        return self._p.time_plans
+
     def _request_entities(self, p: CedarPolicies, req: AuthzRequest) -> list[dict[str, Any]]:
         if p.entities is None:
             raise RuntimeError("cedarpy's form of this snapshot was not built")
@@ -814,7 +832,9 @@ class CedarEngine:
 
     def _decide(self, p: CedarPolicies, req: AuthzRequest) -> Decision:
         try:
-            context = to_cedar_value(dict(req.context))
+            context = to_cedar_value(
+                cedar_time_context(req.context, p.time_plans.get(req.capability, NO_PLAN))
+            )
         except _ContextError as exc:
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, f"context not representable in Cedar: {exc}")
         context["tenant"] = req.subject.tenant

@@ -192,7 +192,7 @@ class OpaEngine:
 
     async def _decide(self, req: AuthzRequest) -> Decision:
         try:
-            doc_input = build_input(req, self._p.shadow)
+            doc_input = build_input(req, self._p.shadow, self._p.context_names)
         except RequestError as exc:
             return engine_fault(
                 ENGINE_NAME, ErrorCode.ENGINE_ERROR.value, f"request outside the contract: {exc}"

@@ -179,7 +179,7 @@ class RegoEngine:
 
     def _decide(self, c: _Compiled, req: AuthzRequest) -> Decision:
         try:
-            doc_input = build_input(req, c.policies.shadow)
+            doc_input = build_input(req, c.policies.shadow, c.policies.context_names)
         except RequestError as exc:
             return engine_fault(
                 ENGINE_NAME, ErrorCode.ENGINE_ERROR.value, f"request outside the contract: {exc}"

@@ -8,7 +8,9 @@ Input document (one per ``AuthzRequest``; see docs/ENGINES.md)::
      "capability": "<capability>",                       e.g. "calendar.create"
      "resource":   {"id": "<kind>:<name>", "kind": "<kind>", "name": "<name>"},
      "context":    {"tenant": "<session tenant>", "tool": "<name>@<version>",
-                    "args": <normalized arguments>},
+                    "args": <normalized arguments>,
+                    "now": "<reference clock, RFC 3339>",                 when declared
+                    "millis": {"now": <epoch ms>, "args": {<time argument>: <ms>}}},  when declared
      "shadow":     ["<policy id>", ...]}      only when the config puts policies in shadow mode
 
 It carries what the Cedar engine's request carries, and the argument values are held to the same
@@ -43,7 +45,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -52,6 +54,7 @@ from typing import Any, Final
 from callgate.core.errors import CallgateError, ErrorCode, LoadError, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.policy.engines.base import fault
+from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, Instant, Span, millis_of
 from callgate.propose.parse import ParseLimits, parse_json_document
 
 __all__ = [
@@ -129,6 +132,8 @@ def contract_value(value: JSONValue, path: str = "") -> JSONValue:
     :func:`callgate.policy.engines.cedar.to_cedar_value` accepts). Raises :class:`RequestError`."""
     if isinstance(value, bool) or isinstance(value, str):
         return value
+    if isinstance(value, (Instant, Span)):  # a time value: its RFC 3339 / ISO 8601 text
+        return value.text
     if isinstance(value, int):
         if not -_INT64 <= value < _INT64:
             raise RequestError(f"{path or '/'}: integer outside 64 bits")
@@ -166,15 +171,27 @@ def contract_value(value: JSONValue, path: str = "") -> JSONValue:
     raise RequestError(f"{path or '/'}: unsupported value type")
 
 
-def build_input(req: AuthzRequest, shadow: Sequence[str] = ()) -> dict[str, JSONValue]:
+def build_input(
+    req: AuthzRequest, shadow: Sequence[str] = (), context_names: Container[str] | None = None
+) -> dict[str, JSONValue]:
     """The input document for one request (the module docstring gives the shape).
 
     ``context.tenant`` is always the session's tenant (a ``tenant`` key in the request context
     is overwritten, as the Cedar engine does). ``shadow``: the config's shadow policy ids, sent
-    as ``input.shadow`` when there are any. Raises :class:`RequestError`.
+    as ``input.shadow`` when there are any. ``context_names``: the context attributes the data
+    declares (``data.callgate.schema.context``); ``now`` and ``millis`` are sent only when
+    declared (a legacy ``data.json`` without them keeps its exact input). Raises
+    :class:`RequestError`.
     """
     context = contract_value(dict(req.context))
     assert isinstance(context, dict)
+    millis = millis_of(req.context)
+    if millis is not None:
+        context[MILLIS_KEY] = millis
+    if context_names is not None:
+        for key in (NOW_KEY, MILLIS_KEY):
+            if key not in context_names:
+                context.pop(key, None)
     context["tenant"] = req.subject.tenant
     kind, _, name = req.resource.partition(":")
     doc: dict[str, JSONValue] = {
@@ -310,6 +327,12 @@ class RegoPolicies:
     The engines send them as ``input.shadow``; they are not data, so an OPA server serving
     exactly ``data.json`` serves this revision (readiness). ``data.callgate.shadow`` in
     ``data.json`` puts policies in shadow mode from the policy files instead."""
+
+    @property
+    def context_names(self) -> frozenset[str] | None:
+        """The context attributes ``data.callgate.schema.context`` declares (None: no schema)."""
+        ctx = self.data.get(PACKAGE_ROOT, {}).get("schema", {}).get("context")
+        return frozenset(ctx) | {"args"} if isinstance(ctx, Mapping) else None
 
     @property
     def shadow_ids(self) -> tuple[str, ...]:
