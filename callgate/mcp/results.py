@@ -307,7 +307,7 @@ def block_answer(
     if cut is not None:
         blocks.append(cut.note())
     envelope = {k: v for k, v in content.items() if k != "data"}
-    return types.CallToolResult(content=blocks, is_error=False, meta={RESULT_META_KEY: envelope})
+    return types.CallToolResult(content=blocks, is_error=False, _meta={RESULT_META_KEY: envelope})
 
 
 def _encoded_blocks(content: Mapping[str, Any]) -> list[Any] | None:
@@ -348,7 +348,7 @@ def stored_answer(message: str) -> types.CallToolResult | None:
     if cut is not None:
         blocks.append(cut.note())
     envelope = {k: v for k, v in content.items() if k != "data"}
-    return types.CallToolResult(content=blocks, is_error=False, meta={RESULT_META_KEY: envelope})
+    return types.CallToolResult(content=blocks, is_error=False, _meta={RESULT_META_KEY: envelope})
 
 
 def with_truncation_note(
