@@ -110,8 +110,13 @@ async def raw_stdio(env: Env) -> AsyncIterator[RawStdio]:
 
 
 def tool_payload(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer's tool message content: the ``_meta`` envelope of an answer in block form
+    (docs/MCP.md, "One call"), else the JSON of its text."""
     result = answer["result"]
-    value: dict[str, Any] = json.loads(result["content"][0]["text"])
+    envelope = (result.get("_meta") or {}).get("io.callgate/result")
+    value: dict[str, Any] = (
+        dict(envelope) if isinstance(envelope, dict) else json.loads(result["content"][0]["text"])
+    )
     value["isError"] = result.get("isError", False)
     return value
 

@@ -265,6 +265,11 @@ def run(coro: Any, timeout: float = 150.0) -> Any:
 
 
 def payload(result: types.CallToolResult) -> dict[str, Any]:
+    """The tool message's content: the JSON text of an error or a structured result, or for an
+    answer in block form its ``_meta`` envelope with the blocks' text as ``data``."""
+    envelope = (result.meta or {}).get("io.callgate/result")
+    if isinstance(envelope, dict):
+        return {**envelope, "data": text_of(result)}
     value: dict[str, Any] = json.loads(text_of(result))
     return value
 
@@ -387,7 +392,9 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
             assert r.is_error and payload(r)["code"] == "outcome_unknown"
             assert time.monotonic() - t0 < 12
             assert any(m and m.startswith("callgate:") for _, m in progress)  # gate stages
-            assert any(m == "sleeping" for _, m in progress)  # forwarded from the upstream
+            # forwarded from the upstream (named, neutralized), inside one increasing sequence
+            assert any(m and m.startswith("upstream up") and "(sleeping)" in m for _, m in progress)
+            assert [p for p, _ in progress] == sorted({p for p, _ in progress}), progress
             # upstream crash after the request was sent: OUTCOME_UNKNOWN; then it is restarted
             r = await call("up__crash", {})
             assert r.is_error and payload(r)["code"] == "outcome_unknown"

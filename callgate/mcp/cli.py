@@ -27,6 +27,7 @@ from callgate.mcp.importing import (
     tool_key,
     write_record,
 )
+from callgate.mcp.listing import UNSERVABLE_MESSAGES, unservable
 from callgate.mcp.pins import (
     PinState,
     SideEffect,
@@ -181,6 +182,8 @@ def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[
                 name = record[key].generated.get("name", key)
                 plan.notes.append(f"removed {name} (upstream {server} tool {tname}): its ToolSpec was removed "
                                   f"after import; not written again (--restore {name} imports it again)")  # fmt: skip
+            elif (why := unservable(tool)) is not None:
+                plan.notes.append(f"skipped {server}.{tname}: {why}: {UNSERVABLE_MESSAGES[why]}")
             else:
                 fresh.append(tname)
         naming, refused = assign_names(server, fresh, pinned)
@@ -322,8 +325,16 @@ def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"unreachable {name}: {tools}", file=out)
             bad += 1
             continue
+        pinned = {(p.server, p.tool) for p in pins}
+        unserved = set()
+        for tool in tools:
+            why = unservable(tool)
+            if why is not None:
+                unserved.add(str(tool["name"]))
+                bad += (name, str(tool["name"])) in pinned  # a pin that can never be served
+                print(f"unservable {name}.{tool['name']}: {why}: {UNSERVABLE_MESSAGES[why]}", file=out)
         for c in compare(name, pins, tools):
-            if c.state is PinState.MATCH:
+            if c.state is PinState.MATCH or (c.state is PinState.NEW and c.tool in unserved):
                 continue
             if c.state is PinState.NEW and tool_key(name, c.tool) in record:
                 print(f"removed {c.spec_name} (upstream {c.server} tool {c.tool}): its ToolSpec was removed "

@@ -18,6 +18,7 @@ import json
 import logging
 import secrets
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
@@ -31,6 +32,7 @@ import rfc8785
 from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types.version import is_version_at_least
 
 from callgate.client import (
@@ -53,10 +55,26 @@ from callgate.core import unitext
 from callgate.execute.encode import unmarked_data
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.mcp import listing
 from callgate.mcp.argtypes import as_numbers
 from callgate.mcp.callkey import IDEMPOTENCY_META_KEY, REQUEST_ID_META_KEY, RequestScope, call_key
 from callgate.mcp.config import McpConfig
+from callgate.mcp.notify import FolderWatch, GatewayServer, Listeners, call_log
 from callgate.mcp.pins import Pin, PinState, definition_sha256, read_pins
+from callgate.mcp.progress import CallProgress
+from callgate.mcp.results import (
+    PAGE_TOOL,
+    block_answer,
+    encode_value,
+    error_result,
+    json_bytes,
+    page_answer,
+    page_arguments,
+    page_tool,
+    text_result,
+    uses_blocks,
+    with_truncation_note,
+)
 from callgate.mcp.upstreams import Answered, CallEnd, Lost, NotSent, Refused, Upstream, redeem_names
 from callgate.mcp.wire import as_proposed, wire_arguments, wire_call_of
 
@@ -110,45 +128,6 @@ class McpCode(str, Enum):
     """The sidecar refused or failed a call (its code is in the message)."""
 
 
-def _error_text(code: str, message: str, **extra: Any) -> str:
-    return json.dumps(
-        {"status": "error", "code": code, "message": message, **extra}, ensure_ascii=False, sort_keys=True
-    )
-
-
-def error_result(code: McpCode | str, message: str, **extra: Any) -> types.CallToolResult:
-    value = code.value if isinstance(code, McpCode) else code
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=_error_text(value, message, **extra))], is_error=True
-    )
-
-
-def model_text(message: str) -> str:
-    """What an MCP client gets as text: the ``content`` of the sidecar's tool message.
-
-    The sidecar (and callgate.client) speak in ``{"role": "tool", "tool_call_id": ..., "content":
-    {...}}`` (docs/RESULT-ENCODING.md); MCP has no tool-call id and carries the role itself, so the
-    gateway sends the inner object, flat like its own errors (``status``, ``message``, ``code``...).
-    A message in any other shape is passed as it is."""
-    try:
-        msg = json.loads(message)
-    except ValueError:
-        return message
-    if isinstance(msg, dict) and msg.get("role") == "tool" and isinstance(msg.get("content"), dict):
-        return json.dumps(msg["content"], ensure_ascii=False, sort_keys=True)
-    return message
-
-
-def text_result(
-    text: str, *, is_error: bool, structured: dict[str, Any] | None = None
-) -> types.CallToolResult:
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=model_text(text))],
-        is_error=is_error,
-        structured_content=structured,
-    )
-
-
 @dataclass(frozen=True)
 class Identity:
     """Who is acting: from ``[mcp.identity]`` (stdio) or the validated bearer token (HTTP)."""
@@ -188,6 +167,8 @@ class _Session:
     model_call_id: str = ""
     names: ToolNames = field(default_factory=ToolNames)
     tools: dict[tuple[str, str], Tool] = field(default_factory=dict)
+    log_level: str = "debug"
+    """The client's ``logging/setLevel``: upstream log messages below it are not forwarded."""
 
 
 class PinView:
@@ -199,6 +180,7 @@ class PinView:
         self._stamp: tuple[tuple[str, int], ...] = ()
         self._pins: dict[str, Pin] = {}
         self.live: dict[tuple[str, str], str] = {}
+        self.definitions: dict[tuple[str, str], dict[str, Any]] = {}
         self.listed_servers: set[str] = set()
 
     def _current_stamp(self) -> tuple[tuple[str, int], ...]:
@@ -225,9 +207,15 @@ class PinView:
     def set_listing(self, server: str, tools: list[dict[str, Any]]) -> None:
         for key in [k for k in self.live if k[0] == server]:
             del self.live[key]
+            self.definitions.pop(key, None)
         for t in tools:
             self.live[(server, str(t["name"]))] = definition_sha256(t)
+            self.definitions[(server, str(t["name"]))] = t
         self.listed_servers.add(server)
+
+    def definition(self, pin: Pin) -> dict[str, Any] | None:
+        """The upstream's live ``tools/list`` entry of a pinned tool (title, annotations...)."""
+        return self.definitions.get((pin.server, pin.tool))
 
 
 class Gateway:
@@ -248,6 +236,9 @@ class Gateway:
         (256 bits, single use) carried in the sealed ``requestState``."""
         self.refusals: dict[str, int] = {}
         """Counts of refused calls by code (read by tests and the log at exit)."""
+        self.listeners = Listeners()
+        """Connected clients, told ``tools/list_changed`` (notify.py)."""
+        self.watch = FolderWatch(cfg.path(cfg.policy.dir), self._policy_changed)
         s = cfg.server
         self.agent = AsyncClient(_address(cfg, s.agent))
         assert self.agent.gate is not None  # an agent address was given
@@ -266,8 +257,13 @@ class Gateway:
     async def start(self) -> None:
         for name in self.upstreams:
             await self._refresh(name)
+        self.watch.start()
+
+    async def _policy_changed(self) -> None:
+        await self.listeners.tools_changed("the policy folder changed (pins or policies)")
 
     async def stop(self) -> None:
+        await self.watch.stop()
         while self._parked:  # nobody can answer these any more
             _, p = self._parked.popitem()
             await self._cancel_id(p.session_id, p.invocation_id, McpCode.CONFIRMATION_TIMEOUT.value)
@@ -295,6 +291,8 @@ class Gateway:
         for pin in self.view.pins().values():
             if pin.server == name and self.view.state(pin) is not PinState.MATCH:
                 self._report_changed(pin, when)
+        if when == "tools/list_changed":
+            await self.listeners.tools_changed(f"upstream {name} changed its tools")
 
     async def _list_changed(self, name: str) -> None:
         log.info("upstream %s: tools/list_changed", name)
@@ -353,12 +351,32 @@ class Gateway:
             pin = pins.get(f"{t.name}@{t.version}")
             if pin is None or pin.server not in self.upstreams or self.view.state(pin) is not PinState.MATCH:
                 continue
+            if listing.unservable(self.view.definition(pin) or {}) is not None:
+                continue  # e.g. task-required: never listed, named by `callgate mcp check`
             shown.append(t)
-        out = []
-        for t, d in zip(shown, render(shown, s.names, Dialect.MCP), strict=True):
-            d["annotations"] = {"readOnlyHint": t.side_effect_class == "read_only"}
-            out.append(types.Tool.model_validate(d))
-        return out
+        definitions = [self.view.definition(pins[f"{t.name}@{t.version}"]) for t in shown]
+        return [*listing.shown(shown, render(shown, s.names, Dialect.MCP), definitions), page_tool()]
+
+    async def read_page(self, s: _Session, arguments: Mapping[str, Any] | None) -> types.CallToolResult:
+        """The paging tool (:data:`~callgate.mcp.results.PAGE_TOOL`): ``GetResult`` on this
+        session only (another session's invocation answers ``invocation_not_found``)."""
+        asked = page_arguments(arguments)
+        if asked is None:
+            return error_result(
+                "invalid_arguments",
+                "callgate_result_page takes exactly invocation_id and page_token (strings)",
+            )
+        invocation_id, token = asked
+        try:
+            page = await _call(
+                self.gate.GetResult,
+                pb.GetResultRequest(invocation_id=invocation_id, page_token=token, session_id=s.session_id),
+                self.timeout,
+            )
+        except CallgateClientError as exc:
+            self._refused(exc.code)
+            return error_result(exc.code, "no page of that result can be read in this session")
+        return page_answer(page.message, page.truncated, page.next_page_token)
 
     # ------------------------------------------------------------------ tools/call
     async def call_tool(self, ctx: Any, s: _Session, name: str, arguments: Mapping[str, Any] | None,
@@ -367,7 +385,7 @@ class Gateway:
                         ) -> types.CallToolResult | types.InputRequiredResult:  # fmt: skip
         if request_state is not None:
             return await self._resume(ctx, s, name, arguments, request_state, input_responses or {})
-        stages = _Stages(ctx, self.mcp.progress_after_seconds)
+        stages = CallProgress(ctx, self.mcp.progress_after_seconds)
         if not s.model_call_id:
             await self._list(s)
         resolved = s.names.resolve(name)
@@ -573,7 +591,7 @@ class Gateway:
             code = McpCode.CONFIRMATION_TIMEOUT
         elif not _approved(responses.get(CONFIRM_INPUT_KEY)):
             code = McpCode.CONFIRMATION_DECLINED
-        stages = _Stages(ctx, self.mcp.progress_after_seconds)
+        stages = CallProgress(ctx, self.mcp.progress_after_seconds)
         try:
             if code is None:
                 code = await self._confirm_digest(s, p.invocation_id, p.digest)
@@ -588,13 +606,14 @@ class Gateway:
             raise
 
     async def _execute(
-        self, ctx: Any, s: _Session, invocation_id: str, pin: Pin, stages: _Stages
+        self, ctx: Any, s: _Session, invocation_id: str, pin: Pin, stages: CallProgress
     ) -> types.CallToolResult:
         """BeginAttempt -> secrets -> upstream tools/call -> ReportOutcome (again while the retry
         advice says so, only for calls that never left) -> EncodeResult."""
         up = self.upstreams[pin.server]
         wanted = redeem_names(up.cfg)
         attempts = 0
+        redeemed: list[str] = []
         while True:
             attempts += 1
             await stages.step("starting the attempt")
@@ -621,8 +640,10 @@ class Gateway:
                 if secrets is None:
                     end = NotSent("secret_unavailable")
                 else:
+                    redeemed = list(secrets.values())
                     await stages.step(f"calling upstream {pin.server}")
-                    end = await self._send(ctx, s, invocation_id, up, pin, arguments, secrets, att.attempt_id)
+                    end = await self._send(ctx, s, invocation_id, up, pin, arguments, secrets, att.attempt_id,
+                                           stages)  # fmt: skip
             report = _report(end, att.attempt_id, f"mcp:{pin.server}.{pin.tool}:{att.attempt_id}")
             with anyio.CancelScope(shield=True):
                 rep = await _call(self.executor.ReportOutcome, report, self.timeout)
@@ -639,30 +660,45 @@ class Gateway:
                 continue
             break
         await stages.step("encoding the result")
+        return await self._encode(invocation_id, pin, end, redeemed)
+
+    async def _encode(
+        self, invocation_id: str, pin: Pin, end: CallEnd, redeemed: list[str]
+    ) -> types.CallToolResult:
+        """EncodeResult, then the answer: block form, or one envelope text (errors, and results
+        validated against an ``output_schema``, with ``structuredContent``) (results.py)."""
         structured: dict[str, Any] | None = None
-        if isinstance(end, Answered) and not end.result.is_error:
-            value: Any = _result_value(end.result)
-            enc_req = pb.EncodeResultRequest(invocation_id=invocation_id, status="ok", value=_json(value))
+        answered = end.result if isinstance(end, Answered) and not end.result.is_error else None
+        if answered is not None:
+            value: Any = encode_value(answered, has_output_schema=pin.has_output_schema)
+            enc_req = pb.EncodeResultRequest(
+                invocation_id=invocation_id, status="ok", value=json_bytes(value)
+            )
         else:
             code, message = _failure(end)
             self._refused(code.value)
             enc_req = pb.EncodeResultRequest(
                 invocation_id=invocation_id,
                 status="error",
-                value=_json({"code": code.value, "message": message, "retryable": _retryable(end)}),
+                value=json_bytes({"code": code.value, "message": message, "retryable": _retryable(end)}),
             )
         enc = await _call(self.executor.EncodeResult, enc_req, self.timeout)
         if enc.withheld:
             return error_result(McpCode.RESULT_WITHHELD, "The call was cancelled; its result is withheld.")
-        text = bytes(enc.message).decode("utf-8", "replace")
         # A result its output schema refused comes back as a refusal (result_schema_invalid).
-        ok = enc_req.status == "ok" and not enc.error_code
+        ok = answered is not None and not enc.error_code
+        if ok and answered is not None and uses_blocks(answered, has_output_schema=pin.has_output_schema):
+            blocks = block_answer(enc.message, answered, page_token=enc.next_page_token, secrets=redeemed)
+            if blocks is not None:
+                return blocks
         if ok and enc.structured_json:
             # Validated against the output schema and redacted by the sidecar, without the
             # untrusted-data marks (MCP clients check structuredContent against outputSchema);
             # the marked envelope is the text content beside it.
             structured = json.loads(enc.structured_json)
-        return text_result(text, is_error=not ok, structured=structured)
+        text = bytes(enc.message).decode("utf-8", "replace")
+        answer = text_result(text, is_error=not ok, structured=structured)
+        return with_truncation_note(answer, enc.message, enc.next_page_token)
 
     async def _redeem(self, credential: str, wanted: Mapping[str, str]) -> dict[str, str] | None:
         out: dict[str, str] = {}
@@ -680,14 +716,16 @@ class Gateway:
         return out
 
     async def _send(self, ctx: Any, s: _Session, invocation_id: str, up: Upstream, pin: Pin,
-                    arguments: dict[str, Any], secrets: Mapping[str, str], attempt_id: str) -> CallEnd:  # fmt: skip
+                    arguments: dict[str, Any], secrets: Mapping[str, str], attempt_id: str,
+                    stages: CallProgress) -> CallEnd:  # fmt: skip
         async def progress(p: float, total: float | None, message: str | None) -> None:
-            await ctx.session.report_progress(p, total, message)
+            await stages.upstream(pin.server, p, total, message)
 
         try:
             return await up.call(
                 pin.tool, arguments, secrets=secrets, timeout=pin.timeout_ms / 1000, progress=progress,
                 expected_sha256=pin.definition_sha256, digest=definition_sha256,
+                on_log=call_log(ctx, pin.server, list(secrets.values()), lambda: s.log_level),
             )  # fmt: skip
         except BaseException:
             # Cancelled while the request was out (the SDK sends the upstream a courtesy
@@ -821,24 +859,6 @@ def _report(end: CallEnd, attempt_id: str, external_id: str = "") -> pb.ReportOu
     )  # fmt: skip
 
 
-def _result_value(result: types.CallToolResult) -> Any:
-    """What goes to EncodeResult: the structured content when the upstream gave one, else the
-    content (one text block: its text; else a list of texts and other blocks as their JSON)."""
-    if result.structured_content is not None:
-        return result.structured_content
-    blocks: list[Any] = []
-    for c in result.content:
-        if isinstance(c, types.TextContent):
-            blocks.append(c.text)
-        else:
-            blocks.append(c.model_dump(by_alias=True, mode="json", exclude_none=True))
-    return blocks[0] if len(blocks) == 1 else blocks
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode()
-
-
 def _replayed_result(out: Replayed, pin: Pin | None) -> types.CallToolResult:
     """A replayed call answered like the first one: the stored tool message, ``isError`` as it
     was, and for a tool with an output schema the same ``structuredContent`` (recovered from the
@@ -877,25 +897,6 @@ def arguments_sha256(arguments: Mapping[str, Any]) -> str:
         return hashlib.sha256(json.dumps(dict(arguments), sort_keys=True, default=str).encode()).hexdigest()
 
 
-class _Stages:
-    """Gate-stage progress for a client that sent a progressToken (a no-op otherwise)."""
-
-    def __init__(self, ctx: Any, after: float) -> None:
-        self.ctx = ctx
-        self.after = after
-        self.started = time.monotonic()
-        self.n = 0
-
-    async def step(self, message: str) -> None:
-        self.n += 1
-        if time.monotonic() - self.started < self.after:
-            return
-        try:
-            await self.ctx.session.report_progress(float(self.n), None, f"callgate: {message}")
-        except Exception as exc:  # progress is best effort; never fails the call
-            log.debug("progress not sent: %s", type(exc).__name__)
-
-
 def _address(cfg: Config, listener: Any) -> str:
     if listener.socket:
         return "unix:" + str(cfg.path(listener.socket).resolve())
@@ -917,6 +918,7 @@ def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
         if who is None:
             return types.ListToolsResult(tools=[])
         s = await gw.session_for(*who)
+        gw.listeners.add(who, ctx.session)
         return types.ListToolsResult(tools=await gw.list_tools(s))
 
     async def on_call_tool(
@@ -926,6 +928,9 @@ def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
         if who is None:
             return error_result("unauthenticated", "no authenticated subject")
         s = await gw.session_for(*who)
+        gw.listeners.add(who, ctx.session)
+        if params.name == PAGE_TOOL:
+            return await gw.read_page(s, params.arguments)
         return await gw.call_tool(
             ctx,
             s,
@@ -944,7 +949,18 @@ def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
         identity, connection = who
         return json.dumps([identity.tenant, identity.subject, connection])
 
-    server = Server("callgate-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool)
+    async def on_set_level(ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        who = identity_of(ctx)
+        if who is not None:
+            (await gw.session_for(*who)).log_level = params.level
+        return types.EmptyResult()
+
+    with warnings.catch_warnings():  # logging/setLevel: deprecated by 2026-07-28, used before it
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        server = GatewayServer(
+            "callgate-mcp", version="1", on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+            on_set_logging_level=on_set_level, on_subscriptions_listen=gw.listeners.listen,
+        )  # fmt: skip
     # 2026-07-28 confirmations: the SDK seals every outgoing requestState (AES-256-GCM under a key
     # made now, held only by this process) bound to the method, tool name, arguments, subject and
     # audience, with a TTL, and refuses a tampered or re-targeted one before the handler runs.
@@ -959,7 +975,7 @@ def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
 
 
 def init_options(server: Server[Any]) -> Any:
-    return server.create_initialization_options(NotificationOptions(tools_changed=False))
+    return server.create_initialization_options(NotificationOptions(tools_changed=True))
 
 
 __all__ = [

@@ -42,6 +42,8 @@ from callgate.mcp.config import McpUpstreamConfig, SecretRef, UpstreamTransport
 log = logging.getLogger("callgate.mcp")
 
 ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
+LogFn = Callable[[str, Any, str | None], Awaitable[None]]
+"""``(level, data, logger)`` of an upstream ``notifications/message`` (callgate/mcp/notify.py)."""
 ListChanged = Callable[[str], Awaitable[None]]
 
 # JSON-RPC codes the SDK client raises locally (no answer from the upstream).
@@ -103,6 +105,9 @@ class _Connection:
         self.last_used = 0.0
         self.listed: dict[str, str] = {}
         """A warm connection's tools/list: tool name -> definition sha256, checked per call."""
+        self.log_sinks: set[LogFn] = set()
+        """The log sinks of the calls running on this connection (a message is forwarded only
+        when exactly one runs: MCP logging names no request)."""
 
     def _transport(self) -> Any:
         c = self.cfg
@@ -147,6 +152,15 @@ class _Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification) and self.on_changed is not None:
             await self.on_changed(self.cfg.name)
+        elif isinstance(message, types.LoggingMessageNotification):
+            sinks = list(self.log_sinks)
+            if len(sinks) == 1:
+                p = message.params
+                await sinks[0](p.level, p.data, p.logger)
+            else:
+                log.debug(
+                    "upstream %s: log message not forwarded (%d calls running)", self.cfg.name, len(sinks)
+                )
         elif isinstance(message, Exception):
             log.info("upstream %s: transport error %s", self.cfg.name, type(message).__name__)
         await anyio.lowlevel.checkpoint()
@@ -229,6 +243,7 @@ class Upstream:
     async def call(
         self, tool: str, arguments: Mapping[str, Any], *, secrets: Mapping[str, str], timeout: float,
         progress: ProgressFn | None, expected_sha256: str, digest: Callable[[Mapping[str, Any]], str],
+        on_log: LogFn | None = None,
     ) -> CallEnd:  # fmt: skip
         """Run one ``tools/call``. With secrets: a fresh connection built with them, whose
         ``tools/list`` must still match ``expected_sha256`` (else :class:`NotSent`)."""
@@ -258,8 +273,12 @@ class Upstream:
         assert session is not None
         owner = warm if warm is not None else conn if conn is not None else self._conn
         try:
+            if owner is not None and on_log is not None:
+                owner.log_sinks.add(on_log)
             return await self._send(session, owner, tool, arguments, timeout, progress)
         finally:
+            if owner is not None and on_log is not None:
+                owner.log_sinks.discard(on_log)
             if conn is not None:
                 await conn.close()
             if warm is not None:

@@ -1,0 +1,87 @@
+"""``tools/list`` of the gateway: what an upstream tool shows beside callgate's view of it.
+
+The name, description and schemas are the session's ``ListTools`` view (the ToolSpec, rendered
+with :func:`callgate.client.tools.render`); from the upstream's live definition, which matches the
+pin (its digest covers ``annotations``), come
+
+* ``title`` (top level, else ``annotations.title``);
+* the annotations ``destructiveHint``, ``idempotentHint``, ``openWorldHint`` and ``title``;
+  ``readOnlyHint`` is callgate's: ``side_effect_class == "read_only"`` (the class the operator
+  confirmed at import is what policy and idempotency act on, so it is what clients are told).
+
+``execution`` (task support, MCP 2025-11-25) is never shown: the gateway runs no tasks (an
+approval, the 6.7 commit boundary and the 6.10 encoding all need the call's result inside the
+call). A tool whose upstream declares ``taskSupport: "required"`` cannot be called without a
+task, so it is not listed at all, and ``callgate mcp check`` names it (:func:`unservable`);
+``"optional"`` tools are listed and called without a task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import mcp_types as types
+
+from callgate.client import Tool
+
+PASSED_HINTS = ("title", "destructiveHint", "idempotentHint", "openWorldHint")
+"""Upstream annotations shown as the upstream declared them."""
+
+TASK_REQUIRED = "task_required"
+"""Why a tool is not served: its upstream declares ``execution.taskSupport: "required"``."""
+
+
+def unservable(definition: Mapping[str, Any]) -> str | None:
+    """Why the gateway cannot serve this upstream tool (a stable reason), or None."""
+    execution = definition.get("execution")
+    if isinstance(execution, Mapping) and execution.get("taskSupport") == "required":
+        return TASK_REQUIRED
+    return None
+
+
+UNSERVABLE_MESSAGES = {
+    TASK_REQUIRED: (
+        'the upstream declares execution.taskSupport = "required"; the gateway runs no tasks '
+        "(an approval and the commit boundary need the result inside the call), so the tool is "
+        "not listed and cannot be called"
+    ),
+}
+
+
+def annotations_for(tool: Tool, definition: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The annotations shown: the upstream's hints, callgate's ``readOnlyHint``."""
+    upstream = (definition or {}).get("annotations")
+    out: dict[str, Any] = {}
+    if isinstance(upstream, Mapping):
+        out.update({k: upstream[k] for k in PASSED_HINTS if k in upstream and upstream[k] is not None})
+    out["readOnlyHint"] = tool.side_effect_class == "read_only"
+    return out
+
+
+def mcp_tool(tool: Tool, rendered: Mapping[str, Any], definition: Mapping[str, Any] | None) -> types.Tool:
+    """One ``tools/list`` entry: the rendered ToolSpec plus title and annotations."""
+    d = dict(rendered)
+    annotations = annotations_for(tool, definition)
+    title = (definition or {}).get("title") or annotations.get("title")
+    if isinstance(title, str) and title:
+        d["title"] = title
+    d["annotations"] = annotations
+    d.pop("execution", None)
+    return types.Tool.model_validate(d)
+
+
+def shown(
+    tools: Sequence[Tool],
+    rendered: Sequence[Mapping[str, Any]],
+    definitions: Sequence[Mapping[str, Any] | None],
+) -> list[types.Tool]:
+    """The entries of tools that can be served (task-required ones left out)."""
+    return [
+        mcp_tool(t, r, d)
+        for t, r, d in zip(tools, rendered, definitions, strict=True)
+        if d is None or unservable(d) is None
+    ]
+
+
+__all__ = ["TASK_REQUIRED", "UNSERVABLE_MESSAGES", "annotations_for", "mcp_tool", "shown", "unservable"]

@@ -1,0 +1,192 @@
+"""What the gateway tells its clients besides answers: upstream log messages and
+``notifications/tools/list_changed``.
+
+**Logging.** An upstream's ``notifications/message`` is not tied to a request in MCP, and one
+upstream connection can carry the calls of several users. So a log message is forwarded only to
+the client of *the* call running on that connection, when exactly one runs (else it goes to the
+gateway's own log at debug level and nowhere else: one user never sees another's upstream
+output). It is upstream text: every string in ``data`` is redacted with the secrets redeemed for
+that call and the configured patterns, and neutralized (docs/RESULT-ENCODING.md), and it is sent
+as ``{"upstream": <name>, "data": ...}`` with the logger ``upstream.<name>[.<logger>]``, at the
+client's ``logging/setLevel`` level or above (handshake protocol versions; on 2026-07-28 the SDK
+sends it only to a request that opted in through ``_meta``).
+
+**list_changed.** The gateway declares ``tools.listChanged`` and sends
+``notifications/tools/list_changed`` to every connected client (on 2026-07-28, to every
+``subscriptions/listen`` stream that asked for tool changes) when what ``tools/list`` shows
+may have changed: an upstream's own ``tools/list_changed`` (after it was listed again), and a
+change in the policy folder (a re-pinned or edited ToolSpec, a policy file: the files the sidecar
+reloads), seen by :class:`FolderWatch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import warnings
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mcp.server.lowlevel import Server
+from mcp.server.lowlevel.server import NotificationOptions
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPDeprecationWarning
+from mcp.shared.subscriptions import ToolsListChanged
+
+from callgate.execute.encode import neutralize
+from callgate.execute.redaction import Redactor
+from callgate.mcp.upstreams import LogFn
+
+log = logging.getLogger("callgate.mcp")
+
+LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+"""RFC 5424 severities as MCP names them, lowest first."""
+
+
+def at_least(level: str, floor: str) -> bool:
+    """Whether ``level`` is ``floor`` or more severe (unknown levels are never sent)."""
+    return level in LEVELS and floor in LEVELS and LEVELS.index(level) >= LEVELS.index(floor)
+
+
+def cleaned(value: Any, redactor: Redactor | None, depth: int = 0) -> Any:
+    """``value`` with every string (keys too) redacted and neutralized; None past 32 levels."""
+    if depth > 32:
+        return None
+    if isinstance(value, str):
+        text = redactor.redact(value)[0] if redactor is not None else value
+        return neutralize(text)[0]
+    if isinstance(value, Mapping):
+        return {
+            cleaned(str(k), redactor, depth + 1): cleaned(v, redactor, depth + 1) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [cleaned(v, redactor, depth + 1) for v in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return cleaned(str(value), redactor, depth + 1)
+
+
+def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], str]) -> LogFn:
+    """The sink of one call's upstream log messages. Its redactor is built at the first message
+    (most calls log nothing); when none can be built (a secret too short for redaction) nothing
+    is forwarded."""
+    redactors: list[Redactor | None] = []
+
+    def redactor() -> Redactor | None:
+        if not redactors:
+            try:
+                redactors.append(Redactor({f"secret_{i}": s for i, s in enumerate(secrets)}))
+            except ValueError:
+                log.debug(
+                    "upstream %s: log messages of this call are not forwarded (secret too short)", server
+                )
+                redactors.append(None)
+        return redactors[0]
+
+    async def sink(level: str, data: Any, logger: str | None) -> None:
+        if not at_least(level, floor()):
+            return
+        r = redactor()
+        if r is None:
+            return
+        name = f"upstream.{server}" + (f".{neutralize(logger)[0][:100]}" if logger else "")
+        payload = {"upstream": server, "data": cleaned(data, r)}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await ctx.session.send_log_message(
+                    level, payload, logger=name, related_request_id=ctx.request_id
+                )
+        except Exception as exc:  # a log line is best effort; never fails the call
+            log.debug("log message not forwarded: %s", type(exc).__name__)
+
+    return sink
+
+
+class Listeners:
+    """Connected clients, for ``notifications/tools/list_changed``: the sessions of handshake-era
+    clients (2025-11-25), and the ``subscriptions/listen`` streams of 2026-07-28 clients (the
+    SDK's bus and :attr:`listen` handler)."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[Any, Any] = {}
+        self.bus = InMemorySubscriptionBus()
+        self.listen = ListenHandler(self.bus)
+
+    def add(self, key: Any, session: Any) -> None:
+        self._sessions[key] = session
+
+    async def tools_changed(self, why: str) -> None:
+        await self.bus.publish(ToolsListChanged())
+        if not self._sessions:
+            return
+        log.info("tools/list_changed sent to %d client(s): %s", len(self._sessions), why)
+        for key, session in list(self._sessions.items()):
+            try:
+                await session.send_tool_list_changed()
+            except Exception as exc:  # a gone client: forget it
+                log.debug("tools/list_changed not sent: %s", type(exc).__name__)
+                self._sessions.pop(key, None)
+
+
+class FolderWatch:
+    """Polls the policy folder's files (name, mtime, size) and calls ``changed`` when they differ."""
+
+    def __init__(self, root: Path, changed: Callable[[], Awaitable[None]], interval: float = 0.5) -> None:
+        self.root, self.changed, self.interval = root, changed, interval
+        self._task: asyncio.Task[None] | None = None
+
+    def stamp(self) -> tuple[tuple[str, int, int], ...]:
+        out = []
+        try:
+            for p in sorted(self.root.rglob("*")):
+                if p.is_file():
+                    st = p.stat()
+                    out.append((str(p.relative_to(self.root)), st.st_mtime_ns, st.st_size))
+        except OSError:
+            pass
+        return tuple(out)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="mcp-policy-watch")
+
+    async def _run(self) -> None:
+        last = self.stamp()
+        while True:
+            await asyncio.sleep(self.interval)
+            now = self.stamp()
+            if now != last:
+                last = now
+                try:
+                    await self.changed()
+                except Exception as exc:
+                    log.warning("policy folder change not announced: %s", type(exc).__name__)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+class GatewayServer(Server[Any]):
+    """The low-level server, declaring ``tools.listChanged`` on every transport (the HTTP session
+    manager builds its initialization options without arguments)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> Any:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+__all__ = ["LEVELS", "FolderWatch", "GatewayServer", "Listeners", "at_least", "call_log", "cleaned"]
