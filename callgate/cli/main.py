@@ -198,7 +198,8 @@ def cmd_store_backup(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             return 1
         report = backup_sqlite(cfg.path(cfg.store.path), Path(args.target))
     except (CallgateError, LoadError) as exc:
-        where = f"{exc.source}: " if getattr(exc, "source", "") else ""
+        source = getattr(exc, "source", "")
+        where = f"{source}: " if source else ""
         print(f"error: {where}{exc.code.value}: {exc.message}", file=out)
         return 1
     print(
@@ -437,12 +438,17 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             out,
         )
     spec_files = ex.spec_files_in(cfg.path(cfg.policy.dir))
+
+    async def fetch(source: Any) -> Any:  # Explanation | ExpiredInvocation | None (mypy cannot solve
+        # the type parameter of _explain_from_store from a union)
+        return await ex.explain_or_expired(source, args.invocation_id, spec_files=spec_files)
+
     return _explain_from_store(
         cfg,
-        lambda source: ex.explain(source, args.invocation_id, spec_files=spec_files),
+        fetch,
         f"unknown invocation_id {args.invocation_id!r}",
-        ex.to_json,
-        ex.render_text,
+        ex.any_to_json,
+        ex.any_to_text,
         args.json,
         out,
     )

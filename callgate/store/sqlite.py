@@ -48,10 +48,16 @@ from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
+from callgate.store.retention import TERMINAL_SQL, PurgeSql, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite_worker import Durability, SQLiteWorker
 
 T = TypeVar("T")
 log = logging.getLogger("callgate.store")
+
+RECLAIM_PAGES_PER_OP: Final = 256
+"""Pages one writer operation hands back to the file system (:meth:`SQLiteStore.reclaim`)."""
+RECLAIM_OPS_PER_PASS: Final = 64
+"""Such operations per retention pass (64 MiB at 4 KiB pages); the rest waits for the next."""
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -137,12 +143,31 @@ CREATE TRIGGER IF NOT EXISTS decisions_append_only_d BEFORE DELETE ON decisions
   BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END;
 """
 
+_SCHEMA_V4 = f"""
+CREATE TABLE IF NOT EXISTS retention_purging (one INTEGER PRIMARY KEY CHECK (one = 1));
+DROP TRIGGER IF EXISTS events_append_only_d;
+CREATE TRIGGER events_append_only_d BEFORE DELETE ON events
+  WHEN NOT EXISTS (SELECT 1 FROM retention_purging)
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+DROP TRIGGER IF EXISTS decisions_append_only_d;
+CREATE TRIGGER decisions_append_only_d BEFORE DELETE ON decisions
+  WHEN NOT EXISTS (SELECT 1 FROM retention_purging)
+  BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END;
+CREATE TABLE IF NOT EXISTS expired_invocations (
+  invocation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, tool_name TEXT NOT NULL, state TEXT NOT NULL,
+  updated_at TEXT NOT NULL, expired_at TEXT NOT NULL, exported_to TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS expired_invocations_at ON expired_invocations (expired_at);
+CREATE INDEX IF NOT EXISTS invocations_ended ON invocations (updated_at) WHERE state IN {TERMINAL_SQL};
+CREATE INDEX IF NOT EXISTS decisions_at ON decisions (at);
+"""
+
 MIGRATIONS: Final = (
     Migration(
         1, "sessions, tool views, invocations, events, attempts, results, usage, snapshots", _SCHEMA_V1
     ),
     Migration(2, "idempotency keys in the event database (one commit per answer)", _SCHEMA_V2),
     Migration(3, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _SCHEMA_V3),
+    Migration(4, "retention: deletable trails while purging, tombstones, age indexes", _SCHEMA_V4),
 )
 """The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -459,6 +484,14 @@ def _read_decision(c: sqlite3.Connection, decision_id: str) -> DecisionRecord | 
         context_digest=r[6], context_keys=tuple(json.loads(r[7])), decision=json.loads(r[8]),
         policy_revision=r[9], trace_id=r[10], span_id=r[11], parent_span_id=r[12],
     )  # fmt: skip
+
+
+_PURGE: Final = PurgeSql("", "?", keys_sql.TABLE)
+
+
+def _read_tombstone(c: sqlite3.Connection, invocation_id: str) -> Tombstone | None:
+    row = c.execute(_PURGE.get_tombstone, (invocation_id,)).fetchone()
+    return None if row is None else Tombstone(*row)
 
 
 def _follow_key(c: sqlite3.Connection, record: InvocationRecord, message: bytes | None = None) -> None:
@@ -792,6 +825,102 @@ class SQLiteStore:
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
         return await self._call(lambda c: read_events(c, invocation_id))
 
+    # ------------------------------------------------------------------ retention
+    async def expired_trails(self, before: str, now: datetime, limit: int, *, full: bool) -> list[Trail]:
+        """:meth:`callgate.store.retention.RetainingStore.expired_trails`."""
+
+        def op(c: sqlite3.Connection) -> list[Trail]:
+            rows = c.execute(_PURGE.expired_invocations(_INV_COLS), (before, keys_sql._ts(now), limit))
+            invs = [_INVOCATIONS.record(r) for r in rows.fetchall()]
+            if not full:
+                return [Trail(inv) for inv in invs]
+            return [
+                Trail(
+                    inv,
+                    read_events(c, inv.invocation_id),
+                    _read_attempts(c, inv.invocation_id),
+                    _read_result(c, inv.invocation_id),
+                    _read_fed(c, inv.invocation_id),
+                )  # fmt: skip
+                for inv in invs
+            ]
+
+        return await self._call(op)
+
+    async def delete_trails(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.delete_trails`."""
+
+        def op(c: sqlite3.Connection) -> int:
+            c.execute("INSERT INTO retention_purging VALUES (1)")  # the append-only triggers let it
+            deleted = 0
+            for t in trails:
+                inv = t.invocation
+                if c.execute(_PURGE.delete_invocation, (inv.invocation_id, inv.updated_at)).rowcount != 1:
+                    continue  # changed since it was listed (and exported): kept for a later pass
+                deleted += 1
+                for statement in _PURGE.delete_trail:
+                    c.execute(statement, (inv.invocation_id,))
+                c.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
+            c.execute("DELETE FROM retention_purging")
+            return deleted
+
+        return await self._call(op)
+
+    async def expired_decisions(self, before: str, limit: int) -> list[DecisionRecord]:
+        """Decisions recorded before ``before``, oldest first."""
+
+        def op(c: sqlite3.Connection) -> list[DecisionRecord]:
+            rows = c.execute(_PURGE.expired_decisions, (before, limit)).fetchall()
+            return [d for (did,) in rows if (d := _read_decision(c, did)) is not None]
+
+        return await self._call(op)
+
+    async def delete_decisions(self, ids: Sequence[str]) -> int:
+        """Delete these decisions in one transaction; how many."""
+
+        def op(c: sqlite3.Connection) -> int:
+            c.execute("INSERT INTO retention_purging VALUES (1)")
+            n = sum(c.execute("DELETE FROM decisions WHERE decision_id=?", (i,)).rowcount for i in ids)
+            c.execute("DELETE FROM retention_purging")
+            return n
+
+        return await self._call(op)
+
+    async def purge_keys(self, expired_before: datetime, limit: int) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.purge_keys`."""
+        args = (keys_sql._ts(expired_before), limit)
+        return await self._call(lambda c: c.execute(_PURGE.purge_keys("rowid"), args).rowcount)
+
+    async def purge_tombstones(self, before: str, limit: int) -> int:
+        """Delete tombstones of invocations deleted before ``before``; how many."""
+        return await self._call(lambda c: c.execute(_PURGE.purge_tombstones, (before, limit)).rowcount)
+
+    async def get_tombstone(self, invocation_id: str) -> Tombstone | None:
+        return await self._call(lambda c: _read_tombstone(c, invocation_id))
+
+    async def reclaim(self, reserve_pages: int) -> int:
+        """Free pages past ``reserve_pages`` go back to the file system (``incremental_vacuum``;
+        a database created before ``auto_vacuum = INCREMENTAL`` reuses them instead: its file
+        stops growing but does not shrink, docs/RELIABILITY.md). At most
+        :data:`RECLAIM_PAGES_PER_OP` pages per writer operation (Python's sqlite3 steps a PRAGMA
+        once, and one step frees one page: ~60 us each), so calls queue behind ~15 ms at most."""
+
+        def op(c: sqlite3.Connection) -> int:
+            (mode,) = c.execute("PRAGMA auto_vacuum").fetchone()
+            (free,) = c.execute("PRAGMA freelist_count").fetchone()
+            n = min(int(free) - reserve_pages, RECLAIM_PAGES_PER_OP) if mode == 2 else 0
+            for _ in range(max(0, n)):
+                c.execute("PRAGMA incremental_vacuum(1)")
+            return max(0, n)
+
+        total = 0
+        for _ in range(RECLAIM_OPS_PER_PASS):
+            n = await self._call(op)
+            total += n
+            if n < RECLAIM_PAGES_PER_OP:
+                break
+        return total
+
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         def op(c: sqlite3.Connection) -> list[InvocationRecord]:
             q = f"SELECT {_INV_COLS} FROM invocations WHERE state=? AND confirmation_expires_at != ''"
@@ -932,6 +1061,10 @@ class SQLiteReader:
     async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
         """The tools shown for one model call, or ``None``."""
         return _read_tool_view(self._conn, session_id, model_call_id)
+
+    async def get_tombstone(self, invocation_id: str) -> Tombstone | None:
+        """What is left of an invocation deleted by retention, or ``None``."""
+        return _read_tombstone(self._conn, invocation_id) if "expired_invocations" in self._tables() else None
 
     async def list_tool_views(self, session_id: str) -> list[ToolViewRecord]:
         """Every tool view of a session, in the order they were recorded."""
