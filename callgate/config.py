@@ -126,7 +126,7 @@ class RetentionConfig:
     ``""``: no export (a PostgreSQL store may be kept as the long-term archive instead)."""
     interval_seconds: int = 60
     """Seconds between two retention passes (the first runs at start)."""
-    batch: int = 200
+    batch: int = 100
     """Records per delete transaction (SQLite: one operation of the writer thread)."""
     max_batches: int = 20
     """Batches of each kind per pass; what is left waits for the next pass."""

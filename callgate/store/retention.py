@@ -208,7 +208,7 @@ class RetentionPolicy:
     expired_keys: timedelta = timedelta(0)
     keys_expire_new: bool = False
     """``idempotency.expired_policy = new``: a key is deleted at its expiry."""
-    batch: int = 200
+    batch: int = 100
     max_batches: int = 20
     interval: float = 60.0
     export_path: str = ""

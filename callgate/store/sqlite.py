@@ -9,6 +9,7 @@ Events are append-only, enforced by the database itself (triggers abort UPDATE a
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -23,6 +24,7 @@ from typing import Any, Final, Generic, TypeVar, get_type_hints
 from urllib.parse import quote
 
 from callgate.core.clock import rfc3339
+from callgate.core.errors import store_unavailable
 from callgate.core.jsontext import compact_sorted
 from callgate.core.lru import IdentityMemo
 from callgate.core.states import State
@@ -613,6 +615,9 @@ class SQLiteStore:
             name="callgate-events", setup=_setup(legacy), fsync=fsync, on_barrier=on_barrier,
         )  # fmt: skip
         self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
+        self._path = str(path)
+        self._purge_reader: sqlite3.Connection | None = None
+        """Retention's own read connection (:meth:`_read_for_purge`), opened on first use."""
 
     def keys(self) -> IdempotencyStore:
         """The idempotency keys in this database, on this store's writer (``in_store``)."""
@@ -845,7 +850,7 @@ class SQLiteStore:
                 for inv in invs
             ]
 
-        return await self._call(op)
+        return await self._read_for_purge(op)
 
     async def delete_trails(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
         """:meth:`callgate.store.retention.RetainingStore.delete_trails`."""
@@ -873,7 +878,7 @@ class SQLiteStore:
             rows = c.execute(_PURGE.expired_decisions, (before, limit)).fetchall()
             return [d for (did,) in rows if (d := _read_decision(c, did)) is not None]
 
-        return await self._call(op)
+        return await self._read_for_purge(op)
 
     async def delete_decisions(self, ids: Sequence[str]) -> int:
         """Delete these decisions in one transaction; how many."""
@@ -941,7 +946,26 @@ class SQLiteStore:
         )
 
     async def close(self) -> None:
+        if self._purge_reader is not None:
+            self._purge_reader.close()
+            self._purge_reader = None
         await self._worker.close()
+
+    async def _read_for_purge(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a retention read on a connection of its own, in a thread: the writer thread only
+        deletes (what it reads may be a commit behind; every delete checks again). An in-memory
+        database has no second connection: the writer reads."""
+        if self._path == ":memory:":
+            return await self._call(op)
+        if self._purge_reader is None:
+            self._purge_reader = sqlite3.connect(
+                f"file:{quote(str(Path(self._path).resolve()))}?mode=ro", uri=True, check_same_thread=False
+            )
+        reader = self._purge_reader
+        try:
+            return await asyncio.to_thread(op, reader)
+        except sqlite3.Error as exc:
+            raise store_unavailable(f"retention read failed: {exc}") from exc
 
     async def put_tool_view_fed(self, v: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
         def op(c: sqlite3.Connection) -> None:
