@@ -111,6 +111,10 @@ class RetentionConfig:
     """A terminal invocation is deleted this long after its last change (``updated_at``: when it
     ended), with its whole trail: events, attempts, tool message, fed-into records. Not while its
     idempotency key is inside its own retention. A tombstone stays for ``explain``."""
+    events_seconds: int = 0
+    """The events of a terminal invocation are deleted this long after it ended, the invocation
+    row kept (shorter than ``invocations_seconds``; 0: the events go with their invocation).
+    ``explain`` then says when they went and where they were exported."""
     decisions_seconds: int = 0
     """An ``Authorize`` decision is deleted this long after it was recorded (``at``)."""
     expired_keys_seconds: int = 0
@@ -119,7 +123,8 @@ class RetentionConfig:
     expiry (a missing key answers the same). With ``reject`` it is kept this long past its expiry
     to go on refusing, then deleted (a repeat after that is a new call); 0 keeps it for ever."""
     tombstones_seconds: int = 0
-    """How long ``explain`` can still say an invocation expired (0: ``invocations_seconds``)."""
+    """How long ``explain`` can still say an invocation expired (0: ``invocations_seconds``, or
+    ``events_seconds`` when only events expire)."""
     export_path: str = ""
     """A file each deleted invocation (with its trail) and decision is appended to first, one JSON
     line each with the fields ``callgate explain`` reads, synced before the delete commits.
@@ -456,8 +461,15 @@ def validate(cfg: Config, *, source: str = "") -> Config:
     if cfg.store.durability not in ("barrier", "per_answer"):
         raise config_invalid("store.durability must be 'barrier' or 'per_answer'", source=source)
     r = cfg.store.retention
-    if min(r.invocations_seconds, r.decisions_seconds, r.expired_keys_seconds, r.tombstones_seconds) < 0:
+    seconds = (r.invocations_seconds, r.events_seconds, r.decisions_seconds, r.expired_keys_seconds)
+    if min(*seconds, r.tombstones_seconds) < 0:
         raise config_invalid("store.retention: the *_seconds must be >= 0 (0 = kept for ever)", source=source)
+    if r.events_seconds and r.invocations_seconds and r.events_seconds >= r.invocations_seconds:
+        raise config_invalid(
+            "store.retention.events_seconds must be shorter than invocations_seconds "
+            "(the events go with their invocation)",
+            source=source,
+        )
     if r.interval_seconds <= 0 or r.batch <= 0 or r.max_batches <= 0:
         raise config_invalid(
             "store.retention: interval_seconds, batch and max_batches must be positive", source=source

@@ -346,7 +346,72 @@ def test_the_retention_table_is_read_from_toml_and_checked(tmp_path: Path) -> No
 
     assert policy_of(cfg).export_path == str(tmp_path / "audit" / "x.jsonl")
     for bad, says in (("decisions_seconds = -1", "must be >= 0"), ("batch = 0", "must be positive"),
+                      ("events_seconds = 9\ninvocations_seconds = 9", "shorter than invocations_seconds"),
                       ("keep = 3", "unknown key 'store.retention.keep'")):  # fmt: skip
         toml.write_text(f"[store.retention]\n{bad}\n")
         with pytest.raises(CallgateError, match=says):
             load_config(toml)
+
+
+def test_events_can_expire_before_their_invocation(backend: Backend, tmp_path: Path) -> None:
+    """``events_seconds``: the events of a terminal invocation go (exported first), the
+    invocation stays; open invocations keep theirs; the next pass starts after the last one
+    done (a mark), and the invocation goes later with its tombstone replaced."""
+    export = tmp_path / "expired.jsonl"
+
+    async def body(store: Store) -> None:
+        for i in range(5):
+            await put(store, f"ended-{i}", State.FAILED_BEFORE_COMMIT, OLD)
+        await put(store, "open", State.OUTCOME_UNKNOWN, OLD)
+        await put(store, "young", State.FAILED_BEFORE_COMMIT, RECENT)
+        counts = await purge(
+            store, events=DAY, invocations=timedelta(days=5), export_path=str(export), batch=2
+        )
+        assert (counts.events, counts.invocations) == (5, 0)
+        for i in range(5):
+            assert await store.get_invocation(f"ended-{i}") is not None
+            assert await store.list_events(f"ended-{i}") == []
+            tomb = await store.get_tombstone(f"ended-{i}")  # type: ignore[attr-defined]
+            assert tomb is not None and tomb.exported_to == str(export)
+        for kept in ("open", "young"):
+            assert len(await store.list_events(kept)) == 1
+        lines = [json.loads(x) for x in export.read_text().splitlines()]
+        assert {x["kind"] for x in lines} == {RecordKind.EVENTS.value} and len(lines) == 5
+        assert lines[0]["record"]["events"][0]["kind"] == "proposed"
+        # the mark: a second pass exports nothing again
+        assert (await purge(store, events=DAY, export_path=str(export))).events == 0
+        assert len(export.read_text().splitlines()) == 5
+        # the young one's events go a day later; the old invocations after their own retention
+        later = NOW + timedelta(days=3)
+        counts = await purge(store, later, events=DAY, invocations=timedelta(days=5))
+        assert (counts.events, counts.invocations) == (1, 5)
+        tomb = await store.get_tombstone("ended-0")  # type: ignore[attr-defined]
+        assert tomb is not None and tomb.expired_at == rfc3339(later) and tomb.exported_to == ""
+        # a tombstone of a kept invocation stays (explain notes it); of a deleted one, it expires
+        assert (await purge(store, NOW + timedelta(days=30), events=DAY)).tombstones == 5
+        assert await store.get_tombstone("young") is not None  # type: ignore[attr-defined]
+
+    backend.run(body)
+
+
+def test_explain_notes_events_deleted_by_retention(tmp_path: Path) -> None:
+    from callgate.cli.explain import Explanation, explain_or_expired
+    from callgate.store.sqlite import SQLiteStore
+
+    async def main() -> Any:
+        store = SQLiteStore(tmp_path / "callgate.db")
+        try:
+            await put(store, "kept", State.FAILED_BEFORE_COMMIT, OLD)
+            await purge(store, events=DAY, export_path=str(tmp_path / "x.jsonl"))
+            return await explain_or_expired(store, "kept")
+        finally:
+            await store.close()
+
+    import asyncio
+
+    x = asyncio.run(main())
+    assert isinstance(x, Explanation) and x.state == "FAILED_BEFORE_COMMIT"
+    assert (
+        f"its events were deleted by retention at {rfc3339(NOW)}, exported to {tmp_path / 'x.jsonl'}"
+        in x.notes
+    )

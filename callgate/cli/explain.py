@@ -27,7 +27,7 @@ import hashlib
 import json
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -595,10 +595,14 @@ async def explain_or_expired(
     """:func:`explain`, or, for an invocation retention deleted, when and where it was exported
     (a source that keeps no tombstones answers None)."""
     found = await explain(store, invocation_id, spec_files=spec_files)
-    if found is not None:
-        return found
     get_tombstone = getattr(store, "get_tombstone", None)
     tomb = await get_tombstone(invocation_id) if get_tombstone is not None else None
+    if found is not None and tomb is not None:  # kept, its events deleted (events_seconds)
+        where = f", exported to {tomb.exported_to}" if tomb.exported_to else ", not exported"
+        note = f"its events were deleted by retention at {tomb.expired_at}{where}"
+        return replace(found, notes=(*found.notes, note))
+    if found is not None:
+        return found
     return None if tomb is None else ExpiredInvocation(tomb)
 
 

@@ -76,7 +76,7 @@ from callgate.store.idempotency.base import (
     released,
 )
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
-from callgate.store.retention import TERMINAL_SQL, PurgeSql, Tombstone, Trail, tombstone_row
+from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
     _ATTEMPTS,
     _DECISION_COLS,
@@ -191,7 +191,9 @@ CREATE TABLE IF NOT EXISTS callgate_expired_invocations (
 CREATE INDEX IF NOT EXISTS callgate_expired_invocations_at ON callgate_expired_invocations (expired_at);
 CREATE INDEX IF NOT EXISTS callgate_invocations_ended ON callgate_invocations (updated_at)
   WHERE state IN {TERMINAL_SQL};
-CREATE INDEX IF NOT EXISTS callgate_decisions_at ON callgate_decisions (at)
+CREATE INDEX IF NOT EXISTS callgate_decisions_at ON callgate_decisions (at);
+CREATE TABLE IF NOT EXISTS callgate_retention_marks (
+  kind TEXT PRIMARY KEY, updated_at TEXT NOT NULL, invocation_id TEXT NOT NULL)
 """
 
 MIGRATIONS: Final = (
@@ -726,7 +728,9 @@ class PostgresStore:
     async def expired_trails(self, before: str, now: datetime, limit: int, *, full: bool) -> list[Trail]:
         """:meth:`callgate.store.retention.RetainingStore.expired_trails`."""
         rows = await self._fetchall(_PURGE.expired_invocations(_INV_COLS), (before, now, limit))
-        invs = [_INVOCATIONS.record(r) for r in rows]
+        return await self._trails([_INVOCATIONS.record(r) for r in rows], full)
+
+    async def _trails(self, invs: Sequence[InvocationRecord], full: bool) -> list[Trail]:
         if not full:
             return [Trail(inv) for inv in invs]
         return [
@@ -739,6 +743,31 @@ class PostgresStore:
             )  # fmt: skip
             for inv in invs
         ]
+
+    async def events_due(self, before: str, limit: int, *, full: bool) -> list[Trail]:
+        """:meth:`callgate.store.retention.RetainingStore.events_due`."""
+        mark = await self._fetchone(_PURGE.get_mark, (RecordKind.EVENTS.value,)) or ("", "")
+        rows = await self._fetchall(_PURGE.events_due(_INV_COLS), (before, mark[0], mark[0], mark[1], limit))
+        return await self._trails([_INVOCATIONS.record(r) for r in rows], full)
+
+    async def delete_events(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.delete_events`."""
+        done = 0
+        async with self._tx() as conn:
+            await conn.execute("SELECT set_config(%s, 'on', true)", (PURGING_SETTING,))
+            for t in trails:
+                inv = t.invocation
+                cur = await conn.execute(
+                    _PURGE.delete_events, (inv.invocation_id, inv.invocation_id, inv.updated_at)
+                )
+                if cur.rowcount:
+                    done += 1
+                    await conn.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
+            last = trails[-1].invocation
+            await conn.execute(
+                _PURGE.put_mark, (RecordKind.EVENTS.value, last.updated_at, last.invocation_id)
+            )
+        return done
 
     async def delete_trails(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
         """:meth:`callgate.store.retention.RetainingStore.delete_trails`."""

@@ -128,8 +128,9 @@ class PurgeSql:
         """(bound, limit)."""
         t = f"{self.prefix}expired_invocations"
         return (
-            f"DELETE FROM {t} WHERE invocation_id IN (SELECT invocation_id FROM {t} "
-            f"WHERE expired_at < {self.p} ORDER BY expired_at LIMIT {self.p})"
+            f"DELETE FROM {t} WHERE invocation_id IN (SELECT invocation_id FROM {t} x "
+            f"WHERE expired_at < {self.p} AND NOT EXISTS (SELECT 1 FROM {self.prefix}invocations i "
+            f"WHERE i.invocation_id = x.invocation_id) ORDER BY expired_at LIMIT {self.p})"
         )
 
     @property
@@ -137,6 +138,36 @@ class PurgeSql:
         """(bound, limit)."""
         return (
             f"SELECT decision_id FROM {self.prefix}decisions WHERE at < {self.p} ORDER BY at LIMIT {self.p}"
+        )
+
+    def events_due(self, columns: str) -> str:
+        """Terminal invocations after the mark, ``updated_at`` below the bound, in (updated_at,
+        id) order: (bound, mark at, mark at, mark id, limit)."""
+        p = self.p
+        return (
+            f"SELECT {columns} FROM {self.prefix}invocations WHERE state IN {TERMINAL_SQL} "
+            f"AND updated_at < {p} AND (updated_at > {p} OR (updated_at = {p} AND invocation_id > {p})) "
+            f"ORDER BY updated_at, invocation_id LIMIT {p}"
+        )
+
+    @property
+    def delete_events(self) -> str:
+        """The events of one invocation still terminal and unchanged (id, id, updated_at)."""
+        pre, p = self.prefix, self.p
+        return (
+            f"DELETE FROM {pre}events WHERE invocation_id={p} AND EXISTS (SELECT 1 FROM {pre}invocations "
+            f"WHERE invocation_id={p} AND updated_at={p} AND state IN {TERMINAL_SQL})"
+        )
+
+    @property
+    def get_mark(self) -> str:
+        return f"SELECT updated_at, invocation_id FROM {self.prefix}retention_marks WHERE kind={self.p}"
+
+    @property
+    def put_mark(self) -> str:
+        return (
+            f"INSERT INTO {self.prefix}retention_marks VALUES ({self.p}, {self.p}, {self.p}) ON CONFLICT (kind) "
+            "DO UPDATE SET updated_at=excluded.updated_at, invocation_id=excluded.invocation_id"
         )
 
     def purge_keys(self, row: str, lock: str = "") -> str:
@@ -166,6 +197,8 @@ class RecordKind(str, Enum):
     """What an export line holds."""
 
     INVOCATION = "invocation"
+    EVENTS = "events"
+    """The events of an invocation that is kept (``events_seconds``): the trail as it was."""
     DECISION = "decision"
 
 
@@ -202,9 +235,11 @@ class RetentionPolicy:
     """``[store.retention]`` as durations (zero: that kind is never deleted)."""
 
     invocations: timedelta = timedelta(0)
+    events: timedelta = timedelta(0)
+    """Zero: the events go with their invocation."""
     decisions: timedelta = timedelta(0)
     tombstones: timedelta = timedelta(0)
-    """Zero: as long as ``invocations``."""
+    """Zero: as long as ``invocations`` (or ``events``)."""
     expired_keys: timedelta = timedelta(0)
     keys_expire_new: bool = False
     """``idempotency.expired_policy = new``: a key is deleted at its expiry."""
@@ -215,11 +250,13 @@ class RetentionPolicy:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.invocations or self.decisions or self.expired_keys or self.keys_expire_new)
+        return bool(
+            self.invocations or self.events or self.decisions or self.expired_keys or self.keys_expire_new
+        )
 
     @property
     def tombstone_retention(self) -> timedelta:
-        return self.tombstones or self.invocations
+        return self.tombstones or self.invocations or self.events
 
 
 def policy_of(cfg: Config) -> RetentionPolicy:
@@ -227,6 +264,7 @@ def policy_of(cfg: Config) -> RetentionPolicy:
     r = cfg.store.retention
     return RetentionPolicy(
         invocations=timedelta(seconds=r.invocations_seconds),
+        events=timedelta(seconds=r.events_seconds),
         decisions=timedelta(seconds=r.decisions_seconds),
         tombstones=timedelta(seconds=r.tombstones_seconds),
         expired_keys=timedelta(seconds=r.expired_keys_seconds),
@@ -274,6 +312,17 @@ class RetainingStore(Protocol):
         leave its tombstone, in one transaction; how many were deleted."""
         ...
 
+    async def events_due(self, before: str, limit: int, *, full: bool) -> list[Trail]:
+        """Terminal invocations past the events mark whose ``updated_at`` is below ``before``,
+        in (updated_at, id) order, at most ``limit``; with ``full`` their trails."""
+        ...
+
+    async def delete_events(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """Delete the events of each (still terminal and unchanged) invocation, leave its
+        tombstone, move the events mark past the last one, in one transaction; how many
+        invocations lost their events."""
+        ...
+
     async def expired_decisions(self, before: str, limit: int) -> list[DecisionRecord]: ...
 
     async def delete_decisions(self, ids: Sequence[str]) -> int: ...
@@ -295,6 +344,8 @@ class RetainingStore(Protocol):
 @dataclass(slots=True)
 class PassCounts:
     invocations: int = 0
+    events: int = 0
+    """Invocations whose events were deleted (the invocation kept)."""
     decisions: int = 0
     keys: int = 0
     tombstones: int = 0
@@ -302,7 +353,7 @@ class PassCounts:
 
     @property
     def deleted(self) -> int:
-        return self.invocations + self.decisions + self.keys + self.tombstones
+        return self.invocations + self.events + self.decisions + self.keys + self.tombstones
 
 
 def export_line(kind: RecordKind, record: Trail | DecisionRecord, expired_at: str) -> str:
@@ -347,20 +398,20 @@ class Purger:
         p, counts = self.policy, PassCounts()
         expired_at = rfc3339(now)
         export = Path(p.export_path) if p.export_path else None
+        exported_to = str(export) if export else ""
+        if p.events:
+            counts.events += await self._trails(
+                RecordKind.EVENTS, export, expired_at,
+                lambda n: self.store.events_due(cutoff(now, p.events), n, full=export is not None),
+                lambda trails: self.store.delete_events(trails, expired_at, exported_to),
+            )  # fmt: skip
         if p.invocations:
-            before = cutoff(now, p.invocations)
-            for _ in range(p.max_batches):
-                trails = await self.store.expired_trails(before, now, p.batch, full=export is not None)
-                if not trails:
-                    break
-                if export is not None:
-                    lines = [export_line(RecordKind.INVOCATION, t, expired_at) for t in trails]
-                    await asyncio.to_thread(append_synced, export, lines)
-                counts.invocations += await self.store.delete_trails(
-                    trails, expired_at, str(export) if export else ""
-                )
-                if len(trails) < p.batch:
-                    break
+            counts.invocations += await self._trails(
+                RecordKind.INVOCATION, export, expired_at,
+                lambda n: self.store.expired_trails(cutoff(now, p.invocations), now, n, full=export is not None),
+                lambda trails: self.store.delete_trails(trails, expired_at, exported_to),
+            )  # fmt: skip
+        if p.invocations or p.events:
             counts.tombstones += await self._each(
                 lambda n: self.store.purge_tombstones(cutoff(now, p.tombstone_retention), n)
             )
@@ -382,14 +433,36 @@ class Purger:
         if counts.deleted:
             counts.reclaimed_pages = await self.store.reclaim(RECLAIM_RESERVE_PAGES)
             log.info(
-                "retention at %s: deleted %d invocation(s), %d decision(s), %d key(s), %d tombstone(s); "
-                "%d page(s) reclaimed",
-                expired_at, counts.invocations, counts.decisions, counts.keys, counts.tombstones,
-                counts.reclaimed_pages,
+                "retention at %s: deleted %d invocation(s), the events of %d, %d decision(s), %d key(s), "
+                "%d tombstone(s); %d page(s) reclaimed",
+                expired_at, counts.invocations, counts.events, counts.decisions, counts.keys,
+                counts.tombstones, counts.reclaimed_pages,
             )  # fmt: skip
-        for name in ("invocations", "decisions", "keys", "tombstones", "reclaimed_pages"):
+        for name in ("invocations", "events", "decisions", "keys", "tombstones", "reclaimed_pages"):
             setattr(self.totals, name, getattr(self.totals, name) + getattr(counts, name))
         return counts
+
+    async def _trails(
+        self,
+        kind: RecordKind,
+        export: Path | None,
+        expired_at: str,
+        due: Callable[[int], Awaitable[list[Trail]]],
+        delete: Callable[[list[Trail]], Awaitable[int]],
+    ) -> int:
+        """Batches of ``due`` trails, each exported (synced) then deleted; how many deleted."""
+        total = 0
+        for _ in range(self.policy.max_batches):
+            trails = await due(self.policy.batch)
+            if not trails:
+                break
+            if export is not None:
+                lines = [export_line(kind, t, expired_at) for t in trails]
+                await asyncio.to_thread(append_synced, export, lines)
+            total += await delete(trails)
+            if len(trails) < self.policy.batch:
+                break
+        return total
 
     async def _each(self, delete: Callable[[int], Awaitable[int]]) -> int:
         total = 0

@@ -50,7 +50,7 @@ from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
-from callgate.store.retention import TERMINAL_SQL, PurgeSql, Tombstone, Trail, tombstone_row
+from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite_worker import Durability, SQLiteWorker
 
 T = TypeVar("T")
@@ -161,6 +161,8 @@ CREATE TABLE IF NOT EXISTS expired_invocations (
 CREATE INDEX IF NOT EXISTS expired_invocations_at ON expired_invocations (expired_at);
 CREATE INDEX IF NOT EXISTS invocations_ended ON invocations (updated_at) WHERE state IN {TERMINAL_SQL};
 CREATE INDEX IF NOT EXISTS decisions_at ON decisions (at);
+CREATE TABLE IF NOT EXISTS retention_marks (
+  kind TEXT PRIMARY KEY, updated_at TEXT NOT NULL, invocation_id TEXT NOT NULL);
 """
 
 MIGRATIONS: Final = (
@@ -489,6 +491,22 @@ def _read_decision(c: sqlite3.Connection, decision_id: str) -> DecisionRecord | 
 
 
 _PURGE: Final = PurgeSql("", "?", keys_sql.TABLE)
+
+
+def _trails(c: sqlite3.Connection, invs: Sequence[InvocationRecord], full: bool) -> list[Trail]:
+    """``invs`` as trails: with ``full`` everything ``explain`` reads, else the invocation alone."""
+    if not full:
+        return [Trail(inv) for inv in invs]
+    return [
+        Trail(
+            inv,
+            read_events(c, inv.invocation_id),
+            _read_attempts(c, inv.invocation_id),
+            _read_result(c, inv.invocation_id),
+            _read_fed(c, inv.invocation_id),
+        )  # fmt: skip
+        for inv in invs
+    ]
 
 
 def _read_tombstone(c: sqlite3.Connection, invocation_id: str) -> Tombstone | None:
@@ -836,19 +854,7 @@ class SQLiteStore:
 
         def op(c: sqlite3.Connection) -> list[Trail]:
             rows = c.execute(_PURGE.expired_invocations(_INV_COLS), (before, keys_sql._ts(now), limit))
-            invs = [_INVOCATIONS.record(r) for r in rows.fetchall()]
-            if not full:
-                return [Trail(inv) for inv in invs]
-            return [
-                Trail(
-                    inv,
-                    read_events(c, inv.invocation_id),
-                    _read_attempts(c, inv.invocation_id),
-                    _read_result(c, inv.invocation_id),
-                    _read_fed(c, inv.invocation_id),
-                )  # fmt: skip
-                for inv in invs
-            ]
+            return _trails(c, [_INVOCATIONS.record(r) for r in rows.fetchall()], full)
 
         return await self._read_for_purge(op)
 
@@ -868,6 +874,36 @@ class SQLiteStore:
                 c.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
             c.execute("DELETE FROM retention_purging")
             return deleted
+
+        return await self._call(op)
+
+    async def events_due(self, before: str, limit: int, *, full: bool) -> list[Trail]:
+        """:meth:`callgate.store.retention.RetainingStore.events_due`."""
+
+        def op(c: sqlite3.Connection) -> list[Trail]:
+            mark = c.execute(_PURGE.get_mark, (RecordKind.EVENTS.value,)).fetchone() or ("", "")
+            rows = c.execute(_PURGE.events_due(_INV_COLS), (before, mark[0], mark[0], mark[1], limit))
+            return _trails(c, [_INVOCATIONS.record(r) for r in rows.fetchall()], full)
+
+        return await self._read_for_purge(op)
+
+    async def delete_events(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.delete_events`."""
+
+        def op(c: sqlite3.Connection) -> int:
+            c.execute("INSERT INTO retention_purging VALUES (1)")
+            done = 0
+            for t in trails:
+                inv = t.invocation
+                if c.execute(
+                    _PURGE.delete_events, (inv.invocation_id, inv.invocation_id, inv.updated_at)
+                ).rowcount:
+                    done += 1
+                    c.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
+            last = trails[-1].invocation
+            c.execute(_PURGE.put_mark, (RecordKind.EVENTS.value, last.updated_at, last.invocation_id))
+            c.execute("DELETE FROM retention_purging")
+            return done
 
         return await self._call(op)
 
