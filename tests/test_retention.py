@@ -8,6 +8,7 @@ expired, when, and where it went; a new SQLite file hands freed pages back to th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -287,8 +288,6 @@ def test_a_new_sqlite_file_hands_freed_pages_back(tmp_path: Path) -> None:
         finally:
             await store.close()
 
-    import asyncio
-
     full, after = asyncio.run(main())
     with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # INCREMENTAL
@@ -407,11 +406,32 @@ def test_explain_notes_events_deleted_by_retention(tmp_path: Path) -> None:
         finally:
             await store.close()
 
-    import asyncio
-
     x = asyncio.run(main())
     assert isinstance(x, Explanation) and x.state == "FAILED_BEFORE_COMMIT"
     assert (
         f"its events were deleted by retention at {rfc3339(NOW)}, exported to {tmp_path / 'x.jsonl'}"
         in x.notes
     )
+
+
+def test_an_export_that_cannot_be_written_deletes_nothing(tmp_path: Path) -> None:
+    from callgate.store.sqlite import SQLiteStore
+
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the export's directory should be")
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "callgate.db")
+        try:
+            await put(store, "gone?", State.FAILED_BEFORE_COMMIT, OLD)
+            await store.record_decision(decision("dec", OLD))
+            with pytest.raises(OSError):
+                await purge(store, invocations=DAY, export_path=str(blocked / "x.jsonl"))
+            with pytest.raises(OSError):
+                await purge(store, decisions=DAY, export_path=str(blocked / "x.jsonl"))
+            assert await store.get_invocation("gone?") is not None and await store.list_events("gone?")
+            assert await store.get_decision("dec") is not None
+        finally:
+            await store.close()
+
+    asyncio.run(main())
