@@ -435,3 +435,35 @@ def test_an_export_that_cannot_be_written_deletes_nothing(tmp_path: Path) -> Non
             await store.close()
 
     asyncio.run(main())
+
+
+def test_store_compact_converts_an_older_database_and_refuses_a_live_one(tmp_path: Path) -> None:
+    """An older file (``auto_vacuum = NONE``) keeps its size after deletions; ``callgate store
+    compact`` (sidecar stopped) shrinks it and turns incremental vacuum on; with a ``-wal`` beside
+    it (a sidecar may be running) it refuses and changes nothing."""
+    db = tmp_path / "var" / "callgate.db"
+    db.parent.mkdir()
+    with sqlite3.connect(db) as c:  # an older file: no auto_vacuum, pages freed but kept
+        c.execute("CREATE TABLE t (x BLOB)")
+        c.executemany("INSERT INTO t VALUES (?)", [(b"y" * 4000,) for _ in range(500)])
+        c.commit()
+        c.execute("DELETE FROM t")
+        c.commit()
+    big = db.stat().st_size
+    cfg = tmp_path / "callgate.toml"
+    cfg.write_text(f'[policy]\ndir = "{POLICIES}"\n[store]\npath = "{db}"\n')
+    wal = Path(str(db) + "-wal")
+    wal.write_bytes(b"")
+
+    def compact() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "callgate", "store", "compact", "--config", str(cfg)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    r = compact()
+    assert r.returncode == 1 and "stop it first" in r.stdout and db.stat().st_size == big
+    wal.unlink()
+    r = compact()
+    assert r.returncode == 0 and r.stdout.startswith(f"ok: {db} {big} -> "), r.stdout + r.stderr
+    assert db.stat().st_size < big / 10
+    with sqlite3.connect(db) as c:
+        assert c.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
