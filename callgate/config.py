@@ -119,8 +119,8 @@ class RetentionConfig:
     """An ``Authorize`` decision is deleted this long after it was recorded (``at``)."""
     expired_keys_seconds: int = 0
     """Idempotency keys keep their own contract (spec 6.8 item 4: ``idempotency.retention_seconds``,
-    then ``idempotency.expired_policy``). With ``expired_policy = new`` a key is deleted at its
-    expiry (a missing key answers the same). With ``reject`` it is kept this long past its expiry
+    then ``idempotency.expired_policy``). With ``expired_policy = new`` (and any retention set here)
+    a key is deleted at its expiry (a missing key answers the same). With ``reject`` it is kept this long past its expiry
     to go on refusing, then deleted (a repeat after that is a new call); 0 keeps it for ever."""
     tombstones_seconds: int = 0
     """How long ``explain`` can still say an invocation expired (0: ``invocations_seconds``, or

@@ -250,9 +250,9 @@ class RetentionPolicy:
 
     @property
     def enabled(self) -> bool:
-        return bool(
-            self.invocations or self.events or self.decisions or self.expired_keys or self.keys_expire_new
-        )
+        """Whether the sidecar runs passes at all: some retention is configured (``expired_policy =
+        new`` alone deletes nothing: off by default means nothing is ever deleted unasked)."""
+        return bool(self.invocations or self.events or self.decisions or self.expired_keys)
 
     @property
     def tombstone_retention(self) -> timedelta:
