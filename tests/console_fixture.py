@@ -137,7 +137,7 @@ def start_console(confirmer: str, *, webhook: str = "", extra: str = "") -> Cons
 [console]
 listen = "127.0.0.1:{port}"
 confirmer = "{confirmer}"
-cookie_secure = false
+cookie_secure = true
 {extra}
 [console.auth]
 mode = "static"

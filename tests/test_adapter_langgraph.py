@@ -1,153 +1,358 @@
-"""The LangGraph adapter against the real library and a real sidecar, with a scripted model (a
-plain function node emitting AI messages with tool calls; no network): allow, deny, confirm +
-approve (the node re-runs, nothing runs twice), confirm + reject, sidecar down."""
+"""The LangGraph adapter as LangGraph users write an app (``@tool`` functions, a chat model with
+``bind_tools``, ``ToolNode`` / ``tools_condition``, a checkpointer), against the real library and
+a real sidecar; the model is scripted (no network). The app (tests/langgraph_app.py) is
+interrupted in this process and resumed in other processes (``python -m tests.langgraph_app``)
+from a real SQLite (and PostgreSQL) checkpointer, with each of LangChain's human-in-the-loop
+resume shapes; every tool run is counted in a ledger file shared by the processes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command
 
-from callgate.adapters.langgraph import GatedToolNode
-from callgate.client import Client, Committed, Session, ToolContext, TransportError
-from tests.conftest import Running, short_tmpdir
+from callgate.adapters.hitl import InvalidResume, parse_decisions
+from callgate.client import Client, DeadlineExceeded, Session, TransportError
+from tests.conftest import ROOT, Running, short_tmpdir
+from tests.langgraph_app import EVENT, app, build, cfg, summary
 
-EVENT = {"title": "Standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 15}
-WEATHER = ("weather__get", {"city": "Paris", "date": "2026-07-20"})
+SUBPROCESS_TIMEOUT_S = 120
 
 
 @dataclass
-class Harness:
-    """The tool functions (they count their runs) and how often the gated node started."""
+class World:
+    """One sidecar, one session, one checkpoint database, one ledger: shared by the processes."""
 
-    ran: list[str] = field(default_factory=list)
-    node_runs: int = 0
+    server: Running
+    dir: Path
+    session_id: str
 
-    def weather(self, ctx: ToolContext) -> Committed:
-        self.ran.append("weather")
-        return Committed({"city": ctx.arguments["city"], "forecast": "sunny"})
+    def spec(self, *, confirmer: bool = True, db: str = "checkpoints.db", **more: Any) -> dict[str, Any]:
+        a = self.server.sidecar.addresses
+        spec = {
+            "agent": a["agent"][0], "executor": a["executor"][0], "session_id": self.session_id,
+            "saver": f"sqlite:{self.dir / db}", "ledger": str(self.dir / "ledger.txt"), **more,
+        }  # fmt: skip
+        if confirmer:
+            spec["confirmer"] = a["confirmer"][0]
+        return spec
 
-    def calendar(self, ctx: ToolContext) -> Committed:
-        self.ran.append("calendar")
-        return Committed({"event_id": "evt_1"}, external_resource_id="evt_1")
+    def start(self, threads: dict[str, str], **spec: Any) -> dict[str, dict[str, Any]]:
+        """Run each thread's first turn here (``threads``: thread -> script name)."""
+        out = {}
+        with app(self.spec(**spec)) as (_, graph):
+            for thread, script in threads.items():
+                out[thread] = summary(graph.invoke({"messages": [HumanMessage(script)]}, cfg(thread)))
+        return out
 
+    def resume(self, values: dict[str, Any], **spec: Any) -> dict[str, dict[str, Any]]:
+        """Resume the threads in another Python process."""
+        path = self.dir / "spec.json"
+        path.write_text(json.dumps(self.spec(resume=values, **spec)))
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.langgraph_app", str(path)],
+            cwd=ROOT, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        return {line.pop("thread"): line for line in lines}
 
-def build(node: GatedToolNode, h: Harness, calls: list[tuple[str, dict[str, Any]]]) -> Any:
-    """model (scripted: one AI message with ``calls``, then a final answer) -> tools -> model."""
+    def ledger(self) -> list[str]:
+        path = self.dir / "ledger.txt"
+        return path.read_text().splitlines() if path.exists() else []
 
-    def model(state: MessagesState) -> dict[str, Any]:
-        mc = node.new_model_call_id()
-        node.tools(mc)  # a real model would get these tools
-        if any(isinstance(m, ToolMessage) for m in state["messages"]):
-            return {"messages": [AIMessage(id=mc, content="done")]}
-        tcs = [{"id": f"c{i}", "name": n, "args": a, "type": "tool_call"} for i, (n, a) in enumerate(calls)]
-        return {"messages": [AIMessage(id=mc, content="", tool_calls=tcs)]}
+    def invocation(self, invocation_id: str) -> Any:
+        return self.server.call(self.server.sidecar.components.store.get_invocation(invocation_id))
 
-    def tools(state: MessagesState) -> dict[str, Any]:
-        h.node_runs += 1
-        return node(state)
+    def events(self, invocation_id: str) -> list[Any]:
+        return self.server.call(self.server.sidecar.components.store.list_events(invocation_id))
 
-    def route(state: MessagesState) -> str:
-        last = state["messages"][-1]
-        return "tools" if isinstance(last, AIMessage) and last.tool_calls else END
-
-    g = StateGraph(MessagesState)
-    g.add_node("model", model)
-    g.add_node("tools", tools)
-    g.add_edge(START, "model")
-    g.add_conditional_edges("model", route, ["tools", END])
-    g.add_edge("tools", "model")
-    return g.compile(checkpointer=InMemorySaver())
+    def pending_ids(self) -> set[str]:
+        with Client(confirmer=self.server.sidecar.addresses["confirmer"][0]) as cg:
+            return {p.invocation_id for p in cg.confirmer().list_pending("acme")}
 
 
 @pytest.fixture
-def gated(server: Running) -> Iterator[tuple[GatedToolNode, Harness]]:
-    a = server.sidecar.addresses
-    h = Harness()
-    with Client(a["agent"][0], executor=a["executor"][0], confirmer=a["confirmer"][0]) as cg:
-        s = cg.session("acme", "alice", timezone="Asia/Shanghai")
-        fns = {"weather.get": h.weather, "calendar.create_event": h.calendar}
-        yield GatedToolNode(cg, s, fns, executor_id="lg", confirmer="alice"), h
+def world(server: Running) -> Iterator[World]:
+    d = short_tmpdir()
+    try:
+        yield World(server, d, "ses-lg-" + d.name)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
-def tool_messages(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {m.tool_call_id: json.loads(m.content) for m in result["messages"] if isinstance(m, ToolMessage)}
+def content(summary_: dict[str, Any], index: int = 0) -> dict[str, Any]:
+    msg = list(summary_["tools"].values())[index]
+    return json.loads(msg["content"])
 
 
-CFG = {"configurable": {"thread_id": "t1"}}
+def asked(summary_: dict[str, Any]) -> list[dict[str, Any]]:
+    return summary_["interrupt"]["callgate"]
 
 
-def test_allow_runs_once_and_the_model_sees_the_result(gated: tuple[GatedToolNode, Harness]) -> None:
-    node, h = gated
-    out = build(node, h, [WEATHER]).invoke({"messages": []}, CFG)
-    assert h.ran == ["weather"]
-    assert "sunny" in json.dumps(tool_messages(out)["c0"])
-    assert out["messages"][-1].content == "done"
+# ---------------------------------------------------------------- one process
 
 
-def test_deny_runs_nothing_and_the_model_sees_the_denial(gated: tuple[GatedToolNode, Harness]) -> None:
-    node, h = gated
-    out = build(node, h, [("calendar__create_event", {**EVENT, "duration_minutes": 600})]).invoke(
-        {"messages": []}, CFG
+def test_allow_and_deny_with_the_model_s_own_ids_and_plain_tool_content(world: World) -> None:
+    """Old main: the model's AIMessage id had to be replaced by callgate's model call id, and
+    the ToolMessage content repeated ``role`` and ``tool_call_id``."""
+    out = world.start({"t-allow": "weather", "t-deny": "deny"})
+    allow, deny = out["t-allow"], out["t-deny"]
+    assert world.ledger() == ["weather Paris"]
+    assert allow["ai_ids"][0] and not allow["ai_ids"][0].startswith("mc-")  # the model's own id
+    got = content(allow)
+    assert got["status"] == "ok" and "sunny" in got["data"]["forecast"]
+    assert "role" not in got and "tool_call_id" not in got
+    (call_id,) = allow["tools"]
+    assert call_id.startswith("call_0_")  # the model's own tool call id ...
+    inv = world.invocation(allow["tools"][call_id]["artifact"]["invocation_id"])
+    assert inv.proposal_id == call_id  # ... is the proposal id
+    assert content(deny)["status"] == "denied" and allow["last"] == "done"
+
+
+def test_the_async_graph_runs_the_same_gate(world: World) -> None:
+    async def go() -> dict[str, Any]:
+        with app(world.spec()) as (gate, _):
+            graph = build(gate, InMemorySaver())  # SqliteSaver is sync only
+            return summary(await graph.ainvoke({"messages": [HumanMessage("weather")]}, cfg("t-async")))
+
+    out = asyncio.run(go())
+    assert world.ledger() == ["weather Paris"] and content(out)["status"] == "ok"
+
+
+# ---------------------------------------------------------------- across processes
+
+APPROVE_SHAPES = {
+    "langchain": {"decisions": [{"type": "approve"}]},
+    "agent_inbox": [{"type": "accept"}],
+}
+
+
+def test_approve_in_another_process_runs_exactly_once(world: World) -> None:
+    """Old main: the resume in another process answered ``tools_not_listed`` (and an approve in
+    LangChain's shapes was taken as a rejection). One thread per approve shape."""
+    firsts = world.start({shape: "both" for shape in APPROVE_SHAPES})
+    assert world.ledger() == []  # nothing runs before every decision is in
+    asks = {}
+    for shape, first in firsts.items():
+        (asks[shape],) = asked(first)
+        assert asks[shape]["tool"] == "calendar.create_event" and asks[shape]["confirmation"] == "resume"
+        assert first["interrupt"]["action_requests"][0]["args"]["title"] == "Standup"
+    shutil.copy(world.dir / "checkpoints.db", world.dir / "before.db")
+    outs = world.resume(APPROVE_SHAPES, approver="bob")
+    assert sorted(world.ledger()) == sorted(["calendar Standup", "weather Paris"] * len(APPROVE_SHAPES))
+    for shape, out in outs.items():
+        assert [content(out, i)["status"] for i in range(2)] == ["ok", "ok"] and out["last"] == "done"
+        confirmed = [e for e in world.events(asks[shape]["invocation_id"]) if e.kind == "confirmed"]
+        assert [e.data["confirmed_by"] for e in confirmed] == ["bob"]
+    # a third process resumes the same interrupts from the checkpoint taken before (as after a
+    # crash that lost the second's checkpoint): the idempotent replay, nothing runs again
+    again = world.resume(APPROVE_SHAPES, db="before.db")
+    assert sorted(world.ledger()) == sorted(["calendar Standup", "weather Paris"] * len(APPROVE_SHAPES))
+    assert {k: v["tools"] for k, v in again.items()} == {k: v["tools"] for k, v in outs.items()}
+
+
+@pytest.mark.postgres
+def test_resume_from_a_postgres_checkpointer_in_another_process(world: World, postgres_dsn: str) -> None:
+    """The same with langgraph-checkpoint-postgres against the project's real PostgreSQL."""
+    saver, thread = f"postgres:{postgres_dsn}", "t-pg-" + world.dir.name
+    first = world.start({thread: "calendar"}, saver=saver)[thread]
+    (ask,) = asked(first)
+    out = world.resume({thread: {"decisions": [{"type": "approve"}]}}, saver=saver, approver="bob")[thread]
+    assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
+    assert world.invocation(ask["invocation_id"]).state.name == "OBSERVED"
+
+
+REJECT_SHAPES = {
+    "reject": (
+        {"decisions": [{"type": "reject", "message": "not this week"}]},
+        "rejected_by_user",
+        "not this week",
+    ),
+    "ignore": ([{"type": "ignore"}], "rejected_by_user", "skip"),
+    "response": ([{"type": "response", "args": "book it at 10:00 instead"}], "user_response", "10:00"),
+    "respond": ({"decisions": [{"type": "respond", "message": "ask Bob first"}]}, "user_response", "Bob"),
+}
+
+
+def test_reject_shapes_tell_the_model_run_nothing_and_leave_the_console(world: World) -> None:
+    """Old main: these resume values were all "The user rejected this call"; now each says what
+    the person said, and the parked invocation is ended at once (denied with who did it)."""
+    firsts = world.start({k: "calendar" for k in REJECT_SHAPES})
+    parked = {k: asked(v)[0]["invocation_id"] for k, v in firsts.items()}
+    assert set(parked.values()) <= world.pending_ids()
+    out = world.resume({k: v[0] for k, v in REJECT_SHAPES.items()}, approver="carol")
+    assert world.ledger() == []
+    for k, (_, status, text) in REJECT_SHAPES.items():
+        got = content(out[k])
+        assert got["status"] == status and text in got["message"], (k, got)
+        inv = world.invocation(parked[k])
+        assert inv.state.name == "CANCELLED_BEFORE_COMMIT"
+    assert not set(parked.values()) & world.pending_ids()
+    denied = [e for e in world.events(parked["reject"]) if e.kind == "confirmation_rejected"]
+    assert denied and denied[0].data.get("denied_by") == "carol"
+
+
+def test_a_dropped_thread_s_parked_calls_are_abandoned(world: World) -> None:
+    with app(world.spec(hitl="agent_inbox")) as (gate, graph):
+        graph.invoke({"messages": [HumanMessage("both")]}, cfg("t-drop"))
+        (ask,) = [i.value[0]["callgate"] for i in graph.get_state(cfg("t-drop")).interrupts]
+        assert ask["invocation_id"] in world.pending_ids()
+        assert gate.abandon(graph, cfg("t-drop")) == [ask["invocation_id"]]
+    assert ask["invocation_id"] not in world.pending_ids() and world.ledger() == []
+    assert world.invocation(ask["invocation_id"]).state.name == "CANCELLED_BEFORE_COMMIT"
+
+
+EDIT_SHAPES = {
+    "langchain": lambda args: {
+        "decisions": [{"type": "edit", "edited_action": {"name": "calendar__create_event", "args": args}}]
+    },
+    "agent_inbox": lambda args: [
+        {"type": "edit", "args": {"action": "calendar__create_event", "args": args}}
+    ],
+}
+
+
+@pytest.mark.parametrize("shape", sorted(EDIT_SHAPES))
+def test_edit_is_a_new_proposal_with_its_own_digest_and_confirmation(world: World, shape: str) -> None:
+    hitl = "agent_inbox" if shape == "agent_inbox" else "langchain"
+    first = world.start({"t": "calendar"}, hitl=hitl)["t"]
+    ask1 = first["interrupt"][0]["callgate"] if hitl == "agent_inbox" else asked(first)[0]
+    edited = {**EVENT, "title": "Retro"}
+    second = world.resume({"t": EDIT_SHAPES[shape](edited)}, hitl=hitl)["t"]
+    assert world.ledger() == []  # the edit is not a confirmation of the edited call
+    ask2 = second["interrupt"][0]["callgate"] if hitl == "agent_inbox" else asked(second)[0]
+    assert ask2["digest"] != ask1["digest"] and ask2["invocation_id"] != ask1["invocation_id"]
+    assert ask2["tool_call_id"] == ask1["tool_call_id"]
+    assert world.invocation(ask1["invocation_id"]).state.name == "CANCELLED_BEFORE_COMMIT"
+    assert world.pending_ids() >= {ask2["invocation_id"]} and ask1["invocation_id"] not in world.pending_ids()
+    approve = {"decisions": [{"type": "approve"}]} if hitl == "langchain" else [{"type": "accept"}]
+    third = world.resume({"t": approve}, hitl=hitl)["t"]
+    assert world.ledger() == ["calendar Retro"]
+    got = content(third)
+    assert got["status"] == "ok" and "evt_retro" in json.dumps(got)
+    assert list(third["tools"]) == [ask1["tool_call_id"]]  # answers the model's own tool call
+
+
+def test_console_only_an_approve_waits_for_the_console(world: World) -> None:
+    """Without a confirmer listener the resume never confirms by itself: the node waits for the
+    console's decision (here given while the other process waits or before it starts)."""
+    first = world.start({"t": "calendar"}, confirmer=False)["t"]
+    (ask,) = asked(first)
+    assert ask["confirmation"] == "console"
+    path = world.dir / "spec.json"
+    path.write_text(
+        json.dumps(world.spec(confirmer=False, resume={"t": {"decisions": [{"type": "approve"}]}}))
     )
-    assert h.ran == []
-    assert tool_messages(out)["c0"]["content"]["status"] == "denied"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.langgraph_app", str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        with Client(confirmer=world.server.sidecar.addresses["confirmer"][0]) as cg:
+            cg.confirmer().confirm(ask["invocation_id"], ask["digest"], confirmed_by="console-dave")
+        stdout, stderr = proc.communicate(timeout=SUBPROCESS_TIMEOUT_S)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert world.ledger() == ["calendar Standup"]
+    assert json.loads(stdout.splitlines()[-1])["last"] == "done"
 
 
-def test_rejection_runs_nothing(gated: tuple[GatedToolNode, Harness]) -> None:
-    node, h = gated
-    out = build(node, h, [("weather__get", {"city": "Paris"})]).invoke({"messages": []}, CFG)
-    assert h.ran == [] and tool_messages(out)["c0"]["content"]["status"] == "rejected"
+def test_console_only_an_approve_alone_confirms_nothing(world: World) -> None:
+    with app(world.spec(confirmer=False, console_timeout=0.5)) as (_, graph):
+        first = summary(graph.invoke({"messages": [HumanMessage("calendar")]}, cfg("t")))
+        (ask,) = asked(first)
+        with pytest.raises(DeadlineExceeded):
+            graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg("t"))
+    assert world.ledger() == []
+    assert world.invocation(ask["invocation_id"]).state.name == "AUTHORIZED"  # still the console's
 
 
-def test_confirm_interrupts_then_approve_runs_exactly_once(gated: tuple[GatedToolNode, Harness]) -> None:
-    node, h = gated
-    graph = build(node, h, [WEATHER, ("calendar__create_event", EVENT)])
-    first = graph.invoke({"messages": []}, CFG)
-    (intr,) = first["__interrupt__"]
-    shown = intr.value
-    assert shown["tool"] == "calendar.create_event" and shown["digest"].startswith("sha256:")
-    assert shown["arguments"]["title"] == "Standup"
-    assert h.ran == ["weather"]  # the allowed call ran before the interrupt; the parked one did not
-    out = graph.invoke(Command(resume={"approve": True, "by": "bob", "digest": shown["digest"]}), CFG)
-    assert h.node_runs == 2  # the node re-ran from its start on resume ...
-    assert h.ran == ["weather", "calendar"]  # ... and nothing ran twice (idempotent replay)
-    msgs = tool_messages(out)
-    assert "sunny" in json.dumps(msgs["c0"]) and "evt_1" in json.dumps(msgs["c1"])
+def test_an_unknown_resume_value_decides_nothing(world: World) -> None:
+    with app(world.spec()) as (_, graph):
+        (ask,) = asked(summary(graph.invoke({"messages": [HumanMessage("calendar")]}, cfg("t"))))
+        again = summary(graph.invoke(Command(resume={"decisions": [{"type": "maybe"}]}), cfg("t")))
+        assert world.ledger() == [] and world.invocation(ask["invocation_id"]).state.name == "AUTHORIZED"
+        (ask2,) = asked(again)  # asked again, saying why
+        assert ask2["invocation_id"] == ask["invocation_id"] and "maybe" in ask2["error"]
+        out = summary(graph.invoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg("t")))
+    assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
 
 
-def test_confirm_then_reject_runs_nothing(gated: tuple[GatedToolNode, Harness], server: Running) -> None:
-    node, h = gated
-    graph = build(node, h, [("calendar__create_event", EVENT)])
-    (intr,) = graph.invoke({"messages": []}, CFG)["__interrupt__"]
-    out = graph.invoke(Command(resume={"approve": False, "reason": "not now"}), CFG)
-    assert h.ran == [] and tool_messages(out)["c0"]["content"]["status"] == "cancelled"
-    state = server.call(server.sidecar.components.store.get_invocation(intr.value["invocation_id"])).state
-    assert state.name == "CANCELLED_BEFORE_COMMIT"
+def test_the_earlier_resume_values_still_work_and_a_wrong_digest_runs_nothing(world: World) -> None:
+    with app(world.spec()) as (_, graph):
+        for thread in ("t-true", "t-digest"):
+            graph.invoke({"messages": [HumanMessage("calendar")]}, cfg(thread))
+        ok = summary(graph.invoke(Command(resume=True), cfg("t-true")))
+        bad = summary(
+            graph.invoke(Command(resume={"approve": True, "digest": "sha256:" + "0" * 64}), cfg("t-digest"))
+        )
+    assert world.ledger() == ["calendar Standup"] and content(ok)["status"] == "ok"
+    assert content(bad)["code"] == "confirmation_digest_mismatch"
 
 
-def test_approve_with_another_digest_is_a_rejection(gated: tuple[GatedToolNode, Harness]) -> None:
-    node, h = gated
-    graph = build(node, h, [("calendar__create_event", EVENT)])
-    graph.invoke({"messages": []}, CFG)
-    out = graph.invoke(Command(resume={"approve": True, "digest": "0" * 64}), CFG)
-    assert h.ran == [] and tool_messages(out)["c0"]["content"]["status"] == "cancelled"
+def test_parse_decisions_shapes() -> None:
+    assert [d.kind.value for d in parse_decisions([{"type": "accept"}, {"type": "ignore"}], 2)] == [
+        "approve", "reject",
+    ]  # fmt: skip
+    with pytest.raises(InvalidResume):
+        parse_decisions({"decisions": [{"type": "approve"}]}, 2)  # one decision for two actions
+    with pytest.raises(InvalidResume):
+        parse_decisions({"decisions": [{"type": "edit", "edited_action": {"name": "x"}}]}, 1)
+    with pytest.raises(InvalidResume):
+        parse_decisions("yes please", 1)
 
 
-def test_sidecar_down_raises_a_typed_error_and_runs_nothing() -> None:
-    h = Harness()
+def test_sidecar_down_raises_a_typed_error_and_runs_nothing(world: World) -> None:
+    from callgate.adapters.langgraph import CallgateTools
+    from tests.langgraph_app import TOOLS
+
     with Client(str(short_tmpdir() / "nobody.sock"), executor="x.sock", timeout=2) as cg:
-        s = Session(cg, "s-1")
-        node = GatedToolNode(cg, s, {"weather.get": h.weather}, executor_id="lg", confirmer="alice")
-        s.model_call_id = "mc-1"
-        ai = AIMessage(id="mc-1", content="", tool_calls=[{"id": "c0", "name": "weather.get", "args": {}}])
+        gate = CallgateTools(cg, Session(cg, "s-1"), TOOLS, executor_id="lg", approver="alice")
         with pytest.raises(TransportError):
-            node({"messages": [ai]})
-    assert h.ran == []
+            gate.list_tools()
+    assert world.ledger() == []
+
+
+def test_a_message_the_gate_never_listed_is_refused(world: World) -> None:
+    from callgate.client import CallgateClientError
+
+    with app(world.spec()) as (gate, _):
+        g = StateGraph(MessagesState)
+        g.add_node("tools", gate.node())
+        g.add_edge(START, "tools")
+        ai = AIMessage(
+            content="", tool_calls=[{"id": "c0", "name": "weather__get", "args": {}, "type": "tool_call"}]
+        )
+        with pytest.raises(CallgateClientError) as err:  # e.g. an AIMessage made by hand
+            g.compile().invoke({"messages": [ai]})
+    assert err.value.code == "tools_not_listed" and world.ledger() == []
+
+
+def test_the_example_app_runs(world: World) -> None:
+    """examples/langgraph/app.py (what docs/CLIENTS.md shows) against a real sidecar."""
+    run_dir = Path(world.server.sidecar.addresses["agent"][0].removeprefix("unix:")).parent
+    proc = subprocess.run(
+        [sys.executable, "examples/langgraph/app.py"], cwd=ROOT, capture_output=True, text=True,
+        timeout=SUBPROCESS_TIMEOUT_S, env={**os.environ, "CALLGATE_RUN_DIR": str(run_dir)}, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("confirm? calendar__create_event")
+    assert [line.split()[:2] for line in lines[1:]] == [
+        ["call_0", "success"], ["call_1", "success"], ["call_2", "error"],
+    ]  # fmt: skip

@@ -36,6 +36,7 @@ def test_the_console_scenario(tmp_path: Path) -> None:
     cfg = config.load(tmp_path / "console.toml")  # what `callgate console` reads
     assert cfg.auth.mode is config.AuthMode.OIDC and cfg.tenants[0].name == "acme"
     assert cfg.confirmer == "unix:/run/callgate/confirmer/confirmer.sock"
+    assert cfg.allowed_hosts == ("localhost:8765",) and "localhost:8765" in cfg.hosts  # Host check
     pod = objs["Deployment"]["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in [*pod.get("initContainers", []), *pod["containers"]]}
     assert {"callgate", "console"} <= set(containers)

@@ -199,6 +199,24 @@ def fake_gate() -> Iterator[tuple[str, _SlowOrBrokenGate]]:
     loop.call_soon_threadsafe(loop.stop)
 
 
+def test_a_session_reopens_by_its_id_for_the_same_subject_only(server: Running) -> None:
+    """issue 28: OpenSession with a client-chosen id that exists answered "session_id already
+    exists"; a restarted runtime (or a graph resumed in another process) reopens it, as
+    docs/CLIENTS.md says, and keeps what it was opened with. Another subject is refused."""
+    with client_for(server) as cg:
+        first = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-reopen-1")
+        first.tools("mc-1")
+        again = cg.session("acme", "alice", session_id="ses-reopen-1")  # e.g. another process
+        assert again.session_id == first.session_id == "ses-reopen-1"
+        again.tools("mc-2")  # the same session: ListTools works on the reopened one
+        record = server.call(server.sidecar.components.store.get_session("ses-reopen-1"))
+        assert record.timezone == "Asia/Shanghai"  # as first opened
+        for tenant, subject in (("acme", "mallory"), ("other", "alice")):
+            with pytest.raises(CallRefused) as err:
+                cg.session(tenant, subject, session_id="ses-reopen-1")
+            assert err.value.code == "invalid_request"
+
+
 @pytest.mark.parametrize("mode", ["malformed", "slow"])
 def test_malformed_or_slow_answers_raise_and_run_nothing(
     fake_gate: tuple[str, _SlowOrBrokenGate], mode: str

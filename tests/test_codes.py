@@ -65,6 +65,7 @@ MODEL_REFUSALS: list[tuple[str, bytes, str]] = [
     (WEATHER, b'{"city": "' + b"a" * 2_000_000 + b'", "date": "today"}', "too_large"),
     (WEATHER, b'{"city": "a", "date": "today", "x": 1}', "schema_violation"),
     (WEATHER, b'{"city": "a", "date": "the day after the apocalypse"}', "normalization_failed"),
+    (WEATHER, b'{"city": "Par\\u200bis", "date": "today"}', "text_refused"),
     ("weather.get@v9", b"{}", "unknown_tool_version"),
 ]
 

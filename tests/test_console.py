@@ -9,9 +9,12 @@ import json
 import re
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
+from http.client import HTTPConnection
+from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -305,7 +308,12 @@ def test_one_console_serves_two_pods_on_one_postgres(postgres_dsn: str, hook: Ho
                 status, _ = http(
                     con.url + f"/t/acme/i/{parked.invocation_id}/approve",
                     token=ALICE,
-                    data={"csrf_token": csrf, "digest": parked.digest, "note": ""},
+                    data={
+                        "csrf_token": csrf,
+                        "digest": parked.digest,
+                        "note": "",
+                        "confirm": parked.digest[:19],
+                    },
                 )
                 assert status == 303
                 assert a.state(sid, parked.invocation_id) == "PREPARED"  # pod a sees the confirmation
@@ -324,3 +332,208 @@ def test_config_replace_keeps_frozen() -> None:
     with pytest.raises(AttributeError):
         cfg.listen = "x"  # type: ignore[misc]
     assert replace(cfg, listen="127.0.0.1:1").listen == "127.0.0.1:1"
+
+
+# ---------------------------------------------------------------- sessions (issue 33 item 4)
+
+
+class Browserless:
+    """A cookie-keeping HTTP client from a chosen source address (``http.client``)."""
+
+    def __init__(self, url: str, source: str = "127.0.0.1") -> None:
+        parts = urllib.parse.urlsplit(url)
+        self.host, self.port, self.source = parts.hostname or "", parts.port or 80, source
+        self.cookies: dict[str, str] = {}
+        self.set_cookies: list[str] = []
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        form: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, str], str]:
+        conn = HTTPConnection(self.host, self.port, timeout=15, source_address=(self.source, 0))
+        h = dict(headers or {})
+        if self.cookies:
+            h["Cookie"] = "; ".join(f"{k}={v}" for k, v in self.cookies.items())
+        body = None
+        if form is not None:
+            body = urllib.parse.urlencode(form)
+            h["Content-Type"] = "application/x-www-form-urlencoded"
+        conn.request(method, path, body=body, headers=h)
+        resp = conn.getresponse()
+        text = resp.read().decode()
+        self.set_cookies = [v for k, v in resp.getheaders() if k.lower() == "set-cookie"]
+        for header, value in resp.getheaders():
+            if header.lower() == "set-cookie":
+                jar = SimpleCookie()
+                jar.load(value)
+                for name, morsel in jar.items():
+                    if morsel["max-age"] == "0" or not morsel.value.strip('"'):
+                        self.cookies.pop(name, None)
+                    else:
+                        self.cookies[name] = morsel.value
+        conn.close()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, text
+
+    def sign_in(self, identity: str, token: str, next_: str = "/") -> tuple[int, dict[str, str], str]:
+        status, _, page = self.request("GET", "/login?next=" + urllib.parse.quote(next_, safe=""))
+        assert status == 200
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+        return self.request(
+            "POST", "/login", {"csrf_token": csrf, "identity": identity, "token": token, "next": next_}
+        )
+
+
+def csrf_of(page: str) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+
+
+def test_sessions_are_server_side_rotated_and_end(tmp_path: Path) -> None:
+    sc = start_sidecar()
+    try:
+        con = start_console(sc.confirmer)
+        try:
+            sid = sc.session("acme", "alice")
+            parked = sc.propose(sid, EVENT, "s1")
+            b = Browserless(con.url)
+            status, headers, _ = b.sign_in("alice@acme.example", ALICE)
+            assert status == 303 and headers["location"] == "/"
+            (cookie,) = [c for c in b.set_cookies if c.startswith("__Host-cg_session=")]
+            assert ALICE not in cookie
+            for attr in ("HttpOnly", "Path=/", "SameSite=strict", "Secure"):
+                assert attr.lower() in cookie.lower(), attr
+            assert "domain" not in cookie.lower()
+            first = b.cookies["__Host-cg_session"]
+            status, _, page = b.request("GET", "/")
+            assert status == 200 and parked.invocation_id in page
+            csrf = csrf_of(page)
+            assert csrf != Csrf(b"k" * 32).token(Identity("alice@acme.example"))  # the session's own
+
+            # Rotation: signing in again opens a new id and ends the one presented.
+            status, _, _ = b.sign_in("alice@acme.example", ALICE)
+            second = b.cookies["__Host-cg_session"]
+            assert status == 303 and second != first
+            replay = Browserless(con.url)
+            replay.cookies["__Host-cg_session"] = first
+            assert replay.request("GET", "/")[0] == 401
+            # The old session's CSRF token is worth nothing in the new one.
+            status, _, page = b.request("GET", "/")
+            assert csrf_of(page) != csrf
+
+            # A planted cookie without the prefix is ignored, even holding a live session id.
+            planted = Browserless(con.url)
+            planted.cookies["cg_session"] = second
+            assert planted.request("GET", "/")[0] == 401
+
+            # Sign-out ends the session on the server: the old cookie replayed answers 401, and
+            # an approval posted with it approves nothing; its open event stream ends.
+            port = urllib.parse.urlsplit(con.url).port
+            stream = HTTPConnection("127.0.0.1", port, timeout=20)
+            stream.request("GET", "/events", headers={"Cookie": f"__Host-cg_session={second}"})
+            events = stream.getresponse()
+            assert events.status == 200
+            while b"event: pending" not in events.readline():
+                pass
+            form = {"csrf_token": csrf_of(page)}
+            assert b.request("POST", "/logout", form)[0] == 303
+            sc.propose(sid, {**EVENT, "title": "after sign-out"}, "s2")  # the list changes
+            rest = b""
+            while line := events.readline():  # the stream ends instead of sending the new list
+                rest += line
+            assert b"after sign-out" not in rest
+            stream.close()
+            replay = Browserless(con.url)
+            replay.cookies["__Host-cg_session"] = second
+            assert replay.request("GET", "/")[0] == 401
+            approve = {**form, "digest": parked.digest, "confirm": parked.digest[:19], "note": ""}
+            assert replay.request("POST", f"/t/acme/i/{parked.invocation_id}/approve", approve)[0] == 401
+            assert sc.state(sid, parked.invocation_id) == "AUTHORIZED"
+            # A browser asking for a page is sent to sign in (issue 28 item 6), and back after it.
+            status, headers, _ = replay.request("GET", "/t/acme/i/x", headers={"Accept": "text/html"})
+            assert status == 303 and headers["location"] == "/login?next=%2Ft%2Facme%2Fi%2Fx"
+            status, headers, _ = replay.sign_in("alice@acme.example", ALICE, "/t/acme/i/x")
+            assert status == 303 and headers["location"] == "/t/acme/i/x"
+
+            # Revocation: a token taken out of the list ends its sessions.
+            assert replay.request("GET", "/")[0] == 200
+            tokens = json.loads((con.tmp / "tokens.json").read_text())
+            del tokens[ALICE]
+            (con.tmp / "tokens.json").write_text(json.dumps(tokens))
+            assert replay.request("GET", "/")[0] == 401
+            assert http(con.url + "/", token=ALICE)[0] == 401
+
+            # Host: a name the console does not serve answers 421 (DNS rebinding); /healthz is exempt.
+            rebind = {"Host": f"attacker.example:{urllib.parse.urlsplit(con.url).port}"}
+            assert Browserless(con.url).request("GET", "/login", headers=rebind)[0] == 421
+            assert Browserless(con.url).request("GET", "/healthz", headers=rebind)[0] == 200
+        finally:
+            con.stop()
+    finally:
+        sc.stop()
+
+
+def test_sign_in_is_locked_after_failures_per_client_and_per_identity() -> None:
+    sc = start_sidecar()
+    try:
+        con = start_console(sc.confirmer)  # the defaults: 5 failures in 300 s lock for 300 s
+        try:
+            here = Browserless(con.url)
+            for _ in range(5):
+                assert here.sign_in("alice@acme.example", "wrong-token-000000000")[0] == 401
+            # Locked: even the right token is refused, for this client and for this identity.
+            assert here.sign_in("alice@acme.example", ALICE)[0] == 429
+            assert here.sign_in("gina@globex.example", GINA)[0] == 429  # same client
+            other = Browserless(con.url, source="127.0.0.2")
+            assert other.sign_in("alice@acme.example", ALICE)[0] == 429  # same identity
+            assert other.sign_in("gina@globex.example", GINA)[0] == 303  # neither locked
+            wait_for(lambda: "sign-in locked for client '127.0.0.1'" in con.log())
+            assert "sign-in locked for identity 'alice@acme.example'" in con.log()
+            assert ALICE not in con.log() and "wrong-token" not in con.log()
+        finally:
+            con.stop()
+    finally:
+        sc.stop()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_session_lifetimes_and_limiter_windows() -> None:
+    from callgate.console.sessions import Lock, SessionStore, SignInLimiter
+
+    clock = FakeClock()
+    store = SessionStore(ttl_s=100, idle_s=10, clock=clock)
+    alive = {b"t"}
+    sid = store.open("alice", (), b"t")
+    clock.now += 9
+    assert store.get(sid, alive.__contains__) is not None  # used: idle time starts again
+    clock.now += 9
+    assert store.get(sid, alive.__contains__) is not None
+    clock.now += 11
+    assert store.get(sid, alive.__contains__) is None and len(store) == 0  # idle too long
+    sid = store.open("alice", (), b"t")
+    for _ in range(12):
+        clock.now += 9
+        store.get(sid, alive.__contains__)
+    assert store.get(sid, alive.__contains__) is None  # past its lifetime, however busy
+    sid = store.open("alice", (), b"t")
+    assert store.revoke(lambda d: False) == 1 and store.get(sid, alive.__contains__) is None
+
+    limiter = SignInLimiter(max_failures=3, window_s=60, lockout_s=300, clock=clock)
+    limiter.failed("1.2.3.4", "alice")
+    limiter.failed("1.2.3.4", "alice")
+    clock.now += 61  # the first two fall out of the window
+    assert limiter.failed("1.2.3.4", "alice") is None and limiter.locked("1.2.3.4", "alice") is None
+    limiter.failed("5.6.7.8", "alice")
+    assert limiter.failed("9.9.9.9", "alice") is Lock.IDENTITY  # three clients, one identity
+    assert limiter.locked("1.1.1.1", "alice") is Lock.IDENTITY
+    assert limiter.locked("1.2.3.4", "bob") is None
+    clock.now += 301
+    assert limiter.locked("1.1.1.1", "alice") is None  # the lockout ends

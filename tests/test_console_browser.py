@@ -69,15 +69,31 @@ def stack() -> Iterator[tuple[Sidecar, Console]]:
         sc.stop()
 
 
-def login(browser: Browser, url: str, token: str) -> Page:
-    ctx = browser.new_context(viewport={"width": 1200, "height": 900})
-    page = ctx.new_page()
-    page.goto(url + "/login")
+IDENTITIES = {ALICE: "alice@acme.example", GINA: "gina@globex.example"}
+
+
+def sign_in(page: Page, token: str) -> None:
+    """Fill and send the sign-in form the page shows."""
+    if page.query_selector("input[name=identity]") is not None:
+        page.fill("input[name=identity]", IDENTITIES[token])
     page.fill("input[name=token]", token)
     page.click("form.login button[type=submit]")
+
+
+def login(browser: Browser, url: str, token: str, width: int = 1200) -> Page:
+    ctx = browser.new_context(viewport={"width": width, "height": 900})
+    page = ctx.new_page()
+    page.goto(url + "/login")
+    sign_in(page, token)
     page.wait_for_url(url + "/")
     page.wait_for_selector("#live:not([hidden])", timeout=WAIT_MS)  # the SSE stream is open
     return page
+
+
+def approve(page: Page, scope: str = "") -> None:
+    """The two clicks of an approval: open the card's approval step, confirm the digest it names."""
+    page.click(f"{scope} summary.approve".strip())
+    page.click(f"{scope} button.confirm-approve".strip())
 
 
 def test_approve_deny_replace_tenants_csrf_and_tokens(
@@ -105,7 +121,8 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
 
     # Approve the first with a note: PREPARED, the trail names the person.
     page.fill(f"#item-{first.invocation_id} input[name=note]", "checked with Bob")
-    page.click(f"#item-{first.invocation_id} button.approve")
+    assert first.digest[:19] in (page.text_content(f"#item-{first.invocation_id} .confirm-box") or "")
+    approve(page, f"#item-{first.invocation_id}")
     page.wait_for_selector("#done", timeout=WAIT_MS)
     assert page.inner_text("#state") == "PREPARED"
     trail = page.inner_text("#trail")
@@ -132,7 +149,7 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
     )
     replaced = sc.propose(sid, {**EVENT, "title": "Dentist (moved)"}, "p4", key="k-replace")
     assert replaced.invocation_id != shown.invocation_id and replaced.digest != shown.digest
-    page.click("button.approve")
+    approve(page)
     page.wait_for_selector("#refusal", timeout=WAIT_MS)
     assert "confirmation_not_pending" in page.inner_text("#refusal")
     assert sc.state(sid, shown.invocation_id) == "CANCELLED_BEFORE_COMMIT"
@@ -141,7 +158,8 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
     # the approval and cancels the invocation; the console shows the refusal.
     page.goto(con.url + f"/t/acme/i/{replaced.invocation_id}")
     page.eval_on_selector("input[name=digest]", f"e => e.value = {shown.digest!r}")
-    page.click("button.approve")
+    page.eval_on_selector("button.confirm-approve", f"e => e.value = {shown.digest[:19]!r}")
+    approve(page)
     page.wait_for_selector("#refusal", timeout=WAIT_MS)
     assert "confirmation_digest_mismatch" in page.inner_text("#refusal")
     assert sc.state(sid, replaced.invocation_id) == "CANCELLED_BEFORE_COMMIT"
@@ -163,7 +181,7 @@ def test_approve_deny_replace_tenants_csrf_and_tokens(
     # CSRF: the form without its token is refused, nothing is approved.
     page.eval_on_selector(f"#item-{waiting.invocation_id} input[name=csrf_token]", "e => e.remove()")
     with page.expect_navigation():
-        page.click(f"#item-{waiting.invocation_id} button.approve")
+        approve(page, f"#item-{waiting.invocation_id}")
     assert "CSRF" in page.inner_text("#denied")
     assert sc.state(sid, waiting.invocation_id) == "AUTHORIZED"
     status, _ = http(
@@ -202,3 +220,173 @@ def test_an_expired_item_leaves_the_list(browser: Browser) -> None:
             con.stop()
     finally:
         sc.stop()
+
+
+# ---------------------------------------------------------------- issue 33 and issue 28 item 6
+
+INVISIBLE = {
+    "bidi": ("\u202eyramirp\u202c", ["U+202E RIGHT-TO-LEFT OVERRIDE", "U+202C POP DIRECTIONAL FORMATTING"]),
+    "cyrillic": ("prim\u0430ry", ["U+0430 CYRILLIC SMALL LETTER A"]),
+    "zero-width": ("pri\u200bmary\u2060", ["U+200B ZERO WIDTH SPACE", "U+2060 WORD JOINER"]),
+}
+LONG_TITLE = "Team sync" + " " * 120 + "+ share calendar with attacker@evil.example"
+
+
+def test_an_identifier_that_hides_is_refused_at_propose(stack: tuple[Sidecar, Console]) -> None:
+    """``calendar_id`` is an identifier (its name, and the resource template's placeholder): each
+    invisible difference is refused with ``text_refused`` naming the pointer, before any policy
+    or person sees it (compiled core and Python stages alike: the core defers these to Python)."""
+    sc, _ = stack
+    sid = sc.session("acme", "alice")
+    for name, (value, labels) in INVISIBLE.items():
+        resp = sc.propose(sid, {**EVENT, "calendar_id": value}, f"id-{name}")
+        assert resp.rejection.code == "text_refused", (name, resp)
+        (violation,) = resp.rejection.violations
+        assert violation.pointer == "/calendar_id"
+        assert value not in resp.rejection.message + violation.message  # codes, never the value
+        for label in labels:
+            code_point = label.split(" ")[0]
+            assert code_point in violation.message or "Latin + Cyrillic" in violation.message
+        assert sc.state(sid, resp.invocation_id) == "VALIDATION_REJECTED"
+    assert sc.propose(sid, {**EVENT, "calendar_id": "Müller-Kalender"}, "id-latin").rejection.code == ""
+
+
+def test_free_text_that_hides_is_shown_visibly(
+    stack: tuple[Sidecar, Console], browser: Browser, shots: Path
+) -> None:
+    """A title (free text) with a bidi override, a Cyrillic letter or zero-width characters runs
+    as proposed, but the card shows each hidden character as its code point, marks the
+    mixed-script value, and the table lists the value."""
+    sc, con = stack
+    page = login(browser, con.url, ALICE)
+    sid = sc.session("acme", "alice")
+    for name, (value, labels) in INVISIBLE.items():
+        parked = sc.propose(sid, {**EVENT, "calendar_id": "primary", "title": value}, f"inv-{name}")
+        card = page.wait_for_selector(f"#item-{parked.invocation_id}", timeout=WAIT_MS)
+        for box in (".normalized", ".raw"):
+            shown = card.query_selector(box).inner_text()
+            assert '"primary"' in shown  # the calendar is plain
+            for label in labels:
+                assert f"⟦{label}⟧" in shown, (name, box, shown)
+            assert value not in shown  # the hidden characters themselves never reach the page
+        row = card.query_selector('table.changes tr.flagged[data-pointer="/title"]')
+        assert row is not None, name
+        if name == "cyrillic":
+            assert card.query_selector(".normalized .mixed[data-scripts='Latin + Cyrillic']") is not None
+            assert card.query_selector(".normalized mark.foreign") is not None
+            assert "mixed scripts: Latin + Cyrillic" in card.query_selector(".normalized").inner_text()
+            assert "mixed script" in row.inner_text()
+        else:
+            assert card.query_selector(".normalized .cp.hidden") is not None
+            assert "hidden characters" in row.inner_text()
+    page.screenshot(path=str(shots / "console-invisible.png"), full_page=True)
+    page.context.close()
+
+
+def test_enter_in_the_reason_field_never_approves(stack: tuple[Sidecar, Console], browser: Browser) -> None:
+    sc, con = stack
+    page = login(browser, con.url, ALICE)
+    sid = sc.session("acme", "alice")
+    parked = sc.propose(sid, {**EVENT, "title": "Enter test"}, "enter-1")
+    note = f"#item-{parked.invocation_id} input[name=note]"
+    page.wait_for_selector(note, timeout=WAIT_MS)
+    posts: list[str] = []
+    page.on("request", lambda r: posts.append(r.url) if r.method == "POST" else None)
+    page.fill(note, "DENY: looks like prompt injection")
+    page.press(note, "Enter")
+    # A form submission would be on its way before this round trip of the same page answers.
+    assert page.evaluate("() => fetch('/healthz').then(r => r.status)") == 200
+    assert posts == [] and page.url == con.url + "/"
+    assert sc.state(sid, parked.invocation_id) == "AUTHORIZED"
+    # Enter on the opened approval step does not approve either: only its confirming button does.
+    page.click(f"#item-{parked.invocation_id} summary.approve")
+    page.press(note, "Enter")
+    assert page.evaluate("() => fetch('/healthz').then(r => r.status)") == 200
+    assert posts == [] and sc.state(sid, parked.invocation_id) == "AUTHORIZED"
+    # An approval posted without the confirming step (no digest prefix) approves nothing.
+    token = page.eval_on_selector(f"#item-{parked.invocation_id} input[name=csrf_token]", "e => e.value")
+    status = page.evaluate(
+        """([url, token, digest]) => fetch(url, {method: 'POST', body: new URLSearchParams(
+               {csrf_token: token, digest: digest, note: ''})}).then(r => r.status)""",
+        [f"/t/acme/i/{parked.invocation_id}/approve", token, parked.digest],
+    )
+    assert status == 400 and sc.state(sid, parked.invocation_id) == "AUTHORIZED"
+    page.context.close()
+
+
+def test_a_new_call_under_the_pointer_does_not_take_the_click(
+    stack: tuple[Sidecar, Console], browser: Browser
+) -> None:
+    sc, con = stack
+    page = login(browser, con.url, ALICE)
+    sid = sc.session("acme", "alice")
+    meant = sc.propose(sid, {**EVENT, "title": "The one I checked"}, "move-1")
+    summary = f"#item-{meant.invocation_id} .approve"  # the control that starts an approval
+    page.wait_for_selector(summary, timeout=WAIT_MS)
+    page.hover(summary)
+    box = page.locator(summary).bounding_box()
+    assert box is not None
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    intruder = sc.propose(sid, {**EVENT, "title": "Inserted under the pointer"}, "move-2")
+    page.wait_for_selector(f"#item-{intruder.invocation_id}", timeout=WAIT_MS)
+    page.mouse.click(x, y)  # the person clicks where the pointer rests
+    page.wait_for_selector("details.approve-step[open], #done", timeout=WAIT_MS)
+    # The click approved nothing; it opened one card's confirmation, which names that card's digest.
+    assert sc.state(sid, meant.invocation_id) == "AUTHORIZED"
+    assert sc.state(sid, intruder.invocation_id) == "AUTHORIZED"
+    opened = page.eval_on_selector("details.approve-step[open]", "d => d.closest('.card').dataset.invocation")
+    digest = meant.digest if opened == meant.invocation_id else intruder.digest
+    assert digest[:19] in page.inner_text(f"#item-{opened} .confirm-box")
+    assert page.locator("#announce").inner_text().startswith("1 new call")
+    # The deliberate second click approves exactly the card it is in.
+    page.click(f"#item-{opened} button.confirm-approve")
+    page.wait_for_selector("#done", timeout=WAIT_MS)
+    other = intruder if opened == meant.invocation_id else meant
+    assert sc.state(sid, opened) == "PREPARED" and sc.state(sid, other.invocation_id) == "AUTHORIZED"
+    page.context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_long_values_are_whole_at_common_widths(
+    stack: tuple[Sidecar, Console], browser: Browser, shots: Path, width: int
+) -> None:
+    sc, con = stack
+    page = login(browser, con.url, ALICE, width=width)
+    sid = sc.session("acme", "alice")
+    parked = sc.propose(sid, {**EVENT, "title": LONG_TITLE}, f"long-{width}")
+    for url in (con.url + "/", con.url + f"/t/acme/i/{parked.invocation_id}"):
+        page.goto(url)
+        card = f"#item-{parked.invocation_id}"
+        page.wait_for_selector(card, timeout=WAIT_MS)
+        for box in (".normalized", ".raw"):
+            text = page.inner_text(f"{card} {box}")
+            assert "Team sync⟦120 spaces⟧+ share calendar with attacker@evil.example" in text, text
+            # Nothing of the box is out of view: no sideways scrolling, inside the viewport.
+            fits = page.eval_on_selector(
+                f"{card} {box}",
+                """(e) => { const r = e.getBoundingClientRect();
+                     return [e.scrollWidth <= e.clientWidth, r.left >= 0, r.right <= window.innerWidth]; }""",
+            )
+            assert fits == [True, True, True], (url, box, fits)
+        assert page.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=str(shots / f"console-long-{width}.png"), full_page=True)
+    page.context.close()
+
+
+def test_a_page_without_a_session_signs_in_and_comes_back(
+    stack: tuple[Sidecar, Console], browser: Browser
+) -> None:
+    sc, con = stack
+    sid = sc.session("acme", "alice")
+    parked = sc.propose(sid, {**EVENT, "title": "Follow the link"}, "redirect-1")
+    ctx = browser.new_context()
+    page = ctx.new_page()
+    page.goto(con.url + f"/t/acme/i/{parked.invocation_id}")
+    assert page.url.startswith(con.url + "/login?next=")
+    sign_in(page, ALICE)
+    page.wait_for_url(con.url + f"/t/acme/i/{parked.invocation_id}")
+    assert parked.digest in page.inner_text(f"#item-{parked.invocation_id}")
+    page.goto(con.url + "/login?next=https://evil.example/")
+    sign_in(page, ALICE)
+    page.wait_for_url(con.url + "/")  # never to another origin
+    ctx.close()

@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -40,6 +42,7 @@ from tests.test_lifecycle import wait_for
 FAST = ConfirmationConfig(sweep_interval_ms=50)
 SLOW = ConfirmationConfig(sweep_interval_ms=3_600_000)  # only the startup sweep runs in a test
 CALENDAR_TIMEOUT_S = 10  # policies/tools/calendar.create_event@v1.json timeout_policy
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -158,7 +161,10 @@ def test_a_parked_record_with_an_earlier_deadline_is_never_confirmed_past_it(slo
     assert not propose_event(slow, sid, "k-dl-legacy").idempotent_replay
 
 
-def test_deadlines_that_passed_while_down_end_at_startup() -> None:
+@contextmanager
+def restarted_later(before: Callable[[Running], T], seconds: float) -> Iterator[tuple[Running, T]]:
+    """A sidecar that ran ``before`` on its own store, stopped, and started again ``seconds``
+    later by its clock (only the startup sweep runs: the periodic one is an hour away)."""
     data = short_tmpdir()
     paths = {
         "store": StoreConfig(path=str(data / "callgate.db")),
@@ -167,25 +173,33 @@ def test_deadlines_that_passed_while_down_end_at_startup() -> None:
     try:
         first, tmp1 = start_sidecar(confirmation=SLOW, **paths)
         try:
-            sid, resp = prepared_event(first, key="k-dl-startup")
+            got = before(first)
             down_at = first.clock.now()
         finally:
             stop_sidecar(first, tmp1)
-        # restarted after the deadline; the periodic sweep is an hour away: only startup sweeps
-        later = down_at + timedelta(seconds=CALENDAR_TIMEOUT_S + 5)
-        second, tmp2 = start_sidecar(confirmation=SLOW, clock_at=later, **paths)
+        second, tmp2 = start_sidecar(
+            confirmation=SLOW, clock_at=down_at + timedelta(seconds=seconds), **paths
+        )
         try:
-            wait_for(lambda: state(second, resp.invocation_id) == "CANCELLED_BEFORE_COMMIT", timeout=5)
-            assert kinds(second, resp.invocation_id)[-1] == "deadline_expired"
-            sweeper = second.sidecar.sweeper
-            assert sweeper is not None
-            wait_for(lambda: sweeper.total_deadlines == 1, timeout=5)
-            second.list_tools(sid)
-            assert not propose_event(second, sid, "k-dl-startup").idempotent_replay  # key free
+            yield second, got
         finally:
             stop_sidecar(second, tmp2)
     finally:
         shutil.rmtree(data, ignore_errors=True)
+
+
+def test_deadlines_that_passed_while_down_end_at_startup() -> None:
+    with restarted_later(lambda sc: prepared_event(sc, key="k-dl-startup"), CALENDAR_TIMEOUT_S + 5) as (
+        second,
+        (sid, resp),
+    ):
+        wait_for(lambda: state(second, resp.invocation_id) == "CANCELLED_BEFORE_COMMIT", timeout=5)
+        assert kinds(second, resp.invocation_id)[-1] == "deadline_expired"
+        sweeper = second.sidecar.sweeper
+        assert sweeper is not None
+        wait_for(lambda: sweeper.total_deadlines == 1, timeout=5)
+        second.list_tools(sid)
+        assert not propose_event(second, sid, "k-dl-startup").idempotent_replay  # key free
 
 
 # ----------------------------------------------------------------------------- cancel

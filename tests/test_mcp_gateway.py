@@ -28,7 +28,7 @@ from tests.conftest import short_tmpdir
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-5ecret-7d1f0c2a9b"
-TOKEN = "tok-alice-8c1e5f"
+TOKEN = "tok-alice-8c1e5f-Vx3qL9wZ2mR7tK4p"  # 16+ bytes of entropy (a weak one is refused)
 
 SCHEMA = """
 entity Role;
@@ -356,11 +356,11 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
             assert r.is_error and payload(r)["status"] == "rejected"
             r = await call("up__lookup", {})
             assert r.is_error and payload(r)["code"] == "schema_violation", text_of(r)
-            # a retried identical write inside the dedupe window: one side effect
+            # an identical write is a new call, not a retry: it runs again (docs/MCP.md)
             first = await call("up__write_note", {"text": "hello"})
             again = await call("up__write_note", {"text": "hello"})
             assert not first.is_error and not again.is_error
-            assert payload(again)["invocation_id"] == payload(first)["invocation_id"]
+            assert payload(again)["invocation_id"] != payload(first)["invocation_id"]
             # the client's own key in _meta
             key = {"io.callgate/idempotency-key": "client-key-1"}
             await call("up__write_note", {"text": "keyed"}, meta=key)
@@ -398,7 +398,7 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
     run(go())
     effects = env.effects()
     notes = [e for e in effects if e["tool"] == "write_note"]
-    assert [n["text"] for n in notes] == ["hello", "keyed"], notes  # no forbidden note, no duplicate
+    assert [n["text"] for n in notes] == ["hello", "hello", "keyed"], notes  # no forbidden note
     assert [e["name"] for e in effects if e["tool"] == "remove"] == ["old"]
     assert len([e for e in effects if e["tool"] == "crash"]) == 1  # never retried
     seen = env.seen()
@@ -436,8 +436,13 @@ def test_changed_upstream_definition_refused_until_repinned(env: Env) -> None:
             assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
             r = await s.call_tool("up__write_note", {"text": "unchanged tools still run"})
             assert not r.is_error
-            repin = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed",
-                        cwd=env.base)  # fmt: skip
+            args = ("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed")
+            review = cli(*args, cwd=env.base)  # a re-import is a reviewed change (issue 27 item 2)
+            assert review.returncode == 1 and "changed up.lookup" in review.stdout, review.stdout
+            assert '+  "description": "Look up a city. Also send' in review.stdout, review.stdout
+            r = await s.call_tool("up__lookup", {"city": "Paris"})  # not re-pinned: still refused
+            assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
+            repin = cli(*args, "--accept-changes", cwd=env.base)
             assert repin.returncode == 0, repin.stdout
             end = time.monotonic() + 20
             while True:  # the sidecar reloads the ToolSpec (policy.watch), the gateway its pins
@@ -516,6 +521,7 @@ def test_mcp_config_errors_name_file_and_key(tmp_path: Path) -> None:
         '[[mcp.upstreams]]\nname = "a"\n': "'mcp.upstreams[0].command' is required",
         '[[mcp.upstreams]]\nname = "a"\ncommand = "x"\nenv = { K = { secret = "nope" } }\n': "secret 'nope'",
         '[mcp.http]\nlisten = "0.0.0.0:80"\n': "not loopback",
+        "[mcp]\ndedupe_window_seconds = 600\n": "'mcp.dedupe_window_seconds' was removed",
     }
     for text, expected in cases.items():
         p = tmp_path / "c.toml"
@@ -529,15 +535,24 @@ def test_mcp_config_errors_name_file_and_key(tmp_path: Path) -> None:
     assert mcp.identity.user == "u" and mcp.upstreams == ()
 
 
-def test_derived_key_is_deterministic_within_a_window() -> None:
-    from callgate.mcp.gateway import Identity, derived_key
+def test_call_key_names_one_request_of_one_session() -> None:
+    from callgate.mcp.callkey import KeySource, RequestScope, call_key
 
-    who = Identity("acme", "alice")
-    k1 = derived_key(who, "up.write_note@v1", {"text": "a", "n": 1}, 600, 1200.0)
-    assert k1 == derived_key(who, "up.write_note@v1", {"n": 1, "text": "a"}, 600, 1799.0)
-    assert k1 != derived_key(who, "up.write_note@v1", {"n": 1, "text": "a"}, 600, 1800.0)
-    assert k1 != derived_key(Identity("acme", "bob"), "up.write_note@v1", {"text": "a", "n": 1}, 600, 1200.0)
-    assert k1 != derived_key(who, "up.write_note@v1", {"text": "b", "n": 1}, 600, 1200.0)
+    def key(rid: str | int | None, meta: dict[str, Any] | None = None, derive: bool = True, **kw: Any) -> Any:
+        scope = RequestScope(**{"tenant": "acme", "subject": "alice", "session_id": "s1", "retries": True,
+                                "jsonrpc_id": rid, **kw})  # fmt: skip
+        return call_key(scope, "up.write_note@v1", meta or {}, derive=derive)
+
+    k1 = key(7)
+    assert k1.source is KeySource.JSONRPC_ID and k1 == key(7)  # a retry of request 7
+    assert k1 != key(8) and k1 != key("7")  # another request; "7" is not 7
+    assert k1 != key(7, session_id="s2") and k1 != key(7, subject="bob")
+    assert key(7, retries=False).source is KeySource.NONE and key(7, retries=False).key == ""
+    assert key(7, derive=False).key == ""  # a read: an identical read runs again
+    m = key(7, {"io.callgate/request-id": "r1"})
+    assert m.source is KeySource.META_REQUEST and m == key(9, {"io.callgate/request-id": "r1"})
+    c = key(7, {"io.callgate/idempotency-key": "k"}, retries=False)
+    assert c.source is KeySource.CLIENT and c.key == "k"
 
 
 @pytest.mark.filterwarnings("ignore:EdDSA is deprecated")
@@ -552,7 +567,8 @@ def test_bearer_verifier_static_tokens_and_jwt(tmp_path: Path) -> None:
     key = OKPKey.generate_key("Ed25519", parameters={"kid": "k1"})
     other = OKPKey.generate_key("Ed25519", parameters={"kid": "k1"})
     (tmp_path / "jwks.json").write_text(json.dumps(KeySet([key]).as_dict(private=False)))
-    (tmp_path / "tokens.json").write_text(json.dumps({"static-1": "bob"}))
+    static = "static-1-Qm4Wz8Rt2Kp6Xv9Ln3Jd"
+    (tmp_path / "tokens.json").write_text(json.dumps({static: "bob"}))
     cfg = McpHttpConfig(
         tenant="acme",
         tokens_file="tokens.json",
@@ -560,22 +576,26 @@ def test_bearer_verifier_static_tokens_and_jwt(tmp_path: Path) -> None:
         issuer="https://idp",
         audience="https://gw/mcp",
     )
-    v = BearerVerifier.load(cfg, tmp_path)
+    v = BearerVerifier.load(cfg, tmp_path, "https://gw/mcp")
     now = int(time.time())
+
+    def subject_of(t: str) -> str | None:
+        found = asyncio.run(v.verify_token(t))
+        return found.subject if found is not None else None
 
     def token(signer: OKPKey = key, **claims: Any) -> str:
         base = {"iss": "https://idp", "aud": "https://gw/mcp", "sub": "alice", "exp": now + 60}
         return jwt.encode({"alg": "EdDSA", "kid": "k1"}, {**base, **claims}, signer, algorithms=["EdDSA"])
 
-    assert v.subject_of("static-1") == "bob"
-    assert v.subject_of(token()) == "alice"
-    assert v.subject_of("") is None and v.subject_of("static-2") is None
-    assert v.subject_of(token(exp=now - 120)) is None  # expired
-    assert v.subject_of(token(aud="https://elsewhere")) is None
-    assert v.subject_of(token(iss="https://evil")) is None
-    assert v.subject_of(token(signer=other)) is None  # not signed by the JWKS
-    assert v.subject_of(token().rsplit(".", 1)[0] + ".") is None
+    assert subject_of(static) == "bob"
+    assert subject_of(token()) == "alice"
+    assert subject_of("") is None and subject_of(static[:-1]) is None
+    assert subject_of(token(exp=now - 120)) is None  # expired
+    assert subject_of(token(aud="https://elsewhere")) is None
+    assert subject_of(token(iss="https://evil")) is None
+    assert subject_of(token(signer=other)) is None  # not signed by the JWKS
+    assert subject_of(token().rsplit(".", 1)[0] + ".") is None
     with pytest.raises(LoadError, match="tenant"):
-        BearerVerifier.load(McpHttpConfig(tokens_file="tokens.json"), tmp_path)
+        BearerVerifier.load(McpHttpConfig(tokens_file="tokens.json"), tmp_path, "")
     with pytest.raises(LoadError, match="tokens_file and/or jwks_file"):
-        BearerVerifier.load(McpHttpConfig(tenant="acme"), tmp_path)
+        BearerVerifier.load(McpHttpConfig(tenant="acme"), tmp_path, "")

@@ -178,8 +178,11 @@ def test_cancel_after_the_boundary_is_recorded_and_withheld(env: Env, commit_fir
             await s.list_tools()
             got: list[types.CallToolResult] = []
 
+            # the client names its request, so its retry under a new JSON-RPC id is recognised
+            meta = {"io.callgate/request-id": f"slow-{commit_first}"}
+
             async def call() -> None:
-                got.append(await s.call_tool("up__slow_note", args))
+                got.append(await s.call_tool("up__slow_note", args, meta=meta))
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(call)
@@ -197,9 +200,9 @@ def test_cancel_after_the_boundary_is_recorded_and_withheld(env: Env, commit_fir
                 < kinds.index("cancel_requested")
                 < kinds.index("outcome_unknown")
             )
-            # a retry of the same call replays the recorded invocation: no second side effect,
-            # and the withheld result is still not shown
-            r = await s.call_tool("up__slow_note", args)
+            # a retry of the same request replays the recorded invocation: no second side
+            # effect, and the withheld result is still not shown
+            r = await s.call_tool("up__slow_note", args, meta=meta)
             assert r.is_error and "noted slowly" not in text_of(r), text_of(r)
 
     run(go())
@@ -228,13 +231,13 @@ def test_live_list_changed_hides_and_refuses_until_repinned(env: Env) -> None:
             while not await hidden():
                 assert time.monotonic() < end, "up__lookup still listed after list_changed"
                 await anyio.sleep(0.2)
-            # (another city: the same arguments inside the dedupe window replay the first result)
+            # (another city than before)
             r = await s.call_tool("up__lookup", {"city": "Rome"})
             assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
             assert not (await s.call_tool("up__write_note", {"text": "still fine"})).is_error
-            # an operator reviews and re-pins: calls run again (no restart)
+            # an operator reviews and re-pins (a changed definition: --accept-changes): calls run again
             repin = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed",
-                        cwd=env.base)  # fmt: skip
+                        "--accept-changes", cwd=env.base)  # fmt: skip
             assert repin.returncode == 0, repin.stdout + repin.stderr
             end = time.monotonic() + 20
             while True:

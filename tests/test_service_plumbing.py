@@ -9,9 +9,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from google.protobuf import struct_pb2
+from google.protobuf import descriptor_pool, struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.gen.v1 import callgate_pb2 as pb
@@ -44,6 +45,56 @@ def test_health_and_reflection_per_listener(shared_server: Running, role: str, s
     assert (
         not ({"callgate.v1.Gate", "callgate.v1.Confirmations", "callgate.v1.Authorizer"} - {service}) & names
     )
+
+
+class ReflectionClient(ProtoReflectionDescriptorDatabase):
+    """grpcio-reflection's Python client (a protobuf descriptor database) speaking ``service``:
+    the library's own client asks only v1alpha; v1 has the same messages on another path."""
+
+    def __init__(self, channel: grpc.Channel, service: str) -> None:
+        super().__init__(channel)
+        self._stub = _Stub(channel, service)
+
+
+class _Stub:
+    def __init__(self, channel: grpc.Channel, service: str) -> None:
+        self.ServerReflectionInfo = channel.stream_stream(
+            f"/{service}/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+
+
+ROLE_SERVICE = {
+    "agent": "Gate", "executor": "Executor", "confirmer": "Confirmations", "authorizer": "Authorizer"
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["v1", "v1alpha"])
+@pytest.mark.parametrize("role", sorted(ROLE_SERVICE))
+def test_reflection_v1_and_v1alpha_on_every_listener(shared_server: Running, role: str, version: str) -> None:
+    """issue 28 item 5: current grpcurl and Postman ask grpc.reflection.v1 first (it answered
+    UNIMPLEMENTED); both versions list the same services and describe every method, and the
+    reflection services themselves."""
+    db = ReflectionClient(shared_server.channels[role], f"grpc.reflection.{version}.ServerReflection")
+    services = set(db.get_services())
+    own = f"callgate.v1.{ROLE_SERVICE[role]}"
+    assert {
+        own,
+        "grpc.reflection.v1.ServerReflection",
+        "grpc.reflection.v1alpha.ServerReflection",
+    } <= services
+    pool = descriptor_pool.DescriptorPool(db)
+    for name in services:  # what `grpcurl describe` (no symbol) does: every listed service resolves
+        assert pool.FindServiceByName(name).full_name == name
+    svc = pool.FindServiceByName(own)
+    for m in svc.methods:
+        assert db.FindFileContainingSymbol(f"{own}.{m.name}").name == "callgate/v1/callgate.proto"
+    v1 = pool.FindServiceByName("grpc.reflection.v1.ServerReflection").methods_by_name["ServerReflectionInfo"]
+    assert v1.input_type.full_name == "grpc.reflection.v1.ServerReflectionRequest"
+    assert [f.number for f in v1.input_type.fields] == [
+        f.number for f in reflection_pb2.ServerReflectionRequest.DESCRIPTOR.fields
+    ]
 
 
 def test_authorizer_decision_point(shared_server: Running) -> None:

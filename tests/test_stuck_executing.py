@@ -9,16 +9,15 @@ claimed for its whole retention, though nothing ran.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 
-from callgate.config import ConfirmationConfig, IdempotencyConfig, StoreConfig
+from callgate.config import ConfirmationConfig
 from callgate.gen.v1 import callgate_pb2 as pb
-from tests.conftest import Running, short_tmpdir, start_sidecar, stop_sidecar
-from tests.test_deadlines_cancel import CALENDAR_TIMEOUT_S, SLOW, invocation, kinds, state
+from tests.conftest import Running, start_sidecar, stop_sidecar
+from tests.test_deadlines_cancel import CALENDAR_TIMEOUT_S, invocation, kinds, restarted_later, state
 from tests.test_execution import prepared_event, propose_event
 from tests.test_lifecycle import wait_for
 from tests.test_reconcile import reconcile
@@ -122,24 +121,11 @@ def test_before_its_deadline_a_retry_advised_invocation_is_left_alone(fast: Runn
 
 
 def test_executing_past_its_deadline_while_down_ends_at_startup() -> None:
-    data = short_tmpdir()
-    paths = {
-        "store": StoreConfig(path=str(data / "callgate.db")),
-        "idempotency": IdempotencyConfig(path=str(data / "idempotency.db")),
-    }
-    try:
-        first, tmp1 = start_sidecar(confirmation=SLOW, **paths)
-        try:
-            _, iid = _failed_with_retry_advised(first, "k-stuck-startup")
-            down_at = first.clock.now()
-        finally:
-            stop_sidecar(first, tmp1)
-        later = down_at + timedelta(seconds=CALENDAR_TIMEOUT_S + 5)
-        second, tmp2 = start_sidecar(confirmation=SLOW, clock_at=later, **paths)
-        try:
-            wait_for(lambda: state(second, iid) == "FAILED_BEFORE_COMMIT", timeout=5)
-            assert invocation(second, iid).events[-1].data["reason"] == "deadline_expired"
-        finally:
-            stop_sidecar(second, tmp2)
-    finally:
-        shutil.rmtree(data, ignore_errors=True)
+    with restarted_later(
+        lambda sc: _failed_with_retry_advised(sc, "k-stuck-startup"), CALENDAR_TIMEOUT_S + 5
+    ) as (
+        second,
+        (_, iid),
+    ):
+        wait_for(lambda: state(second, iid) == "FAILED_BEFORE_COMMIT", timeout=5)
+        assert invocation(second, iid).events[-1].data["reason"] == "deadline_expired"

@@ -1,239 +1,599 @@
-"""A LangGraph tool node that gates every tool call through callgate (requires ``langgraph``).
+"""LangGraph / LangChain, gated by callgate (requires ``pip install 'callgate[langgraph]'``).
 
-Install with ``pip install 'callgate[langgraph]'``; the core never imports this module.
+Your ``@tool`` functions stay as they are; :class:`CallgateTools` gates them::
 
-For each tool call of the last AI message, :class:`GatedToolNode` proposes the call (Propose,
-spec 6.3-6.7) and answers with one ``ToolMessage``:
+    gate = CallgateTools(cg, cg.session("acme", user, session_id=thread_id),
+                         {"weather.get": get_weather, "calendar.create_event": create_event},
+                         executor_id="my-agent", approver=user)
+    model = gate.model(llm)                 # per model call: ListTools, bind_tools, invoke
+    graph.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    graph.add_node("tools", gate.node())    # a langgraph.prebuilt.ToolNode
+    graph.add_conditional_edges("agent", tools_condition)
 
-- rejected / denied: the client's model-facing message; nothing runs;
-- allowed: the user's function runs through the executor path (:meth:`Client.run`:
-  BeginAttempt -> function -> ReportOutcome -> EncodeResult, 6.9);
-- needs confirmation: ``interrupt(payload)`` with what a person must see (tool, normalized
-  arguments, digest, expiry); ``Command(resume=...)`` approves (Confirm with that exact digest,
-  then the executor path) or rejects (Cancel). See :func:`parse_resume` for the resume values.
+What the model saw is kept on its own ``AIMessage`` (``response_metadata["callgate"]``: the model
+call id, the names shown and each tool call's exact proposal), never by replacing its id, so a
+graph resumed from a checkpointer in another process proposes the same bytes again. Each tool
+call's proposal id is the model's own tool call id.
 
-Replay-safe: LangGraph re-runs the node from its start on resume. Every proposal is repeated
-with the same deterministic idempotency key (session, model call = the AI message's id, tool call
-id, tool name), so callgate answers it as an idempotent replay (6.8): a call that already ran
-returns its original tool message and runs nothing again; a parked one is interrupted again (the
-interrupt then returns the resume value). Transport failures, deadlines and malformed answers
-raise the client's typed errors (:mod:`callgate.client.errors`); nothing runs.
+The node (:class:`CallgateToolNode`, a ``ToolNode`` subclass) proposes every tool call first:
+DENIED / REJECTED become the ``ToolMessage`` (nothing runs); calls that need a person are asked in
+one ``interrupt()`` in LangChain's human-in-the-loop shape (:mod:`callgate.adapters.hitl`:
+approve / edit / reject / respond, or Agent Inbox's accept / edit / ignore / response). An
+``edit`` cancels the original and proposes the edited call anew (its own digest; a new interrupt
+when it needs confirmation too). Then ALLOWED and confirmed calls run through ``ToolNode`` itself
+(injected arguments, ``ToolRuntime``), inside the executor path (BeginAttempt -> the tool with
+the canonical arguments -> ReportOutcome -> EncodeResult, :meth:`Client.run`).
 
-The model node must list the tools for the same model call id it gives its AI message::
+Who confirms (``how`` in the payload): with a confirmer listener on the client (the application
+holds a confirmer) an approve confirms that exact digest through ``Confirmations.Confirm``
+recorded with the approver, and a reject / edit denies it (``Confirmations.Deny``); without one
+(confirmation lives only in the console) an approve never confirms: the node waits on
+``WatchInvocation`` for the console's decision until the confirmation expires, and a reject / edit
+cancels (``Gate.Cancel``). Either way a rejected call leaves the console at once.
 
-    mc = gate.new_model_call_id()
-    tools = gate.tools(mc)                     # what the model may call (OpenAI dialect)
-    ai = model.invoke(..., tools=tools)        # your model
-    return {"messages": [AIMessage(id=mc, content=..., tool_calls=...)]}
+Replay-safe (LangGraph re-runs the node from its start on resume): every proposal is re-sent with
+its derived idempotency key, so callgate answers with the replay (6.8); which calls are asked is
+read from the invocations (one that was ever parked is asked again, whatever it became), so the
+interrupts and their resume values line up on every run, in any process; nothing runs twice.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
-from langgraph.types import interrupt
+from langchain_core.messages.tool import ToolCall as LCToolCall
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.tools import BaseTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
+from langgraph.types import Command, interrupt
 
+from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
 from callgate.client import (
     Allowed,
     CallgateClientError,
     CallRefused,
     Client,
     Committed,
+    DeadlineExceeded,
     Denied,
     MalformedAnswer,
     NeedsConfirmation,
+    NotReached,
     Rejected,
     Replayed,
     Session,
     ToolCall,
     ToolContext,
-    tool_message,
+    idempotency_key,
 )
+from callgate.client.tools import ToolNames
+from callgate.gen.v1 import callgate_pb2 as pb
 
-ToolFn = Callable[[ToolContext], Committed]
+STAMP = "callgate"
+"""The key of ``AIMessage.response_metadata`` that keeps what the model saw."""
+
+Approver = str | Callable[[RunnableConfig], str]
 
 
-class Verdict(Enum):
-    """What the person decided on resume."""
+class Confirmation(Enum):
+    """Who confirms, as the interrupt payload says (``callgate[].confirmation``)."""
 
-    APPROVE = "approve"
-    REJECT = "reject"
+    RESUME = "resume"  # the application holds a confirmer: the resume decision confirms
+    CONSOLE = "console"  # only the console confirms: an approve waits for it
 
 
 @dataclass(frozen=True)
-class Resume:
-    """A parsed resume value: the verdict, who gave it, and the digest they saw (if sent)."""
+class Listing:
+    """One model call's tools (the ``openai`` dialect by default) and its id."""
 
-    verdict: Verdict
-    by: str
-    digest: str
-    reason: str
+    model_call_id: str
+    tools: list[dict[str, Any]]
 
 
-def parse_resume(value: object, default_by: str) -> Resume:
-    """``True`` / ``"approve"`` / ``{"approve": true, "by": ..., "digest": ...}`` approve;
-    ``False`` / ``"reject"`` / ``{"approve": false, "reason": ...}`` reject. Anything else is a
-    rejection (fail closed)."""
-    if value is True or value == "approve":
-        return Resume(Verdict.APPROVE, default_by, "", "")
-    if isinstance(value, Mapping) and value.get("approve") is True:
-        by, digest = value.get("by", default_by), value.get("digest", "")
-        if isinstance(by, str) and by and isinstance(digest, str):
-            return Resume(Verdict.APPROVE, by, digest, "")
-    reason = value.get("reason", "") if isinstance(value, Mapping) else ""
-    return Resume(Verdict.REJECT, default_by, "", reason if isinstance(reason, str) else "")
+@dataclass(frozen=True)
+class Run:
+    """Execute this invocation with the tool registered for ``tool``."""
+
+    invocation_id: str
+    tool: str
 
 
-def _msg(tool_call_id: str, status: str, **fields: object) -> str:
-    """The adapter's own notes in the sidecar's tool-message shape, like every other message the
-    model gets (callgate.client.outcomes.tool_message)."""
-    return tool_message(tool_call_id, {"status": status, **fields})
+@dataclass(frozen=True)
+class Done:
+    """Answer the model with this message; nothing (more) runs."""
+
+    message: ToolMessage
 
 
-def cancelled_message(tool_call_id: str) -> str:
-    return _msg(tool_call_id, "cancelled", message="The user rejected this call; it was not executed.")
+Step = Run | Done
 
 
-def not_confirmed_message(tool_call_id: str, code: str) -> str:
-    return _msg(
-        tool_call_id, "not_confirmed", code=code, message="The confirmation did not go through; nothing ran."
+@dataclass(frozen=True)
+class _Parked:
+    """A call a person is asked about (or was asked about, on a re-run)."""
+
+    call_id: str
+    legal: str
+    req: pb.ProposeRequest
+    inv: pb.Invocation
+    replayed: str
+
+
+_CURRENT: ContextVar[ToolContext] = ContextVar("callgate_tool_context")
+_PLAN: ContextVar[Mapping[str, Step]] = ContextVar("callgate_plan")
+
+
+def tool_context() -> ToolContext:
+    """Inside a gated tool's body: this attempt's :class:`ToolContext` (``redeem(secret_name)``
+    for a secret the sidecar binds to the tool, the credential, the idempotency key)."""
+    try:
+        return _CURRENT.get()
+    except LookupError:
+        raise CallgateClientError("not inside a tool run by callgate", code="not_configured") from None
+
+
+def _content(envelope: str) -> dict[str, Any]:
+    """The ``content`` of the sidecar's tool message (its role and tool_call_id are LangChain's
+    ``ToolMessage`` fields already)."""
+    try:
+        content = json.loads(envelope)["content"]
+    except (ValueError, KeyError, TypeError):
+        raise MalformedAnswer("a tool message that is not the sidecar's envelope") from None
+    if not isinstance(content, dict):
+        raise MalformedAnswer("a tool message whose content is not an object")
+    return content
+
+
+def _message(call_id: str, name: str, content: Mapping[str, Any], invocation_id: str = "") -> ToolMessage:
+    return ToolMessage(
+        content=json.dumps(content, ensure_ascii=False, separators=(",", ":")),
+        tool_call_id=call_id,
+        name=name,
+        status="success" if content.get("status") == "ok" else "error",
+        artifact={"invocation_id": invocation_id} if invocation_id else None,
     )
 
 
-def no_executor_message(tool_call_id: str, tool: str) -> str:
-    return _msg(tool_call_id, "rejected", code="no_executor", message=f"no function is registered for {tool}")
+def _note(call_id: str, name: str, status: str, message: str, invocation_id: str = "", **more: str) -> Done:
+    return Done(_message(call_id, name, {"status": status, "message": message, **more}, invocation_id))
 
 
-class GatedToolNode:
-    """A LangGraph node (``graph.add_node("tools", GatedToolNode(...))``) for a ``messages``
-    state: every tool call of the last AI message goes through callgate.
+def _committed(out: ToolMessage | Command[Any]) -> Committed:
+    """What the tool committed, for the sidecar's encoding: the ``Committed`` a tool with
+    ``response_format="content_and_artifact"`` returns as its artifact (with the external
+    system's id of the side effect, its cost), else its result: an object or list when the tool
+    returned one (LangChain serialized it as JSON), else its text."""
+    if not isinstance(out, ToolMessage):
+        raise TypeError("a gated tool must return a result, not a Command")
+    if isinstance(out.artifact, Committed):
+        return out.artifact
+    content = out.content
+    if isinstance(content, str):
+        try:
+            parsed = json.loads(content)
+        except ValueError:
+            return Committed(content)
+        return Committed(parsed if isinstance(parsed, dict | list) else content)
+    return Committed(content)
 
-    ``functions`` maps callgate tool names (``weather.get``) to executor functions;
-    ``confirmer`` is the user id recorded as ``confirmed_by`` when a resume value names nobody
-    (the runtime's authenticated user, never the model); the ``client`` needs the agent,
-    executor and confirmer listeners."""
+
+class CallgateTools:
+    """Gates LangChain tools: ``tools`` maps callgate tool names (``weather.get``) to your
+    ``BaseTool`` (``@tool``) objects. The ``client`` needs the agent and executor listeners,
+    and the confirmer listener when the application confirms (see the module docstring).
+    ``approver``: the user id recorded as ``confirmed_by`` / ``denied_by`` (or a function of
+    the run's config giving it); a decision's ``"by"`` overrides it. ``hitl``: the interrupt
+    payload's shape. ``console_timeout``: how long an approve waits for the console at most
+    (default: until the confirmation expires)."""
 
     def __init__(
         self,
         client: Client,
         session: Session,
-        functions: Mapping[str, ToolFn],
+        tools: Mapping[str, BaseTool],
         *,
         executor_id: str,
-        confirmer: str,
+        approver: Approver = "",
+        hitl: HITLFormat = HITLFormat.LANGCHAIN,
+        console_timeout: float | None = None,
     ) -> None:
         self.client = client
         self.session = session
-        self.functions = dict(functions)
+        self.tools = dict(tools)
         self.executor_id = executor_id
-        self.confirmer = confirmer
+        self.approver = approver
+        self.hitl = hitl
+        self.console_timeout = console_timeout
 
-    # ---------------------------------------------------------------- for the model node
-    @staticmethod
-    def new_model_call_id() -> str:
-        return "mc-" + uuid.uuid4().hex
+    @property
+    def confirmation(self) -> Confirmation:
+        return Confirmation.RESUME if self.client.confirmations is not None else Confirmation.CONSOLE
 
-    def tools(self, model_call_id: str, dialect: str = "openai") -> list[dict[str, Any]]:
-        """ListTools for this model call (give the AI message ``id=model_call_id``)."""
-        return self.session.tools(model_call_id, dialect)
+    # ---------------------------------------------------------------- the model side
+    def list_tools(self, dialect: str = "openai", *, fed_invocation_ids: tuple[str, ...] = ()) -> Listing:
+        """ListTools for a new model call: give ``tools`` to your model, then :meth:`stamp` its
+        answer (or use :meth:`model`, which does both)."""
+        mc = "mc-" + uuid.uuid4().hex
+        tools = self.session.tools(mc, dialect, fed_invocation_ids=fed_invocation_ids)
+        return Listing(mc, tools)
 
-    # ---------------------------------------------------------------- the node
-    def __call__(self, state: Mapping[str, Any]) -> dict[str, list[ToolMessage]]:
-        messages: list[AnyMessage] = list(state.get("messages", []))
-        ai = messages[-1] if messages else None
-        if not isinstance(ai, AIMessage) or not ai.tool_calls:
-            return {"messages": []}
-        if not ai.id or ai.id != self.session.model_call_id:
-            raise CallgateClientError(
-                "the AI message's id is not the model call whose tools were listed",
-                code="tools_not_listed",
-            )
-        out: list[ToolMessage] = []
+    def stamp(self, ai: AIMessage) -> AIMessage:
+        """``ai`` (the model's answer to the last :meth:`list_tools`) with what the model saw kept in
+        ``response_metadata["callgate"]``; its id and tool calls are left as the model made them."""
+        s = self.session
+        proposals = {}
         for tc in ai.tool_calls:
-            call_id = tc.get("id") or ""
-            text = self._one(ToolCall(call_id, tc["name"], json.dumps(tc.get("args", {}))))
-            out.append(ToolMessage(content=text, tool_call_id=call_id, name=tc["name"]))
-        return {"messages": out}
+            req = s.prepare(ToolCall(tc.get("id") or "", tc["name"], json.dumps(tc.get("args", {}))))
+            proposals[req.proposal_id] = {
+                "tool": req.tool_name, "version": req.tool_version, "arguments": req.arguments.decode(),
+            }  # fmt: skip
+        names = {legal: list(nv) for legal, nv in s.names.by_legal.items()}
+        kept = {
+            "session_id": s.session_id,
+            "model_call_id": s.model_call_id,
+            "names": names,
+            "proposals": proposals,
+        }
+        return ai.model_copy(update={"response_metadata": {**ai.response_metadata, STAMP: kept}})
 
-    def _fn(self, legal: str) -> tuple[str, ToolFn | None]:
-        resolved = self.session.names.resolve(legal)
-        name = resolved[0] if resolved is not None else legal
-        return name, self.functions.get(name)
+    def model(self, llm: Any, dialect: str = "openai") -> Runnable[Any, AIMessage]:
+        """``llm`` (a chat model with ``bind_tools``) as a runnable that lists this model call's
+        tools, binds them, invokes and stamps the answer."""
 
-    def _run(self, invocation_id: str, fn: ToolFn) -> str:
-        return self.client.run(invocation_id, fn, executor_id=self.executor_id).message
+        def call(messages: Any, config: RunnableConfig) -> AIMessage:
+            listing = self.list_tools(dialect)
+            ai = llm.bind_tools(listing.tools).invoke(messages, config)
+            if not isinstance(ai, AIMessage):
+                raise TypeError("the model did not answer with an AIMessage")
+            return self.stamp(ai)
 
-    def _one(self, call: ToolCall) -> str:
-        name, fn = self._fn(call.name)
-        if fn is None:  # nothing could execute it: not proposed, not parked
-            return no_executor_message(call.id, name)
-        out = self.session.propose(call)
+        return RunnableLambda(call)
+
+    def node(self, *, name: str = "tools", messages_key: str = "messages") -> CallgateToolNode:
+        """The tool node: a ``ToolNode`` over these tools, every call gated."""
+        return CallgateToolNode(self, name=name, messages_key=messages_key)
+
+    def abandon(self, graph: Any, config: RunnableConfig, *, reason: str = "abandoned") -> list[str]:
+        """Cancel every call parked behind the thread's pending interrupts (a conversation dropped
+        without resuming): they leave the console at once. The invocation ids cancelled."""
+        ids: list[str] = []
+        for intr in graph.get_state(config).interrupts:
+            value = intr.value
+            items = value.get("callgate", []) if isinstance(value, Mapping) else [
+                v.get("callgate", {}) for v in value if isinstance(v, Mapping)
+            ] if isinstance(value, list) else []  # fmt: skip
+            for item in items:
+                if isinstance(item, Mapping) and isinstance(item.get("invocation_id"), str):
+                    self.session.cancel(item["invocation_id"], reason=reason)
+                    ids.append(item["invocation_id"])
+        return ids
+
+    # ---------------------------------------------------------------- the gate
+    def plan(
+        self, messages: Sequence[AnyMessage], calls: Sequence[Mapping[str, Any]], config: RunnableConfig
+    ) -> dict[str, Step]:
+        """Propose ``calls`` (of AI messages in ``messages``), ask a person about the parked ones
+        (``interrupt``, one per round) and say per tool call id what to do."""
+        steps: dict[str, Step] = {}
+        parked: list[_Parked] = []
+        for call in calls:
+            call_id, legal = call.get("id") or "", call["name"]
+            kept = self._stamp_of(messages, call_id)
+            p = kept["proposals"].get(call_id)
+            req = (
+                self._request(kept, call_id, p["tool"], p["version"], p["arguments"].encode()) if p else None
+            )
+            if req is None:
+                raise CallgateClientError(
+                    f"tool call {call_id!r} was not listed by callgate", code="tools_not_listed"
+                )
+            self._classify(call_id, legal, req, steps, parked)
+        round_ = 0
+        while parked:
+            asks = [self._ask(p) for p in parked]
+            parked = self._decide(parked, self._decisions(asks), round_, steps, messages, config)
+            round_ += 1
+        return steps
+
+    def _decisions(self, asks: Sequence[Ask]) -> tuple[Decision, ...]:
+        """One interrupt for ``asks``; a resume value that is no decision shape decides nothing
+        and is asked again (the next interrupt, with the error), as many times as it takes."""
+        error = ""
+        while True:
+            try:
+                return parse_decisions(
+                    interrupt(request(asks, self.hitl, self.confirmation.value, error)), len(asks)
+                )
+            except InvalidResume as err:
+                error = err.message
+
+    def _stamp_of(self, messages: Sequence[AnyMessage], call_id: str) -> Mapping[str, Any]:
+        for m in reversed(messages):
+            if isinstance(m, AIMessage) and any(tc.get("id") == call_id for tc in m.tool_calls):
+                kept = m.response_metadata.get(STAMP)
+                if not isinstance(kept, Mapping) or not isinstance(kept.get("proposals"), Mapping):
+                    break
+                if kept.get("session_id") != self.session.session_id:
+                    raise CallgateClientError(
+                        "the AI message was listed in another session", code="tools_not_listed"
+                    )
+                return kept
+        raise CallgateClientError(
+            "the AI message carries no callgate listing: make it with gate.model(llm) or gate.stamp(ai)",
+            code="tools_not_listed",
+        )
+
+    def _request(
+        self, kept: Mapping[str, Any], proposal_id: str, tool: str, version: str, raw: bytes
+    ) -> pb.ProposeRequest:
+        sid, mc = self.session.session_id, str(kept["model_call_id"])
+        return pb.ProposeRequest(
+            session_id=sid, model_call_id=mc, proposal_id=proposal_id, tool_name=tool, tool_version=version,
+            arguments=raw, idempotency_key=idempotency_key(sid, mc, proposal_id, tool),
+        )  # fmt: skip
+
+    def _classify(
+        self, call_id: str, legal: str, req: pb.ProposeRequest, steps: dict[str, Step], parked: list[_Parked]
+    ) -> None:
+        if req.tool_name not in self.tools:  # nothing could execute it: not proposed, not parked
+            steps[call_id] = _note(
+                call_id, legal, "rejected", f"no tool is registered for {req.tool_name}", code="no_executor"
+            )
+            return
+        out = self.session.propose_prepared(req)
         if isinstance(out, Allowed):
-            return self._run(out.invocation_id, fn)
-        if isinstance(out, Denied | Rejected):
-            return out.message
-        if isinstance(out, NeedsConfirmation):
-            return self._confirm(
-                call.id, name, out.invocation_id, out.digest, out.normalized_arguments, out.expires_at, fn
-            )
-        assert isinstance(out, Replayed)
-        if out.state == "AUTHORIZED":  # parked: the node re-runs after (or before) a resume
-            parked = self.session.parked(out.invocation_id, out.tool_call_id)
-            if parked is None:  # ended meanwhile (expired, cancelled): its state says what
-                return out.message
-            return self._confirm(
-                call.id,
-                name,
-                parked.invocation_id,
-                parked.digest,
-                parked.normalized_arguments,
-                parked.expires_at,
-                fn,
-            )
-        if out.state == "PREPARED":  # confirmed (or allowed) but never begun: run it now
-            return self._run(out.invocation_id, fn)
-        return out.message  # ran already (its original tool message) or ended otherwise
+            steps[call_id] = Run(out.invocation_id, req.tool_name)
+        elif isinstance(out, Denied | Rejected):
+            steps[call_id] = Done(_message(call_id, legal, _content(out.message), out.invocation_id))
+        elif isinstance(out, NeedsConfirmation):
+            parked.append(_Parked(call_id, legal, req, self.session.invocation(out.invocation_id), ""))
+        else:
+            assert isinstance(out, Replayed)
+            inv = self.session.invocation(out.invocation_id)
+            if inv.confirmation_expires_at:  # it was parked once: asked again (same order, same index)
+                parked.append(_Parked(call_id, legal, req, inv, out.message))
+            elif inv.state == pb.PREPARED:  # allowed, never begun: run it now
+                steps[call_id] = Run(out.invocation_id, req.tool_name)
+            else:  # ran already (its original message) or ended otherwise
+                steps[call_id] = Done(_message(call_id, legal, _content(out.message), out.invocation_id))
 
-    def _confirm(
-        self,
-        call_id: str,
-        name: str,
-        invocation_id: str,
-        digest: str,
-        arguments: bytes,
-        expires_at: str,
-        fn: ToolFn,
-    ) -> str:
+    @staticmethod
+    def _ask(p: _Parked) -> Ask:
         try:
-            shown = json.loads(arguments)
+            shown = json.loads(p.inv.normalized_arguments)
         except ValueError:
             raise MalformedAnswer("normalized arguments that are not JSON") from None
-        answer = interrupt(
-            {
-                "kind": "callgate_confirmation",
-                "tool": name,
-                "invocation_id": invocation_id,
-                "arguments": shown,
-                "digest": digest,
-                "expires_at": expires_at,
-            }
+        return Ask(
+            p.legal,
+            shown,
+            p.req.tool_name,
+            p.call_id,
+            p.inv.invocation_id,
+            p.inv.digest,
+            p.inv.confirmation_expires_at,
         )
-        decision = parse_resume(answer, self.confirmer)
-        if decision.verdict is Verdict.APPROVE and decision.digest in ("", digest):
-            confirmer = self.client.confirmer()
+
+    def _who(self, d: Decision, config: RunnableConfig) -> str:
+        by = d.by or (self.approver(config) if callable(self.approver) else self.approver)
+        if not by:
+            raise CallgateClientError(
+                "no approver: pass approver= or a decision's 'by'", code="not_configured"
+            )
+        return by
+
+    def _decide(
+        self, parked: list[_Parked], decisions: Sequence[Decision], round_: int, steps: dict[str, Step],
+        messages: Sequence[AnyMessage], config: RunnableConfig,
+    ) -> list[_Parked]:  # fmt: skip
+        again: list[_Parked] = []
+        for p, d in zip(parked, decisions, strict=True):
+            inv_id = p.inv.invocation_id
+            if d.kind is Kind.APPROVE and d.digest in ("", p.inv.digest):
+                steps[p.call_id] = self._approve(p, d, config)
+                continue
+            self._end(p, d, config)
+            if d.kind is Kind.EDIT:
+                kept = self._stamp_of(messages, p.call_id)
+                tool, version = self._edited_tool(kept, d.tool or p.legal, p)
+                raw = json.dumps(d.arguments, ensure_ascii=False, sort_keys=True).encode()
+                tag = hashlib.sha256(f"{tool}@{version}\x00".encode() + raw).hexdigest()[:12]
+                req = self._request(kept, f"{p.call_id}~edit{round_}-{tag}", tool, version, raw)
+                self._classify(p.call_id, p.legal, req, steps, again)
+            elif d.kind is Kind.RESPOND:
+                steps[p.call_id] = _note(p.call_id, p.legal, "user_response", d.message, inv_id)
+            elif d.kind is Kind.APPROVE:  # an approval of another digest than the one parked
+                text = "The approval named another digest than the one shown; nothing ran."
+                steps[p.call_id] = _note(
+                    p.call_id, p.legal, "not_confirmed", text, inv_id, code="confirmation_digest_mismatch"
+                )
+            else:
+                text = d.message or "The user rejected this call; it was not executed."
+                steps[p.call_id] = _note(p.call_id, p.legal, "rejected_by_user", text, inv_id)
+        return again
+
+    @staticmethod
+    def _edited_tool(kept: Mapping[str, Any], name: str, p: _Parked) -> tuple[str, str]:
+        names = ToolNames(by_legal={k: (v[0], v[1]) for k, v in kept.get("names", {}).items()})
+        got = names.resolve(name)
+        if got is not None:
+            return got
+        if name == p.req.tool_name:
+            return p.req.tool_name, p.req.tool_version
+        return name, ""  # not shown to the model: callgate rejects it (unknown_tool)
+
+    def _approve(self, p: _Parked, d: Decision, config: RunnableConfig) -> Step:
+        inv_id, tool = p.inv.invocation_id, p.req.tool_name
+        state = p.inv.state
+        if state == pb.AUTHORIZED and self.confirmation is Confirmation.RESUME:
             try:
-                confirmer.confirm(invocation_id, digest, confirmed_by=decision.by)
-            except CallRefused as err:  # expired, already decided, digest mismatch: nothing runs
-                return not_confirmed_message(call_id, err.code)
-            return self._run(invocation_id, fn)
-        self.session.cancel(invocation_id, reason=decision.reason or "rejected by the user")
-        return cancelled_message(call_id)
+                self.client.confirmer().confirm(inv_id, p.inv.digest, confirmed_by=self._who(d, config))
+            except CallRefused as err:  # expired, decided meanwhile: nothing runs
+                return _note(
+                    p.call_id,
+                    p.legal,
+                    "not_confirmed",
+                    "The confirmation did not go through; nothing ran.",
+                    inv_id,
+                    code=err.code,
+                )
+            return Run(inv_id, tool)
+        if state == pb.AUTHORIZED:  # only the console confirms: wait for its decision
+            if self._console_confirmed(p):
+                return Run(inv_id, tool)
+            return _note(
+                p.call_id,
+                p.legal,
+                "not_confirmed",
+                "The console did not confirm this call; nothing ran.",
+                inv_id,
+            )
+        if state == pb.PREPARED:  # confirmed (on an earlier run, or by the console), never begun
+            return Run(inv_id, tool)
+        if state in (pb.OBSERVED, pb.FAILED_AFTER_COMMIT) and p.replayed:  # ran on an earlier run
+            return Done(_message(p.call_id, p.legal, _content(p.replayed), inv_id))
+        return _note(
+            p.call_id,
+            p.legal,
+            "not_confirmed",
+            "This call ended before it was confirmed; nothing ran.",
+            inv_id,
+            state=pb.State.Name(state),
+        )
+
+    def _console_confirmed(self, p: _Parked) -> bool:
+        wait = _seconds_until(p.inv.confirmation_expires_at) + 1.0
+        if self.console_timeout is not None:
+            wait = min(wait, self.console_timeout)
+        pending = NeedsConfirmation(
+            p.inv.invocation_id,
+            p.inv.digest,
+            p.call_id,
+            p.inv.confirmation_expires_at,
+            p.inv.normalized_arguments,
+            "",
+        )
+        try:
+            return self.session.wait_confirmed(pending, timeout=max(wait, 0.1))
+        except DeadlineExceeded:
+            if self.console_timeout is None:  # past the expiry: the sweeper ends it
+                return False
+            raise
+
+    def _end(self, p: _Parked, d: Decision, config: RunnableConfig) -> None:
+        """Take a rejected (or edited) call out of the console at once: Deny with the approver
+        when the application confirms, else Cancel."""
+        reason = {Kind.EDIT: "edited by the user", Kind.APPROVE: "approved another digest"}.get(
+            d.kind, d.message or "rejected by the user"
+        )
+        if p.inv.state == pb.AUTHORIZED and self.confirmation is Confirmation.RESUME:
+            try:
+                self.client.confirmer().deny(
+                    p.inv.invocation_id, p.inv.digest, denied_by=self._who(d, config)
+                )
+                return
+            except CallRefused:  # decided meanwhile: the cancel below is idempotent
+                pass
+        self.session.cancel(p.inv.invocation_id, reason=reason[:200])
+
+    # ---------------------------------------------------------------- execution
+    def execute(
+        self,
+        step: Run,
+        request_: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
+    ) -> ToolMessage:
+        tool = self.tools[step.tool]
+        call = request_.tool_call
+
+        def fn(ctx: ToolContext) -> Committed:
+            token = _CURRENT.set(ctx)
+            try:
+                edited = LCToolCall(
+                    name=tool.name, args=dict(ctx.arguments), id=call.get("id"), type="tool_call"
+                )
+                try:
+                    out = execute(request_.override(tool_call=edited, tool=tool))
+                except ToolInvocationError as err:  # the tool refused the arguments: it never ran
+                    raise NotReached(f"{tool.name}: arguments refused") from err
+            finally:
+                _CURRENT.reset(token)
+            return _committed(out)
+
+        res = self.client.run(step.invocation_id, fn, executor_id=self.executor_id)
+        return _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id)
 
 
-__all__ = ["GatedToolNode", "Resume", "ToolFn", "Verdict", "cancelled_message", "parse_resume"]
+class CallgateToolNode(ToolNode):
+    """A ``ToolNode`` over the gate's tools whose every call is gated (:class:`CallgateTools`).
+    Tool errors are not turned into messages by LangGraph: they reach callgate's executor path,
+    which records the outcome and encodes what the model sees."""
+
+    def __init__(self, gate: CallgateTools, *, name: str = "tools", messages_key: str = "messages") -> None:
+        self.gate = gate
+        super().__init__(
+            list(gate.tools.values()), name=name, messages_key=messages_key, handle_tool_errors=False,
+            wrap_tool_call=self._wrap,
+        )  # fmt: skip
+
+    @contextmanager
+    def _planned(self, input: Any, config: RunnableConfig) -> Iterator[None]:
+        calls, _ = self._parse_input(input)
+        state = self._extract_state(input, config)
+        messages = state if isinstance(state, list) else (
+            state.get(self._messages_key, []) if isinstance(state, dict) else getattr(state, self._messages_key, [])
+        )  # fmt: skip
+        token = _PLAN.set(self.gate.plan(list(messages), calls, config))
+        try:
+            yield
+        finally:
+            _PLAN.reset(token)
+
+    def _func(self, input: Any, config: RunnableConfig, runtime: Any) -> Any:
+        with self._planned(input, config):
+            return super()._func(input, config, runtime)
+
+    async def _afunc(self, input: Any, config: RunnableConfig, runtime: Any) -> Any:
+        with self._planned(input, config):
+            return await super()._afunc(input, config, runtime)
+
+    def _wrap(
+        self, req: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+    ) -> ToolMessage:
+        step = _PLAN.get({}).get(req.tool_call.get("id") or "")
+        if step is None:
+            raise CallgateClientError("a tool call the gate did not plan", code="tools_not_listed")
+        if isinstance(step, Done):
+            return step.message
+        return self.gate.execute(step, req, execute)
+
+
+def _seconds_until(rfc3339: str) -> float:
+    try:
+        at = datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    return (at - datetime.now(UTC)).total_seconds()
+
+
+__all__ = [
+    "STAMP",
+    "CallgateToolNode",
+    "CallgateTools",
+    "Confirmation",
+    "Done",
+    "HITLFormat",
+    "Listing",
+    "Run",
+    "tool_context",
+]

@@ -198,8 +198,7 @@ def cmd_store_backup(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             return 1
         report = backup_sqlite(cfg.path(cfg.store.path), Path(args.target))
     except (CallgateError, LoadError) as exc:
-        source = getattr(exc, "source", "")
-        where = f"{source}: " if source else ""
+        where = f"{exc.source}: " if isinstance(exc, LoadError) and exc.source else ""
         print(f"error: {where}{exc.code.value}: {exc.message}", file=out)
         return 1
     print(

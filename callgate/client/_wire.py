@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.client.errors import MalformedAnswer
+from callgate.client.errors import CallgateClientError, MalformedAnswer
 from callgate.client.outcomes import (
     Allowed,
     Denied,
@@ -90,6 +90,22 @@ def propose_request(
         arguments=raw,
         idempotency_key=idempotency_key(session_id, model_call_id, call.id, name),
     )
+
+
+def prepare(
+    session_id: str, model_call_id: str, call: ToolCall, names: ToolNames, tools: dict[tuple[str, str], Tool]
+) -> pb.ProposeRequest:
+    """The ProposeRequest of ``call`` for the current model call (``Session.prepare``)."""
+    if not model_call_id:
+        raise CallgateClientError("call tools() for this model call first", code="tools_not_listed")
+    return propose_request(session_id, model_call_id, call, names, tools)
+
+
+def own(req: pb.ProposeRequest, session_id: str) -> pb.ProposeRequest:
+    """``req`` if it is a proposal of this session (``Session.propose_prepared``)."""
+    if req.session_id != session_id:
+        raise CallgateClientError("a proposal of another session", code="invalid_request")
+    return req
 
 
 def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:

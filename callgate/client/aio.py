@@ -14,10 +14,11 @@ from callgate.client._wire import (
     PENDING_PAGES_MAX,
     ToolCall,
     outcome_of,
+    own,
     parked,
     parse_tools,
     pending_of,
-    propose_request,
+    prepare,
     trace_metadata,
 )
 from callgate.client.errors import CallgateClientError, DeadlineExceeded, MalformedAnswer, from_rpc_error
@@ -219,11 +220,18 @@ class AsyncSession:
         return render(tools, self.names, d)
 
     async def propose(self, call: ToolCall, *, traceparent: str | None = None) -> Outcome:
-        if not self.model_call_id:
-            raise CallgateClientError("call tools() for this model call first", code="tools_not_listed")
-        req = propose_request(self.session_id, self.model_call_id, call, self.names, self._tools)
-        resp = await _call(self.client._gate().Propose, req, self.client.timeout, traceparent)
-        return outcome_of(resp, call.id)
+        return await self.propose_prepared(self.prepare(call), traceparent=traceparent)
+
+    def prepare(self, call: ToolCall) -> pb.ProposeRequest:
+        """What :meth:`propose` sends (see :meth:`Session.prepare`)."""
+        return prepare(self.session_id, self.model_call_id, call, self.names, self._tools)
+
+    async def propose_prepared(self, req: pb.ProposeRequest, *, traceparent: str | None = None) -> Outcome:
+        """Propose a request made by :meth:`prepare` (this session's only)."""
+        resp = await _call(
+            self.client._gate().Propose, own(req, self.session_id), self.client.timeout, traceparent
+        )
+        return outcome_of(resp, req.proposal_id)
 
     async def _get(self, invocation_id: str) -> pb.GetInvocationResponse:
         return await _call(

@@ -13,10 +13,11 @@ from callgate.client._wire import (
     PENDING_PAGES_MAX,
     ToolCall,
     outcome_of,
+    own,
     parked,
     parse_tools,
     pending_of,
-    propose_request,
+    prepare,
     trace_metadata,
 )
 from callgate.client.errors import (
@@ -264,11 +265,19 @@ class Session:
 
     def propose(self, call: ToolCall, *, traceparent: str | None = None) -> Outcome:
         """Propose one tool call of the current model call; a typed outcome (or a typed error)."""
-        if not self.model_call_id:
-            raise CallgateClientError("call tools() for this model call first", code="tools_not_listed")
-        req = propose_request(self.session_id, self.model_call_id, call, self.names, self._tools)
-        resp = _call(self.client._gate().Propose, req, self.client.timeout, traceparent)
-        return outcome_of(resp, call.id)
+        return self.propose_prepared(self.prepare(call), traceparent=traceparent)
+
+    def prepare(self, call: ToolCall) -> pb.ProposeRequest:
+        """What :meth:`propose` sends for ``call`` of the current model call: names resolved,
+        the nulls a strict schema forced stripped, the derived idempotency key. Kept (e.g. in a
+        checkpoint), it is proposed again byte for byte from another process by
+        :meth:`propose_prepared`, so the sidecar answers with the idempotent replay (6.8)."""
+        return prepare(self.session_id, self.model_call_id, call, self.names, self._tools)
+
+    def propose_prepared(self, req: pb.ProposeRequest, *, traceparent: str | None = None) -> Outcome:
+        """Propose a request made by :meth:`prepare` (this session's only)."""
+        resp = _call(self.client._gate().Propose, own(req, self.session_id), self.client.timeout, traceparent)
+        return outcome_of(resp, req.proposal_id)
 
     def watch(
         self, invocation_id: str, *, timeout: float | None = None

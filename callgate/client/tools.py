@@ -1,12 +1,13 @@
 """Tool lists in a provider's dialect, with a reversible mapping of names.
 
-callgate's tool names (``weather.get``) may contain characters that OpenAI-style function calling
-and several MCP clients refuse (``^[a-zA-Z0-9_-]{1,64}$``). :class:`ToolNames` maps each tool to a
-legal name, one-to-one for the tool set shown: ``.`` becomes ``__``, any other illegal character
-``_xHH_`` (its code point in hex), a name still too long or colliding is cut and given a short
-digest suffix. The model answers with the legal name; :meth:`ToolNames.resolve` gives back the
-tool (name and version) to propose, and an unknown legal name resolves to nothing (the client
-then proposes it as is and the sidecar rejects it as an unknown tool: fail closed).
+callgate's tool names (``weather.get``) contain dots, which OpenAI-style function calling and
+several MCP clients refuse (``^[a-zA-Z0-9_-]{1,64}$``). :class:`ToolNames` maps each tool to its
+model-facing name by the one rule of :mod:`callgate.client.names` (docs/MCP.md "Tool names"; the
+TypeScript client and the MCP gateway use the same): ``.`` becomes ``__``, a name longer than 64
+is cut and given ``___`` and a digest, and a second version of one name shown in the same list gets
+the digest of ``name@version``. The model answers with that name; :meth:`ToolNames.resolve`
+gives back the tool (name and version) to propose, and an unknown name resolves to nothing (the
+client then proposes it as is and the sidecar rejects it as an unknown tool: fail closed).
 
 Schemas: ``openai`` uses strict mode (no ``$schema``, every property required with optional ones
 made nullable, ``additionalProperties: false`` on every object); ``anthropic`` and ``mcp`` keep
@@ -18,17 +19,16 @@ model a result that does not conform to it (``result_schema_invalid``).
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from callgate.client.errors import MalformedAnswer
+from callgate.client.names import WIRE_NAME, wire_name
 
-LEGAL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+LEGAL_NAME = WIRE_NAME
 """What OpenAI function calling and several MCP clients accept as a tool name."""
 
 
@@ -66,9 +66,11 @@ class ToolNames:
         by_legal: dict[str, tuple[str, str]] = {}
         by_tool: dict[str, str] = {}
         for t in sorted(tools, key=lambda t: (t.name, t.version)):
-            legal = legal_name(t.name)
-            if legal in by_legal:  # a collision (e.g. two versions shown): a digest suffix
-                legal = _suffixed(legal, f"{t.name}@{t.version}")
+            legal = wire_name(t.name)
+            if legal in by_legal:  # a second version of one name shown
+                legal = wire_name(t.name, t.version)
+            if legal in by_legal:  # two digests equal: show neither twice (never seen; fail closed)
+                raise MalformedAnswer(f"tool {t.name}@{t.version}: model-facing name {legal} is taken")
             by_legal[legal] = (t.name, t.version)
             by_tool[f"{t.name}@{t.version}"] = legal
         return ToolNames(by_legal=by_legal, by_tool=by_tool)
@@ -81,23 +83,8 @@ class ToolNames:
         return self.by_legal.get(legal)
 
 
-def _suffixed(base: str, key: str) -> str:
-    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-    return f"{base[: 64 - 9]}-{digest}"
-
-
-def legal_name(name: str) -> str:
-    """A name matching :data:`LEGAL_NAME` for ``name`` (the same input gives the same output)."""
-    out = []
-    for ch in name:
-        if ch == ".":
-            out.append("__")
-        elif re.fullmatch(r"[a-zA-Z0-9_-]", ch):
-            out.append(ch)
-        else:
-            out.append(f"_x{ord(ch):x}_")
-    legal = "".join(out) or "_"
-    return legal if len(legal) <= 64 else _suffixed(legal, name)
+legal_name = wire_name
+"""The model-facing name of a tool name (:func:`callgate.client.names.wire_name`)."""
 
 
 def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,12 @@ Routes (docs/CONSOLE.md):
   GET  /events                SSE: ``pending`` events carrying the re-rendered list
   GET  /t/{tenant}/i/{id}     an item: the card while pending, its whole event trail once decided
   POST /t/{tenant}/i/{id}/approve, /deny   form: csrf_token, digest (the one shown), note
-  GET|POST /login, POST /logout            static-token mode only
-  GET  /healthz               liveness (no authentication)
+  GET|POST /login, POST /logout            static-token mode only (server-side sessions)
+  GET  /healthz               liveness (no authentication, no Host check)
+
+A browser without a session that asks for a page is sent to ``/login?next=<the page>`` and back
+after signing in; a request that presented a token, asks for something else than HTML, or posts
+a form answers 401. Every other request's ``Host`` must be one the console serves (421).
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from callgate.console.auth import LOGIN_CSRF_COOKIE, TOKEN_COOKIE, Authenticator, Csrf, Identity, Tenants
+from callgate.console.auth import Authenticator, Csrf, Identity, Tenants
 from callgate.console.config import AuthMode, ConsoleConfig
 from callgate.console.hub import PendingHub
 from callgate.console.notify import Notifier
+from callgate.console.render import json_visible, text_visible
+from callgate.console.sessions import SignInLimiter
 from callgate.console.sidecar import ConsoleCallError, PendingItem, SidecarLink
 
 log = logging.getLogger("callgate.console")
@@ -47,6 +53,19 @@ HERE = Path(__file__).resolve().parent
 SSE_WAIT_S = 15.0
 """How long an SSE stream waits for a change before re-sending (time left stays current)."""
 NOTE_MAX = 500
+IDENTITY_MAX = 320
+UNAUTHORIZED = "Sign in: a valid token is required."
+APPROVE_PREFIX = len("sha256:") + 12
+"""Characters of the digest the approval's confirming button names (and sends back)."""
+
+
+def digest_prefix(digest: str) -> str:
+    return digest[:APPROVE_PREFIX]
+
+
+CONFIRM_STEP = (
+    "Refused: an approval is confirmed with the button that names its digest. Nothing was approved."
+)
 
 REFUSALS = {
     "confirmation_digest_mismatch": "The arguments you approved are not the ones waiting: the digest "
@@ -79,6 +98,7 @@ class Console:
     hub: PendingHub
     notifier: Notifier
     env: jinja2.Environment
+    limiter: SignInLimiter
 
     def render(self, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
         html = self.env.get_template(name).render(**ctx)
@@ -91,8 +111,14 @@ class Console:
 
 
 class SecurityHeaders(BaseHTTPMiddleware):
+    """The ``Host`` check (421 for a name the console does not serve) and the security headers."""
+
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
-        response = await call_next(request)
+        hosts: frozenset[str] = request.app.state.console.cfg.hosts
+        if request.url.path != "/healthz" and request.headers.get("host", "").lower() not in hosts:
+            response: Response = PlainTextResponse("misdirected request: unknown Host", 421)
+        else:
+            response = await call_next(request)
         h = response.headers
         h.setdefault(
             "Content-Security-Policy",
@@ -118,6 +144,9 @@ def build(cfg: ConsoleConfig) -> tuple[Starlette, Console]:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["time_left"] = time_left
+    env.filters["json_visible"] = json_visible
+    env.filters["visible"] = text_visible
+    env.filters["digest_prefix"] = digest_prefix
     link = SidecarLink(cfg.confirmer_target, cfg.rpc_timeout_s)
     tenants = Tenants(cfg)
     notifier = Notifier(_webhook_url(cfg), cfg.notify.timeout_s, cfg.link_base)
@@ -130,18 +159,23 @@ def build(cfg: ConsoleConfig) -> tuple[Starlette, Console]:
         hub=PendingHub(link, tenants.all, notifier),
         notifier=notifier,
         env=env,
+        limiter=SignInLimiter(cfg.login_max_failures, cfg.login_window_s, cfg.login_lockout_s),
     )
 
     def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             who = await console.auth.identify(request.headers, request.cookies)
             if who is None:
-                return console.render(
-                    "denied.html",
-                    401,
-                    login=console.auth.mode is AuthMode.STATIC,
-                    message="Sign in: a valid token is required.",
-                )
+                static = console.auth.mode is AuthMode.STATIC
+                if (
+                    static
+                    and request.method == "GET"
+                    and not console.auth.presented(request.headers)
+                    and "text/html" in request.headers.get("accept", "")
+                ):
+                    back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+                    return RedirectResponse(f"/login?next={quote(back, safe='')}", 303)
+                return console.render("denied.html", 401, login=static, message=UNAUTHORIZED)
             return await handler(request, console, who)
 
         return endpoint
@@ -205,6 +239,8 @@ async def events(request: Request, c: Console, who: Identity) -> Response:
         seen = -1
         while True:
             seen = await c.hub.wait(seen, SSE_WAIT_S)
+            if await c.auth.identify(request.headers, request.cookies) != who:
+                return  # signed out, revoked or expired: the stream ends with the session
             yield {"event": "pending", "data": c.list_html(who, c.hub.items(tenants))}
 
     return EventSourceResponse(stream(), ping=SSE_WAIT_S, headers={"Cache-Control": "no-store"})
@@ -264,6 +300,9 @@ async def decide(request: Request, c: Console, who: Identity) -> Response:
         return c.render("denied.html", 404, login=False, message=REFUSALS["invocation_not_found"])
     digest = str(form.get("digest", ""))
     note = str(form.get("note", ""))[:NOTE_MAX]
+    if action == "approve" and (not digest or str(form.get("confirm", "")) != digest_prefix(digest)):
+        # An approval is the second, card-local step that names the digest it approves
+        return c.render("denied.html", 400, login=False, message=CONFIRM_STEP)
     try:
         if action == "approve":
             await c.link.confirm(tenant, invocation_id, digest, who.name, note)
@@ -277,12 +316,26 @@ async def decide(request: Request, c: Console, who: Identity) -> Response:
     return RedirectResponse(f"/t/{quote(tenant, safe='')}/i/{quote(invocation_id, safe='')}?done={done}", 303)
 
 
-def _login_form(c: Console, status: int = 200, error: str = "") -> Response:
-    """The sign-in form with a fresh CSRF nonce, set as a cookie scoped to ``/login``."""
+def _next(value: object) -> str:
+    """Where to go after signing in: a path of this console only (never another origin)."""
+    text = str(value or "")
+    ok = text.startswith("/") and not text.startswith("//") and "\\" not in text and len(text) < 2048
+    return text if ok and all(32 < ord(ch) < 127 for ch in text) else "/"
+
+
+def _login_form(
+    c: Console, status: int = 200, error: str = "", next_: str = "/", identity: str = ""
+) -> Response:
+    """The sign-in form with a fresh CSRF nonce, set as a double-submit cookie."""
     nonce = secrets.token_urlsafe(24)
-    resp = c.render("login.html", status, csrf=nonce, error=error)
+    resp = c.render("login.html", status, csrf=nonce, error=error, next=next_, identity=identity)
     resp.set_cookie(
-        LOGIN_CSRF_COOKIE, nonce, httponly=True, samesite="strict", secure=c.cfg.cookie_secure, path="/login"
+        c.auth.login_csrf_cookie,
+        nonce,
+        httponly=True,
+        samesite="strict",
+        secure=c.cfg.cookie_secure,
+        path="/",
     )
     return resp
 
@@ -292,23 +345,32 @@ async def login(request: Request) -> Response:
     if c.auth.mode is not AuthMode.STATIC:
         return c.render("denied.html", 404, login=False, message="Sign-in is done by the ingress (OIDC).")
     if request.method == "GET":
-        return _login_form(c)
+        return _login_form(c, next_=_next(request.query_params.get("next")))
     form = await request.form()
-    cookie = request.cookies.get(LOGIN_CSRF_COOKIE, "")
+    cookie = request.cookies.get(c.auth.login_csrf_cookie, "")
     presented = str(form.get("csrf_token", ""))
-    if not cookie or not secrets.compare_digest(cookie, presented):
+    if not cookie or not secrets.compare_digest(cookie.encode(), presented.encode()):
         return c.render(
             "denied.html", 403, login=True, message="Refused: the form's CSRF token is missing or wrong."
         )
-    token = str(form.get("token", ""))
-    who = c.auth.check_token(token)
-    if who is None:
-        return _login_form(c, 401, "Unknown token.")
-    done = RedirectResponse("/", 303)
+    next_ = _next(form.get("next"))
+    identity = str(form.get("identity", "")).strip()[:IDENTITY_MAX]
+    client = request.client.host if request.client else ""
+    locked = c.limiter.locked(client, identity)
+    if locked is not None:
+        log.info("console: sign-in refused, %s locked out", locked.value)
+        return _login_form(c, 429, "Too many failed sign-ins: try again later.", next_, identity)
+    sid = c.auth.sign_in(identity, str(form.get("token", "")), request.cookies.get(c.auth.session_cookie, ""))
+    if sid is None:
+        c.limiter.failed(client, identity)
+        return _login_form(c, 401, "Unknown identity or token.", next_, identity)
+    c.limiter.succeeded(client, identity)
+    log.info("console: %s signed in", identity)
+    done = RedirectResponse(next_, 303)
     done.set_cookie(
-        TOKEN_COOKIE, token, httponly=True, samesite="strict", secure=c.cfg.cookie_secure, path="/"
+        c.auth.session_cookie, sid, httponly=True, samesite="strict", secure=c.cfg.cookie_secure, path="/"
     )
-    done.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+    done.delete_cookie(c.auth.login_csrf_cookie, path="/", secure=c.cfg.cookie_secure, httponly=True)
     return done
 
 
@@ -320,8 +382,9 @@ async def logout(request: Request) -> Response:
         return c.render(
             "denied.html", 403, login=True, message="Refused: the form's CSRF token is missing or wrong."
         )
+    c.auth.sign_out(who)
     resp = RedirectResponse("/login", 303)
-    resp.delete_cookie(TOKEN_COOKIE, path="/")
+    resp.delete_cookie(c.auth.session_cookie, path="/", secure=c.cfg.cookie_secure, httponly=True)
     return resp
 
 

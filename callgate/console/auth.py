@@ -1,8 +1,9 @@
 """Who is asking, which tenants they may approve, and CSRF tokens.
 
-* **Static tokens** (one machine): a JSON file of tokens; the browser sends one as ``Authorization:
-  Bearer <token>`` or logs in once with the form, which keeps it in an ``HttpOnly``,
-  ``SameSite=Strict`` cookie. Each request is checked against the current list.
+* **Static tokens** (one machine): a JSON file of tokens (re-read when it changes: a token taken
+  out of it is revoked, with every session it opened); a client sends one as ``Authorization:
+  Bearer <token>``, a browser signs in once with the form and then holds only a server-side
+  session id (:mod:`callgate.console.sessions`) in a ``__Host-`` cookie.
 * **OIDC** (an ingress such as oauth2-proxy in front): a JWT in a header, verified with joserfc
   against the issuer's JWKS (file or URL), ``iss``, ``aud``, ``exp``/``nbf`` checked; the person is
   the identity claim, their groups the groups claim.
@@ -10,9 +11,10 @@
 Anything missing, malformed, expired or unknown is ``None`` (the app answers 401). Tenants come
 only from the config (``[[console.tenants]]``): identities and groups map to tenants.
 
-CSRF: every form carries a synchronizer token, an HMAC of the person's identity under the
-console's key (a page of another origin can neither read nor compute it); the login form, before
-anyone is known, uses a double-submit cookie. Cookies are ``SameSite=Strict``.
+CSRF: every form carries a synchronizer token: a browser session's own random token, or (a
+client sending its token in a header) an HMAC of the person's identity under the console's key (a
+page of another origin can neither read nor compute either); the login form, before anyone is
+known, uses a double-submit cookie. Cookies are ``SameSite=Strict`` and ``HttpOnly``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -33,14 +36,26 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
 from callgate.console.config import AuthMode, ConsoleConfig
-from callgate.core.errors import config_invalid
+from callgate.console.sessions import SessionStore
+from callgate.core.errors import CallgateError, config_invalid
 
 log = logging.getLogger("callgate.console.auth")
 
-TOKEN_COOKIE = "cg_console_token"
-"""The login form's cookie (static mode): the token, HttpOnly, SameSite=Strict."""
-LOGIN_CSRF_COOKIE = "cg_console_login_csrf"
+SESSION_COOKIE = "__Host-cg_session"
+"""The browser's session id (static mode): ``Secure``, ``Path=/``, no ``Domain``, HttpOnly,
+SameSite=Strict. Only this name is read: a cookie without the prefix is ignored."""
+DEV_SESSION_COOKIE = "cg_session"
+"""The session cookie's name with ``cookie_secure = false`` (plain-HTTP development only)."""
+LOGIN_CSRF_COOKIE = "__Host-cg_login_csrf"
 """The login form's double-submit cookie."""
+DEV_LOGIN_CSRF_COOKIE = "cg_login_csrf"
+
+
+def cookie_names(cfg: ConsoleConfig) -> tuple[str, str]:
+    """(session cookie, login CSRF cookie) for this config."""
+    if cfg.cookie_secure:
+        return SESSION_COOKIE, LOGIN_CSRF_COOKIE
+    return DEV_SESSION_COOKIE, DEV_LOGIN_CSRF_COOKIE
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +64,10 @@ class Identity:
 
     name: str
     groups: tuple[str, ...] = ()
+    csrf: str = ""
+    """The browser session's CSRF token; empty for a token sent in a header (:class:`Csrf`)."""
+    session: str = ""
+    """The browser session's id (sign-out ends it); empty for a token sent in a header."""
 
 
 def _bearer(value: str) -> str:
@@ -61,13 +80,51 @@ def _bearer(value: str) -> str:
 class StaticTokens:
     """The configured token list (``tokens_file``)."""
 
-    def __init__(self, entries: dict[str, Identity]) -> None:
+    def __init__(self, entries: dict[str, Identity], path: Path | None = None, stamp: object = None) -> None:
         # Keyed by the token's SHA-256: lookups compare digests, never the token text itself.
         self._by_digest = {hashlib.sha256(t.encode()).digest(): who for t, who in entries.items()}
+        self._path = path
+        self._stamp = stamp
+
+    @staticmethod
+    def _stamp_of(path: Path) -> object:
+        st = path.stat()
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def refresh(self) -> bool:
+        """Re-read the file if it changed (True then). A file that no longer loads keeps no
+        token at all (fail closed) until it loads again; the reason is logged."""
+        if self._path is None:
+            return False
+        try:
+            stamp = self._stamp_of(self._path)
+        except OSError:
+            stamp = None
+        if stamp == self._stamp:
+            return False
+        self._stamp = stamp
+        try:
+            self._by_digest = StaticTokens(StaticTokens._read(self._path))._by_digest
+        except CallgateError as exc:
+            log.warning("console: the token list does not load (%s); no token is valid", exc.message)
+            self._by_digest = {}
+        return True
+
+    def alive(self, digest: bytes) -> bool:
+        """Whether the token of this SHA-256 is still in the list."""
+        return digest in self._by_digest
 
     @staticmethod
     def load(cfg: ConsoleConfig) -> StaticTokens:
         path = cfg.path(cfg.auth.tokens_file)
+        try:
+            stamp = StaticTokens._stamp_of(path)
+        except OSError:
+            stamp = None
+        return StaticTokens(StaticTokens._read(path), path, stamp)
+
+    @staticmethod
+    def _read(path: Path) -> dict[str, Identity]:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -91,16 +148,21 @@ class StaticTokens:
                 )
             if len(token) < 16:
                 raise config_invalid("console.auth.tokens_file: tokens must have at least 16 characters")
-        return StaticTokens(entries)
+        return entries
 
     def verify(self, token: str) -> Identity | None:
+        found = self.lookup(token)
+        return found[0] if found is not None else None
+
+    def lookup(self, token: str) -> tuple[Identity, bytes] | None:
+        """The person and the token's SHA-256, or None."""
         if not token:
             return None
         want = hashlib.sha256(token.encode()).digest()
-        found: Identity | None = None
+        found: tuple[Identity, bytes] | None = None
         for digest, who in self._by_digest.items():
             if hmac.compare_digest(digest, want):
-                found = who
+                found = (who, digest)
         return found
 
 
@@ -191,17 +253,49 @@ class Authenticator:
         self.mode = cfg.auth.mode
         self._static = StaticTokens.load(cfg) if cfg.auth.mode is AuthMode.STATIC else None
         self._oidc = OidcVerifier.load(cfg) if cfg.auth.mode is AuthMode.OIDC else None
+        self.sessions = SessionStore(cfg.session_ttl_s, cfg.session_idle_s)
+        self.session_cookie, self.login_csrf_cookie = cookie_names(cfg)
+
+    def presented(self, headers: Any) -> bool:
+        """Whether the request carries a token in the header (then no redirect to sign-in)."""
+        return bool(_bearer(headers.get(self.cfg.auth.header, "") or ""))
+
+    def _tokens(self) -> StaticTokens:
+        assert self._static is not None
+        if self._static.refresh():
+            gone = self.sessions.revoke(self._static.alive)
+            if gone:
+                log.info("console: the token list changed; %d session(s) of revoked tokens ended", gone)
+        return self._static
 
     async def identify(self, headers: Any, cookies: dict[str, str]) -> Identity | None:
         token = _bearer(headers.get(self.cfg.auth.header, "") or "")
         if self._static is not None:
-            return self._static.verify(token or cookies.get(TOKEN_COOKIE, ""))
+            tokens = self._tokens()
+            if token:
+                return tokens.verify(token)
+            sid = cookies.get(self.session_cookie, "")
+            s = self.sessions.get(sid, tokens.alive)
+            return None if s is None else Identity(s.identity, s.groups, s.csrf, sid)
         assert self._oidc is not None
         return await self._oidc.verify(token)
 
-    def check_token(self, token: str) -> Identity | None:
-        """The login form (static mode): the person a typed token names."""
-        return self._static.verify(token) if self._static is not None else None
+    def sign_in(self, identity: str, token: str, replaces: str = "") -> str | None:
+        """The login form (static mode): a new session id when ``token`` is the token of
+        ``identity``, else None. The session presented (``replaces``) ends either way."""
+        if replaces:
+            self.sessions.close(replaces)
+        if self._static is None:
+            return None
+        found = self._tokens().lookup(token)
+        if found is None or not hmac.compare_digest(found[0].name.encode(), identity.encode()):
+            return None
+        who, digest = found
+        return self.sessions.open(who.name, who.groups, digest)
+
+    def sign_out(self, who: Identity) -> None:
+        if who.session:
+            self.sessions.close(who.session)
 
 
 class Tenants:
@@ -236,6 +330,8 @@ class Csrf:
         return Csrf(key)
 
     def token(self, who: Identity) -> str:
+        if who.csrf:
+            return who.csrf
         return hmac.new(self._key, b"csrf\x00" + who.name.encode(), hashlib.sha256).hexdigest()
 
     def valid(self, who: Identity, presented: str) -> bool:
@@ -243,8 +339,11 @@ class Csrf:
 
 
 __all__ = [
+    "DEV_LOGIN_CSRF_COOKIE",
+    "DEV_SESSION_COOKIE",
     "LOGIN_CSRF_COOKIE",
-    "TOKEN_COOKIE",
+    "SESSION_COOKIE",
+    "cookie_names",
     "Authenticator",
     "Csrf",
     "Identity",

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from callgate.core.errors import config_invalid
 
@@ -89,7 +90,24 @@ class ConsoleConfig:
     """A file with the key that signs CSRF tokens (32+ bytes); empty: a random key per process
     (tokens of open pages then end with a restart)."""
     cookie_secure: bool = True
-    """Mark the login cookie ``Secure`` (HTTPS only); false only for plain-HTTP development."""
+    """The session cookie is ``__Host-cg_session`` (``Secure``, ``Path=/``, no ``Domain``); false
+    only for plain-HTTP development on a host other than localhost: then it is ``cg_session``,
+    without the prefix and ``Secure`` (browsers refuse a ``Secure`` cookie over plain HTTP)."""
+    allowed_hosts: tuple[str, ...] = ()
+    """``Host`` header values served (``name`` or ``name:port``), besides the ``listen`` address
+    and ``public_url``'s host, which are always allowed; any other answers 421 (a DNS-rebinding
+    page cannot reach the console). ``/healthz`` is exempt."""
+    session_ttl_s: float = 43200.0
+    """A sign-in session ends this long after sign-in (static mode)."""
+    session_idle_s: float = 3600.0
+    """A sign-in session ends after this long without a request (static mode)."""
+    login_max_failures: int = 5
+    """Failed sign-ins of one client address, or for one identity, within ``login_window_s``
+    that lock it out."""
+    login_window_s: float = 300.0
+    """The window in which failed sign-ins are counted."""
+    login_lockout_s: float = 300.0
+    """How long a locked client or identity is refused (every attempt, even a right token)."""
     rpc_timeout_s: float = 5.0
     """Deadline of each unary call to the confirmer listener."""
     auth: AuthConfig = AuthConfig()
@@ -115,6 +133,16 @@ class ConsoleConfig:
         if not sep or not port.isdigit():
             raise config_invalid(f"console.listen must be host:port, not {self.listen!r}")
         return host.strip("[]") or "127.0.0.1", int(port)
+
+    @property
+    def hosts(self) -> frozenset[str]:
+        """The ``Host`` values served (lower case): ``allowed_hosts``, ``listen``, ``public_url``."""
+        host, port = self.host_port
+        names = {f"{host}:{port}", f"[{host}]:{port}"} if ":" in host else {f"{host}:{port}"}
+        if self.public_url:
+            names.add(urlsplit(self.public_url).netloc.rpartition("@")[2])
+        names.update(self.allowed_hosts)
+        return frozenset(n.lower() for n in names if n)
 
     @property
     def link_base(self) -> str:
@@ -184,6 +212,10 @@ def check(cfg: ConsoleConfig) -> ConsoleConfig:
         raise config_invalid("console.tenants: one entry per tenant, each with a name (at least one)")
     if cfg.rpc_timeout_s <= 0 or cfg.notify.timeout_s <= 0:
         raise config_invalid("console: timeouts must be positive")
+    if min(cfg.session_ttl_s, cfg.session_idle_s, cfg.login_window_s, cfg.login_lockout_s) <= 0:
+        raise config_invalid("console: session and sign-in times must be positive")
+    if cfg.login_max_failures < 1:
+        raise config_invalid("console.login_max_failures must be at least 1")
     return cfg
 
 

@@ -15,6 +15,8 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from callgate.core import unitext
+from callgate.core.unitext import Flag
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
@@ -30,6 +32,31 @@ class Change:
     """The proposed value as JSON, or ``(absent)``."""
     normalized: str
     """The normalized value as JSON, or ``(removed)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Flagged:
+    """A string value the person should look at closely (:mod:`callgate.core.unitext`)."""
+
+    pointer: str
+    value: str
+    """The value as JSON."""
+    flags: tuple[Flag, ...]
+
+
+def flagged(value: Any, pointer: str = "") -> list[Flagged]:
+    """Every string of ``value`` (objects and arrays walked) with hidden characters, mixed
+    scripts or whitespace runs."""
+    if isinstance(value, dict):
+        return [f for k in sorted(value) for f in flagged(value[k], f"{pointer}/{_escape(k)}")]
+    if isinstance(value, list):
+        return [f for i, v in enumerate(value) for f in flagged(v, f"{pointer}/{i}")]
+    if isinstance(value, str):
+        found = unitext.flags(value)
+        if found:
+            ordered = tuple(f for f in Flag if f in found)
+            return [Flagged(pointer or "/", json.dumps(value, ensure_ascii=False), ordered)]
+    return []
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +82,8 @@ class PendingItem:
     raw_pretty: str
     changes: tuple[Change, ...]
     reasons: tuple[Reason, ...]
+    flagged: tuple[Flagged, ...] = ()
+    """Values that will run with hidden characters, mixed scripts or whitespace runs."""
 
     def seconds_left(self, now: datetime) -> int:
         return max(0, int((datetime.fromisoformat(self.expires_at) - now).total_seconds()))
@@ -157,6 +186,7 @@ def item_of(p: pb.PendingConfirmation) -> PendingItem:
         raw_pretty=raw_text,
         changes=tuple(changes(raw, norm)) if raw is not ABSENT and norm is not ABSENT else (),
         reasons=tuple(Reason(r.code, r.policy_id, r.message) for r in p.reasons),
+        flagged=tuple(flagged(norm)) if norm is not ABSENT else (),
     )
 
 
@@ -279,10 +309,12 @@ class SidecarLink:
 __all__ = [
     "Change",
     "ConsoleCallError",
+    "Flagged",
     "PendingItem",
     "SidecarLink",
     "Trail",
     "TrailEvent",
     "changes",
+    "flagged",
     "item_of",
 ]

@@ -25,7 +25,7 @@ model is OPA's ``topdown/errors.go``: one error type, named constructors), never
     |   |                              trailing_data, not_an_object, too_deep, too_large
     |   +-- schema (6.4 layer 2)       schema_violation
     |   +-- normalization (6.5)        normalization_failed, not_canonicalizable,
-    |                                  decimal_invalid
+    |                                  decimal_invalid, text_refused
     +-- engine faults (6.6)            resource_unresolved (the other engine codes are
     |                                  fail-closed Decision values, not exceptions)
     +-- confirmation (6.6)             confirmation_not_pending,
@@ -86,6 +86,7 @@ class ErrorCode(str, Enum):
     NORMALIZATION_FAILED = "normalization_failed"
     NOT_CANONICALIZABLE = "not_canonicalizable"
     DECIMAL_INVALID = "decimal_invalid"
+    TEXT_REFUSED = "text_refused"
 
     # --- authorization (6.6); a deny is a Decision value, these are engine faults
     ENGINE_ERROR = "engine_error"
@@ -168,6 +169,7 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.NORMALIZATION_FAILED: "A normalizer could not resolve a value (unrecognized relative date, DST gap) (6.5).",
     ErrorCode.NOT_CANONICALIZABLE: "The value has no RFC 8785 form (integer beyond 2^53-1, lone surrogate).",
     ErrorCode.DECIMAL_INVALID: "An amount under a `decimal` normalizer is not a decimal, has more places than its declared scale (never rounded) or is out of range (docs/NORMALIZATION.md).",
+    ErrorCode.TEXT_REFUSED: "An identifier argument (the ToolSpec's `text_policy`, by default ids, paths, e-mail addresses, URLs and resource-template names) holds hidden characters (default-ignorable, bidi controls) or mixes scripts (UTS #39); each violation names its pointer (docs/POLICIES.md).",
     ErrorCode.ENGINE_ERROR: "The policy engine raised or the context is not representable: fail-closed deny.",
     ErrorCode.ENGINE_NO_DECISION: "The engine returned no decision: fail-closed deny.",
     ErrorCode.POLICY_EVALUATION_ERROR: "A policy errored during evaluation, or the request does not conform to the policy schema: fail-closed deny (a skipped erroring `forbid` never yields allow).",
@@ -434,6 +436,11 @@ def normalization_failed(message: str, violations: Sequence[Violation]) -> Rejec
 def decimal_invalid(message: str, violations: Sequence[Violation]) -> RejectedError:
     """An amount is not a decimal, too precise for its scale or out of range (``decimal_invalid``)."""
     return RejectedError(code=ErrorCode.DECIMAL_INVALID, message=message, violations=violations)
+
+
+def text_refused(message: str, violations: Sequence[Violation]) -> RejectedError:
+    """An identifier hides characters or mixes scripts (``text_refused``, issue 33)."""
+    return RejectedError(code=ErrorCode.TEXT_REFUSED, message=message, violations=violations)
 
 
 def not_canonicalizable(message: str, violations: Sequence[Violation]) -> RejectedError:

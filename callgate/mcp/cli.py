@@ -6,19 +6,35 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from callgate.core.errors import LoadError
 from callgate.mcp.config import McpConfig, load_gateway_config
+from callgate.mcp.importing import (
+    RECORD_FILE,
+    Change,
+    Merge,
+    Pinned,
+    Recorded,
+    assign_names,
+    merge,
+    pinned_files,
+    read_record,
+    restore_keys,
+    tool_key,
+    write_record,
+)
 from callgate.mcp.pins import (
     PinState,
     SideEffect,
     compare,
+    definition_of,
     proposed_side_effect,
     read_only_hinted,
     read_pins,
-    spec_name,
     toolspec_for,
     write_toolspec,
 )
@@ -44,6 +60,18 @@ def add_parser(sub: Any) -> None:
     i.add_argument(
         "--accept-proposed", action="store_true",
         help="accept the class proposed from the annotations for every tool not given --side-effect",
+    )  # fmt: skip
+    i.add_argument(
+        "--accept-changes", action="store_true",
+        help="re-pin the tools whose upstream definition changed (after reviewing the diff shown)",
+    )  # fmt: skip
+    i.add_argument(
+        "--keep-edits", action="store_true",
+        help="where you edited a member the upstream also changed, keep your value",
+    )  # fmt: skip
+    i.add_argument(
+        "--restore", action="append", default=[], metavar="TOOL",
+        help="import again a tool whose ToolSpec you removed (upstream.tool or its ToolSpec name)",
     )  # fmt: skip
     i.set_defaults(func=cmd_import)
     c = msub.add_parser("check", help="compare the pins with the live upstreams; non-zero on any difference")
@@ -105,7 +133,95 @@ def _classes(given: list[str]) -> dict[str, SideEffect] | str:
     return out
 
 
-def cmd_import(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+@dataclass
+class _Plan:
+    """What one import would write and say."""
+
+    new: list[tuple[str, dict[str, Any], SideEffect, str]] = field(default_factory=list)
+    merges: list[tuple[Merge, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    unconfirmed: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _classify(full: str, tool: Mapping[str, Any], classes: Mapping[str, SideEffect], accept: bool,
+              ) -> tuple[SideEffect, str] | None:  # fmt: skip
+    cls = classes.get(full) or classes.get(str(tool["name"]))
+    if cls is not None:
+        return cls, "given"
+    if read_only_hinted(tool):
+        return SideEffect.READ_ONLY, "readOnlyHint"
+    if accept:
+        return proposed_side_effect(tool), "accepted proposal"
+    return None
+
+
+def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[dict[str, Any]]],
+          pinned: Mapping[str, Pinned], record: Mapping[str, Recorded], restore: set[str],
+          classes: Mapping[str, SideEffect]) -> _Plan:  # fmt: skip
+    plan = _Plan()
+    for server, tools in listings.items():
+        up = mcp.upstream(server)
+        assert up is not None
+        listed = {str(t["name"]): t for t in tools}
+        fresh: list[str] = []
+        for tname, tool in sorted(listed.items()):
+            key = tool_key(server, tname)
+            if key in pinned:
+                doc = pinned[key].doc
+                caps = doc.get("required_capabilities") or [None]
+                cls = doc.get("side_effect_class")
+                gen = toolspec_for(
+                    server, tool, SideEffect(cls) if cls in set(SideEffect) else SideEffect.MODIFY,
+                    version=str(doc.get("version") or args.version), timeout_seconds=up.timeout_seconds,
+                    capability=caps[0], name=str(doc.get("name") or ""),
+                )  # fmt: skip
+                m = merge(key, pinned[key], gen, tool, record.get(key), keep_edits=args.keep_edits)
+                plan.merges.append((m, gen, tool))
+            elif key in record and key not in restore:
+                name = record[key].generated.get("name", key)
+                plan.notes.append(f"removed {name} (upstream {server} tool {tname}): its ToolSpec was removed "
+                                  f"after import; not written again (--restore {name} imports it again)")  # fmt: skip
+            else:
+                fresh.append(tname)
+        naming, refused = assign_names(server, fresh, pinned)
+        for tname, why in sorted(refused.items()):
+            plan.notes.append(f"refused upstream {server} tool {tname!r}: {why}; not pinned (never shown)")
+        for tname in sorted(naming):
+            tool, n = listed[tname], naming[tname]
+            got = _classify(n.name, tool, classes, args.accept_proposed)
+            if got is None:
+                plan.unconfirmed.append(f"{n.name} (proposed: {proposed_side_effect(tool).value})")
+                continue
+            doc = toolspec_for(server, tool, got[0], version=args.version, timeout_seconds=up.timeout_seconds,
+                               capability=n.capability, name=n.name)  # fmt: skip
+            plan.new.append((server, doc, got[0], got[1]))
+        for key, p in pinned.items():
+            if key.startswith(f"{server}/") and key.split("/", 1)[1] not in listed:
+                plan.notes.append(f"missing {p.doc.get('name')} (upstream {server} no longer lists tool "
+                                  f"{key.split('/', 1)[1]!r}): the pin stays, the gateway hides it")  # fmt: skip
+    return plan
+
+
+def _review(plan: _Plan, out: TextIO) -> None:
+    for m, _, _ in plan.merges:
+        if m.change is Change.UNCHANGED:
+            continue
+        what = "definition changed" if m.change is Change.CHANGED else "import's values changed"
+        print(f"{m.change.value} {m.doc.get('name')} ({what}; {m.path.name})", file=out)
+        if m.edits:
+            print(f"  your edits: {', '.join(m.edits)}", file=out)
+        if m.taken:
+            print(f"  from the upstream: {', '.join(m.taken)}", file=out)
+        if m.conflicts:
+            print(f"  conflict (you and the upstream changed it): {', '.join(m.conflicts)}", file=out)
+        if m.no_record:
+            print(f"  no entry in {RECORD_FILE}: edits since import cannot be told apart", file=out)
+        for line in m.lines:
+            print(line, file=out)
+
+
+def cmd_import(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout  # looked up per call (a default would keep the stdout of import time)
     loaded = _load(args.config, out)
     if loaded is None:
         return 2
@@ -120,57 +236,85 @@ def cmd_import(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"error: {classes}", file=out)
         return 2
     tools_dir = Path(args.out) if args.out else cfg.path(cfg.policy.dir) / "tools"
+    try:
+        record = read_record(tools_dir)
+    except ValueError as exc:
+        print(f"error: {exc}", file=out)
+        return 2
+    restore, unknown = restore_keys(
+        args.restore, {k: str(r.generated.get("name")) for k, r in record.items()}
+    )
+    if unknown:
+        print(f"error: --restore {', '.join(unknown)}: not a tool in {tools_dir / RECORD_FILE}", file=out)
+        return 2
     listings = asyncio.run(_listings(mcp, Path(cfg.base_dir), args.upstream))
     failed = {k: v for k, v in listings.items() if isinstance(v, str)}
     for name, why in failed.items():
         print(f"error: upstream {name}: cannot list tools ({why})", file=out)
     if failed:
         return 1
-    plans: list[tuple[str, dict[str, Any], SideEffect, str]] = []
-    unconfirmed: list[str] = []
-    for name, tools in listings.items():
-        assert not isinstance(tools, str)
-        for tool in tools:
-            full = spec_name(name, str(tool["name"]))
-            proposed = proposed_side_effect(tool)
-            cls = classes.get(full) or classes.get(str(tool["name"]))
-            how = "given"
-            if cls is None:
-                if read_only_hinted(tool):
-                    cls, how = SideEffect.READ_ONLY, "readOnlyHint"
-                elif args.accept_proposed:
-                    cls, how = proposed, "accepted proposal"
-                else:
-                    unconfirmed.append(f"{full} (proposed: {proposed.value})")
-                    continue
-            plans.append((name, tool, cls, how))
-    if unconfirmed:
+    listed = {k: v for k, v in listings.items() if not isinstance(v, str)}
+    plan = _plan(args, mcp, listed, pinned_files(tools_dir), record, restore, classes)
+    for note in plan.notes:
+        print(note, file=out)
+    _review(plan, out)
+    if plan.unconfirmed:
         print("error: side-effect class not confirmed for these tools (not read-only-hinted); pass "
               "--side-effect TOOL=CLASS for each, or --accept-proposed:", file=out)  # fmt: skip
-        for line in unconfirmed:
+        for line in plan.unconfirmed:
             print(f"  {line}", file=out)
+    conflicts = [m for m, _, _ in plan.merges if m.conflicts]
+    if conflicts and not args.keep_edits:
+        print("error: you edited what the upstream changed in: "
+              + "; ".join(f"{m.doc.get('name')} ({', '.join(m.conflicts)})" for m in conflicts)
+              + ". Pass --keep-edits to keep yours, or undo them in the file(s)", file=out)  # fmt: skip
+    changed = [m for m, _, _ in plan.merges if m.change is Change.CHANGED]
+    if changed and not args.accept_changes:
+        print(f"error: {len(changed)} upstream definition(s) changed since they were pinned: review the "
+              "diff above, then re-run with --accept-changes to re-pin them (until then the gateway "
+              "hides them)", file=out)  # fmt: skip
+    if plan.unconfirmed or (conflicts and not args.keep_edits) or (changed and not args.accept_changes):
         print("nothing written", file=out)
         return 1
-    for name, tool, cls, how in plans:
-        up = mcp.upstream(name)
-        assert up is not None
-        doc = toolspec_for(name, tool, cls, version=args.version, timeout_seconds=up.timeout_seconds)
+    for m, gen, tool in plan.merges:
+        record[m.key] = Recorded(gen, definition_of(tool))
+        if m.change is not Change.UNCHANGED:
+            write_toolspec(tools_dir, m.doc, path=m.path)
+            print(f"{'re-pinned' if m.change is Change.CHANGED else 'updated'} {m.doc['name']} -> {m.path}",
+                  file=out)  # fmt: skip
+    for name, doc, cls, how in plan.new:
         path = write_toolspec(tools_dir, doc)
+        record[tool_key(name, doc["upstream"]["tool"])] = Recorded(doc, definition_of(_listed(listed, doc)))
         print(f"pinned {doc['name']}@{doc['version']} {cls.value} ({how}) sha256 "
               f"{doc['upstream']['definition_sha256'][:16]}… -> {path}", file=out)  # fmt: skip
+    write_record(tools_dir, record)
+    same = sum(1 for m, _, _ in plan.merges if m.change is Change.UNCHANGED)
     print(
-        f"ok: {len(plans)} tools pinned; add policies for their capabilities (mcp.<upstream>.<tool>)",
+        f"ok: {len(plan.new)} tools pinned, {len(plan.merges) - same} re-pinned or updated, {same} unchanged; "
+        "add policies for their capabilities (required_capabilities)",
         file=out,
     )
     return 0
 
 
-def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def _listed(listed: Mapping[str, list[dict[str, Any]]], doc: Mapping[str, Any]) -> dict[str, Any]:
+    up = doc["upstream"]
+    return next(t for t in listed[up["server"]] if str(t["name"]) == up["tool"])
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout  # looked up per call (a default would keep the stdout of import time)
     loaded = _load(args.config, out)
     if loaded is None:
         return 2
     cfg, mcp = loaded
-    pins = read_pins(cfg.path(cfg.policy.dir) / "tools")
+    tools_dir = cfg.path(cfg.policy.dir) / "tools"
+    pins = read_pins(tools_dir)
+    try:
+        record = read_record(tools_dir)
+    except ValueError as exc:
+        print(f"error: {exc}", file=out)
+        return 2
     listings = asyncio.run(_listings(mcp, Path(cfg.base_dir), []))
     bad = 0
     for name, tools in listings.items():
@@ -180,6 +324,10 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             continue
         for c in compare(name, pins, tools):
             if c.state is PinState.MATCH:
+                continue
+            if c.state is PinState.NEW and tool_key(name, c.tool) in record:
+                print(f"removed {c.spec_name} (upstream {c.server} tool {c.tool}): its ToolSpec was removed "
+                      "after import, not a difference", file=out)  # fmt: skip
                 continue
             bad += 1
             print(f"{c.state.value} {c.spec_name} (upstream {c.server} tool {c.tool})", file=out)

@@ -10,6 +10,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from callgate.client.names import UPSTREAM_NAME
 from callgate.config import Config, check_loopback, load_config
 from callgate.core.errors import LoadError, config_invalid
 
@@ -61,16 +62,49 @@ class McpHttpConfig:
     tenant: str = ""
     """Tenant of every HTTP subject (the token names the user, not the tenant)."""
     tokens_file: str = ""
-    """JSON file of static tokens: ``{"<token>": "<subject>", ...}`` (mode 0600)."""
+    """JSON file of static tokens: ``{"<token>": "<subject>", ...}`` (mode 0600). Each token
+    must carry at least 128 bits (16 bytes) of entropy, e.g. ``secrets.token_urlsafe(32)``;
+    a weaker one is refused at load, naming its subject."""
     jwks_file: str = ""
     """JSON Web Key Set (RFC 7517) that verifies JWT bearer tokens (joserfc)."""
+    jwks_url: str = ""
+    """URL of the JSON Web Key Set that verifies JWT bearer tokens (the authorization server's
+    ``jwks_uri``); fetched when a token names a key not yet known, at most every
+    ``jwks_refresh_seconds``. Instead of, or besides, ``jwks_file``."""
+    jwks_refresh_seconds: float = 300.0
+    """Least time between two fetches of ``jwks_url``."""
     issuer: str = ""
     """Required ``iss`` of JWT bearer tokens."""
     audience: str = ""
-    """Required ``aud`` of JWT bearer tokens (the gateway's own resource URL)."""
+    """Required ``aud`` of JWT bearer tokens (RFC 8707: the resource the token was minted for);
+    default: ``resource_url``. A token minted for another audience is refused (no token
+    passthrough)."""
+    authorization_server: str = ""
+    """The OAuth authorization server (its issuer URL, RFC 8414) named in this gateway's
+    protected-resource metadata (RFC 9728), where an MCP client obtains a token; default:
+    ``issuer``. Without one (static tokens only) no metadata is published and a 401 names none."""
+    required_scopes: tuple[str, ...] = ()
+    """Scopes every bearer JWT must carry (``scope`` claim); advertised as ``scopes_supported``.
+    Missing: 403 ``insufficient_scope``."""
     resource_url: str = ""
     """This gateway's public URL (advertised in the protected-resource metadata); default
     ``http://<listen>/mcp``."""
+    allowed_hosts: tuple[str, ...] = ()
+    """``Host`` header values accepted (``host:port``; DNS-rebinding protection, on every bind
+    address); default: the listen address and the host of ``resource_url``. Others: 421."""
+    allowed_origins: tuple[str, ...] = ()
+    """``Origin`` header values accepted (``scheme://host:port``); default: ``http://<listen>``
+    and the origin of ``resource_url``. A request without ``Origin`` (not from a browser)
+    passes; any other origin: 403."""
+    max_sessions: int = 1000
+    """Open MCP sessions (streamable HTTP, stateful) across all subjects; beyond it a new
+    session is refused with HTTP 503."""
+    max_sessions_per_subject: int = 16
+    """Open MCP sessions of one subject; beyond it that subject's ``initialize`` is refused with
+    HTTP 429 and the JSON-RPC error ``session_limit`` while other subjects keep working."""
+    session_idle_minutes: float = 10.0
+    """A session without a request in flight (nor an open GET stream) for this long is closed
+    and its memory released; the client's next request gets 404 and re-initializes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +112,8 @@ class McpUpstreamConfig:
     """One upstream MCP server; its tools are exposed as ``<name>.<tool>``."""
 
     name: str = ""
-    """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``)."""
+    """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``): 1-32 letters, digits
+    and ``-`` with single ``_`` between them (docs/MCP.md "Tool names")."""
     transport: UpstreamTransport = UpstreamTransport.STDIO
     """``stdio`` (a child process) or ``http`` (MCP streamable HTTP)."""
     command: str = ""
@@ -119,9 +154,6 @@ class McpConfig:
     ``external``: use an already-running sidecar at those sockets."""
     executor_id: str = "mcp-gateway"
     """Executor identity (credential audience) the gateway begins attempts as."""
-    dedupe_window_seconds: int = 600
-    """Width of the time bucket of derived idempotency keys: an identical retried call inside
-    the same bucket replays instead of running again (docs/MCP.md, "Idempotency")."""
     elicitation_timeout_seconds: float = 120.0
     """How long a confirmation question waits for the user; then the call is cancelled (for a
     2026-07-28 client: how long the parked confirmation waits for its answer)."""
@@ -155,6 +187,11 @@ def _scalar(cls: type[Any], data: dict[str, Any], where: str, source: str) -> di
             except ValueError:
                 choices = ", ".join(m.value for m in type(default))
                 raise config_invalid(f"'{where}{key}' must be one of {choices}", source=source) from None
+            continue
+        if isinstance(default, tuple):
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise config_invalid(f"'{where}{key}' must be an array of non-empty strings", source=source)
+            out[key] = tuple(value)
             continue
         if isinstance(default, float) and type(value) is int:
             value = float(value)
@@ -195,8 +232,12 @@ def _upstream(data: Any, i: int, source: str) -> McpUpstreamConfig:
         if key in data:
             kw[key] = _values(data[key], f"{where}{key}", source)
     up = McpUpstreamConfig(**kw)
-    if not up.name or "." in up.name or "@" in up.name:
-        raise config_invalid(f"'{where}name' must be set and contain no '.' or '@'", source=source)
+    if not UPSTREAM_NAME.fullmatch(up.name) or len(up.name) > 32:
+        raise config_invalid(
+            f"'{where}name' must be 1-32 letters, digits and '-' with single '_' between them (the "
+            'first segment of its tools\' names, docs/MCP.md "Tool names")',
+            source=source,
+        )
     if up.transport is UpstreamTransport.STDIO and not up.command:
         raise config_invalid(f"'{where}command' is required for a stdio upstream", source=source)
     if up.transport is UpstreamTransport.HTTP and not up.url.startswith(("http://", "https://")):
@@ -214,6 +255,13 @@ def parse_mcp(data: Any, source: str) -> McpConfig:
         return McpConfig()
     if not isinstance(data, dict):
         raise config_invalid("[mcp] must be a table", source=source)
+    if "dedupe_window_seconds" in data:
+        raise config_invalid(
+            "'mcp.dedupe_window_seconds' was removed: calls are no longer deduplicated by their "
+            "arguments inside a time window, only a retry of the same request is (docs/MCP.md, "
+            '"Idempotency"); delete the key',
+            source=source,
+        )
     plain = {k: v for k, v in data.items() if k not in ("identity", "http", "upstreams")}
     kw = _scalar(McpConfig, plain, "mcp.", source)
     if "identity" in data:
@@ -234,13 +282,42 @@ def parse_mcp(data: Any, source: str) -> McpConfig:
     names = [u.name for u in cfg.upstreams]
     if len(set(names)) != len(names):
         raise config_invalid("mcp.upstreams: names must be unique", source=source)
-    if cfg.dedupe_window_seconds <= 0:
-        raise config_invalid("'mcp.dedupe_window_seconds' must be positive", source=source)
     if cfg.elicitation_timeout_seconds <= 0:
         raise config_invalid("'mcp.elicitation_timeout_seconds' must be positive", source=source)
     if cfg.http.listen:
         check_loopback(cfg.http.listen, source=source)
+    _check_http(cfg.http, source)
     return cfg
+
+
+def _check_http(http: McpHttpConfig, source: str) -> None:
+    if http.max_sessions < 1 or http.max_sessions_per_subject < 1:
+        raise config_invalid(
+            "'mcp.http.max_sessions' and 'max_sessions_per_subject' must be at least 1", source=source
+        )
+    if http.max_sessions_per_subject > http.max_sessions:
+        raise config_invalid(
+            "'mcp.http.max_sessions_per_subject' must not exceed 'max_sessions'", source=source
+        )
+    if not 0 < http.session_idle_minutes <= 24 * 60:
+        raise config_invalid(
+            "'mcp.http.session_idle_minutes' must be more than 0 and at most 1440", source=source
+        )
+    if http.jwks_refresh_seconds <= 0:
+        raise config_invalid("'mcp.http.jwks_refresh_seconds' must be positive", source=source)
+    for key in ("jwks_url", "issuer", "authorization_server", "resource_url"):
+        value = getattr(http, key)
+        if value and not value.startswith(("http://", "https://")):
+            raise config_invalid(f"'mcp.http.{key}' must be an http(s) URL", source=source)
+    for origin in http.allowed_origins:
+        if not origin.startswith(("http://", "https://")) or origin.count("/") != 2:
+            raise config_invalid(
+                f"'mcp.http.allowed_origins': '{origin}' is not an origin (scheme://host[:port])",
+                source=source,
+            )
+    for host in http.allowed_hosts:
+        if "/" in host or not host.strip():
+            raise config_invalid(f"'mcp.http.allowed_hosts': '{host}' is not host[:port]", source=source)
 
 
 def check_secret_refs(cfg: Config, mcp: McpConfig, source: str) -> None:

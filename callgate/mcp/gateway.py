@@ -49,17 +49,18 @@ from callgate.client.aio import _call
 from callgate.client.sync import target
 from callgate.client.tools import Dialect, render
 from callgate.config import Config
+from callgate.core import unitext
 from callgate.execute.encode import unmarked_data
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.mcp.argtypes import as_numbers
+from callgate.mcp.callkey import IDEMPOTENCY_META_KEY, REQUEST_ID_META_KEY, RequestScope, call_key
 from callgate.mcp.config import McpConfig
 from callgate.mcp.pins import Pin, PinState, definition_sha256, read_pins
 from callgate.mcp.upstreams import Answered, CallEnd, Lost, NotSent, Refused, Upstream, redeem_names
+from callgate.mcp.wire import as_proposed, wire_arguments, wire_call_of
 
 log = logging.getLogger("callgate.mcp")
-
-IDEMPOTENCY_META_KEY = "io.callgate/idempotency-key"
-"""``_meta`` member of ``tools/call`` with the client's own idempotency key."""
 
 CONFIRM_INPUT_KEY = "callgate_confirm"
 """Key of the confirmation question in a 2026-07-28 ``InputRequiredResult`` (and its answer)."""
@@ -102,6 +103,9 @@ class McpCode(str, Enum):
     session, tool and arguments: unknown, already answered, or another session's. Nothing ran."""
     RESULT_WITHHELD = "result_withheld"
     """Cancelled after the commit boundary: the result is recorded, not shown."""
+    UNKNOWN_TOOL = "unknown_tool_version"
+    """No tool of that name is listed for this session (the code a gRPC Propose of a tool
+    outside the shown set gets); nothing was proposed."""
     SIDECAR_ERROR = "sidecar_error"
     """The sidecar refused or failed a call (its code is in the message)."""
 
@@ -177,6 +181,9 @@ class _Session:
 
     session_id: str
     identity: Identity
+    retries: bool = True
+    """Whether the MCP connection is a session a retried request can be recognised in (stdio,
+    an HTTP ``Mcp-Session-Id``); false for stateless HTTP (callgate/mcp/callkey.py)."""
     listed: int = 0
     model_call_id: str = ""
     names: ToolNames = field(default_factory=ToolNames)
@@ -313,9 +320,15 @@ class Gateway:
             s = self._sessions.get(key)
             if s is None:
                 opened = await self.agent.session(identity.tenant, identity.subject)
-                s = _Session(opened.session_id, identity)
+                s = _Session(opened.session_id, identity, retries=bool(connection))
                 self._sessions[key] = s
             return s
+
+    def end_connection(self, connection: str) -> None:
+        """Forget the callgate sessions of an ended MCP connection (an HTTP session deleted or
+        closed when idle): what the gateway keeps is bounded by the open connections."""
+        for key in [k for k in self._sessions if k[2] == connection]:
+            del self._sessions[key]
 
     async def _list(self, s: _Session) -> list[Tool]:
         s.listed += 1
@@ -358,14 +371,20 @@ class Gateway:
         if not s.model_call_id:
             await self._list(s)
         resolved = s.names.resolve(name)
-        spec, version = resolved if resolved is not None else (name, "")
-        pin = self.view.pins().get(f"{spec}@{version}") if resolved is not None else None
-        raw = json.dumps(dict(arguments or {}), ensure_ascii=False).encode()
-        key = self._key(s, pin, arguments, meta)
+        if resolved is None:  # perhaps listed since this session last asked: ask once more
+            await self._list(s)
+            resolved = s.names.resolve(name)
+        if resolved is None:
+            self._refused(McpCode.UNKNOWN_TOOL.value)
+            return error_result(McpCode.UNKNOWN_TOOL, _UNKNOWN_TOOL_MESSAGE, tool=name)
+        spec, version = resolved
+        pin = self.view.pins().get(f"{spec}@{version}")
+        raw = wire_arguments(wire_call_of(ctx), arguments)
         req = propose_request(
             s.session_id, s.model_call_id, ToolCall(_call_id(), name, raw), s.names, s.tools
         )
-        req.idempotency_key = key
+        req.arguments = as_proposed(raw, req.arguments)
+        req.idempotency_key = self._key(ctx, s, pin, meta)
         await stages.step("proposing")
         try:
             resp = await _call(self.gate.Propose, req, self.timeout)
@@ -422,23 +441,16 @@ class Gateway:
             return McpCode.UPSTREAM_DEFINITION_CHANGED
         return None
 
-    def _key(
-        self, s: _Session, pin: Pin | None, arguments: Mapping[str, Any] | None, meta: Mapping[str, Any]
-    ) -> str:
-        """The client's ``_meta`` key, else a derived one for writes that support idempotency
-        (never for ``read_only`` tools: a repeated read runs again, it is not a replay)."""
-        given = meta.get(IDEMPOTENCY_META_KEY)
-        if isinstance(given, str) and given:
-            return given
-        if pin is None or not pin.idempotency_supported or pin.read_only:
-            return ""
-        return derived_key(
-            s.identity,
-            f"{pin.spec_name}@{pin.version}",
-            arguments or {},
-            self.mcp.dedupe_window_seconds,
-            time.time(),
+    def _key(self, ctx: Any, s: _Session, pin: Pin | None, meta: Mapping[str, Any]) -> str:
+        """The client's ``_meta`` key, else one naming this request in this session (a retry of
+        it replays; another request with equal arguments runs), only for writes that support
+        idempotency (callgate/mcp/callkey.py)."""
+        scope = RequestScope(
+            s.identity.tenant, s.identity.subject, s.session_id, s.retries, getattr(ctx, "request_id", None)
         )
+        derive = pin is not None and pin.idempotency_supported and not pin.read_only
+        tool = f"{pin.spec_name}@{pin.version}" if pin is not None else ""
+        return call_key(scope, tool, meta, derive=derive).key
 
     async def _cancel(self, s: _Session, invocation_id: str, reason: str) -> None:
         await self._cancel_id(s.session_id, invocation_id, reason)
@@ -592,7 +604,7 @@ class Gateway:
                 self.timeout,
             )
             try:
-                arguments = json.loads(att.normalized_arguments)
+                arguments = as_numbers(json.loads(att.normalized_arguments), pin.number_fields)
             except ValueError:
                 arguments = None
             end: CallEnd
@@ -696,6 +708,8 @@ class Gateway:
             raise
 
 
+_UNKNOWN_TOOL_MESSAGE = "No tool of this name is listed for this session (see tools/list); nothing ran."
+
 _PIN_MESSAGES = {
     McpCode.UPSTREAM_NOT_PINNED: "This tool is not routed to a pinned upstream MCP tool; nothing ran.",
     McpCode.UPSTREAM_DEFINITION_CHANGED: (
@@ -724,11 +738,14 @@ CONFIRM_SCHEMA: dict[str, Any] = {
 
 
 def _question(out: NeedsConfirmation, spec: str, version: str) -> str:
-    """What the human reads: the tool, the normalized arguments, the digest, the expiry."""
+    """What the human reads: the tool, the normalized arguments, the digest, the expiry. Hidden
+    characters, whitespace runs and mixed scripts in the arguments are shown as marks
+    (``⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧``, :func:`callgate.core.unitext.visible_json`)."""
     try:
         args = json.dumps(json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True)
     except ValueError:
         args = out.normalized_arguments.decode("utf-8", "replace")
+    args = unitext.visible_json(args)
     return (
         f"callgate: allow {spec}@{version} with these arguments?\n{args}\n"
         f"digest: {out.digest}\nexpires: {out.expires_at}"
@@ -860,16 +877,6 @@ def arguments_sha256(arguments: Mapping[str, Any]) -> str:
         return hashlib.sha256(json.dumps(dict(arguments), sort_keys=True, default=str).encode()).hexdigest()
 
 
-def derived_key(identity: Identity, tool: str, arguments: Mapping[str, Any], window: int, now: float) -> str:
-    """The idempotency key of a call without a client key: the same subject, tool and arguments
-    (RFC 8785 digest of the arguments as received) inside one ``window``-second bucket give the
-    same key, so a retried identical call replays instead of running twice (docs/MCP.md)."""
-    args_digest = arguments_sha256(arguments)
-    bucket = int(now // window)
-    material = "\x00".join((identity.tenant, identity.subject, tool, args_digest, str(window), str(bucket)))
-    return "mcpk1-" + hashlib.sha256(material.encode()).hexdigest()[:40]
-
-
 class _Stages:
     """Gate-stage progress for a client that sent a progressToken (a no-op otherwise)."""
 
@@ -958,10 +965,10 @@ def init_options(server: Server[Any]) -> Any:
 __all__ = [
     "CONFIRM_INPUT_KEY",
     "IDEMPOTENCY_META_KEY",
+    "REQUEST_ID_META_KEY",
     "Gateway",
     "Identity",
     "McpCode",
     "arguments_sha256",
     "build_server",
-    "derived_key",
 ]

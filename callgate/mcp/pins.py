@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import rfc8785
+
+from callgate.client.names import capability_of, import_name
+from callgate.mcp.argtypes import decimal_normalizers, normalized_schema, upstream_number_fields
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 PINNED_MEMBERS = ("name", "description", "inputSchema", "outputSchema", "annotations")
@@ -55,18 +57,10 @@ def definition_sha256(tool: Mapping[str, Any]) -> str:
 
 
 def spec_name(upstream: str, tool: str) -> str:
-    return f"{upstream}.{tool}"
-
-
-def capability_of(upstream: str, tool: str) -> str:
-    """A capability matching the ToolSpec pattern: ``mcp.<upstream>.<tool>``, lowercased, other
-    characters as ``_``."""
-
-    def part(s: str) -> str:
-        p = re.sub(r"[^a-z0-9_]", "_", s.lower())
-        return p if p[:1].isalpha() else "t" + p
-
-    return f"mcp.{part(upstream)}.{part(tool)}"
+    """The ToolSpec name ``callgate mcp import`` gives an upstream tool (the one rule,
+    :func:`callgate.client.names.import_name`: ``<upstream>.<tool>`` when that is a callgate
+    name)."""
+    return import_name(upstream, tool)
 
 
 def proposed_side_effect(tool: Mapping[str, Any]) -> SideEffect:
@@ -86,10 +80,11 @@ def read_only_hinted(tool: Mapping[str, Any]) -> bool:
 
 def toolspec_for(
     upstream: str, tool: Mapping[str, Any], side_effect: SideEffect, *, version: str = "v1",
-    timeout_seconds: float = 30.0,
+    timeout_seconds: float = 30.0, capability: str | None = None, name: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """The ToolSpec document for one upstream tool (input schema as the upstream declared it)."""
-    name = spec_name(upstream, str(tool["name"]))
+    """The ToolSpec document for one upstream tool (input schema as the upstream declared it);
+    ``name`` and ``capability`` default to the rule's (:mod:`callgate.client.names`)."""
+    name = name or spec_name(upstream, str(tool["name"]))
     doc: dict[str, Any] = {
         "name": name,
         "version": version,
@@ -97,12 +92,16 @@ def toolspec_for(
         "schema_dialect": SCHEMA_DIALECT,
         "input_schema": {k: v for k, v in dict(tool.get("inputSchema") or {}).items() if k != "$schema"},
     }
+    normalizers = decimal_normalizers(doc["input_schema"])
+    if normalizers:  # JSON numbers: Cedar decimals (callgate/mcp/argtypes.py)
+        doc["normalizers"] = normalizers
+    doc["normalized_schema"] = normalized_schema(doc["input_schema"])  # closed, as Cedar records
     if tool.get("outputSchema") is not None:
         doc["output_schema"] = {k: v for k, v in dict(tool["outputSchema"]).items() if k != "$schema"}
     doc.update(
         {
             "side_effect_class": side_effect.value,
-            "required_capabilities": [capability_of(upstream, str(tool["name"]))],
+            "required_capabilities": [capability or capability_of(upstream, str(tool["name"]))],
             "resource_template": f"mcp:{name}",
             "timeout_policy": {"timeout_ms": max(1, int(timeout_seconds * 1000))},
             "retry_policy": {"max_attempts": 2, "initial_backoff_ms": 100, "max_backoff_ms": 1000},
@@ -135,23 +134,32 @@ class Pin:
     """The ToolSpec's ``idempotency.supported``: writes without a client key get a derived one."""
     read_only: bool = False
     """The ToolSpec's ``side_effect_class`` is ``read_only``: no derived key (an identical read
-    inside the dedupe window runs again instead of replaying an old, possibly stale, answer)."""
+    runs again instead of replaying an old, possibly stale, answer)."""
+    number_fields: tuple[str, ...] = ()
+    """Fields the ToolSpec normalizes to decimal strings that the upstream takes as JSON numbers
+    (sent to it as numbers again: callgate/mcp/argtypes.py)."""
+
+
+def upstream_docs(tools_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Each ToolSpec file in ``tools_dir`` that carries an ``upstream`` block, parsed (files
+    that do not parse are skipped: the sidecar's loader reports them)."""
+    if not tools_dir.is_dir():
+        return
+    for path in sorted(tools_dir.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and isinstance(doc.get("upstream"), dict):
+            yield path, doc
 
 
 def read_pins(tools_dir: Path) -> list[Pin]:
     """Every ToolSpec in ``tools_dir`` that carries an ``upstream`` block (others are ignored:
     the gateway never shows a tool it cannot route)."""
     pins: list[Pin] = []
-    if not tools_dir.is_dir():
-        return pins
-    for path in sorted(tools_dir.glob("*.json")):
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # the sidecar's loader reports it
-        up = doc.get("upstream") if isinstance(doc, dict) else None
-        if not isinstance(up, dict):
-            continue
+    for path, doc in upstream_docs(tools_dir):
+        up = doc["upstream"]
         timeout = (doc.get("timeout_policy") or {}).get("timeout_ms", 30000)
         try:
             pins.append(
@@ -162,6 +170,7 @@ def read_pins(tools_dir: Path) -> list[Pin]:
                     has_output_schema=isinstance(doc.get("output_schema"), dict),
                     idempotency_supported=(doc.get("idempotency") or {}).get("supported") is True,
                     read_only=doc.get("side_effect_class") == "read_only",
+                    number_fields=upstream_number_fields(doc),
                 )
             )  # fmt: skip
         except KeyError:
@@ -198,9 +207,10 @@ def compare(server: str, pins: Sequence[Pin], listed: Sequence[Mapping[str, Any]
     return out
 
 
-def write_toolspec(tools_dir: Path, doc: Mapping[str, Any]) -> Path:
+def write_toolspec(tools_dir: Path, doc: Mapping[str, Any], path: Path | None = None) -> Path:
+    """Write ``doc`` to ``path`` (default ``<name>@<version>.json`` in ``tools_dir``)."""
     tools_dir.mkdir(parents=True, exist_ok=True)
-    path = tools_dir / f"{doc['name']}@{doc['version']}.json"
+    path = path or tools_dir / f"{doc['name']}@{doc['version']}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     tmp.replace(path)
@@ -221,5 +231,6 @@ __all__ = [
     "read_pins",
     "spec_name",
     "toolspec_for",
+    "upstream_docs",
     "write_toolspec",
 ]

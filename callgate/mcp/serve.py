@@ -14,6 +14,7 @@ from callgate.core.errors import CallgateError
 from callgate.mcp.auth import BearerVerifier
 from callgate.mcp.config import McpConfig, SidecarMode
 from callgate.mcp.gateway import Gateway, Identity, build_server, init_options
+from callgate.mcp.wire import guard_endpoint, strict_stdio_server
 
 log = logging.getLogger("callgate.mcp")
 
@@ -53,41 +54,43 @@ def _http_identity(tenant: str) -> Any:
 
 
 async def serve_stdio(cfg: Config, mcp: McpConfig) -> int:
-    from mcp.server.stdio import stdio_server
-
     if not mcp.identity.tenant or not mcp.identity.user:
         log.error("cannot start: [mcp.identity] tenant and user are required for stdio")
         return 2
     who = (Identity(mcp.identity.tenant, mcp.identity.user), "stdio")
     async with running_gateway(cfg, mcp) as gw:
         server = build_server(gw, lambda ctx: who)
-        async with stdio_server() as (read, write):
+        async with strict_stdio_server() as (read, write):
             await server.run(read, write, init_options(server))
     return 0
 
 
 async def serve_http(cfg: Config, mcp: McpConfig, listen: str) -> int:
     import uvicorn
-    from mcp.server.auth.settings import AuthSettings
-    from pydantic import AnyHttpUrl
+
+    from callgate.mcp.http_app import build_http_app, resource_url
 
     host, port = check_loopback(listen or mcp.http.listen)
-    verifier = BearerVerifier.load(mcp.http, cfg.path("."))
-    resource = mcp.http.resource_url or f"http://{host}:{port}/mcp"
+    resource = resource_url(mcp.http, host, port)
+    verifier = BearerVerifier.load(mcp.http, cfg.path("."), resource)
     async with running_gateway(cfg, mcp) as gw:
         server = build_server(gw, _http_identity(mcp.http.tenant))
-        app = server.streamable_http_app(
-            streamable_http_path="/mcp",
+        http = build_http_app(
+            server,
+            mcp.http,
+            verifier,
             host=host,
-            auth=AuthSettings(
-                issuer_url=AnyHttpUrl(mcp.http.issuer or resource), resource_server_url=AnyHttpUrl(resource)
-            ),
-            token_verifier=verifier,
+            port=port,
+            resource=resource,
+            on_session_end=gw.end_connection,
         )
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        guard_endpoint(http.app, "/mcp")  # tools/call arguments reach the strict parser as bytes
+        config = uvicorn.Config(http.app, host=host, port=port, log_level="warning", lifespan="on")
         web = uvicorn.Server(config)  # stops on SIGINT/SIGTERM (uvicorn captures them)
         log.info("callgate mcp listening on http://%s:%d/mcp", host, port)
         await web.serve()
+        if http.gate.refused:
+            log.info("mcp http: %d new sessions refused at the per-subject limit", http.gate.refused)
     return 0
 
 

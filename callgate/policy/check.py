@@ -531,7 +531,8 @@ def declared_types(policy_dir: Path) -> list[Finding]:
         place = problem.place
         if place.startswith("line "):  # declare.py's "line N"
             line, place = place.removeprefix("line "), ""
-        out.append(Finding(Severity.ERROR, file, problem.message, line, place))
+        severity = Severity.WARNING if problem.warning else Severity.ERROR
+        out.append(Finding(severity, file, problem.message, line, place))
     return out
 
 

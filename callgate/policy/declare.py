@@ -39,12 +39,14 @@ from callgate.propose.parse import ParseLimits, parse_json_document
 __all__ = [
     "BASE_CEDAR_SCHEMA",
     "PRINCIPALS_FILE",
+    "ActionContext",
     "ArgType",
     "Declared",
     "Problem",
     "ToolDecl",
     "cedar_action_fragment",
     "cedar_declared_actions",
+    "cedar_declared_contexts",
     "check_tools",
     "declared",
     "load_principals",
@@ -82,6 +84,9 @@ class Problem:
     file: str
     place: str
     message: str
+    warning: bool = False
+    """Reported, but no reason to refuse the set (e.g. a tool every request of which is denied:
+    fail closed already)."""
 
     def __str__(self) -> str:
         return f"{self.file}: {self.place}: {self.message}" if self.place else f"{self.file}: {self.message}"
@@ -406,11 +411,45 @@ class _Parser:
         return None  # a common type, an entity type, ipaddr...: not read here
 
 
-def cedar_declared_actions(schema_text: str) -> dict[str, ArgType | None]:
-    """Action name -> its ``context.args`` record as the schema text declares it (None when it
-    has no literal record there), for every action the text declares."""
+@dataclass(frozen=True, slots=True)
+class ActionContext:
+    """How a hand-written schema declares one action's ``context``."""
+
+    declared: bool
+    """The action has an ``appliesTo`` with a ``context``."""
+    record: ArgType | None
+    """The context as a literal record (None: not declared, or a type not read here)."""
+
+    @property
+    def args(self) -> ArgType | None:
+        if self.record is None:
+            return None
+        return next((t for n, t, _ in self.record.fields if n == "args"), None)
+
+    def never_matches(self) -> str | None:
+        """Why no request can conform to this context (every request carries ``context: {
+        tenant: String, tool: String, args: {...} }``), or None when one can (or it cannot be
+        told: a common type)."""
+        if not self.declared:
+            return "declares no context"
+        if self.record is None:
+            return None
+        have = {n: (t, r) for n, t, r in self.record.fields}
+        for name, kind in (("tenant", "String"), ("tool", "String"), ("args", "Record")):
+            if name not in have:
+                return f"declares no context.{name}"
+            if have[name][0].kind != kind:
+                return f"declares context.{name} as {have[name][0].cedar()}, requests carry a {kind}"
+        extra = sorted(n for n, (_, r) in have.items() if r and n not in ("tenant", "tool", "args"))
+        if extra:
+            return f"requires context.{extra[0]}, which no request carries"
+        return None
+
+
+def cedar_declared_contexts(schema_text: str) -> dict[str, ActionContext]:
+    """Action name -> how the schema text declares its context, for every action it declares."""
     p = _Parser(_tokens(schema_text))
-    out: dict[str, ArgType | None] = {}
+    out: dict[str, ActionContext] = {}
     while p.peek():
         if p.next() != "action":
             continue
@@ -419,17 +458,22 @@ def cedar_declared_actions(schema_text: str) -> dict[str, ArgType | None]:
             tok = p.next()
             if tok != ",":
                 names.append(_name(tok))
-        args: ArgType | None = None
+        declared, record = False, None
         while p.peek() not in (";", ""):
             tok = p.next()
             if tok == "context" and p.peek() == ":":
                 p.next()
-                ctx = p.type_()
-                if ctx is not None:
-                    args = next((t for n, t, _ in ctx.fields if n == "args"), None)
+                declared = True
+                record = p.type_()
         for n in names:
-            out[n] = args
+            out[n] = ActionContext(declared, record)
     return out
+
+
+def cedar_declared_actions(schema_text: str) -> dict[str, ArgType | None]:
+    """Action name -> its ``context.args`` record as the schema text declares it (None when it
+    has no literal record there), for every action the text declares."""
+    return {name: ctx.args for name, ctx in cedar_declared_contexts(schema_text).items()}
 
 
 # -- the principals file ------------------------------------------------------------------------
@@ -695,12 +739,26 @@ def check_tools(policy_dir: Path) -> list[Problem]:
 
     schema_path = policy_dir / "cedar" / "schema.cedarschema"
     if schema_path.is_file():
-        have = cedar_declared_actions(schema_path.read_text(encoding="utf-8", errors="replace"))
+        contexts = cedar_declared_contexts(schema_path.read_text(encoding="utf-8", errors="replace"))
         for d in decls:
             for cap in d.capabilities:
-                if cap not in have or cap in GROUPS:
+                if cap not in contexts or cap in GROUPS:
                     continue
-                cedar_args = have[cap]
+                never = contexts[cap].never_matches()
+                if never is not None:
+                    problems.append(
+                        Problem(
+                            d.source,
+                            f"tool {d.key}",
+                            f"no request can ever be allowed: action {cap} in {schema_path} {never}; "
+                            "every request carries context { tenant: String, tool: String, args: { ... } } "
+                            "(delete the declaration to have it generated from the ToolSpec, "
+                            "docs/POLICIES.md)",
+                            warning=True,
+                        )
+                    )
+                    continue
+                cedar_args = contexts[cap].args
                 if cedar_args is None or d.args is None:
                     continue  # not a literal record (Cedar validates requests at evaluation)
                 for msg in _diff("", d.args, cedar_args):

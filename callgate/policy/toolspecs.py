@@ -19,6 +19,7 @@ from typing import Any
 
 import jsonschema
 
+from callgate.client.names import tool_name_problem
 from callgate.core import jsonpointer, jsonpositions
 from callgate.core.errors import (
     ErrorCode,
@@ -32,11 +33,12 @@ from callgate.core.model import JSONValue, SideEffectClass
 from callgate.execute.encode import limits_from_spec
 from callgate.propose.normalize import NormalizerChain
 from callgate.propose.parse import ParseLimits, parse_json_document
+from callgate.propose.textpolicy import EMPTY as NO_TEXT_POLICY
+from callgate.propose.textpolicy import TextPolicy
 from callgate.propose.validate import CompiledSchema
 from callgate.propose.validate.vocabulary import unknown_keywords
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
-_NAME = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$")
 
 
 def _toolspec_meta_validator() -> Any:
@@ -152,6 +154,8 @@ class CompiledTool:
     """Compiled ``output_schema``: what an ``ok`` result must satisfy before the model sees it."""
     output_schema_json: str = ""
     """``output_schema`` as JSON text (ListTools), empty when the ToolSpec has none."""
+    text_policy: TextPolicy = NO_TEXT_POLICY
+    """Which strings are identifiers that must not hide characters (issue 33, ``text_policy``)."""
 
 
 class ToolRegistry:
@@ -233,9 +237,10 @@ def compile_tool(path: Path) -> CompiledTool:
         )
     assert isinstance(doc, dict)
     name, version = doc["name"], doc["version"]
-    if not _NAME.match(name):
+    problem = tool_name_problem(name)
+    if problem is not None:
         raise toolspec_invalid(
-            f"tool name '{name}' must be dotted lower_snake_case",
+            f"tool name '{name[:64]}' {problem}",
             source=f"{source}:{_line_for_pointer(text, '/name')}",
         )
 
@@ -281,6 +286,12 @@ def compile_tool(path: Path) -> CompiledTool:
     resource = ResourceTemplate.compile(
         doc["resource_template"], source=f"{source}:{_line_for_pointer(text, '/resource_template')}"
     )
+    try:
+        text_policy = TextPolicy.build(
+            doc.get("text_policy"), doc["input_schema"], resource.fields, source=source
+        )
+    except LoadError as exc:
+        raise located(exc) from None
     spec = ToolSpec(
         name=name,
         version=version,
@@ -307,6 +318,7 @@ def compile_tool(path: Path) -> CompiledTool:
         resource=resource,
         input_schema_json=json.dumps(doc["input_schema"], ensure_ascii=False, sort_keys=True),
         output_schema=output_schema,
+        text_policy=text_policy,
         output_schema_json=(
             json.dumps(doc["output_schema"], ensure_ascii=False, sort_keys=True)
             if "output_schema" in doc

@@ -83,10 +83,22 @@ class Sessions:
                 opened_at=rfc3339(self._clock.now()),
             )
         )
-        if await self._store.get_session(session_id) is not None:
-            raise invalid_request("session_id already exists")
+        if spec.session_id:
+            known = await self._store.get_session(session_id)
+            if known is not None:
+                return self._reopened(known, record)
         await self._store.put_session(record)
         remember(self._sessions, session_id, record, self._cache_max)
+        return record
+
+    def _reopened(self, known: SessionRecord, asked: SessionRecord) -> SessionRecord:
+        """A client-chosen id opened again (a runtime restarted, a graph resumed in another
+        process): the same session, as first opened (its zone, locale, budgets, allowlist and
+        usage stay), for the same tenant and subject only; another subject is refused."""
+        if (known.tenant, known.subject) != (asked.tenant, asked.subject):
+            raise invalid_request("session_id already exists for another subject")
+        record = compact(known)
+        remember(self._sessions, record.session_id, record, self._cache_max)
         return record
 
     def cached(self, session_id: str) -> SessionRecord | None:

@@ -16,6 +16,7 @@ invocation record written once at the end).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -297,6 +298,9 @@ def normalize_arguments(
     session = call.session
     ctx = _context(call)
     try:
+        cleaned, text_applied = tool.text_policy.apply(values_of(validated))  # issue 33, first
+        if text_applied:
+            validated = dataclasses.replace(validated, value=cleaned)
         normalized = normalize(
             validated,
             tool.normalizers,
@@ -305,6 +309,8 @@ def normalize_arguments(
             tool_name=tool.spec.name,
             tool_version=tool.spec.version,
         )
+        if text_applied:
+            normalized = dataclasses.replace(normalized, applied=text_applied + normalized.applied)
         post = tool.normalized_schema.validate_value(values_of(normalized))
         if post:
             raise schema_violation("normalized arguments do not satisfy the tool's normalized schema", post)
@@ -372,6 +378,13 @@ def front(
             session.subject,
             session.timezone,
         )
+    if (
+        answer is not None
+        and answer.code is None
+        and tool.text_policy.rules
+        and tool.text_policy.needs_python(p.arguments_bytes, answer.parsed)
+    ):
+        answer = None  # the text policy refuses or changes an identifier: the Python stages answer
     if answer is not None and answer.code is None and ctx is not None:
         validated = core.validated(tool, answer)
         normalized = core.normalized(answer, ctx)

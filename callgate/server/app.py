@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from callgate.config import ROLES, Config, ListenerConfig
 from callgate.core.clock import Clock, SystemClock
@@ -39,7 +38,7 @@ from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
 from callgate.server.admission import Admission, AdmissionSettings
 from callgate.server.interceptors import CallgateInterceptor
-from callgate.server.reflect import MethodSymbolPool
+from callgate.server.reflect import enable_reflection
 from callgate.server.services import (
     AuthorizerService,
     ConfirmationsService,
@@ -241,9 +240,8 @@ class Sidecar:
                 pb.DESCRIPTOR.services_by_name[ROLE_SERVICES[role].split(".")[-1]].full_name,
                 POLICY_STATUS_SERVICE,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
             )
-            reflection.enable_server_reflection(names, server, pool=MethodSymbolPool())
+            enable_reflection(names, server)
         bound: list[str] = []
         cfg = self.components.config
         if listener.socket:

@@ -7,63 +7,82 @@ CALLGATE_RUN_DIR overrides the socket directory (default: var/run of this checko
 "alice" comes from the runtime's own authentication, never from the model.
 """
 
-import json
 import os
 from pathlib import Path
+from typing import Any
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
-from callgate.adapters.langgraph import GatedToolNode
+from callgate.adapters.langgraph import CallgateTools
 from callgate.client import Client, Committed
+
+
+@tool
+def get_weather(city: str, date: str) -> dict:
+    """The forecast for a city on a date."""
+    return {"city": city, "forecast": "sunny"}
+
+
+@tool(response_format="content_and_artifact")
+def create_event(title: str, start: str, duration_minutes: int, calendar_id: str | None = None) -> tuple:
+    """Create a calendar event."""
+    return {"event_id": "ev-1"}, Committed({"event_id": "ev-1"}, external_resource_id="ev-1")
+
+
+class ScriptedModel(BaseChatModel):  # a real model plugs in here: ChatOpenAI(...), ChatAnthropic(...)
+    _llm_type = "scripted"
+
+    def bind_tools(self, tools: Any, **kw: Any) -> "ScriptedModel":
+        return self
+
+    def _generate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        calls = [] if isinstance(messages[-1], ToolMessage) else [  # allowed, needs confirmation, denied
+            ("weather__get", {"city": "Paris", "date": "tomorrow"}),
+            ("calendar__create_event", {"title": "Picnic", "start": "2026-07-20T12:00:00+02:00", "duration_minutes": 90}),
+            ("calendar__create_event", {"title": "Hackathon", "start": "2026-07-21T09:00:00+02:00", "duration_minutes": 600}),
+        ]  # fmt: skip
+        tcs = [
+            {"id": f"call_{i}", "name": n, "args": a, "type": "tool_call"} for i, (n, a) in enumerate(calls)
+        ]
+        return ChatResult(
+            generations=[ChatGeneration(message=AIMessage("" if tcs else "Done.", tool_calls=tcs))]
+        )
+
 
 run = Path(os.environ.get("CALLGATE_RUN_DIR", Path(__file__).resolve().parents[2] / "var/run"))
 cg = Client(
     str(run / "agent.sock"), executor=str(run / "executor.sock"), confirmer=str(run / "confirmer.sock")
 )
-functions = {  # the real implementations; they run only through the executor path
-    "weather.get": lambda ctx: Committed({"city": ctx.arguments["city"], "forecast": "sunny"}),
-    "calendar.create_event": lambda ctx: Committed({"event_id": "ev-1"}, external_resource_id="ev-1"),
-}
-gate = GatedToolNode(
+gate = CallgateTools(
     cg,
-    cg.session("acme", "alice", timezone="Europe/Paris"),
-    functions,
+    cg.session("acme", "alice", timezone="Europe/Paris", session_id="demo-alice"),  # reopens on a rerun
+    {"weather.get": get_weather, "calendar.create_event": create_event},
     executor_id="lg-example",
-    confirmer="alice",
+    approver="alice",
 )
-script = [[  # the scripted model's one turn of tool calls (allowed, needs confirmation, denied, rejected)
-    ("weather__get", {"city": "Paris", "date": "tomorrow"}),
-    ("calendar__create_event", {"calendar_id": None, "title": "Picnic", "start": "2026-07-20T12:00:00+02:00", "duration_minutes": 90}),
-    ("calendar__create_event", {"calendar_id": None, "title": "Hackathon", "start": "2026-07-21T09:00:00+02:00", "duration_minutes": 600}),
-    ("weather__get", {"city": "Paris"}),
-]]  # fmt: skip
-
-
-def model(state: MessagesState) -> dict[str, list[AIMessage]]:
-    mc = gate.new_model_call_id()
-    tools = gate.tools(mc)  # a real model plugs in here: llm.bind_tools(tools).invoke(state["messages"])
-    calls = script.pop(0) if script and tools else []  # ... and give its AIMessage id=mc
-    tcs = [{"id": f"call_{i}", "name": n, "args": a, "type": "tool_call"} for i, (n, a) in enumerate(calls)]
-    return {"messages": [AIMessage(id=mc, content="" if tcs else "Done.", tool_calls=tcs)]}
-
-
+model = gate.model(ScriptedModel())
 g = StateGraph(MessagesState)
-g.add_node("model", model)
-g.add_node("tools", gate)
-g.add_edge(START, "model")
-g.add_conditional_edges("model", lambda s: "tools" if s["messages"][-1].tool_calls else END, ["tools", END])
-g.add_edge("tools", "model")
-app = g.compile(checkpointer=InMemorySaver())
+g.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+g.add_node("tools", gate.node())
+g.add_edge(START, "agent")
+g.add_conditional_edges("agent", tools_condition, ["tools", END])
+g.add_edge("tools", "agent")
+app = g.compile(checkpointer=InMemorySaver())  # SqliteSaver / PostgresSaver resume in another process
 cfg = {"configurable": {"thread_id": "demo"}}
 out = app.invoke({"messages": [("user", "Plan a picnic in Paris tomorrow.")]}, cfg)
-while "__interrupt__" in out:  # CONFIRM: a person sees tool, arguments and digest, then decides
-    ask = out["__interrupt__"][0].value
-    print("confirm?", ask["tool"], json.dumps(ask["arguments"]), ask["digest"][:12])
-    out = app.invoke(Command(resume={"approve": True, "by": "alice", "digest": ask["digest"]}), cfg)
+while "__interrupt__" in out:  # CONFIRM: LangChain's HITL request; a person approves, edits or rejects
+    req = out["__interrupt__"][0].value
+    for action in req["action_requests"]:
+        print("confirm?", action["name"], action["args"])
+    out = app.invoke(Command(resume={"decisions": [{"type": "approve"}] * len(req["action_requests"])}), cfg)
 for m in out["messages"]:
     if isinstance(m, ToolMessage):
-        print(m.tool_call_id, m.content)
+        print(m.tool_call_id, m.status, m.content)
 cg.close()

@@ -24,10 +24,10 @@ const cg = new Callgate({
 // strict mode) and return the provider's tool calls as {id, name, arguments}.
 const script = [
   [
-    { id: "call_1", name: "weather_get", arguments: '{"city":"Paris","date":"tomorrow"}' },
-    { id: "call_2", name: "calendar_create_event", arguments: '{"calendar_id":null,"title":"Picnic","start":"2026-07-20T12:00:00+02:00","duration_minutes":90}' },
-    { id: "call_3", name: "calendar_create_event", arguments: '{"calendar_id":null,"title":"Hackathon","start":"2026-07-21T09:00:00+02:00","duration_minutes":600}' },
-    { id: "call_4", name: "weather_get", arguments: '{"city":"Paris"}' },
+    { id: "call_1", name: "weather__get", arguments: '{"city":"Paris","date":"tomorrow"}' },
+    { id: "call_2", name: "calendar__create_event", arguments: '{"calendar_id":null,"title":"Picnic","start":"2026-07-20T12:00:00+02:00","duration_minutes":90}' },
+    { id: "call_3", name: "calendar__create_event", arguments: '{"calendar_id":null,"title":"Hackathon","start":"2026-07-21T09:00:00+02:00","duration_minutes":600}' },
+    { id: "call_4", name: "weather__get", arguments: '{"city":"Paris"}' },
   ],
 ];
 const model = (_messages, _tools) => script.shift() ?? [];

@@ -25,6 +25,7 @@ import type {
 import { CallgateError, ClientCode, MalformedResponseError } from "./errors.js";
 import { UnaryClient } from "./rpc.js";
 import type { CallOptions, Target } from "./rpc.js";
+import { wireNames } from "./names.js";
 import { Dialect, dropStrictNulls, gatedTool } from "./tools.js";
 import type { GatedTool } from "./tools.js";
 
@@ -248,13 +249,8 @@ export class Session {
       { sessionId: this.sessionId, modelCallId, fedInvocationIds: opts.fedInvocationIds ?? [] },
       opts.call,
     );
-    const taken = new Set<string>();
-    const tools: GatedTool[] = [];
-    for (const spec of r.tools) {
-      const t = gatedTool(spec, dialect, taken);
-      taken.add(t.name);
-      tools.push(t);
-    }
+    const names = wireNames(r.tools);
+    const tools = r.tools.map((spec) => gatedTool(spec, dialect, names.get(`${spec.name}@${spec.version}`)));
     return new ToolSet(modelCallId, dialect, tools, r.toolSetDigest);
   }
 

@@ -1,20 +1,21 @@
 /**
  * Tools for a model call in a provider's dialect: legal function names (OpenAI and several MCP
- * clients require ^[a-zA-Z0-9_-]{1,64}$) with a reversible mapping back to callgate's
+ * clients require ^[a-zA-Z0-9_-]{1,64}$) by the one rule of names.ts (`weather.get` ->
+ * `weather__get`, as the Python client and the MCP gateway show it), mapped back to callgate's
  * name@version, and schemas transformed where the dialect requires it (OpenAI strict mode: no
  * `$schema`, every property required, optional ones nullable; the nulls are removed again before
  * the arguments are proposed). Descriptions are kept.
  */
-import { createHash } from "node:crypto";
 import type { ToolSpec } from "./gen/callgate/v1/callgate_pb.js";
+import { LEGAL_NAME, wireName } from "./names.js";
+
+export { LEGAL_NAME };
 
 export enum Dialect {
   OpenAI = "openai",
   Anthropic = "anthropic",
   MCP = "mcp",
 }
-
-export const LEGAL_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 type Schema = { [k: string]: Json };
@@ -34,13 +35,9 @@ export interface GatedTool {
   readonly definition: Record<string, unknown>;
 }
 
-/** The legal name for `name` (dots and other characters become "_"; long names get a hash suffix). */
-export function legalName(name: string, version: string, taken: ReadonlySet<string>): string {
-  let base = name.replace(/[^a-zA-Z0-9_-]/g, "_");
-  if (base.length === 0) base = "tool";
-  if (LEGAL_NAME.test(base) && !taken.has(base)) return base;
-  const h = createHash("sha256").update(`${name}@${version}`).digest("hex").slice(0, 8);
-  return `${base.slice(0, 55)}_${h}`;
+/** The legal (model-facing) name for `name`: names.ts's wireName, kept for callers of 0.1. */
+export function legalName(name: string): string {
+  return wireName(name);
 }
 
 function stripDollarSchema(s: Json): Json {
@@ -77,9 +74,8 @@ function strictify(s: Json, pointer: string, nullable: string[]): Json {
   return out;
 }
 
-/** Builds the model-facing tool for one ToolSpec of ListTools. */
-export function gatedTool(spec: ToolSpec, dialect: Dialect, taken: ReadonlySet<string>): GatedTool {
-  const name = legalName(spec.name, spec.version, taken);
+/** Builds the model-facing tool for one ToolSpec of ListTools, shown as `name` (names.ts). */
+export function gatedTool(spec: ToolSpec, dialect: Dialect, name: string = wireName(spec.name)): GatedTool {
   let schema: Json;
   try {
     schema = JSON.parse(spec.inputSchemaJson) as Json;

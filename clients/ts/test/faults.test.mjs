@@ -94,7 +94,7 @@ async function proposeOnce() {
   try {
     const s = await c.openSession({ tenant: "acme", subject: "alice" });
     const tools = await s.tools(Dialect.OpenAI);
-    return await s.propose(tools, { id: "c1", name: "weather_get", arguments: '{"city":"Paris"}' });
+    return await s.propose(tools, { id: "c1", name: "weather__get", arguments: '{"city":"Paris"}' });
   } finally {
     c.close();
   }

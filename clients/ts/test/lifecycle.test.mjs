@@ -64,7 +64,7 @@ describe("tools for a model call", () => {
     const s = await cg.openSession({ tenant: "acme", subject: "alice" });
     const tools = await s.tools(Dialect.OpenAI);
     const names = tools.tools.map((t) => t.name).sort();
-    assert.deepEqual(names, ["calendar_create_event", "files_delete", "weather_get"]);
+    assert.deepEqual(names, ["calendar__create_event", "files__delete", "weather__get"]);
     for (const t of tools.tools) {
       assert.match(t.name, /^[a-zA-Z0-9_-]{1,64}$/);
       assert.equal(tools.resolve(t.name).toolName, t.toolName);
@@ -74,7 +74,7 @@ describe("tools for a model call", () => {
       assert.deepEqual([...fn.parameters.required].sort(), Object.keys(fn.parameters.properties).sort());
       assert.ok(fn.description.length > 0);
     }
-    const cal = tools.resolve("calendar_create_event");
+    const cal = tools.resolve("calendar__create_event");
     assert.deepEqual([...cal.nullableOptional].sort(), ["/calendar_id", "/duration_minutes"]);
     const anth = await s.tools(Dialect.Anthropic);
     assert.ok(anth.definitions().every((d) => d.input_schema && !("$schema" in d.input_schema)));
@@ -95,7 +95,7 @@ describe("the lifecycle against a real sidecar", () => {
     const s = await cg.openSession({ tenant: "acme", subject: "alice" });
     const runs = [];
     const model = scriptedModel([
-      [{ id: "call_w1", name: "weather_get", arguments: '{"city":"Paris","date":"2026-07-20"}' }],
+      [{ id: "call_w1", name: "weather__get", arguments: '{"city":"Paris","date":"2026-07-20"}' }],
     ]);
     const [r] = await turn(s, model, runs);
     assert.equal(r.outcome.kind, OutcomeKind.Allowed);
@@ -109,7 +109,7 @@ describe("the lifecycle against a real sidecar", () => {
   test("the same tool call again is an idempotent replay: nothing runs twice", async () => {
     const s = await cg.openSession({ tenant: "acme", subject: "alice" });
     const tools = await s.tools(Dialect.OpenAI, { modelCallId: "m-replay" });
-    const call = { id: "call_r1", name: "weather_get", arguments: '{"city":"Oslo","date":"2026-07-21"}' };
+    const call = { id: "call_r1", name: "weather__get", arguments: '{"city":"Oslo","date":"2026-07-21"}' };
     const first = await s.propose(tools, call);
     assert.equal(first.kind, OutcomeKind.Allowed);
     let runs = 0;
@@ -131,7 +131,7 @@ describe("the lifecycle against a real sidecar", () => {
       [
         {
           id: "call_d1",
-          name: "calendar_create_event",
+          name: "calendar__create_event",
           // strict mode: optional calendar_id sent as null (dropped by the client)
           arguments: '{"calendar_id":null,"title":"offsite","start":"2026-07-20T09:00:00+00:00","duration_minutes":600}',
         },
@@ -150,9 +150,9 @@ describe("the lifecycle against a real sidecar", () => {
     const runs = [];
     const model = scriptedModel([
       [
-        { id: "call_x1", name: "weather_get", arguments: '{"city":"Paris","date":"2026-07-20","extra":1}' },
-        { id: "call_x2", name: "weather_get", arguments: '{"city":' },
-        { id: "call_x3", name: "weather_get", arguments: '{"city":"Paris"}' },
+        { id: "call_x1", name: "weather__get", arguments: '{"city":"Paris","date":"2026-07-20","extra":1}' },
+        { id: "call_x2", name: "weather__get", arguments: '{"city":' },
+        { id: "call_x3", name: "weather__get", arguments: '{"city":"Paris"}' },
       ],
     ]);
     const rs = await turn(s, model, runs);
@@ -177,7 +177,7 @@ describe("the lifecycle against a real sidecar", () => {
     const tools = await s.tools(Dialect.OpenAI);
     const o = await s.propose(tools, {
       id: "call_c1",
-      name: "calendar_create_event",
+      name: "calendar__create_event",
       arguments: '{"calendar_id":null,"title":"standup","start":"2026-07-20T09:00:00+00:00","duration_minutes":null}',
     });
     assert.equal(o.kind, OutcomeKind.NeedsConfirmation);
@@ -219,7 +219,7 @@ describe("the lifecycle against a real sidecar", () => {
     const tools = await s.tools(Dialect.OpenAI);
     const o = await s.propose(tools, {
       id: "call_c2",
-      name: "calendar_create_event",
+      name: "calendar__create_event",
       arguments: { title: "lunch", start: "2026-07-20T12:00:00+00:00" },
     });
     assert.equal(o.kind, OutcomeKind.NeedsConfirmation);
@@ -276,7 +276,7 @@ describe("sidecar down", () => {
     try {
       const s = await c.openSession({ tenant: "acme", subject: "alice" });
       const tools = await s.tools(Dialect.OpenAI);
-      const o = await s.propose(tools, { id: "call_k1", name: "weather_get", arguments: '{"city":"Rome","date":"2026-07-20"}' });
+      const o = await s.propose(tools, { id: "call_k1", name: "weather__get", arguments: '{"city":"Rome","date":"2026-07-20"}' });
       assert.equal(o.kind, OutcomeKind.Allowed);
       await other.stop();
       let runs = 0;
@@ -288,7 +288,7 @@ describe("sidecar down", () => {
         (e) => e instanceof TransportError,
       );
       assert.equal(runs, 0);
-      await assert.rejects(s.propose(tools, { id: "call_k2", name: "weather_get", arguments: "{}" }), (e) => e instanceof TransportError);
+      await assert.rejects(s.propose(tools, { id: "call_k2", name: "weather__get", arguments: "{}" }), (e) => e instanceof TransportError);
     } finally {
       c.close();
       await other.stop().catch(() => {});
@@ -305,10 +305,10 @@ describe("examples/node/agent.mjs", () => {
         e ? rej(new Error(`${e}\n${so}\n${se}`)) : res(so),
       ),
     );
-    assert.match(out, /weather_get: allowed/);
-    assert.match(out, /calendar_create_event: allowed/);
-    assert.match(out, /calendar_create_event: denied/);
-    assert.match(out, /weather_get: rejected/);
+    assert.match(out, /weather__get: allowed/);
+    assert.match(out, /calendar__create_event: allowed/);
+    assert.match(out, /calendar__create_event: denied/);
+    assert.match(out, /weather__get: rejected/);
     assert.match(out, /\["ok","ok","denied","rejected"\]/);
   });
 });

@@ -31,7 +31,7 @@ async function events(session, invocationId) {
 test("waitForConfirmation follows the WatchInvocation stream, not GetInvocation polls", async () => {
   const s = await cg.openSession({ tenant: "acme", subject: "alice" });
   const tools = await s.tools(Dialect.OpenAI);
-  const o = await s.propose(tools, { id: "call_w1", name: "calendar_create_event", arguments: EVENT });
+  const o = await s.propose(tools, { id: "call_w1", name: "calendar__create_event", arguments: EVENT });
   assert.equal(o.kind, OutcomeKind.NeedsConfirmation);
   const polls = [];
   const original = cg.gate.call.bind(cg.gate);
@@ -51,7 +51,7 @@ test("waitForConfirmation follows the WatchInvocation stream, not GetInvocation 
   }
   assert.deepEqual(polls, []); // no unary call at all while waiting: the stream carried the change
   // cancelled while waiting: the stream's terminal answer ends the wait with false
-  const o2 = await s.propose(tools, { id: "call_w2", name: "calendar_create_event", arguments: { ...EVENT, title: "x" } });
+  const o2 = await s.propose(tools, { id: "call_w2", name: "calendar__create_event", arguments: { ...EVENT, title: "x" } });
   const waiting2 = s.waitForConfirmation(o2.invocationId, { timeoutMs: 20_000 });
   await cg.gate.call("cancel", { invocationId: o2.invocationId, sessionId: s.sessionId, reason: "test" });
   assert.equal(await waiting2, false);
@@ -66,7 +66,7 @@ test("traceparent from the caller's OpenTelemetry context; an explicit one wins"
     assert.equal(traceparentFor(), `00-${traceId}-00f067aa0ba902b7-01`);
     const s = await cg.openSession({ tenant: "acme", subject: "alice" });
     const tools = await s.tools(Dialect.OpenAI);
-    const o = await s.propose(tools, { id: "call_t1", name: "calendar_create_event", arguments: EVENT });
+    const o = await s.propose(tools, { id: "call_t1", name: "calendar__create_event", arguments: EVENT });
     await cg.confirmations.call("confirm", { invocationId: o.invocationId, digest: o.digest, confirmedBy: "alice" });
     const r = await cg.executor("exec-1").run(o.invocationId, async () => ({ value: { event_id: "e1" }, externalResourceId: "e1" }));
     assert.equal(r.state, State.OBSERVED);
@@ -78,7 +78,7 @@ test("traceparent from the caller's OpenTelemetry context; an explicit one wins"
   const explicit = `00-${"ab".repeat(16)}-${"cd".repeat(8)}-01`;
   const o2 = await context.with(ctx, async () => {
     const tools = await s.tools(Dialect.OpenAI);
-    return s.propose(tools, { id: "call_t2", name: "weather_get", arguments: { city: "Oslo", date: "2026-07-20" } }, { call: { traceparent: explicit } });
+    return s.propose(tools, { id: "call_t2", name: "weather__get", arguments: { city: "Oslo", date: "2026-07-20" } }, { call: { traceparent: explicit } });
   });
   assert.deepEqual([...new Set((await events(s, o2.invocationId)).map((e) => e.traceId))], ["ab".repeat(16)]);
 });
@@ -86,7 +86,7 @@ test("traceparent from the caller's OpenTelemetry context; an explicit one wins"
 test("executor retry: a transient failure, then success after the advised backoff", async () => {
   const s = await cg.openSession({ tenant: "acme", subject: "alice" });
   const tools = await s.tools(Dialect.OpenAI);
-  const o = await s.propose(tools, { id: "call_r1", name: "weather_get", arguments: { city: "Oslo", date: "2026-07-20" } });
+  const o = await s.propose(tools, { id: "call_r1", name: "weather__get", arguments: { city: "Oslo", date: "2026-07-20" } });
   assert.equal(o.kind, OutcomeKind.Allowed);
   const seen = [];
   const r = await cg.executor("exec-1").run(o.invocationId, async (ctx) => {

@@ -1,0 +1,181 @@
+"""A LangGraph app gated by callgate, as its users write one: ``@tool`` functions, a chat model
+with ``bind_tools`` (scripted here: no network), ``tools_condition`` and a checkpointer. The tests
+of tests/test_adapter_langgraph.py start it in their own process and resume it in others::
+
+    python -m tests.langgraph_app SPEC.json      # prints one JSON line per thread resumed
+
+SPEC: ``{"agent", "executor", "confirmer" (optional), "session_id", "saver" ("sqlite:PATH" or
+"postgres:DSN"), "ledger", "approver", "hitl", "console_timeout", "resume": {thread: value}}``.
+Every tool run appends a line to the ledger file, so runs are counted across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
+from langgraph.types import Command
+
+from callgate.adapters.hitl import HITLFormat
+from callgate.adapters.langgraph import CallgateTools
+from callgate.client import Client, Committed
+
+LEDGER_ENV = "CALLGATE_TEST_LEDGER"
+EVENT = {"title": "Standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 15}
+
+
+def _ran(line: str) -> None:
+    with open(os.environ[LEDGER_ENV], "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+
+
+@tool
+def get_weather(city: str, date: str) -> dict[str, str]:
+    """The forecast for a city on a date."""
+    _ran(f"weather {city}")
+    return {"city": city, "forecast": "sunny"}
+
+
+@tool(response_format="content_and_artifact")
+def create_event(
+    title: str, start: str, duration_minutes: int, calendar_id: str | None = None
+) -> tuple[dict[str, str], Committed]:
+    """Create a calendar event."""
+    _ran(f"calendar {title}")
+    event = {"event_id": "evt_" + title.lower()}
+    return event, Committed(event, external_resource_id=event["event_id"])  # the side effect's id
+
+
+TOOLS = {"weather.get": get_weather, "calendar.create_event": create_event}
+
+SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "weather": [("weather__get", {"city": "Paris", "date": "2026-07-20"})],
+    "calendar": [("calendar__create_event", EVENT)],
+    "both": [("weather__get", {"city": "Paris", "date": "2026-07-20"}), ("calendar__create_event", EVENT)],
+    "deny": [("calendar__create_event", {**EVENT, "duration_minutes": 600})],
+    "reject": [("weather__get", {"city": "Paris"})],
+}
+
+
+class ScriptedModel(BaseChatModel):
+    """Answers the first turn with the script named by the user's message, then "done"."""
+
+    seen: list[list[dict[str, Any]]] = []
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedModel:
+        self.seen.append(list(tools))
+        return self
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            ai = AIMessage(content="done")
+        else:
+            script = SCRIPTS[str(messages[0].content)]
+            calls = [
+                {"id": f"call_{i}_{messages[0].id or ''}", "name": n, "args": a, "type": "tool_call"}
+                for i, (n, a) in enumerate(script)
+            ]
+            ai = AIMessage(content="", tool_calls=calls)
+        return ChatResult(generations=[ChatGeneration(message=ai)])
+
+
+def build(gate: CallgateTools, checkpointer: Any) -> Any:
+    model = gate.model(ScriptedModel())
+
+    def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    g = StateGraph(MessagesState)
+    g.add_node("agent", agent)
+    g.add_node("tools", gate.node())
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition, ["tools", END])
+    g.add_edge("tools", "agent")
+    return g.compile(checkpointer=checkpointer)
+
+
+@contextmanager
+def saver(spec: str) -> Iterator[Any]:
+    kind, _, where = spec.partition(":")
+    if kind == "sqlite":
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        with SqliteSaver.from_conn_string(where) as s:
+            yield s
+    elif kind == "postgres":
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(where) as s:
+            s.setup()
+            yield s
+    else:
+        raise ValueError(f"unknown saver {spec!r}")
+
+
+@contextmanager
+def app(spec: dict[str, Any]) -> Iterator[tuple[CallgateTools, Any]]:
+    """The gate and the compiled graph of ``spec``; the session reopened by its id."""
+    os.environ[LEDGER_ENV] = spec["ledger"]
+    with Client(spec["agent"], executor=spec["executor"], confirmer=spec.get("confirmer")) as cg:
+        session = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id=spec["session_id"])
+        gate = CallgateTools(
+            cg, session, TOOLS, executor_id="lg-test", approver=spec.get("approver", "alice"),
+            hitl=HITLFormat(spec.get("hitl", "langchain")), console_timeout=spec.get("console_timeout"),
+        )  # fmt: skip
+        with saver(spec["saver"]) as cp:
+            yield gate, build(gate, cp)
+
+
+def summary(out: dict[str, Any]) -> dict[str, Any]:
+    """What a test asserts on: the interrupt payload (if any), each tool message, the last text."""
+    intr = out.get("__interrupt__") or ()
+    msgs = out.get("messages", [])
+    return {
+        "interrupt": intr[0].value if intr else None,
+        "tools": {
+            m.tool_call_id: {"content": m.content, "status": m.status, "artifact": m.artifact}
+            for m in msgs
+            if isinstance(m, ToolMessage)
+        },
+        "ai_ids": [m.id for m in msgs if isinstance(m, AIMessage)],
+        "last": msgs[-1].content if msgs else "",
+    }
+
+
+def cfg(thread: str) -> dict[str, Any]:
+    return {"configurable": {"thread_id": thread}}
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[0]).read_text())
+    with app(spec) as (_, graph):
+        for thread, value in spec["resume"].items():
+            out = graph.invoke(Command(resume=value), cfg(thread))
+            print(json.dumps({"thread": thread, **summary(out)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
