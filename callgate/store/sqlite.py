@@ -849,6 +849,11 @@ class SQLiteStore:
         return await self._call(lambda c: read_events(c, invocation_id))
 
     # ------------------------------------------------------------------ retention
+    async def _purge_write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """A retention write: always on the writer thread (``alone=False``), never run by the
+        event loop itself, so a call arriving meanwhile is not held behind it."""
+        return await self._worker.run(op, alone=False)
+
     async def expired_trails(self, before: str, now: datetime, limit: int, *, full: bool) -> list[Trail]:
         """:meth:`callgate.store.retention.RetainingStore.expired_trails`."""
 
@@ -875,7 +880,7 @@ class SQLiteStore:
             c.execute("DELETE FROM retention_purging")
             return deleted
 
-        return await self._call(op)
+        return await self._purge_write(op)
 
     async def events_due(self, before: str, limit: int, *, full: bool) -> list[Trail]:
         """:meth:`callgate.store.retention.RetainingStore.events_due`."""
@@ -905,7 +910,7 @@ class SQLiteStore:
             c.execute("DELETE FROM retention_purging")
             return done
 
-        return await self._call(op)
+        return await self._purge_write(op)
 
     async def expired_decisions(self, before: str, limit: int) -> list[DecisionRecord]:
         """Decisions recorded before ``before``, oldest first."""
@@ -925,19 +930,19 @@ class SQLiteStore:
             c.execute("DELETE FROM retention_purging")
             return n
 
-        return await self._call(op)
+        return await self._purge_write(op)
 
     async def purge_keys(self, expired_before: datetime, limit: int) -> int:
         """:meth:`callgate.store.retention.RetainingStore.purge_keys`."""
         args = (keys_sql._ts(expired_before), limit)
-        return await self._call(lambda c: c.execute(_PURGE.purge_keys("rowid"), args).rowcount)
+        return await self._purge_write(lambda c: c.execute(_PURGE.purge_keys("rowid"), args).rowcount)
 
     async def purge_tombstones(self, before: str, limit: int) -> int:
         """Delete tombstones of invocations deleted before ``before``; how many."""
-        return await self._call(lambda c: c.execute(_PURGE.purge_tombstones, (before, limit)).rowcount)
+        return await self._purge_write(lambda c: c.execute(_PURGE.purge_tombstones, (before, limit)).rowcount)
 
     async def get_tombstone(self, invocation_id: str) -> Tombstone | None:
-        return await self._call(lambda c: _read_tombstone(c, invocation_id))
+        return await self._call(lambda c: _read_tombstone(c, invocation_id))  # a read: alone is fine
 
     async def reclaim(self, reserve_pages: int) -> int:
         """Free pages past ``reserve_pages`` go back to the file system (``incremental_vacuum``;
@@ -956,7 +961,7 @@ class SQLiteStore:
 
         total = 0
         for _ in range(RECLAIM_OPS_PER_PASS):
-            n = await self._call(op)
+            n = await self._purge_write(op)
             total += n
             if n < RECLAIM_PAGES_PER_OP:
                 break
