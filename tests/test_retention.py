@@ -467,3 +467,23 @@ def test_store_compact_converts_an_older_database_and_refuses_a_live_one(tmp_pat
     assert db.stat().st_size < big / 10
     with sqlite3.connect(db) as c:
         assert c.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+
+
+def test_a_purge_marker_left_behind_is_cleared_at_start(tmp_path: Path) -> None:
+    """The SQLite triggers let a DELETE of events through only while ``retention_purging`` holds
+    its row (inside a retention transaction); a row found at start is removed."""
+    from callgate.store.sqlite import SQLiteStore
+
+    db = tmp_path / "callgate.db"
+
+    async def first() -> None:
+        store = SQLiteStore(db)
+        await put(store, "a", State.FAILED_BEFORE_COMMIT, OLD)
+        await store.close()
+
+    asyncio.run(first())
+    with sqlite3.connect(db) as c:
+        c.execute("INSERT INTO retention_purging VALUES (1)")
+    asyncio.run(SQLiteStore(db).close())
+    with sqlite3.connect(db) as c, pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        c.execute("DELETE FROM events")

@@ -603,6 +603,9 @@ def _setup(legacy_keys: Path | None) -> Callable[[sqlite3.Connection], None]:
         if legacy_keys is not None:
             import_legacy_keys(c, legacy_keys, at)
         repair_keys(c)
+        # A retention delete removes its marker in its own transaction; should one ever have been
+        # committed, the append-only triggers would stay open: never past a start.
+        c.execute("DELETE FROM retention_purging")
 
     return setup
 
