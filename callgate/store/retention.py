@@ -9,10 +9,13 @@ What a record's age is (``[store.retention]``, docs/RELIABILITY.md "Retention"):
   needs it). It goes with its whole trail: events, attempts, tool message, fed-into records,
   secret redemptions; a small tombstone row stays (``callgate explain`` says it expired, when,
   and where it was exported) and is itself deleted ``tombstones_seconds`` later;
+* its **events** alone (``events_seconds``, shorter than ``invocations_seconds``) are aged like
+  it; the invocation row stays, a tombstone records when they went, and a mark (the last
+  ``(updated_at, id)`` done) makes the next pass start after it;
 * a **decision** (``Authorizer.Authorize``) is aged from its ``at``;
 * an **idempotency key** keeps its own contract (spec 6.8 item 4): past its ``expires_at`` it
   answers ``idempotency.expired_policy``. Under ``new`` a missing key answers like an expired
-  one, so it is deleted at expiry; under ``reject`` it is kept ``expired_keys_seconds`` past its
+  one, so it is deleted at expiry (once any retention is configured: nothing is deleted unasked); under ``reject`` it is kept ``expired_keys_seconds`` past its
   expiry to go on refusing (0: kept for ever, the exact contract). A ``claimed`` key, or one
   whose invocation is still open, is never deleted.
 
@@ -38,7 +41,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar, runtime_checkable
 
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import config_invalid
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
     from callgate.config import Config
 
 log = logging.getLogger("callgate.retention")
+R = TypeVar("R", "Trail", DecisionRecord)
 
 TERMINAL_SQL: Final = "(" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL)) + ")"
 """The terminal states as an SQL list (the states an invocation may be deleted in)."""
@@ -400,13 +404,13 @@ class Purger:
         export = Path(p.export_path) if p.export_path else None
         exported_to = str(export) if export else ""
         if p.events:
-            counts.events += await self._trails(
+            counts.events += await self._batches(
                 RecordKind.EVENTS, export, expired_at,
                 lambda n: self.store.events_due(cutoff(now, p.events), n, full=export is not None),
                 lambda trails: self.store.delete_events(trails, expired_at, exported_to),
             )  # fmt: skip
         if p.invocations:
-            counts.invocations += await self._trails(
+            counts.invocations += await self._batches(
                 RecordKind.INVOCATION, export, expired_at,
                 lambda n: self.store.expired_trails(cutoff(now, p.invocations), now, n, full=export is not None),
                 lambda trails: self.store.delete_trails(trails, expired_at, exported_to),
@@ -416,17 +420,11 @@ class Purger:
                 lambda n: self.store.purge_tombstones(cutoff(now, p.tombstone_retention), n)
             )
         if p.decisions:
-            before = cutoff(now, p.decisions)
-            for _ in range(p.max_batches):
-                found = await self.store.expired_decisions(before, p.batch)
-                if not found:
-                    break
-                if export is not None:
-                    lines = [export_line(RecordKind.DECISION, d, expired_at) for d in found]
-                    await asyncio.to_thread(append_synced, export, lines)
-                counts.decisions += await self.store.delete_decisions([d.decision_id for d in found])
-                if len(found) < p.batch:
-                    break
+            counts.decisions += await self._batches(
+                RecordKind.DECISION, export, expired_at,
+                lambda n: self.store.expired_decisions(cutoff(now, p.decisions), n),
+                lambda found: self.store.delete_decisions([d.decision_id for d in found]),
+            )  # fmt: skip
         if p.keys_expire_new or p.expired_keys:
             grace = timedelta(0) if p.keys_expire_new else p.expired_keys
             counts.keys += await self._each(lambda n: self.store.purge_keys(now - grace, n))
@@ -442,15 +440,15 @@ class Purger:
             setattr(self.totals, name, getattr(self.totals, name) + getattr(counts, name))
         return counts
 
-    async def _trails(
+    async def _batches(
         self,
         kind: RecordKind,
         export: Path | None,
         expired_at: str,
-        due: Callable[[int], Awaitable[list[Trail]]],
-        delete: Callable[[list[Trail]], Awaitable[int]],
+        due: Callable[[int], Awaitable[list[R]]],
+        delete: Callable[[list[R]], Awaitable[int]],
     ) -> int:
-        """Batches of ``due`` trails, each exported (synced) then deleted; how many deleted."""
+        """Batches of ``due`` records, each exported (synced) then deleted; how many deleted."""
         total = 0
         for _ in range(self.policy.max_batches):
             trails = await due(self.policy.batch)
