@@ -57,8 +57,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=300.0)
     ap.add_argument("--rate", type=float, default=100.0)
-    ap.add_argument("--retention", type=int, default=60, help="invocations_seconds")
+    ap.add_argument("--retention", type=int, default=60, help="invocations_seconds (0: no retention)")
     ap.add_argument("--pass-interval", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--sample", type=float, default=15.0)
     ap.add_argument("--settle", type=float, default=0.0, help="default: a third of --seconds")
     ap.add_argument("--export", action="store_true", help="export before deletion (JSON lines)")
@@ -67,9 +68,11 @@ def main() -> None:
     settle = args.settle or args.seconds / 3
     tmp_export = Path(tempfile.mkdtemp(prefix="cg-retention-")) / "expired.jsonl"
     export = f'export_path = "{tmp_export}"\n' if args.export else ""
-    extra = (
+    extra = (  # --retention 0: none (the same load without retention, to compare)
         f"[store.retention]\ninvocations_seconds = {args.retention}\n"
-        f"interval_seconds = {args.pass_interval}\nbatch = 500\nmax_batches = 40\n{export}"
+        f"interval_seconds = {args.pass_interval}\nbatch = {args.batch}\nmax_batches = 40\n{export}"
+        if args.retention
+        else ""
     )
     with sidecar(extra_toml=extra) as sc:
         db = sc.tmp / "callgate.db"
