@@ -137,8 +137,6 @@ class ConfirmationSweeper:
         expired = await self._gate.expire_confirmations()
         deadlines = await self._gate.expire_deadlines()
         executing = await self._execution.expire_executing() if self._execution is not None else 0
-        if self._retention is not None:
-            await self._retention.maybe_run()
         self.last = SweepRecord(
             at=rfc3339(self._clock.now()), expired=expired, deadlines=deadlines, executing=executing
         )
@@ -160,6 +158,8 @@ class ConfirmationSweeper:
             )
         if not expired and not deadlines and not executing:
             log.debug("confirmation sweep at %s: nothing expired", self.last.at)
+        if self._retention is not None:  # last: a failing pass does not hide what expired above
+            await self._retention.maybe_run()
         return expired + deadlines + executing
 
     async def _report(self, serving: bool) -> None:
