@@ -328,7 +328,7 @@ def test_the_sidecar_runs_retention_off_the_request_path(tmp_path: Path) -> None
         assert purger.totals.invocations == 1  # by this pass (or by the start pass, had it come late)
         assert sc.call(store.get_invocation(rejected.invocation_id)) is None
         assert sc.call(store.get_invocation(ok.invocation_id)) is not None  # not terminal, or just ended
-        line = json.loads(export.read_text())
+        line = json.loads(export.read_text().splitlines()[-1])
         assert line["record"]["invocation"]["invocation_id"] == rejected.invocation_id
     finally:
         stop_sidecar(sc, tmp)
