@@ -101,6 +101,43 @@ class PolicyConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """``[store.retention]``: how long records are kept (0 = for ever, the default). Past it a
+    background task deletes them in small batches, off the request path (callgate/store/retention.py,
+    docs/RELIABILITY.md "Retention"); a non-terminal invocation (OUTCOME_UNKNOWN included) and a
+    key whose invocation is open are never deleted."""
+
+    invocations_seconds: int = 0
+    """A terminal invocation is deleted this long after its last change (``updated_at``: when it
+    ended), with its whole trail: events, attempts, tool message, fed-into records. Not while its
+    idempotency key is inside its own retention. A tombstone stays for ``explain``."""
+    events_seconds: int = 0
+    """The events of a terminal invocation are deleted this long after it ended, the invocation
+    row kept (shorter than ``invocations_seconds``; 0: the events go with their invocation).
+    ``explain`` then says when they went and where they were exported."""
+    decisions_seconds: int = 0
+    """An ``Authorize`` decision is deleted this long after it was recorded (``at``)."""
+    expired_keys_seconds: int = 0
+    """Idempotency keys keep their own contract (spec 6.8 item 4: ``idempotency.retention_seconds``,
+    then ``idempotency.expired_policy``). With ``expired_policy = new`` (and any retention set here)
+    a key is deleted at its expiry (a missing key answers the same). With ``reject`` it is kept this long past its expiry
+    to go on refusing, then deleted (a repeat after that is a new call); 0 keeps it for ever."""
+    tombstones_seconds: int = 0
+    """How long ``explain`` can still say an invocation expired (0: ``invocations_seconds``, or
+    ``events_seconds`` when only events expire)."""
+    export_path: str = ""
+    """A file each deleted invocation (with its trail) and decision is appended to first, one JSON
+    line each with the fields ``callgate explain`` reads, synced before the delete commits.
+    ``""``: no export (a PostgreSQL store may be kept as the long-term archive instead)."""
+    interval_seconds: int = 60
+    """Seconds between two retention passes (the first runs at start)."""
+    batch: int = 100
+    """Records per delete transaction (SQLite: one operation of the writer thread)."""
+    max_batches: int = 20
+    """Batches of each kind per pass; what is left waits for the next pass."""
+
+
+@dataclass(frozen=True, slots=True)
 class StoreConfig:
     backend: str = "sqlite"
     """Event/invocation store: ``sqlite`` (embedded default) or ``postgres`` (every record and
@@ -127,6 +164,8 @@ class StoreConfig:
     """``postgres``: the longest a call waits for a database connection (e.g. during an outage)
     before it is refused with ``store_unavailable``; a call whose own deadline is nearer waits
     only until shortly before it, so the caller gets the refusal, not ``DEADLINE_EXCEEDED``."""
+    retention: RetentionConfig = RetentionConfig()
+    """How long records are kept: the table ``[store.retention]`` (below)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,10 +397,10 @@ def _build(cls: type[Any], data: dict[str, Any], where: str, source: str) -> Any
                 f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})", source=source
             )
         default = getattr(cls(), key)
-        if isinstance(default, ListenerConfig):
+        if isinstance(default, (ListenerConfig, RetentionConfig)):
             if not isinstance(value, dict):
                 raise config_invalid(f"'{where}{key}' must be a table", source=source)
-            kwargs[key] = _build(ListenerConfig, value, f"{where}{key}.", source)
+            kwargs[key] = _build(type(default), value, f"{where}{key}.", source)
             continue
         if isinstance(default, tuple) and isinstance(value, list) and all(isinstance(v, str) for v in value):
             kwargs[key] = tuple(value)
@@ -421,6 +460,20 @@ def validate(cfg: Config, *, source: str = "") -> Config:
         raise config_invalid("store.synchronous must be 'full' or 'normal'", source=source)
     if cfg.store.durability not in ("barrier", "per_answer"):
         raise config_invalid("store.durability must be 'barrier' or 'per_answer'", source=source)
+    r = cfg.store.retention
+    seconds = (r.invocations_seconds, r.events_seconds, r.decisions_seconds, r.expired_keys_seconds)
+    if min(*seconds, r.tombstones_seconds) < 0:
+        raise config_invalid("store.retention: the *_seconds must be >= 0 (0 = kept for ever)", source=source)
+    if r.events_seconds and r.invocations_seconds and r.events_seconds >= r.invocations_seconds:
+        raise config_invalid(
+            "store.retention.events_seconds must be shorter than invocations_seconds "
+            "(the events go with their invocation)",
+            source=source,
+        )
+    if r.interval_seconds <= 0 or r.batch <= 0 or r.max_batches <= 0:
+        raise config_invalid(
+            "store.retention: interval_seconds, batch and max_batches must be positive", source=source
+        )
     for role in ROLES:
         lc: ListenerConfig = getattr(cfg.server, role)
         if lc.tcp:
@@ -541,6 +594,7 @@ __all__ = [
     "ObservabilityConfig",
     "ListenerConfig",
     "PolicyConfig",
+    "RetentionConfig",
     "ServerConfig",
     "StoreConfig",
     "check_loopback",

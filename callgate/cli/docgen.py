@@ -135,6 +135,8 @@ def config_markdown() -> str:
         ("[secrets]", config_module.SecretConfig),
     ]
     sections += _extension_sections()
+    at = [name for name, _ in sections].index("store") + 1
+    sections.insert(at, ("store.retention", config_module.RetentionConfig))  # a table of [store]
     for name, cls in sections:
         title = f"[{name}]"
         doc = " ".join((cls.__doc__ or "").split())

@@ -23,17 +23,17 @@ postgres`` :func:`open_source` reads the shared PostgreSQL store from outside an
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import unicodedata
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.core.events import CONFIRMATION_ANSWERS, EventKind, stage_of
+from callgate.core.jsonable import bytes_json, jsonable
 from callgate.core.states import State
 from callgate.store.base import (
     AttemptRecord,
@@ -44,6 +44,7 @@ from callgate.store.base import (
     ResultRecord,
     ToolViewRecord,
 )
+from callgate.store.retention import Tombstone
 from callgate.store.sqlite import SQLiteReader
 
 if TYPE_CHECKING:
@@ -582,6 +583,53 @@ async def explain(
 
 
 @dataclass(frozen=True, slots=True)
+class ExpiredInvocation:
+    """An invocation retention deleted (``[store.retention]``): its tombstone."""
+
+    expired: Tombstone
+
+
+async def explain_or_expired(
+    store: ExplainSource, invocation_id: str, *, spec_files: Mapping[str, str] | None = None
+) -> Explanation | ExpiredInvocation | None:
+    """:func:`explain`, or, for an invocation retention deleted, when and where it was exported
+    (a source that keeps no tombstones answers None)."""
+    found = await explain(store, invocation_id, spec_files=spec_files)
+    get_tombstone = getattr(store, "get_tombstone", None)
+    tomb = await get_tombstone(invocation_id) if get_tombstone is not None else None
+    if found is not None and tomb is not None:  # kept, its events deleted (events_seconds)
+        where = f", exported to {tomb.exported_to}" if tomb.exported_to else ", not exported"
+        note = f"its events were deleted by retention at {tomb.expired_at}{where}"
+        return replace(found, notes=(*found.notes, note))
+    if found is not None:
+        return found
+    return None if tomb is None else ExpiredInvocation(tomb)
+
+
+def render_expired_text(x: ExpiredInvocation) -> str:
+    t = x.expired
+    where = (
+        f"exported before deletion to {t.exported_to}"
+        if t.exported_to
+        else "not exported ([store.retention] export_path was not set)"
+    )
+    return (
+        f"invocation {t.invocation_id} expired: deleted by retention at {t.expired_at}\n"
+        f"  it was {t.state} (tool {t.tool_name}, tenant {t.tenant}), last changed {t.updated_at}\n"
+        f"  its records were {where}\n"
+    )
+
+
+def any_to_json(x: Explanation | ExpiredInvocation) -> dict[str, Any]:
+    """:func:`to_json`, or ``{"expired": {...tombstone}}``."""
+    return jsonable(x) if isinstance(x, ExpiredInvocation) else to_json(x)
+
+
+def any_to_text(x: Explanation | ExpiredInvocation) -> str:
+    return render_expired_text(x) if isinstance(x, ExpiredInvocation) else render_text(x)
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionExplanation:
     """One recorded ``Authorizer.Authorize`` decision (``callgate explain --decision``)."""
 
@@ -673,24 +721,8 @@ def printable(data: bytes) -> str:
     return "".join(out)
 
 
-def _bytes_json(data: bytes) -> dict[str, Any]:
-    try:
-        text: str | None = data.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    return {"utf8": text, "base64": base64.b64encode(data).decode("ascii"), "length": len(data)}
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return _bytes_json(value)
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
+_bytes_json = bytes_json
+_jsonable = jsonable
 
 
 def to_json(expl: Explanation) -> dict[str, Any]:
@@ -901,6 +933,11 @@ __all__ = [
     "decision_to_json",
     "explain",
     "explain_decision",
+    "explain_or_expired",
+    "ExpiredInvocation",
+    "any_to_json",
+    "any_to_text",
+    "render_expired_text",
     "printable",
     "render_decision_text",
     "render_text",

@@ -212,6 +212,29 @@ def cmd_store_backup(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     return 0
 
 
+def cmd_store_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Shrink a stopped SQLite store once (:mod:`callgate.store.compact`); exit 1 with the
+    reason when it cannot."""
+    from callgate.core.errors import CallgateError, LoadError
+    from callgate.store.compact import compact_sqlite
+
+    try:
+        cfg = _config(args.config)
+        if cfg.store.backend != "sqlite":
+            print(f"error: store.backend = {cfg.store.backend}: PostgreSQL reclaims space itself", file=out)
+            return 1
+        report = compact_sqlite(cfg.path(cfg.store.path))
+    except (CallgateError, LoadError) as exc:
+        print(f"error: {exc.code.value}: {exc.message}", file=out)
+        return 1
+    print(
+        f"ok: {report.path} {report.bytes_before} -> {report.bytes_after} bytes in {report.seconds:.2f} s "
+        "(auto_vacuum = INCREMENTAL: retention now hands freed pages back)",
+        file=out,
+    )
+    return 0
+
+
 def _check_secrets_and_keys(cfg: Config) -> list[str]:
     """Load what ``serve`` would load besides policies: secret files/variables (values never
     printed) and a fixed signing key. Raises LoadError."""
@@ -440,12 +463,17 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             out,
         )
     spec_files = ex.spec_files_in(cfg.path(cfg.policy.dir))
+
+    async def fetch(source: Any) -> Any:  # Explanation | ExpiredInvocation | None (mypy cannot solve
+        # the type parameter of _explain_from_store from a union)
+        return await ex.explain_or_expired(source, args.invocation_id, spec_files=spec_files)
+
     return _explain_from_store(
         cfg,
-        lambda source: ex.explain(source, args.invocation_id, spec_files=spec_files),
+        fetch,
         f"unknown invocation_id {args.invocation_id!r}",
-        ex.to_json,
-        ex.render_text,
+        ex.any_to_json,
+        ex.any_to_text,
         args.json,
         out,
     )
@@ -615,12 +643,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--config", "-c")
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
-    p = sub.add_parser("store", help="the event store: an online backup")
+    p = sub.add_parser("store", help="the event store: an online backup, compaction")
     store_sub = p.add_subparsers(dest="store_command", required=True)
     p = store_sub.add_parser("backup", help="copy the SQLite store while the sidecar runs (consistent)")
     p.add_argument("target", help="the new backup file (must not exist)")
     p.add_argument("--config", "-c")
     p.set_defaults(func=cmd_store_backup)
+    p = store_sub.add_parser(
+        "compact", help="shrink a stopped SQLite store once (VACUUM; afterwards retention shrinks it)"
+    )
+    p.add_argument("--config", "-c")
+    p.set_defaults(func=cmd_store_compact)
     for name, cli_module, probe, help_text in _EXTRA_COMMANDS:
         if command == name:
             try:

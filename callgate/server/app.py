@@ -53,6 +53,7 @@ from callgate.store.base import Store
 from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
 from callgate.store.registry import STORES
+from callgate.store.retention import purger_of
 
 log = logging.getLogger("callgate")
 
@@ -296,6 +297,7 @@ class Sidecar:
             interval=c.config.confirmation.sweep_interval_ms / 1000,
             set_health=self._set_sweeper_health,
             execution=c.execution,
+            retention=purger_of(c.config, c.store, c.clock),
         )
         await self.sweeper.start()
         if c.metrics is not None:  # count reloads from now on (file change, SIGHUP, retry)

@@ -8,7 +8,10 @@ cancels every parked invocation whose confirmation window has passed, then
 has passed (event ``deadline_expired``); both release the idempotency key. Then, when it was given
 the execution side, ``execution.expire_executing()`` ends every EXECUTING invocation past its
 deadline that no attempt can finish any more (FAILED_BEFORE_COMMIT, key released, or
-OUTCOME_UNKNOWN when an attempt never reported: callgate/execute/expiry.py). The first sweep runs as
+OUTCOME_UNKNOWN when an attempt never reported: callgate/execute/expiry.py). Last, when
+``[store.retention]`` keeps records for a limited time, a retention pass runs every
+``store.retention.interval_seconds`` (callgate/store/retention.py: records past their retention are
+deleted in small batches; a failing pass fails the sweep like any other step). The first sweep runs as
 soon as the task starts, so what expired while the sidecar was down ends at startup, not one
 interval later. It is started and stopped by the composition root (:class:`callgate.server.app.Sidecar`),
 independently of the policy watcher, and is visible in gRPC health as
@@ -56,6 +59,14 @@ class Expirer(Protocol):
         ...
 
 
+class Retention(Protocol):
+    """What the sweeper needs from retention (:class:`callgate.store.retention.Purger`)."""
+
+    async def maybe_run(self) -> object:
+        """A retention pass if one is due."""
+        ...
+
+
 class ExecutingExpirer(Protocol):
     """What the sweeper needs from the execution side."""
 
@@ -89,6 +100,7 @@ class ConfirmationSweeper:
         interval: float,
         set_health: SweeperHealthSetter,
         execution: ExecutingExpirer | None = None,
+        retention: Retention | None = None,
     ) -> None:
         """``interval``: seconds between sweeps (> 0); ``set_health``: reports the sweeper's
         status (see the module docstring); ``execution``: ends stuck EXECUTING invocations too.
@@ -97,6 +109,7 @@ class ConfirmationSweeper:
             raise ValueError("the sweep interval must be positive")
         self._gate = gate
         self._execution = execution
+        self._retention = retention
         self._clock = clock
         self._interval = interval
         self._set_health = set_health
@@ -145,6 +158,8 @@ class ConfirmationSweeper:
             )
         if not expired and not deadlines and not executing:
             log.debug("confirmation sweep at %s: nothing expired", self.last.at)
+        if self._retention is not None:  # last: a failing pass does not hide what expired above
+            await self._retention.maybe_run()
         return expired + deadlines + executing
 
     async def _report(self, serving: bool) -> None:

@@ -76,6 +76,7 @@ from callgate.store.idempotency.base import (
     released,
 )
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
+from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
     _ATTEMPTS,
     _DECISION_COLS,
@@ -92,6 +93,10 @@ Conn = AsyncConnection[Any]
 
 _SCHEMA_LOCK: Final = 0x63616C6C67617465  # "callgate": the advisory lock of schema changes
 _VERSION_TABLE: Final = f"callgate_{SCHEMA_VERSION_TABLE}"
+
+PURGING_SETTING: Final = "callgate.retention"
+"""Set (``SET LOCAL``-style, this transaction only) by a retention delete: the append-only
+triggers of events and decisions let its DELETEs through, nothing else."""
 
 # Migrations, version by version. Never edit or renumber a released one; append.
 _V1: Final = f"""
@@ -175,9 +180,26 @@ CREATE TRIGGER callgate_decisions_append_only BEFORE UPDATE OR DELETE ON callgat
   FOR EACH ROW EXECUTE FUNCTION callgate_decisions_append_only()
 """
 
+_V3: Final = f"""
+CREATE OR REPLACE FUNCTION callgate_events_append_only() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN IF TG_OP = 'DELETE' AND current_setting('{PURGING_SETTING}', true) = 'on' THEN RETURN OLD; END IF; RAISE EXCEPTION 'events are append-only'; END $$;
+CREATE OR REPLACE FUNCTION callgate_decisions_append_only() RETURNS trigger LANGUAGE plpgsql AS
+  $$ BEGIN IF TG_OP = 'DELETE' AND current_setting('{PURGING_SETTING}', true) = 'on' THEN RETURN OLD; END IF; RAISE EXCEPTION 'decisions are append-only'; END $$;
+CREATE TABLE IF NOT EXISTS callgate_expired_invocations (
+  invocation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, tool_name TEXT NOT NULL, state TEXT NOT NULL,
+  updated_at TEXT NOT NULL, expired_at TEXT NOT NULL, exported_to TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS callgate_expired_invocations_at ON callgate_expired_invocations (expired_at);
+CREATE INDEX IF NOT EXISTS callgate_invocations_ended ON callgate_invocations (updated_at)
+  WHERE state IN {TERMINAL_SQL};
+CREATE INDEX IF NOT EXISTS callgate_decisions_at ON callgate_decisions (at);
+CREATE TABLE IF NOT EXISTS callgate_retention_marks (
+  kind TEXT PRIMARY KEY, updated_at TEXT NOT NULL, invocation_id TEXT NOT NULL)
+"""
+
 MIGRATIONS: Final = (
     Migration(1, "every record and the idempotency keys (one commit per answer)", _V1),
     Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
+    Migration(3, "retention: deletable trails while purging, tombstones, age indexes", _V3),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -204,6 +226,7 @@ def _statements(sql: str) -> list[str]:
 
 
 # --------------------------------------------------------------------------- SQL, next to SQLite's
+_PURGE: Final = PurgeSql("callgate_", "%s", keys_pg.TABLE)
 _INV_COLS: Final = _INVOCATIONS.column_list
 _ATT_COLS: Final = _ATTEMPTS.column_list
 _INSERT_INVOCATION: Final = (
@@ -700,6 +723,101 @@ class PostgresStore:
         )
         found = [_INVOCATIONS.record(r) for r in rows]
         return [inv for inv in found if datetime.fromisoformat(inv.deadline) <= now]
+
+    # ------------------------------------------------------------------ retention
+    async def expired_trails(self, before: str, now: datetime, limit: int, *, full: bool) -> list[Trail]:
+        """:meth:`callgate.store.retention.RetainingStore.expired_trails`."""
+        rows = await self._fetchall(_PURGE.expired_invocations(_INV_COLS), (before, now, limit))
+        return await self._trails([_INVOCATIONS.record(r) for r in rows], full)
+
+    async def _trails(self, invs: Sequence[InvocationRecord], full: bool) -> list[Trail]:
+        if not full:
+            return [Trail(inv) for inv in invs]
+        return [
+            Trail(
+                inv,
+                await self.list_events(inv.invocation_id),
+                await self.list_attempts(inv.invocation_id),
+                await self.get_result(inv.invocation_id),
+                await self.list_fed(inv.invocation_id),
+            )  # fmt: skip
+            for inv in invs
+        ]
+
+    async def events_due(self, before: str, limit: int, *, full: bool) -> list[Trail]:
+        """:meth:`callgate.store.retention.RetainingStore.events_due`."""
+        mark = await self._fetchone(_PURGE.get_mark, (RecordKind.EVENTS.value,)) or ("", "")
+        rows = await self._fetchall(_PURGE.events_due(_INV_COLS), (before, mark[0], mark[0], mark[1], limit))
+        return await self._trails([_INVOCATIONS.record(r) for r in rows], full)
+
+    async def delete_events(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.delete_events`."""
+        done = 0
+        async with self._tx() as conn:
+            await conn.execute("SELECT set_config(%s, 'on', true)", (PURGING_SETTING,))
+            for t in trails:
+                inv = t.invocation
+                cur = await conn.execute(
+                    _PURGE.delete_events, (inv.invocation_id, inv.invocation_id, inv.updated_at)
+                )
+                if cur.rowcount:
+                    done += 1
+                    await conn.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
+            last = trails[-1].invocation
+            await conn.execute(
+                _PURGE.put_mark, (RecordKind.EVENTS.value, last.updated_at, last.invocation_id)
+            )
+        return done
+
+    async def delete_trails(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.delete_trails`."""
+        deleted = 0
+        async with self._tx() as conn:
+            await conn.execute("SELECT set_config(%s, 'on', true)", (PURGING_SETTING,))
+            for t in trails:
+                inv = t.invocation
+                cur = await conn.execute(_PURGE.delete_invocation, (inv.invocation_id, inv.updated_at))
+                if cur.rowcount != 1:
+                    continue  # changed since it was listed (and exported): kept for a later pass
+                deleted += 1
+                for statement in _PURGE.delete_trail:
+                    await conn.execute(statement, (inv.invocation_id,))
+                await conn.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
+        return deleted
+
+    async def expired_decisions(self, before: str, limit: int) -> list[DecisionRecord]:
+        """Decisions recorded before ``before``, oldest first."""
+        rows = await self._fetchall(_PURGE.expired_decisions, (before, limit))
+        return [d for (did,) in rows if (d := await self.get_decision(did)) is not None]
+
+    async def delete_decisions(self, ids: Sequence[str]) -> int:
+        """Delete these decisions in one transaction; how many."""
+        async with self._tx() as conn:
+            await conn.execute("SELECT set_config(%s, 'on', true)", (PURGING_SETTING,))
+            cur = await conn.execute(
+                "DELETE FROM callgate_decisions WHERE decision_id = ANY(%s)", (list(ids),)
+            )
+            return cur.rowcount
+
+    async def purge_keys(self, expired_before: datetime, limit: int) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.purge_keys` (rows another pod's purge
+        holds are skipped, not waited for)."""
+        async with self._tx() as conn:
+            statement = _PURGE.purge_keys("ctid", " FOR UPDATE SKIP LOCKED")
+            return (await conn.execute(statement, (expired_before, limit))).rowcount
+
+    async def purge_tombstones(self, before: str, limit: int) -> int:
+        """Delete tombstones of invocations deleted before ``before``; how many."""
+        async with self._tx() as conn:
+            return (await conn.execute(_PURGE.purge_tombstones, (before, limit))).rowcount
+
+    async def get_tombstone(self, invocation_id: str) -> Tombstone | None:
+        row = await self._fetchone(_PURGE.get_tombstone, (invocation_id,))
+        return None if row is None else Tombstone(*row)
+
+    async def reclaim(self, reserve_pages: int) -> int:
+        """Nothing to do: PostgreSQL's autovacuum makes deleted rows' space reusable."""
+        return 0
 
     async def list_pending_page(
         self, tenant: str, after: tuple[str, str] | None, limit: int

@@ -9,6 +9,7 @@ Events are append-only, enforced by the database itself (triggers abort UPDATE a
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -23,6 +24,7 @@ from typing import Any, Final, Generic, TypeVar, get_type_hints
 from urllib.parse import quote
 
 from callgate.core.clock import rfc3339
+from callgate.core.errors import store_unavailable
 from callgate.core.jsontext import compact_sorted
 from callgate.core.lru import IdentityMemo
 from callgate.core.states import State
@@ -48,10 +50,16 @@ from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
+from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite_worker import Durability, SQLiteWorker
 
 T = TypeVar("T")
 log = logging.getLogger("callgate.store")
+
+RECLAIM_PAGES_PER_OP: Final = 256
+"""Pages one writer operation hands back to the file system (:meth:`SQLiteStore.reclaim`)."""
+RECLAIM_OPS_PER_PASS: Final = 64
+"""Such operations per retention pass (64 MiB at 4 KiB pages); the rest waits for the next."""
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS sessions (
@@ -137,12 +145,33 @@ CREATE TRIGGER IF NOT EXISTS decisions_append_only_d BEFORE DELETE ON decisions
   BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END;
 """
 
+_SCHEMA_V4 = f"""
+CREATE TABLE IF NOT EXISTS retention_purging (one INTEGER PRIMARY KEY CHECK (one = 1));
+DROP TRIGGER IF EXISTS events_append_only_d;
+CREATE TRIGGER events_append_only_d BEFORE DELETE ON events
+  WHEN NOT EXISTS (SELECT 1 FROM retention_purging)
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+DROP TRIGGER IF EXISTS decisions_append_only_d;
+CREATE TRIGGER decisions_append_only_d BEFORE DELETE ON decisions
+  WHEN NOT EXISTS (SELECT 1 FROM retention_purging)
+  BEGIN SELECT RAISE(ABORT, 'decisions are append-only'); END;
+CREATE TABLE IF NOT EXISTS expired_invocations (
+  invocation_id TEXT PRIMARY KEY, tenant TEXT NOT NULL, tool_name TEXT NOT NULL, state TEXT NOT NULL,
+  updated_at TEXT NOT NULL, expired_at TEXT NOT NULL, exported_to TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS expired_invocations_at ON expired_invocations (expired_at);
+CREATE INDEX IF NOT EXISTS invocations_ended ON invocations (updated_at) WHERE state IN {TERMINAL_SQL};
+CREATE INDEX IF NOT EXISTS decisions_at ON decisions (at);
+CREATE TABLE IF NOT EXISTS retention_marks (
+  kind TEXT PRIMARY KEY, updated_at TEXT NOT NULL, invocation_id TEXT NOT NULL);
+"""
+
 MIGRATIONS: Final = (
     Migration(
         1, "sessions, tool views, invocations, events, attempts, results, usage, snapshots", _SCHEMA_V1
     ),
     Migration(2, "idempotency keys in the event database (one commit per answer)", _SCHEMA_V2),
     Migration(3, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _SCHEMA_V3),
+    Migration(4, "retention: deletable trails while purging, tombstones, age indexes", _SCHEMA_V4),
 )
 """The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -461,6 +490,30 @@ def _read_decision(c: sqlite3.Connection, decision_id: str) -> DecisionRecord | 
     )  # fmt: skip
 
 
+_PURGE: Final = PurgeSql("", "?", keys_sql.TABLE)
+
+
+def _trails(c: sqlite3.Connection, invs: Sequence[InvocationRecord], full: bool) -> list[Trail]:
+    """``invs`` as trails: with ``full`` everything ``explain`` reads, else the invocation alone."""
+    if not full:
+        return [Trail(inv) for inv in invs]
+    return [
+        Trail(
+            inv,
+            read_events(c, inv.invocation_id),
+            _read_attempts(c, inv.invocation_id),
+            _read_result(c, inv.invocation_id),
+            _read_fed(c, inv.invocation_id),
+        )  # fmt: skip
+        for inv in invs
+    ]
+
+
+def _read_tombstone(c: sqlite3.Connection, invocation_id: str) -> Tombstone | None:
+    row = c.execute(_PURGE.get_tombstone, (invocation_id,)).fetchone()
+    return None if row is None else Tombstone(*row)
+
+
 def _follow_key(c: sqlite3.Connection, record: InvocationRecord, message: bytes | None = None) -> None:
     """Bring the key ``record`` holds in line with its new state (:func:`key_follows`)."""
     if not record.idempotency_key:
@@ -550,6 +603,9 @@ def _setup(legacy_keys: Path | None) -> Callable[[sqlite3.Connection], None]:
         if legacy_keys is not None:
             import_legacy_keys(c, legacy_keys, at)
         repair_keys(c)
+        # A retention delete removes its marker in its own transaction; should one ever have been
+        # committed, the append-only triggers would stay open: never past a start.
+        c.execute("DELETE FROM retention_purging")
 
     return setup
 
@@ -580,6 +636,9 @@ class SQLiteStore:
             name="callgate-events", setup=_setup(legacy), fsync=fsync, on_barrier=on_barrier,
         )  # fmt: skip
         self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
+        self._path = str(path)
+        self._purge_reader: sqlite3.Connection | None = None
+        """Retention's own read connection (:meth:`_read_for_purge`), opened on first use."""
 
     def keys(self) -> IdempotencyStore:
         """The idempotency keys in this database, on this store's writer (``in_store``)."""
@@ -792,6 +851,125 @@ class SQLiteStore:
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
         return await self._call(lambda c: read_events(c, invocation_id))
 
+    # ------------------------------------------------------------------ retention
+    async def _purge_write(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """A retention write: always on the writer thread (``alone=False``), never run by the
+        event loop itself, so a call arriving meanwhile is not held behind it."""
+        return await self._worker.run(op, alone=False)
+
+    async def expired_trails(self, before: str, now: datetime, limit: int, *, full: bool) -> list[Trail]:
+        """:meth:`callgate.store.retention.RetainingStore.expired_trails`."""
+
+        def op(c: sqlite3.Connection) -> list[Trail]:
+            rows = c.execute(_PURGE.expired_invocations(_INV_COLS), (before, keys_sql._ts(now), limit))
+            return _trails(c, [_INVOCATIONS.record(r) for r in rows.fetchall()], full)
+
+        return await self._read_for_purge(op)
+
+    async def delete_trails(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.delete_trails`."""
+
+        def op(c: sqlite3.Connection) -> int:
+            c.execute("INSERT INTO retention_purging VALUES (1)")  # the append-only triggers let it
+            deleted = 0
+            for t in trails:
+                inv = t.invocation
+                if c.execute(_PURGE.delete_invocation, (inv.invocation_id, inv.updated_at)).rowcount != 1:
+                    continue  # changed since it was listed (and exported): kept for a later pass
+                deleted += 1
+                for statement in _PURGE.delete_trail:
+                    c.execute(statement, (inv.invocation_id,))
+                c.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
+            c.execute("DELETE FROM retention_purging")
+            return deleted
+
+        return await self._purge_write(op)
+
+    async def events_due(self, before: str, limit: int, *, full: bool) -> list[Trail]:
+        """:meth:`callgate.store.retention.RetainingStore.events_due`."""
+
+        def op(c: sqlite3.Connection) -> list[Trail]:
+            mark = c.execute(_PURGE.get_mark, (RecordKind.EVENTS.value,)).fetchone() or ("", "")
+            rows = c.execute(_PURGE.events_due(_INV_COLS), (before, mark[0], mark[0], mark[1], limit))
+            return _trails(c, [_INVOCATIONS.record(r) for r in rows.fetchall()], full)
+
+        return await self._read_for_purge(op)
+
+    async def delete_events(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.delete_events`."""
+
+        def op(c: sqlite3.Connection) -> int:
+            c.execute("INSERT INTO retention_purging VALUES (1)")
+            done = 0
+            for t in trails:
+                inv = t.invocation
+                if c.execute(
+                    _PURGE.delete_events, (inv.invocation_id, inv.invocation_id, inv.updated_at)
+                ).rowcount:
+                    done += 1
+                    c.execute(_PURGE.put_tombstone, tombstone_row(inv, expired_at, exported_to))
+            last = trails[-1].invocation
+            c.execute(_PURGE.put_mark, (RecordKind.EVENTS.value, last.updated_at, last.invocation_id))
+            c.execute("DELETE FROM retention_purging")
+            return done
+
+        return await self._purge_write(op)
+
+    async def expired_decisions(self, before: str, limit: int) -> list[DecisionRecord]:
+        """Decisions recorded before ``before``, oldest first."""
+
+        def op(c: sqlite3.Connection) -> list[DecisionRecord]:
+            rows = c.execute(_PURGE.expired_decisions, (before, limit)).fetchall()
+            return [d for (did,) in rows if (d := _read_decision(c, did)) is not None]
+
+        return await self._read_for_purge(op)
+
+    async def delete_decisions(self, ids: Sequence[str]) -> int:
+        """Delete these decisions in one transaction; how many."""
+
+        def op(c: sqlite3.Connection) -> int:
+            c.execute("INSERT INTO retention_purging VALUES (1)")
+            n = sum(c.execute("DELETE FROM decisions WHERE decision_id=?", (i,)).rowcount for i in ids)
+            c.execute("DELETE FROM retention_purging")
+            return n
+
+        return await self._purge_write(op)
+
+    async def purge_keys(self, expired_before: datetime, limit: int) -> int:
+        """:meth:`callgate.store.retention.RetainingStore.purge_keys`."""
+        args = (keys_sql._ts(expired_before), limit)
+        return await self._purge_write(lambda c: c.execute(_PURGE.purge_keys("rowid"), args).rowcount)
+
+    async def purge_tombstones(self, before: str, limit: int) -> int:
+        """Delete tombstones of invocations deleted before ``before``; how many."""
+        return await self._purge_write(lambda c: c.execute(_PURGE.purge_tombstones, (before, limit)).rowcount)
+
+    async def get_tombstone(self, invocation_id: str) -> Tombstone | None:
+        return await self._call(lambda c: _read_tombstone(c, invocation_id))  # a read: alone is fine
+
+    async def reclaim(self, reserve_pages: int) -> int:
+        """Free pages past ``reserve_pages`` go back to the file system (``incremental_vacuum``;
+        a database created before ``auto_vacuum = INCREMENTAL`` reuses them instead: its file
+        stops growing but does not shrink, docs/RELIABILITY.md). At most
+        :data:`RECLAIM_PAGES_PER_OP` pages per writer operation (Python's sqlite3 steps a PRAGMA
+        once, and one step frees one page: ~60 us each), so calls queue behind ~15 ms at most."""
+
+        def op(c: sqlite3.Connection) -> int:
+            (mode,) = c.execute("PRAGMA auto_vacuum").fetchone()
+            (free,) = c.execute("PRAGMA freelist_count").fetchone()
+            n = min(int(free) - reserve_pages, RECLAIM_PAGES_PER_OP) if mode == 2 else 0
+            for _ in range(max(0, n)):
+                c.execute("PRAGMA incremental_vacuum(1)")
+            return max(0, n)
+
+        total = 0
+        for _ in range(RECLAIM_OPS_PER_PASS):
+            n = await self._purge_write(op)
+            total += n
+            if n < RECLAIM_PAGES_PER_OP:
+                break
+        return total
+
     async def list_pending(self, tenant: str) -> list[InvocationRecord]:
         def op(c: sqlite3.Connection) -> list[InvocationRecord]:
             q = f"SELECT {_INV_COLS} FROM invocations WHERE state=? AND confirmation_expires_at != ''"
@@ -812,7 +990,26 @@ class SQLiteStore:
         )
 
     async def close(self) -> None:
+        if self._purge_reader is not None:
+            self._purge_reader.close()
+            self._purge_reader = None
         await self._worker.close()
+
+    async def _read_for_purge(self, op: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a retention read on a connection of its own, in a thread: the writer thread only
+        deletes (what it reads may be a commit behind; every delete checks again). An in-memory
+        database has no second connection: the writer reads."""
+        if self._path == ":memory:":
+            return await self._call(op)
+        if self._purge_reader is None:
+            self._purge_reader = sqlite3.connect(
+                f"file:{quote(str(Path(self._path).resolve()))}?mode=ro", uri=True, check_same_thread=False
+            )
+        reader = self._purge_reader
+        try:
+            return await asyncio.to_thread(op, reader)
+        except sqlite3.Error as exc:
+            raise store_unavailable(f"retention read failed: {exc}") from exc
 
     async def put_tool_view_fed(self, v: ToolViewRecord, fed: Sequence[FedResultRecord]) -> None:
         def op(c: sqlite3.Connection) -> None:
@@ -932,6 +1129,10 @@ class SQLiteReader:
     async def get_tool_view(self, session_id: str, model_call_id: str) -> ToolViewRecord | None:
         """The tools shown for one model call, or ``None``."""
         return _read_tool_view(self._conn, session_id, model_call_id)
+
+    async def get_tombstone(self, invocation_id: str) -> Tombstone | None:
+        """What is left of an invocation deleted by retention, or ``None``."""
+        return _read_tombstone(self._conn, invocation_id) if "expired_invocations" in self._tables() else None
 
     async def list_tool_views(self, session_id: str) -> list[ToolViewRecord]:
         """Every tool view of a session, in the order they were recorded."""

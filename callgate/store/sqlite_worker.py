@@ -425,6 +425,10 @@ def open_connection(path: str, *, schema: str, synchronous: str, busy_timeout_ms
     # another process doing the same.
     conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
     conn.execute(f"PRAGMA cache_size=-{PAGE_CACHE_KIB}")
+    # Only takes on a file without tables yet (a new database): its free pages can then be handed
+    # back to the file system (retention, ``PRAGMA incremental_vacuum``); an older file keeps its
+    # mode and reuses them (docs/RELIABILITY.md "Retention").
+    conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     deadline = time.monotonic() + busy_timeout_ms / 1000
     while True:
         try:
