@@ -287,16 +287,10 @@ def block_answer(
 ) -> types.CallToolResult | None:
     """The answer in block form from the encoded tool message and the upstream's result. None
     when the message is not an ``ok`` block-form message (then the caller answers with text)."""
-    try:
-        msg = json.loads(message)
-    except ValueError:
+    found = _ok_blocks(message)
+    if found is None:
         return None
-    content = msg.get("content") if isinstance(msg, dict) else None
-    if not isinstance(content, dict) or content.get("status") != "ok":
-        return None
-    encoded = _encoded_blocks(content)
-    if encoded is None:
-        return None
+    content, encoded = found
     blocks: list[types.ContentBlock] = []
     for original, enc in zip(upstream.content, encoded, strict=False):
         block = _rebuild(original, enc)
@@ -310,6 +304,19 @@ def block_answer(
     return types.CallToolResult(content=blocks, is_error=False, _meta={RESULT_META_KEY: envelope})
 
 
+def _ok_blocks(message: bytes | str) -> tuple[dict[str, Any], list[Any]] | None:
+    """The ``content`` of an ``ok`` block-form tool message and its encoded blocks, else None."""
+    try:
+        msg = json.loads(message)
+    except ValueError:
+        return None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    if not isinstance(content, dict) or content.get("status") != "ok":
+        return None
+    encoded = _encoded_blocks(content)
+    return None if encoded is None else (content, encoded)
+
+
 def _encoded_blocks(content: Mapping[str, Any]) -> list[Any] | None:
     data = content.get("data")
     blocks = data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
@@ -320,16 +327,10 @@ def stored_answer(message: str) -> types.CallToolResult | None:
     """A stored block-form ``ok`` message (what a replay has): its text blocks as they were
     answered (marked), every other block as a note of the gateway's naming its type (binary data
     is recorded as size and sha256 only). None for any other message."""
-    try:
-        msg = json.loads(message)
-    except ValueError:
+    found = _ok_blocks(message)
+    if found is None:
         return None
-    content = msg.get("content") if isinstance(msg, dict) else None
-    if not isinstance(content, dict) or content.get("status") != "ok":
-        return None
-    encoded = _encoded_blocks(content)
-    if encoded is None:
-        return None
+    content, encoded = found
     blocks: list[types.ContentBlock] = []
     for enc in encoded:
         text = enc.get("text") if isinstance(enc, dict) else None
