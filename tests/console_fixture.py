@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ import grpc
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from tests.conftest import ROOT, serve_toml
+from tests.ports import free_port
 from tests.test_shared_idempotency import wait_serving
 
 TOKENS = {
@@ -30,12 +30,6 @@ TOKENS = {
 }
 ALICE, GINA = "alice-token-0123456789", "gina-token-0123456789ab"
 EVENT = {"title": "Dentist", "start": "2026-12-20T09:00:00", "calendar_id": "main"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.markers import Needs, require
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 REGO_POLICIES = ROOT / "policies" / "rego"
@@ -68,12 +68,6 @@ def opa_binary() -> Path:
         )
     _binary = Path(proc.stdout.strip().splitlines()[-1])
     return _binary
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from callgate.server import healthcheck
 from tests.markers import Needs, require
+from tests.ports import free_port, free_ports
 
 pytestmark = pytest.mark.helm
 
@@ -798,12 +798,6 @@ def root() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Proc:
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> None:
         self.log_path = log
@@ -966,7 +960,7 @@ def test_the_rendered_opa_pair_serves(root: Path) -> None:
     SERVING only once OPA serves its revision, and OPA refuses writes from inside the pod."""
     from tests.opa_fixture import opa_binary
 
-    port, diag = free_port(), free_port()
+    port, diag = free_ports(2)
     pod = Pod.of(
         scenario(
             "values-opa.yaml",

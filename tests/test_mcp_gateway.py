@@ -25,6 +25,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import short_tmpdir
+from tests.ports import free_port, free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-5ecret-7d1f0c2a9b"
@@ -62,10 +63,8 @@ when { principal.tenant == context.tenant };
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+_free_port = free_port
+_free_ports = free_ports
 
 
 def write_policies(base: Path, upstreams: tuple[str, ...] = ("up", "web", "sec")) -> None:
@@ -174,8 +173,7 @@ class Env:
         self.base = short_tmpdir()
         self.state = self.base / "state"
         self.state.mkdir()
-        self.http_port = _free_port()
-        self.gateway_port = _free_port()
+        self.http_port, self.gateway_port = _free_ports(2)
         write_policies(self.base)
         self.config = write_config(self.base, self.state, self.http_port, self.gateway_port)
         self.procs: list[subprocess.Popen[bytes]] = []
