@@ -288,11 +288,11 @@ def resume_elsewhere(
     return result
 
 
-def parked_and_saved(server: Running) -> tuple[Session, str, str]:
+def parked_and_saved(server: Running, *, with_confirmer: bool = True) -> tuple[Session, str, str]:
     """A run interrupted here, its state saved with the SDK's ``to_string``."""
-    with client_for(sockets(server), with_confirmer=True) as cg:
+    with client_for(sockets(server), with_confirmer=with_confirmer) as cg:
         session = new_session(cg)
-        _, first = interrupted(cg, session, with_confirmer=True)
+        _, first = interrupted(cg, session, with_confirmer=with_confirmer)
         saved = first.to_state().to_string()
     return session, saved, parked_id(server)
 
@@ -323,6 +323,22 @@ def test_a_saved_state_rejected_in_a_new_process_is_denied_and_never_runs(sideca
     assert state_name == "CANCELLED_BEFORE_COMMIT"
     assert event(events, "confirmation_rejected")["denied_by"] == "alice@agent-ui"
     assert console_pending(sidecar) == []
+
+
+def test_console_only_a_saved_state_rejected_in_a_new_process_leaves_the_console_at_once(
+    sidecar: Running,
+) -> None:
+    """No confirmer in either process (the role separation): the SDK's ``state.reject`` applied
+    in the second process finds the call parked by the first (ListParked) and cancels it."""
+    session, saved, invocation_id = parked_and_saved(sidecar, with_confirmer=False)
+    assert console_pending(sidecar) == [invocation_id]
+    done = resume_elsewhere(sidecar, session, saved, "reject", "console")
+    assert done["outputs"]["c4"]["output"] == "Tool execution was not approved."
+    assert done["final_output"] == "done" and upstream() == []
+    assert console_pending(sidecar) == []  # it left the console, not at its expiry
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "CANCELLED_BEFORE_COMMIT"
+    assert event(events, "cancelled")["reason"] == "rejected in the agent run"
 
 
 # ---------------------------------------------------------------- confirmation only in the console

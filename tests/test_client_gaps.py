@@ -176,6 +176,48 @@ def test_async_confirmer_and_cancel(server: Running) -> None:
     assert asyncio.run(main()) == ("CANCELLED_BEFORE_COMMIT", "PREPARED", "CANCELLED_BEFORE_COMMIT")
 
 
+def test_a_parked_call_is_found_by_its_tool_call_id_from_another_process(server: Running) -> None:
+    """A second client over the same session id (another process: no invocation id in hand)
+    finds the call its tool call id made (FindInvocation) and the session's parked calls
+    (ListParked); another session finds neither. Sync and asyncio alike."""
+    with client_for(server) as cg:
+        s = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-find-1")
+        s.tools("mc-find")
+        out = s.propose(ToolCall("call-7", "calendar__create_event", json.dumps(EVENT)))
+        assert isinstance(out, NeedsConfirmation)
+        ran = s.propose(ToolCall("call-8", "weather__get", WEATHER))
+        assert isinstance(ran, Allowed)
+    with client_for(server) as cg:  # the other process: the session reopened by id, a new listing
+        s = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-find-1")
+        s.tools("mc-other")
+        assert [(i.invocation_id, i.proposal_id) for i in s.list_parked()] == [(out.invocation_id, "call-7")]
+        found = s.find("call-7", "calendar__create_event", model_call_id="mc-find")
+        assert found is not None and found.invocation_id == out.invocation_id and found.digest == out.digest
+        assert s.find("call-7", "calendar.create_event", model_call_id="mc-find") == found  # callgate name
+        got = s.find("call-8", "weather__get", model_call_id="mc-find")
+        assert got is not None and got.invocation_id == ran.invocation_id
+        assert s.find("call-9", "calendar__create_event", model_call_id="mc-find") is None
+        assert s.find("call-7", "calendar__create_event") is None  # another model call: another key
+        other = cg.session("acme", "alice", timezone="Asia/Shanghai")  # same subject, another session
+        other.tools("mc-find")
+        assert other.find("call-7", "calendar__create_event", model_call_id="mc-find") is None
+        assert other.list_parked() == []
+
+        async def aio() -> tuple[str, list[str]]:
+            async with async_client_for(server) as acg:
+                a = await acg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-find-1")
+                await a.tools("mc-x")
+                inv = await a.find("call-7", "calendar__create_event", model_call_id="mc-find")
+                assert inv is not None
+                return inv.invocation_id, [i.proposal_id for i in await a.list_parked()]
+
+        assert asyncio.run(aio()) == (out.invocation_id, ["call-7"])
+        assert s.cancel(out.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+        assert s.list_parked() == []
+        ended = s.find("call-7", "calendar__create_event", model_call_id="mc-find")
+        assert ended is not None and pb.State.Name(ended.state) == "CANCELLED_BEFORE_COMMIT"
+
+
 def test_confirmer_not_configured_is_typed() -> None:
     with Client("/nonexistent/agent.sock") as cg:
         with pytest.raises(Exception) as exc:

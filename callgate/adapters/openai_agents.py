@@ -38,7 +38,7 @@ Limits: the SDK hands ``needs_approval`` the parsed arguments, not the model's b
 proposal carries them re-serialized (``on_invoke_tool`` proposes the model's bytes; both give the
 same digest after normalization). A rejection is seen when the SDK next lists the tools
 (``is_enabled``), which it does as the resumed run starts; in a process that did not park the call
-itself it needs a ``confirmer`` to find the invocation (docs/CLIENTS.md).
+itself the gate finds it through the agent listener's ``ListParked`` (docs/CLIENTS.md).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -165,8 +166,10 @@ class Gate:
         self._answers: dict[str, _Answer] = {}
         self._outcomes: dict[str, Outcome | CallgateClientError] = {}
         self._waiting: dict[str, NeedsConfirmation] = {}
-        self._adopted = False
-        self._adopting = asyncio.Lock()
+        self.model_call_id = model_call_id
+        self._adoptions: weakref.WeakKeyDictionary[RunContextWrapper[Any], asyncio.Future[None]] = (
+            weakref.WeakKeyDictionary()
+        )
         listed = {str(t["function"]["name"]): t["function"] for t in session.tools(model_call_id, "openai")}
         self.tools: list[FunctionTool] = []
         for name, user_tool in _by_tool_name(tools, session).items():
@@ -345,14 +348,10 @@ class Gate:
     async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
         """The SDK's ``state.reject(item)`` calls nothing of the tool: it is seen here, when the
         resumed run lists the tools. The parked invocation is denied (confirmer) or cancelled."""
-        if not self._adopted:
-            async with self._adopting:
-                if not self._adopted:
-                    try:
-                        await asyncio.to_thread(self._adopt)
-                    except CallgateClientError:
-                        pass  # best effort: an unseen rejection only leaves the call to expire
-                    self._adopted = True
+        adoption = self._adoptions.get(ctx)
+        if adoption is None:  # once per run (its context), on the run's own loop
+            adoption = self._adoptions[ctx] = asyncio.ensure_future(asyncio.to_thread(self._adopt))
+        await asyncio.shield(adoption)
         for call_id, held in list(self._parked.items()):
             if held.legal == legal and ctx.is_tool_approved(legal, call_id) is False:
                 self._parked.pop(call_id, None)
@@ -360,19 +359,15 @@ class Gate:
                 await asyncio.to_thread(self._refuse, ctx, held.pending)
 
     def _adopt(self) -> None:
-        """Once per gate, with a confirmer: this session's calls parked by an earlier process
-        (a run state restored here), so the SDK's rejection of them is seen too. Without a
-        confirmer (or a session opened elsewhere, without tenant) nothing is adopted."""
-        if self.confirmer is None or not self.session.tenant:
-            return
+        """Once per run: this session's calls parked by another process (a run state restored
+        here) through the agent listener's ``ListParked``, so the SDK's rejection of them is seen
+        too, with or without a confirmer in this process."""
         legal = {t.name for t in self.tools}
-        for p in self.confirmer.list_pending(self.session.tenant):
-            if self.session.subject and p.subject != self.session.subject:
-                continue
-            try:
-                inv = self.session.invocation(p.invocation_id)  # another session's: not found
-            except CallgateClientError:
-                continue
+        try:
+            found = self.session.list_parked()
+        except CallgateClientError:
+            return  # best effort: an unseen rejection only leaves the call to expire
+        for inv in found:
             name = self.session.names.by_tool.get(f"{inv.tool_name}@{inv.tool_version}", "")
             pending = parked(inv, inv.proposal_id)
             if name in legal and pending is not None and inv.proposal_id not in self._parked:
@@ -389,15 +384,16 @@ class Gate:
 
     async def abandon(self, state: RunState[Any]) -> None:
         """The application drops an interrupted run: every parked invocation behind
-        ``state``'s interruptions (of these tools) is cancelled at once."""
+        ``state``'s interruptions (of these tools) is cancelled at once (found by the tool call
+        id, ``FindInvocation``: nothing is proposed again)."""
         names = {t.name for t in self.tools}
         for item in state.get_interruptions():
             if item.tool_name in names and item.call_id:
-                out = await asyncio.to_thread(
-                    self._propose, item.call_id, item.tool_name, item.arguments or "{}"
+                inv = await asyncio.to_thread(
+                    self.session.find, item.call_id, item.tool_name, model_call_id=self.model_call_id
                 )
-                if isinstance(out, NeedsConfirmation):
-                    await asyncio.to_thread(self._cancel, out.invocation_id, "the agent run was abandoned")
+                if inv is not None and parked(inv) is not None:
+                    await asyncio.to_thread(self._cancel, inv.invocation_id, "the agent run was abandoned")
                 self._parked.pop(item.call_id, None)
                 self._outcomes.pop(item.call_id, None)
 

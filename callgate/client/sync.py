@@ -12,6 +12,7 @@ import grpc
 from callgate.client._wire import (
     PENDING_PAGES_MAX,
     ToolCall,
+    find_request,
     outcome_of,
     own,
     parked,
@@ -22,6 +23,7 @@ from callgate.client._wire import (
 )
 from callgate.client.errors import (
     CallgateClientError,
+    CallRefused,
     DeadlineExceeded,
     ExecutionError,
     MalformedAnswer,
@@ -322,6 +324,32 @@ class Session:
     def events(self, invocation_id: str) -> list[pb.Event]:
         """The invocation's event trail (6.13), oldest first."""
         return list(self._get(invocation_id).events)
+
+    def list_parked(self) -> list[pb.Invocation]:
+        """This session's invocations waiting for a confirmation now, oldest first (``ListParked``;
+        ``proposal_id`` is the model's tool call id): what a process resuming the session's runs
+        elsewhere may have to cancel."""
+        r = _call(
+            self.client._gate().ListParked,
+            pb.ListParkedRequest(session_id=self.session_id),
+            self.client.timeout,
+        )
+        return list(r.invocations)
+
+    def find(self, call_id: str, name: str, *, model_call_id: str = "") -> pb.Invocation | None:
+        """The invocation this session's proposal of tool call ``call_id`` made (``FindInvocation``,
+        by the tool and the derived idempotency key; ``name``: legal or callgate name,
+        ``model_call_id``: default the current one), or None when no proposal of this session
+        used that key. For a process that holds a tool call id but no invocation id (a run state
+        restored elsewhere): :meth:`parked` / :meth:`cancel` follow."""
+        req = find_request(self.session_id, model_call_id or self.model_call_id, call_id, name, self.names)
+        try:
+            r: pb.GetInvocationResponse = _call(self.client._gate().FindInvocation, req, self.client.timeout)
+        except CallRefused as err:
+            if err.code == "invocation_not_found":
+                return None
+            raise
+        return r.invocation
 
     def parked(self, invocation_id: str, tool_call_id: str = "") -> NeedsConfirmation | None:
         """The invocation as a :class:`NeedsConfirmation` while it waits for a confirmer (e.g. a

@@ -301,6 +301,20 @@ class GateService(pb_grpc.GateServicer):
         inv, events = await self._gate.get_invocation(request.invocation_id, session_id=request.session_id)
         return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
 
+    async def FindInvocation(
+        self, request: pb.FindInvocationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetInvocationResponse:
+        inv, events = await self._gate.find_invocation(
+            request.session_id, request.tool_name, request.tool_version, request.idempotency_key
+        )
+        return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
+
+    async def ListParked(
+        self, request: pb.ListParkedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListParkedResponse:
+        parked = await self._gate.list_parked(request.session_id)
+        return pb.ListParkedResponse(invocations=[invocation_pb(inv) for inv in parked])
+
     async def WatchInvocation(
         self, request: pb.WatchInvocationRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchInvocationResponse]:
