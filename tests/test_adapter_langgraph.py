@@ -221,6 +221,37 @@ def test_an_async_graph_never_blocks_the_event_loop_while_it_waits_for_the_conso
     assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
 
 
+def test_an_async_run_cancelled_while_waiting_for_the_console_cancels_the_call(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from callgate.adapters.langgraph import CallgateTools
+    from tests.langgraph_app import TOOLS
+
+    a = world.server.sidecar.addresses
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(world.dir / "ledger.txt"))
+    seen = Observed()
+
+    async def go() -> str:
+        async with AsyncClient(a["agent"][0], executor=a["executor"][0]) as acg:
+            session = seen.aio(await acg.session("acme", "alice", timezone="Asia/Shanghai"))
+            graph = build(
+                CallgateTools(acg, session, TOOLS, executor_id="lg"), InMemorySaver(), asynchronous=True
+            )
+            (ask,) = asked(summary(await graph.ainvoke({"messages": [HumanMessage("calendar")]}, cfg("t"))))
+            run = asyncio.create_task(
+                graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg("t"))
+            )
+            await asyncio.to_thread(seen.waiting.wait, 30)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            return str(ask["invocation_id"])
+
+    invocation_id = asyncio.run(go())
+    assert world.invocation(invocation_id).state.name == "CANCELLED_BEFORE_COMMIT"
+    assert invocation_id not in world.pending_ids() and world.ledger() == []
+
+
 def test_a_model_call_names_the_tool_messages_fed_into_it(world: World) -> None:
     """``gate.model`` passes ``fed_invocation_ids``: the second model call's ListTools names the
     invocation whose tool message it was given, and the sidecar records it (6.13 question 8)."""

@@ -677,6 +677,9 @@ class CallgateTools:
             if self.console_timeout is None:  # past the expiry: the sweeper ends it
                 return False
             raise
+        except asyncio.CancelledError:  # the run was cancelled (asyncio path): it leaves the console
+            await asyncio.shield(io.cancel(p.inv.invocation_id, "the agent run was cancelled"))
+            raise
 
     async def _end(self, io: _Io, p: _Parked, d: Decision, config: RunnableConfig) -> None:
         """Take a rejected (or edited) call out of the console at once: Deny with the approver
