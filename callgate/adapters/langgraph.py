@@ -31,6 +31,11 @@ recorded with the approver, and a reject / edit denies it (``Confirmations.Deny`
 ``WatchInvocation`` for the console's decision until the confirmation expires, and a reject / edit
 cancels (``Gate.Cancel``). Either way a rejected call leaves the console at once.
 
+Async graphs (``ainvoke`` / ``astream``): give :class:`CallgateTools` an ``AsyncClient`` and its
+``AsyncSession`` (``callgate.client.aio``): every call to the sidecar, the console wait included,
+is awaited, so the event loop is never blocked; one written plan (:class:`_Io`) serves both paths.
+``gate.model`` names the tool messages fed into each model call (``fed_invocation_ids``).
+
 Replay-safe (LangGraph re-runs the node from its start on resume): every proposal is re-sent with
 its derived idempotency key, so callgate answers with the replay (6.8); which calls are asked is
 read from the invocations (one that was ever parked is asked again, whatever it became), so the
