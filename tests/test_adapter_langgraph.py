@@ -144,9 +144,9 @@ class Observed:
     def sync(self, session: Session) -> Session:
         inner = session.wait_confirmed
 
-        def wait_confirmed(pending: Any, *, timeout: float) -> bool:
+        def wait_confirmed(pending: Any, **kw: Any) -> bool:
             self.waiting.set()
-            return inner(pending, timeout=timeout)
+            return inner(pending, **kw)
 
         session.wait_confirmed = wait_confirmed  # type: ignore[method-assign]
         return session
@@ -154,9 +154,9 @@ class Observed:
     def aio(self, session: AsyncSession) -> AsyncSession:
         inner = session.wait_confirmed
 
-        async def wait_confirmed(pending: Any, *, timeout: float) -> bool:
+        async def wait_confirmed(pending: Any, **kw: Any) -> bool:
             self.waiting.set()
-            return await inner(pending, timeout=timeout)
+            return await inner(pending, **kw)
 
         session.wait_confirmed = wait_confirmed  # type: ignore[method-assign]
         return session

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +22,7 @@ from callgate.client import (
     CallRefused,
     Client,
     Committed,
+    DeadlineExceeded,
     ExecutionError,
     NeedsConfirmation,
     ToolCall,
@@ -216,6 +219,68 @@ def test_a_parked_call_is_found_by_its_tool_call_id_from_another_process(server:
         assert s.list_parked() == []
         ended = s.find("call-7", "calendar__create_event", model_call_id="mc-find")
         assert ended is not None and pb.State.Name(ended.state) == "CANCELLED_BEFORE_COMMIT"
+
+
+WAITER = """
+import sys
+from callgate.client import Client, Session
+agent, sid, inv = sys.argv[1:4]
+with Client(agent) as cg:
+    for change in Session(cg, sid).watch(inv, timeout=120, cancel_on_close=True):
+        print("waiting", flush=True)  # the stream is open: the sidecar has shown it the call
+"""
+
+
+def _ended(s: Any, invocation_id: str) -> str:
+    """The state the invocation ends in (watched until terminal)."""
+    for change in s.watch(invocation_id, timeout=30):
+        if change.terminal:
+            return pb.State.Name(change.invocation.state)
+    raise AssertionError("no terminal state")
+
+
+def test_a_watch_given_up_cancels_the_parked_call_only_when_asked(server: Running) -> None:
+    """``cancel_on_close``: a watch closed before its deadline, or an agent process killed while
+    it waits, cancels the parked call at once (it leaves the console); the deadline passing, or a
+    watch without the flag, leaves it parked."""
+    with client_for(server) as cg:
+        s = cg.session("acme", "alice", timezone="Asia/Shanghai")
+        s.tools("mc-close")
+
+        def park(call_id: str) -> NeedsConfirmation:
+            out = s.propose(
+                ToolCall(call_id, "calendar__create_event", json.dumps({**EVENT, "title": call_id}))
+            )
+            assert isinstance(out, NeedsConfirmation)
+            return out
+
+        plain, timed, closed, killed = park("w1"), park("w2"), park("w3"), park("w4")
+        it = s.watch(plain.invocation_id, timeout=30)
+        next(it)
+        it.close()  # no flag: closing decides nothing
+        with pytest.raises(DeadlineExceeded):  # the deadline passes: the call stays the console's
+            s.wait_confirmed(timed, timeout=0.5, cancel_on_close=True)
+        it = s.watch(closed.invocation_id, timeout=30, cancel_on_close=True)
+        assert pb.State.Name(next(it).invocation.state) == "AUTHORIZED"
+        it.close()  # the caller gave it up
+        assert _ended(s, closed.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WAITER, server.sidecar.addresses["agent"][0], s.session_id,
+             killed.invocation_id],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "waiting"
+            proc.kill()  # the agent process dies while it waits for the console
+            proc.wait(30)
+        finally:
+            proc.kill()
+        assert _ended(s, killed.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+        events = s.events(closed.invocation_id)
+        assert [e.data["reason"] for e in events if e.kind == "cancelled"] == ["the agent closed its watch"]
+        for left in (plain, timed):
+            assert pb.State.Name(s.invocation(left.invocation_id).state) == "AUTHORIZED"
+            s.cancel(left.invocation_id)
 
 
 def test_confirmer_not_configured_is_typed() -> None:

@@ -222,7 +222,10 @@ class _Io(Protocol):
     async def confirm(self, invocation_id: str, digest: str, by: str) -> None: ...
     async def deny(self, invocation_id: str, digest: str, by: str) -> None: ...
     async def cancel(self, invocation_id: str, reason: str) -> None: ...
-    async def wait_confirmed(self, pending: NeedsConfirmation, timeout: float) -> bool: ...
+    async def wait_confirmed(self, pending: NeedsConfirmation, timeout: float) -> bool:
+        """Wait for the console's decision; given up otherwise (the process dies), the sidecar
+        cancels the parked call (``cancel_on_close``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -246,7 +249,7 @@ class _SyncIo:
         self.session.cancel(invocation_id, reason=reason)
 
     async def wait_confirmed(self, pending: NeedsConfirmation, timeout: float) -> bool:
-        return self.session.wait_confirmed(pending, timeout=timeout)
+        return self.session.wait_confirmed(pending, timeout=timeout, cancel_on_close=True)
 
 
 @dataclass(frozen=True)
@@ -270,7 +273,7 @@ class _AsyncIo:
         await self.session.cancel(invocation_id, reason=reason)
 
     async def wait_confirmed(self, pending: NeedsConfirmation, timeout: float) -> bool:
-        return await self.session.wait_confirmed(pending, timeout=timeout)
+        return await self.session.wait_confirmed(pending, timeout=timeout, cancel_on_close=True)
 
 
 def _drive(coro: Coroutine[Any, Any, T]) -> T:

@@ -314,7 +314,7 @@ class Gate:
     def _wait_for_console(self, out: NeedsConfirmation) -> bool:
         while True:
             try:
-                return self.session.wait_confirmed(out, timeout=WATCH_SLICE_S)
+                return self.session.wait_confirmed(out, timeout=WATCH_SLICE_S, cancel_on_close=True)
             except DeadlineExceeded:
                 continue  # still parked: watch again (the sidecar expires it at expires_at)
 

@@ -317,9 +317,17 @@ class AsyncSession:
         )
         return state_name(r.state)
 
-    async def wait_confirmed(self, pending: NeedsConfirmation, *, timeout: float) -> bool:
+    async def wait_confirmed(
+        self, pending: NeedsConfirmation, *, timeout: float, cancel_on_close: bool = False
+    ) -> bool:
+        """:meth:`Session.wait_confirmed` (``cancel_on_close``: a wait abandoned before its
+        deadline, e.g. the task cancelled, cancels the parked invocation)."""
         stream = self.client._gate().WatchInvocation(
-            pb.WatchInvocationRequest(invocation_id=pending.invocation_id, session_id=self.session_id),
+            pb.WatchInvocationRequest(
+                invocation_id=pending.invocation_id,
+                session_id=self.session_id,
+                cancel_on_close=cancel_on_close,
+            ),
             timeout=timeout,
             metadata=trace_metadata(),
         )

@@ -282,11 +282,15 @@ class Session:
         return outcome_of(resp, req.proposal_id)
 
     def watch(
-        self, invocation_id: str, *, timeout: float | None = None
+        self, invocation_id: str, *, timeout: float | None = None, cancel_on_close: bool = False
     ) -> Iterator[pb.WatchInvocationResponse]:
-        """The invocation's changes (WatchInvocation) until a terminal state or ``timeout``."""
+        """The invocation's changes (WatchInvocation) until a terminal state or ``timeout``.
+        ``cancel_on_close``: closing the stream before its deadline (or this process going away)
+        cancels the invocation if it is still parked: the caller gave it up."""
         stream = self.client._gate().WatchInvocation(
-            pb.WatchInvocationRequest(invocation_id=invocation_id, session_id=self.session_id),
+            pb.WatchInvocationRequest(
+                invocation_id=invocation_id, session_id=self.session_id, cancel_on_close=cancel_on_close
+            ),
             timeout=timeout if timeout is not None else self.client.timeout,
             metadata=trace_metadata(),
         )
@@ -297,11 +301,15 @@ class Session:
         finally:
             stream.cancel()
 
-    def wait_confirmed(self, pending: NeedsConfirmation, *, timeout: float) -> bool:
+    def wait_confirmed(
+        self, pending: NeedsConfirmation, *, timeout: float, cancel_on_close: bool = False
+    ) -> bool:
         """Wait (no polling) until the parked invocation is confirmed (True: PREPARED, hand it to
         the executor) or ends otherwise (False: expired or cancelled). A deadline passing raises
-        :class:`DeadlineExceeded`."""
-        for change in self.watch(pending.invocation_id, timeout=timeout):
+        :class:`DeadlineExceeded` (the invocation stays parked). ``cancel_on_close``: if the wait
+        is abandoned otherwise (interrupted, the process dies), the sidecar cancels the parked
+        invocation at once (:meth:`watch`)."""
+        for change in self.watch(pending.invocation_id, timeout=timeout, cancel_on_close=cancel_on_close):
             state = pb.State.Name(change.invocation.state)
             if state == "PREPARED" and change.invocation.digest == pending.digest:
                 return True

@@ -420,12 +420,14 @@ class FindInvocationRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class WatchInvocationRequest(_message.Message):
-    __slots__ = ("invocation_id", "session_id")
+    __slots__ = ("invocation_id", "session_id", "cancel_on_close")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_ON_CLOSE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     session_id: str
-    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+    cancel_on_close: bool
+    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ..., cancel_on_close: _Optional[bool] = ...) -> None: ...
 
 class WatchInvocationResponse(_message.Message):
     __slots__ = ("invocation", "events", "terminal")
