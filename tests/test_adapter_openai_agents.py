@@ -341,6 +341,47 @@ def test_console_only_a_saved_state_rejected_in_a_new_process_leaves_the_console
     assert event(events, "cancelled")["reason"] == "rejected in the agent run"
 
 
+def test_console_only_a_saved_state_approved_in_a_new_process_waits_for_the_console_and_runs_once(
+    sidecar: Running,
+) -> None:
+    """No confirmer anywhere: the second process's ``state.approve`` confirms nothing; it waits
+    for the console, whose confirmation (given while it waits) runs the call once there."""
+    session, saved, invocation_id = parked_and_saved(sidecar, with_confirmer=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.openai_agents_app", str(sockets(sidecar)), session.session_id,
+         "approve", "console"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(saved)
+        proc.stdin.close()
+        watched = sidecar.gate.WatchInvocation(
+            pb.WatchInvocationRequest(invocation_id=invocation_id, session_id=session.session_id), timeout=60
+        )
+        for change in watched:  # the second process's approval alone confirmed nothing
+            assert pb.State.Name(change.invocation.state) == "AUTHORIZED"
+            if any(e.kind == "idempotent_replay" for e in change.events):
+                break  # it proposed the call again: it is at its console wait now (or about to be)
+        watched.cancel()
+        assert upstream() == []
+        digest = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0].digest
+        sidecar.confirmations.Confirm(
+            pb.ConfirmRequest(invocation_id=invocation_id, digest=digest, confirmed_by="bob@console")
+        )
+        proc.stdin = None  # written and closed above
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    done = json.loads(stdout.strip().splitlines()[-1])
+    assert done["final_output"] == "done" and json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
+    assert len(upstream()) == 1
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "OBSERVED" and event(events, "confirmed")["confirmed_by"] == "bob@console"
+
+
 # ---------------------------------------------------------------- confirmation only in the console
 class ToolStarted(RunHooks[Any]):
     """Tells the test the resumed run reached the tool (it then waits for the console)."""
