@@ -141,6 +141,37 @@ def test_allow_runs_the_typed_function_once_and_the_model_gets_the_content(sidec
     assert "Paris" in content["data"]["city"] and "sunny" in content["data"]["forecast"]
     assert item.raw_item["output"] == item.output  # exactly what the model is sent
     assert item.custom_data["callgate"] == {"invocation_id": content["invocation_id"], "status": "OBSERVED"}
+    # the second model call named the tool message fed into it (gate.hooks(), 6.13 question 8)
+    assert len(fed(sidecar, content["invocation_id"])) == 1
+
+
+def fed(server: Running, invocation_id: str) -> list[Any]:
+    """The model calls the runtime said it fed the invocation's tool message into."""
+    return list(server.call(server.sidecar.components.store.list_fed(invocation_id)))
+
+
+def test_a_tool_message_handed_out_by_another_process_is_reported_as_fed(sidecar: Running) -> None:
+    """A gate that did not run the call (another process, a restored state) finds the output's
+    invocation by its tool call id and names it on the next model call's ListTools."""
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        session = new_session(cg)
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="c1")],
+                [assistant_message("ok")],
+            ]
+        )
+        result = Runner.run_sync(Agent(name="a", model=model, tools=Gate(TOOLS, client=cg, session=session,
+            executor_id="x", external_ids={"calendar.create_event": "event_id"}).tools), "?", run_config=RUN)  # fmt: skip
+        invocation_id = outputs(result)["c1"].custom_data["callgate"]["invocation_id"]
+        assert fed(sidecar, invocation_id) == []  # no hooks: nothing reported
+        other = Gate(
+            TOOLS, client=cg, session=Session(cg, session.session_id), executor_id="x",
+            external_ids={"calendar.create_event": "event_id"},
+        )  # fmt: skip
+        items = result.to_input_list()
+        assert other.record_model_call(items) == (invocation_id,)
+    assert len(fed(sidecar, invocation_id)) == 1
 
 
 def test_an_async_function_taking_the_sdks_context_gets_it(sidecar: Running) -> None:

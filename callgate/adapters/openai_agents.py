@@ -46,12 +46,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents import FunctionTool, RunContextWrapper, RunState
+from agents import AgentHooks, FunctionTool, RunContextWrapper, RunState
 from agents.exceptions import AgentsException
 from agents.tool import FunctionToolCustomDataContext
 from agents.tool_context import ToolContext as AgentsToolContext
@@ -79,6 +80,9 @@ from callgate.client import (
 )
 from callgate.client._wire import parked
 from callgate.gen.v1 import callgate_pb2 as pb
+
+FED_MAX = 1024
+"""At most this many fed invocations per model call (the sidecar's limit), the newest."""
 
 DEFAULT_MODEL_CALL_ID = "openai-agents"
 """The model call id the gate lists its tools under when none is given (one per session: a run
@@ -167,6 +171,9 @@ class Gate:
         self._outcomes: dict[str, Outcome | CallgateClientError] = {}
         self._waiting: dict[str, NeedsConfirmation] = {}
         self.model_call_id = model_call_id
+        self._handed: dict[str, str] = {}
+        """Tool call id -> invocation id of a tool output the model gets (a stored tool message)."""
+        self._looked: set[str] = set()
         self._adoptions: weakref.WeakKeyDictionary[RunContextWrapper[Any], asyncio.Future[None]] = (
             weakref.WeakKeyDictionary()
         )
@@ -250,6 +257,8 @@ class Gate:
             except CallgateClientError as err:
                 raise CallgateToolError(err) from None
             self._answers[call_id] = answer
+            if answer.envelope.get("status") == "OBSERVED":  # its stored tool message: fed next
+                self._handed[call_id] = answer.envelope["invocation_id"]
             return answer.output
 
         return on_invoke_tool
@@ -344,6 +353,44 @@ class Gate:
         the SDK, no confirmer here): invocation id, digest, ``expires_at``; for a status line."""
         return list(self._waiting.values())
 
+    # ---------------------------------------------------------------- fed tool messages
+    def hooks(self) -> AgentHooks[Any]:
+        """``Agent(..., hooks=gate.hooks())``: before each model call, tell the sidecar which of
+        these tools' outputs are in its input (``ListTools`` with ``fed_invocation_ids`` under a
+        model call id of its own), so ``callgate explain`` answers question 8 from the runtime's
+        record (docs/OPERATE.md). Outputs handed out by another process (a restored run state)
+        are found by their tool call id (``FindInvocation``)."""
+        return _FedHooks(self)
+
+    def record_model_call(self, input_items: Sequence[Any]) -> tuple[str, ...]:
+        """One model call about to be made with ``input_items``: ListTools naming the invocations
+        whose tool messages they carry; those invocation ids."""
+        names: dict[str, str] = {}
+        outputs: list[str] = []
+        for item in input_items:
+            if not isinstance(item, Mapping) or not isinstance(item.get("call_id"), str):
+                continue
+            if item.get("type") == "function_call" and isinstance(item.get("name"), str):
+                names[item["call_id"]] = item["name"]
+            elif item.get("type") == "function_call_output":
+                outputs.append(item["call_id"])
+        ours = {t.name for t in self.tools}
+        fed: list[str] = []
+        for call_id in outputs:
+            if call_id not in self._handed and call_id not in self._looked and names.get(call_id) in ours:
+                self._looked.add(call_id)
+                inv = self.session.find(call_id, names[call_id], model_call_id=self.model_call_id)
+                if inv is not None and inv.state == pb.OBSERVED:
+                    self._handed[call_id] = inv.invocation_id
+            if call_id in self._handed:
+                fed.append(self._handed[call_id])
+        ids = tuple(dict.fromkeys(fed))[-FED_MAX:]
+        # a session object of its own: the gate's keeps the model call id its proposals use
+        Session(self.client, self.session.session_id).tools(
+            "mc-" + uuid.uuid4().hex, "openai", fed_invocation_ids=ids
+        )
+        return ids
+
     # ---------------------------------------------------------------- abandoned confirmations
     async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
         """The SDK's ``state.reject(item)`` calls nothing of the tool: it is seen here, when the
@@ -396,6 +443,21 @@ class Gate:
                     await asyncio.to_thread(self._cancel, inv.invocation_id, "the agent run was abandoned")
                 self._parked.pop(item.call_id, None)
                 self._outcomes.pop(item.call_id, None)
+
+
+class _FedHooks(AgentHooks[Any]):
+    """:meth:`Gate.hooks`."""
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        try:
+            await asyncio.to_thread(self._gate.record_model_call, list(input_items))
+        except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
+            raise CallgateToolError(err) from None
 
 
 def _by_tool_name(
