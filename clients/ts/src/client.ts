@@ -313,16 +313,18 @@ export class Session {
    * Waits until a parked invocation is confirmed (returns true) or ends otherwise (false: expired,
    * refused, cancelled), on the WatchInvocation server stream (no polling): the invocation as it
    * is, then one answer per change. Past `timeoutMs` it throws ClientCode.ConfirmationTimeout.
+   * `cancelOnClose`: if the wait is abandoned before `timeoutMs` (the process exits, the call is
+   * cancelled), the sidecar cancels the still parked invocation (it leaves the console).
    */
   async waitForConfirmation(
     invocationId: string,
-    opts: { timeoutMs?: number; call?: CallOptions } = {},
+    opts: { timeoutMs?: number; cancelOnClose?: boolean; call?: CallOptions } = {},
   ): Promise<boolean> {
     const timeoutMs = opts.timeoutMs ?? 300_000;
     try {
       for await (const change of this.client.gate.stream(
         "watchInvocation",
-        { invocationId, sessionId: this.sessionId },
+        { invocationId, sessionId: this.sessionId, cancelOnClose: opts.cancelOnClose ?? false },
         { ...opts.call, timeoutMs },
       )) {
         const st = change.invocation?.state;
