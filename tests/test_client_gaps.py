@@ -183,6 +183,29 @@ def test_a_parked_call_is_found_by_its_tool_call_id_from_another_process(server:
     """A second client over the same session id (another process: no invocation id in hand)
     finds the call its tool call id made (FindInvocation) and the session's parked calls
     (ListParked); another session finds neither. Sync and asyncio alike."""
+    found_by_tool_call_id(server)
+
+
+@pytest.mark.postgres
+def test_a_parked_call_is_found_by_its_tool_call_id_in_a_postgres_store(postgres_dsn: str) -> None:
+    """The same with the keys and invocations in PostgreSQL (tests/pg_fixture.py)."""
+    from callgate.config import StoreConfig
+    from tests.test_store_contract import fresh_pg_database
+
+    os.environ["CALLGATE_TEST_FIND_PG_DSN"] = fresh_pg_database(postgres_dsn)
+    try:
+        running, tmp = start_sidecar(
+            store=StoreConfig(backend="postgres", dsn_env="CALLGATE_TEST_FIND_PG_DSN")
+        )
+    finally:
+        del os.environ["CALLGATE_TEST_FIND_PG_DSN"]
+    try:
+        found_by_tool_call_id(running)
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def found_by_tool_call_id(server: Running) -> None:
     with client_for(server) as cg:
         s = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-find-1")
         s.tools("mc-find")
