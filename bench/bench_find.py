@@ -9,6 +9,7 @@ in flight, with ``--parked`` calls of other sessions of the same tenant waiting.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -64,14 +65,17 @@ def main() -> None:
             mine = park(cg, "bench-mine", 1)
             s = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id="bench-mine")
             s.tools("mc-1")
-            for name, fn in (
-                ("GetInvocation (baseline)", lambda: s.invocation(mine.invocation_id)),
-                ("FindInvocation", lambda: s.find("c0", "calendar__create_event")),
+            calls: tuple[tuple[str, Callable[[], object]], ...] = (
+                ("GetInvocation (baseline)", functools.partial(s.invocation, mine.invocation_id)),
+                ("FindInvocation", functools.partial(s.find, "c0", "calendar__create_event")),
                 ("ListParked", s.list_parked),
-            ):
+            )
+            for name, fn in calls:
                 fn()  # warm
                 lat, elapsed = timed(fn, args.seconds)
-                results[f"{name} / {others} others parked"] = report(f"{name}, {others} others parked", lat, elapsed)
+                results[f"{name} / {others} others parked"] = report(
+                    f"{name}, {others} others parked", lat, elapsed
+                )
     dump(args.json, results)
 
 
