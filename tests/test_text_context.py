@@ -34,7 +34,7 @@ from callgate.policy.textflags import TEXT_KEY, may_flag, text_context
 from callgate.propose.authorize import authorize_invocation, policy_context
 from callgate.propose.core import Core
 from callgate.propose.parse import ParseLimits
-from callgate.propose.steps import _hides_text
+from callgate.propose.steps import _declares_text, _hides_text
 from tests.conftest import POLICIES, reference_front
 from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture
 
@@ -158,6 +158,7 @@ def test_compiled_core(folder: Path, case: dict[str, Any], loop: asyncio.Abstrac
     principal = case["principal"]
     answer = core.front(snap, tool, raw, principal["tenant"], "en", case["clock"], LIMITS, principal["id"])
     assert answer is not None and answer.code is None and answer.authz is not None, case["name"]
+    assert _declares_text(snap, tool)
     if _hides_text(answer.canonical):
         assert "text" in case["expect"]
         got = decide(snap.engine, snap, case, loop)
@@ -189,6 +190,14 @@ def test_opa(
     finally:
         loop.run_until_complete(engine.close())
     assert got == {c["name"]: want(c) for c in CASES}
+
+
+def test_a_schema_without_text_keeps_the_one_call() -> None:
+    """The example folder's hand-written Cedar schema declares no ``text``: a flagged proposal
+    there is no reason to leave the compiled core's one-call decision."""
+    snap = load_snapshot(POLICIES)
+    tool = snap.tools.get("calendar.create_event", "v1")
+    assert tool is not None and not _declares_text(snap, tool)
 
 
 def test_undeclared_text_is_not_sent(folder: Path) -> None:

@@ -406,7 +406,12 @@ def front(
         and tool.text_policy.needs_python(p.arguments_bytes, answer.parsed)
     ):
         answer = None  # the text policy refuses or changes an identifier: the Python stages answer
-    if answer is not None and answer.authz is not None and _hides_text(answer.canonical):
+    if (
+        answer is not None
+        and answer.authz is not None
+        and _declares_text(call.snapshot, tool)
+        and _hides_text(answer.canonical)
+    ):
         answer = None  # context.text (policy/textflags.py): the core does not build it
     if answer is not None and answer.code is None and ctx is not None:
         validated = core.validated(tool, answer)
@@ -434,8 +439,15 @@ def front(
     return checked, normalized_or
 
 
+def _declares_text(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
+    """Whether one of the tool's actions declares ``context.text`` (issue 33)."""
+    declares = getattr(snapshot.engine, "text_actions", None)
+    return declares is None or any(c in declares for c in tool.spec.required_capabilities)
+
+
 def _hides_text(canonical: bytes) -> bool:
-    """Whether the compiled core's one-call decision lacks ``context.text`` (issue 33)."""
+    """Whether these canonical arguments have a ``context.text`` (the compiled core's one-call
+    decision lacks it)."""
     return may_flag(canonical) and text_context(json.loads(canonical)) is not None
 
 

@@ -786,6 +786,11 @@ class CedarEngine:
         """Action -> the time values its schema declares (:mod:`callgate.policy.timevalues`)."""
         return self._p.time_plans
 
+    @property
+    def text_actions(self) -> frozenset[str]:
+        """The actions whose schema declares ``context.text`` (:mod:`callgate.policy.textflags`)."""
+        return self._p.text_actions
+
     def _request_entities(self, p: CedarPolicies, req: AuthzRequest) -> list[dict[str, Any]]:
         if p.entities is None:
             raise RuntimeError("cedarpy's form of this snapshot was not built")
