@@ -15,94 +15,47 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from callgate.core.model import AuthzRequest, Decision, Subject
+from callgate.core.model import AuthzRequest, Subject
 from callgate.policy.declare import cedar_text_actions, declared
-from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
-from callgate.policy.engines.opa import OpaEngine
 from callgate.policy.engines.rego import RegoEngine
 from callgate.policy.engines.rego_contract import build_input, load_rego_dir
 from callgate.policy.snapshot import load_snapshot
 from callgate.policy.textflags import TEXT_KEY, may_flag, text_context
-from callgate.propose.authorize import authorize_invocation, policy_context
-from callgate.propose.core import Core
+from callgate.propose.authorize import policy_context
 from callgate.propose.parse import ParseLimits
 from callgate.propose.steps import _declares_text, _hides_text
-from tests.conftest import POLICIES, reference_front
+from tests import policy_tables
+from tests.conftest import POLICIES
 from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture
+from tests.policy_tables import (
+    cases,
+    copy_folder,
+    decide,
+    native_snapshot,
+    normalized,
+    opa_decisions,
+    python_snapshot,
+    summary,
+    want,
+)
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "text_context"
-CASES: list[dict[str, Any]] = json.loads((FIXTURE / "cases.json").read_text(encoding="utf-8"))["cases"]
+CASES = cases(FIXTURE)
 IDS = [c["name"] for c in CASES]
 LIMITS = ParseLimits()
-_SNAPS: dict[str, Any] = {}
+loop = policy_tables.loop
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fixture folder with the project's Rego contract modules (decision, entities, schema)."""
-    root = tmp_path_factory.mktemp("text") / "policies"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("cases.json"))
-    for name in ("decision.rego", "entities.rego", "schema.rego"):
-        shutil.copy(POLICIES / "rego" / name, root / "rego" / name)
-    return root
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    lp = asyncio.new_event_loop()
-    yield lp
-    lp.close()
-
-
-def _snap(folder: Path) -> Any:
-    if "python" not in _SNAPS:
-        _SNAPS["python"] = load_snapshot(folder)
-    return _SNAPS["python"]
-
-
-def _native(folder: Path) -> tuple[Any, Core]:
-    if "native" not in _SNAPS:
-        snap = load_snapshot(folder)
-        core = Core("native")
-        core.prepare(snap, eager=True)
-        assert core.cedar_core(snap) is not None
-        _SNAPS["native"] = (snap, core)
-    out: tuple[Any, Core] = _SNAPS["native"]
-    return out
-
-
-def summary(d: Decision) -> dict[str, Any]:
-    return {"effect": d.effect.value, "policy_ids": sorted(d.policy_ids)}
-
-
-def want(case: dict[str, Any]) -> dict[str, Any]:
-    return {"effect": case["expect"]["effect"], "policy_ids": sorted(case["expect"]["policy_ids"])}
-
-
-def normalized(snap: Any, case: dict[str, Any]) -> tuple[Any, Any]:
-    name, version = case["tool"].split("@")
-    tool = snap.tools.get(name, version)
-    assert tool is not None
-    raw = json.dumps(case["args"]).encode()
-    return tool, reference_front(tool, raw, case["clock"], case["principal"]["tenant"], zone=case["zone"])
-
-
-def decide(
-    engine: Engine, snap: Any, case: dict[str, Any], loop: asyncio.AbstractEventLoop
-) -> dict[str, Any]:
-    tool, norm = normalized(snap, case)
-    subject = Subject(case["principal"]["tenant"], case["principal"]["id"])
-    result = loop.run_until_complete(authorize_invocation(engine, tool, norm, subject))
-    assert not result.decision.error_code, (case["name"], result.decision)
-    return summary(result.decision)
+    return copy_folder(tmp_path_factory, FIXTURE)
 
 
 def test_the_table_covers_every_effect_and_flag() -> None:
@@ -114,7 +67,7 @@ def test_the_table_covers_every_effect_and_flag() -> None:
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_the_context_policies_see(folder: Path, case: dict[str, Any]) -> None:
     """``context.text`` is there exactly when a string hides something, with its pointers."""
-    tool, norm = normalized(_snap(folder), case)
+    tool, norm = normalized(python_snapshot(folder), case)
     ctx = policy_context(tool, norm)
     assert ctx.get(TEXT_KEY) == case["expect"].get("text")
     assert text_context(case["args"]) == case["expect"].get("text")
@@ -144,7 +97,7 @@ def test_generated_schema_declares_text(folder: Path) -> None:
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_cedarpy(folder: Path, case: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
     engine = CedarEngine(load_cedar_dir(folder / "cedar", cores=SnapshotCores.PYTHON))
-    assert decide(engine, _snap(folder), case, loop) == want(case)
+    assert decide(engine, python_snapshot(folder), case, loop) == want(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
@@ -152,7 +105,7 @@ def test_compiled_core(folder: Path, case: dict[str, Any], loop: asyncio.Abstrac
     """The compiled core: its one-call decision where nothing is flagged (the context it builds
     has no ``text``, as the Python one has none), else the Python stages with the compiled Cedar
     engine's JSON path (what :func:`callgate.propose.steps.front` does)."""
-    snap, core = _native(folder)
+    snap, core = native_snapshot(folder)
     tool, _ = normalized(snap, case)
     raw = json.dumps(case["args"]).encode()
     principal = case["principal"]
@@ -170,7 +123,7 @@ def test_compiled_core(folder: Path, case: dict[str, Any], loop: asyncio.Abstrac
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_embedded_rego(folder: Path, case: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
-    assert decide(RegoEngine.from_dir(folder / "rego"), _snap(folder), case, loop) == want(case)
+    assert decide(RegoEngine.from_dir(folder / "rego"), python_snapshot(folder), case, loop) == want(case)
 
 
 @pytest.mark.opa
@@ -179,16 +132,7 @@ def test_opa(
     opa_factory: Callable[..., OpaServer],  # noqa: F811
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    server = opa_factory(None)
-    engine = OpaEngine.from_dir(folder / "rego", url=server.url, timeout=5.0)
-    snap = _snap(folder)
-    try:
-        loop.run_until_complete(engine.load_policies())
-        ok, why = loop.run_until_complete(engine.readiness())
-        assert ok, why
-        got = {c["name"]: decide(engine, snap, c, loop) for c in CASES}
-    finally:
-        loop.run_until_complete(engine.close())
+    got = opa_decisions(folder, opa_factory, loop, CASES)
     assert got == {c["name"]: want(c) for c in CASES}
 
 
@@ -203,7 +147,7 @@ def test_a_schema_without_text_keeps_the_one_call() -> None:
 def test_undeclared_text_is_not_sent(folder: Path) -> None:
     """The Rego input carries ``text`` where the data declares it, and not for a legacy
     data.json; the example policies (hand-written schemas) decide as before."""
-    snap = _snap(folder)
+    snap = python_snapshot(folder)
     case = next(c for c in CASES if c["name"] == "zero-width characters in the body")
     tool, norm = normalized(snap, case)
     req = AuthzRequest(Subject("acme", "ana"), "notes.post", "channel:general", policy_context(tool, norm))
