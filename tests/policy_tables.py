@@ -122,3 +122,29 @@ def opa_decisions(
         return {c["name"]: decide(engine, snap, c, loop, check) for c in table}
     finally:
         loop.run_until_complete(engine.close())
+
+
+def check_and_policy_test(folder: Path, tmp_path: Path, engine: str) -> str:
+    """``callgate check`` and ``callgate policy test <folder>/tests`` on ``engine`` (both must
+    pass); the policy test's output."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cfg = tmp_path / "callgate.toml"
+    cfg.write_text(
+        f'[store]\npath = "{tmp_path / "db"}"\n\n[policy]\ndir = "{folder}"\nengine = "{engine}"\n'
+    )
+    for args in (["check", "-c", str(cfg)], ["policy", "test", str(folder / "tests"), "-c", str(cfg)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "callgate", *args],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout

@@ -36,6 +36,7 @@ from tests.conftest import POLICIES
 from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture
 from tests.policy_tables import (
     cases,
+    check_and_policy_test,
     copy_folder,
     decide,
     native_snapshot,
@@ -155,6 +156,14 @@ def test_undeclared_text_is_not_sent(folder: Path) -> None:
     assert doc["context"]["text"] == case["expect"]["text"]
     legacy = build_input(req, (), load_rego_dir(POLICIES / "rego").context_names)
     assert "text" not in legacy["context"]
+
+
+@pytest.mark.parametrize("engine", ["cedar", "rego"])
+def test_check_and_policy_tests_pass(folder: Path, tmp_path: Path, engine: str) -> None:
+    """``callgate check`` accepts the generated declarations, and the request files in ``tests/``
+    get ``context.text`` from their arguments as Propose computes it."""
+    out = check_and_policy_test(folder, tmp_path, engine)
+    assert "3 passed" in out, out
 
 
 def test_through_a_real_sidecar(folder: Path) -> None:

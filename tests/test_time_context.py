@@ -36,6 +36,7 @@ from tests.conftest import POLICIES
 from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture
 from tests.policy_tables import (
     cases,
+    check_and_policy_test,
     copy_folder,
     native_snapshot,
     normalized,
@@ -278,24 +279,5 @@ def test_check_and_policy_tests_pass(folder: Path, tmp_path: Path, engine: str) 
     """``callgate check`` on the folder: the derived samples (``context.now`` the check's clock)
     stay in the contract, and the policy tests in ``tests/`` state their ``context.now`` and
     time arguments as production passes them."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    cfg = tmp_path / "callgate.toml"
-    cfg.write_text(
-        f'[store]\npath = "{tmp_path / "db"}"\n\n[policy]\ndir = "{folder}"\nengine = "{engine}"\n'
-    )
-    for args in (["check", "-c", str(cfg)], ["policy", "test", str(folder / "tests"), "-c", str(cfg)]):
-        done = subprocess.run(
-            [sys.executable, "-m", "callgate", *args],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, (args, done.stdout, done.stderr)
-    assert "4 passed" in done.stdout, done.stdout
+    out = check_and_policy_test(folder, tmp_path, engine)
+    assert "4 passed" in out, out
