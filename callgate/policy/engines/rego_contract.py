@@ -185,8 +185,7 @@ def build_input(
     as ``input.shadow`` when there are any. ``context_names``: the context attributes the data
     declares (``data.callgate.schema.context`` and ``optional_context``); ``now``, ``millis`` and
     ``text`` are sent only when declared (a legacy ``data.json`` without them keeps its exact
-    input). Raises
-    :class:`RequestError`.
+    input). Raises :class:`RequestError`.
     """
     context = contract_value(dict(req.context))
     assert isinstance(context, dict)
