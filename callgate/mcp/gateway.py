@@ -61,8 +61,7 @@ class Gateway:
         self.listeners = Listeners()
         """Connected clients, told ``tools/list_changed`` (notify.py)."""
         self.hosting = Hosting(cfg, mcp, self.listeners)
-        self.view = self.hosting.view
-        self.upstreams = self.hosting.upstreams
+        """The upstreams and the pins of their tools (hosting.py)."""
         self.tally = Refusals()
         self.refusals = self.tally.counts
         """Counts of refused calls by code (read by tests and the log at exit)."""
