@@ -103,14 +103,19 @@ class ScriptedModel(BaseChatModel):
         return ChatResult(generations=[ChatGeneration(message=ai)])
 
 
-def build(gate: CallgateTools, checkpointer: Any) -> Any:
+def build(gate: CallgateTools, checkpointer: Any, *, asynchronous: bool = False) -> Any:
+    """The graph; ``asynchronous``: its agent node is a coroutine (``await model.ainvoke``), as
+    an app run with ``ainvoke`` / ``astream`` writes it."""
     model = gate.model(ScriptedModel())
 
     def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
 
+    async def aagent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
     g = StateGraph(MessagesState)
-    g.add_node("agent", agent)
+    g.add_node("agent", aagent if asynchronous else agent)
     g.add_node("tools", gate.node())
     g.add_edge(START, "agent")
     g.add_conditional_edges("agent", tools_condition, ["tools", END])

@@ -22,7 +22,7 @@ from agents import Agent, FunctionTool, RunConfig, Runner, RunState, function_to
 from agents.testing import ScriptedModel, assistant_message
 from pydantic import SecretStr
 
-from callgate.adapters.openai_agents import Attempt, Secret, gate
+from callgate.adapters.openai_agents import Attempt, Gate, Secret
 from callgate.client import Client, Session
 
 set_tracing_disabled(True)
@@ -89,7 +89,7 @@ def client_for(sockets: Path, *, with_confirmer: bool) -> Client:
 
 
 def gated_agent(cg: Client, session: Session, model: ScriptedModel, *, with_confirmer: bool) -> Agent[Any]:
-    tools = gate(
+    g = Gate(
         TOOLS,
         client=cg,
         session=session,
@@ -98,7 +98,7 @@ def gated_agent(cg: Client, session: Session, model: ScriptedModel, *, with_conf
         approver=(lambda ctx: str(ctx.context["user"])) if with_confirmer else None,
         external_ids={"calendar.create_event": "event_id"},
     )
-    return Agent(name="assistant", model=model, tools=tools)
+    return Agent(name="assistant", model=model, tools=g.tools, hooks=g.hooks())
 
 
 async def resume(

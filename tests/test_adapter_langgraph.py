@@ -13,19 +13,20 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command
 
 from callgate.adapters.hitl import InvalidResume, parse_decisions
-from callgate.client import Client, DeadlineExceeded, Session, TransportError
+from callgate.client import AsyncClient, AsyncSession, Client, DeadlineExceeded, Session, TransportError
 from tests.conftest import ROOT, Running, short_tmpdir
 from tests.langgraph_app import EVENT, app, build, cfg, summary
 
@@ -131,6 +132,138 @@ def test_the_async_graph_runs_the_same_gate(world: World) -> None:
 
     out = asyncio.run(go())
     assert world.ledger() == ["weather Paris"] and content(out)["status"] == "ok"
+
+
+class Observed:
+    """Tells the test when the gate's node starts waiting for the console's decision: the real
+    session's ``wait_confirmed``, signalled first (sync or asyncio)."""
+
+    def __init__(self) -> None:
+        self.waiting = threading.Event()
+
+    def sync(self, session: Session) -> Session:
+        inner = session.wait_confirmed
+
+        def wait_confirmed(pending: Any, **kw: Any) -> bool:
+            self.waiting.set()
+            return inner(pending, **kw)
+
+        session.wait_confirmed = wait_confirmed  # type: ignore[method-assign]
+        return session
+
+    def aio(self, session: AsyncSession) -> AsyncSession:
+        inner = session.wait_confirmed
+
+        async def wait_confirmed(pending: Any, **kw: Any) -> bool:
+            self.waiting.set()
+            return await inner(pending, **kw)
+
+        session.wait_confirmed = wait_confirmed  # type: ignore[method-assign]
+        return session
+
+
+@pytest.mark.parametrize("kind", ["aio", "sync-client"])
+def test_an_async_graph_never_blocks_the_event_loop_while_it_waits_for_the_console(
+    world: World, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ainvoke`` of a graph whose approve waits for the console (no confirmer here): the loop
+    keeps running other tasks meanwhile, and the console's confirmation is given by a task on
+    that same loop, so a gate that blocked the loop would never see it (console_timeout)."""
+    from callgate.adapters.langgraph import CallgateTools
+    from tests.langgraph_app import TOOLS
+
+    a = world.server.sidecar.addresses
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(world.dir / "ledger.txt"))
+    seen = Observed()
+
+    async def go() -> tuple[dict[str, Any], int]:
+        async with AsyncClient(confirmer=a["confirmer"][0]) as console:
+            if kind == "aio":
+                acg = AsyncClient(a["agent"][0], executor=a["executor"][0])
+                session: Any = seen.aio(await acg.session("acme", "alice", timezone="Asia/Shanghai"))
+                gate = CallgateTools(acg, session, TOOLS, executor_id="lg", console_timeout=10)
+            else:
+                cg = Client(a["agent"][0], executor=a["executor"][0])
+                session = seen.sync(cg.session("acme", "alice", timezone="Asia/Shanghai"))
+                gate = CallgateTools(cg, session, TOOLS, executor_id="lg", console_timeout=10)
+            graph = build(gate, InMemorySaver(), asynchronous=True)
+            first = summary(await graph.ainvoke({"messages": [HumanMessage("calendar")]}, cfg("t-loop")))
+            (ask,) = asked(first)
+            assert ask["confirmation"] == "console"
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    ticks += 1
+                    await asyncio.sleep(0.01)
+
+            async def the_console() -> int:
+                await asyncio.to_thread(seen.waiting.wait, 30)  # the node waits now
+                at_wait = ticks
+                while ticks < at_wait + 5:  # the loop runs on while the node waits
+                    await asyncio.sleep(0.01)
+                await console.confirmer().confirm(ask["invocation_id"], ask["digest"], confirmed_by="dave")
+                return ticks - at_wait
+
+            tick = asyncio.create_task(ticker())
+            resumed = graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg("t-loop"))
+            out, during = await asyncio.gather(resumed, the_console())
+            tick.cancel()
+            if kind == "aio":
+                await acg.close()
+            else:
+                cg.close()
+            return summary(out), during
+
+    out, during = asyncio.run(go())
+    assert seen.waiting.is_set() and during >= 5
+    assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
+
+
+def test_an_async_run_cancelled_while_waiting_for_the_console_cancels_the_call(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from callgate.adapters.langgraph import CallgateTools
+    from tests.langgraph_app import TOOLS
+
+    a = world.server.sidecar.addresses
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(world.dir / "ledger.txt"))
+    seen = Observed()
+
+    async def go() -> str:
+        async with AsyncClient(a["agent"][0], executor=a["executor"][0]) as acg:
+            session = seen.aio(await acg.session("acme", "alice", timezone="Asia/Shanghai"))
+            graph = build(
+                CallgateTools(acg, session, TOOLS, executor_id="lg"), InMemorySaver(), asynchronous=True
+            )
+            (ask,) = asked(summary(await graph.ainvoke({"messages": [HumanMessage("calendar")]}, cfg("t"))))
+            run = asyncio.create_task(
+                graph.ainvoke(Command(resume={"decisions": [{"type": "approve"}]}), cfg("t"))
+            )
+            await asyncio.to_thread(seen.waiting.wait, 30)
+            run.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await run
+            return str(ask["invocation_id"])
+
+    invocation_id = asyncio.run(go())
+    assert world.invocation(invocation_id).state.name == "CANCELLED_BEFORE_COMMIT"
+    assert invocation_id not in world.pending_ids() and world.ledger() == []
+
+
+def test_a_model_call_names_the_tool_messages_fed_into_it(world: World) -> None:
+    """``gate.model`` passes ``fed_invocation_ids``: the second model call's ListTools names the
+    invocation whose tool message it was given, and the sidecar records it (6.13 question 8)."""
+    with app(world.spec()) as (_, graph):
+        graph.invoke({"messages": [HumanMessage("weather")]}, cfg("t-fed"))
+        msgs = graph.get_state(cfg("t-fed")).values["messages"]
+    first, second = [m for m in msgs if isinstance(m, AIMessage)]
+    (tool_msg,) = [m for m in msgs if isinstance(m, ToolMessage)]
+    invocation_id = tool_msg.artifact["invocation_id"]
+    fed = world.server.call(world.server.sidecar.components.store.list_fed(invocation_id))
+    assert [f.model_call_id for f in fed] == [second.response_metadata["callgate"]["model_call_id"]]
+    assert first.response_metadata["callgate"]["model_call_id"] != fed[0].model_call_id
 
 
 # ---------------------------------------------------------------- across processes

@@ -141,6 +141,37 @@ def test_allow_runs_the_typed_function_once_and_the_model_gets_the_content(sidec
     assert "Paris" in content["data"]["city"] and "sunny" in content["data"]["forecast"]
     assert item.raw_item["output"] == item.output  # exactly what the model is sent
     assert item.custom_data["callgate"] == {"invocation_id": content["invocation_id"], "status": "OBSERVED"}
+    # the second model call named the tool message fed into it (gate.hooks(), 6.13 question 8)
+    assert len(fed(sidecar, content["invocation_id"])) == 1
+
+
+def fed(server: Running, invocation_id: str) -> list[Any]:
+    """The model calls the runtime said it fed the invocation's tool message into."""
+    return list(server.call(server.sidecar.components.store.list_fed(invocation_id)))
+
+
+def test_a_tool_message_handed_out_by_another_process_is_reported_as_fed(sidecar: Running) -> None:
+    """A gate that did not run the call (another process, a restored state) finds the output's
+    invocation by its tool call id and names it on the next model call's ListTools."""
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        session = new_session(cg)
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="c1")],
+                [assistant_message("ok")],
+            ]
+        )
+        result = Runner.run_sync(Agent(name="a", model=model, tools=Gate(TOOLS, client=cg, session=session,
+            executor_id="x", external_ids={"calendar.create_event": "event_id"}).tools), "?", run_config=RUN)  # fmt: skip
+        invocation_id = outputs(result)["c1"].custom_data["callgate"]["invocation_id"]
+        assert fed(sidecar, invocation_id) == []  # no hooks: nothing reported
+        other = Gate(
+            TOOLS, client=cg, session=Session(cg, session.session_id), executor_id="x",
+            external_ids={"calendar.create_event": "event_id"},
+        )  # fmt: skip
+        items = result.to_input_list()
+        assert other.record_model_call(items) == (invocation_id,)
+    assert len(fed(sidecar, invocation_id)) == 1
 
 
 def test_an_async_function_taking_the_sdks_context_gets_it(sidecar: Running) -> None:
@@ -288,11 +319,11 @@ def resume_elsewhere(
     return result
 
 
-def parked_and_saved(server: Running) -> tuple[Session, str, str]:
+def parked_and_saved(server: Running, *, with_confirmer: bool = True) -> tuple[Session, str, str]:
     """A run interrupted here, its state saved with the SDK's ``to_string``."""
-    with client_for(sockets(server), with_confirmer=True) as cg:
+    with client_for(sockets(server), with_confirmer=with_confirmer) as cg:
         session = new_session(cg)
-        _, first = interrupted(cg, session, with_confirmer=True)
+        _, first = interrupted(cg, session, with_confirmer=with_confirmer)
         saved = first.to_state().to_string()
     return session, saved, parked_id(server)
 
@@ -323,6 +354,63 @@ def test_a_saved_state_rejected_in_a_new_process_is_denied_and_never_runs(sideca
     assert state_name == "CANCELLED_BEFORE_COMMIT"
     assert event(events, "confirmation_rejected")["denied_by"] == "alice@agent-ui"
     assert console_pending(sidecar) == []
+
+
+def test_console_only_a_saved_state_rejected_in_a_new_process_leaves_the_console_at_once(
+    sidecar: Running,
+) -> None:
+    """No confirmer in either process (the role separation): the SDK's ``state.reject`` applied
+    in the second process finds the call parked by the first (ListParked) and cancels it."""
+    session, saved, invocation_id = parked_and_saved(sidecar, with_confirmer=False)
+    assert console_pending(sidecar) == [invocation_id]
+    done = resume_elsewhere(sidecar, session, saved, "reject", "console")
+    assert done["outputs"]["c4"]["output"] == "Tool execution was not approved."
+    assert done["final_output"] == "done" and upstream() == []
+    assert console_pending(sidecar) == []  # it left the console, not at its expiry
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "CANCELLED_BEFORE_COMMIT"
+    assert event(events, "cancelled")["reason"] == "rejected in the agent run"
+
+
+def test_console_only_a_saved_state_approved_in_a_new_process_waits_for_the_console_and_runs_once(
+    sidecar: Running,
+) -> None:
+    """No confirmer anywhere: the second process's ``state.approve`` confirms nothing; it waits
+    for the console, whose confirmation (given while it waits) runs the call once there."""
+    session, saved, invocation_id = parked_and_saved(sidecar, with_confirmer=False)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.openai_agents_app", str(sockets(sidecar)), session.session_id,
+         "approve", "console"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "OPENAI_AGENTS_DISABLE_TRACING": "1"},
+    )  # fmt: skip
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(saved)
+        proc.stdin.close()
+        watched = sidecar.gate.WatchInvocation(
+            pb.WatchInvocationRequest(invocation_id=invocation_id, session_id=session.session_id), timeout=60
+        )
+        for change in watched:  # the second process's approval alone confirmed nothing
+            assert pb.State.Name(change.invocation.state) == "AUTHORIZED"
+            if any(e.kind == "idempotent_replay" for e in change.events):
+                break  # it proposed the call again: it is at its console wait now (or about to be)
+        watched.cancel()
+        assert upstream() == []
+        digest = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0].digest
+        sidecar.confirmations.Confirm(
+            pb.ConfirmRequest(invocation_id=invocation_id, digest=digest, confirmed_by="bob@console")
+        )
+        proc.stdin = None  # written and closed above
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    done = json.loads(stdout.strip().splitlines()[-1])
+    assert done["final_output"] == "done" and json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
+    assert len(upstream()) == 1
+    state_name, events = trail(sidecar, invocation_id)
+    assert state_name == "OBSERVED" and event(events, "confirmed")["confirmed_by"] == "bob@console"
 
 
 # ---------------------------------------------------------------- confirmation only in the console

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +22,7 @@ from callgate.client import (
     CallRefused,
     Client,
     Committed,
+    DeadlineExceeded,
     ExecutionError,
     NeedsConfirmation,
     ToolCall,
@@ -174,6 +177,133 @@ def test_async_confirmer_and_cancel(server: Running) -> None:
             )
 
     assert asyncio.run(main()) == ("CANCELLED_BEFORE_COMMIT", "PREPARED", "CANCELLED_BEFORE_COMMIT")
+
+
+def test_a_parked_call_is_found_by_its_tool_call_id_from_another_process(server: Running) -> None:
+    """A second client over the same session id (another process: no invocation id in hand)
+    finds the call its tool call id made (FindInvocation) and the session's parked calls
+    (ListParked); another session finds neither. Sync and asyncio alike."""
+    found_by_tool_call_id(server)
+
+
+@pytest.mark.postgres
+def test_a_parked_call_is_found_by_its_tool_call_id_in_a_postgres_store(postgres_dsn: str) -> None:
+    """The same with the keys and invocations in PostgreSQL (tests/pg_fixture.py)."""
+    from callgate.config import StoreConfig
+    from tests.test_store_contract import fresh_pg_database
+
+    os.environ["CALLGATE_TEST_FIND_PG_DSN"] = fresh_pg_database(postgres_dsn)
+    try:
+        running, tmp = start_sidecar(
+            store=StoreConfig(backend="postgres", dsn_env="CALLGATE_TEST_FIND_PG_DSN")
+        )
+    finally:
+        del os.environ["CALLGATE_TEST_FIND_PG_DSN"]
+    try:
+        found_by_tool_call_id(running)
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def found_by_tool_call_id(server: Running) -> None:
+    with client_for(server) as cg:
+        s = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-find-1")
+        s.tools("mc-find")
+        out = s.propose(ToolCall("call-7", "calendar__create_event", json.dumps(EVENT)))
+        assert isinstance(out, NeedsConfirmation)
+        ran = s.propose(ToolCall("call-8", "weather__get", WEATHER))
+        assert isinstance(ran, Allowed)
+    with client_for(server) as cg:  # the other process: the session reopened by id, a new listing
+        s = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-find-1")
+        s.tools("mc-other")
+        assert [(i.invocation_id, i.proposal_id) for i in s.list_parked()] == [(out.invocation_id, "call-7")]
+        found = s.find("call-7", "calendar__create_event", model_call_id="mc-find")
+        assert found is not None and found.invocation_id == out.invocation_id and found.digest == out.digest
+        assert s.find("call-7", "calendar.create_event", model_call_id="mc-find") == found  # callgate name
+        got = s.find("call-8", "weather__get", model_call_id="mc-find")
+        assert got is not None and got.invocation_id == ran.invocation_id
+        assert s.find("call-9", "calendar__create_event", model_call_id="mc-find") is None
+        assert s.find("call-7", "calendar__create_event") is None  # another model call: another key
+        other = cg.session("acme", "alice", timezone="Asia/Shanghai")  # same subject, another session
+        other.tools("mc-find")
+        assert other.find("call-7", "calendar__create_event", model_call_id="mc-find") is None
+        assert other.list_parked() == []
+
+        async def aio() -> tuple[str, list[str]]:
+            async with async_client_for(server) as acg:
+                a = await acg.session("acme", "alice", timezone="Asia/Shanghai", session_id="ses-find-1")
+                await a.tools("mc-x")
+                inv = await a.find("call-7", "calendar__create_event", model_call_id="mc-find")
+                assert inv is not None
+                return inv.invocation_id, [i.proposal_id for i in await a.list_parked()]
+
+        assert asyncio.run(aio()) == (out.invocation_id, ["call-7"])
+        assert s.cancel(out.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+        assert s.list_parked() == []
+        ended = s.find("call-7", "calendar__create_event", model_call_id="mc-find")
+        assert ended is not None and pb.State.Name(ended.state) == "CANCELLED_BEFORE_COMMIT"
+
+
+WAITER = """
+import sys
+from callgate.client import Client, Session
+agent, sid, inv = sys.argv[1:4]
+with Client(agent) as cg:
+    for change in Session(cg, sid).watch(inv, timeout=120, cancel_on_close=True):
+        print("waiting", flush=True)  # the stream is open: the sidecar has shown it the call
+"""
+
+
+def _ended(s: Any, invocation_id: str) -> str:
+    """The state the invocation ends in (watched until terminal)."""
+    for change in s.watch(invocation_id, timeout=30):
+        if change.terminal:
+            return pb.State.Name(change.invocation.state)
+    raise AssertionError("no terminal state")
+
+
+def test_a_watch_given_up_cancels_the_parked_call_only_when_asked(server: Running) -> None:
+    """``cancel_on_close``: a watch closed before its deadline, or an agent process killed while
+    it waits, cancels the parked call at once (it leaves the console); the deadline passing, or a
+    watch without the flag, leaves it parked."""
+    with client_for(server) as cg:
+        s = cg.session("acme", "alice", timezone="Asia/Shanghai")
+        s.tools("mc-close")
+
+        def park(call_id: str) -> NeedsConfirmation:
+            out = s.propose(
+                ToolCall(call_id, "calendar__create_event", json.dumps({**EVENT, "title": call_id}))
+            )
+            assert isinstance(out, NeedsConfirmation)
+            return out
+
+        plain, timed, closed, killed = park("w1"), park("w2"), park("w3"), park("w4")
+        it = s.watch(plain.invocation_id, timeout=30)
+        next(it)
+        it.close()  # no flag: closing decides nothing
+        with pytest.raises(DeadlineExceeded):  # the deadline passes: the call stays the console's
+            s.wait_confirmed(timed, timeout=0.5, cancel_on_close=True)
+        it = s.watch(closed.invocation_id, timeout=30, cancel_on_close=True)
+        assert pb.State.Name(next(it).invocation.state) == "AUTHORIZED"
+        it.close()  # the caller gave it up
+        assert _ended(s, closed.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WAITER, server.sidecar.addresses["agent"][0], s.session_id,
+             killed.invocation_id],
+            cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "waiting"
+            proc.kill()  # the agent process dies while it waits for the console
+            proc.wait(30)
+        finally:
+            proc.kill()
+        assert _ended(s, killed.invocation_id) == "CANCELLED_BEFORE_COMMIT"
+        events = s.events(closed.invocation_id)
+        assert [e.data["reason"] for e in events if e.kind == "cancelled"] == ["the agent closed its watch"]
+        for left in (plain, timed):
+            assert pb.State.Name(s.invocation(left.invocation_id).state) == "AUTHORIZED"
+            s.cancel(left.invocation_id)
 
 
 def test_confirmer_not_configured_is_typed() -> None:

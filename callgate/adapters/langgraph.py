@@ -31,6 +31,11 @@ recorded with the approver, and a reject / edit denies it (``Confirmations.Deny`
 ``WatchInvocation`` for the console's decision until the confirmation expires, and a reject / edit
 cancels (``Gate.Cancel``). Either way a rejected call leaves the console at once.
 
+Async graphs (``ainvoke`` / ``astream``): give :class:`CallgateTools` an ``AsyncClient`` and its
+``AsyncSession`` (``callgate.client.aio``): every call to the sidecar, the console wait included,
+is awaited, so the event loop is never blocked; one written plan (:class:`_Io`) serves both paths.
+``gate.model`` names the tool messages fed into each model call (``fed_invocation_ids``).
+
 Replay-safe (LangGraph re-runs the node from its start on resume): every proposal is re-sent with
 its derived idempotency key, so callgate answers with the replay (6.8); which calls are asked is
 read from the invocations (one that was ever parked is asked again, whatever it became), so the
@@ -39,16 +44,16 @@ interrupts and their resume values line up on every run, in any process; nothing
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol, TypeVar, cast
 
 from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall as LCToolCall
@@ -61,6 +66,8 @@ from langgraph.types import Command, interrupt
 from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
 from callgate.client import (
     Allowed,
+    AsyncClient,
+    AsyncSession,
     CallgateClientError,
     CallRefused,
     Client,
@@ -70,11 +77,13 @@ from callgate.client import (
     MalformedAnswer,
     NeedsConfirmation,
     NotReached,
+    Outcome,
     Rejected,
     Replayed,
     Session,
     ToolCall,
     ToolContext,
+    ToolResult,
     idempotency_key,
 )
 from callgate.client.tools import ToolNames
@@ -83,7 +92,15 @@ from callgate.gen.v1 import callgate_pb2 as pb
 STAMP = "callgate"
 """The key of ``AIMessage.response_metadata`` that keeps what the model saw."""
 
+TOOL_MESSAGE_OF = "tool_message_of"
+"""The ``ToolMessage.artifact`` key naming the session whose stored tool message the content is
+(an executed call's, or its replay): such messages are reported as fed into the next model call."""
+
+FED_MAX = 1024
+"""At most this many fed invocations per model call (the sidecar's limit), the newest."""
+
 Approver = str | Callable[[RunnableConfig], str]
+T = TypeVar("T")
 
 
 class Confirmation(Enum):
@@ -155,13 +172,20 @@ def _content(envelope: str) -> dict[str, Any]:
     return content
 
 
-def _message(call_id: str, name: str, content: Mapping[str, Any], invocation_id: str = "") -> ToolMessage:
+def _message(
+    call_id: str, name: str, content: Mapping[str, Any], invocation_id: str = "", tool_message_of: str = ""
+) -> ToolMessage:
+    """``tool_message_of``: the session whose stored tool message of ``invocation_id`` this is
+    (kept in the artifact, so the next model call names it as fed: :meth:`CallgateTools.fed`)."""
+    artifact: dict[str, str] | None = {"invocation_id": invocation_id} if invocation_id else None
+    if artifact is not None and tool_message_of:
+        artifact[TOOL_MESSAGE_OF] = tool_message_of
     return ToolMessage(
         content=json.dumps(content, ensure_ascii=False, separators=(",", ":")),
         tool_call_id=call_id,
         name=name,
         status="success" if content.get("status") == "ok" else "error",
-        artifact={"invocation_id": invocation_id} if invocation_id else None,
+        artifact=artifact,
     )
 
 
@@ -188,10 +212,93 @@ def _committed(out: ToolMessage | Command[Any]) -> Committed:
     return Committed(content)
 
 
+class _Io(Protocol):
+    """The gate's calls to the sidecar during a plan, as coroutines: :class:`_SyncIo` (the sync
+    client; its coroutines never suspend, :func:`_drive` runs them) or :class:`_AsyncIo`
+    (``callgate.client.aio``: the event loop is never blocked)."""
+
+    async def propose(self, req: pb.ProposeRequest) -> Outcome: ...
+    async def invocation(self, invocation_id: str) -> pb.Invocation: ...
+    async def confirm(self, invocation_id: str, digest: str, by: str) -> None: ...
+    async def deny(self, invocation_id: str, digest: str, by: str) -> None: ...
+    async def cancel(self, invocation_id: str, reason: str) -> None: ...
+    async def wait_confirmed(self, pending: NeedsConfirmation, timeout: float) -> bool:
+        """Wait for the console's decision; given up otherwise (the process dies), the sidecar
+        cancels the parked call (``cancel_on_close``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class _SyncIo:
+    client: Client
+    session: Session
+
+    async def propose(self, req: pb.ProposeRequest) -> Outcome:
+        return self.session.propose_prepared(req)
+
+    async def invocation(self, invocation_id: str) -> pb.Invocation:
+        return self.session.invocation(invocation_id)
+
+    async def confirm(self, invocation_id: str, digest: str, by: str) -> None:
+        self.client.confirmer().confirm(invocation_id, digest, confirmed_by=by)
+
+    async def deny(self, invocation_id: str, digest: str, by: str) -> None:
+        self.client.confirmer().deny(invocation_id, digest, denied_by=by)
+
+    async def cancel(self, invocation_id: str, reason: str) -> None:
+        self.session.cancel(invocation_id, reason=reason)
+
+    async def wait_confirmed(self, pending: NeedsConfirmation, timeout: float) -> bool:
+        return self.session.wait_confirmed(pending, timeout=timeout, cancel_on_close=True)
+
+
+@dataclass(frozen=True)
+class _AsyncIo:
+    client: AsyncClient
+    session: AsyncSession
+
+    async def propose(self, req: pb.ProposeRequest) -> Outcome:
+        return await self.session.propose_prepared(req)
+
+    async def invocation(self, invocation_id: str) -> pb.Invocation:
+        return await self.session.invocation(invocation_id)
+
+    async def confirm(self, invocation_id: str, digest: str, by: str) -> None:
+        await self.client.confirmer().confirm(invocation_id, digest, confirmed_by=by)
+
+    async def deny(self, invocation_id: str, digest: str, by: str) -> None:
+        await self.client.confirmer().deny(invocation_id, digest, denied_by=by)
+
+    async def cancel(self, invocation_id: str, reason: str) -> None:
+        await self.session.cancel(invocation_id, reason=reason)
+
+    async def wait_confirmed(self, pending: NeedsConfirmation, timeout: float) -> bool:
+        return await self.session.wait_confirmed(pending, timeout=timeout, cancel_on_close=True)
+
+
+def _drive(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a plan over :class:`_SyncIo` to its end in this thread: its awaits are the sync
+    client's calls, so it never suspends (one written plan serves the sync and asyncio paths)."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return cast(T, done.value)
+    coro.close()
+    raise RuntimeError("a sync plan awaited something that suspends")
+
+
+def _wrong_client(path: str) -> CallgateClientError:
+    other = {"sync": "an AsyncClient: run the graph with ainvoke / astream", "async": "a Client"}[path]
+    return CallgateClientError(f"this gate was built on {other}", code="not_configured")
+
+
 class CallgateTools:
     """Gates LangChain tools: ``tools`` maps callgate tool names (``weather.get``) to your
     ``BaseTool`` (``@tool``) objects. The ``client`` needs the agent and executor listeners,
-    and the confirmer listener when the application confirms (see the module docstring).
+    and the confirmer listener when the application confirms (see the module docstring): a
+    :class:`Client` with its :class:`Session`, or an :class:`AsyncClient` with its
+    :class:`AsyncSession` for a graph run with ``ainvoke`` / ``astream`` (the event loop is never
+    blocked; a sync ``Client`` under an async graph runs its calls in worker threads).
     ``approver``: the user id recorded as ``confirmed_by`` / ``denied_by`` (or a function of
     the run's config giving it); a decision's ``"by"`` overrides it. ``hitl``: the interrupt
     payload's shape. ``console_timeout``: how long an approve waits for the console at most
@@ -199,8 +306,8 @@ class CallgateTools:
 
     def __init__(
         self,
-        client: Client,
-        session: Session,
+        client: Client | AsyncClient,
+        session: Session | AsyncSession,
         tools: Mapping[str, BaseTool],
         *,
         executor_id: str,
@@ -208,6 +315,11 @@ class CallgateTools:
         hitl: HITLFormat = HITLFormat.LANGCHAIN,
         console_timeout: float | None = None,
     ) -> None:
+        if isinstance(client, AsyncClient) != isinstance(session, AsyncSession):
+            raise CallgateClientError(
+                "pass a Client with its Session, or an AsyncClient with its AsyncSession",
+                code="not_configured",
+            )
         self.client = client
         self.session = session
         self.tools = dict(tools)
@@ -220,13 +332,45 @@ class CallgateTools:
     def confirmation(self) -> Confirmation:
         return Confirmation.RESUME if self.client.confirmations is not None else Confirmation.CONSOLE
 
+    def _sync(self) -> tuple[Client, Session]:
+        if isinstance(self.client, AsyncClient) or isinstance(self.session, AsyncSession):
+            raise _wrong_client("sync")
+        return self.client, self.session
+
     # ---------------------------------------------------------------- the model side
     def list_tools(self, dialect: str = "openai", *, fed_invocation_ids: tuple[str, ...] = ()) -> Listing:
         """ListTools for a new model call: give ``tools`` to your model, then :meth:`stamp` its
-        answer (or use :meth:`model`, which does both)."""
+        answer (or use :meth:`model`, which does both). ``fed_invocation_ids``: the invocations
+        whose tool messages are in the model call's context (:meth:`fed`)."""
+        _, session = self._sync()
         mc = "mc-" + uuid.uuid4().hex
-        tools = self.session.tools(mc, dialect, fed_invocation_ids=fed_invocation_ids)
-        return Listing(mc, tools)
+        return Listing(mc, session.tools(mc, dialect, fed_invocation_ids=fed_invocation_ids))
+
+    async def alist_tools(
+        self, dialect: str = "openai", *, fed_invocation_ids: tuple[str, ...] = ()
+    ) -> Listing:
+        """:meth:`list_tools` on the asyncio path."""
+        if not isinstance(self.session, AsyncSession):
+            return await asyncio.to_thread(self.list_tools, dialect, fed_invocation_ids=fed_invocation_ids)
+        mc = "mc-" + uuid.uuid4().hex
+        return Listing(mc, await self.session.tools(mc, dialect, fed_invocation_ids=fed_invocation_ids))
+
+    def fed(self, messages: Any) -> tuple[str, ...]:
+        """The invocations whose tool messages (sent by this gate's node, in this session) are
+        among ``messages``: what the runtime feeds into the model call (``fed_invocation_ids``,
+        recorded with its tool view: docs/OPERATE.md, question 8), the newest
+        :data:`FED_MAX`."""
+        if not isinstance(messages, Sequence) or isinstance(messages, str):
+            return ()
+        ids = [
+            m.artifact["invocation_id"]
+            for m in messages
+            if isinstance(m, ToolMessage)
+            and isinstance(m.artifact, Mapping)
+            and m.artifact.get(TOOL_MESSAGE_OF) == self.session.session_id
+            and isinstance(m.artifact.get("invocation_id"), str)
+        ]
+        return tuple(dict.fromkeys(ids))[-FED_MAX:]
 
     def stamp(self, ai: AIMessage) -> AIMessage:
         """``ai`` (the model's answer to the last :meth:`list_tools`) with what the model saw kept in
@@ -249,34 +393,58 @@ class CallgateTools:
 
     def model(self, llm: Any, dialect: str = "openai") -> Runnable[Any, AIMessage]:
         """``llm`` (a chat model with ``bind_tools``) as a runnable that lists this model call's
-        tools, binds them, invokes and stamps the answer."""
+        tools (with the invocations fed into it: :meth:`fed`), binds them, invokes and stamps the
+        answer; ``ainvoke`` lists and invokes on the asyncio path."""
 
-        def call(messages: Any, config: RunnableConfig) -> AIMessage:
-            listing = self.list_tools(dialect)
-            ai = llm.bind_tools(listing.tools).invoke(messages, config)
+        def checked(ai: Any) -> AIMessage:
             if not isinstance(ai, AIMessage):
                 raise TypeError("the model did not answer with an AIMessage")
             return self.stamp(ai)
 
-        return RunnableLambda(call)
+        def call(messages: Any, config: RunnableConfig) -> AIMessage:
+            listing = self.list_tools(dialect, fed_invocation_ids=self.fed(messages))
+            return checked(llm.bind_tools(listing.tools).invoke(messages, config))
+
+        async def acall(messages: Any, config: RunnableConfig) -> AIMessage:
+            listing = await self.alist_tools(dialect, fed_invocation_ids=self.fed(messages))
+            return checked(await llm.bind_tools(listing.tools).ainvoke(messages, config))
+
+        return RunnableLambda(call, afunc=acall)
 
     def node(self, *, name: str = "tools", messages_key: str = "messages") -> CallgateToolNode:
         """The tool node: a ``ToolNode`` over these tools, every call gated."""
         return CallgateToolNode(self, name=name, messages_key=messages_key)
 
-    def abandon(self, graph: Any, config: RunnableConfig, *, reason: str = "abandoned") -> list[str]:
-        """Cancel every call parked behind the thread's pending interrupts (a conversation dropped
-        without resuming): they leave the console at once. The invocation ids cancelled."""
+    @staticmethod
+    def _parked_ids(graph_state: Any) -> list[str]:
         ids: list[str] = []
-        for intr in graph.get_state(config).interrupts:
+        for intr in graph_state.interrupts:
             value = intr.value
             items = value.get("callgate", []) if isinstance(value, Mapping) else [
                 v.get("callgate", {}) for v in value if isinstance(v, Mapping)
             ] if isinstance(value, list) else []  # fmt: skip
             for item in items:
                 if isinstance(item, Mapping) and isinstance(item.get("invocation_id"), str):
-                    self.session.cancel(item["invocation_id"], reason=reason)
                     ids.append(item["invocation_id"])
+        return ids
+
+    def abandon(self, graph: Any, config: RunnableConfig, *, reason: str = "abandoned") -> list[str]:
+        """Cancel every call parked behind the thread's pending interrupts (a conversation dropped
+        without resuming): they leave the console at once. The invocation ids cancelled."""
+        _, session = self._sync()
+        ids = self._parked_ids(graph.get_state(config))
+        for invocation_id in ids:
+            session.cancel(invocation_id, reason=reason)
+        return ids
+
+    async def aabandon(self, graph: Any, config: RunnableConfig, *, reason: str = "abandoned") -> list[str]:
+        """:meth:`abandon` on the asyncio path (``graph.aget_state``)."""
+        ids = self._parked_ids(await graph.aget_state(config))
+        for invocation_id in ids:
+            if isinstance(self.session, AsyncSession):
+                await self.session.cancel(invocation_id, reason=reason)
+            else:
+                await asyncio.to_thread(self.session.cancel, invocation_id, reason=reason)
         return ids
 
     # ---------------------------------------------------------------- the gate
@@ -285,6 +453,26 @@ class CallgateTools:
     ) -> dict[str, Step]:
         """Propose ``calls`` (of AI messages in ``messages``), ask a person about the parked ones
         (``interrupt``, one per round) and say per tool call id what to do."""
+        client, session = self._sync()
+        return _drive(self._plan(_SyncIo(client, session), messages, calls, config))
+
+    async def aplan(
+        self, messages: Sequence[AnyMessage], calls: Sequence[Mapping[str, Any]], config: RunnableConfig
+    ) -> dict[str, Step]:
+        """:meth:`plan` on the asyncio path: ``callgate.client.aio`` with an :class:`AsyncClient`,
+        else the sync client's calls in a worker thread; the event loop never waits on the sidecar
+        (nor on a console's decision)."""
+        if isinstance(self.client, AsyncClient) and isinstance(self.session, AsyncSession):
+            return await self._plan(_AsyncIo(self.client, self.session), messages, calls, config)
+        return await asyncio.to_thread(self.plan, messages, calls, config)
+
+    async def _plan(
+        self,
+        io: _Io,
+        messages: Sequence[AnyMessage],
+        calls: Sequence[Mapping[str, Any]],
+        config: RunnableConfig,
+    ) -> dict[str, Step]:
         steps: dict[str, Step] = {}
         parked: list[_Parked] = []
         for call in calls:
@@ -298,11 +486,11 @@ class CallgateTools:
                 raise CallgateClientError(
                     f"tool call {call_id!r} was not listed by callgate", code="tools_not_listed"
                 )
-            self._classify(call_id, legal, req, steps, parked)
+            await self._classify(io, call_id, legal, req, steps, parked)
         round_ = 0
         while parked:
             asks = [self._ask(p) for p in parked]
-            parked = self._decide(parked, self._decisions(asks), round_, steps, messages, config)
+            parked = await self._decide(io, parked, self._decisions(asks), round_, steps, messages, config)
             round_ += 1
         return steps
 
@@ -343,30 +531,38 @@ class CallgateTools:
             arguments=raw, idempotency_key=idempotency_key(sid, mc, proposal_id, tool),
         )  # fmt: skip
 
-    def _classify(
-        self, call_id: str, legal: str, req: pb.ProposeRequest, steps: dict[str, Step], parked: list[_Parked]
-    ) -> None:
+    def _said(self, call_id: str, legal: str, message: str, invocation_id: str, *, stored: bool) -> Done:
+        """The sidecar's tool message as the ``ToolMessage``; ``stored``: it is the invocation's
+        stored tool message (fed into the next model call, :meth:`fed`)."""
+        of = self.session.session_id if stored else ""
+        return Done(_message(call_id, legal, _content(message), invocation_id, of))
+
+    async def _classify(
+        self, io: _Io, call_id: str, legal: str, req: pb.ProposeRequest, steps: dict[str, Step],
+        parked: list[_Parked],
+    ) -> None:  # fmt: skip
         if req.tool_name not in self.tools:  # nothing could execute it: not proposed, not parked
             steps[call_id] = _note(
                 call_id, legal, "rejected", f"no tool is registered for {req.tool_name}", code="no_executor"
             )
             return
-        out = self.session.propose_prepared(req)
+        out = await io.propose(req)
         if isinstance(out, Allowed):
             steps[call_id] = Run(out.invocation_id, req.tool_name)
         elif isinstance(out, Denied | Rejected):
-            steps[call_id] = Done(_message(call_id, legal, _content(out.message), out.invocation_id))
+            steps[call_id] = self._said(call_id, legal, out.message, out.invocation_id, stored=False)
         elif isinstance(out, NeedsConfirmation):
-            parked.append(_Parked(call_id, legal, req, self.session.invocation(out.invocation_id), ""))
+            parked.append(_Parked(call_id, legal, req, await io.invocation(out.invocation_id), ""))
         else:
             assert isinstance(out, Replayed)
-            inv = self.session.invocation(out.invocation_id)
+            inv = await io.invocation(out.invocation_id)
             if inv.confirmation_expires_at:  # it was parked once: asked again (same order, same index)
                 parked.append(_Parked(call_id, legal, req, inv, out.message))
             elif inv.state == pb.PREPARED:  # allowed, never begun: run it now
                 steps[call_id] = Run(out.invocation_id, req.tool_name)
             else:  # ran already (its original message) or ended otherwise
-                steps[call_id] = Done(_message(call_id, legal, _content(out.message), out.invocation_id))
+                stored = inv.state == pb.OBSERVED
+                steps[call_id] = self._said(call_id, legal, out.message, out.invocation_id, stored=stored)
 
     @staticmethod
     def _ask(p: _Parked) -> Ask:
@@ -392,24 +588,24 @@ class CallgateTools:
             )
         return by
 
-    def _decide(
-        self, parked: list[_Parked], decisions: Sequence[Decision], round_: int, steps: dict[str, Step],
-        messages: Sequence[AnyMessage], config: RunnableConfig,
+    async def _decide(
+        self, io: _Io, parked: list[_Parked], decisions: Sequence[Decision], round_: int,
+        steps: dict[str, Step], messages: Sequence[AnyMessage], config: RunnableConfig,
     ) -> list[_Parked]:  # fmt: skip
         again: list[_Parked] = []
         for p, d in zip(parked, decisions, strict=True):
             inv_id = p.inv.invocation_id
             if d.kind is Kind.APPROVE and d.digest in ("", p.inv.digest):
-                steps[p.call_id] = self._approve(p, d, config)
+                steps[p.call_id] = await self._approve(io, p, d, config)
                 continue
-            self._end(p, d, config)
+            await self._end(io, p, d, config)
             if d.kind is Kind.EDIT:
                 kept = self._stamp_of(messages, p.call_id)
                 tool, version = self._edited_tool(kept, d.tool or p.legal, p)
                 raw = json.dumps(d.arguments, ensure_ascii=False, sort_keys=True).encode()
                 tag = hashlib.sha256(f"{tool}@{version}\x00".encode() + raw).hexdigest()[:12]
                 req = self._request(kept, f"{p.call_id}~edit{round_}-{tag}", tool, version, raw)
-                self._classify(p.call_id, p.legal, req, steps, again)
+                await self._classify(io, p.call_id, p.legal, req, steps, again)
             elif d.kind is Kind.RESPOND:
                 steps[p.call_id] = _note(p.call_id, p.legal, "user_response", d.message, inv_id)
             elif d.kind is Kind.APPROVE:  # an approval of another digest than the one parked
@@ -432,12 +628,12 @@ class CallgateTools:
             return p.req.tool_name, p.req.tool_version
         return name, ""  # not shown to the model: callgate rejects it (unknown_tool)
 
-    def _approve(self, p: _Parked, d: Decision, config: RunnableConfig) -> Step:
+    async def _approve(self, io: _Io, p: _Parked, d: Decision, config: RunnableConfig) -> Step:
         inv_id, tool = p.inv.invocation_id, p.req.tool_name
         state = p.inv.state
         if state == pb.AUTHORIZED and self.confirmation is Confirmation.RESUME:
             try:
-                self.client.confirmer().confirm(inv_id, p.inv.digest, confirmed_by=self._who(d, config))
+                await io.confirm(inv_id, p.inv.digest, self._who(d, config))
             except CallRefused as err:  # expired, decided meanwhile: nothing runs
                 return _note(
                     p.call_id,
@@ -449,7 +645,7 @@ class CallgateTools:
                 )
             return Run(inv_id, tool)
         if state == pb.AUTHORIZED:  # only the console confirms: wait for its decision
-            if self._console_confirmed(p):
+            if await self._console_confirmed(io, p):
                 return Run(inv_id, tool)
             return _note(
                 p.call_id,
@@ -461,7 +657,7 @@ class CallgateTools:
         if state == pb.PREPARED:  # confirmed (on an earlier run, or by the console), never begun
             return Run(inv_id, tool)
         if state in (pb.OBSERVED, pb.FAILED_AFTER_COMMIT) and p.replayed:  # ran on an earlier run
-            return Done(_message(p.call_id, p.legal, _content(p.replayed), inv_id))
+            return self._said(p.call_id, p.legal, p.replayed, inv_id, stored=state == pb.OBSERVED)
         return _note(
             p.call_id,
             p.legal,
@@ -471,7 +667,7 @@ class CallgateTools:
             state=pb.State.Name(state),
         )
 
-    def _console_confirmed(self, p: _Parked) -> bool:
+    async def _console_confirmed(self, io: _Io, p: _Parked) -> bool:
         wait = _seconds_until(p.inv.confirmation_expires_at) + 1.0
         if self.console_timeout is not None:
             wait = min(wait, self.console_timeout)
@@ -484,13 +680,16 @@ class CallgateTools:
             "",
         )
         try:
-            return self.session.wait_confirmed(pending, timeout=max(wait, 0.1))
+            return await io.wait_confirmed(pending, max(wait, 0.1))
         except DeadlineExceeded:
             if self.console_timeout is None:  # past the expiry: the sweeper ends it
                 return False
             raise
+        except asyncio.CancelledError:  # the run was cancelled (asyncio path): it leaves the console
+            await asyncio.shield(io.cancel(p.inv.invocation_id, "the agent run was cancelled"))
+            raise
 
-    def _end(self, p: _Parked, d: Decision, config: RunnableConfig) -> None:
+    async def _end(self, io: _Io, p: _Parked, d: Decision, config: RunnableConfig) -> None:
         """Take a rejected (or edited) call out of the console at once: Deny with the approver
         when the application confirms, else Cancel."""
         reason = {Kind.EDIT: "edited by the user", Kind.APPROVE: "approved another digest"}.get(
@@ -498,84 +697,144 @@ class CallgateTools:
         )
         if p.inv.state == pb.AUTHORIZED and self.confirmation is Confirmation.RESUME:
             try:
-                self.client.confirmer().deny(
-                    p.inv.invocation_id, p.inv.digest, denied_by=self._who(d, config)
-                )
+                await io.deny(p.inv.invocation_id, p.inv.digest, self._who(d, config))
                 return
             except CallRefused:  # decided meanwhile: the cancel below is idempotent
                 pass
-        self.session.cancel(p.inv.invocation_id, reason=reason[:200])
+        await io.cancel(p.inv.invocation_id, reason[:200])
 
     # ---------------------------------------------------------------- execution
+    def _edited_call(self, step: Run, request_: ToolCallRequest, ctx: ToolContext) -> ToolCallRequest:
+        """The tool call with the canonical arguments callgate approved, for the tool of ``step``."""
+        tool = self.tools[step.tool]
+        call = LCToolCall(
+            name=tool.name, args=dict(ctx.arguments), id=request_.tool_call.get("id"), type="tool_call"
+        )
+        return request_.override(tool_call=call, tool=tool)
+
+    def _answer(self, request_: ToolCallRequest, res: ToolResult) -> ToolMessage:
+        call = request_.tool_call
+        of = self.session.session_id
+        return _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
+
     def execute(
         self,
         step: Run,
         request_: ToolCallRequest,
         execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage:
-        tool = self.tools[step.tool]
-        call = request_.tool_call
+        client, _ = self._sync()
 
         def fn(ctx: ToolContext) -> Committed:
             token = _CURRENT.set(ctx)
             try:
-                edited = LCToolCall(
-                    name=tool.name, args=dict(ctx.arguments), id=call.get("id"), type="tool_call"
-                )
-                try:
-                    out = execute(request_.override(tool_call=edited, tool=tool))
-                except ToolInvocationError as err:  # the tool refused the arguments: it never ran
-                    raise NotReached(f"{tool.name}: arguments refused") from err
+                return _committed(_invoked(execute, self._edited_call(step, request_, ctx)))
             finally:
                 _CURRENT.reset(token)
-            return _committed(out)
 
-        res = self.client.run(step.invocation_id, fn, executor_id=self.executor_id)
-        return _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id)
+        return self._answer(request_, client.run(step.invocation_id, fn, executor_id=self.executor_id))
+
+    async def aexecute(
+        self,
+        step: Run,
+        request_: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage:
+        """:meth:`execute` on the asyncio path: ``AsyncClient.run`` (``await
+        tool_context().redeem(name)`` inside the tool), or the sync helper in a worker thread."""
+        if isinstance(self.client, AsyncClient):
+
+            async def afn(ctx: ToolContext) -> Committed:
+                token = _CURRENT.set(ctx)
+                try:
+                    edited = self._edited_call(step, request_, ctx)
+                    try:
+                        out = await execute(edited)
+                    except ToolInvocationError as err:  # the tool refused the arguments: it never ran
+                        raise NotReached(f"{edited.tool_call['name']}: arguments refused") from err
+                    return _committed(out)
+                finally:
+                    _CURRENT.reset(token)
+
+            res = await self.client.run(step.invocation_id, afn, executor_id=self.executor_id)
+            return self._answer(request_, res)
+        loop = asyncio.get_running_loop()
+
+        def on_loop(req: ToolCallRequest) -> ToolMessage | Command[Any]:
+            return asyncio.run_coroutine_threadsafe(_awaited(execute(req)), loop).result()
+
+        return await asyncio.to_thread(self.execute, step, request_, on_loop)
+
+
+async def _awaited(value: Awaitable[T]) -> T:
+    return await value
+
+
+def _invoked(
+    execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]], req: ToolCallRequest
+) -> ToolMessage | Command[Any]:
+    try:
+        return execute(req)
+    except ToolInvocationError as err:  # the tool refused the arguments: it never ran
+        raise NotReached(f"{req.tool_call['name']}: arguments refused") from err
 
 
 class CallgateToolNode(ToolNode):
-    """A ``ToolNode`` over the gate's tools whose every call is gated (:class:`CallgateTools`).
-    Tool errors are not turned into messages by LangGraph: they reach callgate's executor path,
-    which records the outcome and encodes what the model sees."""
+    """A ``ToolNode`` over the gate's tools whose every call is gated (:class:`CallgateTools`),
+    on LangGraph's sync and async paths. Tool errors are not turned into messages by LangGraph:
+    they reach callgate's executor path, which records the outcome and encodes what the model
+    sees."""
 
     def __init__(self, gate: CallgateTools, *, name: str = "tools", messages_key: str = "messages") -> None:
         self.gate = gate
         super().__init__(
             list(gate.tools.values()), name=name, messages_key=messages_key, handle_tool_errors=False,
-            wrap_tool_call=self._wrap,
+            wrap_tool_call=self._wrap, awrap_tool_call=self._awrap,
         )  # fmt: skip
 
-    @contextmanager
-    def _planned(self, input: Any, config: RunnableConfig) -> Iterator[None]:
-        calls, _ = self._parse_input(input)
+    def _messages(self, input: Any, config: RunnableConfig) -> list[AnyMessage]:
         state = self._extract_state(input, config)
         messages = state if isinstance(state, list) else (
             state.get(self._messages_key, []) if isinstance(state, dict) else getattr(state, self._messages_key, [])
         )  # fmt: skip
-        token = _PLAN.set(self.gate.plan(list(messages), calls, config))
+        return list(messages)
+
+    def _func(self, input: Any, config: RunnableConfig, runtime: Any) -> Any:
+        calls, _ = self._parse_input(input)
+        token = _PLAN.set(self.gate.plan(self._messages(input, config), calls, config))
         try:
-            yield
+            return super()._func(input, config, runtime)
         finally:
             _PLAN.reset(token)
 
-    def _func(self, input: Any, config: RunnableConfig, runtime: Any) -> Any:
-        with self._planned(input, config):
-            return super()._func(input, config, runtime)
-
     async def _afunc(self, input: Any, config: RunnableConfig, runtime: Any) -> Any:
-        with self._planned(input, config):
+        calls, _ = self._parse_input(input)
+        token = _PLAN.set(await self.gate.aplan(self._messages(input, config), calls, config))
+        try:
             return await super()._afunc(input, config, runtime)
+        finally:
+            _PLAN.reset(token)
+
+    @staticmethod
+    def _step(req: ToolCallRequest) -> Step:
+        step = _PLAN.get({}).get(req.tool_call.get("id") or "")
+        if step is None:
+            raise CallgateClientError("a tool call the gate did not plan", code="tools_not_listed")
+        return step
 
     def _wrap(
         self, req: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
     ) -> ToolMessage:
-        step = _PLAN.get({}).get(req.tool_call.get("id") or "")
-        if step is None:
-            raise CallgateClientError("a tool call the gate did not plan", code="tools_not_listed")
-        if isinstance(step, Done):
-            return step.message
-        return self.gate.execute(step, req, execute)
+        step = self._step(req)
+        return step.message if isinstance(step, Done) else self.gate.execute(step, req, execute)
+
+    async def _awrap(
+        self,
+        req: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage:
+        step = self._step(req)
+        return step.message if isinstance(step, Done) else await self.gate.aexecute(step, req, execute)
 
 
 def _seconds_until(rfc3339: str) -> float:

@@ -38,7 +38,7 @@ Limits: the SDK hands ``needs_approval`` the parsed arguments, not the model's b
 proposal carries them re-serialized (``on_invoke_tool`` proposes the model's bytes; both give the
 same digest after normalization). A rejection is seen when the SDK next lists the tools
 (``is_enabled``), which it does as the resumed run starts; in a process that did not park the call
-itself it needs a ``confirmer`` to find the invocation (docs/CLIENTS.md).
+itself the gate finds it through the agent listener's ``ListParked`` (docs/CLIENTS.md).
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents import FunctionTool, RunContextWrapper, RunState
+from agents import AgentHooks, FunctionTool, RunContextWrapper, RunState
 from agents.exceptions import AgentsException
 from agents.tool import FunctionToolCustomDataContext
 from agents.tool_context import ToolContext as AgentsToolContext
@@ -78,6 +80,9 @@ from callgate.client import (
 )
 from callgate.client._wire import parked
 from callgate.gen.v1 import callgate_pb2 as pb
+
+FED_MAX = 1024
+"""At most this many fed invocations per model call (the sidecar's limit), the newest."""
 
 DEFAULT_MODEL_CALL_ID = "openai-agents"
 """The model call id the gate lists its tools under when none is given (one per session: a run
@@ -165,8 +170,13 @@ class Gate:
         self._answers: dict[str, _Answer] = {}
         self._outcomes: dict[str, Outcome | CallgateClientError] = {}
         self._waiting: dict[str, NeedsConfirmation] = {}
-        self._adopted = False
-        self._adopting = asyncio.Lock()
+        self.model_call_id = model_call_id
+        self._handed: dict[str, str] = {}
+        """Tool call id -> invocation id of a tool output the model gets (a stored tool message)."""
+        self._looked: set[str] = set()
+        self._adoptions: weakref.WeakKeyDictionary[RunContextWrapper[Any], asyncio.Future[None]] = (
+            weakref.WeakKeyDictionary()
+        )
         listed = {str(t["function"]["name"]): t["function"] for t in session.tools(model_call_id, "openai")}
         self.tools: list[FunctionTool] = []
         for name, user_tool in _by_tool_name(tools, session).items():
@@ -247,6 +257,8 @@ class Gate:
             except CallgateClientError as err:
                 raise CallgateToolError(err) from None
             self._answers[call_id] = answer
+            if answer.envelope.get("status") == "OBSERVED":  # its stored tool message: fed next
+                self._handed[call_id] = answer.envelope["invocation_id"]
             return answer.output
 
         return on_invoke_tool
@@ -311,7 +323,7 @@ class Gate:
     def _wait_for_console(self, out: NeedsConfirmation) -> bool:
         while True:
             try:
-                return self.session.wait_confirmed(out, timeout=WATCH_SLICE_S)
+                return self.session.wait_confirmed(out, timeout=WATCH_SLICE_S, cancel_on_close=True)
             except DeadlineExceeded:
                 continue  # still parked: watch again (the sidecar expires it at expires_at)
 
@@ -341,18 +353,52 @@ class Gate:
         the SDK, no confirmer here): invocation id, digest, ``expires_at``; for a status line."""
         return list(self._waiting.values())
 
+    # ---------------------------------------------------------------- fed tool messages
+    def hooks(self) -> AgentHooks[Any]:
+        """``Agent(..., hooks=gate.hooks())``: before each model call, tell the sidecar which of
+        these tools' outputs are in its input (``ListTools`` with ``fed_invocation_ids`` under a
+        model call id of its own), so ``callgate explain`` answers question 8 from the runtime's
+        record (docs/OPERATE.md). Outputs handed out by another process (a restored run state)
+        are found by their tool call id (``FindInvocation``)."""
+        return _FedHooks(self)
+
+    def record_model_call(self, input_items: Sequence[Any]) -> tuple[str, ...]:
+        """One model call about to be made with ``input_items``: ListTools naming the invocations
+        whose tool messages they carry; those invocation ids."""
+        names: dict[str, str] = {}
+        outputs: list[str] = []
+        for item in input_items:
+            if not isinstance(item, Mapping) or not isinstance(item.get("call_id"), str):
+                continue
+            if item.get("type") == "function_call" and isinstance(item.get("name"), str):
+                names[item["call_id"]] = item["name"]
+            elif item.get("type") == "function_call_output":
+                outputs.append(item["call_id"])
+        ours = {t.name for t in self.tools}
+        fed: list[str] = []
+        for call_id in outputs:
+            if call_id not in self._handed and call_id not in self._looked and names.get(call_id) in ours:
+                self._looked.add(call_id)
+                inv = self.session.find(call_id, names[call_id], model_call_id=self.model_call_id)
+                if inv is not None and inv.state == pb.OBSERVED:
+                    self._handed[call_id] = inv.invocation_id
+            if call_id in self._handed:
+                fed.append(self._handed[call_id])
+        ids = tuple(dict.fromkeys(fed))[-FED_MAX:]
+        # a session object of its own: the gate's keeps the model call id its proposals use
+        Session(self.client, self.session.session_id).tools(
+            "mc-" + uuid.uuid4().hex, "openai", fed_invocation_ids=ids
+        )
+        return ids
+
     # ---------------------------------------------------------------- abandoned confirmations
     async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
         """The SDK's ``state.reject(item)`` calls nothing of the tool: it is seen here, when the
         resumed run lists the tools. The parked invocation is denied (confirmer) or cancelled."""
-        if not self._adopted:
-            async with self._adopting:
-                if not self._adopted:
-                    try:
-                        await asyncio.to_thread(self._adopt)
-                    except CallgateClientError:
-                        pass  # best effort: an unseen rejection only leaves the call to expire
-                    self._adopted = True
+        adoption = self._adoptions.get(ctx)
+        if adoption is None:  # once per run (its context), on the run's own loop
+            adoption = self._adoptions[ctx] = asyncio.ensure_future(asyncio.to_thread(self._adopt))
+        await asyncio.shield(adoption)
         for call_id, held in list(self._parked.items()):
             if held.legal == legal and ctx.is_tool_approved(legal, call_id) is False:
                 self._parked.pop(call_id, None)
@@ -360,19 +406,15 @@ class Gate:
                 await asyncio.to_thread(self._refuse, ctx, held.pending)
 
     def _adopt(self) -> None:
-        """Once per gate, with a confirmer: this session's calls parked by an earlier process
-        (a run state restored here), so the SDK's rejection of them is seen too. Without a
-        confirmer (or a session opened elsewhere, without tenant) nothing is adopted."""
-        if self.confirmer is None or not self.session.tenant:
-            return
+        """Once per run: this session's calls parked by another process (a run state restored
+        here) through the agent listener's ``ListParked``, so the SDK's rejection of them is seen
+        too, with or without a confirmer in this process."""
         legal = {t.name for t in self.tools}
-        for p in self.confirmer.list_pending(self.session.tenant):
-            if self.session.subject and p.subject != self.session.subject:
-                continue
-            try:
-                inv = self.session.invocation(p.invocation_id)  # another session's: not found
-            except CallgateClientError:
-                continue
+        try:
+            found = self.session.list_parked()
+        except CallgateClientError:
+            return  # best effort: an unseen rejection only leaves the call to expire
+        for inv in found:
             name = self.session.names.by_tool.get(f"{inv.tool_name}@{inv.tool_version}", "")
             pending = parked(inv, inv.proposal_id)
             if name in legal and pending is not None and inv.proposal_id not in self._parked:
@@ -389,17 +431,33 @@ class Gate:
 
     async def abandon(self, state: RunState[Any]) -> None:
         """The application drops an interrupted run: every parked invocation behind
-        ``state``'s interruptions (of these tools) is cancelled at once."""
+        ``state``'s interruptions (of these tools) is cancelled at once (found by the tool call
+        id, ``FindInvocation``: nothing is proposed again)."""
         names = {t.name for t in self.tools}
         for item in state.get_interruptions():
             if item.tool_name in names and item.call_id:
-                out = await asyncio.to_thread(
-                    self._propose, item.call_id, item.tool_name, item.arguments or "{}"
+                inv = await asyncio.to_thread(
+                    self.session.find, item.call_id, item.tool_name, model_call_id=self.model_call_id
                 )
-                if isinstance(out, NeedsConfirmation):
-                    await asyncio.to_thread(self._cancel, out.invocation_id, "the agent run was abandoned")
+                if inv is not None and parked(inv) is not None:
+                    await asyncio.to_thread(self._cancel, inv.invocation_id, "the agent run was abandoned")
                 self._parked.pop(item.call_id, None)
                 self._outcomes.pop(item.call_id, None)
+
+
+class _FedHooks(AgentHooks[Any]):
+    """:meth:`Gate.hooks`."""
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        try:
+            await asyncio.to_thread(self._gate.record_model_call, list(input_items))
+        except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
+            raise CallgateToolError(err) from None
 
 
 def _by_tool_name(

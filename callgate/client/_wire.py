@@ -101,6 +101,26 @@ def prepare(
     return propose_request(session_id, model_call_id, call, names, tools)
 
 
+def find_request(
+    session_id: str, model_call_id: str, call_id: str, name: str, names: ToolNames
+) -> pb.FindInvocationRequest:
+    """The ``FindInvocation`` of the proposal :func:`prepare` made for tool call ``call_id`` of
+    ``model_call_id`` (``name``: the legal name the model used or the callgate name): the same
+    tool, version and derived idempotency key."""
+    if not model_call_id:
+        raise CallgateClientError("call tools() for this model call first", code="tools_not_listed")
+    resolved = names.resolve(name) or next((r for r in names.by_legal.values() if r[0] == name), None)
+    if resolved is None:
+        raise CallgateClientError(f"{name}: the session does not list this tool", code="unknown_tool")
+    tool, version = resolved
+    return pb.FindInvocationRequest(
+        session_id=session_id,
+        tool_name=tool,
+        tool_version=version,
+        idempotency_key=idempotency_key(session_id, model_call_id, call_id, tool),
+    )
+
+
 def own(req: pb.ProposeRequest, session_id: str) -> pb.ProposeRequest:
     """``req`` if it is a proposal of this session (``Session.propose_prepared``)."""
     if req.session_id != session_id:

@@ -14,6 +14,7 @@ import grpc
 from callgate.client._wire import (
     PENDING_PAGES_MAX,
     ToolCall,
+    find_request,
     outcome_of,
     own,
     parked,
@@ -22,7 +23,13 @@ from callgate.client._wire import (
     prepare,
     trace_metadata,
 )
-from callgate.client.errors import CallgateClientError, DeadlineExceeded, MalformedAnswer, from_rpc_error
+from callgate.client.errors import (
+    CallgateClientError,
+    CallRefused,
+    DeadlineExceeded,
+    MalformedAnswer,
+    from_rpc_error,
+)
 from callgate.client.executor import (
     Committed,
     RetryAfter,
@@ -104,18 +111,22 @@ class AsyncClient:
         return AsyncConfirmer(self.confirmations, self.timeout)
 
     async def session(
-        self, tenant: str, subject: str, *, timezone: str = "UTC", locale: str = "en"
-    ) -> AsyncSession:
+        self, tenant: str, subject: str, *, timezone: str = "UTC", locale: str = "en", session_id: str = "",
+        tool_allowlist: tuple[str, ...] = (),
+    ) -> AsyncSession:  # fmt: skip
+        """OpenSession (:meth:`Client.session`: a ``session_id`` opens it the first time and
+        reopens it afterwards, for the same tenant and subject only)."""
         resp = await _call(
             self._gate().OpenSession,
             pb.OpenSessionRequest(
-                subject=pb.Subject(tenant=tenant, id=subject), timezone=timezone, locale=locale
+                subject=pb.Subject(tenant=tenant, id=subject), timezone=timezone, locale=locale,
+                session_id=session_id, tool_allowlist=list(tool_allowlist),
             ),
             self.timeout,
-        )
+        )  # fmt: skip
         if not resp.session_id:
             raise MalformedAnswer("OpenSession answered without a session id")
-        return AsyncSession(self, resp.session_id)
+        return AsyncSession(self, resp.session_id, tenant=tenant, subject=subject)
 
     # ---------------------------------------------------------------- executor helper
     async def run(
@@ -218,20 +229,32 @@ class AsyncConfirmer:
 
 
 class AsyncSession:
-    def __init__(self, client: AsyncClient, session_id: str) -> None:
+    """:class:`callgate.client.Session` for asyncio."""
+
+    def __init__(self, client: AsyncClient, session_id: str, *, tenant: str = "", subject: str = "") -> None:
         self.client = client
         self.session_id = session_id
+        self.tenant = tenant
+        self.subject = subject
         self.model_call_id = ""
         self.names = ToolNames()
         self._tools: dict[tuple[str, str], Tool] = {}
 
     async def tools(
-        self, model_call_id: str, dialect: Dialect | str = Dialect.OPENAI
+        self,
+        model_call_id: str,
+        dialect: Dialect | str = Dialect.OPENAI,
+        *,
+        fed_invocation_ids: tuple[str, ...] = (),
     ) -> list[dict[str, Any]]:
         d = Dialect(dialect)
         resp = await _call(
             self.client._gate().ListTools,
-            pb.ListToolsRequest(session_id=self.session_id, model_call_id=model_call_id),
+            pb.ListToolsRequest(
+                session_id=self.session_id,
+                model_call_id=model_call_id,
+                fed_invocation_ids=list(fed_invocation_ids),
+            ),
             self.client.timeout,
         )
         tools = parse_tools(resp)
@@ -267,6 +290,43 @@ class AsyncSession:
     async def events(self, invocation_id: str) -> list[pb.Event]:
         return list((await self._get(invocation_id)).events)
 
+    def listed(self, name: str, version: str) -> Tool | None:
+        """The tool as the last :meth:`tools` listed it (None when it was not listed)."""
+        return self._tools.get((name, version))
+
+    async def list_parked(self) -> list[pb.Invocation]:
+        """This session's invocations waiting for a confirmation now, oldest first (``ListParked``;
+        ``proposal_id`` is the model's tool call id): what a process resuming the session's runs
+        elsewhere may have to cancel."""
+        r = await _call(
+            self.client._gate().ListParked,
+            pb.ListParkedRequest(session_id=self.session_id),
+            self.client.timeout,
+        )
+        return list(r.invocations)
+
+    async def find(self, call_id: str, name: str, *, model_call_id: str = "") -> pb.Invocation | None:
+        """:meth:`Session.find`: the invocation of this session's proposal of ``call_id``, or None."""
+        req = find_request(self.session_id, model_call_id or self.model_call_id, call_id, name, self.names)
+        try:
+            r: pb.GetInvocationResponse = await _call(
+                self.client._gate().FindInvocation, req, self.client.timeout
+            )
+        except CallRefused as err:
+            if err.code == "invocation_not_found":
+                return None
+            raise
+        return r.invocation
+
+    async def result(self, invocation_id: str) -> str:
+        """The tool message of an observed invocation (GetResult)."""
+        r = await _call(
+            self.client._gate().GetResult,
+            pb.GetResultRequest(invocation_id=invocation_id, session_id=self.session_id),
+            self.client.timeout,
+        )
+        return bytes(r.message).decode("utf-8", "replace")
+
     async def parked(self, invocation_id: str, tool_call_id: str = "") -> NeedsConfirmation | None:
         return parked(await self.invocation(invocation_id), tool_call_id)
 
@@ -289,13 +349,17 @@ class AsyncSession:
             self.client.timeout,
         )
 
-    def listed(self, name: str, version: str) -> Tool | None:
-        """The tool as the last :meth:`tools` listed it (None when it was not listed)."""
-        return self._tools.get((name, version))
-
-    async def wait_confirmed(self, pending: NeedsConfirmation, *, timeout: float) -> bool:
+    async def wait_confirmed(
+        self, pending: NeedsConfirmation, *, timeout: float, cancel_on_close: bool = False
+    ) -> bool:
+        """:meth:`Session.wait_confirmed` (``cancel_on_close``: a wait abandoned before its
+        deadline, e.g. the task cancelled, cancels the parked invocation)."""
         stream = self.client._gate().WatchInvocation(
-            pb.WatchInvocationRequest(invocation_id=pending.invocation_id, session_id=self.session_id),
+            pb.WatchInvocationRequest(
+                invocation_id=pending.invocation_id,
+                session_id=self.session_id,
+                cancel_on_close=cancel_on_close,
+            ),
             timeout=timeout,
             metadata=trace_metadata(),
         )

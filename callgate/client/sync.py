@@ -12,6 +12,7 @@ import grpc
 from callgate.client._wire import (
     PENDING_PAGES_MAX,
     ToolCall,
+    find_request,
     outcome_of,
     own,
     parked,
@@ -22,6 +23,7 @@ from callgate.client._wire import (
 )
 from callgate.client.errors import (
     CallgateClientError,
+    CallRefused,
     DeadlineExceeded,
     ExecutionError,
     MalformedAnswer,
@@ -280,11 +282,15 @@ class Session:
         return outcome_of(resp, req.proposal_id)
 
     def watch(
-        self, invocation_id: str, *, timeout: float | None = None
+        self, invocation_id: str, *, timeout: float | None = None, cancel_on_close: bool = False
     ) -> Iterator[pb.WatchInvocationResponse]:
-        """The invocation's changes (WatchInvocation) until a terminal state or ``timeout``."""
+        """The invocation's changes (WatchInvocation) until a terminal state or ``timeout``.
+        ``cancel_on_close``: closing the stream before its deadline (or this process going away)
+        cancels the invocation if it is still parked: the caller gave it up."""
         stream = self.client._gate().WatchInvocation(
-            pb.WatchInvocationRequest(invocation_id=invocation_id, session_id=self.session_id),
+            pb.WatchInvocationRequest(
+                invocation_id=invocation_id, session_id=self.session_id, cancel_on_close=cancel_on_close
+            ),
             timeout=timeout if timeout is not None else self.client.timeout,
             metadata=trace_metadata(),
         )
@@ -295,11 +301,15 @@ class Session:
         finally:
             stream.cancel()
 
-    def wait_confirmed(self, pending: NeedsConfirmation, *, timeout: float) -> bool:
+    def wait_confirmed(
+        self, pending: NeedsConfirmation, *, timeout: float, cancel_on_close: bool = False
+    ) -> bool:
         """Wait (no polling) until the parked invocation is confirmed (True: PREPARED, hand it to
         the executor) or ends otherwise (False: expired or cancelled). A deadline passing raises
-        :class:`DeadlineExceeded`."""
-        for change in self.watch(pending.invocation_id, timeout=timeout):
+        :class:`DeadlineExceeded` (the invocation stays parked). ``cancel_on_close``: if the wait
+        is abandoned otherwise (interrupted, the process dies), the sidecar cancels the parked
+        invocation at once (:meth:`watch`)."""
+        for change in self.watch(pending.invocation_id, timeout=timeout, cancel_on_close=cancel_on_close):
             state = pb.State.Name(change.invocation.state)
             if state == "PREPARED" and change.invocation.digest == pending.digest:
                 return True
@@ -322,6 +332,32 @@ class Session:
     def events(self, invocation_id: str) -> list[pb.Event]:
         """The invocation's event trail (6.13), oldest first."""
         return list(self._get(invocation_id).events)
+
+    def list_parked(self) -> list[pb.Invocation]:
+        """This session's invocations waiting for a confirmation now, oldest first (``ListParked``;
+        ``proposal_id`` is the model's tool call id): what a process resuming the session's runs
+        elsewhere may have to cancel."""
+        r = _call(
+            self.client._gate().ListParked,
+            pb.ListParkedRequest(session_id=self.session_id),
+            self.client.timeout,
+        )
+        return list(r.invocations)
+
+    def find(self, call_id: str, name: str, *, model_call_id: str = "") -> pb.Invocation | None:
+        """The invocation this session's proposal of tool call ``call_id`` made (``FindInvocation``,
+        by the tool and the derived idempotency key; ``name``: legal or callgate name,
+        ``model_call_id``: default the current one), or None when no proposal of this session
+        used that key. For a process that holds a tool call id but no invocation id (a run state
+        restored elsewhere): :meth:`parked` / :meth:`cancel` follow."""
+        req = find_request(self.session_id, model_call_id or self.model_call_id, call_id, name, self.names)
+        try:
+            r: pb.GetInvocationResponse = _call(self.client._gate().FindInvocation, req, self.client.timeout)
+        except CallRefused as err:
+            if err.code == "invocation_not_found":
+                return None
+            raise
+        return r.invocation
 
     def parked(self, invocation_id: str, tool_call_id: str = "") -> NeedsConfirmation | None:
         """The invocation as a :class:`NeedsConfirmation` while it waits for a confirmer (e.g. a

@@ -22,6 +22,7 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
@@ -63,7 +64,7 @@ from callgate.store.base import (
     Store,
     Usage,
 )
-from callgate.store.idempotency.base import IdempotencyStore
+from callgate.store.idempotency.base import IdempotencyKey, IdempotencyStore
 from callgate.store.trail import Trail, move, rewind
 
 _ONE_TOOL_CALL = Usage(tool_calls=1)
@@ -398,6 +399,41 @@ class Gate:
     ) -> tuple[InvocationRecord, list[EventRecord]]:
         inv = await self.owned(invocation_id, session_id)
         return inv, await self._store.list_events(invocation_id)
+
+    async def find_invocation(
+        self, session_id: str, tool_name: str, tool_version: str, idempotency_key: str
+    ) -> tuple[InvocationRecord, list[EventRecord]]:
+        """The invocation a proposal of ``session_id`` made, found by the tool name, version and
+        idempotency key it carried (``FindInvocation``). An unknown session, a key no proposal
+        used and another session's proposal all answer ``invocation_not_found``."""
+        for name, value in (
+            ("session_id", session_id), ("tool_name", tool_name), ("tool_version", tool_version),
+            ("idempotency_key", idempotency_key),
+        ):  # fmt: skip
+            check_id(name, value)
+        session = self.sessions.cached(session_id) or await self._store.get_session(session_id)
+        held = None
+        if session is not None:
+            key = IdempotencyKey(session.tenant, session.subject, tool_name, tool_version, idempotency_key)
+            held = await self.keys.holder(key)
+        if held is None:
+            raise invocation_not_found("unknown invocation_id")
+        return await self.get_invocation(held, session_id=session_id)
+
+    async def list_parked(self, session_id: str) -> list[InvocationRecord]:
+        """``session_id``'s invocations parked for a confirmation and still inside their window,
+        oldest first (``ListParked``); an unknown session has none."""
+        check_id("session_id", session_id)
+        session = self.sessions.cached(session_id) or await self._store.get_session(session_id)
+        if session is None:
+            return []
+        now = self._clock.now()
+        return [
+            inv
+            for inv in await self._store.list_pending(session.tenant)
+            if hmac.compare_digest(inv.session_id.encode(), session_id.encode())
+            and now < datetime.fromisoformat(inv.confirmation_expires_at)
+        ]
 
     # ------------------------------------------------------------------ generic decision point
     async def authorize(self, request: AuthzRequest, trace: TraceContext) -> tuple[Decision, DecisionRecord]:

@@ -177,6 +177,12 @@ class IdempotencyFlow:
         decision = decision_from_dict(original.decision) if original.decision else None
         return ProposeOutcome(original, decision, None, idempotent_replay=True, replayed_message=result)
 
+    async def holder(self, key: IdempotencyKey) -> str | None:
+        """The invocation id the key's record names (the proposal that claimed it last), else
+        None. A released record still names its invocation (``FindInvocation``)."""
+        record = await self._backend.get(key)
+        return record.invocation_id if record is not None else None
+
     async def release_claim(self, key: IdempotencyKey, invocation_id: str, now: datetime) -> None:
         """Give back a key this call claimed (a deny, or a failed write of the proposal)."""
         if self._in_store:  # the claim was never written, or was released in the same commit

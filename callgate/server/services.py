@@ -8,6 +8,7 @@ context with :func:`~callgate.server.interceptors.current_trace`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -301,13 +302,43 @@ class GateService(pb_grpc.GateServicer):
         inv, events = await self._gate.get_invocation(request.invocation_id, session_id=request.session_id)
         return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
 
+    async def FindInvocation(
+        self, request: pb.FindInvocationRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetInvocationResponse:
+        inv, events = await self._gate.find_invocation(
+            request.session_id, request.tool_name, request.tool_version, request.idempotency_key
+        )
+        return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
+
+    async def ListParked(
+        self, request: pb.ListParkedRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListParkedResponse:
+        parked = await self._gate.list_parked(request.session_id)
+        return pb.ListParkedResponse(invocations=[invocation_pb(inv) for inv in parked])
+
     async def WatchInvocation(
         self, request: pb.WatchInvocationRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchInvocationResponse]:
         changes = self._watch.changes(self._gate, request.invocation_id, request.session_id)
-        async for inv, events, terminal in changes:
-            yield pb.WatchInvocationResponse(
-                invocation=invocation_pb(inv), events=[event_pb(e) for e in events], terminal=terminal
+        parked = False
+        try:
+            async for inv, events, terminal in changes:
+                parked = inv.state is State.AUTHORIZED and not terminal
+                yield pb.WatchInvocationResponse(
+                    invocation=invocation_pb(inv), events=[event_pb(e) for e in events], terminal=terminal
+                )
+        except (asyncio.CancelledError, GeneratorExit):
+            remaining = context.time_remaining()
+            if request.cancel_on_close and parked and (remaining is None or remaining > 0):
+                # the caller went away before its deadline: it gave the call up (issue 28 item 3)
+                await asyncio.shield(self._closed_watch(request.invocation_id, request.session_id))
+            raise
+
+    async def _closed_watch(self, invocation_id: str, session_id: str) -> None:
+        inv, _ = await self._gate.get_invocation(invocation_id, session_id=session_id)
+        if inv.state is State.AUTHORIZED:
+            await self._gate.cancel(
+                invocation_id, "the agent closed its watch", current_trace(), session_id=session_id
             )
 
 

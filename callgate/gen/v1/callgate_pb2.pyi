@@ -395,13 +395,39 @@ class GetResultResponse(_message.Message):
     next_page_token: str
     def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class ListParkedRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class ListParkedResponse(_message.Message):
+    __slots__ = ("invocations",)
+    INVOCATIONS_FIELD_NUMBER: _ClassVar[int]
+    invocations: _containers.RepeatedCompositeFieldContainer[Invocation]
+    def __init__(self, invocations: _Optional[_Iterable[_Union[Invocation, _Mapping]]] = ...) -> None: ...
+
+class FindInvocationRequest(_message.Message):
+    __slots__ = ("session_id", "tool_name", "tool_version", "idempotency_key")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    tool_name: str
+    tool_version: str
+    idempotency_key: str
+    def __init__(self, session_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
 class WatchInvocationRequest(_message.Message):
-    __slots__ = ("invocation_id", "session_id")
+    __slots__ = ("invocation_id", "session_id", "cancel_on_close")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_ON_CLOSE_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     session_id: str
-    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ...) -> None: ...
+    cancel_on_close: bool
+    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ..., cancel_on_close: _Optional[bool] = ...) -> None: ...
 
 class WatchInvocationResponse(_message.Message):
     __slots__ = ("invocation", "events", "terminal")

@@ -69,6 +69,16 @@ class GateStub:
                 request_serializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationRequest.SerializeToString,
                 response_deserializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationResponse.FromString,
                 _registered_method=True)
+        self.FindInvocation = channel.unary_unary(
+                '/callgate.v1.Gate/FindInvocation',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.FindInvocationRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.FromString,
+                _registered_method=True)
+        self.ListParked = channel.unary_unary(
+                '/callgate.v1.Gate/ListParked',
+                request_serializer=callgate_dot_v1_dot_callgate__pb2.ListParkedRequest.SerializeToString,
+                response_deserializer=callgate_dot_v1_dot_callgate__pb2.ListParkedResponse.FromString,
+                _registered_method=True)
 
 
 class GateServicer:
@@ -122,6 +132,27 @@ class GateServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FindInvocation(self, request, context):
+        """The invocation a proposal of this session made, found by what the proposal carried (tool
+        name, version and idempotency key) instead of its invocation id: for a process that holds a
+        tool call id but not the invocation id (a run state restored elsewhere whose call was
+        rejected there). Session-scoped like GetInvocation: another session's proposal, or a key no
+        proposal used, answers invocation_not_found.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListParked(self, request, context):
+        """This session's invocations still waiting for a confirmation (parked, inside their window),
+        oldest first, each with its proposal id (the model's tool call id): for a process that resumes
+        the session's runs without knowing which calls the earlier one parked (it cancels those its
+        user rejected). An unknown session answers an empty list.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GateServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -159,6 +190,16 @@ def add_GateServicer_to_server(servicer, server):
                     servicer.WatchInvocation,
                     request_deserializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationRequest.FromString,
                     response_serializer=callgate_dot_v1_dot_callgate__pb2.WatchInvocationResponse.SerializeToString,
+            ),
+            'FindInvocation': grpc.unary_unary_rpc_method_handler(
+                    servicer.FindInvocation,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.FindInvocationRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.SerializeToString,
+            ),
+            'ListParked': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListParked,
+                    request_deserializer=callgate_dot_v1_dot_callgate__pb2.ListParkedRequest.FromString,
+                    response_serializer=callgate_dot_v1_dot_callgate__pb2.ListParkedResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +391,60 @@ class Gate:
             '/callgate.v1.Gate/WatchInvocation',
             callgate_dot_v1_dot_callgate__pb2.WatchInvocationRequest.SerializeToString,
             callgate_dot_v1_dot_callgate__pb2.WatchInvocationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FindInvocation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Gate/FindInvocation',
+            callgate_dot_v1_dot_callgate__pb2.FindInvocationRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.GetInvocationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListParked(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/callgate.v1.Gate/ListParked',
+            callgate_dot_v1_dot_callgate__pb2.ListParkedRequest.SerializeToString,
+            callgate_dot_v1_dot_callgate__pb2.ListParkedResponse.FromString,
             options,
             channel_credentials,
             insecure,

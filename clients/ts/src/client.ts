@@ -18,6 +18,7 @@ import {
 import type {
   BudgetsSchema,
   Decision,
+  Invocation,
   ProposeResponse,
   Rejection,
   RetryAdvice,
@@ -312,16 +313,18 @@ export class Session {
    * Waits until a parked invocation is confirmed (returns true) or ends otherwise (false: expired,
    * refused, cancelled), on the WatchInvocation server stream (no polling): the invocation as it
    * is, then one answer per change. Past `timeoutMs` it throws ClientCode.ConfirmationTimeout.
+   * `cancelOnClose`: if the wait is abandoned before `timeoutMs` (the process exits, the call is
+   * cancelled), the sidecar cancels the still parked invocation (it leaves the console).
    */
   async waitForConfirmation(
     invocationId: string,
-    opts: { timeoutMs?: number; call?: CallOptions } = {},
+    opts: { timeoutMs?: number; cancelOnClose?: boolean; call?: CallOptions } = {},
   ): Promise<boolean> {
     const timeoutMs = opts.timeoutMs ?? 300_000;
     try {
       for await (const change of this.client.gate.stream(
         "watchInvocation",
-        { invocationId, sessionId: this.sessionId },
+        { invocationId, sessionId: this.sessionId, cancelOnClose: opts.cancelOnClose ?? false },
         { ...opts.call, timeoutMs },
       )) {
         const st = change.invocation?.state;
@@ -338,6 +341,46 @@ export class Session {
       throw exc;
     }
     throw new CallgateError(ClientCode.ConfirmationTimeout, `the watch of ${invocationId} ended before a decision`);
+  }
+
+  /**
+   * The invocation this session's proposal of tool call `toolCallId` (of `tools`' model call)
+   * made, found by the tool and its idempotency key (FindInvocation), or undefined when no
+   * proposal of this session used that key: for a process that holds a tool call id but not the
+   * invocation id (a run resumed elsewhere).
+   */
+  async find(
+    tools: ToolSet,
+    toolCallId: string,
+    name: string,
+    opts: { call?: CallOptions } = {},
+  ): Promise<Invocation | undefined> {
+    const tool = tools.resolve(name);
+    if (tool === undefined) throw new CallgateError("unknown_tool", `no tool named ${JSON.stringify(name)}`);
+    const key = idempotencyKey({
+      sessionId: this.sessionId,
+      modelCallId: tools.modelCallId,
+      toolCallId,
+      toolName: tool.toolName,
+      toolVersion: tool.toolVersion,
+    });
+    try {
+      const r = await this.client.gate.call(
+        "findInvocation",
+        { sessionId: this.sessionId, toolName: tool.toolName, toolVersion: tool.toolVersion, idempotencyKey: key },
+        opts.call,
+      );
+      return r.invocation;
+    } catch (exc) {
+      if (exc instanceof CallgateError && exc.code === "invocation_not_found") return undefined;
+      throw exc;
+    }
+  }
+
+  /** This session's invocations waiting for a confirmation now, oldest first (ListParked). */
+  async listParked(opts: { call?: CallOptions } = {}): Promise<Invocation[]> {
+    const r = await this.client.gate.call("listParked", { sessionId: this.sessionId }, opts.call);
+    return r.invocations;
   }
 
   /** The tool message of an observed invocation (6.10). */

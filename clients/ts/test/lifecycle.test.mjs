@@ -194,6 +194,11 @@ describe("the lifecycle against a real sidecar", () => {
     assert.equal(runs, 0);
     // Not yet confirmed: the wait times out with a typed error.
     await assert.rejects(s.waitForConfirmation(o.invocationId, { timeoutMs: 300, pollMs: 50 }), (e) => e.code === ClientCode.ConfirmationTimeout);
+    // Another process holding only the tool call id finds it (FindInvocation, ListParked).
+    const found = await s.find(tools, "call_c1", "calendar__create_event");
+    assert.equal(found.invocationId, o.invocationId);
+    assert.equal(await s.find(tools, "call_nope", "calendar__create_event"), undefined);
+    assert.deepEqual((await s.listParked()).map((i) => i.proposalId), ["call_c1"]);
     // The confirmer UI (another listener) approves the exact digest while the agent waits.
     const waiting = s.waitForConfirmation(o.invocationId, { timeoutMs: 20_000, pollMs: 50 });
     const pending = await cg.confirmations.call("listPending", { tenant: "acme" });

@@ -25,7 +25,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file callgate/v1/callgate.proto.
  */
 export const file_callgate_v1_callgate: GenFile = /*@__PURE__*/
-  fileDesc("ChpjYWxsZ2F0ZS92MS9jYWxsZ2F0ZS5wcm90bxILY2FsbGdhdGUudjEiJQoHU3ViamVjdBIOCgZ0ZW5hbnQYASABKAkSCgoCaWQYAiABKAkiOgoGUmVhc29uEgwKBGNvZGUYASABKAkSEQoJcG9saWN5X2lkGAIgASgJEg8KB21lc3NhZ2UYAyABKAkijQEKCERlY2lzaW9uEiMKBmVmZmVjdBgBIAEoDjITLmNhbGxnYXRlLnYxLkVmZmVjdBIkCgdyZWFzb25zGAIgAygLMhMuY2FsbGdhdGUudjEuUmVhc29uEhIKCnBvbGljeV9pZHMYAyADKAkSEgoKZXJyb3JfY29kZRgEIAEoCRIOCgZlbmdpbmUYBSABKAkiPgoJVmlvbGF0aW9uEg8KB3BvaW50ZXIYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIPCgdrZXl3b3JkGAMgASgJIlYKCVJlamVjdGlvbhIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSKgoKdmlvbGF0aW9ucxgDIAMoCzIWLmNhbGxnYXRlLnYxLlZpb2xhdGlvbiKWAQoHQnVkZ2V0cxIXCg9tYXhfbW9kZWxfY2FsbHMYASABKA0SFgoObWF4X3Rvb2xfY2FsbHMYAiABKA0SHgoWbWF4X3dhbGxfY2xvY2tfc2Vjb25kcxgDIAEoDRIYChBtYXhfcmVzdWx0X2J5dGVzGAQgASgEEiAKGG1heF9leHRlcm5hbF9jb3N0X21pY3JvcxgFIAEoBCL3AQoIVG9vbFNwZWMSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEhkKEWlucHV0X3NjaGVtYV9qc29uGAQgASgJEhYKDnNjaGVtYV9kaWFsZWN0GAUgASgJEhkKEXNpZGVfZWZmZWN0X2NsYXNzGAYgASgJEh0KFXJlcXVpcmVkX2NhcGFiaWxpdGllcxgHIAMoCRIZChFyZXNvdXJjZV90ZW1wbGF0ZRgIIAEoCRITCgtzcGVjX2RpZ2VzdBgJIAEoCRIaChJvdXRwdXRfc2NoZW1hX2pzb24YCiABKAkisAEKEk9wZW5TZXNzaW9uUmVxdWVzdBIlCgdzdWJqZWN0GAEgASgLMhQuY2FsbGdhdGUudjEuU3ViamVjdBIQCgh0aW1lem9uZRgCIAEoCRIOCgZsb2NhbGUYAyABKAkSJQoHYnVkZ2V0cxgEIAEoCzIULmNhbGxnYXRlLnYxLkJ1ZGdldHMSFgoOdG9vbF9hbGxvd2xpc3QYBSADKAkSEgoKc2Vzc2lvbl9pZBgGIAEoCSI8ChNPcGVuU2Vzc2lvblJlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSEQoJb3BlbmVkX2F0GAIgASgJIlkKEExpc3RUb29sc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1tb2RlbF9jYWxsX2lkGAIgASgJEhoKEmZlZF9pbnZvY2F0aW9uX2lkcxgDIAMoCSJSChFMaXN0VG9vbHNSZXNwb25zZRIkCgV0b29scxgBIAMoCzIVLmNhbGxnYXRlLnYxLlRvb2xTcGVjEhcKD3Rvb2xfc2V0X2RpZ2VzdBgCIAEoCSLIAQoOUHJvcG9zZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1tb2RlbF9jYWxsX2lkGAIgASgJEhMKC3Byb3Bvc2FsX2lkGAMgASgJEhEKCXRvb2xfbmFtZRgEIAEoCRIUCgx0b29sX3ZlcnNpb24YBSABKAkSEQoJYXJndW1lbnRzGAYgASgMEhcKD2lkZW1wb3RlbmN5X2tleRgHIAEoCRIhChlvbWl0X25vcm1hbGl6ZWRfYXJndW1lbnRzGAggASgIIs4CCg9Qcm9wb3NlUmVzcG9uc2USFQoNaW52b2NhdGlvbl9pZBgBIAEoCRIhCgVzdGF0ZRgCIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlEicKCGRlY2lzaW9uGAMgASgLMhUuY2FsbGdhdGUudjEuRGVjaXNpb24SDgoGZGlnZXN0GAQgASgJEhwKFG5vcm1hbGl6ZWRfYXJndW1lbnRzGAUgASgMEikKCXJlamVjdGlvbhgGIAEoCzIWLmNhbGxnYXRlLnYxLlJlamVjdGlvbhIfChdjb25maXJtYXRpb25fZXhwaXJlc19hdBgHIAEoCRIWCg5zY2hlbWFfZGlhbGVjdBgIIAEoCRIRCgl2YWxpZGF0b3IYCSABKAkSGQoRaWRlbXBvdGVudF9yZXBsYXkYCiABKAgSGAoQcmVwbGF5ZWRfbWVzc2FnZRgLIAEoDCJKCg1DYW5jZWxSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSDgoGcmVhc29uGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkiMwoOQ2FuY2VsUmVzcG9uc2USIQoFc3RhdGUYASABKA4yEi5jYWxsZ2F0ZS52MS5TdGF0ZSJBChRHZXRJbnZvY2F0aW9uUmVxdWVzdBIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAki7wEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhUKDWludm9jYXRpb25faWQYAiABKAkSCwoDc2VxGAMgASgEEgoKAmF0GAQgASgJEgwKBGtpbmQYBSABKAkSJgoKZnJvbV9zdGF0ZRgGIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlEiQKCHRvX3N0YXRlGAcgASgOMhIuY2FsbGdhdGUudjEuU3RhdGUSEAoIdHJhY2VfaWQYCCABKAkSDwoHc3Bhbl9pZBgJIAEoCRIlCgRkYXRhGAogASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCLFBAoKSW52b2NhdGlvbhIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFQoNbW9kZWxfY2FsbF9pZBgDIAEoCRITCgtwcm9wb3NhbF9pZBgEIAEoCRIRCgl0b29sX25hbWUYBSABKAkSFAoMdG9vbF92ZXJzaW9uGAYgASgJEiUKB3N1YmplY3QYByABKAsyFC5jYWxsZ2F0ZS52MS5TdWJqZWN0EiEKBXN0YXRlGAggASgOMhIuY2FsbGdhdGUudjEuU3RhdGUSDgoGZGlnZXN0GAkgASgJEhwKFG5vcm1hbGl6ZWRfYXJndW1lbnRzGAogASgMEhUKDXJhd19hcmd1bWVudHMYCyABKAwSJwoIZGVjaXNpb24YDCABKAsyFS5jYWxsZ2F0ZS52MS5EZWNpc2lvbhIXCg9pZGVtcG90ZW5jeV9rZXkYDSABKAkSEgoKY3JlYXRlZF9hdBgOIAEoCRISCgp1cGRhdGVkX2F0GA8gASgJEh8KF2NvbmZpcm1hdGlvbl9leHBpcmVzX2F0GBAgASgJEikKCXJlamVjdGlvbhgRIAEoCzIWLmNhbGxnYXRlLnYxLlJlamVjdGlvbhIQCghhdHRlbXB0cxgSIAEoDRIcChRleHRlcm5hbF9yZXNvdXJjZV9pZBgTIAEoCRITCgtjb21taXRfdGltZRgUIAEoCRIbChNjYW5jZWxfcmVxdWVzdGVkX2F0GBUgASgJEhAKCGRlYWRsaW5lGBYgASgJImgKFUdldEludm9jYXRpb25SZXNwb25zZRIrCgppbnZvY2F0aW9uGAEgASgLMhcuY2FsbGdhdGUudjEuSW52b2NhdGlvbhIiCgZldmVudHMYAiADKAsyEi5jYWxsZ2F0ZS52MS5FdmVudCJnChBHZXRSZXN1bHRSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSEgoKcGFnZV90b2tlbhgCIAEoCRIUCgx0b29sX2NhbGxfaWQYAyABKAkSEgoKc2Vzc2lvbl9pZBgEIAEoCSJQChFHZXRSZXN1bHRSZXNwb25zZRIPCgdtZXNzYWdlGAEgASgMEhEKCXRydW5jYXRlZBgCIAEoCBIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiQwoWV2F0Y2hJbnZvY2F0aW9uUmVxdWVzdBIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkifAoXV2F0Y2hJbnZvY2F0aW9uUmVzcG9uc2USKwoKaW52b2NhdGlvbhgBIAEoCzIXLmNhbGxnYXRlLnYxLkludm9jYXRpb24SIgoGZXZlbnRzGAIgAygLMhIuY2FsbGdhdGUudjEuRXZlbnQSEAoIdGVybWluYWwYAyABKAgiQQoTQmVnaW5BdHRlbXB0UmVxdWVzdBIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEhMKC2V4ZWN1dG9yX2lkGAIgASgJIooCChRCZWdpbkF0dGVtcHRSZXNwb25zZRISCgphdHRlbXB0X2lkGAEgASgJEhYKDmF0dGVtcHRfbnVtYmVyGAIgASgNEhIKCmNyZWRlbnRpYWwYAyABKAkSHQoVY3JlZGVudGlhbF9leHBpcmVzX2F0GAQgASgJEhEKCXRvb2xfbmFtZRgFIAEoCRIUCgx0b29sX3ZlcnNpb24YBiABKAkSHAoUbm9ybWFsaXplZF9hcmd1bWVudHMYByABKAwSFwoPaWRlbXBvdGVuY3lfa2V5GAggASgJEhAKCGRlYWRsaW5lGAkgASgJEiEKBXN0YXRlGAogASgOMhIuY2FsbGdhdGUudjEuU3RhdGUiaQoLUmV0cnlBZHZpY2USDQoFcmV0cnkYASABKAgSDgoGcmVhc29uGAIgASgJEhIKCmJhY2tvZmZfbXMYAyABKA0SFQoNYXR0ZW1wdHNfbGVmdBgEIAEoDRIQCghzYW1lX2tleRgFIAEoCCLxAQoUUmVwb3J0T3V0Y29tZVJlcXVlc3QSEgoKYXR0ZW1wdF9pZBgBIAEoCRIlCgdvdXRjb21lGAIgASgOMhQuY2FsbGdhdGUudjEuT3V0Y29tZRIwCg1mYWlsdXJlX2NsYXNzGAMgASgOMhkuY2FsbGdhdGUudjEuRmFpbHVyZUNsYXNzEhwKFGV4dGVybmFsX3Jlc291cmNlX2lkGAQgASgJEhMKC2NvbW1pdF90aW1lGAUgASgJEhMKC2h0dHBfc3RhdHVzGAYgASgNEhMKC2Nvc3RfbWljcm9zGAcgASgEEg8KB21lc3NhZ2UYCCABKAkiYwoVUmVwb3J0T3V0Y29tZVJlc3BvbnNlEiEKBXN0YXRlGAEgASgOMhIuY2FsbGdhdGUudjEuU3RhdGUSJwoFcmV0cnkYAiABKAsyGC5jYWxsZ2F0ZS52MS5SZXRyeUFkdmljZSJLChNFbmNvZGVSZXN1bHRSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSDgoGc3RhdHVzGAIgASgJEg0KBXZhbHVlGAMgASgMIskBChRFbmNvZGVSZXN1bHRSZXNwb25zZRIPCgdtZXNzYWdlGAEgASgMEhEKCXRydW5jYXRlZBgCIAEoCBIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkSIQoFc3RhdGUYBCABKA4yEi5jYWxsZ2F0ZS52MS5TdGF0ZRISCgpyZWRhY3Rpb25zGAUgASgNEhAKCHdpdGhoZWxkGAYgASgIEhcKD3N0cnVjdHVyZWRfanNvbhgHIAEoCRISCgplcnJvcl9jb2RlGAggASgJIhAKDkdldEp3a3NSZXF1ZXN0IiQKD0dldEp3a3NSZXNwb25zZRIRCglqd2tzX2pzb24YASABKAkiPgoTUmVkZWVtU2VjcmV0UmVxdWVzdBISCgpjcmVkZW50aWFsGAEgASgJEhMKC3NlY3JldF9uYW1lGAIgASgJIiUKFFJlZGVlbVNlY3JldFJlc3BvbnNlEg0KBXZhbHVlGAEgASgMIrIBChBSZWNvbmNpbGVSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSLgoHZmluZGluZxgCIAEoDjIdLmNhbGxnYXRlLnYxLlJlY29uY2lsZUZpbmRpbmcSHAoUZXh0ZXJuYWxfcmVzb3VyY2VfaWQYAyABKAkSEwoLY29tbWl0X3RpbWUYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRITCgtleGVjdXRvcl9pZBgGIAEoCSJQChFSZWNvbmNpbGVSZXNwb25zZRIhCgVzdGF0ZRgBIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlEhgKEGFscmVhZHlfcmVjb3JkZWQYAiABKAgiawoOQ29uZmlybVJlcXVlc3QSFQoNaW52b2NhdGlvbl9pZBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSFAoMY29uZmlybWVkX2J5GAMgASgJEg4KBnRlbmFudBgEIAEoCRIMCgRub3RlGAUgASgJIjQKD0NvbmZpcm1SZXNwb25zZRIhCgVzdGF0ZRgBIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlIksKEkxpc3RQZW5kaW5nUmVxdWVzdBIOCgZ0ZW5hbnQYASABKAkSEQoJcGFnZV9zaXplGAIgASgFEhIKCnBhZ2VfdG9rZW4YAyABKAkijwIKE1BlbmRpbmdDb25maXJtYXRpb24SFQoNaW52b2NhdGlvbl9pZBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSEQoJdG9vbF9uYW1lGAMgASgJEhQKDHRvb2xfdmVyc2lvbhgEIAEoCRIlCgdzdWJqZWN0GAUgASgLMhQuY2FsbGdhdGUudjEuU3ViamVjdBIcChRub3JtYWxpemVkX2FyZ3VtZW50cxgGIAEoDBISCgpleHBpcmVzX2F0GAcgASgJEiQKB3JlYXNvbnMYCCADKAsyEy5jYWxsZ2F0ZS52MS5SZWFzb24SFQoNcmF3X2FyZ3VtZW50cxgJIAEoDBISCgpjcmVhdGVkX2F0GAogASgJImEKE0xpc3RQZW5kaW5nUmVzcG9uc2USMQoHcGVuZGluZxgBIAMoCzIgLmNhbGxnYXRlLnYxLlBlbmRpbmdDb25maXJtYXRpb24SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJImUKC0RlbnlSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSDgoGZGlnZXN0GAIgASgJEhEKCWRlbmllZF9ieRgDIAEoCRIOCgZ0ZW5hbnQYBCABKAkSDAoEbm90ZRgFIAEoCSIxCgxEZW55UmVzcG9uc2USIQoFc3RhdGUYASABKA4yEi5jYWxsZ2F0ZS52MS5TdGF0ZSIlChNXYXRjaFBlbmRpbmdSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCSJJChRXYXRjaFBlbmRpbmdSZXNwb25zZRIxCgdwZW5kaW5nGAEgAygLMiAuY2FsbGdhdGUudjEuUGVuZGluZ0NvbmZpcm1hdGlvbiJDChpHZXRUZW5hbnRJbnZvY2F0aW9uUmVxdWVzdBIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEg4KBnRlbmFudBgCIAEoCSKJAQoQQXV0aG9yaXplUmVxdWVzdBIlCgdzdWJqZWN0GAEgASgLMhQuY2FsbGdhdGUudjEuU3ViamVjdBISCgpjYXBhYmlsaXR5GAIgASgJEhAKCHJlc291cmNlGAMgASgJEigKB2NvbnRleHQYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0IlEKEUF1dGhvcml6ZVJlc3BvbnNlEicKCGRlY2lzaW9uGAEgASgLMhUuY2FsbGdhdGUudjEuRGVjaXNpb24SEwoLZGVjaXNpb25faWQYAiABKAkiGAoWR2V0UG9saWN5U3RhdHVzUmVxdWVzdCJLCg1Qb2xpY3lQcm9ibGVtEgwKBGZpbGUYASABKAkSDAoEbGluZRgCIAEoCRINCgVwbGFjZRgDIAEoCRIPCgdwcm9ibGVtGAQgASgJIrEBChdHZXRQb2xpY3lTdGF0dXNSZXNwb25zZRIYChBzZXJ2aW5nX3JldmlzaW9uGAEgASgJEg0KBXJlYWR5GAIgASgIEhcKD2xhdGVzdF9maWxlc19vaxgDIAEoCBISCgpsYXN0X2Vycm9yGAQgASgJEiwKCHByb2JsZW1zGAUgAygLMhouY2FsbGdhdGUudjEuUG9saWN5UHJvYmxlbRISCgpyZWZ1c2VkX2F0GAYgASgJKr8CCgVTdGF0ZRIVChFTVEFURV9VTlNQRUNJRklFRBAAEgwKCFBST1BPU0VEEAESCgoGUEFSU0VEEAISDQoJVkFMSURBVEVEEAMSDgoKQVVUSE9SSVpFRBAEEgwKCFBSRVBBUkVEEAUSDQoJRVhFQ1VUSU5HEAYSDQoJQ09NTUlUVEVEEAcSDAoIT0JTRVJWRUQQCBISCg5QQVJTRV9SRUpFQ1RFRBAUEhcKE1ZBTElEQVRJT05fUkVKRUNURUQQFRIaChZBVVRIT1JJWkFUSU9OX1JFSkVDVEVEEBYSGwoXQ0FOQ0VMTEVEX0JFRk9SRV9DT01NSVQQFxIYChRGQUlMRURfQkVGT1JFX0NPTU1JVBAYEhMKD09VVENPTUVfVU5LTk9XThAZEhcKE0ZBSUxFRF9BRlRFUl9DT01NSVQQGipCCgZFZmZlY3QSFgoSRUZGRUNUX1VOU1BFQ0lGSUVEEAASCQoFQUxMT1cQARIICgRERU5ZEAISCwoHQ09ORklSTRADKnIKDEZhaWx1cmVDbGFzcxIdChlGQUlMVVJFX0NMQVNTX1VOU1BFQ0lGSUVEEAASDwoLTk9UX1JFQUNIRUQQARINCglUUkFOU0lFTlQQAhILCgdUSU1FT1VUEAMSFgoSQlVTSU5FU1NfUkVKRUNUSU9OEAQqmAEKB091dGNvbWUSFwoTT1VUQ09NRV9VTlNQRUNJRklFRBAAEhUKEU9VVENPTUVfQ09NTUlUVEVEEAESIAocT1VUQ09NRV9GQUlMRURfQkVGT1JFX0NPTU1JVBACEhoKFk9VVENPTUVfVU5LTk9XTl9DT01NSVQQAxIfChtPVVRDT01FX0ZBSUxFRF9BRlRFUl9DT01NSVQQBCqOAQoQUmVjb25jaWxlRmluZGluZxIhCh1SRUNPTkNJTEVfRklORElOR19VTlNQRUNJRklFRBAAEhcKE1JFQ09OQ0lMRV9DT01NSVRURUQQARIbChdSRUNPTkNJTEVfTk9UX0NPTU1JVFRFRBACEiEKHVJFQ09OQ0lMRV9GQUlMRURfQUZURVJfQ09NTUlUEAMysQQKBEdhdGUSUAoLT3BlblNlc3Npb24SHy5jYWxsZ2F0ZS52MS5PcGVuU2Vzc2lvblJlcXVlc3QaIC5jYWxsZ2F0ZS52MS5PcGVuU2Vzc2lvblJlc3BvbnNlEkoKCUxpc3RUb29scxIdLmNhbGxnYXRlLnYxLkxpc3RUb29sc1JlcXVlc3QaHi5jYWxsZ2F0ZS52MS5MaXN0VG9vbHNSZXNwb25zZRJECgdQcm9wb3NlEhsuY2FsbGdhdGUudjEuUHJvcG9zZVJlcXVlc3QaHC5jYWxsZ2F0ZS52MS5Qcm9wb3NlUmVzcG9uc2USQQoGQ2FuY2VsEhouY2FsbGdhdGUudjEuQ2FuY2VsUmVxdWVzdBobLmNhbGxnYXRlLnYxLkNhbmNlbFJlc3BvbnNlElYKDUdldEludm9jYXRpb24SIS5jYWxsZ2F0ZS52MS5HZXRJbnZvY2F0aW9uUmVxdWVzdBoiLmNhbGxnYXRlLnYxLkdldEludm9jYXRpb25SZXNwb25zZRJKCglHZXRSZXN1bHQSHS5jYWxsZ2F0ZS52MS5HZXRSZXN1bHRSZXF1ZXN0Gh4uY2FsbGdhdGUudjEuR2V0UmVzdWx0UmVzcG9uc2USXgoPV2F0Y2hJbnZvY2F0aW9uEiMuY2FsbGdhdGUudjEuV2F0Y2hJbnZvY2F0aW9uUmVxdWVzdBokLmNhbGxnYXRlLnYxLldhdGNoSW52b2NhdGlvblJlc3BvbnNlMAEy8wMKCEV4ZWN1dG9yElMKDEJlZ2luQXR0ZW1wdBIgLmNhbGxnYXRlLnYxLkJlZ2luQXR0ZW1wdFJlcXVlc3QaIS5jYWxsZ2F0ZS52MS5CZWdpbkF0dGVtcHRSZXNwb25zZRJWCg1SZXBvcnRPdXRjb21lEiEuY2FsbGdhdGUudjEuUmVwb3J0T3V0Y29tZVJlcXVlc3QaIi5jYWxsZ2F0ZS52MS5SZXBvcnRPdXRjb21lUmVzcG9uc2USUwoMRW5jb2RlUmVzdWx0EiAuY2FsbGdhdGUudjEuRW5jb2RlUmVzdWx0UmVxdWVzdBohLmNhbGxnYXRlLnYxLkVuY29kZVJlc3VsdFJlc3BvbnNlEkQKB0dldEp3a3MSGy5jYWxsZ2F0ZS52MS5HZXRKd2tzUmVxdWVzdBocLmNhbGxnYXRlLnYxLkdldEp3a3NSZXNwb25zZRJTCgxSZWRlZW1TZWNyZXQSIC5jYWxsZ2F0ZS52MS5SZWRlZW1TZWNyZXRSZXF1ZXN0GiEuY2FsbGdhdGUudjEuUmVkZWVtU2VjcmV0UmVzcG9uc2USSgoJUmVjb25jaWxlEh0uY2FsbGdhdGUudjEuUmVjb25jaWxlUmVxdWVzdBoeLmNhbGxnYXRlLnYxLlJlY29uY2lsZVJlc3BvbnNlMp8DCg1Db25maXJtYXRpb25zEkQKB0NvbmZpcm0SGy5jYWxsZ2F0ZS52MS5Db25maXJtUmVxdWVzdBocLmNhbGxnYXRlLnYxLkNvbmZpcm1SZXNwb25zZRJQCgtMaXN0UGVuZGluZxIfLmNhbGxnYXRlLnYxLkxpc3RQZW5kaW5nUmVxdWVzdBogLmNhbGxnYXRlLnYxLkxpc3RQZW5kaW5nUmVzcG9uc2USOwoERGVueRIYLmNhbGxnYXRlLnYxLkRlbnlSZXF1ZXN0GhkuY2FsbGdhdGUudjEuRGVueVJlc3BvbnNlElUKDFdhdGNoUGVuZGluZxIgLmNhbGxnYXRlLnYxLldhdGNoUGVuZGluZ1JlcXVlc3QaIS5jYWxsZ2F0ZS52MS5XYXRjaFBlbmRpbmdSZXNwb25zZTABEmIKE0dldFRlbmFudEludm9jYXRpb24SJy5jYWxsZ2F0ZS52MS5HZXRUZW5hbnRJbnZvY2F0aW9uUmVxdWVzdBoiLmNhbGxnYXRlLnYxLkdldEludm9jYXRpb25SZXNwb25zZTJYCgpBdXRob3JpemVyEkoKCUF1dGhvcml6ZRIdLmNhbGxnYXRlLnYxLkF1dGhvcml6ZVJlcXVlc3QaHi5jYWxsZ2F0ZS52MS5BdXRob3JpemVSZXNwb25zZTJsCgxQb2xpY3lTdGF0dXMSXAoPR2V0UG9saWN5U3RhdHVzEiMuY2FsbGdhdGUudjEuR2V0UG9saWN5U3RhdHVzUmVxdWVzdBokLmNhbGxnYXRlLnYxLkdldFBvbGljeVN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_struct]);
+  fileDesc("ChpjYWxsZ2F0ZS92MS9jYWxsZ2F0ZS5wcm90bxILY2FsbGdhdGUudjEiJQoHU3ViamVjdBIOCgZ0ZW5hbnQYASABKAkSCgoCaWQYAiABKAkiOgoGUmVhc29uEgwKBGNvZGUYASABKAkSEQoJcG9saWN5X2lkGAIgASgJEg8KB21lc3NhZ2UYAyABKAkijQEKCERlY2lzaW9uEiMKBmVmZmVjdBgBIAEoDjITLmNhbGxnYXRlLnYxLkVmZmVjdBIkCgdyZWFzb25zGAIgAygLMhMuY2FsbGdhdGUudjEuUmVhc29uEhIKCnBvbGljeV9pZHMYAyADKAkSEgoKZXJyb3JfY29kZRgEIAEoCRIOCgZlbmdpbmUYBSABKAkiPgoJVmlvbGF0aW9uEg8KB3BvaW50ZXIYASABKAkSDwoHbWVzc2FnZRgCIAEoCRIPCgdrZXl3b3JkGAMgASgJIlYKCVJlamVjdGlvbhIMCgRjb2RlGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSKgoKdmlvbGF0aW9ucxgDIAMoCzIWLmNhbGxnYXRlLnYxLlZpb2xhdGlvbiKWAQoHQnVkZ2V0cxIXCg9tYXhfbW9kZWxfY2FsbHMYASABKA0SFgoObWF4X3Rvb2xfY2FsbHMYAiABKA0SHgoWbWF4X3dhbGxfY2xvY2tfc2Vjb25kcxgDIAEoDRIYChBtYXhfcmVzdWx0X2J5dGVzGAQgASgEEiAKGG1heF9leHRlcm5hbF9jb3N0X21pY3JvcxgFIAEoBCL3AQoIVG9vbFNwZWMSDAoEbmFtZRgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEhMKC2Rlc2NyaXB0aW9uGAMgASgJEhkKEWlucHV0X3NjaGVtYV9qc29uGAQgASgJEhYKDnNjaGVtYV9kaWFsZWN0GAUgASgJEhkKEXNpZGVfZWZmZWN0X2NsYXNzGAYgASgJEh0KFXJlcXVpcmVkX2NhcGFiaWxpdGllcxgHIAMoCRIZChFyZXNvdXJjZV90ZW1wbGF0ZRgIIAEoCRITCgtzcGVjX2RpZ2VzdBgJIAEoCRIaChJvdXRwdXRfc2NoZW1hX2pzb24YCiABKAkisAEKEk9wZW5TZXNzaW9uUmVxdWVzdBIlCgdzdWJqZWN0GAEgASgLMhQuY2FsbGdhdGUudjEuU3ViamVjdBIQCgh0aW1lem9uZRgCIAEoCRIOCgZsb2NhbGUYAyABKAkSJQoHYnVkZ2V0cxgEIAEoCzIULmNhbGxnYXRlLnYxLkJ1ZGdldHMSFgoOdG9vbF9hbGxvd2xpc3QYBSADKAkSEgoKc2Vzc2lvbl9pZBgGIAEoCSI8ChNPcGVuU2Vzc2lvblJlc3BvbnNlEhIKCnNlc3Npb25faWQYASABKAkSEQoJb3BlbmVkX2F0GAIgASgJIlkKEExpc3RUb29sc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1tb2RlbF9jYWxsX2lkGAIgASgJEhoKEmZlZF9pbnZvY2F0aW9uX2lkcxgDIAMoCSJSChFMaXN0VG9vbHNSZXNwb25zZRIkCgV0b29scxgBIAMoCzIVLmNhbGxnYXRlLnYxLlRvb2xTcGVjEhcKD3Rvb2xfc2V0X2RpZ2VzdBgCIAEoCSLIAQoOUHJvcG9zZVJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIVCg1tb2RlbF9jYWxsX2lkGAIgASgJEhMKC3Byb3Bvc2FsX2lkGAMgASgJEhEKCXRvb2xfbmFtZRgEIAEoCRIUCgx0b29sX3ZlcnNpb24YBSABKAkSEQoJYXJndW1lbnRzGAYgASgMEhcKD2lkZW1wb3RlbmN5X2tleRgHIAEoCRIhChlvbWl0X25vcm1hbGl6ZWRfYXJndW1lbnRzGAggASgIIs4CCg9Qcm9wb3NlUmVzcG9uc2USFQoNaW52b2NhdGlvbl9pZBgBIAEoCRIhCgVzdGF0ZRgCIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlEicKCGRlY2lzaW9uGAMgASgLMhUuY2FsbGdhdGUudjEuRGVjaXNpb24SDgoGZGlnZXN0GAQgASgJEhwKFG5vcm1hbGl6ZWRfYXJndW1lbnRzGAUgASgMEikKCXJlamVjdGlvbhgGIAEoCzIWLmNhbGxnYXRlLnYxLlJlamVjdGlvbhIfChdjb25maXJtYXRpb25fZXhwaXJlc19hdBgHIAEoCRIWCg5zY2hlbWFfZGlhbGVjdBgIIAEoCRIRCgl2YWxpZGF0b3IYCSABKAkSGQoRaWRlbXBvdGVudF9yZXBsYXkYCiABKAgSGAoQcmVwbGF5ZWRfbWVzc2FnZRgLIAEoDCJKCg1DYW5jZWxSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSDgoGcmVhc29uGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkiMwoOQ2FuY2VsUmVzcG9uc2USIQoFc3RhdGUYASABKA4yEi5jYWxsZ2F0ZS52MS5TdGF0ZSJBChRHZXRJbnZvY2F0aW9uUmVxdWVzdBIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAki7wEKBUV2ZW50EhAKCGV2ZW50X2lkGAEgASgJEhUKDWludm9jYXRpb25faWQYAiABKAkSCwoDc2VxGAMgASgEEgoKAmF0GAQgASgJEgwKBGtpbmQYBSABKAkSJgoKZnJvbV9zdGF0ZRgGIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlEiQKCHRvX3N0YXRlGAcgASgOMhIuY2FsbGdhdGUudjEuU3RhdGUSEAoIdHJhY2VfaWQYCCABKAkSDwoHc3Bhbl9pZBgJIAEoCRIlCgRkYXRhGAogASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCLFBAoKSW52b2NhdGlvbhIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEhIKCnNlc3Npb25faWQYAiABKAkSFQoNbW9kZWxfY2FsbF9pZBgDIAEoCRITCgtwcm9wb3NhbF9pZBgEIAEoCRIRCgl0b29sX25hbWUYBSABKAkSFAoMdG9vbF92ZXJzaW9uGAYgASgJEiUKB3N1YmplY3QYByABKAsyFC5jYWxsZ2F0ZS52MS5TdWJqZWN0EiEKBXN0YXRlGAggASgOMhIuY2FsbGdhdGUudjEuU3RhdGUSDgoGZGlnZXN0GAkgASgJEhwKFG5vcm1hbGl6ZWRfYXJndW1lbnRzGAogASgMEhUKDXJhd19hcmd1bWVudHMYCyABKAwSJwoIZGVjaXNpb24YDCABKAsyFS5jYWxsZ2F0ZS52MS5EZWNpc2lvbhIXCg9pZGVtcG90ZW5jeV9rZXkYDSABKAkSEgoKY3JlYXRlZF9hdBgOIAEoCRISCgp1cGRhdGVkX2F0GA8gASgJEh8KF2NvbmZpcm1hdGlvbl9leHBpcmVzX2F0GBAgASgJEikKCXJlamVjdGlvbhgRIAEoCzIWLmNhbGxnYXRlLnYxLlJlamVjdGlvbhIQCghhdHRlbXB0cxgSIAEoDRIcChRleHRlcm5hbF9yZXNvdXJjZV9pZBgTIAEoCRITCgtjb21taXRfdGltZRgUIAEoCRIbChNjYW5jZWxfcmVxdWVzdGVkX2F0GBUgASgJEhAKCGRlYWRsaW5lGBYgASgJImgKFUdldEludm9jYXRpb25SZXNwb25zZRIrCgppbnZvY2F0aW9uGAEgASgLMhcuY2FsbGdhdGUudjEuSW52b2NhdGlvbhIiCgZldmVudHMYAiADKAsyEi5jYWxsZ2F0ZS52MS5FdmVudCJnChBHZXRSZXN1bHRSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSEgoKcGFnZV90b2tlbhgCIAEoCRIUCgx0b29sX2NhbGxfaWQYAyABKAkSEgoKc2Vzc2lvbl9pZBgEIAEoCSJQChFHZXRSZXN1bHRSZXNwb25zZRIPCgdtZXNzYWdlGAEgASgMEhEKCXRydW5jYXRlZBgCIAEoCBIXCg9uZXh0X3BhZ2VfdG9rZW4YAyABKAkiJwoRTGlzdFBhcmtlZFJlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSJCChJMaXN0UGFya2VkUmVzcG9uc2USLAoLaW52b2NhdGlvbnMYASADKAsyFy5jYWxsZ2F0ZS52MS5JbnZvY2F0aW9uIm0KFUZpbmRJbnZvY2F0aW9uUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhEKCXRvb2xfbmFtZRgCIAEoCRIUCgx0b29sX3ZlcnNpb24YAyABKAkSFwoPaWRlbXBvdGVuY3lfa2V5GAQgASgJIlwKFldhdGNoSW52b2NhdGlvblJlcXVlc3QSFQoNaW52b2NhdGlvbl9pZBgBIAEoCRISCgpzZXNzaW9uX2lkGAIgASgJEhcKD2NhbmNlbF9vbl9jbG9zZRgDIAEoCCJ8ChdXYXRjaEludm9jYXRpb25SZXNwb25zZRIrCgppbnZvY2F0aW9uGAEgASgLMhcuY2FsbGdhdGUudjEuSW52b2NhdGlvbhIiCgZldmVudHMYAiADKAsyEi5jYWxsZ2F0ZS52MS5FdmVudBIQCgh0ZXJtaW5hbBgDIAEoCCJBChNCZWdpbkF0dGVtcHRSZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSEwoLZXhlY3V0b3JfaWQYAiABKAkiigIKFEJlZ2luQXR0ZW1wdFJlc3BvbnNlEhIKCmF0dGVtcHRfaWQYASABKAkSFgoOYXR0ZW1wdF9udW1iZXIYAiABKA0SEgoKY3JlZGVudGlhbBgDIAEoCRIdChVjcmVkZW50aWFsX2V4cGlyZXNfYXQYBCABKAkSEQoJdG9vbF9uYW1lGAUgASgJEhQKDHRvb2xfdmVyc2lvbhgGIAEoCRIcChRub3JtYWxpemVkX2FyZ3VtZW50cxgHIAEoDBIXCg9pZGVtcG90ZW5jeV9rZXkYCCABKAkSEAoIZGVhZGxpbmUYCSABKAkSIQoFc3RhdGUYCiABKA4yEi5jYWxsZ2F0ZS52MS5TdGF0ZSJpCgtSZXRyeUFkdmljZRINCgVyZXRyeRgBIAEoCBIOCgZyZWFzb24YAiABKAkSEgoKYmFja29mZl9tcxgDIAEoDRIVCg1hdHRlbXB0c19sZWZ0GAQgASgNEhAKCHNhbWVfa2V5GAUgASgIIvEBChRSZXBvcnRPdXRjb21lUmVxdWVzdBISCgphdHRlbXB0X2lkGAEgASgJEiUKB291dGNvbWUYAiABKA4yFC5jYWxsZ2F0ZS52MS5PdXRjb21lEjAKDWZhaWx1cmVfY2xhc3MYAyABKA4yGS5jYWxsZ2F0ZS52MS5GYWlsdXJlQ2xhc3MSHAoUZXh0ZXJuYWxfcmVzb3VyY2VfaWQYBCABKAkSEwoLY29tbWl0X3RpbWUYBSABKAkSEwoLaHR0cF9zdGF0dXMYBiABKA0SEwoLY29zdF9taWNyb3MYByABKAQSDwoHbWVzc2FnZRgIIAEoCSJjChVSZXBvcnRPdXRjb21lUmVzcG9uc2USIQoFc3RhdGUYASABKA4yEi5jYWxsZ2F0ZS52MS5TdGF0ZRInCgVyZXRyeRgCIAEoCzIYLmNhbGxnYXRlLnYxLlJldHJ5QWR2aWNlIksKE0VuY29kZVJlc3VsdFJlcXVlc3QSFQoNaW52b2NhdGlvbl9pZBgBIAEoCRIOCgZzdGF0dXMYAiABKAkSDQoFdmFsdWUYAyABKAwiyQEKFEVuY29kZVJlc3VsdFJlc3BvbnNlEg8KB21lc3NhZ2UYASABKAwSEQoJdHJ1bmNhdGVkGAIgASgIEhcKD25leHRfcGFnZV90b2tlbhgDIAEoCRIhCgVzdGF0ZRgEIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlEhIKCnJlZGFjdGlvbnMYBSABKA0SEAoId2l0aGhlbGQYBiABKAgSFwoPc3RydWN0dXJlZF9qc29uGAcgASgJEhIKCmVycm9yX2NvZGUYCCABKAkiEAoOR2V0Sndrc1JlcXVlc3QiJAoPR2V0Sndrc1Jlc3BvbnNlEhEKCWp3a3NfanNvbhgBIAEoCSI+ChNSZWRlZW1TZWNyZXRSZXF1ZXN0EhIKCmNyZWRlbnRpYWwYASABKAkSEwoLc2VjcmV0X25hbWUYAiABKAkiJQoUUmVkZWVtU2VjcmV0UmVzcG9uc2USDQoFdmFsdWUYASABKAwisgEKEFJlY29uY2lsZVJlcXVlc3QSFQoNaW52b2NhdGlvbl9pZBgBIAEoCRIuCgdmaW5kaW5nGAIgASgOMh0uY2FsbGdhdGUudjEuUmVjb25jaWxlRmluZGluZxIcChRleHRlcm5hbF9yZXNvdXJjZV9pZBgDIAEoCRITCgtjb21taXRfdGltZRgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhMKC2V4ZWN1dG9yX2lkGAYgASgJIlAKEVJlY29uY2lsZVJlc3BvbnNlEiEKBXN0YXRlGAEgASgOMhIuY2FsbGdhdGUudjEuU3RhdGUSGAoQYWxyZWFkeV9yZWNvcmRlZBgCIAEoCCJrCg5Db25maXJtUmVxdWVzdBIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIUCgxjb25maXJtZWRfYnkYAyABKAkSDgoGdGVuYW50GAQgASgJEgwKBG5vdGUYBSABKAkiNAoPQ29uZmlybVJlc3BvbnNlEiEKBXN0YXRlGAEgASgOMhIuY2FsbGdhdGUudjEuU3RhdGUiSwoSTGlzdFBlbmRpbmdSZXF1ZXN0Eg4KBnRlbmFudBgBIAEoCRIRCglwYWdlX3NpemUYAiABKAUSEgoKcGFnZV90b2tlbhgDIAEoCSKPAgoTUGVuZGluZ0NvbmZpcm1hdGlvbhIVCg1pbnZvY2F0aW9uX2lkGAEgASgJEg4KBmRpZ2VzdBgCIAEoCRIRCgl0b29sX25hbWUYAyABKAkSFAoMdG9vbF92ZXJzaW9uGAQgASgJEiUKB3N1YmplY3QYBSABKAsyFC5jYWxsZ2F0ZS52MS5TdWJqZWN0EhwKFG5vcm1hbGl6ZWRfYXJndW1lbnRzGAYgASgMEhIKCmV4cGlyZXNfYXQYByABKAkSJAoHcmVhc29ucxgIIAMoCzITLmNhbGxnYXRlLnYxLlJlYXNvbhIVCg1yYXdfYXJndW1lbnRzGAkgASgMEhIKCmNyZWF0ZWRfYXQYCiABKAkiYQoTTGlzdFBlbmRpbmdSZXNwb25zZRIxCgdwZW5kaW5nGAEgAygLMiAuY2FsbGdhdGUudjEuUGVuZGluZ0NvbmZpcm1hdGlvbhIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiZQoLRGVueVJlcXVlc3QSFQoNaW52b2NhdGlvbl9pZBgBIAEoCRIOCgZkaWdlc3QYAiABKAkSEQoJZGVuaWVkX2J5GAMgASgJEg4KBnRlbmFudBgEIAEoCRIMCgRub3RlGAUgASgJIjEKDERlbnlSZXNwb25zZRIhCgVzdGF0ZRgBIAEoDjISLmNhbGxnYXRlLnYxLlN0YXRlIiUKE1dhdGNoUGVuZGluZ1JlcXVlc3QSDgoGdGVuYW50GAEgASgJIkkKFFdhdGNoUGVuZGluZ1Jlc3BvbnNlEjEKB3BlbmRpbmcYASADKAsyIC5jYWxsZ2F0ZS52MS5QZW5kaW5nQ29uZmlybWF0aW9uIkMKGkdldFRlbmFudEludm9jYXRpb25SZXF1ZXN0EhUKDWludm9jYXRpb25faWQYASABKAkSDgoGdGVuYW50GAIgASgJIokBChBBdXRob3JpemVSZXF1ZXN0EiUKB3N1YmplY3QYASABKAsyFC5jYWxsZ2F0ZS52MS5TdWJqZWN0EhIKCmNhcGFiaWxpdHkYAiABKAkSEAoIcmVzb3VyY2UYAyABKAkSKAoHY29udGV4dBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiUQoRQXV0aG9yaXplUmVzcG9uc2USJwoIZGVjaXNpb24YASABKAsyFS5jYWxsZ2F0ZS52MS5EZWNpc2lvbhITCgtkZWNpc2lvbl9pZBgCIAEoCSIYChZHZXRQb2xpY3lTdGF0dXNSZXF1ZXN0IksKDVBvbGljeVByb2JsZW0SDAoEZmlsZRgBIAEoCRIMCgRsaW5lGAIgASgJEg0KBXBsYWNlGAMgASgJEg8KB3Byb2JsZW0YBCABKAkisQEKF0dldFBvbGljeVN0YXR1c1Jlc3BvbnNlEhgKEHNlcnZpbmdfcmV2aXNpb24YASABKAkSDQoFcmVhZHkYAiABKAgSFwoPbGF0ZXN0X2ZpbGVzX29rGAMgASgIEhIKCmxhc3RfZXJyb3IYBCABKAkSLAoIcHJvYmxlbXMYBSADKAsyGi5jYWxsZ2F0ZS52MS5Qb2xpY3lQcm9ibGVtEhIKCnJlZnVzZWRfYXQYBiABKAkqvwIKBVN0YXRlEhUKEVNUQVRFX1VOU1BFQ0lGSUVEEAASDAoIUFJPUE9TRUQQARIKCgZQQVJTRUQQAhINCglWQUxJREFURUQQAxIOCgpBVVRIT1JJWkVEEAQSDAoIUFJFUEFSRUQQBRINCglFWEVDVVRJTkcQBhINCglDT01NSVRURUQQBxIMCghPQlNFUlZFRBAIEhIKDlBBUlNFX1JFSkVDVEVEEBQSFwoTVkFMSURBVElPTl9SRUpFQ1RFRBAVEhoKFkFVVEhPUklaQVRJT05fUkVKRUNURUQQFhIbChdDQU5DRUxMRURfQkVGT1JFX0NPTU1JVBAXEhgKFEZBSUxFRF9CRUZPUkVfQ09NTUlUEBgSEwoPT1VUQ09NRV9VTktOT1dOEBkSFwoTRkFJTEVEX0FGVEVSX0NPTU1JVBAaKkIKBkVmZmVjdBIWChJFRkZFQ1RfVU5TUEVDSUZJRUQQABIJCgVBTExPVxABEggKBERFTlkQAhILCgdDT05GSVJNEAMqcgoMRmFpbHVyZUNsYXNzEh0KGUZBSUxVUkVfQ0xBU1NfVU5TUEVDSUZJRUQQABIPCgtOT1RfUkVBQ0hFRBABEg0KCVRSQU5TSUVOVBACEgsKB1RJTUVPVVQQAxIWChJCVVNJTkVTU19SRUpFQ1RJT04QBCqYAQoHT3V0Y29tZRIXChNPVVRDT01FX1VOU1BFQ0lGSUVEEAASFQoRT1VUQ09NRV9DT01NSVRURUQQARIgChxPVVRDT01FX0ZBSUxFRF9CRUZPUkVfQ09NTUlUEAISGgoWT1VUQ09NRV9VTktOT1dOX0NPTU1JVBADEh8KG09VVENPTUVfRkFJTEVEX0FGVEVSX0NPTU1JVBAEKo4BChBSZWNvbmNpbGVGaW5kaW5nEiEKHVJFQ09OQ0lMRV9GSU5ESU5HX1VOU1BFQ0lGSUVEEAASFwoTUkVDT05DSUxFX0NPTU1JVFRFRBABEhsKF1JFQ09OQ0lMRV9OT1RfQ09NTUlUVEVEEAISIQodUkVDT05DSUxFX0ZBSUxFRF9BRlRFUl9DT01NSVQQAzLaBQoER2F0ZRJQCgtPcGVuU2Vzc2lvbhIfLmNhbGxnYXRlLnYxLk9wZW5TZXNzaW9uUmVxdWVzdBogLmNhbGxnYXRlLnYxLk9wZW5TZXNzaW9uUmVzcG9uc2USSgoJTGlzdFRvb2xzEh0uY2FsbGdhdGUudjEuTGlzdFRvb2xzUmVxdWVzdBoeLmNhbGxnYXRlLnYxLkxpc3RUb29sc1Jlc3BvbnNlEkQKB1Byb3Bvc2USGy5jYWxsZ2F0ZS52MS5Qcm9wb3NlUmVxdWVzdBocLmNhbGxnYXRlLnYxLlByb3Bvc2VSZXNwb25zZRJBCgZDYW5jZWwSGi5jYWxsZ2F0ZS52MS5DYW5jZWxSZXF1ZXN0GhsuY2FsbGdhdGUudjEuQ2FuY2VsUmVzcG9uc2USVgoNR2V0SW52b2NhdGlvbhIhLmNhbGxnYXRlLnYxLkdldEludm9jYXRpb25SZXF1ZXN0GiIuY2FsbGdhdGUudjEuR2V0SW52b2NhdGlvblJlc3BvbnNlEkoKCUdldFJlc3VsdBIdLmNhbGxnYXRlLnYxLkdldFJlc3VsdFJlcXVlc3QaHi5jYWxsZ2F0ZS52MS5HZXRSZXN1bHRSZXNwb25zZRJeCg9XYXRjaEludm9jYXRpb24SIy5jYWxsZ2F0ZS52MS5XYXRjaEludm9jYXRpb25SZXF1ZXN0GiQuY2FsbGdhdGUudjEuV2F0Y2hJbnZvY2F0aW9uUmVzcG9uc2UwARJYCg5GaW5kSW52b2NhdGlvbhIiLmNhbGxnYXRlLnYxLkZpbmRJbnZvY2F0aW9uUmVxdWVzdBoiLmNhbGxnYXRlLnYxLkdldEludm9jYXRpb25SZXNwb25zZRJNCgpMaXN0UGFya2VkEh4uY2FsbGdhdGUudjEuTGlzdFBhcmtlZFJlcXVlc3QaHy5jYWxsZ2F0ZS52MS5MaXN0UGFya2VkUmVzcG9uc2Uy8wMKCEV4ZWN1dG9yElMKDEJlZ2luQXR0ZW1wdBIgLmNhbGxnYXRlLnYxLkJlZ2luQXR0ZW1wdFJlcXVlc3QaIS5jYWxsZ2F0ZS52MS5CZWdpbkF0dGVtcHRSZXNwb25zZRJWCg1SZXBvcnRPdXRjb21lEiEuY2FsbGdhdGUudjEuUmVwb3J0T3V0Y29tZVJlcXVlc3QaIi5jYWxsZ2F0ZS52MS5SZXBvcnRPdXRjb21lUmVzcG9uc2USUwoMRW5jb2RlUmVzdWx0EiAuY2FsbGdhdGUudjEuRW5jb2RlUmVzdWx0UmVxdWVzdBohLmNhbGxnYXRlLnYxLkVuY29kZVJlc3VsdFJlc3BvbnNlEkQKB0dldEp3a3MSGy5jYWxsZ2F0ZS52MS5HZXRKd2tzUmVxdWVzdBocLmNhbGxnYXRlLnYxLkdldEp3a3NSZXNwb25zZRJTCgxSZWRlZW1TZWNyZXQSIC5jYWxsZ2F0ZS52MS5SZWRlZW1TZWNyZXRSZXF1ZXN0GiEuY2FsbGdhdGUudjEuUmVkZWVtU2VjcmV0UmVzcG9uc2USSgoJUmVjb25jaWxlEh0uY2FsbGdhdGUudjEuUmVjb25jaWxlUmVxdWVzdBoeLmNhbGxnYXRlLnYxLlJlY29uY2lsZVJlc3BvbnNlMp8DCg1Db25maXJtYXRpb25zEkQKB0NvbmZpcm0SGy5jYWxsZ2F0ZS52MS5Db25maXJtUmVxdWVzdBocLmNhbGxnYXRlLnYxLkNvbmZpcm1SZXNwb25zZRJQCgtMaXN0UGVuZGluZxIfLmNhbGxnYXRlLnYxLkxpc3RQZW5kaW5nUmVxdWVzdBogLmNhbGxnYXRlLnYxLkxpc3RQZW5kaW5nUmVzcG9uc2USOwoERGVueRIYLmNhbGxnYXRlLnYxLkRlbnlSZXF1ZXN0GhkuY2FsbGdhdGUudjEuRGVueVJlc3BvbnNlElUKDFdhdGNoUGVuZGluZxIgLmNhbGxnYXRlLnYxLldhdGNoUGVuZGluZ1JlcXVlc3QaIS5jYWxsZ2F0ZS52MS5XYXRjaFBlbmRpbmdSZXNwb25zZTABEmIKE0dldFRlbmFudEludm9jYXRpb24SJy5jYWxsZ2F0ZS52MS5HZXRUZW5hbnRJbnZvY2F0aW9uUmVxdWVzdBoiLmNhbGxnYXRlLnYxLkdldEludm9jYXRpb25SZXNwb25zZTJYCgpBdXRob3JpemVyEkoKCUF1dGhvcml6ZRIdLmNhbGxnYXRlLnYxLkF1dGhvcml6ZVJlcXVlc3QaHi5jYWxsZ2F0ZS52MS5BdXRob3JpemVSZXNwb25zZTJsCgxQb2xpY3lTdGF0dXMSXAoPR2V0UG9saWN5U3RhdHVzEiMuY2FsbGdhdGUudjEuR2V0UG9saWN5U3RhdHVzUmVxdWVzdBokLmNhbGxnYXRlLnYxLkdldFBvbGljeVN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_struct]);
 
 /**
  * @generated from message callgate.v1.Subject
@@ -912,6 +912,76 @@ export const GetResultResponseSchema: GenMessage<GetResultResponse> = /*@__PURE_
   messageDesc(file_callgate_v1_callgate, 20);
 
 /**
+ * @generated from message callgate.v1.ListParkedRequest
+ */
+export type ListParkedRequest = Message<"callgate.v1.ListParkedRequest"> & {
+  /**
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message callgate.v1.ListParkedRequest.
+ * Use `create(ListParkedRequestSchema)` to create a new message.
+ */
+export const ListParkedRequestSchema: GenMessage<ListParkedRequest> = /*@__PURE__*/
+  messageDesc(file_callgate_v1_callgate, 21);
+
+/**
+ * @generated from message callgate.v1.ListParkedResponse
+ */
+export type ListParkedResponse = Message<"callgate.v1.ListParkedResponse"> & {
+  /**
+   * @generated from field: repeated callgate.v1.Invocation invocations = 1;
+   */
+  invocations: Invocation[];
+};
+
+/**
+ * Describes the message callgate.v1.ListParkedResponse.
+ * Use `create(ListParkedResponseSchema)` to create a new message.
+ */
+export const ListParkedResponseSchema: GenMessage<ListParkedResponse> = /*@__PURE__*/
+  messageDesc(file_callgate_v1_callgate, 22);
+
+/**
+ * @generated from message callgate.v1.FindInvocationRequest
+ */
+export type FindInvocationRequest = Message<"callgate.v1.FindInvocationRequest"> & {
+  /**
+   * The caller's session (as in GetInvocationRequest).
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+
+  /**
+   * The proposal's tool name and version and idempotency key, as sent in its ProposeRequest.
+   *
+   * @generated from field: string tool_name = 2;
+   */
+  toolName: string;
+
+  /**
+   * @generated from field: string tool_version = 3;
+   */
+  toolVersion: string;
+
+  /**
+   * @generated from field: string idempotency_key = 4;
+   */
+  idempotencyKey: string;
+};
+
+/**
+ * Describes the message callgate.v1.FindInvocationRequest.
+ * Use `create(FindInvocationRequestSchema)` to create a new message.
+ */
+export const FindInvocationRequestSchema: GenMessage<FindInvocationRequest> = /*@__PURE__*/
+  messageDesc(file_callgate_v1_callgate, 23);
+
+/**
  * @generated from message callgate.v1.WatchInvocationRequest
  */
 export type WatchInvocationRequest = Message<"callgate.v1.WatchInvocationRequest"> & {
@@ -926,6 +996,16 @@ export type WatchInvocationRequest = Message<"callgate.v1.WatchInvocationRequest
    * @generated from field: string session_id = 2;
    */
   sessionId: string;
+
+  /**
+   * The caller gives up the call if it goes away: when the stream ends because the caller
+   * cancelled it or its connection dropped (not at the call's deadline, not after a terminal
+   * state), a parked (AUTHORIZED) invocation is cancelled at once (event "cancelled", reason
+   * "the agent closed its watch") and leaves the console.
+   *
+   * @generated from field: bool cancel_on_close = 3;
+   */
+  cancelOnClose: boolean;
 };
 
 /**
@@ -933,7 +1013,7 @@ export type WatchInvocationRequest = Message<"callgate.v1.WatchInvocationRequest
  * Use `create(WatchInvocationRequestSchema)` to create a new message.
  */
 export const WatchInvocationRequestSchema: GenMessage<WatchInvocationRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 21);
+  messageDesc(file_callgate_v1_callgate, 24);
 
 /**
  * @generated from message callgate.v1.WatchInvocationResponse
@@ -964,7 +1044,7 @@ export type WatchInvocationResponse = Message<"callgate.v1.WatchInvocationRespon
  * Use `create(WatchInvocationResponseSchema)` to create a new message.
  */
 export const WatchInvocationResponseSchema: GenMessage<WatchInvocationResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 22);
+  messageDesc(file_callgate_v1_callgate, 25);
 
 /**
  * @generated from message callgate.v1.BeginAttemptRequest
@@ -988,7 +1068,7 @@ export type BeginAttemptRequest = Message<"callgate.v1.BeginAttemptRequest"> & {
  * Use `create(BeginAttemptRequestSchema)` to create a new message.
  */
 export const BeginAttemptRequestSchema: GenMessage<BeginAttemptRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 23);
+  messageDesc(file_callgate_v1_callgate, 26);
 
 /**
  * @generated from message callgate.v1.BeginAttemptResponse
@@ -1054,7 +1134,7 @@ export type BeginAttemptResponse = Message<"callgate.v1.BeginAttemptResponse"> &
  * Use `create(BeginAttemptResponseSchema)` to create a new message.
  */
 export const BeginAttemptResponseSchema: GenMessage<BeginAttemptResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 24);
+  messageDesc(file_callgate_v1_callgate, 27);
 
 /**
  * @generated from message callgate.v1.RetryAdvice
@@ -1095,7 +1175,7 @@ export type RetryAdvice = Message<"callgate.v1.RetryAdvice"> & {
  * Use `create(RetryAdviceSchema)` to create a new message.
  */
 export const RetryAdviceSchema: GenMessage<RetryAdvice> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 25);
+  messageDesc(file_callgate_v1_callgate, 28);
 
 /**
  * @generated from message callgate.v1.ReportOutcomeRequest
@@ -1155,7 +1235,7 @@ export type ReportOutcomeRequest = Message<"callgate.v1.ReportOutcomeRequest"> &
  * Use `create(ReportOutcomeRequestSchema)` to create a new message.
  */
 export const ReportOutcomeRequestSchema: GenMessage<ReportOutcomeRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 26);
+  messageDesc(file_callgate_v1_callgate, 29);
 
 /**
  * @generated from message callgate.v1.ReportOutcomeResponse
@@ -1177,7 +1257,7 @@ export type ReportOutcomeResponse = Message<"callgate.v1.ReportOutcomeResponse">
  * Use `create(ReportOutcomeResponseSchema)` to create a new message.
  */
 export const ReportOutcomeResponseSchema: GenMessage<ReportOutcomeResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 27);
+  messageDesc(file_callgate_v1_callgate, 30);
 
 /**
  * @generated from message callgate.v1.EncodeResultRequest
@@ -1208,7 +1288,7 @@ export type EncodeResultRequest = Message<"callgate.v1.EncodeResultRequest"> & {
  * Use `create(EncodeResultRequestSchema)` to create a new message.
  */
 export const EncodeResultRequestSchema: GenMessage<EncodeResultRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 28);
+  messageDesc(file_callgate_v1_callgate, 31);
 
 /**
  * @generated from message callgate.v1.EncodeResultResponse
@@ -1276,7 +1356,7 @@ export type EncodeResultResponse = Message<"callgate.v1.EncodeResultResponse"> &
  * Use `create(EncodeResultResponseSchema)` to create a new message.
  */
 export const EncodeResultResponseSchema: GenMessage<EncodeResultResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 29);
+  messageDesc(file_callgate_v1_callgate, 32);
 
 /**
  * @generated from message callgate.v1.GetJwksRequest
@@ -1289,7 +1369,7 @@ export type GetJwksRequest = Message<"callgate.v1.GetJwksRequest"> & {
  * Use `create(GetJwksRequestSchema)` to create a new message.
  */
 export const GetJwksRequestSchema: GenMessage<GetJwksRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 30);
+  messageDesc(file_callgate_v1_callgate, 33);
 
 /**
  * @generated from message callgate.v1.GetJwksResponse
@@ -1308,7 +1388,7 @@ export type GetJwksResponse = Message<"callgate.v1.GetJwksResponse"> & {
  * Use `create(GetJwksResponseSchema)` to create a new message.
  */
 export const GetJwksResponseSchema: GenMessage<GetJwksResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 31);
+  messageDesc(file_callgate_v1_callgate, 34);
 
 /**
  * @generated from message callgate.v1.RedeemSecretRequest
@@ -1330,7 +1410,7 @@ export type RedeemSecretRequest = Message<"callgate.v1.RedeemSecretRequest"> & {
  * Use `create(RedeemSecretRequestSchema)` to create a new message.
  */
 export const RedeemSecretRequestSchema: GenMessage<RedeemSecretRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 32);
+  messageDesc(file_callgate_v1_callgate, 35);
 
 /**
  * @generated from message callgate.v1.RedeemSecretResponse
@@ -1347,7 +1427,7 @@ export type RedeemSecretResponse = Message<"callgate.v1.RedeemSecretResponse"> &
  * Use `create(RedeemSecretResponseSchema)` to create a new message.
  */
 export const RedeemSecretResponseSchema: GenMessage<RedeemSecretResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 33);
+  messageDesc(file_callgate_v1_callgate, 36);
 
 /**
  * Records the answer of a status query for an OUTCOME_UNKNOWN invocation (docs/IDEMPOTENCY.md,
@@ -1403,7 +1483,7 @@ export type ReconcileRequest = Message<"callgate.v1.ReconcileRequest"> & {
  * Use `create(ReconcileRequestSchema)` to create a new message.
  */
 export const ReconcileRequestSchema: GenMessage<ReconcileRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 34);
+  messageDesc(file_callgate_v1_callgate, 37);
 
 /**
  * @generated from message callgate.v1.ReconcileResponse
@@ -1427,7 +1507,7 @@ export type ReconcileResponse = Message<"callgate.v1.ReconcileResponse"> & {
  * Use `create(ReconcileResponseSchema)` to create a new message.
  */
 export const ReconcileResponseSchema: GenMessage<ReconcileResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 35);
+  messageDesc(file_callgate_v1_callgate, 38);
 
 /**
  * @generated from message callgate.v1.ConfirmRequest
@@ -1473,7 +1553,7 @@ export type ConfirmRequest = Message<"callgate.v1.ConfirmRequest"> & {
  * Use `create(ConfirmRequestSchema)` to create a new message.
  */
 export const ConfirmRequestSchema: GenMessage<ConfirmRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 36);
+  messageDesc(file_callgate_v1_callgate, 39);
 
 /**
  * @generated from message callgate.v1.ConfirmResponse
@@ -1490,7 +1570,7 @@ export type ConfirmResponse = Message<"callgate.v1.ConfirmResponse"> & {
  * Use `create(ConfirmResponseSchema)` to create a new message.
  */
 export const ConfirmResponseSchema: GenMessage<ConfirmResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 37);
+  messageDesc(file_callgate_v1_callgate, 40);
 
 /**
  * @generated from message callgate.v1.ListPendingRequest
@@ -1523,7 +1603,7 @@ export type ListPendingRequest = Message<"callgate.v1.ListPendingRequest"> & {
  * Use `create(ListPendingRequestSchema)` to create a new message.
  */
 export const ListPendingRequestSchema: GenMessage<ListPendingRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 38);
+  messageDesc(file_callgate_v1_callgate, 41);
 
 /**
  * @generated from message callgate.v1.PendingConfirmation
@@ -1591,7 +1671,7 @@ export type PendingConfirmation = Message<"callgate.v1.PendingConfirmation"> & {
  * Use `create(PendingConfirmationSchema)` to create a new message.
  */
 export const PendingConfirmationSchema: GenMessage<PendingConfirmation> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 39);
+  messageDesc(file_callgate_v1_callgate, 42);
 
 /**
  * @generated from message callgate.v1.ListPendingResponse
@@ -1615,7 +1695,7 @@ export type ListPendingResponse = Message<"callgate.v1.ListPendingResponse"> & {
  * Use `create(ListPendingResponseSchema)` to create a new message.
  */
 export const ListPendingResponseSchema: GenMessage<ListPendingResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 40);
+  messageDesc(file_callgate_v1_callgate, 43);
 
 /**
  * @generated from message callgate.v1.DenyRequest
@@ -1661,7 +1741,7 @@ export type DenyRequest = Message<"callgate.v1.DenyRequest"> & {
  * Use `create(DenyRequestSchema)` to create a new message.
  */
 export const DenyRequestSchema: GenMessage<DenyRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 41);
+  messageDesc(file_callgate_v1_callgate, 44);
 
 /**
  * @generated from message callgate.v1.DenyResponse
@@ -1678,7 +1758,7 @@ export type DenyResponse = Message<"callgate.v1.DenyResponse"> & {
  * Use `create(DenyResponseSchema)` to create a new message.
  */
 export const DenyResponseSchema: GenMessage<DenyResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 42);
+  messageDesc(file_callgate_v1_callgate, 45);
 
 /**
  * @generated from message callgate.v1.WatchPendingRequest
@@ -1697,7 +1777,7 @@ export type WatchPendingRequest = Message<"callgate.v1.WatchPendingRequest"> & {
  * Use `create(WatchPendingRequestSchema)` to create a new message.
  */
 export const WatchPendingRequestSchema: GenMessage<WatchPendingRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 43);
+  messageDesc(file_callgate_v1_callgate, 46);
 
 /**
  * @generated from message callgate.v1.WatchPendingResponse
@@ -1714,7 +1794,7 @@ export type WatchPendingResponse = Message<"callgate.v1.WatchPendingResponse"> &
  * Use `create(WatchPendingResponseSchema)` to create a new message.
  */
 export const WatchPendingResponseSchema: GenMessage<WatchPendingResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 44);
+  messageDesc(file_callgate_v1_callgate, 47);
 
 /**
  * @generated from message callgate.v1.GetTenantInvocationRequest
@@ -1738,7 +1818,7 @@ export type GetTenantInvocationRequest = Message<"callgate.v1.GetTenantInvocatio
  * Use `create(GetTenantInvocationRequestSchema)` to create a new message.
  */
 export const GetTenantInvocationRequestSchema: GenMessage<GetTenantInvocationRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 45);
+  messageDesc(file_callgate_v1_callgate, 48);
 
 /**
  * @generated from message callgate.v1.AuthorizeRequest
@@ -1770,7 +1850,7 @@ export type AuthorizeRequest = Message<"callgate.v1.AuthorizeRequest"> & {
  * Use `create(AuthorizeRequestSchema)` to create a new message.
  */
 export const AuthorizeRequestSchema: GenMessage<AuthorizeRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 46);
+  messageDesc(file_callgate_v1_callgate, 49);
 
 /**
  * @generated from message callgate.v1.AuthorizeResponse
@@ -1794,7 +1874,7 @@ export type AuthorizeResponse = Message<"callgate.v1.AuthorizeResponse"> & {
  * Use `create(AuthorizeResponseSchema)` to create a new message.
  */
 export const AuthorizeResponseSchema: GenMessage<AuthorizeResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 47);
+  messageDesc(file_callgate_v1_callgate, 50);
 
 /**
  * The policy snapshot as the sidecar sees it: what serves and, when the newest files were
@@ -1811,7 +1891,7 @@ export type GetPolicyStatusRequest = Message<"callgate.v1.GetPolicyStatusRequest
  * Use `create(GetPolicyStatusRequestSchema)` to create a new message.
  */
 export const GetPolicyStatusRequestSchema: GenMessage<GetPolicyStatusRequest> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 48);
+  messageDesc(file_callgate_v1_callgate, 51);
 
 /**
  * @generated from message callgate.v1.PolicyProblem
@@ -1847,7 +1927,7 @@ export type PolicyProblem = Message<"callgate.v1.PolicyProblem"> & {
  * Use `create(PolicyProblemSchema)` to create a new message.
  */
 export const PolicyProblemSchema: GenMessage<PolicyProblem> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 49);
+  messageDesc(file_callgate_v1_callgate, 52);
 
 /**
  * @generated from message callgate.v1.GetPolicyStatusResponse
@@ -1899,7 +1979,7 @@ export type GetPolicyStatusResponse = Message<"callgate.v1.GetPolicyStatusRespon
  * Use `create(GetPolicyStatusResponseSchema)` to create a new message.
  */
 export const GetPolicyStatusResponseSchema: GenMessage<GetPolicyStatusResponse> = /*@__PURE__*/
-  messageDesc(file_callgate_v1_callgate, 50);
+  messageDesc(file_callgate_v1_callgate, 53);
 
 /**
  * Invocation states of spec 6.2.
@@ -2217,6 +2297,33 @@ export const Gate: GenService<{
     methodKind: "server_streaming";
     input: typeof WatchInvocationRequestSchema;
     output: typeof WatchInvocationResponseSchema;
+  },
+  /**
+   * The invocation a proposal of this session made, found by what the proposal carried (tool
+   * name, version and idempotency key) instead of its invocation id: for a process that holds a
+   * tool call id but not the invocation id (a run state restored elsewhere whose call was
+   * rejected there). Session-scoped like GetInvocation: another session's proposal, or a key no
+   * proposal used, answers invocation_not_found.
+   *
+   * @generated from rpc callgate.v1.Gate.FindInvocation
+   */
+  findInvocation: {
+    methodKind: "unary";
+    input: typeof FindInvocationRequestSchema;
+    output: typeof GetInvocationResponseSchema;
+  },
+  /**
+   * This session's invocations still waiting for a confirmation (parked, inside their window),
+   * oldest first, each with its proposal id (the model's tool call id): for a process that resumes
+   * the session's runs without knowing which calls the earlier one parked (it cancels those its
+   * user rejected). An unknown session answers an empty list.
+   *
+   * @generated from rpc callgate.v1.Gate.ListParked
+   */
+  listParked: {
+    methodKind: "unary";
+    input: typeof ListParkedRequestSchema;
+    output: typeof ListParkedResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_callgate_v1_callgate, 0);
