@@ -39,21 +39,29 @@ entity Resource { kind: String, name: String, tenant: String };
 action read, create, modify, delete;
 """
 
-CONFIG_HEAD = """
+
+def config_head(*, policy: str = "", stores: str = "") -> str:
+    """The sidecar's half of a gateway config: Unix sockets under ``run/``, the policy folder
+    ``policies`` (``policy``: more ``[policy]`` keys), the stores ``var/cg<stores>.db`` and
+    ``var/idem<stores>.db``."""
+    return f"""
 [server]
-agent = { socket = "run/a.sock" }
-confirmer = { socket = "run/c.sock" }
-authorizer = { socket = "run/z.sock" }
-executor = { socket = "run/x.sock" }
+agent = {{ socket = "run/a.sock" }}
+confirmer = {{ socket = "run/c.sock" }}
+authorizer = {{ socket = "run/z.sock" }}
+executor = {{ socket = "run/x.sock" }}
 [policy]
 dir = "policies"
+{policy}
 [store]
-path = "var/cg.db"
+path = "var/cg{stores}.db"
 synchronous = "normal"
 [idempotency]
-path = "var/idem.db"
+path = "var/idem{stores}.db"
 """
-"""The sidecar's half of a gateway config (Unix sockets under ``run/``, stores under ``var/``)."""
+
+
+CONFIG_HEAD = config_head()
 
 MCP_HEAD = """
 [mcp]
@@ -63,6 +71,42 @@ tenant = "acme"
 user = "alice"
 """
 """The stdio gateway's identity: alice of tenant acme."""
+
+
+def http_head(base: Path, tokens: dict[str, str]) -> str:
+    """``tokens.json`` (mode 0600) under ``base`` with ``tokens`` (bearer token -> user), and the
+    ``[mcp.http]`` table that reads it (tenant acme)."""
+    (base / "tokens.json").write_text(json.dumps(tokens))
+    (base / "tokens.json").chmod(0o600)
+    return '\n[mcp.http]\ntenant = "acme"\ntokens_file = "tokens.json"\n'
+
+
+def write_principals(base: Path) -> None:
+    """``policies/principals.json``: alice of tenant acme (users declared once, for both engines)."""
+    (base / "policies").mkdir(parents=True, exist_ok=True)
+    (base / "policies" / "principals.json").write_text(
+        json.dumps({"tenants": ["acme"], "users": {"alice": {"tenant": "acme"}}})
+    )
+
+
+def write_config(base: Path, upstreams: str, *, tokens: dict[str, str] | None = None, head: str = "") -> Path:
+    """``base/callgate.toml``: :data:`CONFIG_HEAD`, ``head`` (e.g. ``[[secrets]]``),
+    :data:`MCP_HEAD`, the ``[mcp.http]`` of ``tokens`` when given, then ``upstreams``."""
+    config = base / "callgate.toml"
+    http = http_head(base, tokens) if tokens is not None else ""
+    config.write_text(CONFIG_HEAD + head + MCP_HEAD + http + upstreams)
+    return config
+
+
+def terminate(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL when it has not exited within 15 s."""
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
 
 ALICE_ENTITIES = [{"uid": {"type": "User", "id": "alice"}, "attrs": {"tenant": "acme"}, "parents": []}]
 
@@ -269,11 +313,7 @@ def http_gateway(env: GatewayFolder) -> Iterator[int]:
         wait_port(port, 90, proc=proc)
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        terminate(proc)
 
 
 @asynccontextmanager

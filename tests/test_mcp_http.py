@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,9 @@ from mcp.shared.exceptions import MCPError
 
 from callgate.core.tokenstrength import weakness
 from tests.conftest import short_tmpdir
-from tests.test_mcp_gateway import ROOT, cli, run, text_of, write_policies
+from tests.mcp_env import ROOT, cli, config_head, run, terminate, text_of, wait_port
+from tests.ports import free_port
+from tests.test_mcp_gateway import write_policies
 
 HOST = "127.0.0.2"  # a loopback address other than 127.0.0.1: the SDK's own checks are off there
 ALICE = secrets.token_urlsafe(32)
@@ -49,25 +50,6 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 CALL_SCOPE = "mcp:call"
 """A second scope the authorization server grants when asked (the step-up test's gateway needs it)."""
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise AssertionError(f"exited {proc.returncode}: {log.read_text()}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{host}:{port} not listening: {log.read_text()}")
 
 
 def _config(
@@ -89,19 +71,9 @@ def _config(
     )
     state = json.dumps(str(base / "state"))
     path = base / f"callgate-{port}.toml"
-    path.write_text(f"""
-[server]
-agent = {{ socket = "run/a.sock" }}
-confirmer = {{ socket = "run/c.sock" }}
-authorizer = {{ socket = "run/z.sock" }}
-executor = {{ socket = "run/x.sock" }}
-[policy]
-dir = "policies"
-[store]
-path = "var/cg-{port}.db"
-[idempotency]
-path = "var/idem-{port}.db"
-
+    path.write_text(
+        config_head(stores=f"-{port}")
+        + f"""
 [mcp.http]
 tenant = "acme"
 listen = "{HOST}:{port}"
@@ -116,7 +88,8 @@ args = ["-m", "tests.mcp_upstreams.server", "--state", {state}]
 cwd = {root}
 env = {{ PYTHONPATH = {root} }}
 timeout_seconds = 20.0
-""")
+"""
+    )
     return path
 
 
@@ -147,21 +120,17 @@ class Site:
         return p
 
     def gateway(self, **kw: Any) -> int:
-        port = _free_port(HOST)
+        port = free_port(HOST)
         config = _config(self.base, port, self.as_port, **kw)
         p = self.spawn(
             ["callgate", "mcp", "serve", "--config", str(config), "--transport", "http"], f"gw-{port}.log"
         )
-        _wait_port(HOST, port, p, self.base / f"gw-{port}.log")
+        wait_port(port, 60, host=HOST, proc=p, log=self.base / f"gw-{port}.log")
         return port
 
     def close(self) -> None:
         for p in self.procs:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            terminate(p)
 
 
 @pytest.fixture(scope="module")
@@ -179,9 +148,9 @@ def site() -> Iterator[Site]:
         '@id("mcp-permit")\npermit (principal, action, resource) when { principal.tenant == context.tenant };\n'
     )
     (base / "tokens.json").write_text(json.dumps({ALICE: "alice", BOB: "bob"}))
-    s = Site(base, _free_port())
+    s = Site(base, free_port())
     try:
-        r = cli("mcp", "import", "--config", str(_config(base, 1, s.as_port)), "--accept-proposed", cwd=base)
+        r = cli(base, "mcp", "import", "--config", str(_config(base, 1, s.as_port)), "--accept-proposed")
         assert r.returncode == 0, r.stdout + r.stderr
         a = s.spawn(
             [
@@ -195,7 +164,7 @@ def site() -> Iterator[Site]:
             ],
             "as.log",
         )
-        _wait_port("127.0.0.1", s.as_port, a, base / "as.log")
+        wait_port(s.as_port, 60, proc=a, log=base / "as.log")
         s.port = s.gateway()
         yield s
     finally:
@@ -336,7 +305,7 @@ def test_token_strength_rule() -> None:
 @pytest.mark.timeout(120)
 def test_a_weak_static_token_is_refused_at_load(site: Site) -> None:
     (site.base / "weak.json").write_text(json.dumps({BOB: "bob", "tok-alice-8c1e5f": "alice"}))
-    config = _config(site.base, _free_port(HOST), site.as_port, tokens="weak.json")
+    config = _config(site.base, free_port(HOST), site.as_port, tokens="weak.json")
     r = subprocess.run(
         [sys.executable, "-m", "callgate", "mcp", "serve", "--config", str(config), "--transport", "http"],
         cwd=site.base, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,

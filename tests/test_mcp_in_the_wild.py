@@ -27,8 +27,6 @@ import pytest
 from tests.conftest import short_tmpdir
 from tests.mcp_clients import NODE_DIR
 from tests.mcp_env import (
-    CONFIG_HEAD,
-    MCP_HEAD,
     Published,
     accept,
     cli,
@@ -38,6 +36,8 @@ from tests.mcp_env import (
     run,
     stdio_gateway,
     text_of,
+    write_config,
+    write_principals,
 )
 
 MEMORY_JS = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-memory" / "dist" / "index.js"
@@ -81,20 +81,10 @@ def wild() -> Iterator[Published]:
     memory = base / "memory.jsonl"
     (base / "policies" / "cedar").mkdir(parents=True)
     (base / "policies" / "cedar" / "policies.cedar").write_text(POLICIES)
-    (base / "policies" / "principals.json").write_text(
-        json.dumps({"tenants": ["acme"], "users": {"alice": {"tenant": "acme"}}})
-    )
-    (base / "tokens.json").write_text(json.dumps({TOKEN: "alice"}))
-    (base / "tokens.json").chmod(0o600)
-    config = base / "callgate.toml"
-    config.write_text(
-        CONFIG_HEAD
-        + MCP_HEAD
-        + f"""
-[mcp.http]
-tenant = "acme"
-tokens_file = "tokens.json"
-
+    write_principals(base)
+    config = write_config(
+        base,
+        f"""
 [[mcp.upstreams]]
 name = "time"
 command = {json.dumps(str(TIME_SERVER))}
@@ -107,7 +97,8 @@ command = "node"
 args = [{json.dumps(str(MEMORY_JS))}]
 env = {{ MEMORY_FILE_PATH = {json.dumps(str(memory))} }}
 timeout_seconds = 30.0
-"""
+""",
+        tokens={TOKEN: "alice"},
     )
     env = Published(base, config, memory)
     out = env.import_pins(declare_rest=False)
@@ -139,12 +130,18 @@ def test_time_and_memory_over_stdio(wild: Published) -> None:
 
     async def go() -> None:
         async with stdio_gateway(wild, yes) as (s, _):
-            names = {t.name for t in (await s.list_tools()).tools}
-            assert {"time__get_current_time", "time__convert_time", "memory__create_entities"} <= names
-            assert len([n for n in names if n.startswith(("time__", "memory__"))]) == 11, names
+            tools = {t.name: t for t in (await s.list_tools()).tools}
+            assert {"time__get_current_time", "time__convert_time", "memory__create_entities"} <= set(tools)
+            assert len([n for n in tools if n.startswith(("time__", "memory__"))]) == 11, tools
+            # annotations: readOnlyHint is the side-effect class import recorded
+            hints = {n: t.annotations.read_only_hint for n, t in tools.items() if t.annotations}
+            assert hints["time__get_current_time"] and hints["memory__read_graph"], hints
+            assert hints["memory__delete_entities"] is False, hints
             # time: allow, confirm (asked, then runs), deny (a forbid on the argument)
             r = await s.call_tool("time__get_current_time", {"timezone": "Europe/Oslo"})
             assert not r.is_error and "Europe/Oslo" in text_of(r), text_of(r)
+            # structuredContent passes, checked by the SDK client against the tool's outputSchema
+            assert (r.structured_content or {}).get("timezone") == "Europe/Oslo", r
             args = {"source_timezone": "Europe/Oslo", "time": "12:00", "target_timezone": "Asia/Tokyo"}
             r = await s.call_tool("time__convert_time", args)
             assert not r.is_error and "Asia/Tokyo" in text_of(r), text_of(r)
@@ -196,6 +193,7 @@ def test_time_and_memory_over_streamable_http(wild: Published) -> None:
             assert denied(r, "policy_forbid"), text_of(r)
             r = await s.call_tool("memory__read_graph", {})
             assert not r.is_error and "dave" in text_of(r), text_of(r)
+            assert "dave" in [e["name"] for e in (r.structured_content or {}).get("entities", [])], r
 
     with http_gateway(wild) as port:
         run(go(port), 200)
