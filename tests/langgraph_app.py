@@ -66,6 +66,8 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "both": [("weather__get", {"city": "Paris", "date": "2026-07-20"}), ("calendar__create_event", EVENT)],
     "deny": [("calendar__create_event", {**EVENT, "duration_minutes": 600})],
     "reject": [("weather__get", {"city": "Paris"})],
+    # free text that hides characters (issue 33): a bidi override and a Cyrillic letter
+    "hidden": [("calendar__create_event", {**EVENT, "title": "\u202eputdnats\u202c st\u0430ndup"})],
 }
 
 

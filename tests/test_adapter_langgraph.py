@@ -188,6 +188,19 @@ REJECT_SHAPES = {
 }
 
 
+def test_the_hitl_description_shows_what_the_title_hides(world: World) -> None:
+    """Issue 33: the description a person reads marks the bidi override and the Cyrillic letter
+    (``args`` keep the exact value); before, it named only the tool, the digest and the expiry."""
+    out = world.start({"t-hidden": "hidden"})
+    (action,) = out["t-hidden"]["interrupt"]["action_requests"]
+    text = action["description"]
+    assert "⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧putdnats⟦U+202C POP DIRECTIONAL FORMATTING⟧" in text
+    assert "st⟦U+0430 CYRILLIC SMALL LETTER A⟧ndup ⟦mixed scripts: Latin + Cyrillic⟧" in text
+    assert "\u202e" not in text and asked(out["t-hidden"])[0]["digest"] in text
+    assert action["args"]["title"] == "\u202eputdnats\u202c st\u0430ndup"
+    assert world.ledger() == []
+
+
 def test_reject_shapes_tell_the_model_run_nothing_and_leave_the_console(world: World) -> None:
     """Old main: these resume values were all "The user rejected this call"; now each says what
     the person said, and the parked invocation is ended at once (denied with who did it)."""

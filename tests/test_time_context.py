@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,70 +21,48 @@ from typing import Any
 import pytest
 
 from callgate.core.errors import ErrorCode, RejectedError
-from callgate.core.model import AuthzRequest, Decision, Subject
+from callgate.core.model import AuthzRequest, Subject
 from callgate.policy.declare import cedar_time_plans, declared
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
-from callgate.policy.engines.opa import OpaEngine
 from callgate.policy.engines.rego import RegoEngine
 from callgate.policy.engines.rego_contract import build_input, load_rego_dir
-from callgate.policy.snapshot import load_snapshot
 from callgate.policy.timevalues import Instant, Span, TimeKind, TimeValueError, instant_of, span_of
-from callgate.propose.authorize import authorize_invocation, policy_context
-from callgate.propose.core import Core
+from callgate.propose.authorize import policy_context
 from callgate.propose.parse import ParseLimits
 from callgate.propose.steps import check_times
-from tests.conftest import POLICIES, reference_front
+from tests import policy_tables
+from tests.conftest import POLICIES
 from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture
+from tests.policy_tables import (
+    cases,
+    check_and_policy_test,
+    copy_folder,
+    native_snapshot,
+    normalized,
+    opa_decisions,
+    python_snapshot,
+    summary,
+    want,
+)
+from tests.policy_tables import decide as decide_case
 
 FIXTURE = Path(__file__).resolve().parent / "data" / "time_context"
-CASES: list[dict[str, Any]] = json.loads((FIXTURE / "cases.json").read_text(encoding="utf-8"))["cases"]
+CASES = cases(FIXTURE)
 DECIDED = [c for c in CASES if "effect" in c["expect"]]
 LIMITS = ParseLimits()
+loop = policy_tables.loop
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The fixture folder with the project's Rego contract modules (decision, entities, schema)."""
-    root = tmp_path_factory.mktemp("time") / "policies"
-    shutil.copytree(FIXTURE, root, ignore=shutil.ignore_patterns("cases.json"))
-    for name in ("decision.rego", "entities.rego", "schema.rego"):
-        shutil.copy(POLICIES / "rego" / name, root / "rego" / name)
-    return root
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    lp = asyncio.new_event_loop()
-    yield lp
-    lp.close()
-
-
-def summary(d: Decision) -> dict[str, Any]:
-    return {"effect": d.effect.value, "policy_ids": sorted(d.policy_ids)}
-
-
-def normalized(snap: Any, case: dict[str, Any]) -> tuple[Any, Any]:
-    name, version = case["tool"].split("@")
-    tool = snap.tools.get(name, version)
-    assert tool is not None
-    raw = json.dumps(case["args"]).encode()
-    return tool, reference_front(tool, raw, case["clock"], case["principal"]["tenant"], zone=case["zone"])
+    return copy_folder(tmp_path_factory, FIXTURE)
 
 
 def decide(
     engine: Engine, snap: Any, case: dict[str, Any], loop: asyncio.AbstractEventLoop
 ) -> dict[str, Any]:
-    tool, norm = normalized(snap, case)
-    check_times(tool, norm.value)
-    subject = Subject(case["principal"]["tenant"], case["principal"]["id"])
-    result = loop.run_until_complete(authorize_invocation(engine, tool, norm, subject))
-    assert not result.decision.error_code, (case["name"], result.decision)
-    return summary(result.decision)
-
-
-def want(case: dict[str, Any]) -> dict[str, Any]:
-    return {"effect": case["expect"]["effect"], "policy_ids": sorted(case["expect"]["policy_ids"])}
+    return decide_case(engine, snap, case, loop, check_times)
 
 
 def test_the_table_covers_every_effect_and_refusal() -> None:
@@ -115,7 +92,7 @@ def test_generated_schema_declares_time(folder: Path) -> None:
 
 @pytest.mark.parametrize("case", DECIDED, ids=[c["name"] for c in DECIDED])
 def test_cedarpy(folder: Path, case: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
-    snap = _snap(folder)
+    snap = python_snapshot(folder)
     engine = CedarEngine(load_cedar_dir(folder / "cedar", cores=SnapshotCores.PYTHON))
     assert decide(engine, snap, case, loop) == want(case)
 
@@ -124,7 +101,7 @@ def test_cedarpy(folder: Path, case: dict[str, Any], loop: asyncio.AbstractEvent
 def test_compiled_core(folder: Path, case: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
     """The compiled core: its one-call decision (tools without time arguments: the context it
     builds itself carries ``now``), else the engine's JSON path in the core."""
-    snap, core = _native(folder)
+    snap, core = native_snapshot(folder)
     tool, _ = normalized(snap, case)
     raw = json.dumps(case["args"]).encode()
     principal = case["principal"]
@@ -141,7 +118,7 @@ def test_compiled_core(folder: Path, case: dict[str, Any], loop: asyncio.Abstrac
 
 @pytest.mark.parametrize("case", DECIDED, ids=[c["name"] for c in DECIDED])
 def test_embedded_rego(folder: Path, case: dict[str, Any], loop: asyncio.AbstractEventLoop) -> None:
-    snap = _snap(folder)
+    snap = python_snapshot(folder)
     assert decide(RegoEngine.from_dir(folder / "rego"), snap, case, loop) == want(case)
 
 
@@ -151,16 +128,7 @@ def test_opa(
     opa_factory: Callable[..., OpaServer],  # noqa: F811
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    server = opa_factory(None)
-    engine = OpaEngine.from_dir(folder / "rego", url=server.url, timeout=5.0)
-    snap = _snap(folder)
-    try:
-        loop.run_until_complete(engine.load_policies())
-        ok, why = loop.run_until_complete(engine.readiness())
-        assert ok, why
-        got = {c["name"]: decide(engine, snap, c, loop) for c in DECIDED}
-    finally:
-        loop.run_until_complete(engine.close())
+    got = opa_decisions(folder, opa_factory, loop, DECIDED, check_times)
     assert got == {c["name"]: want(c) for c in DECIDED}
 
 
@@ -171,20 +139,20 @@ REFUSED = [c for c in CASES if "rejected" in c["expect"]]
 def test_no_exact_time_value_is_a_validation_error(folder: Path, case: dict[str, Any]) -> None:
     """Fail closed: the JSON Schema format accepts these, the policies could not compare them
     exactly; the proposal is rejected before authorization, on both cores."""
-    snap = _snap(folder)
+    snap = python_snapshot(folder)
     tool, norm = normalized(snap, case)
     with pytest.raises(RejectedError) as exc:
         check_times(tool, norm.value)
     assert exc.value.code is ErrorCode.SCHEMA_VIOLATION
     assert exc.value.violations[0].pointer in ("/start", "/length")
-    _, core = _native(folder)
+    _, core = native_snapshot(folder)
     raw = json.dumps(case["args"]).encode()
     answer = core.front(snap, tool, raw, "acme", "en", case["clock"], LIMITS, "ana")
     assert answer is not None and answer.authz is None  # the core never decides it
 
 
 def test_rego_input_carries_text_and_millis(folder: Path) -> None:
-    snap = _snap(folder)
+    snap = python_snapshot(folder)
     case = DECIDED[0]
     tool, norm = normalized(snap, case)
     ctx = policy_context(tool, norm)
@@ -251,26 +219,6 @@ def test_spans() -> None:
             span_of(bad)
 
 
-_SNAPS: dict[str, Any] = {}
-
-
-def _snap(folder: Path) -> Any:
-    if "python" not in _SNAPS:
-        _SNAPS["python"] = load_snapshot(folder)
-    return _SNAPS["python"]
-
-
-def _native(folder: Path) -> tuple[Any, Core]:
-    if "native" not in _SNAPS:
-        snap = load_snapshot(folder)
-        core = Core("native")
-        core.prepare(snap, eager=True)
-        assert core.cedar_core(snap) is not None
-        _SNAPS["native"] = (snap, core)
-    out: tuple[Any, Core] = _SNAPS["native"]
-    return out
-
-
 def test_through_a_real_sidecar(folder: Path) -> None:
     """gRPC end to end (the sidecar's own core, compiled when built): a proposal within the window
     is allowed, the table's sub-millisecond start is a ``schema_violation`` before any decision,
@@ -331,24 +279,5 @@ def test_check_and_policy_tests_pass(folder: Path, tmp_path: Path, engine: str) 
     """``callgate check`` on the folder: the derived samples (``context.now`` the check's clock)
     stay in the contract, and the policy tests in ``tests/`` state their ``context.now`` and
     time arguments as production passes them."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
-    cfg = tmp_path / "callgate.toml"
-    cfg.write_text(
-        f'[store]\npath = "{tmp_path / "db"}"\n\n[policy]\ndir = "{folder}"\nengine = "{engine}"\n'
-    )
-    for args in (["check", "-c", str(cfg)], ["policy", "test", str(folder / "tests"), "-c", str(cfg)]):
-        done = subprocess.run(
-            [sys.executable, "-m", "callgate", *args],
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, (args, done.stdout, done.stderr)
-    assert "4 passed" in done.stdout, done.stdout
+    out = check_and_policy_test(folder, tmp_path, engine)
+    assert "4 passed" in out, out

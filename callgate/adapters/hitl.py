@@ -27,12 +27,14 @@ nothing is decided (fail closed); the adapter asks again with the error in each 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from callgate.client import CallgateClientError
+from callgate.client.visible import visible_json
 
 
 class HITLFormat(Enum):
@@ -160,7 +162,14 @@ def parse_decisions(value: object, count: int) -> tuple[Decision, ...]:
 
 
 def _description(a: Ask, how: str) -> str:
-    return f"callgate: {a.tool} needs your confirmation ({how}); digest {a.digest}, until {a.expires_at}."
+    """What the person reads: the tool, the arguments the digest covers (hidden characters,
+    whitespace runs and letters of another script as marks, :mod:`callgate.client.visible`), the
+    digest and the expiry."""
+    args = visible_json(json.dumps(a.arguments, ensure_ascii=False, indent=2, sort_keys=True))
+    return (
+        f"callgate: {a.tool} needs your confirmation ({how}); digest {a.digest}, until {a.expires_at}.\n"
+        f"Arguments:\n{args}"
+    )
 
 
 def _callgate(a: Ask, how: str, error: str) -> dict[str, str]:

@@ -16,21 +16,23 @@ Three kinds of invisible difference:
 
 :func:`flags` says which of them a string has (policy sees them, the console lists them);
 :func:`segments` cuts a string into what to show as is and what to show as a mark, used by
-:func:`visible` (plain text: MCP elicitation messages, adapters' prompts) and by the console's
-HTML rendering.
+:func:`visible` (plain text: MCP elicitation messages) and by the console's HTML rendering: the
+one renderer of :mod:`callgate.client.visible` (which the slim client's adapters use with the
+standard library's data) given this module's data (:data:`RENDERER`).
 """
 
 from __future__ import annotations
 
-import unicodedata
-from dataclasses import dataclass
 from enum import Enum
 from typing import Final
 
 import disarm
 import regex
 
+from callgate.client.visible import Renderer, SegKind, Segment
+
 __all__ = [
+    "RENDERER",
     "SCRIPT_DATA",
     "Flag",
     "SegKind",
@@ -51,7 +53,6 @@ _OTHER_SPACE: Final = regex.compile(r"[^\S ]")
 """Whitespace that is not U+0020 (tab, line breaks, NBSP, the U+2000 spaces, U+3000...)."""
 JSON_STRING: Final = regex.compile(r'"(?:[^"\\]|\\.)*"')
 """A string literal in JSON text (``json.dumps`` output)."""
-_RUN: Final = regex.compile(r" {2,}|[^\S ]|[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}]")
 
 
 class Flag(str, Enum):
@@ -92,41 +93,6 @@ def flags(text: str) -> frozenset[Flag]:
     return frozenset(out)
 
 
-class SegKind(str, Enum):
-    TEXT = "text"
-    """Shown as is."""
-    HIDDEN = "hidden"
-    """A hidden character, shown as its code point and name."""
-    SPACE = "space"
-    """Whitespace other than one space, shown as a mark with its length."""
-    FOREIGN = "foreign"
-    """A letter of a script other than the string's main one, in a mixed-script string."""
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    kind: SegKind
-    text: str
-    """The characters themselves."""
-
-    @property
-    def label(self) -> str:
-        """How a mark reads: ``U+202E RIGHT-TO-LEFT OVERRIDE``, ``120 spaces``, ``U+0430
-        CYRILLIC SMALL LETTER A``."""
-        if self.kind is SegKind.SPACE:
-            if set(self.text) == {" "}:
-                return f"{len(self.text)} spaces"
-            return " ".join(_code_point(c) for c in self.text)
-        if self.kind in (SegKind.HIDDEN, SegKind.FOREIGN):
-            return " ".join(_code_point(c) for c in self.text)
-        return self.text
-
-
-def _code_point(c: str) -> str:
-    name = unicodedata.name(c, "")
-    return f"U+{ord(c):04X} {name}".rstrip()
-
-
 def _scripts_of(c: str) -> frozenset[str]:
     """The scripts of one letter (none for digits, punctuation, marks, spaces)."""
     if c.isascii():
@@ -134,66 +100,27 @@ def _scripts_of(c: str) -> frozenset[str]:
     return frozenset(s.value for s in disarm.detect_scripts(c))
 
 
-def _main_script(text: str) -> str:
-    counts: dict[str, int] = {}
-    for c in text:
-        for name in _scripts_of(c):
-            counts[name] = counts.get(name, 0) + 1
-    return max(counts, key=lambda k: (counts[k], k == "Latin")) if counts else ""
+RENDERER: Final = Renderer(
+    hidden=lambda c: _HIDDEN.fullmatch(c) is not None,
+    other_space=lambda c: _OTHER_SPACE.fullmatch(c) is not None,
+    scripts_of=_scripts_of,
+    mixed_scripts=mixed_scripts,
+)
+"""The one renderer (:mod:`callgate.client.visible`) with the sidecar's Unicode data: what the
+console and the MCP elicitation show."""
 
 
 def segments(text: str) -> list[Segment]:
     """``text`` cut into what is shown as is and what is shown as a mark."""
-    if text.isascii() and "  " not in text and not any(c in text for c in "\t\n\r\v\f"):
-        return [Segment(SegKind.TEXT, text)] if text else []
-    main = _main_script(text) if mixed_scripts(text) else ""
-    out: list[Segment] = []
-    plain: list[str] = []
-
-    def mark(kind: SegKind, chunk: str) -> None:
-        if plain:
-            out.append(Segment(SegKind.TEXT, "".join(plain)))
-            plain.clear()
-        out.append(Segment(kind, chunk))
-
-    def letters(chunk: str) -> None:
-        for c in chunk:
-            names = _scripts_of(c) if main else frozenset()
-            if names and main not in names:
-                mark(SegKind.FOREIGN, c)
-            else:
-                plain.append(c)
-
-    pos = 0
-    for m in _RUN.finditer(text):
-        letters(text[pos : m.start()])
-        chunk = m.group()
-        mark(SegKind.HIDDEN if _HIDDEN.fullmatch(chunk) else SegKind.SPACE, chunk)
-        pos = m.end()
-    letters(text[pos:])
-    if plain:
-        out.append(Segment(SegKind.TEXT, "".join(plain)))
-    return out
+    return RENDERER.segments(text)
 
 
 def visible(text: str) -> str:
     """``text`` for a plain-text confirmation surface: every mark as ``⟦label⟧``, and a
     trailing note naming the scripts of a mixed-script value."""
-    parts = [s.text if s.kind is SegKind.TEXT else f"⟦{s.label}⟧" for s in segments(text)]
-    out = "".join(parts)
-    scripts = mixed_scripts(text)
-    if scripts:
-        out += f" ⟦mixed scripts: {' + '.join(scripts)}⟧"
-    return out
-
-
-def _visible_literal(m: regex.Match[str]) -> str:
-    literal = str(m.group())
-    if literal.isascii() and "  " not in literal:
-        return literal
-    return '"' + visible(literal[1:-1]) + '"'
+    return RENDERER.visible(text)
 
 
 def visible_json(text: str) -> str:
     """JSON text for a plain-text confirmation surface, each string literal :func:`visible`."""
-    return str(JSON_STRING.sub(_visible_literal, text))
+    return RENDERER.visible_json(text)

@@ -34,6 +34,7 @@ import jsonschema
 
 from callgate.core.errors import CallgateError, LoadError, policy_invalid
 from callgate.core.model import JSONValue
+from callgate.policy.textflags import CEDAR_TEXT_TYPE, TEXT_KEY
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
 from callgate.propose.parse import ParseLimits, parse_json_document
 
@@ -49,6 +50,7 @@ __all__ = [
     "cedar_action_fragment",
     "cedar_declared_actions",
     "cedar_declared_contexts",
+    "cedar_text_actions",
     "cedar_time_plans",
     "check_tools",
     "close_objects",
@@ -80,8 +82,11 @@ docs/POLICIES.md); the actions come from the ToolSpecs."""
 
 TIME_TYPES: Final = frozenset({"datetime", "duration"})
 """Cedar's extension types of time values (``context.now``, date/date-time/duration arguments)."""
-GENERATED_CONTEXT: Final = "tenant: String, tool: String, now: datetime"
-"""The context attributes of every generated action besides ``args``."""
+GENERATED_CONTEXT: Final = f"tenant: String, tool: String, now: datetime, {TEXT_KEY}?: {CEDAR_TEXT_TYPE}"
+"""The context attributes of every generated action besides ``args`` (``text``: present only when
+a string argument hides characters, :mod:`callgate.policy.textflags`)."""
+REGO_OPTIONAL_CONTEXT: Final = "optional_context"
+"""``data.callgate.schema.optional_context``: context attributes a request may lack (schema.rego)."""
 
 log = logging.getLogger("callgate.policy.declare")
 
@@ -527,6 +532,16 @@ def cedar_time_plans(schema_text: str) -> dict[str, TimePlan]:
     return out
 
 
+def cedar_text_actions(schema_text: str) -> frozenset[str]:
+    """The actions whose context declares ``text`` (:mod:`callgate.policy.textflags`): only
+    their requests carry it."""
+    return frozenset(
+        name
+        for name, ctx in cedar_declared_contexts(schema_text).items()
+        if ctx.record is not None and any(f == TEXT_KEY for f, _, _ in ctx.record.fields)
+    )
+
+
 # -- the principals file ------------------------------------------------------------------------
 
 _PRINCIPALS_SCHEMA: Final = {
@@ -697,9 +712,14 @@ class Declared:
         file does not declare, and ``callgate.entities`` from the principals file."""
         root = dict(legacy.get("callgate", {}))
         schema = dict(root.get("schema", {}))
-        schema.setdefault(
-            "context", {"tenant": "String", "tool": "String", NOW_KEY: "String", MILLIS_KEY: "Record"}
-        )
+        if "context" not in schema:  # a data.json that declares its context keeps it exactly
+            schema["context"] = {
+                "tenant": "String",
+                "tool": "String",
+                NOW_KEY: "String",
+                MILLIS_KEY: "Record",
+            }
+            schema.setdefault(REGO_OPTIONAL_CONTEXT, {TEXT_KEY: "Record"})
         schema.setdefault("groups", list(GROUPS))
         actions = dict(schema.get("actions", {}))
         strict = "actions" not in schema

@@ -340,7 +340,9 @@ def _policy_values(cases: list[RequestCase], tools_dir: Path | None) -> list[Req
     file, else the clock when the suite runs) as a time value, and when ``context.tool`` names a
     ToolSpec, its ``decimal`` and time arguments as decimals and time values (a Cedar ``decimal``
     / ``datetime`` / ``duration``, a Rego number / text), so ``"amount": "150.00"`` and
-    ``"start": "2026-07-20"`` in a request file mean what they mean in production."""
+    ``"start": "2026-07-20"`` in a request file mean what they mean in production; and
+    ``context.text`` from the arguments when the file does not state it."""
+    from callgate.policy.textflags import TEXT_KEY, text_context
     from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 
     tools: dict[str, Any] = {}
@@ -370,6 +372,9 @@ def _policy_values(cases: list[RequestCase], tools_dir: Path | None) -> list[Req
             pass  # not a time: the engine sees the text (a schema refusal, a deny)
         tool = tools.get(str(ctx.get("tool", "")))
         args = ctx.get("args")
+        text = text_context(args) if isinstance(args, dict) and TEXT_KEY not in ctx else None
+        if text is not None:  # free text that hides characters, as Propose computes it
+            ctx[TEXT_KEY] = text
         if tool is not None and isinstance(args, dict):
             values = as_policy_values(args, tool.normalizers)
             try:

@@ -14,6 +14,7 @@ from typing import Any
 from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
+from callgate.policy.textflags import TEXT_KEY, text_context
 from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry
 from callgate.propose.normalize import as_policy_values
@@ -27,10 +28,11 @@ class AuthorizationResult:
 
 
 def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[str, JSONValue]:
-    """``context`` without the tenant (the engines add the session's): the tool, the arguments
-    and ``now``. Decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number),
-    time arguments and the reference clock as time values (Cedar ``datetime`` / ``duration``,
-    Rego RFC 3339 text plus ``context.millis``: callgate/policy/timevalues.py). Raises
+    """``context`` without the tenant (the engines add the session's): the tool, the arguments,
+    ``now`` and, when a string argument hides characters, ``text`` (callgate/policy/textflags.py).
+    Decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number), time
+    arguments and the reference clock as time values (Cedar ``datetime`` / ``duration``, Rego
+    RFC 3339 text plus ``context.millis``: callgate/policy/timevalues.py). Raises
     :class:`TimeValueError`."""
     assert normalized.value is not None
     values = as_policy_values(normalized.value, tool.normalizers)
@@ -38,18 +40,26 @@ def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[
         values = time_values(values, tool.times)
     ctx = normalized.context
     now: Any = now_instant(ctx.reference_clock, ctx.reference_time)
-    return {"tool": tool.spec.key, "args": values, NOW_KEY: now}
+    out: dict[str, JSONValue] = {"tool": tool.spec.key, "args": values, NOW_KEY: now}
+    text = text_context(normalized.value)  # free text that hides characters (issue 33)
+    if text is not None:
+        out[TEXT_KEY] = text
+    return out
 
 
 def caller_context(context: Mapping[str, Any], tools: ToolRegistry, now: Any) -> dict[str, Any]:
-    """A caller's context (``Authorize``) as Propose builds it: ``now`` (replacing one the caller
-    sent) and, when ``context.tool`` names a ToolSpec, its time arguments as time values. A text
-    that is no exact time value stays text: Cedar's schema refuses it, Rego has no ``millis``
+    """A caller's context (``Authorize``) as Propose builds it: ``now`` and ``text`` (replacing
+    what the caller sent) and, when ``context.tool`` names a ToolSpec, its time arguments as time
+    values. A text that is no exact time value stays text: Cedar's schema refuses it, Rego has no ``millis``
     for it (a deny either way)."""
     out = {**context, NOW_KEY: now}
     name, _, version = str(context.get("tool", "")).partition("@")
     tool = tools.get(name, version)
     args = context.get("args")
+    out.pop(TEXT_KEY, None)  # computed from the arguments, as Propose does (never the caller's)
+    text = text_context(args) if isinstance(args, Mapping) else None
+    if text is not None:
+        out[TEXT_KEY] = text
     if tool is not None and tool.times and isinstance(args, Mapping):
         try:
             out["args"] = time_values(args, tool.times)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -50,6 +51,7 @@ from callgate.core.model import (
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.textflags import may_flag, text_context
 from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import AuthorizationResult, authorize_invocation
@@ -404,6 +406,13 @@ def front(
         and tool.text_policy.needs_python(p.arguments_bytes, answer.parsed)
     ):
         answer = None  # the text policy refuses or changes an identifier: the Python stages answer
+    if (
+        answer is not None
+        and answer.authz is not None
+        and _declares_text(call.snapshot, tool)
+        and _hides_text(answer.canonical)
+    ):
+        answer = None  # context.text (policy/textflags.py): the core does not build it
     if answer is not None and answer.code is None and ctx is not None:
         validated = core.validated(tool, answer)
         normalized = core.normalized(answer, ctx)
@@ -428,6 +437,18 @@ def front(
     if answer is not None and answer.code != "defer" and not isinstance(normalized_or, Rejection):
         core.note("mismatch")  # the core refused what the reference accepts: the reference wins
     return checked, normalized_or
+
+
+def _declares_text(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
+    """Whether one of the tool's actions declares ``context.text`` (issue 33)."""
+    declares = getattr(snapshot.engine, "text_actions", None)
+    return declares is None or any(c in declares for c in tool.spec.required_capabilities)
+
+
+def _hides_text(canonical: bytes) -> bool:
+    """Whether these canonical arguments have a ``context.text`` (the compiled core's one-call
+    decision lacks it)."""
+    return may_flag(canonical) and text_context(json.loads(canonical)) is not None
 
 
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:

@@ -12,6 +12,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from callgate.adapters.openai_agents import Attempt, gate
 from callgate.client import Client
+from callgate.client.visible import visible_json
 
 set_tracing_disabled(True)
 RUN = "var/run"
@@ -58,7 +59,8 @@ with Client(f"{RUN}/agent.sock", executor=f"{RUN}/executor.sock", confirmer=f"{R
         saved = result.to_state().to_string()  # store it anywhere; resume later, in any process
         state = asyncio.run(RunState.from_string(agent, saved))
         for item in state.get_interruptions():
-            answer = input(f"allow {item.tool_name} {item.arguments}? [y/N] ") if sys.stdin.isatty() else "y"
+            shown = visible_json(item.arguments or "{}")  # hidden characters as marks (issue 33)
+            answer = input(f"allow {item.tool_name} {shown}? [y/N] ") if sys.stdin.isatty() else "y"
             state.approve(item) if answer.lower() == "y" else state.reject(item)
         result = Runner.run_sync(agent, state)
     print(result.final_output)

@@ -43,7 +43,7 @@ import cedarpy
 from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.core.nativemod import load_native, native_missing
-from callgate.policy.declare import cedar_time_plans, declared
+from callgate.policy.declare import cedar_text_actions, cedar_time_plans, declared
 from callgate.policy.engines.base import Readiness, combine, fault
 from callgate.policy.engines.cedar_slices import (
     LITERALS,
@@ -59,6 +59,7 @@ from callgate.policy.engines.cedar_slices import (
     statement_spans,
     validate_grouped,
 )
+from callgate.policy.textflags import TEXT_KEY
 from callgate.policy.timevalues import NO_PLAN, Instant, Span, TimePlan, cedar_time_context
 
 log = logging.getLogger("callgate.engine.cedar")
@@ -158,6 +159,9 @@ class CedarPolicies:
     time_plans: Mapping[str, TimePlan] = field(default_factory=dict)
     """Action -> the time values its schema declares (``context.now``, ``datetime`` /
     ``duration`` arguments: :mod:`callgate.policy.timevalues`); absent: none."""
+    text_actions: frozenset[str] = frozenset()
+    """The actions whose schema declares ``context.text`` (:mod:`callgate.policy.textflags`);
+    the others never get it."""
     python: bool = True
     """Whether cedarpy's form (policy sets, :attr:`entities`) was built; when not, the compiled
     core decides whatever the seam says (:meth:`CedarEngine.use_native`)."""
@@ -466,6 +470,7 @@ def load_cedar_dir(
         revision="sha256:" + digest.hexdigest(),
         native=native,
         time_plans=time_plans,
+        text_actions=cedar_text_actions(sch_text),
         python=entity_index is not None,
     )
 
@@ -781,6 +786,11 @@ class CedarEngine:
         """Action -> the time values its schema declares (:mod:`callgate.policy.timevalues`)."""
         return self._p.time_plans
 
+    @property
+    def text_actions(self) -> frozenset[str]:
+        """The actions whose schema declares ``context.text`` (:mod:`callgate.policy.textflags`)."""
+        return self._p.text_actions
+
     def _request_entities(self, p: CedarPolicies, req: AuthzRequest) -> list[dict[str, Any]]:
         if p.entities is None:
             raise RuntimeError("cedarpy's form of this snapshot was not built")
@@ -835,6 +845,8 @@ class CedarEngine:
             context = to_cedar_value(
                 cedar_time_context(req.context, p.time_plans.get(req.capability, NO_PLAN))
             )
+            if req.capability not in p.text_actions:
+                context.pop(TEXT_KEY, None)  # an action whose schema does not declare it
         except _ContextError as exc:
             return fault(ENGINE_NAME, ErrorCode.ENGINE_ERROR, f"context not representable in Cedar: {exc}")
         context["tenant"] = req.subject.tenant

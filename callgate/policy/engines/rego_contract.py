@@ -10,7 +10,10 @@ Input document (one per ``AuthzRequest``; see docs/ENGINES.md)::
      "context":    {"tenant": "<session tenant>", "tool": "<name>@<version>",
                     "args": <normalized arguments>,
                     "now": "<reference clock, RFC 3339>",                 when declared
-                    "millis": {"now": <epoch ms>, "args": {<time argument>: <ms>}}},  when declared
+                    "millis": {"now": <epoch ms>, "args": {<time argument>: <ms>}},  when declared
+                    "text": {"hidden": <bool>, ..., "hidden_at": [<pointer>, ...], ...}},
+                                      when declared and a string argument hides characters
+                                      (callgate/policy/textflags.py)
      "shadow":     ["<policy id>", ...]}      only when the config puts policies in shadow mode
 
 It carries what the Cedar engine's request carries, and the argument values are held to the same
@@ -54,6 +57,7 @@ from typing import Any, Final
 from callgate.core.errors import CallgateError, ErrorCode, LoadError, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.policy.engines.base import fault
+from callgate.policy.textflags import TEXT_KEY
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, Instant, Span, millis_of
 from callgate.propose.parse import ParseLimits, parse_json_document
 
@@ -179,9 +183,9 @@ def build_input(
     ``context.tenant`` is always the session's tenant (a ``tenant`` key in the request context
     is overwritten, as the Cedar engine does). ``shadow``: the config's shadow policy ids, sent
     as ``input.shadow`` when there are any. ``context_names``: the context attributes the data
-    declares (``data.callgate.schema.context``); ``now`` and ``millis`` are sent only when
-    declared (a legacy ``data.json`` without them keeps its exact input). Raises
-    :class:`RequestError`.
+    declares (``data.callgate.schema.context`` and ``optional_context``); ``now``, ``millis`` and
+    ``text`` are sent only when declared (a legacy ``data.json`` without them keeps its exact
+    input). Raises :class:`RequestError`.
     """
     context = contract_value(dict(req.context))
     assert isinstance(context, dict)
@@ -189,7 +193,7 @@ def build_input(
     if millis is not None:
         context[MILLIS_KEY] = millis
     if context_names is not None:
-        for key in (NOW_KEY, MILLIS_KEY):
+        for key in (NOW_KEY, MILLIS_KEY, TEXT_KEY):
             if key not in context_names:
                 context.pop(key, None)
     context["tenant"] = req.subject.tenant
@@ -331,8 +335,11 @@ class RegoPolicies:
     @property
     def context_names(self) -> frozenset[str] | None:
         """The context attributes ``data.callgate.schema.context`` declares (None: no schema)."""
-        ctx = self.data.get(PACKAGE_ROOT, {}).get("schema", {}).get("context")
-        return frozenset(ctx) | {"args"} if isinstance(ctx, Mapping) else None
+        schema = self.data.get(PACKAGE_ROOT, {}).get("schema", {})
+        ctx, optional = schema.get("context"), schema.get("optional_context", {})
+        if not isinstance(ctx, Mapping):
+            return None
+        return frozenset(ctx) | frozenset(optional if isinstance(optional, Mapping) else ()) | {"args"}
 
     @property
     def shadow_ids(self) -> tuple[str, ...]:
