@@ -23,6 +23,9 @@ Exceptions (every one has a stable ``code``; none is ever an outcome to execute)
      +-- MalformedAnswer                an answer we cannot trust    malformed_answer
      +-- CallRefused                    the sidecar refused the call ErrorInfo.reason (docs/ERRORS.md)
      +-- ExecutionError                 the executor helper stopped  execution_stopped
+
+The tool-name rule (:mod:`callgate.client.names`: upstream, callgate and wire names) is exported
+here too: the MCP gateway and importer use it through this package only.
 """
 
 from callgate.client._wire import ToolCall, idempotency_key
@@ -39,10 +42,28 @@ from callgate.client.executor import (
     BusinessRejection,
     Committed,
     NotReached,
+    OutcomeUnknown,
+    Stage,
     ToolContext,
     ToolFailure,
     ToolResult,
     Transient,
+)
+from callgate.client.names import (
+    HASHED,
+    MAX_NAME,
+    MAX_WIRE,
+    MCP_NAME,
+    NAME_RULE,
+    TOOL_NAME,
+    UPSTREAM_NAME,
+    WIRE_NAME,
+    capability_of,
+    distinct_capability,
+    import_name,
+    name_of_wire,
+    tool_name_problem,
+    wire_name,
 )
 from callgate.client.outcomes import (
     Allowed,
@@ -58,7 +79,15 @@ from callgate.client.sync import Client, Confirmer, Session
 from callgate.client.tools import LEGAL_NAME, Dialect, Tool, ToolNames, legal_name, strict_schema
 
 __all__ = [
+    "HASHED",
     "LEGAL_NAME",
+    "MAX_NAME",
+    "MAX_WIRE",
+    "MCP_NAME",
+    "NAME_RULE",
+    "TOOL_NAME",
+    "UPSTREAM_NAME",
+    "WIRE_NAME",
     "Allowed",
     "AsyncClient",
     "AsyncConfirmer",
@@ -77,10 +106,12 @@ __all__ = [
     "NeedsConfirmation",
     "NotReached",
     "Outcome",
+    "OutcomeUnknown",
     "Pending",
     "Rejected",
     "Replayed",
     "Session",
+    "Stage",
     "Tool",
     "ToolCall",
     "ToolContext",
@@ -89,8 +120,14 @@ __all__ = [
     "ToolResult",
     "Transient",
     "TransportError",
+    "capability_of",
+    "distinct_capability",
     "idempotency_key",
+    "import_name",
     "tool_message",
     "legal_name",
+    "name_of_wire",
     "strict_schema",
+    "tool_name_problem",
+    "wire_name",
 ]

@@ -5,6 +5,7 @@ both helpers take their decisions from the one state machine in :mod:`callgate.c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -25,12 +26,14 @@ from callgate.client.errors import CallgateClientError, DeadlineExceeded, Malfor
 from callgate.client.executor import (
     Committed,
     RetryAfter,
+    Stage,
     Stop,
     ToolContext,
     ToolResult,
     after_report,
     attempt_context,
     checked,
+    dumps,
     report_for,
     state_name,
     tool_result,
@@ -119,13 +122,24 @@ class AsyncClient:
         self, invocation_id: str, fn: Callable[[ToolContext], Awaitable[Committed]], *, executor_id: str,
         max_attempts: int = 10,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        encode: Callable[[Any], bytes] = dumps,
+        shield: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+        on_stage: Callable[[Stage], Awaitable[None]] | None = None,
     ) -> ToolResult:  # fmt: skip
         """:meth:`Client.run` for an async tool function: BeginAttempt -> ``await fn(ctx)`` ->
         ReportOutcome, again while the retry advice says so, then EncodeResult. ``ctx.redeem`` is
-        a coroutine function here (``await ctx.redeem("name")``)."""
+        a coroutine function here (``await ctx.redeem("name")``).
+
+        ``fn`` cancelled (``CancelledError``): the attempt is reported OUTCOME_UNKNOWN (nobody
+        knows whether it committed), then the cancellation goes on. ``shield()`` is entered
+        around every ReportOutcome (e.g. ``anyio.CancelScope(shield=True)`` under anyio, which
+        cancels again at each await); ``encode`` gives the JSON bytes of the result or error;
+        ``on_stage`` is awaited before each BeginAttempt and before EncodeResult."""
         x = self._executor()
         attempts = 0
         while True:
+            if on_stage is not None:
+                await on_stage(Stage.ATTEMPT)
             att = await _call(
                 x.BeginAttempt,
                 pb.BeginAttemptRequest(invocation_id=invocation_id, executor_id=executor_id),
@@ -146,13 +160,20 @@ class AsyncClient:
                 done = checked(await fn(ctx))
             except Exception as e:  # mapped to an outcome, never swallowed into success
                 exc = e
-            rep = await _call(x.ReportOutcome, report_for(exc, done, att.attempt_id), self.timeout)
-            step = after_report(invocation_id, attempts, max_attempts, done, exc, rep)
+            except BaseException as cancelled:  # cancelled mid-call: reported, then re-raised
+                with shield(), contextlib.suppress(CallgateClientError):
+                    await _call(x.ReportOutcome, report_for(cancelled, None, att.attempt_id), self.timeout)
+                raise
+            with shield():
+                rep = await _call(x.ReportOutcome, report_for(exc, done, att.attempt_id), self.timeout)
+            step = after_report(invocation_id, attempts, max_attempts, done, exc, rep, encode)
             if isinstance(step, RetryAfter):
                 await sleep(step.backoff_s)
                 continue
             if isinstance(step, Stop):
                 raise step.error
+            if on_stage is not None:
+                await on_stage(Stage.ENCODE)
             enc = await _call(x.EncodeResult, step.request, self.timeout)
             return tool_result(invocation_id, enc, step.state, attempts)
 
@@ -256,6 +277,21 @@ class AsyncSession:
             self.client.timeout,
         )
         return state_name(r.state)
+
+    async def result_page(self, invocation_id: str, page_token: str = "") -> pb.GetResultResponse:
+        """One page of an observed invocation's tool message (GetResult; this session's only):
+        ``message``, ``truncated``, ``next_page_token``."""
+        return await _call(
+            self.client._gate().GetResult,
+            pb.GetResultRequest(
+                invocation_id=invocation_id, page_token=page_token, session_id=self.session_id
+            ),
+            self.client.timeout,
+        )
+
+    def listed(self, name: str, version: str) -> Tool | None:
+        """The tool as the last :meth:`tools` listed it (None when it was not listed)."""
+        return self._tools.get((name, version))
 
     async def wait_confirmed(self, pending: NeedsConfirmation, *, timeout: float) -> bool:
         stream = self.client._gate().WatchInvocation(

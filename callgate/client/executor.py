@@ -4,7 +4,11 @@ The function receives a :class:`ToolContext` and returns a :class:`Committed` (t
 happened). Raising :class:`NotReached`, :class:`Transient` or :class:`BusinessRejection` means it
 demonstrably did not commit (FAILED_BEFORE_COMMIT with that failure class); any other exception,
 including a timeout, means nobody knows (OUTCOME_UNKNOWN, failure class TIMEOUT): the helper
-never guesses "not committed".
+never guesses "not committed". :class:`OutcomeUnknown` says so explicitly and is never retried.
+
+A caller that maps its own ends (the MCP gateway, callgate/mcp/attempts.py) gives a failure the
+message recorded with the outcome (``recorded``, no argument text) and the error the model reads
+(``error``); the helpers take every decision from the pure functions below.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from callgate.client.errors import ExecutionError, MalformedAnswer
@@ -31,6 +36,8 @@ class ToolContext:
     redeem: Callable[[str], Any] = field(repr=False)
     """``redeem(secret_name)``: the upstream secret bound to this tool (bytes; awaitable in the
     asyncio helper)."""
+    attempt_id: str = ""
+    """The sidecar's id of this attempt (e.g. part of an external id the function makes up)."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +51,18 @@ class Committed:
 
 
 class ToolFailure(Exception):
-    """The tool did not commit; the subclass names the 6.9 failure class."""
+    """The tool did not commit; the subclass names the 6.9 failure class.
+
+    ``recorded``: the message recorded with the outcome (default: the class name; never the
+    exception's text, which may carry arguments). ``error``: the JSON error the model reads
+    (default ``{"code": <class name>, "message": "the tool failed", "retryable": <advice>}``)."""
 
     failure_class: int = pb.FAILURE_CLASS_UNSPECIFIED
+
+    def __init__(self, *args: object, recorded: str = "", error: Mapping[str, Any] | None = None) -> None:
+        super().__init__(*args)
+        self.recorded = recorded
+        self.error = error
 
 
 class NotReached(ToolFailure):
@@ -67,6 +83,25 @@ class BusinessRejection(ToolFailure):
     failure_class = pb.BUSINESS_REJECTION
 
 
+class OutcomeUnknown(Exception):
+    """The call went out and no answer came back (a timeout, a crash): reported OUTCOME_UNKNOWN
+    like any other exception, with ``recorded`` as its message, and never retried even when the
+    advice allows it: the helper stops with ``ExecutionError(code="outcome_unknown")``."""
+
+    def __init__(self, *args: object, recorded: str = "") -> None:
+        super().__init__(*args)
+        self.recorded = recorded
+
+
+class Stage(Enum):
+    """A step of the asyncio helper, told to its ``on_stage`` (e.g. progress to a client)."""
+
+    ATTEMPT = "starting the attempt"
+    """Before each BeginAttempt."""
+    ENCODE = "encoding the result"
+    """Before EncodeResult."""
+
+
 @dataclass(frozen=True)
 class ToolResult:
     """What the helper ends with: the model-facing tool message and the final state."""
@@ -77,6 +112,18 @@ class ToolResult:
     attempts: int
     truncated: bool = False
     withheld: bool = False
+    error_code: str = ""
+    """``result_schema_invalid`` when the tool's output schema refused the result."""
+    next_page_token: str = ""
+    """For a truncated message: the GetResult token of the next page."""
+    structured_json: str = ""
+    """The result validated against the output schema, redacted, without the untrusted-data marks
+    ("" without an output schema)."""
+
+
+def dumps(value: Any) -> bytes:
+    """The helpers' default JSON form of a result or an error."""
+    return json.dumps(value).encode()
 
 
 def report_for(exc: BaseException | None, done: Committed | None, attempt_id: str) -> pb.ReportOutcomeRequest:
@@ -93,13 +140,14 @@ def report_for(exc: BaseException | None, done: Committed | None, attempt_id: st
             attempt_id=attempt_id,
             outcome=pb.OUTCOME_FAILED_BEFORE_COMMIT,
             failure_class=exc.failure_class,  # type: ignore[arg-type]
-            message=type(exc).__name__,
+            message=exc.recorded or type(exc).__name__,
         )
+    recorded = exc.recorded if isinstance(exc, OutcomeUnknown) else ""
     return pb.ReportOutcomeRequest(
         attempt_id=attempt_id,
         outcome=pb.OUTCOME_UNKNOWN_COMMIT,
         failure_class=pb.TIMEOUT,
-        message=type(exc).__name__,  # the class only: an exception's text may carry arguments
+        message=recorded or type(exc).__name__,  # the class only: an exception's text may carry arguments
     )
 
 
@@ -133,6 +181,7 @@ def attempt_context(
         att.idempotency_key,
         att.deadline,
         redeem,
+        att.attempt_id,
     )
 
 
@@ -176,16 +225,18 @@ def after_report(
     done: Committed | None,
     exc: BaseException | None,
     rep: pb.ReportOutcomeResponse,
+    encode: Callable[[Any], bytes] = dumps,
 ) -> Step:
     """What follows a reported attempt (6.9): a commit is encoded; a failure that did not commit
     is retried while the advice says so (and ``max_attempts`` allows), else encoded as an error
-    for the model; an unknown outcome that may not be retried stops with ``outcome_unknown``
-    (never an error message that would tell the model it did not happen)."""
+    for the model; an unknown outcome that may not be retried (or an :class:`OutcomeUnknown`)
+    stops with ``outcome_unknown`` (never an error message that would tell the model it did not
+    happen). ``encode`` gives the JSON bytes of the result or the error."""
     state = state_name(rep.state)
     if done is not None:
-        value = json.dumps(done.result).encode()
+        value = encode(done.result)
         return Encode(pb.EncodeResultRequest(invocation_id=invocation_id, status="ok", value=value), state)
-    retry = rep.retry.retry and attempts < max_attempts
+    retry = rep.retry.retry and attempts < max_attempts and not isinstance(exc, OutcomeUnknown)
     if retry:
         return RetryAfter(rep.retry.backoff_ms / 1000)
     if not isinstance(exc, ToolFailure):
@@ -196,8 +247,12 @@ def after_report(
                 state=state,
             )
         )
-    error = {"code": type(exc).__name__, "message": "the tool failed", "retryable": rep.retry.retry}
-    value = json.dumps(error).encode()
+    error = (
+        dict(exc.error)
+        if exc.error is not None
+        else {"code": type(exc).__name__, "message": "the tool failed", "retryable": rep.retry.retry}
+    )
+    value = encode(error)
     return Encode(pb.EncodeResultRequest(invocation_id=invocation_id, status="error", value=value), state)
 
 
@@ -210,6 +265,9 @@ def tool_result(invocation_id: str, enc: pb.EncodeResultResponse, state: str, at
         attempts,
         enc.truncated,
         enc.withheld,
+        enc.error_code,
+        enc.next_page_token,
+        enc.structured_json,
     )
 
 
@@ -217,6 +275,8 @@ __all__ = [
     "BusinessRejection",
     "Committed",
     "NotReached",
+    "OutcomeUnknown",
+    "Stage",
     "ToolContext",
     "ToolFailure",
     "ToolResult",

@@ -348,5 +348,16 @@ class Session:
         )
         return bytes(r.message).decode("utf-8", "replace")
 
+    def result_page(self, invocation_id: str, page_token: str = "") -> pb.GetResultResponse:
+        """One page of the tool message (GetResult): ``message``, ``truncated``, ``next_page_token``."""
+        r: pb.GetResultResponse = _call(
+            self.client._gate().GetResult,
+            pb.GetResultRequest(
+                invocation_id=invocation_id, page_token=page_token, session_id=self.session_id
+            ),
+            self.client.timeout,
+        )
+        return r
+
 
 __all__ = ["Client", "Confirmer", "ExecutionError", "Session", "ToolCall", "target"]

@@ -14,16 +14,24 @@ approval, the 6.7 commit boundary and the 6.10 encoding all need the call's resu
 call). A tool whose upstream declares ``taskSupport: "required"`` cannot be called without a
 task, so it is not listed at all, and ``callgate mcp check`` names it (:func:`unservable`);
 ``"optional"`` tools are listed and called without a task.
+
+:func:`session_tools` is the whole answer: the session's ListTools view limited to pinned tools
+whose upstream definition still matches (hosting.py), then the paging tool (results.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
 from callgate.client import Tool
+from callgate.mcp.results import page_tool
+
+if TYPE_CHECKING:
+    from callgate.mcp.hosting import Hosting
+    from callgate.mcp.session import McpSession
 
 PASSED_HINTS = ("title", "destructiveHint", "idempotentHint", "openWorldHint")
 """Upstream annotations shown as the upstream declared them."""
@@ -84,4 +92,32 @@ def shown(
     ]
 
 
-__all__ = ["TASK_REQUIRED", "UNSERVABLE_MESSAGES", "annotations_for", "mcp_tool", "shown", "unservable"]
+async def session_tools(s: McpSession, hosting: Hosting) -> list[types.Tool]:
+    """``tools/list``: the session's ListTools view (a new model call), only pinned tools whose
+    upstream still matches and that can be served, then the paging tool."""
+    pins = hosting.view.pins()
+    tools: list[Tool] = []
+    rendered: list[dict[str, Any]] = []
+    definitions: list[Mapping[str, Any] | None] = []
+    for tool, entry in await s.relist():
+        pin = pins.get(f"{tool.name}@{tool.version}")
+        if pin is None or not hosting.matches(pin):
+            continue
+        definition = hosting.view.definition(pin)
+        if unservable(definition or {}) is not None:
+            continue  # e.g. task-required: never listed, named by `callgate mcp check`
+        tools.append(tool)
+        rendered.append(entry)
+        definitions.append(definition)
+    return [*shown(tools, rendered, definitions), page_tool()]
+
+
+__all__ = [
+    "TASK_REQUIRED",
+    "UNSERVABLE_MESSAGES",
+    "annotations_for",
+    "mcp_tool",
+    "session_tools",
+    "shown",
+    "unservable",
+]

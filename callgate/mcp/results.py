@@ -13,6 +13,8 @@ what MCP carries keeps its shape (docs/MCP.md, "Results"):
   ``truncated`` ...) is the answer's ``_meta["io.callgate/result"]``;
 * a result of a ToolSpec with ``output_schema`` keeps the one-envelope-text form and the
   validated ``structuredContent`` beside it (docs/RESULT-ENCODING.md, "Output schemas");
+* a replayed call is answered like the first one (:func:`replayed_result`); the encoded result
+  of an attempt becomes the answer in :func:`answer_of`;
 * a truncated answer ends with one text block of the gateway's own naming the paging tool
   :data:`PAGE_TOOL`, the invocation and the page token: ``GetResult`` pages on the caller's own
   callgate session (another session's invocation answers ``invocation_not_found``).
@@ -29,6 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import mcp_types as types
+
+from callgate.client import Replayed, ToolResult
+from callgate.execute.encode import unmarked_data
+from callgate.mcp.codes import McpCode
 
 BLOCKS_KEY = "mcp_content"
 """The one member of the value ``EncodeResult`` gets for a result in block form."""
@@ -283,7 +289,7 @@ def _withheld_block(block: types.ContentBlock) -> types.TextContent:
 
 
 def block_answer(
-    message: bytes, upstream: types.CallToolResult, *, page_token: str, secrets: Sequence[str] = ()
+    message: bytes | str, upstream: types.CallToolResult, *, page_token: str, secrets: Sequence[str] = ()
 ) -> types.CallToolResult | None:
     """The answer in block form from the encoded tool message and the upstream's result. None
     when the message is not an ``ok`` block-form message (then the caller answers with text)."""
@@ -353,7 +359,7 @@ def stored_answer(message: str) -> types.CallToolResult | None:
 
 
 def with_truncation_note(
-    answer: types.CallToolResult, message: bytes, page_token: str
+    answer: types.CallToolResult, message: bytes | str, page_token: str
 ) -> types.CallToolResult:
     """A text-form answer of a truncated message gets the same note as the block form."""
     try:
@@ -392,11 +398,60 @@ def page_answer(message: bytes, truncated: bool, next_page_token: str) -> types.
     return types.CallToolResult(content=blocks, is_error=False)
 
 
+def answer_of(
+    res: ToolResult, answered: types.CallToolResult | None, *, has_output_schema: bool,
+    secrets: Sequence[str] = (),
+) -> types.CallToolResult:  # fmt: skip
+    """The answer from the executor's encoded result (``answered``: the upstream's result of a
+    committed call, None for an error): block form, or one envelope text (errors, and results
+    validated against an ``output_schema``, with ``structuredContent``)."""
+    if res.withheld:
+        return error_result(McpCode.RESULT_WITHHELD, "The call was cancelled; its result is withheld.")
+    # A result its output schema refused comes back as a refusal (result_schema_invalid).
+    ok = answered is not None and not res.error_code
+    if ok and answered is not None and uses_blocks(answered, has_output_schema=has_output_schema):
+        blocks = block_answer(res.message, answered, page_token=res.next_page_token, secrets=secrets)
+        if blocks is not None:
+            return blocks
+    structured: dict[str, Any] | None = None
+    if ok and res.structured_json:
+        # Validated against the output schema and redacted by the sidecar, without the
+        # untrusted-data marks (MCP clients check structuredContent against outputSchema);
+        # the marked envelope is the text content beside it.
+        structured = json.loads(res.structured_json)
+    answer = text_result(res.message, is_error=not ok, structured=structured)
+    return with_truncation_note(answer, res.message, res.next_page_token)
+
+
+def replayed_result(out: Replayed, has_output_schema: bool) -> types.CallToolResult:
+    """A replayed call answered like the first one: the stored tool message, ``isError`` as it
+    was, and for a tool with an output schema the same ``structuredContent`` (recovered from the
+    stored message: its data without the boundary marks is the validated structured result;
+    a result the schema refused was stored as an error message and stays one)."""
+    try:
+        msg = json.loads(out.message)
+    except ValueError:
+        msg = None
+    content = msg.get("content") if isinstance(msg, dict) else None
+    failed = _replay_failed(out.state) or (isinstance(content, dict) and content.get("status") == "error")
+    structured: dict[str, Any] | None = None
+    if not failed and has_output_schema and isinstance(content, dict):
+        found, data = unmarked_data(content)
+        if found and isinstance(data, dict):
+            structured = data
+    return text_result(out.message, is_error=failed, structured=structured)
+
+
+def _replay_failed(state: str) -> bool:
+    return state not in ("OBSERVED", "COMMITTED", "PREPARED", "EXECUTING", "AUTHORIZED")
+
+
 __all__ = [
     "PAGE_TOOL",
     "RESULT_META_KEY",
     "Truncation",
     "BLOCKS_KEY",
+    "answer_of",
     "block_answer",
     "encode_value",
     "error_result",
@@ -405,6 +460,7 @@ __all__ = [
     "page_answer",
     "page_arguments",
     "page_tool",
+    "replayed_result",
     "stored_answer",
     "text_result",
     "uses_blocks",
