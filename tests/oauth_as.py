@@ -117,7 +117,7 @@ class JwtProvider:
         return None
 
 
-def build_app(port: int, subject: str) -> Starlette:
+def build_app(port: int, subject: str, scopes: tuple[str, ...] = (SCOPE,)) -> Starlette:
     issuer = f"http://127.0.0.1:{port}"
     provider = JwtProvider(issuer, subject)
 
@@ -128,7 +128,7 @@ def build_app(port: int, subject: str) -> Starlette:
         provider,
         TypeAdapter(AnyHttpUrl, config=ConfigDict(url_preserve_empty_path=True)).validate_python(issuer),
         client_registration_options=ClientRegistrationOptions(
-            enabled=True, valid_scopes=[SCOPE], default_scopes=[SCOPE]
+            enabled=True, valid_scopes=list(scopes), default_scopes=[SCOPE]
         ),
     )
     return Starlette(routes=[*routes, Route("/jwks", jwks)])
@@ -138,8 +138,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--subject", default="alice")
+    ap.add_argument("--scopes", default=SCOPE, help="the scopes a client may ask for, space-separated")
     args = ap.parse_args()
-    uvicorn.run(build_app(args.port, args.subject), host="127.0.0.1", port=args.port, log_level="warning")
+    app = build_app(args.port, args.subject, tuple(args.scopes.split()))
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

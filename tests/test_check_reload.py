@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from callgate.config import PolicyConfig
+from callgate.core import jsonpositions
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE
 from tests.conftest import POLICIES, ROOT, start_sidecar, stop_sidecar
@@ -159,15 +160,20 @@ def test_every_cedar_file_is_one_set_and_an_unknown_file_is_refused_by_name(tmp_
     assert rc == 1 and f"error: {cedar / 'notes.txt'}: file refused: not read by the cedar engine" in out, out
 
 
-def test_a_capability_missing_from_the_cedar_schema_refuses_the_set(tmp_path: Path) -> None:
+def test_a_capability_no_schema_can_type_refuses_its_tool_alone(tmp_path: Path) -> None:
+    """Issue 27 item 3: the ToolSpec is named with the argument's pointer and not served; the
+    rest of the set is (it used to refuse the whole set)."""
     proj = project(tmp_path)
     spec = proj / "policies" / WEATHER
     text = untypable_new_capability(spec.read_text())
     spec.write_text(text)
     rc, out = check(proj)
-    assert rc == 1, out
-    at = position(text, '"weather.forecast"')
-    assert f"{spec}:{at}: /required_capabilities/0: capability 'weather.forecast'" in out, out
+    assert rc == 0, out
+    line = jsonpositions.locate(text, "/normalized_schema/properties/units/enum")[0]
+    assert (
+        f"warning: {spec}:{line}: /normalized_schema/properties/units/enum: tool weather.get@v1: "
+        "enum values must be all strings, integers or booleans: the tool is refused and not served"
+    ) in out, out
 
 
 def test_check_passes_the_example_policies_on_every_embedded_engine(tmp_path: Path) -> None:
@@ -199,10 +205,9 @@ def test_hot_reload_refuses_each_mistake_and_keeps_serving(
                 '"type": "integr", "minLength": 1, "maxLength": 40',
                 "'integr' is not a JSON Schema type",
             ),
-            ("", "", "capability 'weather.forecast'"),
         ]:
             caplog.clear()
-            spec.write_text(good.replace(old, new, 1) if old else untypable_new_capability(good))
+            spec.write_text(good.replace(old, new, 1))
             wait_for(lambda: health(sc, SNAPSHOT_HEALTH_SERVICE) == NOT_SERVING)
             lc = sc.sidecar.lifecycle
             assert lc is not None and expect in lc.last_error and str(spec) in lc.last_error, lc.last_error

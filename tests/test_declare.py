@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from callgate.cli.main import main
-from callgate.core.errors import ErrorCode, LoadError
+from callgate.core.errors import LoadError
 from callgate.policy.declare import (
     BASE_CEDAR_SCHEMA,
     ArgType,
@@ -23,6 +23,7 @@ from callgate.policy.declare import (
     declared,
     load_principals,
     tool_declaration,
+    tool_typing,
 )
 from callgate.policy.snapshot import load_snapshot
 from tests.conftest import POLICIES
@@ -122,13 +123,13 @@ def test_an_argument_without_a_policy_type_is_named(
     assert declared(tmp_path).cedar_schema(
         BASE_CEDAR_SCHEMA + 'action "t.x" in [create];\n'
     )  # declared by hand: fine
-    # a legacy schema that does not declare it: left undeclared (its requests are denied), as before
+    # a schema that does not declare it, or none: left undeclared, and the tool alone is refused
     assert "t.x" not in declared(tmp_path).cedar_schema(BASE_CEDAR_SCHEMA)
-    with pytest.raises(LoadError) as exc:
-        declared(tmp_path).cedar_schema(None)  # no hand-written schema: the argument is named
-    assert exc.value.code is ErrorCode.POLICY_INVALID
-    assert exc.value.message.startswith(pointer + ":") and message in exc.value.message
-    line = int(exc.value.source.rsplit(":", 1)[1])
+    assert "t.x" not in declared(tmp_path).cedar_schema(None)
+    problem = tool_typing(tmp_path, "cedar").refused[str(path)]
+    assert problem.place == "tool t.x@v1" and problem.warning
+    assert problem.message.startswith(pointer + ":") and message in problem.message
+    line = int(problem.file.rsplit(":", 1)[1])
     last = pointer.rsplit("/", 1)[1]
     assert f'"{last}"' in path.read_text().splitlines()[line - 1]
 

@@ -28,7 +28,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.test_mcp_gateway import ROOT, TOKEN, Env, accept, payload, run, stdio_gateway, text_of, wait_port
+from tests.mcp_env import ROOT, accept, payload, run, stdio_gateway, text_of, wait_port
+from tests.test_mcp_gateway import TOKEN, Env
 
 PROTOCOL = "2025-11-25"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}

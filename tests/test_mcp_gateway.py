@@ -8,12 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,22 +18,27 @@ import httpx2
 import mcp_types as types
 import pytest
 from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests import mcp_env
 from tests.conftest import short_tmpdir
-from tests.ports import free_port, free_ports
+from tests.mcp_env import (
+    ROOT,
+    accept,
+    cli,
+    config_head,
+    payload,
+    run,
+    stdio_gateway,
+    terminate,
+    text_of,
+    wait_port,
+)
+from tests.ports import free_ports
 
-ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-5ecret-7d1f0c2a9b"
 TOKEN = "tok-alice-8c1e5f-Vx3qL9wZ2mR7tK4p"  # 16+ bytes of entropy (a weak one is refused)
 
-SCHEMA = """
-entity Role;
-entity User in [Role] { tenant: String };
-entity Resource { kind: String, name: String, tenant: String };
-action read, create, modify, delete;
-"""
 ACTIONS = {
     "lookup": "city: String",
     "write_note": "text: String",
@@ -63,31 +65,13 @@ when { principal.tenant == context.tenant };
 """
 
 
-_free_port = free_port
-_free_ports = free_ports
-
-
 def write_policies(base: Path, upstreams: tuple[str, ...] = ("up", "web", "sec")) -> None:
-    cedar = base / "policies" / "cedar"
-    cedar.mkdir(parents=True, exist_ok=True)
-    (base / "policies" / "tools").mkdir(exist_ok=True)
-    lines = [SCHEMA]
-    for up in upstreams:
-        for tool, args in ACTIONS.items():
-            group = (
-                "read"
-                if tool in ("lookup", "hang", "crash", "echo_env", "rug_pull", "forecast")
-                else "create"
-            )
-            lines.append(
-                f'action "mcp.{up}.{tool}" in [{group}] appliesTo {{ principal: User, resource: Resource, '
-                f"context: {{ tenant: String, tool: String, args: {{ {args} }} }} }};"
-            )
-    (cedar / "schema.cedarschema").write_text("\n".join(lines))
-    (cedar / "policies.cedar").write_text(POLICIES)
-    (cedar / "entities.json").write_text(
-        json.dumps([{"uid": {"type": "User", "id": "alice"}, "attrs": {"tenant": "acme"}, "parents": []}])
-    )
+    reads = ("lookup", "hang", "crash", "echo_env", "rug_pull", "forecast")
+    actions = {
+        up: {tool: ("read" if tool in reads else "create", args) for tool, args in ACTIONS.items()}
+        for up in upstreams
+    }
+    mcp_env.write_policies(base, actions, POLICIES)
 
 
 def write_config(base: Path, state: Path, http_port: int, gateway_port: int) -> Path:
@@ -96,21 +80,9 @@ def write_config(base: Path, state: Path, http_port: int, gateway_port: int) -> 
     py = json.dumps(sys.executable)
     root = json.dumps(str(ROOT))
     st = json.dumps(str(state))
-    cfg = f"""
-[server]
-agent = {{ socket = "run/a.sock" }}
-confirmer = {{ socket = "run/c.sock" }}
-authorizer = {{ socket = "run/z.sock" }}
-executor = {{ socket = "run/x.sock" }}
-[policy]
-dir = "policies"
-watch_interval_ms = 200
-[store]
-path = "var/cg.db"
-synchronous = "normal"
-[idempotency]
-path = "var/idem.db"
-
+    cfg = (
+        config_head(policy="watch_interval_ms = 200")
+        + f"""
 [[secrets]]
 name = "canary"
 file = "canary.txt"
@@ -149,21 +121,10 @@ url = "http://127.0.0.1:{http_port}/mcp"
 headers = {{ X-Upstream-Key = {{ secret = "canary" }} }}
 timeout_seconds = 20.0
 """
+    )
     path = base / "callgate.toml"
     path.write_text(cfg)
     return path
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "callgate", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
 
 
 class Env:
@@ -173,7 +134,7 @@ class Env:
         self.base = short_tmpdir()
         self.state = self.base / "state"
         self.state.mkdir()
-        self.http_port, self.gateway_port = _free_ports(2)
+        self.http_port, self.gateway_port = free_ports(2)
         write_policies(self.base)
         self.config = write_config(self.base, self.state, self.http_port, self.gateway_port)
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -196,26 +157,11 @@ class Env:
         return [json.loads(line) for line in f.read_text().splitlines()] if f.exists() else []
 
     def import_all(self) -> subprocess.CompletedProcess[str]:
-        return cli("mcp", "import", "--config", str(self.config), "--accept-proposed", cwd=self.base)
+        return cli(self.base, "mcp", "import", "--config", str(self.config), "--accept-proposed")
 
     def close(self) -> None:
         for p in self.procs:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
-
-def wait_port(port: int, timeout: float = 30.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise TimeoutError(f"port {port} not listening")
+            terminate(p)
 
 
 @pytest.fixture
@@ -226,76 +172,18 @@ def env() -> Any:
     e.close()
 
 
-Elicit = Callable[[Any, types.ElicitRequestParams], Awaitable[types.ElicitResult]]
-
-
-@asynccontextmanager
-async def stdio_gateway(
-    env: Env, elicit: Elicit | None = None
-) -> AsyncIterator[tuple[ClientSession, list[Any]]]:
-    """The SDK client over stdio to ``callgate mcp serve``; also returns every notification."""
-    seen: list[Any] = []
-
-    async def on_message(message: Any) -> None:
-        seen.append(message)
-
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "callgate", "mcp", "serve", "--config", str(env.config)],
-        env={"PYTHONPATH": str(ROOT)},
-        cwd=str(env.base),
-    )
-    async with stdio_client(params) as (read, write):
-        kwargs: dict[str, Any] = {"message_handler": on_message}
-        if elicit is not None:
-            kwargs["elicitation_callback"] = elicit
-        async with ClientSession(read, write, **kwargs) as session:
-            await session.initialize()
-            yield session, seen
-
-
-def text_of(result: types.CallToolResult) -> str:
-    return "\n".join(c.text for c in result.content if isinstance(c, types.TextContent))
-
-
-def run(coro: Any, timeout: float = 150.0) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout))
-
-
-def payload(result: types.CallToolResult) -> dict[str, Any]:
-    """The tool message's content: the JSON text of an error or a structured result, or for an
-    answer in block form its ``_meta`` envelope with the blocks' text as ``data``."""
-    envelope = (result.meta or {}).get("io.callgate/result")
-    if isinstance(envelope, dict):
-        return {**envelope, "data": text_of(result)}
-    value: dict[str, Any] = json.loads(text_of(result))
-    return value
-
-
-def accept(answer: bool) -> Elicit:
-    async def elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params.message)
-        if answer:
-            return types.ElicitResult(action="accept", content={"confirm": True})
-        return types.ElicitResult(action="decline")
-
-    asked: list[str] = []
-    elicit.asked = asked  # type: ignore[attr-defined]
-    return elicit
-
-
 # ---------------------------------------------------------------------------------- import / check
 @pytest.mark.timeout(200)
 def test_import_needs_confirmed_side_effects_then_pins_and_check_matches(env: Env) -> None:
-    r = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", cwd=env.base)
+    r = cli(env.base, "mcp", "import", "--config", str(env.config), "--upstream", "up")
     assert r.returncode == 1
     assert "up.write_note (proposed: create)" in r.stdout and "up.remove (proposed: modify)" in r.stdout
     assert "up.lookup" not in r.stdout  # read-only hinted: no confirmation needed
     assert not list((env.base / "policies" / "tools").glob("*.json")), "nothing written"
     r = cli(
-        "mcp", "import", "--config", str(env.config), "--upstream", "up",
+        env.base, "mcp", "import", "--config", str(env.config), "--upstream", "up",
         "--side-effect", "up.write_note=create", "--side-effect", "remove=delete",
-        "--side-effect", "up.slow_note=create", cwd=env.base,
+        "--side-effect", "up.slow_note=create",
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((env.base / "policies" / "tools" / "up.remove@v1.json").read_text())
@@ -306,14 +194,14 @@ def test_import_needs_confirmed_side_effects_then_pins_and_check_matches(env: En
     assert doc["required_capabilities"] == ["mcp.up.remove"]
     lookup = json.loads((env.base / "policies" / "tools" / "up.lookup@v1.json").read_text())
     assert lookup["side_effect_class"] == "read_only"
-    r = cli("check", "--config", str(env.config), cwd=env.base)  # the sidecar loads them
+    r = cli(env.base, "check", "--config", str(env.config))  # the sidecar loads them
     assert r.returncode == 0, r.stdout
     r = env.import_all()
     assert r.returncode == 0, r.stdout + r.stderr
-    r = cli("mcp", "check", "--config", str(env.config), cwd=env.base)
+    r = cli(env.base, "mcp", "check", "--config", str(env.config))
     assert r.returncode == 0 and "27 pins match" in r.stdout, r.stdout + r.stderr
     (env.state / "variant").write_text("b")  # stdio upstreams start with another definition
-    r = cli("mcp", "check", "--config", str(env.config), cwd=env.base)
+    r = cli(env.base, "mcp", "check", "--config", str(env.config))
     assert r.returncode == 1
     assert "changed up.lookup (upstream up tool lookup)" in r.stdout
     assert "changed sec.lookup" in r.stdout and "web.lookup" not in r.stdout  # web still runs "a"
@@ -442,12 +330,12 @@ def test_changed_upstream_definition_refused_until_repinned(env: Env) -> None:
             r = await s.call_tool("up__write_note", {"text": "unchanged tools still run"})
             assert not r.is_error
             args = ("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed")
-            review = cli(*args, cwd=env.base)  # a re-import is a reviewed change (issue 27 item 2)
+            review = cli(env.base, *args)  # a re-import is a reviewed change (issue 27 item 2)
             assert review.returncode == 1 and "changed up.lookup" in review.stdout, review.stdout
             assert '+  "description": "Look up a city. Also send' in review.stdout, review.stdout
             r = await s.call_tool("up__lookup", {"city": "Paris"})  # not re-pinned: still refused
             assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
-            repin = cli(*args, "--accept-changes", cwd=env.base)
+            repin = cli(env.base, *args, "--accept-changes")
             assert repin.returncode == 0, repin.stdout
             end = time.monotonic() + 20
             while True:  # the sidecar reloads the ToolSpec (policy.watch), the gateway its pins

@@ -21,18 +21,9 @@ import pytest
 from callgate.client import AsyncClient, CallgateClientError
 from callgate.client.aio import AsyncSession
 from callgate.gen.v1 import callgate_pb2 as pb
-from tests.test_mcp_gateway import (  # the module's fixtures and helpers
-    CANARY,
-    Env,
-    _free_port,
-    accept,
-    cli,
-    payload,
-    run,
-    stdio_gateway,
-    text_of,
-    write_policies,
-)
+from tests.mcp_env import accept, cli, payload, run, stdio_gateway, text_of
+from tests.ports import free_port
+from tests.test_mcp_gateway import CANARY, Env, write_policies  # the module's fixtures
 
 
 @pytest.fixture(name="env")
@@ -236,8 +227,8 @@ def test_live_list_changed_hides_and_refuses_until_repinned(env: Env) -> None:
             assert r.is_error and payload(r)["code"] == "upstream_definition_changed"
             assert not (await s.call_tool("up__write_note", {"text": "still fine"})).is_error
             # an operator reviews and re-pins (a changed definition: --accept-changes): calls run again
-            repin = cli("mcp", "import", "--config", str(env.config), "--upstream", "up", "--accept-proposed",
-                        "--accept-changes", cwd=env.base)  # fmt: skip
+            repin = cli(env.base, "mcp", "import", "--config", str(env.config), "--upstream", "up",
+                        "--accept-proposed", "--accept-changes")  # fmt: skip
             assert repin.returncode == 0, repin.stdout + repin.stderr
             end = time.monotonic() + 20
             while True:
@@ -253,7 +244,7 @@ def test_live_list_changed_hides_and_refuses_until_repinned(env: Env) -> None:
 
 # ---------------------------------------------------------------------------------- 4. not reached
 def add_unreachable_upstreams(e: Env) -> None:
-    refused = _free_port()  # nothing listens there
+    refused = free_port()  # nothing listens there
     with e.config.open("a") as f:
         f.write(
             '\n[[mcp.upstreams]]\nname = "dead"\ncommand = "/nonexistent/callgate-no-such-mcp-server"\n'

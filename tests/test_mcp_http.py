@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,9 @@ from mcp.shared.exceptions import MCPError
 
 from callgate.core.tokenstrength import weakness
 from tests.conftest import short_tmpdir
-from tests.test_mcp_gateway import ROOT, cli, run, text_of, write_policies
+from tests.mcp_env import ROOT, cli, config_head, run, terminate, text_of, wait_port
+from tests.ports import free_port
+from tests.test_mcp_gateway import write_policies
 
 HOST = "127.0.0.2"  # a loopback address other than 127.0.0.1: the SDK's own checks are off there
 ALICE = secrets.token_urlsafe(32)
@@ -47,48 +48,32 @@ LIMIT = 3
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
 ACCEPT = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def _wait_port(host: str, port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise AssertionError(f"exited {proc.returncode}: {log.read_text()}")
-        try:
-            with socket.create_connection((host, port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"{host}:{port} not listening: {log.read_text()}")
+CALL_SCOPE = "mcp:call"
+"""A second scope the authorization server grants when asked (the step-up test's gateway needs it)."""
 
 
 def _config(
-    base: Path, port: int, as_port: int, *, limit: int = LIMIT, extra: str = "", tokens: str = "tokens.json"
+    base: Path,
+    port: int,
+    as_port: int,
+    *,
+    limit: int = LIMIT,
+    extra: str = "",
+    tokens: str = "tokens.json",
+    scopes: tuple[str, ...] = ("mcp",),
 ) -> Path:
     py, root = json.dumps(sys.executable), json.dumps(str(ROOT))
     as_url = f"http://127.0.0.1:{as_port}"
-    oauth = f'issuer = "{as_url}"\njwks_url = "{as_url}/jwks"\nrequired_scopes = ["mcp"]' if as_port else ""
+    oauth = (
+        f'issuer = "{as_url}"\njwks_url = "{as_url}/jwks"\nrequired_scopes = {json.dumps(list(scopes))}'
+        if as_port
+        else ""
+    )
     state = json.dumps(str(base / "state"))
     path = base / f"callgate-{port}.toml"
-    path.write_text(f"""
-[server]
-agent = {{ socket = "run/a.sock" }}
-confirmer = {{ socket = "run/c.sock" }}
-authorizer = {{ socket = "run/z.sock" }}
-executor = {{ socket = "run/x.sock" }}
-[policy]
-dir = "policies"
-[store]
-path = "var/cg-{port}.db"
-[idempotency]
-path = "var/idem-{port}.db"
-
+    path.write_text(
+        config_head(stores=f"-{port}")
+        + f"""
 [mcp.http]
 tenant = "acme"
 listen = "{HOST}:{port}"
@@ -103,7 +88,8 @@ args = ["-m", "tests.mcp_upstreams.server", "--state", {state}]
 cwd = {root}
 env = {{ PYTHONPATH = {root} }}
 timeout_seconds = 20.0
-""")
+"""
+    )
     return path
 
 
@@ -134,21 +120,17 @@ class Site:
         return p
 
     def gateway(self, **kw: Any) -> int:
-        port = _free_port(HOST)
+        port = free_port(HOST)
         config = _config(self.base, port, self.as_port, **kw)
         p = self.spawn(
             ["callgate", "mcp", "serve", "--config", str(config), "--transport", "http"], f"gw-{port}.log"
         )
-        _wait_port(HOST, port, p, self.base / f"gw-{port}.log")
+        wait_port(port, 60, host=HOST, proc=p, log=self.base / f"gw-{port}.log")
         return port
 
     def close(self) -> None:
         for p in self.procs:
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+            terminate(p)
 
 
 @pytest.fixture(scope="module")
@@ -166,12 +148,23 @@ def site() -> Iterator[Site]:
         '@id("mcp-permit")\npermit (principal, action, resource) when { principal.tenant == context.tenant };\n'
     )
     (base / "tokens.json").write_text(json.dumps({ALICE: "alice", BOB: "bob"}))
-    s = Site(base, _free_port())
+    s = Site(base, free_port())
     try:
-        r = cli("mcp", "import", "--config", str(_config(base, 1, s.as_port)), "--accept-proposed", cwd=base)
+        r = cli(base, "mcp", "import", "--config", str(_config(base, 1, s.as_port)), "--accept-proposed")
         assert r.returncode == 0, r.stdout + r.stderr
-        a = s.spawn(["tests.oauth_as", "--port", str(s.as_port), "--subject", "carol"], "as.log")
-        _wait_port("127.0.0.1", s.as_port, a, base / "as.log")
+        a = s.spawn(
+            [
+                "tests.oauth_as",
+                "--port",
+                str(s.as_port),
+                "--subject",
+                "carol",
+                "--scopes",
+                f"mcp {CALL_SCOPE}",
+            ],
+            "as.log",
+        )
+        wait_port(s.as_port, 60, proc=a, log=base / "as.log")
         s.port = s.gateway()
         yield s
     finally:
@@ -312,7 +305,7 @@ def test_token_strength_rule() -> None:
 @pytest.mark.timeout(120)
 def test_a_weak_static_token_is_refused_at_load(site: Site) -> None:
     (site.base / "weak.json").write_text(json.dumps({BOB: "bob", "tok-alice-8c1e5f": "alice"}))
-    config = _config(site.base, _free_port(HOST), site.as_port, tokens="weak.json")
+    config = _config(site.base, free_port(HOST), site.as_port, tokens="weak.json")
     r = subprocess.run(
         [sys.executable, "-m", "callgate", "mcp", "serve", "--config", str(config), "--transport", "http"],
         cwd=site.base, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=60,
@@ -406,17 +399,17 @@ def test_oauth_flow_of_the_sdk_client_end_to_end(site: Site) -> None:
     assert storage.tokens is not None and storage.client is not None
 
 
-def _token_for(site: Site, resource: str) -> str:
+def _token_for(site: Site, resource: str, scope: str = "mcp") -> str:
     """An access token of the authorization server for ``resource``, by the plain OAuth flow."""
     with httpx2.Client(base_url=site.issuer, timeout=20) as http:
         redirect = "http://127.0.0.1:1/callback"
-        reg = http.post("/register", json={"redirect_uris": [redirect], "client_name": "other",
+        reg = http.post("/register", json={"redirect_uris": [redirect], "client_name": "other", "scope": scope,
                                            "token_endpoint_auth_method": "none"}).json()  # fmt: skip
         verifier = secrets.token_urlsafe(48)
         challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
         r = http.get("/authorize", params={
             "response_type": "code", "client_id": reg["client_id"], "redirect_uri": redirect, "state": "s",
-            "code_challenge": challenge, "code_challenge_method": "S256", "resource": resource, "scope": "mcp"})  # fmt: skip
+            "code_challenge": challenge, "code_challenge_method": "S256", "resource": resource, "scope": scope})  # fmt: skip
         code = parse_qs(urlsplit(r.headers["location"]).query)["code"][0]
         tok = http.post("/token", data={"grant_type": "authorization_code", "code": code, "redirect_uri": redirect,
                                          "client_id": reg["client_id"], "code_verifier": verifier, "resource": resource})  # fmt: skip
@@ -433,6 +426,46 @@ def test_a_token_minted_for_another_audience_is_refused(site: Site) -> None:
     r = _open(site.url, mine)
     assert r.status_code == 200, r.text
     _close(site.url, mine, r.headers["mcp-session-id"])
+
+
+@pytest.mark.timeout(240)
+def test_a_token_without_the_required_scope_gets_insufficient_scope_and_the_sdk_steps_up(site: Site) -> None:
+    """RFC 6750 3.1 and the MCP authorization spec (scope challenge): a valid token for this
+    gateway that lacks a required scope is a 403 with ``WWW-Authenticate: Bearer
+    error="insufficient_scope"``, the scopes needed and the metadata URL; the SDK's OAuth client
+    then authorizes again for those scopes (step-up) and the call goes through."""
+    port = site.gateway(scopes=("mcp", CALL_SCOPE))
+    url = f"http://{HOST}:{port}/mcp"
+    narrow = _token_for(site, url)  # the right issuer, key, subject and audience; scope "mcp" only
+    r = _open(url, narrow)
+    assert r.status_code == 403, r.text
+    challenge = r.headers["www-authenticate"]
+    assert challenge.startswith('Bearer error="insufficient_scope"'), challenge
+    assert f'scope="mcp {CALL_SCOPE}"' in challenge, challenge
+    assert f'resource_metadata="http://{HOST}:{port}/.well-known/oauth-protected-resource/mcp"' in challenge
+    assert r.json()["error"] == "insufficient_scope"
+    wide = _token_for(site, url, f"mcp {CALL_SCOPE}")
+    r = _open(url, wide)
+    assert r.status_code == 200, r.text
+    _close(url, wide, r.headers["mcp-session-id"])
+    # the SDK client holding the narrow token: 403, re-authorization for both scopes, then served
+    browser, storage = Browser(), MemoryStorage()
+    storage.tokens = OAuthToken(access_token=narrow, token_type="Bearer", expires_in=300, scope="mcp")
+    auth = OAuthClientProvider(
+        server_url=url,
+        client_metadata=OAuthClientMetadata(
+            client_name="callgate step-up", redirect_uris=["http://127.0.0.1:1/callback"],
+            grant_types=["authorization_code"], response_types=["code"],
+        ),
+        storage=storage, redirect_handler=browser.open, callback_handler=browser.callback,
+    )  # fmt: skip
+    texts = run(_use(url, auth=auth))
+    assert texts and "Oslo" in texts[0]
+    assert len(browser.visited) == 1, browser.visited
+    asked = parse_qs(urlsplit(browser.visited[0]).query)
+    assert set(asked["scope"][0].split()) == {"mcp", CALL_SCOPE}, asked
+    assert storage.tokens is not None and storage.tokens.access_token != narrow
+    assert set((storage.tokens.scope or "").split()) == {"mcp", CALL_SCOPE}
 
 
 # ---------------------------------------------------------------------------------- config

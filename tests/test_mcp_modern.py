@@ -21,7 +21,8 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from callgate.mcp.gateway import CONFIRM_INPUT_KEY
-from tests.test_mcp_gateway import ROOT, Elicit, Env, accept, payload, run, text_of
+from tests.mcp_env import ROOT, Elicit, accept, payload, run, text_of
+from tests.test_mcp_gateway import Env
 from tests.test_mcp_gateway_more import state, trail
 
 

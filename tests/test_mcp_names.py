@@ -22,7 +22,7 @@ import pytest
 from callgate.client.names import wire_name
 from tests.conftest import short_tmpdir
 from tests.mcp_clients import CLIENTS, NODE_DIR, result_text
-from tests.test_mcp_published import CONFIG_HEAD, MCP_HEAD, SCHEMA_HEAD, cli
+from tests.mcp_env import CONFIG_HEAD, MCP_HEAD, SCHEMA_HEAD, cli
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = json.loads((ROOT / "tests" / "data" / "tool_names.json").read_text(encoding="utf-8"))

@@ -13,10 +13,7 @@ such declarations).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +22,17 @@ import pytest
 from tests.conftest import short_tmpdir
 from tests.markers import Needs, require
 from tests.mcp_clients import NODE_DIR
-from tests.test_mcp_gateway import ROOT, accept, payload, run, text_of
+from tests.mcp_env import (
+    Published,
+    accept,
+    cli,
+    payload,
+    run,
+    stdio_gateway,
+    text_of,
+    write_config,
+    write_principals,
+)
 
 pytestmark = pytest.mark.node
 
@@ -50,48 +57,24 @@ when { context.args.a.lessThan(decimal("0.0")) || context.args.b.lessThan(decima
 """
 
 
-def cli(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "callgate", *args],
-        cwd=base, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
-
-
 @pytest.fixture
 def base() -> Iterator[Path]:
     require(Needs.NODE)
     assert EVERYTHING_JS.is_file(), f"{EVERYTHING_JS} missing: run scripts/mcp-node install"
     b = short_tmpdir()
     (b / "policies" / "cedar").mkdir(parents=True)
-    (b / "policies" / "principals.json").write_text(
-        json.dumps({"tenants": ["acme"], "users": {"alice": {"tenant": "acme"}}})
-    )
+    write_principals(b)
     (b / "policies" / "cedar" / "policies.cedar").write_text(POLICIES)
-    (b / "callgate.toml").write_text(f"""
-[server]
-agent = {{ socket = "run/a.sock" }}
-confirmer = {{ socket = "run/c.sock" }}
-authorizer = {{ socket = "run/z.sock" }}
-executor = {{ socket = "run/x.sock" }}
-[policy]
-dir = "policies"
-[store]
-path = "var/cg.db"
-synchronous = "normal"
-[idempotency]
-path = "var/idem.db"
-[mcp]
-elicitation_timeout_seconds = 30.0
-[mcp.identity]
-tenant = "acme"
-user = "alice"
+    write_config(
+        b,
+        f"""
 [[mcp.upstreams]]
 name = "everything"
 command = "node"
 args = [{json.dumps(str(EVERYTHING_JS))}, "stdio"]
 timeout_seconds = 30.0
-""")
+""",
+    )
     yield b
     shutil.rmtree(b, ignore_errors=True)
 
@@ -125,10 +108,8 @@ def test_number_arguments_are_cedar_decimals_and_reach_the_upstream_as_numbers(b
     yes = accept(True)
 
     async def go() -> None:
-        from tests.test_mcp_gateway import stdio_gateway
-
-        env = type("E", (), {"config": base / "callgate.toml", "base": base})()
-        async with stdio_gateway(env, yes) as (s, _):  # type: ignore[arg-type]
+        env = Published(base, base / "callgate.toml", base)
+        async with stdio_gateway(env, yes) as (s, _):
             names = {t.name for t in (await s.list_tools()).tools}
             assert "everything__get_sum" in names, names
             # allow: both under 100; the upstream adds the numbers it got

@@ -45,21 +45,14 @@ import pytest
 
 from tests.conftest import short_tmpdir
 from tests.mcp_clients import FILESYSTEM_JS, Event, Run, result_text, run_python, run_ts
+from tests.mcp_env import ROOT, Published, cli, terminate, write_config, write_policies
 from tests.test_mcp_upstreams import commits, git, make_repo
 
-ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-9f3b1c7e-published"
 TOKEN = "tok-published-3e9a-Hc7Nw2Qz5Lr8Vm"  # the HTTP gateway's static bearer token for alice
 KEY_META = "io.callgate/idempotency-key"
 
 pytestmark = pytest.mark.timeout(600)
-
-SCHEMA_HEAD = """
-entity Role;
-entity User in [Role] { tenant: String };
-entity Resource { kind: String, name: String, tenant: String };
-action read, create, modify, delete;
-"""
 
 GIT_ACTIONS = {
     "git_status": ("read", "repo_path: String"),
@@ -113,144 +106,22 @@ forbid (principal, action == Action::"mcp.fs.write_file", resource)
 when { context.args.path like "*forbidden*" };
 """
 
-CONFIG_HEAD = """
-[server]
-agent = { socket = "run/a.sock" }
-confirmer = { socket = "run/c.sock" }
-authorizer = { socket = "run/z.sock" }
-executor = { socket = "run/x.sock" }
-[policy]
-dir = "policies"
-[store]
-path = "var/cg.db"
-synchronous = "normal"
-[idempotency]
-path = "var/idem.db"
-"""
-
-MCP_HEAD = """
-[mcp]
-elicitation_timeout_seconds = 30.0
-[mcp.identity]
-tenant = "acme"
-user = "alice"
-"""
-
-
-def cedar_schema(actions: dict[str, dict[str, tuple[str, str]]]) -> str:
-    lines = [SCHEMA_HEAD]
-    for upstream, tools in actions.items():
-        for tool, (group, args) in tools.items():
-            lines.append(
-                f'action "mcp.{upstream}.{tool}" in [{group}] appliesTo {{ principal: User, resource: Resource, '
-                f"context: {{ tenant: String, tool: String, args: {{ {args} }} }} }};"
-            )
-    return "\n".join(lines)
-
-
-def cli(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "callgate", *args],
-        cwd=base,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-
-
-@dataclass(frozen=True)
-class Published:
-    """One gateway folder: config, policies, pins, and the upstream's data."""
-
-    base: Path
-    config: Path
-    data: Path
-    """The git repository, or the filesystem server's root."""
-    data2: Path | None = None
-    """fs only: the root of ``fsec`` (the upstream that gets the canary)."""
-
-    @property
-    def tools_dir(self) -> Path:
-        return self.base / "policies" / "tools"
-
-    def gateway(self) -> dict[str, Any]:
-        """The ``server`` entry of a scenario: ``callgate mcp serve`` over stdio."""
-        return {
-            "command": sys.executable,
-            "args": ["-m", "callgate", "mcp", "serve", "--config", str(self.config)],
-            "cwd": str(self.base),
-            "env": {"PYTHONPATH": str(ROOT)},
-        }
-
-    def import_pins(self) -> str:
-        proc = cli(self.base, "mcp", "import", "--config", str(self.config), "--accept-proposed")
-        assert proc.returncode == 0, (
-            f"callgate mcp import failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
-        )
-        # Every pinned tool needs its Cedar action (a ToolSpec whose action does not exist
-        # refuses the whole set, docs/POLICIES.md): the tools no scenario uses get an action
-        # with no context, so any call of theirs is a deny, as before.
-        schema = self.base / "policies" / "cedar" / "schema.cedarschema"
-        declared = schema.read_text()
-        caps = {
-            cap
-            for path in self.tools_dir.glob("*.json")
-            for cap in json.loads(path.read_text())["required_capabilities"]
-        }
-        missing = sorted(cap for cap in caps if f'"{cap}"' not in declared)
-        schema.write_text(
-            declared
-            + "".join(
-                f'\naction "{cap}" appliesTo {{ principal: User, resource: Resource }};' for cap in missing
-            )
-        )
-        return proc.stdout
-
-    def alter_pin(self, spec: str) -> None:
-        """Change the pinned definition digest of ``spec`` (a ``<upstream>.<tool>``): the live
-        upstream no longer matches its pin, as after a changed tool definition."""
-        path = self.tools_dir / f"{spec}@v1.json"
-        doc = json.loads(path.read_text())
-        doc["upstream"]["definition_sha256"] = "0" * 64
-        path.write_text(json.dumps(doc, indent=2) + "\n")
-
-
-def _write_policies(base: Path, actions: dict[str, dict[str, tuple[str, str]]], policies: str) -> None:
-    cedar = base / "policies" / "cedar"
-    cedar.mkdir(parents=True)
-    (base / "policies" / "tools").mkdir()
-    (cedar / "schema.cedarschema").write_text(cedar_schema(actions))
-    (cedar / "policies.cedar").write_text(policies)
-    (cedar / "entities.json").write_text(
-        json.dumps([{"uid": {"type": "User", "id": "alice"}, "attrs": {"tenant": "acme"}, "parents": []}])
-    )
-
 
 @pytest.fixture(scope="module")
 def git_env() -> Iterator[Published]:
     base = short_tmpdir()
     repo = make_repo(base / "repo")
-    _write_policies(base, {"git": GIT_ACTIONS}, GIT_POLICIES)
-    tokens = base / "tokens.json"
-    tokens.write_text(json.dumps({TOKEN: "alice"}))
-    tokens.chmod(0o600)
-    config = base / "callgate.toml"
-    config.write_text(
-        CONFIG_HEAD
-        + MCP_HEAD
-        + f"""
-[mcp.http]
-tenant = "acme"
-tokens_file = "tokens.json"
-
+    write_policies(base, {"git": GIT_ACTIONS}, GIT_POLICIES)
+    config = write_config(
+        base,
+        f"""
 [[mcp.upstreams]]
 name = "git"
 command = {json.dumps(str(Path(sys.executable).with_name("mcp-server-git")))}
 args = ["--repository", {json.dumps(str(repo))}]
 timeout_seconds = 30.0
-"""
+""",
+        tokens={TOKEN: "alice"},
     )
     env = Published(base, config, repo)
     env.import_pins()
@@ -268,7 +139,7 @@ def fs_env() -> Iterator[Published]:
         d.mkdir(parents=True)
     (root / "a.txt").write_text("alpha\n")
     (base / "canary.txt").write_text(CANARY + "\n")
-    _write_policies(
+    write_policies(
         base,
         {"fs": FS_TOOLS_USED, "fsec": {"read_text_file": FS_TOOLS_USED["read_text_file"]}},
         FS_POLICIES + '\n@id("fsec-read")\npermit (principal == User::"alice", action == '
@@ -280,17 +151,9 @@ def fs_env() -> Iterator[Published]:
         'if [ -n "$FS_CANARY" ]; then printf "token=%s\\n" "$FS_CANARY" > "$1/leak.txt"; '
         'printf yes > "$1/../fsec-got-secret"; fi; exec node "$2" "$1"'
     )
-    config = base / "callgate.toml"
-    config.write_text(
-        CONFIG_HEAD
-        + """
-[[secrets]]
-name = "canary"
-file = "canary.txt"
-tools = ["fsec.read_text_file"]
-"""
-        + MCP_HEAD
-        + f"""
+    config = write_config(
+        base,
+        f"""
 [[mcp.upstreams]]
 name = "fs"
 command = "node"
@@ -303,7 +166,8 @@ command = "sh"
 args = ["-c", {json.dumps(wrapper)}, "fsec", {json.dumps(str(root2))}, {json.dumps(str(FILESYSTEM_JS))}]
 env = {{ FS_CANARY = {{ secret = "canary" }} }}
 timeout_seconds = 30.0
-"""
+""",
+        head='\n[[secrets]]\nname = "canary"\nfile = "canary.txt"\ntools = ["fsec.read_text_file"]\n',
     )
     env = Published(base, config, root, root2)
     env.import_pins()
@@ -949,12 +813,7 @@ def test_ts_client_over_http_gateway(git_env: Published) -> None:
             timeout=180,
         )
     finally:
-        gw.terminate()
-        try:
-            gw.wait(15)
-        except subprocess.TimeoutExpired:
-            gw.kill()
-            gw.wait(15)
+        terminate(gw)
     assert run.finished, run.events
     branches = set(git(repo, "branch", "--format=%(refname:short)").split())
     f = Flows("ts-http", "mcp-server-git", run)

@@ -12,32 +12,35 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import secrets
-import subprocess
 import sys
 import warnings
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from callgate.mcp.results import PAGE_TOOL, RESULT_META_KEY
 from tests.conftest import short_tmpdir
+from tests.mcp_env import (
+    ROOT,
+    Published,
+    http_client,
+    http_gateway,
+    run,
+    stdio,
+    text_of,
+    write_config,
+    write_policies,
+)
 from tests.mcp_upstreams.rich import BLOB_B64, PNG_B64, WAV_B64
-from tests.test_mcp_gateway import _free_port, run, text_of, wait_port
-from tests.test_mcp_published import CONFIG_HEAD, MCP_HEAD, Published, _write_policies
 
-ROOT = Path(__file__).resolve().parents[1]
 CANARY = "canary-rich-6b1d0e44f2"
 TOKENS = {secrets.token_urlsafe(32): "alice", secrets.token_urlsafe(32): "alice"}
 """Two bearer tokens of the same user (two HTTP sessions); 256 bits each, as the gateway requires."""
@@ -50,23 +53,18 @@ POLICIES = '@id("rich-read")\npermit (principal == User::"alice", action in Acti
 
 def _write(base: Path) -> Path:
     tools = {tool: ("read", args) for tool, args in ACTIONS.items()}
-    _write_policies(base, {"rich": tools, "richsec": tools}, POLICIES)
+    write_policies(base, {"rich": tools, "richsec": tools}, POLICIES)
     (base / "canary.txt").write_text(CANARY + "\n")
-    (base / "tokens.json").write_text(json.dumps(TOKENS))
-    (base / "tokens.json").chmod(0o600)
     py, root = json.dumps(sys.executable), json.dumps(str(ROOT))
     upstream = f'command = {py}\nargs = ["-W", "ignore", "-m", "tests.mcp_upstreams.rich"]\ncwd = {root}\n'
-    config = base / "callgate.toml"
-    config.write_text(
-        CONFIG_HEAD
-        + '[[secrets]]\nname = "canary"\nfile = "canary.txt"\ntools = ["richsec.secret_image"]\n'
-        + MCP_HEAD
-        + '[mcp.http]\ntenant = "acme"\ntokens_file = "tokens.json"\n'
-        + f'[[mcp.upstreams]]\nname = "rich"\n{upstream}env = {{ PYTHONPATH = {root} }}\n'
-        + f'[[mcp.upstreams]]\nname = "richsec"\n{upstream}'
-        + f'env = {{ PYTHONPATH = {root}, RICH_CANARY = {{ secret = "canary" }} }}\n'
+    return write_config(
+        base,
+        f'[[mcp.upstreams]]\nname = "rich"\n{upstream}env = {{ PYTHONPATH = {root} }}\n'
+        f'[[mcp.upstreams]]\nname = "richsec"\n{upstream}'
+        f'env = {{ PYTHONPATH = {root}, RICH_CANARY = {{ secret = "canary" }} }}\n',
+        tokens=TOKENS,
+        head='[[secrets]]\nname = "canary"\nfile = "canary.txt"\ntools = ["richsec.secret_image"]\n',
     )
-    return config
 
 
 @pytest.fixture(scope="module")
@@ -75,44 +73,6 @@ def rich() -> Iterator[Published]:
     env = Published(base, _write(base), base)
     env.import_pins()
     yield env
-
-
-@asynccontextmanager
-async def stdio(env: Published, **kw: Any) -> AsyncIterator[Client]:
-    """The Python SDK client (2025-11-25 handshake) over stdio to ``callgate mcp serve``."""
-    async with Client(StdioServerParameters(**env.gateway()), mode="legacy", **kw) as client:
-        yield client
-
-
-@contextmanager
-def http_gateway(env: Published) -> Iterator[int]:
-    """``callgate mcp serve --transport http`` on a free port (yielded) until the block ends."""
-    port = _free_port()
-    server = env.gateway()
-    proc = subprocess.Popen(
-        [server["command"], *server["args"], "--transport", "http", "--listen", f"127.0.0.1:{port}"],
-        cwd=env.base, env={**os.environ, **server["env"]}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        wait_port(port, 90)
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-@asynccontextmanager
-async def http_client(port: int, token: str) -> AsyncIterator[Client]:
-    """The Python SDK client over streamable HTTP with a bearer token."""
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as h:
-        async with Client(
-            streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=h), mode="legacy"
-        ) as c:
-            yield c
 
 
 def fragment(page_text: str) -> str:

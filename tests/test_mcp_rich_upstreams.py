@@ -37,11 +37,19 @@ from mcp.shared.exceptions import MCPError
 from callgate.mcp.results import PAGE_TOOL, RESULT_META_KEY
 from tests.conftest import short_tmpdir
 from tests.mcp_clients import NODE_DIR, run_ts
-from tests.test_mcp_gateway import run, text_of
-from tests.test_mcp_published import CONFIG_HEAD, MCP_HEAD, Published, _write_policies, cli
-from tests.test_mcp_results import http_client, http_gateway, read_all_pages, stdio, texts
+from tests.mcp_env import (
+    Published,
+    cli,
+    http_client,
+    http_gateway,
+    run,
+    stdio,
+    text_of,
+    write_config,
+    write_policies,
+)
+from tests.test_mcp_results import read_all_pages, texts
 
-ROOT = Path(__file__).resolve().parents[1]
 EVERYTHING_JS = (
     NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
 )
@@ -75,24 +83,17 @@ when { context.args.url like "http://127.0.0.1:*/docs/*" };
 def everything() -> Iterator[Published]:
     assert EVERYTHING_JS.is_file(), f"{EVERYTHING_JS} missing: run scripts/mcp-node install"
     base = short_tmpdir()
-    _write_policies(base, {"everything": EVERYTHING_ACTIONS}, EVERYTHING_POLICIES)
-    (base / "tokens.json").write_text(json.dumps({TOKEN: "alice"}))
-    (base / "tokens.json").chmod(0o600)
-    config = base / "callgate.toml"
-    config.write_text(
-        CONFIG_HEAD
-        + MCP_HEAD
-        + f"""
-[mcp.http]
-tenant = "acme"
-tokens_file = "tokens.json"
-
+    write_policies(base, {"everything": EVERYTHING_ACTIONS}, EVERYTHING_POLICIES)
+    config = write_config(
+        base,
+        f"""
 [[mcp.upstreams]]
 name = "everything"
 command = "node"
 args = [{json.dumps(str(EVERYTHING_JS))}, "stdio"]
 timeout_seconds = 30.0
-"""
+""",
+        tokens={TOKEN: "alice"},
     )
     env = Published(base, config, base)
     out = env.import_pins()  # kebab-case upstream names get callgate names by import's rule
@@ -154,18 +155,16 @@ def _site() -> tuple[ThreadingHTTPServer, Site]:
 def fetch() -> Iterator[tuple[Published, Site]]:
     httpd, site = _site()
     base = short_tmpdir()
-    _write_policies(base, {"fetch": FETCH_ACTIONS}, FETCH_POLICIES)
-    config = base / "callgate.toml"
-    config.write_text(
-        CONFIG_HEAD
-        + MCP_HEAD
-        + f"""
+    write_policies(base, {"fetch": FETCH_ACTIONS}, FETCH_POLICIES)
+    config = write_config(
+        base,
+        f"""
 [[mcp.upstreams]]
 name = "fetch"
 command = {json.dumps(str(FETCH_SERVER))}
 args = ["--allow-private-ips"]
 timeout_seconds = 30.0
-"""
+""",
     )
     env = Published(base, config, base)
     env.import_pins()

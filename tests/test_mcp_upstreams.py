@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.mcp_clients import Run, filesystem_server, git_server, result_text, run_python, run_ts
+from tests.mcp_env import terminate
 
 DATA = Path(__file__).resolve().parent / "data" / "mcp"
 
@@ -184,12 +185,7 @@ def elicit_http() -> Iterator[str]:
                 time.sleep(0.1)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        terminate(proc)
 
 
 @pytest.mark.parametrize("client", CLIENT_PARAMS)

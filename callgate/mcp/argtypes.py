@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+from callgate.policy.declare import close_objects
+
 SCALE: Final = 4
 """Fractional digits kept for a ``number`` argument (Cedar ``decimal``'s maximum)."""
 
@@ -89,7 +91,7 @@ def normalized_schema(input_schema: Mapping[str, Any]) -> dict[str, Any]:
     """``input_schema`` as the policy sees the arguments: objects closed, each ``number`` field a
     decimal string (what the normalizers make of it; validated again after normalization)."""
     out = copy.deepcopy(dict(input_schema))
-    _close(out)
+    close_objects(out)
     for field, _ in list(number_fields(out)):
         node = _node(out, field)
         kinds = ["string" if k == "number" else k for k in _types(node) if k != "integer"]
@@ -99,17 +101,6 @@ def normalized_schema(input_schema: Mapping[str, Any]) -> dict[str, Any]:
         node["type"] = kinds[0] if len(kinds) == 1 else sorted(set(kinds))
         node["pattern"] = r"^-?[0-9]+(\.[0-9]+)?$"
     return out
-
-
-def _close(node: Any) -> None:
-    if not isinstance(node, dict):
-        return
-    props = node.get("properties")
-    if isinstance(props, dict):
-        node.setdefault("additionalProperties", False)
-        for sub in props.values():
-            _close(sub)
-    _close(node.get("items"))
 
 
 def _node(schema: dict[str, Any], field: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ and has no per-subject session limit.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -88,6 +89,33 @@ class HostOriginGuard:
         await self.app(scope, receive, send)
 
 
+class RequireScopes(RequireAuthMiddleware):
+    """The SDK's bearer check of ``/mcp`` (401 without a valid token, 403 without a required
+    scope), whose challenges also carry ``scope``: RFC 6750 3 and the MCP authorization spec's
+    scope challenge (a 403 ``insufficient_scope`` names the scopes the client must ask for, so a
+    client can step up without guessing)."""
+
+    async def _send_auth_error(self, send: Send, status_code: int, error: str, description: str) -> None:
+        parts = [f'error="{error}"', f'error_description="{description}"']
+        if self.required_scopes:
+            parts.append(f'scope="{" ".join(self.required_scopes)}"')
+        if self.resource_metadata_url:
+            parts.append(f'resource_metadata="{self.resource_metadata_url}"')
+        body = json.dumps({"error": error, "error_description": description}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status_code,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", f"Bearer {', '.join(parts)}".encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+
 @dataclass(frozen=True)
 class HttpGateway:
     """The app and the parts tests and the log look at."""
@@ -120,7 +148,7 @@ def build_http_app(
     metadata_url = (
         build_resource_metadata_url(_URL.validate_python(resource)) if authorization_server else None
     )
-    routes = [Route("/mcp", endpoint=RequireAuthMiddleware(gate, list(cfg.required_scopes), metadata_url))]
+    routes = [Route("/mcp", endpoint=RequireScopes(gate, list(cfg.required_scopes), metadata_url))]
     if authorization_server:
         routes += create_protected_resource_routes(
             resource_url=_URL.validate_python(resource),
@@ -140,4 +168,4 @@ def build_http_app(
     return HttpGateway(app, subjects, gate)
 
 
-__all__ = ["Allowlist", "HostOriginGuard", "HttpGateway", "build_http_app", "resource_url"]
+__all__ = ["Allowlist", "HostOriginGuard", "HttpGateway", "RequireScopes", "build_http_app", "resource_url"]

@@ -38,6 +38,7 @@ from callgate.config import Config
 from callgate.core import jsonpositions
 from callgate.core.errors import ErrorCode, LoadError
 from callgate.core.model import AuthzRequest, Decision, JSONValue, Subject
+from callgate.policy.declare import ENGINE_FOLDERS, Problem
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar_slices import release_free_memory
 from callgate.policy.engines.registry import ENGINES
@@ -102,9 +103,6 @@ def load_error_findings(exc: LoadError) -> list[Finding]:
 
 
 # -- inventory ----------------------------------------------------------------------------------
-
-ENGINE_FOLDERS: Mapping[str, str] = {"cedar": "cedar", "rego": "rego", "opa": "rego"}
-"""The folder under ``policy.dir`` each engine reads."""
 
 
 def _engine_reads(folder: str, rel: str) -> bool:
@@ -557,6 +555,15 @@ def declared_types(policy_dir: Path) -> list[Finding]:
     return out
 
 
+def _refusal(problem: Problem) -> Finding:
+    """A ToolSpec refused alone (its action has no policy type): a warning, the set loads."""
+    file, line = _split_source(problem.file)
+    pointer, sep, message = problem.message.partition(": ")
+    if not (sep and pointer.startswith("/")):
+        pointer, message = "", problem.message
+    return Finding(Severity.WARNING, file, f"{problem.place}: {message}", line, pointer)
+
+
 async def check_snapshot(cfg: Config, snap: PolicySnapshot) -> list[Finding]:
     """Every check of the module docstring on a loaded snapshot; errors first."""
     policy_dir = cfg.path(cfg.policy.dir)
@@ -564,6 +571,7 @@ async def check_snapshot(cfg: Config, snap: PolicySnapshot) -> list[Finding]:
 
     def files_and_declarations() -> tuple[list[Finding], tuple[Engine, bool]]:
         found = inventory(policy_dir, name) + consistency(snap, policy_dir, name) + declared_types(policy_dir)
+        found += [_refusal(problem) for problem in snap.refused]
         return found, shape_engine(cfg, snap)
 
     # Off the event loop: a reload is checked while the old snapshot serves (issue 15 item 3).

@@ -41,6 +41,7 @@ from callgate.propose.parse import ParseLimits, parse_json_document
 __all__ = [
     "BASE_CEDAR_SCHEMA",
     "PRINCIPALS_FILE",
+    "ENGINE_FOLDERS",
     "ActionContext",
     "ArgType",
     "Declared",
@@ -52,10 +53,13 @@ __all__ = [
     "cedar_text_actions",
     "cedar_time_plans",
     "check_tools",
+    "close_objects",
     "declared",
     "load_principals",
     "rego_action",
     "tool_declarations",
+    "tool_typing",
+    "ToolTyping",
 ]
 
 PRINCIPALS_FILE: Final = "principals.json"
@@ -308,10 +312,11 @@ def actions_of(
     decls: Iterable[ToolDecl], declared_by_hand: Container[str] = (), *, strict: bool = True
 ) -> dict[str, ToolDecl]:
     """Capability -> the declaration that types it, for the capabilities not ``declared_by_hand``.
-    A capability whose ToolSpec has an argument without a policy type, or that two ToolSpecs type
-    differently (an action has one context type), is a :class:`LoadError` when ``strict`` (no
-    hand-written schema: every action must be generated); otherwise it is left undeclared, as it
-    was before actions were generated (its requests do not conform: a deny), and logged."""
+    A capability that two ToolSpecs type differently (an action has one context type) is a
+    :class:`LoadError` when ``strict`` (no hand-written schema: every action must be generated). A
+    capability whose ToolSpec has an argument without a policy type is left undeclared and logged
+    (so is a conflict when not ``strict``): the ToolSpecs that require it are refused alone, not
+    served (:func:`tool_typing`), and the rest of the set loads."""
     out: dict[str, ToolDecl] = {}
     skipped: set[str] = set()
     for d in decls:
@@ -327,7 +332,7 @@ def actions_of(
                     source=d.source,
                 )
             if problem is not None:
-                if strict:
+                if strict and d.error is None:  # an untyped argument refuses its tool, not the set
                     raise problem
                 log.warning(
                     "%s: %s: action %s not generated (declare it by hand)",
@@ -737,6 +742,90 @@ class Declared:
 def declared(policy_dir: Path) -> Declared:
     """The ToolSpecs' declarations and the principals file of ``policy_dir``. Raises LoadError."""
     return Declared(tuple(tool_declarations(policy_dir / "tools")), load_principals(policy_dir))
+
+
+# -- which ToolSpecs an engine's schema can type ------------------------------------------------
+
+ENGINE_FOLDERS: Final[Mapping[str, str]] = {"cedar": "cedar", "rego": "rego", "opa": "rego"}
+"""The policy-folder subdirectory each engine reads."""
+
+
+def close_objects(node: Any, *, deep: bool = True) -> None:
+    """Set ``additionalProperties: false`` (unless the schema says otherwise) on an object schema
+    that declares ``properties``, and when ``deep`` on every such object below it (through
+    ``properties`` and ``items``). A generated action types ``context.args`` as a record of the
+    declared properties, which has no room for others (Cedar's records, nested too; the Rego
+    contract checks the top level only): closed, an undeclared argument is a ``schema_violation``
+    naming it, before any policy, not an evaluation error."""
+    if not isinstance(node, dict):
+        return
+    props = node.get("properties")
+    if isinstance(props, dict):
+        node.setdefault("additionalProperties", False)
+        if deep:
+            for sub in props.values():
+                close_objects(sub)
+    if deep:
+        close_objects(node.get("items"))
+
+
+def _hand_declared(policy_dir: Path, folder: str) -> frozenset[str]:
+    """The actions the engine folder's hand-written schema declares (none when it has none, or
+    when it does not read: the engine's load reports that)."""
+    try:
+        if folder == "cedar":
+            path = policy_dir / "cedar" / "schema.cedarschema"
+            return (
+                frozenset(cedar_declared_actions(path.read_text("utf-8"))) if path.is_file() else frozenset()
+            )
+        path = policy_dir / "rego" / "data.json"
+        doc = _read_json(path) if path.is_file() else {}
+        actions = (
+            doc.get("callgate", {}).get("schema", {}).get("actions", {}) if isinstance(doc, dict) else {}
+        )
+        return frozenset(actions) if isinstance(actions, Mapping) else frozenset()
+    except (OSError, LoadError, AttributeError):
+        return frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolTyping:
+    """How the engine's schema types each ToolSpec (keyed by ToolSpec file)."""
+
+    refused: Mapping[str, Problem]
+    """ToolSpecs not served: a capability they require has no action (an argument with no policy
+    type, and no hand-written declaration). Refused alone: the rest of the set serves."""
+    own_record: frozenset[str]
+    """ToolSpecs whose every action is generated from their own arguments (so an argument their
+    schema does not declare can never conform: :func:`close_objects`)."""
+
+
+def tool_typing(policy_dir: Path, engine_name: str) -> ToolTyping:
+    """:class:`ToolTyping` of ``policy_dir`` for the engine ``engine_name``."""
+    try:
+        decls = tool_declarations(policy_dir / "tools")
+    except LoadError:
+        return ToolTyping({}, frozenset())  # loading the ToolSpecs reports it
+    hand = _hand_declared(policy_dir, ENGINE_FOLDERS.get(engine_name, engine_name))
+    generated = actions_of(decls, hand, strict=False)
+    refused: dict[str, Problem] = {}
+    own: set[str] = set()
+    for d in decls:
+        caps = [c for c in d.capabilities if c not in GROUPS]
+        missing = [c for c in caps if c not in hand and c not in generated]
+        if missing:
+            why = d.error.message if d.error is not None else f"capability {missing[0]!r} has no action"
+            refused[d.source] = Problem(
+                d.error.source if d.error is not None else d.source,
+                f"tool {d.key}",
+                f"{why}: the tool is refused and not served (the rest of the set is); declare "
+                f"action {missing[0]!r} by hand with the full context, or give the argument a "
+                'policy type (docs/MCP.md, "Arguments as policies see them")',
+                warning=True,
+            )
+        elif caps and all(c in generated and generated[c].args == d.args for c in caps):
+            own.add(d.source)
+    return ToolTyping(refused, frozenset(own))
 
 
 # -- callgate check: ToolSpec argument types against the hand-written schemas -------------------

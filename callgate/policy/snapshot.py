@@ -6,14 +6,20 @@ the middle of a request can never mix an old ToolSpec with a new policy set.
 
 from __future__ import annotations
 
+import copy
 import hashlib
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from callgate.config import Config, PolicyConfig
+from callgate.policy.declare import ENGINE_FOLDERS, Problem, ToolTyping, close_objects, tool_typing
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.toolspecs import ToolRegistry, load_tools
+from callgate.propose.validate import CompiledSchema
+
+log = logging.getLogger("callgate.policy")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +28,9 @@ class PolicySnapshot:
     engine: Engine
     revision: str
     """``sha256:`` over every ToolSpec digest and the engine's policy revision."""
+    refused: tuple[Problem, ...] = ()
+    """ToolSpecs refused alone (not in ``tools``): their action has no policy type
+    (:func:`callgate.policy.declare.tool_typing`); ``callgate check`` names each."""
 
 
 def load_snapshot(
@@ -42,11 +51,40 @@ def load_snapshot(
         engine = factory.load_for_core(policy_dir, policy or PolicyConfig(), compiled_core)
     else:
         engine = factory.load(policy_dir, policy or PolicyConfig())
+    typing = tool_typing(policy_dir, engine_name)
+    tools = _typed(tools, typing, deep=ENGINE_FOLDERS.get(engine_name) == "cedar")
     h = hashlib.sha256()
     for t in tools:
         h.update(f"{t.spec.key}={t.spec.spec_digest}\n".encode())
     h.update(f"{engine.name}={engine.revision}\n".encode())
-    return PolicySnapshot(tools=tools, engine=engine, revision="sha256:" + h.hexdigest())
+    return PolicySnapshot(
+        tools=tools, engine=engine, revision="sha256:" + h.hexdigest(), refused=tuple(typing.refused.values())
+    )
+
+
+def _typed(tools: ToolRegistry, typing: ToolTyping, *, deep: bool) -> ToolRegistry:
+    """``tools`` without the refused ones; a tool typed by its own generated action and without a
+    ``normalized_schema`` checks its normalized arguments against its closed ``input_schema``
+    (an undeclared argument is a ``schema_violation`` naming it, not a Cedar or Rego request
+    error)."""
+    kept = {}
+    for t in tools:
+        problem = typing.refused.get(t.spec.source)
+        if problem is not None:
+            log.warning("%s", problem)
+            continue
+        if t.spec.source in typing.own_record and t.normalized_schema is t.schema:
+            closed = copy.deepcopy(dict(t.spec.input_schema))
+            close_objects(closed, deep=deep)
+            if closed != t.spec.input_schema:
+                t = replace(
+                    t,
+                    normalized_schema=CompiledSchema.compile(
+                        closed, source=t.spec.source, dialect=t.spec.schema_dialect
+                    ),
+                )
+        kept[t.spec.key] = t
+    return ToolRegistry(kept)
 
 
 def compiled_core_serves(cfg: Config) -> bool:
