@@ -344,6 +344,19 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         return 2
 
 
+def cmd_policy_prove(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Prove the policy properties (:mod:`callgate.prove.cli`)."""
+    from callgate.prove.cli import cmd_policy_prove as run
+
+    return run(args, out, sys.stderr, _config)
+
+
+def _prove_arguments(p: argparse.ArgumentParser) -> None:
+    from callgate.prove.cli import add_arguments
+
+    add_arguments(p)
+
+
 def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Run the request files in DIR/ALLOW, DIR/DENY, DIR/CONFIRM on an engine; print a pass/fail
     table (format: ``callgate/policy/policytest.py``). 0 only if all pass and at least one ran."""
@@ -617,6 +630,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
+    p = policy_sub.add_parser(
+        "prove",
+        help="prove the properties file over every request (docs/PROVE.md); non-zero unless all proved",
+    )
+    _prove_arguments(p)
+    p.set_defaults(func=cmd_policy_prove)
     p = sub.add_parser("new", help="scaffold policy files")
     new_sub = p.add_subparsers(dest="new_command", required=True)
     p = new_sub.add_parser("tool", help="a ToolSpec, its Cedar and Rego rules and test requests")
