@@ -94,6 +94,10 @@ class PolicyConfig:
     """Gate every load on the snapshot checks ``callgate check`` runs (unknown files, ToolSpec
     capabilities vs the engine's actions, decision shapes of sample requests, ``tests/``): a set
     that fails them is refused and the serving revision stays (docs/POLICIES.md)."""
+    reload_prove: bool = False
+    """Gate every hot reload on the ``guard`` properties of ``properties.toml`` (docs/PROVE.md):
+    a set that is looser than the serving one within a guarded property's scope, or breaks it, is
+    refused like a broken set; so is one the prover cannot decide (unknown, no solver)."""
     shadow: tuple[str, ...] = ()
     """Policy ids in shadow mode besides those the policy files mark (Cedar ``@shadow``, Rego
     ``data.callgate.shadow``): evaluated and logged on the decision event, never enforced

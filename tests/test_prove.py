@@ -446,3 +446,66 @@ def test_cli_prints_a_refutation_with_its_replay(prover: None, tmp_path: Path) -
     done = _cli(ROOT, "policy", "prove")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("proved ") == 4
+
+
+# --- the reload guard and check --against --------------------------------------------------------
+
+CONFIRM_LINE = '@confirm("creating a calendar event needs the user\'s confirmation")\n'
+
+
+def test_a_reload_that_loosens_a_guard_property_is_refused(prover: None, tmp_path: Path) -> None:
+    """Through a real sidecar's file watcher: dropping the confirmation of calendar.create is
+    refused (the serving revision stays), a change that loosens nothing guarded is taken."""
+    import shutil
+
+    from callgate.config import PolicyConfig
+    from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE
+    from tests.conftest import start_sidecar, stop_sidecar
+    from tests.test_lifecycle import NOT_SERVING, SERVING, health, wait_for
+
+    # without tests/ (its CONFIRM cases would refuse the loosened set before the guard does)
+    shutil.copytree(ROOT / "policies", tmp_path / "policies", ignore=shutil.ignore_patterns("tests"))
+    cedar = tmp_path / "policies" / "cedar" / "policies.cedar"
+    good = cedar.read_text()
+    assert CONFIRM_LINE in good
+    policy = PolicyConfig(watch=True, watch_interval_ms=50, reload_quiet_ms=200, reload_prove=True)
+    sc, tmp = start_sidecar(tmp_path / "policies", policy=policy)
+    try:
+        first = sc.sidecar.components.gate.snapshot.revision
+        cedar.write_text(good.replace(CONFIRM_LINE, ""))
+        wait_for(lambda: health(sc, SNAPSHOT_HEALTH_SERVICE) == NOT_SERVING, timeout=60)
+        lc = sc.sidecar.lifecycle
+        assert lc is not None
+        assert "guard property calendar-create-needs-confirm" in lc.last_error, lc.last_error
+        assert "refuted" in lc.last_error and "calendar.create" in lc.last_error
+        assert health(sc) == SERVING and sc.sidecar.components.gate.snapshot.revision == first
+        # back to the serving text: good again
+        cedar.write_text(good)
+        wait_for(lambda: health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING, timeout=60)
+        # a forbid more: nothing loosens, the reload is taken
+        cedar.write_text(
+            good + '\n@id("no-weather-for-bob")\nforbid (principal == User::"bob", action, resource);\n'
+        )
+        wait_for(lambda: sc.sidecar.components.gate.snapshot.revision != first, timeout=60)
+        assert lc.last_error == "" and health(sc, SNAPSHOT_HEALTH_SERVICE) == SERVING
+    finally:
+        stop_sidecar(sc, tmp)
+
+
+def test_check_against_a_revision_prints_what_loosens(prover: None, tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(ROOT / "policies", tmp_path / "policies", ignore=shutil.ignore_patterns("tests"))
+    (tmp_path / "callgate.toml").write_text('[policy]\nengine = "cedar"\ndir = "policies"\n')
+    git = ["git", "-C", str(tmp_path), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    done = _cli(tmp_path, "check", "--offline", "--against", "HEAD")
+    assert done.returncode == 0 and "proved   no-looser-than-HEAD" in done.stdout, done.stdout + done.stderr
+    cedar = tmp_path / "policies" / "cedar" / "policies.cedar"
+    cedar.write_text(cedar.read_text().replace(CONFIRM_LINE, ""))
+    done = _cli(tmp_path, "check", "--offline", "--against", "HEAD")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "refuted  no-looser-than-HEAD" in done.stdout and 'action Action::"calendar.create"' in done.stdout
+    assert "replayed on cedarpy: ALLOW (calendar-create-scheduler)" in done.stdout

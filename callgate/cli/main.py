@@ -166,6 +166,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             f"  {t.spec.key:<32} {t.spec.side_effect_class.value:<9} {', '.join(t.spec.required_capabilities)}",
             file=out,
         )
+    if getattr(args, "against", None):  # what this change loosens (docs/PROVE.md)
+        from callgate.prove.cli import check_against
+
+        policy_dir = Path(cfg.path(cfg.policy.dir))
+        return min(1, check_against(policy_dir, tuple(cfg.policy.shadow), args.against, out, sys.stderr))
     return 0
 
 
@@ -606,6 +611,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--offline",
         action="store_true",
         help="check the files only: do not connect to a configured PostgreSQL store or key store",
+    )
+    p.add_argument(
+        "--against",
+        metavar="REV",
+        help="also prove the Cedar policies no looser than git revision REV; print what they loosen",
     )
     p.set_defaults(func=cmd_check)
     p = sub.add_parser(

@@ -121,3 +121,24 @@ def cmd_policy_prove(args: argparse.Namespace, out: TextIO, err: TextIO, cfg_loa
         print(f"error: {exc}", file=err)
         return 2
     return prove(props, source, out, err, timeout=args.timeout, wall=args.wall, as_json=args.json)
+
+
+def check_against(policy_dir: Path, shadow: tuple[str, ...], revision: str, out: TextIO, err: TextIO) -> int:
+    """``callgate check --against REV``: what the working policies loosen compared with git
+    ``revision`` (a ``no_looser_than`` property over every request), as counterexamples."""
+    from callgate.core.errors import CallgateError
+    from callgate.prove.properties import Kind, Property
+    from callgate.prove.runner import CedarSource
+
+    prop = Property(
+        name=f"no-looser-than-{revision}",
+        kind=Kind.NO_LOOSER_THAN,
+        source=f"--against {revision}",
+        revision=revision,
+    )
+    try:
+        source = CedarSource.load(policy_dir / "cedar", shadow)
+    except CallgateError as exc:
+        print(f"error: {exc}", file=err)
+        return 2
+    return prove((prop,), source, out, err)
