@@ -8,8 +8,9 @@ solver library but no executable; this driver is that executable (``scripts/solv
 wrapper ``.cache/bin/cvc5`` that runs it, docs/PROVE.md).
 
 It reads stdin, cuts it into whole top-level commands (strings, ``|quoted symbols|`` and comments
-respected), hands each to cvc5's own SMT-LIB parser and runs it, writing what the command prints
-(the same printer the cvc5 binary uses) and flushing. ``(reset)`` starts a fresh solver with the
+respected), hands them to cvc5's own SMT-LIB parser (the commands up to one the caller waits on,
+``check-sat`` or ``get-model``, as one batch) and runs them, writing what they print (the same
+printer the cvc5 binary uses) and flushing. ``(reset)`` starts a fresh solver with the
 command-line options, as the cvc5 binary does. ``--key=value`` options are set on every solver; a
 parse error prints ``(error "Parse Error: ...")`` and ends the process with status 1, as cvc5 does.
 """
@@ -118,23 +119,40 @@ class _Session:
             printed.append(answer)
 
 
+ANSWERING = ("check-sat", "get-", "echo")
+"""Commands whose answer the caller waits for: what is pending runs then (a declaration prints
+nothing unless it fails, so running the commands in between as one batch, one parse, prints the
+same text in the same order, ahead of the answer the caller reads)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     options = _options(sys.argv[1:] if argv is None else argv)
     session = _Session(options)
     out = sys.stdout
+    pending: list[str] = []
+
+    def flush() -> bool:
+        if not pending:
+            return True
+        printed, going = session.run("\n".join(pending))
+        pending.clear()
+        out.write(printed)
+        out.flush()
+        return going
+
     for text in commands(sys.stdin):
         head = text[1:].lstrip().split(None, 1)[0].rstrip(")") if len(text) > 1 else ""
         if head == "exit":
-            return 0
+            return 0 if flush() else 1
         if head == "reset":
+            if not flush():
+                return 1
             session = _Session(options)
             continue
-        printed, going = session.run(text)
-        out.write(printed)
-        out.flush()
-        if not going:
+        pending.append(text)
+        if head.startswith(ANSWERING) and not flush():
             return 1
-    return 0
+    return 0 if flush() else 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::str::FromStr;
 
-use cedar_policy::{Effect, EntityUid, Policy, PolicyId, PolicySet, RequestEnv, Schema};
+use cedar_policy::{ActionConstraint, Effect, EntityUid, Policy, PolicyId, PolicySet, RequestEnv, Schema};
 use cedar_policy_symcc::solver::LocalSolver;
 use cedar_policy_symcc::{CedarSymCompiler, CompiledPolicy, CompiledPolicySet, Env};
 use serde::Deserialize;
@@ -181,6 +181,23 @@ fn answer(r: Result<Option<Env>, cedar_policy_symcc::err::Error>, policy: Option
     }
 }
 
+/// The policies of `set` that can apply to `env`'s action: a policy whose scope is
+/// `action == <another action>` matches no request of this environment, so leaving it out changes
+/// no answer and spares its compilation (a set of 1,000 policies over 100 actions compiles ten per
+/// action, not 1,000). `action in [...]` (action groups) and unconstrained actions stay.
+fn slice(set: &PolicySet, env: &RequestEnv) -> PolicySet {
+    let mut out = PolicySet::new();
+    for p in set.policies() {
+        if let ActionConstraint::Eq(uid) = p.action_constraint() {
+            if &uid != env.action() {
+                continue;
+            }
+        }
+        let _ = out.add(p.clone());
+    }
+    out
+}
+
 async fn run_env(
     c: &mut Compiler,
     check: &Check,
@@ -189,6 +206,9 @@ async fn run_env(
     set: &PolicySet,
     other: Option<&PolicySet>,
 ) -> Outcome {
+    let set = &slice(set, env);
+    let other = other.map(|o| slice(o, env));
+    let other = other.as_ref();
     let compile = |s: &PolicySet| CompiledPolicySet::compile(s, env, schema).map_err(|e| e.to_string());
     let a = match compile(set) {
         Ok(a) => a,
