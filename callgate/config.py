@@ -458,6 +458,10 @@ def validate(cfg: Config, *, source: str = "") -> Config:
     _check_problems(STORES.get(cfg.store.backend, source=source).validate(cfg.store), source)
     if cfg.policy.reload_quiet_ms < 0:
         raise config_invalid("policy.reload_quiet_ms must be >= 0 (0 = no debounce)", source=source)
+    if cfg.policy.reload_prove and cfg.policy.engine != "cedar":
+        raise config_invalid(
+            "policy.reload_prove proves Cedar policies: it needs engine = 'cedar'", source=source
+        )
     if cfg.core.engine not in ("auto", "python", "native"):
         raise config_invalid("core.engine must be 'auto', 'python' or 'native'", source=source)
     if cfg.store.synchronous not in ("full", "normal"):

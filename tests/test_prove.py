@@ -355,6 +355,22 @@ def test_no_answer_in_time_is_unknown(prover: None, tmp_path: Path) -> None:
     assert {r.status for r in results.values()} == {Status.UNKNOWN}
 
 
+HARD = """
+@id("square-plus")
+permit (principal, action == Action::"doc.delete", resource)
+when { context.args.count > 1 && context.args.count < 4294967296
+       && context.args.count * (context.args.count + 2) == 1000006000009 };
+"""
+
+
+def test_a_solver_timeout_is_unknown(prover: None, tmp_path: Path) -> None:
+    """Bit-vector multiplication the solver cannot settle in 1 ms: unknown, never proved."""
+    _, results = _prove(
+        tmp_path, HARD, '[[property]]\nname = "hard"\nkind = "never_allowed"\n', solver_timeout_ms=1
+    )
+    assert results["hard"].status is Status.UNKNOWN and "unknown" in results["hard"].detail
+
+
 def test_without_a_solver_prove_says_so(
     prover: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -509,3 +525,12 @@ def test_check_against_a_revision_prints_what_loosens(prover: None, tmp_path: Pa
     assert done.returncode == 1, done.stdout + done.stderr
     assert "refuted  no-looser-than-HEAD" in done.stdout and 'action Action::"calendar.create"' in done.stdout
     assert "replayed on cedarpy: ALLOW (calendar-create-scheduler)" in done.stdout
+
+
+def test_reload_prove_needs_the_cedar_engine(tmp_path: Path) -> None:
+    from callgate.config import load_config
+
+    cfg = tmp_path / "callgate.toml"
+    cfg.write_text('[policy]\nengine = "rego"\ndir = "policies"\nreload_prove = true\n')
+    with pytest.raises(LoadError, match="reload_prove proves Cedar policies"):
+        load_config(cfg)
