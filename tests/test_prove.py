@@ -449,7 +449,7 @@ def test_the_example_properties_are_proved(prover: None) -> None:
 def test_cli_prints_a_refutation_with_its_replay(prover: None, tmp_path: Path) -> None:
     props = (
         '[[property]]\nname = "resource-tenant"\nkind = "never_allowed"\n'
-        'when = "resource.tenant != principal.tenant"\n'
+        'actions = ["weather.read"]\nwhen = "resource.tenant != principal.tenant"\n'
     )
     (tmp_path / "props.toml").write_text(props)
     done = _cli(ROOT, "policy", "prove", "--properties", str(tmp_path / "props.toml"))

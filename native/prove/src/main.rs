@@ -266,7 +266,10 @@ async fn run_check(c: &mut Compiler, schema: &Schema, check: &Check) -> Outcome 
     let wanted: Option<HashSet<&str>> = check.actions.as_ref().map(|a| a.iter().map(String::as_str).collect());
     let mut unknown: Option<String> = None;
     let mut seen = 0usize;
-    for env in schema.request_envs() {
+    // in action order: the same counterexample for the same files, whatever the schema's hashing
+    let mut envs: Vec<RequestEnv> = schema.request_envs().collect();
+    envs.sort_by_key(|e| (action_name(e), e.principal().to_string(), e.resource().to_string()));
+    for env in envs {
         let name = action_name(&env);
         if let Some(w) = &wanted {
             if !w.contains(name.as_str()) {
