@@ -9,6 +9,7 @@ before the first test (tests/markers.py, marker ``prove``).
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import textwrap
@@ -459,6 +460,10 @@ def test_cli_prints_a_refutation_with_its_replay(prover: None, tmp_path: Path) -
     assert "replayed on cedarpy: ALLOW (weather-read-own-tenant)" in done.stdout
     if load_native() is not None:
         assert "replayed on compiled core: ALLOW (weather-read-own-tenant)" in done.stdout
+    done = _cli(ROOT, "policy", "prove", "--json", "--properties", str(tmp_path / "props.toml"))
+    doc = json.loads(done.stdout)
+    assert doc["status"] == "refuted" and doc["counterexample"]["action"]["id"] == "weather.read"
+    assert set(doc["replayed"].values()) == {"allow"}
     done = _cli(ROOT, "policy", "prove")
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("proved ") == 4
