@@ -94,6 +94,10 @@ class PolicyConfig:
     """Gate every load on the snapshot checks ``callgate check`` runs (unknown files, ToolSpec
     capabilities vs the engine's actions, decision shapes of sample requests, ``tests/``): a set
     that fails them is refused and the serving revision stays (docs/POLICIES.md)."""
+    reload_prove: bool = False
+    """Gate every hot reload on the ``guard`` properties of ``properties.toml`` (docs/PROVE.md):
+    a set that is looser than the serving one within a guarded property's scope, or breaks it, is
+    refused like a broken set; so is one the prover cannot decide (unknown, no solver)."""
     shadow: tuple[str, ...] = ()
     """Policy ids in shadow mode besides those the policy files mark (Cedar ``@shadow``, Rego
     ``data.callgate.shadow``): evaluated and logged on the decision event, never enforced
@@ -454,6 +458,10 @@ def validate(cfg: Config, *, source: str = "") -> Config:
     _check_problems(STORES.get(cfg.store.backend, source=source).validate(cfg.store), source)
     if cfg.policy.reload_quiet_ms < 0:
         raise config_invalid("policy.reload_quiet_ms must be >= 0 (0 = no debounce)", source=source)
+    if cfg.policy.reload_prove and cfg.policy.engine != "cedar":
+        raise config_invalid(
+            "policy.reload_prove proves Cedar policies: it needs engine = 'cedar'", source=source
+        )
     if cfg.core.engine not in ("auto", "python", "native"):
         raise config_invalid("core.engine must be 'auto', 'python' or 'native'", source=source)
     if cfg.store.synchronous not in ("full", "normal"):

@@ -56,6 +56,7 @@ class Needs(str, Enum):
     NODE = "node"
     IMAGE = "image"
     BROWSER = "browser"
+    PROVE = "prove"
 
 
 FIXTURE_MARKERS: dict[str, Needs] = {
@@ -72,11 +73,13 @@ PREPARE: dict[Needs, tuple[str, ...]] = {
     Needs.NODE: ("scripts/node-client", "install"),
     Needs.IMAGE: ("scripts/image", "install"),
     Needs.BROWSER: ("scripts/chromium", "install"),
+    Needs.PROVE: ("scripts/prove", "build"),
 }
 """What builds or installs each program (idempotent; seconds when it is already there)."""
 
 PREPARE_MORE: dict[Needs, tuple[tuple[str, ...], ...]] = {
     Needs.NODE: (("scripts/mcp-node", "install"),),  # the MCP tests' Node side (tests/mcp_node)
+    Needs.PROVE: (("scripts/solver", "path"),),  # cvc5 1.3.1 behind callgate/prove/smtdriver.py
 }
 """Further install steps for a program, run after :data:`PREPARE`'s (same rules)."""
 

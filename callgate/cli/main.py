@@ -166,6 +166,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             f"  {t.spec.key:<32} {t.spec.side_effect_class.value:<9} {', '.join(t.spec.required_capabilities)}",
             file=out,
         )
+    if getattr(args, "against", None):  # what this change loosens (docs/PROVE.md)
+        from callgate.prove.cli import check_against
+
+        policy_dir = Path(cfg.path(cfg.policy.dir))
+        return min(1, check_against(policy_dir, tuple(cfg.policy.shadow), args.against, out, sys.stderr))
     return 0
 
 
@@ -342,6 +347,19 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     except (CallgateError, json.JSONDecodeError, OSError, KeyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def cmd_policy_prove(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    """Prove the policy properties (:mod:`callgate.prove.cli`)."""
+    from callgate.prove.cli import cmd_policy_prove as run
+
+    return run(args, out, sys.stderr, _config)
+
+
+def _prove_arguments(p: argparse.ArgumentParser) -> None:
+    from callgate.prove.cli import add_arguments
+
+    add_arguments(p)
 
 
 def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
@@ -594,6 +612,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="check the files only: do not connect to a configured PostgreSQL store or key store",
     )
+    p.add_argument(
+        "--against",
+        metavar="REV",
+        help="also prove the Cedar policies no looser than git revision REV; print what they loosen",
+    )
     p.set_defaults(func=cmd_check)
     p = sub.add_parser(
         "status", help="a running sidecar's policy status: serving revision, refused files and why"
@@ -617,6 +640,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
+    p = policy_sub.add_parser(
+        "prove",
+        help="prove the properties file over every request (docs/PROVE.md); non-zero unless all proved",
+    )
+    _prove_arguments(p)
+    p.set_defaults(func=cmd_policy_prove)
     p = sub.add_parser("new", help="scaffold policy files")
     new_sub = p.add_subparsers(dest="new_command", required=True)
     p = new_sub.add_parser("tool", help="a ToolSpec, its Cedar and Rego rules and test requests")

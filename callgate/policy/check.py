@@ -114,6 +114,17 @@ def _engine_reads(folder: str, rel: str) -> bool:
     return False
 
 
+def _properties_findings(path: Path) -> list[Finding]:
+    """The properties file of ``callgate policy prove``, read as ``prove`` reads it."""
+    from callgate.prove.properties import load_properties
+
+    try:
+        load_properties(path)
+    except LoadError as exc:
+        return load_error_findings(exc)
+    return []
+
+
 def inventory(policy_dir: Path, engine: str) -> list[Finding]:
     """Every file of ``policy_dir`` that the snapshot neither loads nor uses, by name
     (errors), and the other engines' folders (notes)."""
@@ -131,6 +142,9 @@ def inventory(policy_dir: Path, engine: str) -> list[Finding]:
             continue
         if rel_parts == ("principals.json",):
             continue  # read by both engines (callgate/policy/declare.py)
+        if rel_parts == ("properties.toml",):
+            out += _properties_findings(path)  # callgate policy prove (docs/PROVE.md)
+            continue
         if top == "tests" and len(rel_parts) >= 3 and rel_parts[1] in {"ALLOW", "DENY", "CONFIRM"}:
             continue
         if top == mine and _engine_reads(mine, rest):

@@ -30,6 +30,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
@@ -137,6 +138,9 @@ class PolicyLifecycle:
     _retired: list[PolicySnapshot] = field(default_factory=list)
     _refused_revision: str = ""
     """A snapshot loaded before :meth:`start` that failed the checks: it never serves."""
+    _sources: tuple[Any, Any] = (None, None)
+    """``policy.reload_prove``: the Cedar texts serving and those of the set being loaded
+    (:mod:`callgate.prove.guard`)."""
 
     @property
     def policy_dir(self) -> Path:
@@ -185,6 +189,22 @@ class PolicyLifecycle:
             log.exception("snapshot checks failed")
             return [Finding(Severity.ERROR, str(self.policy_dir), f"the snapshot checks failed: {exc!r}")]
 
+    async def _proved(self) -> list[Finding]:
+        """``policy.reload_prove``: the guard properties against the serving set (fail closed)."""
+        if not self.config.policy.reload_prove:
+            return []
+        from callgate.prove.guard import guard_findings, serving_source
+
+        try:
+            new = await asyncio.to_thread(serving_source, self.config)
+            self._sources = (self._sources[0], new)
+            return await asyncio.to_thread(guard_findings, self.config, new, self._sources[0])
+        except LoadError as exc:
+            return load_error_findings(exc)
+        except Exception as exc:  # the guard failing refuses the set (fail closed)
+            log.exception("the reload guard failed")
+            return [Finding(Severity.ERROR, str(self.policy_dir), f"the reload guard failed: {exc!r}")]
+
     async def _refuse(self, reason: str, current: PolicySnapshot | None, problems: list[Finding]) -> bool:
         """Log a refused set (each problem: file, place, problem) and keep what serves."""
         self.problems = tuple(problems)
@@ -220,6 +240,7 @@ class PolicyLifecycle:
                 except LoadError as exc:
                     return await self._refuse(reason, current, load_error_findings(exc))
                 problems = await self._checked(snap)
+                problems = problems or await self._proved()
                 if await asyncio.to_thread(fingerprint, self.policy_dir) == before:
                     break
                 await snap.engine.close()
@@ -241,6 +262,7 @@ class PolicyLifecycle:
                 await self.refresh_health()
                 return True
             await self._activate(snap)
+            self._sources = (self._sources[1], None)
             log.info("policy snapshot %s serving (%s, engine %s)", snap.revision, reason, snap.engine.name)
             self.on_reload(True)
             await self.refresh_health()
@@ -295,6 +317,8 @@ class PolicyLifecycle:
                 await self._refuse("start", None, problems)
                 self._task = asyncio.ensure_future(self._watch())
                 return
+            await self._proved()  # the serving texts, for the reload guard
+            self._sources = (self._sources[1], None)
             if self._uploads_policies():
                 try:
                     await snap.engine.load_policies()
