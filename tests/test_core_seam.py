@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from callgate.arguments.parse import ParseLimits
 from callgate.config import load_config
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.policy.snapshot import load_snapshot
 from callgate.policy.toolspecs import CompiledTool, compile_tool
 from callgate.propose.core import Core, CoreEngine, CoreKind, load_native
-from callgate.propose.parse import ParseLimits
 from tests.conftest import ROOT
 
 BUILT = load_native() is not None

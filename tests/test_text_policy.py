@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from callgate.arguments.textpolicy import TextClass, TextPolicy
 from callgate.config import CoreConfig, load_config
 from callgate.core import unitext
 from callgate.core.clock import FixedClock
@@ -24,7 +25,6 @@ from callgate.core.unitext import Flag
 from callgate.policy.snapshot import load_snapshot_from_config
 from callgate.policy.toolspecs import load_tools
 from callgate.propose.gate import Gate, SessionSpec
-from callgate.propose.textpolicy import TextClass, TextPolicy
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.sqlite import SQLiteStore
 from tests.conftest import POLICIES, ROOT

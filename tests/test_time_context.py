@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from callgate.arguments.parse import ParseLimits
 from callgate.core.errors import ErrorCode, RejectedError
 from callgate.core.model import AuthzRequest, Decision, Subject
 from callgate.policy.declare import cedar_time_plans, declared
@@ -33,7 +34,6 @@ from callgate.policy.snapshot import load_snapshot
 from callgate.policy.timevalues import Instant, Span, TimeKind, TimeValueError, instant_of, span_of
 from callgate.propose.authorize import authorize_invocation, policy_context
 from callgate.propose.core import Core
-from callgate.propose.parse import ParseLimits
 from callgate.propose.steps import check_times
 from tests.conftest import POLICIES, reference_front
 from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture

@@ -659,7 +659,7 @@ class Execution:
         trail keeps what the tool answered; it is never handed to the model: the state does not
         become OBSERVED, no repeat of the idempotency key replays it, it does not count against
         the result-bytes budget, and ``GetResult`` answers ``output_after_cancel`` (6.7, 6.12)."""
-        from callgate.propose.parse import ParseLimits, parse_json_document
+        from callgate.arguments.parse import ParseLimits, parse_json_document
 
         if status not in ("ok", "error"):
             raise invalid_request("status must be 'ok' or 'error'")

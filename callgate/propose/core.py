@@ -35,6 +35,15 @@ from enum import StrEnum
 from types import MappingProxyType, ModuleType
 from typing import Any, Final
 
+from callgate.arguments.normalize import (
+    DATE_VOCABULARIES,
+    NormalizerChain,
+    _decimal_option,
+    _text_key,
+    load_zone,
+    zone_file,
+)
+from callgate.arguments.parse import ParseLimits
 from callgate.core.errors import config_invalid
 from callgate.core.fastinit import builder
 from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
@@ -43,15 +52,6 @@ from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.timevalues import NO_PLAN, TimeValueError, now_instant
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import (
-    DATE_VOCABULARIES,
-    NormalizerChain,
-    _decimal_option,
-    _text_key,
-    load_zone,
-    zone_file,
-)
-from callgate.propose.parse import ParseLimits
 
 __all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "native_plan", "native_steps"]
 
@@ -278,8 +278,8 @@ def native_zone(native: ModuleType, name: str) -> Any:
     """The compiled core's rules of zone ``name`` (``callgate._native.Zone``), or None when the
     reference does not know the zone or the rules cannot be read as it reads them.
 
-    They come from the file the reference loads (:func:`~callgate.propose.normalize.load_zone`:
-    the ``tzdata`` package, :func:`~callgate.propose.normalize.zone_file`), parsed by the standard library's own ``zoneinfo`` reader (its
+    They come from the file the reference loads (:func:`~callgate.arguments.normalize.load_zone`:
+    the ``tzdata`` package, :func:`~callgate.arguments.normalize.zone_file`), parsed by the standard library's own ``zoneinfo`` reader (its
     transitions, offsets and footer rule), so both cores answer from the same data with the same
     algorithm (``native/src/zone.rs``)."""
     path = zone_file(name)

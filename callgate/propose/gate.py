@@ -25,6 +25,8 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+from callgate.arguments.digest import canonicalize, canonicalize_plain
+from callgate.arguments.parse import ParseLimits
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import (
@@ -49,10 +51,8 @@ from callgate.propose import steps
 from callgate.propose.authorize import caller_context
 from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.core import Core
-from callgate.propose.digest import canonicalize, canonicalize_plain
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
-from callgate.propose.parse import ParseLimits
 from callgate.propose.sessions import Sessions, check_id, owned_invocation
 from callgate.store.base import (
     DecisionRecord,

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from callgate.arguments.normalize import load_zone
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import invalid_request, invocation_not_found, session_not_found
@@ -22,7 +23,6 @@ from callgate.core.lru import remember
 from callgate.execute.budgets import effective_limits
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import load_zone
 from callgate.propose.outcome import SessionSpec, ToolView
 from callgate.store.base import FedResultRecord, InvocationRecord, SessionRecord, Store, ToolViewRecord
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from callgate.arguments.normalize import load_zone, normalize
+from callgate.arguments.parse import ParseLimits, parse_arguments
 from callgate.core.clock import rfc3339
 from callgate.core.errors import (
     CallgateError,
@@ -54,9 +56,7 @@ from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import AuthorizationResult, authorize_invocation
 from callgate.propose.core import Core
-from callgate.propose.normalize import load_zone, normalize
 from callgate.propose.outcome import Rejection, decision_to_dict
-from callgate.propose.parse import ParseLimits, parse_arguments
 from callgate.store.base import InvocationRecord, SessionRecord, ToolViewRecord
 from callgate.store.trail import Trail
 
