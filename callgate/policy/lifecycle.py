@@ -36,8 +36,8 @@ from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import LoadError
 from callgate.policy.check import Finding, Severity, check_snapshot, errors, load_error_findings
 from callgate.policy.engines.registry import ENGINES
+from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
-from callgate.propose.gate import Gate
 from callgate.store.base import Store
 
 log = logging.getLogger("callgate.policy")
@@ -117,7 +117,9 @@ async def _off_the_loop(fn: Callable[[Config], PolicySnapshot], cfg: Config) -> 
 @dataclass
 class PolicyLifecycle:
     config: Config
-    gate: Gate
+    serving: ServingSnapshot
+    """The snapshot every request reads: swapped here (its listeners, e.g. the compiled core,
+    prepare each snapshot first), readiness set here."""
     store: Store
     clock: Clock
     set_health: HealthSetter
@@ -150,13 +152,17 @@ class PolicyLifecycle:
     async def _activate(self, snap: PolicySnapshot) -> None:
         if self._uploads_policies():
             await snap.engine.load_policies()
-        old = self.gate.snapshot_or_none
-        self.gate.swap_snapshot(snap)
+        old = self.serving.current_or_none
+        self.serving.swap(snap)
         if old is not None and old.engine is not snap.engine:
             self._retired.append(old)
             asyncio.get_running_loop().call_later(
                 5.0, lambda: asyncio.ensure_future(self._close_retired(old))
             )
+        await self._record(snap)
+
+    async def _record(self, snap: PolicySnapshot) -> None:
+        """Put the snapshot that starts serving on record (revision, engine, tools)."""
         await self.store.record_snapshot(
             snap.revision,
             rfc3339(self.clock.now()),
@@ -211,7 +217,7 @@ class PolicyLifecycle:
         loaded atomically: the files must not change while they load (else it is loaded again,
         at most :data:`LOAD_ATTEMPTS` times) and it must pass the snapshot checks."""
         async with self._lock:
-            current = self.gate.snapshot_or_none
+            current = self.serving.current_or_none
             for _attempt in range(LOAD_ATTEMPTS):
                 before = await asyncio.to_thread(fingerprint, self.policy_dir)
                 self._fingerprint = before
@@ -247,10 +253,10 @@ class PolicyLifecycle:
             return True
 
     async def refresh_health(self) -> None:
-        snap = self.gate.snapshot_or_none
+        snap = self.serving.current_or_none
         ready = snap is not None and snap.revision != self._refused_revision and await snap.engine.ready()
         self.ready = ready
-        self.gate.set_ready(ready)
+        self.serving.set_ready(ready)
         await self.set_health(ready, not self.last_error)
 
     async def _settle(self, seen: str) -> None:
@@ -275,7 +281,7 @@ class PolicyLifecycle:
                 if self.config.policy.watch and seen != self._fingerprint:
                     await self._settle(seen)
                     await self.reload("file change")
-                elif self.gate.snapshot_or_none is None:
+                elif self.serving.current_or_none is None:
                     await self.reload("retry")
                 else:
                     await self.refresh_health()  # e.g. OPA came up, or went away
@@ -283,11 +289,11 @@ class PolicyLifecycle:
                 log.exception("policy watcher error")
 
     async def start(self) -> None:
-        if self.gate.snapshot_or_none is None:
+        if self.serving.current_or_none is None:
             await self.reload("start")
         else:
             self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
-            snap = self.gate.snapshot_or_none
+            snap = self.serving.current_or_none
             assert snap is not None
             problems = await self._checked(snap)
             if problems:
@@ -300,15 +306,7 @@ class PolicyLifecycle:
                     await snap.engine.load_policies()
                 except Exception as exc:
                     log.error("uploading policies to the %s engine failed: %s", snap.engine.name, exc)
-            await self.store.record_snapshot(
-                snap.revision,
-                rfc3339(self.clock.now()),
-                {
-                    "engine": snap.engine.name,
-                    "engine_revision": snap.engine.revision,
-                    "tools": [t.spec.key for t in snap.tools],
-                },
-            )
+            await self._record(snap)
             await self.refresh_health()
         self._task = asyncio.ensure_future(self._watch())
 

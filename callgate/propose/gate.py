@@ -63,7 +63,6 @@ from callgate.store.base import (
     Store,
     Usage,
 )
-from callgate.store.idempotency.base import IdempotencyStore
 from callgate.store.trail import Trail, move, rewind
 
 _ONE_TOOL_CALL = Usage(tool_calls=1)
@@ -83,29 +82,30 @@ class Gate:
         self,
         *,
         config: Config,
-        snapshot: PolicySnapshot | None,
+        serving: ServingSnapshot,
         store: Store,
         clock: Clock,
-        idempotency: IdempotencyStore,
+        keys: IdempotencyFlow,
+        usage: UsageMeter,
     ) -> None:
+        """``serving``, ``keys`` and ``usage`` are built by the composition root
+        (:class:`callgate.server.app.Shared`) and shared with the executor half."""
         self._cfg = config
         self._store = store
         self._clock = clock
-        self.serving = ServingSnapshot(snapshot)
+        self.serving = serving
         self.sessions = Sessions(config=config, store=store, clock=clock)
-        self.usage = UsageMeter(
-            store=store, clock=clock, defaults=config.budgets, cache_max=config.limits.max_sessions
-        )
-        self.keys = IdempotencyFlow(backend=idempotency, store=store, clock=clock, config=config.idempotency)
+        self.usage = usage
+        self.keys = keys
         self.confirmations = Confirmations(store=store, clock=clock, keys=self.keys, serving=self.serving)
         self._limits = ParseLimits(
             max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
         )
         self.core = Core(config.core.engine)
-        """Which core runs the front stages of Propose (docs/NATIVE.md)."""
+        """Which core runs the front stages of Propose (docs/NATIVE.md); it prepares each
+        snapshot before it serves (a swap listener of :attr:`serving`)."""
         self._stored_decisions: dict[Decision, Mapping[str, Any]] = {}
-        if snapshot is not None:
-            self.core.prepare(snapshot)
+        serving.subscribe(self.core.prepare)
 
     # ------------------------------------------------------------------ snapshot
     @property
@@ -116,14 +116,6 @@ class Gate:
     @property
     def snapshot_or_none(self) -> PolicySnapshot | None:
         return self.serving.current_or_none
-
-    def set_ready(self, ready: bool) -> None:
-        self.serving.set_ready(ready)
-
-    def swap_snapshot(self, snapshot: PolicySnapshot) -> None:
-        """Atomically replace ToolSpecs + policies (one reference assignment)."""
-        self.core.prepare(snapshot)
-        self.serving.swap(snapshot)
 
     # ------------------------------------------------------------------ sessions & tools
     async def open_session(self, spec: SessionSpec) -> SessionRecord:
