@@ -78,7 +78,7 @@ def test_native_core_refuses_to_start_without_the_build(monkeypatch: pytest.Monk
 def broken_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A compiled core that is there but does not load (what the dynamic loader says of a module
     built against a newer libsqlite3, seen on this machine); the real one comes back after."""
-    import callgate.core.nativemod as nativemod
+    import callgate.native.loader as nativemod
 
     said = f"{ROOT}/callgate/_native.abi3.so: undefined symbol: sqlite3_set_clientdata"
 

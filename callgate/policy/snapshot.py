@@ -14,6 +14,7 @@ from pathlib import Path
 
 from callgate.config import Config, PolicyConfig
 from callgate.core.model import Decision
+from callgate.native import compiled_core_runs
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry, load_tools
@@ -107,9 +108,7 @@ def load_snapshot(
 def compiled_core_serves(cfg: Config) -> bool:
     """Whether the compiled core will serve decisions under ``cfg`` (``[core] engine``: ``python``
     never; ``auto`` and ``native`` when ``callgate._native`` imports), as the core seam decides."""
-    from callgate.propose.core import CoreEngine, load_native
-
-    return CoreEngine(cfg.core.engine) is not CoreEngine.PYTHON and load_native() is not None
+    return compiled_core_runs(cfg.core.engine)
 
 
 def load_snapshot_from_config(cfg: Config) -> PolicySnapshot:

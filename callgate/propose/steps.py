@@ -50,6 +50,7 @@ from callgate.core.model import (
 )
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
+from callgate.native import HandBack
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
@@ -241,10 +242,12 @@ def _native_decision(
     capability): the same frozen value the engine builds, without building it for every call.
     The dict is shared by the records and events of those calls, which only read it (stores
     serialize it, sinks copy before masking)."""
-    engine = snapshot.engine
+    decider = snapshot.engine.compiled
+    if decider is None:  # the core decided, so the engine has a compiled side: never here
+        raise internal("the compiled core decided for an engine without a compiled side")
 
     def build() -> tuple[Decision, dict[str, object]]:
-        decision: Decision = engine.native_decision(authz)  # type: ignore[attr-defined]
+        decision = decider.native_decision(authz)
         return decision, decision_to_dict(decision)
 
     try:
@@ -391,7 +394,7 @@ def front(
         return checked
     normalized_or = normalize_arguments(call, tool, checked)
     if answer is not None and answer.code != "defer" and not isinstance(normalized_or, Rejection):
-        core.note("mismatch")  # the core refused what the reference accepts: the reference wins
+        core.note(HandBack.MISMATCH)  # the core refused what the reference accepts: the reference wins
     return checked, normalized_or
 
 

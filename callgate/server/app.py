@@ -23,7 +23,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from callgate.config import ROLES, Config, ListenerConfig
 from callgate.core.clock import Clock, SystemClock
 from callgate.core.errors import CallgateError, LoadError, config_invalid
-from callgate.core.nativemod import NOT_BUILT, native_missing
 from callgate.credentials.issuer import KeyRing
 from callgate.execute.execution import Execution
 from callgate.execute.redaction import Redactor
@@ -31,6 +30,7 @@ from callgate.execute.secrets import SecretStore
 from callgate.execute.usage import UsageMeter
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.native import NOT_BUILT, native_missing
 from callgate.observability import PublishingStore
 from callgate.observability.build import build_sinks, observes_rpcs
 from callgate.observability.metrics import Metrics, MetricsServer
