@@ -30,8 +30,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import LoadError
 from callgate.policy.check import Finding, Severity, check_snapshot, errors, load_error_findings
@@ -39,6 +39,9 @@ from callgate.policy.engines.registry import ENGINES
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.store.base import Store
+
+if TYPE_CHECKING:
+    from callgate.config import Config
 
 log = logging.getLogger("callgate.policy")
 

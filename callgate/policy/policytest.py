@@ -65,15 +65,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from callgate.arguments.parse import ParseLimits, parse_json_document
-from callgate.config import Config
 from callgate.core.errors import CallgateError, RejectedError
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason, Subject
 from callgate.core.schemafiles import describe, packaged_validator, schema_problems
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
+
+if TYPE_CHECKING:
+    from callgate.config import Config
 
 FOLDERS: Mapping[str, Effect] = {"ALLOW": Effect.ALLOW, "CONFIRM": Effect.CONFIRM, "DENY": Effect.DENY}
 """Folder name -> wanted effect, in the order the table lists them."""

@@ -36,7 +36,7 @@ from callgate.core.errors import (
     toolspec_invalid,
 )
 from callgate.core.model import JSONValue, SideEffectClass
-from callgate.execute.encode import limits_from_spec
+from callgate.policy.resultlimits import limits_from_spec
 from callgate.policy.timevalues import TimeField, time_fields
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")

@@ -53,7 +53,7 @@ from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.core import Core
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
-from callgate.propose.sessions import Sessions, check_id, owned_invocation
+from callgate.propose.sessions import Sessions, check_id
 from callgate.store.base import (
     DecisionRecord,
     EventRecord,
@@ -63,6 +63,7 @@ from callgate.store.base import (
     Store,
     Usage,
 )
+from callgate.store.ownership import owned_invocation
 from callgate.store.trail import Trail, move, rewind
 
 _ONE_TOOL_CALL = Usage(tool_calls=1)
