@@ -119,7 +119,10 @@ class PostgresSide:
         return int(self._one(f"SELECT count(*) FROM callgate_{table}"))
 
     def folded(self) -> int:
-        self._one("CHECKPOINT")
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            c.execute("CHECKPOINT")
         return self.size()
 
 
