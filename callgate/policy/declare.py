@@ -34,6 +34,7 @@ import jsonschema
 
 from callgate.core.errors import CallgateError, LoadError, policy_invalid
 from callgate.core.model import JSONValue
+from callgate.policy.meters import declared_usage, usage_member
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
 from callgate.propose.parse import ParseLimits, parse_json_document
 
@@ -150,6 +151,9 @@ class ToolDecl:
     no policy type (:attr:`error` says which): an error only when the action must be generated
     (a hand-written schema may declare it as it likes)."""
     error: LoadError | None = field(default=None, compare=False)
+    usage: str = ""
+    """The Cedar type of ``context.usage`` (its declared meters, :mod:`callgate.policy.meters`);
+    empty when the ToolSpec declares none."""
 
 
 class _TypeError(Exception):
@@ -283,6 +287,7 @@ def tool_declaration(path: Path) -> ToolDecl:
         error = policy_invalid(f"{exc.pointer}: {exc.message}", source=f"{path}:{_line(text, exc.pointer)}")
     caps = doc.get("required_capabilities", [])
     return ToolDecl(
+        usage=declared_usage(doc, str(path)),
         key=f"{doc.get('name')}@{doc.get('version')}",
         source=str(path),
         capabilities=tuple(c for c in caps if isinstance(c, str)) if isinstance(caps, list) else (),
@@ -315,7 +320,11 @@ def actions_of(
                 continue
             problem = d.error
             other = out.get(cap)
-            if problem is None and other is not None and (other.args != d.args or other.group != d.group):
+            if (
+                problem is None
+                and other is not None
+                and (other.args != d.args or other.group != d.group or other.usage != d.usage)
+            ):
                 problem = policy_invalid(
                     f"capability '{cap}' is typed differently by {other.source} ({other.key}); "
                     "one capability has one argument type: declare it once or give it another name",
@@ -344,7 +353,7 @@ def cedar_action_fragment(cap: str, decl: ToolDecl) -> str:
         f"// from {Path(decl.source).name} ({decl.key})\n"
         f"action {json.dumps(cap)} in [{decl.group}] appliesTo {{\n"
         f"  principal: User, resource: Resource,\n"
-        f"  context: {{ {GENERATED_CONTEXT}, args: {decl.args.cedar()} }}\n"
+        f"  context: {{ {GENERATED_CONTEXT}, args: {decl.args.cedar()}{usage_member(decl.usage)} }}\n"
         f"}};\n"
     )
 

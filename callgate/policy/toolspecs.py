@@ -31,6 +31,7 @@ from callgate.core.errors import (
 )
 from callgate.core.model import JSONValue, SideEffectClass
 from callgate.execute.encode import limits_from_spec
+from callgate.policy.meters import MeterSpec, parse_meters
 from callgate.policy.timevalues import TimeField, time_fields
 from callgate.propose.normalize import NormalizerChain
 from callgate.propose.parse import ParseLimits, parse_json_document
@@ -160,6 +161,8 @@ class CompiledTool:
     ``date-time``, ``duration`` in the normalized schema: :mod:`callgate.policy.timevalues`)."""
     text_policy: TextPolicy = NO_TEXT_POLICY
     """Which strings are identifiers that must not hide characters (issue 33, ``text_policy``)."""
+    meters: tuple[MeterSpec, ...] = ()
+    """Declared meters (``context.usage``, issue 30: :mod:`callgate.policy.meters`)."""
 
 
 class ToolRegistry:
@@ -296,6 +299,7 @@ def compile_tool(path: Path) -> CompiledTool:
         )
     except LoadError as exc:
         raise located(exc) from None
+    meters = parse_meters(doc, f"{source}:{_line_for_pointer(text, '/meters')}")
     spec = ToolSpec(
         name=name,
         version=version,
@@ -324,6 +328,7 @@ def compile_tool(path: Path) -> CompiledTool:
         output_schema=output_schema,
         times=time_fields(doc.get("normalized_schema", doc["input_schema"])),
         text_policy=text_policy,
+        meters=meters,
         output_schema_json=(
             json.dumps(doc["output_schema"], ensure_ascii=False, sort_keys=True)
             if "output_schema" in doc

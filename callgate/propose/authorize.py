@@ -14,6 +14,7 @@ from typing import Any
 from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
+from callgate.policy.meters import USAGE_KEY
 from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry
 from callgate.propose.normalize import as_policy_values
@@ -26,7 +27,9 @@ class AuthorizationResult:
     requests: tuple[AuthzRequest, ...]
 
 
-def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[str, JSONValue]:
+def policy_context(
+    tool: CompiledTool, normalized: NormalizedArguments, usage: Mapping[str, Any] | None = None
+) -> dict[str, JSONValue]:
     """``context`` without the tenant (the engines add the session's): the tool, the arguments
     and ``now``. Decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number),
     time arguments and the reference clock as time values (Cedar ``datetime`` / ``duration``,
@@ -38,7 +41,10 @@ def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[
         values = time_values(values, tool.times)
     ctx = normalized.context
     now: Any = now_instant(ctx.reference_clock, ctx.reference_time)
-    return {"tool": tool.spec.key, "args": values, NOW_KEY: now}
+    out: dict[str, Any] = {"tool": tool.spec.key, "args": values, NOW_KEY: now}
+    if usage is not None:  # the declared meters (callgate/policy/meters.py)
+        out[USAGE_KEY] = usage
+    return out
 
 
 def caller_context(context: Mapping[str, Any], tools: ToolRegistry, now: Any) -> dict[str, Any]:
@@ -59,7 +65,11 @@ def caller_context(context: Mapping[str, Any], tools: ToolRegistry, now: Any) ->
 
 
 async def authorize_invocation(
-    engine: Engine, tool: CompiledTool, normalized: NormalizedArguments, subject: Subject
+    engine: Engine,
+    tool: CompiledTool,
+    normalized: NormalizedArguments,
+    subject: Subject,
+    usage: Mapping[str, Any] | None = None,
 ) -> AuthorizationResult:
     """Build one request per required capability and combine the engine's answers.
 
@@ -73,7 +83,7 @@ async def authorize_invocation(
     except CallgateError as exc:
         return AuthorizationResult(fault(engine.name, exc.code, exc.message), "", ())
     try:
-        context = policy_context(tool, normalized)
+        context = policy_context(tool, normalized, usage)
     except TimeValueError:  # refused at validation already (steps.check_times): never reached
         return AuthorizationResult(
             fault(engine.name, ErrorCode.ENGINE_ERROR, "time value not representable"), resource, ()

@@ -54,6 +54,7 @@ from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import AuthorizationResult, authorize_invocation
 from callgate.propose.core import Core
+from callgate.propose.metering import usage_record
 from callgate.propose.normalize import load_zone, normalize
 from callgate.propose.outcome import Rejection, decision_to_dict
 from callgate.propose.parse import ParseLimits, parse_arguments
@@ -86,6 +87,10 @@ class ProposeCall:
     authorization: AuthorizationResult | None = None
     """The decision the compiled core made in the same call as the front stages (one call,
     docs/NATIVE.md); :func:`authorize` records it instead of asking the engine."""
+    usage: dict[str, Any] | None = None
+    """``context.usage`` when the tool declares meters (reserved: :mod:`callgate.propose.metering`)."""
+    written: bool = False
+    """Whether the invocation was written as this call's own (else its reservations are dropped)."""
 
     @property
     def at(self) -> str:
@@ -385,7 +390,7 @@ def front(
     except CallgateError:  # the Python stages raise it where they always did
         ctx = None
     answer = None
-    if ctx is not None:
+    if ctx is not None and not tool.meters:  # metered: the policy reads usage, asked after the claim
         answer = core.front(
             call.snapshot,
             tool,
@@ -433,9 +438,9 @@ def front(
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
     """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
     session = call.session
-    result = call.authorization
+    result = None if call.usage is not None else call.authorization  # the core decided without usage
     if result is None:
-        result = await authorize_invocation(call.snapshot.engine, tool, normalized, call.subject)
+        result = await authorize_invocation(call.snapshot.engine, tool, normalized, call.subject, call.usage)
         call.decision = decision_to_dict(result.decision)
     else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
         call.decision = _decision_dict(result.decision)
@@ -447,6 +452,8 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
         "decision": call.decision,
         "policy_revision": call.snapshot.revision,
     }
+    if call.usage is not None:
+        data["usage"] = usage_record(call.usage)
     if decision.effect is Effect.DENY:
         call.trail.add(EventKind.AUTHORIZATION_REJECTED, State.AUTHORIZATION_REJECTED, data)
     else:

@@ -26,6 +26,9 @@ context_attributes contains name if some name, _ in schema.context
 
 context_attributes contains "args"
 
+# context.usage: the declared meters (issue 30), sent only for tools that declare meters
+context_attributes contains "usage" if is_object(input.context.usage)
+
 ctx := input.context if is_object(input.context)
 
 args := ctx.args if is_object(ctx.args)
