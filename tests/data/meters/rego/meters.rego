@@ -25,3 +25,9 @@ permit contains "refund-confirm-large" if {
 confirm["refund-confirm-large"] := "refunds above 100.00 a day need the user's confirmation"
 
 forbid := set()
+
+permit contains "sms-any" if {
+	input.capability == "sms.send"
+	principal.tenant == input.context.tenant
+	input.context.usage.texts["24h"].after <= 100000
+}
