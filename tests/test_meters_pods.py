@@ -10,6 +10,7 @@ and a SIGKILL with reservations open.
 
 from __future__ import annotations
 
+import json
 import shutil
 import sqlite3
 import time
@@ -57,7 +58,7 @@ def propose(gate: pb_grpc.GateStub, sid: str, tool: str, to: str, key: str, pid:
     name, _, version = tool.partition("@")
     req = pb.ProposeRequest(
         session_id=sid, model_call_id="m", proposal_id=pid, tool_name=name, tool_version=version,
-        arguments=('{"to": "%s"}' % to).encode(), idempotency_key=key,
+        arguments=json.dumps({"to": to}).encode(), idempotency_key=key,
     )  # fmt: skip
     for _ in range(300):  # admission sheds what it cannot serve in time: nothing recorded, retry
         try:
@@ -95,7 +96,7 @@ def test_64_proposals_across_two_sidecars_sharing_postgres(two_pods: list[pb_grp
         for g in two_pods:
             g.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="m"))
 
-        def one(i: int) -> Any:
+        def one(i: int, sid: str = sid, replays: bool = replays) -> Any:
             n = i % 40 if replays else i
             return propose(two_pods[i % 2], sid, "mail.send@v1", f"x{n}@example.com", f"k{n}", f"p{i}")
 
