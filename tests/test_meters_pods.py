@@ -32,7 +32,7 @@ from tests.test_store_contract import fresh_pg_database
 
 RACERS = 64
 LIMIT = 5
-ROUNDS = 4
+ROUNDS = 2
 PG_STORE = '[store]\nbackend = "postgres"\ndsn_env = "CALLGATE_TEST_STORE_DSN"\n[confirmation]\nsweep_interval_ms = 200'
 SQLITE_STORE = '[store]\npath = "{tmp}/callgate.db"\n[confirmation]\nsweep_interval_ms = 200'
 
