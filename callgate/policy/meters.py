@@ -32,7 +32,7 @@ of the event log at decision time; callgate declares the meter once and keeps it
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
@@ -297,10 +297,11 @@ def contributions(
 
 
 def usage_context(readings: Sequence[Reading]) -> dict[str, Any]:
-    """``context.usage``: meter -> window -> ``{before, after}``."""
+    """``context.usage``: meter -> window -> ``{before, after}`` (labels are not meters here)."""
     out: dict[str, dict[str, Any]] = {}
     for r in readings:
-        out.setdefault(r.meter, {})[r.window] = r.as_dict()
+        if not r.meter.startswith(LABEL_PREFIX):
+            out.setdefault(r.meter, {})[r.window] = r.as_dict()
     return out
 
 
@@ -327,3 +328,64 @@ def declared_usage(doc: Mapping[str, Any], source: str) -> str:
 def usage_member(cedar_type: str) -> str:
     """``, usage: <type>`` for a generated action's context ("" without meters)."""
     return f", {USAGE_KEY}: {cedar_type}" if cedar_type else ""
+
+
+# --------------------------------------------------------------------------- session labels
+SESSION_KEY: Final = "session"
+"""``context.session`` (``{labels: [...]}``): the labels of results the session has observed."""
+LABEL_PREFIX: Final = "label:"
+"""Labels are kept as session-window meters named ``label:<label>`` (:mod:`callgate.store.meters`)."""
+CEDAR_SESSION_TYPE: Final = "{ labels: Set<String> }"
+_LABEL_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+MAX_LABELS: Final = 8
+
+
+def parse_labels(doc: Mapping[str, Any], source: str) -> tuple[str, ...]:
+    """The ``result_labels`` of a ToolSpec document (e.g. ``["private", "untrusted"]``): labels
+    every result of the tool carries into its session. Raises :class:`LoadError`."""
+    raw = doc.get("result_labels")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > MAX_LABELS:
+        raise toolspec_invalid(f"/result_labels: a list of at most {MAX_LABELS} labels", source=source)
+    for i, label in enumerate(raw):
+        if not isinstance(label, str) or not _LABEL_RE.match(label):
+            raise toolspec_invalid(
+                f"/result_labels/{i}: a label is 1-32 lower-case letters, digits, '_' or '-'", source=source
+            )
+    return tuple(dict.fromkeys(raw))
+
+
+def label_contributions(labels: Sequence[str], tenant: str, session_id: str) -> tuple[Contribution, ...]:
+    """The session-window meters a labelled call reserves (final once its result may exist)."""
+    scope = f"{tenant}\x1fx:{session_id}"
+    return tuple(Contribution(LABEL_PREFIX + x, scope, 1, (Window(SESSION_WINDOW, 0),), 0) for x in labels)
+
+
+def label_scope(tenant: str, session_id: str) -> str:
+    return f"{tenant}\x1fx:{session_id}"
+
+
+def usage_record(usage: Mapping[str, Any]) -> dict[str, Any]:
+    """``context.usage`` as the event records it (decimals as their exact text)."""
+    return {
+        m: {w: {k: str(v) if isinstance(v, Decimal) else v for k, v in ba.items()} for w, ba in ws.items()}
+        for m, ws in usage.items()
+    }
+
+
+_labels_used: list[Any] = [None, False]
+
+
+def labels_used(tools: Iterable[Any]) -> bool:
+    """Whether any of ``tools`` (a snapshot's ToolRegistry) declares result labels: then every
+    request carries ``context.session.labels``. Remembered for the last registry asked."""
+    if _labels_used[0] is not tools:
+        _labels_used[1] = any(t.labels for t in tools)
+        _labels_used[0] = tools
+    return bool(_labels_used[1])
+
+
+def session_member(declared: bool) -> str:
+    """``, session: { labels: Set<String> }`` for a generated action's context when labels are used."""
+    return f", {SESSION_KEY}: {CEDAR_SESSION_TYPE}" if declared else ""

@@ -7,14 +7,14 @@ the policy as ``context.args`` and as the rendered resource, so an argument clai
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
-from callgate.policy.meters import USAGE_KEY
+from callgate.policy.meters import SESSION_KEY, USAGE_KEY
 from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry
 from callgate.propose.normalize import as_policy_values
@@ -28,7 +28,10 @@ class AuthorizationResult:
 
 
 def policy_context(
-    tool: CompiledTool, normalized: NormalizedArguments, usage: Mapping[str, Any] | None = None
+    tool: CompiledTool,
+    normalized: NormalizedArguments,
+    usage: Mapping[str, Any] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, JSONValue]:
     """``context`` without the tenant (the engines add the session's): the tool, the arguments
     and ``now``. Decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number),
@@ -44,6 +47,8 @@ def policy_context(
     out: dict[str, Any] = {"tool": tool.spec.key, "args": values, NOW_KEY: now}
     if usage is not None:  # the declared meters (callgate/policy/meters.py)
         out[USAGE_KEY] = usage
+    if labels is not None:  # the labels of results the session observed
+        out[SESSION_KEY] = {"labels": list(labels)}
     return out
 
 
@@ -70,6 +75,7 @@ async def authorize_invocation(
     normalized: NormalizedArguments,
     subject: Subject,
     usage: Mapping[str, Any] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> AuthorizationResult:
     """Build one request per required capability and combine the engine's answers.
 
@@ -83,7 +89,7 @@ async def authorize_invocation(
     except CallgateError as exc:
         return AuthorizationResult(fault(engine.name, exc.code, exc.message), "", ())
     try:
-        context = policy_context(tool, normalized, usage)
+        context = policy_context(tool, normalized, usage, labels)
     except TimeValueError:  # refused at validation already (steps.check_times): never reached
         return AuthorizationResult(
             fault(engine.name, ErrorCode.ENGINE_ERROR, "time value not representable"), resource, ()

@@ -236,8 +236,8 @@ class Gate:
             return await self._finish(
                 call, call.refuse(claim, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
             )
-        call.usage = await self.metering.reserve(
-            tool, normalized, invocation_id=call.invocation_id, tenant=session.tenant,
+        call.usage, call.labels = await self.metering.prepare(
+            snap, tool, normalized, invocation_id=call.invocation_id, tenant=session.tenant,
             subject=session.subject, session_id=session.session_id, now=call.now,
         )  # fmt: skip
         decision = await steps.authorize(call, tool, normalized)
@@ -245,7 +245,7 @@ class Gate:
         try:
             outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
         finally:  # a Propose that wrote no invocation of its own holds no reservation
-            if call.usage is not None and not call.written:
+            if (tool.meters or tool.labels) and not call.written:
                 await self.metering.release(call.invocation_id)
         if decision.effect is Effect.DENY and claim.key is not None:
             await self.keys.release_claim(claim.key, call.invocation_id, call.now)

@@ -14,24 +14,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from callgate.core.errors import store_unavailable
 from callgate.core.model import NormalizedArguments
-from callgate.policy.meters import MeterError, Reading, contributions, usage_context
+from callgate.policy.meters import (
+    MeterError,
+    Reading,
+    contributions,
+    label_contributions,
+    labels_used,
+    usage_context,
+)
+from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.store.meters import MeterStore, meters_of
 
-__all__ = ["Metering", "usage_record"]
-
-
-def usage_record(usage: Mapping[str, Any]) -> dict[str, Any]:
-    """``context.usage`` as the event records it (decimals as their exact text)."""
-    return {
-        m: {w: {k: str(v) if isinstance(v, Decimal) else v for k, v in ba.items()} for w, ba in ws.items()}
-        for m, ws in usage.items()
-    }
+__all__ = ["Metering"]
 
 
 class Metering:
@@ -41,8 +40,9 @@ class Metering:
         self._store: MeterStore | None = meters_of(store)
         self._ttl = timedelta(seconds=confirmation_ttl_seconds)
 
-    async def reserve(
+    async def prepare(
         self,
+        snapshot: PolicySnapshot,
         tool: CompiledTool,
         normalized: NormalizedArguments,
         *,
@@ -51,27 +51,33 @@ class Metering:
         subject: str,
         session_id: str,
         now: Any,
-    ) -> dict[str, Any] | None:
-        """``context.usage`` for this call, its contributions reserved; None when the tool
-        declares no meters. Raises ``store_unavailable`` (fail closed) when the store keeps no
-        meters or an argument cannot be counted."""
-        if not tool.meters:
-            return None
+    ) -> tuple[dict[str, Any] | None, tuple[str, ...] | None]:
+        """``context.usage`` (None: the tool declares no meters) with this call's contributions
+        reserved, and ``context.session.labels`` (None: no ToolSpec declares labels). Raises
+        ``store_unavailable`` (fail closed) when the store keeps no meters or an argument cannot
+        be counted."""
+        uses_labels = labels_used(snapshot.tools)
+        if not tool.meters and not tool.labels and not uses_labels:
+            return None, None
         if self._store is None:
-            raise store_unavailable("the store keeps no meters; a ToolSpec declares meters")
+            raise store_unavailable("the store keeps no meters; a ToolSpec declares meters or labels")
+        labels = await self._store.labels(tenant, session_id) if uses_labels else None
         args = normalized.value if isinstance(normalized.value, Mapping) else {}
         try:
             resource = tool.resource.render(args) if any(m.scope == "resource" for m in tool.meters) else ""
             parts = contributions(
                 tool.meters, args, tenant=tenant, subject=subject, session_id=session_id, resource=resource
-            )
+            ) + label_contributions(tool.labels, tenant, session_id)
         except MeterError as exc:
             raise store_unavailable(f"{tool.spec.key}: {exc}") from None
-        timeout = timedelta(milliseconds=tool.spec.timeout_ms)
-        readings: Sequence[Reading] = await self._store.reserve(
-            invocation_id, session_id, parts, now, now + max(timeout, self._ttl)
-        )
-        return usage_context(readings)
+        usage = None
+        if parts:
+            timeout = timedelta(milliseconds=tool.spec.timeout_ms)
+            readings: Sequence[Reading] = await self._store.reserve(
+                invocation_id, session_id, parts, now, now + max(timeout, self._ttl)
+            )
+            usage = usage_context(readings) if tool.meters else None
+        return usage, labels
 
     async def release(self, invocation_id: str) -> None:
         if self._store is not None:

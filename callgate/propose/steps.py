@@ -49,12 +49,12 @@ from callgate.core.model import (
 )
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
+from callgate.policy.meters import labels_used, usage_record
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import AuthorizationResult, authorize_invocation
 from callgate.propose.core import Core
-from callgate.propose.metering import usage_record
 from callgate.propose.normalize import load_zone, normalize
 from callgate.propose.outcome import Rejection, decision_to_dict
 from callgate.propose.parse import ParseLimits, parse_arguments
@@ -89,6 +89,8 @@ class ProposeCall:
     docs/NATIVE.md); :func:`authorize` records it instead of asking the engine."""
     usage: dict[str, Any] | None = None
     """``context.usage`` when the tool declares meters (reserved: :mod:`callgate.propose.metering`)."""
+    labels: tuple[str, ...] | None = None
+    """``context.session.labels`` when a ToolSpec of the snapshot declares result labels."""
     written: bool = False
     """Whether the invocation was written as this call's own (else its reservations are dropped)."""
 
@@ -390,7 +392,8 @@ def front(
     except CallgateError:  # the Python stages raise it where they always did
         ctx = None
     answer = None
-    if ctx is not None and not tool.meters:  # metered: the policy reads usage, asked after the claim
+    if ctx is not None and not tool.meters and not tool.labels and not labels_used(call.snapshot.tools):
+        # metered or labelled: the policy reads usage and labels, asked after the claim
         answer = core.front(
             call.snapshot,
             tool,
@@ -438,9 +441,12 @@ def front(
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
     """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
     session = call.session
-    result = None if call.usage is not None else call.authorization  # the core decided without usage
+    stateful = call.usage is not None or call.labels is not None
+    result = None if stateful else call.authorization  # the core decided without usage and labels
     if result is None:
-        result = await authorize_invocation(call.snapshot.engine, tool, normalized, call.subject, call.usage)
+        result = await authorize_invocation(
+            call.snapshot.engine, tool, normalized, call.subject, call.usage, call.labels
+        )
         call.decision = decision_to_dict(result.decision)
     else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
         call.decision = _decision_dict(result.decision)
@@ -454,6 +460,8 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
     }
     if call.usage is not None:
         data["usage"] = usage_record(call.usage)
+    if call.labels is not None:
+        data["session_labels"] = list(call.labels)
     if decision.effect is Effect.DENY:
         call.trail.add(EventKind.AUTHORIZATION_REJECTED, State.AUTHORIZATION_REJECTED, data)
     else:

@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any, Final, Protocol
 
 from callgate.core.states import State
-from callgate.policy.meters import Contribution, Reading, Window
+from callgate.policy.meters import LABEL_PREFIX, Contribution, Reading, Window, label_scope
 
 __all__ = [
     "MeterStore",
@@ -67,6 +67,7 @@ CREATE TABLE IF NOT EXISTS meter_reservations (
   at_ms INTEGER NOT NULL, session_id TEXT NOT NULL, expires_ms INTEGER NOT NULL, widths TEXT NOT NULL,
   PRIMARY KEY (invocation_id, meter)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS meter_reservations_scope ON meter_reservations (meter, scope);
+CREATE INDEX IF NOT EXISTS meter_buckets_scope ON meter_buckets (scope, width_ms);
 """
 """SQLite migration: the meter tables."""
 
@@ -78,7 +79,8 @@ CREATE TABLE IF NOT EXISTS callgate_meter_reservations (
   invocation_id TEXT NOT NULL, meter TEXT NOT NULL, scope TEXT NOT NULL, amount NUMERIC(38, 0) NOT NULL,
   at_ms BIGINT NOT NULL, session_id TEXT NOT NULL, expires_ms BIGINT NOT NULL, widths TEXT NOT NULL,
   PRIMARY KEY (invocation_id, meter));
-CREATE INDEX IF NOT EXISTS callgate_meter_reservations_scope ON callgate_meter_reservations (meter, scope)
+CREATE INDEX IF NOT EXISTS callgate_meter_reservations_scope ON callgate_meter_reservations (meter, scope);
+CREATE INDEX IF NOT EXISTS callgate_meter_buckets_scope ON callgate_meter_buckets (scope, width_ms)
 """
 """PostgreSQL migration: the meter tables (``;\\n``-separated statements)."""
 
@@ -166,6 +168,10 @@ class MeterStore(Protocol):
         """The window's value now, final and in flight (tests, explain)."""
         ...
 
+    async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
+        """The labels of the results the session has observed (final label meters), sorted."""
+        ...
+
 
 # --------------------------------------------------------------------------- SQLite
 _SQL_SUM: Final = (
@@ -174,6 +180,9 @@ _SQL_SUM: Final = (
 _SQL_RESERVED: Final = (
     "SELECT r.amount, r.at_ms, r.session_id, i.state, i.deadline, r.expires_ms FROM meter_reservations r "
     "LEFT JOIN invocations i ON i.invocation_id = r.invocation_id WHERE r.meter=? AND r.scope=?"
+)
+_SQL_LABELS: Final = (
+    "SELECT meter FROM {t} WHERE scope=? AND width_ms=0 AND bucket=0 AND total>0 AND meter LIKE 'label:%'"
 )
 _SQL_INSERT: Final = "INSERT INTO meter_reservations VALUES (?,?,?,?,?,?,?,?)"
 _SQL_ADD: Final = (
@@ -274,6 +283,16 @@ class SQLiteMeters:
         value: int = await self._worker.run(op)
         return value
 
+    async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
+        scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id
+
+        def op(c: Any) -> tuple[str, ...]:
+            rows = c.execute(_SQL_LABELS.format(t="meter_buckets"), (scope,)).fetchall()
+            return tuple(sorted(str(r[0])[len(LABEL_PREFIX) :] for r in rows))
+
+        found: tuple[str, ...] = await self._worker.run(op)
+        return found
+
 
 # --------------------------------------------------------------------------- PostgreSQL
 _PG_SUM: Final = (
@@ -372,6 +391,18 @@ class PostgresMeters:
         k = Contribution(meter, scope, 0, (window,), 0)
         async with self._store._tx() as conn:
             return (await _pg_read(conn, k, session_id, _ms(now)))[0].before
+
+    async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
+        scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id
+        async with self._store._tx() as conn:
+            sql = (
+                _SQL_LABELS.format(t="callgate_meter_buckets")
+                .replace("?", "%s")
+                .replace("'label:%'", "'label:%%'")
+            )
+            cur = await conn.execute(sql, (scope,))
+            rows = await cur.fetchall()
+        return tuple(sorted(str(r[0])[len(LABEL_PREFIX) :] for r in rows))
 
 
 def meters_of(store: object) -> MeterStore | None:
