@@ -195,3 +195,34 @@ def test_a_count_leaves_the_window_exactly_at_its_edge(tmp_path: Path) -> None:
         await store.close()
 
     asyncio.run(run())
+
+
+def test_exfiltration_example_through_the_python_client(sc: Running) -> None:
+    """Read a ``private``-labelled result, then an egress tool asks for confirmation; in a new
+    session it does not. ``callgate explain`` shows the labels and the meter the policy saw."""
+    from callgate.cli.explain import explain, render_text
+    from callgate.client import Client
+    from callgate.client.outcomes import Allowed, NeedsConfirmation
+    from callgate.client.sync import Committed, ToolCall
+
+    a = sc.sidecar.addresses
+    with Client(a["agent"][0], executor=a["executor"][0]) as cg:
+        s = cg.session("acme", "ana")
+        s.tools("mc-1")
+        before = s.propose(ToolCall("c0", "mail__send", '{"to": "boss@example.com"}'))
+        assert isinstance(before, Allowed)  # nothing private read yet
+        read = s.propose(ToolCall("c1", "docs__read", '{"name": "salaries"}'))
+        assert isinstance(read, Allowed)
+        res = cg.run(read.invocation_id, lambda ctx: Committed({"text": "secret"}), executor_id="docs")
+        assert res.state == "OBSERVED"
+        s.tools("mc-2")
+        out = s.propose(ToolCall("c2", "mail__send", '{"to": "leak@example.com"}'))
+        assert isinstance(out, NeedsConfirmation)
+        fresh = cg.session("acme", "ana")
+        fresh.tools("mc-1")
+        assert isinstance(fresh.propose(ToolCall("c3", "mail__send", '{"to": "leak@example.com"}')), Allowed)
+    x = sc.call(explain(sc.sidecar.components.store, out.invocation_id))
+    assert x is not None and x.authorization is not None
+    assert x.authorization.session_labels == ("private",)
+    text = render_text(x)
+    assert "session labels: private" in text and "meter sends: 1h 1 -> 2" in text

@@ -46,6 +46,22 @@ MAIL = ("mail.send@v1", {"to": "a@example.com"})
 REFUND = ("payments.refund@v1", {"account": "A1", "amount": "0.01"})
 CASES: list[tuple[str, tuple[str, dict[str, Any]], dict[str, Any], str, list[str]]] = [
     ("first send", MAIL, sends(0), "allow", ["mail-5-per-hour"]),
+    ("send after private", MAIL, {**sends(0), "labels": ["private"]}, "confirm", ["mail-after-private"]),
+    (
+        "send after other labels",
+        MAIL,
+        {**sends(0), "labels": ["pii", "untrusted"]},
+        "allow",
+        ["mail-5-per-hour"],
+    ),
+    ("sixth send after private", MAIL, {**sends(5), "labels": ["private"]}, "deny", []),
+    (
+        "private read",
+        ("docs.read@v1", {"name": "plan"}),
+        {"labels": ["private"]},
+        "allow",
+        ["docs-read-own-tenant"],
+    ),
     ("fifth send", MAIL, sends(4), "allow", ["mail-5-per-hour"]),
     ("sixth send", MAIL, sends(5), "deny", []),
     ("refund to 100.00", REFUND, refunded("99.99", "0.01"), "allow", ["refund-within-total"]),
@@ -75,10 +91,17 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 def decide(engine: Engine, snap: Any, case: Any, loop: asyncio.AbstractEventLoop) -> tuple[str, list[str]]:
     _, (key, args), usage, _, _ = case
+    labels: list[str] = []
+    if usage is not None and "labels" in usage:
+        usage = dict(usage)
+        labels = usage.pop("labels")
+        usage = usage or None
     name, version = key.split("@")
     tool = snap.tools.get(name, version)
     norm = reference_front(tool, json.dumps(args).encode(), CLOCK, "acme")
-    result = loop.run_until_complete(authorize_invocation(engine, tool, norm, Subject("acme", "ana"), usage))
+    result = loop.run_until_complete(
+        authorize_invocation(engine, tool, norm, Subject("acme", "ana"), usage, labels)
+    )
     d: Decision = result.decision
     assert not d.error_code, (case[0], d)
     return d.effect.value, sorted(d.policy_ids)

@@ -5,6 +5,21 @@ permit contains "mail-5-per-hour" if {
 	input.capability == "mail.send"
 	principal.tenant == input.context.tenant
 	input.context.usage.sends["1h"].after <= 5
+	not "private" in input.context.session.labels
+}
+
+permit contains "mail-after-private" if {
+	input.capability == "mail.send"
+	principal.tenant == input.context.tenant
+	input.context.usage.sends["1h"].after <= 5
+	"private" in input.context.session.labels
+}
+
+confirm["mail-after-private"] := "the session read a private document: sending needs the user's confirmation"
+
+permit contains "docs-read-own-tenant" if {
+	input.capability == "docs.read"
+	principal.tenant == input.context.tenant
 }
 
 permit contains "refund-within-total" if {
