@@ -237,7 +237,7 @@ class Gate:
                 call, call.refuse(claim, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
             )
         call.usage, call.labels = await self.metering.prepare(
-            snap, tool, normalized, invocation_id=call.invocation_id, tenant=session.tenant,
+            snap, tool, steps.with_value(normalized) if tool.meters else normalized, invocation_id=call.invocation_id, tenant=session.tenant,
             subject=session.subject, session_id=session.session_id, now=call.now,
         )  # fmt: skip
         decision = await steps.authorize(call, tool, normalized)

@@ -74,7 +74,7 @@ class Metering:
         if parts:
             timeout = timedelta(milliseconds=tool.spec.timeout_ms)
             readings: Sequence[Reading] = await self._store.reserve(
-                invocation_id, session_id, parts, now, now + max(timeout, self._ttl)
+                invocation_id, session_id, parts, now, now + timeout + self._ttl
             )
             usage = usage_context(readings) if tool.meters else None
         return usage, labels

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -49,7 +50,7 @@ from callgate.core.model import (
 )
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
-from callgate.policy.meters import labels_used, usage_record
+from callgate.policy.meters import usage_record
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
@@ -392,8 +393,7 @@ def front(
     except CallgateError:  # the Python stages raise it where they always did
         ctx = None
     answer = None
-    if ctx is not None and not tool.meters and not tool.labels and not labels_used(call.snapshot.tools):
-        # metered or labelled: the policy reads usage and labels, asked after the claim
+    if ctx is not None:
         answer = core.front(
             call.snapshot,
             tool,
@@ -443,6 +443,8 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
     session = call.session
     stateful = call.usage is not None or call.labels is not None
     result = None if stateful else call.authorization  # the core decided without usage and labels
+    if stateful:
+        normalized = with_value(normalized)
     if result is None:
         result = await authorize_invocation(
             call.snapshot.engine, tool, normalized, call.subject, call.usage, call.labels
@@ -467,6 +469,15 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
     else:
         call.trail.add(EventKind.AUTHORIZED, State.AUTHORIZED, data)
     return decision
+
+
+def with_value(normalized: NormalizedArguments) -> NormalizedArguments:
+    """``normalized`` with its Python value, read back from the canonical bytes when the compiled
+    core did not build it (a metered or labelled tool: the policy is asked after the claim)."""
+    if normalized.value is not None:
+        return normalized
+    value = json.loads(normalized.canonical)
+    return dataclasses.replace(normalized, value=value if isinstance(value, dict) else {})
 
 
 def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmation_ttl_seconds: int) -> None:

@@ -14,10 +14,13 @@ Two tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
 A reservation follows its invocation in the transaction that moves it (:func:`settle_sqlite`,
 :func:`settle_pg`, called where the idempotency key follows): COMMITTED, OUTCOME_UNKNOWN,
 FAILED_AFTER_COMMIT and OBSERVED make it final (added to its buckets); a state that ends before
-the commit boundary (denied, cancelled, failed before commit) releases it. A reservation whose
-invocation was never written (the sidecar died mid-Propose) counts until the deadline the call
-would have had; one whose invocation is AUTHORIZED or PREPARED counts until that invocation's
-deadline (the deadline sweep then releases it); EXECUTING counts until the invocation ends.
+the commit boundary (denied, cancelled, failed before commit) releases it. Until then it counts
+while its invocation is EXECUTING (or past the commit boundary, not yet settled), and otherwise
+until ``expires_ms``: the latest deadline the call can have (the proposal's time plus the
+confirmation window plus the tool's timeout). An invocation that reaches its deadline before
+executing is ended by the deadline sweep, which releases the reservation at once; a reservation
+whose invocation was never written (the sidecar died mid-Propose) stops counting at
+``expires_ms``.
 
 A read touches at most the 60 buckets of a window plus the in-flight reservations of its scope:
 its cost does not grow with the number of stored invocations (no event is ever scanned).
@@ -26,7 +29,7 @@ its cost does not grow with the number of stored invocations (no event is ever s
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol
 
@@ -100,43 +103,6 @@ def _bucket_key(c: Contribution, w: Window, session_id: str, at_ms: int) -> tupl
     return c.scope, g, at_ms // g
 
 
-def _in_window(w: Window, at_ms: int, now_ms: int, session_id: str, res_session: str) -> bool:
-    if w.ms == 0:
-        return res_session == session_id
-    g = w.bucket_ms
-    return at_ms // g > now_ms // g - w.ms // g
-
-
-def _live(state: str | None, deadline: str | None, expires_ms: int, now_ms: int) -> bool:
-    """Whether an in-flight reservation still counts (module docstring)."""
-    if state is None:
-        return expires_ms > now_ms
-    s = State(state)
-    if s in _LIVE_LATER:
-        return True
-    if s in (State.AUTHORIZED, State.PREPARED, State.PROPOSED, State.PARSED, State.VALIDATED):
-        return bool(deadline) and _ms(datetime.fromisoformat(str(deadline))) > now_ms
-    return False
-
-
-def _readings(
-    c: Contribution,
-    session_id: str,
-    now_ms: int,
-    finals: dict[str, int],
-    reserved: Iterable[tuple[int, int, str, str | None, str | None, int]],
-) -> list[Reading]:
-    """The readings of one contribution from its bucket sums (window name -> units) and the
-    in-flight reservations of its scope (amount, at_ms, session, state, deadline, expires_ms)."""
-    rows = [r for r in reserved if _live(r[3], r[4], r[5], now_ms)]
-    out = []
-    for w in c.windows:
-        before = finals.get(w.name, 0)
-        before += sum(r[0] for r in rows if _in_window(w, r[1], now_ms, session_id, r[2]))
-        out.append(Reading(c.meter, w.name, before, c.amount, c.scale))
-    return out
-
-
 def _final_bounds(c: Contribution, w: Window, session_id: str, now_ms: int) -> tuple[str, int, int]:
     """(scope, width, lowest bucket excluded) of the buckets window ``w`` counts at ``now_ms``."""
     if w.ms == 0:
@@ -173,31 +139,89 @@ class MeterStore(Protocol):
         ...
 
 
+# --------------------------------------------------------------------------- both backends
+_LIVE_SQL: Final = "(" + ",".join(f"'{x.value}'" for x in sorted(_LIVE_LATER)) + ")"
+
+
+def _read_sql(k: Contribution, session_id: str, now_ms: int, prefix: str, ph: str) -> tuple[str, list[Any]]:
+    """One statement reading every window of ``k``: per window its final buckets and its live
+    reservations (a reservation counts while it has not expired or its invocation is EXECUTING
+    or past the commit boundary and not yet settled). ``ph``: the placeholder."""
+    cols: list[str] = []
+    args: list[Any] = []
+    for w in k.windows:
+        scope, width, low = _final_bounds(k, w, session_id, now_ms)
+        cols.append(
+            f"(SELECT COALESCE(SUM(total), 0) FROM {prefix}meter_buckets WHERE meter={ph} AND scope={ph} "
+            f"AND width_ms={ph} AND bucket>{ph})"
+        )
+        args += [k.meter, scope, width, low]
+        wargs: list[Any]
+        if w.ms == 0:
+            window, wargs = f"r.session_id={ph}", [session_id]
+        else:
+            g = w.bucket_ms
+            window, wargs = f"r.at_ms / {g} > {ph}", [now_ms // g - w.ms // g]
+        cols.append(
+            f"(SELECT COALESCE(SUM(r.amount), 0) FROM {prefix}meter_reservations r LEFT JOIN "
+            f"{prefix}invocations i ON i.invocation_id = r.invocation_id WHERE r.meter={ph} AND r.scope={ph} "
+            f"AND (r.expires_ms > {ph} OR i.state IN {_LIVE_SQL}) AND {window})"
+        )
+        args += [k.meter, k.scope, now_ms, *wargs]
+    return "SELECT " + ", ".join(cols), args
+
+
+def _readings(k: Contribution, row: Sequence[Any]) -> list[Reading]:
+    return [
+        Reading(k.meter, w.name, int(row[2 * i]) + int(row[2 * i + 1]), k.amount, k.scale)
+        for i, w in enumerate(k.windows)
+    ]
+
+
+def _read_all_sql(
+    ks: Sequence[Contribution], session_id: str, now_ms: int, prefix: str, ph: str
+) -> tuple[str, list[Any]]:
+    """:func:`_read_sql` of every contribution as one statement (one round trip)."""
+    cols: list[str] = []
+    args: list[Any] = []
+    for k in ks:
+        sql, a = _read_sql(k, session_id, now_ms, prefix, ph)
+        cols.append(sql.removeprefix("SELECT "))
+        args += a
+    return "SELECT " + ", ".join(cols), args
+
+
+def _all_readings(ks: Sequence[Contribution], row: Sequence[Any]) -> tuple[Reading, ...]:
+    out: list[Reading] = []
+    at = 0
+    for k in ks:
+        out += _readings(k, row[at : at + 2 * len(k.windows)])
+        at += 2 * len(k.windows)
+    return tuple(out)
+
+
+def _reservation_rows(
+    invocation_id: str, session_id: str, ks: Sequence[Contribution], now_ms: int, exp_ms: int
+) -> list[Any]:
+    rows: list[Any] = []
+    for k in ks:
+        rows += (invocation_id, k.meter, k.scope, k.amount, now_ms, session_id, exp_ms, _widths(k))
+    return rows
+
+
 # --------------------------------------------------------------------------- SQLite
-_SQL_SUM: Final = (
-    "SELECT COALESCE(SUM(total), 0) FROM meter_buckets WHERE meter=? AND scope=? AND width_ms=? AND bucket>?"
-)
-_SQL_RESERVED: Final = (
-    "SELECT r.amount, r.at_ms, r.session_id, i.state, i.deadline, r.expires_ms FROM meter_reservations r "
-    "LEFT JOIN invocations i ON i.invocation_id = r.invocation_id WHERE r.meter=? AND r.scope=?"
-)
-_SQL_LABELS: Final = (
-    "SELECT meter FROM {t} WHERE scope=? AND width_ms=0 AND bucket=0 AND total>0 AND meter LIKE 'label:%'"
-)
-_SQL_INSERT: Final = "INSERT INTO meter_reservations VALUES (?,?,?,?,?,?,?,?)"
 _SQL_ADD: Final = (
     "INSERT INTO meter_buckets VALUES (?,?,?,?,?) ON CONFLICT (meter, scope, width_ms, bucket) "
     "DO UPDATE SET total = total + excluded.total"
 )
+_SQL_LABELS: Final = (
+    "SELECT meter FROM {t} WHERE scope=? AND width_ms=0 AND bucket=0 AND total>0 AND meter LIKE 'label:%'"
+)
 
 
 def _sqlite_read(c: Any, k: Contribution, session_id: str, now_ms: int) -> list[Reading]:
-    finals = {}
-    for w in k.windows:
-        scope, width, low = _final_bounds(k, w, session_id, now_ms)
-        (finals[w.name],) = c.execute(_SQL_SUM, (k.meter, scope, width, low)).fetchone()
-    reserved = c.execute(_SQL_RESERVED, (k.meter, k.scope)).fetchall()
-    return _readings(k, session_id, now_ms, {n: int(v) for n, v in finals.items()}, reserved)
+    sql, args = _read_sql(k, session_id, now_ms, "", "?")
+    return _readings(k, c.execute(sql, args).fetchone())
 
 
 def _widths(k: Contribution) -> str:
@@ -256,14 +280,14 @@ class SQLiteMeters:
         now_ms, exp_ms = _ms(now), _ms(expires)
 
         def op(c: Any) -> tuple[Reading, ...]:
-            out: list[Reading] = []
-            for k in contributions:
-                out += _sqlite_read(c, k, session_id, now_ms)
-                c.execute(
-                    _SQL_INSERT,
-                    (invocation_id, k.meter, k.scope, k.amount, now_ms, session_id, exp_ms, _widths(k)),
-                )
-            return tuple(out)
+            sql, args = _read_all_sql(contributions, session_id, now_ms, "", "?")
+            out = _all_readings(contributions, c.execute(sql, args).fetchone())
+            values = ",".join(["(?,?,?,?,?,?,?,?)"] * len(contributions))
+            c.execute(
+                f"INSERT INTO meter_reservations VALUES {values}",
+                _reservation_rows(invocation_id, session_id, contributions, now_ms, exp_ms),
+            )
+            return out
 
         result: tuple[Reading, ...] = await self._worker.run(op)
         return result
@@ -295,10 +319,6 @@ class SQLiteMeters:
 
 
 # --------------------------------------------------------------------------- PostgreSQL
-_PG_SUM: Final = (
-    "SELECT COALESCE(SUM(total), 0) FROM callgate_meter_buckets "
-    "WHERE meter=%s AND scope=%s AND width_ms=%s AND bucket>%s"
-)
 _PG_ADD: Final = (
     "INSERT INTO callgate_meter_buckets VALUES (%s,%s,%s,%s,%s) ON CONFLICT (meter, scope, width_ms, bucket) "
     "DO UPDATE SET total = callgate_meter_buckets.total + excluded.total"
@@ -308,25 +328,11 @@ _PG_ADD: Final = (
 async def _pg_read(conn: Any, k: Contribution, session_id: str, now_ms: int) -> list[Reading]:
     """One statement reads the buckets and the reservations (one snapshot under READ COMMITTED:
     a settle that commits meanwhile is seen wholly or not at all)."""
-    parts, args = [], []
-    for w in k.windows:
-        scope, width, low = _final_bounds(k, w, session_id, now_ms)
-        parts.append(f"({_PG_SUM})")
-        args += [k.meter, scope, width, low]
-    sums = ", ".join(parts)
-    cur = await conn.execute(
-        f"SELECT {sums}, COALESCE((SELECT json_agg(json_build_array(r.amount::text, r.at_ms, r.session_id, "
-        "i.state, i.deadline, r.expires_ms)) FROM callgate_meter_reservations r LEFT JOIN "
-        "callgate_invocations i ON i.invocation_id = r.invocation_id WHERE r.meter=%s AND r.scope=%s), '[]')",
-        (*args, k.meter, k.scope),
-    )
+    sql, args = _read_sql(k, session_id, now_ms, "callgate_", "%s")
+    cur = await conn.execute(sql, args)
     row = await cur.fetchone()
     assert row is not None
-    finals = {w.name: int(row[i]) for i, w in enumerate(k.windows)}
-    raw = row[len(k.windows)]
-    items = json.loads(raw) if isinstance(raw, str) else raw
-    reserved = [(int(a), int(at), str(s), st, dl, int(ex)) for a, at, s, st, dl, ex in items]
-    return _readings(k, session_id, now_ms, finals, reserved)
+    return _readings(k, row)
 
 
 async def settle_pg(conn: Any, invocation_id: str, state: State) -> None:
@@ -372,14 +378,16 @@ class PostgresMeters:
         async with self._store._tx() as conn:
             for lock in sorted({f"{k.meter}\x1f{k.scope}" for k in contributions}):
                 await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 30))", (lock,))
-            out: list[Reading] = []
-            for k in contributions:
-                out += await _pg_read(conn, k, session_id, now_ms)
-                await conn.execute(
-                    "INSERT INTO callgate_meter_reservations VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
-                    (invocation_id, k.meter, k.scope, k.amount, now_ms, session_id, exp_ms, _widths(k)),
-                )
-            return tuple(out)
+            sql, args = _read_all_sql(contributions, session_id, now_ms, "callgate_", "%s")
+            cur = await conn.execute(sql, args)
+            row = await cur.fetchone()
+            assert row is not None
+            values = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s)"] * len(contributions))
+            await conn.execute(
+                f"INSERT INTO callgate_meter_reservations VALUES {values}",
+                _reservation_rows(invocation_id, session_id, contributions, now_ms, exp_ms),
+            )
+            return _all_readings(contributions, row)
 
     async def release(self, invocation_id: str) -> None:
         async with self._store._tx() as conn:
