@@ -226,3 +226,35 @@ def test_exfiltration_example_through_the_python_client(sc: Running) -> None:
     assert x.authorization.session_labels == ("private",)
     text = render_text(x)
     assert "session labels: private" in text and "meter sends: 1h 1 -> 2" in text
+
+
+def test_callgate_check_names_a_bad_meter_declaration(folder: Path, tmp_path: Path) -> None:
+    """``callgate check`` refuses an unknown argument, a non-numeric sum and a bad window, naming
+    the file, its line and the member; the folder's policy tests state usage and labels."""
+    import json
+    import subprocess
+    import sys
+
+    bad = tmp_path / "p"
+    shutil.copytree(folder, bad)
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[policy]\nengine = "cedar"\ndir = "{bad}"\n')
+    suite = subprocess.run(
+        [sys.executable, "-m", "callgate", "policy", "test", "-c", str(toml), str(bad / "tests")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert suite.returncode == 0 and "5 passed, 0 failed" in suite.stdout, suite.stdout + suite.stderr
+    spec = bad / "tools" / "payments.refund@v1.json"
+    doc = json.loads(spec.read_text())
+    for meter, says in (  # the other refusals: test_declarations_are_checked
+        (
+            {"name": "m", "measure": "sum(args.account)", "windows": ["1h"]},
+            "/meters/0: m: args.account is not numeric",
+        ),
+    ):
+        spec.write_text(json.dumps({**doc, "meters": [meter]}, indent=1))
+        got = subprocess.run(
+            [sys.executable, "-m", "callgate", "check", "-c", str(toml)], capture_output=True, text=True
+        )
+        out = got.stdout + got.stderr
+        assert got.returncode != 0 and says in out and "payments.refund@v1.json:" in out, out
