@@ -50,7 +50,7 @@ from callgate.core.model import (
 )
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
-from callgate.policy.meters import usage_record
+from callgate.policy.meters import labels_used, usage_record
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
@@ -402,7 +402,7 @@ def front(
             session.locale,
             ctx.reference_clock,
             limits,
-            session.subject,
+            None if stateful(call.snapshot, tool) else session.subject,  # decided after the claim
             session.timezone,
         )
     if (
@@ -469,6 +469,12 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
     else:
         call.trail.add(EventKind.AUTHORIZED, State.AUTHORIZED, data)
     return decision
+
+
+def stateful(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
+    """Whether the policy reads meters or session labels for ``tool`` (then it is asked after the
+    idempotency claim, and the compiled core runs only the front stages: no one-call decision)."""
+    return bool(tool.meters or tool.labels) or labels_used(snapshot.tools)
 
 
 def with_value(normalized: NormalizedArguments) -> NormalizedArguments:
