@@ -177,6 +177,10 @@ class Authorization:
     shadow: Mapping[str, Any] | None = None
     snapshot: Mapping[str, Any] | None = None
     """When the policy revision started serving and on which engine (if recorded)."""
+    usage: Mapping[str, Any] | None = None
+    """``context.usage`` the policy saw (the declared meters, before and after the call)."""
+    session_labels: tuple[str, ...] | None = None
+    """``context.session.labels`` the policy saw (None: no ToolSpec declares labels)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +449,12 @@ async def explain(
             confirmation=_confirmation(inv, events),
             shadow=dec.get("shadow") if isinstance(dec.get("shadow"), Mapping) else None,
             snapshot=snapshot,
+            usage=d.get("usage") if isinstance(d.get("usage"), Mapping) else None,
+            session_labels=(
+                tuple(str(x) for x in d.get("session_labels", ()))
+                if isinstance(d.get("session_labels"), list)
+                else None
+            ),
         )
 
     # 5 ------------------------------------------------------------------------------------
@@ -731,6 +741,22 @@ def to_json(expl: Explanation) -> dict[str, Any]:
     return doc
 
 
+def _stateful_lines(a: Authorization) -> list[str]:
+    """What the policy saw of the session's history: the meters and the session labels."""
+    out = []
+    for meter, windows in sorted((a.usage or {}).items()):
+        if isinstance(windows, Mapping):
+            seen = "; ".join(
+                f"{w} {v.get('before')} -> {v.get('after')}"
+                for w, v in windows.items()
+                if isinstance(v, Mapping)
+            )
+            out.append(f"   meter {meter}: {seen}")
+    if a.session_labels is not None:
+        out.append(f"   session labels: {', '.join(a.session_labels) or '(none)'}")
+    return out
+
+
 def _one_line(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
@@ -812,6 +838,8 @@ def render_text(x: Explanation) -> str:
           + (f" (serving since {a.snapshot.get('at', '')}, engine {a.snapshot.get('engine', '')})" if a.snapshot else ""))  # fmt: skip
         if a.shadow:
             w(f"   shadow policies would have answered: {_one_line(a.shadow)}")
+        for line in _stateful_lines(a):
+            w(line)
         c = a.confirmation
         if c.status == "confirmed":
             match = "digest matches" if c.confirmed_digest == x.digest else "DIGEST DIFFERS"

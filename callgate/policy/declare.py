@@ -35,6 +35,7 @@ import jsonschema
 from callgate.arguments.parse import ParseLimits, parse_json_document
 from callgate.core.errors import CallgateError, LoadError, policy_invalid
 from callgate.core.model import JSONValue
+from callgate.policy.meters import declared_usage, session_member, usage_member
 from callgate.policy.textflags import CEDAR_TEXT_TYPE, TEXT_KEY
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
 
@@ -159,6 +160,11 @@ class ToolDecl:
     no policy type (:attr:`error` says which): an error only when the action must be generated
     (a hand-written schema may declare it as it likes)."""
     error: LoadError | None = field(default=None, compare=False)
+    labels: bool = field(default=False, compare=False)
+    """The ToolSpec declares ``result_labels`` (then every generated action has ``context.session``)."""
+    usage: str = ""
+    """The Cedar type of ``context.usage`` (its declared meters, :mod:`callgate.policy.meters`);
+    empty when the ToolSpec declares none."""
 
 
 class _TypeError(Exception):
@@ -292,6 +298,8 @@ def tool_declaration(path: Path) -> ToolDecl:
         error = policy_invalid(f"{exc.pointer}: {exc.message}", source=f"{path}:{_line(text, exc.pointer)}")
     caps = doc.get("required_capabilities", [])
     return ToolDecl(
+        usage=declared_usage(doc, str(path)),
+        labels=bool(doc.get("result_labels")),
         key=f"{doc.get('name')}@{doc.get('version')}",
         source=str(path),
         capabilities=tuple(c for c in caps if isinstance(c, str)) if isinstance(caps, list) else (),
@@ -325,7 +333,11 @@ def actions_of(
                 continue
             problem = d.error
             other = out.get(cap)
-            if problem is None and other is not None and (other.args != d.args or other.group != d.group):
+            if (
+                problem is None
+                and other is not None
+                and (other.args != d.args or other.group != d.group or other.usage != d.usage)
+            ):
                 problem = policy_invalid(
                     f"capability '{cap}' is typed differently by {other.source} ({other.key}); "
                     "one capability has one argument type: declare it once or give it another name",
@@ -347,14 +359,14 @@ def actions_of(
     return out
 
 
-def cedar_action_fragment(cap: str, decl: ToolDecl) -> str:
+def cedar_action_fragment(cap: str, decl: ToolDecl, *, session: bool = False) -> str:
     """The Cedar schema declaration of ``cap`` as ``decl`` types it."""
     assert decl.args is not None
     return (
         f"// from {Path(decl.source).name} ({decl.key})\n"
         f"action {json.dumps(cap)} in [{decl.group}] appliesTo {{\n"
         f"  principal: User, resource: Resource,\n"
-        f"  context: {{ {GENERATED_CONTEXT}, args: {decl.args.cedar()} }}\n"
+        f"  context: {{ {GENERATED_CONTEXT}, args: {decl.args.cedar()}{usage_member(decl.usage)}{session_member(session)} }}\n"
         f"}};\n"
     )
 
@@ -690,8 +702,9 @@ class Declared:
         base = BASE_CEDAR_SCHEMA if hand_written is None else hand_written
         have = cedar_declared_actions(base)
         parts = [base]
+        session = any(t.labels for t in self.tools)
         for cap, decl in sorted(actions_of(self.tools, have, strict=hand_written is None).items()):
-            parts.append(cedar_action_fragment(cap, decl))
+            parts.append(cedar_action_fragment(cap, decl, session=session))
         return "\n".join(parts)
 
     def cedar_entities(self, legacy_text: str | None, legacy_source: str) -> str:

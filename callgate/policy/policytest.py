@@ -384,8 +384,44 @@ def _policy_values(cases: list[RequestCase], tools_dir: Path | None) -> list[Req
             except TimeValueError:
                 pass
             ctx["args"] = values
+        if tool is not None:
+            ctx = stated_state(ctx, tool, any(t.labels for t in tools.values()))
         out.append(replace(c, request=replace(c.request, context=ctx)))
     return out
+
+
+def stated_state(ctx: dict[str, Any], tool: Any, labels_used: bool) -> dict[str, Any]:
+    """A case's ``context.usage`` and ``context.session`` as Propose passes them (issue 30): the
+    usage of a sum over decimals as decimals (``"after": "100.01"``); a meter the case does not
+    state is at ``before`` 0, ``after`` the call's own contribution; ``session.labels`` is ``[]``
+    when the case states none and a ToolSpec of the folder declares result labels."""
+    from decimal import Decimal
+
+    from callgate.policy.meters import SESSION_KEY, USAGE_KEY, MeterError, Reading, contributions
+
+    usage = ctx.get(USAGE_KEY)
+    if tool.meters and (usage is None or isinstance(usage, dict)):
+        stated = dict(usage or {})
+        raw_args = ctx.get("args")
+        args: dict[str, Any] = raw_args if isinstance(raw_args, dict) else {}
+        try:
+            parts = contributions(tool.meters, args, tenant="", subject="", session_id="", resource="")
+        except MeterError:
+            parts = ()
+        for m, part in zip(tool.meters, parts, strict=False):
+            if m.name not in stated:
+                stated[m.name] = {
+                    w.name: Reading(m.name, w.name, 0, part.amount, m.scale).as_dict() for w in m.windows
+                }
+            elif m.scale and isinstance(stated[m.name], dict):
+                stated[m.name] = {
+                    w: {k: Decimal(str(v)) for k, v in ba.items()} if isinstance(ba, dict) else ba
+                    for w, ba in stated[m.name].items()
+                }
+        ctx = {**ctx, USAGE_KEY: stated}
+    if labels_used and SESSION_KEY not in ctx:
+        ctx = {**ctx, SESSION_KEY: {"labels": []}}
+    return ctx
 
 
 async def run_suite(directory: Path, engine: Engine, tools_dir: Path | None = None) -> SuiteResult:

@@ -36,6 +36,7 @@ from callgate.core.errors import (
     toolspec_invalid,
 )
 from callgate.core.model import JSONValue, SideEffectClass
+from callgate.policy.meters import MeterSpec, parse_labels, parse_meters
 from callgate.policy.resultlimits import limits_from_spec
 from callgate.policy.timevalues import TimeField, time_fields
 
@@ -160,6 +161,10 @@ class CompiledTool:
     ``date-time``, ``duration`` in the normalized schema: :mod:`callgate.policy.timevalues`)."""
     text_policy: TextPolicy = NO_TEXT_POLICY
     """Which strings are identifiers that must not hide characters (issue 33, ``text_policy``)."""
+    meters: tuple[MeterSpec, ...] = ()
+    labels: tuple[str, ...] = ()
+    """``result_labels``: what every result of the tool carries into its session."""
+    """Declared meters (``context.usage``, issue 30: :mod:`callgate.policy.meters`)."""
 
 
 class ToolRegistry:
@@ -296,6 +301,8 @@ def compile_tool(path: Path) -> CompiledTool:
         )
     except LoadError as exc:
         raise located(exc) from None
+    meters = parse_meters(doc, f"{source}:{_line_for_pointer(text, '/meters')}")
+    labels = parse_labels(doc, f"{source}:{_line_for_pointer(text, '/result_labels')}")
     spec = ToolSpec(
         name=name,
         version=version,
@@ -324,6 +331,8 @@ def compile_tool(path: Path) -> CompiledTool:
         output_schema=output_schema,
         times=time_fields(doc.get("normalized_schema", doc["input_schema"])),
         text_policy=text_policy,
+        meters=meters,
+        labels=labels,
         output_schema_json=(
             json.dumps(doc["output_schema"], ensure_ascii=False, sort_keys=True)
             if "output_schema" in doc

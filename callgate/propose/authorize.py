@@ -7,7 +7,7 @@ the policy as ``context.args`` and as the rendered resource, so an argument clai
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,7 @@ from callgate.arguments.normalize import as_policy_values
 from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
+from callgate.policy.meters import SESSION_KEY, USAGE_KEY
 from callgate.policy.textflags import TEXT_KEY, text_context
 from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry
@@ -27,9 +28,15 @@ class AuthorizationResult:
     requests: tuple[AuthzRequest, ...]
 
 
-def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[str, JSONValue]:
+def policy_context(
+    tool: CompiledTool,
+    normalized: NormalizedArguments,
+    usage: Mapping[str, Any] | None = None,
+    labels: Sequence[str] | None = None,
+) -> dict[str, JSONValue]:
     """``context`` without the tenant (the engines add the session's): the tool, the arguments,
-    ``now`` and, when a string argument hides characters, ``text`` (callgate/policy/textflags.py).
+    ``now``, when a string argument hides characters ``text`` (callgate/policy/textflags.py), and
+    for tools that declare them ``usage`` and ``session.labels`` (callgate/policy/meters.py).
     Decimal arguments reach the engines as decimals (Cedar ``decimal``, Rego number), time
     arguments and the reference clock as time values (Cedar ``datetime`` / ``duration``, Rego
     RFC 3339 text plus ``context.millis``: callgate/policy/timevalues.py). Raises
@@ -40,10 +47,14 @@ def policy_context(tool: CompiledTool, normalized: NormalizedArguments) -> dict[
         values = time_values(values, tool.times)
     ctx = normalized.context
     now: Any = now_instant(ctx.reference_clock, ctx.reference_time)
-    out: dict[str, JSONValue] = {"tool": tool.spec.key, "args": values, NOW_KEY: now}
+    out: dict[str, Any] = {"tool": tool.spec.key, "args": values, NOW_KEY: now}
     text = text_context(normalized.value)  # free text that hides characters (issue 33)
     if text is not None:
         out[TEXT_KEY] = text
+    if usage is not None:  # the declared meters (callgate/policy/meters.py)
+        out[USAGE_KEY] = usage
+    if labels is not None:  # the labels of results the session observed
+        out[SESSION_KEY] = {"labels": list(labels)}
     return out
 
 
@@ -69,7 +80,12 @@ def caller_context(context: Mapping[str, Any], tools: ToolRegistry, now: Any) ->
 
 
 async def authorize_invocation(
-    engine: Engine, tool: CompiledTool, normalized: NormalizedArguments, subject: Subject
+    engine: Engine,
+    tool: CompiledTool,
+    normalized: NormalizedArguments,
+    subject: Subject,
+    usage: Mapping[str, Any] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> AuthorizationResult:
     """Build one request per required capability and combine the engine's answers.
 
@@ -83,7 +99,7 @@ async def authorize_invocation(
     except CallgateError as exc:
         return AuthorizationResult(fault(engine.name, exc.code, exc.message), "", ())
     try:
-        context = policy_context(tool, normalized)
+        context = policy_context(tool, normalized, usage, labels)
     except TimeValueError:  # refused at validation already (steps.check_times): never reached
         return AuthorizationResult(
             fault(engine.name, ErrorCode.ENGINE_ERROR, "time value not representable"), resource, ()

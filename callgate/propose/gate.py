@@ -53,6 +53,7 @@ from callgate.propose.authorize import caller_context
 from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.core import Core
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
+from callgate.propose.metering import Metering
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
 from callgate.propose.sessions import Sessions, check_id
 from callgate.store.base import (
@@ -100,6 +101,7 @@ class Gate:
         self.sessions = Sessions(config=config, store=store, clock=clock)
         self.usage = usage
         self.keys = keys
+        self.metering = Metering(store, config.confirmation.ttl_seconds)
         self.confirmations = Confirmations(store=store, clock=clock, keys=self.keys, serving=self.serving)
         self._limits = ParseLimits(
             max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
@@ -229,9 +231,17 @@ class Gate:
             return await self._finish(
                 call, call.refuse(claim, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
             )
+        call.usage, call.labels = await self.metering.prepare(
+            snap, tool, steps.with_value(normalized) if tool.meters else normalized, invocation_id=call.invocation_id, tenant=session.tenant,
+            subject=session.subject, session_id=session.session_id, now=call.now,
+        )  # fmt: skip
         decision = await steps.authorize(call, tool, normalized)
         steps.decide(call, tool, decision, self._cfg.confirmation.ttl_seconds)
-        outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
+        try:
+            outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
+        finally:  # a Propose that wrote no invocation of its own holds no reservation
+            if (tool.meters or tool.labels) and not call.written:
+                await self.metering.release(call.invocation_id)
         if decision.effect is Effect.DENY and claim.key is not None:
             await self.keys.release_claim(claim.key, call.invocation_id, call.now)
         return outcome
@@ -250,6 +260,7 @@ class Gate:
         between the look-up and this write writes nothing and is answered as if it had lost at
         the look-up: the original's replay, or the refusal (recorded without the later stages)."""
         record = call.record(rejection)
+        call.written = False
         usage = self.usage.take()
         key_claim = self.keys.store_claim(claimed, call.now)
         try:
@@ -259,6 +270,7 @@ class Gate:
             if claimed is not None and claimed.key is not None:  # nothing recorded: free the key
                 await self.keys.release_claim(claimed.key, call.invocation_id, call.now)
             raise
+        call.written = lost is None
         if lost is not None:
             self.usage.give_back(usage)
             answer = await self.keys.answer_taken(lost, call.proposal, call.digest, call.trail.trace)

@@ -52,6 +52,7 @@ from callgate.core.model import (
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.native import HandBack
+from callgate.policy.meters import labels_used, usage_record
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.textflags import may_flag, text_context
 from callgate.policy.timevalues import TimeValueError, time_values
@@ -90,6 +91,12 @@ class ProposeCall:
     docs/NATIVE.md); :func:`authorize` records it instead of asking the engine."""
     authorization_dict: dict[str, object] | None = None
     """The stored form of :attr:`authorization`'s decision, shared like the decision."""
+    usage: dict[str, Any] | None = None
+    """``context.usage`` when the tool declares meters (reserved: :mod:`callgate.propose.metering`)."""
+    labels: tuple[str, ...] | None = None
+    """``context.session.labels`` when a ToolSpec of the snapshot declares result labels."""
+    written: bool = False
+    """Whether the invocation was written as this call's own (else its reservations are dropped)."""
 
     @property
     def at(self) -> str:
@@ -364,7 +371,7 @@ def front(
             session.locale,
             ctx.reference_clock,
             limits,
-            session.subject,
+            None if stateful(call.snapshot, tool) else session.subject,  # decided after the claim
             session.timezone,
         )
     if (
@@ -422,9 +429,14 @@ def _hides_text(canonical: bytes) -> bool:
 async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
     """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
     session = call.session
-    result = call.authorization
+    stateful = call.usage is not None or call.labels is not None
+    result = None if stateful else call.authorization  # the core decided without usage and labels
+    if stateful:
+        normalized = with_value(normalized)
     if result is None:
-        result = await authorize_invocation(call.snapshot.engine, tool, normalized, call.subject)
+        result = await authorize_invocation(
+            call.snapshot.engine, tool, normalized, call.subject, call.usage, call.labels
+        )
         call.decision = decision_to_dict(result.decision)
     else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
         call.decision = call.authorization_dict
@@ -436,11 +448,30 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
         "decision": call.decision,
         "policy_revision": call.snapshot.revision,
     }
+    if call.usage is not None:
+        data["usage"] = usage_record(call.usage)
+    if call.labels is not None:
+        data["session_labels"] = list(call.labels)
     if decision.effect is Effect.DENY:
         call.trail.add(EventKind.AUTHORIZATION_REJECTED, State.AUTHORIZATION_REJECTED, data)
     else:
         call.trail.add(EventKind.AUTHORIZED, State.AUTHORIZED, data)
     return decision
+
+
+def stateful(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
+    """Whether the policy reads meters or session labels for ``tool`` (then it is asked after the
+    idempotency claim, and the compiled core runs only the front stages: no one-call decision)."""
+    return bool(tool.meters or tool.labels) or labels_used(snapshot.tools)
+
+
+def with_value(normalized: NormalizedArguments) -> NormalizedArguments:
+    """``normalized`` with its Python value, read back from the canonical bytes when the compiled
+    core did not build it (a metered or labelled tool: the policy is asked after the claim)."""
+    if normalized.value is not None:
+        return normalized
+    value = json.loads(normalized.canonical)
+    return dataclasses.replace(normalized, value=value if isinstance(value, dict) else {})
 
 
 def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmation_ttl_seconds: int) -> None:

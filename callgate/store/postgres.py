@@ -75,6 +75,7 @@ from callgate.store.idempotency.base import (
     fresh_claim,
     released,
 )
+from callgate.store.meters import PG_MIGRATION, PostgresMeters, settle_pg
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
 from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, pack, packable, unpack
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
@@ -202,6 +203,7 @@ MIGRATIONS: Final = (
     Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
     Migration(3, "retention: deletable trails while purging, tombstones, age indexes", _V3),
     Migration(4, PACKED_MIGRATION, ""),
+    Migration(5, "meters: reservations and bucketed totals (issue 30)", PG_MIGRATION),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -325,7 +327,9 @@ async def _insert_events(conn: Conn, events: Sequence[EventRecord]) -> None:
 
 
 async def _follow_key(conn: Conn, record: InvocationRecord, message: bytes | None = None) -> None:
-    """Bring the key ``record`` holds in line with its new state (:func:`key_follows`)."""
+    """Bring the key ``record`` holds in line with its new state (:func:`key_follows`), and its
+    meter reservations (:func:`~callgate.store.meters.settle_pg`)."""
+    await settle_pg(conn, record.invocation_id, record.state)
     if not record.idempotency_key:
         return
     rec = await keys_pg._select(conn, key_of(record), lock=True)
@@ -405,6 +409,10 @@ class PostgresStore:
     def keys(self) -> IdempotencyStore:
         """The idempotency keys in this database (``in_store``: they follow its transactions)."""
         return self._keys
+
+    def meters(self) -> PostgresMeters:
+        """The meter reservations and totals in this database (shared by the sidecars)."""
+        return PostgresMeters(self)
 
     async def start(self) -> None:
         """Connect; migrate the schema (refusing a newer one) and repair orphaned keys, under the

@@ -49,6 +49,7 @@ from callgate.store.base import (
 from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+from callgate.store.meters import SQLITE_MIGRATION, SQLiteMeters, settle_sqlite, settle_sqlite_rows
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, PackedRow, pack, packable, unpack
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
@@ -174,6 +175,7 @@ MIGRATIONS: Final = (
     Migration(3, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _SCHEMA_V3),
     Migration(4, "retention: deletable trails while purging, tombstones, age indexes", _SCHEMA_V4),
     Migration(5, PACKED_MIGRATION, ""),
+    Migration(6, "meters: reservations and bucketed totals (issue 30)", SQLITE_MIGRATION),
 )
 """The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -441,6 +443,9 @@ class _NewInvocation:
                     t[n] += v
         if total:
             c.executemany(_ADD_USAGE, [(sid, *t) for sid, t in total.items()])
+        settle_sqlite_rows(
+            c, [(op.events[-1].invocation_id, op.events[-1].to_state) for op in ops if op.events]
+        )
         return [None] * len(ops)
 
 
@@ -562,7 +567,9 @@ def _read_tombstone(c: sqlite3.Connection, invocation_id: str) -> Tombstone | No
 
 
 def _follow_key(c: sqlite3.Connection, record: InvocationRecord, message: bytes | None = None) -> None:
-    """Bring the key ``record`` holds in line with its new state (:func:`key_follows`)."""
+    """Bring the key ``record`` holds in line with its new state (:func:`key_follows`), and its
+    meter reservations (:func:`~callgate.store.meters.settle_sqlite`)."""
+    settle_sqlite(c, record.invocation_id, record.state)
     if not record.idempotency_key:
         return
     rec = keys_sql.select(c, key_of(record))
@@ -690,6 +697,10 @@ class SQLiteStore:
     def keys(self) -> IdempotencyStore:
         """The idempotency keys in this database, on this store's writer (``in_store``)."""
         return self._keys
+
+    def meters(self) -> SQLiteMeters:
+        """The meter reservations and totals in this database, on this store's writer."""
+        return SQLiteMeters(self._worker)
 
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         return await self._worker.run(op)

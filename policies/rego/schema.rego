@@ -34,6 +34,13 @@ known_attribute(name) if name in context_attributes
 
 known_attribute(name) if optional_context[name]
 
+# context.usage: the declared meters (issue 30), sent only for tools that declare meters
+context_attributes contains "usage" if is_object(input.context.usage)
+
+# context.session.labels: the labels of results the session observed (issue 30), sent when a
+# ToolSpec declares result labels
+context_attributes contains "session" if is_object(input.context.session)
+
 ctx := input.context if is_object(input.context)
 
 args := ctx.args if is_object(ctx.args)

@@ -1,0 +1,84 @@
+"""Propose's side of the declared meters (issue 30 items 2-3): reserve, then let the policy read.
+
+After the idempotency claim found the key free (a replay never reaches here: it never counts
+twice) and before the policy is asked, the call's contribution to every meter its ToolSpec
+declares is reserved in the store, atomically with the reading of the meter
+(:mod:`callgate.store.meters`). The readings become ``context.usage`` of the policy request and
+are recorded in the deciding event. The reservation then follows the invocation in the store:
+final at COMMITTED / OUTCOME_UNKNOWN, released when it ends before the commit boundary (a deny
+included); :meth:`Metering.release` drops it when the Propose wrote nothing of its own (it lost
+the key to another invocation, or the write failed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from callgate.core.errors import store_unavailable
+from callgate.core.model import NormalizedArguments
+from callgate.policy.meters import (
+    MeterError,
+    Reading,
+    contributions,
+    label_contributions,
+    labels_used,
+    usage_context,
+)
+from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.toolspecs import CompiledTool
+from callgate.store.meters import MeterStore, meters_of
+
+__all__ = ["Metering"]
+
+
+class Metering:
+    """Reserves a Propose's meter contributions (None store: meters refused at use)."""
+
+    def __init__(self, store: object, confirmation_ttl_seconds: int) -> None:
+        self._store: MeterStore | None = meters_of(store)
+        self._ttl = timedelta(seconds=confirmation_ttl_seconds)
+
+    async def prepare(
+        self,
+        snapshot: PolicySnapshot,
+        tool: CompiledTool,
+        normalized: NormalizedArguments,
+        *,
+        invocation_id: str,
+        tenant: str,
+        subject: str,
+        session_id: str,
+        now: Any,
+    ) -> tuple[dict[str, Any] | None, tuple[str, ...] | None]:
+        """``context.usage`` (None: the tool declares no meters) with this call's contributions
+        reserved, and ``context.session.labels`` (None: no ToolSpec declares labels). Raises
+        ``store_unavailable`` (fail closed) when the store keeps no meters or an argument cannot
+        be counted."""
+        uses_labels = labels_used(snapshot.tools)
+        if not tool.meters and not tool.labels and not uses_labels:
+            return None, None
+        if self._store is None:
+            raise store_unavailable("the store keeps no meters; a ToolSpec declares meters or labels")
+        labels = await self._store.labels(tenant, session_id) if uses_labels else None
+        args = normalized.value if isinstance(normalized.value, Mapping) else {}
+        try:
+            resource = tool.resource.render(args) if any(m.scope == "resource" for m in tool.meters) else ""
+            parts = contributions(
+                tool.meters, args, tenant=tenant, subject=subject, session_id=session_id, resource=resource
+            ) + label_contributions(tool.labels, tenant, session_id)
+        except MeterError as exc:
+            raise store_unavailable(f"{tool.spec.key}: {exc}") from None
+        usage = None
+        if parts:
+            timeout = timedelta(milliseconds=tool.spec.timeout_ms)
+            readings: Sequence[Reading] = await self._store.reserve(
+                invocation_id, session_id, parts, now, now + timeout + self._ttl
+            )
+            usage = usage_context(readings) if tool.meters else None
+        return usage, labels
+
+    async def release(self, invocation_id: str) -> None:
+        if self._store is not None:
+            await self._store.release(invocation_id)

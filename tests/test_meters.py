@@ -1,0 +1,260 @@
+"""Issue 30 items 2-3: declared meters, exact under concurrency, replays and the window's edge.
+
+tests/data/meters/ is a policy folder: ``mail.send`` counts calls per subject (1 h and the
+session), ``payments.refund`` sums a decimal amount per account (24 h); the Cedar rules allow at
+most 5 sends an hour and confirm refunds past 100.00 a day. A real sidecar (SQLite, gRPC) decides
+64 concurrent proposals; the window tests drive the SQLite store with a fixed clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from callgate.core.states import State
+from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.policy.meters import Contribution, Window, parse_meters
+from callgate.store.meters import settle_sqlite
+from callgate.store.sqlite import SQLiteStore
+from tests.conftest import POLICIES, Running, start_sidecar, stop_sidecar
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "meters"
+CLOCK = datetime(2026, 7, 19, 6, 0, tzinfo=UTC)
+RACERS = 64
+LIMIT = 5
+ROUNDS = 6
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("meters") / "policies"
+    shutil.copytree(FIXTURE, root)
+    for name in ("decision.rego", "entities.rego", "schema.rego"):
+        shutil.copy(POLICIES / "rego" / name, root / "rego" / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def sc(folder: Path) -> Iterator[Running]:
+    running, tmp = start_sidecar(folder, clock_at=CLOCK)
+    try:
+        yield running
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def deciding(sc: Running, sid: str, invocation_id: str, kind: str) -> Any:
+    """``data.usage`` of the invocation's deciding event."""
+    got = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id, session_id=sid))
+    (event,) = [e for e in got.events if e.kind == kind]
+    return json_format.MessageToDict(event.data)["usage"]
+
+
+def race(sc: Running, sid: str, keys: list[str], tool: str, args: list[dict[str, Any]]) -> list[Any]:
+    """Propose ``len(keys)`` calls at once (one thread each, real gRPC)."""
+
+    def one(i: int) -> Any:
+        for _ in range(200):  # admission sheds what it cannot serve in time: nothing recorded, retry
+            try:
+                return sc.propose(sid, tool, args[i], proposal_id=f"p{i}", idempotency_key=keys[i])
+            except grpc.RpcError as exc:
+                if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    raise
+                time.sleep(0.02)
+        raise AssertionError("never admitted")
+
+    with ThreadPoolExecutor(max_workers=len(keys)) as pool:
+        return list(pool.map(one, range(len(keys))))
+
+
+@pytest.mark.parametrize("replays", [False, True], ids=["distinct", "with_replays"])
+def test_64_concurrent_proposals_against_a_limit_of_5(sc: Running, replays: bool) -> None:
+    """Exactly 5 distinct invocations are allowed, every round; a replay answers its original
+    and never counts twice (the 6th distinct call sees ``before`` 5)."""
+    for r in range(ROUNDS):
+        sid = sc.open_session(subject=f"racer-{replays}-{r}")
+        sc.list_tools(sid)
+        keys = [f"k{i % 40 if replays else i}" for i in range(RACERS)]
+        args = [{"to": f"x{i % 40 if replays else i}@example.com"} for i in range(RACERS)]
+        answers = race(sc, sid, keys, "mail.send@v1", args)
+        allowed = {a.invocation_id for a in answers if a.decision.effect == pb.ALLOW}
+        assert len(allowed) == LIMIT, (r, len(allowed))
+        if replays:
+            assert any(a.idempotent_replay for a in answers)
+        # one more, later: the 5 allowed still count (reserved until their deadline)
+        extra = sc.propose(
+            sid, "mail.send@v1", {"to": "late@example.com"}, proposal_id="late", idempotency_key="late"
+        )
+        assert extra.decision.effect == pb.DENY
+
+
+def test_usage_is_recorded_in_the_deciding_event(sc: Running) -> None:
+    sid = sc.open_session(subject="recorded")
+    sc.list_tools(sid)
+    resp = sc.propose(sid, "mail.send@v1", {"to": "a@example.com"}, idempotency_key="r1")
+    usage = deciding(sc, sid, resp.invocation_id, "authorized")
+    assert usage == {"sends": {"1h": {"before": 0, "after": 1}, "session": {"before": 0, "after": 1}}}
+
+
+def test_decimal_totals_are_exact_and_confirm_past_the_threshold(sc: Running) -> None:
+    """Amounts are summed exactly per account: 60.10 + 39.90 = 100.00 is allowed, the next
+    0.01 needs a confirmation; another account starts at 0."""
+    sid = sc.open_session(subject="ana")
+    sc.list_tools(sid)
+    a = sc.propose(sid, "payments.refund@v1", {"account": "A1", "amount": "60.10"}, idempotency_key="a")
+    b = sc.propose(sid, "payments.refund@v1", {"account": "A1", "amount": "39.90"}, idempotency_key="b")
+    c = sc.propose(sid, "payments.refund@v1", {"account": "A1", "amount": "0.01"}, idempotency_key="c")
+    d = sc.propose(sid, "payments.refund@v1", {"account": "B2", "amount": "99.99"}, idempotency_key="d")
+    assert [x.decision.effect for x in (a, b, c, d)] == [pb.ALLOW, pb.ALLOW, pb.CONFIRM, pb.ALLOW]
+    usage = deciding(sc, sid, c.invocation_id, "authorized")
+    assert usage == {"refunded": {"24h": {"before": "100.00", "after": "100.01"}}}
+
+
+def test_a_deny_releases_its_reservation(sc: Running) -> None:
+    sid = sc.open_session(subject="releaser")
+    sc.list_tools(sid)
+    for i in range(LIMIT):
+        assert (
+            sc.propose(sid, "mail.send@v1", {"to": f"{i}@x.org"}, idempotency_key=f"r{i}").decision.effect
+            == pb.ALLOW
+        )
+    for i in range(3):  # each sees 5 before it: denied and released, so the next sees 5 again
+        resp = sc.propose(sid, "mail.send@v1", {"to": f"d{i}@x.org"}, idempotency_key=f"d{i}")
+        assert resp.decision.effect == pb.DENY
+    usage = deciding(sc, sid, resp.invocation_id, "authorization_rejected")
+    assert usage["sends"]["1h"] == {"before": 5, "after": 6}
+
+
+# --------------------------------------------------------------------------- the store, fixed clock
+def test_declarations_are_checked() -> None:
+    schema = {
+        "properties": {"amount": {"type": "number"}, "n": {"type": "integer"}, "who": {"type": "string"}}
+    }
+    ok = parse_meters(
+        {
+            "input_schema": schema,
+            "meters": [
+                {"name": "m", "measure": "sum(args.n)", "scope": "args.who", "windows": ["90s", "session"]}
+            ],
+        },
+        "t.json",
+    )
+    assert ok[0].windows == (Window("90s", 90_000), Window("session", 0))
+    for bad, says in (
+        ({"name": "m", "measure": "sum(args.nope)", "windows": ["1h"]}, "does not declare"),
+        ({"name": "m", "measure": "sum(args.amount)", "windows": ["1h"]}, "not numeric"),
+        ({"name": "m", "measure": "calls", "windows": ["1w"]}, "neither 'session'"),
+        ({"name": "m", "measure": "calls", "windows": ["40d"]}, "longer than 31 days"),
+        ({"name": "m", "scope": "args.nope", "windows": ["1h"]}, "scope args.nope"),
+        ({"name": "M", "windows": ["1h"]}, "name:"),
+    ):
+        with pytest.raises(Exception) as err:
+            parse_meters({"input_schema": schema, "meters": [bad]}, "t.json")
+        assert says in str(err.value) and "/meters/0" in str(err.value)
+
+
+def test_a_count_leaves_the_window_exactly_at_its_edge(tmp_path: Path) -> None:
+    """1 h window, buckets of 1 min: a call made in the bucket starting at b counts until b + 1 h
+    (one millisecond before: counted; at it: gone); the session window keeps it."""
+
+    async def run() -> None:
+        store = SQLiteStore(tmp_path / "m.db")
+        meters = store.meters()
+        hour = Window("1h", 3_600_000)
+        k = Contribution("m", "acme\x1fs:ana", 1, (hour, Window("session", 0)), 0)
+        t0 = datetime(2026, 7, 19, 6, 0, 30, tzinfo=UTC)  # bucket starts at 06:00:00
+        await meters.reserve("inv_1", "ses_1", [k], t0, t0 + timedelta(minutes=1))
+        await store.worker.run(lambda c: settle_sqlite(c, "inv_1", State.COMMITTED))
+        edge = datetime(2026, 7, 19, 7, 0, 0, tzinfo=UTC)
+        assert await meters.totals("m", k.scope, hour, "ses_1", edge - timedelta(milliseconds=1)) == 1
+        assert await meters.totals("m", k.scope, hour, "ses_1", edge) == 0
+        assert await meters.totals("m", k.scope, Window("session", 0), "ses_1", edge + timedelta(days=3)) == 1
+        assert await meters.totals("m", k.scope, Window("session", 0), "ses_2", edge) == 0
+        # a reservation whose invocation was never written counts until its expiry, then not
+        t1 = edge + timedelta(minutes=5)
+        got = await meters.reserve("inv_2", "ses_1", [k], t1, t1 + timedelta(seconds=60))
+        assert [(r.window, r.before) for r in got] == [("1h", 0), ("session", 1)]
+        assert await meters.totals("m", k.scope, hour, "ses_1", t1 + timedelta(seconds=59)) == 1
+        assert await meters.totals("m", k.scope, hour, "ses_1", t1 + timedelta(seconds=60)) == 0
+        # released: gone at once; a sum keeps its decimal places
+        await store.worker.run(lambda c: settle_sqlite(c, "inv_2", State.AUTHORIZATION_REJECTED))
+        money = Contribution("refund", "acme\x1fa:acct=A", 1234567, (Window("24h", 86_400_000),), 4)
+        r = await meters.reserve("inv_3", "ses_1", [money], t1, t1 + timedelta(seconds=60))
+        assert r[0].as_dict() == {"before": 0, "after": Decimal("123.4567")}
+        await store.close()
+
+    asyncio.run(run())
+
+
+def test_exfiltration_example_through_the_python_client(sc: Running) -> None:
+    """Read a ``private``-labelled result, then an egress tool asks for confirmation; in a new
+    session it does not. ``callgate explain`` shows the labels and the meter the policy saw."""
+    from callgate.cli.explain import explain, render_text
+    from callgate.client import Client
+    from callgate.client.outcomes import Allowed, NeedsConfirmation
+    from callgate.client.sync import Committed, ToolCall
+
+    a = sc.sidecar.addresses
+    with Client(a["agent"][0], executor=a["executor"][0]) as cg:
+        s = cg.session("acme", "ana")
+        s.tools("mc-1")
+        before = s.propose(ToolCall("c0", "mail__send", '{"to": "boss@example.com"}'))
+        assert isinstance(before, Allowed)  # nothing private read yet
+        read = s.propose(ToolCall("c1", "docs__read", '{"name": "salaries"}'))
+        assert isinstance(read, Allowed)
+        res = cg.run(read.invocation_id, lambda ctx: Committed({"text": "secret"}), executor_id="docs")
+        assert res.state == "OBSERVED"
+        s.tools("mc-2")
+        out = s.propose(ToolCall("c2", "mail__send", '{"to": "leak@example.com"}'))
+        assert isinstance(out, NeedsConfirmation)
+        fresh = cg.session("acme", "ana")
+        fresh.tools("mc-1")
+        assert isinstance(fresh.propose(ToolCall("c3", "mail__send", '{"to": "leak@example.com"}')), Allowed)
+    x = sc.call(explain(sc.sidecar.components.store, out.invocation_id))
+    assert x is not None and x.authorization is not None
+    assert x.authorization.session_labels == ("private",)
+    text = render_text(x)
+    assert "session labels: private" in text and "meter sends: 1h 1 -> 2" in text
+
+
+def test_callgate_check_names_a_bad_meter_declaration(folder: Path, tmp_path: Path) -> None:
+    """``callgate check`` refuses an unknown argument, a non-numeric sum and a bad window, naming
+    the file, its line and the member; the folder's policy tests state usage and labels."""
+    import json
+    import subprocess
+    import sys
+
+    bad = tmp_path / "p"
+    shutil.copytree(folder, bad)
+    toml = tmp_path / "c.toml"
+    toml.write_text(f'[policy]\nengine = "cedar"\ndir = "{bad}"\n')
+    suite = subprocess.run(
+        [sys.executable, "-m", "callgate", "policy", "test", "-c", str(toml), str(bad / "tests")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert suite.returncode == 0 and "5 passed, 0 failed" in suite.stdout, suite.stdout + suite.stderr
+    spec = bad / "tools" / "payments.refund@v1.json"
+    doc = json.loads(spec.read_text())
+    for meter, says in (  # the other refusals: test_declarations_are_checked
+        (
+            {"name": "m", "measure": "sum(args.account)", "windows": ["1h"]},
+            "/meters/0: m: args.account is not numeric",
+        ),
+    ):
+        spec.write_text(json.dumps({**doc, "meters": [meter]}, indent=1))
+        got = subprocess.run(
+            [sys.executable, "-m", "callgate", "check", "-c", str(toml)], capture_output=True, text=True
+        )
+        out = got.stdout + got.stderr
+        assert got.returncode != 0 and says in out and "payments.refund@v1.json:" in out, out

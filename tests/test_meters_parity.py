@@ -1,0 +1,158 @@
+"""Issue 30: one usage fixture decided identically by Cedar (cedarpy and the compiled core), embedded
+Rego (regopy) and a real OPA server (tests/data/meters: the Cedar rules and their Rego twin).
+
+The usage values are given (``context.usage``, as Propose builds it from the reserved meters:
+tests/test_meters.py covers the reservations); every engine must give the expected effect and
+policy ids, at and around each threshold, with decimal totals exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from callgate.core.model import Decision, Subject
+from callgate.policy.engines.base import Engine
+from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
+from callgate.policy.engines.opa import OpaEngine
+from callgate.policy.engines.rego import RegoEngine
+from callgate.policy.snapshot import load_snapshot
+from callgate.propose.authorize import authorize_invocation
+from callgate.propose.core import Core
+from tests.conftest import POLICIES, reference_front
+from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "meters"
+CLOCK = "2026-07-19T14:00:00+08:00"
+
+
+def sends(before: int) -> dict[str, Any]:
+    return {"sends": {"1h": {"before": before, "after": before + 1}, "session": {"before": 0, "after": 1}}}
+
+
+def refunded(before: str, amount: str) -> dict[str, Any]:
+    b = Decimal(before)
+    return {"refunded": {"24h": {"before": b, "after": b + Decimal(amount)}}}
+
+
+MAIL = ("mail.send@v1", {"to": "a@example.com"})
+REFUND = ("payments.refund@v1", {"account": "A1", "amount": "0.01"})
+CASES: list[tuple[str, tuple[str, dict[str, Any]], dict[str, Any], str, list[str]]] = [
+    ("first send", MAIL, sends(0), "allow", ["mail-5-per-hour"]),
+    ("send after private", MAIL, {**sends(0), "labels": ["private"]}, "confirm", ["mail-after-private"]),
+    (
+        "send after other labels",
+        MAIL,
+        {**sends(0), "labels": ["pii", "untrusted"]},
+        "allow",
+        ["mail-5-per-hour"],
+    ),
+    ("sixth send after private", MAIL, {**sends(5), "labels": ["private"]}, "deny", []),
+    (
+        "private read",
+        ("docs.read@v1", {"name": "plan"}),
+        {"labels": ["private"]},
+        "allow",
+        ["docs-read-own-tenant"],
+    ),
+    ("fifth send", MAIL, sends(4), "allow", ["mail-5-per-hour"]),
+    ("sixth send", MAIL, sends(5), "deny", []),
+    ("refund to 100.00", REFUND, refunded("99.99", "0.01"), "allow", ["refund-within-total"]),
+    ("refund to 100.01", REFUND, refunded("100.00", "0.01"), "confirm", ["refund-confirm-large"]),
+    ("refund to 500.00", REFUND, refunded("499.99", "0.01"), "confirm", ["refund-confirm-large"]),
+    ("refund to 500.01", REFUND, refunded("500.00", "0.01"), "deny", []),
+    ("refund of 0.0001 over", REFUND, refunded("100.00", "0.0001"), "confirm", ["refund-confirm-large"]),
+]
+IDS = [c[0] for c in CASES]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("meters-parity") / "policies"
+    shutil.copytree(FIXTURE, root)
+    for name in ("decision.rego", "entities.rego", "schema.rego"):
+        shutil.copy(POLICIES / "rego" / name, root / "rego" / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    lp = asyncio.new_event_loop()
+    yield lp
+    lp.close()
+
+
+def decide(engine: Engine, snap: Any, case: Any, loop: asyncio.AbstractEventLoop) -> tuple[str, list[str]]:
+    _, (key, args), usage, _, _ = case
+    labels: list[str] = []
+    if usage is not None and "labels" in usage:
+        usage = dict(usage)
+        labels = usage.pop("labels")
+        usage = usage or None
+    name, version = key.split("@")
+    tool = snap.tools.get(name, version)
+    norm = reference_front(tool, json.dumps(args).encode(), CLOCK, "acme")
+    result = loop.run_until_complete(
+        authorize_invocation(engine, tool, norm, Subject("acme", "ana"), usage, labels)
+    )
+    d: Decision = result.decision
+    assert not d.error_code, (case[0], d)
+    return d.effect.value, sorted(d.policy_ids)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_cedarpy(folder: Path, case: Any, loop: asyncio.AbstractEventLoop) -> None:
+    engine = CedarEngine(load_cedar_dir(folder / "cedar", cores=SnapshotCores.PYTHON))
+    assert decide(engine, load_snapshot(folder), case, loop) == (case[3], case[4])
+
+
+def test_compiled_core(folder: Path, loop: asyncio.AbstractEventLoop) -> None:
+    snap = load_snapshot(folder)
+    core = Core("native")
+    core.prepare(snap, eager=True)
+    assert core.cedar_core(snap) is not None
+    got = {c[0]: decide(snap.engine, snap, c, loop) for c in CASES}
+    assert got == {c[0]: (c[3], c[4]) for c in CASES}
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_embedded_rego(folder: Path, case: Any, loop: asyncio.AbstractEventLoop) -> None:
+    engine = RegoEngine.from_dir(folder / "rego")
+    assert decide(engine, load_snapshot(folder), case, loop) == (case[3], case[4])
+
+
+@pytest.mark.opa
+def test_opa(
+    folder: Path,
+    opa_factory: Callable[..., OpaServer],  # noqa: F811
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    server = opa_factory(None)
+    engine = OpaEngine.from_dir(folder / "rego", url=server.url, timeout=5.0)
+    snap = load_snapshot(folder)
+    try:
+        loop.run_until_complete(engine.load_policies())
+        ok, why = loop.run_until_complete(engine.readiness())
+        assert ok, why
+        got = {c[0]: decide(engine, snap, c, loop) for c in CASES}
+    finally:
+        loop.run_until_complete(engine.close())
+    assert got == {c[0]: (c[3], c[4]) for c in CASES}
+
+
+def test_a_tool_without_meters_gets_no_usage_and_rego_still_conforms(
+    folder: Path, loop: asyncio.AbstractEventLoop
+) -> None:
+    """``context.usage`` is optional in schema.rego: a request without it conforms as before."""
+    engine = RegoEngine.from_dir(folder / "rego")
+    snap = load_snapshot(folder)
+    case = ("no usage", MAIL, None, "", [])
+    effect, _ = decide(engine, snap, case, loop)
+    assert effect == "deny"  # the policy needs usage: undefined is no permit (fail closed)
