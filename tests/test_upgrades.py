@@ -6,7 +6,7 @@ database keeps, and ``manifest.json`` naming them:
 
 * ``sqlite-unversioned``: main before versioned migrations (commit 8035fce): no ``schema_version``
   table, idempotency keys in a separate ``idempotency.db``;
-* ``sqlite-v3``, ``sqlite-v4``: schema versions 3 and 4 (4: retention), so that the next migration is tested against a
+* ``sqlite-v3``, ``sqlite-v4``, ``sqlite-v5``: schema versions 3, 4 (retention) and 5 (packed stage events), so that the next migration is tested against a
   database this version really wrote. When ``MIGRATIONS`` grows, freeze a ``sqlite-v<N>`` fixture
   of the version before it (the last test fails until one exists).
 

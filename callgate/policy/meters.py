@@ -39,6 +39,14 @@ from enum import StrEnum
 from typing import Any, Final
 
 from callgate.core.errors import LoadError, toolspec_invalid
+from callgate.core.meters import (
+    LABEL_PREFIX,
+    SESSION_WINDOW,
+    Contribution,
+    Reading,
+    Window,
+    label_scope,
+)
 
 __all__ = [
     "SESSION_WINDOW",
@@ -50,13 +58,15 @@ __all__ = [
     "ScopeKind",
     "Window",
     "contributions",
+    "label_scope",
+    "parse_window",
+    "LABEL_PREFIX",
     "parse_meters",
     "usage_context",
 ]
 
 USAGE_KEY: Final = "usage"
 """``context.usage``."""
-SESSION_WINDOW: Final = "session"
 _WINDOW_RE: Final = re.compile(r"^([1-9][0-9]{0,6})([smhd])$")
 _UNIT_MS: Final = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _MAX_WINDOW_MS: Final = 31 * 86_400_000
@@ -64,7 +74,6 @@ _NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 _SUM_RE: Final = re.compile(r"^sum\(args\.([A-Za-z_][A-Za-z0-9_]*)\)$")
 _FIELD_RE: Final = re.compile(r"^args\.([A-Za-z_][A-Za-z0-9_]*)$")
 MAX_METERS: Final = 8
-BUCKETS_PER_WINDOW: Final = 60
 
 
 class MeterError(ValueError):
@@ -79,33 +88,17 @@ class ScopeKind(StrEnum):
     ARG = "arg"
 
 
-@dataclass(frozen=True, slots=True)
-class Window:
-    """One window of a meter: its name as written and its length (0: the session)."""
-
-    name: str
-    ms: int
-
-    @property
-    def bucket_ms(self) -> int:
-        """The bucket width: 1/60 of the window when that divides it, else one second."""
-        if self.ms == 0:
-            return 0
-        if self.ms % BUCKETS_PER_WINDOW == 0 and (self.ms // BUCKETS_PER_WINDOW) % 1000 == 0:
-            return self.ms // BUCKETS_PER_WINDOW
-        return 1000
-
-    @staticmethod
-    def parse(text: str) -> Window:
-        if text == SESSION_WINDOW:
-            return Window(text, 0)
-        m = _WINDOW_RE.match(text)
-        if m is None:
-            raise MeterError(f"window '{text[:32]}' is neither 'session' nor <n>s|m|h|d")
-        ms = int(m.group(1)) * _UNIT_MS[m.group(2)]
-        if ms > _MAX_WINDOW_MS:
-            raise MeterError(f"window '{text}' is longer than 31 days")
-        return Window(text, ms)
+def parse_window(text: str) -> Window:
+    """A window as written (``session`` or ``<n>s|m|h|d``, at most 31 days). Raises :class:`MeterError`."""
+    if text == SESSION_WINDOW:
+        return Window(text, 0)
+    m = _WINDOW_RE.match(text)
+    if m is None:
+        raise MeterError(f"window '{text[:32]}' is neither 'session' nor <n>s|m|h|d")
+    ms = int(m.group(1)) * _UNIT_MS[m.group(2)]
+    if ms > _MAX_WINDOW_MS:
+        raise MeterError(f"window '{text}' is longer than 31 days")
+    return Window(text, ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,34 +121,6 @@ class MeterSpec:
     @property
     def integral(self) -> bool:
         return self.scale == 0
-
-
-@dataclass(frozen=True, slots=True)
-class Contribution:
-    """What one call adds to one meter: ``amount`` units of 10^-scale at ``scope``."""
-
-    meter: str
-    scope: str
-    amount: int
-    windows: tuple[Window, ...]
-    scale: int
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    """The value of one meter window as the call sees it, in units of 10^-scale."""
-
-    meter: str
-    window: str
-    before: int
-    amount: int
-    scale: int
-
-    def value(self, units: int) -> int | Decimal:
-        return units if self.scale == 0 else Decimal(units).scaleb(-self.scale)
-
-    def as_dict(self) -> dict[str, int | Decimal]:
-        return {"before": self.value(self.before), "after": self.value(self.before + self.amount)}
 
 
 def _field_types(schema: Any) -> Mapping[str, Any]:
@@ -241,7 +206,7 @@ def _one_meter(m: Any, props: Mapping[str, Any], scales: Mapping[str, int]) -> M
     for w in windows_raw:
         if not isinstance(w, str):
             raise MeterError(f"{name}: a window is a string like '1h' or 'session'")
-        win = Window.parse(w)
+        win = parse_window(w)
         if any(x.name == win.name for x in windows):
             raise MeterError(f"{name}: window '{w}' is listed twice")
         windows.append(win)
@@ -333,8 +298,6 @@ def usage_member(cedar_type: str) -> str:
 # --------------------------------------------------------------------------- session labels
 SESSION_KEY: Final = "session"
 """``context.session`` (``{labels: [...]}``): the labels of results the session has observed."""
-LABEL_PREFIX: Final = "label:"
-"""Labels are kept as session-window meters named ``label:<label>`` (:mod:`callgate.store.meters`)."""
 CEDAR_SESSION_TYPE: Final = "{ labels: Set<String> }"
 _LABEL_RE: Final = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 MAX_LABELS: Final = 8
@@ -360,10 +323,6 @@ def label_contributions(labels: Sequence[str], tenant: str, session_id: str) -> 
     """The session-window meters a labelled call reserves (final once its result may exist)."""
     scope = f"{tenant}\x1fx:{session_id}"
     return tuple(Contribution(LABEL_PREFIX + x, scope, 1, (Window(SESSION_WINDOW, 0),), 0) for x in labels)
-
-
-def label_scope(tenant: str, session_id: str) -> str:
-    return f"{tenant}\x1fx:{session_id}"
 
 
 def usage_record(usage: Mapping[str, Any]) -> dict[str, Any]:

@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Final, Protocol
 
+from callgate.core.meters import LABEL_PREFIX, Contribution, Reading, Window, label_scope
 from callgate.core.states import State
-from callgate.policy.meters import LABEL_PREFIX, Contribution, Reading, Window, label_scope
 
 __all__ = [
     "MeterStore",

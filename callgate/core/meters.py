@@ -1,0 +1,65 @@
+"""The vocabulary of meters that both the policy side (:mod:`callgate.policy.meters`: declarations,
+contributions, ``context.usage``) and the store (:mod:`callgate.store.meters`: reservations and
+bucketed totals) speak (issue 30). Plain values, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Final
+
+SESSION_WINDOW: Final = "session"
+"""The window that lasts as long as the session."""
+BUCKETS_PER_WINDOW: Final = 60
+LABEL_PREFIX: Final = "label:"
+"""Labels are kept as session-window meters named ``label:<label>`` (:mod:`callgate.store.meters`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One window of a meter: its name as written and its length (0: the session)."""
+
+    name: str
+    ms: int
+
+    @property
+    def bucket_ms(self) -> int:
+        """The bucket width: 1/60 of the window when that divides it, else one second."""
+        if self.ms == 0:
+            return 0
+        if self.ms % BUCKETS_PER_WINDOW == 0 and (self.ms // BUCKETS_PER_WINDOW) % 1000 == 0:
+            return self.ms // BUCKETS_PER_WINDOW
+        return 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Contribution:
+    """What one call adds to one meter: ``amount`` units of 10^-scale at ``scope``."""
+
+    meter: str
+    scope: str
+    amount: int
+    windows: tuple[Window, ...]
+    scale: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The value of one meter window as the call sees it, in units of 10^-scale."""
+
+    meter: str
+    window: str
+    before: int
+    amount: int
+    scale: int
+
+    def value(self, units: int) -> int | Decimal:
+        return units if self.scale == 0 else Decimal(units).scaleb(-self.scale)
+
+    def as_dict(self) -> dict[str, int | Decimal]:
+        return {"before": self.value(self.before), "after": self.value(self.before + self.amount)}
+
+
+def label_scope(tenant: str, session_id: str) -> str:
+    """The scope of a session's labels."""
+    return f"{tenant}\x1fx:{session_id}"
