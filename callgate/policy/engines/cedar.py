@@ -59,6 +59,7 @@ from callgate.policy.engines.cedar_slices import (
     statement_spans,
     validate_grouped,
 )
+from callgate.policy.reach import Reach
 from callgate.policy.textflags import TEXT_KEY
 from callgate.policy.timevalues import NO_PLAN, Instant, Span, TimePlan, cedar_time_context
 
@@ -162,6 +163,8 @@ class CedarPolicies:
     text_actions: frozenset[str] = frozenset()
     """The actions whose schema declares ``context.text`` (:mod:`callgate.policy.textflags`);
     the others never get it."""
+    reach: Reach | None = field(default=None, compare=False, repr=False)
+    """What each principal could ever be allowed (ListTools by policy, :mod:`callgate.policy.reach`)."""
     python: bool = True
     """Whether cedarpy's form (policy sets, :attr:`entities`) was built; when not, the compiled
     core decides whatever the seam says (:meth:`CedarEngine.use_native`)."""
@@ -442,6 +445,15 @@ def load_cedar_dir(
         if cores is SnapshotCores.BOTH:
             native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
+    reach = Reach.build(
+        static,
+        enforcing,
+        graph.descendants(),
+        ent_text,
+        principal_type=PRINCIPAL_TYPE,
+        resource_type=RESOURCE_TYPE,
+        action_type=ACTION_TYPE,
+    )
     time_plans = cedar_time_plans(sch_text)
     if native is not None:
         declare_now = getattr(native, "declare_now", None)
@@ -471,6 +483,7 @@ def load_cedar_dir(
         native=native,
         time_plans=time_plans,
         text_actions=cedar_text_actions(sch_text),
+        reach=reach,
         python=entity_index is not None,
     )
 
@@ -780,6 +793,11 @@ class CedarEngine:
     @property
     def revision(self) -> str:
         return self._p.revision
+
+    @property
+    def reach(self) -> Reach | None:
+        """ListTools by policy (:mod:`callgate.policy.reach`); None: show every allowlisted tool."""
+        return self._p.reach
 
     @property
     def time_plans(self) -> Mapping[str, TimePlan]:
