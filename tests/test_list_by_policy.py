@@ -69,6 +69,7 @@ forbid (principal == User::"carol", action == Action::"files.delete", resource);
     tools = [("weather.get@v1", ("weather.read",)), ("mixed@v1", ("weather.read", "files.delete"))]
     assert reach.hidden("bob", tools) == {"mixed@v1"}
     assert reach.hidden("bob", []) == {"mixed@v1"}  # the cached answer (same snapshot's tools)
+    assert reach.hidden("carol", []) == {"mixed@v1"}  # indexed once, at the first call
 
 
 def test_conditional_forbid_and_unknown_shapes_show(tmp_path: Path) -> None:

@@ -128,6 +128,8 @@ class Reach:
     parents: Mapping[Uid, tuple[Uid, ...]] | None
     principal_type: str
     _cache: OrderedDict[str, frozenset[str]] = field(default_factory=OrderedDict, repr=False)
+    _by_cap: dict[str, frozenset[str]] | None = field(default=None, repr=False)
+    """Capability -> keys of the snapshot's tools that require it (built at the first call)."""
 
     @classmethod
     def build(
@@ -226,15 +228,21 @@ class Reach:
         return frozenset(a for a in wanted if a in blocked or (not any_action and a not in could))
 
     def hidden(self, principal_id: str, tools: Iterable[tuple[str, tuple[str, ...]]]) -> frozenset[str]:
-        """Keys of the tools (key, required capabilities) this principal could never call:
-        one capability that is never allowed denies the whole call. Cached per principal."""
+        """Keys of the tools (key, required capabilities) this principal could never call: one
+        capability that is never allowed denies the whole call. ``tools`` is the snapshot's set,
+        read once (the first call indexes it by capability); answers are cached per principal."""
         hit = self._cache.get(principal_id)
         if hit is not None:
             self._cache.move_to_end(principal_id)
             return hit
-        listed = tuple(tools)
-        never = self.never(principal_id, {c for _, caps in listed for c in caps})
-        out = frozenset(k for k, caps in listed if any(c in never for c in caps))
+        if self._by_cap is None:
+            by_cap: dict[str, set[str]] = {}
+            for key, caps in tools:
+                for c in caps:
+                    by_cap.setdefault(c, set()).add(key)
+            self._by_cap = {c: frozenset(keys) for c, keys in by_cap.items()}
+        never = self.never(principal_id, self._by_cap)
+        out = frozenset().union(*(self._by_cap[c] for c in never))
         self._cache[principal_id] = out
         if len(self._cache) > REACH_CACHE_MAX:
             self._cache.popitem(last=False)

@@ -301,7 +301,11 @@ def _parsed_schema(text: str) -> cedarpy.Schema:
 
 
 def load_cedar_dir(
-    directory: Path, shadow: Sequence[str] = (), cores: SnapshotCores = SnapshotCores.BOTH
+    directory: Path,
+    shadow: Sequence[str] = (),
+    cores: SnapshotCores = SnapshotCores.BOTH,
+    *,
+    reach: bool = True,
 ) -> CedarPolicies:
     """Load, parse and validate every ``*.cedar`` file (one policy set: ``policies.cedar`` and any
     other, :func:`policy_files`), ``schema.cedarschema`` and ``entities.json``.
@@ -309,7 +313,8 @@ def load_cedar_dir(
     Linear in the size of the files (issue 15): one index of line offsets, Cedar's JSON form built
     in chunks of statements, validation per group of policies (:mod:`cedar_slices`); the long
     Cedar calls release the GIL, so a reload in a worker thread does not stall serving. ``cores``
-    says which forms to prepare (:class:`SnapshotCores`; the server asks for one).
+    says which forms to prepare (:class:`SnapshotCores`; the server asks for one). ``reach``: read
+    what each principal could be allowed (``policy.list_by_policy``, :mod:`callgate.policy.reach`).
 
     Raises :class:`LoadError` (``policy_invalid``) with ``file:line`` where it can be located.
     """
@@ -445,14 +450,18 @@ def load_cedar_dir(
         if cores is SnapshotCores.BOTH:
             native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
-    reach = Reach.build(
-        static,
-        enforcing,
-        graph.descendants(),
-        ent_text,
-        principal_type=PRINCIPAL_TYPE,
-        resource_type=RESOURCE_TYPE,
-        action_type=ACTION_TYPE,
+    reading = (
+        Reach.build(
+            static,
+            enforcing,
+            graph.descendants(),
+            ent_text,
+            principal_type=PRINCIPAL_TYPE,
+            resource_type=RESOURCE_TYPE,
+            action_type=ACTION_TYPE,
+        )
+        if reach
+        else None
     )
     time_plans = cedar_time_plans(sch_text)
     if native is not None:
@@ -483,7 +492,7 @@ def load_cedar_dir(
         native=native,
         time_plans=time_plans,
         text_actions=cedar_text_actions(sch_text),
-        reach=reach,
+        reach=reading,
         python=entity_index is not None,
     )
 
