@@ -48,9 +48,9 @@ class Sessions:
         self._sessions: OrderedDict[str, SessionRecord] = OrderedDict()
         self._views: OrderedDict[tuple[str, str], ToolViewRecord] = OrderedDict()
         self._cache_max = config.limits.max_sessions
-        self._visible: OrderedDict[tuple[int, tuple[str, ...]], tuple[PolicySnapshot, _Visible]] = (
-            OrderedDict()
-        )
+        self._visible: OrderedDict[
+            tuple[int, tuple[str, ...], frozenset[str]], tuple[PolicySnapshot, _Visible]
+        ] = OrderedDict()
 
     async def open(self, spec: SessionSpec) -> SessionRecord:
         check_id("subject.tenant", spec.subject.tenant)
@@ -152,13 +152,18 @@ class Sessions:
     def _visible_of(self, session: SessionRecord, snap: PolicySnapshot) -> _Visible:
         """The tools a session's allowlist shows from ``snap``, built once per snapshot and
         allowlist (issue 15 A4: ListTools no longer filters, sorts and digests per call)."""
-        key = (id(snap), session.tool_allowlist)
+        hidden = _hidden(session, snap) if self._cfg.policy.list_by_policy else frozenset()
+        key = (id(snap), session.tool_allowlist, hidden)
         hit = self._visible.get(key)
         if hit is not None and hit[0] is snap:
             self._visible.move_to_end(key)
             return hit[1]
         allow = set(session.tool_allowlist)
-        tools = tuple(t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow)
+        tools = tuple(
+            t
+            for t in snap.tools
+            if (not allow or t.spec.key in allow or t.spec.name in allow) and t.spec.key not in hidden
+        )
         digests = {t.spec.key: t.spec.spec_digest for t in tools}
         h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
         vis = _Visible(tools, tuple(sorted(digests)), digests, "sha256:" + h.hexdigest())
@@ -198,6 +203,15 @@ def compact(record: SessionRecord) -> SessionRecord:
         tool_allowlist=allow,
         opened_at=record.opened_at,
     )
+
+
+def _hidden(session: SessionRecord, snap: PolicySnapshot) -> frozenset[str]:
+    """Tools of ``snap`` no request of this session's subject could be allowed or confirmed
+    (ListTools by policy, :mod:`callgate.policy.reach`); empty when the engine cannot tell."""
+    reach = snap.engine.reach
+    if reach is None:
+        return frozenset()
+    return reach.hidden(session.subject, ((t.spec.key, t.spec.required_capabilities) for t in snap.tools))
 
 
 VISIBLE_CACHE_MAX = 256

@@ -18,6 +18,7 @@ from callgate.policy.timevalues import TimePlan
 
 if TYPE_CHECKING:
     from callgate._native import Answer, CedarSnapshot
+    from callgate.policy.reach import Reach
 
 
 class Readiness(NamedTuple):
@@ -73,6 +74,13 @@ class Engine(Protocol):
     def compiled(self) -> CompiledDecider | None:
         """The engine's side of the compiled core (:class:`CompiledDecider`) when its policies
         can be decided there, else None (Rego, OPA). The one way callers reach it."""
+        ...
+
+    @property
+    def reach(self) -> Reach | None:
+        """What each principal could ever be allowed (ListTools by policy,
+        :mod:`callgate.policy.reach`) when ``policy.list_by_policy`` is on and the engine can read
+        its policies that way (Cedar), else None: every allowlisted tool is shown."""
         ...
 
 

@@ -59,6 +59,7 @@ from callgate.policy.engines.cedar_slices import (
     statement_spans,
     validate_grouped,
 )
+from callgate.policy.reach import Reach
 from callgate.policy.textflags import TEXT_KEY
 from callgate.policy.timevalues import NO_PLAN, Instant, Span, TimePlan, cedar_time_context
 
@@ -165,6 +166,8 @@ class CedarPolicies:
     text_actions: frozenset[str] = frozenset()
     """The actions whose schema declares ``context.text`` (:mod:`callgate.policy.textflags`);
     the others never get it."""
+    reach: Reach | None = field(default=None, compare=False, repr=False)
+    """What each principal could ever be allowed (ListTools by policy, :mod:`callgate.policy.reach`)."""
     python: bool = True
     """Whether cedarpy's form (policy sets, :attr:`entities`) was built; when not, the compiled
     core decides whatever the seam says (:meth:`CedarEngine.use_native`)."""
@@ -301,7 +304,11 @@ def _parsed_schema(text: str) -> cedarpy.Schema:
 
 
 def load_cedar_dir(
-    directory: Path, shadow: Sequence[str] = (), cores: SnapshotCores = SnapshotCores.BOTH
+    directory: Path,
+    shadow: Sequence[str] = (),
+    cores: SnapshotCores = SnapshotCores.BOTH,
+    *,
+    reach: bool = True,
 ) -> CedarPolicies:
     """Load, parse and validate every ``*.cedar`` file (one policy set: ``policies.cedar`` and any
     other, :func:`policy_files`), ``schema.cedarschema`` and ``entities.json``.
@@ -309,7 +316,8 @@ def load_cedar_dir(
     Linear in the size of the files (issue 15): one index of line offsets, Cedar's JSON form built
     in chunks of statements, validation per group of policies (:mod:`cedar_slices`); the long
     Cedar calls release the GIL, so a reload in a worker thread does not stall serving. ``cores``
-    says which forms to prepare (:class:`SnapshotCores`; the server asks for one).
+    says which forms to prepare (:class:`SnapshotCores`; the server asks for one). ``reach``: read
+    what each principal could be allowed (``policy.list_by_policy``, :mod:`callgate.policy.reach`).
 
     Raises :class:`LoadError` (``policy_invalid``) with ``file:line`` where it can be located.
     """
@@ -445,6 +453,19 @@ def load_cedar_dir(
         if cores is SnapshotCores.BOTH:
             native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
+    reading = (
+        Reach.build(
+            static,
+            enforcing,
+            graph.descendants(),
+            ent_text,
+            principal_type=PRINCIPAL_TYPE,
+            resource_type=RESOURCE_TYPE,
+            action_type=ACTION_TYPE,
+        )
+        if reach
+        else None
+    )
     time_plans = cedar_time_plans(sch_text)
     if native is not None:
         declare_now = getattr(native, "declare_now", None)
@@ -474,6 +495,7 @@ def load_cedar_dir(
         native=native,
         time_plans=time_plans,
         text_actions=cedar_text_actions(sch_text),
+        reach=reading,
         python=entity_index is not None,
     )
 
@@ -789,6 +811,11 @@ class CedarEngine:
     def compiled(self) -> CedarEngine:
         """Cedar is decided by the compiled core when it is built (:class:`CompiledDecider`)."""
         return self
+
+    @property
+    def reach(self) -> Reach | None:
+        """ListTools by policy (:mod:`callgate.policy.reach`); None: show every allowlisted tool."""
+        return self._p.reach
 
     @property
     def time_plans(self) -> Mapping[str, TimePlan]:

@@ -179,6 +179,11 @@ class OpaEngine:
         """Not decided by the compiled core."""
         return None
 
+    @property
+    def reach(self) -> None:
+        """No ListTools by policy: every allowlisted tool is shown."""
+        return None
+
     async def close(self) -> None:
         self._closed = True
         clients, self._clients = self._clients, {}

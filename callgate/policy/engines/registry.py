@@ -62,14 +62,18 @@ class EngineFactory:
 def _load_cedar(policy_dir: Path, policy: PolicyConfig) -> Engine:
     from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 
-    return CedarEngine(load_cedar_dir(policy_dir / "cedar", shadow=policy.shadow))
+    return CedarEngine(
+        load_cedar_dir(policy_dir / "cedar", shadow=policy.shadow, reach=policy.list_by_policy)
+    )
 
 
 def _load_cedar_for_core(policy_dir: Path, policy: PolicyConfig, compiled: bool) -> Engine:
     from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
 
     cores = SnapshotCores.NATIVE if compiled else SnapshotCores.PYTHON
-    return CedarEngine(load_cedar_dir(policy_dir / "cedar", shadow=policy.shadow, cores=cores))
+    return CedarEngine(
+        load_cedar_dir(policy_dir / "cedar", shadow=policy.shadow, cores=cores, reach=policy.list_by_policy)
+    )
 
 
 def _cedar_warnings(policy_dir: Path) -> list[str]:

@@ -240,6 +240,11 @@ class RegoEngine:
         """Not decided by the compiled core."""
         return None
 
+    @property
+    def reach(self) -> None:
+        """No ListTools by policy: every allowlisted tool is shown."""
+        return None
+
     async def close(self) -> None:
         self._closed = True
         ex, self._executor = self._executor, None

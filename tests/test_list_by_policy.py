@@ -1,0 +1,226 @@
+"""Issue 31 item 4: ListTools by policy (callgate/policy/reach.py).
+
+* unit: a tool no permit of the subject's scope reaches is hidden, one with only a
+  context-conditional permit is shown, one an unconditional forbid blocks is hidden;
+* property: on 200 seeded random policy sets, whenever the reading says *never* for a principal
+  and an action, the real engine (cedarpy) denies every sampled request of that principal for
+  that action (resources and contexts varied): a usable tool is never hidden;
+* a real sidecar with ``policy.list_by_policy``: two subjects see different sets, and a call to
+  the hidden tool is refused as not shown (``unknown_tool_version``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import cedarpy
+import grpc
+import pytest
+
+from callgate.config import PolicyConfig
+from callgate.policy.engines.cedar import load_cedar_dir
+from callgate.policy.reach import Reach
+from tests.conftest import POLICIES, start_sidecar, stop_sidecar
+
+ACTIONS = ("weather.read", "calendar.create", "files.delete")
+
+
+def _reach(tmp_path: Path, text: str) -> Reach:
+    root = tmp_path / "policies"
+    shutil.copytree(POLICIES, root, ignore=shutil.ignore_patterns("tests", "properties.toml"))
+    (root / "cedar" / "policies.cedar").write_text(text)
+    reach = load_cedar_dir(root / "cedar").reach
+    assert reach is not None
+    return reach
+
+
+def test_no_permit_conditional_permit_and_unconditional_forbid(tmp_path: Path) -> None:
+    reach = _reach(
+        tmp_path,
+        """
+@id("weather-all")
+permit (principal, action == Action::"weather.read", resource)
+when { context.tenant == "acme" };
+
+@id("calendar-schedulers")
+@confirm("ask")
+permit (principal in Role::"scheduler", action == Action::"calendar.create", resource);
+
+@id("delete-admins")
+permit (principal in Role::"admin", action in Action::"delete", resource);
+
+@id("no-delete-for-carol")
+forbid (principal == User::"carol", action == Action::"files.delete", resource);
+""",
+    )
+    # alice is a scheduler: calendar (confirm) and the conditional weather permit are reachable
+    assert reach.never("alice", ACTIONS) == {"files.delete"}
+    # bob has no role: only the context-conditional permit reaches him
+    assert reach.never("bob", ACTIONS) == {"calendar.create", "files.delete"}
+    # carol is admin, but an unconditional forbid blocks her deletes
+    assert reach.never("carol", ACTIONS) == {"calendar.create", "files.delete"}
+    # someone the entity set does not hold has no roles
+    assert reach.never("zed", ACTIONS) == {"calendar.create", "files.delete"}
+    # tools: one never-allowed capability hides the whole call; cached per principal
+    tools = [("weather.get@v1", ("weather.read",)), ("mixed@v1", ("weather.read", "files.delete"))]
+    assert reach.hidden("bob", tools) == {"mixed@v1"}
+    assert reach.hidden("bob", []) == {"mixed@v1"}  # the cached answer (same snapshot's tools)
+    assert reach.hidden("carol", []) == {"mixed@v1"}  # indexed once, at the first call
+
+
+def test_conditional_forbid_and_unknown_shapes_show(tmp_path: Path) -> None:
+    reach = _reach(
+        tmp_path,
+        """
+@id("delete-admins")
+permit (principal in Role::"admin", action in Action::"delete", resource);
+
+@id("forbid-when")
+forbid (principal, action, resource) when { context.tenant == "other" };
+
+@id("forbid-one-resource")
+forbid (principal == User::"carol", action, resource == Resource::"file:/x");
+""",
+    )
+    # neither forbid blocks every request: carol's deletes stay shown
+    assert reach.never("carol", ACTIONS) == {"weather.read", "calendar.create"}
+
+
+# --- property: never hides what the real engine could allow -------------------------------------
+PRINCIPALS = ("alice", "bob", "carol", "zed")
+ENTITIES = [
+    {"uid": {"type": "Role", "id": "scheduler"}, "attrs": {}, "parents": []},
+    {"uid": {"type": "Role", "id": "admin"}, "attrs": {}, "parents": [{"type": "Role", "id": "staff"}]},
+    {"uid": {"type": "Role", "id": "staff"}, "attrs": {}, "parents": []},
+    {"uid": {"type": "User", "id": "alice"}, "attrs": {}, "parents": [{"type": "Role", "id": "scheduler"}]},
+    {"uid": {"type": "User", "id": "bob"}, "attrs": {}, "parents": []},
+    {"uid": {"type": "User", "id": "carol"}, "attrs": {}, "parents": [{"type": "Role", "id": "admin"}]},
+    *(
+        {"uid": {"type": "Action", "id": a}, "attrs": {}, "parents": [{"type": "Action", "id": g}]}
+        for a, g in (("weather.read", "read"), ("calendar.create", "create"), ("files.delete", "delete"))
+    ),
+]
+DESCENDANTS = {"read": {"weather.read"}, "create": {"calendar.create"}, "delete": {"files.delete"}}
+RESOURCES = ("weather:x", "file:/a", "file:/etc/p")
+TENANTS = ("acme", "other")
+
+
+def _random_policy(rng: random.Random, n: int) -> str:
+    principal = rng.choice(
+        [
+            "principal",
+            f'principal == User::"{rng.choice(PRINCIPALS)}"',
+            f'principal in Role::"{rng.choice(("scheduler", "admin", "staff"))}"',
+            "principal is User",
+            f'principal is User in Role::"{rng.choice(("admin", "staff"))}"',
+        ]
+    )
+    action = rng.choice(
+        [
+            "action",
+            f'action == Action::"{rng.choice(ACTIONS)}"',
+            f'action in Action::"{rng.choice(("read", "create", "delete"))}"',
+            f'action in [Action::"{rng.choice(ACTIONS)}", Action::"{rng.choice(ACTIONS)}"]',
+        ]
+    )
+    resource = rng.choice(
+        ["resource", "resource is Resource", f'resource == Resource::"{rng.choice(RESOURCES)}"']
+    )
+    cond = rng.choice(
+        [
+            "",
+            "",
+            f'when {{ context.tenant == "{rng.choice(TENANTS)}" }}',
+            f'unless {{ context.tenant == "{rng.choice(TENANTS)}" }}',
+            "when { false }",
+        ]
+    )
+    effect = rng.choice(["permit", "permit", "forbid"])
+    confirm = '@confirm("c")\n' if effect == "permit" and rng.random() < 0.3 else ""
+    return f'@id("p{n}")\n{confirm}{effect} ({principal}, {action}, {resource}) {cond};\n'
+
+
+def test_never_hides_a_usable_tool_on_200_sets() -> None:
+    rng = random.Random(31)
+    entities = json.dumps(ENTITIES)
+    hidden_pairs = shown_pairs = 0
+    for _ in range(200):
+        text = "".join(_random_policy(rng, n) for n in range(rng.randint(1, 6)))
+        static = json.loads(cedarpy.policies_to_json_str(text))["staticPolicies"]
+        reach = Reach.build(
+            static,
+            list(static),
+            DESCENDANTS,
+            entities,
+            principal_type="User",
+            resource_type="Resource",
+            action_type="Action",
+        )
+        for who in PRINCIPALS:
+            never = reach.never(who, ACTIONS)
+            for act in ACTIONS:
+                allowed = any(
+                    cedarpy.is_authorized(
+                        {
+                            "principal": f'User::"{who}"',
+                            "action": f'Action::"{act}"',
+                            "resource": f'Resource::"{res}"',
+                            "context": {"tenant": tenant},
+                        },
+                        text,
+                        entities,
+                    ).allowed
+                    for res in RESOURCES
+                    for tenant in TENANTS
+                )
+                if act in never:
+                    hidden_pairs += 1
+                    assert not allowed, (who, act, text)
+                else:
+                    shown_pairs += 1
+    # the reading hides something (the property is not vacuous) and shows what it cannot decide
+    assert hidden_pairs > 500 and shown_pairs > 500, (hidden_pairs, shown_pairs)
+
+
+# --- a real sidecar -----------------------------------------------------------------------------
+def test_sidecar_lists_by_subject_and_refuses_the_hidden_tool() -> None:
+    running, tmp = start_sidecar(policy=replace(PolicyConfig(), list_by_policy=True))
+    try:
+        names = {}
+        sessions = {}
+        for who in ("alice", "bob", "carol"):
+            sessions[who] = running.open_session(subject=who)
+            names[who] = {t.name for t in running.list_tools(sessions[who]).tools}
+        # example policies: weather for all (conditional), calendar for schedulers, deletes for admins
+        assert names["alice"] == {"weather.get", "calendar.create_event"}
+        assert names["bob"] == {"weather.get"}
+        assert names["carol"] == {"weather.get", "files.delete"}
+        try:
+            resp = running.propose(sessions["bob"], "calendar.create_event@v1", {"calendar_id": "c"})
+            code = resp.rejection.code
+        except grpc.RpcError as exc:
+            code = str(exc.details())
+        assert "unknown_tool_version" in code
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def test_sidecar_default_lists_every_allowlisted_tool() -> None:
+    running, tmp = start_sidecar()
+    try:
+        sid = running.open_session(subject="bob")
+        assert {t.name for t in running.list_tools(sid).tools} == {
+            "weather.get",
+            "calendar.create_event",
+            "files.delete",
+        }
+    finally:
+        stop_sidecar(running, tmp)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    pytest.main([__file__])
