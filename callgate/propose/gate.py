@@ -236,6 +236,11 @@ class Gate:
                 call, call.refuse(claim, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
             )
         decision = await steps.authorize(call, tool, normalized)
+        if isinstance(decision, Rejection):  # the engine's schema cannot hold the arguments
+            outcome = await self._finish(call, decision, validated=validated)
+            if claim.key is not None:
+                await self.keys.release_claim(claim.key, call.invocation_id, call.now)
+            return outcome
         steps.decide(call, tool, decision, self._cfg.confirmation.ttl_seconds)
         outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
         if decision.effect is Effect.DENY and claim.key is not None:

@@ -451,12 +451,19 @@ def _hides_text(canonical: bytes) -> bool:
     return may_flag(canonical) and text_context(json.loads(canonical)) is not None
 
 
-async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
-    """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
+async def authorize(
+    call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments
+) -> Decision | Rejection:
+    """``authorize(subject, capability, resource, context)`` per capability; faults are denies.
+    A request the engine's schema cannot hold is a refusal naming the argument (below)."""
     session = call.session
     result = call.authorization
     if result is None:
         result = await authorize_invocation(call.snapshot.engine, tool, normalized, call.subject)
+    refused = _not_conforming(call, tool, normalized, result.decision)
+    if refused is not None:
+        return refused
+    if call.authorization is None:
         call.decision = decision_to_dict(result.decision)
     else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
         call.decision = _decision_dict(result.decision)
@@ -473,6 +480,26 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
     else:
         call.trail.add(EventKind.AUTHORIZED, State.AUTHORIZED, data)
     return decision
+
+
+def _not_conforming(
+    call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments, decision: Decision
+) -> Rejection | None:
+    """A deny because the request does not conform to the engine's schema (an argument a
+    hand-written action's context has no room for, or types otherwise) as the validation error
+    it is: ``schema_violation`` naming the argument and the action, never a policy deny
+    (:mod:`callgate.policy.conformance`)."""
+    locate = getattr(call.snapshot.engine, "conformance_violations", None)
+    if locate is None or decision.effect is not Effect.DENY:
+        return None
+    value = normalized.value if normalized.value is not None else json.loads(normalized.canonical)
+    violations = locate(decision, tool.spec.required_capabilities, value)
+    if violations is None:
+        return None
+    error = schema_violation(
+        "the arguments do not conform to the Cedar schema of the tool's action", violations
+    )
+    return call.reject(error, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
 
 
 def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmation_ttl_seconds: int) -> None:
