@@ -73,6 +73,11 @@ def test_a_request_the_cedar_schema_cannot_hold_is_a_validation_error_naming_it(
             assert [v.pointer for v in r.rejection.violations] == [pointer], r.rejection
             assert "notes.add" in r.rejection.violations[0].message, r.rejection
             assert "s3cr3t" not in str(r.rejection)  # places and kinds, never values
+        # a refused call does not keep its idempotency key: the corrected call runs under it
+        bad = sc.propose(sid, "notes.add@v1", {"id": "n5", "x": 1}, proposal_id="k1", idempotency_key="k")
+        assert bad.rejection.code == "schema_violation", bad
+        good = sc.propose(sid, "notes.add@v1", {"id": "n5"}, proposal_id="k2", idempotency_key="k")
+        assert good.decision.effect == pb.ALLOW, good
     finally:
         stop_sidecar(sc, tmp)
 
