@@ -23,12 +23,12 @@ from _harness import closed_loop, dump, machine_line, ready, report, sidecar
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.core.clock import FixedClock
 from callgate.credentials.issuer import CredentialIssuer, Grant, KeyRing
 from callgate.credentials.verifier import CredentialVerifier, InMemoryReplayCache
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
-from callgate.propose.digest import canonicalize, invocation_digest
 
 
 def per_second(fn: object, seconds: float) -> tuple[list[float], float]:

@@ -26,12 +26,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from callgate.arguments.normalize import normalize  # noqa: E402
+from callgate.arguments.parse import ParseLimits, parse_arguments  # noqa: E402
 from callgate.core.model import NormalizationContext  # noqa: E402
 from callgate.policy.snapshot import load_snapshot  # noqa: E402
 from callgate.propose.authorize import policy_context  # noqa: E402
 from callgate.propose.core import Core  # noqa: E402
-from callgate.propose.normalize import normalize  # noqa: E402
-from callgate.propose.parse import ParseLimits, parse_arguments  # noqa: E402
 from callgate.propose.steps import _hides_text  # noqa: E402
 
 CLOCK = "2026-07-19T14:00:00+08:00"

@@ -6,7 +6,7 @@ answered correctly, answered wrongly, and patterns refused, on
 
 (a) every test of the official JSON-Schema-Test-Suite (draft 2020-12, at ``../shared``) whose
     schema uses ``pattern``, ``patternProperties`` or ``format: regex`` (required files and
-    ``optional/``), run through :class:`~callgate.propose.validate.CompiledSchema` with the
+    ``optional/``), run through :class:`~callgate.arguments.validate.CompiledSchema` with the
     engine installed (expected outcomes: the suite's, with the EXCLUSIONS of
     ``tests/test_validate.py``);
 (b) the project's own regex cases in ``tests/test_validate.py`` (PATTERN_CASES, VALID_REGEXES,
@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 
 import regress  # noqa: E402
 
+from callgate.arguments.validate import CompiledSchema, ecma262, formats  # noqa: E402
+from callgate.arguments.validate import schema as schema_mod  # noqa: E402
 from callgate.core.errors import LoadError  # noqa: E402
-from callgate.propose.validate import CompiledSchema, ecma262, formats  # noqa: E402
-from callgate.propose.validate import schema as schema_mod  # noqa: E402
 from tests import test_validate as tv  # noqa: E402
 
 # (pattern, text, RegExp(pattern, "u").test(text)) for constructs the translator refuses.
@@ -154,7 +154,7 @@ class _RegressMatcher:
 @dataclass
 class Engine:
     """One regex engine: how it loads a pattern, whether it accepts a string as a regex, and how
-    it is installed into callgate.propose.validate for the suite run."""
+    it is installed into callgate.arguments.validate for the suite run."""
 
     name: str
     load: Callable[[str], Loaded]
@@ -340,7 +340,7 @@ if engine == "regress":
     rx = regress.Regex(pattern, "u")
     t = time.perf_counter(); rx.find(text)
 else:
-    from callgate.propose.validate import ecma262
+    from callgate.arguments.validate import ecma262
     try:
         rx = ecma262.compile_ecma(pattern)
     except ecma262.RegexError as err:

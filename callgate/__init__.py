@@ -6,7 +6,8 @@ runtime may execute, or a structured refusal, and records every step (spec chapt
 The folders are the architecture (drawn in docs/ARCHITECTURE.md):
 
     core/         shared vocabulary: model types, errors, event kinds, states, registries
-    propose/      the Propose chain: parse -> validate -> normalize -> digest -> authorize -> decide
+    arguments/    the argument library: strict parse, JSON Schema, normalizers, RFC 8785 digest
+    propose/      the Propose chain: lookup -> parse -> validate -> normalize -> authorize -> decide
     execute/      attempts, retries, budgets, secrets, redaction, result encoding
     credentials/  the one claims type, the issuer and the executors' offline verifier
     policy/       ToolSpecs, policy snapshots, their lifecycle, the engines and their registry

@@ -18,6 +18,8 @@ from typing import Any
 import grpc
 import pytest
 
+from callgate.arguments.normalize import normalize
+from callgate.arguments.parse import ParseLimits, parse_arguments
 from callgate.config import (
     Config,
     IdempotencyConfig,
@@ -31,8 +33,6 @@ from callgate.core.model import NormalizationContext, NormalizedArguments
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import normalize
-from callgate.propose.parse import ParseLimits, parse_arguments
 from callgate.server.app import Sidecar, build_components
 
 pytest_plugins = ["tests.markers", "tests.pg_fixture", "tests.opa_fixture"]

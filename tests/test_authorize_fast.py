@@ -3,7 +3,7 @@
 The ``Authorizer.Authorize`` handler reads the context ``Struct`` directly
 (:func:`callgate.server.services.struct_dict`, not ``json_format.MessageToDict``), digests it
 through the C JSON encoder where that text is canonical
-(:func:`callgate.propose.digest.canonicalize_plain`, else the reference ``canonicalize``), builds
+(:func:`callgate.arguments.digest.canonicalize_plain`, else the reference ``canonicalize``), builds
 each distinct decision's message and stored form once, and records an allow behind the barrier in
 one writer round trip. Here:
 
@@ -31,11 +31,11 @@ from google.protobuf import json_format, struct_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from callgate.arguments.digest import canonicalize, canonicalize_plain
 from callgate.config import CoreConfig, PolicyConfig
 from callgate.core.errors import CallgateError
 from callgate.core.model import AuthzRequest, Subject
 from callgate.gen.v1 import callgate_pb2 as pb
-from callgate.propose.digest import canonicalize, canonicalize_plain
 from callgate.propose.outcome import decision_to_dict
 from callgate.server.services import struct_dict
 from tests.conftest import DATA, Running, start_sidecar, stop_sidecar

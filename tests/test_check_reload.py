@@ -364,7 +364,7 @@ def test_positions_name_each_member_and_element() -> None:
 
 
 def test_unknown_keywords_are_found_by_keyword_not_by_shape() -> None:
-    from callgate.propose.validate.vocabulary import unknown_keywords
+    from callgate.arguments.validate.vocabulary import unknown_keywords
 
     schema = {
         "type": "object",

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from callgate.arguments.parse import ParseLimits
 from callgate.config import load_config
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.policy.snapshot import load_snapshot
 from callgate.policy.toolspecs import CompiledTool, compile_tool
 from callgate.propose.core import Core, CoreEngine, CoreKind, load_native
-from callgate.propose.parse import ParseLimits
 from tests.conftest import ROOT
 
 BUILT = load_native() is not None
@@ -78,7 +78,7 @@ def test_native_core_refuses_to_start_without_the_build(monkeypatch: pytest.Monk
 def broken_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A compiled core that is there but does not load (what the dynamic loader says of a module
     built against a newer libsqlite3, seen on this machine); the real one comes back after."""
-    import callgate.core.nativemod as nativemod
+    import callgate.native.loader as nativemod
 
     said = f"{ROOT}/callgate/_native.abi3.so: undefined symbol: sqlite3_set_clientdata"
 

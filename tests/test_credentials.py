@@ -27,6 +27,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.core.clock import FixedClock
 from callgate.core.errors import CallgateError, LoadError
 from callgate.credentials.claims import CredentialClaims
@@ -45,7 +46,6 @@ from callgate.credentials.verifier import (
     CredentialVerifier,
     InMemoryReplayCache,
 )
-from callgate.propose.digest import canonicalize, invocation_digest
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,11 +24,11 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
+from callgate.arguments.digest import canonicalize
 from callgate.cli.explain import ContextSource, SQLiteReader, explain, render_text
 from callgate.config import ObservabilityConfig
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.observability.tracing import TracingSink
-from callgate.propose.digest import canonicalize
 from callgate.store.base import Usage
 from tests.conftest import POLICIES, ROOT, Running, start_sidecar, stop_sidecar
 from tests.test_confirmation import error_reason

@@ -1,4 +1,4 @@
-"""The validation fast path (callgate.propose.validate.fastcheck) must be exact wherever it compiles.
+"""The validation fast path (callgate.arguments.validate.fastcheck) must be exact wherever it compiles.
 
 Exactness, not just soundness: ``not`` and ``oneOf`` compose the compiled answers, so a single
 wrong "no" inside them can become a wrong "yes" outside. Checked three ways:
@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from callgate.arguments.validate import SUPPORTED_FORMATS, CompiledSchema
+from callgate.arguments.validate.ecma262 import compile_ecma
+from callgate.arguments.validate.fastcheck import compile_check
+from callgate.arguments.validate.formats import FORMAT_CHECKER
 from callgate.core.errors import LoadError
-from callgate.propose.validate import SUPPORTED_FORMATS, CompiledSchema
-from callgate.propose.validate.ecma262 import compile_ecma
-from callgate.propose.validate.fastcheck import compile_check
-from callgate.propose.validate.formats import FORMAT_CHECKER
 from tests.conftest import POLICIES
 from tests.test_validate import (
     EXCLUSIONS,

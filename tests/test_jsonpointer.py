@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from callgate.arguments.digest import canonicalize
+from callgate.arguments.parse import parse_json_document
 from callgate.core import jsonpointer
 from callgate.core.errors import RejectedError
-from callgate.propose.digest import canonicalize
-from callgate.propose.parse import parse_json_document
 
 PROPS = settings(max_examples=300, deadline=None)
 

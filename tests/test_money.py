@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from callgate.arguments.normalize import NormalizerChain, as_policy_values, normalize
+from callgate.arguments.parse import ParseLimits
 from callgate.core.errors import ErrorCode, LoadError, RejectedError
 from callgate.core.model import Effect, NormalizationContext, Subject, ValidatedArguments
 from callgate.policy.engines.cedar import _ContextError, to_cedar_value
@@ -25,8 +27,6 @@ from callgate.policy.engines.rego_contract import RequestError, contract_value
 from callgate.policy.snapshot import load_snapshot
 from callgate.propose.authorize import authorize_invocation
 from callgate.propose.core import Core, native_plan
-from callgate.propose.normalize import NormalizerChain, as_policy_values, normalize
-from callgate.propose.parse import ParseLimits
 from tests.conftest import POLICIES
 
 CTX = NormalizationContext("2026-07-19T14:00:00+08:00", "Asia/Shanghai", "en")

@@ -406,11 +406,11 @@ def test_one_call_decision_is_the_reference(
     the same resource and the same decision."""
     import asyncio
 
+    from callgate.arguments.normalize import normalize
+    from callgate.arguments.parse import ParseLimits, parse_arguments
     from callgate.core.errors import RejectedError
     from callgate.core.model import NormalizationContext
     from callgate.propose.authorize import authorize_invocation
-    from callgate.propose.normalize import normalize
-    from callgate.propose.parse import ParseLimits, parse_arguments
 
     tool_key, args = proposal
     snap, core, ref = _one_call_pair()
@@ -463,7 +463,7 @@ def test_one_call_runs_only_on_the_compiled_cedar() -> None:
     tool = snap.tools.get("weather.get", "v1")
     raw = b'{"city": "Paris", "date": "tomorrow"}'
     clock = "2026-07-19T14:00:00+08:00"
-    from callgate.propose.parse import ParseLimits
+    from callgate.arguments.parse import ParseLimits
 
     one = core.front(snap, tool, raw, "acme", "en", clock, ParseLimits(), "bob")
     assert one is not None and one.code is None and one.resource == "weather:Paris"
@@ -571,9 +571,9 @@ def test_one_call_typed_context_is_the_reference(
 ) -> None:
     import asyncio
 
+    from callgate.arguments.parse import ParseLimits
     from callgate.core.errors import RejectedError
     from callgate.propose.authorize import authorize_invocation
-    from callgate.propose.parse import ParseLimits
 
     snap, core, ref = _typed_pair(tmp_path_factory.getbasetemp())
     tool = snap.tools.get("typed.put", "v1")

@@ -34,6 +34,10 @@ import rfc8785
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from callgate.arguments.digest import canonicalize, invocation_digest
+from callgate.arguments.normalize import NormalizerChain, normalize
+from callgate.arguments.parse import ParseLimits, parse_arguments, parse_json_document
+from callgate.arguments.validate.schema import CompiledSchema
 from callgate.core.errors import LoadError, RejectedError
 from callgate.core.model import NormalizationContext, ValidatedArguments
 from callgate.propose.core import (
@@ -47,10 +51,6 @@ from callgate.propose.core import (
     native_zone,
     text_table,
 )
-from callgate.propose.digest import canonicalize, invocation_digest
-from callgate.propose.normalize import NormalizerChain, normalize
-from callgate.propose.parse import ParseLimits, parse_arguments, parse_json_document
-from callgate.propose.validate.schema import CompiledSchema
 from tests.conftest import SHARED, reference_front
 
 NATIVE = load_native()
@@ -410,7 +410,7 @@ def _format_samples(name: str, r: random.Random) -> str:
 def test_formats_the_core_asserts() -> None:
     """Every format the compiled core asserts against formats.py's checker (the reference), on
     texts near each format's edges and on random texts of its alphabet."""
-    from callgate.propose.validate.formats import FORMAT_CHECKER
+    from callgate.arguments.validate.formats import FORMAT_CHECKER
 
     r = random.Random(20261204)
     for name in NATIVE_FORMATS:
@@ -874,7 +874,7 @@ def test_zone_rules_of_every_zone() -> None:
     from datetime import datetime, timedelta
     from zoneinfo import _common  # type: ignore[attr-defined]
 
-    from callgate.propose.normalize import _zone_names, load_zone, zone_file
+    from callgate.arguments.normalize import _zone_names, load_zone, zone_file
 
     epoch = datetime(1970, 1, 1)
     lo, hi = (

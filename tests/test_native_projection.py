@@ -21,13 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from callgate.arguments.parse import ParseLimits
 from callgate.core.errors import RejectedError
 from callgate.core.model import Effect, Subject
 from callgate.policy.engines import cedar as cedar_engine
 from callgate.policy.engines.cedar import CedarEngine
 from callgate.propose.authorize import authorize_invocation
 from callgate.propose.core import Core, CoreKind, load_native
-from callgate.propose.parse import ParseLimits
 from tests.conftest import POLICIES, reference_front
 from tests.test_native_cedar import ASCII, CONTEXT_VALUE, GRID_USERS, NUMBER, key
 

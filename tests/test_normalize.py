@@ -21,10 +21,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from callgate.arguments.digest import canonicalize, invocation_digest
+from callgate.arguments.normalize import NormalizerChain, NormalizerSpec, normalize
 from callgate.core.errors import ErrorCode, LoadError, RejectedError
 from callgate.core.model import NormalizationContext, ValidatedArguments
-from callgate.propose.digest import canonicalize, invocation_digest
-from callgate.propose.normalize import NormalizerChain, NormalizerSpec, normalize
 
 PROPS = settings(
     derandomize=True,
@@ -796,7 +796,7 @@ def test_context_with_the_instant_resolves_like_the_text_alone() -> None:
     does not spell the text is ignored."""
     from datetime import datetime, timedelta
 
-    from callgate.propose import normalize as nz
+    from callgate.arguments import normalize as nz
 
     zone = nz.load_zone("America/New_York")
     assert zone is not None

@@ -20,7 +20,7 @@ import pytest
 
 from callgate.core.errors import LoadError
 from callgate.core.model import Effect
-from callgate.core.nativemod import load_native
+from callgate.native import load_native
 from callgate.prove.properties import Kind, load_properties
 from callgate.prove.replay import Core, replay
 from callgate.prove.runner import (

@@ -13,13 +13,13 @@ import json
 
 import pytest
 
+from callgate.arguments.normalize import DATE_LOCALES, NormalizerChain
+from callgate.arguments.parse import ParseLimits
 from callgate.core.errors import ErrorCode, RejectedError
 from callgate.core.model import NormalizationContext
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.snapshot import load_snapshot
 from callgate.propose.core import Core, load_native
-from callgate.propose.normalize import DATE_LOCALES, NormalizerChain
-from callgate.propose.parse import ParseLimits
 from tests.conftest import POLICIES, Running
 
 CLOCK = "2026-07-19T14:00:00+08:00"

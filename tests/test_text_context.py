@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from callgate.arguments.parse import ParseLimits
 from callgate.core.model import AuthzRequest, Subject
 from callgate.policy.declare import cedar_text_actions, declared
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
@@ -29,7 +30,6 @@ from callgate.policy.engines.rego_contract import build_input, load_rego_dir
 from callgate.policy.snapshot import load_snapshot
 from callgate.policy.textflags import TEXT_KEY, may_flag, text_context
 from callgate.propose.authorize import policy_context
-from callgate.propose.parse import ParseLimits
 from callgate.propose.steps import _declares_text, _hides_text
 from tests import policy_tables
 from tests.conftest import POLICIES

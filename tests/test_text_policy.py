@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from callgate.arguments.textpolicy import TextClass, TextPolicy
 from callgate.config import CoreConfig, load_config
 from callgate.core import unitext
 from callgate.core.clock import FixedClock
@@ -23,8 +24,8 @@ from callgate.core.trace import TraceContext
 from callgate.core.unitext import Flag
 from callgate.policy.snapshot import load_snapshot_from_config
 from callgate.policy.toolspecs import load_tools
-from callgate.propose.gate import Gate, SessionSpec
-from callgate.propose.textpolicy import TextClass, TextPolicy
+from callgate.propose.gate import SessionSpec
+from callgate.server.app import Shared
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.sqlite import SQLiteStore
 from tests.conftest import POLICIES, ROOT
@@ -108,7 +109,7 @@ async def _propose(policies: Path, engine: str, args: dict[str, Any]) -> tuple[A
     await idem.start()
     try:
         clock = FixedClock(datetime.fromisoformat("2026-07-19T14:00:00+08:00"))
-        gate = Gate(config=cfg, snapshot=snap, store=store, clock=clock, idempotency=idem)
+        gate = Shared.build(cfg, snap, store, clock, idem).gate(cfg, store, clock)
         s = await gate.open_session(SessionSpec(subject=Subject(tenant="acme", id="alice"), timezone="UTC"))
         await gate.list_tools(s.session_id, "m")
         raw = json.dumps({"title": "x", "start": "2026-07-20T09:00", **args}).encode()

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from callgate.arguments.parse import ParseLimits
 from callgate.core.errors import ErrorCode, RejectedError
 from callgate.core.model import AuthzRequest, Subject
 from callgate.policy.declare import cedar_time_plans, declared
@@ -29,7 +30,6 @@ from callgate.policy.engines.rego import RegoEngine
 from callgate.policy.engines.rego_contract import build_input, load_rego_dir
 from callgate.policy.timevalues import Instant, Span, TimeKind, TimeValueError, instant_of, span_of
 from callgate.propose.authorize import policy_context
-from callgate.propose.parse import ParseLimits
 from callgate.propose.steps import check_times
 from tests import policy_tables
 from tests.conftest import POLICIES

@@ -7,8 +7,8 @@ import json
 import grpc
 import pytest
 
+from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.gen.v1 import callgate_pb2 as pb
-from callgate.propose.digest import canonicalize, invocation_digest
 from tests.conftest import Running
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -1,4 +1,4 @@
-"""Tests of the callgate.propose.validate package: JSON Schema 2020-12 conformance + callgate's own rules.
+"""Tests of the callgate.arguments.validate package: JSON Schema 2020-12 conformance + callgate's own rules.
 
 The official JSON-Schema-Test-Suite lives outside the repo (``../shared/conformance/json-schema``).
 If it is missing these tests FAIL (they never skip): conformance is a release requirement.
@@ -18,9 +18,7 @@ import pytest
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
-from callgate.core.model import ParsedArguments, ValidatedArguments
-from callgate.propose.validate import (
+from callgate.arguments.validate import (
     DIALECT_2020_12,
     EXCLUDED_FORMATS,
     SUPPORTED_FORMATS,
@@ -29,7 +27,9 @@ from callgate.propose.validate import (
     formats,
     keywords,
 )
-from callgate.propose.validate import schema as schema_mod
+from callgate.arguments.validate import schema as schema_mod
+from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
+from callgate.core.model import ParsedArguments, ValidatedArguments
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "conformance" / "json-schema"
 REQUIRED_DIR = CORPUS / "tests" / "draft2020-12"
@@ -1235,7 +1235,7 @@ def test_regex_format_on_non_strings_and_in_metaschema() -> None:
 def test_metaschema_verdict_is_remembered_by_digest(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 15: the metaschema check (most of loading a tool) runs once per distinct schema; a
     reload of unchanged ToolSpecs, or a second tool with the same schema, reuses the verdict."""
-    from callgate.propose.validate import schema as schema_module
+    from callgate.arguments.validate import schema as schema_module
 
     calls: list[object] = []
     real = schema_module._metaschema_check

@@ -16,7 +16,7 @@ import yaml
 from callgate.cli import main as cli
 from callgate.cli import version
 from callgate.cli.example import EXAMPLE_DIR, example_config
-from callgate.core.nativemod import load_native
+from callgate.native import load_native
 from tests.conftest import ROOT
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))

@@ -283,7 +283,8 @@ async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: T
     from callgate.core.model import Proposal, Subject
     from callgate.core.trace import TraceContext
     from callgate.policy.snapshot import load_snapshot_from_config
-    from callgate.propose.gate import Gate, SessionSpec
+    from callgate.propose.gate import SessionSpec
+    from callgate.server.app import Shared
     from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
     from callgate.store.sqlite import SQLiteStore
 
@@ -300,7 +301,7 @@ async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: T
                 if "reference_clock" in case
                 else SystemClock()
             )
-            gate = Gate(config=cfg, snapshot=snap, store=store, clock=clock, idempotency=idem)
+            gate = Shared.build(cfg, snap, store, clock, idem).gate(cfg, store, clock)
             subj = case.get("subject", {})
             session = await gate.open_session(
                 SessionSpec(

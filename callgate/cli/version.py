@@ -55,7 +55,7 @@ def package_version() -> str:
 
 
 def core_build() -> str:
-    from callgate.core.nativemod import load_native, native_missing
+    from callgate.native import load_native, native_missing
 
     native = load_native()
     if native is None:

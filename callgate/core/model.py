@@ -107,7 +107,7 @@ class NormalizedArguments:
     canonical: bytes
     """RFC 8785 canonical JSON bytes of ``value``."""
     digest: str
-    """``sha256:<hex>`` of tenant, tool name@version and ``canonical`` (see :mod:`callgate.propose.digest`)."""
+    """``sha256:<hex>`` of tenant, tool name@version and ``canonical`` (see :mod:`callgate.arguments.digest`)."""
     context: NormalizationContext
     applied: tuple[str, ...] = ()
     """Names of the normalizers that changed something, in order, for the event trail."""

@@ -155,7 +155,7 @@ class Grant:
     capabilities: tuple[str, ...]
     resource: str
     digest: str
-    """``sha256:<hex>`` from :func:`callgate.propose.digest.invocation_digest`."""
+    """``sha256:<hex>`` from :func:`callgate.arguments.digest.invocation_digest`."""
     idempotency_key: str
     """May be ``""``."""
     deadline: datetime

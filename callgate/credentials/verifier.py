@@ -56,6 +56,7 @@ from joserfc.jwk import OKPKey
 from joserfc.jws import JWSRegistry
 from joserfc.util import urlsafe_b64decode
 
+from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.core.clock import Clock
 from callgate.core.errors import RejectedError
 from callgate.core.model import JSONValue
@@ -80,7 +81,6 @@ from callgate.credentials.claims import (
     CredentialClaims,
     CredentialError,
 )
-from callgate.propose.digest import canonicalize, invocation_digest
 
 __all__ = [
     "ALG",

@@ -60,6 +60,7 @@ from callgate.core import jsonpointer
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.core.model import JSONValue
 from callgate.execute.redaction import Redactor, unique_keys
+from callgate.policy.resultlimits import DEFAULT_MAX_BYTES, MIN_MAX_BYTES, limits_from_spec
 
 __all__ = [
     "CLOSE_PREFIX",
@@ -85,10 +86,6 @@ __all__ = [
     "unmarked_data",
 ]
 
-MIN_MAX_BYTES = 512
-"""Smallest ``max_bytes`` accepted: room for the envelope of a truncated message."""
-DEFAULT_MAX_BYTES = 16384
-"""``max_bytes`` when a ToolSpec has no ``result_limits.max_bytes``."""
 MAX_DEPTH = 128
 """Deepest payload accepted (the strict parser's default limit is 64)."""
 MIN_STRING_PREVIEW = 16
@@ -363,23 +360,6 @@ class EncodedResult:
     compact UTF-8 JSON, the same bytes :attr:`remaining` holds when truncated. Not for the
     model (it has no boundaries); the sidecar checks it against an ``output_schema`` and hands
     it out as the structured result only when that holds and the message is not truncated."""
-
-
-def limits_from_spec(result_limits: Mapping[str, Any]) -> tuple[int, int | None]:
-    """``(max_bytes, max_items)`` from a ToolSpec's ``result_limits`` (defaults when absent).
-
-    Raises:
-        ValueError: ``max_bytes`` below :data:`MIN_MAX_BYTES` (call this when loading ToolSpecs).
-    """
-    max_bytes = result_limits.get("max_bytes", DEFAULT_MAX_BYTES)
-    max_items = result_limits.get("max_items")
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < MIN_MAX_BYTES:
-        raise ValueError(f"result_limits.max_bytes must be an integer >= {MIN_MAX_BYTES}")
-    if max_items is not None and (
-        isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 1
-    ):
-        raise ValueError("result_limits.max_items must be an integer >= 1")
-    return max_bytes, max_items
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ import secrets as _secrets
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
@@ -79,10 +79,12 @@ from callgate.execute.secrets import SecretStore
 from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.idempotency import IdempotencyFlow
-from callgate.propose.sessions import owned_invocation
 from callgate.store.base import AttemptRecord, InvocationRecord, ResultRecord, Store, Usage
+from callgate.store.ownership import owned_invocation
 from callgate.store.trail import Trail, move
+
+if TYPE_CHECKING:  # built by the composition root and handed in; the pipeline above is not imported
+    from callgate.propose.idempotency import IdempotencyFlow
 
 
 class Outcome(str, Enum):
@@ -659,7 +661,7 @@ class Execution:
         trail keeps what the tool answered; it is never handed to the model: the state does not
         become OBSERVED, no repeat of the idempotency key replays it, it does not count against
         the result-bytes budget, and ``GetResult`` answers ``output_after_cancel`` (6.7, 6.12)."""
-        from callgate.propose.parse import ParseLimits, parse_json_document
+        from callgate.arguments.parse import ParseLimits, parse_json_document
 
         if status not in ("ok", "error"):
             raise invalid_request("status must be 'ok' or 'error'")

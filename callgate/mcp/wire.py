@@ -37,8 +37,8 @@ import mcp_types as types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
+from callgate.arguments.parse import ParseLimits, parse_json_document
 from callgate.core.errors import CallgateError
-from callgate.propose.parse import ParseLimits, parse_json_document
 
 log = logging.getLogger("callgate.mcp")
 

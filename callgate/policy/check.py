@@ -32,9 +32,8 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from callgate.config import Config
 from callgate.core import jsonpositions
 from callgate.core.errors import ErrorCode, LoadError
 from callgate.core.model import AuthzRequest, Decision, JSONValue, Subject
@@ -44,6 +43,9 @@ from callgate.policy.engines.cedar_slices import release_free_memory
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
+
+if TYPE_CHECKING:
+    from callgate.config import Config
 
 MAX_SUBJECTS = 32
 """At most this many principals per sample (taken in file order from the entity data)."""

@@ -32,11 +32,11 @@ from typing import Any, Final
 
 import jsonschema
 
+from callgate.arguments.parse import ParseLimits, parse_json_document
 from callgate.core.errors import CallgateError, LoadError, policy_invalid
 from callgate.core.model import JSONValue
 from callgate.policy.textflags import CEDAR_TEXT_TYPE, TEXT_KEY
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
-from callgate.propose.parse import ParseLimits, parse_json_document
 
 __all__ = [
     "BASE_CEDAR_SCHEMA",

@@ -30,16 +30,18 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import LoadError
 from callgate.policy.check import Finding, Severity, check_snapshot, errors, load_error_findings
 from callgate.policy.engines.registry import ENGINES
+from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
-from callgate.propose.gate import Gate
 from callgate.store.base import Store
+
+if TYPE_CHECKING:
+    from callgate.config import Config
 
 log = logging.getLogger("callgate.policy")
 
@@ -118,7 +120,9 @@ async def _off_the_loop(fn: Callable[[Config], PolicySnapshot], cfg: Config) -> 
 @dataclass
 class PolicyLifecycle:
     config: Config
-    gate: Gate
+    serving: ServingSnapshot
+    """The snapshot every request reads: swapped here (its listeners, e.g. the compiled core,
+    prepare each snapshot first), readiness set here."""
     store: Store
     clock: Clock
     set_health: HealthSetter
@@ -154,13 +158,17 @@ class PolicyLifecycle:
     async def _activate(self, snap: PolicySnapshot) -> None:
         if self._uploads_policies():
             await snap.engine.load_policies()
-        old = self.gate.snapshot_or_none
-        self.gate.swap_snapshot(snap)
+        old = self.serving.current_or_none
+        self.serving.swap(snap)
         if old is not None and old.engine is not snap.engine:
             self._retired.append(old)
             asyncio.get_running_loop().call_later(
                 5.0, lambda: asyncio.ensure_future(self._close_retired(old))
             )
+        await self._record(snap)
+
+    async def _record(self, snap: PolicySnapshot) -> None:
+        """Put the snapshot that starts serving on record (revision, engine, tools)."""
         await self.store.record_snapshot(
             snap.revision,
             rfc3339(self.clock.now()),
@@ -231,7 +239,7 @@ class PolicyLifecycle:
         loaded atomically: the files must not change while they load (else it is loaded again,
         at most :data:`LOAD_ATTEMPTS` times) and it must pass the snapshot checks."""
         async with self._lock:
-            current = self.gate.snapshot_or_none
+            current = self.serving.current_or_none
             for _attempt in range(LOAD_ATTEMPTS):
                 before = await asyncio.to_thread(fingerprint, self.policy_dir)
                 self._fingerprint = before
@@ -269,10 +277,10 @@ class PolicyLifecycle:
             return True
 
     async def refresh_health(self) -> None:
-        snap = self.gate.snapshot_or_none
+        snap = self.serving.current_or_none
         ready = snap is not None and snap.revision != self._refused_revision and await snap.engine.ready()
         self.ready = ready
-        self.gate.set_ready(ready)
+        self.serving.set_ready(ready)
         await self.set_health(ready, not self.last_error)
 
     async def _settle(self, seen: str) -> None:
@@ -297,7 +305,7 @@ class PolicyLifecycle:
                 if self.config.policy.watch and seen != self._fingerprint:
                     await self._settle(seen)
                     await self.reload("file change")
-                elif self.gate.snapshot_or_none is None:
+                elif self.serving.current_or_none is None:
                     await self.reload("retry")
                 else:
                     await self.refresh_health()  # e.g. OPA came up, or went away
@@ -305,11 +313,11 @@ class PolicyLifecycle:
                 log.exception("policy watcher error")
 
     async def start(self) -> None:
-        if self.gate.snapshot_or_none is None:
+        if self.serving.current_or_none is None:
             await self.reload("start")
         else:
             self._fingerprint = await asyncio.to_thread(fingerprint, self.policy_dir)
-            snap = self.gate.snapshot_or_none
+            snap = self.serving.current_or_none
             assert snap is not None
             problems = await self._checked(snap)
             if problems:
@@ -324,15 +332,7 @@ class PolicyLifecycle:
                     await snap.engine.load_policies()
                 except Exception as exc:
                     log.error("uploading policies to the %s engine failed: %s", snap.engine.name, exc)
-            await self.store.record_snapshot(
-                snap.revision,
-                rfc3339(self.clock.now()),
-                {
-                    "engine": snap.engine.name,
-                    "engine_revision": snap.engine.revision,
-                    "tools": [t.spec.key for t in snap.tools],
-                },
-            )
+            await self._record(snap)
             await self.refresh_health()
         self._task = asyncio.ensure_future(self._watch())
 

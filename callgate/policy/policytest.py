@@ -65,15 +65,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from callgate.config import Config
+from callgate.arguments.parse import ParseLimits, parse_json_document
 from callgate.core.errors import CallgateError, RejectedError
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason, Subject
 from callgate.core.schemafiles import describe, packaged_validator, schema_problems
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
-from callgate.propose.parse import ParseLimits, parse_json_document
+
+if TYPE_CHECKING:
+    from callgate.config import Config
 
 FOLDERS: Mapping[str, Effect] = {"ALLOW": Effect.ALLOW, "CONFIRM": Effect.CONFIRM, "DENY": Effect.DENY}
 """Folder name -> wanted effect, in the order the table lists them."""
@@ -353,7 +355,7 @@ def _policy_values(cases: list[RequestCase], tools_dir: Path | None) -> list[Req
             tools = {t.spec.key: t for t in load_tools(tools_dir)}
         except CallgateError:
             pass  # the snapshot load reports it
-    from callgate.propose.normalize import as_policy_values
+    from callgate.arguments.normalize import as_policy_values
 
     wall = datetime.now(UTC)
     out = []

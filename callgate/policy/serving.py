@@ -4,22 +4,39 @@ A request reads :attr:`ServingSnapshot.current` once and uses that snapshot for 
 reload in the middle of a request never mixes an old ToolSpec with a new policy set. Until a good
 snapshot is loaded and its engine is ready, ``current`` raises ``not_ready`` (fail closed: no
 decision on half-loaded policies). The policy lifecycle swaps snapshots and sets readiness.
+
+What must be prepared for a snapshot before it serves (the compiled core's per-tool plans)
+subscribes with :meth:`ServingSnapshot.subscribe`, as Cerbos's storage ``Subscribable`` and OPA's
+compiler triggers do: the policy side never imports the request pipeline it feeds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from callgate.core.errors import not_ready
 from callgate.policy.snapshot import PolicySnapshot
 
+SwapListener = Callable[[PolicySnapshot], object]
+"""Called with a snapshot before it starts serving (its return value is ignored)."""
+
 
 class ServingSnapshot:
-    """One reference to the serving snapshot, swapped atomically, and its readiness."""
+    """One reference to the serving snapshot, swapped atomically, its readiness, and the
+    listeners told of each snapshot before it serves."""
 
-    __slots__ = ("_ready", "_snap")
+    __slots__ = ("_listeners", "_ready", "_snap")
 
     def __init__(self, snapshot: PolicySnapshot | None) -> None:
         self._snap = snapshot
         self._ready = snapshot is not None
+        self._listeners: list[SwapListener] = []
+
+    def subscribe(self, listener: SwapListener) -> None:
+        """Call ``listener`` with every snapshot before it serves, starting with the current one."""
+        self._listeners.append(listener)
+        if self._snap is not None:
+            listener(self._snap)
 
     @property
     def current(self) -> PolicySnapshot:
@@ -38,7 +55,9 @@ class ServingSnapshot:
         self._ready = ready and self._snap is not None
 
     def swap(self, snapshot: PolicySnapshot) -> None:
-        """Replace ToolSpecs + policies in one reference assignment."""
+        """Tell the listeners, then replace ToolSpecs + policies in one reference assignment."""
+        for listener in self._listeners:
+            listener(snapshot)
         self._snap = snapshot
 
 

@@ -9,17 +9,71 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from pathlib import Path
 
+from callgate.arguments.validate import CompiledSchema
 from callgate.config import Config, PolicyConfig
+from callgate.core.model import Decision
+from callgate.native import compiled_core_runs
 from callgate.policy.declare import ENGINE_FOLDERS, Problem, ToolTyping, close_objects, tool_typing
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
-from callgate.policy.toolspecs import ToolRegistry, load_tools
-from callgate.propose.validate import CompiledSchema
+from callgate.policy.toolspecs import CompiledTool, ToolRegistry, load_tools
 
 log = logging.getLogger("callgate.policy")
+
+SHARED_DECISIONS_MAX = 1024
+"""Distinct compiled-core answers whose Decision one snapshot keeps (they are few: effect,
+reasons and error per capability); past it the memo starts again."""
+
+
+@dataclass(slots=True)
+class ToolFacts:
+    """What every call of one tool reads the same way, found once per tool of a snapshot."""
+
+    tool: CompiledTool
+    timeout: timedelta
+    """The ToolSpec's execution budget (the deadline of an allowed call)."""
+    native_validated: dict[str, object] | None = None
+    """The ``validated`` event data when the compiled core validated (every field comes from
+    the tool's schema); the trail copies it into each event."""
+
+
+class SnapshotMemo:
+    """The per-request values one snapshot's requests compute the same way, kept with the
+    snapshot (and dropped with it): facts per tool, and the shared Decision (with its stored
+    dict) per distinct compiled-core answer. No process-wide cache keyed by ``id()``."""
+
+    __slots__ = ("_decisions", "_tools")
+
+    def __init__(self) -> None:
+        self._tools: dict[str, ToolFacts] = {}
+        self._decisions: dict[tuple[object, ...], tuple[Decision, dict[str, object]]] = {}
+
+    def facts(self, tool: CompiledTool) -> ToolFacts:
+        """The facts of ``tool`` (a tool of this snapshot; another one is answered, not kept)."""
+        hit = self._tools.get(tool.spec.key)
+        if hit is not None and hit.tool is tool:
+            return hit
+        facts = ToolFacts(tool, timedelta(milliseconds=tool.spec.timeout_ms))
+        if hit is None:
+            self._tools[tool.spec.key] = facts
+        return facts
+
+    def shared_decision(
+        self, key: tuple[object, ...], build: Callable[[], tuple[Decision, dict[str, object]]]
+    ) -> tuple[Decision, dict[str, object]]:
+        """The Decision and its stored dict for the compiled core's answer ``key``, built once."""
+        hit = self._decisions.get(key)
+        if hit is None:
+            hit = build()
+            if len(self._decisions) >= SHARED_DECISIONS_MAX:
+                self._decisions.clear()
+            self._decisions[key] = hit
+        return hit
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +85,8 @@ class PolicySnapshot:
     refused: tuple[Problem, ...] = ()
     """ToolSpecs refused alone (not in ``tools``): their action has no policy type
     (:func:`callgate.policy.declare.tool_typing`); ``callgate check`` names each."""
+    memo: SnapshotMemo = field(default_factory=SnapshotMemo, init=False, compare=False, repr=False)
+    """Per-request values of this snapshot, built once (:class:`SnapshotMemo`)."""
 
 
 def load_snapshot(
@@ -90,9 +146,7 @@ def _typed(tools: ToolRegistry, typing: ToolTyping, *, deep: bool) -> ToolRegist
 def compiled_core_serves(cfg: Config) -> bool:
     """Whether the compiled core will serve decisions under ``cfg`` (``[core] engine``: ``python``
     never; ``auto`` and ``native`` when ``callgate._native`` imports), as the core seam decides."""
-    from callgate.propose.core import CoreEngine, load_native
-
-    return CoreEngine(cfg.core.engine) is not CoreEngine.PYTHON and load_native() is not None
+    return compiled_core_runs(cfg.core.engine)
 
 
 def load_snapshot_from_config(cfg: Config) -> PolicySnapshot:

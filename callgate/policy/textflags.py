@@ -1,7 +1,7 @@
 """Free text that hides characters, as the policies see it (issue 33 item 1; spec 6.6).
 
 An identifier that hides characters is refused at propose (``text_refused``,
-:mod:`callgate.propose.textpolicy`). Free text (a ToolSpec string whose ``text_policy`` is
+:mod:`callgate.arguments.textpolicy`). Free text (a ToolSpec string whose ``text_policy`` is
 ``free``: titles, bodies) keeps them, and every confirmation surface shows them as marks. The
 policies see it too: when a string argument of the normalized arguments has one of
 :class:`callgate.core.unitext.Flag`, the request's context carries ``text``::

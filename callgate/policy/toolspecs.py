@@ -19,6 +19,12 @@ from typing import Any
 
 import jsonschema
 
+from callgate.arguments.normalize import NormalizerChain
+from callgate.arguments.parse import ParseLimits, parse_json_document
+from callgate.arguments.textpolicy import EMPTY as NO_TEXT_POLICY
+from callgate.arguments.textpolicy import TextPolicy
+from callgate.arguments.validate import CompiledSchema
+from callgate.arguments.validate.vocabulary import unknown_keywords
 from callgate.client.names import tool_name_problem
 from callgate.core import jsonpointer, jsonpositions
 from callgate.core.errors import (
@@ -30,14 +36,8 @@ from callgate.core.errors import (
     toolspec_invalid,
 )
 from callgate.core.model import JSONValue, SideEffectClass
-from callgate.execute.encode import limits_from_spec
+from callgate.policy.resultlimits import limits_from_spec
 from callgate.policy.timevalues import TimeField, time_fields
-from callgate.propose.normalize import NormalizerChain
-from callgate.propose.parse import ParseLimits, parse_json_document
-from callgate.propose.textpolicy import EMPTY as NO_TEXT_POLICY
-from callgate.propose.textpolicy import TextPolicy
-from callgate.propose.validate import CompiledSchema
-from callgate.propose.validate.vocabulary import unknown_keywords
 
 _PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
 

@@ -11,13 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from callgate.arguments.normalize import as_policy_values
 from callgate.core.errors import CallgateError, ErrorCode, internal
 from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
 from callgate.policy.textflags import TEXT_KEY, text_context
 from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry
-from callgate.propose.normalize import as_policy_values
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,18 +32,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType, ModuleType
-from typing import Any, Final
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final
 
-from callgate.core.errors import config_invalid
-from callgate.core.fastinit import builder
-from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
-from callgate.core.nativemod import NOT_BUILT, load_native, native_missing
-from callgate.policy.engines.cedar import DETACH_MIN_BYTES
-from callgate.policy.snapshot import PolicySnapshot
-from callgate.policy.timevalues import NO_PLAN, TimeValueError, now_instant
-from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import (
+from callgate.arguments.normalize import (
     DATE_VOCABULARIES,
     NormalizerChain,
     _decimal_option,
@@ -51,7 +43,18 @@ from callgate.propose.normalize import (
     load_zone,
     zone_file,
 )
-from callgate.propose.parse import ParseLimits
+from callgate.arguments.parse import ParseLimits
+from callgate.core.errors import config_invalid
+from callgate.core.fastinit import builder
+from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
+from callgate.native import NOT_BUILT, CoreEngine, HandBack, NativeModule, load_native, native_missing
+from callgate.policy.engines.cedar import DETACH_MIN_BYTES
+from callgate.policy.snapshot import PolicySnapshot
+from callgate.policy.timevalues import NO_PLAN, TimeValueError, now_instant
+from callgate.policy.toolspecs import CompiledTool
+
+if TYPE_CHECKING:
+    from callgate._native import Tool, Vocab, Zone
 
 __all__ = ["Core", "CoreEngine", "CoreKind", "FrontAnswer", "load_native", "native_plan", "native_steps"]
 
@@ -66,14 +69,6 @@ DATED_KINDS: Final = frozenset({"relative_date", "datetime"})
 DECIMAL_BOUND_PLACES: Final = 18
 """Fractional digits of a ``decimal`` bound the compiled core holds exactly (it counts in units
 of 10^-18); a bound written with more keeps the tool on the Python stages."""
-
-
-class CoreEngine(StrEnum):
-    """``[core] engine``."""
-
-    AUTO = "auto"
-    PYTHON = "python"
-    NATIVE = "native"
 
 
 class CoreKind(StrEnum):
@@ -155,7 +150,7 @@ def _date_language(locale: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=16)
-def native_vocab(native: ModuleType, lang: str) -> Any:
+def native_vocab(native: NativeModule, lang: str) -> Vocab | None:
     """The compiled core's copy of ``lang``'s relative-date table (``callgate._native.Vocab``),
     or None for English and Chinese (English is built in; Chinese text defers)."""
     table = DATE_VOCABULARIES.get(lang)
@@ -257,7 +252,7 @@ TEXT_KINDS: Final = frozenset({"text", "enum_alias"})
 
 
 @functools.cache
-def install_text_table(native: ModuleType) -> None:
+def install_text_table(native: NativeModule) -> None:
     """Hand :func:`text_table` to the compiled core (once per process, when the first tool with
     a ``text`` or ``enum_alias`` normalizer is prepared; until then, text outside ASCII and CJK
     ideographs defers to the Python stages)."""
@@ -274,12 +269,12 @@ def _thaw(value: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=512)
-def native_zone(native: ModuleType, name: str) -> Any:
+def native_zone(native: NativeModule, name: str) -> Zone | None:
     """The compiled core's rules of zone ``name`` (``callgate._native.Zone``), or None when the
     reference does not know the zone or the rules cannot be read as it reads them.
 
-    They come from the file the reference loads (:func:`~callgate.propose.normalize.load_zone`:
-    the ``tzdata`` package, :func:`~callgate.propose.normalize.zone_file`), parsed by the standard library's own ``zoneinfo`` reader (its
+    They come from the file the reference loads (:func:`~callgate.arguments.normalize.load_zone`:
+    the ``tzdata`` package, :func:`~callgate.arguments.normalize.zone_file`), parsed by the standard library's own ``zoneinfo`` reader (its
     transitions, offsets and footer rule), so both cores answer from the same data with the same
     algorithm (``native/src/zone.rs``)."""
     path = zone_file(name)
@@ -341,7 +336,7 @@ class _Prepared:
 
     tool: CompiledTool
     snapshot: PolicySnapshot
-    native_tool: Any
+    native_tool: Tool
     relative_dates: bool
     """The tool has a ``relative_date`` or ``datetime`` normalizer (the locale then decides who
     answers)."""
@@ -355,9 +350,10 @@ def _time_args_declared(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
     capabilities (a hand-written schema may keep it a ``String``: the one-call context has it)."""
     if not tool.times:
         return False
-    plans = getattr(snapshot.engine, "time_plans", None)
-    if not isinstance(plans, Mapping):
+    decider = snapshot.engine.compiled
+    if decider is None:
         return True
+    plans = decider.time_plans
     names = {f.name for f in tool.times}
     return any(names & plans.get(cap, NO_PLAN).args for cap in tool.spec.required_capabilities)
 
@@ -389,23 +385,23 @@ class Core:
         self.kind = CoreKind.NATIVE if self._native is not None else CoreKind.PYTHON
         self._lock = threading.Lock()
         self._snapshot: PolicySnapshot | None = None
-        self._tools: dict[str, Any] = {}
+        self._tools: dict[str, Tool] = {}
         self._unsupported: dict[str, str] = {}
         self._prepared: dict[int, _Prepared] = {}
         """By ``id`` of the CompiledTool (checked by identity): tools the core runs."""
-        self.python_path: Counter[str] = Counter()
+        self.python_path: Counter[HandBack] = Counter()
         """Proposals the Python stages answered on the native core, by reason."""
         self.observer: Callable[[str], None] | None = None
         """Told each reason as it is counted (metric ``callgate_core_python_path_total``)."""
 
-    def note(self, reason: str) -> None:
+    def note(self, reason: HandBack) -> None:
         """Count a proposal the Python stages answered although the native core runs."""
         self.python_path[reason] += 1
         if self.observer is not None:
             self.observer(reason)
 
     @property
-    def native(self) -> ModuleType | None:
+    def native(self) -> NativeModule | None:
         return self._native
 
     def prepare(self, snapshot: PolicySnapshot, *, eager: bool = False) -> dict[str, str]:
@@ -415,9 +411,9 @@ class Core:
 
         A Cedar snapshot prepared in the compiled core decides there when this core is native
         (:meth:`cedar_core`); OPA and Rego are unaffected."""
-        use_native = getattr(snapshot.engine, "use_native", None)
-        if callable(use_native):
-            use_native(self._native is not None)
+        decider = snapshot.engine.compiled
+        if decider is not None:
+            decider.use_native(self._native is not None)
         if self._native is None:
             return {}
         with self._lock:
@@ -429,7 +425,7 @@ class Core:
                 self._tool(snapshot, tool)
         return dict(self._unsupported)
 
-    def _tool(self, snapshot: PolicySnapshot, tool: CompiledTool) -> Any:
+    def _tool(self, snapshot: PolicySnapshot, tool: CompiledTool) -> Tool | None:
         """The prepared native tool, or None when it runs on the Python stages."""
         key = tool.spec.key
         native_tool = self._tools.get(key)
@@ -470,10 +466,10 @@ class Core:
     @staticmethod
     def cedar_core(snapshot: PolicySnapshot) -> CoreKind | None:
         """Which core runs ``snapshot``'s Cedar decisions, or None for another engine."""
-        native = getattr(snapshot.engine, "native", None)
-        if not isinstance(native, bool):
+        decider = snapshot.engine.compiled
+        if decider is None:
             return None
-        return CoreKind.NATIVE if native else CoreKind.PYTHON
+        return CoreKind.NATIVE if decider.native else CoreKind.PYTHON
 
     def unsupported(self) -> dict[str, str]:
         return dict(self._unsupported)
@@ -505,7 +501,7 @@ class Core:
                 self.prepare(snapshot)
             native_tool = self._tool(snapshot, tool)
             if native_tool is None:
-                self.note("unsupported_tool")
+                self.note(HandBack.UNSUPPORTED_TOOL)
                 return None
             prepared = _Prepared(
                 tool,
@@ -523,18 +519,19 @@ class Core:
         if prepared.relative_dates:
             lang = _date_language(locale)
             if lang is None:
-                self.note("locale")  # a locale without relative dates: the reference says so
+                self.note(HandBack.LOCALE)  # a locale without relative dates: the reference says so
                 return None
             vocab = native_vocab(self._native, lang)
         zone = None
         if prepared.zoned:
             zone = native_zone(self._native, timezone)
             if zone is None:  # an unknown zone (the reference reports it) or unreadable rules
-                self.note("zone")
+                self.note(HandBack.ZONE)
                 return None
-        cedar = getattr(snapshot.engine, "native_snapshot", None) if principal is not None else None
+        decider = snapshot.engine.compiled
+        cedar = decider.native_snapshot if decider is not None and principal is not None else None
         authz = None
-        if cedar is None:
+        if cedar is None or principal is None:
             code, keys, parsed, normalized, canonical, digest, applied = native_tool.front(
                 raw,
                 tenant,
@@ -564,7 +561,7 @@ class Core:
             )
             code, keys, parsed, normalized, canonical, digest, applied = front
         if code == "defer":
-            self.note("deferred")
+            self.note(HandBack.DEFERRED)
         if authz is None:
             return FrontAnswer(code, keys, parsed, normalized, canonical, digest, tuple(applied))
         resource, answers = authz

@@ -26,6 +26,8 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from callgate.arguments.digest import canonicalize, canonicalize_plain
+from callgate.arguments.parse import ParseLimits
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import (
@@ -50,11 +52,9 @@ from callgate.propose import steps
 from callgate.propose.authorize import caller_context
 from callgate.propose.confirmation import Confirmations, PendingPage
 from callgate.propose.core import Core
-from callgate.propose.digest import canonicalize, canonicalize_plain
 from callgate.propose.idempotency import Claimed, IdempotencyFlow
 from callgate.propose.outcome import ProposeOutcome, Rejection, SessionSpec, ToolView, decision_to_dict
-from callgate.propose.parse import ParseLimits
-from callgate.propose.sessions import Sessions, check_id, owned_invocation
+from callgate.propose.sessions import Sessions, check_id
 from callgate.store.base import (
     DecisionRecord,
     EventRecord,
@@ -64,7 +64,8 @@ from callgate.store.base import (
     Store,
     Usage,
 )
-from callgate.store.idempotency.base import IdempotencyKey, IdempotencyStore
+from callgate.store.idempotency.base import IdempotencyKey
+from callgate.store.ownership import owned_invocation
 from callgate.store.trail import Trail, move, rewind
 
 _ONE_TOOL_CALL = Usage(tool_calls=1)
@@ -84,29 +85,30 @@ class Gate:
         self,
         *,
         config: Config,
-        snapshot: PolicySnapshot | None,
+        serving: ServingSnapshot,
         store: Store,
         clock: Clock,
-        idempotency: IdempotencyStore,
+        keys: IdempotencyFlow,
+        usage: UsageMeter,
     ) -> None:
+        """``serving``, ``keys`` and ``usage`` are built by the composition root
+        (:class:`callgate.server.app.Shared`) and shared with the executor half."""
         self._cfg = config
         self._store = store
         self._clock = clock
-        self.serving = ServingSnapshot(snapshot)
+        self.serving = serving
         self.sessions = Sessions(config=config, store=store, clock=clock)
-        self.usage = UsageMeter(
-            store=store, clock=clock, defaults=config.budgets, cache_max=config.limits.max_sessions
-        )
-        self.keys = IdempotencyFlow(backend=idempotency, store=store, clock=clock, config=config.idempotency)
+        self.usage = usage
+        self.keys = keys
         self.confirmations = Confirmations(store=store, clock=clock, keys=self.keys, serving=self.serving)
         self._limits = ParseLimits(
             max_bytes=config.limits.max_argument_bytes, max_depth=config.limits.max_depth
         )
         self.core = Core(config.core.engine)
-        """Which core runs the front stages of Propose (docs/NATIVE.md)."""
+        """Which core runs the front stages of Propose (docs/NATIVE.md); it prepares each
+        snapshot before it serves (a swap listener of :attr:`serving`)."""
         self._stored_decisions: dict[Decision, Mapping[str, Any]] = {}
-        if snapshot is not None:
-            self.core.prepare(snapshot)
+        serving.subscribe(self.core.prepare)
 
     # ------------------------------------------------------------------ snapshot
     @property
@@ -117,14 +119,6 @@ class Gate:
     @property
     def snapshot_or_none(self) -> PolicySnapshot | None:
         return self.serving.current_or_none
-
-    def set_ready(self, ready: bool) -> None:
-        self.serving.set_ready(ready)
-
-    def swap_snapshot(self, snapshot: PolicySnapshot) -> None:
-        """Atomically replace ToolSpecs + policies (one reference assignment)."""
-        self.core.prepare(snapshot)
-        self.serving.swap(snapshot)
 
     # ------------------------------------------------------------------ sessions & tools
     async def open_session(self, spec: SessionSpec) -> SessionRecord:

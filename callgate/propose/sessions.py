@@ -8,40 +8,28 @@ Both are cached in memory (bounded) and read back from the store on a miss.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import sys
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from callgate.arguments.normalize import load_zone
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import invalid_request, invocation_not_found, session_not_found
+from callgate.core.errors import invalid_request, session_not_found
 from callgate.core.lru import remember
 from callgate.execute.budgets import effective_limits
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.propose.normalize import load_zone
 from callgate.propose.outcome import SessionSpec, ToolView
-from callgate.store.base import FedResultRecord, InvocationRecord, SessionRecord, Store, ToolViewRecord
+from callgate.store.base import FedResultRecord, SessionRecord, Store, ToolViewRecord
 
 VIEW_CACHE_MAX = 1024
 """Tool views (one per model call, each naming every tool shown) kept in memory: a Propose names
 its own turn's model call, so the recent ones are enough; older ones are read from the store.
 (Bounded apart from ``limits.max_sessions``: a long-lived agent makes a model call per turn, and
 100,000 views of 50 tools would be about a gigabyte.)"""
-
-
-async def owned_invocation(store: Store, invocation_id: str, session_id: str) -> InvocationRecord:
-    """The invocation ``invocation_id`` if it belongs to the session ``session_id``, for the
-    agent's RPCs that take an invocation id (GetInvocation, GetResult, Cancel). A missing session
-    id, an unknown invocation and another session's invocation all raise the same
-    ``invocation_not_found`` (one code, one message), so existence does not leak across sessions."""
-    inv = await store.get_invocation(invocation_id) if session_id and invocation_id else None
-    if inv is None or not hmac.compare_digest(inv.session_id.encode(), session_id.encode()):
-        raise invocation_not_found("unknown invocation_id")
-    return inv
 
 
 def check_id(name: str, value: str, max_len: int = 256) -> None:

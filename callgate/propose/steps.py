@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from callgate.arguments.normalize import load_zone, normalize
+from callgate.arguments.parse import ParseLimits, parse_arguments
 from callgate.core.clock import rfc3339
 from callgate.core.errors import (
     CallgateError,
@@ -36,7 +38,6 @@ from callgate.core.errors import (
 from callgate.core.events import EventKind
 from callgate.core.fastinit import builder
 from callgate.core.ids import new_id
-from callgate.core.lru import IdentityMemo
 from callgate.core.model import (
     Decision,
     Effect,
@@ -50,15 +51,14 @@ from callgate.core.model import (
 )
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
+from callgate.native import HandBack
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.textflags import may_flag, text_context
 from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import AuthorizationResult, authorize_invocation
 from callgate.propose.core import Core
-from callgate.propose.normalize import load_zone, normalize
 from callgate.propose.outcome import Rejection, decision_to_dict
-from callgate.propose.parse import ParseLimits, parse_arguments
 from callgate.store.base import InvocationRecord, SessionRecord, ToolViewRecord
 from callgate.store.trail import Trail
 
@@ -88,6 +88,8 @@ class ProposeCall:
     authorization: AuthorizationResult | None = None
     """The decision the compiled core made in the same call as the front stages (one call,
     docs/NATIVE.md); :func:`authorize` records it instead of asking the engine."""
+    authorization_dict: dict[str, object] | None = None
+    """The stored form of :attr:`authorization`'s decision, shared like the decision."""
 
     @property
     def at(self) -> str:
@@ -223,75 +225,41 @@ def _validated_data(tool: CompiledTool, validated: ValidatedArguments) -> dict[s
     }
 
 
-@dataclass(slots=True)
-class _ToolFacts:
-    """What every call of one tool reads the same way, found once per CompiledTool."""
-
-    tool: CompiledTool
-    timeout: timedelta
-    """The ToolSpec's execution budget (the deadline of an allowed call)."""
-    native_validated: dict[str, object] | None = None
-    """The ``validated`` event data when the compiled core validated (:meth:`Core.validated`
-    takes every field from the tool's schema); the trail copies it into each event."""
-
-
-_PER_TOOL_MAX = 4096
-_tool_facts: dict[int, _ToolFacts] = {}
-
-
-def _facts(tool: CompiledTool) -> _ToolFacts:
-    hit = _tool_facts.get(id(tool))
-    if hit is not None and hit.tool is tool:
-        return hit
-    facts = _ToolFacts(tool, timedelta(milliseconds=tool.spec.timeout_ms))
-    if len(_tool_facts) >= _PER_TOOL_MAX:
-        _tool_facts.clear()
-    _tool_facts[id(tool)] = facts
-    return facts
-
-
-def _native_validated_data(tool: CompiledTool, validated: ValidatedArguments) -> dict[str, object]:
-    """:func:`_validated_data` of a validation the compiled core answered, built once per tool."""
-    facts = _facts(tool)
+def _native_validated_data(
+    call: ProposeCall, tool: CompiledTool, validated: ValidatedArguments
+) -> dict[str, object]:
+    """:func:`_validated_data` of a validation the compiled core answered, built once per tool
+    of the snapshot (:class:`~callgate.policy.snapshot.SnapshotMemo`)."""
+    facts = call.snapshot.memo.facts(tool)
     if facts.native_validated is None:
         facts.native_validated = _validated_data(tool, validated)
     return facts.native_validated
 
 
-_decisions: dict[tuple[object, ...], tuple[object, Decision]] = {}
-_DECISIONS_MAX = 1024
+def _native_decision(
+    snapshot: PolicySnapshot, authz: tuple[tuple[Any, Any], ...]
+) -> tuple[Decision, dict[str, object]]:
+    """The engine's combined decision of the compiled core's answers and its stored dict, one
+    pair per distinct answer of the snapshot (they are few: effect, reasons and error per
+    capability): the same frozen value the engine builds, without building it for every call.
+    The dict is shared by the records and events of those calls, which only read it (stores
+    serialize it, sinks copy before masking)."""
+    decider = snapshot.engine.compiled
+    if decider is None:  # the core decided, so the engine has a compiled side: never here
+        raise internal("the compiled core decided for an engine without a compiled side")
 
+    def build() -> tuple[Decision, dict[str, object]]:
+        decision = decider.native_decision(authz)
+        return decision, decision_to_dict(decision)
 
-def _native_decision(engine: object, authz: tuple[tuple[Any, Any], ...]) -> Decision:
-    """The engine's combined decision of the compiled core's answers, one Decision per distinct
-    answer (they are few: effect, reasons and error per capability): the same frozen value the
-    engine builds, without building it for every call."""
-    decision: Decision
     try:
-        key = (
-            id(engine),
-            *(
-                (m[0], tuple(m[1]), m[2], None if sh is None else (sh[0], tuple(sh[1]), sh[2]))
-                for m, sh in authz
-            ),
+        key = tuple(
+            (m[0], tuple(m[1]), m[2], None if sh is None else (sh[0], tuple(sh[1]), sh[2])) for m, sh in authz
         )
-        hit = _decisions.get(key)
+        hash(key)
     except TypeError:  # an answer of another shape: decided as is, not remembered
-        decision = engine.native_decision(authz)  # type: ignore[attr-defined]
-        return decision
-    if hit is not None and hit[0] is engine:
-        return hit[1]
-    decision = engine.native_decision(authz)  # type: ignore[attr-defined]
-    if len(_decisions) >= _DECISIONS_MAX:
-        _decisions.clear()
-    _decisions[key] = (engine, decision)
-    return decision
-
-
-_decision_dict: IdentityMemo[Decision, dict[str, object]] = IdentityMemo(decision_to_dict, _DECISIONS_MAX)
-""":func:`decision_to_dict`, built once per Decision object (the native decisions are shared,
-:func:`_native_decision`). The dict is shared by the records and events of those calls, which
-only read it (stores serialize it, sinks copy before masking)."""
+        return build()
+    return snapshot.memo.shared_decision(key, build)
 
 
 def normalize_arguments(
@@ -417,14 +385,14 @@ def front(
         validated = core.validated(tool, answer)
         normalized = core.normalized(answer, ctx)
         _parsed_event(call, answer.top_level_keys)
-        call.trail.add(EventKind.VALIDATED, State.VALIDATED, _native_validated_data(tool, validated))
+        call.trail.add(EventKind.VALIDATED, State.VALIDATED, _native_validated_data(call, tool, validated))
         try:
             check_times(tool, normalized.value)
         except RejectedError as exc:
             return validated, call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
         _normalized_event(call, normalized)
         if answer.authz is not None:
-            decision = _native_decision(call.snapshot.engine, answer.authz)
+            decision, call.authorization_dict = _native_decision(call.snapshot, answer.authz)
             call.authorization = AuthorizationResult(decision, answer.resource, ())
         return validated, normalized
     parsed = parse(call, limits)
@@ -435,7 +403,7 @@ def front(
         return checked
     normalized_or = normalize_arguments(call, tool, checked)
     if answer is not None and answer.code != "defer" and not isinstance(normalized_or, Rejection):
-        core.note("mismatch")  # the core refused what the reference accepts: the reference wins
+        core.note(HandBack.MISMATCH)  # the core refused what the reference accepts: the reference wins
     return checked, normalized_or
 
 
@@ -466,7 +434,7 @@ async def authorize(
     if call.authorization is None:
         call.decision = decision_to_dict(result.decision)
     else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
-        call.decision = _decision_dict(result.decision)
+        call.decision = call.authorization_dict
     decision = result.decision
     data = {
         "subject": {"tenant": session.tenant, "id": session.subject},
@@ -518,7 +486,7 @@ def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmati
             {"digest": call.digest, "expires_at": call.confirmation_expires_at},
         )
     else:
-        call.deadline = rfc3339(call.now + _facts(tool).timeout)
+        call.deadline = rfc3339(call.now + call.snapshot.memo.facts(tool).timeout)
         call.trail.add(
             EventKind.PREPARED, State.PREPARED, {"digest": call.digest, "confirmation": "not_required"}
         )

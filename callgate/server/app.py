@@ -23,19 +23,22 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from callgate.config import ROLES, Config, ListenerConfig
 from callgate.core.clock import Clock, SystemClock
 from callgate.core.errors import CallgateError, LoadError, config_invalid
-from callgate.core.nativemod import NOT_BUILT, native_missing
 from callgate.credentials.issuer import KeyRing
 from callgate.execute.execution import Execution
 from callgate.execute.redaction import Redactor
 from callgate.execute.secrets import SecretStore
+from callgate.execute.usage import UsageMeter
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.native import NOT_BUILT, native_missing
 from callgate.observability import PublishingStore
 from callgate.observability.build import build_sinks, observes_rpcs
 from callgate.observability.metrics import Metrics, MetricsServer
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
+from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
+from callgate.propose.idempotency import IdempotencyFlow
 from callgate.server.admission import Admission, AdmissionSettings
 from callgate.server.interceptors import CallgateInterceptor
 from callgate.server.reflect import enable_reflection
@@ -66,6 +69,39 @@ ROLE_SERVICES = {
     "authorizer": "callgate.v1.Authorizer",
     "executor": "callgate.v1.Executor",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What both halves read, built once here and handed to :class:`Gate` and
+    :class:`Execution`: the serving snapshot, the idempotency flow and the usage meter."""
+
+    serving: ServingSnapshot
+    keys: IdempotencyFlow
+    usage: UsageMeter
+
+    @classmethod
+    def build(
+        cls,
+        cfg: Config,
+        snapshot: PolicySnapshot | None,
+        store: Store,
+        clock: Clock,
+        idempotency: IdempotencyStore,
+    ) -> Shared:
+        return cls(
+            serving=ServingSnapshot(snapshot),
+            keys=IdempotencyFlow(backend=idempotency, store=store, clock=clock, config=cfg.idempotency),
+            usage=UsageMeter(
+                store=store, clock=clock, defaults=cfg.budgets, cache_max=cfg.limits.max_sessions
+            ),
+        )
+
+    def gate(self, cfg: Config, store: Store, clock: Clock) -> Gate:
+        """The agent- and confirmer-facing half over these parts."""
+        return Gate(
+            config=cfg, serving=self.serving, store=store, clock=clock, keys=self.keys, usage=self.usage
+        )
 
 
 @dataclass
@@ -135,7 +171,8 @@ async def build_components(
         # answer); another backend (postgres shared by pods) is a store of its own.
         in_store = cfg.store.backend == "postgres" or cfg.idempotency.backend == "sqlite"
         idempotency = store.keys() if in_store else await build_idempotency(cfg)
-    gate = Gate(config=cfg, snapshot=snapshot, store=store, clock=clock, idempotency=idempotency)
+    shared = Shared.build(cfg, snapshot, store, clock, idempotency)
+    gate = shared.gate(cfg, store, clock)
     try:
         redactor = Redactor(secrets=secrets.values())
     except ValueError as exc:
@@ -159,12 +196,12 @@ async def build_components(
         )
     execution = Execution(
         config=cfg,
-        serving=gate.serving,
+        serving=shared.serving,
         store=store,
         clock=clock,
         keyring=keyring,
-        keys=gate.keys,
-        usage=gate.usage,
+        keys=shared.keys,
+        usage=shared.usage,
         secrets=secrets,
         redactor=redactor,
     )
@@ -288,7 +325,7 @@ class Sidecar:
         await self._set_health(False, False)  # NOT_SERVING until a good snapshot is ready
         c = self.components
         self.lifecycle = PolicyLifecycle(
-            config=c.config, gate=c.gate, store=c.store, clock=c.clock, set_health=self._set_health
+            config=c.config, serving=c.gate.serving, store=c.store, clock=c.clock, set_health=self._set_health
         )
         await self.lifecycle.start()
         self.sweeper = ConfirmationSweeper(

@@ -50,7 +50,7 @@ _shared_decision_pb: IdentityMemo[Decision, pb.Decision] = IdentityMemo(
     lambda d: decision_pb(d), _DECISIONS_PB_MAX
 )
 """:func:`decision_pb` built once per Decision object: the compiled core's decisions are shared
-values (:func:`callgate.propose.steps._native_decision`), and a message passed to a constructor
+values (:func:`callgate.propose.steps._native_decision`, kept per snapshot), and a message passed to a constructor
 is copied into the new message, so the cached one is never changed."""
 
 

@@ -1,4 +1,4 @@
-//! Strict JSON parse with exactly the refusals of `callgate/propose/parse.py`, and RFC 8785 bytes
+//! Strict JSON parse with exactly the refusals of `callgate/arguments/parse.py`, and RFC 8785 bytes
 //! exactly as the `rfc8785` Python package writes them.
 //!
 //! The reference parser is CPython's `json` C scanner with callgate's hooks; this module mirrors

@@ -1,4 +1,4 @@
-//! The normalizers `default`, `enum_alias`, `text` and `round` of `callgate/propose/normalize.py`,
+//! The normalizers `default`, `enum_alias`, `text` and `round` of `callgate/arguments/normalize.py`,
 //! byte-identical. Under `text` and `enum_alias`, text outside ASCII is normalized here when
 //! every such character is a CJK ideograph or in the reference's [`TextTable`] (characters NFC
 //! keeps that compose with nothing, each with Python's own case mappings); other text defers, as

@@ -202,7 +202,7 @@ fn additional_properties_factory<'a>(
 }
 
 /// `format`, asserted, for the formats whose checker is ported exactly from
-/// callgate/propose/validate/formats.py; any other format keeps the tool on the Python stages.
+/// callgate/arguments/validate/formats.py; any other format keeps the tool on the Python stages.
 #[derive(Clone, Copy)]
 enum Format {
     Date,

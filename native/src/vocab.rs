@@ -1,4 +1,4 @@
-//! One locale's relative-date words (`DateVocabulary` of callgate/propose/normalize.py: German,
+//! One locale's relative-date words (`DateVocabulary` of callgate/arguments/normalize.py: German,
 //! French, Spanish), from the reference's own tables (`native_vocab` in
 //! callgate/propose/core.py), read as `DateVocabulary.days` reads them. The text is prepared
 //! (NFKC, trimmed, whitespace collapsed, case folded) and ASCII: other text defers before it

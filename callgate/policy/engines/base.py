@@ -10,10 +10,14 @@ catch something (fail closed).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from callgate.core.errors import ErrorCode
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason
+from callgate.policy.timevalues import TimePlan
+
+if TYPE_CHECKING:
+    from callgate._native import Answer, CedarSnapshot
 
 
 class Readiness(NamedTuple):
@@ -63,6 +67,45 @@ class Engine(Protocol):
 
     async def close(self) -> None:
         """Release connections/threads. Idempotent."""
+        ...
+
+    @property
+    def compiled(self) -> CompiledDecider | None:
+        """The engine's side of the compiled core (:class:`CompiledDecider`) when its policies
+        can be decided there, else None (Rego, OPA). The one way callers reach it."""
+        ...
+
+
+class CompiledDecider(Protocol):
+    """What an engine whose policies the compiled core decides (``callgate._native``,
+    docs/NATIVE.md) offers the core seam (:class:`callgate.propose.core.Core`): optional, reached
+    through :attr:`Engine.compiled`, typed, never probed for."""
+
+    def use_native(self, on: bool) -> bool:
+        """Decide in the compiled core (``on``, when the snapshot has a compiled form) or in
+        Python; returns whether the compiled core now decides."""
+        ...
+
+    @property
+    def native(self) -> bool:
+        """Whether the compiled core decides (``callgate serve`` names it)."""
+        ...
+
+    @property
+    def native_snapshot(self) -> CedarSnapshot | None:
+        """The compiled snapshot the one-call Propose decision runs on, or None (not deciding
+        natively, or closed)."""
+        ...
+
+    @property
+    def time_plans(self) -> Mapping[str, TimePlan]:
+        """Action -> the time values its schema declares (a time argument is then a typed value
+        in the policies' context, which the one-call decision does not build)."""
+        ...
+
+    def native_decision(self, answers: Sequence[tuple[Answer, Answer | None]]) -> Decision:
+        """The combined decision of the compiled core's ``(enforcing, shadow)`` answers, one per
+        capability: what :meth:`Engine.authorize_batch` gives for the same requests."""
         ...
 
 

@@ -36,13 +36,13 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cedarpy
 
 from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
-from callgate.core.nativemod import load_native, native_missing
+from callgate.native import load_native, native_missing
 from callgate.policy.conformance import NOT_CONFORMING, conformance_violations
 from callgate.policy.declare import (
     ActionContext,
@@ -68,6 +68,9 @@ from callgate.policy.engines.cedar_slices import (
 )
 from callgate.policy.textflags import TEXT_KEY
 from callgate.policy.timevalues import NO_PLAN, Instant, Span, TimePlan, cedar_time_context
+
+if TYPE_CHECKING:
+    from callgate._native import Answer, CedarSnapshot
 
 log = logging.getLogger("callgate.engine.cedar")
 
@@ -773,13 +776,14 @@ class CedarEngine:
         return self._native
 
     @property
-    def native_snapshot(self) -> Any:
+    def native_snapshot(self) -> CedarSnapshot | None:
         """The compiled snapshot when the compiled core decides and the engine is open, else
         None: the one-call Propose decision (:meth:`callgate.propose.core.Core.front`) runs on
         it, and :meth:`native_decision` reads its answers."""
-        return self._p.native if self._native and not self._closed else None
+        snap: CedarSnapshot | None = self._p.native if self._native and not self._closed else None
+        return snap
 
-    def native_decision(self, answers: Sequence[tuple[Any, Any]]) -> Decision:
+    def native_decision(self, answers: Sequence[tuple[Answer, Answer | None]]) -> Decision:
         """The combined decision of the compiled core's ``(enforcing, shadow)`` answers, one per
         capability: what :meth:`authorize_batch` and ``combine`` give for the same requests."""
         return combine([_with_shadow(main, shadow) for main, shadow in answers], ENGINE_NAME)
@@ -791,6 +795,11 @@ class CedarEngine:
     @property
     def revision(self) -> str:
         return self._p.revision
+
+    @property
+    def compiled(self) -> CedarEngine:
+        """Cedar is decided by the compiled core when it is built (:class:`CompiledDecider`)."""
+        return self
 
     @property
     def time_plans(self) -> Mapping[str, TimePlan]:

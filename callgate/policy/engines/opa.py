@@ -174,6 +174,11 @@ class OpaEngine:
             self._clients[kind] = client
         return client
 
+    @property
+    def compiled(self) -> None:
+        """Not decided by the compiled core."""
+        return None
+
     async def close(self) -> None:
         self._closed = True
         clients, self._clients = self._clients, {}

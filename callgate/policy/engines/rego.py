@@ -235,6 +235,11 @@ class RegoEngine:
         """Embedded: the policies are compiled in process already (no-op)."""
         return None
 
+    @property
+    def compiled(self) -> None:
+        """Not decided by the compiled core."""
+        return None
+
     async def close(self) -> None:
         self._closed = True
         ex, self._executor = self._executor, None

@@ -12,9 +12,9 @@ from typing import Any
 
 from jsonschema.exceptions import ValidationError, best_match
 
+from callgate.arguments.validate.ecma262 import ecma_search
 from callgate.core import jsonpointer
 from callgate.core.errors import Violation
-from callgate.propose.validate.ecma262 import ecma_search
 
 __all__ = ["Mapper", "plural", "quote", "sorted_violations"]
 

@@ -4,7 +4,7 @@ python-jsonschema walks a schema keyword by keyword through generic machinery (`
 ``descend``, ``evolve``) on every call, ~20 us for a small tool schema even when the arguments
 are valid, which they almost always are. :func:`compile_check` turns a schema into a tree of
 closures that answers one question, *is this instance valid?*, for the keywords most ToolSpecs
-use. :class:`~callgate.propose.validate.schema.CompiledSchema` calls it first; only when it says "no"
+use. :class:`~callgate.arguments.validate.schema.CompiledSchema` calls it first; only when it says "no"
 does the full validator run (to report every violation with its JSON pointer), so a valid
 instance costs a few closure calls and an invalid one costs what it always did.
 

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from callgate.arguments.normalize import _FieldError, _parse_pointer, _Resolved, _Seg, _Unchanged, _update
 from callgate.core import jsonpointer, unitext
 from callgate.core.errors import RejectedError, Violation, text_refused, toolspec_invalid
 from callgate.core.model import JSONValue
-from callgate.propose.normalize import _FieldError, _parse_pointer, _Resolved, _Seg, _Unchanged, _update
 
 __all__ = ["IDENTIFIER_FORMATS", "IDENTIFIER_NAME", "TextClass", "TextPolicy"]
 

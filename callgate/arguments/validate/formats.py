@@ -19,7 +19,7 @@ from typing import Final
 
 from jsonschema import FormatChecker
 
-from callgate.propose.validate.ecma262 import ecma_syntax_error
+from callgate.arguments.validate.ecma262 import ecma_syntax_error
 
 _idna: ModuleType | None
 try:  # idna is a dependency of jsonschema[format-nongpl]; without it hostname formats drop out.

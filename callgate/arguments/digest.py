@@ -9,7 +9,7 @@ de-duplication through key order or an equivalent spelling:
 This module supplies the last two steps of that formula: :func:`canonicalize` turns a
 normalized JSON value into RFC 8785 (JCS) bytes, and :func:`invocation_digest` hashes them
 together with the tenant and the tool identity. Normalization itself (relative dates, time
-zones, aliases, rounding, defaults) lives in :mod:`callgate.propose.normalize`.
+zones, aliases, rounding, defaults) lives in :mod:`callgate.arguments.normalize`.
 """
 
 from __future__ import annotations

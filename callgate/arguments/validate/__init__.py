@@ -37,8 +37,8 @@ Subsystems, one module each (dependencies point up this list, never down):
 
 from __future__ import annotations
 
-from callgate.propose.validate.formats import EXCLUDED_FORMATS, SUPPORTED_FORMATS
-from callgate.propose.validate.schema import (
+from callgate.arguments.validate.formats import EXCLUDED_FORMATS, SUPPORTED_FORMATS
+from callgate.arguments.validate.schema import (
     DIALECT_2020_12,
     VALIDATOR_NAME,
     VALIDATOR_VERSION,

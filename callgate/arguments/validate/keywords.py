@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from jsonschema import validators as _jsonschema_validators
 from jsonschema.exceptions import ValidationError
 
-from callgate.propose.validate.ecma262 import ecma_search
+from callgate.arguments.validate.ecma262 import ecma_search
 
 __all__ = ["EcmaValidator"]
 

@@ -27,6 +27,11 @@ import referencing.exceptions
 import referencing.jsonschema
 from jsonschema import Draft202012Validator, FormatChecker
 
+from callgate.arguments.validate.ecma262 import RegexError, compile_ecma, ecma_syntax_error
+from callgate.arguments.validate.fastcheck import compile_check
+from callgate.arguments.validate.formats import EXCLUDED_FORMATS, FORMAT_CHECKER, SUPPORTED_FORMATS, is_regex
+from callgate.arguments.validate.keywords import EcmaValidator
+from callgate.arguments.validate.messages import Mapper, plural, quote, sorted_violations
 from callgate.core import jsonpointer
 from callgate.core.errors import (
     Violation,
@@ -36,11 +41,6 @@ from callgate.core.errors import (
 )
 from callgate.core.lru import remember
 from callgate.core.model import ParsedArguments, ValidatedArguments
-from callgate.propose.validate.ecma262 import RegexError, compile_ecma, ecma_syntax_error
-from callgate.propose.validate.fastcheck import compile_check
-from callgate.propose.validate.formats import EXCLUDED_FORMATS, FORMAT_CHECKER, SUPPORTED_FORMATS, is_regex
-from callgate.propose.validate.keywords import EcmaValidator
-from callgate.propose.validate.messages import Mapper, plural, quote, sorted_violations
 
 if TYPE_CHECKING:  # referencing does not re-export Resolver at top level
     from referencing._core import Resolver

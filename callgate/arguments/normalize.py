@@ -37,6 +37,7 @@ from types import MappingProxyType
 from typing import Final
 from zoneinfo import ZoneInfo
 
+from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.core import jsonpointer
 from callgate.core.errors import (
     RejectedError,
@@ -52,7 +53,6 @@ from callgate.core.model import (
     ValidatedArguments,
     values_of,
 )
-from callgate.propose.digest import canonicalize, invocation_digest
 
 __all__ = [
     "KINDS",
@@ -1143,9 +1143,9 @@ def normalize(
 
     Raises:
         RejectedError: ``NORMALIZATION_FAILED`` (see :meth:`NormalizerChain.apply`) or
-            ``NOT_CANONICALIZABLE`` (see :func:`callgate.propose.digest.canonicalize`).
+            ``NOT_CANONICALIZABLE`` (see :func:`callgate.arguments.digest.canonicalize`).
         ValueError: NUL in tenant/name/version or '@' in the tool name (see
-            :func:`callgate.propose.digest.invocation_digest`).
+            :func:`callgate.arguments.digest.invocation_digest`).
     """
     value, applied = chain.apply(values_of(validated), ctx)
     canonical = canonicalize(value)
