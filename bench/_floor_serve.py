@@ -10,7 +10,7 @@ so the session, its view, one answer and one set of rows exist):
 * ``decision``: ``writer`` plus the compiled core's whole decision on the call's own arguments
   (parse, schema, normalizers, digest, Cedar: ``Core.front``), its answer dropped;
 * ``rows``: ``writer``, but the operation writes the first call's rows again (the invocation,
-  its six events, the usage), re-keyed with a new invocation id: the store's real work for a
+  its events as the store writes them (one packed row of stages), the usage), re-keyed with a new invocation id: the store's real work for a
   Propose, with the rows handed over ready-made, as a compiled builder would hand them;
 * ``lean``: ``decision`` and ``rows`` together: the common Propose with none of the gate's
   Python (no stages, trail, records or JSON built per call), the upper bound of doing all of
@@ -69,17 +69,13 @@ async def _capture(gate: Gate, p: Any, trace: Any) -> _First:
     finally:
         inner.create_invocation = write
     record, events, usage = seen[-1]
-    flat: list[Any] = []
-    for e in events:
-        flat += (
-            e.invocation_id, e.seq, e.event_id, e.at, e.kind, e.from_state.value if e.from_state else None,
-            e.to_state.value, e.trace_id, e.span_id, sq._dump(dict(e.data)),
-        )  # fmt: skip
+    rows = sq.new_event_rows(events)  # as the store writes them: one packed row for the stages
+    flat: list[Any] = [v for row in rows for v in row]
     return _First(
         outcome=outcome,
         row=list(sq._INVOCATIONS.row(record)),
         events=flat,
-        n_events=len(events),
+        n_events=len(rows),
         usage=[(sid, *sq._usage_row(u)) for sid, u in usage.items()],
         worker=inner._worker,
     )
@@ -93,7 +89,7 @@ def _rows_op(first: _First) -> Any:
     events = first.events[:]
     for k in range(first.n_events):
         events[_EVENT_WIDTH * k] = inv
-        events[_EVENT_WIDTH * k + 2] = f"{inv}.{k + 1}"
+        events[_EVENT_WIDTH * k + 2] = f"{inv}.{events[_EVENT_WIDTH * k + 1]}"  # <id>.<seq>
     sql_inv, sql_events = sq._insert_invocations_sql(1), sq._insert_events_sql(first.n_events)
 
     def op(c: sqlite3.Connection) -> None:

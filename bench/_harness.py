@@ -144,9 +144,13 @@ def sidecar(
     server_toml: str = "",
     durability: str = "barrier",
     runner: Sequence[str] = ("-m", "callgate"),
+    store_toml: str = "",
+    checkout: Path = ROOT,
 ) -> Iterator[SidecarProcess]:
     """A ``callgate serve`` in its own process (``runner``: what the interpreter runs instead of
-    ``-m callgate``, e.g. a script that patches the server first; bench_floor.py)."""
+    ``-m callgate``, e.g. a script that patches the server first; bench_floor.py). ``store_toml``
+    replaces the SQLite ``[store]`` section (a PostgreSQL store); ``checkout``: another checkout
+    of callgate to run, with its own ``.venv`` (a baseline in the same run; bench_rows.py)."""
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-"))
     port = free_port()
     cfg = tmp / "callgate.toml"
@@ -162,10 +166,7 @@ executor = {{ socket = "{tmp}/executor.sock" }}
 dir = "{ROOT}/policies"
 watch = false
 {policy}
-[store]
-path = "{tmp}/callgate.db"
-synchronous = "{synchronous}"
-durability = "{durability}"
+{store_toml or f'[store]{chr(10)}path = "{tmp}/callgate.db"{chr(10)}synchronous = "{synchronous}"{chr(10)}durability = "{durability}"'}
 [idempotency]
 path = "{tmp}/idempotency.db"
 [budgets]
@@ -177,9 +178,10 @@ max_result_bytes = 100000000000
 """
     )
     env = dict(os.environ)
+    python = sys.executable if checkout == ROOT else str(checkout / ".venv" / "bin" / "python")
     proc = subprocess.Popen(
-        [sys.executable, *runner, "serve", "--config", str(cfg)],
-        cwd=ROOT,
+        [python, *runner, "serve", "--config", str(cfg)],
+        cwd=checkout,
         stderr=open(tmp / "sidecar.log", "wb"),
         env=env,
     )

@@ -19,6 +19,10 @@ sidecar can refuse a call whose deadline it cannot meet.
 
     .venv/bin/python bench/bench_overload.py [--seconds 10] [--factors 2,5] [--concurrency 16]
                                              [--timeout 1s] [--server-toml '...'] [--before]
+                                             [--checkout /work/main]
+
+``--checkout``: run the sidecars of another checkout (its own ``.venv``), e.g. main before a
+change, to compare in one session.
 """
 
 from __future__ import annotations
@@ -80,20 +84,22 @@ async def main() -> None:
     ap.add_argument("--timeout", default="1s", help="per-call gRPC deadline (Go duration)")
     ap.add_argument("--server-toml", default="", help="[server] lines of the measured sidecar")
     ap.add_argument("--before", action="store_true", help="measure the admission before issue 9")
+    ap.add_argument("--checkout", type=Path, default=None, help="another checkout (with .venv) to measure")
     ap.add_argument("--json")
     args = ap.parse_args()
+    where = {"checkout": args.checkout.resolve()} if args.checkout else {}
     s = args.seconds
     factors = [float(f) for f in args.factors.split(",") if f]
     res: dict[str, Any] = {}
     # 1. capacity, on a sidecar with a fixed limit of --concurrency
-    with sidecar(server_toml=FIXED_LIMIT.format(c=args.concurrency)) as sc:
+    with sidecar(server_toml=FIXED_LIMIT.format(c=args.concurrency), **where) as sc:
         sid = await open_session(sc.agent)
         ph = Phases(args, sc, sid, int(4000 * s) + 6000)
         res["capacity"] = ph.measured(f"capacity: {args.concurrency} in flight", inflight=args.concurrency)
     capacity = res["capacity"]["throughput_rps"]
     # 2. unloaded and overload, on a sidecar with the admission under test
     server_toml = (BEFORE if args.before else "") + args.server_toml
-    with sidecar(server_toml=server_toml) as sc:
+    with sidecar(server_toml=server_toml, **where) as sc:
         sid = await open_session(sc.agent)
         ph = Phases(args, sc, sid, int(capacity * s * (0.3 + sum(factors))) + 6000)
         unloaded = res["unloaded"] = ph.measured(

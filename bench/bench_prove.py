@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_scale import policy_dir  # noqa: E402
 
-from callgate.prove.properties import load_properties  # noqa: E402
-from callgate.prove.runner import BIN_ENV, CedarSource, Status, run_checks  # noqa: E402
+from callgate.policy.prove.properties import load_properties  # noqa: E402
+from callgate.policy.prove.runner import BIN_ENV, CedarSource, Status, run_checks  # noqa: E402
 
 
 def tool(name: str) -> str:

@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -259,16 +260,42 @@ def part_entities(calls: int) -> None:
         tmp = Path(tempfile.mkdtemp())
         pdir = policy_dir(tmp, entities=n if n > 10 else 0)
         size = (pdir / "cedar" / "entities.json").stat().st_size
-        with serve(pdir) as (proc, target, _):
+        with serve(pdir) as (proc, target, log):
             rss0 = rss_kib(proc.pid, "VmRSS") / 1024
             k = calls if n <= 10 else max(10, calls // 10 if RESULTS.get("slow_entities") else calls)
             lat = asyncio.run(propose_loop(target, k, ["bob", "alice", "user7", "stranger"], 97))
             p50 = pct(lat, 50) * 1e3
             base = base or p50
+            steady, peak = rss_kib(proc.pid, "VmRSS") / 1024, rss_kib(proc.pid) / 1024
             out(f"entities {n:>7} ({size / 2**20:.1f} MiB)", propose_p50_ms=round(p50, 2), ratio=round(p50 / base, 2),
-                calls=k, rss_mib=round(rss_kib(proc.pid, "VmRSS") / 1024, 1), rss_at_serving_mib=round(rss0, 1),
-                peak_rss_mib=round(rss_kib(proc.pid) / 1024, 1))  # fmt: skip
+                calls=k, rss_mib=round(steady, 1), rss_at_serving_mib=round(rss0, 1),
+                peak_rss_mib=round(peak, 1), load_peak_over_steady=round(peak / steady, 2))  # fmt: skip
+            if n > 10:
+                reload_peak = reload_entities(proc.pid, pdir, log)
+                out(f"entities {n:>7} reloaded (one entity more, SIGHUP)", reload_peak_rss_mib=round(reload_peak, 1),
+                    reload_peak_over_steady=round(reload_peak / steady, 2),
+                    rss_after_mib=round(rss_kib(proc.pid, "VmRSS") / 1024, 1))  # fmt: skip
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def reload_entities(pid: int, pdir: Path, log: Path, timeout: float = 300) -> float:
+    """Reload a sidecar's policies with one entity more (SIGHUP) and return its peak RSS (MiB)
+    while the new snapshot loaded beside the serving one: the peak is reset first (``clear_refs``
+    5, Linux), then read once the new snapshot serves (its log line)."""
+    ents_path = pdir / "cedar" / "entities.json"
+    ents = json.loads(ents_path.read_text())
+    ents.append({"uid": {"type": "User", "id": "reloaded"}, "attrs": {"tenant": "t0"}, "parents": []})
+    ents_path.write_text(json.dumps(ents))
+    del ents
+    serving = log.read_text(errors="replace").count("policy snapshot")
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    os.kill(pid, signal.SIGHUP)
+    deadline = time.monotonic() + timeout
+    while log.read_text(errors="replace").count("policy snapshot") == serving:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the reload never served")
+        time.sleep(0.2)
+    return rss_kib(pid) / 1024
 
 
 def part_reload(policies: int) -> None:

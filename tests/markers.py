@@ -79,7 +79,7 @@ PREPARE: dict[Needs, tuple[str, ...]] = {
 
 PREPARE_MORE: dict[Needs, tuple[tuple[str, ...], ...]] = {
     Needs.NODE: (("scripts/mcp-node", "install"),),  # the MCP tests' Node side (tests/mcp_node)
-    Needs.PROVE: (("scripts/solver", "path"),),  # cvc5 1.3.1 behind callgate/prove/smtdriver.py
+    Needs.PROVE: (("scripts/solver", "path"),),  # cvc5 1.3.1 behind callgate/policy/prove/smtdriver.py
 }
 """Further install steps for a program, run after :data:`PREPARE`'s (same rules)."""
 

@@ -284,3 +284,41 @@ def test_a_burst_of_parallel_calls_on_an_idle_sidecar_is_served_not_dropped() ->
             assert all(f.result().state == pb.PREPARED for f in proposes)
     finally:
         stop_sidecar(running, tmp)
+
+
+def test_a_full_limit_refuses_before_the_request_is_decoded(one_slot: Running) -> None:
+    """Issue 34 item 7: with the one slot taken, a Propose is refused ``overloaded`` before gRPC
+    decodes it: bytes that are no ProposeRequest get the overload refusal (with its hint), not
+    a decoding error; once the slot is free the same bytes reach the decoder."""
+    sid = one_slot.open_session()
+    one_slot.list_tools(sid)
+    one_slot.propose(sid, "weather.get@v1", {"city": "Paris", "date": "tomorrow"}, proposal_id="warm")
+    raw = one_slot.channels["agent"].unary_unary("/callgate.v1.Gate/Propose")  # bytes in, bytes out
+    garbage = b"\xff\xff\xff\xff"
+    lock = sqlite3.connect(one_slot.db_path, isolation_level=None, timeout=5)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        slow: Future[pb.ProposeResponse] = one_slot.gate.Propose.future(propose_request(sid, 1), timeout=20)
+        in_flight(one_slot, 1)
+        with pytest.raises(grpc.RpcError) as full:
+            raw(garbage, timeout=10)
+        assert full.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        hint_of(full.value, "overloaded")
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    assert slow.result(timeout=20).state == pb.PREPARED
+    assert one_slot.sidecar.admission["agent"].state().refused_overloaded == 1
+    with pytest.raises(grpc.RpcError) as decoded:  # a free slot: the bytes are decoded, and fail
+        raw(garbage, timeout=10)
+    assert decoded.value.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_full_says_what_admit_would_refuse_and_early_refusals_are_counted() -> None:
+    a, _ = rule(lo=2, hi=2)
+    started = [a.admit(None), a.admit(None)]
+    assert a.full()
+    assert a.refuse_early(None).code is ErrorCode.OVERLOADED
+    assert a.state().refused_overloaded == 1
+    a.release(started[0])
+    assert not a.full()

@@ -32,7 +32,7 @@ import grpc
 import pytest
 
 from callgate.gen.v1 import callgate_pb2 as pb
-from callgate.store.sqlite import SQLiteStore
+from callgate.store.sqlite import SQLiteStore, stored_events
 from callgate.store.sqlite_worker import Durability, SQLiteWorker
 from tests.conftest import Running
 from tests.test_confirmation import error_reason
@@ -239,8 +239,7 @@ def test_power_loss_keeps_every_record_of_what_ran(sc: Running, tmp_path: Path) 
             return None if row is None else str(row[0])
 
         def kinds(inv: str) -> list[str]:
-            rows = restored.execute("SELECT kind FROM events WHERE invocation_id=? ORDER BY seq", (inv,))
-            return [str(k) for (k,) in rows]
+            return [e.kind for e in stored_events(restored, inv)]  # packed stages expanded
 
         for inv in confirmed:  # every accepted confirmation, with its proposal
             assert state(inv) is not None and "confirmed" in kinds(inv), inv

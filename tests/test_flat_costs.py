@@ -109,7 +109,7 @@ def test_large_arguments_are_stored_once_and_the_trail_shows_them() -> None:
 
     from callgate.cli.explain import explain, to_json
     from callgate.gen.v1 import callgate_pb2 as pb
-    from callgate.store.sqlite import SQLiteReader
+    from callgate.store.sqlite import SQLiteReader, stored_events
 
     sc, tmp = start_sidecar()
     try:
@@ -125,16 +125,14 @@ def test_large_arguments_are_stored_once_and_the_trail_shows_them() -> None:
         inv_id = resp.invocation_id
         db = sqlite3.connect(f"file:{sc.db_path}?mode=ro", uri=True)
         try:
-            (stored,) = db.execute(
-                "SELECT data FROM events WHERE invocation_id=? AND kind='normalized'", (inv_id,)
-            ).fetchone()
+            as_stored = stored_events(db, inv_id)  # the packed stage row expanded, nothing put back
+            (data,) = [e.data for e in as_stored if e.kind == "normalized"]
             (column,) = db.execute(
                 "SELECT normalized_arguments FROM invocations WHERE invocation_id=?", (inv_id,)
             ).fetchone()
-            datas = [r[0] for r in db.execute("SELECT data FROM events WHERE invocation_id=?", (inv_id,))]
+            datas = [json.dumps(e.data, ensure_ascii=False) for e in as_stored]
         finally:
             db.close()
-        data = json.loads(stored)
         assert "normalized_arguments" not in data and data["digest"] == resp.digest
         assert json.loads(column) == args and len(datas) >= 4
         # the events hold no copy (the city is in them only as the rendered resource)

@@ -243,3 +243,71 @@ def test_a_large_snapshot_is_freed_apart_and_the_next_one_decides(tmp_path: Path
     gc.collect()
     assert NATIVE.CedarSnapshot.dropped_apart() == apart + 1  # freed in place
     assert decide(second, "c7") is Effect.ALLOW
+
+
+def _chunked_dir(tmp: Path, extra: list[dict[str, Any]] | None = None) -> Path:
+    """The example set with its entities spread over three of the core's read chunks (4,096
+    entities each): the roles first, 9,000 other users, then a role whose parent is in the first
+    chunk, more users, and the example users last (their roles two chunks away). Roles may be in
+    roles here, so an ancestor two chunks away is reached only through one in between."""
+    d = tmp / "cedar"
+    shutil.copytree(POLICIES / "cedar", d)
+    schema = (d / "schema.cedarschema").read_text().replace("entity Role;", "entity Role in [Role];")
+    (d / "schema.cedarschema").write_text(schema)
+    ents = json.loads((d / "entities.json").read_text())
+    roles = [e for e in ents if e["uid"]["type"] == "Role"]
+    users = [e for e in ents if e["uid"]["type"] != "Role"]
+    filler = [
+        {"uid": {"type": "User", "id": f"user{i}"}, "attrs": {"tenant": f"t{i % 7}"}, "parents": []}
+        for i in range(9000)
+    ]
+    deputy = {
+        "uid": {"type": "Role", "id": "deputy"},
+        "attrs": {},
+        "parents": [{"type": "Role", "id": "scheduler"}],
+    }
+    dave = {"uid": {"type": "User", "id": "dave"}, "attrs": {"tenant": "acme"}, "parents": [{"type": "Role", "id": "deputy"}]}  # fmt: skip
+    ents = [*roles, *filler[:6000], deputy, *filler[6000:], *users, dave, *(extra or [])]
+    (d / "entities.json").write_text(json.dumps(ents))
+    return d
+
+
+def test_entities_over_several_read_chunks_decide_as_cedarpy(tmp_path: Path) -> None:
+    """Issue 34 item 6: the core reads ``entities.json`` in chunks (its peak memory follows the
+    chunk, not the file); decisions equal cedarpy's over the whole file, an ancestor two chunks
+    away included (dave -> deputy -> scheduler may create calendar events, with confirmation)."""
+    d = _chunked_dir(tmp_path)
+    ref = CedarEngine(load_cedar_dir(d))
+    only = _only(d)
+    for tenant, user in [*GRID_USERS, ("t3", "user8999"), ("t0", "user0")]:
+        for action in GRID_ACTIONS:
+            for resource in GRID_RESOURCES:
+                args: dict[str, Any] = {"city": "Paris", "date": "2026-07-20"}
+                if action == "calendar.create":
+                    args = {"calendar_id": "c", "title": "x", "start": "s", "duration_minutes": 30}
+                check(
+                    ref,
+                    only,
+                    AuthzRequest(Subject(tenant, user), action, resource, {"tool": "t@v1", "args": args}),
+                )
+    args = {"calendar_id": "c", "title": "x", "start": "s", "duration_minutes": 30}
+    dave = AuthzRequest(
+        Subject("acme", "dave"), "calendar.create", "calendar:primary", {"tool": "t@v1", "args": args}
+    )
+    assert check(ref, only, dave).effect is Effect.CONFIRM
+
+
+def test_an_entity_listed_twice_in_different_chunks_reads_as_cedar_reads_it(tmp_path: Path) -> None:
+    """Cedar keeps an entity listed twice alike once and refuses two different ones; so does
+    the chunked read when the two are in different chunks (user5 is in the first)."""
+    same = {"uid": {"type": "User", "id": "user5"}, "attrs": {"tenant": "t5"}, "parents": []}
+    d = _chunked_dir(tmp_path / "same", [same])
+    ref = CedarEngine(load_cedar_dir(d, cores=SnapshotCores.PYTHON))
+    only = _only(d)
+    check(ref, only, AuthzRequest(Subject("t5", "user5"), "weather.read", "weather:Paris", {"tool": "t@v1"}))
+    other = {**same, "attrs": {"tenant": "t6"}}
+    d = _chunked_dir(tmp_path / "other", [other])
+    with pytest.raises(LoadError):
+        load_cedar_dir(d, cores=SnapshotCores.PYTHON)
+    with pytest.raises(LoadError, match="duplicate entity entry"):
+        load_cedar_dir(d, cores=SnapshotCores.NATIVE)

@@ -2,7 +2,7 @@
 counterexample replayed through cedarpy and the compiled core, the example properties proved.
 
 The prover (native/prove/, scripts/prove) and cvc5 1.3.1 (PyPI bindings behind
-callgate/prove/smtdriver.py, scripts/solver) are real and installed by the project's scripts
+callgate/policy/prove/smtdriver.py, scripts/solver) are real and installed by the project's scripts
 before the first test (tests/markers.py, marker ``prove``).
 """
 
@@ -21,9 +21,9 @@ import pytest
 from callgate.core.errors import LoadError
 from callgate.core.model import Effect
 from callgate.native import load_native
-from callgate.prove.properties import Kind, load_properties
-from callgate.prove.replay import Core, replay
-from callgate.prove.runner import (
+from callgate.policy.prove.properties import Kind, load_properties
+from callgate.policy.prove.replay import Core, replay
+from callgate.policy.prove.runner import (
     BIN_ENV,
     CedarSource,
     PropertyResult,
@@ -31,7 +31,7 @@ from callgate.prove.runner import (
     Status,
     run_checks,
 )
-from callgate.prove.smtdriver import commands
+from callgate.policy.prove.smtdriver import commands
 from tests.markers import Needs, require
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,7 +235,7 @@ def test_each_kind_refuted_and_replayed(prover: None, tmp_path: Path) -> None:
 
 
 def _principal_tenant(cex: object) -> object:
-    from callgate.prove.runner import Counterexample
+    from callgate.policy.prove.runner import Counterexample
 
     assert isinstance(cex, Counterexample)
     for e in cex.entities:

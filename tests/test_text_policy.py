@@ -1,5 +1,5 @@
 """Text that cannot hide (issue 33 item 1): the text policy of ToolSpec strings, on both cores,
-and how a confirmation surface shows what a string hides (callgate/core/unitext.py)."""
+and how a confirmation surface shows what a string hides (callgate/arguments/unitext.py)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
+from callgate.arguments import unitext
 from callgate.arguments.textpolicy import TextClass, TextPolicy
+from callgate.arguments.unitext import Flag
 from callgate.config import CoreConfig, load_config
-from callgate.core import unitext
 from callgate.core.clock import FixedClock
 from callgate.core.errors import ErrorCode, LoadError, RejectedError
 from callgate.core.events import EventKind
 from callgate.core.model import Proposal, Subject
 from callgate.core.trace import TraceContext
-from callgate.core.unitext import Flag
 from callgate.policy.snapshot import load_snapshot_from_config
 from callgate.policy.toolspecs import load_tools
 from callgate.propose.gate import SessionSpec

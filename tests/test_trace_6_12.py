@@ -9,6 +9,7 @@ import pytest
 
 from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.gen.v1 import callgate_pb2 as pb
+from callgate.store.sqlite import stored_events
 from tests.conftest import Running
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -103,9 +104,7 @@ def test_events_are_durable_and_append_only(server: Running) -> None:
     resp = server.propose(sid, "weather.get@v1", {"city": "Paris", "date": "today"})
     # Durable before the RPC answered: a separate connection sees every event now.
     conn = sqlite3.connect(server.db_path)
-    rows = conn.execute(
-        "SELECT kind, to_state FROM events WHERE invocation_id=? ORDER BY seq", (resp.invocation_id,)
-    ).fetchall()
+    rows = [(e.kind, e.to_state.value) for e in stored_events(conn, resp.invocation_id)]
     assert rows[-1] == ("prepared", "PREPARED")
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):
         conn.execute("UPDATE events SET kind='x' WHERE invocation_id=?", (resp.invocation_id,))

@@ -6,7 +6,7 @@ database keeps, and ``manifest.json`` naming them:
 
 * ``sqlite-unversioned``: main before versioned migrations (commit 8035fce): no ``schema_version``
   table, idempotency keys in a separate ``idempotency.db``;
-* ``sqlite-v3``: the current schema (version 3), so that the next migration is tested against a
+* ``sqlite-v3``, ``sqlite-v4``: schema versions 3 and 4 (4: retention), so that the next migration is tested against a
   database this version really wrote. When ``MIGRATIONS`` grows, freeze a ``sqlite-v<N>`` fixture
   of the version before it (the last test fails until one exists).
 
@@ -28,7 +28,7 @@ import pytest
 from callgate.config import ConfirmationConfig, IdempotencyConfig, StoreConfig
 from callgate.core.states import State
 from callgate.gen.v1 import callgate_pb2 as pb
-from callgate.store.sqlite import MIGRATIONS
+from callgate.store.sqlite import MIGRATIONS, stored_events
 from tests.conftest import Running, short_tmpdir, start_sidecar, stop_sidecar
 
 UPGRADE = Path(__file__).parent / "data" / "upgrade"
@@ -182,7 +182,7 @@ def test_an_online_backup_under_load_is_consistent_and_restores(tmp_path: Path) 
         assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         ids = {i for (i,) in c.execute("SELECT invocation_id FROM invocations")}
         assert first.invocation_id in ids and len(ids) >= 20
-        firsts = dict(c.execute("SELECT invocation_id, kind FROM events WHERE seq = 1").fetchall())
+        firsts = {i: stored_events(c, i)[0].kind for i in ids if stored_events(c, i)}
         assert set(firsts) == ids and set(firsts.values()) == {"proposed"}  # none without events
         orphans = c.execute(
             "SELECT count(*) FROM events WHERE invocation_id NOT IN (SELECT invocation_id FROM invocations)"

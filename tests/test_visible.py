@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from callgate.adapters.hitl import Ask, HITLFormat, request
+from callgate.arguments import unitext
 from callgate.client.visible import STDLIB, SegKind
-from callgate.core import unitext
 
 ISSUE = {
     "bidi override": "\u202eyramirp\u202c",

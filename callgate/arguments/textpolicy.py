@@ -3,7 +3,7 @@ string arguments are **identifiers**, which must not hide anything, and which ar
 
 An identifier (an id, a path, an e-mail address, a URL, a name the resource template puts into
 the policy's resource) with hidden characters (default-ignorable or bidi controls) or letters of
-writing systems with no script in common (UTS #39, :mod:`callgate.core.unitext`) is refused at
+writing systems with no script in common (UTS #39, :mod:`callgate.arguments.unitext`) is refused at
 propose with ``text_refused``, one violation per place naming its JSON pointer. A ToolSpec may
 ask for hidden characters to be removed instead (``identifier_strip``: recorded in the
 ``normalized`` event as ``text_policy:<pointer>``; mixed scripts are refused either way). Free
@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
+from callgate.arguments import unitext
 from callgate.arguments.normalize import _FieldError, _parse_pointer, _Resolved, _Seg, _Unchanged, _update
-from callgate.core import jsonpointer, unitext
+from callgate.core import jsonpointer
 from callgate.core.errors import RejectedError, Violation, text_refused, toolspec_invalid
 from callgate.core.model import JSONValue
 

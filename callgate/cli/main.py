@@ -167,7 +167,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             file=out,
         )
     if getattr(args, "against", None):  # what this change loosens (docs/PROVE.md)
-        from callgate.prove.cli import check_against
+        from callgate.policy.prove.cli import check_against
 
         policy_dir = Path(cfg.path(cfg.policy.dir))
         return min(1, check_against(policy_dir, tuple(cfg.policy.shadow), args.against, out, sys.stderr))
@@ -351,14 +351,14 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def cmd_policy_prove(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    """Prove the policy properties (:mod:`callgate.prove.cli`)."""
-    from callgate.prove.cli import cmd_policy_prove as run
+    """Prove the policy properties (:mod:`callgate.policy.prove.cli`)."""
+    from callgate.policy.prove.cli import cmd_policy_prove as run
 
     return run(args, out, sys.stderr, _config)
 
 
 def _prove_arguments(p: argparse.ArgumentParser) -> None:
-    from callgate.prove.cli import add_arguments
+    from callgate.policy.prove.cli import add_arguments
 
     add_arguments(p)
 

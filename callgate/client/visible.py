@@ -13,7 +13,7 @@ Three kinds of invisible difference become marks:
   ``⟦mixed scripts: Latin + Cyrillic⟧``.
 
 What counts as hidden and which script a letter has is a :class:`Renderer`'s data. The sidecar's
-(:data:`callgate.core.unitext.RENDERER`) uses Unicode's ``Default_Ignorable_Code_Point`` and
+(:data:`callgate.arguments.unitext.RENDERER`) uses Unicode's ``Default_Ignorable_Code_Point`` and
 ``Bidi_Control`` (the ``regex`` package) and UTS #39 scripts (``disarm``), the same data that
 refuses identifiers at propose. :data:`STDLIB` makes do with what ``unicodedata`` has, erring
 towards more marks: hidden is every format (``Cf``), control (``Cc``) and unassigned (``Cn``)

@@ -1,15 +1,15 @@
 """Values as the console shows them (issue 33): JSON text whose string values show every hidden
 character as its code point, every whitespace run as a mark with its length and every letter of
 another script in a mixed-script value as a mark, the value itself marked as mixed
-(:mod:`callgate.core.unitext`). Hidden characters are never sent to the browser as such: a bidi
+(:mod:`callgate.arguments.unitext`). Hidden characters are never sent to the browser as such: a bidi
 override in the page would reorder what the person reads."""
 
 from __future__ import annotations
 
 from markupsafe import Markup, escape
 
-from callgate.core import unitext
-from callgate.core.unitext import SegKind
+from callgate.arguments import unitext
+from callgate.arguments.unitext import SegKind
 
 _STRING = unitext.JSON_STRING
 

@@ -15,8 +15,8 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from callgate.core import unitext
-from callgate.core.unitext import Flag
+from callgate.arguments import unitext
+from callgate.arguments.unitext import Flag
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
@@ -36,7 +36,7 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class Flagged:
-    """A string value the person should look at closely (:mod:`callgate.core.unitext`)."""
+    """A string value the person should look at closely (:mod:`callgate.arguments.unitext`)."""
 
     pointer: str
     value: str

@@ -22,8 +22,8 @@ import mcp_types as types
 import rfc8785
 from mcp_types.version import is_version_at_least
 
+from callgate.arguments import unitext
 from callgate.client import AsyncConfirmer, AsyncSession, CallgateClientError, NeedsConfirmation
-from callgate.core import unitext
 from callgate.mcp.codes import CONFIRM_MESSAGES, McpCode, Refusals
 from callgate.mcp.pins import Pin
 from callgate.mcp.results import error_result
@@ -209,7 +209,7 @@ class Confirmations:
 def question(out: NeedsConfirmation, spec: str, version: str) -> str:
     """What the human reads: the tool, the normalized arguments, the digest, the expiry. Hidden
     characters, whitespace runs and mixed scripts in the arguments are shown as marks
-    (``⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧``, :func:`callgate.core.unitext.visible_json`)."""
+    (``⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧``, :func:`callgate.arguments.unitext.visible_json`)."""
     try:
         args = json.dumps(json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True)
     except ValueError:

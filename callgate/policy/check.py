@@ -118,7 +118,7 @@ def _engine_reads(folder: str, rel: str) -> bool:
 
 def _properties_findings(path: Path) -> list[Finding]:
     """The properties file of ``callgate policy prove``, read as ``prove`` reads it."""
-    from callgate.prove.properties import load_properties
+    from callgate.policy.prove.properties import load_properties
 
     try:
         load_properties(path)

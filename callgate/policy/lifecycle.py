@@ -144,7 +144,7 @@ class PolicyLifecycle:
     """A snapshot loaded before :meth:`start` that failed the checks: it never serves."""
     _sources: tuple[Any, Any] = (None, None)
     """``policy.reload_prove``: the Cedar texts serving and those of the set being loaded
-    (:mod:`callgate.prove.guard`)."""
+    (:mod:`callgate.policy.prove.guard`)."""
 
     @property
     def policy_dir(self) -> Path:
@@ -201,7 +201,7 @@ class PolicyLifecycle:
         """``policy.reload_prove``: the guard properties against the serving set (fail closed)."""
         if not self.config.policy.reload_prove:
             return []
-        from callgate.prove.guard import guard_findings, serving_source
+        from callgate.policy.prove.guard import guard_findings, serving_source
 
         try:
             new = await asyncio.to_thread(serving_source, self.config)

@@ -4,7 +4,7 @@ An identifier that hides characters is refused at propose (``text_refused``,
 :mod:`callgate.arguments.textpolicy`). Free text (a ToolSpec string whose ``text_policy`` is
 ``free``: titles, bodies) keeps them, and every confirmation surface shows them as marks. The
 policies see it too: when a string argument of the normalized arguments has one of
-:class:`callgate.core.unitext.Flag`, the request's context carries ``text``::
+:class:`callgate.arguments.unitext.Flag`, the request's context carries ``text``::
 
     context.text = {
       hidden: Bool,               // default-ignorable or bidi control characters somewhere
@@ -35,9 +35,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from callgate.core import jsonpointer, unitext
+from callgate.arguments import unitext
+from callgate.arguments.unitext import Flag
+from callgate.core import jsonpointer
 from callgate.core.model import JSONValue
-from callgate.core.unitext import Flag
 
 __all__ = ["CEDAR_TEXT_TYPE", "TEXT_KEY", "may_flag", "text_context"]
 

@@ -25,6 +25,10 @@ measured latency stays near the target, and refuses the rest at once instead of 
   clamped to ``[MIN_RETRY_MS, MAX_RETRY_MS]``: as ``google.rpc.RetryInfo``, as
   ``grpc-retry-pushback-ms`` trailing metadata and as ``ErrorInfo.metadata.retry_after_ms``.
 
+A call that finds the limit full is refused before anything is done for it: the interceptor
+asks :meth:`Admission.full` when gRPC hands it the call, before the request is decoded and
+before a handler runs, and answers with a status built once per retry hint (``overloaded``
+costs a fraction of a served call, not about as much: issue 34 item 7, docs/BENCHMARKS.md).
 Nothing is recorded for a refused call: it never reached the gate. The queue in front of Python
 (calls gRPC core accepted that the event loop has not picked up yet) is bounded separately by
 ``server.max_pending_rpcs`` (``server/app.py``); beyond it gRPC core drops the call before any
@@ -38,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from callgate.core.errors import deadline_too_short, overloaded
+from callgate.core.errors import CallgateError, deadline_too_short, overloaded
 
 DECREASE = 0.9
 """Multiplicative decrease of the limit when a call took longer than the target."""
@@ -100,6 +104,20 @@ class Admission:
     def retry_after_ms(self) -> int:
         """The retry hint: the expected service time, in milliseconds, clamped."""
         return min(MAX_RETRY_MS, max(MIN_RETRY_MS, math.ceil(self._expected * 1000)))
+
+    def full(self) -> bool:
+        """Whether a call arriving now would be refused ``overloaded`` (:meth:`admit` without
+        its deadline rule): the interceptor asks before a handler or the request's decoding."""
+        return self._in_flight >= int(self._limit)
+
+    def refuse_early(self, time_remaining: float | None) -> CallgateError:
+        """The refusal of a call that found the limit :meth:`full` before its handler ran, by
+        the same rules and counts as :meth:`admit` (the deadline rule first)."""
+        if self._in_flight and time_remaining is not None and time_remaining < self._expected:
+            self._refused_deadline += 1
+            return deadline_too_short(self.retry_after_ms())
+        self._refused_overloaded += 1
+        return overloaded(self.retry_after_ms())
 
     def admit(self, time_remaining: float | None) -> float:
         """Admit a call or raise its refusal (:func:`~callgate.core.errors.deadline_too_short`,

@@ -33,7 +33,7 @@ from typing import Any, Protocol
 import grpc
 
 from callgate.core import deadline
-from callgate.core.errors import CallgateError, ErrorCode, internal
+from callgate.core.errors import RETRY_AFTER_MS, CallgateError, ErrorCode, internal
 from callgate.core.trace import TraceContext
 from callgate.server.admission import Admission
 from callgate.server.status import to_status
@@ -98,6 +98,38 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         self._observer = observer
         self._admission = admission
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        self._early: dict[str, grpc.RpcMethodHandler] = {}
+        """Per unary ``callgate.v1`` method: the handler that refuses ``overloaded`` without
+        decoding the request (no deserializer: gRPC hands it the bytes, which it never reads)."""
+        self._statuses: dict[tuple[ErrorCode, str], grpc.Status] = {}
+        """The refusals' statuses by code and retry hint, built once each (:meth:`_refuse`)."""
+
+    def _status(self, err: CallgateError) -> grpc.Status:
+        key = (err.code, err.metadata.get(RETRY_AFTER_MS, ""))
+        status = self._statuses.get(key)
+        if status is None:
+            if len(self._statuses) >= 4096:  # two codes x hints of 5..1000 ms: bounded anyway
+                self._statuses.clear()
+            status = self._statuses[key] = to_status(err)
+        return status
+
+    def _refuse(self, full_method: str) -> Behaviour:
+        """The behaviour of an early refusal (:meth:`intercept_service` found the limit full):
+        ``deadline_too_short`` or ``overloaded`` with the retry hint, as :meth:`Admission.admit`
+        would answer, told to the observer like any other refusal; the request is never read."""
+        service, _, name = full_method[1:].rpartition("/")
+        observer = self._observer
+        admission = self._admission
+        assert admission is not None
+
+        async def refuse(request: bytes, context: grpc.aio.ServicerContext) -> Any:
+            err = admission.refuse_early(context.time_remaining())
+            if observer is not None:
+                token = observer.rpc_started(caller_trace(context.invocation_metadata()))
+                observer.rpc_finished(token, service, name, err.code.value)
+            await context.abort_with_status(self._status(err))
+
+        return refuse
 
     async def intercept_service(
         self,
@@ -106,8 +138,13 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler | None:
         """Return the guarded handler of a ``callgate.v1`` unary or server-streaming method;
         anything else as is."""
-        handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
+        admission = self._admission
+        if admission is not None and admission.full():
+            early = self._early.get(method)
+            if early is not None:  # a unary callgate.v1 method seen before: refused undecoded
+                return early
+        handler = await continuation(handler_call_details)
         if handler is None or not method.startswith(SERVICE_PREFIX):
             return handler
         if handler.unary_unary is None and handler.unary_stream is None:
@@ -121,6 +158,8 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 request_deserializer=handler.request_deserializer,
                 response_serializer=handler.response_serializer,
             )
+            if admission is not None:
+                self._early[method] = grpc.unary_unary_rpc_method_handler(self._refuse(method))
         else:
             wrapped = grpc.unary_stream_rpc_method_handler(
                 self._guard_stream(method, handler.unary_stream),

@@ -76,6 +76,7 @@ from callgate.store.idempotency.base import (
     released,
 )
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
+from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, pack, packable, unpack
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
     _ATTEMPTS,
@@ -200,6 +201,7 @@ MIGRATIONS: Final = (
     Migration(1, "every record and the idempotency keys (one commit per answer)", _V1),
     Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
     Migration(3, "retention: deletable trails while purging, tombstones, age indexes", _V3),
+    Migration(4, PACKED_MIGRATION, ""),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -246,12 +248,25 @@ _ADD_USAGE: Final = (
 _EVENT_COLS: Final = "invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, span_id, data"
 
 
-def _event(r: Sequence[Any]) -> EventRecord:
-    return EventRecord(
-        event_id=r[0], invocation_id=r[1], seq=r[2], at=r[3], kind=r[4],
-        from_state=State(r[5]) if r[5] else None, to_state=State(r[6]), trace_id=r[7], span_id=r[8],
-        data=json.loads(r[9]),
-    )  # fmt: skip
+def _events(r: Sequence[Any]) -> list[EventRecord]:
+    """The event of one row; a row of packed stage events (:mod:`callgate.store.packed`) reads
+    as the events it holds."""
+    if r[4] == PACKED_KIND:
+        return unpack(r[1], r[2], r[3], r[7], str(r[9]), f"callgate_events row {r[0]}")
+    return [
+        EventRecord(
+            event_id=r[0],
+            invocation_id=r[1],
+            seq=r[2],
+            at=r[3],
+            kind=r[4],
+            from_state=State(r[5]) if r[5] else None,
+            to_state=State(r[6]),
+            trace_id=r[7],
+            span_id=r[8],
+            data=json.loads(r[9]),
+        )  # fmt: skip
+    ]
 
 
 def _invocation(row: Sequence[Any] | None) -> InvocationRecord | None:
@@ -282,13 +297,30 @@ async def _insert_events(conn: Conn, events: Sequence[EventRecord]) -> None:
         last = int(row[0]) if row else 0
         events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
     params: list[Any] = []
-    for e in events:
+    if packable(events):  # a new invocation's stages: one row (callgate.store.packed)
+        p = pack(events)
         params += (
-            e.invocation_id, e.seq, e.event_id, e.at, e.kind,
-            e.from_state.value if e.from_state else None, e.to_state.value,
-            e.trace_id, e.span_id, _dump(dict(e.data)),
-        )  # fmt: skip
-    values = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(events))
+            p.invocation_id,
+            p.seq,
+            p.event_id,
+            p.at,
+            PACKED_KIND,
+            None,
+            p.to_state.value,
+            p.trace_id,
+            "",
+            p.text(),
+        )
+        rows = 1
+    else:
+        for e in events:
+            params += (
+                e.invocation_id, e.seq, e.event_id, e.at, e.kind,
+                e.from_state.value if e.from_state else None, e.to_state.value,
+                e.trace_id, e.span_id, _dump(dict(e.data)),
+            )  # fmt: skip
+        rows = len(events)
+    values = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * rows)
     await conn.execute(f"INSERT INTO callgate_events ({_EVENT_COLS}) VALUES {values}", params)
 
 
@@ -538,7 +570,7 @@ class PostgresStore:
             "FROM callgate_events WHERE invocation_id=%s ORDER BY seq",
             (invocation_id,),
         )
-        events = [_event(r) for r in rows]
+        events = [e for r in rows for e in _events(r)]
         if any(needs_arguments(e) for e in events):
             found = await self._fetchone(
                 "SELECT normalized_arguments FROM callgate_invocations WHERE invocation_id=%s",

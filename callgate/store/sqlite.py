@@ -50,6 +50,7 @@ from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
+from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, PackedRow, pack, packable, unpack
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite_worker import Durability, SQLiteWorker
 
@@ -172,6 +173,7 @@ MIGRATIONS: Final = (
     Migration(2, "idempotency keys in the event database (one commit per answer)", _SCHEMA_V2),
     Migration(3, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _SCHEMA_V3),
     Migration(4, "retention: deletable trails while purging, tombstones, age indexes", _SCHEMA_V4),
+    Migration(5, PACKED_MIGRATION, ""),
 )
 """The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -317,32 +319,44 @@ def _cas_invocation(
 
 def read_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
     """The ordered events of one invocation (also used by :class:`SQLiteReader`)."""
-    rows = c.execute(
-        "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
-        "FROM events WHERE invocation_id=? ORDER BY seq",
-        (invocation_id,),
-    ).fetchall()
-    events = [
-        EventRecord(
-            event_id=r[0],
-            invocation_id=r[1],
-            seq=r[2],
-            at=r[3],
-            kind=r[4],
-            from_state=State(r[5]) if r[5] else None,
-            to_state=State(r[6]),
-            trace_id=r[7],
-            span_id=r[8],
-            data=json.loads(r[9]),
-        )  # fmt: skip
-        for r in rows
-    ]
+    events = stored_events(c, invocation_id)
     if any(needs_arguments(e) for e in events):
         row = c.execute(
             "SELECT normalized_arguments FROM invocations WHERE invocation_id=?", (invocation_id,)
         )
         found = row.fetchone()
         events = with_arguments(events, bytes(found[0]) if found else b"")
+    return events
+
+
+def stored_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord]:
+    """The ordered events of one invocation as stored: a row of packed stage events
+    (:mod:`callgate.store.packed`) reads as the events it holds; a ``normalized`` event is
+    without the arguments that :func:`read_events` puts back."""
+    rows = c.execute(
+        "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
+        "FROM events WHERE invocation_id=? ORDER BY seq",
+        (invocation_id,),
+    ).fetchall()
+    events: list[EventRecord] = []
+    for r in rows:
+        if r[4] == PACKED_KIND:
+            events += unpack(r[1], r[2], r[3], r[7], r[9], f"events row {r[0]}")
+            continue
+        events.append(
+            EventRecord(
+                event_id=r[0],
+                invocation_id=r[1],
+                seq=r[2],
+                at=r[3],
+                kind=r[4],
+                from_state=State(r[5]) if r[5] else None,
+                to_state=State(r[6]),
+                trace_id=r[7],
+                span_id=r[8],
+                data=json.loads(r[9]),
+            )  # fmt: skip
+        )
     return events
 
 
@@ -418,7 +432,7 @@ class _NewInvocation:
         for k in range(0, len(rows), per):
             chunk = rows[k : k + per]
             c.execute(_insert_invocations_sql(len(chunk)), [v for r in chunk for v in r])
-        _insert_events(c, [e for op in ops for e in op.events], limit)
+        _insert_new_events(c, [op.events for op in ops], limit)
         total: dict[str, list[int]] = {}
         for op in ops:
             for sid, u in op.usage.items():
@@ -436,25 +450,58 @@ def _insert_invocations_sql(n: int) -> str:
     return f"INSERT INTO invocations ({_INV_COLS}) VALUES " + ",".join([one] * n)
 
 
+def _event_row(e: EventRecord) -> tuple[Any, ...]:
+    return (
+        e.invocation_id, e.seq, e.event_id, e.at, e.kind, e.from_state.value if e.from_state else None,
+        e.to_state.value, e.trace_id, e.span_id, _dump(dict(e.data)),
+    )  # fmt: skip
+
+
+def _packed_row(p: PackedRow) -> tuple[Any, ...]:
+    return (
+        p.invocation_id,
+        p.seq,
+        p.event_id,
+        p.at,
+        PACKED_KIND,
+        None,
+        p.to_state.value,
+        p.trace_id,
+        "",
+        p.data,
+    )
+
+
+def new_event_rows(events: Sequence[EventRecord]) -> list[tuple[Any, ...]]:
+    """The ``events`` rows of a new invocation's first events: one packed row when they fit it
+    (:func:`callgate.store.packed.packable`), else one row each."""
+    if packable(events):
+        return [_packed_row(pack(events))]
+    return [_event_row(e) for e in events]
+
+
+def _insert_new_events(
+    conn: sqlite3.Connection, trails: Sequence[Sequence[EventRecord]], limit: int = 0
+) -> None:
+    """Insert the first events of new invocations (each trail numbered from 1)."""
+    _insert_rows(conn, [row for events in trails for row in new_event_rows(events)], limit)
+
+
+def _insert_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]], limit: int = 0) -> None:
+    per = max(1, (limit or conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)) // 10)
+    for k in range(0, len(rows), per):
+        chunk = rows[k : k + per]
+        # one statement: one step for all rows
+        conn.execute(_insert_events_sql(len(chunk)), [v for r in chunk for v in r])
+
+
 def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord], limit: int = 0) -> None:
     if events and events[0].seq == 0:  # appended to an existing invocation: next numbers
         (last,) = conn.execute(
             "SELECT COALESCE(MAX(seq), 0) FROM events WHERE invocation_id=?", (events[0].invocation_id,)
         ).fetchone()
         events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
-    if not events:
-        return
-    per = max(1, (limit or conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)) // 10)
-    for k in range(0, len(events), per):
-        chunk = events[k : k + per]
-        params: list[Any] = []
-        for e in chunk:
-            params += (
-                e.invocation_id, e.seq, e.event_id, e.at, e.kind,
-                e.from_state.value if e.from_state else None, e.to_state.value,
-                e.trace_id, e.span_id, _dump(dict(e.data)),
-            )  # fmt: skip
-        conn.execute(_insert_events_sql(len(chunk)), params)  # one statement: one step for all rows
+    _insert_rows(conn, [_event_row(e) for e in events], limit)
 
 
 @functools.lru_cache(maxsize=64)
@@ -717,7 +764,10 @@ class SQLiteStore:
                 if got.kind is not ClaimKind.NEW:
                     return got  # nothing written: the key went to another invocation
             c.execute(_INSERT_INVOCATION, row)
-            _insert_events(c, events)
+            if events and events[0].seq == 1:
+                _insert_new_events(c, [events])
+            else:
+                _insert_events(c, events)
             if usage:
                 c.executemany(_ADD_USAGE, [(sid, *_usage_row(d)) for sid, d in usage.items()])
             _follow_key(c, record)

@@ -31,6 +31,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 const PRINCIPAL_TYPE: &str = "User";
 const RESOURCE_TYPE: &str = "Resource";
 const ACTION_TYPE: &str = "Action";
+/// Entities of `entities.json` read at once by `CedarSnapshot::load` (its peak memory follows it).
+const ENTITY_CHUNK: usize = 4096;
 
 /// (code, policy id, message)
 type ReasonT = (String, String, String);
@@ -593,44 +595,87 @@ impl CedarSnapshot {
         let built = py.detach(move || -> Result<CedarSnapshot, String> {
             let (schema, slices) = prepare(&schema_text, sources)?;
             let (store, edges) = {
-                let entities = Entities::from_json_str(&entities_json, Some(&schema))
-                    .map_err(|e| format!("entities: {e}"))?;
-                drop(entities_json);
+                // Read in chunks of ENTITY_CHUNK entities (issue 34 item 6): Cedar's reader holds
+                // several forms of what it reads at once (~40x the JSON at its peak), so the
+                // whole file at once peaked at 440 MiB for 8.5 MiB of JSON. Each chunk is checked
+                // against the schema as the whole file was; Cedar adds the schema's action
+                // entities to every chunk, kept once (as an entity listed twice). A chunk's `parents` may name an entity of
+                // another chunk: each request's entities are read again with their closure
+                // (`closure`), where Cedar computes the ancestors over all of them.
+                let items: Vec<&serde_json::value::RawValue> =
+                    serde_json::from_str(&entities_json).map_err(|e| format!("entities: {e}"))?;
+                let empty: [&serde_json::value::RawValue; 0] = [];
+                let chunks: Vec<&[&serde_json::value::RawValue]> = if items.is_empty() {
+                    vec![&empty[..]]
+                } else {
+                    items.chunks(ENTITY_CHUNK).collect()
+                };
                 let mut store = EntityStore::default();
                 let mut refs: Vec<(usize, Vec<(String, String)>)> = Vec::new();
-                for (n, entity) in entities.iter().enumerate() {
-                    let uid = entity.uid();
-                    let t = uid.type_name().to_string();
-                    let i = uid.id().unescaped().to_string();
-                    let value = entity
-                        .to_json_value()
+                let mut seen: HashMap<(String, String), usize> = HashMap::new();
+                let mut n = 0usize;
+                for chunk in chunks {
+                    let doc = format!(
+                        "[{}]",
+                        chunk.iter().map(|r| r.get()).collect::<Vec<_>>().join(",")
+                    );
+                    let entities = Entities::from_json_str(&doc, Some(&schema))
                         .map_err(|e| format!("entities: {e}"))?;
-                    let mut text = head(&t, &i);
-                    let mut out: Vec<(String, String)> = Vec::new();
-                    if let serde_json::Value::Object(map) = &value {
-                        for (k, v) in map {
-                            let empty = matches!(v, serde_json::Value::Object(m) if m.is_empty());
-                            if k == "uid" || (k == "tags" && empty) {
+                    drop(doc);
+                    for entity in entities.iter() {
+                        let uid = entity.uid();
+                        let t = uid.type_name().to_string();
+                        let i = uid.id().unescaped().to_string();
+                        let earlier = seen.get(&(t.clone(), i.clone())).copied();
+                        let value = entity
+                            .to_json_value()
+                            .map_err(|e| format!("entities: {e}"))?;
+                        let mut text = head(&t, &i);
+                        let mut out: Vec<(String, String)> = Vec::new();
+                        if let serde_json::Value::Object(map) = &value {
+                            for (k, v) in map {
+                                let empty =
+                                    matches!(v, serde_json::Value::Object(m) if m.is_empty());
+                                if k == "uid" || (k == "tags" && empty) {
+                                    continue;
+                                }
+                                text.push(',');
+                                text.push_str(
+                                    &serde_json::to_string(k).map_err(|e| e.to_string())?,
+                                );
+                                text.push(':');
+                                text.push_str(
+                                    &serde_json::to_string(v).map_err(|e| e.to_string())?,
+                                );
+                                if k == "parents" || k == "attrs" || k == "tags" {
+                                    collect_refs(v, &mut out);
+                                }
+                            }
+                        } else {
+                            return Err("entities: an entity is not an object".into());
+                        }
+                        text.push('}');
+                        if let Some(m) = earlier {
+                            // Read twice (the schema's actions come with every chunk; an entity
+                            // may be listed twice): the same entity is kept once, as Cedar does
+                            // within one read; a different one is refused with Cedar's words.
+                            if store.fragment(m) == text {
                                 continue;
                             }
-                            text.push(',');
-                            text.push_str(&serde_json::to_string(k).map_err(|e| e.to_string())?);
-                            text.push(':');
-                            text.push_str(&serde_json::to_string(v).map_err(|e| e.to_string())?);
-                            if k == "parents" || k == "attrs" || k == "tags" {
-                                collect_refs(v, &mut out);
-                            }
+                            return Err(format!("entities: duplicate entity entry `{uid}`"));
                         }
-                    } else {
-                        return Err("entities: an entity is not an object".into());
-                    }
-                    text.push('}');
-                    store.push_raw(&t, &i, &text);
-                    out.retain(|u| u.0 != t || u.1 != i);
-                    if !out.is_empty() {
-                        refs.push((n, out));
+                        seen.insert((t.clone(), i.clone()), n);
+                        store.push_raw(&t, &i, &text);
+                        out.retain(|u| u.0 != t || u.1 != i);
+                        if !out.is_empty() {
+                            refs.push((n, out));
+                        }
+                        n += 1;
                     }
                 }
+                drop(seen);
+                drop(items);
+                drop(entities_json);
                 store.finish()?;
                 let mut edges: HashMap<usize, Vec<usize>> = HashMap::new();
                 for (n, out) in refs {

@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from callgate.prove import DEFAULT_SOLVER_TIMEOUT_MS, DEFAULT_WALL_SECONDS
+from callgate.policy.prove import DEFAULT_SOLVER_TIMEOUT_MS, DEFAULT_WALL_SECONDS
 
 if TYPE_CHECKING:  # the parser is built for every command: the prover's modules load when it runs
-    from callgate.prove.properties import Property
-    from callgate.prove.runner import CedarSource, PropertyResult
+    from callgate.policy.prove.properties import Property
+    from callgate.policy.prove.runner import CedarSource, PropertyResult
 
 PROPERTIES_FILE = "properties.toml"
 
@@ -42,8 +42,8 @@ def _uid(u: object) -> str:
 
 def print_result(r: PropertyResult, source: CedarSource, out: TextIO, *, as_json: bool = False) -> None:
     from callgate.core.errors import CallgateError
-    from callgate.prove.replay import replay
-    from callgate.prove.runner import PropertyResult
+    from callgate.policy.prove.replay import replay
+    from callgate.policy.prove.runner import PropertyResult
 
     replayed = []
     if r.counterexample is not None:
@@ -91,7 +91,7 @@ def prove(
     wall: float = DEFAULT_WALL_SECONDS,
     as_json: bool = False,
 ) -> int:
-    from callgate.prove.runner import ProverUnavailable, Status, run_checks
+    from callgate.policy.prove.runner import ProverUnavailable, Status, run_checks
 
     try:
         results = run_checks(
@@ -108,8 +108,8 @@ def prove(
 def cmd_policy_prove(args: argparse.Namespace, out: TextIO, err: TextIO, cfg_loader: object) -> int:
     """The ``callgate policy prove`` command; ``cfg_loader`` reads ``--config`` (the CLI's own)."""
     from callgate.core.errors import CallgateError
-    from callgate.prove.properties import load_properties
-    from callgate.prove.runner import CedarSource
+    from callgate.policy.prove.properties import load_properties
+    from callgate.policy.prove.runner import CedarSource
 
     try:
         cfg = cfg_loader(args.config)  # type: ignore[operator]
@@ -127,8 +127,8 @@ def check_against(policy_dir: Path, shadow: tuple[str, ...], revision: str, out:
     """``callgate check --against REV``: what the working policies loosen compared with git
     ``revision`` (a ``no_looser_than`` property over every request), as counterexamples."""
     from callgate.core.errors import CallgateError
-    from callgate.prove.properties import Kind, Property
-    from callgate.prove.runner import CedarSource
+    from callgate.policy.prove.properties import Kind, Property
+    from callgate.policy.prove.runner import CedarSource
 
     prop = Property(
         name=f"no-looser-than-{revision}",

@@ -21,8 +21,8 @@ from callgate.core.errors import LoadError, policy_invalid
 from callgate.core.model import Effect
 from callgate.policy.declare import declared
 from callgate.policy.engines.cedar import policy_files
-from callgate.prove import DEFAULT_SOLVER_TIMEOUT_MS, DEFAULT_WALL_SECONDS
-from callgate.prove.properties import Kind, Property, View
+from callgate.policy.prove import DEFAULT_SOLVER_TIMEOUT_MS, DEFAULT_WALL_SECONDS
+from callgate.policy.prove.properties import Kind, Property, View
 
 REPO = Path(__file__).resolve().parents[2]
 BIN_ENV = "CALLGATE_PROVE_BIN"

@@ -13,19 +13,22 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from callgate.config import Config
 from callgate.core.errors import LoadError
 from callgate.policy.check import Finding, Severity, load_error_findings
 from callgate.policy.engines.cedar import policy_files
-from callgate.prove.properties import PROPERTIES_FILE, Kind, Property, View, load_properties
-from callgate.prove.runner import (
+from callgate.policy.prove.properties import PROPERTIES_FILE, Kind, Property, View, load_properties
+from callgate.policy.prove.runner import (
     CedarSource,
     PropertyResult,
     ProverUnavailable,
     Status,
     run_checks,
 )
+
+if TYPE_CHECKING:
+    from callgate.config import Config
 
 WALL_SECONDS = 60.0
 

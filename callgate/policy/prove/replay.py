@@ -17,7 +17,7 @@ from pathlib import Path
 
 from callgate.core.model import AuthzRequest, Decision, JSONValue, Subject
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
-from callgate.prove.runner import Counterexample
+from callgate.policy.prove.runner import Counterexample
 
 
 class Core(StrEnum):
