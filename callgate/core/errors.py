@@ -165,7 +165,7 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.NOT_AN_OBJECT: "Arguments must be a JSON object.",
     ErrorCode.TOO_DEEP: "Nesting deeper than `limits.max_depth`.",
     ErrorCode.TOO_LARGE: "More bytes than `limits.max_argument_bytes`.",
-    ErrorCode.SCHEMA_VIOLATION: "JSON Schema 2020-12 validation failed; `violations` carry JSON pointers (6.4 layer 2).",
+    ErrorCode.SCHEMA_VIOLATION: "JSON Schema 2020-12 validation failed, or the arguments do not fit the Cedar schema's context of the tool's hand-declared action; `violations` carry JSON pointers (6.4 layer 2).",
     ErrorCode.NORMALIZATION_FAILED: "A normalizer could not resolve a value (unrecognized relative date, DST gap) (6.5).",
     ErrorCode.NOT_CANONICALIZABLE: "The value has no RFC 8785 form (integer beyond 2^53-1, lone surrogate).",
     ErrorCode.DECIMAL_INVALID: "An amount under a `decimal` normalizer is not a decimal, has more places than its declared scale (never rounded) or is out of range (docs/NORMALIZATION.md).",

@@ -891,6 +891,62 @@ def _shallow(t: ArgType) -> ArgType:
     return ArgType("Record", fields=tuple((n, ArgType(ft.kind), r) for n, ft, r in t.fields))
 
 
+def _open_places(node: Any, have: ArgType, ptr: str) -> list[tuple[str, str]]:
+    """Where a ToolSpec schema ``node`` admits arguments the record ``have`` cannot hold: an
+    object not closed (``additionalProperties`` other than false), a property with no single
+    policy type where the record types it; (schema pointer, what)."""
+    if not isinstance(node, Mapping):
+        return []
+    out: list[tuple[str, str]] = []
+    if have.kind == "Record":
+        if node.get("additionalProperties", True) is not False:
+            out.append((ptr, "admits arguments its properties do not declare"))
+        props = node.get("properties", {})
+        fields = {n: t for n, t, _ in have.fields}
+        for name, sub in sorted(props.items()) if isinstance(props, Mapping) else ():
+            t = fields.get(name)
+            if t is None:
+                continue  # the type diff below names it
+            sub_ptr = f"{ptr}/properties/{_esc(name)}"
+            if t.kind in ("Record", "Set"):
+                out.extend(_open_places(sub, t, sub_ptr))
+                continue
+            try:
+                _arg_type(sub, sub_ptr, sub_ptr, frozenset())
+            except _TypeError:
+                if t.kind not in TIME_TYPES and t.kind != "decimal":
+                    out.append(
+                        (sub_ptr, f"admits values of other types than the {t.cedar()} declared for it")
+                    )
+    elif have.kind == "Set" and have.element is not None:
+        out.extend(_open_places(node.get("items"), have.element, f"{ptr}/items"))
+    return out
+
+
+def _admits_more(d: ToolDecl, cap: str, schema_path: Path, have: ArgType, text: str) -> list[Problem]:
+    """Warnings for a ToolSpec whose schema admits arguments the hand-written action's
+    ``context.args`` cannot hold: such a call is refused (``schema_violation`` naming the
+    argument, :mod:`callgate.policy.conformance`), never allowed."""
+    try:
+        doc = _read_json(Path(d.source))
+    except LoadError:
+        return []
+    if not isinstance(doc, Mapping):
+        return []
+    member = "normalized_schema" if isinstance(doc.get("normalized_schema"), Mapping) else "input_schema"
+    return [
+        Problem(
+            f"{d.source}:{_line(text, ptr)}",
+            f"tool {d.key}",
+            f"{ptr}: {what}, which action {cap} in {schema_path} has no room for "
+            "(a call carrying one is refused as a schema_violation naming it): close the schema "
+            "(additionalProperties: false, one type) or declare them in the action's context.args",
+            warning=True,
+        )
+        for ptr, what in _open_places(doc.get(member), have, f"/{member}")
+    ]
+
+
 def check_tools(policy_dir: Path) -> list[Problem]:
     """ToolSpec argument types checked against the hand-written ``cedar/schema.cedarschema`` and
     ``rego/data.json`` (issue 12 item 1): each capability a ToolSpec requires and the file declares
@@ -930,6 +986,8 @@ def check_tools(policy_dir: Path) -> list[Problem]:
                     )
                     continue
                 cedar_args = contexts[cap].args
+                if cedar_args is not None:
+                    problems.extend(_admits_more(d, cap, schema_path, cedar_args, texts[d.source]))
                 if cedar_args is None or d.args is None:
                     continue  # not a literal record (Cedar validates requests at evaluation)
                 for msg in _diff("", d.args, cedar_args):

@@ -236,6 +236,11 @@ class Gate:
             subject=session.subject, session_id=session.session_id, now=call.now,
         )  # fmt: skip
         decision = await steps.authorize(call, tool, normalized)
+        if isinstance(decision, Rejection):  # the engine's schema cannot hold the arguments
+            outcome = await self._finish(call, decision, validated=validated)
+            if claim.key is not None:
+                await self.keys.release_claim(claim.key, call.invocation_id, call.now)
+            return outcome
         steps.decide(call, tool, decision, self._cfg.confirmation.ttl_seconds)
         try:
             outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)

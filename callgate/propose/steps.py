@@ -426,8 +426,11 @@ def _hides_text(canonical: bytes) -> bool:
     return may_flag(canonical) and text_context(json.loads(canonical)) is not None
 
 
-async def authorize(call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments) -> Decision:
-    """``authorize(subject, capability, resource, context)`` per capability; faults are denies."""
+async def authorize(
+    call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments
+) -> Decision | Rejection:
+    """``authorize(subject, capability, resource, context)`` per capability; faults are denies.
+    A request the engine's schema cannot hold is a refusal naming the argument (below)."""
     session = call.session
     stateful = call.usage is not None or call.labels is not None
     result = None if stateful else call.authorization  # the core decided without usage and labels
@@ -437,6 +440,10 @@ async def authorize(call: ProposeCall, tool: CompiledTool, normalized: Normalize
         result = await authorize_invocation(
             call.snapshot.engine, tool, normalized, call.subject, call.usage, call.labels
         )
+    refused = _not_conforming(call, tool, normalized, result.decision)
+    if refused is not None:
+        return refused
+    if result is not call.authorization:
         call.decision = decision_to_dict(result.decision)
     else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
         call.decision = call.authorization_dict
@@ -472,6 +479,25 @@ def with_value(normalized: NormalizedArguments) -> NormalizedArguments:
         return normalized
     value = json.loads(normalized.canonical)
     return dataclasses.replace(normalized, value=value if isinstance(value, dict) else {})
+
+
+def _not_conforming(
+    call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments, decision: Decision
+) -> Rejection | None:
+    """A deny because the request does not conform to the engine's schema (an argument a
+    hand-written action's context has no room for, or types otherwise) as the validation error
+    it is: ``schema_violation`` naming the argument and the action, never a policy deny
+    (:mod:`callgate.policy.conformance`)."""
+    if decision.effect is not Effect.DENY:
+        return None
+    value = normalized.value if normalized.value is not None else json.loads(normalized.canonical)
+    violations = call.snapshot.engine.conformance_violations(decision, tool.spec.required_capabilities, value)
+    if violations is None:
+        return None
+    error = schema_violation(
+        "the arguments do not conform to the Cedar schema of the tool's action", violations
+    )
+    return call.reject(error, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
 
 
 def decide(call: ProposeCall, tool: CompiledTool, decision: Decision, confirmation_ttl_seconds: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from callgate.core.errors import ErrorCode
+from callgate.core.errors import ErrorCode, Violation
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason
 from callgate.policy.timevalues import TimePlan
 
@@ -81,6 +81,15 @@ class Engine(Protocol):
         """What each principal could ever be allowed (ListTools by policy,
         :mod:`callgate.policy.reach`) when ``policy.list_by_policy`` is on and the engine can read
         its policies that way (Cedar), else None: every allowlisted tool is shown."""
+        ...
+
+    def conformance_violations(
+        self, decision: Decision, capabilities: Sequence[str], args: Any
+    ) -> list[Violation] | None:
+        """When ``decision`` is a deny because the request does not conform to the engine's
+        schema: the violations naming the argument and the action (Cedar,
+        :mod:`callgate.policy.conformance`); else None (a policy deny, or an engine that cannot
+        tell: Rego, OPA)."""
         ...
 
 

@@ -43,7 +43,14 @@ import cedarpy
 from callgate.core.errors import ErrorCode, Violation, policy_invalid
 from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.native import load_native, native_missing
-from callgate.policy.declare import cedar_text_actions, cedar_time_plans, declared
+from callgate.policy.conformance import NOT_CONFORMING, conformance_violations
+from callgate.policy.declare import (
+    ActionContext,
+    cedar_declared_contexts,
+    cedar_text_actions,
+    cedar_time_plans,
+    declared,
+)
 from callgate.policy.engines.base import Readiness, combine, fault
 from callgate.policy.engines.cedar_slices import (
     LITERALS,
@@ -168,6 +175,9 @@ class CedarPolicies:
     the others never get it."""
     reach: Reach | None = field(default=None, compare=False, repr=False)
     """What each principal could ever be allowed (ListTools by policy, :mod:`callgate.policy.reach`)."""
+    contexts: Mapping[str, ActionContext] = field(default_factory=dict, compare=False, repr=False)
+    """Action -> its context as the schema text declares it: where a request Cedar finds not
+    conforming misfits (:mod:`callgate.policy.conformance`)."""
     python: bool = True
     """Whether cedarpy's form (policy sets, :attr:`entities`) was built; when not, the compiled
     core decides whatever the seam says (:meth:`CedarEngine.use_native`)."""
@@ -496,6 +506,7 @@ def load_cedar_dir(
         time_plans=time_plans,
         text_actions=cedar_text_actions(sch_text),
         reach=reading,
+        contexts=cedar_declared_contexts(sch_text),
         python=entity_index is not None,
     )
 
@@ -721,7 +732,7 @@ def _sanitize_error(err: str, policy_ids: Mapping[str, str], part: Slice | None 
         pid = policy_ids.get(pos, pos)
         return pid, f"policy '{pid}' failed to evaluate"
     if "is not valid for" in err or "failed to build request" in err:
-        return "", "request does not conform to the Cedar schema"
+        return "", NOT_CONFORMING
     return "", "policy evaluation failed"
 
 
@@ -826,6 +837,18 @@ class CedarEngine:
     def text_actions(self) -> frozenset[str]:
         """The actions whose schema declares ``context.text`` (:mod:`callgate.policy.textflags`)."""
         return self._p.text_actions
+
+    def conformance_violations(
+        self, decision: Decision, capabilities: Sequence[str], args: Any
+    ) -> list[Violation] | None:
+        """When Cedar denied ``decision`` because the request does not conform to the schema
+        (either engine marks it :data:`NOT_CONFORMING`): the violations naming the argument and
+        the action (:mod:`callgate.policy.conformance`); else None."""
+        if decision.effect is not Effect.DENY or not any(
+            r.message == NOT_CONFORMING for r in decision.reasons
+        ):
+            return None
+        return conformance_violations(self._p.contexts, capabilities, args)
 
     def _request_entities(self, p: CedarPolicies, req: AuthzRequest) -> list[dict[str, Any]]:
         if p.entities is None:

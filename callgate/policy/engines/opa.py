@@ -184,6 +184,10 @@ class OpaEngine:
         """No ListTools by policy: every allowlisted tool is shown."""
         return None
 
+    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
+        """A request the Rego contract cannot hold stays a policy deny (not located)."""
+        return None
+
     async def close(self) -> None:
         self._closed = True
         clients, self._clients = self._clients, {}

@@ -245,6 +245,10 @@ class RegoEngine:
         """No ListTools by policy: every allowlisted tool is shown."""
         return None
 
+    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
+        """A request the Rego contract cannot hold stays a policy deny (not located)."""
+        return None
+
     async def close(self) -> None:
         self._closed = True
         ex, self._executor = self._executor, None
