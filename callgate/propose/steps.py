@@ -416,8 +416,10 @@ def front(
 
 def _declares_text(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
     """Whether one of the tool's actions declares ``context.text`` (issue 33)."""
-    declares = getattr(snapshot.engine, "text_actions", None)
-    return declares is None or any(c in declares for c in tool.spec.required_capabilities)
+    compiled = snapshot.engine.compiled
+    if compiled is None:  # not decided by the compiled core: the Python stages build context.text
+        return True
+    return any(c in compiled.text_actions for c in tool.spec.required_capabilities)
 
 
 def _hides_text(canonical: bytes) -> bool:

@@ -120,6 +120,12 @@ class CompiledDecider(Protocol):
         in the policies' context, which the one-call decision does not build)."""
         ...
 
+    @property
+    def text_actions(self) -> frozenset[str]:
+        """Actions whose schema declares ``context.text`` (which the one-call decision does not
+        build: a proposal with flagged free text is then decided by the Python stages)."""
+        ...
+
     def native_decision(self, answers: Sequence[tuple[Answer, Answer | None]]) -> Decision:
         """The combined decision of the compiled core's ``(enforcing, shadow)`` answers, one per
         capability: what :meth:`Engine.authorize_batch` gives for the same requests."""
