@@ -108,7 +108,11 @@ def sidecar(folder: Path, core: str) -> Any:
     from callgate.propose.core import load_native
 
     if core == "native" and load_native() is None:
-        pytest.skip("the compiled core is not built (scripts/native)")
+        # Never a skip: scripts/test builds the core (scripts/bootstrap -> scripts/native); a
+        # missing build is a failure that says how to get it (as tests/test_native_cedar.py).
+        pytest.fail(
+            "the compiled core is not built (scripts/native build); needs a Rust toolchain", pytrace=False
+        )
     return start_sidecar(folder, core=CoreConfig(engine=core))
 
 
