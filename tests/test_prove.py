@@ -539,3 +539,14 @@ def test_reload_prove_needs_the_cedar_engine(tmp_path: Path) -> None:
     cfg.write_text('[policy]\nengine = "rego"\ndir = "policies"\nreload_prove = true\n')
     with pytest.raises(LoadError, match="reload_prove proves Cedar policies"):
         load_config(cfg)
+
+
+def test_the_default_prover_and_solver_paths_are_where_the_scripts_install_them() -> None:
+    """Without CALLGATE_PROVE_BIN / CVC5 a checkout's ``callgate policy prove`` looks in the
+    checkout's .cache/bin, where scripts/prove and scripts/solver put them (a path computed from
+    the package once pointed into callgate/ after the package moved)."""
+    from callgate.policy.prove import runner
+
+    assert (runner.REPO / "scripts" / "prove").is_file()
+    assert (runner.REPO / "scripts" / "solver").is_file()
+    assert (runner.REPO / "callgate" / "policy" / "prove" / "runner.py").is_file()

@@ -24,7 +24,9 @@ from callgate.policy.engines.cedar import policy_files
 from callgate.policy.prove import DEFAULT_SOLVER_TIMEOUT_MS, DEFAULT_WALL_SECONDS
 from callgate.policy.prove.properties import Kind, Property, View
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
+"""The checkout (callgate/policy/prove/runner.py -> the root) whose .cache/bin scripts/prove and
+scripts/solver install into."""
 BIN_ENV = "CALLGATE_PROVE_BIN"
 SOLVER_ENV = "CVC5"
 
