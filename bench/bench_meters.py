@@ -36,8 +36,8 @@ from callgate.core.model import Proposal, Subject
 from callgate.core.trace import TraceContext
 from callgate.policy.meters import Contribution, Window
 from callgate.policy.snapshot import load_snapshot
-from callgate.propose.gate import Gate
 from callgate.propose.outcome import SessionSpec
+from callgate.server.app import Shared
 from callgate.store.sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -209,7 +209,8 @@ async def cpu_per_propose(tmp: Path, calls: int, core: str) -> dict[str, float]:
     cfg = replace(cfg, budgets=replace(cfg.budgets, max_tool_calls=10**9))
     snap = load_snapshot(folder, policy=cfg.policy)
     store = SQLiteStore(tmp / f"cpu-{core}.db")
-    gate = Gate(config=cfg, snapshot=snap, store=store, clock=FixedClock(NOW), idempotency=store.keys())
+    clock = FixedClock(NOW)
+    gate = Shared.build(cfg, snap, store, clock, store.keys()).gate(cfg, store, clock)
     s = await gate.open_session(SessionSpec(subject=Subject(tenant="acme", id="alice"), timezone="UTC"))
     await gate.list_tools(s.session_id, "m")
     trace = TraceContext.from_traceparent(None)

@@ -165,18 +165,19 @@ def test_declarations_are_checked() -> None:
 
 
 def test_a_count_leaves_the_window_exactly_at_its_edge(tmp_path: Path) -> None:
-    """1 h window, buckets of 1 min: a call made in the bucket starting at b counts until b + 1 h
-    (one millisecond before: counted; at it: gone); the session window keeps it."""
+    """1 h window: a call made at t counts until exactly t + 1 h (one millisecond before: counted;
+    at it: gone), whatever the second within the minute; the session window keeps it."""
 
     async def run() -> None:
         store = SQLiteStore(tmp_path / "m.db")
         meters = store.meters()
         hour = Window("1h", 3_600_000)
         k = Contribution("m", "acme\x1fs:ana", 1, (hour, Window("session", 0)), 0)
-        t0 = datetime(2026, 7, 19, 6, 0, 30, tzinfo=UTC)  # bucket starts at 06:00:00
+        t0 = datetime(2026, 7, 19, 6, 0, 30, 123000, tzinfo=UTC)  # not on a minute: no bucket edge
         await meters.reserve("inv_1", "ses_1", [k], t0, t0 + timedelta(minutes=1))
         await store.worker.run(lambda c: settle_sqlite(c, "inv_1", State.COMMITTED))
-        edge = datetime(2026, 7, 19, 7, 0, 0, tzinfo=UTC)
+        edge = t0 + timedelta(hours=1)
+        assert await meters.totals("m", k.scope, hour, "ses_1", datetime(2026, 7, 19, 7, 0, tzinfo=UTC)) == 1
         assert await meters.totals("m", k.scope, hour, "ses_1", edge - timedelta(milliseconds=1)) == 1
         assert await meters.totals("m", k.scope, hour, "ses_1", edge) == 0
         assert await meters.totals("m", k.scope, Window("session", 0), "ses_1", edge + timedelta(days=3)) == 1

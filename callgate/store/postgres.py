@@ -75,7 +75,7 @@ from callgate.store.idempotency.base import (
     fresh_claim,
     released,
 )
-from callgate.store.meters import PG_MIGRATION, PostgresMeters, settle_pg
+from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
 from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, pack, packable, unpack
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
@@ -204,6 +204,7 @@ MIGRATIONS: Final = (
     Migration(3, "retention: deletable trails while purging, tombstones, age indexes", _V3),
     Migration(4, PACKED_MIGRATION, ""),
     Migration(5, "meters: reservations and bucketed totals (issue 30)", PG_MIGRATION),
+    Migration(6, "meters: exact windows (per-call entries, running totals; issue 30)", PG_EXACT_MIGRATION),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 

@@ -49,7 +49,13 @@ from callgate.store.base import (
 from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
-from callgate.store.meters import SQLITE_MIGRATION, SQLiteMeters, settle_sqlite, settle_sqlite_rows
+from callgate.store.meters import (
+    SQLITE_EXACT_MIGRATION,
+    SQLITE_MIGRATION,
+    SQLiteMeters,
+    settle_sqlite,
+    settle_sqlite_rows,
+)
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, PackedRow, pack, packable, unpack
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
@@ -176,6 +182,9 @@ MIGRATIONS: Final = (
     Migration(4, "retention: deletable trails while purging, tombstones, age indexes", _SCHEMA_V4),
     Migration(5, PACKED_MIGRATION, ""),
     Migration(6, "meters: reservations and bucketed totals (issue 30)", SQLITE_MIGRATION),
+    Migration(
+        7, "meters: exact windows (per-call entries, running totals; issue 30)", SQLITE_EXACT_MIGRATION
+    ),
 )
 """The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
