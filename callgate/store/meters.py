@@ -158,11 +158,6 @@ def _windows_of(text: str) -> tuple[Window, ...]:
     return tuple(Window(str(n), int(ms)) for n, ms in json.loads(text))
 
 
-def _total_key(meter: str, scope: str, w: Window, session_id: str) -> tuple[str, str, int]:
-    """(meter, scope, width) of the running total of window ``w``."""
-    return (meter, scope + _SESSION_SEP + session_id, 0) if w.ms == 0 else (meter, scope, w.ms)
-
-
 # --------------------------------------------------------------------------- SQL per dialect
 @dataclass(frozen=True, slots=True)
 class _Dialect:
@@ -172,6 +167,8 @@ class _Dialect:
     ph: str
     least: str
     greatest: str
+    locks: bool
+    """Whether readers and settles take advisory locks (several writers share the database)."""
 
     def sql(self, text: str) -> str:
         """``text`` written with ``{t}`` for the prefix and ``?`` for placeholders."""
@@ -179,8 +176,8 @@ class _Dialect:
         return out if self.ph == "?" else out.replace("%", "%%").replace("?", self.ph)
 
 
-SQLITE: Final = _Dialect("", "?", "min", "max")
-POSTGRES: Final = _Dialect("callgate_", "%s", "LEAST", "GREATEST")
+SQLITE: Final = _Dialect("", "?", "min", "max", False)
+POSTGRES: Final = _Dialect("callgate_", "%s", "LEAST", "GREATEST", True)
 
 
 @functools.lru_cache(maxsize=128)
@@ -284,36 +281,43 @@ def _reserve_steps(
     """Read every window of ``ks`` at ``now_ms`` (final totals brought to the edge, plus live
     reservations) and, with ``invocation_id``, reserve them: the readings. Runs inside one
     transaction that holds the meters' locks."""
-    keys = list(dict.fromkeys(_total_key(k.meter, k.scope, w, session_id) for k in ks for w in k.windows))
-    yield _lock([(k.meter, k.scope) for k in ks])
+    keys: dict[tuple[str, str, int], None] = {}
+    wanted: list[tuple[tuple[str, str, int], Contribution, str]] = []
+    flight_args: list[Any] = []
+    pairs: list[Any] = []
+    for k in ks:
+        meter, scope = k.meter, k.scope
+        pairs += (meter, scope)
+        for w in k.windows:
+            if w.ms:
+                key = (meter, scope, w.ms)
+                flight_args += (meter, scope, now_ms - w.ms)
+            else:
+                key = (meter, scope + _SESSION_SEP + session_id, 0)
+                flight_args += (meter, scope, session_id)
+            keys[key] = None
+            wanted.append((key, k, w.name))
+    if d.locks:
+        yield _lock(list(zip(pairs[::2], pairs[1::2], strict=True)))
     got = yield _Stmt(
         _advance_sql(d, len(keys)), [now_ms, now_ms, now_ms, now_ms, *(x for key in keys for x in key)], True
     )
-    finals = {(str(m), str(s), int(w)): int(t) for m, s, w, t in got}
-    for meter, scope, width in keys:
-        if (meter, scope, width) not in finals:
+    finals = {(m, s, int(w)): int(t) for m, s, w, t in got}
+    for key in keys:
+        if key not in finals:
+            meter, scope, width = key
             if width == 0:
-                finals[meter, scope, width] = 0
+                finals[key] = 0
                 continue
             lo = now_ms - width
             row = yield _Stmt(_fixed(d)["init"], [meter, scope, width, lo, meter, scope, lo], True)
-            finals[meter, scope, width] = int(row[0][0]) if row else 0
+            finals[key] = int(row[0][0]) if row else 0
     shape = tuple(tuple(w.ms == 0 for w in k.windows) for k in ks)
-    args: list[Any] = []
-    for k in ks:
-        for w in k.windows:
-            args += (k.meter, k.scope, session_id if w.ms == 0 else now_ms - w.ms)
-    args.append(now_ms)
-    for k in ks:
-        args += (k.meter, k.scope)
-    (flight,) = yield _Stmt(_in_flight_sql(d, shape), args, True)
-    out: list[Reading] = []
-    col = 0
-    for k in ks:
-        for w in k.windows:
-            before = finals[_total_key(k.meter, k.scope, w, session_id)] + int(flight[col] or 0)
-            out.append(Reading(k.meter, w.name, before, k.amount, k.scale))
-            col += 1
+    (flight,) = yield _Stmt(_in_flight_sql(d, shape), [*flight_args, now_ms, *pairs], True)
+    out = tuple(
+        Reading(k.meter, name, finals[key] + int(flight[i] or 0), k.amount, k.scale)
+        for i, (key, k, name) in enumerate(wanted)
+    )
     if invocation_id is not None:
         rows: list[Any] = []
         for k in ks:
@@ -328,7 +332,7 @@ def _reserve_steps(
                 _widths(k.windows),
             )
         yield _Stmt(_insert_sql(d, len(ks)), rows)
-    return tuple(out)
+    return out
 
 
 def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -> Steps:
@@ -360,13 +364,15 @@ def _settle_steps(d: _Dialect, invocation_id: str, state: State) -> Steps:
         if state in _RECONCILED:
             known = yield _Stmt(_fixed(d)["take_unknown"], [invocation_id], True)
             if state is State.FAILED_BEFORE_COMMIT and known:
-                yield _lock([(str(r[0]), str(r[1])) for r in known])
+                if d.locks:
+                    yield _lock([(str(r[0]), str(r[1])) for r in known])
                 for row in known:
                     yield from _add_steps(d, invocation_id, row, -1)
         return
     if state in RELEASE_STATES:
         return
-    yield _lock([(str(r[0]), str(r[1])) for r in rows])
+    if d.locks:
+        yield _lock([(str(r[0]), str(r[1])) for r in rows])
     for row in rows:
         if state is State.OUTCOME_UNKNOWN:
             yield _Stmt(_fixed(d)["unknown"], [invocation_id, *row])
