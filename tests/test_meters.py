@@ -308,3 +308,42 @@ def test_callgate_check_names_a_bad_meter_declaration(folder: Path, tmp_path: Pa
         )
         out = got.stdout + got.stderr
         assert got.returncode != 0 and says in out and "payments.refund@v1.json:" in out, out
+
+
+def test_the_bucketed_meters_become_entries_at_upgrade(tmp_path: Path) -> None:
+    """SQLite migration 7: a v6 database's session totals stay, and each meter's finest buckets
+    become entries at their starts, which the exact windows then read."""
+    import sqlite3
+
+    from callgate.store.migrations import migrate_sqlite
+    from callgate.store.sqlite import MIGRATIONS
+
+    path = tmp_path / "v6.db"
+    c = sqlite3.connect(path, isolation_level=None)
+    c.execute("BEGIN")
+    migrate_sqlite(c, MIGRATIONS[:6], at="2026-07-19T06:00:00Z")
+    t0 = int(CLOCK.timestamp() * 1000)
+    scope = "acme\x1fs:ana"
+    c.executemany(
+        "INSERT INTO meter_buckets VALUES (?,?,?,?,?)",
+        [
+            ("m", scope, 60_000, t0 // 60_000, 2),  # the 1 h window's bucket of 06:00
+            ("m", scope, 1_440_000, t0 // 1_440_000, 2),  # the same calls in the 24 h window's
+            ("m", scope + "\x1eses_1", 0, 0, 5),  # the session window
+        ],
+    )
+    c.execute("COMMIT")
+    c.close()
+
+    async def run() -> None:
+        store = SQLiteStore(path)  # migrates to the latest version
+        meters = store.meters()
+        hour, day, session = Window("1h", 3_600_000), Window("24h", 86_400_000), Window("session", 0)
+        at = CLOCK + timedelta(minutes=59, seconds=59, milliseconds=999)
+        assert await meters.totals("m", scope, hour, "ses_1", at) == 2
+        assert await meters.totals("m", scope, hour, "ses_1", CLOCK + timedelta(hours=1)) == 0
+        assert await meters.totals("m", scope, day, "ses_1", CLOCK + timedelta(hours=23)) == 2
+        assert await meters.totals("m", scope, session, "ses_1", CLOCK + timedelta(days=9)) == 5
+        await store.close()
+
+    asyncio.run(run())
