@@ -24,7 +24,11 @@ against unloaded, the recovery time of the calm caller's p99 (the end of the fir
 after which every window is within 2x the unloaded p99), refusals by where they happened (in
 Python by the admission; in gRPC core, seen by the client as ``CANCELLED``), and where the CPU
 went: sidecar CPU per admitted call (capacity run) and per refusal (the rest of its CPU in the
-phase over the refusals), the generators' CPU and the rest of the box (other processes).
+phase over the refusals), the generators' CPU and the rest of the box (other processes). At the
+end, the sidecar's event loop is stalled for 3 s (``bench/_stall_serve.py``, SIGUSR1) under an
+open loop at 2x: every call beyond the pending bound is then dropped by gRPC core alone, and the
+sidecar's CPU over the stall over those drops is the CPU of one drop (a refusal in Python costs
+about a bare ``health.Check``: ``bench/bench_refusal.py``).
 
     .venv/bin/python bench/bench_overload.py [--seconds 10] [--factors 2,5] [--concurrency 16]
         [--timeout 1s] [--tail 3] [--server-toml '...'] [--before] [--checkout /work/main]
@@ -39,6 +43,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import tempfile
 import threading
@@ -66,6 +71,10 @@ WINDOW = 0.5
 """Width of the recovery windows, seconds (stepped by a quarter of it)."""
 RECOVERY_RATIO = 2.0
 """The recovery target: the calm caller's p99 within this multiple of the unloaded p99."""
+STALL_S = 3.0
+"""How long the sidecar's event loop is stalled to measure gRPC core's drops alone (seconds)."""
+STALL_RUNNER = (str(Path(__file__).with_name("_stall_serve.py")),)
+"""``callgate serve`` that stalls its event loop on SIGUSR1 (the sidecar under test)."""
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -231,6 +240,31 @@ class Bench:
         out["rss_mib"] = rss_mib(self.sc.proc.pid)
         return out
 
+    def core_drops(self, rate: float) -> dict[str, Any]:
+        """The CPU of a call gRPC core drops: the event loop stalled for :data:`STALL_S` (SIGUSR1)
+        while an open loop at ``rate`` runs inside the stall; every call beyond the pending bound
+        is dropped before Python, and the sidecar's CPU over the stall is all gRPC core's."""
+        a = self.args
+        go = Go.start(self.go, self.reqs, seconds=STALL_S - 1.0, rate=rate, offset=self.take(rate * STALL_S),
+                      timeout=a.timeout)  # fmt: skip
+        time.sleep(0.1)  # the generator's start-up, before the stall
+        os.kill(self.sc.proc.pid, signal.SIGUSR1)
+        cpu0, t0 = self.sc.cpu_seconds(), time.monotonic()
+        time.sleep(STALL_S - 0.2)
+        cpu = self.sc.cpu_seconds() - cpu0
+        wall = time.monotonic() - t0
+        r = go.wait().result
+        drops = r["error_codes"].get("Canceled", 0)
+        out = {"drops": drops, "sidecar_cpu_s": cpu, "cpu_per_drop_us": cpu / max(1, drops) * 1e6,
+               "generator_cpu_per_call_us": go.cpu_s / max(1, r["n"] + r["errors"]) * 1e6, "wall_s": wall}  # fmt: skip
+        print(
+            f"gRPC core drops (event loop stalled {STALL_S:g} s, open loop {rate:.0f}/s): {drops} CANCELLED, "
+            f"sidecar CPU per drop {out['cpu_per_drop_us']:.0f} us; generator CPU per call "
+            f"{out['generator_cpu_per_call_us']:.0f} us; load average {loadavg()}",
+            flush=True,
+        )
+        return out
+
     def overload(
         self, factor: float, capacity: float, unloaded: dict[str, Any], admitted_cpu: float
     ) -> dict[str, Any]:
@@ -334,13 +368,25 @@ async def main() -> None:
     # 2. unloaded and overload, on a sidecar with the admission under test and its metrics
     metrics_port = free_port()
     extra = f'[observability]\nmetrics_address = "127.0.0.1:{metrics_port}"\n'
-    with sidecar(server_toml=server_toml, extra_toml=extra, **where) as sc:
+    with sidecar(server_toml=server_toml, extra_toml=extra, runner=STALL_RUNNER, **where) as sc:
         sid = await open_session(sc.agent)
         count = int(capacity * (s * (0.3 + sum(factors)) + (s + args.tail) * 0.3 * len(factors))) + 6000
         b = Bench(args, sc, sid, count, f"http://127.0.0.1:{metrics_port}/metrics")
         unloaded = res["unloaded"] = b.unloaded(capacity / 4)
         for f in factors:
             res[f"overload_{f:g}x"] = b.overload(f, capacity, unloaded, admitted_cpu)
+        drop = res["core_drops"] = b.core_drops(capacity * 2)
+        for f in factors:  # where the sidecar's CPU went in each overload phase
+            r = res[f"overload_{f:g}x"]
+            dropped_cores = drop["cpu_per_drop_us"] * 1e-6 * r["refused_in_core"] / r["wall_s"]
+            r["sidecar_cores_on_core_drops"] = dropped_cores
+            print(
+                f"  {f:g}x: sidecar {r['sidecar_cpu_s'] / r['wall_s']:.2f} cores (capacity run "
+                f"{capacity * admitted_cpu:.2f}): about {dropped_cores:.2f} on gRPC core's drops, the rest on "
+                f"answers and refusals in Python; generators {r['generator_cpu_s'] / r['wall_s']:.2f}, rest of box "
+                f"{(r['box_busy_s'] - r['sidecar_cpu_s'] - r['generator_cpu_s']) / r['wall_s']:.2f}",
+                flush=True,
+            )
         res["summary"] = {
             "timeout": args.timeout, "before": args.before, "server_toml": server_toml,
             "target_ms": args.target_ms, "sidecar_peak_rss_mib": sc.peak_rss_mib,
