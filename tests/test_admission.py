@@ -453,3 +453,46 @@ def test_the_metrics_endpoint_serves_each_listeners_admission() -> None:
         assert ("callgate_admission_limit", (("listener", "executor"),)) in samples
     finally:
         stop_sidecar(running, tmp)
+
+
+def test_a_stream_limit_per_connection_holds_the_excess_in_the_client() -> None:
+    """``max_streams_per_connection`` (HTTP/2 ``MAX_CONCURRENT_STREAMS``): with one stream per
+    connection and that stream taken, a second call on the same connection waits in the client
+    and ends there at its deadline; the sidecar never sees it (neither admitted nor refused).
+    Another connection (a probe) is not held."""
+    running, tmp = start_sidecar(server_kw={"max_streams_per_connection": 1})
+    try:
+        sid = running.open_session()
+        running.list_tools(sid)
+        admission = running.sidecar.admission["agent"]
+        lock = sqlite3.connect(running.db_path, isolation_level=None, timeout=5)
+        lock.execute("BEGIN EXCLUSIVE")
+        try:
+            slow: Future[pb.ProposeResponse] = running.gate.Propose.future(
+                propose_request(sid, 1), timeout=20
+            )
+            in_flight(running, 1)
+            before = admission.state()
+            with pytest.raises(grpc.RpcError) as held:
+                running.gate.Propose(propose_request(sid, 2), timeout=0.5)
+            assert held.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            after = admission.state()
+            assert (after.admitted, after.refused_overloaded, after.refused_deadline) == (
+                before.admitted, before.refused_overloaded, before.refused_deadline,
+            )  # fmt: skip
+            probe_channel = grpc.insecure_channel(  # its own connection (no shared subchannel)
+                running.sidecar.addresses["agent"][0], options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            probe = health_pb2_grpc.HealthStub(probe_channel)
+            assert (
+                probe.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
+            probe_channel.close()
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert slow.result(timeout=20).state == pb.PREPARED
+        assert running.gate.Propose(propose_request(sid, 3), timeout=10).state == pb.PREPARED
+    finally:
+        stop_sidecar(running, tmp)

@@ -249,6 +249,8 @@ class Sidecar:
                 ("grpc.server.max_pending_requests", sc.max_pending_rpcs),
                 ("grpc.server.max_pending_requests_hard_limit", 2 * sc.max_pending_rpcs),
             ]
+        if sc.max_streams_per_connection:
+            options.append(("grpc.max_concurrent_streams", sc.max_streams_per_connection))
         server = grpc.aio.server(
             options=options,
             # admission off (target 0): gRPC's own fixed limit, counting every call, as before
