@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 
 import grpc
 import pytest
@@ -18,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
-from callgate.config import ObservabilityConfig
+from callgate.config import ObservabilityConfig, load_config
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.server.admission import (
@@ -496,3 +497,14 @@ def test_a_stream_limit_per_connection_holds_the_excess_in_the_client() -> None:
         assert running.gate.Propose(propose_request(sid, 3), timeout=10).state == pb.PREPARED
     finally:
         stop_sidecar(running, tmp)
+
+
+def test_the_transport_bounds_are_checked_at_load(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text("[server]\nmax_streams_per_connection = 16\nmax_pending_rpcs = 8\n")
+    cfg = load_config(toml)
+    assert (cfg.server.max_streams_per_connection, cfg.server.max_pending_rpcs) == (16, 8)
+    for bad in ("max_streams_per_connection = -1", "max_pending_rpcs = -1"):
+        toml.write_text(f"[server]\n{bad}\n")
+        with pytest.raises(CallgateError, match=f"server.{bad.split()[0]} must be >= 0"):
+            load_config(toml)
