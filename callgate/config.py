@@ -72,8 +72,10 @@ class ServerConfig:
     (channel argument ``grpc.max_concurrent_streams``). A client at the limit holds further calls
     in its own process until a stream frees, so they cost the sidecar nothing, but they wait
     there with their deadline running (an open-loop client past capacity then sends calls whose
-    deadline is nearly spent). Every stream counts: health, and each open ``WatchInvocation``.
-    ``0`` = no limit (gRPC's default)."""
+    deadline is nearly spent). grpc-go clients were answered ``UNAVAILABLE`` even at a quarter of
+    capacity with 16 (docs/OPERATE.md, "Overload"): leave it off unless every caller is a grpcio
+    client. Every stream counts: health, and each open ``WatchInvocation``. ``0`` = no limit
+    (gRPC's default)."""
 
 
 @dataclass(frozen=True, slots=True)

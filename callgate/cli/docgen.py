@@ -80,8 +80,8 @@ itself, not from the sidecar's Python, and carry no `ErrorInfo` and no `RetryInf
 - **`server.max_streams_per_connection`** (off by default; HTTP/2 `MAX_CONCURRENT_STREAMS`): a
   client at the limit holds further calls itself. grpcio clients wait (the call ends at its
   deadline with `DEADLINE_EXCEEDED` if no stream frees); grpc-go clients in
-  `bench/bench_overload.py` got `UNAVAILABLE` for most of them. Either way nothing reached the
-  sidecar's Python and nothing was recorded.
+  `bench/bench_overload.py` got `UNAVAILABLE` (`REFUSED_STREAM` from gRPC core), even at a
+  quarter of capacity. Either way nothing reached the sidecar's Python and nothing was recorded.
 - **`admission_target_ms = 0`** (the admission off): gRPC's own fixed limit of
   `max_concurrent_rpcs` answers `RESOURCE_EXHAUSTED` "Concurrent RPC limit exceeded!" without a
   hint, and counts health too.
