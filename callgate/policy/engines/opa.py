@@ -64,6 +64,7 @@ from callgate.policy.engines.rego_contract import (
     SHADOW_KEY,
     TEST_SUFFIX,
     MalformedDecision,
+    NotCompiled,
     RegoPolicies,
     RequestError,
     build_input,
@@ -100,7 +101,7 @@ def _package_of(module: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(t.get("value", "")) for t in path if isinstance(t, dict))[1:]  # drop "data"
 
 
-class OpaEngine:
+class OpaEngine(NotCompiled):
     """:class:`~callgate.policy.engines.base.Engine` over an OPA server (async, fail closed)."""
 
     def __init__(
@@ -173,20 +174,6 @@ class OpaEngine:
             await client.__aenter__()  # opens the aiohttp session; closed in close()
             self._clients[kind] = client
         return client
-
-    @property
-    def compiled(self) -> None:
-        """Not decided by the compiled core."""
-        return None
-
-    @property
-    def reach(self) -> None:
-        """No ListTools by policy: every allowlisted tool is shown."""
-        return None
-
-    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
-        """A request the Rego contract cannot hold stays a policy deny (not located)."""
-        return None
 
     async def close(self) -> None:
         self._closed = True

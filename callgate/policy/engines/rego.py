@@ -54,6 +54,7 @@ from callgate.policy.engines.rego_contract import (
     ENGINE_MALFORMED,
     ENGINE_UNDEFINED,
     MalformedDecision,
+    NotCompiled,
     RegoPolicies,
     RequestError,
     build_input,
@@ -129,7 +130,7 @@ def compile_rego(policies: RegoPolicies, decision_path: str = DEFAULT_DECISION_P
     return compiled
 
 
-class RegoEngine:
+class RegoEngine(NotCompiled):
     """:class:`~callgate.policy.engines.base.Engine` over regopy (rego-cpp), compiled once, one
     interpreter per thread, strict built-in errors, fail closed."""
 
@@ -233,20 +234,6 @@ class RegoEngine:
 
     async def load_policies(self) -> None:
         """Embedded: the policies are compiled in process already (no-op)."""
-        return None
-
-    @property
-    def compiled(self) -> None:
-        """Not decided by the compiled core."""
-        return None
-
-    @property
-    def reach(self) -> None:
-        """No ListTools by policy: every allowlisted tool is shown."""
-        return None
-
-    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
-        """A request the Rego contract cannot hold stays a policy deny (not located)."""
         return None
 
     async def close(self) -> None:
