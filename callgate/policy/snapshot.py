@@ -18,7 +18,7 @@ from callgate.arguments.validate import CompiledSchema
 from callgate.config import Config, PolicyConfig
 from callgate.core.model import Decision
 from callgate.native import compiled_core_runs
-from callgate.policy.declare import ENGINE_FOLDERS, Problem, ToolTyping, close_objects, tool_typing
+from callgate.policy.declare import Problem, ToolTyping, close_objects, tool_typing
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry, load_tools
@@ -107,8 +107,8 @@ def load_snapshot(
         engine = factory.load_for_core(policy_dir, policy or PolicyConfig(), compiled_core)
     else:
         engine = factory.load(policy_dir, policy or PolicyConfig())
-    typing = tool_typing(policy_dir, engine_name)
-    tools = _typed(tools, typing, deep=ENGINE_FOLDERS.get(engine_name) == "cedar")
+    typing = tool_typing(policy_dir, factory.folder)
+    tools = _typed(tools, typing, deep=factory.folder.closes_nested)
     h = hashlib.sha256()
     for t in tools:
         h.update(f"{t.spec.key}={t.spec.spec_digest}\n".encode())
