@@ -30,7 +30,7 @@ from callgate.cli.main import cmd_check
 from callgate.cli.newtool import scaffold
 from callgate.core.model import AuthzRequest, Decision, Effect, Reason, Subject
 from callgate.policy.declare import Problem, ToolDecl, arg_place, check_tools, tool_typing
-from callgate.policy.engines.base import Readiness
+from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.factory import EngineFactory, NewTool, PolicyFolder, Scaffolded, SchemaActions
 from callgate.policy.engines.registry import ENGINES, policy_folders
 from tests.conftest import POLICIES
@@ -121,7 +121,7 @@ def _toy_rules(policy_dir: Path) -> dict[str, Any]:
 
 
 @dataclass
-class ToyEngine:
+class ToyEngine(NotCompiled):
     allow: frozenset[str]
     seen: list[AuthzRequest] = field(default_factory=list)
 
@@ -152,17 +152,6 @@ class ToyEngine:
         return None
 
     async def close(self) -> None:
-        return None
-
-    @property
-    def compiled(self) -> None:
-        return None
-
-    @property
-    def reach(self) -> None:
-        return None
-
-    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
         return None
 
 

@@ -53,7 +53,7 @@ from opa_client.errors import PolicyNotFoundError  # type: ignore[import-untyped
 
 from callgate.core.errors import ErrorCode
 from callgate.core.model import AuthzRequest, Decision
-from callgate.policy.engines.base import Readiness
+from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,
     ENGINE_MALFORMED,
@@ -64,7 +64,6 @@ from callgate.policy.engines.rego_contract import (
     SHADOW_KEY,
     TEST_SUFFIX,
     MalformedDecision,
-    NotCompiled,
     RegoPolicies,
     RequestError,
     build_input,

@@ -48,13 +48,12 @@ import regopy  # type: ignore[import-untyped, unused-ignore]
 
 from callgate.core.errors import ErrorCode, LoadError, config_invalid, policy_invalid
 from callgate.core.model import AuthzRequest, Decision
-from callgate.policy.engines.base import Readiness
+from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,
     ENGINE_MALFORMED,
     ENGINE_UNDEFINED,
     MalformedDecision,
-    NotCompiled,
     RegoPolicies,
     RequestError,
     build_input,

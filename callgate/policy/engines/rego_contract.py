@@ -127,28 +127,6 @@ def engine_fault(engine: str, code: ErrorCode | str, message: str, policy_id: st
     return fault(engine, ErrorCode(code), message, policy_id)
 
 
-class NotCompiled:
-    """The members of the engine contract (:class:`~callgate.policy.engines.base.Engine`) that
-    the Rego engines do not offer, written once for both (embedded Rego and OPA): no compiled
-    core, no ListTools by policy, no located conformance refusal."""
-
-    __slots__ = ()
-
-    @property
-    def compiled(self) -> None:
-        """Not decided by the compiled core."""
-        return None
-
-    @property
-    def reach(self) -> None:
-        """No ListTools by policy: every allowlisted tool is shown."""
-        return None
-
-    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
-        """A request the Rego contract cannot hold stays a policy deny (not located)."""
-        return None
-
-
 class RequestError(ValueError):
     """A request value outside the contract's domain (message names a pointer, never a value)."""
 
