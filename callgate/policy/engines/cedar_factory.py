@@ -8,9 +8,9 @@ The engine itself is :mod:`callgate.policy.engines.cedar`, imported only when it
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from callgate.core.errors import LoadError
 from callgate.core.model import Subject
@@ -95,41 +95,27 @@ def _schema_actions(policy_dir: Path) -> SchemaActions:
     )
 
 
-def _array_items(text: str) -> Iterator[Any]:
-    """The items of a JSON array, decoded one at a time (100,000 entities would otherwise be
-    ~100 MiB of Python objects at once, and RSS that stays after they are freed); nothing for a
-    text that is not an array (the engine's load reports it)."""
-    decoder = json.JSONDecoder()
-    i = len(text) - len(text.lstrip())
-    if not text.startswith("[", i):
-        return
-    i += 1
-    while True:
-        while i < len(text) and text[i] in " \t\r\n,":
-            i += 1
-        if i >= len(text) or text[i] == "]":
-            return
-        try:
-            item, i = decoder.raw_decode(text, i)
-        except ValueError:
-            return
-        yield item
-
-
 def _principals(policy_dir: Path, most: int) -> list[Subject]:
     """``User`` entities of ``entities.json`` with their ``tenant``, at most ``most``."""
+    from callgate.policy.engines.cedar_slices import each_element
+
     out: list[Subject] = []
     try:
         text = (policy_dir / FOLDER / ENTITIES_FILE).read_text("utf-8")
     except OSError:
-        text = "[]"
-    for e in _array_items(text):  # one entity at a time: never the whole set as Python objects
-        uid = e.get("uid", {}) if isinstance(e, dict) else {}
-        if isinstance(uid, dict) and uid.get("type") == "User":
-            tenant = (e.get("attrs") or {}).get("tenant", "example")
-            out.append(Subject(tenant=str(tenant), id=str(uid.get("id", ""))))
-            if len(out) >= most:
-                break
+        return out
+    try:
+        # one entity at a time (100,000 entities would otherwise be ~100 MiB of Python objects
+        # at once, and RSS that stays after they are freed)
+        for e in each_element(text):
+            uid = e.get("uid", {}) if isinstance(e, dict) else {}
+            if isinstance(uid, dict) and uid.get("type") == "User":
+                tenant = (e.get("attrs") or {}).get("tenant", "example")
+                out.append(Subject(tenant=str(tenant), id=str(uid.get("id", ""))))
+                if len(out) >= most:
+                    break
+    except ValueError:
+        pass  # not an array, or an entity that does not decode: the engine's load reports it
     return out
 
 
