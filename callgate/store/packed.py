@@ -266,14 +266,19 @@ def new_event_rows(
     return [event_row(e, inv, binary=binary) for e in events]
 
 
-def select_events(prefix: str, placeholder: str) -> str:
+def select_events(prefix: str, placeholder: str | None) -> str:
     """The ``SELECT`` of one invocation's events rows in order, with the invocation's columns
-    :func:`read_rows` reads them with (``prefix``: the tables' name prefix)."""
+    :func:`read_rows` reads them with (``prefix``: the tables' name prefix; ``placeholder``
+    ``None``: every invocation's, by invocation and sequence)."""
+    where = (
+        f"WHERE e.invocation_id={placeholder} ORDER BY e.seq"
+        if placeholder
+        else "ORDER BY e.invocation_id, e.seq"
+    )
     return (
         "SELECT e.event_id, e.invocation_id, e.seq, e.at, e.kind, e.from_state, e.to_state, e.trace_id, "
         "e.span_id, e.data, i.created_at, i.digest, i.policy_revision, i.decision "
-        f"FROM {prefix}events e LEFT JOIN {prefix}invocations i ON i.invocation_id = e.invocation_id "
-        f"WHERE e.invocation_id={placeholder} ORDER BY e.seq"
+        f"FROM {prefix}events e LEFT JOIN {prefix}invocations i ON i.invocation_id = e.invocation_id {where}"
     )
 
 
