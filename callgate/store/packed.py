@@ -9,8 +9,9 @@ trace, are numbered 1..N with ids ``<invocation>.<seq>``, and each one's ``from_
 one they cost one. The one row is an ordinary ``events`` row:
 
 * ``kind`` = :data:`PACKED_KIND`, ``seq`` = N (the last stage's number, so the next event
-  appended is N + 1 as before), ``event_id`` = the last stage's id, ``at`` and ``trace_id``
-  shared, ``from_state`` NULL, ``to_state`` the last stage's;
+  appended is N + 1 as before), ``event_id`` the last stage's id (stored NULL since schema
+  SQLite 7 / PostgreSQL 6, below), ``at`` and ``trace_id`` shared, ``from_state`` NULL,
+  ``to_state`` the last stage's;
 * ``data``: :data:`FORMAT_V2` then the raw-deflate (:data:`DICTIONARY_V1` preset) of the JSON
   ``[stages, refs]``: ``stages`` the list ``[[kind, to_state, span_id, data], ...]``, ``refs``
   the ``[stage number, key]`` of each data value left as ``null`` because it is the invocation's
@@ -23,7 +24,7 @@ row joined with its invocation, so that what a row shares with it is stored once
 2, schema SQLite 7 / PostgreSQL 6): ``event_id`` is NULL when it is ``<invocation>.<seq>``,
 ``at`` NULL when it is the invocation's ``created_at``.
 
-Every read of the events expands it (:func:`unpack`), so the event API (``events``,
+Every read of the events expands a packed row (:func:`unpack`), so the event API (``events``,
 ``WatchInvocation``, ``explain``, retention's export, the 6.13 questions) answers what the N rows
 answered: the same ids, numbers, states, spans and data. Events that do not fit the shape above
 are stored one row each, as before. The dictionary and the format byte are part of the stored
