@@ -39,6 +39,7 @@ from callgate.core.clock import rfc3339
 from callgate.core.deadline import wait_budget
 from callgate.core.errors import CallgateError, store_unavailable
 from callgate.core.states import State
+from callgate.store import packed
 from callgate.store.base import (
     PAST_DEADLINE_STATES,
     AttemptRecord,
@@ -77,16 +78,6 @@ from callgate.store.idempotency.base import (
 )
 from callgate.store.meters import PG_MIGRATION, PostgresMeters, settle_pg
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
-from callgate.store.packed import (
-    EVENT_COLUMNS,
-    EVENT_WIDTH,
-    EVENTS_MIGRATION,
-    PACKED_MIGRATION,
-    event_row,
-    new_event_rows,
-    read_rows,
-    select_events,
-)
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
     _ATTEMPTS,
@@ -220,9 +211,9 @@ MIGRATIONS: Final = (
     Migration(1, "every record and the idempotency keys (one commit per answer)", _V1),
     Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
     Migration(3, "retention: deletable trails while purging, tombstones, age indexes", _V3),
-    Migration(4, PACKED_MIGRATION, ""),
+    Migration(4, packed.PACKED_MIGRATION, ""),
     Migration(5, "meters: reservations and bucketed totals (issue 30)", PG_MIGRATION),
-    Migration(6, EVENTS_MIGRATION, _V6),
+    Migration(6, packed.EVENTS_MIGRATION, _V6),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -259,7 +250,7 @@ _ADD_USAGE: Final = (
     "result_bytes=callgate_usage.result_bytes+excluded.result_bytes, "
     "cost_micros=callgate_usage.cost_micros+excluded.cost_micros"
 )
-_SELECT_EVENTS: Final = select_events("callgate_", "%s")
+_SELECT_EVENTS: Final = packed.select_events("callgate_", "%s")
 
 
 def _invocation(row: Sequence[Any] | None) -> InvocationRecord | None:
@@ -294,13 +285,13 @@ async def _insert_events(
         last = int(row[0]) if row else 0
         events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
     rows = (
-        new_event_rows(events, inv, binary=True)
+        packed.new_event_rows(events, inv, binary=True)
         if inv is not None
-        else [event_row(e, binary=True) for e in events]
+        else [packed.event_row(e, binary=True) for e in events]
     )
-    values = ",".join(["(" + ",".join(["%s"] * EVENT_WIDTH) + ")"] * len(rows))
+    values = ",".join(["(" + ",".join(["%s"] * packed.EVENT_WIDTH) + ")"] * len(rows))
     await conn.execute(
-        f"INSERT INTO callgate_events ({EVENT_COLUMNS}) VALUES {values}", [v for r in rows for v in r]
+        f"INSERT INTO callgate_events ({packed.EVENT_COLUMNS}) VALUES {values}", [v for r in rows for v in r]
     )
 
 
@@ -551,7 +542,7 @@ class PostgresStore:
         return _invocation(row)
 
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
-        events = read_rows(await self._fetchall(_SELECT_EVENTS, (invocation_id,)), "callgate_events")
+        events = packed.read_rows(await self._fetchall(_SELECT_EVENTS, (invocation_id,)), "callgate_events")
         if any(needs_arguments(e) for e in events):
             found = await self._fetchone(
                 "SELECT normalized_arguments FROM callgate_invocations WHERE invocation_id=%s",
