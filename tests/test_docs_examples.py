@@ -76,7 +76,11 @@ def test_every_constraint_kind_and_labels_have_an_example() -> None:
     assert len(EXAMPLES) >= 8
 
 
-@pytest.mark.parametrize("lang,example", EXAMPLES, ids=[f"{lang}-{i}" for i, (lang, _) in enumerate(EXAMPLES)])
+@pytest.mark.parametrize(
+    "lang,example", EXAMPLES, ids=[f"{lang}-{i}" for i, (lang, _) in enumerate(EXAMPLES)]
+)
 def test_the_example_is_a_tested_fixture(lang: str, example: str) -> None:
     fixtures = " ".join(squeeze(p.read_text(encoding="utf-8")) for p in FIXTURES[lang])
-    assert squeeze(example) in fixtures, f"docs/POLICIES.md example not in {[str(p) for p in FIXTURES[lang]]}:\n{example}"
+    assert squeeze(example) in fixtures, (
+        f"docs/POLICIES.md example not in {[str(p) for p in FIXTURES[lang]]}:\n{example}"
+    )
