@@ -16,6 +16,7 @@ from google.protobuf import json_format
 
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import Running
+from tests.test_meters import read_then_egress
 
 RATE = 100
 
@@ -56,27 +57,14 @@ def test_a_delete_after_an_untrusted_read_asks_for_confirmation(server: Running)
     needs the user's confirmation; in a new session it does not. The label is recorded in the
     deciding event and shown by ``callgate explain``."""
     from callgate.cli.explain import explain, render_text
-    from callgate.client import Client
-    from callgate.client.outcomes import Allowed, NeedsConfirmation
-    from callgate.client.sync import Committed, ToolCall
 
-    a = server.sidecar.addresses
-    with Client(a["agent"][0], executor=a["executor"][0]) as cg:
-        s = cg.session("acme", "carol", timezone="Asia/Shanghai")
-        s.tools("mc-1")
-        before = s.propose(ToolCall("c0", "files__delete", '{"path": "/tmp/a"}'))
-        assert isinstance(before, Allowed)  # nothing untrusted read yet
-        read = s.propose(ToolCall("c1", "weather__get", '{"city": "Paris", "date": "2026-07-20"}'))
-        assert isinstance(read, Allowed)
-        res = cg.run(read.invocation_id, lambda ctx: Committed({"text": "sunny"}), executor_id="weather")
-        assert res.state == "OBSERVED"
-        s.tools("mc-2")
-        after = s.propose(ToolCall("c2", "files__delete", '{"path": "/tmp/b"}'))
-        assert isinstance(after, NeedsConfirmation)
-        fresh = cg.session("acme", "carol", timezone="Asia/Shanghai")
-        fresh.tools("mc-1")
-        assert isinstance(fresh.propose(ToolCall("c3", "files__delete", '{"path": "/tmp/b"}')), Allowed)
-    x = server.call(explain(server.sidecar.components.store, after.invocation_id))
+    after = read_then_egress(
+        server,
+        "carol",
+        ("weather__get", '{"city": "Paris", "date": "2026-07-20"}'),
+        ("files__delete", '{"path": "/tmp/b"}'),
+    )
+    x = server.call(explain(server.sidecar.components.store, after))
     assert x is not None and x.authorization is not None
     assert x.authorization.session_labels == ("untrusted",)
     assert x.authorization.policy_ids == ("files-delete-after-untrusted",)

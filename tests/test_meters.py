@@ -208,31 +208,42 @@ def test_a_count_leaves_the_window_exactly_at_its_edge(tmp_path: Path) -> None:
     asyncio.run(run())
 
 
-def test_exfiltration_example_through_the_python_client(sc: Running) -> None:
-    """Read a ``private``-labelled result, then an egress tool asks for confirmation; in a new
-    session it does not. ``callgate explain`` shows the labels and the meter the policy saw."""
-    from callgate.cli.explain import explain, render_text
+def read_then_egress(sc: Running, subject: str, read: tuple[str, str], egress: tuple[str, str]) -> str:
+    """The read-then-exfiltrate flow through the Python client: ``egress`` is allowed in a session
+    that read nothing labelled yet; ``read`` is allowed and runs to OBSERVED (its result carries
+    the tool's labels); ``egress`` then needs confirmation; in a new session it is allowed again.
+    The id of the invocation that needs confirmation."""
     from callgate.client import Client
     from callgate.client.outcomes import Allowed, NeedsConfirmation
     from callgate.client.sync import Committed, ToolCall
 
     a = sc.sidecar.addresses
     with Client(a["agent"][0], executor=a["executor"][0]) as cg:
-        s = cg.session("acme", "ana")
+        s = cg.session("acme", subject)
         s.tools("mc-1")
-        before = s.propose(ToolCall("c0", "mail__send", '{"to": "boss@example.com"}'))
-        assert isinstance(before, Allowed)  # nothing private read yet
-        read = s.propose(ToolCall("c1", "docs__read", '{"name": "salaries"}'))
-        assert isinstance(read, Allowed)
-        res = cg.run(read.invocation_id, lambda ctx: Committed({"text": "secret"}), executor_id="docs")
+        assert isinstance(s.propose(ToolCall("c0", *egress)), Allowed)  # nothing labelled read yet
+        got = s.propose(ToolCall("c1", *read))
+        assert isinstance(got, Allowed)
+        res = cg.run(got.invocation_id, lambda ctx: Committed({"text": "result"}), executor_id="reader")
         assert res.state == "OBSERVED"
         s.tools("mc-2")
-        out = s.propose(ToolCall("c2", "mail__send", '{"to": "leak@example.com"}'))
+        out = s.propose(ToolCall("c2", *egress))
         assert isinstance(out, NeedsConfirmation)
-        fresh = cg.session("acme", "ana")
+        fresh = cg.session("acme", subject)
         fresh.tools("mc-1")
-        assert isinstance(fresh.propose(ToolCall("c3", "mail__send", '{"to": "leak@example.com"}')), Allowed)
-    x = sc.call(explain(sc.sidecar.components.store, out.invocation_id))
+        assert isinstance(fresh.propose(ToolCall("c3", *egress)), Allowed)
+        return out.invocation_id
+
+
+def test_exfiltration_example_through_the_python_client(sc: Running) -> None:
+    """Read a ``private``-labelled result, then an egress tool asks for confirmation; in a new
+    session it does not. ``callgate explain`` shows the labels and the meter the policy saw."""
+    from callgate.cli.explain import explain, render_text
+
+    out = read_then_egress(
+        sc, "ana", ("docs__read", '{"name": "salaries"}'), ("mail__send", '{"to": "leak@example.com"}')
+    )
+    x = sc.call(explain(sc.sidecar.components.store, out))
     assert x is not None and x.authorization is not None
     assert x.authorization.session_labels == ("private",)
     text = render_text(x)
