@@ -31,12 +31,13 @@ from typing import Any
 from callgate.cli.main import main
 from callgate.core.ids import new_id
 from callgate.propose.gate import Gate
+from callgate.store import packed
 from callgate.store import sqlite as sq
 
 MODES = ("cached", "writer", "decision", "rows", "lean")
 MODE = os.environ.get("CALLGATE_FLOOR", "cached")
 _real = Gate.propose
-_EVENT_WIDTH = 10  # columns per event row (sq._insert_events_sql)
+_EVENT_WIDTH = packed.EVENT_WIDTH  # columns per event row
 
 
 @dataclass
@@ -69,7 +70,7 @@ async def _capture(gate: Gate, p: Any, trace: Any) -> _First:
     finally:
         inner.create_invocation = write
     record, events, usage = seen[-1]
-    rows = sq.new_event_rows(events)  # as the store writes them: one packed row for the stages
+    rows = packed.new_event_rows(events, record)  # as the store writes them: one packed row for the stages
     flat: list[Any] = [v for row in rows for v in row]
     return _First(
         outcome=outcome,
@@ -89,7 +90,8 @@ def _rows_op(first: _First) -> Any:
     events = first.events[:]
     for k in range(first.n_events):
         events[_EVENT_WIDTH * k] = inv
-        events[_EVENT_WIDTH * k + 2] = f"{inv}.{events[_EVENT_WIDTH * k + 1]}"  # <id>.<seq>
+        if events[_EVENT_WIDTH * k + 2] is not None:  # NULL: <id>.<seq>, follows the new id
+            events[_EVENT_WIDTH * k + 2] = f"{inv}.{events[_EVENT_WIDTH * k + 1]}"
     sql_inv, sql_events = sq._insert_invocations_sql(1), sq._insert_events_sql(first.n_events)
 
     def op(c: sqlite3.Connection) -> None:

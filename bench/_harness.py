@@ -146,11 +146,13 @@ def sidecar(
     runner: Sequence[str] = ("-m", "callgate"),
     store_toml: str = "",
     checkout: Path = ROOT,
+    policy_dir: Path | None = None,
 ) -> Iterator[SidecarProcess]:
     """A ``callgate serve`` in its own process (``runner``: what the interpreter runs instead of
     ``-m callgate``, e.g. a script that patches the server first; bench_floor.py). ``store_toml``
     replaces the SQLite ``[store]`` section (a PostgreSQL store); ``checkout``: another checkout
-    of callgate to run, with its own ``.venv`` (a baseline in the same run; bench_rows.py)."""
+    of callgate to run, with its own ``.venv`` (a baseline in the same run; bench_rows.py);
+    ``policy_dir``: another policy folder than the example one (bench_dogwood.py)."""
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-"))
     port = free_port()
     cfg = tmp / "callgate.toml"
@@ -163,7 +165,7 @@ authorizer = {{ socket = "{tmp}/authorizer.sock" }}
 executor = {{ socket = "{tmp}/executor.sock" }}
 {server_toml}
 [policy]
-dir = "{ROOT}/policies"
+dir = "{policy_dir or ROOT / "policies"}"
 watch = false
 {policy}
 {store_toml or f'[store]{chr(10)}path = "{tmp}/callgate.db"{chr(10)}synchronous = "{synchronous}"{chr(10)}durability = "{durability}"'}

@@ -67,6 +67,15 @@ class ServerConfig:
     which keeps refusals cheap under heavy overload; the caller sees ``CANCELLED`` without a
     retry hint (measured with grpcio 1.85 and grpc-go clients), to be treated as overload.
     ``0`` = gRPC's defaults (1,000 / 3,000)."""
+    max_streams_per_connection: int = 0
+    """Per listener: the most calls (HTTP/2 streams) one client connection may have open at once
+    (channel argument ``grpc.max_concurrent_streams``). A client at the limit holds further calls
+    in its own process until a stream frees, so they cost the sidecar nothing, but they wait
+    there with their deadline running (an open-loop client past capacity then sends calls whose
+    deadline is nearly spent). grpc-go clients were answered ``UNAVAILABLE`` even at a quarter of
+    capacity with 16 (docs/OPERATE.md, "Overload"): leave it off unless every caller is a grpcio
+    client. Every stream counts: health, and each open ``WatchInvocation``. ``0`` = no limit
+    (gRPC's default)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,6 +506,8 @@ def validate(cfg: Config, *, source: str = "") -> Config:
             "server.admission_target_ms must be >= 0 (0 = off) and server.admission_min_in_flight >= 1",
             source=source,
         )
+    if cfg.server.max_streams_per_connection < 0:
+        raise config_invalid("server.max_streams_per_connection must be >= 0 (0 = no limit)", source=source)
     if cfg.server.max_pending_rpcs < 0:
         raise config_invalid("server.max_pending_rpcs must be >= 0 (0 = gRPC's defaults)", source=source)
     if not cfg.server.agent.socket and not cfg.server.agent.tcp:

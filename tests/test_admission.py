@@ -5,19 +5,30 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import Future
+from pathlib import Path
 
 import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+from prometheus_client.parser import text_string_to_metric_families
 
+from callgate.config import ObservabilityConfig, load_config
 from callgate.core.errors import CallgateError, ErrorCode
 from callgate.gen.v1 import callgate_pb2 as pb
-from callgate.server.admission import MAX_RETRY_MS, MIN_RETRY_MS, Admission, AdmissionSettings
+from callgate.server.admission import (
+    MAX_RETRY_MS,
+    MIN_RETRY_MS,
+    SECONDS_BUCKETS,
+    Admission,
+    AdmissionSettings,
+)
 from callgate.server.status import RETRY_PUSHBACK
 from tests.conftest import Running, start_sidecar, stop_sidecar
 
@@ -322,3 +333,178 @@ def test_full_says_what_admit_would_refuse_and_early_refusals_are_counted() -> N
     assert a.state().refused_overloaded == 1
     a.release(started[0])
     assert not a.full()
+
+
+def test_calls_beyond_the_pending_bound_are_dropped_in_grpc_core_without_a_hint_and_health_is_not() -> None:
+    """Issue 34 item 7: with the event loop busy (blocked here for 1 s), calls wait in gRPC core's
+    queue of their method; beyond ``max_pending_rpcs`` (hard limit twice it) gRPC core drops them
+    before any Python runs: ``CANCELLED`` with no status details (no ``RetryInfo``), as
+    docs/ERRORS.md says. Health has its own queue (a registered method of its own), so the probes
+    sent meanwhile wait and answer SERVING; the admission never saw the dropped calls."""
+    running, tmp = start_sidecar(server_kw={"max_pending_rpcs": 2})
+    try:
+        sid = running.open_session()
+        running.list_tools(sid)
+        health = health_pb2_grpc.HealthStub(running.channels["agent"])
+        assert (
+            health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
+        blocked = threading.Event()
+
+        def block() -> None:
+            blocked.set()
+            time.sleep(1.0)
+
+        running.loop.call_soon_threadsafe(block)
+        assert blocked.wait(5)
+        proposes = [running.gate.Propose.future(propose_request(sid, i), timeout=20) for i in range(16)]
+        checks = [health.Check.future(health_pb2.HealthCheckRequest(), timeout=20) for _ in range(2)]
+        assert all(f.result().status == health_pb2.HealthCheckResponse.SERVING for f in checks)
+        dropped = served = 0
+        for f in proposes:
+            exc = f.exception()
+            if exc is None:
+                assert f.result().state == pb.PREPARED
+                served += 1
+                continue
+            assert exc.code() is grpc.StatusCode.CANCELLED, exc  # type: ignore[attr-defined]
+            assert rpc_status.from_call(exc) is None  # type: ignore[arg-type]  # no details, no hint
+            dropped += 1
+        assert dropped >= 8 and served >= 2, (dropped, served)  # at most 4 wait (hard limit)
+        st = running.sidecar.admission["agent"].state()
+        assert (st.refused_overloaded, st.refused_deadline) == (0, 0)
+        assert st.admitted == served + 2  # OpenSession and ListTools are admitted too
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def test_a_call_whose_deadline_passes_while_it_waits_on_the_store_is_not_answered_late(
+    server: Running,
+) -> None:
+    """Issue 34 item 7, "no call answered after its deadline": a Propose whose deadline ends
+    while the store's write lock is held elsewhere ends before its deadline (the store's wait
+    follows it), so the admission counts no answer after the deadline; its histogram holds
+    every admitted call."""
+    sid = server.open_session()
+    server.list_tools(sid)
+    lock = sqlite3.connect(server.db_path, isolation_level=None, timeout=5)
+    lock.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(grpc.RpcError) as late:
+            server.gate.Propose(propose_request(sid, 1), timeout=0.5)
+        assert late.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        time.sleep(1.0)  # past the deadline, with the lock still held
+    finally:
+        lock.execute("ROLLBACK")
+        lock.close()
+    deadline = time.monotonic() + 10
+    admission = server.sidecar.admission["agent"]
+    while admission.state().in_flight:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert server.gate.Propose(propose_request(sid, 2), timeout=10).state == pb.PREPARED
+    st = admission.state()
+    assert st.answered_late == 0
+    assert sum(st.seconds_counts) == st.admitted >= 3
+
+
+def test_release_counts_late_answers_and_buckets_the_time_from_acceptance() -> None:
+    a, timer = rule(target_ms=20, lo=2, hi=8)
+    s = a.admit(0.5)
+    timer.t += 0.004
+    a.release(s)
+    s = a.admit(0.001)
+    timer.t += 0.003
+    a.release(s, answered_late=True)
+    st = a.state()
+    assert st.answered_late == 1
+    assert st.seconds_counts[SECONDS_BUCKETS.index(0.005)] == 2 and sum(st.seconds_counts) == 2
+    assert st.seconds_sum == pytest.approx(0.007)
+
+
+def test_the_metrics_endpoint_serves_each_listeners_admission() -> None:
+    """``callgate_admission_*``: the limit, admitted calls, refusals by code, late answers and the
+    histogram of admitted calls' time from acceptance, read from the admission at scrape time."""
+    running, tmp = start_sidecar(observability=ObservabilityConfig(metrics_address="127.0.0.1:0"))
+    try:
+        sid = running.open_session()
+        running.list_tools(sid)
+        assert running.gate.Propose(propose_request(sid, 1), timeout=10).state == pb.PREPARED
+        server = running.sidecar.metrics_server
+        assert server is not None
+        with urllib.request.urlopen(server.url, timeout=10) as resp:
+            text = resp.read().decode()
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        agent = (("listener", "agent"),)
+        st = running.sidecar.admission["agent"].state()
+        assert samples[("callgate_admission_limit", agent)] == st.limit == 16
+        assert samples[("callgate_admission_admitted_total", agent)] == st.admitted == 3
+        assert samples[("callgate_admission_seconds_count", agent)] == 3
+        assert samples[("callgate_admission_seconds_bucket", (("le", "+Inf"), ("listener", "agent")))] == 3
+        assert samples[("callgate_admission_late_answers_total", agent)] == 0
+        assert (
+            samples[("callgate_admission_refused_total", (("code", "overloaded"), ("listener", "agent")))]
+            == 0
+        )
+        assert ("callgate_admission_limit", (("listener", "executor"),)) in samples
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def test_a_stream_limit_per_connection_holds_the_excess_in_the_client() -> None:
+    """``max_streams_per_connection`` (HTTP/2 ``MAX_CONCURRENT_STREAMS``): with one stream per
+    connection and that stream taken, a second call on the same connection waits in the client
+    and ends there at its deadline; the sidecar never sees it (neither admitted nor refused).
+    Another connection (a probe) is not held."""
+    running, tmp = start_sidecar(server_kw={"max_streams_per_connection": 1})
+    try:
+        sid = running.open_session()
+        running.list_tools(sid)
+        admission = running.sidecar.admission["agent"]
+        lock = sqlite3.connect(running.db_path, isolation_level=None, timeout=5)
+        lock.execute("BEGIN EXCLUSIVE")
+        try:
+            slow: Future[pb.ProposeResponse] = running.gate.Propose.future(
+                propose_request(sid, 1), timeout=20
+            )
+            in_flight(running, 1)
+            before = admission.state()
+            with pytest.raises(grpc.RpcError) as held:
+                running.gate.Propose(propose_request(sid, 2), timeout=0.5)
+            assert held.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            after = admission.state()
+            assert (after.admitted, after.refused_overloaded, after.refused_deadline) == (
+                before.admitted, before.refused_overloaded, before.refused_deadline,
+            )  # fmt: skip
+            probe_channel = grpc.insecure_channel(  # its own connection (no shared subchannel)
+                running.sidecar.addresses["agent"][0], options=[("grpc.use_local_subchannel_pool", 1)]
+            )
+            probe = health_pb2_grpc.HealthStub(probe_channel)
+            assert (
+                probe.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
+            probe_channel.close()
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        assert slow.result(timeout=20).state == pb.PREPARED
+        assert running.gate.Propose(propose_request(sid, 3), timeout=10).state == pb.PREPARED
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def test_the_transport_bounds_are_checked_at_load(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text("[server]\nmax_streams_per_connection = 16\nmax_pending_rpcs = 8\n")
+    cfg = load_config(toml)
+    assert (cfg.server.max_streams_per_connection, cfg.server.max_pending_rpcs) == (16, 8)
+    for bad in ("max_streams_per_connection = -1", "max_pending_rpcs = -1"):
+        toml.write_text(f"[server]\n{bad}\n")
+        with pytest.raises(CallgateError, match=f"server.{bad.split()[0]} must be >= 0"):
+            load_config(toml)

@@ -155,7 +155,7 @@ class _SlowOrBrokenGate(pb_grpc.GateServicer):
         self.mode = mode
 
     async def OpenSession(self, request: Any, context: Any) -> pb.OpenSessionResponse:
-        return pb.OpenSessionResponse(session_id="s1")
+        return pb.OpenSessionResponse(session_id="" if self.mode == "no_session" else "s1")
 
     async def ListTools(self, request: Any, context: Any) -> pb.ListToolsResponse:
         return pb.ListToolsResponse()
@@ -215,6 +215,21 @@ def test_a_session_reopens_by_its_id_for_the_same_subject_only(server: Running) 
             with pytest.raises(CallRefused) as err:
                 cg.session(tenant, subject, session_id="ses-reopen-1")
             assert err.value.code == "invalid_request"
+
+
+def test_an_open_session_answer_without_an_id_is_malformed(fake_gate: tuple[str, _SlowOrBrokenGate]) -> None:
+    """Both clients refuse a session the sidecar answered without an id (no session to use)."""
+    sock, servicer = fake_gate
+    servicer.mode = "no_session"
+    with Client(sock, timeout=2) as cg, pytest.raises(MalformedAnswer):
+        cg.session("acme", "alice")
+
+    async def main() -> None:
+        async with AsyncClient(sock, timeout=2) as acg:
+            await acg.session("acme", "alice")
+
+    with pytest.raises(MalformedAnswer):
+        asyncio.run(main())
 
 
 @pytest.mark.parametrize("mode", ["malformed", "slow"])

@@ -34,7 +34,7 @@ import pytest
 from callgate.core.states import EDGES, State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
-from callgate.store.packed import PACKED_KIND, unpack
+from callgate.store.packed import PACKED_KIND, read_rows, select_events
 from tests.conftest import ROOT, serve_toml
 from tests.test_shared_idempotency import wait_serving
 
@@ -166,25 +166,20 @@ def read_sqlite(db: Path) -> Rows:
             r[0]: (r[1], r[2])
             for r in c.execute("SELECT invocation_id, idempotency_key, state FROM invocations")
         }
-        events = chains(c.execute(f"SELECT {EVENT_COLS} FROM events ORDER BY invocation_id, seq"))
+        events = chains(c.execute(select_events("", None)))
         keys = [tuple(r) for r in c.execute("SELECT idem_key, invocation_id, state FROM idempotency_keys")]
     return Rows(ok, invs, events, keys)  # type: ignore[arg-type]
 
 
-EVENT_COLS = "invocation_id, seq, from_state, to_state, kind, at, trace_id, data"
-
-
 def chains(rows: Iterable[Sequence[Any]]) -> dict[str, list[tuple[int, str | None, str]]]:
-    """``(seq, from, to)`` of every event by invocation, a packed row of stage events expanded
-    into the events it holds (``callgate/store/packed.py``)."""
+    """``(seq, from, to)`` of every event by invocation, from rows of ``select_events(prefix,
+    None)``: a packed row of stage events expanded into the events it holds
+    (``callgate/store/packed.py``)."""
     events: dict[str, list[tuple[int, str | None, str]]] = {}
-    for inv, seq, frm, to, kind, at, trace, data in rows:
-        chain = events.setdefault(inv, [])
-        if kind == PACKED_KIND:
-            chain += [(e.seq, e.from_state.value if e.from_state else None, e.to_state.value)
-                      for e in unpack(inv, seq, at, trace, data, inv)]  # fmt: skip
-        else:
-            chain.append((seq, frm, to))
+    for e in read_rows(list(rows), "events"):
+        events.setdefault(e.invocation_id, []).append(
+            (e.seq, e.from_state.value if e.from_state else None, e.to_state.value)
+        )
     return events
 
 
@@ -321,7 +316,7 @@ def read_postgres(dsn: str) -> Rows:
             r[0]: (r[1], r[2])
             for r in c.execute("SELECT invocation_id, idempotency_key, state FROM callgate_invocations")
         }
-        events = chains(c.execute(f"SELECT {EVENT_COLS} FROM callgate_events ORDER BY invocation_id, seq"))
+        events = chains(c.execute(select_events("callgate_", None)))
         keys = [
             tuple(r) for r in c.execute("SELECT idem_key, invocation_id, state FROM callgate_idempotency")
         ]

@@ -25,6 +25,7 @@ from callgate.policy.declare import (
     tool_declaration,
     tool_typing,
 )
+from callgate.policy.engines.registry import ENGINES, policy_folders
 from callgate.policy.snapshot import load_snapshot
 from tests.conftest import POLICIES
 from tests.test_one_declaration import cli
@@ -126,7 +127,7 @@ def test_an_argument_without_a_policy_type_is_named(
     # a schema that does not declare it, or none: left undeclared, and the tool alone is refused
     assert "t.x" not in declared(tmp_path).cedar_schema(BASE_CEDAR_SCHEMA)
     assert "t.x" not in declared(tmp_path).cedar_schema(None)
-    problem = tool_typing(tmp_path, "cedar").refused[str(path)]
+    problem = tool_typing(tmp_path, ENGINES.get("cedar").folder).refused[str(path)]
     assert problem.place == "tool t.x@v1" and problem.warning
     assert problem.message.startswith(pointer + ":") and message in problem.message
     line = int(problem.file.rsplit(":", 1)[1])
@@ -168,14 +169,14 @@ def test_check_reports_toolspec_types_against_the_hand_written_schemas(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     policies = copy_example(tmp_path)
-    assert check_tools(policies) == []
+    assert check_tools(policies, policy_folders()) == []
     path = policies / "tools" / "calendar.create_event@v1.json"
     doc = json.loads(path.read_text())
     for member in ("input_schema", "normalized_schema"):
         doc[member]["properties"]["duration_minutes"] = {"type": "string"}
         doc[member]["properties"]["colour"] = {"type": "string"}
     path.write_text(json.dumps(doc, indent=2))
-    problems = check_tools(policies)
+    problems = check_tools(policies, policy_folders())
     text = path.read_text().splitlines()
     by_message = {p.message: p for p in problems}
     cedar = policies / "cedar" / "schema.cedarschema"

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -30,20 +30,38 @@ from callgate.store.sqlite import SQLiteStore
 from tests.conftest import POLICIES, Running, start_sidecar, stop_sidecar
 from tests.test_store_contract import fresh_pg_database
 
+T = TypeVar("T")
 FIXTURE = Path(__file__).resolve().parent / "data" / "meters"
 CLOCK = datetime(2026, 7, 19, 6, 0, tzinfo=UTC)
 RACERS = 64
 LIMIT = 5
-ROUNDS = 6
+ROUNDS = 20  # issue 30: exactly 5 allowed every time, repeated 20 times (each mode)
+
+
+def meter_folder(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A copy of the meters fixture with the example folder's Rego contract files beside it."""
+    root = tmp_path_factory.mktemp(name) / "policies"
+    shutil.copytree(FIXTURE, root)
+    for rego in ("decision.rego", "entities.rego", "schema.rego"):
+        shutil.copy(POLICIES / "rego" / rego, root / "rego" / rego)
+    return root
+
+
+def admitted(call: Callable[[], T], tries: int = 300) -> T:
+    """``call()``, retried while admission sheds it (RESOURCE_EXHAUSTED: nothing recorded)."""
+    for _ in range(tries):
+        try:
+            return call()
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            time.sleep(0.02)
+    raise AssertionError("never admitted")
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("meters") / "policies"
-    shutil.copytree(FIXTURE, root)
-    for name in ("decision.rego", "entities.rego", "schema.rego"):
-        shutil.copy(POLICIES / "rego" / name, root / "rego" / name)
-    return root
+    return meter_folder(tmp_path_factory, "meters")
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +84,7 @@ def race(sc: Running, sid: str, keys: list[str], tool: str, args: list[dict[str,
     """Propose ``len(keys)`` calls at once (one thread each, real gRPC)."""
 
     def one(i: int) -> Any:
-        for _ in range(200):  # admission sheds what it cannot serve in time: nothing recorded, retry
-            try:
-                return sc.propose(sid, tool, args[i], proposal_id=f"p{i}", idempotency_key=keys[i])
-            except grpc.RpcError as exc:
-                if exc.code() is not grpc.StatusCode.RESOURCE_EXHAUSTED:
-                    raise
-                time.sleep(0.02)
-        raise AssertionError("never admitted")
+        return admitted(lambda: sc.propose(sid, tool, args[i], proposal_id=f"p{i}", idempotency_key=keys[i]))
 
     with ThreadPoolExecutor(max_workers=len(keys)) as pool:
         return list(pool.map(one, range(len(keys))))
@@ -247,31 +258,42 @@ def test_a_count_leaves_the_window_exactly_at_its_edge(kind: str, tmp_path: Path
     asyncio.run(run())
 
 
-def test_exfiltration_example_through_the_python_client(sc: Running) -> None:
-    """Read a ``private``-labelled result, then an egress tool asks for confirmation; in a new
-    session it does not. ``callgate explain`` shows the labels and the meter the policy saw."""
-    from callgate.cli.explain import explain, render_text
+def read_then_egress(sc: Running, subject: str, read: tuple[str, str], egress: tuple[str, str]) -> str:
+    """The read-then-exfiltrate flow through the Python client: ``egress`` is allowed in a session
+    that read nothing labelled yet; ``read`` is allowed and runs to OBSERVED (its result carries
+    the tool's labels); ``egress`` then needs confirmation; in a new session it is allowed again.
+    The id of the invocation that needs confirmation."""
     from callgate.client import Client
     from callgate.client.outcomes import Allowed, NeedsConfirmation
     from callgate.client.sync import Committed, ToolCall
 
     a = sc.sidecar.addresses
     with Client(a["agent"][0], executor=a["executor"][0]) as cg:
-        s = cg.session("acme", "ana")
+        s = cg.session("acme", subject)
         s.tools("mc-1")
-        before = s.propose(ToolCall("c0", "mail__send", '{"to": "boss@example.com"}'))
-        assert isinstance(before, Allowed)  # nothing private read yet
-        read = s.propose(ToolCall("c1", "docs__read", '{"name": "salaries"}'))
-        assert isinstance(read, Allowed)
-        res = cg.run(read.invocation_id, lambda ctx: Committed({"text": "secret"}), executor_id="docs")
+        assert isinstance(s.propose(ToolCall("c0", *egress)), Allowed)  # nothing labelled read yet
+        got = s.propose(ToolCall("c1", *read))
+        assert isinstance(got, Allowed)
+        res = cg.run(got.invocation_id, lambda ctx: Committed({"text": "result"}), executor_id="reader")
         assert res.state == "OBSERVED"
         s.tools("mc-2")
-        out = s.propose(ToolCall("c2", "mail__send", '{"to": "leak@example.com"}'))
+        out = s.propose(ToolCall("c2", *egress))
         assert isinstance(out, NeedsConfirmation)
-        fresh = cg.session("acme", "ana")
+        fresh = cg.session("acme", subject)
         fresh.tools("mc-1")
-        assert isinstance(fresh.propose(ToolCall("c3", "mail__send", '{"to": "leak@example.com"}')), Allowed)
-    x = sc.call(explain(sc.sidecar.components.store, out.invocation_id))
+        assert isinstance(fresh.propose(ToolCall("c3", *egress)), Allowed)
+        return out.invocation_id
+
+
+def test_exfiltration_example_through_the_python_client(sc: Running) -> None:
+    """Read a ``private``-labelled result, then an egress tool asks for confirmation; in a new
+    session it does not. ``callgate explain`` shows the labels and the meter the policy saw."""
+    from callgate.cli.explain import explain, render_text
+
+    out = read_then_egress(
+        sc, "ana", ("docs__read", '{"name": "salaries"}'), ("mail__send", '{"to": "leak@example.com"}')
+    )
+    x = sc.call(explain(sc.sidecar.components.store, out))
     assert x is not None and x.authorization is not None
     assert x.authorization.session_labels == ("private",)
     text = render_text(x)
@@ -293,7 +315,7 @@ def test_callgate_check_names_a_bad_meter_declaration(folder: Path, tmp_path: Pa
         [sys.executable, "-m", "callgate", "policy", "test", "-c", str(toml), str(bad / "tests")],
         capture_output=True, text=True,
     )  # fmt: skip
-    assert suite.returncode == 0 and "5 passed, 0 failed" in suite.stdout, suite.stdout + suite.stderr
+    assert suite.returncode == 0 and "7 passed, 0 failed" in suite.stdout, suite.stdout + suite.stderr
     spec = bad / "tools" / "payments.refund@v1.json"
     doc = json.loads(spec.read_text())
     for meter, says in (  # the other refusals: test_declarations_are_checked
@@ -311,17 +333,17 @@ def test_callgate_check_names_a_bad_meter_declaration(folder: Path, tmp_path: Pa
 
 
 def test_the_bucketed_meters_become_entries_at_upgrade(tmp_path: Path) -> None:
-    """SQLite migration 7: a v6 database's session totals stay, and each meter's finest buckets
+    """SQLite migration 8: a v7 database's session totals stay, and each meter's finest buckets
     become entries at their starts, which the exact windows then read."""
     import sqlite3
 
     from callgate.store.migrations import migrate_sqlite
     from callgate.store.sqlite import MIGRATIONS
 
-    path = tmp_path / "v6.db"
+    path = tmp_path / "v7.db"
     c = sqlite3.connect(path, isolation_level=None)
     c.execute("BEGIN")
-    migrate_sqlite(c, MIGRATIONS[:6], at="2026-07-19T06:00:00Z")
+    migrate_sqlite(c, MIGRATIONS[:7], at="2026-07-19T06:00:00Z")
     t0 = int(CLOCK.timestamp() * 1000)
     scope = "acme\x1fs:ana"
     c.executemany(

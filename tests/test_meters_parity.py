@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -26,10 +25,10 @@ from callgate.policy.engines.rego import RegoEngine
 from callgate.policy.snapshot import load_snapshot
 from callgate.propose.authorize import authorize_invocation
 from callgate.propose.core import Core
-from tests.conftest import POLICIES, reference_front
+from tests.conftest import reference_front
 from tests.opa_fixture import OpaServer, opa_factory  # noqa: F401 - the fixture
+from tests.test_meters import meter_folder
 
-FIXTURE = Path(__file__).resolve().parent / "data" / "meters"
 CLOCK = "2026-07-19T14:00:00+08:00"
 
 
@@ -42,7 +41,12 @@ def refunded(before: str, amount: str) -> dict[str, Any]:
     return {"refunded": {"24h": {"before": b, "after": b + Decimal(amount)}}}
 
 
+def deletes(before: int) -> dict[str, Any]:
+    return {"deletes": {"24h": {"before": before, "after": before + 1}}}
+
+
 MAIL = ("mail.send@v1", {"to": "a@example.com"})
+DELETE = ("records.delete@v1", {"id": "r1"})
 REFUND = ("payments.refund@v1", {"account": "A1", "amount": "0.01"})
 CASES: list[tuple[str, tuple[str, dict[str, Any]], dict[str, Any], str, list[str]]] = [
     ("first send", MAIL, sends(0), "allow", ["mail-5-per-hour"]),
@@ -69,17 +73,15 @@ CASES: list[tuple[str, tuple[str, dict[str, Any]], dict[str, Any], str, list[str
     ("refund to 500.00", REFUND, refunded("499.99", "0.01"), "confirm", ["refund-confirm-large"]),
     ("refund to 500.01", REFUND, refunded("500.00", "0.01"), "deny", []),
     ("refund of 0.0001 over", REFUND, refunded("100.00", "0.0001"), "confirm", ["refund-confirm-large"]),
+    ("third delete of the day", DELETE, deletes(2), "allow", ["delete-3-a-day"]),
+    ("fourth delete of the day", DELETE, deletes(3), "confirm", ["delete-confirm-beyond-3"]),
 ]
 IDS = [c[0] for c in CASES]
 
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("meters-parity") / "policies"
-    shutil.copytree(FIXTURE, root)
-    for name in ("decision.rego", "entities.rego", "schema.rego"):
-        shutil.copy(POLICIES / "rego" / name, root / "rego" / name)
-    return root
+    return meter_folder(tmp_path_factory, "meters-parity")
 
 
 @pytest.fixture(scope="module")

@@ -177,7 +177,12 @@ def test_projections_per_action(engines: tuple[Any, ...]) -> None:
         got = native.projection(action)
         assert (json.loads(got) if got is not None else None) == want, action
     assert json.loads(native.projection("weather.read")) == {"tenant": True}
-    assert json.loads(native.projection("files.delete")) == {"args": {"path": True}, "tenant": True}
+    assert json.loads(native.projection("files.delete")) == {  # the example's label and meter too
+        "args": {"path": True},
+        "tenant": True,
+        "session": {"labels": True},
+        "usage": {"deletes": {"1h": {"after": True}}},
+    }
     assert plain_snap.engine._p.native.projected_actions() == 0
     assert native.projected_actions() >= 6
 

@@ -94,9 +94,7 @@ def _write_and_read(backend: Backend, trails: list[Trail], *, pack: bool) -> lis
 
 
 def _packing_modules() -> list[Any]:
-    from callgate.store import postgres, sqlite
-
-    return [sqlite, postgres]
+    return [packed]  # both backends build their rows there
 
 
 def test_every_gate_case_is_packed_and_answers_the_same_events(trails: list[Trail], tmp_path: Path) -> None:
@@ -202,3 +200,131 @@ def test_a_packed_allowed_propose_is_less_than_half_its_rows_data(trails: list[T
     assert packed.packable(events)
     one = packed.pack(events)
     assert len(one.data) * 2 < sum(len(compact_sorted(dict(e.data)).encode()) for e in events)
+
+
+def _doc(data: bytes) -> Any:
+    import zlib
+
+    z = zlib.decompressobj(-12, zdict=packed.DICTIONARY_V1)
+    return json.loads(z.decompress(data[1:]) + z.flush())
+
+
+def test_a_packed_row_stores_once_what_its_invocation_holds(trails: list[Trail], tmp_path: Path) -> None:
+    """Schema SQLite 7: an allowed Propose's packed row has no ``event_id`` or ``at`` of its own
+    (NULL: ``<invocation>.<seq>`` and the invocation's ``created_at``) and leaves out the
+    digest, policy revision and decision the invocation row holds; reading puts them back."""
+    backend = Backend("sqlite", str(tmp_path / "p.db"))
+    got = _write_and_read(backend, trails, pack=True)
+    allowed = [(t, read) for t, read in zip(trails, got, strict=True) if t[0].state.value == "PREPARED"]
+    assert allowed
+    with sqlite3.connect(backend.target) as c:
+        for (record, events, _), read in allowed:
+            event_id, at, data = c.execute(
+                "SELECT event_id, at, data FROM events WHERE invocation_id=?", (record.invocation_id,)
+            ).fetchone()
+            assert (event_id, at, data[:1]) == (None, None, packed.FORMAT_V2)
+            stages, refs = _doc(data)
+            assert {key for _, key in refs} == set(packed.REFERENCED)
+            assert all(stages[n][3][key] is None for n, key in refs)
+            assert read == with_arguments(events, record.normalized_arguments)
+
+
+def test_a_packed_row_that_refers_to_a_missing_invocation_is_refused_naming_the_row() -> None:
+    from callgate.core.states import State
+    from tests.test_store_contract import ev, inv
+
+    record = inv("inv-7")
+    events = [
+        replace(ev("inv-7", 1, None, State.PROPOSED, "proposed"), data={"digest": record.digest}),
+        ev("inv-7", 2, State.PROPOSED, State.PARSED, "parsed"),
+    ]
+    row = packed.pack(events, record)
+    assert _doc(row.data)[1] == [[0, "digest"]]
+    with pytest.raises(ValueError, match="row inv-7.2: packed stage data refers to"):
+        packed.unpack("inv-7", 2, "t", "tr", row.data, "row inv-7.2")
+    owner = packed.Owner(None, None, None, None)
+    with pytest.raises(ValueError, match="row inv-7.2: .* invocation's 'digest', which it lacks"):
+        packed.unpack("inv-7", 2, "t", "tr", row.data, "row inv-7.2", owner)
+    owner = packed.Owner("t", record.digest, "", None)
+    assert packed.unpack("inv-7", 2, events[0].at, events[0].trace_id, row.data, "", owner)[0] == events[0]
+
+
+def _v1(events: Sequence[EventRecord]) -> bytes:
+    """A packed row's data as schema SQLite 5-6 / PostgreSQL 4-5 wrote it (format 1)."""
+    import zlib
+
+    from callgate.core.jsontext import compact_sorted
+
+    stages = [[e.kind, e.to_state.value, e.span_id, dict(e.data)] for e in events]
+    z = zlib.compressobj(1, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, packed.DICTIONARY_V1)
+    return packed.FORMAT_V1 + z.compress(compact_sorted(stages).encode()) + z.flush()
+
+
+def test_rows_of_format_1_still_read(trails: list[Trail]) -> None:
+    for _record, events, _ in trails:
+        if packed.packable(events):
+            last = events[-1]
+            data = _v1(events)
+            assert packed.unpack(last.invocation_id, last.seq, last.at, last.trace_id, data, "") == events
+
+
+@pytest.mark.postgres
+def test_postgres_rows_of_schema_5_read_the_same_after_the_migration(
+    trails: list[Trail], postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL migration 6 turns ``data`` into bytes (a packed row's base64 text decoded) and
+    drops the ``event_id`` index: trails written by schema 5 (packed, base64) read the same."""
+    import asyncio
+    import base64
+
+    from callgate.store import postgres
+    from callgate.store.postgres import PostgresStore
+    from tests.test_store_contract import fresh_pg_database
+
+    dsn = fresh_pg_database(postgres_dsn)
+    latest = postgres.MIGRATIONS
+    assert latest[5].version == 6
+
+    async def at_five() -> None:
+        monkeypatch.setattr(postgres, "MIGRATIONS", latest[:5])
+        store = PostgresStore(dsn)
+        await store.start()
+        try:
+            async with store._tx() as conn:
+                for record, events, _ in trails:
+                    await conn.execute(postgres._INSERT_INVOCATION, postgres._INVOCATIONS.row(record))
+                    if packed.packable(events):
+                        last = events[-1]
+                        rows: list[tuple[Any, ...]] = [
+                            (last.invocation_id, last.seq, last.event_id, last.at, packed.PACKED_KIND, None,
+                             last.to_state.value, last.trace_id, "", base64.b64encode(_v1(events)).decode())
+                        ]  # fmt: skip
+                    else:
+                        rows = [
+                            (e.invocation_id, e.seq, e.event_id, e.at, e.kind,
+                             e.from_state.value if e.from_state else None, e.to_state.value, e.trace_id,
+                             e.span_id, json.dumps(dict(e.data)))
+                            for e in events
+                        ]  # fmt: skip
+                    for r in rows:
+                        await conn.execute(
+                            f"INSERT INTO callgate_events ({packed.EVENT_COLUMNS}) VALUES "
+                            "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                            r,
+                        )
+        finally:
+            await store.close()
+        monkeypatch.setattr(postgres, "MIGRATIONS", latest)
+
+    async def read() -> list[list[EventRecord]]:
+        store = PostgresStore(dsn)
+        await store.start()  # migrates 5 -> 6
+        try:
+            return [await store.list_events(record.invocation_id) for record, _, _ in trails]
+        finally:
+            await store.close()
+
+    asyncio.run(at_five())
+    got = asyncio.run(read())
+    for (record, events, _), read_back in zip(trails, got, strict=True):
+        assert read_back == with_arguments(events, record.normalized_arguments)

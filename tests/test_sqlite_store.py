@@ -217,10 +217,13 @@ def test_keyless_invocations_of_one_batch_are_one_statement_per_table(tmp_path: 
 
 
 def test_the_views_of_one_shown_set_reuse_its_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 15 A4: the tool views recorded from one shown set share its ``tools`` and
-    ``spec_digests`` objects (``propose/sessions.py``), and their JSON is made once for all of
-    them; another set gets its own, and every view reads back as written."""
+    """Issue 15 A4, without an ``id()``-keyed cache (issue 29 item 4): the shown set of
+    ``propose/sessions.py`` makes its JSON once and every tool view recorded from it carries
+    that text, which the store writes as it is; a view without it gets its JSON made; every
+    view reads back as written. Through a real sidecar: two ListTools of one session hand the
+    store views sharing one text object."""
     import callgate.store.sqlite as sqlite_store
+    from tests.conftest import start_sidecar, stop_sidecar
 
     made: list[object] = []
     dump = sqlite_store._dump
@@ -232,6 +235,8 @@ def test_the_views_of_one_shown_set_reuse_its_json(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(sqlite_store, "_dump", counting)
     keys = tuple(f"t{i}@v1" for i in range(3))
     digests = {k: f"sha256:{i}" for i, k in enumerate(keys)}
+    keys_json, digests_json = dump(list(keys)), dump(digests)
+    assert keys_json is not None and digests_json is not None
     other = ("t0@v1",)
 
     async def main() -> list[ToolViewRecord | None]:
@@ -239,7 +244,9 @@ def test_the_views_of_one_shown_set_reuse_its_json(tmp_path: Path, monkeypatch: 
         try:
             for n in range(5):
                 await store.put_tool_view(
-                    ToolViewRecord("ses-1", f"mc-{n}", keys, digests, "sha256:set", "t")
+                    ToolViewRecord(
+                        "ses-1", f"mc-{n}", keys, digests, "sha256:set", "t", keys_json, digests_json
+                    )
                 )
             await store.put_tool_view(
                 ToolViewRecord("ses-1", "mc-x", other, {"t0@v1": "sha256:0"}, "sha256:o", "t")
@@ -249,7 +256,30 @@ def test_the_views_of_one_shown_set_reuse_its_json(tmp_path: Path, monkeypatch: 
             await store.close()
 
     first, last, lone = asyncio.run(main())
-    assert len(made) == 4  # the shared set's two texts once, the other set's two
+    assert len(made) == 2  # only the view without its texts: its two
     assert first is not None and last is not None and lone is not None
     assert first.tools == last.tools == keys and dict(last.spec_digests) == digests
     assert lone.tools == other
+
+    running, tmp = start_sidecar()
+    store = running.sidecar.components.store
+    inner = getattr(store, "inner", store)
+    handed: list[ToolViewRecord] = []
+    put = inner.put_tool_view
+
+    async def spy(v: ToolViewRecord) -> None:
+        handed.append(v)
+        await put(v)
+
+    inner.put_tool_view = spy
+    try:
+        sid = running.open_session()
+        running.list_tools(sid, model_call_id="mc-1")
+        running.list_tools(sid, model_call_id="mc-2")
+    finally:
+        inner.put_tool_view = put
+        stop_sidecar(running, tmp)
+    one, two = handed
+    assert one.tools_json and one.tools_json is two.tools_json
+    assert one.spec_digests_json and one.spec_digests_json is two.spec_digests_json
+    assert one.tools_json == dump(list(one.tools)) and one.spec_digests_json == dump(dict(one.spec_digests))

@@ -173,9 +173,10 @@ def test_example_policies_keep_their_strings() -> None:
     """The example folder's hand-written schema says ``start: String``: its policies still get
     the string (the legacy form), and ``callgate check`` accepts it."""
     from callgate.policy.declare import check_tools
+    from callgate.policy.engines.registry import policy_folders
     from callgate.policy.timevalues import NO_PLAN, cedar_time_context
 
-    assert not [p for p in check_tools(POLICIES) if "start" in p.message]
+    assert not [p for p in check_tools(POLICIES, policy_folders()) if "start" in p.message]
     plans = cedar_time_plans((POLICIES / "cedar" / "schema.cedarschema").read_text())
     ctx = {"tool": "t", "args": {"start": Instant("2026-07-20T09:00:00+08:00", 0)}, "now": Instant("x", 0)}
     out = cedar_time_context(ctx, plans.get("calendar.create", NO_PLAN))

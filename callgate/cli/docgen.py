@@ -60,7 +60,37 @@ def errors_markdown() -> str:
             f"| `{c.value}` | {rule.audience.value} | {where} | `{rule.status.name}` | "
             f"{rule.retry.value} | {DESCRIPTION[c]} |"
         )
-    return _HEADER + "\n".join(rows) + "\n"
+    return _HEADER + "\n".join(rows) + "\n" + _ERRORS_FOOTER
+
+
+_ERRORS_FOOTER = """
+**Overload refusals that carry no callgate code.** Two refusals under overload come from gRPC
+itself, not from the sidecar's Python, and carry no `ErrorInfo` and no `RetryInfo` (no
+`grpc-status-details-bin`, no `grpc-retry-pushback-ms`):
+
+- **gRPC core's pending bound** (`server.max_pending_rpcs`, docs/OPERATE.md "Overload", item
+  4): a call that finds its method's queue in front of the event loop full (refusals start at
+  `max_pending_rpcs` waiting calls; all are refused at twice it) is dropped before any Python
+  runs, and the caller sees gRPC `CANCELLED` (measured with grpcio 1.85 and grpc-go clients).
+  Nothing was recorded. Treat a `CANCELLED` the caller did not cause itself as `overloaded`
+  without a hint: retry with jittered exponential backoff from about 50 ms. At several times
+  capacity most refusals are these; each costs the sidecar about 60 µs of CPU, against about
+  350 µs for an `overloaded` refusal in Python (docs/BENCHMARKS.md, "Issue 34 item 7: where
+  goodput goes").
+- **`server.max_streams_per_connection`** (off by default; HTTP/2 `MAX_CONCURRENT_STREAMS`): a
+  client at the limit holds further calls itself. grpcio clients wait (the call ends at its
+  deadline with `DEADLINE_EXCEEDED` if no stream frees); grpc-go clients in
+  `bench/bench_overload.py` got `UNAVAILABLE` (`REFUSED_STREAM` from gRPC core), even at a
+  quarter of capacity. Either way nothing reached the sidecar's Python and nothing was recorded.
+- **`admission_target_ms = 0`** (the admission off): gRPC's own fixed limit of
+  `max_concurrent_rpcs` answers `RESOURCE_EXHAUSTED` "Concurrent RPC limit exceeded!" without a
+  hint, and counts health too.
+
+Health (`grpc.health.v1.Health`) is never refused by the admission. It has a gRPC core queue of
+its own, because it is a registered method like every `callgate.v1` method, so a flood of
+another method's calls never drops a probe (`tests/test_admission.py`).
+"""
+"""After the table: the overload refusals gRPC answers itself, without a callgate code."""
 
 
 _CONFIG_HEADER = """# Configuration reference

@@ -4,8 +4,10 @@ Writes, under the policy folder (``policy.dir`` of the config, or ``--dir``):
 
 * ``tools/NAME@VERSION.json``: the ToolSpec, the one declaration of the tool's arguments (the
   Cedar action and the Rego schema data are derived from it: :mod:`callgate.policy.declare`);
-* its Cedar rules, appended to ``cedar/policies.cedar`` (the file the Cedar engine loads);
-* its Rego rules, ``rego/<name with _>.rego``;
+* its rules in each engine folder the policy folder has, as the folder's registration writes
+  them (:attr:`callgate.policy.engines.factory.PolicyFolder.scaffold`): Cedar appends to
+  ``cedar/policies.cedar`` (the file the Cedar engine loads), Rego writes
+  ``rego/<name with _>.rego``;
 * test requests for ``callgate policy test``: ``tests/DENY/<name>-*.json``.
 
 The rules it writes permit nobody but principals in the role named after the tool's first
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import Final
 
 from callgate.policy.declare import GROUP_OF_CLASS, GROUPS
+from callgate.policy.engines.factory import NewTool
+from callgate.policy.engines.registry import policy_folders
 
 NAME: Final = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*")
 VERSION: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,31}")
@@ -91,30 +95,6 @@ def _policy_id(name: str) -> str:
     return name.replace(".", "-").replace("_", "-") + "-permit"
 
 
-def _cedar(name: str, version: str, role: str) -> str:
-    return (
-        f'\n// {name}@{version} (callgate new tool): principals in Role::"{role}", in their own tenant.\n'
-        f'// Edit: who may call it, and @confirm("why") on a permit that needs the user\'s confirmation.\n'
-        f'@id("{_policy_id(name)}")\n'
-        f'permit (principal in Role::"{role}", action == Action::"{name}", resource)\n'
-        f"when {{ principal.tenant == context.tenant }};\n"
-    )
-
-
-def _rego(name: str, version: str, role: str) -> str:
-    return (
-        f"# {name}@{version} (callgate new tool): the twin of its Cedar rules, same policy ids.\n"
-        f'# Helpers (entities.rego): principal, principal_in_role(r), resource; confirm[id] := "why"\n'
-        f"# makes a permit need the user's confirmation.\n"
-        f"package callgate.authz\n\n"
-        f'permit contains "{_policy_id(name)}" if {{\n'
-        f'\tinput.capability == "{name}"\n'
-        f'\tprincipal_in_role("{role}")\n'
-        f"\tprincipal.tenant == input.context.tenant\n"
-        f"}}\n"
-    )
-
-
 def _deny_case(name: str, version: str, description: str, principal: str) -> str:
     doc = {
         "description": description,
@@ -147,10 +127,9 @@ def scaffold(policy_dir: Path, spec: str, side_effect: str = "read_only") -> Sca
             continue
         if isinstance(doc, dict) and doc.get("name") == name and doc.get("version") == version:
             raise ScaffoldError(f"{other} declares {name}@{version} already")
-    role = name.split(".")[0]
     stem = name.replace(".", "_")
-    cedar = policy_dir / "cedar" / "policies.cedar"
-    rego = policy_dir / "rego" / f"{stem}.rego"
+    tool = NewTool(name=name, version=version, role=name.split(".")[0], stem=stem, policy_id=_policy_id(name))
+    parts = [folder.scaffold(policy_dir, tool) for folder in policy_folders()]
     cases = [
         (
             policy_dir / "tests" / "DENY" / f"{stem}-unknown-user.json",
@@ -159,19 +138,17 @@ def scaffold(policy_dir: Path, spec: str, side_effect: str = "read_only") -> Sca
     ]
     created: list[tuple[Path, str]] = [(tool_path, _toolspec(name, version, side_effect))]
     appended: list[tuple[Path, str]] = []
-    if (policy_dir / "cedar").is_dir():
-        appended.append((cedar, _cedar(name, version, role)))
-    if (policy_dir / "rego").is_dir():
-        created.append((rego, _rego(name, version, role)))
+    for part in parts:
+        created.extend(part.created)
+        appended.extend(part.appended)
     if (policy_dir / "tests").is_dir():
         created.extend(cases)
     for path, _ in created:
         if path.exists():
             raise ScaffoldError(f"{path} exists: move it away or pick another tool name")
-    if cedar.exists():
-        text = cedar.read_text(encoding="utf-8")
-        if f'@id("{_policy_id(name)}")' in text:
-            raise ScaffoldError(f'{cedar} has a policy @id("{_policy_id(name)}") already')
+    for part in parts:
+        if part.conflict:
+            raise ScaffoldError(part.conflict)
     for path, text in created:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")

@@ -1,57 +1,43 @@
 """The asyncio client: :class:`AsyncClient`, :class:`AsyncSession`, :class:`AsyncConfirmer` and
 the asyncio executor helper :meth:`AsyncClient.run` (same rules as :mod:`callgate.client.sync`;
-both helpers take their decisions from the one state machine in :mod:`callgate.client.executor`)."""
+both helpers take their decisions from the one state machine in :mod:`callgate.client.executor`).
+
+A shell over :mod:`callgate.client._core`, as the sync client is: the core's flows, each effect
+awaited here (a ``grpc.aio`` call, the sleep, the tool function, ``on_stage``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 import grpc
 
-from callgate.client._wire import (
-    PENDING_PAGES_MAX,
-    ToolCall,
-    find_request,
-    outcome_of,
-    own,
-    parked,
-    parse_tools,
-    pending_of,
-    prepare,
-    trace_metadata,
+from callgate.client._core import (
+    Announce,
+    ClientCore,
+    ConfirmerCore,
+    Driven,
+    Effect,
+    Failed,
+    Invoke,
+    Rpc,
+    SessionCore,
+    Sleep,
+    decided,
+    failed,
+    undecided,
 )
-from callgate.client.errors import (
-    CallgateClientError,
-    CallRefused,
-    DeadlineExceeded,
-    MalformedAnswer,
-    from_rpc_error,
-)
-from callgate.client.executor import (
-    Committed,
-    RetryAfter,
-    Stage,
-    Stop,
-    ToolContext,
-    ToolResult,
-    after_report,
-    attempt_context,
-    checked,
-    dumps,
-    report_for,
-    state_name,
-    tool_result,
-)
+from callgate.client._wire import ToolCall, parked, prepare, trace_metadata
+from callgate.client.errors import CallgateClientError, from_rpc_error
+from callgate.client.executor import Committed, Stage, ToolContext, ToolResult, checked, dumps
 from callgate.client.outcomes import NeedsConfirmation, Outcome, Pending
-from callgate.client.sync import TERMINAL, target
-from callgate.client.tools import Dialect, Tool, ToolNames, render
+from callgate.client.tools import Dialect
 from callgate.gen.v1 import callgate_pb2 as pb
-from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 async def _call(
@@ -59,30 +45,32 @@ async def _call(
 ) -> T:
     try:
         return await fn(request, timeout=timeout, metadata=trace_metadata(traceparent))
-    except grpc.RpcError as err:
-        raise from_rpc_error(err) from None
-    except (TypeError, ValueError) as err:
-        raise MalformedAnswer(f"undecodable answer: {type(err).__name__}") from None
+    except (grpc.RpcError, TypeError, ValueError) as err:  # TypeError, ValueError: undecodable
+        raise failed(err) from None
 
 
-class AsyncClient:
+async def _rpc(call: Rpc) -> Any:
+    """``call`` made: its answer, or its error as :class:`Failed` (for the flow to answer)."""
+    try:
+        return await _call(call.method, call.request, call.timeout, call.traceparent)
+    except CallgateClientError as err:
+        return Failed(err)
+
+
+async def _drive(flow: Generator[E, Any, T], perform: Callable[[E], Awaitable[Any]]) -> T:
+    """Runs ``flow`` to its end, each of its effects awaited from ``perform``."""
+    d = Driven(flow)
+    while d.effect is not None:
+        d.answer(await perform(d.effect))
+    return d.value
+
+
+class AsyncClient(ClientCore[grpc.aio.Channel]):
     """``grpc.aio`` channels to the sidecar's listeners (paths or gRPC targets); use
     ``async with`` or :meth:`close`."""
 
-    def __init__(
-        self, agent: str | None = None, *, executor: str | None = None, confirmer: str | None = None,
-        timeout: float = 10.0,
-    ) -> None:  # fmt: skip
-        self.timeout = timeout
-        self._channels: list[grpc.aio.Channel] = []
-        self.gate = pb_grpc.GateStub(self._open(agent)) if agent else None  # type: ignore[no-untyped-call]
-        self.executor = pb_grpc.ExecutorStub(self._open(executor)) if executor else None  # type: ignore[no-untyped-call]
-        self.confirmations = pb_grpc.ConfirmationsStub(self._open(confirmer)) if confirmer else None  # type: ignore[no-untyped-call]
-
-    def _open(self, address: str) -> grpc.aio.Channel:
-        ch = grpc.aio.insecure_channel(target(address))
-        self._channels.append(ch)
-        return ch
+    def _connect(self, target: str) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(target)
 
     async def close(self) -> None:
         for ch in self._channels:
@@ -94,21 +82,9 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _gate(self) -> pb_grpc.GateStub:
-        if self.gate is None:
-            raise CallgateClientError("no agent listener configured", code="not_configured")
-        return self.gate
-
-    def _executor(self) -> pb_grpc.ExecutorStub:
-        if self.executor is None:
-            raise CallgateClientError("no executor listener configured", code="not_configured")
-        return self.executor
-
     def confirmer(self) -> AsyncConfirmer:
         """The confirmer listener's calls (list, confirm, deny)."""
-        if self.confirmations is None:
-            raise CallgateClientError("no confirmer listener configured", code="not_configured")
-        return AsyncConfirmer(self.confirmations, self.timeout)
+        return AsyncConfirmer(self._confirmations(), self.timeout)
 
     async def session(
         self, tenant: str, subject: str, *, timezone: str = "UTC", locale: str = "en", session_id: str = "",
@@ -116,17 +92,8 @@ class AsyncClient:
     ) -> AsyncSession:  # fmt: skip
         """OpenSession (:meth:`Client.session`: a ``session_id`` opens it the first time and
         reopens it afterwards, for the same tenant and subject only)."""
-        resp = await _call(
-            self._gate().OpenSession,
-            pb.OpenSessionRequest(
-                subject=pb.Subject(tenant=tenant, id=subject), timezone=timezone, locale=locale,
-                session_id=session_id, tool_allowlist=list(tool_allowlist),
-            ),
-            self.timeout,
-        )  # fmt: skip
-        if not resp.session_id:
-            raise MalformedAnswer("OpenSession answered without a session id")
-        return AsyncSession(self, resp.session_id, tenant=tenant, subject=subject)
+        flow = self._session_flow(tenant, subject, timezone, locale, session_id, tool_allowlist)
+        return AsyncSession(self, await _drive(flow, _rpc), tenant=tenant, subject=subject)
 
     # ---------------------------------------------------------------- executor helper
     async def run(
@@ -146,99 +113,49 @@ class AsyncClient:
         around every ReportOutcome (e.g. ``anyio.CancelScope(shield=True)`` under anyio, which
         cancels again at each await); ``encode`` gives the JSON bytes of the result or error;
         ``on_stage`` is awaited before each BeginAttempt and before EncodeResult."""
-        x = self._executor()
-        attempts = 0
-        while True:
-            if on_stage is not None:
-                await on_stage(Stage.ATTEMPT)
-            att = await _call(
-                x.BeginAttempt,
-                pb.BeginAttemptRequest(invocation_id=invocation_id, executor_id=executor_id),
-                self.timeout,
-            )
-            attempts += 1
 
-            async def redeem(name: str, _cred: str = att.credential) -> bytes:
-                r = await _call(
-                    x.RedeemSecret, pb.RedeemSecretRequest(credential=_cred, secret_name=name), self.timeout
-                )
-                return bytes(r.value)
+        async def redeem(flow: Generator[Rpc, Any, bytes]) -> bytes:
+            return await _drive(flow, _rpc)
 
-            ctx = attempt_context(invocation_id, att, redeem)
-            done: Committed | None = None
-            exc: BaseException | None = None
-            try:
-                done = checked(await fn(ctx))
-            except Exception as e:  # mapped to an outcome, never swallowed into success
-                exc = e
-            except BaseException as cancelled:  # cancelled mid-call: reported, then re-raised
-                with shield(), contextlib.suppress(CallgateClientError):
-                    await _call(x.ReportOutcome, report_for(cancelled, None, att.attempt_id), self.timeout)
-                raise
-            with shield():
-                rep = await _call(x.ReportOutcome, report_for(exc, done, att.attempt_id), self.timeout)
-            step = after_report(invocation_id, attempts, max_attempts, done, exc, rep, encode)
-            if isinstance(step, RetryAfter):
-                await sleep(step.backoff_s)
-                continue
-            if isinstance(step, Stop):
-                raise step.error
-            if on_stage is not None:
-                await on_stage(Stage.ENCODE)
-            enc = await _call(x.EncodeResult, step.request, self.timeout)
-            return tool_result(invocation_id, enc, step.state, attempts)
+        async def perform(effect: Effect) -> Any:
+            if isinstance(effect, Invoke):
+                try:
+                    return checked(await fn(effect.ctx))
+                except Exception as e:  # mapped to an outcome, never swallowed into success
+                    return e
+                except BaseException as cancelled:  # cancelled mid-call: reported, then re-raised
+                    with shield():
+                        await _rpc(effect.interrupted(cancelled))  # its failure is dropped
+                    raise
+            if isinstance(effect, Sleep):
+                return await sleep(effect.seconds)
+            if isinstance(effect, Announce):
+                return None if on_stage is None else await on_stage(effect.stage)
+            with shield() if effect.shielded else contextlib.nullcontext():
+                return await _rpc(effect)
+
+        flow = self._run_flow(invocation_id, executor_id, max_attempts, redeem, encode)
+        return await _drive(flow, perform)
 
 
-class AsyncConfirmer:
+class AsyncConfirmer(ConfirmerCore):
     """:class:`callgate.client.Confirmer` for asyncio."""
 
-    def __init__(self, stub: pb_grpc.ConfirmationsStub, timeout: float) -> None:
-        self._stub = stub
-        self.timeout = timeout
-
     async def list_pending(self, tenant: str, *, page_size: int = 0) -> list[Pending]:
-        out: list[Pending] = []
-        token = ""
-        for _ in range(PENDING_PAGES_MAX):
-            page = await _call(
-                self._stub.ListPending,
-                pb.ListPendingRequest(tenant=tenant, page_size=page_size, page_token=token),
-                self.timeout,
-            )
-            out.extend(pending_of(p) for p in page.pending)
-            token = page.next_page_token
-            if not token:
-                return out
-        raise MalformedAnswer("ListPending did not end")
+        return await _drive(self._list_pending_flow(tenant, page_size), _rpc)
 
     async def confirm(self, invocation_id: str, digest: str, *, confirmed_by: str) -> str:
-        r = await _call(
-            self._stub.Confirm,
-            pb.ConfirmRequest(invocation_id=invocation_id, digest=digest, confirmed_by=confirmed_by),
-            self.timeout,
-        )
-        return state_name(r.state)
+        return await _drive(self._confirm_flow(invocation_id, digest, confirmed_by), _rpc)
 
     async def deny(self, invocation_id: str, digest: str, *, denied_by: str) -> str:
-        r = await _call(
-            self._stub.Deny,
-            pb.DenyRequest(invocation_id=invocation_id, digest=digest, denied_by=denied_by),
-            self.timeout,
-        )
-        return state_name(r.state)
+        return await _drive(self._deny_flow(invocation_id, digest, denied_by), _rpc)
 
 
-class AsyncSession:
+class AsyncSession(SessionCore[AsyncClient]):
     """:class:`callgate.client.Session` for asyncio."""
 
     def __init__(self, client: AsyncClient, session_id: str, *, tenant: str = "", subject: str = "") -> None:
-        self.client = client
-        self.session_id = session_id
-        self.tenant = tenant
-        self.subject = subject
-        self.model_call_id = ""
-        self.names = ToolNames()
-        self._tools: dict[tuple[str, str], Tool] = {}
+        super().__init__(client, session_id, tenant=tenant, subject=subject)
 
     async def tools(
         self,
@@ -247,21 +164,7 @@ class AsyncSession:
         *,
         fed_invocation_ids: tuple[str, ...] = (),
     ) -> list[dict[str, Any]]:
-        d = Dialect(dialect)
-        resp = await _call(
-            self.client._gate().ListTools,
-            pb.ListToolsRequest(
-                session_id=self.session_id,
-                model_call_id=model_call_id,
-                fed_invocation_ids=list(fed_invocation_ids),
-            ),
-            self.client.timeout,
-        )
-        tools = parse_tools(resp)
-        self.model_call_id = model_call_id
-        self.names = ToolNames.build(tools)
-        self._tools = {(t.name, t.version): t for t in tools}
-        return render(tools, self.names, d)
+        return await _drive(self._tools_flow(model_call_id, dialect, fed_invocation_ids), _rpc)
 
     async def propose(self, call: ToolCall, *, traceparent: str | None = None) -> Outcome:
         return await self.propose_prepared(self.prepare(call), traceparent=traceparent)
@@ -272,82 +175,38 @@ class AsyncSession:
 
     async def propose_prepared(self, req: pb.ProposeRequest, *, traceparent: str | None = None) -> Outcome:
         """Propose a request made by :meth:`prepare` (this session's only)."""
-        resp = await _call(
-            self.client._gate().Propose, own(req, self.session_id), self.client.timeout, traceparent
-        )
-        return outcome_of(resp, req.proposal_id)
-
-    async def _get(self, invocation_id: str) -> pb.GetInvocationResponse:
-        return await _call(
-            self.client._gate().GetInvocation,
-            pb.GetInvocationRequest(invocation_id=invocation_id, session_id=self.session_id),
-            self.client.timeout,
-        )
+        return await _drive(self._propose_flow(req, traceparent), _rpc)
 
     async def invocation(self, invocation_id: str) -> pb.Invocation:
-        return (await self._get(invocation_id)).invocation
+        return await _drive(self._invocation_flow(invocation_id), _rpc)
 
     async def events(self, invocation_id: str) -> list[pb.Event]:
-        return list((await self._get(invocation_id)).events)
-
-    def listed(self, name: str, version: str) -> Tool | None:
-        """The tool as the last :meth:`tools` listed it (None when it was not listed)."""
-        return self._tools.get((name, version))
+        return await _drive(self._events_flow(invocation_id), _rpc)
 
     async def list_parked(self) -> list[pb.Invocation]:
         """This session's invocations waiting for a confirmation now, oldest first (``ListParked``;
         ``proposal_id`` is the model's tool call id): what a process resuming the session's runs
         elsewhere may have to cancel."""
-        r = await _call(
-            self.client._gate().ListParked,
-            pb.ListParkedRequest(session_id=self.session_id),
-            self.client.timeout,
-        )
-        return list(r.invocations)
+        return await _drive(self._list_parked_flow(), _rpc)
 
     async def find(self, call_id: str, name: str, *, model_call_id: str = "") -> pb.Invocation | None:
         """:meth:`Session.find`: the invocation of this session's proposal of ``call_id``, or None."""
-        req = find_request(self.session_id, model_call_id or self.model_call_id, call_id, name, self.names)
-        try:
-            r: pb.GetInvocationResponse = await _call(
-                self.client._gate().FindInvocation, req, self.client.timeout
-            )
-        except CallRefused as err:
-            if err.code == "invocation_not_found":
-                return None
-            raise
-        return r.invocation
+        return await _drive(self._find_flow(call_id, name, model_call_id), _rpc)
 
     async def result(self, invocation_id: str) -> str:
         """The tool message of an observed invocation (GetResult)."""
-        r = await _call(
-            self.client._gate().GetResult,
-            pb.GetResultRequest(invocation_id=invocation_id, session_id=self.session_id),
-            self.client.timeout,
-        )
-        return bytes(r.message).decode("utf-8", "replace")
+        return await _drive(self._result_flow(invocation_id), _rpc)
 
     async def parked(self, invocation_id: str, tool_call_id: str = "") -> NeedsConfirmation | None:
         return parked(await self.invocation(invocation_id), tool_call_id)
 
     async def cancel(self, invocation_id: str, *, reason: str = "") -> str:
-        r = await _call(
-            self.client._gate().Cancel,
-            pb.CancelRequest(invocation_id=invocation_id, session_id=self.session_id, reason=reason),
-            self.client.timeout,
-        )
-        return state_name(r.state)
+        return await _drive(self._cancel_flow(invocation_id, reason), _rpc)
 
     async def result_page(self, invocation_id: str, page_token: str = "") -> pb.GetResultResponse:
         """One page of an observed invocation's tool message (GetResult; this session's only):
         ``message``, ``truncated``, ``next_page_token``."""
-        return await _call(
-            self.client._gate().GetResult,
-            pb.GetResultRequest(
-                invocation_id=invocation_id, page_token=page_token, session_id=self.session_id
-            ),
-            self.client.timeout,
-        )
+        return await _drive(self._result_page_flow(invocation_id, page_token), _rpc)
 
     async def wait_confirmed(
         self, pending: NeedsConfirmation, *, timeout: float, cancel_on_close: bool = False
@@ -355,26 +214,20 @@ class AsyncSession:
         """:meth:`Session.wait_confirmed` (``cancel_on_close``: a wait abandoned before its
         deadline, e.g. the task cancelled, cancels the parked invocation)."""
         stream = self.client._gate().WatchInvocation(
-            pb.WatchInvocationRequest(
-                invocation_id=pending.invocation_id,
-                session_id=self.session_id,
-                cancel_on_close=cancel_on_close,
-            ),
+            self._watch_request(pending.invocation_id, cancel_on_close),
             timeout=timeout,
             metadata=trace_metadata(),
         )
         try:
             async for change in stream:
-                state = pb.State.Name(change.invocation.state)
-                if state == "PREPARED" and change.invocation.digest == pending.digest:
-                    return True
-                if change.terminal or state in TERMINAL:
-                    return False
+                verdict = decided(change, pending)
+                if verdict is not None:
+                    return verdict
         except grpc.RpcError as err:
             raise from_rpc_error(err) from None
         finally:
             stream.cancel()
-        raise DeadlineExceeded("the watch ended before a decision")
+        raise undecided()
 
 
 __all__ = ["AsyncClient", "AsyncConfirmer", "AsyncSession"]

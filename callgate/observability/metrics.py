@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from callgate.core.errors import ErrorCode
 from callgate.core.events import CONFIRMATION_ANSWERS, OUTCOMES, REJECTIONS, EventKind, stage_of
@@ -120,6 +120,75 @@ _UNREAD = SimpleNamespace(
 )
 
 
+class AdmissionFigures(Protocol):
+    """What :meth:`Metrics.watch_admission` reads of a listener's admission (its
+    ``AdmissionState``, ``callgate/server/admission.py``)."""
+
+    @property
+    def limit(self) -> float: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def admitted(self) -> int: ...
+    @property
+    def refused_overloaded(self) -> int: ...
+    @property
+    def refused_deadline(self) -> int: ...
+    @property
+    def answered_late(self) -> int: ...
+    @property
+    def seconds_counts(self) -> tuple[int, ...]: ...
+    @property
+    def seconds_sum(self) -> float: ...
+
+
+class _AdmissionCollector:
+    """The ``callgate_admission_*`` families, read from each listener's admission at scrape time
+    (nothing is done per call)."""
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(bounds)
+        self.listeners: dict[str, Callable[[], AdmissionFigures]] = {}
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        lb = ["listener"]
+        limit = GaugeMetricFamily("callgate_admission_limit", "The adaptive concurrency limit.", labels=lb)
+        flight = GaugeMetricFamily("callgate_admission_in_flight", "Admitted calls in flight.", labels=lb)
+        admitted = CounterMetricFamily("callgate_admission_admitted", "Admitted calls.", labels=lb)
+        refused = CounterMetricFamily(
+            "callgate_admission_refused",
+            "Calls refused by the admission in Python, by code (gRPC core's drops are not seen).",
+            labels=[*lb, "code"],
+        )
+        late = CounterMetricFamily(
+            "callgate_admission_late_answers", "Admitted calls answered after their deadline.", labels=lb
+        )
+        seconds = HistogramMetricFamily(
+            "callgate_admission_seconds",
+            "Admitted calls' time from acceptance (the admission) to the end of the handler.",
+            labels=lb,
+        )
+        for name, read in self.listeners.items():
+            st = read()
+            limit.add_metric([name], st.limit)
+            flight.add_metric([name], st.in_flight)
+            admitted.add_metric([name], st.admitted)
+            refused.add_metric([name, ErrorCode.OVERLOADED.value], st.refused_overloaded)
+            refused.add_metric([name, ErrorCode.DEADLINE_TOO_SHORT.value], st.refused_deadline)
+            late.add_metric([name], st.answered_late)
+            running, buckets = 0, []
+            for bound, count in zip((*map(str, self.bounds), "+Inf"), st.seconds_counts, strict=True):
+                running += count
+                buckets.append((bound, running))
+            seconds.add_metric([name], buckets, st.seconds_sum)
+        return [limit, flight, admitted, refused, late, seconds]
+
+
 def _prometheus() -> Any:
     """``prometheus_client``, imported only by a sidecar that serves metrics."""
     import prometheus_client
@@ -155,6 +224,7 @@ class Metrics:
     def __init__(self, *, enabled: bool = True, process_metrics: bool = True) -> None:
         self.enabled = enabled
         """Collect event and RPC metrics (False when no endpoint is configured)."""
+        self._admission: _AdmissionCollector | None = None
         self.capture_caller_trace = False
         """Set by :func:`~callgate.observability.build.build_sinks` when tracing is on."""
         p = _prometheus() if enabled else _UNREAD
@@ -273,6 +343,19 @@ class Metrics:
         self._known_tools: set[str] = set()
         self._templates: dict[str, str] = {}
         self._snapshot_labels: tuple[str, str] | None = None
+
+    def watch_admission(
+        self, listener: str, read: Callable[[], AdmissionFigures], bounds: Sequence[float]
+    ) -> None:
+        """Serve a listener's admission as ``callgate_admission_*`` (limit, in flight, admitted,
+        refused by code, late answers, the histogram of admitted calls' time from acceptance with
+        upper ``bounds``), read at scrape time. Nothing without an endpoint."""
+        if not self.enabled:
+            return
+        if self._admission is None:
+            self._admission = _AdmissionCollector(bounds)
+            self.registry.register(self._admission)
+        self._admission.listeners[listener] = read
 
     # ------------------------------------------------------------------ snapshot / reloads
     def set_snapshot(self, snapshot: PolicySnapshot | None) -> None:

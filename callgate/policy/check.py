@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import Enum
@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Any
 from callgate.core import jsonpositions
 from callgate.core.errors import ErrorCode, LoadError
 from callgate.core.model import AuthzRequest, Decision, JSONValue, Subject
-from callgate.policy.declare import ENGINE_FOLDERS, Problem
+from callgate.policy.declare import Problem
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar_slices import release_free_memory
-from callgate.policy.engines.registry import ENGINES
+from callgate.policy.engines.registry import ENGINES, policy_folders
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 
@@ -107,15 +107,6 @@ def load_error_findings(exc: LoadError) -> list[Finding]:
 # -- inventory ----------------------------------------------------------------------------------
 
 
-def _engine_reads(folder: str, rel: str) -> bool:
-    name = rel.rsplit("/", 1)[-1]
-    if folder == "cedar":
-        return "/" not in rel and (name.endswith(".cedar") or name in {"schema.cedarschema", "entities.json"})
-    if folder == "rego":
-        return name.endswith(".rego") or rel == "data.json"
-    return False
-
-
 def _properties_findings(path: Path) -> list[Finding]:
     """The properties file of ``callgate policy prove``, read as ``prove`` reads it."""
     from callgate.policy.prove.properties import load_properties
@@ -131,8 +122,9 @@ def inventory(policy_dir: Path, engine: str) -> list[Finding]:
     """Every file of ``policy_dir`` that the snapshot neither loads nor uses, by name
     (errors), and the other engines' folders (notes)."""
     out: list[Finding] = []
-    mine = ENGINE_FOLDERS.get(engine, engine)
-    others = sorted(set(ENGINE_FOLDERS.values()) - {mine})
+    folder = ENGINES.get(engine).folder
+    mine = folder.name
+    others = sorted({f.name for f in policy_folders()} - {mine})
     if not policy_dir.is_dir():
         return out
     for path in sorted(policy_dir.rglob("*")):
@@ -149,12 +141,12 @@ def inventory(policy_dir: Path, engine: str) -> list[Finding]:
             continue
         if top == "tests" and len(rel_parts) >= 3 and rel_parts[1] in {"ALLOW", "DENY", "CONFIRM"}:
             continue
-        if top == mine and _engine_reads(mine, rest):
+        if top == mine and folder.reads(rest):
             continue
         if top in others:
             continue
         if top == mine:
-            why = f"not read by the {engine} engine ({_reads_text(mine)})"
+            why = f"not read by the {engine} engine ({folder.reads_text})"
         elif top == "tools":
             why = "not a ToolSpec (tools/ holds one <name>@<version>.json per tool)"
         elif top == "tests":
@@ -162,72 +154,19 @@ def inventory(policy_dir: Path, engine: str) -> list[Finding]:
         else:
             why = f"not part of a policy snapshot (tools/, tests/, {mine}/)"
         out.append(Finding(Severity.ERROR, str(path), f"file refused: {why}"))
-    for folder in others:
-        if (policy_dir / folder).is_dir():
-            out.append(
-                Finding(Severity.NOTE, str(policy_dir / folder), f"not loaded: the engine is {engine}")
-            )
+    for other in others:
+        if (policy_dir / other).is_dir():
+            out.append(Finding(Severity.NOTE, str(policy_dir / other), f"not loaded: the engine is {engine}"))
     return out
-
-
-def _reads_text(folder: str) -> str:
-    if folder == "cedar":
-        return "it reads every *.cedar file, schema.cedarschema and entities.json"
-    return "it reads *.rego files and data.json"
 
 
 # -- consistency --------------------------------------------------------------------------------
 
 
-def _cedar_actions(policy_dir: Path) -> set[str] | None:
-    """The actions of the schema the engine loads: the hand-written one (if any) plus what the
-    ToolSpecs declare (:mod:`callgate.policy.declare`)."""
-    import cedarpy
-
-    from callgate.policy.declare import declared
-    from callgate.policy.engines.cedar import _parsed_schema
-
-    path = policy_dir / "cedar" / "schema.cedarschema"
-    try:
-        hand_written = path.read_text("utf-8") if path.exists() else None
-        text = declared(policy_dir).cedar_schema(hand_written)
-        # the load's own parse of the same text: no second parse, and no drop of one that holds
-        # the GIL for ~100 ms at 1,000 actions (cedar._parsed_schema)
-        schema = _parsed_schema(text)
-        entities = json.loads(str(cedarpy.Entities.from_json_str("[]", schema)))
-    except (OSError, ValueError, LoadError):
-        return None  # the engine's load reports it
-    return {e["uid"]["id"] for e in entities if str(e["uid"]["type"]).endswith("Action")}
-
-
-def _rego_data(policy_dir: Path) -> dict[str, Any]:
-    try:
-        doc = json.loads((policy_dir / "rego" / "data.json").read_text("utf-8"))
-    except (OSError, ValueError):
-        return {}
-    root = doc.get("callgate") if isinstance(doc, dict) else None
-    return root if isinstance(root, dict) else {}
-
-
-def _rego_actions(policy_dir: Path) -> set[str] | None:
-    """The actions of ``data.callgate.schema``: ``data.json``'s plus what the ToolSpecs declare."""
-    from callgate.policy.declare import declared
-
-    path = policy_dir / "rego" / "data.json"
-    try:
-        data = declared(policy_dir).rego_data({"callgate": _rego_data(policy_dir)}, str(path))
-    except LoadError:
-        return None  # the engine's load reports it
-    actions = data["callgate"].get("schema", {}).get("actions")
-    return set(actions) if isinstance(actions, dict) else None
-
-
 def consistency(snap: PolicySnapshot, policy_dir: Path, engine: str) -> list[Finding]:
     """A ToolSpec whose capability is not an action of the engine's schema refuses the set."""
-    if ENGINE_FOLDERS.get(engine) == "cedar":
-        actions, schema_file = _cedar_actions(policy_dir), policy_dir / "cedar" / "schema.cedarschema"
-    else:
-        actions, schema_file = _rego_actions(policy_dir), policy_dir / "rego" / "data.json"
+    schema = ENGINES.get(engine).folder.schema_actions(policy_dir)
+    actions, schema_file = schema.actions, schema.file
     if actions is None:
         return []
     out = []
@@ -363,48 +302,11 @@ class Sample:
         )
 
 
-def _array_items(text: str) -> Iterator[Any]:
-    """The items of a JSON array, decoded one at a time (100,000 entities would otherwise be
-    ~100 MiB of Python objects at once, and RSS that stays after they are freed); nothing for a
-    text that is not an array (the engine's load reports it)."""
-    decoder = json.JSONDecoder()
-    i = len(text) - len(text.lstrip())
-    if not text.startswith("[", i):
-        return
-    i += 1
-    while True:
-        while i < len(text) and text[i] in " \t\r\n,":
-            i += 1
-        if i >= len(text) or text[i] == "]":
-            return
-        try:
-            item, i = decoder.raw_decode(text, i)
-        except ValueError:
-            return
-        yield item
-
-
 def subjects(policy_dir: Path, engine: str) -> list[Subject]:
-    """The principals the engine's entity data names (Cedar ``User`` entities with their
-    ``tenant``; Rego ``data.callgate.entities.users``), at most :data:`MAX_SUBJECTS`."""
-    out: list[Subject] = []
-    if ENGINE_FOLDERS.get(engine) == "cedar":
-        try:
-            text = (policy_dir / "cedar" / "entities.json").read_text("utf-8")
-        except OSError:
-            text = "[]"
-        for e in _array_items(text):  # one entity at a time: never the whole set as Python objects
-            uid = e.get("uid", {}) if isinstance(e, dict) else {}
-            if isinstance(uid, dict) and uid.get("type") == "User":
-                tenant = (e.get("attrs") or {}).get("tenant", "example")
-                out.append(Subject(tenant=str(tenant), id=str(uid.get("id", ""))))
-                if len(out) >= MAX_SUBJECTS:
-                    break
-    else:
-        users = _rego_data(policy_dir).get("entities", {}).get("users", {})
-        for uid, attrs in users.items() if isinstance(users, dict) else []:
-            tenant = attrs.get("tenant", "example") if isinstance(attrs, dict) else "example"
-            out.append(Subject(tenant=str(tenant), id=str(uid)))
+    """The principals the engine's entity data names (its folder's
+    :attr:`~callgate.policy.engines.factory.PolicyFolder.principals`: Cedar ``User`` entities with
+    their ``tenant``; Rego ``data.callgate.entities.users``), at most :data:`MAX_SUBJECTS`."""
+    out = ENGINES.get(engine).folder.principals(policy_dir, MAX_SUBJECTS)
     return out[:MAX_SUBJECTS] or [Subject(tenant="example", id="example")]
 
 
@@ -467,23 +369,6 @@ _SHAPE_FAULTS = frozenset(
 )
 
 
-def _rego_value_places(policy_dir: Path, value_json: str) -> list[str]:
-    """``file:line:column`` of every place a Rego module writes the value (its JSON text)."""
-    out = []
-    for path in sorted((policy_dir / "rego").rglob("*.rego")):
-        if path.name.endswith("_test.rego"):
-            continue
-        try:
-            text = path.read_text("utf-8")
-        except OSError:
-            continue
-        for m in re.finditer(re.escape(value_json), text):
-            line = text.count("\n", 0, m.start()) + 1
-            col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-            out.append(f"{path}:{line}:{col}")
-    return out
-
-
 def _decision_finding(sample: Sample, d: Decision, policy_dir: Path, engine: str) -> Finding | None:
     if d.error_code not in _SHAPE_FAULTS:
         return None
@@ -492,12 +377,13 @@ def _decision_finding(sample: Sample, d: Decision, policy_dir: Path, engine: str
     message = next((r.message for r in d.reasons if r.code == d.error_code), "")
     bad = malformed_effect(message)
     file, line = sample.tool.spec.source, ""
-    if bad is not None and ENGINE_FOLDERS.get(engine) == "rego":
-        places = _rego_value_places(policy_dir, bad)
+    folder = ENGINES.get(engine).folder
+    if bad is not None and folder.value_places is not None:
+        places = folder.value_places(policy_dir, bad)
         if places:
             file, line = _split_source(places[0])
         else:
-            file = str(policy_dir / "rego")
+            file = str(policy_dir / folder.name)
         problem = (
             f"decision effect {bad} is not one of allow, deny, confirm (a caller would get a deny "
             f"{d.error_code}); {sample.describe()}"
@@ -510,13 +396,15 @@ def _decision_finding(sample: Sample, d: Decision, policy_dir: Path, engine: str
 
 
 def shape_engine(cfg: Config, snap: PolicySnapshot) -> tuple[Engine, bool]:
-    """The engine samples and policy tests run on: the snapshot's own, except for ``opa``
-    (embedded Rego over the same files: the OPA server may still serve the previous revision).
+    """The engine samples and policy tests run on: the snapshot's own, except for an engine
+    registered with :attr:`~callgate.policy.engines.factory.EngineFactory.checked_on` (``opa``:
+    embedded Rego over the same files, as the OPA server may still serve the previous revision).
     The flag says whether the caller must close it."""
-    if cfg.policy.engine != "opa":
+    other = ENGINES.get(cfg.policy.engine).checked_on
+    if not other:
         return snap.engine, False
-    policy = replace(cfg.policy, engine="rego")
-    return ENGINES.get("rego").load(cfg.path(cfg.policy.dir), policy), True
+    policy = replace(cfg.policy, engine=other)
+    return ENGINES.get(other).load(cfg.path(cfg.policy.dir), policy), True
 
 
 async def decision_shapes(
@@ -557,11 +445,12 @@ async def policy_tests(engine: Engine, policy_dir: Path) -> list[Finding]:
 
 def declared_types(policy_dir: Path) -> list[Finding]:
     """ToolSpec argument types against the hand-written engine schemas
-    (:func:`callgate.policy.declare.check_tools`), as findings."""
+    (:func:`callgate.policy.declare.check_tools` with every registered policy folder's rules),
+    as findings."""
     from callgate.policy.declare import check_tools
 
     out: list[Finding] = []
-    for problem in check_tools(policy_dir):
+    for problem in check_tools(policy_dir, policy_folders()):
         file, line = _split_source(problem.file)
         place = problem.place
         if place.startswith("line "):  # declare.py's "line N"

@@ -28,7 +28,7 @@ import re
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import jsonschema
 
@@ -39,10 +39,12 @@ from callgate.policy.meters import declared_usage, session_member, usage_member
 from callgate.policy.textflags import CEDAR_TEXT_TYPE, TEXT_KEY
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
 
+if TYPE_CHECKING:
+    from callgate.policy.engines.factory import PolicyFolder
+
 __all__ = [
     "BASE_CEDAR_SCHEMA",
     "PRINCIPALS_FILE",
-    "ENGINE_FOLDERS",
     "ActionContext",
     "ArgType",
     "Declared",
@@ -53,13 +55,17 @@ __all__ = [
     "cedar_declared_contexts",
     "cedar_text_actions",
     "cedar_time_plans",
+    "admits_more",
+    "arg_place",
     "check_tools",
     "close_objects",
     "declared",
     "load_principals",
+    "read_json",
     "rego_action",
     "tool_declarations",
     "tool_typing",
+    "type_diff",
     "ToolTyping",
 ]
 
@@ -268,7 +274,7 @@ def _line(text: str, pointer: str) -> int:
     return jsonpositions.locate(text, pointer)[0]
 
 
-def _read_json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
     try:
         return parse_json_document(path.read_bytes(), _LIMITS)
     except OSError as exc:
@@ -280,7 +286,7 @@ def _read_json(path: Path) -> Any:
 def tool_declaration(path: Path) -> ToolDecl:
     """The declaration of one ToolSpec file. Raises :class:`LoadError` naming ``file:line`` and
     the schema pointer of an argument that has no policy type."""
-    doc = _read_json(path)
+    doc = read_json(path)
     if not isinstance(doc, Mapping):
         raise policy_invalid("a ToolSpec is an object", source=str(path))
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -653,7 +659,7 @@ def load_principals(policy_dir: Path) -> Principals | None:
     path = policy_dir / PRINCIPALS_FILE
     if not path.is_file():
         return None
-    doc = _read_json(path)
+    doc = read_json(path)
     text = path.read_text(encoding="utf-8", errors="replace")
     errors = sorted(_PRINCIPALS_VALIDATOR.iter_errors(doc), key=lambda e: list(e.absolute_path))
     if errors:
@@ -759,9 +765,6 @@ def declared(policy_dir: Path) -> Declared:
 
 # -- which ToolSpecs an engine's schema can type ------------------------------------------------
 
-ENGINE_FOLDERS: Final[Mapping[str, str]] = {"cedar": "cedar", "rego": "rego", "opa": "rego"}
-"""The policy-folder subdirectory each engine reads."""
-
 
 def close_objects(node: Any, *, deep: bool = True) -> None:
     """Set ``additionalProperties: false`` (unless the schema says otherwise) on an object schema
@@ -782,25 +785,6 @@ def close_objects(node: Any, *, deep: bool = True) -> None:
         close_objects(node.get("items"))
 
 
-def _hand_declared(policy_dir: Path, folder: str) -> frozenset[str]:
-    """The actions the engine folder's hand-written schema declares (none when it has none, or
-    when it does not read: the engine's load reports that)."""
-    try:
-        if folder == "cedar":
-            path = policy_dir / "cedar" / "schema.cedarschema"
-            return (
-                frozenset(cedar_declared_actions(path.read_text("utf-8"))) if path.is_file() else frozenset()
-            )
-        path = policy_dir / "rego" / "data.json"
-        doc = _read_json(path) if path.is_file() else {}
-        actions = (
-            doc.get("callgate", {}).get("schema", {}).get("actions", {}) if isinstance(doc, dict) else {}
-        )
-        return frozenset(actions) if isinstance(actions, Mapping) else frozenset()
-    except (OSError, LoadError, AttributeError):
-        return frozenset()
-
-
 @dataclass(frozen=True, slots=True)
 class ToolTyping:
     """How the engine's schema types each ToolSpec (keyed by ToolSpec file)."""
@@ -813,13 +797,14 @@ class ToolTyping:
     schema does not declare can never conform: :func:`close_objects`)."""
 
 
-def tool_typing(policy_dir: Path, engine_name: str) -> ToolTyping:
-    """:class:`ToolTyping` of ``policy_dir`` for the engine ``engine_name``."""
+def tool_typing(policy_dir: Path, folder: PolicyFolder) -> ToolTyping:
+    """:class:`ToolTyping` of ``policy_dir`` for an engine reading ``folder`` (its
+    registration's :attr:`~callgate.policy.engines.factory.EngineFactory.folder`)."""
     try:
         decls = tool_declarations(policy_dir / "tools")
     except LoadError:
         return ToolTyping({}, frozenset())  # loading the ToolSpecs reports it
-    hand = _hand_declared(policy_dir, ENGINE_FOLDERS.get(engine_name, engine_name))
+    hand = folder.hand_declared(policy_dir)
     generated = actions_of(decls, hand, strict=False)
     refused: dict[str, Problem] = {}
     own: set[str] = set()
@@ -844,14 +829,14 @@ def tool_typing(policy_dir: Path, engine_name: str) -> ToolTyping:
 # -- callgate check: ToolSpec argument types against the hand-written schemas -------------------
 
 
-def _diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
+def type_diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
     """Where ``have`` (the engine's schema) differs from ``want`` (the ToolSpec), by path."""
     if want.kind != have.kind and not (want.kind in TIME_TYPES and have.kind == "String"):
         # a hand-written String keeps a time argument a string (the legacy form)
         return [f"{prefix}: the ToolSpec makes it {want.cedar()}, the schema {have.cedar()}"]
     if want.kind == "Set":
         assert want.element is not None and have.element is not None
-        return _diff(f"{prefix}[]", want.element, have.element)
+        return type_diff(f"{prefix}[]", want.element, have.element)
     if want.kind != "Record":
         return []
     out: list[str] = []
@@ -872,23 +857,8 @@ def _diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
                 out.append(
                     f"{path}: optional in the ToolSpec, required by the schema (a call without it is denied)"
                 )
-            out.extend(_diff(path, wt, ht))
+            out.extend(type_diff(path, wt, ht))
     return out
-
-
-def _rego_record(args: Mapping[str, Any]) -> ArgType:
-    fields = []
-    for name, attr in sorted(args.items()):
-        kind = str(attr.get("type", "")) if isinstance(attr, Mapping) else ""
-        kind = "decimal" if kind == "Decimal" else kind
-        optional = bool(attr.get("optional", False)) if isinstance(attr, Mapping) else False
-        fields.append((name, ArgType(kind), not optional))
-    return ArgType("Record", fields=tuple(fields))
-
-
-def _shallow(t: ArgType) -> ArgType:
-    """Nested types as ``schema.rego`` checks them (Set and Record, not their insides)."""
-    return ArgType("Record", fields=tuple((n, ArgType(ft.kind), r) for n, ft, r in t.fields))
 
 
 def _open_places(node: Any, have: ArgType, ptr: str) -> list[tuple[str, str]]:
@@ -923,12 +893,12 @@ def _open_places(node: Any, have: ArgType, ptr: str) -> list[tuple[str, str]]:
     return out
 
 
-def _admits_more(d: ToolDecl, cap: str, schema_path: Path, have: ArgType, text: str) -> list[Problem]:
+def admits_more(d: ToolDecl, cap: str, schema_path: Path, have: ArgType, text: str) -> list[Problem]:
     """Warnings for a ToolSpec whose schema admits arguments the hand-written action's
     ``context.args`` cannot hold: such a call is refused (``schema_violation`` naming the
     argument, :mod:`callgate.policy.conformance`), never allowed."""
     try:
-        doc = _read_json(Path(d.source))
+        doc = read_json(Path(d.source))
     except LoadError:
         return []
     if not isinstance(doc, Mapping):
@@ -947,71 +917,23 @@ def _admits_more(d: ToolDecl, cap: str, schema_path: Path, have: ArgType, text: 
     ]
 
 
-def check_tools(policy_dir: Path) -> list[Problem]:
-    """ToolSpec argument types checked against the hand-written ``cedar/schema.cedarschema`` and
-    ``rego/data.json`` (issue 12 item 1): each capability a ToolSpec requires and the file declares
-    by hand must type ``context.args`` as the ToolSpec does. Problems name the ToolSpec file and
-    line, the argument and both types. Generated declarations agree by construction."""
-    problems: list[Problem] = []
+def arg_place(text: str, arg: str) -> str:
+    """``line N`` of the ToolSpec ``text`` where the top-level argument of the path ``arg``
+    (``a.b[]``, as :func:`type_diff` names it) is declared."""
+    top = arg.split(".", 1)[0].split("[", 1)[0]
+    ptr = f"/input_schema/properties/{_esc(top)}" if top else "/input_schema"
+    return f"line {_line(text, ptr)}"
+
+
+def check_tools(policy_dir: Path, folders: Iterable[PolicyFolder]) -> list[Problem]:
+    """ToolSpec argument types checked against what each engine folder declares by hand (issue 12
+    item 1): the :attr:`~callgate.policy.engines.factory.PolicyFolder.type_rules` of every
+    registered folder (:func:`callgate.policy.engines.registry.policy_folders`), whichever engine
+    serves. Problems name the ToolSpec file and line, the argument and both types. Generated
+    declarations agree by construction."""
     try:
         decls = tool_declarations(policy_dir / "tools")
     except LoadError as exc:
         return [Problem(exc.source, "", exc.message)]
     texts = {d.source: Path(d.source).read_text(encoding="utf-8", errors="replace") for d in decls}
-
-    def where(d: ToolDecl, arg: str) -> str:
-        top = arg.split(".", 1)[0].split("[", 1)[0]
-        ptr = f"/input_schema/properties/{_esc(top)}" if top else "/input_schema"
-        return f"line {_line(texts[d.source], ptr)}"
-
-    schema_path = policy_dir / "cedar" / "schema.cedarschema"
-    if schema_path.is_file():
-        contexts = cedar_declared_contexts(schema_path.read_text(encoding="utf-8", errors="replace"))
-        for d in decls:
-            for cap in d.capabilities:
-                if cap not in contexts or cap in GROUPS:
-                    continue
-                never = contexts[cap].never_matches()
-                if never is not None:
-                    problems.append(
-                        Problem(
-                            d.source,
-                            f"tool {d.key}",
-                            f"no request can ever be allowed: action {cap} in {schema_path} {never}; "
-                            "every request carries context { tenant: String, tool: String, args: { ... } } "
-                            "(delete the declaration to have it generated from the ToolSpec, "
-                            "docs/POLICIES.md)",
-                            warning=True,
-                        )
-                    )
-                    continue
-                cedar_args = contexts[cap].args
-                if cedar_args is not None:
-                    problems.extend(_admits_more(d, cap, schema_path, cedar_args, texts[d.source]))
-                if cedar_args is None or d.args is None:
-                    continue  # not a literal record (Cedar validates requests at evaluation)
-                for msg in _diff("", d.args, cedar_args):
-                    arg = msg.split(":", 1)[0]
-                    problems.append(Problem(d.source, where(d, arg), f"{cap} in {schema_path}: args.{msg}"))
-    data_path = policy_dir / "rego" / "data.json"
-    if data_path.is_file():
-        try:
-            data = _read_json(data_path)
-        except LoadError as exc:
-            return [*problems, Problem(str(data_path), "", exc.message)]
-        actions = (
-            data.get("callgate", {}).get("schema", {}).get("actions", {}) if isinstance(data, dict) else {}
-        )
-        for d in decls:
-            for cap in d.capabilities:
-                entry = actions.get(cap) if isinstance(actions, Mapping) else None
-                if (
-                    not isinstance(entry, Mapping)
-                    or not isinstance(entry.get("args"), Mapping)
-                    or d.args is None
-                ):
-                    continue
-                for msg in _diff("", _shallow(d.args), _rego_record(entry["args"])):
-                    arg = msg.split(":", 1)[0]
-                    problems.append(Problem(d.source, where(d, arg), f"{cap} in {data_path}: args.{msg}"))
-    return problems
+    return [problem for folder in folders for problem in folder.type_rules(policy_dir, decls, texts)]

@@ -13,17 +13,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
+from typing import TypeVar, cast
 
 from callgate.arguments.validate import CompiledSchema
 from callgate.config import Config, PolicyConfig
 from callgate.core.model import Decision
 from callgate.native import compiled_core_runs
-from callgate.policy.declare import ENGINE_FOLDERS, Problem, ToolTyping, close_objects, tool_typing
+from callgate.policy.declare import Problem, ToolTyping, close_objects, tool_typing
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry, load_tools
 
 log = logging.getLogger("callgate.policy")
+
+T = TypeVar("T")
 
 SHARED_DECISIONS_MAX = 1024
 """Distinct compiled-core answers whose Decision one snapshot keeps (they are few: effect,
@@ -47,11 +50,12 @@ class SnapshotMemo:
     snapshot (and dropped with it): facts per tool, and the shared Decision (with its stored
     dict) per distinct compiled-core answer. No process-wide cache keyed by ``id()``."""
 
-    __slots__ = ("_decisions", "_tools")
+    __slots__ = ("_decisions", "_forms", "_tools")
 
     def __init__(self) -> None:
         self._tools: dict[str, ToolFacts] = {}
         self._decisions: dict[tuple[object, ...], tuple[Decision, dict[str, object]]] = {}
+        self._forms: dict[tuple[Callable[[Decision], object], Decision], object] = {}
 
     def facts(self, tool: CompiledTool) -> ToolFacts:
         """The facts of ``tool`` (a tool of this snapshot; another one is answered, not kept)."""
@@ -74,6 +78,24 @@ class SnapshotMemo:
                 self._decisions.clear()
             self._decisions[key] = hit
         return hit
+
+    def decision_form(self, decision: Decision, build: Callable[[Decision], T]) -> T:
+        """``build(decision)`` once per distinct decision of this snapshot's calls (the wire
+        message of :func:`callgate.server.services.decision_pb`): the compiled core's decisions
+        are shared values (:meth:`shared_decision`), so one form serves every call that got an
+        equal one. The caller must not change the form (a message passed to a constructor is
+        copied). Past :data:`SHARED_DECISIONS_MAX` forms the memo starts again."""
+        key = (build, decision)
+        try:
+            hit = self._forms.get(key)
+        except TypeError:  # a decision of another shape (unhashable): built, not remembered
+            return build(decision)
+        if hit is None:
+            hit = build(decision)
+            if len(self._forms) >= SHARED_DECISIONS_MAX:
+                self._forms.clear()
+            self._forms[key] = hit
+        return cast(T, hit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +129,8 @@ def load_snapshot(
         engine = factory.load_for_core(policy_dir, policy or PolicyConfig(), compiled_core)
     else:
         engine = factory.load(policy_dir, policy or PolicyConfig())
-    typing = tool_typing(policy_dir, engine_name)
-    tools = _typed(tools, typing, deep=ENGINE_FOLDERS.get(engine_name) == "cedar")
+    typing = tool_typing(policy_dir, factory.folder)
+    tools = _typed(tools, typing, deep=factory.folder.closes_nested)
     h = hashlib.sha256()
     for t in tools:
         h.update(f"{t.spec.key}={t.spec.spec_digest}\n".encode())

@@ -18,6 +18,7 @@ from callgate.arguments.normalize import load_zone
 from callgate.config import Config
 from callgate.core.clock import Clock, rfc3339
 from callgate.core.errors import invalid_request, session_not_found
+from callgate.core.jsontext import compact_sorted
 from callgate.core.lru import remember
 from callgate.execute.budgets import effective_limits
 from callgate.policy.snapshot import PolicySnapshot
@@ -141,6 +142,8 @@ class Sessions:
             spec_digests=vis.digests,
             tool_set_digest=vis.tool_set_digest,
             created_at=rfc3339(self._clock.now()),
+            tools_json=vis.keys_json,
+            spec_digests_json=vis.digests_json,
         )
         if fed:
             await self._store.put_tool_view_fed(view, fed)
@@ -166,7 +169,15 @@ class Sessions:
         )
         digests = {t.spec.key: t.spec.spec_digest for t in tools}
         h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
-        vis = _Visible(tools, tuple(sorted(digests)), digests, "sha256:" + h.hexdigest())
+        keys = tuple(sorted(digests))
+        vis = _Visible(
+            tools,
+            keys,
+            digests,
+            "sha256:" + h.hexdigest(),
+            compact_sorted(list(keys)),
+            compact_sorted(digests),
+        )
         remember(self._visible, key, (snap, vis), VISIBLE_CACHE_MAX)
         return vis
 
@@ -225,6 +236,9 @@ class _Visible:
     digests: Mapping[str, str]
     """Shared by the views recorded from this set: never mutated."""
     tool_set_digest: str
+    keys_json: str
+    """``keys`` as the stored JSON text, made once for every view of this set."""
+    digests_json: str
 
 
 __all__ = ["VIEW_CACHE_MAX", "Sessions", "check_id", "compact"]

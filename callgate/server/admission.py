@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,6 +57,11 @@ MIN_RETRY_MS = 5
 """Smallest retry hint, in milliseconds."""
 MAX_RETRY_MS = 1000
 """Largest retry hint, in milliseconds."""
+SECONDS_BUCKETS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0,
+)  # fmt: skip
+"""Upper bounds of the histogram of admitted calls' time in the handler, from acceptance (the
+admission) to the answer (``AdmissionState.seconds_counts``; ``callgate_admission_seconds``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,14 @@ class AdmissionState:
     admitted: int
     refused_overloaded: int
     refused_deadline: int
+    answered_late: int = 0
+    """Admitted calls whose handler answered after the call's gRPC deadline had passed (the
+    answer is dropped by gRPC: work nobody reads). The issue 34 target is 0."""
+    seconds_counts: tuple[int, ...] = ()
+    """Admitted calls by time from acceptance to the end of the handler: one count per bound of
+    :data:`SECONDS_BUCKETS`, then one for longer (not cumulative)."""
+    seconds_sum: float = 0.0
+    """Total time of the admitted calls counted in :attr:`seconds_counts`, seconds."""
 
 
 class Admission:
@@ -100,6 +114,9 @@ class Admission:
         self._admitted = 0
         self._refused_overloaded = 0
         self._refused_deadline = 0
+        self._answered_late = 0
+        self._seconds = [0] * (len(SECONDS_BUCKETS) + 1)
+        self._seconds_sum = 0.0
 
     def retry_after_ms(self) -> int:
         """The retry hint: the expected service time, in milliseconds, clamped."""
@@ -133,10 +150,15 @@ class Admission:
         self._admitted += 1
         return self._timer()
 
-    def release(self, started: float) -> None:
-        """An admitted call ended (answered, failed or cancelled): measure it, adapt the limit."""
+    def release(self, started: float, answered_late: bool = False) -> None:
+        """An admitted call ended (answered, failed or cancelled): measure it, adapt the limit.
+        ``answered_late``: it answered after its gRPC deadline (counted, see
+        :attr:`AdmissionState.answered_late`)."""
         now = self._timer()
         took = max(0.0, now - started)
+        self._seconds[bisect_left(SECONDS_BUCKETS, took)] += 1
+        self._seconds_sum += took
+        self._answered_late += answered_late
         in_use = self._in_flight >= self._limit / 2
         self._in_flight -= 1
         self._expected = (
@@ -159,7 +181,10 @@ class Admission:
             admitted=self._admitted,
             refused_overloaded=self._refused_overloaded,
             refused_deadline=self._refused_deadline,
+            answered_late=self._answered_late,
+            seconds_counts=tuple(self._seconds),
+            seconds_sum=self._seconds_sum,
         )
 
 
-__all__ = ["Admission", "AdmissionSettings", "AdmissionState"]
+__all__ = ["SECONDS_BUCKETS", "Admission", "AdmissionSettings", "AdmissionState"]

@@ -39,7 +39,7 @@ from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
 from callgate.propose.idempotency import IdempotencyFlow
-from callgate.server.admission import Admission, AdmissionSettings
+from callgate.server.admission import SECONDS_BUCKETS, Admission, AdmissionSettings
 from callgate.server.interceptors import CallgateInterceptor
 from callgate.server.reflect import enable_reflection
 from callgate.server.services import (
@@ -249,6 +249,8 @@ class Sidecar:
                 ("grpc.server.max_pending_requests", sc.max_pending_rpcs),
                 ("grpc.server.max_pending_requests_hard_limit", 2 * sc.max_pending_rpcs),
             ]
+        if sc.max_streams_per_connection:
+            options.append(("grpc.max_concurrent_streams", sc.max_streams_per_connection))
         server = grpc.aio.server(
             options=options,
             # admission off (target 0): gRPC's own fixed limit, counting every call, as before
@@ -295,6 +297,8 @@ class Sidecar:
         self.servers[role] = server
         if admission is not None:
             self.admission[role] = admission
+            if metrics is not None:
+                metrics.watch_admission(role, admission.state, SECONDS_BUCKETS)
         self.health[role] = hs
         self.addresses[role] = bound
 
@@ -381,9 +385,9 @@ class Sidecar:
             if st.admitted or st.refused_overloaded or st.refused_deadline:
                 log.info(
                     "admission %s: limit %.1f, expected %.1f ms, admitted %d, refused %d overloaded, "
-                    "%d deadline_too_short",
+                    "%d deadline_too_short, %d answered after their deadline",
                     role, st.limit, st.expected_s * 1000, st.admitted, st.refused_overloaded,
-                    st.refused_deadline,
+                    st.refused_deadline, st.answered_late,
                 )  # fmt: skip
         if self.sweeper is not None:
             await self.sweeper.stop()

@@ -90,6 +90,14 @@ def caller_trace(metadata: Iterable[tuple[str, str | bytes]] | None) -> TraceCon
     return TraceContext.from_traceparent(None)
 
 
+def _past_deadline(context: grpc.aio.ServicerContext, remaining: float | None) -> bool:
+    """Whether a call that had a deadline (``remaining`` at its start) answers after it."""
+    if remaining is None:
+        return False
+    left: float | None = context.time_remaining()
+    return left is not None and left <= 0
+
+
 class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     """Trace extraction, RPC observation and error mapping for the ``callgate.v1`` services of
     one server. Wrapped handlers are built once per method and reused."""
@@ -194,14 +202,17 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             started: float | None = None
             remaining = context.time_remaining()
             deadline_token = deadline.enter(remaining)
+            answered = False
             try:
                 if admission is not None:
                     started = admission.admit(remaining)
                 response = await behaviour(request, context)
+                answered = True
                 code = OK
                 finish(code)
                 return response
             except CallgateError as err:
+                answered = True
                 code = err.code.value
                 finish(code)
                 await context.abort_with_status(to_status(err))
@@ -209,13 +220,14 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
                 code = ABORTED
                 raise
             except Exception:
+                answered = True
                 code = ErrorCode.INTERNAL.value
                 log.exception("unhandled error in %s", name)
                 finish(code)
                 await context.abort_with_status(to_status(internal()))
             finally:
                 if started is not None and admission is not None:
-                    admission.release(started)
+                    admission.release(started, answered and _past_deadline(context, remaining))
                 _TRACE.reset(trace_token)
                 deadline.leave(deadline_token)
                 finish(code)
@@ -234,20 +246,25 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             started: float | None = None
             remaining = context.time_remaining()
             deadline_token = deadline.enter(remaining)
+            answered = False
             try:
                 if admission is not None:
                     started = admission.admit(remaining)
-                return await behaviour(request, context)
+                response = await behaviour(request, context)
+                answered = True
+                return response
             except CallgateError as err:
+                answered = True
                 await context.abort_with_status(to_status(err))
             except grpc.aio.AbortError:
                 raise
             except Exception:
+                answered = True
                 log.exception("unhandled error in %s", name)
                 await context.abort_with_status(to_status(internal()))
             finally:
                 if started is not None and admission is not None:
-                    admission.release(started)
+                    admission.release(started, answered and _past_deadline(context, remaining))
                 _TRACE.reset(trace_token)
                 deadline.leave(deadline_token)
             raise AssertionError("unreachable")  # abort_with_status always raises

@@ -19,7 +19,7 @@ from google.protobuf import struct_pb2
 
 from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
 from callgate.core.fastinit import builder
-from callgate.core.lru import IdentityMemo, remember
+from callgate.core.lru import remember
 from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.core.states import State
 from callgate.execute.execution import Execution, Finding
@@ -33,6 +33,7 @@ from callgate.store.base import EventRecord, InvocationRecord
 
 if TYPE_CHECKING:
     from callgate.policy.lifecycle import PolicyLifecycle
+    from callgate.policy.snapshot import SnapshotMemo
 
 _EFFECT = {Effect.ALLOW: pb.ALLOW, Effect.DENY: pb.DENY, Effect.CONFIRM: pb.CONFIRM}
 
@@ -45,13 +46,6 @@ def state_pb(s: State | None) -> int:
 
 
 _proposal = builder(Proposal)
-_DECISIONS_PB_MAX = 1024
-_shared_decision_pb: IdentityMemo[Decision, pb.Decision] = IdentityMemo(
-    lambda d: decision_pb(d), _DECISIONS_PB_MAX
-)
-""":func:`decision_pb` built once per Decision object: the compiled core's decisions are shared
-values (:func:`callgate.propose.steps._native_decision`, kept per snapshot), and a message passed to a constructor
-is copied into the new message, so the cached one is never changed."""
 
 
 def decision_pb(d: Decision) -> pb.Decision:
@@ -130,13 +124,19 @@ def event_pb(e: EventRecord) -> pb.Event:
     )
 
 
-def propose_pb(o: ProposeOutcome, *, echo_arguments: bool = True) -> pb.ProposeResponse:
-    """``echo_arguments=False`` (the request's ``omit_normalized_arguments``): digest only."""
+def propose_pb(
+    o: ProposeOutcome, *, echo_arguments: bool = True, memo: SnapshotMemo | None = None
+) -> pb.ProposeResponse:
+    """``echo_arguments=False`` (the request's ``omit_normalized_arguments``): digest only.
+    ``memo``: the serving snapshot's, where the decision's message is built once per distinct
+    decision (:meth:`~callgate.policy.snapshot.SnapshotMemo.decision_form`: the compiled core's
+    decisions are shared values, :func:`callgate.propose.steps._native_decision`)."""
     r = o.record
+    d = o.decision
     return pb.ProposeResponse(
         invocation_id=r.invocation_id,
         state=_STATE_PB[r.state],  # type: ignore[arg-type]
-        decision=_shared_decision_pb(o.decision) if o.decision else None,
+        decision=None if not d else decision_pb(d) if memo is None else memo.decision_form(d, decision_pb),
         digest=r.digest,
         normalized_arguments=r.normalized_arguments if echo_arguments else b"",
         rejection=rejection_pb(o.rejection),
@@ -288,7 +288,12 @@ class GateService(pb_grpc.GateServicer):
                 state=outcome.record.state.value,
                 violations=rejection.violations,
             )
-        return propose_pb(outcome, echo_arguments=not request.omit_normalized_arguments)
+        snapshot = self._gate.snapshot_or_none
+        return propose_pb(
+            outcome,
+            echo_arguments=not request.omit_normalized_arguments,
+            memo=None if snapshot is None else snapshot.memo,
+        )
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
         inv = await self._gate.cancel(

@@ -52,6 +52,11 @@ class ToolViewRecord:
     spec_digests: Mapping[str, str]
     tool_set_digest: str
     created_at: str
+    tools_json: str = field(default="", compare=False, repr=False)
+    """``tools`` as the stored JSON text, when its owner made it once for many views (the shown
+    set of ``propose/sessions.py``: one per snapshot and allowlist); empty: the store makes it."""
+    spec_digests_json: str = field(default="", compare=False, repr=False)
+    """``spec_digests`` as the stored JSON text, likewise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from callgate.core.clock import rfc3339
 from callgate.core.deadline import wait_budget
 from callgate.core.errors import CallgateError, store_unavailable
 from callgate.core.states import State
+from callgate.store import packed
 from callgate.store.base import (
     PAST_DEADLINE_STATES,
     AttemptRecord,
@@ -77,7 +78,6 @@ from callgate.store.idempotency.base import (
 )
 from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
-from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, pack, packable, unpack
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
     _ATTEMPTS,
@@ -87,6 +87,7 @@ from callgate.store.sqlite import (
     _TOOL_VIEW_COLS,
     _dump,
     _tool_view,
+    _tool_view_row,
     _usage_row,
 )
 
@@ -198,13 +199,22 @@ CREATE TABLE IF NOT EXISTS callgate_retention_marks (
   kind TEXT PRIMARY KEY, updated_at TEXT NOT NULL, invocation_id TEXT NOT NULL)
 """
 
+_V6: Final = """
+ALTER TABLE callgate_events DROP CONSTRAINT IF EXISTS callgate_events_event_id_key;
+ALTER TABLE callgate_events ALTER COLUMN event_id DROP NOT NULL, ALTER COLUMN at DROP NOT NULL,
+  ALTER COLUMN data TYPE BYTEA USING (CASE WHEN kind = 'stages' THEN decode(data, 'base64') ELSE convert_to(data, 'UTF8') END)
+"""
+"""No ``event_id`` index; ``event_id`` and ``at`` NULL when they are the invocation's; ``data``
+as bytes (a packed row's compressed stages were base64 text) (:mod:`callgate.store.packed`)."""
+
 MIGRATIONS: Final = (
     Migration(1, "every record and the idempotency keys (one commit per answer)", _V1),
     Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
     Migration(3, "retention: deletable trails while purging, tombstones, age indexes", _V3),
-    Migration(4, PACKED_MIGRATION, ""),
+    Migration(4, packed.PACKED_MIGRATION, ""),
     Migration(5, "meters: reservations and bucketed totals (issue 30)", PG_MIGRATION),
-    Migration(6, "meters: exact windows (per-call entries, running totals; issue 30)", PG_EXACT_MIGRATION),
+    Migration(6, packed.EVENTS_MIGRATION, _V6),
+    Migration(7, "meters: exact windows (per-call entries, running totals; issue 30)", PG_EXACT_MIGRATION),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -216,13 +226,6 @@ _UPSERT_TOOL_VIEW: Final = (
     "created_at=excluded.created_at"
 )
 """A tool view, replacing the one of the same model call (a repeated ListTools)."""
-
-
-def _tool_view_row(v: ToolViewRecord) -> tuple[Any, ...]:
-    return (
-        v.session_id, v.model_call_id, _dump(list(v.tools)), _dump(dict(v.spec_digests)),
-        v.tool_set_digest, v.created_at,
-    )  # fmt: skip
 
 
 def _statements(sql: str) -> list[str]:
@@ -248,28 +251,7 @@ _ADD_USAGE: Final = (
     "result_bytes=callgate_usage.result_bytes+excluded.result_bytes, "
     "cost_micros=callgate_usage.cost_micros+excluded.cost_micros"
 )
-_EVENT_COLS: Final = "invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, span_id, data"
-
-
-def _events(r: Sequence[Any]) -> list[EventRecord]:
-    """The event of one row; a row of packed stage events (:mod:`callgate.store.packed`) reads
-    as the events it holds."""
-    if r[4] == PACKED_KIND:
-        return unpack(r[1], r[2], r[3], r[7], str(r[9]), f"callgate_events row {r[0]}")
-    return [
-        EventRecord(
-            event_id=r[0],
-            invocation_id=r[1],
-            seq=r[2],
-            at=r[3],
-            kind=r[4],
-            from_state=State(r[5]) if r[5] else None,
-            to_state=State(r[6]),
-            trace_id=r[7],
-            span_id=r[8],
-            data=json.loads(r[9]),
-        )  # fmt: skip
-    ]
+_SELECT_EVENTS: Final = packed.select_events("callgate_", "%s")
 
 
 def _invocation(row: Sequence[Any] | None) -> InvocationRecord | None:
@@ -287,44 +269,31 @@ async def _cas(
     return cur.rowcount == 1
 
 
-async def _insert_events(conn: Conn, events: Sequence[EventRecord]) -> None:
+async def _insert_events(
+    conn: Conn, events: Sequence[EventRecord], inv: InvocationRecord | None = None
+) -> None:
+    """Insert events; ``inv``: the invocation created with them (its first events, numbered
+    from 1: :func:`callgate.store.packed.new_event_rows`)."""
     if not events:
         return
     if events[0].seq == 0:  # appended to an existing invocation: lock it, then the next numbers
-        inv = events[0].invocation_id
-        await conn.execute("SELECT 1 FROM callgate_invocations WHERE invocation_id=%s FOR UPDATE", (inv,))
+        inv_id = events[0].invocation_id
+        await conn.execute("SELECT 1 FROM callgate_invocations WHERE invocation_id=%s FOR UPDATE", (inv_id,))
         cur = await conn.execute(
-            "SELECT COALESCE(MAX(seq), 0) FROM callgate_events WHERE invocation_id=%s", (inv,)
+            "SELECT COALESCE(MAX(seq), 0) FROM callgate_events WHERE invocation_id=%s", (inv_id,)
         )
         row = await cur.fetchone()
         last = int(row[0]) if row else 0
         events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
-    params: list[Any] = []
-    if packable(events):  # a new invocation's stages: one row (callgate.store.packed)
-        p = pack(events)
-        params += (
-            p.invocation_id,
-            p.seq,
-            p.event_id,
-            p.at,
-            PACKED_KIND,
-            None,
-            p.to_state.value,
-            p.trace_id,
-            "",
-            p.text(),
-        )
-        rows = 1
-    else:
-        for e in events:
-            params += (
-                e.invocation_id, e.seq, e.event_id, e.at, e.kind,
-                e.from_state.value if e.from_state else None, e.to_state.value,
-                e.trace_id, e.span_id, _dump(dict(e.data)),
-            )  # fmt: skip
-        rows = len(events)
-    values = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * rows)
-    await conn.execute(f"INSERT INTO callgate_events ({_EVENT_COLS}) VALUES {values}", params)
+    rows = (
+        packed.new_event_rows(events, inv, binary=True)
+        if inv is not None
+        else [packed.event_row(e, binary=True) for e in events]
+    )
+    values = ",".join(["(" + ",".join(["%s"] * packed.EVENT_WIDTH) + ")"] * len(rows))
+    await conn.execute(
+        f"INSERT INTO callgate_events ({packed.EVENT_COLUMNS}) VALUES {values}", [v for r in rows for v in r]
+    )
 
 
 async def _follow_key(conn: Conn, record: InvocationRecord, message: bytes | None = None) -> None:
@@ -519,7 +488,7 @@ class PostgresStore:
                     if got.kind is not ClaimKind.NEW:
                         raise _Lost(got)  # roll back: nothing of this invocation is written
                 await conn.execute(_INSERT_INVOCATION, _INVOCATIONS.row(record))
-                await _insert_events(conn, events)
+                await _insert_events(conn, events, record if events and events[0].seq == 1 else None)
                 for sid, d in (usage or {}).items():
                     await conn.execute(_ADD_USAGE, (sid, *_usage_row(d)))
                 await _follow_key(conn, record)
@@ -574,12 +543,7 @@ class PostgresStore:
         return _invocation(row)
 
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
-        rows = await self._fetchall(
-            "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
-            "FROM callgate_events WHERE invocation_id=%s ORDER BY seq",
-            (invocation_id,),
-        )
-        events = [e for r in rows for e in _events(r)]
+        events = packed.read_rows(await self._fetchall(_SELECT_EVENTS, (invocation_id,)), "callgate_events")
         if any(needs_arguments(e) for e in events):
             found = await self._fetchone(
                 "SELECT normalized_arguments FROM callgate_invocations WHERE invocation_id=%s",

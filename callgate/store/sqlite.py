@@ -26,7 +26,6 @@ from urllib.parse import quote
 from callgate.core.clock import rfc3339
 from callgate.core.errors import store_unavailable
 from callgate.core.jsontext import compact_sorted
-from callgate.core.lru import IdentityMemo
 from callgate.core.states import State
 from callgate.store.base import (
     PAST_DEADLINE_STATES,
@@ -57,7 +56,16 @@ from callgate.store.meters import (
     settle_sqlite_rows,
 )
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
-from callgate.store.packed import PACKED_KIND, PACKED_MIGRATION, PackedRow, pack, packable, unpack
+from callgate.store.packed import (
+    EVENT_COLUMNS,
+    EVENT_WIDTH,
+    EVENTS_MIGRATION,
+    PACKED_MIGRATION,
+    event_row,
+    new_event_rows,
+    read_rows,
+    select_events,
+)
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite_worker import Durability, SQLiteWorker
 
@@ -173,6 +181,27 @@ CREATE TABLE IF NOT EXISTS retention_marks (
   kind TEXT PRIMARY KEY, updated_at TEXT NOT NULL, invocation_id TEXT NOT NULL);
 """
 
+_SCHEMA_V7 = """
+CREATE TABLE events_v7 (
+  invocation_id TEXT NOT NULL, seq INTEGER NOT NULL, event_id TEXT,
+  at TEXT, kind TEXT NOT NULL, from_state TEXT, to_state TEXT NOT NULL,
+  trace_id TEXT NOT NULL, span_id TEXT NOT NULL, data TEXT NOT NULL,
+  PRIMARY KEY (invocation_id, seq)) WITHOUT ROWID;
+INSERT INTO events_v7 SELECT invocation_id, seq,
+  CASE WHEN event_id = invocation_id || '.' || seq THEN NULL ELSE event_id END,
+  at, kind, from_state, to_state, trace_id, span_id, data FROM events;
+DROP TABLE events;
+ALTER TABLE events_v7 RENAME TO events;
+CREATE TRIGGER events_append_only_u BEFORE UPDATE ON events
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER events_append_only_d BEFORE DELETE ON events
+  WHEN NOT EXISTS (SELECT 1 FROM retention_purging)
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+"""
+"""Events in one B-tree keyed by (invocation, seq): no rowid, no separate key index, no
+``event_id`` index (an id is ``<invocation>.<seq>``, NULL, or a random one of an appended event);
+``at`` NULL when it is the invocation's ``created_at`` (:mod:`callgate.store.packed`)."""
+
 MIGRATIONS: Final = (
     Migration(
         1, "sessions, tool views, invocations, events, attempts, results, usage, snapshots", _SCHEMA_V1
@@ -182,8 +211,9 @@ MIGRATIONS: Final = (
     Migration(4, "retention: deletable trails while purging, tombstones, age indexes", _SCHEMA_V4),
     Migration(5, PACKED_MIGRATION, ""),
     Migration(6, "meters: reservations and bucketed totals (issue 30)", SQLITE_MIGRATION),
+    Migration(7, EVENTS_MIGRATION, _SCHEMA_V7),
     Migration(
-        7, "meters: exact windows (per-call entries, running totals; issue 30)", SQLITE_EXACT_MIGRATION
+        8, "meters: exact windows (per-call entries, running totals; issue 30)", SQLITE_EXACT_MIGRATION
     ),
 )
 """The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
@@ -203,23 +233,13 @@ def _dump(v: Any) -> str | None:
     return None if v is None else compact_sorted(v)
 
 
-_TOOL_VIEW_TEXTS = 64
-"""Shown sets whose JSON a tool view row reuses (:func:`_tool_view_row`)."""
-_tools_text: IdentityMemo[tuple[str, ...], str | None] = IdentityMemo(
-    lambda t: _dump(list(t)), _TOOL_VIEW_TEXTS
-)
-_digests_text: IdentityMemo[Mapping[str, str], str | None] = IdentityMemo(
-    lambda d: _dump(dict(d)), _TOOL_VIEW_TEXTS
-)
-
-
 def _tool_view_row(v: ToolViewRecord) -> tuple[Any, ...]:
-    """The ``tool_views`` row of ``v``. The views recorded from one snapshot and allowlist share
-    their ``tools`` and ``spec_digests`` objects (``propose/sessions.py``), so their JSON is made
-    once per shown set, not per ListTools (0.34 ms a call at 1,000 tools)."""
+    """The ``tool_views`` row of ``v`` (both backends). The views recorded from one shown set
+    carry its JSON made once (``propose/sessions.py``), not per ListTools (0.34 ms a call at
+    1,000 tools)."""
     return (
-        v.session_id, v.model_call_id, _tools_text(v.tools), _digests_text(v.spec_digests),
-        v.tool_set_digest, v.created_at,
+        v.session_id, v.model_call_id, v.tools_json or _dump(list(v.tools)),
+        v.spec_digests_json or _dump(dict(v.spec_digests)), v.tool_set_digest, v.created_at,
     )  # fmt: skip
 
 
@@ -344,31 +364,10 @@ def stored_events(c: sqlite3.Connection, invocation_id: str) -> list[EventRecord
     """The ordered events of one invocation as stored: a row of packed stage events
     (:mod:`callgate.store.packed`) reads as the events it holds; a ``normalized`` event is
     without the arguments that :func:`read_events` puts back."""
-    rows = c.execute(
-        "SELECT event_id, invocation_id, seq, at, kind, from_state, to_state, trace_id, span_id, data "
-        "FROM events WHERE invocation_id=? ORDER BY seq",
-        (invocation_id,),
-    ).fetchall()
-    events: list[EventRecord] = []
-    for r in rows:
-        if r[4] == PACKED_KIND:
-            events += unpack(r[1], r[2], r[3], r[7], r[9], f"events row {r[0]}")
-            continue
-        events.append(
-            EventRecord(
-                event_id=r[0],
-                invocation_id=r[1],
-                seq=r[2],
-                at=r[3],
-                kind=r[4],
-                from_state=State(r[5]) if r[5] else None,
-                to_state=State(r[6]),
-                trace_id=r[7],
-                span_id=r[8],
-                data=json.loads(r[9]),
-            )  # fmt: skip
-        )
-    return events
+    return read_rows(c.execute(_SELECT_EVENTS, (invocation_id,)).fetchall(), "events")
+
+
+_SELECT_EVENTS: Final = select_events("", "?")
 
 
 # Reads shared by the store (on its writer connection) and :class:`SQLiteReader` (read-only).
@@ -428,6 +427,7 @@ class _NewInvocation:
     and the pending usage. The writer runs consecutive ones as one (:meth:`run_many`): one
     INSERT for their invocations, one for their events, one upsert per session's usage."""
 
+    record: InvocationRecord
     row: tuple[Any, ...]
     events: tuple[EventRecord, ...]
     usage: dict[str, Usage]
@@ -443,7 +443,7 @@ class _NewInvocation:
         for k in range(0, len(rows), per):
             chunk = rows[k : k + per]
             c.execute(_insert_invocations_sql(len(chunk)), [v for r in chunk for v in r])
-        _insert_new_events(c, [op.events for op in ops], limit)
+        _insert_new_events(c, [(op.events, op.record) for op in ops], limit)
         total: dict[str, list[int]] = {}
         for op in ops:
             for sid, u in op.usage.items():
@@ -464,45 +464,18 @@ def _insert_invocations_sql(n: int) -> str:
     return f"INSERT INTO invocations ({_INV_COLS}) VALUES " + ",".join([one] * n)
 
 
-def _event_row(e: EventRecord) -> tuple[Any, ...]:
-    return (
-        e.invocation_id, e.seq, e.event_id, e.at, e.kind, e.from_state.value if e.from_state else None,
-        e.to_state.value, e.trace_id, e.span_id, _dump(dict(e.data)),
-    )  # fmt: skip
-
-
-def _packed_row(p: PackedRow) -> tuple[Any, ...]:
-    return (
-        p.invocation_id,
-        p.seq,
-        p.event_id,
-        p.at,
-        PACKED_KIND,
-        None,
-        p.to_state.value,
-        p.trace_id,
-        "",
-        p.data,
-    )
-
-
-def new_event_rows(events: Sequence[EventRecord]) -> list[tuple[Any, ...]]:
-    """The ``events`` rows of a new invocation's first events: one packed row when they fit it
-    (:func:`callgate.store.packed.packable`), else one row each."""
-    if packable(events):
-        return [_packed_row(pack(events))]
-    return [_event_row(e) for e in events]
-
-
 def _insert_new_events(
-    conn: sqlite3.Connection, trails: Sequence[Sequence[EventRecord]], limit: int = 0
+    conn: sqlite3.Connection,
+    trails: Sequence[tuple[Sequence[EventRecord], InvocationRecord]],
+    limit: int = 0,
 ) -> None:
-    """Insert the first events of new invocations (each trail numbered from 1)."""
-    _insert_rows(conn, [row for events in trails for row in new_event_rows(events)], limit)
+    """Insert the first events of new invocations (each trail numbered from 1, with the
+    invocation created with it)."""
+    _insert_rows(conn, [row for events, inv in trails for row in new_event_rows(events, inv)], limit)
 
 
 def _insert_rows(conn: sqlite3.Connection, rows: Sequence[tuple[Any, ...]], limit: int = 0) -> None:
-    per = max(1, (limit or conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)) // 10)
+    per = max(1, (limit or conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)) // EVENT_WIDTH)
     for k in range(0, len(rows), per):
         chunk = rows[k : k + per]
         # one statement: one step for all rows
@@ -515,15 +488,12 @@ def _insert_events(conn: sqlite3.Connection, events: Sequence[EventRecord], limi
             "SELECT COALESCE(MAX(seq), 0) FROM events WHERE invocation_id=?", (events[0].invocation_id,)
         ).fetchone()
         events = [replace(e, seq=last + i) for i, e in enumerate(events, 1)]
-    _insert_rows(conn, [_event_row(e) for e in events], limit)
+    _insert_rows(conn, [event_row(e) for e in events], limit)
 
 
 @functools.lru_cache(maxsize=64)
 def _insert_events_sql(n: int) -> str:
-    return (
-        "INSERT INTO events (invocation_id, seq, event_id, at, kind, from_state, to_state, trace_id, "
-        "span_id, data) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * n)
-    )
+    return f"INSERT INTO events ({EVENT_COLUMNS}) VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * n)
 
 
 _FED_COLS: Final = "invocation_id, session_id, model_call_id, at, message_sha256"
@@ -773,7 +743,7 @@ class SQLiteStore:
         row = _INVOCATIONS.row(record)
         if claim is None and not record.idempotency_key and events and events[0].seq != 0:
             # the common Propose: merged with its batch's like it (one statement per table)
-            return await self._call(_NewInvocation(row, tuple(events), dict(usage or {})))
+            return await self._call(_NewInvocation(record, row, tuple(events), dict(usage or {})))
 
         def op(c: sqlite3.Connection) -> ClaimResult | None:
             if claim is not None:
@@ -785,7 +755,7 @@ class SQLiteStore:
                     return got  # nothing written: the key went to another invocation
             c.execute(_INSERT_INVOCATION, row)
             if events and events[0].seq == 1:
-                _insert_new_events(c, [events])
+                _insert_new_events(c, [(events, record)])
             else:
                 _insert_events(c, events)
             if usage:

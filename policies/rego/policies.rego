@@ -32,11 +32,33 @@ forbid contains "calendar-max-duration" if {
 }
 
 # Only admins may delete files, and nobody deletes under /etc.
-permit contains "files-delete-admin" if {
+admin_deletes_file if {
 	action_in("delete")
 	principal_in_role("admin")
 	principal.tenant == input.context.tenant
 	resource.kind == "file"
+}
+
+permit contains "files-delete-admin" if {
+	admin_deletes_file
+	not untrusted_read
+}
+
+# LABEL: weather.get's results are labelled `untrusted`; once the session has taken one in, a
+# delete needs the user's confirmation (input.context.session.labels).
+untrusted_read if "untrusted" in input.context.session.labels
+
+permit contains "files-delete-after-untrusted" if {
+	admin_deletes_file
+	untrusted_read
+}
+
+confirm["files-delete-after-untrusted"] := "the session read untrusted content: deleting needs the user's confirmation"
+
+# METER (rate): at most 100 deletes per subject per hour (the `deletes` meter of files.delete@v1).
+forbid contains "files-delete-rate" if {
+	input.capability == "files.delete"
+	input.context.usage.deletes["1h"].after > 100
 }
 
 # Cedar: context.args.path like "/etc/*" (`*` matches any characters, "/" included).

@@ -256,3 +256,47 @@ test_no_match_is_the_default_decision if {
 }
 
 undefined_verdict(_, _) := 1 if false
+
+# Meters and labels (docs/POLICIES.md "Meters and labels"): what the request sees of the session
+# (context.session.labels) and of the `deletes` meter (context.usage).
+seen(r, state) := object.union(r, {"context": state})
+
+delete_x := req("carol", "files.delete", "file:/tmp/x", {"path": "/tmp/x"})
+
+deletes(n) := {"usage": {"deletes": {"1h": {"before": n - 1, "after": n}}}}
+
+test_delete_after_an_untrusted_read_needs_confirmation if {
+	d := authz.decision with input as seen(delete_x, {"session": {"labels": ["untrusted"]}})
+	d.effect == "confirm"
+	ids_of(d) == ["files-delete-after-untrusted"]
+	codes_of(d) == ["confirm_required"]
+}
+
+test_other_labels_change_nothing if {
+	d := authz.decision with input as seen(delete_x, {"session": {"labels": ["pii"]}})
+	d.effect == "allow"
+	ids_of(d) == ["files-delete-admin"]
+}
+
+test_the_100th_delete_of_the_hour_is_allowed if {
+	d := authz.decision with input as seen(delete_x, deletes(100))
+	d.effect == "allow"
+}
+
+test_the_101st_delete_of_the_hour_is_forbidden if {
+	d := authz.decision with input as seen(delete_x, deletes(101))
+	d.effect == "deny"
+	ids_of(d) == ["files-delete-rate"]
+	codes_of(d) == ["policy_forbid"]
+}
+
+test_the_rate_wins_over_a_confirmation if {
+	d := authz.decision with input as seen(delete_x, object.union(deletes(101), {"session": {"labels": ["untrusted"]}}))
+	ids_of(d) == ["files-delete-rate"]
+}
+
+test_an_untrusted_read_never_lets_a_non_admin_delete if {
+	r := req("bob", "files.delete", "file:/tmp/x", {"path": "/tmp/x"})
+	d := authz.decision with input as seen(r, {"session": {"labels": ["untrusted"]}})
+	codes_of(d) == ["no_matching_permit"]
+}

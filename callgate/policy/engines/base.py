@@ -132,6 +132,28 @@ class CompiledDecider(Protocol):
         ...
 
 
+class NotCompiled:
+    """The members of the engine contract (:class:`Engine`) an engine may leave out, each
+    answering None: no compiled core, no ListTools by policy, no located conformance refusal.
+    Written once for the engines that offer none of them (embedded Rego and OPA)."""
+
+    __slots__ = ()
+
+    @property
+    def compiled(self) -> None:
+        """Not decided by the compiled core."""
+        return None
+
+    @property
+    def reach(self) -> None:
+        """No ListTools by policy: every allowlisted tool is shown."""
+        return None
+
+    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
+        """A request the Rego contract cannot hold stays a policy deny (not located)."""
+        return None
+
+
 def fault(engine: str, code: ErrorCode, message: str, policy_id: str = "") -> Decision:
     """A fail-closed deny for an engine fault."""
     return Decision(

@@ -378,8 +378,10 @@ def _refs(value: Any, out: list[Uid]) -> None:
 _BETWEEN = re.compile(r"[\s,]*")
 
 
-def _each_element(array_text: str) -> Iterator[Any]:
-    """The elements of a JSON array text, decoded one at a time."""
+def each_element(array_text: str) -> Iterator[Any]:
+    """The elements of a JSON array text, decoded one at a time (never the whole array as Python
+    objects). Raises ValueError when the text is not an array, or at the first element that
+    does not decode."""
     decoder = json.JSONDecoder()
     i = _BETWEEN.match(array_text, 0).end()  # type: ignore[union-attr]
     if array_text[i : i + 1] != "[":
@@ -458,7 +460,7 @@ class EntityIndex:
         offsets = array("Q", [0])
         refs: dict[int, list[str]] = {}
         action_parents: dict[str, tuple[str, ...]] = {}
-        for r in _each_element(rendered):  # one record alive at a time: no parsed copy of the set
+        for r in each_element(rendered):  # one record alive at a time: no parsed copy of the set
             uid = (r["uid"]["type"], r["uid"]["id"])
             part = json.dumps(r, separators=(",", ":"), ensure_ascii=False).encode()
             n = len(parts)

@@ -53,7 +53,7 @@ from opa_client.errors import PolicyNotFoundError  # type: ignore[import-untyped
 
 from callgate.core.errors import ErrorCode
 from callgate.core.model import AuthzRequest, Decision
-from callgate.policy.engines.base import Readiness
+from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,
     ENGINE_MALFORMED,
@@ -100,7 +100,7 @@ def _package_of(module: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(str(t.get("value", "")) for t in path if isinstance(t, dict))[1:]  # drop "data"
 
 
-class OpaEngine:
+class OpaEngine(NotCompiled):
     """:class:`~callgate.policy.engines.base.Engine` over an OPA server (async, fail closed)."""
 
     def __init__(
@@ -173,20 +173,6 @@ class OpaEngine:
             await client.__aenter__()  # opens the aiohttp session; closed in close()
             self._clients[kind] = client
         return client
-
-    @property
-    def compiled(self) -> None:
-        """Not decided by the compiled core."""
-        return None
-
-    @property
-    def reach(self) -> None:
-        """No ListTools by policy: every allowlisted tool is shown."""
-        return None
-
-    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
-        """A request the Rego contract cannot hold stays a policy deny (not located)."""
-        return None
 
     async def close(self) -> None:
         self._closed = True

@@ -48,7 +48,7 @@ import regopy  # type: ignore[import-untyped, unused-ignore]
 
 from callgate.core.errors import ErrorCode, LoadError, config_invalid, policy_invalid
 from callgate.core.model import AuthzRequest, Decision
-from callgate.policy.engines.base import Readiness
+from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,
     ENGINE_MALFORMED,
@@ -129,7 +129,7 @@ def compile_rego(policies: RegoPolicies, decision_path: str = DEFAULT_DECISION_P
     return compiled
 
 
-class RegoEngine:
+class RegoEngine(NotCompiled):
     """:class:`~callgate.policy.engines.base.Engine` over regopy (rego-cpp), compiled once, one
     interpreter per thread, strict built-in errors, fail closed."""
 
@@ -233,20 +233,6 @@ class RegoEngine:
 
     async def load_policies(self) -> None:
         """Embedded: the policies are compiled in process already (no-op)."""
-        return None
-
-    @property
-    def compiled(self) -> None:
-        """Not decided by the compiled core."""
-        return None
-
-    @property
-    def reach(self) -> None:
-        """No ListTools by policy: every allowlisted tool is shown."""
-        return None
-
-    def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:
-        """A request the Rego contract cannot hold stays a policy deny (not located)."""
         return None
 
     async def close(self) -> None:

@@ -46,3 +46,17 @@ permit contains "sms-any" if {
 	principal.tenant == input.context.tenant
 	input.context.usage.texts["24h"].after <= 100000
 }
+
+permit contains "delete-3-a-day" if {
+	input.capability == "records.delete"
+	principal.tenant == input.context.tenant
+	input.context.usage.deletes["24h"].after <= 3
+}
+
+permit contains "delete-confirm-beyond-3" if {
+	input.capability == "records.delete"
+	principal.tenant == input.context.tenant
+	input.context.usage.deletes["24h"].after > 3
+}
+
+confirm["delete-confirm-beyond-3"] := "more than 3 deletes a day need the user's confirmation"
