@@ -133,12 +133,13 @@ def test_compiled_core_in_one_call(folder: Path) -> None:
     core.prepare(snap, eager=True)
     decider = snap.engine.compiled
     assert decider is not None
-    got, want = {}, {}
+    got, want, skipped = {}, {}, 0
     for name, (key, args), usage, effect, ids in CASES:
         tool = snap.tools.get(*key.split("@"))
         norm = reference_front(tool, json.dumps(args).encode(), CLOCK, "acme")
         meters = {m: ws for m, ws in usage.items() if m != "labels"}
         if any(isinstance(v, Decimal) for ws in meters.values() for ba in ws.values() for v in ba.values()):
+            skipped += 1
             continue  # the engine's JSON path writes decimal sums
         members: dict[str, Any] = {"session": {"labels": usage.get("labels", [])}}
         if meters:
@@ -155,7 +156,7 @@ def test_compiled_core_in_one_call(folder: Path) -> None:
         assert answer is not None, name
         d = decider.native_decision(answer[1])
         got[name], want[name] = (d.effect.value, sorted(d.policy_ids)), (effect, ids)
-    assert got == want and len(got) == 7
+    assert got == want and len(got) == len(CASES) - skipped and len(got) >= 7 and skipped
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
