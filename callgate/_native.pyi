@@ -139,3 +139,13 @@ class Tool:
         vocab: Vocab | None = None,
         now: str | None = None,
     ) -> tuple[FrontResult, Authz | None]: ...
+    def decide_metered(
+        self,
+        canonical: bytes,
+        tenant: str,
+        cedar: CedarSnapshot,
+        principal: str,
+        capabilities: list[str],
+        members: bytes,
+        now: str | None = None,
+    ) -> Authz | None: ...

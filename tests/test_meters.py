@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -25,9 +25,10 @@ from google.protobuf import json_format
 from callgate.core.states import State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.meters import Contribution, Window, parse_meters
-from callgate.store.meters import settle_sqlite
+from callgate.store.meters import settle_pg, settle_sqlite
 from callgate.store.sqlite import SQLiteStore
 from tests.conftest import POLICIES, Running, start_sidecar, stop_sidecar
+from tests.test_store_contract import fresh_pg_database
 
 T = TypeVar("T")
 FIXTURE = Path(__file__).resolve().parent / "data" / "meters"
@@ -175,33 +176,82 @@ def test_declarations_are_checked() -> None:
         assert says in str(err.value) and "/meters/0" in str(err.value)
 
 
-def test_a_count_leaves_the_window_exactly_at_its_edge(tmp_path: Path) -> None:
-    """1 h window, buckets of 1 min: a call made in the bucket starting at b counts until b + 1 h
-    (one millisecond before: counted; at it: gone); the session window keeps it."""
+async def _store(kind: str, tmp_path: Path, dsn: str) -> tuple[Any, Callable[[str, State], Awaitable[None]]]:
+    """The store of ``kind`` and a settle that runs where the invocation's move would."""
+    if kind == "sqlite":
+        lite = SQLiteStore(tmp_path / "m.db")
+
+        async def settle_lite(inv: str, state: State) -> None:
+            await lite.worker.run(lambda c: settle_sqlite(c, inv, state))
+
+        return lite, settle_lite
+    from callgate.store.postgres import PostgresStore
+
+    pg = PostgresStore(fresh_pg_database(dsn))
+    await pg.start()
+
+    async def settle_postgres(inv: str, state: State) -> None:
+        async with pg._tx() as conn:
+            await settle_pg(conn, inv, state)
+
+    return pg, settle_postgres
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_count_leaves_the_window_exactly_at_its_edge(kind: str, tmp_path: Path, request: Any) -> None:
+    """Fake clock. A call made at t counts in a 1 h window until exactly t + 1 h (one millisecond
+    before: counted; at it: gone), wherever t falls in its minute; the session window keeps it;
+    a clock that goes back brings it back; a reconciled not-committed call is taken back out."""
+    dsn = request.getfixturevalue("postgres_dsn") if kind == "postgres" else ""
 
     async def run() -> None:
-        store = SQLiteStore(tmp_path / "m.db")
+        store, settle = await _store(kind, tmp_path, dsn)
         meters = store.meters()
-        hour = Window("1h", 3_600_000)
-        k = Contribution("m", "acme\x1fs:ana", 1, (hour, Window("session", 0)), 0)
-        t0 = datetime(2026, 7, 19, 6, 0, 30, tzinfo=UTC)  # bucket starts at 06:00:00
+        hour, session = Window("1h", 3_600_000), Window("session", 0)
+        k = Contribution("m", "acme\x1fs:ana", 1, (hour, session), 0)
+
+        async def seen(at: datetime, w: Window = hour, sid: str = "ses_1") -> int:
+            return int(await meters.totals("m", k.scope, w, sid, at))
+
+        t0 = datetime(2026, 7, 19, 6, 0, 30, 123000, tzinfo=UTC)  # not on a minute: no bucket edge
         await meters.reserve("inv_1", "ses_1", [k], t0, t0 + timedelta(minutes=1))
-        await store.worker.run(lambda c: settle_sqlite(c, "inv_1", State.COMMITTED))
-        edge = datetime(2026, 7, 19, 7, 0, 0, tzinfo=UTC)
-        assert await meters.totals("m", k.scope, hour, "ses_1", edge - timedelta(milliseconds=1)) == 1
-        assert await meters.totals("m", k.scope, hour, "ses_1", edge) == 0
-        assert await meters.totals("m", k.scope, Window("session", 0), "ses_1", edge + timedelta(days=3)) == 1
-        assert await meters.totals("m", k.scope, Window("session", 0), "ses_2", edge) == 0
+        await settle("inv_1", State.COMMITTED)
+        edge = t0 + timedelta(hours=1)
+        assert await seen(datetime(2026, 7, 19, 7, 0, tzinfo=UTC)) == 1  # a 1/60 bucket would be gone
+        assert await seen(edge - timedelta(milliseconds=1)) == 1
+        assert await seen(edge) == 0
+        assert await seen(edge - timedelta(milliseconds=1)) == 1  # the clock went back: in again
+        assert await seen(edge + timedelta(minutes=30)) == 0
+        assert await seen(edge + timedelta(days=3), session) == 1
+        assert await seen(edge, session, "ses_2") == 0
+        # two calls 1 ms apart leave 1 ms apart
+        t2 = edge + timedelta(minutes=1)
+        for n, at in (("inv_a", t2), ("inv_b", t2 + timedelta(milliseconds=1))):
+            await meters.reserve(n, "ses_1", [k], at, at + timedelta(minutes=1))
+            await settle(n, State.COMMITTED)
+        end = t2 + timedelta(hours=1)
+        assert [
+            await seen(end - timedelta(milliseconds=1)),
+            await seen(end),
+            await seen(end + timedelta(milliseconds=1)),
+        ] == [2, 1, 0]
         # a reservation whose invocation was never written counts until its expiry, then not
-        t1 = edge + timedelta(minutes=5)
+        t1 = end + timedelta(minutes=5)
         got = await meters.reserve("inv_2", "ses_1", [k], t1, t1 + timedelta(seconds=60))
-        assert [(r.window, r.before) for r in got] == [("1h", 0), ("session", 1)]
-        assert await meters.totals("m", k.scope, hour, "ses_1", t1 + timedelta(seconds=59)) == 1
-        assert await meters.totals("m", k.scope, hour, "ses_1", t1 + timedelta(seconds=60)) == 0
-        # released: gone at once; a sum keeps its decimal places
-        await store.worker.run(lambda c: settle_sqlite(c, "inv_2", State.AUTHORIZATION_REJECTED))
+        assert [(r.window, r.before) for r in got] == [("1h", 0), ("session", 3)]
+        assert await seen(t1 + timedelta(seconds=59)) == 1
+        assert await seen(t1 + timedelta(seconds=60)) == 0
+        await settle("inv_2", State.AUTHORIZATION_REJECTED)
+        # OUTCOME_UNKNOWN counts; reconciled FAILED_BEFORE_COMMIT it is taken back out (both windows)
+        t3 = t1 + timedelta(minutes=10)
+        await meters.reserve("inv_3", "ses_1", [k], t3, t3 + timedelta(minutes=1))
+        await settle("inv_3", State.OUTCOME_UNKNOWN)
+        assert (await seen(t3), await seen(t3, session)) == (1, 4)
+        await settle("inv_3", State.FAILED_BEFORE_COMMIT)
+        assert (await seen(t3), await seen(t3, session)) == (0, 3)
+        # a sum keeps its decimal places
         money = Contribution("refund", "acme\x1fa:acct=A", 1234567, (Window("24h", 86_400_000),), 4)
-        r = await meters.reserve("inv_3", "ses_1", [money], t1, t1 + timedelta(seconds=60))
+        r = await meters.reserve("inv_4", "ses_1", [money], t1, t1 + timedelta(seconds=60))
         assert r[0].as_dict() == {"before": 0, "after": Decimal("123.4567")}
         await store.close()
 
@@ -280,3 +330,42 @@ def test_callgate_check_names_a_bad_meter_declaration(folder: Path, tmp_path: Pa
         )
         out = got.stdout + got.stderr
         assert got.returncode != 0 and says in out and "payments.refund@v1.json:" in out, out
+
+
+def test_the_bucketed_meters_become_entries_at_upgrade(tmp_path: Path) -> None:
+    """SQLite migration 8: a v7 database's session totals stay, and each meter's finest buckets
+    become entries at their starts, which the exact windows then read."""
+    import sqlite3
+
+    from callgate.store.migrations import migrate_sqlite
+    from callgate.store.sqlite import MIGRATIONS
+
+    path = tmp_path / "v7.db"
+    c = sqlite3.connect(path, isolation_level=None)
+    c.execute("BEGIN")
+    migrate_sqlite(c, MIGRATIONS[:7], at="2026-07-19T06:00:00Z")
+    t0 = int(CLOCK.timestamp() * 1000)
+    scope = "acme\x1fs:ana"
+    c.executemany(
+        "INSERT INTO meter_buckets VALUES (?,?,?,?,?)",
+        [
+            ("m", scope, 60_000, t0 // 60_000, 2),  # the 1 h window's bucket of 06:00
+            ("m", scope, 1_440_000, t0 // 1_440_000, 2),  # the same calls in the 24 h window's
+            ("m", scope + "\x1eses_1", 0, 0, 5),  # the session window
+        ],
+    )
+    c.execute("COMMIT")
+    c.close()
+
+    async def run() -> None:
+        store = SQLiteStore(path)  # migrates to the latest version
+        meters = store.meters()
+        hour, day, session = Window("1h", 3_600_000), Window("24h", 86_400_000), Window("session", 0)
+        at = CLOCK + timedelta(minutes=59, seconds=59, milliseconds=999)
+        assert await meters.totals("m", scope, hour, "ses_1", at) == 2
+        assert await meters.totals("m", scope, hour, "ses_1", CLOCK + timedelta(hours=1)) == 0
+        assert await meters.totals("m", scope, day, "ses_1", CLOCK + timedelta(hours=23)) == 2
+        assert await meters.totals("m", scope, session, "ses_1", CLOCK + timedelta(days=9)) == 5
+        await store.close()
+
+    asyncio.run(run())

@@ -124,6 +124,41 @@ def test_compiled_core(folder: Path, loop: asyncio.AbstractEventLoop) -> None:
     assert got == {c[0]: (c[3], c[4]) for c in CASES}
 
 
+def test_compiled_core_in_one_call(folder: Path) -> None:
+    """The compiled core's one-call decision after the reservation (``Core.decide_metered``:
+    usage and labels as context members, no JSON context built in Python) decides every integer
+    case as the reference; a decimal sum is left to the engine (None)."""
+    snap = load_snapshot(folder)
+    core = Core("native")
+    core.prepare(snap, eager=True)
+    decider = snap.engine.compiled
+    assert decider is not None
+    got, want, skipped = {}, {}, 0
+    for name, (key, args), usage, effect, ids in CASES:
+        tool = snap.tools.get(*key.split("@"))
+        norm = reference_front(tool, json.dumps(args).encode(), CLOCK, "acme")
+        meters = {m: ws for m, ws in usage.items() if m != "labels"}
+        if any(isinstance(v, Decimal) for ws in meters.values() for ba in ws.values() for v in ba.values()):
+            skipped += 1
+            continue  # the engine's JSON path writes decimal sums
+        members: dict[str, Any] = {"session": {"labels": usage.get("labels", [])}}
+        if meters:
+            members["usage"] = meters
+        answer = core.decide_metered(
+            snap,
+            tool,
+            norm.canonical,
+            "acme",
+            "ana",
+            norm.context.reference_clock,
+            json.dumps(members).encode(),
+        )
+        assert answer is not None, name
+        d = decider.native_decision(answer[1])
+        got[name], want[name] = (d.effect.value, sorted(d.policy_ids)), (effect, ids)
+    assert got == want and len(got) == len(CASES) - skipped and len(got) >= 7 and skipped
+
+
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_embedded_rego(folder: Path, case: Any, loop: asyncio.AbstractEventLoop) -> None:
     engine = RegoEngine.from_dir(folder / "rego")

@@ -194,3 +194,60 @@ def test_kill_9_with_open_reservations_postgres(folder: Path, postgres_dsn: str)
             return [(str(a), str(b)) for a, b in c.execute(query).fetchall()]  # type: ignore[arg-type]
 
     crash_pod(pod, rows)
+
+
+# --------------------------------------------------------------------------- Reconcile
+def reconcile_and_count(pod: Pod) -> None:
+    """Two calls end OUTCOME_UNKNOWN (they count), one COMMITTED. A Reconcile that finds the
+    first not committed (FAILED_BEFORE_COMMIT) takes its contribution back; one that finds the
+    second committed keeps it."""
+    gate = pb_grpc.GateStub(pod.start())
+    execu = pb_grpc.ExecutorStub(grpc.insecure_channel(f"unix:{pod.tmp}/executor.sock"))
+    sid = gate.OpenSession(
+        pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="rec"), timezone="UTC")
+    ).session_id
+    gate.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="m"))
+    ids = []
+    for i, outcome in enumerate((pb.OUTCOME_UNKNOWN_COMMIT, pb.OUTCOME_UNKNOWN_COMMIT, pb.OUTCOME_COMMITTED)):
+        r = propose(gate, sid, "sms.send@v1", f"+{i}", f"r{i}", f"r{i}")
+        att = execu.BeginAttempt(pb.BeginAttemptRequest(invocation_id=r.invocation_id, executor_id="sms"))
+        extra = (
+            {"external_resource_id": f"m{i}"}
+            if outcome == pb.OUTCOME_COMMITTED
+            else {"failure_class": pb.NOT_REACHED}
+        )
+        execu.ReportOutcome(pb.ReportOutcomeRequest(attempt_id=att.attempt_id, outcome=outcome, **extra))
+        ids.append(r.invocation_id)
+    assert usage_seen(gate, sid, "q0") == 3
+    out = execu.Reconcile(pb.ReconcileRequest(invocation_id=ids[0], finding=pb.RECONCILE_NOT_COMMITTED))
+    assert pb.State.Name(out.state) == "FAILED_BEFORE_COMMIT"
+    assert usage_seen(gate, sid, "q1") == 2
+    out = execu.Reconcile(
+        pb.ReconcileRequest(invocation_id=ids[1], finding=pb.RECONCILE_COMMITTED, external_resource_id="m1")
+    )
+    assert pb.State.Name(out.state) == "COMMITTED"
+    assert usage_seen(gate, sid, "q2") == 2
+    # a second Reconcile of the same finding changes nothing
+    assert execu.Reconcile(
+        pb.ReconcileRequest(invocation_id=ids[0], finding=pb.RECONCILE_NOT_COMMITTED)
+    ).already_recorded
+    assert usage_seen(gate, sid, "q3") == 2
+
+
+def test_reconciled_not_committed_releases_its_count_sqlite(folder: Path) -> None:
+    pod = pod_for(folder, SQLITE_STORE, {})
+    try:
+        reconcile_and_count(pod)
+    finally:
+        pod.stop()
+        shutil.rmtree(pod.tmp, ignore_errors=True)
+
+
+@pytest.mark.postgres
+def test_reconciled_not_committed_releases_its_count_postgres(folder: Path, postgres_dsn: str) -> None:
+    pod = pod_for(folder, PG_STORE, {"CALLGATE_TEST_STORE_DSN": fresh_pg_database(postgres_dsn)})
+    try:
+        reconcile_and_count(pod)
+    finally:
+        pod.stop()
+        shutil.rmtree(pod.tmp, ignore_errors=True)

@@ -1,6 +1,6 @@
 """The vocabulary of meters that both the policy side (:mod:`callgate.policy.meters`: declarations,
 contributions, ``context.usage``) and the store (:mod:`callgate.store.meters`: reservations and
-bucketed totals) speak (issue 30). Plain values, no I/O."""
+exact running totals) speak (issue 30). Plain values, no I/O."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Final
 
 SESSION_WINDOW: Final = "session"
 """The window that lasts as long as the session."""
-BUCKETS_PER_WINDOW: Final = 60
 LABEL_PREFIX: Final = "label:"
 """Labels are kept as session-window meters named ``label:<label>`` (:mod:`callgate.store.meters`)."""
 
@@ -21,15 +20,6 @@ class Window:
 
     name: str
     ms: int
-
-    @property
-    def bucket_ms(self) -> int:
-        """The bucket width: 1/60 of the window when that divides it, else one second."""
-        if self.ms == 0:
-            return 0
-        if self.ms % BUCKETS_PER_WINDOW == 0 and (self.ms // BUCKETS_PER_WINDOW) % 1000 == 0:
-            return self.ms // BUCKETS_PER_WINDOW
-        return 1000
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ A ToolSpec may declare ``meters``::
 
 A policy reads ``context.usage.<meter>["<window>"]`` as ``{before, after}``: the value the call
 sees without itself (every committed, unknown and still reserved contribution) and with itself.
-Counts are kept in buckets of 1/60 of the window (:attr:`Window.bucket_ms`): a contribution made in
-the bucket starting at ``b`` counts while ``now < b + window`` and leaves exactly then. A meter
+Windows are exact: a contribution made at ``t`` counts while ``now < t + window`` and leaves
+exactly then (:mod:`callgate.store.meters`). A meter
 name shared by several ToolSpecs is one meter (its calls add up); its measure must be the same.
 
 Dogwood (the reference, docs/POLICIES.md) evaluates ``count`` / ``sum`` over a bounded past window
@@ -326,7 +326,10 @@ def label_contributions(labels: Sequence[str], tenant: str, session_id: str) -> 
 
 
 def usage_record(usage: Mapping[str, Any]) -> dict[str, Any]:
-    """``context.usage`` as the event records it (decimals as their exact text)."""
+    """``context.usage`` as the event records it (decimals as their exact text; the same dict
+    when every value is an integer)."""
+    if all(type(v) is int for ws in usage.values() for ba in ws.values() for v in ba.values()):
+        return dict(usage)
     return {
         m: {w: {k: str(v) if isinstance(v, Decimal) else v for k, v in ba.items()} for w, ba in ws.items()}
         for m, ws in usage.items()

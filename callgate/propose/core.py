@@ -474,6 +474,30 @@ class Core:
     def unsupported(self) -> dict[str, str]:
         return dict(self._unsupported)
 
+    def _prepared_for(self, snapshot: PolicySnapshot, tool: CompiledTool) -> _Prepared | None:
+        """What :meth:`front` reads of ``tool`` on every call (found once per snapshot), or None
+        when the compiled core does not run it."""
+        prepared = self._prepared.get(id(tool))
+        if prepared is None or prepared.tool is not tool or prepared.snapshot is not snapshot:
+            if self._snapshot is not snapshot:
+                self.prepare(snapshot)
+            native_tool = self._tool(snapshot, tool)
+            if native_tool is None:
+                self.note(HandBack.UNSUPPORTED_TOOL)
+                return None
+            prepared = _Prepared(
+                tool,
+                snapshot,
+                native_tool,
+                any(s.kind in DATED_KINDS for s in tool.normalizers.specs),
+                list(tool.spec.required_capabilities),
+                any(s.kind == "datetime" for s in tool.normalizers.specs),
+            )
+            with self._lock:
+                if self._snapshot is snapshot:
+                    self._prepared[id(tool)] = prepared
+        return prepared
+
     def front(
         self,
         snapshot: PolicySnapshot,
@@ -495,25 +519,9 @@ class Core:
         ``DETACH_MIN_BYTES`` or more (:mod:`callgate.policy.engines.cedar`)."""
         if self._native is None:
             return None
-        prepared = self._prepared.get(id(tool))
-        if prepared is None or prepared.tool is not tool or prepared.snapshot is not snapshot:
-            if self._snapshot is not snapshot:
-                self.prepare(snapshot)
-            native_tool = self._tool(snapshot, tool)
-            if native_tool is None:
-                self.note(HandBack.UNSUPPORTED_TOOL)
-                return None
-            prepared = _Prepared(
-                tool,
-                snapshot,
-                native_tool,
-                any(s.kind in DATED_KINDS for s in tool.normalizers.specs),
-                list(tool.spec.required_capabilities),
-                any(s.kind == "datetime" for s in tool.normalizers.specs),
-            )
-            with self._lock:
-                if self._snapshot is snapshot:
-                    self._prepared[id(tool)] = prepared
+        prepared = self._prepared_for(snapshot, tool)
+        if prepared is None:
+            return None
         native_tool = prepared.native_tool
         vocab = None
         if prepared.relative_dates:
@@ -576,6 +584,42 @@ class Core:
             resource=resource,
             authz=tuple(answers),
         )
+
+    def decide_metered(
+        self,
+        snapshot: PolicySnapshot,
+        tool: CompiledTool,
+        canonical: bytes,
+        tenant: str,
+        principal: str,
+        reference_clock: str,
+        members: bytes,
+    ) -> tuple[str, tuple[Any, ...]] | None:
+        """The compiled core's decision of a metered or labelled call after its reservation
+        (issue 30: ``members``, the JSON object of ``context.usage`` with integers only and
+        ``context.session``), from its canonical arguments:
+        ``(resource, answers)`` as :meth:`front`'s one-call decision, or None (the engine's
+        JSON path decides: another core, a tool the core does not run, no context projection)."""
+        decider = snapshot.engine.compiled
+        cedar = decider.native_snapshot if decider is not None else None
+        if cedar is None or self._native is None:
+            return None
+        prepared = self._prepared_for(snapshot, tool)
+        if prepared is None:
+            return None
+        got = prepared.native_tool.decide_metered(
+            canonical,
+            tenant,
+            cedar,
+            principal,
+            prepared.capabilities,
+            members,
+            _cedar_now(reference_clock),
+        )
+        if got is None:
+            return None
+        resource, answers = got
+        return str(resource), tuple(answers)
 
     def validated(self, tool: CompiledTool, answer: FrontAnswer) -> ValidatedArguments:
         """The :class:`ValidatedArguments` the Python validator would have returned (without

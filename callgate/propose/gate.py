@@ -235,7 +235,7 @@ class Gate:
             snap, tool, steps.with_value(normalized) if tool.meters else normalized, invocation_id=call.invocation_id, tenant=session.tenant,
             subject=session.subject, session_id=session.session_id, now=call.now,
         )  # fmt: skip
-        decision = await steps.authorize(call, tool, normalized)
+        decision = await steps.authorize(call, tool, normalized, self.core)
         if isinstance(decision, Rejection):  # the engine's schema cannot hold the arguments
             outcome = await self._finish(call, decision, validated=validated)
             if claim.key is not None:

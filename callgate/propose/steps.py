@@ -52,13 +52,13 @@ from callgate.core.model import (
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.native import HandBack
-from callgate.policy.meters import labels_used, usage_record
+from callgate.policy.meters import SESSION_KEY, USAGE_KEY, labels_used, usage_record
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.textflags import may_flag, text_context
 from callgate.policy.timevalues import TimeValueError, time_values
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.authorize import AuthorizationResult, authorize_invocation
-from callgate.propose.core import Core
+from callgate.propose.core import Core, CoreKind
 from callgate.propose.outcome import Rejection, decision_to_dict
 from callgate.store.base import InvocationRecord, SessionRecord, ToolViewRecord
 from callgate.store.trail import Trail
@@ -429,13 +429,15 @@ def _hides_text(canonical: bytes) -> bool:
 
 
 async def authorize(
-    call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments
+    call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments, core: Core | None = None
 ) -> Decision | Rejection:
     """``authorize(subject, capability, resource, context)`` per capability; faults are denies.
     A request the engine's schema cannot hold is a refusal naming the argument (below)."""
     session = call.session
     stateful = call.usage is not None or call.labels is not None
     result = None if stateful else call.authorization  # the core decided without usage and labels
+    if stateful and core is not None:
+        result = call.authorization = _metered_on_core(call, tool, normalized, core)
     if stateful:
         normalized = with_value(normalized)
     if result is None:
@@ -466,6 +468,33 @@ async def authorize(
     else:
         call.trail.add(EventKind.AUTHORIZED, State.AUTHORIZED, data)
     return decision
+
+
+def _metered_on_core(
+    call: ProposeCall, tool: CompiledTool, normalized: NormalizedArguments, core: Core
+) -> AuthorizationResult | None:
+    """The compiled core's decision with ``context.usage`` and ``context.session`` (no JSON
+    context built in Python), when it can take them: integer meters, no ``context.text`` left
+    out. None: the engine decides."""
+    if core.cedar_core(call.snapshot) is not CoreKind.NATIVE:
+        return None
+    members: dict[str, Any] = {}
+    if call.usage is not None:
+        if not all(type(v) is int for ws in call.usage.values() for ba in ws.values() for v in ba.values()):
+            return None  # decimal sums: the engine's JSON path writes them as Cedar decimals
+        members[USAGE_KEY] = call.usage
+    if call.labels is not None:
+        members[SESSION_KEY] = {"labels": list(call.labels)}
+    if _declares_text(call.snapshot, tool) and _hides_text(normalized.canonical):
+        return None
+    got = core.decide_metered(
+        call.snapshot, tool, normalized.canonical, call.session.tenant, call.session.subject,
+        normalized.context.reference_clock, json.dumps(members, separators=(",", ":")).encode(),
+    )  # fmt: skip
+    if got is None:
+        return None
+    decision, call.authorization_dict = _native_decision(call.snapshot, got[1])
+    return AuthorizationResult(decision, got[0], ())
 
 
 def stateful(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:

@@ -1,6 +1,7 @@
-"""Meter counters in the store (issue 30 items 2, 3, 5): reservations and bucketed totals.
+"""Meter counters in the store (issue 30 items 2, 3, 5): reservations, per-call entries and
+running totals with exact window edges.
 
-Two tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
+Tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
 
 * ``meter_reservations``: one row per (invocation, meter) while the call is in flight: its amount,
   scope, the proposal's time and the windows it counts in. Taken by :meth:`MeterStore.reserve`
@@ -8,12 +9,26 @@ Two tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
   that reads the meter and inserts the row (SQLite: the one writer; PostgreSQL: a transaction
   advisory lock per meter and scope, so sidecars sharing the database serialize on it). N
   concurrent proposals therefore see N distinct ``before`` values.
-* ``meter_buckets``: the final totals, per meter, scope, window width and bucket (1/60 of the
-  window; ``width_ms`` 0 is the session window, keyed by session).
+* ``meter_entries``: one row per final contribution (invocation, meter) to a meter with a timed
+  window, at the proposal's time ``at_ms``; kept for twice the meter's longest window.
+* ``meter_totals``: per meter, scope and window length (``width_ms``; 0 is the session window,
+  keyed by session) the running total of the final contributions still inside the window, and
+  ``through_ms``: the edge the total was last brought to (every entry at or before it is out).
+  A read at ``now`` moves the edge to ``now - width``: it subtracts the entries that crossed it
+  since (or adds back those a clock that went back brings in again), so its cost is the entries
+  that left the window since the last read (amortized O(1) per call), never the history. A total
+  that does not exist yet is computed once from the entries.
+* ``meter_unknown``: the contributions of an invocation that ended OUTCOME_UNKNOWN, until a
+  Reconcile says what happened: FAILED_BEFORE_COMMIT takes them back out of the totals, COMMITTED
+  (or any other final state) keeps them.
+
+**Window semantics** (exact): a contribution made at ``t`` (the proposal's reference clock, in
+milliseconds) counts in a window of length ``w`` while ``t > now - w``, i.e. for ``now`` in
+``[t, t + w)``: one millisecond before ``t + w`` it counts, at ``t + w`` it is gone.
 
 A reservation follows its invocation in the transaction that moves it (:func:`settle_sqlite`,
 :func:`settle_pg`, called where the idempotency key follows): COMMITTED, OUTCOME_UNKNOWN,
-FAILED_AFTER_COMMIT and OBSERVED make it final (added to its buckets); a state that ends before
+FAILED_AFTER_COMMIT and OBSERVED make it final (an entry and the totals); a state that ends before
 the commit boundary (denied, cancelled, failed before commit) releases it. Until then it counts
 while its invocation is EXECUTING (or past the commit boundary, not yet settled), and otherwise
 until ``expires_ms``: the latest deadline the call can have (the proposal's time plus the
@@ -22,14 +37,18 @@ executing is ended by the deadline sweep, which releases the reservation at once
 whose invocation was never written (the sidecar died mid-Propose) stops counting at
 ``expires_ms``.
 
-A read touches at most the 60 buckets of a window plus the in-flight reservations of its scope:
-its cost does not grow with the number of stored invocations (no event is ever scanned).
+The logic is written once (:func:`_reserve_steps`, :func:`_settle_steps`: generators of
+statements); the two backends differ only in SQL text (:class:`_Dialect`) and in how they lock
+(SQLite: the one writer; PostgreSQL: advisory locks per meter and scope, taken by reads and
+settles alike).
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
@@ -60,6 +79,32 @@ RELEASE_STATES: Final = frozenset(
 )
 """A reservation is released when its invocation ends in one of these (nothing ran)."""
 SETTLING: Final = FINAL_STATES | RELEASE_STATES
+_RECONCILED: Final = frozenset({State.COMMITTED, State.FAILED_BEFORE_COMMIT})
+"""What a Reconcile of an OUTCOME_UNKNOWN invocation ends in (:data:`FINAL_STATES` keep its count)."""
+
+
+def _tables(prefix: str, amount: str, big: str, without_rowid: str) -> str:
+    return f"""
+CREATE TABLE IF NOT EXISTS {prefix}meter_entries (
+  meter TEXT NOT NULL, scope TEXT NOT NULL, at_ms {big} NOT NULL, invocation_id TEXT NOT NULL,
+  amount {amount} NOT NULL, PRIMARY KEY (meter, scope, at_ms, invocation_id)){without_rowid};
+CREATE TABLE IF NOT EXISTS {prefix}meter_totals (
+  meter TEXT NOT NULL, scope TEXT NOT NULL, width_ms {big} NOT NULL, total {amount} NOT NULL,
+  through_ms {big} NOT NULL, PRIMARY KEY (meter, scope, width_ms)){without_rowid};
+CREATE INDEX IF NOT EXISTS {prefix}meter_totals_scope ON {prefix}meter_totals (scope, width_ms);
+CREATE TABLE IF NOT EXISTS {prefix}meter_unknown (
+  invocation_id TEXT NOT NULL, meter TEXT NOT NULL, scope TEXT NOT NULL, amount {amount} NOT NULL,
+  at_ms {big} NOT NULL, session_id TEXT NOT NULL, widths TEXT NOT NULL,
+  PRIMARY KEY (invocation_id, meter)){without_rowid};
+INSERT INTO {prefix}meter_totals SELECT meter, scope, 0, total, 0 FROM {prefix}meter_buckets
+  WHERE width_ms = 0 ON CONFLICT DO NOTHING;
+INSERT INTO {prefix}meter_entries SELECT b.meter, b.scope, b.bucket * b.width_ms, 'bucket', b.total
+  FROM {prefix}meter_buckets b WHERE b.width_ms > 0 AND b.width_ms = (SELECT MIN(x.width_ms)
+  FROM {prefix}meter_buckets x WHERE x.meter = b.meter AND x.scope = b.scope AND x.width_ms > 0)
+  ON CONFLICT DO NOTHING;
+DROP TABLE {prefix}meter_buckets
+"""
+
 
 SQLITE_MIGRATION: Final = """
 CREATE TABLE IF NOT EXISTS meter_buckets (
@@ -72,7 +117,11 @@ CREATE TABLE IF NOT EXISTS meter_reservations (
 CREATE INDEX IF NOT EXISTS meter_reservations_scope ON meter_reservations (meter, scope);
 CREATE INDEX IF NOT EXISTS meter_buckets_scope ON meter_buckets (scope, width_ms);
 """
-"""SQLite migration: the meter tables."""
+"""SQLite migration (the first meters schema: reservations and 1/60-window buckets)."""
+
+SQLITE_EXACT_MIGRATION: Final = _tables("", "INTEGER", "INTEGER", " WITHOUT ROWID") + ";\n"
+"""SQLite migration: exact windows (entries and running totals replace the buckets; a meter's
+bucketed history becomes entries at its buckets' starts, from its finest buckets)."""
 
 PG_MIGRATION: Final = """
 CREATE TABLE IF NOT EXISTS callgate_meter_buckets (
@@ -85,30 +134,280 @@ CREATE TABLE IF NOT EXISTS callgate_meter_reservations (
 CREATE INDEX IF NOT EXISTS callgate_meter_reservations_scope ON callgate_meter_reservations (meter, scope);
 CREATE INDEX IF NOT EXISTS callgate_meter_buckets_scope ON callgate_meter_buckets (scope, width_ms)
 """
-"""PostgreSQL migration: the meter tables (``;\\n``-separated statements)."""
+"""PostgreSQL migration (``;\\n``-separated statements): the first meters schema."""
+
+PG_EXACT_MIGRATION: Final = _tables("callgate_", "NUMERIC(38, 0)", "BIGINT", "")
+"""PostgreSQL migration: exact windows (as :data:`SQLITE_EXACT_MIGRATION`)."""
 
 _SESSION_SEP: Final = "\x1e"
 _LIVE_LATER: Final = frozenset({State.EXECUTING}) | FINAL_STATES
+_LIVE_SQL: Final = "(" + ",".join(f"'{x.value}'" for x in sorted(_LIVE_LATER)) + ")"
 
 
 def _ms(t: datetime) -> int:
     return int(t.timestamp() * 1000)
 
 
-def _bucket_key(c: Contribution, w: Window, session_id: str, at_ms: int) -> tuple[str, int, int]:
-    """(scope, width, bucket) of a contribution made at ``at_ms`` in window ``w``."""
-    if w.ms == 0:
-        return c.scope + _SESSION_SEP + session_id, 0, 0
-    g = w.bucket_ms
-    return c.scope, g, at_ms // g
+@functools.lru_cache(maxsize=256)
+def _widths(windows: tuple[Window, ...]) -> str:
+    return json.dumps([[w.name, w.ms] for w in windows])
 
 
-def _final_bounds(c: Contribution, w: Window, session_id: str, now_ms: int) -> tuple[str, int, int]:
-    """(scope, width, lowest bucket excluded) of the buckets window ``w`` counts at ``now_ms``."""
-    if w.ms == 0:
-        return c.scope + _SESSION_SEP + session_id, 0, -1
-    g = w.bucket_ms
-    return c.scope, g, now_ms // g - w.ms // g
+@functools.lru_cache(maxsize=256)
+def _windows_of(text: str) -> tuple[Window, ...]:
+    return tuple(Window(str(n), int(ms)) for n, ms in json.loads(text))
+
+
+# --------------------------------------------------------------------------- SQL per dialect
+@dataclass(frozen=True, slots=True)
+class _Dialect:
+    """What differs between the backends: table prefix, placeholder, two scalar functions."""
+
+    prefix: str
+    ph: str
+    least: str
+    greatest: str
+    locks: bool
+    """Whether readers and settles take advisory locks (several writers share the database)."""
+
+    def sql(self, text: str) -> str:
+        """``text`` written with ``{t}`` for the prefix and ``?`` for placeholders."""
+        out = text.replace("{t}", self.prefix)
+        return out if self.ph == "?" else out.replace("%", "%%").replace("?", self.ph)
+
+
+SQLITE: Final = _Dialect("", "?", "min", "max", False)
+POSTGRES: Final = _Dialect("callgate_", "%s", "LEAST", "GREATEST", True)
+
+
+@functools.lru_cache(maxsize=128)
+def _advance_sql(d: _Dialect, keys: int) -> str:
+    """Bring ``keys`` running totals to ``now`` (arg 1, 2, 3: now) and return them: one
+    statement. Args after the three ``now``: (meter, scope, width) per key."""
+    where = " OR ".join(["(meter=? AND scope=? AND width_ms=?)"] * keys)
+    return d.sql(
+        "UPDATE {t}meter_totals SET total = total - CASE WHEN width_ms = 0 THEN 0 ELSE "
+        "(SELECT COALESCE(SUM(CASE WHEN e.at_ms <= ? - {t}meter_totals.width_ms THEN e.amount "
+        "ELSE -e.amount END), 0) FROM {t}meter_entries e WHERE e.meter = {t}meter_totals.meter "
+        "AND e.scope = {t}meter_totals.scope "
+        f"AND e.at_ms > {d.least}({{t}}meter_totals.through_ms, ? - {{t}}meter_totals.width_ms) "
+        f"AND e.at_ms <= {d.greatest}({{t}}meter_totals.through_ms, ? - {{t}}meter_totals.width_ms)) END, "
+        "through_ms = CASE WHEN width_ms = 0 THEN through_ms ELSE ? - width_ms END "
+        f"WHERE {where} RETURNING meter, scope, width_ms, total"
+    )
+
+
+@functools.lru_cache(maxsize=128)
+def _in_flight_sql(d: _Dialect, shape: tuple[tuple[bool, ...], ...]) -> str:
+    """The live reservations per (contribution, window) of ``shape`` (per contribution, per
+    window: is it the session window): one statement. Args: per column (meter, scope, session id
+    or lowest time excluded), then now, then (meter, scope) per contribution."""
+    cols = []
+    for windows in shape:
+        for session in windows:
+            cond = "r.session_id = ?" if session else "r.at_ms > ?"
+            cols.append(f"SUM(CASE WHEN r.meter=? AND r.scope=? AND {cond} THEN r.amount ELSE 0 END)")
+    where = " OR ".join(["(r.meter=? AND r.scope=?)"] * len(shape))
+    return d.sql(
+        f"SELECT {', '.join(cols)} FROM {{t}}meter_reservations r LEFT JOIN {{t}}invocations i "
+        f"ON i.invocation_id = r.invocation_id WHERE (r.expires_ms > ? OR i.state IN {_LIVE_SQL}) "
+        f"AND ({where})"
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(d: _Dialect, rows: int) -> str:
+    one = "(" + ",".join(["?"] * 8) + ")"
+    return d.sql("INSERT INTO {t}meter_reservations VALUES " + ",".join([one] * rows))
+
+
+@functools.lru_cache(maxsize=8)
+def _fixed(d: _Dialect) -> dict[str, str]:
+    return {
+        k: d.sql(v)
+        for k, v in {
+            "init": "INSERT INTO {t}meter_totals SELECT ?, ?, ?, COALESCE(SUM(amount), 0), ? "
+            "FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms > ? "
+            "ON CONFLICT (meter, scope, width_ms) DO NOTHING RETURNING total",
+            "take": "DELETE FROM {t}meter_reservations WHERE invocation_id=? "
+            "RETURNING meter, scope, amount, at_ms, session_id, widths",
+            "unknown": "INSERT INTO {t}meter_unknown VALUES (?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+            "take_unknown": "DELETE FROM {t}meter_unknown WHERE invocation_id=? "
+            "RETURNING meter, scope, amount, at_ms, session_id, widths",
+            "entry": "INSERT INTO {t}meter_entries VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
+            "unentry": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms=? AND invocation_id=?",
+            "add_timed": "UPDATE {t}meter_totals SET total = total + ? WHERE meter=? AND scope=? "
+            "AND width_ms > 0 AND through_ms < ?",
+            "add_session": "INSERT INTO {t}meter_totals VALUES (?,?,0,?,0) ON CONFLICT (meter, scope, width_ms) "
+            "DO UPDATE SET total = {t}meter_totals.total + excluded.total",
+            "prune": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms <= ? AND at_ms <= "
+            "COALESCE((SELECT MIN(through_ms) FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0), ?)",
+            "release": "DELETE FROM {t}meter_reservations WHERE invocation_id=?",
+            "labels": "SELECT meter FROM {t}meter_totals WHERE scope=? AND width_ms=0 AND total>0 "
+            "AND meter LIKE 'label:%'",
+        }.items()
+    }
+
+
+# --------------------------------------------------------------------------- the logic, once
+@dataclass(frozen=True, slots=True)
+class _Stmt:
+    sql: str
+    args: Sequence[Any]
+    rows: bool = False
+    """Whether the statement returns rows (the driver then sends them back)."""
+    lock: bool = False
+    """Not a statement: take the advisory locks named in ``args`` (PostgreSQL; SQLite has one
+    writer and skips it)."""
+
+
+def _lock(pairs: Sequence[tuple[str, str]]) -> _Stmt:
+    """The advisory locks of these (meter, scope) pairs, in one order (no deadlock between two
+    transactions taking several)."""
+    return _Stmt("", sorted({f"{m}\x1f{s}" for m, s in pairs}), lock=True)
+
+
+Steps = Generator[_Stmt, list[Any], Any]
+
+
+def _reserve_steps(
+    d: _Dialect,
+    invocation_id: str | None,
+    session_id: str,
+    ks: Sequence[Contribution],
+    now_ms: int,
+    exp_ms: int,
+) -> Steps:
+    """Read every window of ``ks`` at ``now_ms`` (final totals brought to the edge, plus live
+    reservations) and, with ``invocation_id``, reserve them: the readings. Runs inside one
+    transaction that holds the meters' locks."""
+    keys: dict[tuple[str, str, int], None] = {}
+    wanted: list[tuple[tuple[str, str, int], Contribution, str]] = []
+    flight_args: list[Any] = []
+    pairs: list[Any] = []
+    for k in ks:
+        meter, scope = k.meter, k.scope
+        pairs += (meter, scope)
+        for w in k.windows:
+            if w.ms:
+                key = (meter, scope, w.ms)
+                flight_args += (meter, scope, now_ms - w.ms)
+            else:
+                key = (meter, scope + _SESSION_SEP + session_id, 0)
+                flight_args += (meter, scope, session_id)
+            keys[key] = None
+            wanted.append((key, k, w.name))
+    if d.locks:
+        yield _lock(list(zip(pairs[::2], pairs[1::2], strict=True)))
+    got = yield _Stmt(
+        _advance_sql(d, len(keys)), [now_ms, now_ms, now_ms, now_ms, *(x for key in keys for x in key)], True
+    )
+    finals = {(m, s, int(w)): int(t) for m, s, w, t in got}
+    for key in keys:
+        if key not in finals:
+            meter, scope, width = key
+            if width == 0:
+                finals[key] = 0
+                continue
+            lo = now_ms - width
+            row = yield _Stmt(_fixed(d)["init"], [meter, scope, width, lo, meter, scope, lo], True)
+            finals[key] = int(row[0][0]) if row else 0
+    shape = tuple(tuple(w.ms == 0 for w in k.windows) for k in ks)
+    (flight,) = yield _Stmt(_in_flight_sql(d, shape), [*flight_args, now_ms, *pairs], True)
+    out = tuple(
+        Reading(k.meter, name, finals[key] + int(flight[i] or 0), k.amount, k.scale)
+        for i, (key, k, name) in enumerate(wanted)
+    )
+    if invocation_id is not None:
+        rows: list[Any] = []
+        for k in ks:
+            rows += (
+                invocation_id,
+                k.meter,
+                k.scope,
+                k.amount,
+                now_ms,
+                session_id,
+                exp_ms,
+                _widths(k.windows),
+            )
+        yield _Stmt(_insert_sql(d, len(ks)), rows)
+    return out
+
+
+def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -> Steps:
+    """Add (``sign`` 1) or take back (-1) one final contribution: its entry and its totals."""
+    meter, scope, amount, at_ms, session_id, widths = row
+    amount, at_ms = int(amount) * sign, int(at_ms)
+    windows = _windows_of(str(widths))
+    timed = [w.ms for w in windows if w.ms]
+    if timed:
+        if sign > 0:
+            yield _Stmt(_fixed(d)["entry"], [meter, scope, at_ms, invocation_id, amount])
+            cut = at_ms - 2 * max(timed)
+            yield _Stmt(_fixed(d)["prune"], [meter, scope, cut, meter, scope, cut])
+        else:
+            yield _Stmt(_fixed(d)["unentry"], [meter, scope, at_ms, invocation_id])
+        yield _Stmt(_fixed(d)["add_timed"], [amount, meter, scope, at_ms])
+    if len(timed) < len(windows):
+        yield _Stmt(_fixed(d)["add_session"], [meter, scope + _SESSION_SEP + session_id, amount])
+
+
+def _settle_steps(d: _Dialect, invocation_id: str, state: State) -> Steps:
+    """Make the invocation's reservations final or release them as ``state`` says; a Reconcile
+    of an OUTCOME_UNKNOWN invocation keeps (COMMITTED) or takes back (FAILED_BEFORE_COMMIT) what
+    it counted."""
+    if state not in SETTLING:
+        return
+    rows = yield _Stmt(_fixed(d)["take"], [invocation_id], True)
+    if not rows:
+        if state in _RECONCILED:
+            known = yield _Stmt(_fixed(d)["take_unknown"], [invocation_id], True)
+            if state is State.FAILED_BEFORE_COMMIT and known:
+                if d.locks:
+                    yield _lock([(str(r[0]), str(r[1])) for r in known])
+                for row in known:
+                    yield from _add_steps(d, invocation_id, row, -1)
+        return
+    if state in RELEASE_STATES:
+        return
+    if d.locks:
+        yield _lock([(str(r[0]), str(r[1])) for r in rows])
+    for row in rows:
+        if state is State.OUTCOME_UNKNOWN:
+            yield _Stmt(_fixed(d)["unknown"], [invocation_id, *row])
+        yield from _add_steps(d, invocation_id, row, 1)
+
+
+# --------------------------------------------------------------------------- drivers
+def _run_sqlite(c: Any, steps: Steps) -> Any:
+    """Run ``steps`` on the SQLite writer's connection (locks: the writer is the only one)."""
+    try:
+        stmt = next(steps)
+        while True:
+            if stmt.lock:
+                stmt = steps.send([])
+                continue
+            cur = c.execute(stmt.sql, stmt.args)
+            stmt = steps.send(cur.fetchall() if stmt.rows else [])
+    except StopIteration as done:
+        return done.value
+
+
+async def _run_pg(conn: Any, steps: Steps) -> Any:
+    """Run ``steps`` in a PostgreSQL transaction (locks: transaction advisory locks)."""
+    try:
+        stmt = next(steps)
+        while True:
+            if stmt.lock:
+                for name in stmt.args:
+                    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 30))", (name,))
+                stmt = steps.send([])
+                continue
+            cur = await conn.execute(stmt.sql, stmt.args)
+            stmt = steps.send(await cur.fetchall() if stmt.rows else [])
+    except StopIteration as done:
+        return done.value
 
 
 class MeterStore(Protocol):
@@ -139,128 +438,24 @@ class MeterStore(Protocol):
         ...
 
 
-# --------------------------------------------------------------------------- both backends
-_LIVE_SQL: Final = "(" + ",".join(f"'{x.value}'" for x in sorted(_LIVE_LATER)) + ")"
-
-
-def _read_sql(k: Contribution, session_id: str, now_ms: int, prefix: str, ph: str) -> tuple[str, list[Any]]:
-    """One statement reading every window of ``k``: per window its final buckets and its live
-    reservations (a reservation counts while it has not expired or its invocation is EXECUTING
-    or past the commit boundary and not yet settled). ``ph``: the placeholder."""
-    cols: list[str] = []
-    args: list[Any] = []
-    for w in k.windows:
-        scope, width, low = _final_bounds(k, w, session_id, now_ms)
-        cols.append(
-            f"(SELECT COALESCE(SUM(total), 0) FROM {prefix}meter_buckets WHERE meter={ph} AND scope={ph} "
-            f"AND width_ms={ph} AND bucket>{ph})"
-        )
-        args += [k.meter, scope, width, low]
-        wargs: list[Any]
-        if w.ms == 0:
-            window, wargs = f"r.session_id={ph}", [session_id]
-        else:
-            g = w.bucket_ms
-            window, wargs = f"r.at_ms / {g} > {ph}", [now_ms // g - w.ms // g]
-        cols.append(
-            f"(SELECT COALESCE(SUM(r.amount), 0) FROM {prefix}meter_reservations r LEFT JOIN "
-            f"{prefix}invocations i ON i.invocation_id = r.invocation_id WHERE r.meter={ph} AND r.scope={ph} "
-            f"AND (r.expires_ms > {ph} OR i.state IN {_LIVE_SQL}) AND {window})"
-        )
-        args += [k.meter, k.scope, now_ms, *wargs]
-    return "SELECT " + ", ".join(cols), args
-
-
-def _readings(k: Contribution, row: Sequence[Any]) -> list[Reading]:
-    return [
-        Reading(k.meter, w.name, int(row[2 * i]) + int(row[2 * i + 1]), k.amount, k.scale)
-        for i, w in enumerate(k.windows)
-    ]
-
-
-def _read_all_sql(
-    ks: Sequence[Contribution], session_id: str, now_ms: int, prefix: str, ph: str
-) -> tuple[str, list[Any]]:
-    """:func:`_read_sql` of every contribution as one statement (one round trip)."""
-    cols: list[str] = []
-    args: list[Any] = []
-    for k in ks:
-        sql, a = _read_sql(k, session_id, now_ms, prefix, ph)
-        cols.append(sql.removeprefix("SELECT "))
-        args += a
-    return "SELECT " + ", ".join(cols), args
-
-
-def _all_readings(ks: Sequence[Contribution], row: Sequence[Any]) -> tuple[Reading, ...]:
-    out: list[Reading] = []
-    at = 0
-    for k in ks:
-        out += _readings(k, row[at : at + 2 * len(k.windows)])
-        at += 2 * len(k.windows)
-    return tuple(out)
-
-
-def _reservation_rows(
-    invocation_id: str, session_id: str, ks: Sequence[Contribution], now_ms: int, exp_ms: int
-) -> list[Any]:
-    rows: list[Any] = []
-    for k in ks:
-        rows += (invocation_id, k.meter, k.scope, k.amount, now_ms, session_id, exp_ms, _widths(k))
-    return rows
+def _labels_of(rows: Sequence[Any]) -> tuple[str, ...]:
+    return tuple(sorted(str(r[0])[len(LABEL_PREFIX) :] for r in rows))
 
 
 # --------------------------------------------------------------------------- SQLite
-_SQL_ADD: Final = (
-    "INSERT INTO meter_buckets VALUES (?,?,?,?,?) ON CONFLICT (meter, scope, width_ms, bucket) "
-    "DO UPDATE SET total = total + excluded.total"
-)
-_SQL_LABELS: Final = (
-    "SELECT meter FROM {t} WHERE scope=? AND width_ms=0 AND bucket=0 AND total>0 AND meter LIKE 'label:%'"
-)
-
-
-def _sqlite_read(c: Any, k: Contribution, session_id: str, now_ms: int) -> list[Reading]:
-    sql, args = _read_sql(k, session_id, now_ms, "", "?")
-    return _readings(k, c.execute(sql, args).fetchone())
-
-
-def _widths(k: Contribution) -> str:
-    return json.dumps([[w.name, w.ms] for w in k.windows])
-
-
-def _windows_of(text: str) -> list[Window]:
-    return [Window(str(n), int(ms)) for n, ms in json.loads(text)]
-
-
 def settle_sqlite(c: Any, invocation_id: str, state: State) -> None:
     """Make the invocation's reservations final, or release them, as ``state`` says (inside the
     transaction that moved it). Nothing for a state that does not settle, or no reservation."""
-    if state not in SETTLING:
-        return
-    rows = c.execute(
-        "DELETE FROM meter_reservations WHERE invocation_id=? "
-        "RETURNING meter, scope, amount, at_ms, session_id, widths",
-        (invocation_id,),
-    ).fetchall()
-    if not rows or state in RELEASE_STATES:
-        return
-    for meter, scope, amount, at_ms, session_id, widths in rows:
-        k = Contribution(meter, scope, int(amount), (), 0)
-        for w in _windows_of(widths):
-            key_scope, width, bucket = _bucket_key(k, w, session_id, int(at_ms))
-            c.execute(_SQL_ADD, (meter, key_scope, width, bucket, int(amount)))
-            if width:  # buckets no window reaches any more
-                c.execute(
-                    "DELETE FROM meter_buckets WHERE meter=? AND scope=? AND width_ms=? AND bucket<=?",
-                    (meter, key_scope, width, bucket - 2 * (w.ms // width)),
-                )
+    if state in SETTLING:
+        _run_sqlite(c, _settle_steps(SQLITE, invocation_id, state))
 
 
 def settle_sqlite_rows(c: Any, rows: Sequence[tuple[str, State]]) -> None:
-    """:func:`settle_sqlite` for the invocations a batched Propose write ended."""
+    """:func:`settle_sqlite` for the invocations a batched Propose write ended (before the
+    commit boundary: releases only)."""
     for invocation_id, state in rows:
         if state in RELEASE_STATES:
-            c.execute("DELETE FROM meter_reservations WHERE invocation_id=?", (invocation_id,))
+            c.execute(_fixed(SQLITE)["release"], (invocation_id,))
 
 
 class SQLiteMeters:
@@ -278,86 +473,37 @@ class SQLiteMeters:
         expires: datetime,
     ) -> tuple[Reading, ...]:
         now_ms, exp_ms = _ms(now), _ms(expires)
-
-        def op(c: Any) -> tuple[Reading, ...]:
-            sql, args = _read_all_sql(contributions, session_id, now_ms, "", "?")
-            out = _all_readings(contributions, c.execute(sql, args).fetchone())
-            values = ",".join(["(?,?,?,?,?,?,?,?)"] * len(contributions))
-            c.execute(
-                f"INSERT INTO meter_reservations VALUES {values}",
-                _reservation_rows(invocation_id, session_id, contributions, now_ms, exp_ms),
+        result: tuple[Reading, ...] = await self._worker.run(
+            lambda c: _run_sqlite(
+                c, _reserve_steps(SQLITE, invocation_id, session_id, contributions, now_ms, exp_ms)
             )
-            return out
-
-        result: tuple[Reading, ...] = await self._worker.run(op)
+        )
         return result
 
     async def release(self, invocation_id: str) -> None:
-        def op(c: Any) -> None:
-            c.execute("DELETE FROM meter_reservations WHERE invocation_id=?", (invocation_id,))
-
-        await self._worker.run(op)
+        await self._worker.run(lambda c: c.execute(_fixed(SQLITE)["release"], (invocation_id,)))
 
     async def totals(self, meter: str, scope: str, window: Window, session_id: str, now: datetime) -> int:
         k = Contribution(meter, scope, 0, (window,), 0)
-
-        def op(c: Any) -> int:
-            return _sqlite_read(c, k, session_id, _ms(now))[0].before
-
-        value: int = await self._worker.run(op)
-        return value
+        got: tuple[Reading, ...] = await self._worker.run(
+            lambda c: _run_sqlite(c, _reserve_steps(SQLITE, None, session_id, [k], _ms(now), 0))
+        )
+        return got[0].before
 
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id
-
-        def op(c: Any) -> tuple[str, ...]:
-            rows = c.execute(_SQL_LABELS.format(t="meter_buckets"), (scope,)).fetchall()
-            return tuple(sorted(str(r[0])[len(LABEL_PREFIX) :] for r in rows))
-
-        found: tuple[str, ...] = await self._worker.run(op)
+        found: tuple[str, ...] = await self._worker.run(
+            lambda c: _labels_of(c.execute(_fixed(SQLITE)["labels"], (scope,)).fetchall())
+        )
         return found
 
 
 # --------------------------------------------------------------------------- PostgreSQL
-_PG_ADD: Final = (
-    "INSERT INTO callgate_meter_buckets VALUES (%s,%s,%s,%s,%s) ON CONFLICT (meter, scope, width_ms, bucket) "
-    "DO UPDATE SET total = callgate_meter_buckets.total + excluded.total"
-)
-
-
-async def _pg_read(conn: Any, k: Contribution, session_id: str, now_ms: int) -> list[Reading]:
-    """One statement reads the buckets and the reservations (one snapshot under READ COMMITTED:
-    a settle that commits meanwhile is seen wholly or not at all)."""
-    sql, args = _read_sql(k, session_id, now_ms, "callgate_", "%s")
-    cur = await conn.execute(sql, args)
-    row = await cur.fetchone()
-    assert row is not None
-    return _readings(k, row)
-
-
 async def settle_pg(conn: Any, invocation_id: str, state: State) -> None:
-    """:func:`settle_sqlite` on PostgreSQL (inside the transaction that moved the invocation)."""
-    if state not in SETTLING:
-        return
-    cur = await conn.execute(
-        "DELETE FROM callgate_meter_reservations WHERE invocation_id=%s "
-        "RETURNING meter, scope, amount, at_ms, session_id, widths",
-        (invocation_id,),
-    )
-    rows = await cur.fetchall()
-    if not rows or state in RELEASE_STATES:
-        return
-    for meter, scope, amount, at_ms, session_id, widths in rows:
-        k = Contribution(meter, scope, int(amount), (), 0)
-        for w in _windows_of(widths):
-            key_scope, width, bucket = _bucket_key(k, w, session_id, int(at_ms))
-            await conn.execute(_PG_ADD, (meter, key_scope, width, bucket, int(amount)))
-            if width:
-                await conn.execute(
-                    "DELETE FROM callgate_meter_buckets WHERE meter=%s AND scope=%s AND width_ms=%s "
-                    "AND bucket<=%s",
-                    (meter, key_scope, width, bucket - 2 * (w.ms // width)),
-                )
+    """:func:`settle_sqlite` on PostgreSQL (inside the transaction that moved the invocation).
+    A contribution made final or taken back holds its meter's advisory lock, as reads do."""
+    if state in SETTLING:
+        await _run_pg(conn, _settle_steps(POSTGRES, invocation_id, state))
 
 
 class PostgresMeters:
@@ -376,41 +522,28 @@ class PostgresMeters:
     ) -> tuple[Reading, ...]:
         now_ms, exp_ms = _ms(now), _ms(expires)
         async with self._store._tx() as conn:
-            for lock in sorted({f"{k.meter}\x1f{k.scope}" for k in contributions}):
-                await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 30))", (lock,))
-            sql, args = _read_all_sql(contributions, session_id, now_ms, "callgate_", "%s")
-            cur = await conn.execute(sql, args)
-            row = await cur.fetchone()
-            assert row is not None
-            values = ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s)"] * len(contributions))
-            await conn.execute(
-                f"INSERT INTO callgate_meter_reservations VALUES {values}",
-                _reservation_rows(invocation_id, session_id, contributions, now_ms, exp_ms),
+            result: tuple[Reading, ...] = await _run_pg(
+                conn, _reserve_steps(POSTGRES, invocation_id, session_id, contributions, now_ms, exp_ms)
             )
-            return _all_readings(contributions, row)
+            return result
 
     async def release(self, invocation_id: str) -> None:
         async with self._store._tx() as conn:
-            await conn.execute(
-                "DELETE FROM callgate_meter_reservations WHERE invocation_id=%s", (invocation_id,)
-            )
+            await conn.execute(_fixed(POSTGRES)["release"], (invocation_id,))
 
     async def totals(self, meter: str, scope: str, window: Window, session_id: str, now: datetime) -> int:
         k = Contribution(meter, scope, 0, (window,), 0)
         async with self._store._tx() as conn:
-            return (await _pg_read(conn, k, session_id, _ms(now)))[0].before
+            got: tuple[Reading, ...] = await _run_pg(
+                conn, _reserve_steps(POSTGRES, None, session_id, [k], _ms(now), 0)
+            )
+        return got[0].before
 
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id
         async with self._store._tx() as conn:
-            sql = (
-                _SQL_LABELS.format(t="callgate_meter_buckets")
-                .replace("?", "%s")
-                .replace("'label:%'", "'label:%%'")
-            )
-            cur = await conn.execute(sql, (scope,))
-            rows = await cur.fetchall()
-        return tuple(sorted(str(r[0])[len(LABEL_PREFIX) :] for r in rows))
+            cur = await conn.execute(_fixed(POSTGRES)["labels"], (scope,))
+            return _labels_of(await cur.fetchall())
 
 
 def meters_of(store: object) -> MeterStore | None:

@@ -76,7 +76,7 @@ from callgate.store.idempotency.base import (
     fresh_claim,
     released,
 )
-from callgate.store.meters import PG_MIGRATION, PostgresMeters, settle_pg
+from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
@@ -214,6 +214,7 @@ MIGRATIONS: Final = (
     Migration(4, packed.PACKED_MIGRATION, ""),
     Migration(5, "meters: reservations and bucketed totals (issue 30)", PG_MIGRATION),
     Migration(6, packed.EVENTS_MIGRATION, _V6),
+    Migration(7, "meters: exact windows (per-call entries, running totals; issue 30)", PG_EXACT_MIGRATION),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 

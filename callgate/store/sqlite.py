@@ -48,7 +48,13 @@ from callgate.store.base import (
 from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
-from callgate.store.meters import SQLITE_MIGRATION, SQLiteMeters, settle_sqlite, settle_sqlite_rows
+from callgate.store.meters import (
+    SQLITE_EXACT_MIGRATION,
+    SQLITE_MIGRATION,
+    SQLiteMeters,
+    settle_sqlite,
+    settle_sqlite_rows,
+)
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.packed import (
     EVENT_COLUMNS,
@@ -206,6 +212,9 @@ MIGRATIONS: Final = (
     Migration(5, PACKED_MIGRATION, ""),
     Migration(6, "meters: reservations and bucketed totals (issue 30)", SQLITE_MIGRATION),
     Migration(7, EVENTS_MIGRATION, _SCHEMA_V7),
+    Migration(
+        8, "meters: exact windows (per-call entries, running totals; issue 30)", SQLITE_EXACT_MIGRATION
+    ),
 )
 """The SQLite store's schema, version by version (:mod:`callgate.store.migrations`)."""
 

@@ -396,7 +396,7 @@ impl Tool {
         let w = vocab.as_ref().map(|b| b.get());
         let work = || {
             let ok = self.run_front(raw, tenant, locale, reference_clock, &l, z, w)?;
-            let authz = self.authorize(&ok.2, snap, tenant, principal, &capabilities, now);
+            let authz = self.authorize(&ok.2, snap, tenant, principal, &capabilities, now, &[]);
             Ok::<_, Refusal>((ok, authz))
         };
         let r = if detach { py.detach(work) } else { work() };
@@ -406,6 +406,31 @@ impl Tool {
             Ok((ok, authz)) => Ok((front_ok(py, ok, authz.is_none())?, authz)),
             Err(e) => Ok((front_err(py, e), None)),
         }
+    }
+
+    /// The decision of `decide` for arguments already normalized (`canonical`: their canonical
+    /// JSON) with more context members (issue 30: `members`, a JSON object such as `{"usage":
+    /// ..., "session": {"labels": [...]}}` read after the idempotency claim). None when it cannot
+    /// be answered exactly here (as `decide`; also when a capability's policies have no context
+    /// projection): the Python engine decides.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (canonical, tenant, cedar, principal, capabilities, members, now=None))]
+    fn decide_metered(
+        &self,
+        canonical: &[u8],
+        tenant: &str,
+        cedar: &Bound<'_, cedar::CedarSnapshot>,
+        principal: &str,
+        capabilities: Vec<String>,
+        members: &[u8],
+        now: Option<&str>,
+    ) -> Option<Authz> {
+        let l = limits(canonical.len().max(members.len()) + 1, 1024);
+        let normalized = json::parse_document(canonical, &l).ok()?;
+        let Value::Object(extra) = json::parse_document(members, &l).ok()? else {
+            return None;
+        };
+        self.authorize(&normalized, cedar.get(), tenant, principal, &capabilities, now, &extra)
     }
 }
 
@@ -668,6 +693,7 @@ impl Tool {
         principal: &str,
         capabilities: &[String],
         now: Option<&str>,
+        extra: &[(String, Value)],
     ) -> Option<Authz> {
         let resource = render(self.resource.as_deref()?, normalized)?;
         let tool = format!("{}@{}", self.name, self.version);
@@ -676,11 +702,14 @@ impl Tool {
         // (once, for every capability without a projection or whose left-out part does not
         // surely conform) as before: Cedar values, or the JSON form below.
         let (tool_v, tenant_v) = (Value::Str(tool.clone()), Value::Str(tenant.to_string()));
-        let top = [
+        let mut top = vec![
             ("tool", &tool_v),
             ("args", normalized),
             ("tenant", &tenant_v),
         ];
+        for (k, v) in extra {
+            top.push((k.as_str(), v));
+        }
         let mut full: Option<Full> = None;
         let mut answers = Vec::with_capacity(capabilities.len());
         for cap in capabilities {
@@ -694,6 +723,9 @@ impl Tool {
                     );
                     continue;
                 }
+            }
+            if !extra.is_empty() {
+                return None; // `usage` outside a projection: the Python engine decides
             }
             if full.is_none() {
                 full = Some(self.full_context(normalized, &tool, tenant)?);
