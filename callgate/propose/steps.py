@@ -52,7 +52,7 @@ from callgate.core.model import (
 from callgate.core.states import State
 from callgate.core.trace import TraceContext
 from callgate.native import HandBack
-from callgate.policy.meters import SESSION_KEY, USAGE_KEY, labels_used, usage_record
+from callgate.policy.meters import SESSION_KEY, USAGE_KEY, usage_record
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.textflags import may_flag, text_context
 from callgate.policy.timevalues import TimeValueError, time_values
@@ -499,8 +499,9 @@ def _metered_on_core(
 
 def stateful(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
     """Whether the policy reads meters or session labels for ``tool`` (then it is asked after the
-    idempotency claim, and the compiled core runs only the front stages: no one-call decision)."""
-    return bool(tool.meters or tool.labels) or labels_used(snapshot.tools)
+    idempotency claim, and the compiled core runs only the front stages: no one-call decision).
+    A tool's own result labels are not read by its own decision (later calls read them)."""
+    return bool(tool.meters) or snapshot.reads_labels(tool)
 
 
 def with_value(normalized: NormalizedArguments) -> NormalizedArguments:
