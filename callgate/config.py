@@ -98,7 +98,7 @@ class PolicyConfig:
     """Gate every hot reload on the ``guard`` properties of ``properties.toml`` (docs/PROVE.md):
     a set that is looser than the serving one within a guarded property's scope, or breaks it, is
     refused like a broken set; so is one the prover cannot decide (unknown, no solver)."""
-    list_by_policy: bool = False
+    list_by_policy: bool = True
     """ListTools shows a subject only the allowlisted tools some request of theirs could be
     allowed or asked to confirm (Cedar; a conservative reading of the policies' scopes that never
     hides a usable tool: docs/POLICIES.md, "ListTools by policy"). False: every allowlisted tool."""

@@ -152,21 +152,21 @@ class Sessions:
     def _visible_of(self, session: SessionRecord, snap: PolicySnapshot) -> _Visible:
         """The tools a session's allowlist shows from ``snap``, built once per snapshot and
         allowlist (issue 15 A4: ListTools no longer filters, sorts and digests per call)."""
-        hidden = _hidden(session, snap) if self._cfg.policy.list_by_policy else frozenset()
+        hidden = snap.hidden_for(session.subject) if self._cfg.policy.list_by_policy else frozenset()
         key = (id(snap), session.tool_allowlist, hidden)
         hit = self._visible.get(key)
         if hit is not None and hit[0] is snap:
             self._visible.move_to_end(key)
             return hit[1]
         allow = set(session.tool_allowlist)
-        tools = tuple(
-            t
-            for t in snap.tools
-            if (not allow or t.spec.key in allow or t.spec.name in allow) and t.spec.key not in hidden
-        )
-        digests = {t.spec.key: t.spec.spec_digest for t in tools}
-        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
-        vis = _Visible(tools, tuple(sorted(digests)), digests, "sha256:" + h.hexdigest())
+        listed = [t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow]
+        tools = tuple(t for t in listed if t.spec.key not in hidden)
+        shown = {t.spec.key: t.spec.spec_digest for t in tools}
+        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(shown.items())).encode())
+        # hidden by policy: kept in the view's digests (not shown), so a Propose for one is
+        # answered by the engine's deny (ToolViewRecord.hidden_by_policy)
+        digests = shown if len(tools) == len(listed) else {t.spec.key: t.spec.spec_digest for t in listed}
+        vis = _Visible(tools, tuple(sorted(shown)), digests, "sha256:" + h.hexdigest())
         remember(self._visible, key, (snap, vis), VISIBLE_CACHE_MAX)
         return vis
 
@@ -203,15 +203,6 @@ def compact(record: SessionRecord) -> SessionRecord:
         tool_allowlist=allow,
         opened_at=record.opened_at,
     )
-
-
-def _hidden(session: SessionRecord, snap: PolicySnapshot) -> frozenset[str]:
-    """Tools of ``snap`` no request of this session's subject could be allowed or confirmed
-    (ListTools by policy, :mod:`callgate.policy.reach`); empty when the engine cannot tell."""
-    reach = snap.engine.reach
-    if reach is None:
-        return frozenset()
-    return reach.hidden(session.subject, ((t.spec.key, t.spec.required_capabilities) for t in snap.tools))
 
 
 VISIBLE_CACHE_MAX = 256

@@ -50,8 +50,20 @@ class ToolViewRecord:
     tools: tuple[str, ...]
     """``name@version`` keys shown."""
     spec_digests: Mapping[str, str]
+    """Digest of each key shown, and of each allowlisted tool hidden by policy (below)."""
     tool_set_digest: str
+    """Over the keys shown and their digests (what the model saw)."""
     created_at: str
+
+    @property
+    def hidden_by_policy(self) -> frozenset[str]:
+        """Allowlisted keys left out of ``tools`` because no request of the subject could be
+        allowed or confirmed (``policy.list_by_policy``, docs/POLICIES.md): recorded as the keys of
+        ``spec_digests`` not in ``tools``, so a Propose for one runs the chain and the engine's
+        deny answers it (no store column of its own)."""
+        if len(self.spec_digests) == len(self.tools):
+            return frozenset()
+        return frozenset(self.spec_digests).difference(self.tools)
 
 
 @dataclass(frozen=True, slots=True)
