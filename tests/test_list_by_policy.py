@@ -6,7 +6,8 @@
   and an action, the real engine (cedarpy) denies every sampled request of that principal for
   that action (resources and contexts varied): a usable tool is never hidden;
 * a real sidecar (``policy.list_by_policy`` on by default): subjects see different sets, and a
-  Propose for a hidden tool is answered by the engine's deny, its event marked ``hidden_by_policy``.
+  Propose for a hidden tool is answered by the engine's deny, its event marked ``hidden_by_policy``;
+  on Rego and a real OPA server the default changes nothing (every allowlisted tool shown).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.engines.cedar import load_cedar_dir
 from callgate.policy.reach import Reach
 from tests.conftest import POLICIES, Running, start_sidecar, stop_sidecar
+from tests.test_gate_cases import engine_server  # noqa: F401  (rego and a real OPA server)
 
 ACTIONS = ("weather.read", "calendar.create", "files.delete")
 
@@ -236,6 +238,20 @@ def test_sidecar_off_lists_every_allowlisted_tool() -> None:
         }
     finally:
         stop_sidecar(running, tmp)
+
+
+def test_rego_and_opa_show_every_allowlisted_tool(engine_server: Running) -> None:  # noqa: F811
+    """No reading of Rego: with the default (on) every allowlisted tool is shown, nothing is hidden."""
+    assert engine_server.sidecar.components.gate.snapshot.engine.reach is None
+    sid = engine_server.open_session(subject="bob")
+    assert {t.name for t in engine_server.list_tools(sid).tools} == {
+        "weather.get",
+        "calendar.create_event",
+        "files.delete",
+    }
+    resp = engine_server.propose(sid, "files.delete@v1", {"path": "/a"}, idempotency_key="k-bob-rego")
+    assert pb.State.Name(resp.state) == "AUTHORIZATION_REJECTED"
+    assert "hidden_by_policy" not in _events(engine_server, sid, resp.invocation_id)[-1]
 
 
 if __name__ == "__main__":  # pragma: no cover
