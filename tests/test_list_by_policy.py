@@ -22,6 +22,7 @@ from typing import Any
 import cedarpy
 import pytest
 
+from callgate.cli.explain import explain, render_text
 from callgate.config import PolicyConfig
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.engines.cedar import load_cedar_dir
@@ -215,6 +216,9 @@ def test_sidecar_lists_by_subject_and_the_engine_denies_the_hidden_tool() -> Non
         assert [r.code for r in resp.decision.reasons] == ["no_matching_permit"]
         events = _events(running, sessions["bob"], resp.invocation_id)
         assert events[-1].get("hidden_by_policy") is True
+        x = running.call(explain(running.sidecar.components.store, resp.invocation_id))
+        assert x is not None and x.tool_seen.hidden_by_policy and not x.tool_seen.shown
+        assert "hidden by policy" in render_text(x)
         # a shown tool's decision event carries no such mark
         resp = running.propose(sessions["alice"], "calendar.create_event@v1", args, idempotency_key="k-alice")
         assert "hidden_by_policy" not in _events(running, sessions["alice"], resp.invocation_id)[-1]

@@ -117,6 +117,8 @@ class ToolSeen:
     listed_at: str = ""
     spec_file: str = ""
     """The file under the policy directory whose bytes have ``spec_digest`` ("" = none now)."""
+    hidden_by_policy: bool = False
+    """Left out of the view by policy (ListTools by policy): the engine's deny answered it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +378,7 @@ async def explain(
         validated_spec_digest=str(validated.data.get("tool_spec_digest", "")) if validated else "",
         listed_at=view.created_at if view else "",
         spec_file=(spec_files or {}).get(spec_digest, "") if spec_digest else "",
+        hidden_by_policy=view is not None and key in view.hidden_by_policy,
     )
     proposed = by_kind.get(EventKind.PROPOSED)
     if (
@@ -795,6 +798,10 @@ def render_text(x: Explanation) -> str:
             w(f"   {x.tool}: ToolSpec {t.spec_digest} ({same})")
             if t.spec_file:
                 w(f"   file with these bytes now: {t.spec_file}")
+        elif t.hidden_by_policy:
+            w(
+                f"   {x.tool} was hidden by policy (no request of this subject could be allowed): the engine denied it"
+            )
         else:
             w(f"   {x.tool} was NOT in the set shown to the model")
     w("")
