@@ -231,6 +231,34 @@ def test_sidecar_lists_by_subject_and_the_engine_denies_the_hidden_tool() -> Non
         stop_sidecar(running, tmp)
 
 
+def test_a_reload_that_could_allow_a_hidden_tool_refuses_it_as_not_shown(tmp_path: Path) -> None:
+    pdir = tmp_path / "policies"
+    shutil.copytree(POLICIES, pdir, ignore=shutil.ignore_patterns("tests"))
+    running, tmp = start_sidecar(pdir, policy=replace(PolicyConfig(), watch=False))
+    try:
+        sid = running.open_session(subject="bob")
+        assert {t.name for t in running.list_tools(sid).tools} == {"weather.get"}
+        # bob becomes a scheduler: the serving snapshot no longer hides calendar.create_event
+        ents = json.loads((pdir / "cedar" / "entities.json").read_text())
+        for e in ents:
+            if e["uid"] == {"type": "User", "id": "bob"}:
+                e["parents"] = [{"type": "Role", "id": "scheduler"}]
+        (pdir / "cedar" / "entities.json").write_text(json.dumps(ents))
+        assert running.sidecar.lifecycle is not None
+        assert running.call(running.sidecar.lifecycle.reload("test")) is True
+        args = {"title": "t", "start": "2026-07-20T10:00:00+08:00"}
+        resp = running.propose(sid, "calendar.create_event@v1", args, idempotency_key="k-bob-2")
+        assert pb.State.Name(resp.state) == "PARSE_REJECTED"
+        assert resp.rejection.code == "unknown_tool_version"  # the model never saw it: list again
+        running.list_tools(sid, model_call_id="mc-2")
+        resp = running.propose(
+            sid, "calendar.create_event@v1", args, model_call_id="mc-2", idempotency_key="k-bob-3"
+        )
+        assert pb.State.Name(resp.state) == "AUTHORIZED"  # now shown, and confirm is asked
+    finally:
+        stop_sidecar(running, tmp)
+
+
 def test_sidecar_off_lists_every_allowlisted_tool() -> None:
     running, tmp = start_sidecar(policy=replace(PolicyConfig(), list_by_policy=False))
     try:

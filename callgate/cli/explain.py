@@ -345,6 +345,11 @@ def _confirmation(inv: InvocationRecord, events: Sequence[EventRecord]) -> Confi
     return Confirmation(status="none")
 
 
+def _hidden_by_policy(decided: EventRecord | None) -> bool:
+    """The decision event marks a tool ListTools left out by policy (docs/POLICIES.md)."""
+    return decided is not None and decided.data.get("hidden_by_policy") is True
+
+
 async def explain(
     store: ExplainSource, invocation_id: str, *, spec_files: Mapping[str, str] | None = None
 ) -> Explanation | None:
@@ -378,7 +383,7 @@ async def explain(
         validated_spec_digest=str(validated.data.get("tool_spec_digest", "")) if validated else "",
         listed_at=view.created_at if view else "",
         spec_file=(spec_files or {}).get(spec_digest, "") if spec_digest else "",
-        hidden_by_policy=view is not None and key in view.hidden_by_policy,
+        hidden_by_policy=_hidden_by_policy(by_kind.get(EventKind.AUTHORIZATION_REJECTED)),
     )
     proposed = by_kind.get(EventKind.PROPOSED)
     if (

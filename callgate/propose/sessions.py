@@ -23,7 +23,7 @@ from callgate.execute.budgets import effective_limits
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.outcome import SessionSpec, ToolView
-from callgate.store.base import FedResultRecord, SessionRecord, Store, ToolViewRecord
+from callgate.store.base import HIDDEN_BY_POLICY, FedResultRecord, SessionRecord, Store, ToolViewRecord
 
 VIEW_CACHE_MAX = 1024
 """Tool views (one per model call, each naming every tool shown) kept in memory: a Propose names
@@ -158,15 +158,14 @@ class Sessions:
         if hit is not None and hit[0] is snap:
             self._visible.move_to_end(key)
             return hit[1]
-        allow = set(session.tool_allowlist)
-        listed = [t for t in snap.tools if not allow or t.spec.key in allow or t.spec.name in allow]
+        listed = [t for t in snap.tools if session.allows(t.spec.key, t.spec.name)]
         tools = tuple(t for t in listed if t.spec.key not in hidden)
-        shown = {t.spec.key: t.spec.spec_digest for t in tools}
-        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(shown.items())).encode())
-        # hidden by policy: kept in the view's digests (not shown), so a Propose for one is
-        # answered by the engine's deny (ToolViewRecord.hidden_by_policy)
-        digests = shown if len(tools) == len(listed) else {t.spec.key: t.spec.spec_digest for t in listed}
-        vis = _Visible(tools, tuple(sorted(shown)), digests, "sha256:" + h.hexdigest())
+        digests = {t.spec.key: t.spec.spec_digest for t in tools}
+        h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
+        keys = tuple(sorted(digests))
+        if len(tools) < len(listed):  # a Propose for a hidden one gets the engine's deny (steps.lookup)
+            digests[HIDDEN_BY_POLICY] = snap.revision
+        vis = _Visible(tools, keys, digests, "sha256:" + h.hexdigest())
         remember(self._visible, key, (snap, vis), VISIBLE_CACHE_MAX)
         return vis
 

@@ -185,9 +185,9 @@ def lookup(call: ProposeCall) -> CompiledTool | Rejection:
         problem = tools_not_listed(
             "no ListTools was recorded for this model_call_id; the model cannot have seen this tool"
         )
-    elif tool is None or key not in view.tools and not _still_hidden(call, key):
+    elif tool is None or key not in view.tools and not _still_hidden(call, tool):
         problem = unknown_tool_version(f"tool {key} is not in the set shown for this model call")
-    elif view.spec_digests.get(key) != tool.spec.spec_digest:
+    elif not call.hidden and view.spec_digests.get(key) != tool.spec.spec_digest:
         problem = unknown_tool_version(
             f"tool {key} changed since it was shown to the model; list tools again"
         )
@@ -196,12 +196,17 @@ def lookup(call: ProposeCall) -> CompiledTool | Rejection:
     return call.reject(problem, State.PARSE_REJECTED, EventKind.PARSE_REJECTED)
 
 
-def _still_hidden(call: ProposeCall, key: str) -> bool:
-    """A key the view hid by policy goes on through the chain, for the engine's deny to answer it
-    (docs/POLICIES.md, "ListTools by policy"), while the serving snapshot still hides it from
-    this subject; anything else not shown is refused as not shown."""
+def _still_hidden(call: ProposeCall, tool: CompiledTool) -> bool:
+    """An allowlisted tool the view hid by policy goes on through the chain, for the engine's deny
+    to answer it (docs/POLICIES.md, "ListTools by policy"), while the serving snapshot still hides
+    it from this subject; anything else not shown is refused as not shown."""
     assert call.view is not None
-    call.hidden = key in call.view.hidden_by_policy and key in call.snapshot.hidden_for(call.session.subject)
+    spec, session = tool.spec, call.session
+    call.hidden = (
+        call.view.hid_by_policy
+        and session.allows(spec.key, spec.name)
+        and spec.key in call.snapshot.hidden_for(session.subject)
+    )
     return call.hidden
 
 
