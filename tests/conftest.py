@@ -193,7 +193,7 @@ def start_sidecar(
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    started.wait(30)
+    started.wait(120)  # a 1,000-tool policy set on a loaded 2-core box (bench) boots slower
     if "error" in holder:
         raise holder["error"]
     sc: Sidecar = holder["sidecar"]

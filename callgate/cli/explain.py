@@ -117,6 +117,8 @@ class ToolSeen:
     listed_at: str = ""
     spec_file: str = ""
     """The file under the policy directory whose bytes have ``spec_digest`` ("" = none now)."""
+    hidden_by_policy: bool = False
+    """Left out of the view by policy (ListTools by policy): the engine's deny answered it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +345,11 @@ def _confirmation(inv: InvocationRecord, events: Sequence[EventRecord]) -> Confi
     return Confirmation(status="none")
 
 
+def _hidden_by_policy(decided: EventRecord | None) -> bool:
+    """The decision event marks a tool ListTools left out by policy (docs/POLICIES.md)."""
+    return decided is not None and decided.data.get("hidden_by_policy") is True
+
+
 async def explain(
     store: ExplainSource, invocation_id: str, *, spec_files: Mapping[str, str] | None = None
 ) -> Explanation | None:
@@ -376,6 +383,7 @@ async def explain(
         validated_spec_digest=str(validated.data.get("tool_spec_digest", "")) if validated else "",
         listed_at=view.created_at if view else "",
         spec_file=(spec_files or {}).get(spec_digest, "") if spec_digest else "",
+        hidden_by_policy=_hidden_by_policy(by_kind.get(EventKind.AUTHORIZATION_REJECTED)),
     )
     proposed = by_kind.get(EventKind.PROPOSED)
     if (
@@ -795,6 +803,10 @@ def render_text(x: Explanation) -> str:
             w(f"   {x.tool}: ToolSpec {t.spec_digest} ({same})")
             if t.spec_file:
                 w(f"   file with these bytes now: {t.spec_file}")
+        elif t.hidden_by_policy:
+            w(
+                f"   {x.tool} was hidden by policy (no request of this subject could be allowed): the engine denied it"
+            )
         else:
             w(f"   {x.tool} was NOT in the set shown to the model")
     w("")

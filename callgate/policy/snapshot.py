@@ -129,6 +129,15 @@ class PolicySnapshot:
         may read the session (:mod:`callgate.policy.sessionuse`; Rego and OPA: always)."""
         return labels_used(self.tools) and self.memo.reads_session(tool, self.engine)
 
+    def hidden_for(self, subject: str) -> frozenset[str]:
+        """Keys of the tools no request of ``subject`` could be allowed or confirmed (ListTools by
+        policy, :mod:`callgate.policy.reach`; cached per principal); empty when the engine has no
+        such reading (Rego, OPA, or ``policy.list_by_policy`` off)."""
+        reach = self.engine.reach
+        if reach is None:
+            return frozenset()
+        return reach.hidden(subject, ((t.spec.key, t.spec.required_capabilities) for t in self.tools))
+
 
 def load_snapshot(
     policy_dir: Path,
