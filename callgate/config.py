@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from callgate.core.errors import LoadError, config_invalid
+from callgate.base.errors import LoadError, config_invalid
 from callgate.policy.engines.registry import ENGINES
 from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
 from callgate.store.registry import STORES

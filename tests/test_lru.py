@@ -1,10 +1,10 @@
-"""The gate's small cache helpers (callgate/core/lru.py)."""
+"""The gate's small cache helpers (callgate/base/lru.py)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from callgate.core.lru import IdentityMemo, remember
+from callgate.base.lru import IdentityMemo, remember
 
 
 class Box:

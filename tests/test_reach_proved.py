@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 import cedarpy
 import pytest
 
-from callgate.core.model import Effect
+from callgate.base.model import Effect
 from callgate.native import load_native
 from callgate.policy.engines.cedar import load_cedar_dir
 from callgate.policy.prove.properties import Kind, Property

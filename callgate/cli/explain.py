@@ -32,9 +32,9 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from callgate.core.events import CONFIRMATION_ANSWERS, EventKind, stage_of
-from callgate.core.jsonable import bytes_json, jsonable
-from callgate.core.states import State
+from callgate.base.events import CONFIRMATION_ANSWERS, EventKind, stage_of
+from callgate.base.jsonable import bytes_json, jsonable
+from callgate.base.states import State
 from callgate.store.base import (
     AttemptRecord,
     DecisionRecord,
@@ -81,7 +81,7 @@ async def open_source(cfg: Config, environ: Mapping[str, str]) -> OpenedSource:
     """Open the store ``cfg`` names, read-only: the SQLite file (beside a running sidecar or
     not), or the PostgreSQL store from outside any pod (DSN from ``store.dsn_env`` /
     ``store.dsn_file``; the schema is checked, never migrated). Raises ``OSError`` /
-    ``sqlite3.Error`` (SQLite) or :class:`~callgate.core.errors.CallgateError`."""
+    ``sqlite3.Error`` (SQLite) or :class:`~callgate.base.errors.CallgateError`."""
     if cfg.store.backend == "postgres":
         from callgate.store.postgres import PostgresStore
         from callgate.store.registry import store_dsn

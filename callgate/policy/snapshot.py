@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from callgate.arguments.validate import CompiledSchema
+from callgate.base.model import Decision
 from callgate.config import Config, PolicyConfig
-from callgate.core.model import Decision
 from callgate.native import compiled_core_runs
 from callgate.policy.declare import Problem, ToolTyping, close_objects, tool_typing
 from callgate.policy.engines.base import Engine

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from callgate.core.errors import store_unavailable
-from callgate.core.model import NormalizedArguments
+from callgate.base.errors import store_unavailable
+from callgate.base.model import NormalizedArguments
 from callgate.policy.meters import (
     MeterError,
     Reading,

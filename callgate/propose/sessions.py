@@ -15,11 +15,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from callgate.arguments.normalize import load_zone
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import invalid_request, session_not_found
+from callgate.base.jsontext import compact_sorted
+from callgate.base.lru import remember
 from callgate.config import Config
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import invalid_request, session_not_found
-from callgate.core.jsontext import compact_sorted
-from callgate.core.lru import remember
 from callgate.execute.budgets import effective_limits
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool

@@ -25,8 +25,8 @@ from typing import Any
 
 from callgate.arguments.normalize import load_zone, normalize
 from callgate.arguments.parse import ParseLimits, parse_arguments
-from callgate.core.clock import rfc3339
-from callgate.core.errors import (
+from callgate.base.clock import rfc3339
+from callgate.base.errors import (
     CallgateError,
     ErrorCode,
     RejectedError,
@@ -36,10 +36,10 @@ from callgate.core.errors import (
     tools_not_listed,
     unknown_tool_version,
 )
-from callgate.core.events import EventKind
-from callgate.core.fastinit import builder
-from callgate.core.ids import new_id
-from callgate.core.model import (
+from callgate.base.events import EventKind
+from callgate.base.fastinit import builder
+from callgate.base.ids import new_id
+from callgate.base.model import (
     Decision,
     Effect,
     NormalizationContext,
@@ -50,8 +50,8 @@ from callgate.core.model import (
     ValidatedArguments,
     values_of,
 )
-from callgate.core.states import State
-from callgate.core.trace import TraceContext
+from callgate.base.states import State
+from callgate.base.trace import TraceContext
 from callgate.native import HandBack
 from callgate.policy.engines.base import fault
 from callgate.policy.meters import SESSION_KEY, USAGE_KEY, usage_record

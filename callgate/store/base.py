@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
-from callgate.core.events import EventKind
-from callgate.core.states import State
+from callgate.base.events import EventKind
+from callgate.base.states import State
 from callgate.store.idempotency.base import (
     ClaimResult,
     ExpiredPolicy,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from callgate.core.errors import ErrorCode, Violation
-from callgate.core.model import AuthzRequest, Decision, Effect, Reason
+from callgate.base.errors import ErrorCode, Violation
+from callgate.base.model import AuthzRequest, Decision, Effect, Reason
 from callgate.policy.timevalues import TimePlan
 
 if TYPE_CHECKING:

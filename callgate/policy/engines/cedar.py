@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import cedarpy
 
-from callgate.core.errors import ErrorCode, Violation, policy_invalid
-from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
+from callgate.base.errors import ErrorCode, Violation, policy_invalid
+from callgate.base.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.native import load_native, native_missing
 from callgate.policy.conformance import NOT_CONFORMING, conformance_violations
 from callgate.policy.declare import (
