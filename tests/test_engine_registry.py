@@ -347,3 +347,17 @@ def test_a_registered_toy_engine_renders_its_own_declarations(
     assert rc == 0, out
     assert LOADED[-1].allow == {"weather.read"}  # from the rendering alone: rules.toy allows nothing
     assert {r.capability for r in LOADED[-1].seen} == {"weather.read"}
+
+
+@pytest.mark.parametrize(
+    "folder", ["policies", "tests/data/meters", "tests/data/text_context", "tests/data/time_context"]
+)
+def test_the_rego_folder_renders_what_the_rego_engines_load(folder: str) -> None:
+    """``render_declarations`` of the Rego folder is the document the Rego contract loads (what
+    rego-cpp compiles and OPA is given), byte for byte."""
+    from callgate.policy.engines.rego_contract import load_rego_dir
+
+    policy_dir = ROOT / folder
+    rego = ENGINES.get("rego").folder
+    loaded = load_rego_dir(policy_dir / rego.name)
+    assert rendered(policy_dir, rego) == {policy_dir / rego.name / "data.json": loaded.data_text}
