@@ -104,6 +104,9 @@ class ArgType:
     fields: tuple[tuple[str, ArgType, bool], ...] = ()
 
     def cedar(self) -> str:
+        """The type as written (Cedar's notation, ``Set<String>``, ``{ a?: Long }``): how
+        ``callgate check`` and a ``schema_violation`` show it, and what
+        :mod:`callgate.policy.engines.cedar_declare` writes in a generated action."""
         if self.kind == "Set":
             assert self.element is not None
             return f"Set<{self.element.cedar()}>"
