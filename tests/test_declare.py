@@ -15,17 +15,17 @@ import pytest
 from callgate.base.errors import LoadError
 from callgate.cli.main import main
 from callgate.policy.declare import (
-    BASE_CEDAR_SCHEMA,
     ArgType,
     Problem,
-    cedar_declared_actions,
     check_tools,
     declared,
     load_principals,
     tool_declaration,
     tool_typing,
 )
+from callgate.policy.engines.cedar_declare import BASE_CEDAR_SCHEMA, cedar_declared_actions, cedar_schema
 from callgate.policy.engines.registry import ENGINES, policy_folders
+from callgate.policy.engines.rego_declare import rego_data
 from callgate.policy.snapshot import load_snapshot
 from tests.conftest import POLICIES
 from tests.test_one_declaration import cli
@@ -74,7 +74,7 @@ def test_the_cedar_fragment_and_rego_data_a_toolspec_implies(tmp_path: Path) -> 
         normalizers=[{"kind": "decimal", "field": "/price", "scale": 2}],
     )
     d = declared(tmp_path)
-    cedar = d.cedar_schema(None)
+    cedar = cedar_schema(d, None)
     assert cedar.startswith(BASE_CEDAR_SCHEMA)
     assert 'action "shop.order" in [create] appliesTo {' in cedar
     assert (
@@ -85,7 +85,7 @@ def test_the_cedar_fragment_and_rego_data_a_toolspec_implies(tmp_path: Path) -> 
 
     cedarpy.Schema.from_str(cedar)  # Cedar takes it
     assert cedar_declared_actions(cedar)["shop.order"] == d.tools[0].args
-    rego = d.rego_data({}, "data.json")["callgate"]
+    rego = rego_data(d, {}, "data.json")["callgate"]
     assert rego["schema"]["actions"]["shop.order"] == {
         "member_of": ["create"],
         "args": {
@@ -102,7 +102,7 @@ def test_the_cedar_fragment_and_rego_data_a_toolspec_implies(tmp_path: Path) -> 
     }
     # an action the hand-written schema declares is not generated again
     hand = BASE_CEDAR_SCHEMA + 'action "shop.order" in [create];\n'
-    assert d.cedar_schema(hand).count('action "shop.order"') == 1
+    assert cedar_schema(d, hand).count('action "shop.order"') == 1
 
 
 @pytest.mark.parametrize(
@@ -121,12 +121,12 @@ def test_an_argument_without_a_policy_type_is_named(
     path = write_tool(tmp_path / "tools", "t.x", obj({"id": {"type": "string"}, "x": prop}, ["id"]))
     decl = tool_declaration(path)
     assert decl.args is None
-    assert declared(tmp_path).cedar_schema(
-        BASE_CEDAR_SCHEMA + 'action "t.x" in [create];\n'
+    assert cedar_schema(
+        declared(tmp_path), BASE_CEDAR_SCHEMA + 'action "t.x" in [create];\n'
     )  # declared by hand: fine
     # a schema that does not declare it, or none: left undeclared, and the tool alone is refused
-    assert "t.x" not in declared(tmp_path).cedar_schema(BASE_CEDAR_SCHEMA)
-    assert "t.x" not in declared(tmp_path).cedar_schema(None)
+    assert "t.x" not in cedar_schema(declared(tmp_path), BASE_CEDAR_SCHEMA)
+    assert "t.x" not in cedar_schema(declared(tmp_path), None)
     problem = tool_typing(tmp_path, ENGINES.get("cedar").folder).refused[str(path)]
     assert problem.place == "tool t.x@v1" and problem.warning
     assert problem.message.startswith(pointer + ":") and message in problem.message
@@ -149,7 +149,7 @@ def test_two_toolspecs_typing_one_capability_differently(tmp_path: Path) -> None
         required_capabilities=["shared.cap"],
     )
     with pytest.raises(LoadError) as exc:
-        declared(tmp_path).cedar_schema(None)
+        cedar_schema(declared(tmp_path), None)
     assert "shared.cap" in exc.value.message and "a.one@v1" in exc.value.message
 
 
@@ -241,7 +241,7 @@ def test_legacy_files_still_load_unchanged(tmp_path: Path) -> None:
 
     assert load_rego_dir(POLICIES / "rego").data == json.loads((POLICIES / "rego" / "data.json").read_text())
     assert (
-        declared(POLICIES).cedar_schema((POLICIES / "cedar" / "schema.cedarschema").read_text())
+        cedar_schema(declared(POLICIES), (POLICIES / "cedar" / "schema.cedarschema").read_text())
         == (POLICIES / "cedar" / "schema.cedarschema").read_text()
     )
 

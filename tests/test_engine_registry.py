@@ -29,7 +29,7 @@ import pytest
 from callgate.base.model import AuthzRequest, Decision, Effect, Reason, Subject
 from callgate.cli.main import cmd_check
 from callgate.cli.newtool import scaffold
-from callgate.policy.declare import Problem, ToolDecl, arg_place, check_tools, tool_typing
+from callgate.policy.declare import Declared, Problem, ToolDecl, arg_place, check_tools, rendered, tool_typing
 from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.factory import EngineFactory, NewTool, PolicyFolder, Scaffolded, SchemaActions
 from callgate.policy.engines.registry import ENGINES, policy_folders
@@ -158,8 +158,31 @@ class ToyEngine(NotCompiled):
 LOADED: list[ToyEngine] = []
 
 
+GENERATED = "generated.toy"
+"""The toy's rendering of the declarations: one ``allow <capability>`` line per generated action."""
+
+
+def _render(policy_dir: Path, declared: Declared, /) -> Mapping[Path, str]:
+    """Every capability the ToolSpecs require that ``rules.toy`` does not type, allowed (when
+    ``rules.toy`` says ``"generate": true``)."""
+    rules = _toy_rules(policy_dir)
+    hand = rules.get("allow", {})
+    wanted = rules.get("generate", False)  # off unless rules.toy asks (the tests above declare by hand)
+    caps = sorted({c for d in declared.tools for c in d.capabilities if c not in hand} if wanted else ())
+    return {policy_dir / TOY / GENERATED: "".join(f"allow {c}\n" for c in caps)}
+
+
+def _toy_actions(policy_dir: Path) -> frozenset[str]:
+    """The toy's schema: the actions of ``rules.toy`` and of its rendering of the declarations."""
+    generated = rendered(policy_dir, TOY_FOLDER)[policy_dir / TOY / GENERATED]
+    return frozenset(
+        {*_toy_rules(policy_dir).get("allow", {}), *(line.split()[1] for line in generated.splitlines())}
+    )
+
+
 def _load(policy_dir: Path, policy: object) -> ToyEngine:
-    engine = ToyEngine(frozenset(_toy_rules(policy_dir).get("allow", {})))
+    """The hand-written rules plus the toy's rendering of the declarations (nothing else)."""
+    engine = ToyEngine(_toy_actions(policy_dir))
     LOADED.append(engine)
     return engine
 
@@ -194,12 +217,13 @@ TOY_FOLDER = PolicyFolder(
     reads=lambda rel: rel.endswith(".toy"),
     reads_text="it reads *.toy files",
     hand_declared=lambda d: frozenset(_toy_rules(d).get("allow", {})),
-    schema_actions=lambda d: SchemaActions(frozenset(_toy_rules(d).get("allow", {})), d / TOY / RULES),
+    schema_actions=lambda d: SchemaActions(_toy_actions(d), d / TOY / RULES),
     principals=lambda d, most: [Subject(tenant=t, id=u) for u, t in _toy_rules(d).get("users", {}).items()][
         :most
     ],
     type_rules=_type_rules,
     scaffold=_scaffold,
+    render_declarations=_render,
 )
 TOY_FACTORY = EngineFactory(name=TOY, doc="a toy engine of the test", load=_load, folder=TOY_FOLDER)
 
@@ -295,3 +319,45 @@ def test_the_declarations_and_new_tool_pick_up_a_registered_toy_engine(
     assert policies / TOY / "toys_spin.toy" in made.created
     assert (policies / TOY / "toys_spin.toy").read_text() == "allow toys.spin toys-spin-permit\n"
     assert policies / "cedar" / "policies.cedar" in made.appended
+
+
+def test_a_registered_toy_engine_renders_its_own_declarations(
+    toy_registered: EngineFactory, tmp_path: Path
+) -> None:
+    """The declarations in the toy's language, through its folder's ``render_declarations``: a
+    capability its rules do not type is generated from the ToolSpec, and ``callgate check``'s
+    sample requests are allowed by the engine loaded with it (no other edit)."""
+    policies = _toy_policies(tmp_path)
+    (policies / TOY / "notes.txt").unlink()
+    (policies / TOY / RULES).write_text(json.dumps({"allow": {}, "users": {"tia": "acme"}, "generate": True}))
+    assert rendered(policies, TOY_FOLDER) == {policies / TOY / GENERATED: "allow weather.read\n"}
+    # the built-in folders render theirs through the same member (the files their engines load)
+    cedar, rego = (ENGINES.get(n).folder for n in ("cedar", "rego"))
+    assert set(rendered(policies, cedar)) == {
+        policies / "cedar" / "schema.cedarschema",
+        policies / "cedar" / "entities.json",
+    }
+    assert 'action "weather.read"' in rendered(policies, cedar)[policies / "cedar" / "schema.cedarschema"]
+    assert '"weather.read"' in rendered(policies, rego)[policies / "rego" / "data.json"]
+
+    toml = tmp_path / "callgate.toml"
+    toml.write_text(f'[policy]\ndir = "{policies}"\nengine = "{TOY}"\n[store]\npath = "{tmp_path}/db"\n')
+    rc, out = check(toml)
+    assert "ok: 1 tools, engine toy" in out, out
+    assert rc == 0, out
+    assert LOADED[-1].allow == {"weather.read"}  # from the rendering alone: rules.toy allows nothing
+    assert {r.capability for r in LOADED[-1].seen} == {"weather.read"}
+
+
+@pytest.mark.parametrize(
+    "folder", ["policies", "tests/data/meters", "tests/data/text_context", "tests/data/time_context"]
+)
+def test_the_rego_folder_renders_what_the_rego_engines_load(folder: str) -> None:
+    """``render_declarations`` of the Rego folder is the document the Rego contract loads (what
+    rego-cpp compiles and OPA is given), byte for byte."""
+    from callgate.policy.engines.rego_contract import load_rego_dir
+
+    policy_dir = ROOT / folder
+    rego = ENGINES.get("rego").folder
+    loaded = load_rego_dir(policy_dir / rego.name)
+    assert rendered(policy_dir, rego) == {policy_dir / rego.name / "data.json": loaded.data_text}

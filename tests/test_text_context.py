@@ -23,10 +23,12 @@ import pytest
 
 from callgate.arguments.parse import ParseLimits
 from callgate.base.model import AuthzRequest, Subject
-from callgate.policy.declare import cedar_text_actions, declared
+from callgate.policy.declare import declared
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
+from callgate.policy.engines.cedar_declare import cedar_schema, cedar_text_actions
 from callgate.policy.engines.rego import RegoEngine
 from callgate.policy.engines.rego_contract import build_input, load_rego_dir
+from callgate.policy.engines.rego_declare import rego_data
 from callgate.policy.snapshot import load_snapshot
 from callgate.policy.textflags import TEXT_KEY, may_flag, text_context
 from callgate.propose.authorize import policy_context
@@ -81,18 +83,18 @@ def test_generated_schema_declares_text(folder: Path) -> None:
     """Cedar: an optional ``text`` record on every generated action; Rego: an optional context
     attribute. A hand-written schema or data.json that does not declare it never gets it."""
     decl = declared(folder)
-    schema = decl.cedar_schema(None)
+    schema = cedar_schema(decl, None)
     assert "text?: { hidden: Bool, mixed_script: Bool, whitespace_run: Bool, hidden_at: Set<String>" in schema
     assert cedar_text_actions(schema) == {"notes.post"}
     assert cedar_text_actions((POLICIES / "cedar" / "schema.cedarschema").read_text()) == frozenset()
-    rego = decl.rego_data({}, "data.json")["callgate"]["schema"]
+    rego = rego_data(decl, {}, "data.json")["callgate"]["schema"]
     assert rego["optional_context"] == {"text": "Record"}
     legacy = {
         "callgate": {
             "schema": json.loads((POLICIES / "rego" / "data.json").read_text())["callgate"]["schema"]
         }
     }
-    assert "optional_context" not in decl.rego_data(legacy, "data.json")["callgate"]["schema"]
+    assert "optional_context" not in rego_data(decl, legacy, "data.json")["callgate"]["schema"]
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

@@ -23,11 +23,13 @@ import pytest
 from callgate.arguments.parse import ParseLimits
 from callgate.base.errors import ErrorCode, RejectedError
 from callgate.base.model import AuthzRequest, Subject
-from callgate.policy.declare import cedar_time_plans, declared
+from callgate.policy.declare import declared
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
+from callgate.policy.engines.cedar_declare import cedar_schema, cedar_time_plans
 from callgate.policy.engines.rego import RegoEngine
 from callgate.policy.engines.rego_contract import build_input, load_rego_dir
+from callgate.policy.engines.rego_declare import rego_data
 from callgate.policy.timevalues import Instant, Span, TimeKind, TimeValueError, instant_of, span_of
 from callgate.propose.authorize import policy_context
 from callgate.propose.steps import check_times
@@ -75,7 +77,7 @@ def test_generated_schema_declares_time(folder: Path) -> None:
     """``context.now`` and the time arguments are declared: Cedar ``datetime``/``duration``,
     Rego's context gains ``now`` and ``millis`` (the arguments stay strings there)."""
     decl = declared(folder)
-    schema = decl.cedar_schema(None)
+    schema = cedar_schema(decl, None)
     assert "now: datetime" in schema
     assert "length: duration" in schema and "repeat_until: datetime" in schema and "start: datetime" in schema
     plans = cedar_time_plans(schema)
@@ -85,7 +87,7 @@ def test_generated_schema_declares_time(folder: Path) -> None:
         "start",
     }
     assert plans["reports.fetch"].now and not plans["reports.fetch"].args
-    rego = decl.rego_data({}, "data.json")["callgate"]["schema"]
+    rego = rego_data(decl, {}, "data.json")["callgate"]["schema"]
     assert rego["context"] == {"tenant": "String", "tool": "String", "now": "String", "millis": "Record"}
     assert rego["actions"]["events.schedule"]["args"]["start"] == {"type": "String"}
 

@@ -4,7 +4,7 @@ The Cedar engines (cedarpy and the compiled core) validate every request against
 answer one that does not conform with a deny marked :data:`NOT_CONFORMING`, whose diagnostics
 name no argument (or name a leaf without its path, and echo values). Cedar decides; this module
 only *locates* the first argument that the action's hand-written ``context.args`` record (as
-:func:`callgate.policy.declare.cedar_declared_contexts` reads it) has no room for: an undeclared
+:func:`callgate.policy.engines.cedar_declare.cedar_declared_contexts` reads it) has no room for: an undeclared
 member, a missing required one, or a value of another kind. The Propose stage turns it into a
 ``schema_violation`` naming the pointer and the action, before any policy effect is reported.
 Messages name kinds and places, never values.
@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from callgate.base.errors import Violation
-from callgate.policy.declare import TIME_TYPES, ActionContext, ArgType
+from callgate.policy.declare import TIME_TYPES, ArgType
+
+if TYPE_CHECKING:
+    from callgate.policy.engines.cedar_declare import ActionContext
 
 NOT_CONFORMING: Final = "request does not conform to the Cedar schema"
 """The message of the deny reason both Cedar engines give a request that does not conform."""

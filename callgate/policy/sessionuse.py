@@ -110,7 +110,7 @@ class SessionUse:
     ) -> SessionUse:
         """From every policy's JSON form (``static``: id -> body; enforcing and shadow), the
         action hierarchy (action -> its descendants) and the schema's contexts (action ->
-        :class:`callgate.policy.declare.ActionContext`)."""
+        :class:`callgate.policy.engines.cedar_declare.ActionContext`)."""
         readers = []
         for body in static.values():
             if not isinstance(body, Mapping) or conditions_read(body.get("conditions", [])):

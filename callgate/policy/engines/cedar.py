@@ -44,14 +44,16 @@ from callgate.base.errors import ErrorCode, Violation, policy_invalid
 from callgate.base.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.native import load_native, native_missing
 from callgate.policy.conformance import NOT_CONFORMING, conformance_violations
-from callgate.policy.declare import (
+from callgate.policy.declare import declared
+from callgate.policy.engines.base import Readiness, combine, fault
+from callgate.policy.engines.cedar_declare import (
     ActionContext,
     cedar_declared_contexts,
+    cedar_entities,
+    cedar_schema,
     cedar_text_actions,
     cedar_time_plans,
-    declared,
 )
-from callgate.policy.engines.base import Readiness, combine, fault
 from callgate.policy.engines.cedar_slices import (
     LITERALS,
     EntityIndex,
@@ -351,8 +353,8 @@ def load_cedar_dir(
     # One declaration per tool: actions nobody declares come from the ToolSpecs, users and roles
     # from principals.json (the hand-written schema and entities.json still load: legacy)
     decl = declared(directory.parent)
-    texts[sch_path] = decl.cedar_schema(texts.get(sch_path))
-    texts[ent_path] = decl.cedar_entities(texts.get(ent_path), str(ent_path))
+    texts[sch_path] = cedar_schema(decl, texts.get(sch_path))
+    texts[ent_path] = cedar_entities(decl, texts.get(ent_path), str(ent_path))
     pol_text, sch_text, ent_text = files.text, texts[sch_path], texts[ent_path]
 
     try:

@@ -19,7 +19,7 @@ from callgate.policy.engines.factory import EngineFactory, NewTool, PolicyFolder
 
 if TYPE_CHECKING:
     from callgate.config import PolicyConfig
-    from callgate.policy.declare import Problem, ToolDecl
+    from callgate.policy.declare import Declared, Problem, ToolDecl
 
 ENGINE: Final = "cedar"
 FOLDER: Final = "cedar"
@@ -63,7 +63,7 @@ def _reads(rel: str) -> bool:
 
 
 def _hand_declared(policy_dir: Path) -> frozenset[str]:
-    from callgate.policy.declare import cedar_declared_actions
+    from callgate.policy.engines.cedar_declare import cedar_declared_actions
 
     path = policy_dir / FOLDER / SCHEMA_FILE
     try:
@@ -79,11 +79,12 @@ def _schema_actions(policy_dir: Path) -> SchemaActions:
 
     from callgate.policy.declare import declared
     from callgate.policy.engines.cedar import _parsed_schema
+    from callgate.policy.engines.cedar_declare import cedar_schema
 
     path = policy_dir / FOLDER / SCHEMA_FILE
     try:
         hand_written = path.read_text("utf-8") if path.exists() else None
-        text = declared(policy_dir).cedar_schema(hand_written)
+        text = cedar_schema(declared(policy_dir), hand_written)
         # the load's own parse of the same text: no second parse, and no drop of one that holds
         # the GIL for ~100 ms at 1,000 actions (cedar._parsed_schema)
         schema = _parsed_schema(text)
@@ -127,9 +128,9 @@ def _type_rules(policy_dir: Path, decls: Sequence[ToolDecl], texts: Mapping[str,
         Problem,
         admits_more,
         arg_place,
-        cedar_declared_contexts,
         type_diff,
     )
+    from callgate.policy.engines.cedar_declare import cedar_declared_contexts
 
     schema_path = policy_dir / FOLDER / SCHEMA_FILE
     if not schema_path.is_file():
@@ -189,6 +190,13 @@ def _scaffold(policy_dir: Path, tool: NewTool) -> Scaffolded:
     return Scaffolded(appended=((path, _rules(tool)),), conflict=conflict)
 
 
+def _render(policy_dir: Path, declared: Declared, /) -> Mapping[Path, str]:
+    """The declarations in Cedar (:func:`callgate.policy.engines.cedar_declare.render`)."""
+    from callgate.policy.engines.cedar_declare import render
+
+    return render(policy_dir, declared)
+
+
 CEDAR_FOLDER: Final = PolicyFolder(
     name=FOLDER,
     reads=_reads,
@@ -198,6 +206,7 @@ CEDAR_FOLDER: Final = PolicyFolder(
     principals=_principals,
     type_rules=_type_rules,
     scaffold=_scaffold,
+    render_declarations=_render,
     closes_nested=True,
 )
 

@@ -6,7 +6,8 @@ storage drivers).
 :class:`PolicyFolder` is everything the engine-neutral callers need to know of the engine's files:
 the folder it reads and which files in it, the actions its hand-written schema declares, the
 principals its entity data names, the rules ``callgate check`` runs on its files, the rules
-``callgate new tool`` writes there. ``callgate check`` (:mod:`callgate.policy.check`), the
+``callgate new tool`` writes there, and how it renders the generated declarations in its language
+(:class:`RenderDeclarations`). ``callgate check`` (:mod:`callgate.policy.check`), the
 declarations (:mod:`callgate.policy.declare`), the snapshot load and ``callgate new tool``
 (:mod:`callgate.cli.newtool`) iterate the registry and name no engine, so an engine is one module
 (its factory, e.g. :mod:`callgate.policy.engines.cedar_factory`) and one registration.
@@ -20,14 +21,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from callgate.base.model import Subject
 from callgate.policy.engines.base import Engine
 
 if TYPE_CHECKING:
     from callgate.config import PolicyConfig
-    from callgate.policy.declare import Problem, ToolDecl
+    from callgate.policy.declare import Declared, Problem, ToolDecl
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,19 @@ argument types against what the folder declares by hand; each problem names the 
 ``line N`` (:func:`callgate.policy.declare.arg_place`)."""
 
 
+class RenderDeclarations(Protocol):
+    """How an engine writes what the ToolSpecs and ``principals.json`` declare once
+    (:class:`~callgate.policy.declare.Declared`, engine-neutral) in its own language."""
+
+    def __call__(self, policy_dir: Path, declared: Declared, /) -> Mapping[Path, str]:
+        """The files the engine loads in place of its hand-written ones, by path under its
+        subfolder: each the hand-written file (where present) merged with what ``declared``
+        declares (``cedar/schema.cedarschema`` and ``cedar/entities.json``; ``rego/data.json``).
+        Raises :class:`~callgate.base.errors.LoadError` naming the file (a user declared twice,
+        a capability typed two ways)."""
+        ...
+
+
 def _no_warnings(policy_dir: Path) -> list[str]:
     return []
 
@@ -103,6 +117,9 @@ class PolicyFolder:
     scaffold: Callable[[Path, NewTool], Scaffolded]
     """``(policy_dir, tool) ->`` the rules ``callgate new tool`` writes (nothing when the
     subfolder does not exist)."""
+    render_declarations: RenderDeclarations
+    """The declarations in the engine's language (:class:`RenderDeclarations`;
+    :func:`callgate.policy.declare.rendered` calls it)."""
     value_places: Callable[[Path, str], list[str]] | None = None
     """``(policy_dir, JSON text of a value) -> ['file:line:col', ...]`` where a policy writes a
     decision value (``callgate check`` locates an effect outside the contract there); None: the
@@ -150,4 +167,12 @@ class EngineFactory:
     checked (``opa``: the server may still serve the previous revision); "" = this engine."""
 
 
-__all__ = ["EngineFactory", "NewTool", "PolicyFolder", "SchemaActions", "Scaffolded", "TypeRules"]
+__all__ = [
+    "EngineFactory",
+    "NewTool",
+    "PolicyFolder",
+    "RenderDeclarations",
+    "SchemaActions",
+    "Scaffolded",
+    "TypeRules",
+]

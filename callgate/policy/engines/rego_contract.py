@@ -412,8 +412,9 @@ def load_rego_dir(directory: Path, shadow: Sequence[str] = ()) -> RegoPolicies:
     # One declaration per tool (callgate/policy/declare.py): schema actions data.json does not
     # declare come from the ToolSpecs, users and roles from principals.json
     from callgate.policy.declare import declared
+    from callgate.policy.engines.rego_declare import rego_data
 
-    data = declared(directory.parent).rego_data(data, str(data_path))
+    data = rego_data(declared(directory.parent), data, str(data_path))
     data_text = json.dumps(data, ensure_ascii=False, sort_keys=True)
     digest.update(b"data\x00" + data_text.encode() + b"\x00")
     config_shadow = tuple(sorted(set(shadow)))

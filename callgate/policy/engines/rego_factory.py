@@ -21,7 +21,7 @@ from callgate.policy.engines.factory import EngineFactory, NewTool, PolicyFolder
 
 if TYPE_CHECKING:
     from callgate.config import PolicyConfig
-    from callgate.policy.declare import ArgType, Problem, ToolDecl
+    from callgate.policy.declare import ArgType, Declared, Problem, ToolDecl
 
 ENGINE: Final = "rego"
 FOLDER: Final = "rego"
@@ -70,10 +70,11 @@ def _data(policy_dir: Path) -> dict[str, Any]:
 def _schema_actions(policy_dir: Path) -> SchemaActions:
     """The actions of ``data.callgate.schema``: ``data.json``'s plus what the ToolSpecs declare."""
     from callgate.policy.declare import declared
+    from callgate.policy.engines.rego_declare import rego_data
 
     path = policy_dir / FOLDER / DATA_FILE
     try:
-        data = declared(policy_dir).rego_data({"callgate": _data(policy_dir)}, str(path))
+        data = rego_data(declared(policy_dir), {"callgate": _data(policy_dir)}, str(path))
     except LoadError:
         return SchemaActions(None, path)  # the engine's load reports it
     actions = data["callgate"].get("schema", {}).get("actions")
@@ -175,6 +176,13 @@ def _scaffold(policy_dir: Path, tool: NewTool) -> Scaffolded:
     return Scaffolded(created=((policy_dir / FOLDER / f"{tool.stem}.rego", _rules(tool)),))
 
 
+def _render(policy_dir: Path, declared: Declared, /) -> Mapping[Path, str]:
+    """The declarations in Rego (:func:`callgate.policy.engines.rego_declare.render`)."""
+    from callgate.policy.engines.rego_declare import render
+
+    return render(policy_dir, declared)
+
+
 REGO_FOLDER: Final = PolicyFolder(
     name=FOLDER,
     reads=_reads,
@@ -184,6 +192,7 @@ REGO_FOLDER: Final = PolicyFolder(
     principals=_principals,
     type_rules=_type_rules,
     scaffold=_scaffold,
+    render_declarations=_render,
     value_places=_value_places,
 )
 """The Rego policy folder: read by embedded Rego and by OPA."""

@@ -21,6 +21,7 @@ from callgate.base.errors import LoadError, policy_invalid
 from callgate.base.model import Effect
 from callgate.policy.declare import declared
 from callgate.policy.engines.cedar import policy_files
+from callgate.policy.engines.cedar_declare import cedar_schema
 from callgate.policy.prove import DEFAULT_SOLVER_TIMEOUT_MS, DEFAULT_WALL_SECONDS
 from callgate.policy.prove.properties import Kind, Property, View
 
@@ -95,7 +96,7 @@ class CedarSource:
             hand = sch_path.read_text(encoding="utf-8") if sch_path.exists() else None
         except OSError as exc:
             raise policy_invalid(f"cannot read: {exc.strerror}", source=str(exc.filename)) from None
-        schema = declared(cedar_dir.parent).cedar_schema(hand)
+        schema = cedar_schema(declared(cedar_dir.parent), hand)
         return cls(cedar_dir, policies, schema, tuple(shadow))
 
 
