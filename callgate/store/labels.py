@@ -46,7 +46,10 @@ _ADD = (
 )
 _UNKNOWN = "INSERT INTO {t}meter_unknown VALUES (?,?,?,1,0,?,?) ON CONFLICT DO NOTHING"
 _SQLITE: Final = (_ADD.replace("{t}", ""), _UNKNOWN.replace("{t}", ""))
-_PG: Final = tuple(x.replace("{t}", "callgate_").replace("?", "%s") for x in _SQLITE)
+_PG: Final = (
+    _ADD.replace("{t}", "callgate_").replace("?", "%s"),
+    _UNKNOWN.replace("{t}", "callgate_").replace("?", "%s"),
+)
 
 
 def result_labels(
