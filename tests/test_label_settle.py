@@ -12,24 +12,30 @@ session whose only read was left PREPARED at the crash is still unlabelled.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
+from callgate.core.meters import RESULT_LABELS_KEY
+from callgate.core.states import State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
+from callgate.store.base import EventRecord, InvocationRecord
 from tests.conftest import POLICIES
 from tests.test_crash_consistency import Pod, make_pod
-from tests.test_meters import admitted
+from tests.test_meters import _store, admitted
 from tests.test_store_contract import fresh_pg_database
 
 PG_STORE = '[store]\nbackend = "postgres"\ndsn_env = "CALLGATE_TEST_STORE_DSN"\n[confirmation]\nsweep_interval_ms = 200'
 SQLITE_STORE = '[store]\npath = "{tmp}/callgate.db"\n[confirmation]\nsweep_interval_ms = 200'
+AT = "2026-07-20T10:00:00Z"
 FORBID = """
 @id("weather-nowhere")
 forbid (principal, action == Action::"weather.read", resource)
@@ -141,3 +147,72 @@ def test_labels_settle_with_the_outcome_sqlite(folder: Path, pods: list[Pod]) ->
 def test_labels_settle_with_the_outcome_postgres(folder: Path, pods: list[Pod], postgres_dsn: str) -> None:
     pods.append(pod_for(folder, PG_STORE, {"CALLGATE_TEST_STORE_DSN": fresh_pg_database(postgres_dsn)}))
     labels_flow(pods[0])
+
+
+# --------------------------------------------------------------------------- OUTCOME_UNKNOWN, Reconcile
+def _event(inv: str, seq: int, to: State, data: dict[str, Any] | None = None) -> EventRecord:
+    return EventRecord(
+        f"{inv}.{seq}" if seq else "",
+        inv,
+        seq,
+        AT,
+        to.value.lower(),
+        None,
+        to,
+        "t" * 32,
+        "s" * 16,
+        data or {},
+    )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_an_unknown_outcome_labels_until_reconciled_not_committed(
+    kind: str, tmp_path: Path, request: Any
+) -> None:
+    """A labelled write that ends OUTCOME_UNKNOWN labels its session (it may have run); a Reconcile
+    that finds it not committed takes the label back out, one that finds it committed keeps it
+    (counted once); a move that names labels but does not make the result exist writes none."""
+    dsn = request.getfixturevalue("postgres_dsn") if kind == "postgres" else ""
+    named = {RESULT_LABELS_KEY: ["untrusted"]}
+
+    async def run() -> None:
+        store, _ = await _store(kind, tmp_path, dsn)
+        meters = store.meters()
+
+        async def move(
+            inv: InvocationRecord, to: State, data: dict[str, Any] | None = None
+        ) -> InvocationRecord:
+            new = replace(inv, state=to, updated_at=AT)
+            assert await store.transition(new, inv.state, [_event(inv.invocation_id, 0, to, data)])
+            return new
+
+        async def executing(n: int) -> InvocationRecord:
+            rec = InvocationRecord(
+                f"inv_{n}", "ses_1", "m", f"p{n}", "w.write", "v1", "acme", "carol", State.EXECUTING, b"{}",
+                created_at=AT, updated_at=AT,
+            )  # fmt: skip
+            await store.create_invocation(rec, [_event(rec.invocation_id, 1, State.EXECUTING)])
+            return rec
+
+        one = await move(await executing(1), State.OUTCOME_UNKNOWN, named)
+        assert await meters.labels("acme", "ses_1") == ("untrusted",)
+        assert await meters.labels("acme", "ses_2") == ()
+        await move(one, State.FAILED_BEFORE_COMMIT)  # reconciled: not committed
+        assert await meters.labels("acme", "ses_1") == ()
+        two = await move(await executing(2), State.OUTCOME_UNKNOWN, named)
+        two = await move(two, State.COMMITTED, named)  # reconciled: committed (named again: not twice)
+        await move(two, State.OBSERVED, named)
+        three = await move(await executing(3), State.OUTCOME_UNKNOWN, named)
+        await move(three, State.FAILED_BEFORE_COMMIT)  # takes back its own one only
+        assert await meters.labels("acme", "ses_1") == ("untrusted",)
+        await move(await executing(4), State.FAILED_BEFORE_COMMIT, named)  # no result: no label
+        await move(await executing(5), State.EXECUTING, named)
+        four = InvocationRecord(
+            "inv_9", "ses_3", "m", "p9", "w.write", "v1", "acme", "carol", State.EXECUTING, b"{}"
+        )
+        await store.create_invocation(four, [_event("inv_9", 1, State.EXECUTING)])
+        await move(four, State.FAILED_BEFORE_COMMIT, named)
+        assert await meters.labels("acme", "ses_3") == ()
+        await store.close()
+
+    asyncio.run(run())
