@@ -6,6 +6,11 @@ session reading (issue 30, branch ``labelcost``: callgate/policy/sessionuse.py).
 claim and the compiled core no longer decided in one call; after, a tool whose actions' policies
 never read the session is decided as before the label existed (its own label still reserved).
 
+Branch ``labelsettle``: the tool's own result labels are no longer reserved at Propose (a
+separate store write before the invocation's own) but written with the outcome
+(callgate/store/labels.py); with ``--before`` a checkout of the code before that, "example
+folder, after" is a weather read that writes nothing for its label at Propose.
+
 Closed loop (``--inflight`` calls) of Propose ``weather.get@v1`` against a real ``callgate
 serve`` (SQLite ``synchronous = FULL``, durability ``barrier``), sidecars alternated in rounds
 (every configuration once per round, ``--rounds`` rounds): the example folder on the code before

@@ -12,6 +12,10 @@ SESSION_WINDOW: Final = "session"
 """The window that lasts as long as the session."""
 LABEL_PREFIX: Final = "label:"
 """Labels are kept as session-window meters named ``label:<label>`` (:mod:`callgate.store.meters`)."""
+RESULT_LABELS_KEY: Final = "result_labels"
+"""The member of the event that makes a labelled call's result exist (COMMITTED, OUTCOME_UNKNOWN,
+FAILED_AFTER_COMMIT) naming the labels the result carries into its session; the store records
+them in the same transaction (:mod:`callgate.store.labels`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ from callgate.base.errors import (
     unknown_tool_version,
 )
 from callgate.base.events import EventKind
+from callgate.base.meters import RESULT_LABELS_KEY
 from callgate.base.model import MAX_RECORDED_VIOLATIONS, OutputCheck, OutputVerdict
 from callgate.base.states import State
 from callgate.base.trace import TraceContext
@@ -80,6 +81,7 @@ from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.store.base import AttemptRecord, InvocationRecord, ResultRecord, Store, Usage
+from callgate.store.labels import OBSERVING
 from callgate.store.ownership import owned_invocation
 from callgate.store.trail import Trail, move
 
@@ -182,6 +184,15 @@ class Page:
     message: bytes
     truncated: bool
     next_page_token: str
+
+
+def _name_result_labels(data: dict[str, Any], tool: CompiledTool | None, before: State, after: State) -> None:
+    """Name the tool's result labels in the event of a move that makes its result exist (into
+    COMMITTED, OUTCOME_UNKNOWN or FAILED_AFTER_COMMIT from before them): the store records them
+    for the session in the same transaction (:mod:`callgate.store.labels`). A tool no longer
+    served names none (its labels are not known any more)."""
+    if tool is not None and tool.labels and after in OBSERVING and before not in OBSERVING:
+        data[RESULT_LABELS_KEY] = list(tool.labels)
 
 
 def _claims_unverified(token: str) -> dict[str, Any]:
@@ -502,6 +513,7 @@ class Execution:
             data["message"] = message
         if redactions:
             data["redactions"] = redactions
+        _name_result_labels(data, tool, inv.state, target)
         trail.add(_OUTCOME_EVENT.get(target, EventKind.ATTEMPT_FAILED), target, data)
         new = replace(
             inv,
@@ -541,6 +553,7 @@ class Execution:
             )
             if verdict.state is None or verdict.kind is None:
                 continue
+            _name_result_labels(verdict.data, tool, inv.state, verdict.state)
             moved = await move(self._store, inv, verdict.state, verdict.kind, verdict.data, trace, at)
             if moved is None:
                 continue

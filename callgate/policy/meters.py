@@ -319,12 +319,6 @@ def parse_labels(doc: Mapping[str, Any], source: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(raw))
 
 
-def label_contributions(labels: Sequence[str], tenant: str, session_id: str) -> tuple[Contribution, ...]:
-    """The session-window meters a labelled call reserves (final once its result may exist)."""
-    scope = f"{tenant}\x1fx:{session_id}"
-    return tuple(Contribution(LABEL_PREFIX + x, scope, 1, (Window(SESSION_WINDOW, 0),), 0) for x in labels)
-
-
 def usage_record(usage: Mapping[str, Any]) -> dict[str, Any]:
     """``context.usage`` as the event records it (decimals as their exact text; the same dict
     when every value is an integer)."""

@@ -245,7 +245,7 @@ class Gate:
         try:
             outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
         finally:  # a Propose that wrote no invocation of its own holds no reservation
-            if (tool.meters or tool.labels) and not call.written:
+            if tool.meters and not call.written:
                 await self.metering.release(call.invocation_id)
         if decision.effect is Effect.DENY and claim.key is not None:
             await self.keys.release_claim(claim.key, call.invocation_id, call.now)

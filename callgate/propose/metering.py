@@ -7,7 +7,8 @@ declares is reserved in the store, atomically with the reading of the meter
 are recorded in the deciding event. The reservation then follows the invocation in the store:
 final at COMMITTED / OUTCOME_UNKNOWN, released when it ends before the commit boundary (a deny
 included); :meth:`Metering.release` drops it when the Propose wrote nothing of its own (it lost
-the key to another invocation, or the write failed).
+the key to another invocation, or the write failed). A tool's result labels are not reserved:
+they are written with the outcome that makes the result exist (:mod:`callgate.store.labels`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from callgate.policy.meters import (
     MeterError,
     Reading,
     contributions,
-    label_contributions,
     usage_context,
 )
 from callgate.policy.snapshot import PolicySnapshot
@@ -53,32 +53,33 @@ class Metering:
     ) -> tuple[dict[str, Any] | None, tuple[str, ...] | None]:
         """``context.usage`` (None: the tool declares no meters) with this call's contributions
         reserved, and ``context.session.labels`` (None: no ToolSpec declares labels, or no policy
-        that could decide the tool's actions reads them: :meth:`PolicySnapshot.reads_labels`;
-        the tool's own result labels are reserved either way, later calls read them). Raises
-        ``store_unavailable`` (fail closed) when the store keeps no meters or an argument cannot
-        be counted."""
+        that could decide the tool's actions reads them: :meth:`PolicySnapshot.reads_labels`).
+        The tool's own result labels are not written here: the store records them with the
+        outcome that makes the result exist (:mod:`callgate.store.labels`), so a tool whose only
+        stateful part is its result labels costs no store write at Propose. Raises
+        ``store_unavailable`` (fail closed) when the store keeps no meters (nor so labels) or an
+        argument cannot be counted."""
         uses_labels = snapshot.reads_labels(tool)
         if not tool.meters and not tool.labels and not uses_labels:
             return None, None
         if self._store is None:
             raise store_unavailable("the store keeps no meters; a ToolSpec declares meters or labels")
         labels = await self._store.labels(tenant, session_id) if uses_labels else None
+        if not tool.meters:  # the tool's own result labels are written with its outcome
+            return None, labels
         args = normalized.value if isinstance(normalized.value, Mapping) else {}
         try:
             resource = tool.resource.render(args) if any(m.scope == "resource" for m in tool.meters) else ""
             parts = contributions(
                 tool.meters, args, tenant=tenant, subject=subject, session_id=session_id, resource=resource
-            ) + label_contributions(tool.labels, tenant, session_id)
+            )
         except MeterError as exc:
             raise store_unavailable(f"{tool.spec.key}: {exc}") from None
-        usage = None
-        if parts:
-            timeout = timedelta(milliseconds=tool.spec.timeout_ms)
-            readings: Sequence[Reading] = await self._store.reserve(
-                invocation_id, session_id, parts, now, now + timeout + self._ttl
-            )
-            usage = usage_context(readings) if tool.meters else None
-        return usage, labels
+        timeout = timedelta(milliseconds=tool.spec.timeout_ms)
+        readings: Sequence[Reading] = await self._store.reserve(
+            invocation_id, session_id, parts, now, now + timeout + self._ttl
+        )
+        return usage_context(readings), labels
 
     async def release(self, invocation_id: str) -> None:
         if self._store is not None:

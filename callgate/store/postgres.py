@@ -76,6 +76,7 @@ from callgate.store.idempotency.base import (
     fresh_claim,
     released,
 )
+from callgate.store.labels import label_pg
 from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
@@ -504,6 +505,7 @@ class PostgresStore:
                 return False
             await _insert_events(conn, events)
             await _follow_key(conn, record)
+            await label_pg(conn, record, expected, events)
             return True
 
     async def transition_many(self, moves: Sequence[Move]) -> list[bool]:
@@ -516,6 +518,7 @@ class PostgresStore:
                 if ok:
                     await _insert_events(conn, m.events)
                     await _follow_key(conn, m.record)
+                    await label_pg(conn, m.record, m.expected, m.events)
                 done.append(ok)
         return done
 
@@ -591,6 +594,7 @@ class PostgresStore:
                     raise _Conflict()
                 await _insert_events(conn, events)
                 await _follow_key(conn, record)
+                await label_pg(conn, record, expected, events)
                 return True
         except _Conflict:
             return False

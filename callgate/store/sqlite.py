@@ -48,6 +48,7 @@ from callgate.store.base import (
 from callgate.store.idempotency import sqlite as keys_sql
 from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyKey, IdempotencyStore, released
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
+from callgate.store.labels import label_sqlite
 from callgate.store.meters import (
     SQLITE_EXACT_MIGRATION,
     SQLITE_MIGRATION,
@@ -773,6 +774,7 @@ class SQLiteStore:
                 return False
             _insert_events(c, events)
             _follow_key(c, record)
+            label_sqlite(c, record, expected, events)
             return True
 
         return await self._call(op)
@@ -785,6 +787,7 @@ class SQLiteStore:
                 if ok:
                     _insert_events(c, m.events)
                     _follow_key(c, m.record)
+                    label_sqlite(c, m.record, m.expected, m.events)
                 done.append(ok)
             return done
 
@@ -821,6 +824,7 @@ class SQLiteStore:
                 raise _Conflict()
             _insert_events(c, events)
             _follow_key(c, record)
+            label_sqlite(c, record, expected, events)
             return True
 
         return await self._call_cas(op)
