@@ -446,7 +446,7 @@ def test_one_call_decision_is_the_reference(
     if answer.authz is None:
         COUNTS["one-call-authz-defer"] += 1  # the engine decides, as before
         return
-    got = snap.engine.native_decision(answer.authz)
+    got = snap.engine.decide_answers(answer.authz)
     assert answer.resource == want.resource
     assert key(got) == key(want.decision), (args, got, want.decision)
     COUNTS["one-call-" + got.effect.value + (":" + got.error_code if got.error_code else "")] += 1
@@ -467,7 +467,7 @@ def test_one_call_runs_only_on_the_compiled_cedar() -> None:
 
     one = core.front(snap, tool, raw, "acme", "en", clock, ParseLimits(), "bob")
     assert one is not None and one.code is None and one.resource == "weather:Paris"
-    assert snap.engine.native_decision(one.authz).effect is Effect.ALLOW
+    assert snap.engine.decide_answers(one.authz).effect is Effect.ALLOW
     assert core.front(snap, tool, raw, "acme", "en", clock, ParseLimits()).authz is None
     padded = raw[:-1] + b" " * 5000 + b"}"  # from 4 KiB the call releases the GIL: the same answer
     big = core.front(snap, tool, padded, "acme", "en", clock, ParseLimits(), "bob")
@@ -597,7 +597,7 @@ def test_one_call_typed_context_is_the_reference(
         COUNTS["typed-authz-defer"] += 1  # the engine decides (a value to_cedar_value refuses)
         assert want.decision.effect is Effect.DENY, (args, want.decision)
         return
-    got = snap.engine.native_decision(answer.authz)
+    got = snap.engine.decide_answers(answer.authz)
     assert answer.resource == want.resource
     assert key(got) == key(want.decision), (args, got, want.decision)
     COUNTS["typed-" + got.effect.value + (":" + got.error_code if got.error_code else "")] += 1

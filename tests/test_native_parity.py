@@ -829,7 +829,7 @@ def test_generated_proposals_decide_as_the_whole_context(
     norm = reference_front(tool, raw, clock, tenant, zone=zone, limits=LIMITS)
     ref = CedarEngine(snap.engine._p)
     want = asyncio.run(authorize_invocation(ref, tool, norm, Subject(tenant, principal)))
-    got = snap.engine.native_decision(answer.authz)
+    got = snap.engine.decide_answers(answer.authz)
     assert (got.effect, got.error_code, [(r.code, r.policy_id, r.message) for r in got.reasons]) == (
         want.decision.effect,
         want.decision.error_code,

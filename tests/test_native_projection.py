@@ -208,7 +208,7 @@ def decide_three_ways(engines: tuple[Any, ...], tool_name: str, args: Any, user:
     if answer.authz is None:
         assert want.decision.effect is Effect.DENY, (args, want.decision)
         return "authz-defer"
-    got = snap.engine.native_decision(answer.authz)
+    got = snap.engine.decide_answers(answer.authz)
     assert answer.resource == want.resource
     assert key(got) == key(want.decision), (tool_name, args, got, want.decision)
     return got.effect.value + (":" + got.error_code if got.error_code else "")
@@ -353,7 +353,7 @@ def test_records_put_drops_the_records() -> None:
         answer = core.front(snap, tool, raw, "acme", "en", CLOCK, limits, "bob")
         assert answer is not None and answer.code is None and answer.authz is not None
         assert native.projected_decisions() == 1
-        got = snap.engine.native_decision(answer.authz)
+        got = snap.engine.decide_answers(answer.authz)
         norm = reference_front(tool, raw, CLOCK, "acme", limits=limits)
         ref = CedarEngine(snap.engine._p)
         want = asyncio.run(authorize_invocation(ref, tool, norm, Subject("acme", "bob")))

@@ -120,7 +120,7 @@ def test_compiled_core(folder: Path, case: dict[str, Any], loop: asyncio.Abstrac
         got = decide(snap.engine, snap, case, loop)
     else:
         assert "text" not in case["expect"]
-        got = summary(snap.engine.native_decision(answer.authz))
+        got = summary(snap.engine.decide_answers(answer.authz))
     assert got == want(case)
 
 

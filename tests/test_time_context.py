@@ -114,7 +114,7 @@ def test_compiled_core(folder: Path, case: dict[str, Any], loop: asyncio.Abstrac
         got = decide(snap.engine, snap, case, loop)
     else:
         assert answer.authz is not None, "the one-call decision runs for a tool without time arguments"
-        got = summary(snap.engine.native_decision(answer.authz))
+        got = summary(snap.engine.decide_answers(answer.authz))
     assert got == want(case)
 
 

@@ -261,7 +261,7 @@ def _native_validated_data(
     return facts.native_validated
 
 
-def _native_decision(
+def _compiled_decision(
     snapshot: PolicySnapshot, authz: tuple[tuple[Any, Any], ...]
 ) -> tuple[Decision, dict[str, object]]:
     """The engine's combined decision of the compiled core's answers and its stored dict, one
@@ -274,7 +274,7 @@ def _native_decision(
         raise internal("the compiled core decided for an engine without a compiled side")
 
     def build() -> tuple[Decision, dict[str, object]]:
-        decision = decider.native_decision(authz)
+        decision = decider.decide_answers(authz)
         return decision, decision_to_dict(decision)
 
     try:
@@ -417,7 +417,7 @@ def front(
             return validated, call.reject(exc, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
         _normalized_event(call, normalized)
         if answer.authz is not None:
-            decision, call.authorization_dict = _native_decision(call.snapshot, answer.authz)
+            decision, call.authorization_dict = _compiled_decision(call.snapshot, answer.authz)
             call.authorization = AuthorizationResult(decision, answer.resource, ())
         return validated, normalized
     parsed = parse(call, limits)
@@ -473,7 +473,7 @@ async def authorize(
         call.decision = decision_to_dict(decision)
     elif result is not call.authorization:
         call.decision = decision_to_dict(result.decision)
-    else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
+    else:  # a decision of the compiled core is a shared value (_compiled_decision): so is its dict
         call.decision = call.authorization_dict
     data: dict[str, object] = {
         "subject": {"tenant": session.tenant, "id": session.subject},
@@ -518,7 +518,7 @@ def _metered_on_core(
     )  # fmt: skip
     if got is None:
         return None
-    decision, call.authorization_dict = _native_decision(call.snapshot, got[1])
+    decision, call.authorization_dict = _compiled_decision(call.snapshot, got[1])
     return AuthorizationResult(decision, got[0], ())
 
 

@@ -130,7 +130,7 @@ def propose_pb(
     """``echo_arguments=False`` (the request's ``omit_normalized_arguments``): digest only.
     ``memo``: the serving snapshot's, where the decision's message is built once per distinct
     decision (:meth:`~callgate.policy.snapshot.SnapshotMemo.decision_form`: the compiled core's
-    decisions are shared values, :func:`callgate.propose.steps._native_decision`)."""
+    decisions are shared values, :func:`callgate.propose.steps._compiled_decision`)."""
     r = o.record
     d = o.decision
     return pb.ProposeResponse(

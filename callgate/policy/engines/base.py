@@ -133,7 +133,7 @@ class CompiledDecider(Protocol):
         build: a proposal with flagged free text is then decided by the Python stages)."""
         ...
 
-    def native_decision(self, answers: Sequence[tuple[Answer, Answer | None]]) -> Decision:
+    def decide_answers(self, answers: Sequence[tuple[Answer, Answer | None]]) -> Decision:
         """The combined decision of the compiled core's ``(enforcing, shadow)`` answers, one per
         capability: what :meth:`Engine.authorize_batch` gives for the same requests."""
         ...

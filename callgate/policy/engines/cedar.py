@@ -751,7 +751,7 @@ def _position(pos_id: str) -> tuple[int, str]:
     return (int(n) if n.isdigit() else 2**62, pos_id)
 
 
-def _native_decision(answer: tuple[str, list[tuple[str, str, str]], str]) -> Decision:
+def _compiled_decision(answer: tuple[str, list[tuple[str, str, str]], str]) -> Decision:
     effect, reasons, error_code = answer
     return Decision(
         effect=Effect(effect),
@@ -767,9 +767,9 @@ def _with_shadow(
 ) -> Decision:
     """One capability's decision from the compiled core's answers (the shadow effect reported
     when it differs, as :meth:`CedarEngine._decide` does)."""
-    decision = _native_decision(main)
+    decision = _compiled_decision(main)
     if shadow is not None:
-        would = _native_decision(shadow)
+        would = _compiled_decision(shadow)
         if would.effect is not decision.effect:
             decision = replace(decision, shadow_effect=would.effect.value, shadow_policy_ids=would.policy_ids)
     return decision
@@ -810,11 +810,11 @@ class CedarEngine:
     def native_snapshot(self) -> CedarSnapshot | None:
         """The compiled snapshot when the compiled core decides and the engine is open, else
         None: the one-call Propose decision (:meth:`callgate.propose.core.Core.front`) runs on
-        it, and :meth:`native_decision` reads its answers."""
+        it, and :meth:`decide_answers` reads its answers."""
         snap: CedarSnapshot | None = self._p.native if self._native and not self._closed else None
         return snap
 
-    def native_decision(self, answers: Sequence[tuple[Answer, Answer | None]]) -> Decision:
+    def decide_answers(self, answers: Sequence[tuple[Answer, Answer | None]]) -> Decision:
         """The combined decision of the compiled core's ``(enforcing, shadow)`` answers, one per
         capability: what :meth:`authorize_batch` and ``combine`` give for the same requests."""
         return combine([_with_shadow(main, shadow) for main, shadow in answers], ENGINE_NAME)
