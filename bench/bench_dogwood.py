@@ -28,7 +28,7 @@ callgate, on this machine, with durable records:
   is on ``calendar.create_event`` (the read of the labels without the weather read's write),
   alternating sidecars (A B C A B C), sidecar CPU per call and p50.
 
-Every answered Propose is a decision with its meter reserved and its events durable; the last
+Every answered Propose is a decision with its meter reserved and its events committed; the last
 answer of each point is decoded and checked (ALLOW, PREPARED). State the load average (printed)
 beside every figure: the box is shared.
 
