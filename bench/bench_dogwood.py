@@ -9,7 +9,10 @@ offered requests/s (dogwood-performance/README.md). This runs the same shape of 
 callgate, on this machine, with durable records:
 
 * a real ``callgate serve`` (own process; Cedar, compiled core; SQLite ``synchronous = FULL``,
-  durability ``barrier``: every decision's records are on disk before the answer);
+  durability ``barrier`` by default: a Propose's records are committed to the WAL before the
+  answer and fsync'd at the next barrier, taken before anything can run; ``--durability
+  per_answer``: every commit fsync'd before the answer, group-committed, as Dogwood does per
+  event);
 * one tool, ``mail.send@v1``, declaring a meter (``calls`` per subject over ``1h`` and the
   session), and 10 or 100 Cedar policies on its action, every one reading the meter (one permit
   under a ceiling, the others forbids on a recipient and a count: all evaluated on each call);
@@ -25,11 +28,12 @@ callgate, on this machine, with durable records:
   is on ``calendar.create_event`` (the read of the labels without the weather read's write),
   alternating sidecars (A B C A B C), sidecar CPU per call and p50.
 
-Every answered Propose is a decision with its meter reserved and its events durable; the last
+Every answered Propose is a decision with its meter reserved and its events committed; the last
 answer of each point is decoded and checked (ALLOW, PREPARED). State the load average (printed)
 beside every figure: the box is shared.
 
     .venv/bin/python bench/bench_dogwood.py [--seconds 5] [--policies 10,100] [--ramp 250,400,500,700]
+                                            [--rates 1,10,100,500] [--durability per_answer]
                                             [--example] [--inflight 4]
 """
 
@@ -226,6 +230,8 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--policies", default="10,100")
     ap.add_argument("--ramp", default="250,400,500,700", help="open-loop rates after 100/s")
+    ap.add_argument("--rates", default="", help="open-loop rates instead of 100/s and the ramp")
+    ap.add_argument("--durability", default="barrier", choices=("barrier", "per_answer"))
     ap.add_argument("--subjects", type=int, default=64)
     ap.add_argument("--example", action="store_true", help="only the example folder's label cost")
     ap.add_argument("--inflight", type=int, default=4)
@@ -238,10 +244,17 @@ async def main() -> None:
         return
     floor = fsync_floor_ms(root)
     print(f"fsync floor here: {floor:.3f} ms per append ({1000 / floor:.0f}/s)  (Dogwood's: 1.18 ms)")
-    res: dict[str, Any] = {"fsync_floor_ms": floor, "dogwood_published": DOGWOOD}
+    res: dict[str, Any] = {
+        "fsync_floor_ms": floor,
+        "durability": args.durability,
+        "dogwood_published": DOGWOOD,
+    }
     rates = [100.0] + [float(x) for x in args.ramp.split(",") if x]
+    if args.rates:
+        rates = [float(x) for x in args.rates.split(",") if x]
+    print(f"durability: {args.durability}", flush=True)
     for n in (int(x) for x in args.policies.split(",") if x):
-        with sidecar(policy_dir=folder(root, n)) as sc:
+        with sidecar(policy_dir=folder(root, n), durability=args.durability) as sc:
             go = GoLoad(target=sc.agent, tmp=root)
             (warm,) = await sessions(sc.agent, 1, "warm")
             go.run(
