@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Final
@@ -113,6 +113,9 @@ class MeterSpec:
     scope: ScopeKind
     scope_field: str
     windows: tuple[Window, ...]
+    keep_ms: int = 0
+    """The longest timed window any ToolSpec declares for a meter of this name (set by
+    :func:`shared_keeps` when the ToolSpecs load; 0: this declaration's own)."""
 
     @property
     def measure(self) -> str:
@@ -257,8 +260,29 @@ def contributions(
             if isinstance(v, bool) or not isinstance(v, (str, int)):
                 raise MeterError(f"meter {m.name}: scope argument {m.scope_field} is missing")
             part = f"a:{m.scope_field}={v}"
-        out.append(Contribution(m.name, f"{tenant}\x1f{part}", amount, m.windows, m.scale))
+        out.append(Contribution(m.name, f"{tenant}\x1f{part}", amount, m.windows, m.scale, m.keep_ms))
     return tuple(out)
+
+
+def meter_keeps(meters: Iterable[MeterSpec]) -> dict[str, int]:
+    """Per meter name, the longest timed window any of ``meters`` declares (a meter shared by
+    several ToolSpecs is kept for the longest of them: docs/POLICIES.md "Shared meters")."""
+    out: dict[str, int] = {}
+    for m in meters:
+        out[m.name] = max([out.get(m.name, 0), *(w.ms for w in m.windows)])
+    return out
+
+
+def shared_keeps(tools: Mapping[str, tuple[MeterSpec, ...]]) -> dict[str, tuple[MeterSpec, ...]]:
+    """``tools``' meter declarations with :attr:`MeterSpec.keep_ms` set to the longest window of
+    the meter's name across all of them."""
+    keeps = meter_keeps(m for ms in tools.values() for m in ms)
+    return {k: tuple(replace(m, keep_ms=keeps[m.name]) for m in ms) for k, ms in tools.items()}
+
+
+def snapshot_keeps(snapshot: Any) -> dict[str, int]:
+    """:func:`meter_keeps` of a serving snapshot's ToolSpecs (none before the first snapshot)."""
+    return meter_keeps(m for t in snapshot.tools for m in t.meters) if snapshot is not None else {}
 
 
 def usage_context(readings: Sequence[Reading]) -> dict[str, Any]:

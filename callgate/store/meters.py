@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
@@ -61,6 +61,7 @@ __all__ = [
     "SQLITE_MIGRATION",
     "meters_of",
     "settle_pg",
+    "settle_pg_many",
     "settle_sqlite",
 ]
 
@@ -149,13 +150,22 @@ def _ms(t: datetime) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _widths(windows: tuple[Window, ...]) -> str:
-    return json.dumps([[w.name, w.ms] for w in windows])
+def _widths(windows: tuple[Window, ...], keep_ms: int = 0) -> str:
+    """The ``widths`` column: the windows, and the meter's keep when a ToolSpec sharing it
+    declares a longer window than these (``{"w": [...], "keep": ms}``)."""
+    listed = [[w.name, w.ms] for w in windows]
+    if keep_ms > max((w.ms for w in windows), default=0):
+        return json.dumps({"w": listed, "keep": keep_ms})
+    return json.dumps(listed)
 
 
 @functools.lru_cache(maxsize=256)
-def _windows_of(text: str) -> tuple[Window, ...]:
-    return tuple(Window(str(n), int(ms)) for n, ms in json.loads(text))
+def _windows_of(text: str) -> tuple[tuple[Window, ...], int]:
+    """The windows of a ``widths`` column and how long the meter's entries are kept (twice this)."""
+    got = json.loads(text)
+    listed, keep = (got["w"], int(got["keep"])) if isinstance(got, dict) else (got, 0)
+    windows = tuple(Window(str(n), int(ms)) for n, ms in listed)
+    return windows, max([keep, *(w.ms for w in windows)])
 
 
 # --------------------------------------------------------------------------- SQL per dialect
@@ -255,7 +265,8 @@ class _Stmt:
     sql: str
     args: Sequence[Any]
     rows: bool = False
-    """Whether the statement returns rows (the driver then sends them back)."""
+    """Whether the statement returns rows (the driver then sends them back; otherwise the
+    driver sends ``[rowcount]``)."""
     lock: bool = False
     """Not a statement: take the advisory locks named in ``args`` (PostgreSQL; SQLite has one
     writer and skips it)."""
@@ -329,7 +340,7 @@ def _reserve_steps(
                 now_ms,
                 session_id,
                 exp_ms,
-                _widths(k.windows),
+                _widths(k.windows, k.keep_ms),
             )
         yield _Stmt(_insert_sql(d, len(ks)), rows)
     return out
@@ -339,12 +350,12 @@ def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -
     """Add (``sign`` 1) or take back (-1) one final contribution: its entry and its totals."""
     meter, scope, amount, at_ms, session_id, widths = row
     amount, at_ms = int(amount) * sign, int(at_ms)
-    windows = _windows_of(str(widths))
+    windows, keep = _windows_of(str(widths))
     timed = [w.ms for w in windows if w.ms]
     if timed:
         if sign > 0:
             yield _Stmt(_fixed(d)["entry"], [meter, scope, at_ms, invocation_id, amount])
-            cut = at_ms - 2 * max(timed)
+            cut = at_ms - 2 * keep
             yield _Stmt(_fixed(d)["prune"], [meter, scope, cut, meter, scope, cut])
         else:
             yield _Stmt(_fixed(d)["unentry"], [meter, scope, at_ms, invocation_id])
@@ -353,30 +364,99 @@ def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -
         yield _Stmt(_fixed(d)["add_session"], [meter, scope + _SESSION_SEP + session_id, amount])
 
 
-def _settle_steps(d: _Dialect, invocation_id: str, state: State) -> Steps:
-    """Make the invocation's reservations final or release them as ``state`` says; a Reconcile
+def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
+    """Make each invocation's reservations final or release them as its state says; a Reconcile
     of an OUTCOME_UNKNOWN invocation keeps (COMMITTED) or takes back (FAILED_BEFORE_COMMIT) what
-    it counted."""
-    if state not in SETTLING:
-        return
-    rows = yield _Stmt(_fixed(d)["take"], [invocation_id], True)
-    if not rows:
-        if state in _RECONCILED:
-            known = yield _Stmt(_fixed(d)["take_unknown"], [invocation_id], True)
-            if state is State.FAILED_BEFORE_COMMIT and known:
-                if d.locks:
-                    yield _lock([(str(r[0]), str(r[1])) for r in known])
-                for row in known:
-                    yield from _add_steps(d, invocation_id, row, -1)
-        return
-    if state in RELEASE_STATES:
-        return
-    if d.locks:
-        yield _lock([(str(r[0]), str(r[1])) for r in rows])
-    for row in rows:
-        if state is State.OUTCOME_UNKNOWN:
-            yield _Stmt(_fixed(d)["unknown"], [invocation_id, *row])
-        yield from _add_steps(d, invocation_id, row, 1)
+    it counted. All the meters' locks of the moves are taken at once, in one sorted order, before
+    any total changes (two transactions that settle several invocations never deadlock)."""
+    work: list[tuple[str, Sequence[Any], int, bool]] = []
+    for invocation_id, state in moves:
+        if state not in SETTLING:
+            continue
+        rows = yield _Stmt(_fixed(d)["take"], [invocation_id], True)
+        if not rows:
+            if state in _RECONCILED:
+                known = yield _Stmt(_fixed(d)["take_unknown"], [invocation_id], True)
+                if state is State.FAILED_BEFORE_COMMIT and known:
+                    work.append((invocation_id, known, -1, False))
+        elif state in FINAL_STATES:
+            work.append((invocation_id, rows, 1, state is State.OUTCOME_UNKNOWN))
+    if d.locks and work:
+        yield _lock([(str(r[0]), str(r[1])) for _, taken, _, _ in work for r in taken])
+    for invocation_id, taken, sign, unknown in work:
+        for row in taken:
+            if unknown:
+                yield _Stmt(_fixed(d)["unknown"], [invocation_id, *row])
+            yield from _add_steps(d, invocation_id, row, sign)
+
+
+@functools.lru_cache(maxsize=64)
+def _stale_sql(d: _Dialect, keeps: int) -> str:
+    """Timed totals not brought forward for twice their meter's keep (``keeps`` (meter, keep)
+    pairs in the CASE; args: now, the pairs, limit)."""
+    case = "CASE meter " + " ".join(["WHEN ? THEN ?"] * keeps) + " ELSE 0 END" if keeps else "0"
+    return d.sql(
+        "SELECT meter, scope, width_ms FROM {t}meter_totals WHERE width_ms > 0 AND "
+        f"through_ms < ? - 2 * {d.greatest}(width_ms, {case}) LIMIT ?"
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _purge_fixed(d: _Dialect) -> dict[str, str]:
+    return {
+        k: d.sql(v)
+        for k, v in {
+            # entries of (meter, scope) past twice the longest window, and out of every total
+            "entries": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms <= (SELECT "
+            f"{d.least}(? - 2 * {d.greatest}(?, COALESCE(MAX(width_ms), 0)), COALESCE(MIN(through_ms), ?)) "
+            "FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0)",
+            # the timed totals of a scope with no entry left (each is 0)
+            "totals": "DELETE FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0 AND NOT EXISTS "
+            "(SELECT 1 FROM {t}meter_entries e WHERE e.meter=? AND e.scope=?)",
+            # reconcile records no Reconcile can use: the invocation is gone or no longer unknown
+            "unknown": "DELETE FROM {t}meter_unknown WHERE (invocation_id, meter) IN (SELECT u.invocation_id, "
+            "u.meter FROM {t}meter_unknown u LEFT JOIN {t}invocations i ON i.invocation_id = u.invocation_id "
+            f"WHERE i.invocation_id IS NULL OR i.state <> '{State.OUTCOME_UNKNOWN.value}' LIMIT ?)",
+            # reservations of a Propose that never wrote its invocation, a day past their expiry
+            "reservations": "DELETE FROM {t}meter_reservations WHERE (invocation_id, meter) IN (SELECT "
+            "r.invocation_id, r.meter FROM {t}meter_reservations r LEFT JOIN {t}invocations i ON "
+            "i.invocation_id = r.invocation_id WHERE r.expires_ms < ? AND i.invocation_id IS NULL LIMIT ?)",
+        }.items()
+    }
+
+
+RESERVATION_GRACE_MS: Final = 86_400_000
+"""A reservation whose invocation was never written is deleted this long after its expiry (it
+stopped counting at its expiry; the Propose that took it is long over)."""
+
+
+def _purge_steps(d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int) -> Steps:
+    """One retention batch of the meter tables (``keeps``: the serving snapshot's longest
+    window per meter): timed totals not read for twice their meter's keep are brought to
+    ``now`` (so no entry they still count is lost), the entries of their scopes past twice the
+    keep go, then the totals of scopes with no entry left; reconcile records no Reconcile can
+    use; reservations never followed by their invocation. How many rows were deleted."""
+    pairs_args = [x for m, k in sorted(keeps.items()) for x in (m, k)]
+    stale = yield _Stmt(_stale_sql(d, len(keeps)), [now_ms, *pairs_args, limit], True)
+    deleted = 0
+    if stale:
+        keys = {(str(m), str(sc), int(w)): None for m, sc, w in stale}
+        pairs = sorted({(m, sc) for m, sc, _ in keys})
+        if d.locks:
+            yield _lock(pairs)
+        flat = [x for key in keys for x in key]
+        yield _Stmt(_advance_sql(d, len(keys)), [now_ms, now_ms, now_ms, now_ms, *flat], True)
+        for meter, scope in pairs:
+            keep = keeps.get(meter, 0)
+            gone = yield _Stmt(_purge_fixed(d)["entries"], [meter, scope, now_ms, keep, now_ms, meter, scope])
+            deleted += int(gone[0]) if gone else 0
+            gone = yield _Stmt(_purge_fixed(d)["totals"], [meter, scope, meter, scope])
+            deleted += int(gone[0]) if gone else 0
+    gone = yield _Stmt(_purge_fixed(d)["unknown"], [limit])
+    deleted += int(gone[0]) if gone else 0
+    gone = yield _Stmt(_purge_fixed(d)["reservations"], [now_ms - RESERVATION_GRACE_MS, limit])
+    deleted += int(gone[0]) if gone else 0
+    return deleted
 
 
 # --------------------------------------------------------------------------- drivers
@@ -389,9 +469,13 @@ def _run_sqlite(c: Any, steps: Steps) -> Any:
                 stmt = steps.send([])
                 continue
             cur = c.execute(stmt.sql, stmt.args)
-            stmt = steps.send(cur.fetchall() if stmt.rows else [])
+            stmt = steps.send(cur.fetchall() if stmt.rows else [cur.rowcount])
     except StopIteration as done:
         return done.value
+
+
+_PG_LOCKS: Final = "SELECT pg_advisory_xact_lock(hashtextextended(n, 30)) FROM unnest(%s::text[]) AS n"
+"""Take the named advisory locks in the order of the array (the sorted order), in one statement."""
 
 
 async def _run_pg(conn: Any, steps: Steps) -> Any:
@@ -399,13 +483,12 @@ async def _run_pg(conn: Any, steps: Steps) -> Any:
     try:
         stmt = next(steps)
         while True:
-            if stmt.lock:
-                for name in stmt.args:
-                    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 30))", (name,))
+            if stmt.lock:  # one statement, in the sorted order of the names
+                await conn.execute(_PG_LOCKS, (list(stmt.args),))
                 stmt = steps.send([])
                 continue
             cur = await conn.execute(stmt.sql, stmt.args)
-            stmt = steps.send(await cur.fetchall() if stmt.rows else [])
+            stmt = steps.send(await cur.fetchall() if stmt.rows else [cur.rowcount])
     except StopIteration as done:
         return done.value
 
@@ -437,6 +520,11 @@ class MeterStore(Protocol):
         """The labels of the results the session has observed (final label meters), sorted."""
         ...
 
+    async def purge(self, now: datetime, keeps: Mapping[str, int], limit: int) -> int:
+        """One retention batch of the meter tables at ``now`` (``keeps``: the longest window per
+        meter the serving snapshot declares); how many rows were deleted."""
+        ...
+
 
 def _labels_of(rows: Sequence[Any]) -> tuple[str, ...]:
     return tuple(sorted(str(r[0])[len(LABEL_PREFIX) :] for r in rows))
@@ -447,7 +535,7 @@ def settle_sqlite(c: Any, invocation_id: str, state: State) -> None:
     """Make the invocation's reservations final, or release them, as ``state`` says (inside the
     transaction that moved it). Nothing for a state that does not settle, or no reservation."""
     if state in SETTLING:
-        _run_sqlite(c, _settle_steps(SQLITE, invocation_id, state))
+        _run_sqlite(c, _settle_steps(SQLITE, [(invocation_id, state)]))
 
 
 def settle_sqlite_rows(c: Any, rows: Sequence[tuple[str, State]]) -> None:
@@ -490,6 +578,13 @@ class SQLiteMeters:
         )
         return got[0].before
 
+    async def purge(self, now: datetime, keeps: Mapping[str, int], limit: int) -> int:
+        """One retention batch of the meter tables (:func:`_purge_steps`): rows deleted."""
+        got: int = await self._worker.run(
+            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit)), alone=False
+        )
+        return got
+
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id
         found: tuple[str, ...] = await self._worker.run(
@@ -503,7 +598,14 @@ async def settle_pg(conn: Any, invocation_id: str, state: State) -> None:
     """:func:`settle_sqlite` on PostgreSQL (inside the transaction that moved the invocation).
     A contribution made final or taken back holds its meter's advisory lock, as reads do."""
     if state in SETTLING:
-        await _run_pg(conn, _settle_steps(POSTGRES, invocation_id, state))
+        await _run_pg(conn, _settle_steps(POSTGRES, [(invocation_id, state)]))
+
+
+async def settle_pg_many(conn: Any, moves: Sequence[tuple[str, State]]) -> None:
+    """:func:`settle_pg` for several invocations moved in one transaction: their meters' locks
+    are taken together, in one sorted order, before any total changes."""
+    if any(state in SETTLING for _, state in moves):
+        await _run_pg(conn, _settle_steps(POSTGRES, moves))
 
 
 class PostgresMeters:
@@ -538,6 +640,12 @@ class PostgresMeters:
                 conn, _reserve_steps(POSTGRES, None, session_id, [k], _ms(now), 0)
             )
         return got[0].before
+
+    async def purge(self, now: datetime, keeps: Mapping[str, int], limit: int) -> int:
+        """One retention batch of the meter tables (:func:`_purge_steps`): rows deleted."""
+        async with self._store._tx() as conn:
+            got: int = await _run_pg(conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit))
+        return got
 
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id

@@ -76,7 +76,7 @@ from callgate.store.idempotency.base import (
     fresh_claim,
     released,
 )
-from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg
+from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg, settle_pg_many
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
@@ -296,10 +296,14 @@ async def _insert_events(
     )
 
 
-async def _follow_key(conn: Conn, record: InvocationRecord, message: bytes | None = None) -> None:
+async def _follow_key(
+    conn: Conn, record: InvocationRecord, message: bytes | None = None, *, settle: bool = True
+) -> None:
     """Bring the key ``record`` holds in line with its new state (:func:`key_follows`), and its
-    meter reservations (:func:`~callgate.store.meters.settle_pg`)."""
-    await settle_pg(conn, record.invocation_id, record.state)
+    meter reservations (:func:`~callgate.store.meters.settle_pg`; ``settle`` False: the caller
+    settled them already, with other invocations')."""
+    if settle:
+        await settle_pg(conn, record.invocation_id, record.state)
     if not record.idempotency_key:
         return
     rec = await keys_pg._select(conn, key_of(record), lock=True)
@@ -515,8 +519,12 @@ class PostgresStore:
                 ok = await _cas(conn, m.record, m.expected)
                 if ok:
                     await _insert_events(conn, m.events)
-                    await _follow_key(conn, m.record)
                 done.append(ok)
+            moved = [m.record for m, ok in zip(moves, done, strict=True) if ok]
+            # every meter lock of the transaction at once, in one order (no deadlock with another)
+            await settle_pg_many(conn, [(r.invocation_id, r.state) for r in moved])
+            for r in moved:
+                await _follow_key(conn, r, settle=False)
         return done
 
     async def append_events(self, events: Sequence[EventRecord]) -> None:
