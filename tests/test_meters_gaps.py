@@ -218,3 +218,91 @@ async def purge_invocation(store: Any, kind: str, invocation_id: str) -> None:
         return
     async with store._tx() as conn:
         await conn.execute("DELETE FROM callgate_invocations WHERE invocation_id=%s", (invocation_id,))
+
+
+# --------------------------------------------------------------------------- the upgrade from buckets
+UPGRADE = Path(__file__).resolve().parent / "data" / "upgrade"
+NOW = datetime(2026, 7, 19, 6, 0, tzinfo=UTC)
+
+
+def _old_buckets() -> list[tuple[str, str, int, int, int]]:
+    """What the bucketed meters wrote for a meter ``m`` read over 1 h (60 s buckets, kept 2 h)
+    and over 24 h (24 min buckets, kept 48 h): 3 calls 20 h ago (their 60 s buckets pruned), 2
+    calls 90 min ago and 1 call 10 min ago (in both widths)."""
+    rows: dict[tuple[int, int], int] = {}
+    for ago, n in ((timedelta(hours=20), 3), (timedelta(minutes=90), 2), (timedelta(minutes=10), 1)):
+        at = int((NOW - ago).timestamp() * 1000)
+        for width in (60_000, 1_440_000):
+            if width == 60_000 and ago > timedelta(hours=2):
+                continue  # pruned by the old code: 2 windows of its 1 h
+            rows[(width, at // width)] = rows.get((width, at // width), 0) + n
+    return [("m", SCOPE, w, b, t) for (w, b), t in sorted(rows.items())]
+
+
+async def _read_after_upgrade(store: Any) -> tuple[int, ...]:
+    meters = store.meters()
+    return (
+        await meters.totals("m", SCOPE, DAY, "s1", NOW),
+        await meters.totals("m", SCOPE, HOUR, "s1", NOW),
+        await meters.totals(
+            "m", SCOPE, DAY, "s1", NOW + timedelta(hours=4, minutes=1)
+        ),  # the 20 h-old calls left
+        await meters.totals("m", SCOPE, HOUR, "s1", NOW + timedelta(minutes=50, milliseconds=1)),
+    )
+
+
+def test_the_upgrade_from_the_v7_fixture_keeps_every_windows_total(tmp_path: Path) -> None:
+    """The frozen v7 database (the last bucketed schema) with a meter's buckets of both widths
+    opens through the real start-up: the 24 h window still counts the calls whose finer buckets
+    were pruned (all 6), the 1 h window its own (1), and the calls leave each window at the
+    start of their bucket as the buckets did."""
+    import sqlite3
+
+    from callgate.store.sqlite import SQLiteStore
+
+    db = tmp_path / "callgate.db"
+    shutil.copy(UPGRADE / "sqlite-v7" / "callgate.db", db)
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == 7
+        c.executemany("INSERT INTO meter_buckets VALUES (?,?,?,?,?)", _old_buckets())
+
+    async def run() -> tuple[int, ...]:
+        store = SQLiteStore(db)
+        try:
+            return await _read_after_upgrade(store)
+        finally:
+            await store.close()
+
+    assert asyncio.run(run()) == (6, 1, 3, 0)
+
+
+@pytest.mark.postgres
+def test_the_upgrade_from_buckets_on_postgres_keeps_every_windows_total(request: Any) -> None:
+    """The checked-in PostgreSQL dump (v2), migrated to the last bucketed schema (6) as that
+    version's start-up did, given the same buckets, then opened through the real start-up."""
+    import psycopg
+
+    from callgate.store.postgres import MIGRATIONS, PostgresStore, _statements
+    from tests.test_store_contract import fresh_pg_database
+    from tests.test_upgrades import PG_DUMP_FIXTURE, _psql_restore
+
+    dsn = fresh_pg_database(request.getfixturevalue("postgres_dsn"))
+    _psql_restore(PG_DUMP_FIXTURE, dsn)
+    with psycopg.connect(dsn) as c:
+        found = c.execute("SELECT MAX(version) FROM callgate_schema_version").fetchone()
+        assert found is not None
+        for m in MIGRATIONS[found[0] : 6]:
+            for statement in _statements(m.sql):
+                c.execute(statement)
+            c.execute("INSERT INTO callgate_schema_version VALUES (%s, %s, now())", (m.version, m.name))
+        c.cursor().executemany("INSERT INTO callgate_meter_buckets VALUES (%s,%s,%s,%s,%s)", _old_buckets())
+
+    async def run() -> tuple[int, ...]:
+        store = PostgresStore(dsn)
+        await store.start()
+        try:
+            return await _read_after_upgrade(store)
+        finally:
+            await store.close()
+
+    assert asyncio.run(run()) == (6, 1, 3, 0)

@@ -99,11 +99,28 @@ CREATE TABLE IF NOT EXISTS {prefix}meter_unknown (
   PRIMARY KEY (invocation_id, meter)){without_rowid};
 INSERT INTO {prefix}meter_totals SELECT meter, scope, 0, total, 0 FROM {prefix}meter_buckets
   WHERE width_ms = 0 ON CONFLICT DO NOTHING;
-INSERT INTO {prefix}meter_entries SELECT b.meter, b.scope, b.bucket * b.width_ms, 'bucket', b.total
-  FROM {prefix}meter_buckets b WHERE b.width_ms > 0 AND b.width_ms = (SELECT MIN(x.width_ms)
-  FROM {prefix}meter_buckets x WHERE x.meter = b.meter AND x.scope = b.scope AND x.width_ms > 0)
-  ON CONFLICT DO NOTHING;
-DROP TABLE {prefix}meter_buckets
+{"".join(_bucket_level(prefix, k) for k in range(BUCKET_LEVELS))}DROP TABLE {prefix}meter_buckets
+"""
+
+
+BUCKET_LEVELS: Final = 8
+"""Bucket widths per meter and scope the upgrade converts (one per window of the declarations
+that shared the meter; a declaration has at most 4)."""
+
+
+def _bucket_level(prefix: str, level: int) -> str:
+    """The upgrade from buckets, one width at a time, finest first: each bucket of the
+    ``level``-th finest width of its meter and scope becomes an entry at its start holding what
+    the finer widths' entries inside it do not already hold (the calls whose finer buckets were
+    pruned, as the window they belonged to kept only twice its length). Every window therefore
+    reads what its own buckets held."""
+    return f"""INSERT INTO {prefix}meter_entries SELECT meter, scope, at_ms, invocation_id, amount FROM (
+  SELECT b.meter, b.scope, b.bucket * b.width_ms AS at_ms, 'bucket:' || b.width_ms AS invocation_id,
+  b.total - COALESCE((SELECT SUM(e.amount) FROM {prefix}meter_entries e WHERE e.meter = b.meter
+  AND e.scope = b.scope AND e.at_ms >= b.bucket * b.width_ms AND e.at_ms < (b.bucket + 1) * b.width_ms), 0)
+  AS amount FROM {prefix}meter_buckets b WHERE b.width_ms > 0 AND (SELECT COUNT(DISTINCT x.width_ms)
+  FROM {prefix}meter_buckets x WHERE x.meter = b.meter AND x.scope = b.scope AND x.width_ms > 0
+  AND x.width_ms < b.width_ms) = {level}) AS s WHERE s.amount > 0 ON CONFLICT DO NOTHING;
 """
 
 
@@ -122,7 +139,7 @@ CREATE INDEX IF NOT EXISTS meter_buckets_scope ON meter_buckets (scope, width_ms
 
 SQLITE_EXACT_MIGRATION: Final = _tables("", "INTEGER", "INTEGER", " WITHOUT ROWID") + ";\n"
 """SQLite migration: exact windows (entries and running totals replace the buckets; a meter's
-bucketed history becomes entries at its buckets' starts, from its finest buckets)."""
+bucketed history becomes entries at its buckets' starts, every width: :func:`_bucket_level`)."""
 
 PG_MIGRATION: Final = """
 CREATE TABLE IF NOT EXISTS callgate_meter_buckets (
