@@ -409,13 +409,23 @@ def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
 
 @functools.lru_cache(maxsize=64)
 def _stale_sql(d: _Dialect, keeps: int) -> str:
-    """Timed totals not brought forward for twice their meter's keep (``keeps`` (meter, keep)
-    pairs in the CASE; args: now, the pairs, limit)."""
+    """The next timed totals after a mark, in key order, each with whether it was not brought
+    forward for twice its meter's keep (``keeps`` (meter, keep) pairs in the CASE; args: now,
+    the pairs, the mark (meter, scope, width), how many to scan)."""
     case = "CASE meter " + " ".join(["WHEN ? THEN ?"] * keeps) + " ELSE 0 END" if keeps else "0"
     return d.sql(
-        "SELECT meter, scope, width_ms FROM {t}meter_totals WHERE width_ms > 0 AND "
-        f"through_ms < ? - 2 * {d.greatest}(width_ms, {case}) LIMIT ?"
+        f"SELECT meter, scope, width_ms, CASE WHEN through_ms < ? - 2 * {d.greatest}(width_ms, {case}) "
+        "THEN 1 ELSE 0 END FROM {t}meter_totals WHERE width_ms > 0 AND (meter, scope, width_ms) > (?, ?, ?) "
+        "ORDER BY meter, scope, width_ms LIMIT ?"
     )
+
+
+SCAN_PER_BATCH: Final = 10
+"""A retention batch reads at most this many times ``batch`` timed totals (from where the last
+one stopped: there is no index on the edge, which every read moves) for its stale ones."""
+Mark = tuple[str, str, int]
+"""Where the scan of the timed totals stopped (a total's key); the start is ``("", "", 0)``."""
+START: Final[Mark] = ("", "", 0)
 
 
 @functools.lru_cache(maxsize=8)
@@ -447,14 +457,22 @@ RESERVATION_GRACE_MS: Final = 86_400_000
 stopped counting at its expiry; the Propose that took it is long over)."""
 
 
-def _purge_steps(d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int) -> Steps:
+def _purge_steps(d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int, mark: Mark) -> Steps:
     """One retention batch of the meter tables (``keeps``: the serving snapshot's longest
-    window per meter): timed totals not read for twice their meter's keep are brought to
-    ``now`` (so no entry they still count is lost), the entries of their scopes past twice the
-    keep go, then the totals of scopes with no entry left; reconcile records no Reconcile can
-    use; reservations never followed by their invocation. How many rows were deleted."""
+    window per meter), scanning the timed totals after ``mark``: those not read for twice their
+    meter's keep are brought to ``now`` (so no entry they still count is lost), the entries of
+    their scopes past twice the keep go, then the totals of scopes with no entry left;
+    reconcile records no Reconcile can use; reservations never followed by their invocation.
+    Returns (rows deleted, the mark to go on from; None: the scan reached the end)."""
     pairs_args = [x for m, k in sorted(keeps.items()) for x in (m, k)]
-    stale = yield _Stmt(_stale_sql(d, len(keeps)), [now_ms, *pairs_args, limit], True)
+    scan = limit * SCAN_PER_BATCH
+    rows = yield _Stmt(_stale_sql(d, len(keeps)), [now_ms, *pairs_args, *mark, scan], True)
+    stale = [(m, sc, w) for m, sc, w, old in rows if int(old)][:limit]
+    nxt: Mark | None = None
+    if len(stale) == limit:
+        nxt = (str(stale[-1][0]), str(stale[-1][1]), int(stale[-1][2]))
+    elif len(rows) == scan:
+        nxt = (str(rows[-1][0]), str(rows[-1][1]), int(rows[-1][2]))
     deleted = 0
     if stale:
         keys = {(str(m), str(sc), int(w)): None for m, sc, w in stale}
@@ -473,7 +491,7 @@ def _purge_steps(d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int) ->
     deleted += int(gone[0]) if gone else 0
     gone = yield _Stmt(_purge_fixed(d)["reservations"], [now_ms - RESERVATION_GRACE_MS, limit])
     deleted += int(gone[0]) if gone else 0
-    return deleted
+    return deleted, nxt
 
 
 # --------------------------------------------------------------------------- drivers
@@ -537,9 +555,12 @@ class MeterStore(Protocol):
         """The labels of the results the session has observed (final label meters), sorted."""
         ...
 
-    async def purge(self, now: datetime, keeps: Mapping[str, int], limit: int) -> int:
+    async def purge(
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+    ) -> tuple[int, Mark | None]:
         """One retention batch of the meter tables at ``now`` (``keeps``: the longest window per
-        meter the serving snapshot declares); how many rows were deleted."""
+        meter the serving snapshot declares), scanning the timed totals after ``mark``: how many
+        rows were deleted, and where to go on (None: the scan reached the end)."""
         ...
 
 
@@ -595,10 +616,12 @@ class SQLiteMeters:
         )
         return got[0].before
 
-    async def purge(self, now: datetime, keeps: Mapping[str, int], limit: int) -> int:
-        """One retention batch of the meter tables (:func:`_purge_steps`): rows deleted."""
-        got: int = await self._worker.run(
-            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit)), alone=False
+    async def purge(
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+    ) -> tuple[int, Mark | None]:
+        """One retention batch of the meter tables (:func:`_purge_steps`)."""
+        got: tuple[int, Mark | None] = await self._worker.run(
+            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit, mark)), alone=False
         )
         return got
 
@@ -658,10 +681,14 @@ class PostgresMeters:
             )
         return got[0].before
 
-    async def purge(self, now: datetime, keeps: Mapping[str, int], limit: int) -> int:
-        """One retention batch of the meter tables (:func:`_purge_steps`): rows deleted."""
+    async def purge(
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+    ) -> tuple[int, Mark | None]:
+        """One retention batch of the meter tables (:func:`_purge_steps`)."""
         async with self._store._tx() as conn:
-            got: int = await _run_pg(conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit))
+            got: tuple[int, Mark | None] = await _run_pg(
+                conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit, mark)
+            )
         return got
 
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:

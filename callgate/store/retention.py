@@ -56,7 +56,7 @@ from callgate.store.base import (
     ResultRecord,
 )
 from callgate.store.idempotency.base import ExpiredPolicy
-from callgate.store.meters import meters_of
+from callgate.store.meters import START, Mark, MeterStore, meters_of
 
 if TYPE_CHECKING:
     from callgate.config import Config
@@ -396,6 +396,8 @@ class Purger:
     """The serving snapshot's longest window per meter (a meter's entries are kept twice that)."""
     totals: PassCounts = field(default_factory=PassCounts)
     _last: float = field(default=-1e18)
+    _meter_mark: Mark = START
+    """Where the last pass's scan of the meters' timed totals stopped (the next one goes on)."""
 
     async def maybe_run(self) -> PassCounts | None:
         """A pass if ``policy.interval`` seconds passed since the last one (monotonic time)."""
@@ -437,8 +439,7 @@ class Purger:
             counts.keys += await self._each(lambda n: self.store.purge_keys(now - grace, n))
         meters = meters_of(self.store)
         if meters is not None:  # entries past twice the longest window, and what no call can use
-            keeps = self.meter_keeps()
-            counts.meters += await self._each(lambda n: meters.purge(now, keeps, n))
+            counts.meters += await self._meters(meters, now)
         if counts.deleted:
             counts.reclaimed_pages = await self.store.reclaim(RECLAIM_RESERVE_PAGES)
             log.info(
@@ -470,6 +471,18 @@ class Purger:
                 await asyncio.to_thread(append_synced, export, lines)
             total += await delete(trails)
             if len(trails) < self.policy.batch:
+                break
+        return total
+
+    async def _meters(self, meters: MeterStore, now: datetime) -> int:
+        """Batches of the meter tables, going on from where the last pass stopped, until the scan
+        of the timed totals reaches their end (the next pass starts over) or ``max_batches``."""
+        total, keeps = 0, self.meter_keeps()
+        for _ in range(self.policy.max_batches):
+            n, mark = await meters.purge(now, keeps, self.policy.batch, self._meter_mark)
+            total += n
+            self._meter_mark = START if mark is None else mark
+            if mark is None:
                 break
         return total
 
