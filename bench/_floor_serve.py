@@ -28,8 +28,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from callgate.base.ids import new_id
 from callgate.cli.main import main
-from callgate.core.ids import new_id
 from callgate.propose.gate import Gate
 from callgate.store import packed
 from callgate.store import sqlite as sq

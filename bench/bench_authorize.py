@@ -25,7 +25,7 @@ import grpc
 from _harness import ROOT, closed_loop, dump, free_port, machine_line, ready, report, sidecar
 from google.protobuf import struct_pb2
 
-from callgate.core.model import AuthzRequest, Subject
+from callgate.base.model import AuthzRequest, Subject
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.policy.engines.rego_contract import build_input

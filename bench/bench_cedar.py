@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_scale import policy_dir  # noqa: E402
 
-from callgate.core.model import AuthzRequest, Subject  # noqa: E402
+from callgate.base.model import AuthzRequest, Subject  # noqa: E402
 from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir  # noqa: E402
 
 WEATHER = {"tool": "weather.get@v1", "args": {"city": "Paris", "date": "2026-07-20"}}

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from callgate.arguments.normalize import normalize  # noqa: E402
 from callgate.arguments.parse import ParseLimits, parse_arguments  # noqa: E402
-from callgate.core.errors import RejectedError  # noqa: E402
-from callgate.core.model import NormalizationContext, Subject  # noqa: E402
+from callgate.base.errors import RejectedError  # noqa: E402
+from callgate.base.model import NormalizationContext, Subject  # noqa: E402
 from callgate.policy.snapshot import load_snapshot  # noqa: E402
 from callgate.policy.toolspecs import CompiledTool  # noqa: E402
 from callgate.propose.authorize import authorize_invocation  # noqa: E402

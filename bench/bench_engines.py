@@ -39,7 +39,7 @@ import aiohttp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from callgate.core.model import AuthzRequest, Subject  # noqa: E402
+from callgate.base.model import AuthzRequest, Subject  # noqa: E402
 from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir  # noqa: E402
 from callgate.policy.engines.opa import OpaEngine  # noqa: E402
 from callgate.policy.engines.rego import RegoEngine  # noqa: E402

@@ -30,10 +30,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from callgate.base.clock import FixedClock
+from callgate.base.model import Proposal, Subject
+from callgate.base.trace import TraceContext
 from callgate.config import load_config
-from callgate.core.clock import FixedClock
-from callgate.core.model import Proposal, Subject
-from callgate.core.trace import TraceContext
 from callgate.policy.meters import Contribution, Window
 from callgate.policy.snapshot import load_snapshot
 from callgate.propose.outcome import SessionSpec

@@ -49,7 +49,7 @@ from _harness import ROOT, GoLoad, dump, free_port, machine_line, report_go, sid
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from callgate.core.model import AuthzRequest, Subject
+from callgate.base.model import AuthzRequest, Subject
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.policy.engines.rego_contract import build_input

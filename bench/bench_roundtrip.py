@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from callgate.arguments.digest import canonicalize, invocation_digest
-from callgate.core.clock import FixedClock
+from callgate.base.clock import FixedClock
 from callgate.credentials.issuer import CredentialIssuer, Grant, KeyRing
 from callgate.credentials.verifier import CredentialVerifier, InMemoryReplayCache
 from callgate.gen.v1 import callgate_pb2 as pb
@@ -102,7 +102,7 @@ async def bench_roundtrip(seconds: float, concurrency: int) -> dict[str, object]
             )).session_id  # fmt: skip
             await gate.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="bench"))
             jwks = json.loads((await executor.GetJwks(pb.GetJwksRequest())).jwks_json)
-            from callgate.core.clock import SystemClock
+            from callgate.base.clock import SystemClock
 
             verifier = CredentialVerifier(jwks, issuer="callgate", audience="files", clock=SystemClock())
 

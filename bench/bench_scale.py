@@ -196,7 +196,7 @@ def cpu_s(pid: int) -> float:
 def part_policies() -> None:
     """All three sets are loaded first, then measured in alternating rounds (the machine is
     shared: sequential runs would measure its load drift, not the policies)."""
-    from callgate.core.model import AuthzRequest, Subject
+    from callgate.base.model import AuthzRequest, Subject
     from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 
     r = AuthzRequest(Subject("acme", "bob"), "weather.read", "weather:Paris",

@@ -3,7 +3,7 @@ own schema and writer.
 
 1. **Index locality.** Batches of three keyless Proposes (an invocation row and six events each,
    rows shaped like the gate's) inserted with the same multi-row statements as the writer, ids
-   either random (128 CSPRNG bits, the baseline) or time-ordered (``callgate.core.ids.new_id``:
+   either random (128 CSPRNG bits, the baseline) or time-ordered (``callgate.base.ids.new_id``:
    48 bits of milliseconds, 80 random). Prints SQLite CPU per proposal and the ratio to the
    baseline at two database sizes: random keys scatter every commit over the indexes' pages, so
    their cost grows as the indexes outgrow the page cache.
@@ -13,7 +13,7 @@ own schema and writer.
 3. **Event data text.** The six ``data`` mappings of an allowed Propose (as a real sidecar stores
    them) turned into their stored JSON text, as the writer thread does while holding the GIL:
    ``json.dumps(..., sort_keys=True, separators=(",", ":"), ensure_ascii=False)`` (the baseline)
-   against :func:`callgate.core.jsontext.compact_sorted` (one C encoder kept). Prints CPU per
+   against :func:`callgate.base.jsontext.compact_sorted` (one C encoder kept). Prints CPU per
    Propose (six mappings) and the ratio.
 
 4. **A sweep.** ``--expired`` PREPARED invocations past their deadline ended by the deadline
@@ -54,13 +54,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from callgate.base.clock import FixedClock, rfc3339  # noqa: E402
+from callgate.base.events import EventKind  # noqa: E402
+from callgate.base.ids import new_id  # noqa: E402
+from callgate.base.jsontext import compact_sorted  # noqa: E402
+from callgate.base.states import State  # noqa: E402
+from callgate.base.trace import TraceContext  # noqa: E402
 from callgate.config import IdempotencyConfig  # noqa: E402
-from callgate.core.clock import FixedClock, rfc3339  # noqa: E402
-from callgate.core.events import EventKind  # noqa: E402
-from callgate.core.ids import new_id  # noqa: E402
-from callgate.core.jsontext import compact_sorted  # noqa: E402
-from callgate.core.states import State  # noqa: E402
-from callgate.core.trace import TraceContext  # noqa: E402
 from callgate.policy.serving import ServingSnapshot  # noqa: E402
 from callgate.propose.confirmation import DEADLINE_SWEEP_BATCH, SWEEP_SLICE, Confirmations  # noqa: E402
 from callgate.propose.idempotency import IdempotencyFlow  # noqa: E402

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from callgate.arguments.normalize import normalize  # noqa: E402
 from callgate.arguments.parse import ParseLimits, parse_arguments  # noqa: E402
-from callgate.core.model import NormalizationContext  # noqa: E402
+from callgate.base.model import NormalizationContext  # noqa: E402
 from callgate.policy.snapshot import load_snapshot  # noqa: E402
 from callgate.propose.authorize import policy_context  # noqa: E402
 from callgate.propose.core import Core  # noqa: E402

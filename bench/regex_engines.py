@@ -47,7 +47,7 @@ import regress  # noqa: E402
 
 from callgate.arguments.validate import CompiledSchema, ecma262, formats  # noqa: E402
 from callgate.arguments.validate import schema as schema_mod  # noqa: E402
-from callgate.core.errors import LoadError  # noqa: E402
+from callgate.base.errors import LoadError  # noqa: E402
 from tests import test_validate as tv  # noqa: E402
 
 # (pattern, text, RegExp(pattern, "u").test(text)) for constructs the translator refuses.

@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from callgate.core.errors import LoadError, config_invalid
+from callgate.base.errors import LoadError, config_invalid
 from callgate.policy.engines.registry import ENGINES
 from callgate.store.idempotency.registry import IDEMPOTENCY_BACKENDS
 from callgate.store.registry import STORES
@@ -107,10 +107,12 @@ class PolicyConfig:
     """Gate every hot reload on the ``guard`` properties of ``properties.toml`` (docs/PROVE.md):
     a set that is looser than the serving one within a guarded property's scope, or breaks it, is
     refused like a broken set; so is one the prover cannot decide (unknown, no solver)."""
-    list_by_policy: bool = False
-    """ListTools shows a subject only the allowlisted tools some request of theirs could be
-    allowed or asked to confirm (Cedar; a conservative reading of the policies' scopes that never
-    hides a usable tool: docs/POLICIES.md, "ListTools by policy"). False: every allowlisted tool."""
+    list_by_policy: bool = True
+    """ListTools (and the MCP gateway's ``tools/list``) shows a subject only the allowlisted tools
+    some request of theirs could be allowed or asked to confirm (Cedar; a conservative reading of
+    the policies' scopes that never hides a usable tool: docs/POLICIES.md, "ListTools by policy").
+    A Propose for a hidden tool is answered by the engine's deny, marked ``hidden_by_policy`` on its
+    event. No effect with Rego or OPA. False: every allowlisted tool."""
     shadow: tuple[str, ...] = ()
     """Policy ids in shadow mode besides those the policy files mark (Cedar ``@shadow``, Rego
     ``data.callgate.shadow``): evaluated and logged on the decision event, never enforced

@@ -20,6 +20,8 @@ import pytest
 
 from callgate.arguments.normalize import normalize
 from callgate.arguments.parse import ParseLimits, parse_arguments
+from callgate.base.clock import FixedClock
+from callgate.base.model import NormalizationContext, NormalizedArguments
 from callgate.config import (
     Config,
     IdempotencyConfig,
@@ -28,8 +30,6 @@ from callgate.config import (
     ServerConfig,
     StoreConfig,
 )
-from callgate.core.clock import FixedClock
-from callgate.core.model import NormalizationContext, NormalizedArguments
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.policy.toolspecs import CompiledTool
@@ -193,7 +193,7 @@ def start_sidecar(
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
-    started.wait(30)
+    started.wait(120)  # a 1,000-tool policy set on a loaded 2-core box (bench) boots slower
     if "error" in holder:
         raise holder["error"]
     sc: Sidecar = holder["sidecar"]

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "callgate"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("core", "gen", "native"),
+    ("base", "gen", "native"),
     ("arguments", "client"),
     ("store", "credentials"),
     ("policy",),

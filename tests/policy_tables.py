@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from callgate.core.model import Decision, NormalizedArguments, Subject
+from callgate.base.model import Decision, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.opa import OpaEngine
 from callgate.policy.snapshot import load_snapshot

@@ -19,8 +19,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from prometheus_client.parser import text_string_to_metric_families
 
+from callgate.base.errors import CallgateError, ErrorCode
 from callgate.config import ObservabilityConfig, load_config
-from callgate.core.errors import CallgateError, ErrorCode
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.server.admission import (
     MAX_RETRY_MS,

@@ -32,9 +32,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate.arguments.digest import canonicalize, canonicalize_plain
+from callgate.base.errors import CallgateError
+from callgate.base.model import AuthzRequest, Subject
 from callgate.config import CoreConfig, PolicyConfig
-from callgate.core.errors import CallgateError
-from callgate.core.model import AuthzRequest, Subject
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.propose.outcome import decision_to_dict
 from callgate.server.services import struct_dict

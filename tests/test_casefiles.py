@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
+from callgate.base.errors import ErrorCode
+from callgate.base.model import Effect
+from callgate.base.states import State
 from callgate.cli.evalcases import SCHEMA_FILE as EVAL_SCHEMA
 from callgate.cli.evalcases import CaseFileError, load_cases, parse_cases
-from callgate.core.errors import ErrorCode
-from callgate.core.model import Effect
-from callgate.core.states import State
 from callgate.policy.policytest import FOLDERS, collect, parse_case
 from callgate.policy.policytest import SCHEMA_FILE as REQUEST_SCHEMA
 from tests.conftest import DATA, POLICIES, ROOT

@@ -16,7 +16,7 @@ from typing import Any
 import cedarpy
 import pytest
 
-from callgate.core.model import AuthzRequest, Effect, Subject
+from callgate.base.model import AuthzRequest, Effect, Subject
 from callgate.policy.engines import cedar_slices
 from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir, to_cedar_value
 from callgate.policy.engines.cedar_slices import LineIndex, est_chunked, statement_spans

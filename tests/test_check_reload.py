@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from callgate.base import jsonpositions
 from callgate.config import PolicyConfig
-from callgate.core import jsonpositions
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE
 from tests.conftest import POLICIES, ROOT, start_sidecar, stop_sidecar
@@ -350,7 +350,7 @@ def test_the_case_format_is_documented_with_its_schema() -> None:
 
 
 def test_positions_name_each_member_and_element() -> None:
-    from callgate.core.jsonpositions import locate, positions
+    from callgate.base.jsonpositions import locate, positions
 
     text = '{\n  "a/b": {"x~y": [1,\n    {"k": "v\\"}"}]},\n  "z": null\n}'
     found = positions(text)

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from google.protobuf import struct_pb2
 
-from callgate.core.errors import DESCRIPTION, CallgateError, ErrorCode
+from callgate.base.errors import DESCRIPTION, CallgateError, ErrorCode
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.server.status import RULES, STATUS, Audience, Retry, for_model, to_status
 from tests.conftest import Running

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from callgate.base.errors import CallgateError, ErrorCode, LoadError
+from callgate.base.states import EDGES, TERMINAL, State, check_transition
 from callgate.config import load_config
-from callgate.core.errors import CallgateError, ErrorCode, LoadError
-from callgate.core.states import EDGES, TERMINAL, State, check_transition
 from tests.conftest import ROOT
 
 HAPPY = ["PROPOSED", "PARSED", "VALIDATED", "AUTHORIZED", "PREPARED", "EXECUTING", "COMMITTED", "OBSERVED"]

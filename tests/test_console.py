@@ -23,11 +23,11 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey, KeySet
 
+from callgate.base.errors import CallgateError
 from callgate.console import config
 from callgate.console.auth import Authenticator, Csrf, Identity, Tenants
 from callgate.console.config import AuthConfig, AuthMode, ConsoleConfig, TenantAccess
 from callgate.console.sidecar import changes
-from callgate.core.errors import CallgateError
 from tests.console_fixture import ALICE, EVENT, GINA, free_port, http, start_console, start_sidecar
 from tests.test_store_contract import fresh_pg_database
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from callgate.arguments.parse import ParseLimits
+from callgate.base.errors import CallgateError, ErrorCode
 from callgate.config import load_config
-from callgate.core.errors import CallgateError, ErrorCode
 from callgate.policy.snapshot import load_snapshot
 from callgate.policy.toolspecs import CompiledTool, compile_tool
 from callgate.propose.core import Core, CoreEngine, CoreKind, load_native

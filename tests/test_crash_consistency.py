@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 import pytest
 
-from callgate.core.states import EDGES, State
+from callgate.base.states import EDGES, State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.store.packed import PACKED_KIND, read_rows, select_events

@@ -28,8 +28,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from callgate.arguments.digest import canonicalize, invocation_digest
-from callgate.core.clock import FixedClock
-from callgate.core.errors import CallgateError, LoadError
+from callgate.base.clock import FixedClock
+from callgate.base.errors import CallgateError, LoadError
 from callgate.credentials.claims import CredentialClaims
 from callgate.credentials.issuer import (
     CREDENTIAL_DEADLINE_PASSED,

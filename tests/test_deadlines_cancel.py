@@ -24,9 +24,9 @@ from typing import TypeVar
 import grpc
 import pytest
 
+from callgate.base.states import State
 from callgate.cli.explain import SQLiteReader, explain, render_text
 from callgate.config import ConfirmationConfig, IdempotencyConfig, StoreConfig
-from callgate.core.states import State
 from callgate.execute.execution import WITHHELD_MESSAGE
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.store.base import InvocationRecord

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from callgate.base.errors import LoadError
 from callgate.cli.main import main
-from callgate.core.errors import LoadError
 from callgate.policy.declare import (
     BASE_CEDAR_SCHEMA,
     ArgType,

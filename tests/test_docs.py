@@ -7,8 +7,8 @@ import re
 import tokenize
 from pathlib import Path
 
+from callgate.base.errors import DESCRIPTION, ErrorCode
 from callgate.cli.docgen import config_markdown, errors_markdown
-from callgate.core.errors import DESCRIPTION, ErrorCode
 from tests.conftest import ROOT
 
 

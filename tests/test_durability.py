@@ -262,8 +262,8 @@ def test_power_loss_keeps_every_record_of_what_ran(sc: Running, tmp_path: Path) 
 def test_config_durability_is_checked() -> None:
     from dataclasses import replace
 
+    from callgate.base.errors import LoadError
     from callgate.config import Config, validate
-    from callgate.core.errors import LoadError
 
     cfg = Config()
     validate(replace(cfg, store=replace(cfg.store, durability="per_answer")))

@@ -10,8 +10,8 @@ from typing import Any
 import cedarpy
 import pytest
 
-from callgate.core.errors import ErrorCode, LoadError
-from callgate.core.model import AuthzRequest, Effect, Subject
+from callgate.base.errors import ErrorCode, LoadError
+from callgate.base.model import AuthzRequest, Effect, Subject
 from callgate.policy.engines import cedar as cedar_module
 from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 from tests.conftest import DATA, POLICIES

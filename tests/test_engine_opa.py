@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from callgate.core.errors import ErrorCode
-from callgate.core.model import AuthzRequest, Effect, Subject
+from callgate.base.errors import ErrorCode
+from callgate.base.model import AuthzRequest, Effect, Subject
 from callgate.policy.engines.opa import OpaEngine, parse_url
 from callgate.policy.engines.rego_contract import (
     ENGINE_MALFORMED,

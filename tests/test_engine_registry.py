@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
+from callgate.base.model import AuthzRequest, Decision, Effect, Reason, Subject
 from callgate.cli.main import cmd_check
 from callgate.cli.newtool import scaffold
-from callgate.core.model import AuthzRequest, Decision, Effect, Reason, Subject
 from callgate.policy.declare import Problem, ToolDecl, arg_place, check_tools, tool_typing
 from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.factory import EngineFactory, NewTool, PolicyFolder, Scaffolded, SchemaActions

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from callgate.base.errors import ErrorCode, LoadError
+from callgate.base.model import AuthzRequest, Effect, Subject
 from callgate.config import PolicyConfig
-from callgate.core.errors import ErrorCode, LoadError
-from callgate.core.model import AuthzRequest, Effect, Subject
 from callgate.policy.engines.rego import RegoEngine
 from callgate.policy.engines.rego_contract import (
     ENGINE_MALFORMED,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from callgate.core.model import AuthzRequest, Decision, Subject
+from callgate.base.model import AuthzRequest, Decision, Subject
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 from callgate.policy.engines.opa import OpaEngine

@@ -1,11 +1,11 @@
-"""Named error constructors (callgate/core/errors.py): one per raised code, the right class."""
+"""Named error constructors (callgate/base/errors.py): one per raised code, the right class."""
 
 from __future__ import annotations
 
 import inspect
 
-from callgate.core import errors
-from callgate.core.errors import CallgateError, ErrorCode, LoadError, RejectedError, Violation
+from callgate.base import errors
+from callgate.base.errors import CallgateError, ErrorCode, LoadError, RejectedError, Violation
 
 REJECTED = {
     ErrorCode.INVALID_JSON, ErrorCode.INVALID_UTF8, ErrorCode.DUPLICATE_KEY, ErrorCode.NON_FINITE_NUMBER,

@@ -25,7 +25,7 @@ from callgate.arguments.validate import SUPPORTED_FORMATS, CompiledSchema
 from callgate.arguments.validate.ecma262 import compile_ecma
 from callgate.arguments.validate.fastcheck import compile_check
 from callgate.arguments.validate.formats import FORMAT_CHECKER
-from callgate.core.errors import LoadError
+from callgate.base.errors import LoadError
 from tests.conftest import POLICIES
 from tests.test_validate import (
     EXCLUSIONS,

@@ -1,4 +1,4 @@
-"""callgate.core.fastinit: the slot-setting constructor builds the object __init__ builds."""
+"""callgate.base.fastinit: the slot-setting constructor builds the object __init__ builds."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from callgate.core.fastinit import builder
-from callgate.core.model import NormalizationContext, NormalizedArguments, Proposal, ValidatedArguments
-from callgate.core.states import State
+from callgate.base.fastinit import builder
+from callgate.base.model import NormalizationContext, NormalizedArguments, Proposal, ValidatedArguments
+from callgate.base.states import State
 from callgate.store.base import EventRecord, InvocationRecord, Usage
 
 

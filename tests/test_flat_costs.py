@@ -15,7 +15,8 @@ from tests.conftest import POLICIES, start_sidecar, stop_sidecar
 def test_listtools_is_prebuilt_per_snapshot_and_visible_set(tmp_path: Path) -> None:
     pdir = tmp_path / "policies"
     shutil.copytree(POLICIES, pdir, ignore=shutil.ignore_patterns("tests"))
-    sc, tmp = start_sidecar(pdir, policy=PolicyConfig(watch=False))
+    # every allowlisted tool (bob would see one tool by policy: tests/test_list_by_policy.py)
+    sc, tmp = start_sidecar(pdir, policy=PolicyConfig(watch=False, list_by_policy=False))
     try:
         a, b = sc.open_session(), sc.open_session(subject="bob")
         first = sc.list_tools(a, "mc-1")

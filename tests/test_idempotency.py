@@ -23,7 +23,7 @@ from typing import TypeVar
 
 import pytest
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.base.errors import CallgateError, ErrorCode
 from callgate.store.idempotency.base import (
     ClaimKind,
     ClaimResult,

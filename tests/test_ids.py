@@ -1,11 +1,11 @@
-"""callgate.core.ids: unguessable ids from the OS CSPRNG, buffered, fork-safe."""
+"""callgate.base.ids: unguessable ids from the OS CSPRNG, buffered, fork-safe."""
 
 from __future__ import annotations
 
 import os
 import re
 
-from callgate.core.ids import new_id
+from callgate.base.ids import new_id
 
 
 def test_ids_are_128_bit_hex_and_distinct() -> None:

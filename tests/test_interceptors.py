@@ -11,8 +11,8 @@ from google.rpc import error_details_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 
-from callgate.core.errors import ErrorCode, invalid_request
-from callgate.core.trace import TraceContext
+from callgate.base.errors import ErrorCode, invalid_request
+from callgate.base.trace import TraceContext
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.server.interceptors import CallgateInterceptor, current_trace

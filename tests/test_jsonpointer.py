@@ -1,4 +1,4 @@
-"""RFC 6901 JSON Pointers (callgate.core.jsonpointer): escaping, the RFC's examples, round trips,
+"""RFC 6901 JSON Pointers (callgate.base.jsonpointer): escaping, the RFC's examples, round trips,
 and the stages that now share the module (their pointers must read back identically)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from callgate.arguments.digest import canonicalize
 from callgate.arguments.parse import parse_json_document
-from callgate.core import jsonpointer
-from callgate.core.errors import RejectedError
+from callgate.base import jsonpointer
+from callgate.base.errors import RejectedError
 
 PROPS = settings(max_examples=300, deadline=None)
 

@@ -1,4 +1,4 @@
-"""callgate.core.jsontext.compact_sorted writes exactly json.dumps's compact, key-sorted text."""
+"""callgate.base.jsontext.compact_sorted writes exactly json.dumps's compact, key-sorted text."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from callgate.core import jsontext
-from callgate.core.jsontext import compact_sorted
+from callgate.base import jsontext
+from callgate.base.jsontext import compact_sorted
 
 
 def reference(v: Any) -> str:

@@ -5,8 +5,9 @@
 * property: on 200 seeded random policy sets, whenever the reading says *never* for a principal
   and an action, the real engine (cedarpy) denies every sampled request of that principal for
   that action (resources and contexts varied): a usable tool is never hidden;
-* a real sidecar with ``policy.list_by_policy``: two subjects see different sets, and a call to
-  the hidden tool is refused as not shown (``unknown_tool_version``).
+* a real sidecar (``policy.list_by_policy`` on by default): subjects see different sets, and a
+  Propose for a hidden tool is answered by the engine's deny, its event marked ``hidden_by_policy``;
+  on Rego and a real OPA server the default changes nothing (every allowlisted tool shown).
 """
 
 from __future__ import annotations
@@ -16,15 +17,18 @@ import random
 import shutil
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import cedarpy
-import grpc
 import pytest
 
+from callgate.cli.explain import explain, render_text
 from callgate.config import PolicyConfig
+from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.engines.cedar import load_cedar_dir
 from callgate.policy.reach import Reach
-from tests.conftest import POLICIES, start_sidecar, stop_sidecar
+from tests.conftest import POLICIES, Running, start_sidecar, stop_sidecar
+from tests.test_gate_cases import engine_server  # noqa: F401  (rego and a real OPA server)
 
 ACTIONS = ("weather.read", "calendar.create", "files.delete")
 
@@ -187,8 +191,13 @@ def test_never_hides_a_usable_tool_on_200_sets() -> None:
 
 
 # --- a real sidecar -----------------------------------------------------------------------------
-def test_sidecar_lists_by_subject_and_refuses_the_hidden_tool() -> None:
-    running, tmp = start_sidecar(policy=replace(PolicyConfig(), list_by_policy=True))
+def _events(running: Running, sid: str, invocation_id: str) -> list[dict[str, Any]]:
+    got = running.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=invocation_id, session_id=sid))
+    return [dict(e.data) for e in got.events]
+
+
+def test_sidecar_lists_by_subject_and_the_engine_denies_the_hidden_tool() -> None:
+    running, tmp = start_sidecar()  # policy.list_by_policy is on by default
     try:
         names = {}
         sessions = {}
@@ -199,18 +208,59 @@ def test_sidecar_lists_by_subject_and_refuses_the_hidden_tool() -> None:
         assert names["alice"] == {"weather.get", "calendar.create_event"}
         assert names["bob"] == {"weather.get"}
         assert names["carol"] == {"weather.get", "files.delete"}
-        try:
-            resp = running.propose(sessions["bob"], "calendar.create_event@v1", {"calendar_id": "c"})
-            code = resp.rejection.code
-        except grpc.RpcError as exc:
-            code = str(exc.details())
-        assert "unknown_tool_version" in code
+        # a Propose for a hidden tool runs the chain: the engine's deny answers it (spec 6.14),
+        # and the decision event says the tool was hidden by policy
+        args = {"title": "t", "start": "2026-07-20T10:00:00+08:00"}
+        resp = running.propose(sessions["bob"], "calendar.create_event@v1", args, idempotency_key="k-bob")
+        assert pb.State.Name(resp.state) == "AUTHORIZATION_REJECTED"
+        assert [r.code for r in resp.decision.reasons] == ["no_matching_permit"]
+        events = _events(running, sessions["bob"], resp.invocation_id)
+        assert events[-1].get("hidden_by_policy") is True
+        x = running.call(explain(running.sidecar.components.store, resp.invocation_id))
+        assert x is not None and x.tool_seen.hidden_by_policy and not x.tool_seen.shown
+        assert "hidden by policy" in render_text(x)
+        # a shown tool's decision event carries no such mark
+        resp = running.propose(sessions["alice"], "calendar.create_event@v1", args, idempotency_key="k-alice")
+        assert "hidden_by_policy" not in _events(running, sessions["alice"], resp.invocation_id)[-1]
+        # a tool outside the session's allowlist is still not shown at all
+        sid = running.open_session(subject="carol", tool_allowlist=["weather.get"])
+        running.list_tools(sid)
+        resp = running.propose(sid, "files.delete@v1", {"path": "/a"}, idempotency_key="k-carol")
+        assert resp.rejection.code == "unknown_tool_version"
     finally:
         stop_sidecar(running, tmp)
 
 
-def test_sidecar_default_lists_every_allowlisted_tool() -> None:
-    running, tmp = start_sidecar()
+def test_a_reload_that_could_allow_a_hidden_tool_refuses_it_as_not_shown(tmp_path: Path) -> None:
+    pdir = tmp_path / "policies"
+    shutil.copytree(POLICIES, pdir, ignore=shutil.ignore_patterns("tests"))
+    running, tmp = start_sidecar(pdir, policy=replace(PolicyConfig(), watch=False))
+    try:
+        sid = running.open_session(subject="bob")
+        assert {t.name for t in running.list_tools(sid).tools} == {"weather.get"}
+        # bob becomes a scheduler: the serving snapshot no longer hides calendar.create_event
+        ents = json.loads((pdir / "cedar" / "entities.json").read_text())
+        for e in ents:
+            if e["uid"] == {"type": "User", "id": "bob"}:
+                e["parents"] = [{"type": "Role", "id": "scheduler"}]
+        (pdir / "cedar" / "entities.json").write_text(json.dumps(ents))
+        assert running.sidecar.lifecycle is not None
+        assert running.call(running.sidecar.lifecycle.reload("test")) is True
+        args = {"title": "t", "start": "2026-07-20T10:00:00+08:00"}
+        resp = running.propose(sid, "calendar.create_event@v1", args, idempotency_key="k-bob-2")
+        assert pb.State.Name(resp.state) == "PARSE_REJECTED"
+        assert resp.rejection.code == "unknown_tool_version"  # the model never saw it: list again
+        running.list_tools(sid, model_call_id="mc-2")
+        resp = running.propose(
+            sid, "calendar.create_event@v1", args, model_call_id="mc-2", idempotency_key="k-bob-3"
+        )
+        assert pb.State.Name(resp.state) == "AUTHORIZED"  # now shown, and confirm is asked
+    finally:
+        stop_sidecar(running, tmp)
+
+
+def test_sidecar_off_lists_every_allowlisted_tool() -> None:
+    running, tmp = start_sidecar(policy=replace(PolicyConfig(), list_by_policy=False))
     try:
         sid = running.open_session(subject="bob")
         assert {t.name for t in running.list_tools(sid).tools} == {
@@ -220,6 +270,20 @@ def test_sidecar_default_lists_every_allowlisted_tool() -> None:
         }
     finally:
         stop_sidecar(running, tmp)
+
+
+def test_rego_and_opa_show_every_allowlisted_tool(engine_server: Running) -> None:  # noqa: F811
+    """No reading of Rego: with the default (on) every allowlisted tool is shown, nothing is hidden."""
+    assert engine_server.sidecar.components.gate.snapshot.engine.reach is None
+    sid = engine_server.open_session(subject="bob")
+    assert {t.name for t in engine_server.list_tools(sid).tools} == {
+        "weather.get",
+        "calendar.create_event",
+        "files.delete",
+    }
+    resp = engine_server.propose(sid, "files.delete@v1", {"path": "/a"}, idempotency_key="k-bob-rego")
+    assert pb.State.Name(resp.state) == "AUTHORIZATION_REJECTED"
+    assert "hidden_by_policy" not in _events(engine_server, sid, resp.invocation_id)[-1]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,8 +26,8 @@ from typing import Any
 import grpc
 import pytest
 
+from callgate.base.errors import LoadError
 from callgate.config import LogFormat, load_config
-from callgate.core.errors import LoadError
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.observability.logs import TEXT_FORMAT, JsonFormatter, apply_log_format

@@ -405,7 +405,7 @@ def test_http_gateway_bearer_token_validated_and_never_forwarded(env: Env) -> No
 
 # ---------------------------------------------------------------------------------- config
 def test_mcp_config_errors_name_file_and_key(tmp_path: Path) -> None:
-    from callgate.core.errors import LoadError
+    from callgate.base.errors import LoadError
     from callgate.mcp.config import load_gateway_config
 
     cases = {
@@ -453,7 +453,7 @@ def test_bearer_verifier_static_tokens_and_jwt(tmp_path: Path) -> None:
     from joserfc import jwt
     from joserfc.jwk import KeySet, OKPKey
 
-    from callgate.core.errors import LoadError
+    from callgate.base.errors import LoadError
     from callgate.mcp.auth import BearerVerifier
     from callgate.mcp.config import McpHttpConfig
 

@@ -35,7 +35,7 @@ from mcp.shared.auth import (
 )
 from mcp.shared.exceptions import MCPError
 
-from callgate.core.tokenstrength import weakness
+from callgate.base.tokenstrength import weakness
 from tests.conftest import short_tmpdir
 from tests.mcp_env import ROOT, cli, config_head, run, terminate, text_of, wait_port
 from tests.ports import free_port
@@ -470,7 +470,7 @@ def test_a_token_without_the_required_scope_gets_insufficient_scope_and_the_sdk_
 
 # ---------------------------------------------------------------------------------- config
 def test_http_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
-    from callgate.core.errors import LoadError
+    from callgate.base.errors import LoadError
     from callgate.mcp.config import load_gateway_config
     from callgate.mcp.http_app import Allowlist, resource_url
 

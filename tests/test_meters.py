@@ -22,7 +22,7 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from callgate.core.states import State
+from callgate.base.states import State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.meters import Contribution, Window, parse_meters
 from callgate.store.meters import settle_pg, settle_sqlite

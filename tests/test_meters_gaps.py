@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from callgate.core.states import State
+from callgate.base.states import State
 from callgate.policy.meters import Contribution, Window, contributions, meter_keeps
 from callgate.policy.toolspecs import load_tools
 from callgate.store.base import Move
@@ -196,7 +196,7 @@ def test_retention_purges_the_meter_tables(kind: str, tmp_path: Path, request: A
 
 
 def store_clock() -> Any:
-    from callgate.core.clock import FixedClock
+    from callgate.base.clock import FixedClock
 
     return FixedClock(T0)
 

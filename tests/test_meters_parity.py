@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from callgate.core.model import Decision, Subject
+from callgate.base.model import Decision, Subject
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
 from callgate.policy.engines.opa import OpaEngine

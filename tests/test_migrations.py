@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from callgate.core.errors import CallgateError, ErrorCode
-from callgate.core.states import State
+from callgate.base.errors import CallgateError, ErrorCode
+from callgate.base.states import State
 from callgate.store.base import Usage
 from callgate.store.idempotency.base import IdempotencyKey
 from callgate.store.sqlite import MIGRATIONS, SQLiteReader, SQLiteStore

@@ -20,8 +20,8 @@ import pytest
 
 from callgate.arguments.normalize import NormalizerChain, as_policy_values, normalize
 from callgate.arguments.parse import ParseLimits
-from callgate.core.errors import ErrorCode, LoadError, RejectedError
-from callgate.core.model import Effect, NormalizationContext, Subject, ValidatedArguments
+from callgate.base.errors import ErrorCode, LoadError, RejectedError
+from callgate.base.model import Effect, NormalizationContext, Subject, ValidatedArguments
 from callgate.policy.engines.cedar import _ContextError, to_cedar_value
 from callgate.policy.engines.rego_contract import RequestError, contract_value
 from callgate.policy.snapshot import load_snapshot

@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from callgate.core.model import AuthzRequest, Decision, Effect, Subject
+from callgate.base.model import AuthzRequest, Decision, Effect, Subject
 from callgate.policy.engines.cedar import CedarEngine, CedarPolicies, load_cedar_dir
 from callgate.propose.core import Core, CoreKind, load_native
 from tests.conftest import POLICIES, reference_front
@@ -345,7 +345,7 @@ TEMPLATE_ARGS = st.dictionaries(
 @PROPS
 @given(TEMPLATES, TEMPLATE_ARGS)
 def test_resource_rendering_is_the_template(template: str, args: dict[str, Any]) -> None:
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.policy.toolspecs import ResourceTemplate
 
     try:
@@ -408,8 +408,8 @@ def test_one_call_decision_is_the_reference(
 
     from callgate.arguments.normalize import normalize
     from callgate.arguments.parse import ParseLimits, parse_arguments
-    from callgate.core.errors import RejectedError
-    from callgate.core.model import NormalizationContext
+    from callgate.base.errors import RejectedError
+    from callgate.base.model import NormalizationContext
     from callgate.propose.authorize import authorize_invocation
 
     tool_key, args = proposal
@@ -572,7 +572,7 @@ def test_one_call_typed_context_is_the_reference(
     import asyncio
 
     from callgate.arguments.parse import ParseLimits
-    from callgate.core.errors import RejectedError
+    from callgate.base.errors import RejectedError
     from callgate.propose.authorize import authorize_invocation
 
     snap, core, ref = _typed_pair(tmp_path_factory.getbasetemp())

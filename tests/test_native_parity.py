@@ -38,8 +38,8 @@ from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.arguments.normalize import NormalizerChain, normalize
 from callgate.arguments.parse import ParseLimits, parse_arguments, parse_json_document
 from callgate.arguments.validate.schema import CompiledSchema
-from callgate.core.errors import LoadError, RejectedError
-from callgate.core.model import NormalizationContext, ValidatedArguments
+from callgate.base.errors import LoadError, RejectedError
+from callgate.base.model import NormalizationContext, ValidatedArguments
 from callgate.propose.core import (
     Core,
     _date_language,
@@ -806,7 +806,7 @@ def test_generated_proposals_decide_as_the_whole_context(
     whole context: the compiled core without the projection, and the engine over cedarpy."""
     import asyncio
 
-    from callgate.core.model import Subject
+    from callgate.base.model import Subject
     from callgate.policy.engines.cedar import CedarEngine
     from callgate.propose.authorize import authorize_invocation
 
@@ -1158,7 +1158,7 @@ def test_arguments_the_core_did_not_build_fail_closed_if_a_python_stage_asks() -
     (``value`` None); an engine asked to decide on them anyway denies with ``internal``."""
     import asyncio
 
-    from callgate.core.model import NormalizedArguments, Subject, values_of
+    from callgate.base.model import NormalizedArguments, Subject, values_of
     from callgate.propose.authorize import authorize_invocation
 
     snap, _ = _projection_pair(True)

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate.arguments.parse import ParseLimits
-from callgate.core.errors import RejectedError
-from callgate.core.model import Effect, Subject
+from callgate.base.errors import RejectedError
+from callgate.base.model import Effect, Subject
 from callgate.policy.engines import cedar as cedar_engine
 from callgate.policy.engines.cedar import CedarEngine
 from callgate.propose.authorize import authorize_invocation

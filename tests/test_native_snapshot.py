@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from callgate.core.errors import LoadError
-from callgate.core.model import AuthzRequest, Effect, Subject
+from callgate.base.errors import LoadError
+from callgate.base.model import AuthzRequest, Effect, Subject
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
 from callgate.policy.engines.cedar_slices import release_incrementally
 from callgate.propose.core import load_native

@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 from callgate.arguments.digest import canonicalize, invocation_digest
 from callgate.arguments.normalize import NormalizerChain, NormalizerSpec, normalize
-from callgate.core.errors import ErrorCode, LoadError, RejectedError
-from callgate.core.model import NormalizationContext, ValidatedArguments
+from callgate.base.errors import ErrorCode, LoadError, RejectedError
+from callgate.base.model import NormalizationContext, ValidatedArguments
 
 PROPS = settings(
     derandomize=True,

@@ -18,8 +18,8 @@ import grpc
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from callgate.base.errors import LoadError
 from callgate.config import ObservabilityConfig, load_config
-from callgate.core.errors import LoadError
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.observability.decision_log import DecisionLog, Masker
 from callgate.observability.metrics import Metrics

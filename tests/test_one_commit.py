@@ -13,9 +13,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from callgate.core.model import Proposal
-from callgate.core.states import State
-from callgate.core.trace import TraceContext
+from callgate.base.model import Proposal
+from callgate.base.states import State
+from callgate.base.trace import TraceContext
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.propose.outcome import ProposeOutcome
 from callgate.store.base import EventRecord, InvocationRecord, KeyClaim

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 
+from callgate.base.errors import ErrorCode, LoadError
 from callgate.client import Client
 from callgate.config import SecretConfig
-from callgate.core.errors import ErrorCode, LoadError
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.toolspecs import compile_tool, load_tools
 from callgate.server.status import RULES, Audience, for_model
@@ -173,7 +173,7 @@ def test_a_bad_output_schema_is_a_load_error_naming_file_and_place(
 
 
 def test_the_code_is_the_models_and_has_a_constructor() -> None:
-    from callgate.core import errors
+    from callgate.base import errors
 
     assert RULES[ErrorCode.RESULT_SCHEMA_INVALID].audience is Audience.MODEL
     assert for_model("result_schema_invalid")

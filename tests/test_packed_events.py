@@ -147,7 +147,7 @@ def test_every_gate_case_is_packed_and_answers_the_same_events_on_postgres(
 def test_events_appended_after_a_packed_row_are_numbered_after_it(tmp_path: Path) -> None:
     """The packed row's ``seq`` is its last stage's, so a later event (a Confirm, a sweep) gets
     the next number and the trail reads in order."""
-    from callgate.core.states import State
+    from callgate.base.states import State
     from tests.test_store_contract import ev, inv
 
     backend = Backend("sqlite", str(tmp_path / "a.db"))
@@ -179,7 +179,7 @@ def test_a_packed_row_of_an_unknown_format_is_refused_naming_the_row() -> None:
 
 
 def test_events_that_do_not_fit_one_row_are_stored_one_row_each() -> None:
-    from callgate.core.states import State
+    from callgate.base.states import State
     from tests.test_store_contract import ev
 
     chain = [ev("i", 1, None, State.PROPOSED), ev("i", 2, State.PROPOSED, State.PARSED)]
@@ -194,7 +194,7 @@ def test_events_that_do_not_fit_one_row_are_stored_one_row_each() -> None:
 def test_a_packed_allowed_propose_is_less_than_half_its_rows_data(trails: list[Trail]) -> None:
     """The six stages of an allowed Propose, as the gate hands them over: the packed row's data
     is under half of the six rows' JSON data alone (docs/BENCHMARKS.md has the bytes on disk)."""
-    from callgate.core.jsontext import compact_sorted
+    from callgate.base.jsontext import compact_sorted
 
     record, events, _ = next(t for t in trails if t[0].state.value == "PREPARED" and len(t[1]) == 6)
     assert packed.packable(events)
@@ -230,7 +230,7 @@ def test_a_packed_row_stores_once_what_its_invocation_holds(trails: list[Trail],
 
 
 def test_a_packed_row_that_refers_to_a_missing_invocation_is_refused_naming_the_row() -> None:
-    from callgate.core.states import State
+    from callgate.base.states import State
     from tests.test_store_contract import ev, inv
 
     record = inv("inv-7")
@@ -253,7 +253,7 @@ def _v1(events: Sequence[EventRecord]) -> bytes:
     """A packed row's data as schema SQLite 5-6 / PostgreSQL 4-5 wrote it (format 1)."""
     import zlib
 
-    from callgate.core.jsontext import compact_sorted
+    from callgate.base.jsontext import compact_sorted
 
     stages = [[e.kind, e.to_state.value, e.span_id, dict(e.data)] for e in events]
     z = zlib.compressobj(1, zlib.DEFLATED, -12, 4, zlib.Z_DEFAULT_STRATEGY, packed.DICTIONARY_V1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from callgate.arguments.parse import ParseLimits, parse_arguments, parse_json_document
-from callgate.core.errors import ErrorCode, RejectedError
+from callgate.base.errors import ErrorCode, RejectedError
 from tests.conftest import ROOT, SHARED
 
 CORPUS = SHARED / "conformance" / "json-parsing" / "test_parsing"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from callgate.core.model import Effect, Reason
+from callgate.base.model import Effect, Reason
 from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 from callgate.policy.policytest import CaseResult, SuiteResult, render_table, run_suite
 from tests.conftest import POLICIES, ROOT

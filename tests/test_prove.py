@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from callgate.core.errors import LoadError
-from callgate.core.model import Effect
+from callgate.base.errors import LoadError
+from callgate.base.model import Effect
 from callgate.native import load_native
 from callgate.policy.prove.properties import Kind, load_properties
 from callgate.policy.prove.replay import Core, replay

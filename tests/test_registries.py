@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from callgate.base.errors import ErrorCode, LoadError
+from callgate.base.registry import Registry
 from callgate.cli.main import cmd_check, main
 from callgate.config import Config, IdempotencyConfig, PolicyConfig, StoreConfig, load_config, validate
-from callgate.core.errors import ErrorCode, LoadError
-from callgate.core.registry import Registry
 from callgate.policy.engines.base import Engine, Readiness
 from callgate.policy.engines.cedar import ENTITIES_WARN_BYTES
 from callgate.policy.engines.registry import ENGINES, EngineFactory

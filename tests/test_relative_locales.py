@@ -15,8 +15,8 @@ import pytest
 
 from callgate.arguments.normalize import DATE_LOCALES, NormalizerChain
 from callgate.arguments.parse import ParseLimits
-from callgate.core.errors import ErrorCode, RejectedError
-from callgate.core.model import NormalizationContext
+from callgate.base.errors import ErrorCode, RejectedError
+from callgate.base.model import NormalizationContext
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy.snapshot import load_snapshot
 from callgate.propose.core import Core, load_native

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from callgate.core.clock import FixedClock, rfc3339
-from callgate.core.states import State
+from callgate.base.clock import FixedClock, rfc3339
+from callgate.base.states import State
 from callgate.store.base import AttemptRecord, DecisionRecord, InvocationRecord, KeyClaim, ResultRecord, Store
 from callgate.store.idempotency.base import ClaimKind, ExpiredPolicy, IdempotencyKey, check_claim
 from callgate.store.retention import Purger, RecordKind, RetentionPolicy, cutoff
@@ -336,8 +336,8 @@ def test_the_sidecar_runs_retention_off_the_request_path(tmp_path: Path) -> None
 
 
 def test_the_retention_table_is_read_from_toml_and_checked(tmp_path: Path) -> None:
+    from callgate.base.errors import CallgateError
     from callgate.config import load_config
-    from callgate.core.errors import CallgateError
 
     toml = tmp_path / "c.toml"
     toml.write_text('[store.retention]\ninvocations_seconds = 86400\nexport_path = "audit/x.jsonl"\n')

@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.base.errors import CallgateError, ErrorCode
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.server.status import STATUS, to_status
 from tests.conftest import ROOT, Running
@@ -157,8 +157,8 @@ def test_generated_stubs_are_fresh(tmp_path: Path) -> None:
 
 
 def test_negative_concurrency_limit_is_a_config_error(tmp_path: Path) -> None:
+    from callgate.base.errors import LoadError
     from callgate.config import load_config
-    from callgate.core.errors import LoadError
 
     p = tmp_path / "c.toml"
     p.write_text("[server]\nmax_concurrent_rpcs = -1\n")

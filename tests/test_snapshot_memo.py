@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from callgate.core.model import Decision, Effect, Reason
+from callgate.base.model import Decision, Effect, Reason
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.policy import snapshot as snapshot_module
 from callgate.policy.snapshot import SnapshotMemo

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from callgate.core.states import State
+from callgate.base.states import State
 from callgate.store.base import AttemptRecord, EventRecord, InvocationRecord, ResultRecord, ToolViewRecord
 from callgate.store.sqlite import SQLiteReader, SQLiteStore, _RowMapping
 
@@ -172,7 +172,7 @@ def test_keyless_invocations_of_one_batch_are_one_statement_per_table(tmp_path: 
     duplicate invocation id), it is rolled back and each runs alone: only the bad one fails."""
     import threading
 
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.store.base import Usage
 
     def record(n: int) -> tuple[InvocationRecord, list[EventRecord]]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.base.errors import CallgateError, ErrorCode
 from callgate.store import sqlite_worker
 from callgate.store.sqlite_worker import CHECKPOINT_EVERY, Durability, SQLiteWorker
 

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from callgate.core.errors import CallgateError, ErrorCode
-from callgate.core.states import State
+from callgate.base.errors import CallgateError, ErrorCode
+from callgate.base.states import State
 from callgate.store.base import (
     EventRecord,
     InvocationRecord,

@@ -1,7 +1,7 @@
 """Issue 34: store waits follow the call's deadline. During a PostgreSQL outage a call with a
 deadline of 5 s or less got ``DEADLINE_EXCEEDED``, never ``store_unavailable``: the pool waited a
 fixed 5 s for a connection. Now the wait ends shortly before the caller's deadline
-(``callgate/core/deadline.py``, set by the gRPC interceptor) and the refusal is the stable code.
+(``callgate/base/deadline.py``, set by the gRPC interceptor) and the refusal is the stable code.
 
 The pool is exhausted here (one connection, held) rather than the server stopped: the wait is the
 same pool wait, and the shared test server keeps serving the other tests.
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from callgate.core import deadline
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.base import deadline
+from callgate.base.errors import CallgateError, ErrorCode
 from callgate.store.idempotency.base import IdempotencyKey
 from callgate.store.idempotency.postgres import PostgresIdempotencyStore
 from callgate.store.postgres import PostgresStore

@@ -13,9 +13,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from callgate.base.clock import FixedClock, rfc3339
+from callgate.base.states import State
 from callgate.config import IdempotencyConfig
-from callgate.core.clock import FixedClock, rfc3339
-from callgate.core.states import State
 from callgate.policy.serving import ServingSnapshot
 from callgate.propose.confirmation import SWEEP_SLICE, Confirmations
 from callgate.propose.idempotency import IdempotencyFlow

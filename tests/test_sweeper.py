@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from callgate.base.clock import FixedClock
+from callgate.base.errors import LoadError
 from callgate.config import ConfirmationConfig, PolicyConfig, load_config
-from callgate.core.clock import FixedClock
-from callgate.core.errors import LoadError
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.server.healthcheck import check
 from callgate.server.sweeper import SWEEPER_HEALTH_SERVICE, ConfirmationSweeper

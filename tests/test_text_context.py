@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from callgate.arguments.parse import ParseLimits
-from callgate.core.model import AuthzRequest, Subject
+from callgate.base.model import AuthzRequest, Subject
 from callgate.policy.declare import cedar_text_actions, declared
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
 from callgate.policy.engines.rego import RegoEngine

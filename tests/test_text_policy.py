@@ -16,12 +16,12 @@ import pytest
 from callgate.arguments import unitext
 from callgate.arguments.textpolicy import TextClass, TextPolicy
 from callgate.arguments.unitext import Flag
+from callgate.base.clock import FixedClock
+from callgate.base.errors import ErrorCode, LoadError, RejectedError
+from callgate.base.events import EventKind
+from callgate.base.model import Proposal, Subject
+from callgate.base.trace import TraceContext
 from callgate.config import CoreConfig, load_config
-from callgate.core.clock import FixedClock
-from callgate.core.errors import ErrorCode, LoadError, RejectedError
-from callgate.core.events import EventKind
-from callgate.core.model import Proposal, Subject
-from callgate.core.trace import TraceContext
 from callgate.policy.snapshot import load_snapshot_from_config
 from callgate.policy.toolspecs import load_tools
 from callgate.propose.gate import SessionSpec

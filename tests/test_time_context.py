@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from callgate.arguments.parse import ParseLimits
-from callgate.core.errors import ErrorCode, RejectedError
-from callgate.core.model import AuthzRequest, Subject
+from callgate.base.errors import ErrorCode, RejectedError
+from callgate.base.model import AuthzRequest, Subject
 from callgate.policy.declare import cedar_time_plans, declared
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from callgate.base.errors import LoadError
 from callgate.client.names import MCP_NAME, import_name, name_of_wire, tool_name_problem, wire_name
 from callgate.client.tools import LEGAL_NAME, Tool, ToolNames
-from callgate.core.errors import LoadError
 from callgate.mcp.importing import assign_names
 from callgate.mcp.pins import SideEffect, toolspec_for
 from callgate.policy.toolspecs import compile_tool

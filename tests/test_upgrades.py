@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from callgate.base.states import State
 from callgate.config import ConfirmationConfig, IdempotencyConfig, StoreConfig
-from callgate.core.states import State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.store.sqlite import MIGRATIONS, stored_events
 from tests.conftest import Running, short_tmpdir, start_sidecar, stop_sidecar

@@ -28,8 +28,8 @@ from callgate.arguments.validate import (
     keywords,
 )
 from callgate.arguments.validate import schema as schema_mod
-from callgate.core.errors import ErrorCode, LoadError, RejectedError, Violation
-from callgate.core.model import ParsedArguments, ValidatedArguments
+from callgate.base.errors import ErrorCode, LoadError, RejectedError, Violation
+from callgate.base.model import ParsedArguments, ValidatedArguments
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "conformance" / "json-schema"
 REQUIRED_DIR = CORPUS / "tests" / "draft2020-12"

@@ -21,9 +21,9 @@ from typing import Any
 
 import rfc8785
 
-from callgate.core import jsonpointer
-from callgate.core.errors import Violation, not_canonicalizable
-from callgate.core.model import JSONValue
+from callgate.base import jsonpointer
+from callgate.base.errors import Violation, not_canonicalizable
+from callgate.base.model import JSONValue
 
 __all__ = ["DIGEST_PREFIX", "canonicalize", "canonicalize_plain", "invocation_digest"]
 

@@ -15,7 +15,7 @@ Normalizers are declared per tool in its ToolSpec, as a list of JSON objects
 :meth:`NormalizerChain.build`. ``docs/NORMALIZATION.md`` documents every kind, option and rule.
 
 Determinism: every input is explicit. The reference clock, the user's IANA zone and the locale
-come from :class:`~callgate.core.model.NormalizationContext`; nothing here reads the system clock, the
+come from :class:`~callgate.base.model.NormalizationContext`; nothing here reads the system clock, the
 process locale or the environment. Zone rules are read from the pinned ``tzdata`` package (not
 from the host's ``/usr/share/zoneinfo``), so two sidecars with the same lockfile agree.
 """
@@ -38,15 +38,15 @@ from typing import Final
 from zoneinfo import ZoneInfo
 
 from callgate.arguments.digest import canonicalize, invocation_digest
-from callgate.core import jsonpointer
-from callgate.core.errors import (
+from callgate.base import jsonpointer
+from callgate.base.errors import (
     RejectedError,
     Violation,
     decimal_invalid,
     normalization_failed,
     toolspec_invalid,
 )
-from callgate.core.model import (
+from callgate.base.model import (
     JSONValue,
     NormalizationContext,
     NormalizedArguments,

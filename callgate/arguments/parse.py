@@ -32,8 +32,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from callgate.core import jsonpointer
-from callgate.core.errors import (
+from callgate.base import jsonpointer
+from callgate.base.errors import (
     duplicate_key,
     invalid_json,
     invalid_utf8,
@@ -45,7 +45,7 @@ from callgate.core.errors import (
     too_large,
     trailing_data,
 )
-from callgate.core.model import JSONValue, ParsedArguments
+from callgate.base.model import JSONValue, ParsedArguments
 
 __all__ = ["ParseLimits", "parse_arguments", "parse_json_document"]
 

@@ -35,9 +35,9 @@ from typing import Any, Final
 
 from callgate.arguments import unitext
 from callgate.arguments.normalize import _FieldError, _parse_pointer, _Resolved, _Seg, _Unchanged, _update
-from callgate.core import jsonpointer
-from callgate.core.errors import RejectedError, Violation, text_refused, toolspec_invalid
-from callgate.core.model import JSONValue
+from callgate.base import jsonpointer
+from callgate.base.errors import RejectedError, Violation, text_refused, toolspec_invalid
+from callgate.base.model import JSONValue
 
 __all__ = ["IDENTIFIER_FORMATS", "IDENTIFIER_NAME", "TextClass", "TextPolicy"]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from callgate import config as config_module
-from callgate.core.errors import DESCRIPTION, ErrorCode
+from callgate.base.errors import DESCRIPTION, ErrorCode
 from callgate.server.status import RULES, Audience
 
 _HEADER = """# Error codes
 
-Stable `snake_case` codes (`callgate/core/errors.py`). The same string appears everywhere a code
+Stable `snake_case` codes (`callgate/base/errors.py`). The same string appears everywhere a code
 appears: `Rejection.code` and `Decision.error_code` in answers, `google.rpc.ErrorInfo.reason`
 (domain `callgate.dev`) on gRPC errors, events and metric labels. Who each code is for, its gRPC
 status and whether it is final or retryable are defined once, in the table `RULES` of

@@ -31,8 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from callgate.core import jsonpointer
-from callgate.core.schemafiles import (
+from callgate.base import jsonpointer
+from callgate.base.schemafiles import (
     SchemaProblem,
     describe,
     packaged_validator,

@@ -32,9 +32,9 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from callgate.core.events import CONFIRMATION_ANSWERS, EventKind, stage_of
-from callgate.core.jsonable import bytes_json, jsonable
-from callgate.core.states import State
+from callgate.base.events import CONFIRMATION_ANSWERS, EventKind, stage_of
+from callgate.base.jsonable import bytes_json, jsonable
+from callgate.base.states import State
 from callgate.store.base import (
     AttemptRecord,
     DecisionRecord,
@@ -81,7 +81,7 @@ async def open_source(cfg: Config, environ: Mapping[str, str]) -> OpenedSource:
     """Open the store ``cfg`` names, read-only: the SQLite file (beside a running sidecar or
     not), or the PostgreSQL store from outside any pod (DSN from ``store.dsn_env`` /
     ``store.dsn_file``; the schema is checked, never migrated). Raises ``OSError`` /
-    ``sqlite3.Error`` (SQLite) or :class:`~callgate.core.errors.CallgateError`."""
+    ``sqlite3.Error`` (SQLite) or :class:`~callgate.base.errors.CallgateError`."""
     if cfg.store.backend == "postgres":
         from callgate.store.postgres import PostgresStore
         from callgate.store.registry import store_dsn
@@ -117,6 +117,8 @@ class ToolSeen:
     listed_at: str = ""
     spec_file: str = ""
     """The file under the policy directory whose bytes have ``spec_digest`` ("" = none now)."""
+    hidden_by_policy: bool = False
+    """Left out of the view by policy (ListTools by policy): the engine's deny answered it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +345,11 @@ def _confirmation(inv: InvocationRecord, events: Sequence[EventRecord]) -> Confi
     return Confirmation(status="none")
 
 
+def _hidden_by_policy(decided: EventRecord | None) -> bool:
+    """The decision event marks a tool ListTools left out by policy (docs/POLICIES.md)."""
+    return decided is not None and decided.data.get("hidden_by_policy") is True
+
+
 async def explain(
     store: ExplainSource, invocation_id: str, *, spec_files: Mapping[str, str] | None = None
 ) -> Explanation | None:
@@ -376,6 +383,7 @@ async def explain(
         validated_spec_digest=str(validated.data.get("tool_spec_digest", "")) if validated else "",
         listed_at=view.created_at if view else "",
         spec_file=(spec_files or {}).get(spec_digest, "") if spec_digest else "",
+        hidden_by_policy=_hidden_by_policy(by_kind.get(EventKind.AUTHORIZATION_REJECTED)),
     )
     proposed = by_kind.get(EventKind.PROPOSED)
     if (
@@ -795,6 +803,10 @@ def render_text(x: Explanation) -> str:
             w(f"   {x.tool}: ToolSpec {t.spec_digest} ({same})")
             if t.spec_file:
                 w(f"   file with these bytes now: {t.spec_file}")
+        elif t.hidden_by_policy:
+            w(
+                f"   {x.tool} was hidden by policy (no request of this subject could be allowed): the engine denied it"
+            )
         else:
             w(f"   {x.tool} was NOT in the set shown to the model")
     w("")

@@ -121,7 +121,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     ``error: file:line:column: place: problem`` for every problem (exit 1)."""
     import asyncio
 
-    from callgate.core.errors import LoadError
+    from callgate.base.errors import LoadError
     from callgate.policy import check
     from callgate.policy.engines.registry import ENGINES
     from callgate.policy.snapshot import load_snapshot_from_config
@@ -192,7 +192,7 @@ async def _probe_stores(cfg: Config) -> list[str]:
 def cmd_store_backup(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """An online backup of the SQLite store (:mod:`callgate.store.backup`); exit 1 with the
     reason when it cannot be taken."""
-    from callgate.core.errors import CallgateError, LoadError
+    from callgate.base.errors import CallgateError, LoadError
     from callgate.store.backup import backup_sqlite
 
     try:
@@ -220,7 +220,7 @@ def cmd_store_backup(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 def cmd_store_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Shrink a stopped SQLite store once (:mod:`callgate.store.compact`); exit 1 with the
     reason when it cannot."""
-    from callgate.core.errors import CallgateError, LoadError
+    from callgate.base.errors import CallgateError, LoadError
     from callgate.store.compact import compact_sqlite
 
     try:
@@ -243,7 +243,7 @@ def cmd_store_compact(args: argparse.Namespace, out: TextIO = sys.stdout) -> int
 def _check_secrets_and_keys(cfg: Config) -> list[str]:
     """Load what ``serve`` would load besides policies: secret files/variables (values never
     printed) and a fixed signing key. Raises LoadError."""
-    from callgate.core.errors import config_invalid
+    from callgate.base.errors import config_invalid
     from callgate.execute.redaction import Redactor
     from callgate.execute.secrets import SecretStore
 
@@ -278,10 +278,10 @@ def _outcome_json(case_no: int, case: dict[str, Any], o: ProposeOutcome) -> dict
 async def _eval(cfg: Config, cases: Sequence[tuple[int, dict[str, Any]]], out: TextIO) -> int:
     from datetime import datetime
 
+    from callgate.base.clock import FixedClock, SystemClock
+    from callgate.base.model import Proposal, Subject
+    from callgate.base.trace import TraceContext
     from callgate.cli.evalcases import case_arguments, mismatches
-    from callgate.core.clock import FixedClock, SystemClock
-    from callgate.core.model import Proposal, Subject
-    from callgate.core.trace import TraceContext
     from callgate.policy.snapshot import load_snapshot_from_config
     from callgate.propose.gate import SessionSpec
     from callgate.server.app import Shared
@@ -338,8 +338,8 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     no server; docs/EVAL.md)."""
     import asyncio
 
+    from callgate.base.errors import CallgateError
     from callgate.cli.evalcases import load_cases
-    from callgate.core.errors import CallgateError
 
     try:
         cfg = _config(args.config)
@@ -368,7 +368,7 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     table (format: ``callgate/policy/policytest.py``). 0 only if all pass and at least one ran."""
     import asyncio
 
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.policy.policytest import run_command
 
     try:
@@ -385,7 +385,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     serve, 1 when they were refused or nothing serves, 2 when the sidecar cannot be reached."""
     import grpc
 
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.gen.v1 import callgate_pb2 as pb
     from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
@@ -427,8 +427,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 def cmd_new_tool(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Scaffold a ToolSpec, its Cedar and Rego rules and test requests (callgate/cli/newtool.py)."""
+    from callgate.base.errors import CallgateError
     from callgate.cli.newtool import ScaffoldError, scaffold
-    from callgate.core.errors import CallgateError
 
     try:
         if args.dir:
@@ -460,8 +460,8 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     """Answer the 6.13 questions for one invocation (or show one recorded ``Authorize`` decision
     with ``--decision``) from the configured store (read-only; the sidecar may be running or
     stopped). Exit 1 for an unknown id, 2 for an unusable store or a wrong call."""
+    from callgate.base.errors import CallgateError
     from callgate.cli import explain as ex
-    from callgate.core.errors import CallgateError
 
     if bool(args.invocation_id) == bool(args.decision):
         print("error: give an INVOCATION_ID or --decision DECISION_ID (one of them)", file=sys.stderr)
@@ -512,8 +512,8 @@ def _explain_from_store(
     import asyncio
     import sqlite3
 
+    from callgate.base.errors import CallgateError
     from callgate.cli.explain import open_source
-    from callgate.core.errors import CallgateError
 
     where = str(cfg.path(cfg.store.path)) if cfg.store.backend == "sqlite" else "PostgreSQL store"
 

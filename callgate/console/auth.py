@@ -35,9 +35,9 @@ from joserfc import jwt
 from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 
+from callgate.base.errors import CallgateError, config_invalid
 from callgate.console.config import AuthMode, ConsoleConfig
 from callgate.console.sessions import SessionStore
-from callgate.core.errors import CallgateError, config_invalid
 
 log = logging.getLogger("callgate.console.auth")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from callgate.core.errors import CallgateError
+from callgate.base.errors import CallgateError
 
 
 def cmd_console(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from callgate.core.errors import config_invalid
+from callgate.base.errors import config_invalid
 
 
 class AuthMode(str, Enum):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any, Final, TypedDict
 
-from callgate.core.clock import rfc3339
+from callgate.base.clock import rfc3339
 
 __all__ = [
     "ALG",

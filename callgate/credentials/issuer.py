@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from joserfc import jws
 from joserfc.jwk import OKPKey
 
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import CallgateError, ErrorCode, LoadError, config_invalid
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import CallgateError, ErrorCode, LoadError, config_invalid
 from callgate.credentials.claims import (
     ALG,
     DIGEST_RE,
@@ -76,7 +76,7 @@ _STATE_FORMAT: Final = "callgate-keyring/1"
 
 def _error_code(*candidates: str) -> ErrorCode:
     """The first of ``candidates`` that is an :class:`ErrorCode` value (codes are owned by
-    ``callgate.core.errors``; this keeps the module importable while they are being added)."""
+    ``callgate.base.errors``; this keeps the module importable while they are being added)."""
     for value in candidates:
         try:
             return ErrorCode(value)

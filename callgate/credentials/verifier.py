@@ -7,7 +7,7 @@ canonical normalized arguments. Before it runs anything the executor calls
 :meth:`CredentialVerifier.verify` with the token, the tool it is about to run and the arguments it
 is about to run them with. Nothing here talks to the network or imports gRPC: the public keys
 come from a JWKS mapping (or a callable returning the current one), time from an injected
-:class:`~callgate.core.clock.Clock`, and single use of ``jti`` from a :class:`ReplayCache`.
+:class:`~callgate.base.clock.Clock`, and single use of ``jti`` from a :class:`ReplayCache`.
 
 The sidecar uses the same verifier for ``RedeemSecret`` (with the presenting executor's identity
 as ``audience`` and the invocation's recorded digest as ``expected_digest``).
@@ -57,9 +57,9 @@ from joserfc.jws import JWSRegistry
 from joserfc.util import urlsafe_b64decode
 
 from callgate.arguments.digest import canonicalize, invocation_digest
-from callgate.core.clock import Clock
-from callgate.core.errors import RejectedError
-from callgate.core.model import JSONValue
+from callgate.base.clock import Clock
+from callgate.base.errors import RejectedError
+from callgate.base.model import JSONValue
 from callgate.credentials.claims import (
     ALG,
     ARGUMENTS_MISMATCH,

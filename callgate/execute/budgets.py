@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from callgate.base.errors import budget_exhausted
 from callgate.config import BudgetsConfig
-from callgate.core.errors import budget_exhausted
 from callgate.store.base import Usage
 
 

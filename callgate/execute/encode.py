@@ -56,9 +56,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
 
-from callgate.core import jsonpointer
-from callgate.core.errors import CallgateError, ErrorCode
-from callgate.core.model import JSONValue
+from callgate.base import jsonpointer
+from callgate.base.errors import CallgateError, ErrorCode
+from callgate.base.model import JSONValue
 from callgate.execute.redaction import Redactor, unique_keys
 from callgate.policy.resultlimits import DEFAULT_MAX_BYTES, MIN_MAX_BYTES, limits_from_spec
 
@@ -242,7 +242,7 @@ def _parse_pointer(pointer: str) -> tuple[str, ...]:
 class EncodeInput:
     """One result of one invocation, to be turned into the tool message for the model.
 
-    JSON values are treated as immutable (as everywhere in :mod:`callgate.core.model`).
+    JSON values are treated as immutable (as everywhere in :mod:`callgate.base.model`).
 
     Raises:
         ValueError: on construction, for any field outside its documented domain.

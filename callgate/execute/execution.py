@@ -35,9 +35,8 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from callgate.config import Config
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import (
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import (
     CallgateError,
     ErrorCode,
     Violation,
@@ -57,10 +56,11 @@ from callgate.core.errors import (
     terminal_state,
     unknown_tool_version,
 )
-from callgate.core.events import EventKind
-from callgate.core.model import MAX_RECORDED_VIOLATIONS, OutputCheck, OutputVerdict
-from callgate.core.states import State
-from callgate.core.trace import TraceContext
+from callgate.base.events import EventKind
+from callgate.base.model import MAX_RECORDED_VIOLATIONS, OutputCheck, OutputVerdict
+from callgate.base.states import State
+from callgate.base.trace import TraceContext
+from callgate.config import Config
 from callgate.credentials.issuer import CredentialIssuer, Grant, KeyRing, MintedCredential
 from callgate.credentials.verifier import CredentialError, CredentialVerifier
 from callgate.execute.encode import EncodedResult as EncodedMessage

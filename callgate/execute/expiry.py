@@ -27,8 +27,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from callgate.core.events import EventKind
-from callgate.core.states import State
+from callgate.base.events import EventKind
+from callgate.base.states import State
 from callgate.store.base import AttemptRecord, InvocationRecord
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import Enum
 
-from callgate.core.model import SideEffectClass
+from callgate.base.model import SideEffectClass
 
 
 class FailureClass(str, Enum):

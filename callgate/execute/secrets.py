@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from callgate.config import SecretConfig
-from callgate.core.errors import (
+from callgate.base.errors import (
     config_invalid,
     secret_not_bound,
     secret_not_found,
 )
+from callgate.config import SecretConfig
 
 
 @dataclass(frozen=True, slots=True)

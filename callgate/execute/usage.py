@@ -17,10 +17,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
 
+from callgate.base.clock import Clock
+from callgate.base.fastinit import builder
+from callgate.base.lru import remember
 from callgate.config import BudgetsConfig
-from callgate.core.clock import Clock
-from callgate.core.fastinit import builder
-from callgate.core.lru import remember
 from callgate.execute import budgets
 from callgate.execute.budgets import effective_limits
 from callgate.store.base import SessionRecord, Store, Usage

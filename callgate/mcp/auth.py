@@ -28,8 +28,8 @@ from joserfc.errors import JoseError
 from joserfc.jwk import KeySet
 from mcp.server.auth.provider import AccessToken
 
-from callgate.core.errors import config_invalid
-from callgate.core.tokenstrength import weakness
+from callgate.base.errors import config_invalid
+from callgate.base.tokenstrength import weakness
 from callgate.mcp.config import McpHttpConfig
 
 log = logging.getLogger("callgate.mcp")

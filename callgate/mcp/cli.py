@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from callgate.core.errors import LoadError
+from callgate.base.errors import LoadError
 from callgate.mcp.config import McpConfig, load_gateway_config
 from callgate.mcp.importing import (
     RECORD_FILE,

@@ -10,9 +10,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from callgate.base.errors import LoadError, config_invalid
 from callgate.client.names import UPSTREAM_NAME
 from callgate.config import Config, check_loopback, load_config
-from callgate.core.errors import LoadError, config_invalid
 
 
 class UpstreamTransport(str, Enum):

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from callgate.base.errors import CallgateError
 from callgate.config import Config, check_loopback
-from callgate.core.errors import CallgateError
 from callgate.mcp.auth import BearerVerifier
 from callgate.mcp.config import McpConfig, SidecarMode
 from callgate.mcp.gateway import Gateway, Identity, build_server, init_options

@@ -38,7 +38,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import ServerMessageMetadata, SessionMessage
 
 from callgate.arguments.parse import ParseLimits, parse_json_document
-from callgate.core.errors import CallgateError
+from callgate.base.errors import CallgateError
 
 log = logging.getLogger("callgate.mcp")
 

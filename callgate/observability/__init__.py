@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
-from callgate.core.states import State
+from callgate.base.states import State
 from callgate.store.base import (
     AttemptRecord,
     DecisionRecord,

@@ -10,8 +10,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from callgate.base.errors import config_invalid
 from callgate.config import ObservabilityConfig
-from callgate.core.errors import config_invalid
 from callgate.observability import EventSink
 from callgate.observability.decision_log import DecisionLog, Masker
 from callgate.observability.metrics import InvocationLookup, Metrics, MetricsSink

@@ -44,9 +44,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from callgate.core import jsonpointer
-from callgate.core.errors import store_unavailable
-from callgate.core.events import EventKind
+from callgate.base import jsonpointer
+from callgate.base.errors import store_unavailable
+from callgate.base.events import EventKind
 from callgate.observability.metrics import InvocationLookup, Metrics
 from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord, needs_arguments, with_arguments
 

@@ -7,7 +7,7 @@ imported (with the ``http.server``, ``wsgiref`` and ``urllib.request`` it pulls 
 sidecar's RSS).
 
 Labels have bounded cardinality by construction: tool names come from the loaded ToolSpecs (a name
-the model invented is counted as ``unknown``), codes from :class:`~callgate.core.errors.ErrorCode`,
+the model invented is counted as ``unknown``), codes from :class:`~callgate.base.errors.ErrorCode`,
 states and stages from fixed tables. Argument values, subjects, resources and free text never
 become labels. The list of metrics is in ``docs/OPERATE.md``.
 """
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Protocol
 
-from callgate.core.errors import ErrorCode
-from callgate.core.events import CONFIRMATION_ANSWERS, OUTCOMES, REJECTIONS, EventKind, stage_of
-from callgate.core.states import TERMINAL, State
-from callgate.core.trace import TraceContext
+from callgate.base.errors import ErrorCode
+from callgate.base.events import CONFIRMATION_ANSWERS, OUTCOMES, REJECTIONS, EventKind, stage_of
+from callgate.base.states import TERMINAL, State
+from callgate.base.trace import TraceContext
 from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 
 if TYPE_CHECKING:

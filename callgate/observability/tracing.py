@@ -41,9 +41,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
-from callgate.core.errors import config_invalid
-from callgate.core.events import EventKind
-from callgate.core.trace import TraceContext
+from callgate.base.errors import config_invalid
+from callgate.base.events import EventKind
+from callgate.base.trace import TraceContext
 from callgate.observability.metrics import CALLER_TRACE, event_stages
 from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord
 

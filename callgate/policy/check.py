@@ -34,9 +34,9 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from callgate.core import jsonpositions
-from callgate.core.errors import ErrorCode, LoadError
-from callgate.core.model import AuthzRequest, Decision, JSONValue, Subject
+from callgate.base import jsonpositions
+from callgate.base.errors import ErrorCode, LoadError
+from callgate.base.model import AuthzRequest, Decision, JSONValue, Subject
 from callgate.policy.declare import Problem
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.cedar_slices import release_free_memory

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Final
 
-from callgate.core.errors import Violation
+from callgate.base.errors import Violation
 from callgate.policy.declare import TIME_TYPES, ActionContext, ArgType
 
 NOT_CONFORMING: Final = "request does not conform to the Cedar schema"

@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Final
 import jsonschema
 
 from callgate.arguments.parse import ParseLimits, parse_json_document
-from callgate.core.errors import CallgateError, LoadError, policy_invalid
-from callgate.core.model import JSONValue
+from callgate.base.errors import CallgateError, LoadError, policy_invalid
+from callgate.base.model import JSONValue
 from callgate.policy.meters import declared_usage, session_member, usage_member
 from callgate.policy.textflags import CEDAR_TEXT_TYPE, TEXT_KEY
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, TimePlan, field_kind
@@ -269,7 +269,7 @@ def _esc(name: str) -> str:
 
 
 def _line(text: str, pointer: str) -> int:
-    from callgate.core import jsonpositions
+    from callgate.base import jsonpositions
 
     return jsonpositions.locate(text, pointer)[0]
 

@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import LoadError
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import LoadError
 from callgate.policy.check import Finding, Severity, check_snapshot, errors, load_error_findings
 from callgate.policy.engines.registry import ENGINES
 from callgate.policy.serving import ServingSnapshot

@@ -38,8 +38,8 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Final
 
-from callgate.core.errors import LoadError, toolspec_invalid
-from callgate.core.meters import (
+from callgate.base.errors import LoadError, toolspec_invalid
+from callgate.base.meters import (
     LABEL_PREFIX,
     SESSION_WINDOW,
     Contribution,

@@ -68,9 +68,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from callgate.arguments.parse import ParseLimits, parse_json_document
-from callgate.core.errors import CallgateError, RejectedError
-from callgate.core.model import AuthzRequest, Decision, Effect, Reason, Subject
-from callgate.core.schemafiles import describe, packaged_validator, schema_problems
+from callgate.base.errors import CallgateError, RejectedError
+from callgate.base.model import AuthzRequest, Decision, Effect, Reason, Subject
+from callgate.base.schemafiles import describe, packaged_validator, schema_problems
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
 
@@ -497,7 +497,7 @@ def build_engine(cfg: Config, engine: str | None = None, opa_url: str | None = N
     loaded exactly as the server loads it) unless ``engine`` / ``opa_url`` override it; an
     override is built by the engine's registration (:data:`~callgate.policy.engines.registry.ENGINES`)
     from the config's policy dir (``cedar/`` or ``rego/``), without the config's shadow ids.
-    Raises :class:`~callgate.core.errors.LoadError` or ValueError."""
+    Raises :class:`~callgate.base.errors.LoadError` or ValueError."""
     name = engine or cfg.policy.engine
     if name not in ENGINES:
         raise ValueError(f"unknown engine {name!r} (registered: {', '.join(ENGINES.names())})")

@@ -87,9 +87,12 @@ class _Scoped:
     unconditional: bool
 
 
-def _actions(
+def action_scope(
     scope: Any, action_type: str, descendants: Mapping[str, set[str]]
 ) -> tuple[frozenset[str] | None, bool]:
+    """The actions a policy's action scope (Cedar's JSON form) can match, ``in`` closed over the
+    action hierarchy (``descendants``), and whether that set is exact; None: any action (an
+    unconstrained scope, or a shape not recognised). Also read by :mod:`callgate.policy.sessionuse`."""
     if not isinstance(scope, Mapping):
         return None, False
     op = scope.get("op")
@@ -146,7 +149,7 @@ class Reach:
         scoped = []
         for pid in enforcing:
             body = static[pid]
-            actions, sure = _actions(body.get("action"), action_type, descendants)
+            actions, sure = action_scope(body.get("action"), action_type, descendants)
             scoped.append(
                 _Scoped(
                     permit=body.get("effect") == "permit",
@@ -249,4 +252,4 @@ class Reach:
         return out
 
 
-__all__ = ["REACH_CACHE_MAX", "Match", "Reach", "entity_parents"]
+__all__ = ["REACH_CACHE_MAX", "Match", "Reach", "action_scope", "entity_parents"]

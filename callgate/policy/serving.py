@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from callgate.core.errors import not_ready
+from callgate.base.errors import not_ready
 from callgate.policy.snapshot import PolicySnapshot
 
 SwapListener = Callable[[PolicySnapshot], object]

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from callgate.arguments.validate import CompiledSchema
+from callgate.base.model import Decision
 from callgate.config import Config, PolicyConfig
-from callgate.core.model import Decision
 from callgate.native import compiled_core_runs
 from callgate.policy.declare import Problem, ToolTyping, close_objects, tool_typing
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
+from callgate.policy.meters import labels_used
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry, load_tools
 
 log = logging.getLogger("callgate.policy")
@@ -43,6 +44,9 @@ class ToolFacts:
     native_validated: dict[str, object] | None = None
     """The ``validated`` event data when the compiled core validated (every field comes from
     the tool's schema); the trail copies it into each event."""
+    reads_session: bool | None = None
+    """Whether a policy that could decide one of the tool's actions reads ``context.session``
+    (:mod:`callgate.policy.sessionuse`); None until asked."""
 
 
 class SnapshotMemo:
@@ -66,6 +70,15 @@ class SnapshotMemo:
         if hit is None:
             self._tools[tool.spec.key] = facts
         return facts
+
+    def reads_session(self, tool: CompiledTool, engine: Engine) -> bool:
+        """Whether ``tool``'s requests must carry ``context.session`` on ``engine`` (this
+        snapshot's): decided once per tool; an engine without a reading says always."""
+        facts = self.facts(tool)
+        if facts.reads_session is None:
+            use = engine.session_use
+            facts.reads_session = use is None or use.reads(tool.spec.required_capabilities)
+        return facts.reads_session
 
     def shared_decision(
         self, key: tuple[object, ...], build: Callable[[], tuple[Decision, dict[str, object]]]
@@ -109,6 +122,21 @@ class PolicySnapshot:
     (:func:`callgate.policy.declare.tool_typing`); ``callgate check`` names each."""
     memo: SnapshotMemo = field(default_factory=SnapshotMemo, init=False, compare=False, repr=False)
     """Per-request values of this snapshot, built once (:class:`SnapshotMemo`)."""
+
+    def reads_labels(self, tool: CompiledTool) -> bool:
+        """Whether ``tool``'s requests carry ``context.session.labels``: a ToolSpec of this
+        snapshot declares result labels and a policy that could decide one of the tool's actions
+        may read the session (:mod:`callgate.policy.sessionuse`; Rego and OPA: always)."""
+        return labels_used(self.tools) and self.memo.reads_session(tool, self.engine)
+
+    def hidden_for(self, subject: str) -> frozenset[str]:
+        """Keys of the tools no request of ``subject`` could be allowed or confirmed (ListTools by
+        policy, :mod:`callgate.policy.reach`; cached per principal); empty when the engine has no
+        such reading (Rego, OPA, or ``policy.list_by_policy`` off)."""
+        reach = self.engine.reach
+        if reach is None:
+            return frozenset()
+        return reach.hidden(subject, ((t.spec.key, t.spec.required_capabilities) for t in self.tools))
 
 
 def load_snapshot(

@@ -37,8 +37,8 @@ from typing import Final
 
 from callgate.arguments import unitext
 from callgate.arguments.unitext import Flag
-from callgate.core import jsonpointer
-from callgate.core.model import JSONValue
+from callgate.base import jsonpointer
+from callgate.base.model import JSONValue
 
 __all__ = ["CEDAR_TEXT_TYPE", "TEXT_KEY", "may_flag", "text_context"]
 

@@ -3,7 +3,7 @@
 A ToolSpec file is strict JSON (duplicate keys are refused here too, so a policy file cannot be
 read two ways). Its shape is checked against ``toolspec.schema.json``; its ``input_schema`` (and
 ``normalized_schema`` and ``output_schema`` when given) is compiled once (JSON Schema 2020-12,
-format assertion on, ECMA-262 patterns); its normalizers and resource template are compiled once. Any problem is a :class:`~callgate.core.errors.LoadError` naming ``file:line``.
+format assertion on, ECMA-262 patterns); its normalizers and resource template are compiled once. Any problem is a :class:`~callgate.base.errors.LoadError` naming ``file:line``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from callgate.arguments.textpolicy import EMPTY as NO_TEXT_POLICY
 from callgate.arguments.textpolicy import TextPolicy
 from callgate.arguments.validate import CompiledSchema
 from callgate.arguments.validate.vocabulary import unknown_keywords
-from callgate.client.names import tool_name_problem
-from callgate.core import jsonpointer, jsonpositions
-from callgate.core.errors import (
+from callgate.base import jsonpointer, jsonpositions
+from callgate.base.errors import (
     ErrorCode,
     LoadError,
     RejectedError,
@@ -35,7 +34,8 @@ from callgate.core.errors import (
     resource_unresolved,
     toolspec_invalid,
 )
-from callgate.core.model import JSONValue, SideEffectClass
+from callgate.base.model import JSONValue, SideEffectClass
+from callgate.client.names import tool_name_problem
 from callgate.policy.meters import MeterSpec, parse_labels, parse_meters, shared_keeps
 from callgate.policy.resultlimits import limits_from_spec
 from callgate.policy.timevalues import TimeField, time_fields
@@ -186,7 +186,7 @@ class ToolRegistry:
 
 def _line_for_pointer(text: str, pointer: str, nth: int = 1) -> str:
     """``line:column`` of the member a JSON pointer names (of its nearest present ancestor when
-    it is missing), from a position-tracking scan of the file (:mod:`callgate.core.jsonpositions`).
+    it is missing), from a position-tracking scan of the file (:mod:`callgate.base.jsonpositions`).
     With duplicate members (``nth`` 2) the later one is named."""
     line, col = jsonpositions.locate(text, pointer)
     return f"{line}:{col}"

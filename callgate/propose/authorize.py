@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from callgate.arguments.normalize import as_policy_values
-from callgate.core.errors import CallgateError, ErrorCode, internal
-from callgate.core.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
+from callgate.base.errors import CallgateError, ErrorCode, internal
+from callgate.base.model import AuthzRequest, Decision, JSONValue, NormalizedArguments, Subject
 from callgate.policy.engines.base import Engine, combine, fault
 from callgate.policy.meters import SESSION_KEY, USAGE_KEY
 from callgate.policy.textflags import TEXT_KEY, text_context

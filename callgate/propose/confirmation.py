@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import (
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import (
     ErrorCode,
     confirmation_digest_mismatch,
     confirmation_expired,
@@ -44,9 +44,9 @@ from callgate.core.errors import (
     invalid_request,
     unknown_tool_version,
 )
-from callgate.core.events import EventKind
-from callgate.core.states import State
-from callgate.core.trace import TraceContext
+from callgate.base.events import EventKind
+from callgate.base.states import State
+from callgate.base.trace import TraceContext
 from callgate.policy.serving import ServingSnapshot
 from callgate.propose.idempotency import IdempotencyFlow
 from callgate.store.base import InvocationRecord, Store

@@ -44,9 +44,9 @@ from callgate.arguments.normalize import (
     zone_file,
 )
 from callgate.arguments.parse import ParseLimits
-from callgate.core.errors import config_invalid
-from callgate.core.fastinit import builder
-from callgate.core.model import JSONValue, NormalizedArguments, ValidatedArguments
+from callgate.base.errors import config_invalid
+from callgate.base.fastinit import builder
+from callgate.base.model import JSONValue, NormalizedArguments, ValidatedArguments
 from callgate.native import NOT_BUILT, CoreEngine, HandBack, NativeModule, load_native, native_missing
 from callgate.policy.engines.cedar import DETACH_MIN_BYTES
 from callgate.policy.snapshot import PolicySnapshot

@@ -7,7 +7,7 @@
 Every transition is an event (spec 6.13); all events of one call are written in one transaction
 and the call answers only after the store confirmed them durable. Stage failures of the
 *proposal* are recorded and returned as a :class:`~callgate.propose.outcome.Rejection`; failures
-of the *call* (unknown session, store down) raise :class:`~callgate.core.errors.CallgateError`.
+of the *call* (unknown session, store down) raise :class:`~callgate.base.errors.CallgateError`.
 
 Collaborators, each in its own module: :class:`~callgate.propose.sessions.Sessions` (sessions
 and tool views), :class:`~callgate.execute.usage.UsageMeter` (budgets),
@@ -28,9 +28,8 @@ from typing import Any
 
 from callgate.arguments.digest import canonicalize, canonicalize_plain
 from callgate.arguments.parse import ParseLimits
-from callgate.config import Config
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import (
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import (
     CallgateError,
     RejectedError,
     illegal_transition,
@@ -38,12 +37,13 @@ from callgate.core.errors import (
     invocation_not_found,
     store_unavailable,
 )
-from callgate.core.events import EventKind
-from callgate.core.fastinit import builder
-from callgate.core.ids import new_id
-from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
-from callgate.core.states import AFTER_BOUNDARY, CANCELLABLE, State
-from callgate.core.trace import TraceContext, new_span_id
+from callgate.base.events import EventKind
+from callgate.base.fastinit import builder
+from callgate.base.ids import new_id
+from callgate.base.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
+from callgate.base.states import AFTER_BOUNDARY, CANCELLABLE, State
+from callgate.base.trace import TraceContext, new_span_id
+from callgate.config import Config
 from callgate.execute.usage import UsageMeter
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot

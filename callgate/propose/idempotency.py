@@ -16,17 +16,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from callgate.config import IdempotencyConfig
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import (
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import (
     idempotency_key_expired,
     idempotency_key_required,
     idempotency_key_reused,
 )
-from callgate.core.events import EventKind
-from callgate.core.model import Proposal
-from callgate.core.states import State
-from callgate.core.trace import TraceContext
+from callgate.base.events import EventKind
+from callgate.base.model import Proposal
+from callgate.base.states import State
+from callgate.base.trace import TraceContext
+from callgate.config import IdempotencyConfig
 from callgate.policy.engines.base import decision_from_dict
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.outcome import ProposeOutcome, Rejection

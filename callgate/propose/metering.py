@@ -16,14 +16,13 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from callgate.core.errors import store_unavailable
-from callgate.core.model import NormalizedArguments
+from callgate.base.errors import store_unavailable
+from callgate.base.model import NormalizedArguments
 from callgate.policy.meters import (
     MeterError,
     Reading,
     contributions,
     label_contributions,
-    labels_used,
     usage_context,
 )
 from callgate.policy.snapshot import PolicySnapshot
@@ -53,10 +52,12 @@ class Metering:
         now: Any,
     ) -> tuple[dict[str, Any] | None, tuple[str, ...] | None]:
         """``context.usage`` (None: the tool declares no meters) with this call's contributions
-        reserved, and ``context.session.labels`` (None: no ToolSpec declares labels). Raises
+        reserved, and ``context.session.labels`` (None: no ToolSpec declares labels, or no policy
+        that could decide the tool's actions reads them: :meth:`PolicySnapshot.reads_labels`;
+        the tool's own result labels are reserved either way, later calls read them). Raises
         ``store_unavailable`` (fail closed) when the store keeps no meters or an argument cannot
         be counted."""
-        uses_labels = labels_used(snapshot.tools)
+        uses_labels = snapshot.reads_labels(tool)
         if not tool.meters and not tool.labels and not uses_labels:
             return None, None
         if self._store is None:

@@ -2,7 +2,7 @@
 
 A rejection and a deny are values (spec 6.14): the proposal was recorded, reached a terminal
 state, and the runtime gets the reason. Only failures of the call itself raise
-:class:`~callgate.core.errors.CallgateError`.
+:class:`~callgate.base.errors.CallgateError`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from callgate.core.errors import CallgateError, Violation
-from callgate.core.model import Decision, Subject
+from callgate.base.errors import CallgateError, Violation
+from callgate.base.model import Decision, Subject
 from callgate.policy.toolspecs import CompiledTool
 from callgate.store.base import InvocationRecord
 

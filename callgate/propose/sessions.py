@@ -15,16 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from callgate.arguments.normalize import load_zone
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import invalid_request, session_not_found
+from callgate.base.jsontext import compact_sorted
+from callgate.base.lru import remember
 from callgate.config import Config
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import invalid_request, session_not_found
-from callgate.core.jsontext import compact_sorted
-from callgate.core.lru import remember
 from callgate.execute.budgets import effective_limits
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
 from callgate.propose.outcome import SessionSpec, ToolView
-from callgate.store.base import FedResultRecord, SessionRecord, Store, ToolViewRecord
+from callgate.store.base import HIDDEN_BY_POLICY, FedResultRecord, SessionRecord, Store, ToolViewRecord
 
 VIEW_CACHE_MAX = 1024
 """Tool views (one per model call, each naming every tool shown) kept in memory: a Propose names
@@ -155,21 +155,19 @@ class Sessions:
     def _visible_of(self, session: SessionRecord, snap: PolicySnapshot) -> _Visible:
         """The tools a session's allowlist shows from ``snap``, built once per snapshot and
         allowlist (issue 15 A4: ListTools no longer filters, sorts and digests per call)."""
-        hidden = _hidden(session, snap) if self._cfg.policy.list_by_policy else frozenset()
+        hidden = snap.hidden_for(session.subject) if self._cfg.policy.list_by_policy else frozenset()
         key = (id(snap), session.tool_allowlist, hidden)
         hit = self._visible.get(key)
         if hit is not None and hit[0] is snap:
             self._visible.move_to_end(key)
             return hit[1]
-        allow = set(session.tool_allowlist)
-        tools = tuple(
-            t
-            for t in snap.tools
-            if (not allow or t.spec.key in allow or t.spec.name in allow) and t.spec.key not in hidden
-        )
+        listed = [t for t in snap.tools if session.allows(t.spec.key, t.spec.name)]
+        tools = tuple(t for t in listed if t.spec.key not in hidden)
         digests = {t.spec.key: t.spec.spec_digest for t in tools}
         h = hashlib.sha256("".join(f"{k}={v}\n" for k, v in sorted(digests.items())).encode())
         keys = tuple(sorted(digests))
+        if len(tools) < len(listed):  # a Propose for a hidden one gets the engine's deny (steps.lookup)
+            digests[HIDDEN_BY_POLICY] = snap.revision
         vis = _Visible(
             tools,
             keys,
@@ -214,15 +212,6 @@ def compact(record: SessionRecord) -> SessionRecord:
         tool_allowlist=allow,
         opened_at=record.opened_at,
     )
-
-
-def _hidden(session: SessionRecord, snap: PolicySnapshot) -> frozenset[str]:
-    """Tools of ``snap`` no request of this session's subject could be allowed or confirmed
-    (ListTools by policy, :mod:`callgate.policy.reach`); empty when the engine cannot tell."""
-    reach = snap.engine.reach
-    if reach is None:
-        return frozenset()
-    return reach.hidden(session.subject, ((t.spec.key, t.spec.required_capabilities) for t in snap.tools))
 
 
 VISIBLE_CACHE_MAX = 256

@@ -25,9 +25,10 @@ from typing import Any
 
 from callgate.arguments.normalize import load_zone, normalize
 from callgate.arguments.parse import ParseLimits, parse_arguments
-from callgate.core.clock import rfc3339
-from callgate.core.errors import (
+from callgate.base.clock import rfc3339
+from callgate.base.errors import (
     CallgateError,
+    ErrorCode,
     RejectedError,
     Violation,
     internal,
@@ -35,10 +36,10 @@ from callgate.core.errors import (
     tools_not_listed,
     unknown_tool_version,
 )
-from callgate.core.events import EventKind
-from callgate.core.fastinit import builder
-from callgate.core.ids import new_id
-from callgate.core.model import (
+from callgate.base.events import EventKind
+from callgate.base.fastinit import builder
+from callgate.base.ids import new_id
+from callgate.base.model import (
     Decision,
     Effect,
     NormalizationContext,
@@ -49,10 +50,11 @@ from callgate.core.model import (
     ValidatedArguments,
     values_of,
 )
-from callgate.core.states import State
-from callgate.core.trace import TraceContext
+from callgate.base.states import State
+from callgate.base.trace import TraceContext
 from callgate.native import HandBack
-from callgate.policy.meters import SESSION_KEY, USAGE_KEY, labels_used, usage_record
+from callgate.policy.engines.base import fault
+from callgate.policy.meters import SESSION_KEY, USAGE_KEY, usage_record
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.textflags import may_flag, text_context
 from callgate.policy.timevalues import TimeValueError, time_values
@@ -97,6 +99,8 @@ class ProposeCall:
     """``context.session.labels`` when a ToolSpec of the snapshot declares result labels."""
     written: bool = False
     """Whether the invocation was written as this call's own (else its reservations are dropped)."""
+    hidden: bool = False
+    """The tool was left out of the view by policy (ListTools by policy): the engine must deny it."""
 
     @property
     def at(self) -> str:
@@ -181,15 +185,29 @@ def lookup(call: ProposeCall) -> CompiledTool | Rejection:
         problem = tools_not_listed(
             "no ListTools was recorded for this model_call_id; the model cannot have seen this tool"
         )
-    elif key not in view.tools or tool is None:
+    elif tool is None or key not in view.tools and not _still_hidden(call, tool):
         problem = unknown_tool_version(f"tool {key} is not in the set shown for this model call")
-    elif view.spec_digests.get(key) != tool.spec.spec_digest:
+    elif not call.hidden and view.spec_digests.get(key) != tool.spec.spec_digest:
         problem = unknown_tool_version(
             f"tool {key} changed since it was shown to the model; list tools again"
         )
     else:
         return tool
     return call.reject(problem, State.PARSE_REJECTED, EventKind.PARSE_REJECTED)
+
+
+def _still_hidden(call: ProposeCall, tool: CompiledTool) -> bool:
+    """An allowlisted tool the view hid by policy goes on through the chain, for the engine's deny
+    to answer it (docs/POLICIES.md, "ListTools by policy"), while the serving snapshot still hides
+    it from this subject; anything else not shown is refused as not shown."""
+    assert call.view is not None
+    spec, session = tool.spec, call.session
+    call.hidden = (
+        call.view.hid_by_policy
+        and session.allows(spec.key, spec.name)
+        and spec.key in call.snapshot.hidden_for(session.subject)
+    )
+    return call.hidden
 
 
 def parse(call: ProposeCall, limits: ParseLimits) -> ParsedArguments | Rejection:
@@ -447,12 +465,17 @@ async def authorize(
     refused = _not_conforming(call, tool, normalized, result.decision)
     if refused is not None:
         return refused
-    if result is not call.authorization:
+    decision = result.decision
+    if call.hidden and decision.effect is not Effect.DENY:  # the reading proves it never: fail closed
+        decision = fault(
+            decision.engine, ErrorCode.UNKNOWN_TOOL_VERSION, "the tool was not shown for this model call"
+        )
+        call.decision = decision_to_dict(decision)
+    elif result is not call.authorization:
         call.decision = decision_to_dict(result.decision)
     else:  # a decision of the compiled core is a shared value (_native_decision): so is its dict
         call.decision = call.authorization_dict
-    decision = result.decision
-    data = {
+    data: dict[str, object] = {
         "subject": {"tenant": session.tenant, "id": session.subject},
         "capabilities": list(tool.spec.required_capabilities),
         "resource": result.resource,
@@ -463,6 +486,8 @@ async def authorize(
         data["usage"] = usage_record(call.usage)
     if call.labels is not None:
         data["session_labels"] = list(call.labels)
+    if call.hidden:
+        data["hidden_by_policy"] = True
     if decision.effect is Effect.DENY:
         call.trail.add(EventKind.AUTHORIZATION_REJECTED, State.AUTHORIZATION_REJECTED, data)
     else:
@@ -499,8 +524,9 @@ def _metered_on_core(
 
 def stateful(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
     """Whether the policy reads meters or session labels for ``tool`` (then it is asked after the
-    idempotency claim, and the compiled core runs only the front stages: no one-call decision)."""
-    return bool(tool.meters or tool.labels) or labels_used(snapshot.tools)
+    idempotency claim, and the compiled core runs only the front stages: no one-call decision).
+    A tool's own result labels are not read by its own decision (later calls read them)."""
+    return bool(tool.meters) or snapshot.reads_labels(tool)
 
 
 def with_value(normalized: NormalizedArguments) -> NormalizedArguments:

@@ -43,7 +43,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from callgate.core.errors import CallgateError, deadline_too_short, overloaded
+from callgate.base.errors import CallgateError, deadline_too_short, overloaded
 
 DECREASE = 0.9
 """Multiplicative decrease of the limit when a call took longer than the target."""
@@ -137,8 +137,8 @@ class Admission:
         return overloaded(self.retry_after_ms())
 
     def admit(self, time_remaining: float | None) -> float:
-        """Admit a call or raise its refusal (:func:`~callgate.core.errors.deadline_too_short`,
-        :func:`~callgate.core.errors.overloaded`). ``time_remaining``: seconds left of the call's
+        """Admit a call or raise its refusal (:func:`~callgate.base.errors.deadline_too_short`,
+        :func:`~callgate.base.errors.overloaded`). ``time_remaining``: seconds left of the call's
         gRPC deadline (``None``: none). Returns the start time to hand to :meth:`release`."""
         if self._in_flight and time_remaining is not None and time_remaining < self._expected:
             self._refused_deadline += 1

@@ -20,9 +20,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from callgate.base.clock import Clock, SystemClock
+from callgate.base.errors import CallgateError, LoadError, config_invalid
 from callgate.config import ROLES, Config, ListenerConfig
-from callgate.core.clock import Clock, SystemClock
-from callgate.core.errors import CallgateError, LoadError, config_invalid
 from callgate.credentials.issuer import KeyRing
 from callgate.execute.execution import Execution
 from callgate.execute.redaction import Redactor

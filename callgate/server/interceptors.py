@@ -3,16 +3,16 @@
 For every RPC of a ``callgate.v1`` service (health and reflection pass through untouched),
 :class:`CallgateInterceptor` wraps the handler's behaviour so that
 
-* the caller's W3C ``traceparent`` metadata becomes a :class:`~callgate.core.trace.TraceContext`
+* the caller's W3C ``traceparent`` metadata becomes a :class:`~callgate.base.trace.TraceContext`
   (a new trace when absent or invalid), which the handler reads with :func:`current_trace`
   (a ``ContextVar`` set for the duration of the call: no global state);
-* the caller's deadline is set for the call (:mod:`callgate.core.deadline`), so waits made on
+* the caller's deadline is set for the call (:mod:`callgate.base.deadline`), so waits made on
   its behalf (a PostgreSQL pool during an outage) refuse with ``store_unavailable`` before it;
 * the listener's :class:`~callgate.server.admission.Admission` admits the call or refuses it at
   once (``overloaded`` / ``deadline_too_short`` with a retry hint), before the handler runs;
 * the :class:`RpcObserver` (the sidecar's :class:`~callgate.observability.metrics.Metrics`, when
   RPC metrics or caller traces are on) is told when the RPC starts and how it ended;
-* a :class:`~callgate.core.errors.CallgateError` becomes its gRPC status with ``ErrorInfo``
+* a :class:`~callgate.base.errors.CallgateError` becomes its gRPC status with ``ErrorInfo``
   (:func:`callgate.server.status.to_status`, the one mapping), and any other exception becomes
   ``internal`` with the details only in the sidecar log.
 
@@ -32,9 +32,9 @@ from typing import Any, Protocol
 
 import grpc
 
-from callgate.core import deadline
-from callgate.core.errors import RETRY_AFTER_MS, CallgateError, ErrorCode, internal
-from callgate.core.trace import TraceContext
+from callgate.base import deadline
+from callgate.base.errors import RETRY_AFTER_MS, CallgateError, ErrorCode, internal
+from callgate.base.trace import TraceContext
 from callgate.server.admission import Admission
 from callgate.server.status import to_status
 

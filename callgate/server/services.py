@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf import struct_pb2
 
-from callgate.core.errors import ErrorCode, invalid_request, refused_for_runtime
-from callgate.core.fastinit import builder
-from callgate.core.lru import remember
-from callgate.core.model import AuthzRequest, Decision, Effect, Proposal, Subject
-from callgate.core.states import State
+from callgate.base.errors import ErrorCode, invalid_request, refused_for_runtime
+from callgate.base.fastinit import builder
+from callgate.base.lru import remember
+from callgate.base.model import AuthzRequest, Decision, Effect, Proposal, Subject
+from callgate.base.states import State
 from callgate.execute.execution import Execution, Finding
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc

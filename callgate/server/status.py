@@ -34,7 +34,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from callgate.core.errors import RETRY_AFTER_MS, CallgateError, ErrorCode
+from callgate.base.errors import RETRY_AFTER_MS, CallgateError, ErrorCode
 
 DOMAIN = "callgate.dev"
 

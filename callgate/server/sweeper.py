@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from callgate.core.clock import Clock, rfc3339
+from callgate.base.clock import Clock, rfc3339
 
 log = logging.getLogger("callgate.sweeper")
 

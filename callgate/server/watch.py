@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 
-from callgate.core.events import EventKind
-from callgate.core.states import TERMINAL
+from callgate.base.events import EventKind
+from callgate.base.states import TERMINAL
 from callgate.propose.confirmation import PAGE_SIZE_MAX
 from callgate.propose.gate import Gate
 from callgate.store.base import DecisionRecord, EventRecord, InvocationRecord

@@ -19,7 +19,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from callgate.core.errors import config_invalid, store_unavailable
+from callgate.base.errors import config_invalid, store_unavailable
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Protocol
 
-from callgate.core.events import EventKind
-from callgate.core.states import State
+from callgate.base.events import EventKind
+from callgate.base.states import State
 from callgate.store.idempotency.base import (
     ClaimResult,
     ExpiredPolicy,
@@ -40,6 +40,10 @@ class SessionRecord:
     tool_allowlist: tuple[str, ...]
     opened_at: str
 
+    def allows(self, key: str, name: str) -> bool:
+        """Whether the allowlist admits the tool ``name@version`` = ``key`` (empty: every tool)."""
+        return not self.tool_allowlist or key in self.tool_allowlist or name in self.tool_allowlist
+
 
 @dataclass(frozen=True, slots=True)
 class ToolViewRecord:
@@ -50,13 +54,27 @@ class ToolViewRecord:
     tools: tuple[str, ...]
     """``name@version`` keys shown."""
     spec_digests: Mapping[str, str]
+    """Digest of each key shown; with :data:`HIDDEN_BY_POLICY` as a key when allowlisted tools
+    were left out by policy (its value: the snapshot revision of the listing)."""
     tool_set_digest: str
+    """Over the keys shown and their digests (what the model saw)."""
     created_at: str
     tools_json: str = field(default="", compare=False, repr=False)
     """``tools`` as the stored JSON text, when its owner made it once for many views (the shown
     set of ``propose/sessions.py``: one per snapshot and allowlist); empty: the store makes it."""
     spec_digests_json: str = field(default="", compare=False, repr=False)
     """``spec_digests`` as the stored JSON text, likewise."""
+
+    @property
+    def hid_by_policy(self) -> bool:
+        """Whether allowlisted tools were left out of ``tools`` because no request of the subject
+        could be allowed or confirmed (``policy.list_by_policy``, docs/POLICIES.md): a Propose
+        for one of them runs the chain and the engine's deny answers it."""
+        return HIDDEN_BY_POLICY in self.spec_digests
+
+
+HIDDEN_BY_POLICY = "hidden_by_policy"
+"""The mark in a view's ``spec_digests`` (no ``@``: never a tool's ``name@version``)."""
 
 
 @dataclass(frozen=True, slots=True)

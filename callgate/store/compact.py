@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from callgate.core.errors import config_invalid, store_unavailable
+from callgate.base.errors import config_invalid, store_unavailable
 
 AUTO_VACUUM_INCREMENTAL = 2
 """``PRAGMA auto_vacuum`` of a file whose free pages retention hands back."""

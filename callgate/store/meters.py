@@ -52,8 +52,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
 
-from callgate.core.meters import LABEL_PREFIX, Contribution, Reading, Window, label_scope
-from callgate.core.states import State
+from callgate.base.meters import LABEL_PREFIX, Contribution, Reading, Window, label_scope
+from callgate.base.states import State
 
 __all__ = [
     "MeterStore",

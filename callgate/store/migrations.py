@@ -19,7 +19,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from callgate.core.errors import store_unavailable
+from callgate.base.errors import store_unavailable
 
 SCHEMA_VERSION_TABLE = "schema_version"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hmac
 
-from callgate.core.errors import invocation_not_found
+from callgate.base.errors import invocation_not_found
 from callgate.store.base import InvocationRecord, Store
 
 

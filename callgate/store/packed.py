@@ -39,8 +39,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from callgate.core.jsontext import compact_sorted
-from callgate.core.states import State
+from callgate.base.jsontext import compact_sorted
+from callgate.base.states import State
 from callgate.store.base import EventRecord, InvocationRecord
 
 PACKED_KIND: Final = "stages"

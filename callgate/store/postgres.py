@@ -18,7 +18,7 @@ the one the shared PostgreSQL idempotency backend used (``callgate_idempotency``
 so a database that served as the shared key store is adopted with its keys.
 
 Infrastructure failures (server unreachable, pool exhausted, connection lost, any driver
-error) raise :class:`~callgate.core.errors.CallgateError` with ``store_unavailable``.
+error) raise :class:`~callgate.base.errors.CallgateError` with ``store_unavailable``.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ import psycopg
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from callgate.core.clock import rfc3339
-from callgate.core.deadline import wait_budget
-from callgate.core.errors import CallgateError, store_unavailable
-from callgate.core.states import State
+from callgate.base.clock import rfc3339
+from callgate.base.deadline import wait_budget
+from callgate.base.errors import CallgateError, store_unavailable
+from callgate.base.states import State
 from callgate.store import packed
 from callgate.store.base import (
     PAST_DEADLINE_STATES,

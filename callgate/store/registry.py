@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from callgate.core.errors import config_invalid
-from callgate.core.registry import Registry
+from callgate.base.errors import config_invalid
+from callgate.base.registry import Registry
 from callgate.store.base import Store
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> Store:
 
 
 async def _probe_postgres(cfg: Config, environ: Mapping[str, str]) -> list[str]:
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.store.postgres import PostgresStore
 
     try:

@@ -43,10 +43,10 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol, TypeVar, runtime_checkable
 
-from callgate.core.clock import Clock, rfc3339
-from callgate.core.errors import config_invalid
-from callgate.core.jsonable import jsonable
-from callgate.core.states import TERMINAL
+from callgate.base.clock import Clock, rfc3339
+from callgate.base.errors import config_invalid
+from callgate.base.jsonable import jsonable
+from callgate.base.states import TERMINAL
 from callgate.store.base import (
     AttemptRecord,
     DecisionRecord,

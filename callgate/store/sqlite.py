@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Final, Generic, TypeVar, get_type_hints
 from urllib.parse import quote
 
-from callgate.core.clock import rfc3339
-from callgate.core.errors import store_unavailable
-from callgate.core.jsontext import compact_sorted
-from callgate.core.states import State
+from callgate.base.clock import rfc3339
+from callgate.base.errors import store_unavailable
+from callgate.base.jsontext import compact_sorted
+from callgate.base.states import State
 from callgate.store.base import (
     PAST_DEADLINE_STATES,
     AttemptRecord,

@@ -46,7 +46,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from callgate.core.errors import CallgateError, store_unavailable
+from callgate.base.errors import CallgateError, store_unavailable
 
 log = logging.getLogger("callgate.store")
 T = TypeVar("T")

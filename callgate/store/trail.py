@@ -13,11 +13,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from callgate.core.events import EventKind
-from callgate.core.fastinit import builder
-from callgate.core.ids import new_id
-from callgate.core.states import EDGES, TERMINAL, State, check_transition
-from callgate.core.trace import TraceContext, new_span_id
+from callgate.base.events import EventKind
+from callgate.base.fastinit import builder
+from callgate.base.ids import new_id
+from callgate.base.states import EDGES, TERMINAL, State, check_transition
+from callgate.base.trace import TraceContext, new_span_id
 from callgate.store.base import EventRecord, InvocationRecord, Move, Store
 
 _event = builder(EventRecord)

@@ -3,7 +3,7 @@
 ``ParsedArguments --validate--> ValidatedArguments``
 
 Validation is bound to exactly one dialect (:data:`DIALECT_2020_12`) and one validator
-(python-jsonschema, version recorded on every :class:`~callgate.core.model.ValidatedArguments`), with
+(python-jsonschema, version recorded on every :class:`~callgate.base.model.ValidatedArguments`), with
 ``format`` *asserted*, not treated as an annotation (spec 6.14 row 3: ``format: date`` must not be
 silently unchecked).
 
@@ -19,13 +19,13 @@ Subsystems, one module each (dependencies point up this list, never down):
   nested-quantifier heuristic flags as a catastrophic-backtracking risk is refused at load
   (``TOOLSPEC_INVALID``); nothing is matched approximately.
 * :mod:`.formats` -- **format checkers.** Only :data:`SUPPORTED_FORMATS` are accepted in a schema;
-  any other ``format`` is a :class:`~callgate.core.errors.LoadError` with
+  any other ``format`` is a :class:`~callgate.base.errors.LoadError` with
   ``ErrorCode.UNSUPPORTED_FORMAT``. The checkers are RFC-based, verified against the official
   suite's ``optional/format`` files and self-tested at import time.
 * :mod:`.keywords` -- **keyword overrides**: the 2020-12 validator with its regex keywords
   re-implemented on ECMA-262 matching.
 * :mod:`.messages` -- **message mapping**: jsonschema errors to sorted, de-duplicated
-  :class:`~callgate.core.errors.Violation` objects with JSON pointers, built from the schema side
+  :class:`~callgate.base.errors.Violation` objects with JSON pointers, built from the schema side
   only (plus property *names*); instance values never appear.
 * :mod:`.fastcheck` -- **the fast path**: an exact compiled yes/no check for the common subset;
   only a "no" runs the full validator.

@@ -1,8 +1,8 @@
-"""jsonschema errors -> safe :class:`~callgate.core.errors.Violation` objects.
+"""jsonschema errors -> safe :class:`~callgate.base.errors.Violation` objects.
 
 Violation messages are built from the failing keyword and the *schema* side only (plus property
 *names*, truncated); instance values never appear, because arguments may carry secrets or
-model-controlled text. Pointers are RFC 6901 (:mod:`callgate.core.jsonpointer`).
+model-controlled text. Pointers are RFC 6901 (:mod:`callgate.base.jsonpointer`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from jsonschema.exceptions import ValidationError, best_match
 
 from callgate.arguments.validate.ecma262 import ecma_search
-from callgate.core import jsonpointer
-from callgate.core.errors import Violation
+from callgate.base import jsonpointer
+from callgate.base.errors import Violation
 
 __all__ = ["Mapper", "plural", "quote", "sorted_violations"]
 

@@ -32,15 +32,15 @@ from callgate.arguments.validate.fastcheck import compile_check
 from callgate.arguments.validate.formats import EXCLUDED_FORMATS, FORMAT_CHECKER, SUPPORTED_FORMATS, is_regex
 from callgate.arguments.validate.keywords import EcmaValidator
 from callgate.arguments.validate.messages import Mapper, plural, quote, sorted_violations
-from callgate.core import jsonpointer
-from callgate.core.errors import (
+from callgate.base import jsonpointer
+from callgate.base.errors import (
     Violation,
     schema_violation,
     toolspec_invalid,
     unsupported_format,
 )
-from callgate.core.lru import remember
-from callgate.core.model import ParsedArguments, ValidatedArguments
+from callgate.base.lru import remember
+from callgate.base.model import ParsedArguments, ValidatedArguments
 
 if TYPE_CHECKING:  # referencing does not re-export Resolver at top level
     from referencing._core import Resolver

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from callgate.core import jsonpointer
-from callgate.core.errors import Violation
+from callgate.base import jsonpointer
+from callgate.base.errors import Violation
 
 KNOWN_KEYWORDS: Final = frozenset(
     {

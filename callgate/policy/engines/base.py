@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from callgate.core.errors import ErrorCode, Violation
-from callgate.core.model import AuthzRequest, Decision, Effect, Reason
+from callgate.base.errors import ErrorCode, Violation
+from callgate.base.model import AuthzRequest, Decision, Effect, Reason
 from callgate.policy.timevalues import TimePlan
 
 if TYPE_CHECKING:
     from callgate._native import Answer, CedarSnapshot
     from callgate.policy.reach import Reach
+    from callgate.policy.sessionuse import SessionUse
 
 
 class Readiness(NamedTuple):
@@ -81,6 +82,12 @@ class Engine(Protocol):
         """What each principal could ever be allowed (ListTools by policy,
         :mod:`callgate.policy.reach`) when ``policy.list_by_policy`` is on and the engine can read
         its policies that way (Cedar), else None: every allowlisted tool is shown."""
+        ...
+
+    @property
+    def session_use(self) -> SessionUse | None:
+        """Which actions' requests must carry ``context.session`` (Cedar:
+        :mod:`callgate.policy.sessionuse`), else None: every request carries it (Rego, OPA)."""
         ...
 
     def conformance_violations(
@@ -147,6 +154,11 @@ class NotCompiled:
     @property
     def reach(self) -> None:
         """No ListTools by policy: every allowlisted tool is shown."""
+        return None
+
+    @property
+    def session_use(self) -> None:
+        """No reading of the policies: every request carries ``context.session``."""
         return None
 
     def conformance_violations(self, decision: Decision, capabilities: Sequence[str], args: Any) -> None:

@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 import cedarpy
 
-from callgate.core.errors import ErrorCode, Violation, policy_invalid
-from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
+from callgate.base.errors import ErrorCode, Violation, policy_invalid
+from callgate.base.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.native import load_native, native_missing
 from callgate.policy.conformance import NOT_CONFORMING, conformance_violations
 from callgate.policy.declare import (
@@ -67,6 +67,7 @@ from callgate.policy.engines.cedar_slices import (
     validate_grouped,
 )
 from callgate.policy.reach import Reach
+from callgate.policy.sessionuse import SessionUse
 from callgate.policy.textflags import TEXT_KEY
 from callgate.policy.timevalues import NO_PLAN, Instant, Span, TimePlan, cedar_time_context
 
@@ -178,6 +179,8 @@ class CedarPolicies:
     contexts: Mapping[str, ActionContext] = field(default_factory=dict, compare=False, repr=False)
     """Action -> its context as the schema text declares it: where a request Cedar finds not
     conforming misfits (:mod:`callgate.policy.conformance`)."""
+    session_use: SessionUse | None = field(default=None, compare=False, repr=False)
+    """Which actions' requests must carry ``context.session`` (:mod:`callgate.policy.sessionuse`)."""
     python: bool = True
     """Whether cedarpy's form (policy sets, :attr:`entities`) was built; when not, the compiled
     core decides whatever the seam says (:meth:`CedarEngine.use_native`)."""
@@ -463,11 +466,12 @@ def load_cedar_dir(
         if cores is SnapshotCores.BOTH:
             native = native_snapshot(sch_text, slices, policy_ids, confirm, entity_index)
 
+    descendants = graph.descendants()
     reading = (
         Reach.build(
             static,
             enforcing,
-            graph.descendants(),
+            descendants,
             ent_text,
             principal_type=PRINCIPAL_TYPE,
             resource_type=RESOURCE_TYPE,
@@ -476,6 +480,8 @@ def load_cedar_dir(
         if reach
         else None
     )
+    contexts = cedar_declared_contexts(sch_text)
+    session_use = SessionUse.build(static, descendants, contexts, action_type=ACTION_TYPE)
     time_plans = cedar_time_plans(sch_text)
     if native is not None:
         declare_now = getattr(native, "declare_now", None)
@@ -506,7 +512,8 @@ def load_cedar_dir(
         time_plans=time_plans,
         text_actions=cedar_text_actions(sch_text),
         reach=reading,
-        contexts=cedar_declared_contexts(sch_text),
+        contexts=contexts,
+        session_use=session_use,
         python=entity_index is not None,
     )
 
@@ -827,6 +834,11 @@ class CedarEngine:
     def reach(self) -> Reach | None:
         """ListTools by policy (:mod:`callgate.policy.reach`); None: show every allowlisted tool."""
         return self._p.reach
+
+    @property
+    def session_use(self) -> SessionUse | None:
+        """Which actions' requests carry ``context.session`` (:mod:`callgate.policy.sessionuse`)."""
+        return self._p.session_use
 
     @property
     def time_plans(self) -> Mapping[str, TimePlan]:

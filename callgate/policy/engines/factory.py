@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from callgate.core.model import Subject
+from callgate.base.model import Subject
 from callgate.policy.engines.base import Engine
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class EngineFactory:
     """One line for ``--help`` and docs."""
     load: Callable[[Path, PolicyConfig], Engine]
     """``(policy_dir, policy) -> engine`` over the engine's files under the resolved
-    ``policy.dir``. Raises :class:`~callgate.core.errors.LoadError` (or ValueError)."""
+    ``policy.dir``. Raises :class:`~callgate.base.errors.LoadError` (or ValueError)."""
     folder: PolicyFolder
     """Its files in the policy folder and their rules (:class:`PolicyFolder`)."""
     validate: Callable[[PolicyConfig], list[str]] = _no_problems

@@ -51,8 +51,8 @@ import aiohttp
 from opa_client import AsyncOpaClient  # type: ignore[import-untyped, unused-ignore]
 from opa_client.errors import PolicyNotFoundError  # type: ignore[import-untyped, unused-ignore]
 
-from callgate.core.errors import ErrorCode
-from callgate.core.model import AuthzRequest, Decision
+from callgate.base.errors import ErrorCode
+from callgate.base.model import AuthzRequest, Decision
 from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,

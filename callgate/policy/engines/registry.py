@@ -6,13 +6,13 @@ loading (:mod:`callgate.policy.snapshot`), the policy lifecycle, ``callgate chec
 new tool`` read :data:`ENGINES` and name no engine. Adding an engine is one module with its
 :class:`~callgate.policy.engines.factory.EngineFactory` (and its
 :class:`~callgate.policy.engines.factory.PolicyFolder`, or a registered engine's) and one
-:meth:`~callgate.core.registry.Registry.register` call here. Engine modules are imported only
+:meth:`~callgate.base.registry.Registry.register` call here. Engine modules are imported only
 when their engine is loaded, so the Cedar default needs neither regopy nor the OPA client.
 """
 
 from __future__ import annotations
 
-from callgate.core.registry import Registry
+from callgate.base.registry import Registry
 from callgate.policy.engines.cedar_factory import CEDAR
 from callgate.policy.engines.factory import EngineFactory, PolicyFolder
 from callgate.policy.engines.opa_factory import OPA

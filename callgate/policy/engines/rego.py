@@ -46,8 +46,8 @@ from typing import Any
 
 import regopy  # type: ignore[import-untyped, unused-ignore]
 
-from callgate.core.errors import ErrorCode, LoadError, config_invalid, policy_invalid
-from callgate.core.model import AuthzRequest, Decision
+from callgate.base.errors import ErrorCode, LoadError, config_invalid, policy_invalid
+from callgate.base.model import AuthzRequest, Decision
 from callgate.policy.engines.base import NotCompiled, Readiness
 from callgate.policy.engines.rego_contract import (
     DEFAULT_DECISION_PATH,

@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from callgate.arguments.parse import ParseLimits, parse_json_document
-from callgate.core.errors import CallgateError, ErrorCode, LoadError, policy_invalid
-from callgate.core.model import AuthzRequest, Decision, Effect, JSONValue, Reason
+from callgate.base.errors import CallgateError, ErrorCode, LoadError, policy_invalid
+from callgate.base.model import AuthzRequest, Decision, Effect, JSONValue, Reason
 from callgate.policy.engines.base import fault
 from callgate.policy.textflags import TEXT_KEY
 from callgate.policy.timevalues import MILLIS_KEY, NOW_KEY, Instant, Span, millis_of

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from callgate.core.errors import LoadError
-from callgate.core.model import Subject
+from callgate.base.errors import LoadError
+from callgate.base.model import Subject
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.factory import EngineFactory, NewTool, PolicyFolder, Scaffolded, SchemaActions
 

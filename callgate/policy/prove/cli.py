@@ -41,7 +41,7 @@ def _uid(u: object) -> str:
 
 
 def print_result(r: PropertyResult, source: CedarSource, out: TextIO, *, as_json: bool = False) -> None:
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.policy.prove.replay import replay
     from callgate.policy.prove.runner import PropertyResult
 
@@ -107,7 +107,7 @@ def prove(
 
 def cmd_policy_prove(args: argparse.Namespace, out: TextIO, err: TextIO, cfg_loader: object) -> int:
     """The ``callgate policy prove`` command; ``cfg_loader`` reads ``--config`` (the CLI's own)."""
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.policy.prove.properties import load_properties
     from callgate.policy.prove.runner import CedarSource
 
@@ -126,7 +126,7 @@ def cmd_policy_prove(args: argparse.Namespace, out: TextIO, err: TextIO, cfg_loa
 def check_against(policy_dir: Path, shadow: tuple[str, ...], revision: str, out: TextIO, err: TextIO) -> int:
     """``callgate check --against REV``: what the working policies loosen compared with git
     ``revision`` (a ``no_looser_than`` property over every request), as counterexamples."""
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
     from callgate.policy.prove.properties import Kind, Property
     from callgate.policy.prove.runner import CedarSource
 

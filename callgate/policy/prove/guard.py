@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from callgate.core.errors import LoadError
+from callgate.base.errors import LoadError
 from callgate.policy.check import Finding, Severity, load_error_findings
 from callgate.policy.engines.cedar import policy_files
 from callgate.policy.prove.properties import PROPERTIES_FILE, Kind, Property, View, load_properties

@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 
-from callgate.core.errors import LoadError, policy_invalid
+from callgate.base.errors import LoadError, policy_invalid
 from callgate.policy.prove.cli import PROPERTIES_FILE as PROPERTIES_FILE
 
 SCHEMA_FILE = Path(__file__).with_name("properties.schema.json")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from callgate.core.model import AuthzRequest, Decision, JSONValue, Subject
+from callgate.base.model import AuthzRequest, Decision, JSONValue, Subject
 from callgate.policy.engines.cedar import CedarEngine, SnapshotCores, load_cedar_dir
 from callgate.policy.prove.runner import Counterexample
 

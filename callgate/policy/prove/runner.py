@@ -17,8 +17,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from callgate.core.errors import LoadError, policy_invalid
-from callgate.core.model import Effect
+from callgate.base.errors import LoadError, policy_invalid
+from callgate.base.model import Effect
 from callgate.policy.declare import declared
 from callgate.policy.engines.cedar import policy_files
 from callgate.policy.prove import DEFAULT_SOLVER_TIMEOUT_MS, DEFAULT_WALL_SECONDS

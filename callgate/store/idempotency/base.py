@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Literal, Protocol
 
-from callgate.core.errors import CallgateError, ErrorCode
+from callgate.base.errors import CallgateError, ErrorCode
 
 RecordState = Literal["claimed", "completed", "released"]
 RECORD_STATES: tuple[RecordState, ...] = ("claimed", "completed", "released")

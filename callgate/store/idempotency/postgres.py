@@ -20,7 +20,7 @@ schema is created by :meth:`PostgresIdempotencyStore.start` under a transaction-
 advisory lock, so pods starting together do not trip over each other's ``CREATE TABLE``.
 
 Infrastructure failures (server unreachable, pool exhausted, connection lost, any driver
-error) raise :class:`~callgate.core.errors.CallgateError` with ``store_unavailable``.
+error) raise :class:`~callgate.base.errors.CallgateError` with ``store_unavailable``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import psycopg
 from psycopg import AsyncConnection, IsolationLevel
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from callgate.core.deadline import wait_budget
-from callgate.core.errors import store_unavailable
+from callgate.base.deadline import wait_budget
+from callgate.base.errors import store_unavailable
 from callgate.store.idempotency.base import (
     RECORD_STATES,
     Action,

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from callgate.core.errors import config_invalid
-from callgate.core.registry import Registry
+from callgate.base.errors import config_invalid
+from callgate.base.registry import Registry
 from callgate.store.idempotency.base import IdempotencyStore
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ async def _open_postgres(cfg: Config, environ: Mapping[str, str]) -> Idempotency
 async def _probe_postgres(cfg: Config, environ: Mapping[str, str]) -> list[str]:
     import psycopg
 
-    from callgate.core.errors import CallgateError
+    from callgate.base.errors import CallgateError
 
     try:
         dsn = _dsn(cfg, environ)

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from callgate.core.errors import internal, store_unavailable
+from callgate.base.errors import internal, store_unavailable
 from callgate.store.idempotency.base import (
     RECORD_STATES,
     Action,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from callgate.core.errors import illegal_transition, terminal_state
+from callgate.base.errors import illegal_transition, terminal_state
 
 
 class State(str, Enum):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
-from callgate.core.errors import LoadError, config_invalid
+from callgate.base.errors import LoadError, config_invalid
 
 
 class Registered(Protocol):

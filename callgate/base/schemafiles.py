@@ -19,7 +19,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, ValidationError
 
-from callgate.core import jsonpointer
+from callgate.base import jsonpointer
 
 MAX_PROBLEMS = 10
 """At most this many problems are reported for one document (the rest are counted)."""

@@ -1,0 +1,156 @@
+"""Issue 31 item 4: ListTools by policy checked by the symbolic compiler (``callgate policy prove``).
+
+For each (principal, capability) pair of the example policies and of a sample of the generated
+sets of tests/test_list_by_policy.py, one ``never_allowed`` property scoped to that principal and
+that action, with the principal's role memberships pinned to the snapshot's entity set (``when``:
+``principal in Role::"r"`` or its negation for every role), everything else free (resource,
+context and arguments, attributes), as the reading of callgate/policy/reach.py has them:
+
+* hidden  => the prover proves it (never allowed or confirmed);
+* shown   => the prover refutes it with a witness, a request that the real engines (cedarpy and the
+  compiled core, replayed) allow or confirm; or the pair is *shown by caution* (proved never, but
+  the conservative reading could not tell), counted. The example set has none.
+
+One prover run for all pairs (the real prover binary and cvc5 1.3.1, by scripts/prove and
+scripts/solver, as tests/test_prove.py).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+
+import cedarpy
+import pytest
+
+from callgate.base.model import Effect
+from callgate.native import load_native
+from callgate.policy.engines.cedar import load_cedar_dir
+from callgate.policy.prove.properties import Kind, Property
+from callgate.policy.prove.replay import Core, replay
+from callgate.policy.prove.runner import CedarSource, PropertyResult, Status, run_checks
+from callgate.policy.reach import Reach, entity_parents
+from tests.conftest import POLICIES
+from tests.test_list_by_policy import ACTIONS, DESCENDANTS, ENTITIES, PRINCIPALS, _random_policy
+from tests.test_prove import prover  # noqa: F401  (the module fixture: binary and solver)
+
+pytestmark = pytest.mark.prove
+
+ADMITTED = (Effect.ALLOW, Effect.CONFIRM)
+GENERATED_SAMPLE = 20
+"""Generated sets checked (every 10th of the 200 of test_list_by_policy.py, same seed)."""
+
+
+def _memberships(who: str, entities: str, roles: Sequence[str]) -> str:
+    """``when``: the principal's role memberships exactly as the entity set has them (transitively)."""
+    parents = entity_parents(entities)
+    assert parents is not None
+    seen: set[tuple[str, str]] = set()
+    todo = list(parents.get(("User", who), ()))
+    while todo:
+        u = todo.pop()
+        if u not in seen:
+            seen.add(u)
+            todo.extend(parents.get(u, ()))
+    return " && ".join(
+        f'principal in Role::"{r}"' if ("Role", r) in seen else f'!(principal in Role::"{r}")' for r in roles
+    )
+
+
+def _pair_properties(
+    tag: str, entities: str, principals: Sequence[str], actions: Sequence[str], roles: Sequence[str]
+) -> list[Property]:
+    return [
+        Property(
+            name=f"{tag}.{who}.{act}",
+            kind=Kind.NEVER_ALLOWED,
+            source=f"{tag}:{who}:{act}",
+            actions=(act,),
+            principals=(f'User::"{who}"',),
+            when=_memberships(who, entities, roles),
+        )
+        for who in principals
+        for act in actions
+    ]
+
+
+def _witness_admitted(r: PropertyResult, source: CedarSource) -> None:
+    """A shown pair's witness, replayed through the real engines: allowed or confirmed."""
+    assert r.counterexample is not None
+    got = {x.core: x.decision.effect for x in replay(r.counterexample, source.policies, source.schema)}
+    assert Core.PYTHON in got and (load_native() is None or Core.NATIVE in got)
+    assert all(e in ADMITTED for e in got.values()), (r.prop.name, got, r.counterexample)
+
+
+def _compare(
+    results: Mapping[str, PropertyResult], never: Mapping[str, frozenset[str]], source: CedarSource, tag: str
+) -> tuple[int, int, int, int]:
+    """(hidden, shown with a witness, shown by caution, shown undecided) over one set's pairs."""
+    hidden = witnessed = caution = undecided = 0
+    for who, acts in never.items():
+        for act in ACTIONS:
+            r = results[f"{tag}.{who}.{act}"]
+            if act in acts:
+                hidden += 1
+                assert r.status is Status.PROVED, (tag, who, act, r.status, r.detail, r.counterexample)
+            elif r.status is Status.REFUTED:
+                witnessed += 1
+                _witness_admitted(r, source)
+            elif r.status is Status.PROVED:
+                caution += 1
+            else:  # unknown/error: shown, as the cautious reading does (counted, never hidden)
+                assert r.status is Status.UNKNOWN, (tag, who, act, r.status, r.detail)
+                undecided += 1
+    return hidden, witnessed, caution, undecided
+
+
+@pytest.mark.usefixtures("prover")
+def test_example_policies_shown_iff_some_request_admitted() -> None:
+    source = CedarSource.load(POLICIES / "cedar")
+    entities = (POLICIES / "cedar" / "entities.json").read_text()
+    reach = load_cedar_dir(POLICIES / "cedar").reach
+    assert reach is not None
+    who_all = ("alice", "bob", "carol", "zed")  # zed: not in the entity set (no roles)
+    results = run_checks(_pair_properties("ex", entities, who_all, ACTIONS, ("scheduler", "admin")), source)
+    by_name = {r.prop.name: r for r in results}
+    never = {who: reach.never(who, ACTIONS) for who in who_all}
+    hidden, witnessed, caution, undecided = _compare(by_name, never, source, "ex")
+    assert (caution, undecided) == (0, 0)  # the example set: shown exactly when some request is
+    assert (hidden, witnessed) == (6, 6)  # alice 1 hidden, bob 2, carol 1, zed 2
+
+
+@pytest.mark.usefixtures("prover")
+def test_generated_sets_shown_iff_some_request_admitted() -> None:
+    rng = random.Random(31)  # the generator and seed of test_list_by_policy.py
+    texts = ["".join(_random_policy(rng, n) for n in range(rng.randint(1, 6))) for _ in range(200)][::10][
+        :GENERATED_SAMPLE
+    ]
+    entities = json.dumps(ENTITIES)
+    schema = CedarSource.load(POLICIES / "cedar").schema  # the actions, groups and context they use
+    props: list[Property] = []
+    reaches: list[Reach] = []
+    for i, text in enumerate(texts):
+        static = json.loads(cedarpy.policies_to_json_str(text))["staticPolicies"]
+        reaches.append(
+            Reach.build(
+                static, list(static), DESCENDANTS, entities,
+                principal_type="User", resource_type="Resource", action_type="Action",
+            )
+        )  # fmt: skip
+        props += _pair_properties(f"g{i}", entities, PRINCIPALS, ACTIONS, ("scheduler", "admin", "staff"))
+    # one run per set (each its own policy text), in one process each
+    totals = [0, 0, 0, 0]
+    for i, (text, reach) in enumerate(zip(texts, reaches, strict=True)):
+        source = CedarSource(POLICIES / "cedar", text, schema)
+        mine = [p for p in props if p.name.startswith(f"g{i}.")]
+        by_name = {r.prop.name: r for r in run_checks(mine, source)}
+        never = {who: reach.never(who, ACTIONS) for who in PRINCIPALS}
+        for k, v in enumerate(_compare(by_name, never, source, f"g{i}")):
+            totals[k] += v
+    hidden, witnessed, caution, undecided = totals
+    print(
+        f"generated: hidden {hidden}, shown with a witness {witnessed}, by caution {caution}, undecided {undecided}"
+    )
+    assert hidden > 0 and witnessed > 0
+    assert hidden + witnessed + caution + undecided == GENERATED_SAMPLE * len(PRINCIPALS) * len(ACTIONS)
