@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from callgate.base.states import State
-from callgate.policy.meters import Contribution, Window, contributions, meter_keeps
+from callgate.policy.meters import Contribution, Window, contributions, meter_keeps, registry_keeps
 from callgate.policy.toolspecs import load_tools
 from callgate.store.base import Move
 from callgate.store.retention import Purger, RetentionPolicy
@@ -56,11 +56,12 @@ def test_a_shared_meter_keeps_the_history_of_its_longest_window(
     mail, sms = registry.get("mail.send", "v1"), registry.get("sms.send", "v1")
     assert mail is not None and sms is not None
     assert meter_keeps(mail.meters) == {"sends": 3_600_000}  # its own declaration alone
-    assert mail.meters[0].keep_ms == sms.meters[0].keep_ms == DAY.ms  # the snapshot's longest
+    keeps = registry_keeps(registry)
+    assert keeps == {"sends": DAY.ms}  # the snapshot's longest, whichever tool calls
 
     def parts(tool: Any) -> tuple[Contribution, ...]:
         return contributions(
-            tool.meters, {"to": "x"}, tenant="acme", subject="ana", session_id="s1", resource=""
+            tool.meters, {"to": "x"}, tenant="acme", subject="ana", session_id="s1", resource="", keeps=keeps
         )
 
     async def run() -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any, Final
@@ -113,9 +113,6 @@ class MeterSpec:
     scope: ScopeKind
     scope_field: str
     windows: tuple[Window, ...]
-    keep_ms: int = 0
-    """The longest timed window any ToolSpec declares for a meter of this name (set by
-    :func:`shared_keeps` when the ToolSpecs load; 0: this declaration's own)."""
 
     @property
     def measure(self) -> str:
@@ -241,6 +238,7 @@ def contributions(
     subject: str,
     session_id: str,
     resource: str,
+    keeps: Mapping[str, int] | None = None,
 ) -> tuple[Contribution, ...]:
     """What one call adds to each declared meter (``args``: the normalized arguments). Raises
     :class:`MeterError` for a missing or non-numeric summed value or scope argument."""
@@ -260,7 +258,8 @@ def contributions(
             if isinstance(v, bool) or not isinstance(v, (str, int)):
                 raise MeterError(f"meter {m.name}: scope argument {m.scope_field} is missing")
             part = f"a:{m.scope_field}={v}"
-        out.append(Contribution(m.name, f"{tenant}\x1f{part}", amount, m.windows, m.scale, m.keep_ms))
+        keep = keeps.get(m.name, 0) if keeps else 0  # a ToolSpec sharing the meter may read longer
+        out.append(Contribution(m.name, f"{tenant}\x1f{part}", amount, m.windows, m.scale, keep))
     return tuple(out)
 
 
@@ -273,16 +272,22 @@ def meter_keeps(meters: Iterable[MeterSpec]) -> dict[str, int]:
     return out
 
 
-def shared_keeps(tools: Mapping[str, tuple[MeterSpec, ...]]) -> dict[str, tuple[MeterSpec, ...]]:
-    """``tools``' meter declarations with :attr:`MeterSpec.keep_ms` set to the longest window of
-    the meter's name across all of them."""
-    keeps = meter_keeps(m for ms in tools.values() for m in ms)
-    return {k: tuple(replace(m, keep_ms=keeps[m.name]) for m in ms) for k, ms in tools.items()}
+def registry_keeps(tools: Iterable[Any]) -> dict[str, int]:
+    """:func:`meter_keeps` of a snapshot's ToolSpecs (its ToolRegistry): the longest window any
+    of them declares per meter name. Remembered for the last registry asked (one per snapshot)."""
+    if _keeps[0] is not tools:
+        _keeps[1] = meter_keeps(m for t in tools for m in t.meters)
+        _keeps[0] = tools
+    found: dict[str, int] = _keeps[1]
+    return found
+
+
+_keeps: list[Any] = [None, {}]
 
 
 def snapshot_keeps(snapshot: Any) -> dict[str, int]:
-    """:func:`meter_keeps` of a serving snapshot's ToolSpecs (none before the first snapshot)."""
-    return meter_keeps(m for t in snapshot.tools for m in t.meters) if snapshot is not None else {}
+    """:func:`registry_keeps` of a serving snapshot (none before the first snapshot)."""
+    return registry_keeps(snapshot.tools) if snapshot is not None else {}
 
 
 def usage_context(readings: Sequence[Reading]) -> dict[str, Any]:

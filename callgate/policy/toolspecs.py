@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -36,7 +36,7 @@ from callgate.base.errors import (
 )
 from callgate.base.model import JSONValue, SideEffectClass
 from callgate.client.names import tool_name_problem
-from callgate.policy.meters import MeterSpec, parse_labels, parse_meters, shared_keeps
+from callgate.policy.meters import MeterSpec, parse_labels, parse_meters
 from callgate.policy.resultlimits import limits_from_spec
 from callgate.policy.timevalues import TimeField, time_fields
 
@@ -356,5 +356,4 @@ def load_tools(directory: Path) -> ToolRegistry:
         tools[tool.spec.key] = tool
     if not tools:
         raise toolspec_invalid("no ToolSpec files (*.json)", source=str(directory))
-    kept = shared_keeps({k: t.meters for k, t in tools.items() if t.meters})
-    return ToolRegistry({k: replace(t, meters=kept[k]) if k in kept else t for k, t in tools.items()})
+    return ToolRegistry(tools)

@@ -23,6 +23,7 @@ from callgate.policy.meters import (
     Reading,
     contributions,
     label_contributions,
+    registry_keeps,
     usage_context,
 )
 from callgate.policy.snapshot import PolicySnapshot
@@ -67,7 +68,13 @@ class Metering:
         try:
             resource = tool.resource.render(args) if any(m.scope == "resource" for m in tool.meters) else ""
             parts = contributions(
-                tool.meters, args, tenant=tenant, subject=subject, session_id=session_id, resource=resource
+                tool.meters,
+                args,
+                tenant=tenant,
+                subject=subject,
+                session_id=session_id,
+                resource=resource,
+                keeps=registry_keeps(snapshot.tools) if tool.meters else None,
             ) + label_contributions(tool.labels, tenant, session_id)
         except MeterError as exc:
             raise store_unavailable(f"{tool.spec.key}: {exc}") from None
