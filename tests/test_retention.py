@@ -323,6 +323,7 @@ def test_the_sidecar_runs_retention_off_the_request_path(tmp_path: Path) -> None
         sc.clock.advance(2 * 86400)
         purger = sweeper._retention
         assert isinstance(purger, Purger)
+        assert purger.meter_keeps() == {"deletes": 3_600_000}  # the serving snapshot's (files.delete)
         sc.call(purger.run_once(sc.clock.now()))
         store = sc.sidecar.components.store
         assert purger.totals.invocations == 1  # by this pass (or by the start pass, had it come late)

@@ -35,6 +35,10 @@ class Contribution:
     amount: int
     windows: tuple[Window, ...]
     scale: int
+    keep_ms: int = 0
+    """The longest timed window any ToolSpec of the serving snapshot declares for this meter
+    (0: this call's own): its entries are kept twice that long, so a tool that shares the meter
+    over a longer window than this one still reads its whole history."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -238,6 +238,7 @@ def contributions(
     subject: str,
     session_id: str,
     resource: str,
+    keeps: Mapping[str, int] | None = None,
 ) -> tuple[Contribution, ...]:
     """What one call adds to each declared meter (``args``: the normalized arguments). Raises
     :class:`MeterError` for a missing or non-numeric summed value or scope argument."""
@@ -257,8 +258,36 @@ def contributions(
             if isinstance(v, bool) or not isinstance(v, (str, int)):
                 raise MeterError(f"meter {m.name}: scope argument {m.scope_field} is missing")
             part = f"a:{m.scope_field}={v}"
-        out.append(Contribution(m.name, f"{tenant}\x1f{part}", amount, m.windows, m.scale))
+        keep = keeps.get(m.name, 0) if keeps else 0  # a ToolSpec sharing the meter may read longer
+        out.append(Contribution(m.name, f"{tenant}\x1f{part}", amount, m.windows, m.scale, keep))
     return tuple(out)
+
+
+def meter_keeps(meters: Iterable[MeterSpec]) -> dict[str, int]:
+    """Per meter name, the longest timed window any of ``meters`` declares (a meter shared by
+    several ToolSpecs is kept for the longest of them: docs/POLICIES.md "Shared meters")."""
+    out: dict[str, int] = {}
+    for m in meters:
+        out[m.name] = max([out.get(m.name, 0), *(w.ms for w in m.windows)])
+    return out
+
+
+def registry_keeps(tools: Iterable[Any]) -> dict[str, int]:
+    """:func:`meter_keeps` of a snapshot's ToolSpecs (its ToolRegistry): the longest window any
+    of them declares per meter name. Remembered for the last registry asked (one per snapshot)."""
+    if _keeps[0] is not tools:
+        _keeps[1] = meter_keeps(m for t in tools for m in t.meters)
+        _keeps[0] = tools
+    found: dict[str, int] = _keeps[1]
+    return found
+
+
+_keeps: list[Any] = [None, {}]
+
+
+def snapshot_keeps(snapshot: Any) -> dict[str, int]:
+    """:func:`registry_keeps` of a serving snapshot (none before the first snapshot)."""
+    return registry_keeps(snapshot.tools) if snapshot is not None else {}
 
 
 def usage_context(readings: Sequence[Reading]) -> dict[str, Any]:

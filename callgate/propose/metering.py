@@ -23,6 +23,7 @@ from callgate.policy.meters import (
     MeterError,
     Reading,
     contributions,
+    registry_keeps,
     usage_context,
 )
 from callgate.policy.snapshot import PolicySnapshot
@@ -71,7 +72,13 @@ class Metering:
         try:
             resource = tool.resource.render(args) if any(m.scope == "resource" for m in tool.meters) else ""
             parts = contributions(
-                tool.meters, args, tenant=tenant, subject=subject, session_id=session_id, resource=resource
+                tool.meters,
+                args,
+                tenant=tenant,
+                subject=subject,
+                session_id=session_id,
+                resource=resource,
+                keeps=registry_keeps(snapshot.tools),
             )
         except MeterError as exc:
             raise store_unavailable(f"{tool.spec.key}: {exc}") from None

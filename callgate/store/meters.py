@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, Protocol
@@ -61,6 +61,7 @@ __all__ = [
     "SQLITE_MIGRATION",
     "meters_of",
     "settle_pg",
+    "settle_pg_many",
     "settle_sqlite",
 ]
 
@@ -98,11 +99,28 @@ CREATE TABLE IF NOT EXISTS {prefix}meter_unknown (
   PRIMARY KEY (invocation_id, meter)){without_rowid};
 INSERT INTO {prefix}meter_totals SELECT meter, scope, 0, total, 0 FROM {prefix}meter_buckets
   WHERE width_ms = 0 ON CONFLICT DO NOTHING;
-INSERT INTO {prefix}meter_entries SELECT b.meter, b.scope, b.bucket * b.width_ms, 'bucket', b.total
-  FROM {prefix}meter_buckets b WHERE b.width_ms > 0 AND b.width_ms = (SELECT MIN(x.width_ms)
-  FROM {prefix}meter_buckets x WHERE x.meter = b.meter AND x.scope = b.scope AND x.width_ms > 0)
-  ON CONFLICT DO NOTHING;
-DROP TABLE {prefix}meter_buckets
+{"".join(_bucket_level(prefix, k) for k in range(BUCKET_LEVELS))}DROP TABLE {prefix}meter_buckets
+"""
+
+
+BUCKET_LEVELS: Final = 8
+"""Bucket widths per meter and scope the upgrade converts (one per window of the declarations
+that shared the meter; a declaration has at most 4)."""
+
+
+def _bucket_level(prefix: str, level: int) -> str:
+    """The upgrade from buckets, one width at a time, finest first: each bucket of the
+    ``level``-th finest width of its meter and scope becomes an entry at its start holding what
+    the finer widths' entries inside it do not already hold (the calls whose finer buckets were
+    pruned, as the window they belonged to kept only twice its length). Every window therefore
+    reads what its own buckets held."""
+    return f"""INSERT INTO {prefix}meter_entries SELECT meter, scope, at_ms, invocation_id, amount FROM (
+  SELECT b.meter, b.scope, b.bucket * b.width_ms AS at_ms, 'bucket:' || b.width_ms AS invocation_id,
+  b.total - COALESCE((SELECT SUM(e.amount) FROM {prefix}meter_entries e WHERE e.meter = b.meter
+  AND e.scope = b.scope AND e.at_ms >= b.bucket * b.width_ms AND e.at_ms < (b.bucket + 1) * b.width_ms), 0)
+  AS amount FROM {prefix}meter_buckets b WHERE b.width_ms > 0 AND (SELECT COUNT(DISTINCT x.width_ms)
+  FROM {prefix}meter_buckets x WHERE x.meter = b.meter AND x.scope = b.scope AND x.width_ms > 0
+  AND x.width_ms < b.width_ms) = {level}) AS s WHERE s.amount > 0 ON CONFLICT DO NOTHING;
 """
 
 
@@ -121,7 +139,7 @@ CREATE INDEX IF NOT EXISTS meter_buckets_scope ON meter_buckets (scope, width_ms
 
 SQLITE_EXACT_MIGRATION: Final = _tables("", "INTEGER", "INTEGER", " WITHOUT ROWID") + ";\n"
 """SQLite migration: exact windows (entries and running totals replace the buckets; a meter's
-bucketed history becomes entries at its buckets' starts, from its finest buckets)."""
+bucketed history becomes entries at its buckets' starts, every width: :func:`_bucket_level`)."""
 
 PG_MIGRATION: Final = """
 CREATE TABLE IF NOT EXISTS callgate_meter_buckets (
@@ -149,13 +167,22 @@ def _ms(t: datetime) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _widths(windows: tuple[Window, ...]) -> str:
-    return json.dumps([[w.name, w.ms] for w in windows])
+def _widths(windows: tuple[Window, ...], keep_ms: int = 0) -> str:
+    """The ``widths`` column: the windows, and the meter's keep when a ToolSpec sharing it
+    declares a longer window than these (``{"w": [...], "keep": ms}``)."""
+    listed = [[w.name, w.ms] for w in windows]
+    if keep_ms > max((w.ms for w in windows), default=0):
+        return json.dumps({"w": listed, "keep": keep_ms})
+    return json.dumps(listed)
 
 
 @functools.lru_cache(maxsize=256)
-def _windows_of(text: str) -> tuple[Window, ...]:
-    return tuple(Window(str(n), int(ms)) for n, ms in json.loads(text))
+def _windows_of(text: str) -> tuple[tuple[Window, ...], int]:
+    """The windows of a ``widths`` column and how long the meter's entries are kept (twice this)."""
+    got = json.loads(text)
+    listed, keep = (got["w"], int(got["keep"])) if isinstance(got, dict) else (got, 0)
+    windows = tuple(Window(str(n), int(ms)) for n, ms in listed)
+    return windows, max([keep, *(w.ms for w in windows)])
 
 
 # --------------------------------------------------------------------------- SQL per dialect
@@ -255,7 +282,8 @@ class _Stmt:
     sql: str
     args: Sequence[Any]
     rows: bool = False
-    """Whether the statement returns rows (the driver then sends them back)."""
+    """Whether the statement returns rows (the driver then sends them back; otherwise the
+    driver sends ``[rowcount]``)."""
     lock: bool = False
     """Not a statement: take the advisory locks named in ``args`` (PostgreSQL; SQLite has one
     writer and skips it)."""
@@ -329,7 +357,7 @@ def _reserve_steps(
                 now_ms,
                 session_id,
                 exp_ms,
-                _widths(k.windows),
+                _widths(k.windows, k.keep_ms),
             )
         yield _Stmt(_insert_sql(d, len(ks)), rows)
     return out
@@ -339,12 +367,12 @@ def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -
     """Add (``sign`` 1) or take back (-1) one final contribution: its entry and its totals."""
     meter, scope, amount, at_ms, session_id, widths = row
     amount, at_ms = int(amount) * sign, int(at_ms)
-    windows = _windows_of(str(widths))
+    windows, keep = _windows_of(str(widths))
     timed = [w.ms for w in windows if w.ms]
     if timed:
         if sign > 0:
             yield _Stmt(_fixed(d)["entry"], [meter, scope, at_ms, invocation_id, amount])
-            cut = at_ms - 2 * max(timed)
+            cut = at_ms - 2 * keep
             yield _Stmt(_fixed(d)["prune"], [meter, scope, cut, meter, scope, cut])
         else:
             yield _Stmt(_fixed(d)["unentry"], [meter, scope, at_ms, invocation_id])
@@ -353,30 +381,117 @@ def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -
         yield _Stmt(_fixed(d)["add_session"], [meter, scope + _SESSION_SEP + session_id, amount])
 
 
-def _settle_steps(d: _Dialect, invocation_id: str, state: State) -> Steps:
-    """Make the invocation's reservations final or release them as ``state`` says; a Reconcile
+def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
+    """Make each invocation's reservations final or release them as its state says; a Reconcile
     of an OUTCOME_UNKNOWN invocation keeps (COMMITTED) or takes back (FAILED_BEFORE_COMMIT) what
-    it counted."""
-    if state not in SETTLING:
-        return
-    rows = yield _Stmt(_fixed(d)["take"], [invocation_id], True)
-    if not rows:
-        if state in _RECONCILED:
-            known = yield _Stmt(_fixed(d)["take_unknown"], [invocation_id], True)
-            if state is State.FAILED_BEFORE_COMMIT and known:
-                if d.locks:
-                    yield _lock([(str(r[0]), str(r[1])) for r in known])
-                for row in known:
-                    yield from _add_steps(d, invocation_id, row, -1)
-        return
-    if state in RELEASE_STATES:
-        return
-    if d.locks:
-        yield _lock([(str(r[0]), str(r[1])) for r in rows])
-    for row in rows:
-        if state is State.OUTCOME_UNKNOWN:
-            yield _Stmt(_fixed(d)["unknown"], [invocation_id, *row])
-        yield from _add_steps(d, invocation_id, row, 1)
+    it counted. All the meters' locks of the moves are taken at once, in one sorted order, before
+    any total changes (two transactions that settle several invocations never deadlock)."""
+    work: list[tuple[str, Sequence[Any], int, bool]] = []
+    for invocation_id, state in moves:
+        if state not in SETTLING:
+            continue
+        rows = yield _Stmt(_fixed(d)["take"], [invocation_id], True)
+        if not rows:
+            if state in _RECONCILED:
+                known = yield _Stmt(_fixed(d)["take_unknown"], [invocation_id], True)
+                if state is State.FAILED_BEFORE_COMMIT and known:
+                    work.append((invocation_id, known, -1, False))
+        elif state in FINAL_STATES:
+            work.append((invocation_id, rows, 1, state is State.OUTCOME_UNKNOWN))
+    if d.locks and work:
+        yield _lock([(str(r[0]), str(r[1])) for _, taken, _, _ in work for r in taken])
+    for invocation_id, taken, sign, unknown in work:
+        for row in taken:
+            if unknown:
+                yield _Stmt(_fixed(d)["unknown"], [invocation_id, *row])
+            yield from _add_steps(d, invocation_id, row, sign)
+
+
+@functools.lru_cache(maxsize=64)
+def _stale_sql(d: _Dialect, keeps: int) -> str:
+    """The next timed totals after a mark, in key order, each with whether it was not brought
+    forward for twice its meter's keep (``keeps`` (meter, keep) pairs in the CASE; args: now,
+    the pairs, the mark (meter, scope, width), how many to scan)."""
+    case = "CASE meter " + " ".join(["WHEN ? THEN ?"] * keeps) + " ELSE 0 END" if keeps else "0"
+    return d.sql(
+        f"SELECT meter, scope, width_ms, CASE WHEN through_ms < ? - 2 * {d.greatest}(width_ms, {case}) "
+        "THEN 1 ELSE 0 END FROM {t}meter_totals WHERE width_ms > 0 AND (meter, scope, width_ms) > (?, ?, ?) "
+        "ORDER BY meter, scope, width_ms LIMIT ?"
+    )
+
+
+SCAN_PER_BATCH: Final = 10
+"""A retention batch reads at most this many times ``batch`` timed totals (from where the last
+one stopped: there is no index on the edge, which every read moves) for its stale ones."""
+Mark = tuple[str, str, int]
+"""Where the scan of the timed totals stopped (a total's key); the start is ``("", "", 0)``."""
+START: Final[Mark] = ("", "", 0)
+
+
+@functools.lru_cache(maxsize=8)
+def _purge_fixed(d: _Dialect) -> dict[str, str]:
+    return {
+        k: d.sql(v)
+        for k, v in {
+            # entries of (meter, scope) past twice the longest window, and out of every total
+            "entries": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms <= (SELECT "
+            f"{d.least}(? - 2 * {d.greatest}(?, COALESCE(MAX(width_ms), 0)), COALESCE(MIN(through_ms), ?)) "
+            "FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0)",
+            # the timed totals of a scope with no entry left (each is 0)
+            "totals": "DELETE FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0 AND NOT EXISTS "
+            "(SELECT 1 FROM {t}meter_entries e WHERE e.meter=? AND e.scope=?)",
+            # reconcile records no Reconcile can use: the invocation is gone or no longer unknown
+            "unknown": "DELETE FROM {t}meter_unknown WHERE (invocation_id, meter) IN (SELECT u.invocation_id, "
+            "u.meter FROM {t}meter_unknown u LEFT JOIN {t}invocations i ON i.invocation_id = u.invocation_id "
+            f"WHERE i.invocation_id IS NULL OR i.state <> '{State.OUTCOME_UNKNOWN.value}' LIMIT ?)",
+            # reservations of a Propose that never wrote its invocation, a day past their expiry
+            "reservations": "DELETE FROM {t}meter_reservations WHERE (invocation_id, meter) IN (SELECT "
+            "r.invocation_id, r.meter FROM {t}meter_reservations r LEFT JOIN {t}invocations i ON "
+            "i.invocation_id = r.invocation_id WHERE r.expires_ms < ? AND i.invocation_id IS NULL LIMIT ?)",
+        }.items()
+    }
+
+
+RESERVATION_GRACE_MS: Final = 86_400_000
+"""A reservation whose invocation was never written is deleted this long after its expiry (it
+stopped counting at its expiry; the Propose that took it is long over)."""
+
+
+def _purge_steps(d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int, mark: Mark) -> Steps:
+    """One retention batch of the meter tables (``keeps``: the serving snapshot's longest
+    window per meter), scanning the timed totals after ``mark``: those not read for twice their
+    meter's keep are brought to ``now`` (so no entry they still count is lost), the entries of
+    their scopes past twice the keep go, then the totals of scopes with no entry left;
+    reconcile records no Reconcile can use; reservations never followed by their invocation.
+    Returns (rows deleted, the mark to go on from; None: the scan reached the end)."""
+    pairs_args = [x for m, k in sorted(keeps.items()) for x in (m, k)]
+    scan = limit * SCAN_PER_BATCH
+    rows = yield _Stmt(_stale_sql(d, len(keeps)), [now_ms, *pairs_args, *mark, scan], True)
+    stale = [(m, sc, w) for m, sc, w, old in rows if int(old)][:limit]
+    nxt: Mark | None = None
+    if len(stale) == limit:
+        nxt = (str(stale[-1][0]), str(stale[-1][1]), int(stale[-1][2]))
+    elif len(rows) == scan:
+        nxt = (str(rows[-1][0]), str(rows[-1][1]), int(rows[-1][2]))
+    deleted = 0
+    if stale:
+        keys = {(str(m), str(sc), int(w)): None for m, sc, w in stale}
+        pairs = sorted({(m, sc) for m, sc, _ in keys})
+        if d.locks:
+            yield _lock(pairs)
+        flat = [x for key in keys for x in key]
+        yield _Stmt(_advance_sql(d, len(keys)), [now_ms, now_ms, now_ms, now_ms, *flat], True)
+        for meter, scope in pairs:
+            keep = keeps.get(meter, 0)
+            gone = yield _Stmt(_purge_fixed(d)["entries"], [meter, scope, now_ms, keep, now_ms, meter, scope])
+            deleted += int(gone[0]) if gone else 0
+            gone = yield _Stmt(_purge_fixed(d)["totals"], [meter, scope, meter, scope])
+            deleted += int(gone[0]) if gone else 0
+    gone = yield _Stmt(_purge_fixed(d)["unknown"], [limit])
+    deleted += int(gone[0]) if gone else 0
+    gone = yield _Stmt(_purge_fixed(d)["reservations"], [now_ms - RESERVATION_GRACE_MS, limit])
+    deleted += int(gone[0]) if gone else 0
+    return deleted, nxt
 
 
 # --------------------------------------------------------------------------- drivers
@@ -389,9 +504,13 @@ def _run_sqlite(c: Any, steps: Steps) -> Any:
                 stmt = steps.send([])
                 continue
             cur = c.execute(stmt.sql, stmt.args)
-            stmt = steps.send(cur.fetchall() if stmt.rows else [])
+            stmt = steps.send(cur.fetchall() if stmt.rows else [cur.rowcount])
     except StopIteration as done:
         return done.value
+
+
+_PG_LOCKS: Final = "SELECT pg_advisory_xact_lock(hashtextextended(n, 30)) FROM unnest(%s::text[]) AS n"
+"""Take the named advisory locks in the order of the array (the sorted order), in one statement."""
 
 
 async def _run_pg(conn: Any, steps: Steps) -> Any:
@@ -399,13 +518,12 @@ async def _run_pg(conn: Any, steps: Steps) -> Any:
     try:
         stmt = next(steps)
         while True:
-            if stmt.lock:
-                for name in stmt.args:
-                    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 30))", (name,))
+            if stmt.lock:  # one statement, in the sorted order of the names
+                await conn.execute(_PG_LOCKS, (list(stmt.args),))
                 stmt = steps.send([])
                 continue
             cur = await conn.execute(stmt.sql, stmt.args)
-            stmt = steps.send(await cur.fetchall() if stmt.rows else [])
+            stmt = steps.send(await cur.fetchall() if stmt.rows else [cur.rowcount])
     except StopIteration as done:
         return done.value
 
@@ -437,6 +555,14 @@ class MeterStore(Protocol):
         """The labels of the results the session has observed (final label meters), sorted."""
         ...
 
+    async def purge(
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+    ) -> tuple[int, Mark | None]:
+        """One retention batch of the meter tables at ``now`` (``keeps``: the longest window per
+        meter the serving snapshot declares), scanning the timed totals after ``mark``: how many
+        rows were deleted, and where to go on (None: the scan reached the end)."""
+        ...
+
 
 def _labels_of(rows: Sequence[Any]) -> tuple[str, ...]:
     return tuple(sorted(str(r[0])[len(LABEL_PREFIX) :] for r in rows))
@@ -447,7 +573,7 @@ def settle_sqlite(c: Any, invocation_id: str, state: State) -> None:
     """Make the invocation's reservations final, or release them, as ``state`` says (inside the
     transaction that moved it). Nothing for a state that does not settle, or no reservation."""
     if state in SETTLING:
-        _run_sqlite(c, _settle_steps(SQLITE, invocation_id, state))
+        _run_sqlite(c, _settle_steps(SQLITE, [(invocation_id, state)]))
 
 
 def settle_sqlite_rows(c: Any, rows: Sequence[tuple[str, State]]) -> None:
@@ -490,6 +616,15 @@ class SQLiteMeters:
         )
         return got[0].before
 
+    async def purge(
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+    ) -> tuple[int, Mark | None]:
+        """One retention batch of the meter tables (:func:`_purge_steps`)."""
+        got: tuple[int, Mark | None] = await self._worker.run(
+            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit, mark)), alone=False
+        )
+        return got
+
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id
         found: tuple[str, ...] = await self._worker.run(
@@ -503,7 +638,14 @@ async def settle_pg(conn: Any, invocation_id: str, state: State) -> None:
     """:func:`settle_sqlite` on PostgreSQL (inside the transaction that moved the invocation).
     A contribution made final or taken back holds its meter's advisory lock, as reads do."""
     if state in SETTLING:
-        await _run_pg(conn, _settle_steps(POSTGRES, invocation_id, state))
+        await _run_pg(conn, _settle_steps(POSTGRES, [(invocation_id, state)]))
+
+
+async def settle_pg_many(conn: Any, moves: Sequence[tuple[str, State]]) -> None:
+    """:func:`settle_pg` for several invocations moved in one transaction: their meters' locks
+    are taken together, in one sorted order, before any total changes."""
+    if any(state in SETTLING for _, state in moves):
+        await _run_pg(conn, _settle_steps(POSTGRES, moves))
 
 
 class PostgresMeters:
@@ -538,6 +680,16 @@ class PostgresMeters:
                 conn, _reserve_steps(POSTGRES, None, session_id, [k], _ms(now), 0)
             )
         return got[0].before
+
+    async def purge(
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+    ) -> tuple[int, Mark | None]:
+        """One retention batch of the meter tables (:func:`_purge_steps`)."""
+        async with self._store._tx() as conn:
+            got: tuple[int, Mark | None] = await _run_pg(
+                conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit, mark)
+            )
+        return got
 
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id

@@ -77,7 +77,7 @@ from callgate.store.idempotency.base import (
     released,
 )
 from callgate.store.labels import label_pg
-from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg
+from callgate.store.meters import PG_EXACT_MIGRATION, PG_MIGRATION, PostgresMeters, settle_pg, settle_pg_many
 from callgate.store.migrations import SCHEMA_VERSION_TABLE, Migration, check_sequence, too_new
 from callgate.store.retention import TERMINAL_SQL, PurgeSql, RecordKind, Tombstone, Trail, tombstone_row
 from callgate.store.sqlite import (
@@ -297,10 +297,14 @@ async def _insert_events(
     )
 
 
-async def _follow_key(conn: Conn, record: InvocationRecord, message: bytes | None = None) -> None:
+async def _follow_key(
+    conn: Conn, record: InvocationRecord, message: bytes | None = None, *, settle: bool = True
+) -> None:
     """Bring the key ``record`` holds in line with its new state (:func:`key_follows`), and its
-    meter reservations (:func:`~callgate.store.meters.settle_pg`)."""
-    await settle_pg(conn, record.invocation_id, record.state)
+    meter reservations (:func:`~callgate.store.meters.settle_pg`; ``settle`` False: the caller
+    settled them already, with other invocations')."""
+    if settle:
+        await settle_pg(conn, record.invocation_id, record.state)
     if not record.idempotency_key:
         return
     rec = await keys_pg._select(conn, key_of(record), lock=True)
@@ -517,9 +521,13 @@ class PostgresStore:
                 ok = await _cas(conn, m.record, m.expected)
                 if ok:
                     await _insert_events(conn, m.events)
-                    await _follow_key(conn, m.record)
-                    await label_pg(conn, m.record, m.expected, m.events)
                 done.append(ok)
+            moved = [m for m, ok in zip(moves, done, strict=True) if ok]
+            # every meter lock of the transaction at once, in one order (no deadlock with another)
+            await settle_pg_many(conn, [(m.record.invocation_id, m.record.state) for m in moved])
+            for m in moved:
+                await _follow_key(conn, m.record, settle=False)
+                await label_pg(conn, m.record, m.expected, m.events)
         return done
 
     async def append_events(self, events: Sequence[EventRecord]) -> None:

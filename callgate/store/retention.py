@@ -36,7 +36,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
@@ -56,6 +56,7 @@ from callgate.store.base import (
     ResultRecord,
 )
 from callgate.store.idempotency.base import ExpiredPolicy
+from callgate.store.meters import START, Mark, MeterStore, meters_of
 
 if TYPE_CHECKING:
     from callgate.config import Config
@@ -280,7 +281,9 @@ def policy_of(cfg: Config) -> RetentionPolicy:
     )
 
 
-def purger_of(cfg: Config, store: object, clock: Clock) -> Purger | None:
+def purger_of(
+    cfg: Config, store: object, clock: Clock, meter_keeps: Callable[[], Mapping[str, int]] = dict
+) -> Purger | None:
     """The purge task's work for the sidecar's store, or None when nothing is ever deleted (or
     the store cannot delete: then the policy is refused at start rather than ignored)."""
     policy = policy_of(cfg)
@@ -290,7 +293,7 @@ def purger_of(cfg: Config, store: object, clock: Clock) -> Purger | None:
         store = store.inner  # a wrapper (callgate.observability.PublishingStore): deletes publish nothing
     if not isinstance(store, RetainingStore):
         raise config_invalid(f"store.retention: the {cfg.store.backend} store cannot delete records")
-    return Purger(store, policy, clock)
+    return Purger(store, policy, clock, meter_keeps)
 
 
 def cutoff(now: datetime, age: timedelta) -> str:
@@ -353,11 +356,13 @@ class PassCounts:
     decisions: int = 0
     keys: int = 0
     tombstones: int = 0
+    meters: int = 0
+    """Rows of the meter tables (entries, totals, reconcile records, stale reservations)."""
     reclaimed_pages: int = 0
 
     @property
     def deleted(self) -> int:
-        return self.invocations + self.events + self.decisions + self.keys + self.tombstones
+        return self.invocations + self.events + self.decisions + self.keys + self.tombstones + self.meters
 
 
 def export_line(kind: RecordKind, record: Trail | DecisionRecord, expired_at: str) -> str:
@@ -387,8 +392,12 @@ class Purger:
     store: RetainingStore
     policy: RetentionPolicy
     clock: Clock
+    meter_keeps: Callable[[], Mapping[str, int]] = dict
+    """The serving snapshot's longest window per meter (a meter's entries are kept twice that)."""
     totals: PassCounts = field(default_factory=PassCounts)
     _last: float = field(default=-1e18)
+    _meter_mark: Mark = START
+    """Where the last pass's scan of the meters' timed totals stopped (the next one goes on)."""
 
     async def maybe_run(self) -> PassCounts | None:
         """A pass if ``policy.interval`` seconds passed since the last one (monotonic time)."""
@@ -428,15 +437,18 @@ class Purger:
         if p.keys_expire_new or p.expired_keys:
             grace = timedelta(0) if p.keys_expire_new else p.expired_keys
             counts.keys += await self._each(lambda n: self.store.purge_keys(now - grace, n))
+        meters = meters_of(self.store)
+        if meters is not None:  # entries past twice the longest window, and what no call can use
+            counts.meters += await self._meters(meters, now)
         if counts.deleted:
             counts.reclaimed_pages = await self.store.reclaim(RECLAIM_RESERVE_PAGES)
             log.info(
                 "retention at %s: deleted %d invocation(s), the events of %d, %d decision(s), %d key(s), "
-                "%d tombstone(s); %d page(s) reclaimed",
+                "%d tombstone(s), %d meter row(s); %d page(s) reclaimed",
                 expired_at, counts.invocations, counts.events, counts.decisions, counts.keys,
-                counts.tombstones, counts.reclaimed_pages,
+                counts.tombstones, counts.meters, counts.reclaimed_pages,
             )  # fmt: skip
-        for name in ("invocations", "events", "decisions", "keys", "tombstones", "reclaimed_pages"):
+        for name in ("invocations", "events", "decisions", "keys", "tombstones", "meters", "reclaimed_pages"):
             setattr(self.totals, name, getattr(self.totals, name) + getattr(counts, name))
         return counts
 
@@ -459,6 +471,18 @@ class Purger:
                 await asyncio.to_thread(append_synced, export, lines)
             total += await delete(trails)
             if len(trails) < self.policy.batch:
+                break
+        return total
+
+    async def _meters(self, meters: MeterStore, now: datetime) -> int:
+        """Batches of the meter tables, going on from where the last pass stopped, until the scan
+        of the timed totals reaches their end (the next pass starts over) or ``max_batches``."""
+        total, keeps = 0, self.meter_keeps()
+        for _ in range(self.policy.max_batches):
+            n, mark = await meters.purge(now, keeps, self.policy.batch, self._meter_mark)
+            total += n
+            self._meter_mark = START if mark is None else mark
+            if mark is None:
                 break
         return total
 
