@@ -273,21 +273,9 @@ def meter_keeps(meters: Iterable[MeterSpec]) -> dict[str, int]:
 
 
 def registry_keeps(tools: Iterable[Any]) -> dict[str, int]:
-    """:func:`meter_keeps` of a snapshot's ToolSpecs (its ToolRegistry): the longest window any
-    of them declares per meter name. Remembered for the last registry asked (one per snapshot)."""
-    if _keeps[0] is not tools:
-        _keeps[1] = meter_keeps(m for t in tools for m in t.meters)
-        _keeps[0] = tools
-    found: dict[str, int] = _keeps[1]
-    return found
-
-
-_keeps: list[Any] = [None, {}]
-
-
-def snapshot_keeps(snapshot: Any) -> dict[str, int]:
-    """:func:`registry_keeps` of a serving snapshot (none before the first snapshot)."""
-    return registry_keeps(snapshot.tools) if snapshot is not None else {}
+    """:func:`meter_keeps` of a registry's ToolSpecs: the longest window any of them declares per
+    meter name (a serving snapshot keeps its own: :meth:`PolicySnapshot.meter_keeps`)."""
+    return meter_keeps(m for t in tools for m in t.meters)
 
 
 def usage_context(readings: Sequence[Reading]) -> dict[str, Any]:
@@ -363,12 +351,9 @@ _labels_used: list[Any] = [None, False]
 
 
 def labels_used(tools: Iterable[Any]) -> bool:
-    """Whether any of ``tools`` (a snapshot's ToolRegistry) declares result labels: then every
-    request carries ``context.session.labels``. Remembered for the last registry asked."""
-    if _labels_used[0] is not tools:
-        _labels_used[1] = any(t.labels for t in tools)
-        _labels_used[0] = tools
-    return bool(_labels_used[1])
+    """Whether any of ``tools`` declares result labels (a serving snapshot asks once:
+    :meth:`SnapshotMemo.labels_used`)."""
+    return any(t.labels for t in tools)
 
 
 def session_member(declared: bool) -> str:

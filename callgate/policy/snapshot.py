@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +22,7 @@ from callgate.native import compiled_core_runs
 from callgate.policy.declare import Problem, ToolTyping, close_objects, tool_typing
 from callgate.policy.engines.base import Engine
 from callgate.policy.engines.registry import ENGINES
-from callgate.policy.meters import labels_used
+from callgate.policy.meters import labels_used, meter_keeps
 from callgate.policy.toolspecs import CompiledTool, ToolRegistry, load_tools
 
 log = logging.getLogger("callgate.policy")
@@ -54,10 +54,12 @@ class SnapshotMemo:
     snapshot (and dropped with it): facts per tool, and the shared Decision (with its stored
     dict) per distinct compiled-core answer. No process-wide cache keyed by ``id()``."""
 
-    __slots__ = ("_decisions", "_forms", "_tools")
+    __slots__ = ("_decisions", "_forms", "_keeps", "_labels", "_tools")
 
     def __init__(self) -> None:
         self._tools: dict[str, ToolFacts] = {}
+        self._keeps: dict[str, int] | None = None
+        self._labels: bool | None = None
         self._decisions: dict[tuple[object, ...], tuple[Decision, dict[str, object]]] = {}
         self._forms: dict[tuple[Callable[[Decision], object], Decision], object] = {}
 
@@ -70,6 +72,19 @@ class SnapshotMemo:
         if hit is None:
             self._tools[tool.spec.key] = facts
         return facts
+
+    def meter_keeps(self, tools: Iterable[CompiledTool]) -> dict[str, int]:
+        """:func:`~callgate.policy.meters.meter_keeps` of this snapshot's ToolSpecs (``tools``),
+        computed once: the longest window any of them declares per meter name."""
+        if self._keeps is None:
+            self._keeps = meter_keeps(m for t in tools for m in t.meters)
+        return self._keeps
+
+    def labels_used(self, tools: Iterable[CompiledTool]) -> bool:
+        """Whether any of this snapshot's ToolSpecs (``tools``) declares result labels, once."""
+        if self._labels is None:
+            self._labels = labels_used(tools)
+        return self._labels
 
     def reads_session(self, tool: CompiledTool, engine: Engine) -> bool:
         """Whether ``tool``'s requests must carry ``context.session`` on ``engine`` (this
@@ -127,7 +142,12 @@ class PolicySnapshot:
         """Whether ``tool``'s requests carry ``context.session.labels``: a ToolSpec of this
         snapshot declares result labels and a policy that could decide one of the tool's actions
         may read the session (:mod:`callgate.policy.sessionuse`; Rego and OPA: always)."""
-        return labels_used(self.tools) and self.memo.reads_session(tool, self.engine)
+        return self.memo.labels_used(self.tools) and self.memo.reads_session(tool, self.engine)
+
+    def meter_keeps(self) -> dict[str, int]:
+        """Per meter name, the longest window any ToolSpec of this snapshot declares (a shared
+        meter's entries are kept for twice that: docs/POLICIES.md "Shared meters")."""
+        return self.memo.meter_keeps(self.tools)
 
     def hidden_for(self, subject: str) -> frozenset[str]:
         """Keys of the tools no request of ``subject`` could be allowed or confirmed (ListTools by

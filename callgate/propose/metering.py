@@ -23,7 +23,6 @@ from callgate.policy.meters import (
     MeterError,
     Reading,
     contributions,
-    registry_keeps,
     usage_context,
 )
 from callgate.policy.snapshot import PolicySnapshot
@@ -78,7 +77,7 @@ class Metering:
                 subject=subject,
                 session_id=session_id,
                 resource=resource,
-                keeps=registry_keeps(snapshot.tools),
+                keeps=snapshot.meter_keeps(),
             )
         except MeterError as exc:
             raise store_unavailable(f"{tool.spec.key}: {exc}") from None

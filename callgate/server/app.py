@@ -35,7 +35,6 @@ from callgate.observability import PublishingStore
 from callgate.observability.build import build_sinks, observes_rpcs
 from callgate.observability.metrics import Metrics, MetricsServer
 from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
-from callgate.policy.meters import snapshot_keeps
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
@@ -339,7 +338,7 @@ class Sidecar:
             interval=c.config.confirmation.sweep_interval_ms / 1000,
             set_health=self._set_sweeper_health,
             execution=c.execution,
-            retention=purger_of(c.config, c.store, c.clock, lambda: snapshot_keeps(c.gate.snapshot_or_none)),
+            retention=purger_of(c.config, c.store, c.clock, lambda: _meter_keeps(c.gate.snapshot_or_none)),
         )
         await self.sweeper.start()
         if c.metrics is not None:  # count reloads from now on (file change, SIGHUP, retry)
@@ -463,3 +462,9 @@ async def serve(cfg: Config) -> int:
     log.info("shutting down")
     await sidecar.stop()
     return 0
+
+
+def _meter_keeps(snapshot: PolicySnapshot | None) -> dict[str, int]:
+    """The serving snapshot's longest window per meter (none before the first snapshot): what
+    the retention pass keeps of a shared meter's entries."""
+    return snapshot.meter_keeps() if snapshot is not None else {}
