@@ -60,7 +60,9 @@ def create_event(
 
 TOOLS = {"weather.get": get_weather, "calendar.create_event": create_event}
 
-SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+WEATHER = {"city": "Paris", "date": "2026-07-20"}
+
+SCRIPTS: dict[str, list[tuple[str, dict[str, Any] | str]]] = {
     "weather": [("weather__get", {"city": "Paris", "date": "2026-07-20"})],
     "calendar": [("calendar__create_event", EVENT)],
     "both": [("weather__get", {"city": "Paris", "date": "2026-07-20"}), ("calendar__create_event", EVENT)],
@@ -68,6 +70,12 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "reject": [("weather__get", {"city": "Paris"})],
     # free text that hides characters (issue 33): a bidi override and a Cyrillic letter
     "hidden": [("calendar__create_event", {**EVENT, "title": "\u202eputdnats\u202c st\u0430ndup"})],
+    # names the model was not shown: a hallucinated one, and the callgate name for the legal one
+    "unknown": [("send_money", {"to": "mallory"}), ("weather.get", WEATHER)],
+    # argument text as the provider sent it (a str: kept in additional_kwargs, as ChatOpenAI does)
+    "dupkey": [("weather__get", '{"city":"Paris","city":"Oslo","date":"2026-07-20"}')],
+    # two identical calls in one turn (parallel tool calls)
+    "parallel": [("weather__get", WEATHER), ("weather__get", WEATHER)],
 }
 
 
@@ -95,11 +103,17 @@ class ScriptedModel(BaseChatModel):
             ai = AIMessage(content="done")
         else:
             script = SCRIPTS[str(messages[0].content)]
+            ids = [f"call_{i}_{messages[0].id or ''}" for i in range(len(script))]
             calls = [
-                {"id": f"call_{i}_{messages[0].id or ''}", "name": n, "args": a, "type": "tool_call"}
-                for i, (n, a) in enumerate(script)
+                {"id": i, "name": n, "args": json.loads(a) if isinstance(a, str) else a, "type": "tool_call"}
+                for i, (n, a) in zip(ids, script, strict=True)
             ]
-            ai = AIMessage(content="", tool_calls=calls)
+            raw = [  # OpenAI's tool calls as ChatOpenAI keeps them: the argument text as sent
+                {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                for i, (n, a) in zip(ids, script, strict=True)
+                if isinstance(a, str)
+            ]
+            ai = AIMessage(content="", tool_calls=calls, additional_kwargs={"tool_calls": raw} if raw else {})
         return ChatResult(generations=[ChatGeneration(message=ai)])
 
 

@@ -502,3 +502,69 @@ def test_the_example_app_runs(world: World) -> None:
     assert [line.split()[:2] for line in lines[1:]] == [
         ["call_0", "success"], ["call_1", "success"], ["call_2", "error"],
     ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- edges a new user met (user trial)
+def resume_here(world: World, thread: str, value: Any) -> dict[str, Any]:
+    """Resume a thread in this process (a new gate and graph on the same checkpoints)."""
+    with app(world.spec()) as (_, graph):
+        return summary(graph.invoke(Command(resume=value), cfg(thread)))
+
+
+def test_a_tool_name_the_model_was_not_shown_is_a_tool_error_and_the_run_goes_on(world: World) -> None:
+    """User trial: a name the model was not shown became ``no_executor`` (a hallucinated name) or
+    ``CallRefused(invalid_request)`` ending the graph (the callgate name instead of the legal one).
+    Both are now LangGraph's tool error (``status="error"``) in callgate's shape."""
+    out = world.start({"t-unknown": "unknown"})["t-unknown"]
+    assert world.ledger() == [] and out["last"] == "done"
+    for i, name in enumerate(("send_money", "weather.get")):
+        msg = list(out["tools"].values())[i]
+        got = json.loads(msg["content"])
+        assert msg["status"] == "error" and got["status"] == "rejected"
+        assert got["code"] == "unknown_tool_version" and f'No tool named "{name}"' in got["message"]
+        assert "available: calendar__create_event, weather__get." in got["message"]
+
+
+def test_arguments_that_repeat_a_key_are_judged_as_the_model_wrote_them(world: World) -> None:
+    """User trial: LangChain's ``args`` keep the last of two repeated keys, and the call ran
+    with ``Oslo``; the provider's argument text (``additional_kwargs``) is proposed now."""
+    out = world.start({"t-dup": "dupkey"})["t-dup"]
+    got = content(out)
+    assert got["status"] == "rejected" and got["code"] == "duplicate_key", got
+    assert world.ledger() == []
+
+
+def test_parallel_identical_calls_are_two_calls(world: World) -> None:
+    out = world.start({"t-par": "parallel"})["t-par"]
+    assert world.ledger() == ["weather Paris", "weather Paris"]
+    ids = {m["artifact"]["invocation_id"] for m in out["tools"].values()}
+    assert len(ids) == 2 and all(content(out, i)["status"] == "ok" for i in range(2))
+
+
+def test_a_confirmation_that_expires_while_the_graph_waits_runs_nothing(world: World) -> None:
+    """User trial: the expired confirmation released the idempotency key, the re-run of the node
+    proposed the call anew and the approval given for the expired invocation confirmed the new
+    one: it ran. Now the model is told ``not_confirmed`` and the new one leaves the console."""
+    first = world.start({"t-exp": "calendar"})["t-exp"]
+    (ask,) = asked(first)
+    world.server.clock.advance(world.server.config.confirmation.ttl_seconds + 1)
+    out = resume_here(world, "t-exp", {"decisions": [{"type": "approve"}]})
+    got = content(out)
+    assert got["status"] == "not_confirmed" and world.ledger() == [], got
+    assert world.invocation(ask["invocation_id"]).state.name == "CANCELLED_BEFORE_COMMIT"
+    assert got["code"] == "confirmation_ended" and world.pending_ids() == set()
+
+
+def test_an_edit_to_a_name_the_model_was_not_shown_runs_nothing(world: World) -> None:
+    """User trial: an edit naming the callgate name (``weather.get``, not the legal
+    ``weather__get``) was proposed without a version and ended the graph with ``CallRefused``."""
+    first = world.start({"t-edit": "calendar"})["t-edit"]
+    (ask,) = asked(first)
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "weather.get", "args": {"city": "Oslo", "date": "2026-07-20"}},
+    }
+    out = resume_here(world, "t-edit", {"decisions": [edit]})
+    got = content(out)
+    assert got["code"] == "unknown_tool_version" and world.ledger() == [], got
+    assert world.pending_ids() == set()  # the original left the console

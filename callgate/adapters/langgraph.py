@@ -86,6 +86,7 @@ from callgate.client import (
     ToolResult,
     idempotency_key,
 )
+from callgate.client.outcomes import not_listed
 from callgate.client.tools import ToolNames
 from callgate.gen.v1 import callgate_pb2 as pb
 
@@ -145,6 +146,11 @@ class _Parked:
     req: pb.ProposeRequest
     inv: pb.Invocation
     replayed: str
+    fresh: bool = False
+    """Proposed anew on this run of the node. A decision read back on a re-run answers what was
+    asked on an earlier run, which a replay finds again; a fresh one means that invocation ended
+    meanwhile (its confirmation expired, or it was denied or cancelled: the key was released)
+    and this one was never shown to anyone."""
 
 
 _CURRENT: ContextVar[ToolContext] = ContextVar("callgate_tool_context")
@@ -377,8 +383,11 @@ class CallgateTools:
         ``response_metadata["callgate"]``; its id and tool calls are left as the model made them."""
         s = self.session
         proposals = {}
+        exact = _argument_texts(ai)
         for tc in ai.tool_calls:
-            req = s.prepare(ToolCall(tc.get("id") or "", tc["name"], json.dumps(tc.get("args", {}))))
+            call_id = tc.get("id") or ""
+            text = exact.get(call_id) or json.dumps(tc.get("args", {}))
+            req = s.prepare(ToolCall(call_id, tc["name"], text))
             proposals[req.proposal_id] = {
                 "tool": req.tool_name, "version": req.tool_version, "arguments": req.arguments.decode(),
             }  # fmt: skip
@@ -486,7 +495,7 @@ class CallgateTools:
                 raise CallgateClientError(
                     f"tool call {call_id!r} was not listed by callgate", code="tools_not_listed"
                 )
-            await self._classify(io, call_id, legal, req, steps, parked)
+            await self._classify(io, call_id, legal, req, steps, parked, kept.get("names", {}))
         round_ = 0
         while parked:
             asks = [self._ask(p) for p in parked]
@@ -539,8 +548,13 @@ class CallgateTools:
 
     async def _classify(
         self, io: _Io, call_id: str, legal: str, req: pb.ProposeRequest, steps: dict[str, Step],
-        parked: list[_Parked],
+        parked: list[_Parked], shown: Mapping[str, Any],
     ) -> None:  # fmt: skip
+        """``shown``: the names the model call was shown (legal name -> tool and version)."""
+        if not req.tool_version:  # a name the model was not shown: the client's answer, not proposed
+            unknown = not_listed(call_id, legal, shown)
+            steps[call_id] = self._said(call_id, legal, unknown.message, "", stored=False)
+            return
         if req.tool_name not in self.tools:  # nothing could execute it: not proposed, not parked
             steps[call_id] = _note(
                 call_id, legal, "rejected", f"no tool is registered for {req.tool_name}", code="no_executor"
@@ -552,7 +566,9 @@ class CallgateTools:
         elif isinstance(out, Denied | Rejected):
             steps[call_id] = self._said(call_id, legal, out.message, out.invocation_id, stored=False)
         elif isinstance(out, NeedsConfirmation):
-            parked.append(_Parked(call_id, legal, req, await io.invocation(out.invocation_id), ""))
+            parked.append(
+                _Parked(call_id, legal, req, await io.invocation(out.invocation_id), "", fresh=True)
+            )
         else:
             assert isinstance(out, Replayed)
             inv = await io.invocation(out.invocation_id)
@@ -595,6 +611,13 @@ class CallgateTools:
         again: list[_Parked] = []
         for p, d in zip(parked, decisions, strict=True):
             inv_id = p.inv.invocation_id
+            if d.kind is Kind.APPROVE and p.fresh:  # the call approved ended before the approval
+                await io.cancel(inv_id, "the approval was for an invocation that had ended")
+                text = "The call ended before it was approved (expired, denied or cancelled); nothing ran."
+                steps[p.call_id] = _note(
+                    p.call_id, p.legal, "not_confirmed", text, inv_id, code="confirmation_ended"
+                )
+                continue
             if d.kind is Kind.APPROVE and d.digest in ("", p.inv.digest):
                 steps[p.call_id] = await self._approve(io, p, d, config)
                 continue
@@ -605,7 +628,7 @@ class CallgateTools:
                 raw = json.dumps(d.arguments, ensure_ascii=False, sort_keys=True).encode()
                 tag = hashlib.sha256(f"{tool}@{version}\x00".encode() + raw).hexdigest()[:12]
                 req = self._request(kept, f"{p.call_id}~edit{round_}-{tag}", tool, version, raw)
-                await self._classify(io, p.call_id, p.legal, req, steps, again)
+                await self._classify(io, p.call_id, p.legal, req, steps, again, kept.get("names", {}))
             elif d.kind is Kind.RESPOND:
                 steps[p.call_id] = _note(p.call_id, p.legal, "user_response", d.message, inv_id)
             elif d.kind is Kind.APPROVE:  # an approval of another digest than the one parked
@@ -626,7 +649,7 @@ class CallgateTools:
             return got
         if name == p.req.tool_name:
             return p.req.tool_name, p.req.tool_version
-        return name, ""  # not shown to the model: callgate rejects it (unknown_tool)
+        return name, ""  # not shown to the model: answered as not listed (unknown_tool_version)
 
     async def _approve(self, io: _Io, p: _Parked, d: Decision, config: RunnableConfig) -> Step:
         inv_id, tool = p.inv.invocation_id, p.req.tool_name
@@ -835,6 +858,25 @@ class CallgateToolNode(ToolNode):
     ) -> ToolMessage:
         step = self._step(req)
         return step.message if isinstance(step, Done) else await self.gate.aexecute(step, req, execute)
+
+
+def _argument_texts(ai: AIMessage) -> dict[str, str]:
+    """Tool call id -> the argument text exactly as the model wrote it, where the provider kept
+    it (OpenAI's ``additional_kwargs["tool_calls"]``): LangChain's ``args`` is its parse, which
+    keeps one of two repeated keys silently; the sidecar's strict parse judges the text."""
+    raw = ai.additional_kwargs.get("tool_calls")
+    out: dict[str, str] = {}
+    if not isinstance(raw, list):
+        return out
+    for item in raw:
+        fn = item.get("function") if isinstance(item, Mapping) else None
+        if (
+            isinstance(fn, Mapping)
+            and isinstance(item.get("id"), str)
+            and isinstance(fn.get("arguments"), str)
+        ):
+            out[item["id"]] = fn["arguments"]
+    return out
 
 
 def _seconds_until(rfc3339: str) -> float:

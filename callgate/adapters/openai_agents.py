@@ -44,6 +44,7 @@ itself the gate finds it through the agent listener's ``ListParked`` (docs/CLIEN
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import uuid
@@ -52,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents import AgentHooks, FunctionTool, RunContextWrapper, RunState
+from agents import AgentHooks, FunctionTool, RunConfig, RunContextWrapper, RunState, ToolErrorFormatterArgs
 from agents.exceptions import AgentsException
 from agents.tool import FunctionToolCustomDataContext
 from agents.tool_context import ToolContext as AgentsToolContext
@@ -79,6 +80,8 @@ from callgate.client import (
     tool_message,
 )
 from callgate.client._wire import parked
+from callgate.client.outcomes import not_listed
+from callgate.client.tools import repeats_a_key
 from callgate.gen.v1 import callgate_pb2 as pb
 
 FED_MAX = 1024
@@ -216,6 +219,22 @@ class Gate:
         except CallgateClientError as err:
             return err
 
+    def _exact(
+        self, earlier: Outcome | CallgateClientError, call_id: str, legal: str, input_json: str
+    ) -> Outcome | CallgateClientError:
+        """The model's arguments repeat a key: ``needs_approval`` proposed the SDK's parse of
+        them (one of the duplicates, silently). That proposal is cancelled (if it could still
+        run) and the exact bytes are proposed under a proposal id of their own, so the sidecar's
+        strict parse refuses them (``duplicate_key``) and the model is told so."""
+        if isinstance(earlier, Allowed | NeedsConfirmation):
+            self._cancel(earlier.invocation_id, "the model's arguments repeat a key")
+        out = self._propose(f"{call_id}~exact", legal, input_json)
+        if isinstance(out, CallgateClientError | Allowed | NeedsConfirmation | Replayed):  # never ran
+            return CallgateClientError(
+                "arguments that repeat a key were not refused", code="malformed_answer"
+            )
+        return dataclasses.replace(out, tool_call_id=call_id)
+
     def _needs_approval(self, legal: str) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Any]:
         async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
             raw = json.dumps(params, ensure_ascii=False)
@@ -247,6 +266,8 @@ class Gate:
         async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str:
             call_id = ctx.tool_call_id
             out = self._outcomes.pop(call_id, None)
+            if out is not None and repeats_a_key(input_json):  # the SDK parsed it last-key-wins
+                out = await asyncio.to_thread(self._exact, out, call_id, legal, input_json)
             if out is None:  # resumed here (or unparsable for needs_approval): propose the bytes
                 out = await asyncio.to_thread(self._propose, call_id, legal, input_json)
             self._parked.pop(call_id, None)
@@ -337,6 +358,37 @@ class Gate:
             },
         )
         return _answer(message, out.invocation_id, "not_confirmed")
+
+    # ---------------------------------------------------------------- names the model was not shown
+    def tool_error_formatter(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+        """``RunConfig(tool_error_formatter=...)``: a call of a tool the agent does not have (a
+        hallucinated or stale name; the SDK's ``tool_not_found``) is answered in callgate's
+        shape, as the client answers it (``status`` ``rejected``, ``code``
+        ``unknown_tool_version``, the names the model may use); other kinds keep the SDK's
+        message (None)."""
+        if args.kind != "tool_not_found":
+            return None
+        out = not_listed(args.call_id, args.tool_name, [t.name for t in self.tools])
+        return _content(out.message)
+
+    def run_config(self, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (or a default ``RunConfig``) where a tool name the model was not shown is
+        answered to the model (``tool_not_found_behavior="return_error_to_model"`` with
+        :meth:`tool_error_formatter`; ``base``'s own formatter still answers the other kinds)
+        instead of ending the run with the SDK's ``ModelBehaviorError``."""
+        base = base or RunConfig()
+        theirs = base.tool_error_formatter
+
+        async def formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
+            ours = self.tool_error_formatter(args)
+            if ours is not None or theirs is None:
+                return ours
+            value = theirs(args)
+            return await value if inspect.isawaitable(value) else value
+
+        return dataclasses.replace(
+            base, tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter
+        )
 
     def _who(self, ctx: RunContextWrapper[Any]) -> str:
         approver = self.approver

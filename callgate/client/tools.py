@@ -173,11 +173,24 @@ def strip_nulls_for_strict(arguments: bytes, schema: Mapping[str, Any]) -> bytes
     return json.dumps({k: v for k, v in value.items() if k not in drop}, ensure_ascii=False).encode()
 
 
+def repeats_a_key(arguments: bytes | str) -> bool:
+    """Whether ``arguments`` are JSON that repeats a key in some object (a parse that keeps one
+    of them, as ``json.loads`` or an SDK does, silently changes what was sent)."""
+    try:
+        json.loads(arguments, object_pairs_hook=_unique_object)
+    except ValueError as err:
+        return str(err) == _REPEATED
+    return False
+
+
+_REPEATED = "duplicate key"
+
+
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``json.loads``' object hook: a repeated key is a ``ValueError``, never last-one-wins."""
     out = dict(pairs)
     if len(out) != len(pairs):
-        raise ValueError("duplicate key")
+        raise ValueError(_REPEATED)
     return out
 
 
