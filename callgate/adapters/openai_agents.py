@@ -36,7 +36,9 @@ callgate accepts) and the function's docstring. Per call:
 
 Limits: the SDK hands ``needs_approval`` the parsed arguments, not the model's bytes, so that
 proposal carries them re-serialized (``on_invoke_tool`` proposes the model's bytes; both give the
-same digest after normalization). A rejection is seen when the SDK next lists the tools
+same digest after normalization; bytes that repeat a key are proposed again exactly and refused).
+A tool name the agent does not have never reaches a tool: run with ``gate.run_config()`` so the
+SDK answers the model (:meth:`Gate.tool_error_formatter`) instead of ending the run. A rejection is seen when the SDK next lists the tools
 (``is_enabled``), which it does as the resumed run starts; in a process that did not park the call
 itself the gate finds it through the agent listener's ``ListParked`` (docs/CLIENTS.md).
 """
