@@ -41,10 +41,18 @@ def _ran(line: str) -> None:
         f.write(line + "\n")
 
 
+MAP_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
 @tool
-def get_weather(city: str, date: str) -> dict[str, str]:
+def get_weather(city: str, date: str) -> Any:
     """The forecast for a city on a date."""
     _ran(f"weather {city}")
+    if city == "Lyon":  # a forecast with a map: LangChain content blocks, text and an image
+        return [
+            {"type": "text", "text": f"sunny in {city}"},
+            {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"},
+        ]
     return {"city": city, "forecast": "sunny"}
 
 
@@ -76,6 +84,7 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any] | str]]] = {
     "dupkey": [("weather__get", '{"city":"Paris","city":"Oslo","date":"2026-07-20"}')],
     # two identical calls in one turn (parallel tool calls)
     "parallel": [("weather__get", WEATHER), ("weather__get", WEATHER)],
+    "map": [("weather__get", {"city": "Lyon", "date": "2026-07-20"})],
 }
 
 

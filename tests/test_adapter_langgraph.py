@@ -28,7 +28,7 @@ from langgraph.types import Command
 from callgate.adapters.hitl import InvalidResume, parse_decisions
 from callgate.client import AsyncClient, AsyncSession, Client, DeadlineExceeded, Session, TransportError
 from tests.conftest import ROOT, Running, short_tmpdir
-from tests.langgraph_app import EVENT, app, build, cfg, summary
+from tests.langgraph_app import EVENT, MAP_PNG, app, build, cfg, summary
 
 SUBPROCESS_TIMEOUT_S = 120
 
@@ -568,3 +568,19 @@ def test_an_edit_to_a_name_the_model_was_not_shown_runs_nothing(world: World) ->
     got = content(out)
     assert got["code"] == "unknown_tool_version" and world.ledger() == [], got
     assert world.pending_ids() == set()  # the original left the console
+
+
+def test_a_result_in_content_blocks_reaches_the_model_as_blocks_with_its_text_marked(world: World) -> None:
+    """User trial: a tool answering LangChain content blocks (text and an image) reached the
+    model as one JSON text with the image's base64 inside the untrusted-data markers. Now the
+    ``ToolMessage`` content is blocks: callgate's envelope, the marked text, the image as given."""
+    out = world.start({"t-map": "map"})["t-map"]
+    (msg,) = out["tools"].values()
+    blocks = msg["content"]
+    assert [b["type"] for b in blocks] == ["text", "text", "image"] and msg["status"] == "success"
+    envelope = json.loads(blocks[0]["text"])
+    assert envelope["status"] == "ok" and "data" not in envelope
+    nonce = envelope["nonce"]
+    assert blocks[1]["text"] == f"⟦untrusted:{nonce}⟧sunny in Lyon⟦/untrusted:{nonce}⟧"
+    assert blocks[2] == {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"}
+    assert world.ledger() == ["weather Lyon"] and out["last"] == "done"

@@ -8,6 +8,7 @@ from the event trail."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunContextWrapper, RunHooks, Runner, function_tool
+from agents import Agent, RunContextWrapper, RunHooks, Runner, ToolOutputImage, ToolOutputText, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from callgate.adapters.openai_agents import CallgateToolError, Gate
@@ -674,3 +675,35 @@ def test_a_sidecar_restart_between_the_interruption_and_the_resume_runs_once(
         shutil.rmtree(data, ignore_errors=True)
     assert done["final_output"] == "done" and json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
     assert len(upstream()) == 1 and state_name == "OBSERVED"
+
+
+def test_a_result_in_parts_reaches_the_model_as_parts_with_its_text_marked(sidecar: Running) -> None:
+    """User trial: a tool answering ``[ToolOutputText, ToolOutputImage]`` reached the model as one
+    JSON text with the image's base64 inside the untrusted-data markers. Now the model gets the
+    SDK's parts (``input_text`` / ``input_image``): callgate's envelope, the marked text, the image
+    as the tool gave it; the trail records the image's size and sha256, never its bytes."""
+    png = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(32)).decode()
+
+    @function_tool
+    def get_weather(city: str, date: str) -> list[Any]:
+        """Forecast with a map."""
+        return [ToolOutputText(text=f"sunny in {city}"), ToolOutputImage(image_url=png)]
+
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="i1")],
+                [assistant_message("done")],
+            ]
+        )
+        g = Gate({"weather.get": get_weather}, client=cg, session=new_session(cg), executor_id="x")
+        result = Runner.run_sync(Agent(name="a", model=model, tools=g.tools), "?", run_config=RUN)
+    item = outputs(result)["i1"]
+    sent = item.raw_item["output"]
+    assert [p["type"] for p in sent] == ["input_text", "input_text", "input_image"]
+    envelope = json.loads(sent[0]["text"])
+    assert envelope["status"] == "ok" and "data" not in envelope
+    assert sent[1]["text"] == f"⟦untrusted:{envelope['nonce']}⟧sunny in Paris⟦/untrusted:{envelope['nonce']}⟧"
+    assert sent[2]["image_url"] == png
+    _, events = trail(sidecar, item.custom_data["callgate"]["invocation_id"])
+    assert "iVBOR" not in json.dumps([dict(e.data) for e in events], default=str)  # no image bytes

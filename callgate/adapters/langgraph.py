@@ -64,6 +64,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
 from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
+from callgate.adapters.parts import encoded_value, rebuilt
 from callgate.client import (
     Allowed,
     AsyncClient,
@@ -199,16 +200,42 @@ def _note(call_id: str, name: str, status: str, message: str, invocation_id: str
     return Done(_message(call_id, name, {"status": status, "message": message, **more}, invocation_id))
 
 
-def _committed(out: ToolMessage | Command[Any]) -> Committed:
+PART_TYPES = frozenset({"text", "image", "image_url", "file", "audio", "video"})
+"""LangChain's content block types a tool's list result is kept in parts for (anything else in a
+list is data: encoded, marked, as JSON)."""
+
+
+def _parts(content: Any) -> list[dict[str, Any]] | None:
+    """A tool's content as LangChain content blocks (a bare string is a text block), else None."""
+    if not isinstance(content, list) or not content:
+        return None
+    out: list[dict[str, Any]] = []
+    for item in content:
+        block = {"type": "text", "text": item} if isinstance(item, str) else item
+        if not isinstance(block, Mapping) or block.get("type") not in PART_TYPES:
+            return None
+        if block["type"] == "text" and not isinstance(block.get("text"), str):
+            return None
+        out.append(dict(block))
+    return out
+
+
+def _committed(out: ToolMessage | Command[Any], parts: list[dict[str, Any]] | None = None) -> Committed:
     """What the tool committed, for the sidecar's encoding: the ``Committed`` a tool with
     ``response_format="content_and_artifact"`` returns as its artifact (with the external
-    system's id of the side effect, its cost), else its result: an object or list when the tool
-    returned one (LangChain serialized it as JSON), else its text."""
+    system's id of the side effect, its cost), else its result: content blocks (text, images,
+    files) as their descriptors (:mod:`callgate.adapters.parts`, the blocks put in ``parts`` for
+    the answer), an object or list when the tool returned one (LangChain serialized it as JSON),
+    else its text."""
     if not isinstance(out, ToolMessage):
         raise TypeError("a gated tool must return a result, not a Command")
     if isinstance(out.artifact, Committed):
         return out.artifact
     content = out.content
+    blocks = _parts(content)
+    if blocks is not None and parts is not None:
+        parts[:] = blocks
+        return Committed(encoded_value(blocks))
     if isinstance(content, str):
         try:
             parsed = json.loads(content)
@@ -735,10 +762,20 @@ class CallgateTools:
         )
         return request_.override(tool_call=call, tool=tool)
 
-    def _answer(self, request_: ToolCallRequest, res: ToolResult) -> ToolMessage:
+    def _answer(
+        self, request_: ToolCallRequest, res: ToolResult, parts: Sequence[Mapping[str, Any]] = ()
+    ) -> ToolMessage:
+        """The tool message; a result in content blocks as blocks: callgate's envelope (status,
+        the markers' nonce) as the first text block, then the tool's blocks, text marked."""
         call = request_.tool_call
         of = self.session.session_id
-        return _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
+        message = _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
+        found = rebuilt(res.message, parts) if parts else None
+        if found is None:
+            return message
+        envelope, shown = found
+        head = {"type": "text", "text": json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))}
+        return message.model_copy(update={"content": [head, *shown]})
 
     def execute(
         self,
@@ -747,15 +784,17 @@ class CallgateTools:
         execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage:
         client, _ = self._sync()
+        parts: list[dict[str, Any]] = []
 
         def fn(ctx: ToolContext) -> Committed:
             token = _CURRENT.set(ctx)
             try:
-                return _committed(_invoked(execute, self._edited_call(step, request_, ctx)))
+                return _committed(_invoked(execute, self._edited_call(step, request_, ctx)), parts)
             finally:
                 _CURRENT.reset(token)
 
-        return self._answer(request_, client.run(step.invocation_id, fn, executor_id=self.executor_id))
+        res = client.run(step.invocation_id, fn, executor_id=self.executor_id)
+        return self._answer(request_, res, parts)
 
     async def aexecute(
         self,
@@ -766,6 +805,7 @@ class CallgateTools:
         """:meth:`execute` on the asyncio path: ``AsyncClient.run`` (``await
         tool_context().redeem(name)`` inside the tool), or the sync helper in a worker thread."""
         if isinstance(self.client, AsyncClient):
+            parts: list[dict[str, Any]] = []
 
             async def afn(ctx: ToolContext) -> Committed:
                 token = _CURRENT.set(ctx)
@@ -775,12 +815,12 @@ class CallgateTools:
                         out = await execute(edited)
                     except ToolInvocationError as err:  # the tool refused the arguments: it never ran
                         raise NotReached(f"{edited.tool_call['name']}: arguments refused") from err
-                    return _committed(out)
+                    return _committed(out, parts)
                 finally:
                     _CURRENT.reset(token)
 
             res = await self.client.run(step.invocation_id, afn, executor_id=self.executor_id)
-            return self._answer(request_, res)
+            return self._answer(request_, res, parts)
         loop = asyncio.get_running_loop()
 
         def on_loop(req: ToolCallRequest) -> ToolMessage | Command[Any]:

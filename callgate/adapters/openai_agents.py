@@ -68,6 +68,7 @@ from callgate.adapters.openai_agents_binding import (
     bind,
     with_descriptions,
 )
+from callgate.adapters.parts import rebuilt
 from callgate.client import (
     Allowed,
     CallgateClientError,
@@ -121,9 +122,10 @@ class _Parked:
 
 @dataclass(frozen=True)
 class _Answer:
-    """What one call came to: the model-visible output and callgate's envelope."""
+    """What one call came to: the model-visible output (text, or the SDK's structured parts)
+    and callgate's envelope."""
 
-    output: str
+    output: str | list[dict[str, Any]]
     envelope: Mapping[str, str]
 
 
@@ -265,7 +267,7 @@ class Gate:
 
     # ---------------------------------------------------------------- one call
     def _invoker(self, legal: str, binding: Binding) -> Callable[[AgentsToolContext[Any], str], Any]:
-        async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str:
+        async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str | list[dict[str, Any]]:
             call_id = ctx.tool_call_id
             out = self._outcomes.pop(call_id, None)
             if out is not None and repeats_a_key(input_json):  # the SDK parsed it last-key-wins
@@ -296,13 +298,20 @@ class Gate:
             out = Allowed(out.invocation_id, "", out.tool_call_id, b"")
         if isinstance(out, Allowed):
             loop = asyncio.get_running_loop()
+            parts: list[dict[str, Any]] = []
             result = await asyncio.to_thread(
                 self.client.run,
                 out.invocation_id,
-                lambda c: binding.call(c, ctx, loop),
+                lambda c: binding.call(c, ctx, loop, parts),
                 executor_id=self.executor_id,
             )
-            return _answer(result.message, out.invocation_id, result.state)
+            answer = _answer(result.message, out.invocation_id, result.state)
+            found = rebuilt(result.message, parts) if parts else None
+            if found is None:
+                return answer
+            envelope, shown = found  # the envelope first: the status and the markers' nonce
+            head = {"type": "text", "text": json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))}
+            return _Answer([head, *shown], answer.envelope)
         status = out.state if isinstance(out, Replayed) else type(out).__name__.lower()
         return _answer(out.message, out.invocation_id, status)
 
