@@ -27,7 +27,8 @@ from langgraph.types import Command
 
 from callgate.adapters.hitl import InvalidResume, parse_decisions
 from callgate.client import AsyncClient, AsyncSession, Client, DeadlineExceeded, Session, TransportError
-from tests.conftest import ROOT, Running, short_tmpdir
+from callgate.config import IdempotencyConfig, StoreConfig
+from tests.conftest import ROOT, Running, short_tmpdir, start_sidecar, stop_sidecar
 from tests.langgraph_app import EVENT, MAP_PNG, app, build, cfg, summary
 
 SUBPROCESS_TIMEOUT_S = 120
@@ -584,3 +585,30 @@ def test_a_result_in_content_blocks_reaches_the_model_as_blocks_with_its_text_ma
     assert blocks[1]["text"] == f"⟦untrusted:{nonce}⟧sunny in Lyon⟦/untrusted:{nonce}⟧"
     assert blocks[2] == {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"}
     assert world.ledger() == ["weather Lyon"] and out["last"] == "done"
+
+
+def test_a_sidecar_restart_between_the_interrupt_and_the_resume_runs_once() -> None:
+    """The sidecar restarts (same store, new sockets) while the thread waits in its SQLite
+    checkpoint; the approve is resumed by a new gate against the restarted sidecar: one run."""
+    d = short_tmpdir()
+    stores = {
+        "store": StoreConfig(path=str(d / "callgate.db")),
+        "idempotency": IdempotencyConfig(path=str(d / "idempotency.db")),
+    }
+    try:
+        first, tmp1 = start_sidecar(**stores)
+        try:
+            before = World(first, d, "ses-lg-restart")
+            (ask,) = asked(before.start({"t-rs": "calendar"})["t-rs"])
+        finally:
+            stop_sidecar(first, tmp1)
+        second, tmp2 = start_sidecar(**stores)
+        try:
+            after = World(second, d, "ses-lg-restart")
+            out = resume_here(after, "t-rs", {"decisions": [{"type": "approve"}]})
+            assert content(out)["status"] == "ok" and after.ledger() == ["calendar Standup"]
+            assert after.invocation(ask["invocation_id"]).state.name == "OBSERVED"
+        finally:
+            stop_sidecar(second, tmp2)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
