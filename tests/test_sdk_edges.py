@@ -2,7 +2,8 @@
 was not shown (hallucinated, stale, or the callgate name instead of the legal one) is a
 model-facing :class:`Rejected` in the sidecar's own shape and code, never an exception that ends
 the agent loop, and nothing is proposed; arguments the sidecar's strict parse refuses stay
-refused whatever the client does to strict mode's nulls. The SDK adapters' edges are in
+refused whatever the client does to strict mode's nulls; a result in parts is rebuilt only from a
+complete `ok` message. The SDK adapters' edges are in
 tests/test_adapter_openai_agents.py and tests/test_adapter_langgraph.py."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import sqlite3
 from typing import Any
 
+from callgate.adapters.parts import answer_parts, encoded_value
 from callgate.client import AsyncClient, Client, Rejected, ToolCall
 from tests.conftest import Running
 
@@ -95,3 +97,29 @@ def test_a_repeated_key_stays_refused_where_a_strict_null_is_dropped(shared_serv
             ToolCall("c3", "calendar__create_event", '{"title":"A",' + event + ',"calendar_id":null}')
         )
         assert not isinstance(ok, Rejected), ok  # the null alone is still dropped
+
+
+def test_a_result_in_parts_falls_back_to_the_encoded_text_unless_complete_and_ok() -> None:
+    """:mod:`callgate.adapters.parts`: only a complete ``ok`` message with one encoded descriptor
+    per part is rebuilt into parts; an error, a truncated result or a mismatch stays the text."""
+    parts = [{"type": "text", "text": "hi"}, {"type": "image", "image_url": "data:image/png;base64,AAAA"}]
+    value = encoded_value(parts)
+    assert value["mcp_content"][1]["type"] == "image" and "AAAA" not in json.dumps(value)
+
+    def message(**content: Any) -> str:
+        return json.dumps({"role": "tool", "tool_call_id": "c", "content": content})
+
+    ok = message(
+        status="ok", nonce="n", truncated=False, data={"mcp_content": [{"text": "⟦m⟧hi"}, {"type": "x"}]}
+    )
+    shown = answer_parts(ok, parts)
+    assert shown is not None and shown[1:] == [{"type": "text", "text": "⟦m⟧hi"}, parts[1]]
+    assert json.loads(shown[0]["text"]) == {"status": "ok", "nonce": "n", "truncated": False}
+    for bad in (
+        message(status="ok", truncated=True, data={"mcp_content": [{"text": "hi"}, {}]}),
+        message(status="error", error={"code": "x"}),
+        message(status="ok", data={"mcp_content": [{"text": "hi"}]}),  # one part short
+        message(status="ok", data={"mcp_content": [{"type": "text"}, {}]}),  # a text part without text
+        "not json",
+    ):
+        assert answer_parts(bad, parts) is None

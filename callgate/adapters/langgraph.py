@@ -64,7 +64,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
 from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
-from callgate.adapters.parts import encoded_value, rebuilt
+from callgate.adapters.parts import answer_parts, encoded_value
 from callgate.client import (
     Allowed,
     AsyncClient,
@@ -770,12 +770,8 @@ class CallgateTools:
         call = request_.tool_call
         of = self.session.session_id
         message = _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
-        found = rebuilt(res.message, parts) if parts else None
-        if found is None:
-            return message
-        envelope, shown = found
-        head = {"type": "text", "text": json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))}
-        return message.model_copy(update={"content": [head, *shown]})
+        shown = answer_parts(res.message, parts)
+        return message if shown is None else message.model_copy(update={"content": shown})
 
     def execute(
         self,

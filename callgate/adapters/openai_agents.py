@@ -68,7 +68,7 @@ from callgate.adapters.openai_agents_binding import (
     bind,
     with_descriptions,
 )
-from callgate.adapters.parts import rebuilt
+from callgate.adapters.parts import answer_parts
 from callgate.client import (
     Allowed,
     CallgateClientError,
@@ -306,12 +306,8 @@ class Gate:
                 executor_id=self.executor_id,
             )
             answer = _answer(result.message, out.invocation_id, result.state)
-            found = rebuilt(result.message, parts) if parts else None
-            if found is None:
-                return answer
-            envelope, shown = found  # the envelope first: the status and the markers' nonce
-            head = {"type": "text", "text": json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))}
-            return _Answer([head, *shown], answer.envelope)
+            shown = answer_parts(result.message, parts)
+            return answer if shown is None else _Answer(shown, answer.envelope)
         status = out.state if isinstance(out, Replayed) else type(out).__name__.lower()
         return _answer(out.message, out.invocation_id, status)
 

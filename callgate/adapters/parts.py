@@ -81,4 +81,15 @@ def rebuilt(
     return envelope, out
 
 
-__all__ = ["BLOCKS_KEY", "descriptor", "encoded_value", "rebuilt"]
+def answer_parts(message: str, parts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
+    """What the model gets for ``parts`` (:func:`rebuilt`): callgate's envelope (the status, the
+    markers' nonce) as the first text part, then the parts; None when :func:`rebuilt` is."""
+    found = rebuilt(message, parts) if parts else None
+    if found is None:
+        return None
+    envelope, shown = found
+    head = {"type": "text", "text": json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))}
+    return [head, *shown]
+
+
+__all__ = ["BLOCKS_KEY", "answer_parts", "descriptor", "encoded_value", "rebuilt"]
