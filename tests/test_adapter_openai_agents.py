@@ -707,3 +707,25 @@ def test_a_result_in_parts_reaches_the_model_as_parts_with_its_text_marked(sidec
     assert sent[2]["image_url"] == png
     _, events = trail(sidecar, item.custom_data["callgate"]["invocation_id"])
     assert "iVBOR" not in json.dumps([dict(e.data) for e in events], default=str)  # no image bytes
+
+
+def test_repeated_keys_parked_in_one_process_are_refused_and_cancelled_in_another(sidecar: Running) -> None:
+    """The call with a repeated key was parked (needs_approval proposed the SDK's parse); the
+    state is restored by a new gate (nothing of the first kept), approved: the parked
+    invocation is cancelled and the model gets ``duplicate_key``; nothing runs."""
+    dup = (
+        '{"title":"Standup","title":"Party","start":"2026-07-20T09:00:00+08:00",'
+        '"duration_minutes":15,"calendar_id":"primary"}'
+    )
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        model = ScriptedModel([[function_call("calendar__create_event", dup, call_id="d2")]])
+        _, agent = gate_of(cg, session, model, with_confirmer=True)
+        first = Runner.run_sync(agent, "?", context=dict(USER), run_config=RUN)
+        assert [i.call_id for i in first.interruptions] == ["d2"]
+        saved = first.to_state().to_string()
+    assert len(console_pending(sidecar)) == 1
+    done = asyncio.run(resume(sockets(sidecar), session.session_id, saved, "approve", with_confirmer=True))
+    got = json.loads(done["outputs"]["d2"]["output"])
+    assert got["code"] == "duplicate_key" and upstream() == [], got
+    assert console_pending(sidecar) == []

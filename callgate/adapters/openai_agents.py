@@ -224,14 +224,22 @@ class Gate:
             return err
 
     def _exact(
-        self, earlier: Outcome | CallgateClientError, call_id: str, legal: str, input_json: str
+        self, earlier: Outcome | CallgateClientError | None, call_id: str, legal: str, input_json: str
     ) -> Outcome | CallgateClientError:
         """The model's arguments repeat a key: ``needs_approval`` proposed the SDK's parse of
-        them (one of the duplicates, silently). That proposal is cancelled (if it could still
-        run) and the exact bytes are proposed under a proposal id of their own, so the sidecar's
-        strict parse refuses them (``duplicate_key``) and the model is told so."""
+        them (one of the duplicates, silently), here or in the process that parked the call
+        (``earlier`` None: found by the tool call id). That proposal is cancelled (if it could
+        still run) and the exact bytes are proposed under a proposal id of their own, so the
+        sidecar's strict parse refuses them (``duplicate_key``) and the model is told so."""
         if isinstance(earlier, Allowed | NeedsConfirmation):
             self._cancel(earlier.invocation_id, "the model's arguments repeat a key")
+        elif earlier is None:
+            try:
+                found = self.session.find(call_id, legal, model_call_id=self.model_call_id)
+            except CallgateClientError as err:
+                return err
+            if found is not None and found.state in (pb.AUTHORIZED, pb.PREPARED):
+                self._cancel(found.invocation_id, "the model's arguments repeat a key")
         out = self._propose(f"{call_id}~exact", legal, input_json)
         if isinstance(out, CallgateClientError | Allowed | NeedsConfirmation | Replayed):  # never ran
             return CallgateClientError(
@@ -270,7 +278,7 @@ class Gate:
         async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str | list[dict[str, Any]]:
             call_id = ctx.tool_call_id
             out = self._outcomes.pop(call_id, None)
-            if out is not None and repeats_a_key(input_json):  # the SDK parsed it last-key-wins
+            if repeats_a_key(input_json):  # the SDK parsed it last-key-wins for needs_approval
                 out = await asyncio.to_thread(self._exact, out, call_id, legal, input_json)
             if out is None:  # resumed here (or unparsable for needs_approval): propose the bytes
                 out = await asyncio.to_thread(self._propose, call_id, legal, input_json)
