@@ -85,7 +85,19 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any] | str]]] = {
     # two identical calls in one turn (parallel tool calls)
     "parallel": [("weather__get", WEATHER), ("weather__get", WEATHER)],
     "map": [("weather__get", {"city": "Lyon", "date": "2026-07-20"})],
+    # arguments the provider could not parse (LangChain's invalid_tool_calls), beside a good call
+    "badjson": [("weather__get", '{"city":"Paris",'), ("weather__get", WEATHER)],
 }
+
+
+def _parsed(args: dict[str, Any] | str) -> dict[str, Any] | None:
+    if not isinstance(args, str):
+        return args
+    try:
+        value = json.loads(args)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class ScriptedModel(BaseChatModel):
@@ -114,15 +126,26 @@ class ScriptedModel(BaseChatModel):
             script = SCRIPTS[str(messages[0].content)]
             ids = [f"call_{i}_{messages[0].id or ''}" for i in range(len(script))]
             calls = [
-                {"id": i, "name": n, "args": json.loads(a) if isinstance(a, str) else a, "type": "tool_call"}
+                {"id": i, "name": n, "args": _parsed(a), "type": "tool_call"}
                 for i, (n, a) in zip(ids, script, strict=True)
+                if _parsed(a) is not None
+            ]
+            invalid = [  # as ChatOpenAI reports arguments it could not parse
+                {"id": i, "name": n, "args": a, "error": "not JSON", "type": "invalid_tool_call"}
+                for i, (n, a) in zip(ids, script, strict=True)
+                if _parsed(a) is None
             ]
             raw = [  # OpenAI's tool calls as ChatOpenAI keeps them: the argument text as sent
                 {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
                 for i, (n, a) in zip(ids, script, strict=True)
                 if isinstance(a, str)
             ]
-            ai = AIMessage(content="", tool_calls=calls, additional_kwargs={"tool_calls": raw} if raw else {})
+            ai = AIMessage(
+                content="",
+                tool_calls=calls,
+                invalid_tool_calls=invalid,
+                additional_kwargs={"tool_calls": raw} if raw else {},
+            )
         return ChatResult(generations=[ChatGeneration(message=ai)])
 
 

@@ -612,3 +612,15 @@ def test_a_sidecar_restart_between_the_interrupt_and_the_resume_runs_once() -> N
             stop_sidecar(second, tmp2)
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_arguments_the_provider_could_not_parse_are_answered_not_dropped(world: World) -> None:
+    """User trial: LangChain reports unparsable arguments as ``invalid_tool_calls``, which
+    ``tools_condition`` and ``ToolNode`` never see: the call was dropped unanswered (the next
+    OpenAI request then fails on a tool call without a result). Now it is proposed as written and
+    the model gets the sidecar's ``invalid_json``; the good call beside it runs."""
+    out = world.start({"t-bad": "badjson"})["t-bad"]
+    by_call = {k.split("_")[1]: json.loads(m["content"]) for k, m in out["tools"].items()}
+    bad, good = by_call["0"], by_call["1"]  # call_0 was unparsable
+    assert bad["status"] == "rejected" and bad["code"] == "invalid_json", bad
+    assert good["status"] == "ok" and world.ledger() == ["weather Paris"] and out["last"] == "done"

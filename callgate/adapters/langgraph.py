@@ -407,13 +407,24 @@ class CallgateTools:
 
     def stamp(self, ai: AIMessage) -> AIMessage:
         """``ai`` (the model's answer to the last :meth:`list_tools`) with what the model saw kept in
-        ``response_metadata["callgate"]``; its id and tool calls are left as the model made them."""
+        ``response_metadata["callgate"]``; its id and tool calls are left as the model made them,
+        except that a call whose arguments the provider could not parse (LangChain's
+        ``invalid_tool_calls``, which ``ToolNode`` and ``tools_condition`` never see) becomes a
+        tool call with empty ``args`` whose proposal is the exact text: the sidecar refuses it
+        (``invalid_json``) and the model is told, instead of the call being dropped unanswered."""
         s = self.session
         proposals = {}
         exact = _argument_texts(ai)
-        for tc in ai.tool_calls:
+        unparsed = [c for c in ai.invalid_tool_calls if c.get("id") and c.get("name")]
+        for c in unparsed:
+            exact[str(c["id"])] = c.get("args") or ""
+        calls = [
+            *ai.tool_calls,
+            *(LCToolCall(name=str(c["name"]), args={}, id=c["id"], type="tool_call") for c in unparsed),
+        ]
+        for tc in calls:
             call_id = tc.get("id") or ""
-            text = exact.get(call_id) or json.dumps(tc.get("args", {}))
+            text = exact[call_id] if call_id in exact else json.dumps(tc.get("args", {}))
             req = s.prepare(ToolCall(call_id, tc["name"], text))
             proposals[req.proposal_id] = {
                 "tool": req.tool_name, "version": req.tool_version, "arguments": req.arguments.decode(),
@@ -425,7 +436,11 @@ class CallgateTools:
             "names": names,
             "proposals": proposals,
         }
-        return ai.model_copy(update={"response_metadata": {**ai.response_metadata, STAMP: kept}})
+        update: dict[str, Any] = {"response_metadata": {**ai.response_metadata, STAMP: kept}}
+        if unparsed:
+            update["tool_calls"] = calls
+            update["invalid_tool_calls"] = [c for c in ai.invalid_tool_calls if c not in unparsed]
+        return ai.model_copy(update=update)
 
     def model(self, llm: Any, dialect: str = "openai") -> Runnable[Any, AIMessage]:
         """``llm`` (a chat model with ``bind_tools``) as a runnable that lists this model call's
