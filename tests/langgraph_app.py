@@ -41,10 +41,18 @@ def _ran(line: str) -> None:
         f.write(line + "\n")
 
 
+MAP_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
 @tool
-def get_weather(city: str, date: str) -> dict[str, str]:
+def get_weather(city: str, date: str) -> Any:
     """The forecast for a city on a date."""
     _ran(f"weather {city}")
+    if city == "Lyon":  # a forecast with a map: LangChain content blocks, text and an image
+        return [
+            {"type": "text", "text": f"sunny in {city}"},
+            {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"},
+        ]
     return {"city": city, "forecast": "sunny"}
 
 
@@ -60,7 +68,9 @@ def create_event(
 
 TOOLS = {"weather.get": get_weather, "calendar.create_event": create_event}
 
-SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+WEATHER = {"city": "Paris", "date": "2026-07-20"}
+
+SCRIPTS: dict[str, list[tuple[str, dict[str, Any] | str]]] = {
     "weather": [("weather__get", {"city": "Paris", "date": "2026-07-20"})],
     "calendar": [("calendar__create_event", EVENT)],
     "both": [("weather__get", {"city": "Paris", "date": "2026-07-20"}), ("calendar__create_event", EVENT)],
@@ -68,7 +78,26 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any]]]] = {
     "reject": [("weather__get", {"city": "Paris"})],
     # free text that hides characters (issue 33): a bidi override and a Cyrillic letter
     "hidden": [("calendar__create_event", {**EVENT, "title": "\u202eputdnats\u202c st\u0430ndup"})],
+    # names the model was not shown: a hallucinated one, and the callgate name for the legal one
+    "unknown": [("send_money", {"to": "mallory"}), ("weather.get", WEATHER)],
+    # argument text as the provider sent it (a str: kept in additional_kwargs, as ChatOpenAI does)
+    "dupkey": [("weather__get", '{"city":"Paris","city":"Oslo","date":"2026-07-20"}')],
+    # two identical calls in one turn (parallel tool calls)
+    "parallel": [("weather__get", WEATHER), ("weather__get", WEATHER)],
+    "map": [("weather__get", {"city": "Lyon", "date": "2026-07-20"})],
+    # arguments the provider could not parse (LangChain's invalid_tool_calls), beside a good call
+    "badjson": [("weather__get", '{"city":"Paris",'), ("weather__get", WEATHER)],
 }
+
+
+def _parsed(args: dict[str, Any] | str) -> dict[str, Any] | None:
+    if not isinstance(args, str):
+        return args
+    try:
+        value = json.loads(args)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class ScriptedModel(BaseChatModel):
@@ -95,11 +124,28 @@ class ScriptedModel(BaseChatModel):
             ai = AIMessage(content="done")
         else:
             script = SCRIPTS[str(messages[0].content)]
+            ids = [f"call_{i}_{messages[0].id or ''}" for i in range(len(script))]
             calls = [
-                {"id": f"call_{i}_{messages[0].id or ''}", "name": n, "args": a, "type": "tool_call"}
-                for i, (n, a) in enumerate(script)
+                {"id": i, "name": n, "args": _parsed(a), "type": "tool_call"}
+                for i, (n, a) in zip(ids, script, strict=True)
+                if _parsed(a) is not None
             ]
-            ai = AIMessage(content="", tool_calls=calls)
+            invalid = [  # as ChatOpenAI reports arguments it could not parse
+                {"id": i, "name": n, "args": a, "error": "not JSON", "type": "invalid_tool_call"}
+                for i, (n, a) in zip(ids, script, strict=True)
+                if _parsed(a) is None
+            ]
+            raw = [  # OpenAI's tool calls as ChatOpenAI keeps them: the argument text as sent
+                {"id": i, "type": "function", "function": {"name": n, "arguments": a}}
+                for i, (n, a) in zip(ids, script, strict=True)
+                if isinstance(a, str)
+            ]
+            ai = AIMessage(
+                content="",
+                tool_calls=calls,
+                invalid_tool_calls=invalid,
+                additional_kwargs={"tool_calls": raw} if raw else {},
+            )
         return ChatResult(generations=[ChatGeneration(message=ai)])
 
 

@@ -27,8 +27,9 @@ from langgraph.types import Command
 
 from callgate.adapters.hitl import InvalidResume, parse_decisions
 from callgate.client import AsyncClient, AsyncSession, Client, DeadlineExceeded, Session, TransportError
-from tests.conftest import ROOT, Running, short_tmpdir
-from tests.langgraph_app import EVENT, app, build, cfg, summary
+from callgate.config import IdempotencyConfig, StoreConfig
+from tests.conftest import ROOT, Running, short_tmpdir, start_sidecar, stop_sidecar
+from tests.langgraph_app import EVENT, MAP_PNG, app, build, cfg, summary
 
 SUBPROCESS_TIMEOUT_S = 120
 
@@ -502,3 +503,124 @@ def test_the_example_app_runs(world: World) -> None:
     assert [line.split()[:2] for line in lines[1:]] == [
         ["call_0", "success"], ["call_1", "success"], ["call_2", "error"],
     ]  # fmt: skip
+
+
+# ---------------------------------------------------------------- edges a new user met (user trial)
+def resume_here(world: World, thread: str, value: Any) -> dict[str, Any]:
+    """Resume a thread in this process (a new gate and graph on the same checkpoints)."""
+    with app(world.spec()) as (_, graph):
+        return summary(graph.invoke(Command(resume=value), cfg(thread)))
+
+
+def test_a_tool_name_the_model_was_not_shown_is_a_tool_error_and_the_run_goes_on(world: World) -> None:
+    """User trial: a name the model was not shown became ``no_executor`` (a hallucinated name) or
+    ``CallRefused(invalid_request)`` ending the graph (the callgate name instead of the legal one).
+    Both are now LangGraph's tool error (``status="error"``) in callgate's shape."""
+    out = world.start({"t-unknown": "unknown"})["t-unknown"]
+    assert world.ledger() == [] and out["last"] == "done"
+    for i, name in enumerate(("send_money", "weather.get")):
+        msg = list(out["tools"].values())[i]
+        got = json.loads(msg["content"])
+        assert msg["status"] == "error" and got["status"] == "rejected"
+        assert got["code"] == "unknown_tool_version" and f'No tool named "{name}"' in got["message"]
+        assert "available: calendar__create_event, weather__get." in got["message"]
+
+
+def test_arguments_that_repeat_a_key_are_judged_as_the_model_wrote_them(world: World) -> None:
+    """User trial: LangChain's ``args`` keep the last of two repeated keys, and the call ran
+    with ``Oslo``; the provider's argument text (``additional_kwargs``) is proposed now."""
+    out = world.start({"t-dup": "dupkey"})["t-dup"]
+    got = content(out)
+    assert got["status"] == "rejected" and got["code"] == "duplicate_key", got
+    assert world.ledger() == []
+
+
+def test_parallel_identical_calls_are_two_calls(world: World) -> None:
+    out = world.start({"t-par": "parallel"})["t-par"]
+    assert world.ledger() == ["weather Paris", "weather Paris"]
+    ids = {m["artifact"]["invocation_id"] for m in out["tools"].values()}
+    assert len(ids) == 2 and all(content(out, i)["status"] == "ok" for i in range(2))
+
+
+def test_a_confirmation_that_expires_while_the_graph_waits_runs_nothing(world: World) -> None:
+    """User trial: the expired confirmation released the idempotency key, the re-run of the node
+    proposed the call anew and the approval given for the expired invocation confirmed the new
+    one: it ran. Now the model is told ``not_confirmed`` and the new one leaves the console."""
+    first = world.start({"t-exp": "calendar"})["t-exp"]
+    (ask,) = asked(first)
+    world.server.clock.advance(world.server.config.confirmation.ttl_seconds + 1)
+    out = resume_here(world, "t-exp", {"decisions": [{"type": "approve"}]})
+    got = content(out)
+    assert got["status"] == "not_confirmed" and world.ledger() == [], got
+    assert world.invocation(ask["invocation_id"]).state.name == "CANCELLED_BEFORE_COMMIT"
+    assert got["code"] == "confirmation_ended" and world.pending_ids() == set()
+
+
+def test_an_edit_to_a_name_the_model_was_not_shown_runs_nothing(world: World) -> None:
+    """User trial: an edit naming the callgate name (``weather.get``, not the legal
+    ``weather__get``) was proposed without a version and ended the graph with ``CallRefused``."""
+    first = world.start({"t-edit": "calendar"})["t-edit"]
+    (ask,) = asked(first)
+    edit = {
+        "type": "edit",
+        "edited_action": {"name": "weather.get", "args": {"city": "Oslo", "date": "2026-07-20"}},
+    }
+    out = resume_here(world, "t-edit", {"decisions": [edit]})
+    got = content(out)
+    assert got["code"] == "unknown_tool_version" and world.ledger() == [], got
+    assert world.pending_ids() == set()  # the original left the console
+
+
+def test_a_result_in_content_blocks_reaches_the_model_as_blocks_with_its_text_marked(world: World) -> None:
+    """User trial: a tool answering LangChain content blocks (text and an image) reached the
+    model as one JSON text with the image's base64 inside the untrusted-data markers. Now the
+    ``ToolMessage`` content is blocks: callgate's envelope, the marked text, the image as given."""
+    out = world.start({"t-map": "map"})["t-map"]
+    (msg,) = out["tools"].values()
+    blocks = msg["content"]
+    assert [b["type"] for b in blocks] == ["text", "text", "image"] and msg["status"] == "success"
+    envelope = json.loads(blocks[0]["text"])
+    assert envelope["status"] == "ok" and "data" not in envelope
+    nonce = envelope["nonce"]
+    assert blocks[1]["text"] == f"⟦untrusted:{nonce}⟧sunny in Lyon⟦/untrusted:{nonce}⟧"
+    assert blocks[2] == {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"}
+    assert world.ledger() == ["weather Lyon"] and out["last"] == "done"
+
+
+def test_a_sidecar_restart_between_the_interrupt_and_the_resume_runs_once() -> None:
+    """The sidecar restarts (same store, new sockets) while the thread waits in its SQLite
+    checkpoint; the approve is resumed by a new gate against the restarted sidecar: one run."""
+    d = short_tmpdir()
+    stores = {
+        "store": StoreConfig(path=str(d / "callgate.db")),
+        "idempotency": IdempotencyConfig(path=str(d / "idempotency.db")),
+    }
+    try:
+        first, tmp1 = start_sidecar(**stores)
+        try:
+            before = World(first, d, "ses-lg-restart")
+            (ask,) = asked(before.start({"t-rs": "calendar"})["t-rs"])
+        finally:
+            stop_sidecar(first, tmp1)
+        second, tmp2 = start_sidecar(**stores)
+        try:
+            after = World(second, d, "ses-lg-restart")
+            out = resume_here(after, "t-rs", {"decisions": [{"type": "approve"}]})
+            assert content(out)["status"] == "ok" and after.ledger() == ["calendar Standup"]
+            assert after.invocation(ask["invocation_id"]).state.name == "OBSERVED"
+        finally:
+            stop_sidecar(second, tmp2)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_arguments_the_provider_could_not_parse_are_answered_not_dropped(world: World) -> None:
+    """User trial: LangChain reports unparsable arguments as ``invalid_tool_calls``, which
+    ``tools_condition`` and ``ToolNode`` never see: the call was dropped unanswered (the next
+    OpenAI request then fails on a tool call without a result). Now it is proposed as written and
+    the model gets the sidecar's ``invalid_json``; the good call beside it runs."""
+    out = world.start({"t-bad": "badjson"})["t-bad"]
+    by_call = {k.split("_")[1]: json.loads(m["content"]) for k, m in out["tools"].items()}
+    bad, good = by_call["0"], by_call["1"]  # call_0 was unparsable
+    assert bad["status"] == "rejected" and bad["code"] == "invalid_json", bad
+    assert good["status"] == "ok" and world.ledger() == ["weather Paris"] and out["last"] == "done"

@@ -8,8 +8,10 @@ from the event trail."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -18,13 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunContextWrapper, RunHooks, Runner, function_tool
+from agents import Agent, RunContextWrapper, RunHooks, Runner, ToolOutputImage, ToolOutputText, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from callgate.adapters.openai_agents import CallgateToolError, Gate
 from callgate.client import CallgateClientError, Client, Session
+from callgate.config import IdempotencyConfig, StoreConfig
 from callgate.gen.v1 import callgate_pb2 as pb
-from tests.conftest import ROOT, Running, calendar_secret, start_sidecar, stop_sidecar
+from tests.conftest import ROOT, Running, calendar_secret, short_tmpdir, start_sidecar, stop_sidecar
 from tests.openai_agents_app import CANARY, RUN, TOOLS, client_for, gated_agent, resume
 
 EVENT = {"title": "Standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 15}
@@ -531,3 +534,198 @@ def test_sidecar_down_is_a_typed_error_and_nothing_runs(
         cg.close()
     assert exc.value.code in ("unavailable", "deadline_exceeded")
     assert upstream() == []
+
+
+# ---------------------------------------------------------------- edges a new user met (user trial)
+def gate_of(
+    cg: Client, session: Session, model: ScriptedModel, *, with_confirmer: bool = False
+) -> tuple[Gate, Agent[Any]]:
+    g = Gate(
+        TOOLS,
+        client=cg,
+        session=session,
+        executor_id="agents-app",
+        confirmer=cg.confirmer() if with_confirmer else None,
+        approver=(lambda ctx: str(ctx.context["user"])) if with_confirmer else None,
+        external_ids={"calendar.create_event": "event_id"},
+    )
+    return g, Agent(name="assistant", model=model, tools=g.tools, hooks=g.hooks())
+
+
+def test_a_tool_name_the_model_was_not_shown_is_answered_to_the_model_and_the_run_goes_on(
+    sidecar: Running,
+) -> None:
+    """User trial: the SDK ends the run (``ModelBehaviorError``) on a name it does not have;
+    ``gate.run_config()`` makes it the SDK's ``return_error_to_model`` answer in callgate's shape."""
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel(
+            [[function_call("send_money", {"to": "mallory"}, call_id="u1")], [assistant_message("sorry")]]
+        )
+        g, agent = gate_of(cg, new_session(cg), model)
+        result = Runner.run_sync(agent, "pay", run_config=g.run_config(RUN))
+    assert result.final_output == "sorry" and upstream() == []
+    got = json.loads(outputs(result)["u1"].output)
+    assert got["status"] == "rejected" and got["code"] == "unknown_tool_version"
+    assert 'No tool named "send_money"' in got["message"]
+    assert "available: calendar__create_event, weather__get." in got["message"]
+
+
+def test_arguments_that_repeat_a_key_are_refused_as_the_sidecar_refuses_them(sidecar: Running) -> None:
+    """User trial: the SDK hands ``needs_approval`` its last-key-wins parse, so the call ran with
+    one of the two values the model wrote (``Oslo``) instead of the sidecar's ``duplicate_key``."""
+    dup = '{"city":"Paris","city":"Oslo","date":"2026-07-20"}'
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel([[function_call("weather__get", dup, call_id="d1")], [assistant_message("ok")]])
+        session = new_session(cg)
+        _, agent = gate_of(cg, session, model)
+        result = Runner.run_sync(agent, "?", run_config=RUN)
+        earlier = session.find("d1", "weather__get", model_call_id="openai-agents")
+    assert upstream() == []
+    got = json.loads(outputs(result)["d1"].output)
+    assert got["status"] == "rejected" and got["code"] == "duplicate_key", got
+    assert earlier is not None and pb.State.Name(earlier.state) == "CANCELLED_BEFORE_COMMIT"
+
+
+def test_unparsable_arguments_are_interrupted_by_the_sdk_and_refused_by_the_sidecar(sidecar: Running) -> None:
+    """The SDK interrupts a call whose arguments it cannot parse without asking the tool (its own
+    fail-closed default); approved, the exact bytes are proposed and refused: nothing runs."""
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel(
+            [[function_call("weather__get", '{"city":"Paris",', call_id="b1")], [assistant_message("ok")]]
+        )
+        _, agent = gate_of(cg, new_session(cg), model)
+        first = Runner.run_sync(agent, "?", run_config=RUN)
+        assert [i.call_id for i in first.interruptions] == ["b1"]
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        result = Runner.run_sync(agent, state, run_config=RUN)
+    got = json.loads(outputs(result)["b1"].output)
+    assert got["status"] == "rejected" and got["code"] == "invalid_json" and upstream() == []
+
+
+def test_parallel_identical_calls_are_two_calls(sidecar: Running) -> None:
+    """Two calls with the same arguments in one model turn (distinct call ids) are two
+    invocations and run twice; the same call id twice is one call (the SDK's identity)."""
+    args = {"city": "Paris", "date": "2026-07-20"}
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel(
+            [
+                [
+                    function_call("weather__get", args, call_id="p1"),
+                    function_call("weather__get", args, call_id="p2"),
+                ],
+                [assistant_message("ok")],
+            ]
+        )
+        _, agent = gate_of(cg, new_session(cg), model)
+        result = Runner.run_sync(agent, "?", run_config=RUN)
+    out = outputs(result)
+    ids = {c: out[c].custom_data["callgate"]["invocation_id"] for c in ("p1", "p2")}
+    assert ids["p1"] != ids["p2"] and len(upstream()) == 2
+    for c in ("p1", "p2"):
+        got = json.loads(out[c].output)
+        assert got["status"] == "ok" and got["data"]["city"].startswith("⟦untrusted:")  # marked data
+        assert "Paris" in got["data"]["city"]
+
+
+def test_a_confirmation_that_expires_while_the_run_is_paused_runs_nothing(sidecar: Running) -> None:
+    """The state is approved after the confirmation expired: the model is told ``not_confirmed``
+    (with the sidecar's code), the run goes on, nothing ran."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        agent, first = interrupted(cg, new_session(cg), with_confirmer=True)
+        invocation_id = parked_id(sidecar)
+        sidecar.clock.advance(sidecar.config.confirmation.ttl_seconds + 1)
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        result = Runner.run_sync(agent, state, context=dict(USER), run_config=RUN)
+    assert result.final_output == "done" and upstream() == []
+    got = json.loads(outputs(result)["c4"].output)
+    assert got["status"] == "not_confirmed", got
+    assert trail(sidecar, invocation_id)[0] == "CANCELLED_BEFORE_COMMIT"
+
+
+def test_a_sidecar_restart_between_the_interruption_and_the_resume_runs_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sidecar restarts (same store, new sockets) while the saved run waits; the state is
+    restored (``RunState.from_string``), approved and resumed against the restarted sidecar by a
+    new client and gate: one execution."""
+    monkeypatch.setenv("CALLGATE_TEST_LEDGER", str(tmp_path / "upstream.jsonl"))
+    data = short_tmpdir()
+    stores = {
+        "store": StoreConfig(path=str(data / "callgate.db")),
+        "idempotency": IdempotencyConfig(path=str(data / "idempotency.db")),
+    }
+    secret = calendar_secret("CALLGATE_TEST_AGENTS_TOKEN", CANARY)
+    try:
+        first, tmp1 = start_sidecar(secrets=(secret,), **stores)
+        try:
+            session, saved, invocation_id = parked_and_saved(first)
+        finally:
+            stop_sidecar(first, tmp1)
+        second, tmp2 = start_sidecar(secrets=(secret,), **stores)
+        try:
+            done = asyncio.run(
+                resume(sockets(second), session.session_id, saved, "approve", with_confirmer=True)
+            )
+            state_name, _ = trail(second, invocation_id)
+        finally:
+            stop_sidecar(second, tmp2)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    assert done["final_output"] == "done" and json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
+    assert len(upstream()) == 1 and state_name == "OBSERVED"
+
+
+def test_a_result_in_parts_reaches_the_model_as_parts_with_its_text_marked(sidecar: Running) -> None:
+    """User trial: a tool answering ``[ToolOutputText, ToolOutputImage]`` reached the model as one
+    JSON text with the image's base64 inside the untrusted-data markers. Now the model gets the
+    SDK's parts (``input_text`` / ``input_image``): callgate's envelope, the marked text, the image
+    as the tool gave it; the trail records the image's size and sha256, never its bytes."""
+    png = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(32)).decode()
+
+    @function_tool
+    def get_weather(city: str, date: str) -> list[Any]:
+        """Forecast with a map."""
+        return [ToolOutputText(text=f"sunny in {city}"), ToolOutputImage(image_url=png)]
+
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="i1")],
+                [assistant_message("done")],
+            ]
+        )
+        g = Gate({"weather.get": get_weather}, client=cg, session=new_session(cg), executor_id="x")
+        result = Runner.run_sync(Agent(name="a", model=model, tools=g.tools), "?", run_config=RUN)
+    item = outputs(result)["i1"]
+    sent = item.raw_item["output"]
+    assert [p["type"] for p in sent] == ["input_text", "input_text", "input_image"]
+    envelope = json.loads(sent[0]["text"])
+    assert envelope["status"] == "ok" and "data" not in envelope
+    assert sent[1]["text"] == f"⟦untrusted:{envelope['nonce']}⟧sunny in Paris⟦/untrusted:{envelope['nonce']}⟧"
+    assert sent[2]["image_url"] == png
+    _, events = trail(sidecar, item.custom_data["callgate"]["invocation_id"])
+    assert "iVBOR" not in json.dumps([dict(e.data) for e in events], default=str)  # no image bytes
+
+
+def test_repeated_keys_parked_in_one_process_are_refused_and_cancelled_in_another(sidecar: Running) -> None:
+    """The call with a repeated key was parked (needs_approval proposed the SDK's parse); the
+    state is restored by a new gate (nothing of the first kept), approved: the parked
+    invocation is cancelled and the model gets ``duplicate_key``; nothing runs."""
+    dup = (
+        '{"title":"Standup","title":"Party","start":"2026-07-20T09:00:00+08:00",'
+        '"duration_minutes":15,"calendar_id":"primary"}'
+    )
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        model = ScriptedModel([[function_call("calendar__create_event", dup, call_id="d2")]])
+        _, agent = gate_of(cg, session, model, with_confirmer=True)
+        first = Runner.run_sync(agent, "?", context=dict(USER), run_config=RUN)
+        assert [i.call_id for i in first.interruptions] == ["d2"]
+        saved = first.to_state().to_string()
+    assert len(console_pending(sidecar)) == 1
+    done = asyncio.run(resume(sockets(sidecar), session.session_id, saved, "approve", with_confirmer=True))
+    got = json.loads(done["outputs"]["d2"]["output"])
+    assert got["code"] == "duplicate_key" and upstream() == [], got
+    assert console_pending(sidecar) == []

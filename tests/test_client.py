@@ -158,7 +158,8 @@ class _SlowOrBrokenGate(pb_grpc.GateServicer):
         return pb.OpenSessionResponse(session_id="" if self.mode == "no_session" else "s1")
 
     async def ListTools(self, request: Any, context: Any) -> pb.ListToolsResponse:
-        return pb.ListToolsResponse()
+        # one tool, so a proposal of it reaches Propose (an unlisted name is answered locally)
+        return pb.ListToolsResponse(tools=[pb.ToolSpec(name="x", version="1", input_schema_json="{}")])
 
     async def Propose(self, request: Any, context: Any) -> pb.ProposeResponse:
         if self.mode == "slow":

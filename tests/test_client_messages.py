@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from callgate.client.outcomes import confirm_message, denied_message, rejected_message
+from callgate.client.outcomes import confirm_message, denied_message, not_listed, rejected_message
 from tests.conftest import DATA
 
 CASES: list[dict[str, Any]] = json.loads((DATA / "client-messages.json").read_text(encoding="utf-8"))["cases"]
@@ -19,6 +19,8 @@ def message_of(case: dict[str, Any]) -> str:
         return denied_message(case["tool_call_id"], tuple(case["reasons"]), case["error_code"])
     if case["kind"] == "needs_confirmation":
         return confirm_message(case["tool_call_id"], case["expires_at"])
+    if case["kind"] == "not_listed":  # a name the model was not shown, answered by the client
+        return not_listed(case["tool_call_id"], case["name"], case["available"]).message
     assert case["kind"] == "rejected"
     violations = tuple((v["pointer"], v["message"]) for v in case["violations"])
     return rejected_message(case["tool_call_id"], case["code"], case["message"], violations)
@@ -33,4 +35,4 @@ def test_message_matches_the_shared_fixture(case: dict[str, Any]) -> None:
 
 
 def test_fixture_covers_every_outcome_with_a_message() -> None:
-    assert {c["kind"] for c in CASES} == {"denied", "needs_confirmation", "rejected"}
+    assert {c["kind"] for c in CASES} == {"denied", "needs_confirmation", "not_listed", "rejected"}

@@ -64,6 +64,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
 from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
+from callgate.adapters.parts import answer_parts, encoded_value
 from callgate.client import (
     Allowed,
     AsyncClient,
@@ -86,6 +87,7 @@ from callgate.client import (
     ToolResult,
     idempotency_key,
 )
+from callgate.client.outcomes import not_listed
 from callgate.client.tools import ToolNames
 from callgate.gen.v1 import callgate_pb2 as pb
 
@@ -145,6 +147,11 @@ class _Parked:
     req: pb.ProposeRequest
     inv: pb.Invocation
     replayed: str
+    fresh: bool = False
+    """Proposed anew on this run of the node. A decision read back on a re-run answers what was
+    asked on an earlier run, which a replay finds again; a fresh one means that invocation ended
+    meanwhile (its confirmation expired, or it was denied or cancelled: the key was released)
+    and this one was never shown to anyone."""
 
 
 _CURRENT: ContextVar[ToolContext] = ContextVar("callgate_tool_context")
@@ -193,16 +200,42 @@ def _note(call_id: str, name: str, status: str, message: str, invocation_id: str
     return Done(_message(call_id, name, {"status": status, "message": message, **more}, invocation_id))
 
 
-def _committed(out: ToolMessage | Command[Any]) -> Committed:
+PART_TYPES = frozenset({"text", "image", "image_url", "file", "audio", "video"})
+"""LangChain's content block types a tool's list result is kept in parts for (anything else in a
+list is data: encoded, marked, as JSON)."""
+
+
+def _parts(content: Any) -> list[dict[str, Any]] | None:
+    """A tool's content as LangChain content blocks (a bare string is a text block), else None."""
+    if not isinstance(content, list) or not content:
+        return None
+    out: list[dict[str, Any]] = []
+    for item in content:
+        block = {"type": "text", "text": item} if isinstance(item, str) else item
+        if not isinstance(block, Mapping) or block.get("type") not in PART_TYPES:
+            return None
+        if block["type"] == "text" and not isinstance(block.get("text"), str):
+            return None
+        out.append(dict(block))
+    return out
+
+
+def _committed(out: ToolMessage | Command[Any], parts: list[dict[str, Any]] | None = None) -> Committed:
     """What the tool committed, for the sidecar's encoding: the ``Committed`` a tool with
     ``response_format="content_and_artifact"`` returns as its artifact (with the external
-    system's id of the side effect, its cost), else its result: an object or list when the tool
-    returned one (LangChain serialized it as JSON), else its text."""
+    system's id of the side effect, its cost), else its result: content blocks (text, images,
+    files) as their descriptors (:mod:`callgate.adapters.parts`, the blocks put in ``parts`` for
+    the answer), an object or list when the tool returned one (LangChain serialized it as JSON),
+    else its text."""
     if not isinstance(out, ToolMessage):
         raise TypeError("a gated tool must return a result, not a Command")
     if isinstance(out.artifact, Committed):
         return out.artifact
     content = out.content
+    blocks = _parts(content)
+    if blocks is not None and parts is not None:
+        parts[:] = blocks
+        return Committed(encoded_value(blocks))
     if isinstance(content, str):
         try:
             parsed = json.loads(content)
@@ -374,11 +407,25 @@ class CallgateTools:
 
     def stamp(self, ai: AIMessage) -> AIMessage:
         """``ai`` (the model's answer to the last :meth:`list_tools`) with what the model saw kept in
-        ``response_metadata["callgate"]``; its id and tool calls are left as the model made them."""
+        ``response_metadata["callgate"]``; its id and tool calls are left as the model made them,
+        except that a call whose arguments the provider could not parse (LangChain's
+        ``invalid_tool_calls``, which ``ToolNode`` and ``tools_condition`` never see) becomes a
+        tool call with empty ``args`` whose proposal is the exact text: the sidecar refuses it
+        (``invalid_json``) and the model is told, instead of the call being dropped unanswered."""
         s = self.session
         proposals = {}
-        for tc in ai.tool_calls:
-            req = s.prepare(ToolCall(tc.get("id") or "", tc["name"], json.dumps(tc.get("args", {}))))
+        exact = _argument_texts(ai)
+        unparsed = [c for c in ai.invalid_tool_calls if c.get("id") and c.get("name")]
+        for c in unparsed:
+            exact[str(c["id"])] = c.get("args") or ""
+        calls = [
+            *ai.tool_calls,
+            *(LCToolCall(name=str(c["name"]), args={}, id=c["id"], type="tool_call") for c in unparsed),
+        ]
+        for tc in calls:
+            call_id = tc.get("id") or ""
+            text = exact[call_id] if call_id in exact else json.dumps(tc.get("args", {}))
+            req = s.prepare(ToolCall(call_id, tc["name"], text))
             proposals[req.proposal_id] = {
                 "tool": req.tool_name, "version": req.tool_version, "arguments": req.arguments.decode(),
             }  # fmt: skip
@@ -389,7 +436,11 @@ class CallgateTools:
             "names": names,
             "proposals": proposals,
         }
-        return ai.model_copy(update={"response_metadata": {**ai.response_metadata, STAMP: kept}})
+        update: dict[str, Any] = {"response_metadata": {**ai.response_metadata, STAMP: kept}}
+        if unparsed:
+            update["tool_calls"] = calls
+            update["invalid_tool_calls"] = [c for c in ai.invalid_tool_calls if c not in unparsed]
+        return ai.model_copy(update=update)
 
     def model(self, llm: Any, dialect: str = "openai") -> Runnable[Any, AIMessage]:
         """``llm`` (a chat model with ``bind_tools``) as a runnable that lists this model call's
@@ -486,7 +537,7 @@ class CallgateTools:
                 raise CallgateClientError(
                     f"tool call {call_id!r} was not listed by callgate", code="tools_not_listed"
                 )
-            await self._classify(io, call_id, legal, req, steps, parked)
+            await self._classify(io, call_id, legal, req, steps, parked, kept.get("names", {}))
         round_ = 0
         while parked:
             asks = [self._ask(p) for p in parked]
@@ -539,8 +590,13 @@ class CallgateTools:
 
     async def _classify(
         self, io: _Io, call_id: str, legal: str, req: pb.ProposeRequest, steps: dict[str, Step],
-        parked: list[_Parked],
+        parked: list[_Parked], shown: Mapping[str, Any],
     ) -> None:  # fmt: skip
+        """``shown``: the names the model call was shown (legal name -> tool and version)."""
+        if not req.tool_version:  # a name the model was not shown: the client's answer, not proposed
+            unknown = not_listed(call_id, legal, shown)
+            steps[call_id] = self._said(call_id, legal, unknown.message, "", stored=False)
+            return
         if req.tool_name not in self.tools:  # nothing could execute it: not proposed, not parked
             steps[call_id] = _note(
                 call_id, legal, "rejected", f"no tool is registered for {req.tool_name}", code="no_executor"
@@ -552,7 +608,9 @@ class CallgateTools:
         elif isinstance(out, Denied | Rejected):
             steps[call_id] = self._said(call_id, legal, out.message, out.invocation_id, stored=False)
         elif isinstance(out, NeedsConfirmation):
-            parked.append(_Parked(call_id, legal, req, await io.invocation(out.invocation_id), ""))
+            parked.append(
+                _Parked(call_id, legal, req, await io.invocation(out.invocation_id), "", fresh=True)
+            )
         else:
             assert isinstance(out, Replayed)
             inv = await io.invocation(out.invocation_id)
@@ -595,6 +653,13 @@ class CallgateTools:
         again: list[_Parked] = []
         for p, d in zip(parked, decisions, strict=True):
             inv_id = p.inv.invocation_id
+            if d.kind is Kind.APPROVE and p.fresh:  # the call approved ended before the approval
+                await io.cancel(inv_id, "the approval was for an invocation that had ended")
+                text = "The call ended before it was approved (expired, denied or cancelled); nothing ran."
+                steps[p.call_id] = _note(
+                    p.call_id, p.legal, "not_confirmed", text, inv_id, code="confirmation_ended"
+                )
+                continue
             if d.kind is Kind.APPROVE and d.digest in ("", p.inv.digest):
                 steps[p.call_id] = await self._approve(io, p, d, config)
                 continue
@@ -605,7 +670,7 @@ class CallgateTools:
                 raw = json.dumps(d.arguments, ensure_ascii=False, sort_keys=True).encode()
                 tag = hashlib.sha256(f"{tool}@{version}\x00".encode() + raw).hexdigest()[:12]
                 req = self._request(kept, f"{p.call_id}~edit{round_}-{tag}", tool, version, raw)
-                await self._classify(io, p.call_id, p.legal, req, steps, again)
+                await self._classify(io, p.call_id, p.legal, req, steps, again, kept.get("names", {}))
             elif d.kind is Kind.RESPOND:
                 steps[p.call_id] = _note(p.call_id, p.legal, "user_response", d.message, inv_id)
             elif d.kind is Kind.APPROVE:  # an approval of another digest than the one parked
@@ -626,7 +691,7 @@ class CallgateTools:
             return got
         if name == p.req.tool_name:
             return p.req.tool_name, p.req.tool_version
-        return name, ""  # not shown to the model: callgate rejects it (unknown_tool)
+        return name, ""  # not shown to the model: answered as not listed (unknown_tool_version)
 
     async def _approve(self, io: _Io, p: _Parked, d: Decision, config: RunnableConfig) -> Step:
         inv_id, tool = p.inv.invocation_id, p.req.tool_name
@@ -712,10 +777,16 @@ class CallgateTools:
         )
         return request_.override(tool_call=call, tool=tool)
 
-    def _answer(self, request_: ToolCallRequest, res: ToolResult) -> ToolMessage:
+    def _answer(
+        self, request_: ToolCallRequest, res: ToolResult, parts: Sequence[Mapping[str, Any]] = ()
+    ) -> ToolMessage:
+        """The tool message; a result in content blocks as blocks: callgate's envelope (status,
+        the markers' nonce) as the first text block, then the tool's blocks, text marked."""
         call = request_.tool_call
         of = self.session.session_id
-        return _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
+        message = _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
+        shown = answer_parts(res.message, parts)
+        return message if shown is None else message.model_copy(update={"content": shown})
 
     def execute(
         self,
@@ -724,15 +795,17 @@ class CallgateTools:
         execute: Callable[[ToolCallRequest], ToolMessage | Command[Any]],
     ) -> ToolMessage:
         client, _ = self._sync()
+        parts: list[dict[str, Any]] = []
 
         def fn(ctx: ToolContext) -> Committed:
             token = _CURRENT.set(ctx)
             try:
-                return _committed(_invoked(execute, self._edited_call(step, request_, ctx)))
+                return _committed(_invoked(execute, self._edited_call(step, request_, ctx)), parts)
             finally:
                 _CURRENT.reset(token)
 
-        return self._answer(request_, client.run(step.invocation_id, fn, executor_id=self.executor_id))
+        res = client.run(step.invocation_id, fn, executor_id=self.executor_id)
+        return self._answer(request_, res, parts)
 
     async def aexecute(
         self,
@@ -743,6 +816,7 @@ class CallgateTools:
         """:meth:`execute` on the asyncio path: ``AsyncClient.run`` (``await
         tool_context().redeem(name)`` inside the tool), or the sync helper in a worker thread."""
         if isinstance(self.client, AsyncClient):
+            parts: list[dict[str, Any]] = []
 
             async def afn(ctx: ToolContext) -> Committed:
                 token = _CURRENT.set(ctx)
@@ -752,12 +826,12 @@ class CallgateTools:
                         out = await execute(edited)
                     except ToolInvocationError as err:  # the tool refused the arguments: it never ran
                         raise NotReached(f"{edited.tool_call['name']}: arguments refused") from err
-                    return _committed(out)
+                    return _committed(out, parts)
                 finally:
                     _CURRENT.reset(token)
 
             res = await self.client.run(step.invocation_id, afn, executor_id=self.executor_id)
-            return self._answer(request_, res)
+            return self._answer(request_, res, parts)
         loop = asyncio.get_running_loop()
 
         def on_loop(req: ToolCallRequest) -> ToolMessage | Command[Any]:
@@ -835,6 +909,25 @@ class CallgateToolNode(ToolNode):
     ) -> ToolMessage:
         step = self._step(req)
         return step.message if isinstance(step, Done) else await self.gate.aexecute(step, req, execute)
+
+
+def _argument_texts(ai: AIMessage) -> dict[str, str]:
+    """Tool call id -> the argument text exactly as the model wrote it, where the provider kept
+    it (OpenAI's ``additional_kwargs["tool_calls"]``): LangChain's ``args`` is its parse, which
+    keeps one of two repeated keys silently; the sidecar's strict parse judges the text."""
+    raw = ai.additional_kwargs.get("tool_calls")
+    out: dict[str, str] = {}
+    if not isinstance(raw, list):
+        return out
+    for item in raw:
+        fn = item.get("function") if isinstance(item, Mapping) else None
+        if (
+            isinstance(fn, Mapping)
+            and isinstance(item.get("id"), str)
+            and isinstance(fn.get("arguments"), str)
+        ):
+            out[item["id"]] = fn["arguments"]
+    return out
 
 
 def _seconds_until(rfc3339: str) -> float:

@@ -36,7 +36,9 @@ callgate accepts) and the function's docstring. Per call:
 
 Limits: the SDK hands ``needs_approval`` the parsed arguments, not the model's bytes, so that
 proposal carries them re-serialized (``on_invoke_tool`` proposes the model's bytes; both give the
-same digest after normalization). A rejection is seen when the SDK next lists the tools
+same digest after normalization; bytes that repeat a key are proposed again exactly and refused).
+A tool name the agent does not have never reaches a tool: run with ``gate.run_config()`` so the
+SDK answers the model (:meth:`Gate.tool_error_formatter`) instead of ending the run. A rejection is seen when the SDK next lists the tools
 (``is_enabled``), which it does as the resumed run starts; in a process that did not park the call
 itself the gate finds it through the agent listener's ``ListParked`` (docs/CLIENTS.md).
 """
@@ -44,6 +46,7 @@ itself the gate finds it through the agent listener's ``ListParked`` (docs/CLIEN
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 import uuid
@@ -52,7 +55,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents import AgentHooks, FunctionTool, RunContextWrapper, RunState
+from agents import AgentHooks, FunctionTool, RunConfig, RunContextWrapper, RunState, ToolErrorFormatterArgs
 from agents.exceptions import AgentsException
 from agents.tool import FunctionToolCustomDataContext
 from agents.tool_context import ToolContext as AgentsToolContext
@@ -65,6 +68,7 @@ from callgate.adapters.openai_agents_binding import (
     bind,
     with_descriptions,
 )
+from callgate.adapters.parts import answer_parts
 from callgate.client import (
     Allowed,
     CallgateClientError,
@@ -79,6 +83,8 @@ from callgate.client import (
     tool_message,
 )
 from callgate.client._wire import parked
+from callgate.client.outcomes import not_listed
+from callgate.client.tools import repeats_a_key
 from callgate.gen.v1 import callgate_pb2 as pb
 
 FED_MAX = 1024
@@ -116,9 +122,10 @@ class _Parked:
 
 @dataclass(frozen=True)
 class _Answer:
-    """What one call came to: the model-visible output and callgate's envelope."""
+    """What one call came to: the model-visible output (text, or the SDK's structured parts)
+    and callgate's envelope."""
 
-    output: str
+    output: str | list[dict[str, Any]]
     envelope: Mapping[str, str]
 
 
@@ -216,6 +223,30 @@ class Gate:
         except CallgateClientError as err:
             return err
 
+    def _exact(
+        self, earlier: Outcome | CallgateClientError | None, call_id: str, legal: str, input_json: str
+    ) -> Outcome | CallgateClientError:
+        """The model's arguments repeat a key: ``needs_approval`` proposed the SDK's parse of
+        them (one of the duplicates, silently), here or in the process that parked the call
+        (``earlier`` None: found by the tool call id). That proposal is cancelled (if it could
+        still run) and the exact bytes are proposed under a proposal id of their own, so the
+        sidecar's strict parse refuses them (``duplicate_key``) and the model is told so."""
+        if isinstance(earlier, Allowed | NeedsConfirmation):
+            self._cancel(earlier.invocation_id, "the model's arguments repeat a key")
+        elif earlier is None:
+            try:
+                found = self.session.find(call_id, legal, model_call_id=self.model_call_id)
+            except CallgateClientError as err:
+                return err
+            if found is not None and found.state in (pb.AUTHORIZED, pb.PREPARED):
+                self._cancel(found.invocation_id, "the model's arguments repeat a key")
+        out = self._propose(f"{call_id}~exact", legal, input_json)
+        if isinstance(out, CallgateClientError | Allowed | NeedsConfirmation | Replayed):  # never ran
+            return CallgateClientError(
+                "arguments that repeat a key were not refused", code="malformed_answer"
+            )
+        return dataclasses.replace(out, tool_call_id=call_id)
+
     def _needs_approval(self, legal: str) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Any]:
         async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
             raw = json.dumps(params, ensure_ascii=False)
@@ -244,9 +275,11 @@ class Gate:
 
     # ---------------------------------------------------------------- one call
     def _invoker(self, legal: str, binding: Binding) -> Callable[[AgentsToolContext[Any], str], Any]:
-        async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str:
+        async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str | list[dict[str, Any]]:
             call_id = ctx.tool_call_id
             out = self._outcomes.pop(call_id, None)
+            if repeats_a_key(input_json):  # the SDK parsed it last-key-wins for needs_approval
+                out = await asyncio.to_thread(self._exact, out, call_id, legal, input_json)
             if out is None:  # resumed here (or unparsable for needs_approval): propose the bytes
                 out = await asyncio.to_thread(self._propose, call_id, legal, input_json)
             self._parked.pop(call_id, None)
@@ -273,13 +306,16 @@ class Gate:
             out = Allowed(out.invocation_id, "", out.tool_call_id, b"")
         if isinstance(out, Allowed):
             loop = asyncio.get_running_loop()
+            parts: list[dict[str, Any]] = []
             result = await asyncio.to_thread(
                 self.client.run,
                 out.invocation_id,
-                lambda c: binding.call(c, ctx, loop),
+                lambda c: binding.call(c, ctx, loop, parts),
                 executor_id=self.executor_id,
             )
-            return _answer(result.message, out.invocation_id, result.state)
+            answer = _answer(result.message, out.invocation_id, result.state)
+            shown = answer_parts(result.message, parts)
+            return answer if shown is None else _Answer(shown, answer.envelope)
         status = out.state if isinstance(out, Replayed) else type(out).__name__.lower()
         return _answer(out.message, out.invocation_id, status)
 
@@ -337,6 +373,37 @@ class Gate:
             },
         )
         return _answer(message, out.invocation_id, "not_confirmed")
+
+    # ---------------------------------------------------------------- names the model was not shown
+    def tool_error_formatter(self, args: ToolErrorFormatterArgs[Any]) -> str | None:
+        """``RunConfig(tool_error_formatter=...)``: a call of a tool the agent does not have (a
+        hallucinated or stale name; the SDK's ``tool_not_found``) is answered in callgate's
+        shape, as the client answers it (``status`` ``rejected``, ``code``
+        ``unknown_tool_version``, the names the model may use); other kinds keep the SDK's
+        message (None)."""
+        if args.kind != "tool_not_found":
+            return None
+        out = not_listed(args.call_id, args.tool_name, [t.name for t in self.tools])
+        return _content(out.message)
+
+    def run_config(self, base: RunConfig | None = None) -> RunConfig:
+        """``base`` (or a default ``RunConfig``) where a tool name the model was not shown is
+        answered to the model (``tool_not_found_behavior="return_error_to_model"`` with
+        :meth:`tool_error_formatter`; ``base``'s own formatter still answers the other kinds)
+        instead of ending the run with the SDK's ``ModelBehaviorError``."""
+        base = base or RunConfig()
+        theirs = base.tool_error_formatter
+
+        async def formatter(args: ToolErrorFormatterArgs[Any]) -> str | None:
+            ours = self.tool_error_formatter(args)
+            if ours is not None or theirs is None:
+                return ours
+            value = theirs(args)
+            return await value if inspect.isawaitable(value) else value
+
+        return dataclasses.replace(
+            base, tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter
+        )
 
     def _who(self, ctx: RunContextWrapper[Any]) -> str:
         approver = self.approver

@@ -32,9 +32,16 @@ from typing import Any
 
 from agents import FunctionTool
 from agents.function_schema import FuncSchema, function_schema
+from agents.tool import (
+    ToolOutputFileContent,
+    ToolOutputImage,
+    ToolOutputText,
+    ValidToolOutputPydanticModelsTypeAdapter,
+)
 from agents.tool_context import ToolContext as AgentsToolContext
 from pydantic import TypeAdapter, ValidationError
 
+from callgate.adapters.parts import encoded_value
 from callgate.client import CallgateClientError, Committed, NotReached, ToolContext
 
 
@@ -80,10 +87,17 @@ class Binding:
     """The external system's id of a write's side effect, read from the function's result."""
 
     def call(
-        self, ctx: ToolContext, sdk_ctx: AgentsToolContext[Any], loop: asyncio.AbstractEventLoop
+        self,
+        ctx: ToolContext,
+        sdk_ctx: AgentsToolContext[Any],
+        loop: asyncio.AbstractEventLoop,
+        parts: list[dict[str, Any]] | None = None,
     ) -> Committed:
         """Run the function for one attempt (in a worker thread; an async function runs on
-        ``loop``); its return value becomes :class:`Committed` (a ``Committed`` is kept as is)."""
+        ``loop``); its return value becomes :class:`Committed` (a ``Committed`` is kept as is).
+        A result in the SDK's structured parts (``ToolOutputText`` / ``ToolOutputImage`` /
+        ``ToolOutputFileContent``, one or a list) is committed as their descriptors
+        (:mod:`callgate.adapters.parts`) and the parts are put in ``parts``, for the answer."""
         values: dict[str, Any] = dict(ctx.arguments)
         for param, inj in self.injected.items():
             values[param] = _injected_value(inj, ctx)
@@ -104,8 +118,29 @@ class Binding:
             result = self.function(*args, **kwargs)
         if isinstance(result, Committed):
             return result
+        found = structured_parts(result)
+        if found is not None and parts is not None:
+            parts[:] = found
+            return Committed(encoded_value(found))
         value = _JSON.dump_python(result, mode="json")
         return Committed(value, self.external_id(value) if self.external_id is not None else "")
+
+
+def structured_parts(result: Any) -> list[dict[str, Any]] | None:
+    """The SDK's structured tool output as plain parts (one part, or a non-empty list whose
+    every item is one: the SDK's own rule), else None."""
+    items = list(result) if isinstance(result, list | tuple) else [result]
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, ToolOutputText | ToolOutputImage | ToolOutputFileContent):
+            if not isinstance(item, dict) or "type" not in item:
+                return None
+            try:
+                item = ValidToolOutputPydanticModelsTypeAdapter.validate_python(item)
+            except ValidationError:
+                return None
+        out.append(item.model_dump(mode="json", exclude_none=True))
+    return out or None
 
 
 def _injected_value(inj: Injection, ctx: ToolContext) -> Any:

@@ -56,7 +56,7 @@ from callgate.client.executor import (
     state_name,
     tool_result,
 )
-from callgate.client.outcomes import NeedsConfirmation, Outcome, Pending
+from callgate.client.outcomes import NeedsConfirmation, Outcome, Pending, not_listed
 from callgate.client.tools import Dialect, Tool, ToolNames, render
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
@@ -364,9 +364,12 @@ class SessionCore(Generic[C]):
         return render(tools, self.names, d)
 
     def _propose_flow(self, req: pb.ProposeRequest, traceparent: str | None) -> Calls[Outcome]:
-        resp = yield Rpc(
-            self.client._gate().Propose, own(req, self.session_id), self.client.timeout, traceparent
-        )
+        """Propose; a request naming no listed tool (no version: the model named a tool it was
+        not shown) is answered here as :func:`not_listed`, without a call (nothing can run)."""
+        own(req, self.session_id)
+        if not req.tool_version:
+            return not_listed(req.proposal_id, req.tool_name, self.names.by_legal)
+        resp = yield Rpc(self.client._gate().Propose, req, self.client.timeout, traceparent)
         return outcome_of(resp, req.proposal_id)
 
     def _get_flow(self, invocation_id: str) -> Calls[pb.GetInvocationResponse]:

@@ -75,7 +75,10 @@ def parse_tools(resp: pb.ListToolsResponse) -> list[Tool]:
 def propose_request(
     session_id: str, model_call_id: str, call: ToolCall, names: ToolNames, tools: dict[tuple[str, str], Tool]
 ) -> pb.ProposeRequest:
-    raw = call.arguments.encode() if isinstance(call.arguments, str) else call.arguments
+    # a lone surrogate (JSON's "\ud800" decoded) stays in the bytes: the sidecar refuses them
+    raw = (
+        call.arguments.encode("utf-8", "surrogatepass") if isinstance(call.arguments, str) else call.arguments
+    )
     resolved = names.resolve(call.name)
     name, version = resolved if resolved is not None else (call.name, "")
     tool = tools.get((name, version))

@@ -9,6 +9,7 @@ carries what an executor needs.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -129,6 +130,36 @@ def rejected_message(tool_call_id: str, code: str, text: str, violations: tuple[
             "violations": [{"pointer": p, "message": m} for p, m in violations],
         },
     )
+
+
+NOT_LISTED = "unknown_tool_version"
+"""The code of a call naming a tool the model was not shown: the sidecar's own code for a
+``name@version`` outside the shown set (docs/ERRORS.md), and the MCP gateway's."""
+
+AVAILABLE_MAX = 32
+"""At most this many names are offered to the model in a :func:`not_listed` answer."""
+
+NAME_MAX = 100
+"""The model's unknown name is echoed back cut to this many characters."""
+
+
+def not_listed_text(name: str, available: Iterable[str]) -> str:
+    """What the model reads when it named a tool it was not shown: the name, the names it may
+    use (sorted, at most :data:`AVAILABLE_MAX`), and that nothing ran. The TypeScript client
+    writes the same text (``tests/data/client-messages.json``)."""
+    shown = sorted(set(available))
+    head = ", ".join(shown[:AVAILABLE_MAX]) or "none"
+    more = f" and {len(shown) - AVAILABLE_MAX} more" if len(shown) > AVAILABLE_MAX else ""
+    cut = name[:NAME_MAX] + ("..." if len(name) > NAME_MAX else "")
+    return f'No tool named "{cut}" is listed for this call; available: {head}{more}. Nothing ran.'
+
+
+def not_listed(tool_call_id: str, name: str, available: Iterable[str]) -> Rejected:
+    """The answer to a call of a tool the model was not shown (a hallucinated or stale name),
+    made without asking the sidecar: a :class:`Rejected` with the sidecar's code
+    ``unknown_tool_version``, no invocation (``invocation_id`` ""), nothing ran."""
+    text = not_listed_text(name, available)
+    return Rejected("", tool_call_id, NOT_LISTED, (), rejected_message(tool_call_id, NOT_LISTED, text, ()))
 
 
 def replay_note(tool_call_id: str, state: str) -> str:

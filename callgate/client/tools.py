@@ -157,9 +157,11 @@ def render(tools: Sequence[Tool], names: ToolNames, dialect: Dialect) -> list[di
 def strip_nulls_for_strict(arguments: bytes, schema: Mapping[str, Any]) -> bytes:
     """Undo strict mode's nullable optionals: a top-level ``null`` for a property the tool does
     not require is dropped (the model had to send it). Anything else is passed through untouched
-    (the sidecar's strict parser and validator judge the bytes)."""
+    (the sidecar's strict parser and validator judge the bytes): bytes that are not JSON, not an
+    object, or that repeat a key anywhere are sent as they are, so the sidecar's strict parse
+    refuses them (re-serializing would keep one of the duplicates silently)."""
     try:
-        value = json.loads(arguments)
+        value = json.loads(arguments, object_pairs_hook=_unique_object)
     except ValueError:
         return arguments
     if not isinstance(value, dict):
@@ -169,6 +171,27 @@ def strip_nulls_for_strict(arguments: bytes, schema: Mapping[str, Any]) -> bytes
     if not drop:
         return arguments
     return json.dumps({k: v for k, v in value.items() if k not in drop}, ensure_ascii=False).encode()
+
+
+def repeats_a_key(arguments: bytes | str) -> bool:
+    """Whether ``arguments`` are JSON that repeats a key in some object (a parse that keeps one
+    of them, as ``json.loads`` or an SDK does, silently changes what was sent)."""
+    try:
+        json.loads(arguments, object_pairs_hook=_unique_object)
+    except ValueError as err:
+        return str(err) == _REPEATED
+    return False
+
+
+_REPEATED = "duplicate key"
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: a repeated key is a ``ValueError``, never last-one-wins."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError(_REPEATED)
+    return out
 
 
 def _schema(name: str, version: str, label: str, text: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Annotated
 from agents import Agent, Runner, RunState, function_tool, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from callgate.adapters.openai_agents import Attempt, gate
+from callgate.adapters.openai_agents import Attempt, Gate
 from callgate.client import Client
 from callgate.client.visible import visible_json
 
@@ -40,7 +40,7 @@ def create_event(
 
 with Client(f"{RUN}/agent.sock", executor=f"{RUN}/executor.sock", confirmer=f"{RUN}/confirmer.sock") as cg:
     session = cg.session("acme", "alice", timezone="Asia/Shanghai")  # from your runtime's auth
-    tools = gate(
+    g = Gate(
         {"weather.get": get_weather, "calendar.create_event": create_event},
         client=cg, session=session, executor_id="example",
         confirmer=cg.confirmer(), approver="alice",  # omit both: confirm in the console instead
@@ -53,8 +53,9 @@ with Client(f"{RUN}/agent.sock", executor=f"{RUN}/executor.sock", confirmer=f"{R
                        "start": "2026-07-20T09:00:00+08:00", "calendar_id": "primary"}, call_id="c2")],
         [assistant_message("Sunny in Paris; the standup is booked.")],
     ])  # fmt: skip
-    agent = Agent(name="assistant", model=model, tools=tools)
-    result = Runner.run_sync(agent, "Weather in Paris, and book the standup")
+    agent = Agent(name="assistant", model=model, tools=g.tools, hooks=g.hooks())
+    run = g.run_config()  # a tool name the model invents is answered to it, not a crash
+    result = Runner.run_sync(agent, "Weather in Paris, and book the standup", run_config=run)
     while result.interruptions:  # CONFIRM: the SDK's own approval flow
         saved = result.to_state().to_string()  # store it anywhere; resume later, in any process
         state = asyncio.run(RunState.from_string(agent, saved))
@@ -62,5 +63,5 @@ with Client(f"{RUN}/agent.sock", executor=f"{RUN}/executor.sock", confirmer=f"{R
             shown = visible_json(item.arguments or "{}")  # hidden characters as marks (issue 33)
             answer = input(f"allow {item.tool_name} {shown}? [y/N] ") if sys.stdin.isatty() else "y"
             state.approve(item) if answer.lower() == "y" else state.reject(item)
-        result = Runner.run_sync(agent, state)
+        result = Runner.run_sync(agent, state, run_config=run)
     print(result.final_output)

@@ -5,6 +5,7 @@
  * BeginAttempt -> function -> ReportOutcome -> EncodeResult path. See docs/CLIENTS-TS.md.
  */
 import { createHash, randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import {
   Confirmations,
@@ -13,6 +14,7 @@ import {
   FailureClass,
   Gate,
   Outcome as WireOutcome,
+  RejectionSchema,
   State,
 } from "./gen/callgate/v1/callgate_pb.js";
 import type {
@@ -27,7 +29,7 @@ import { CallgateError, ClientCode, MalformedResponseError } from "./errors.js";
 import { UnaryClient } from "./rpc.js";
 import type { CallOptions, Target } from "./rpc.js";
 import { wireNames } from "./names.js";
-import { Dialect, dropStrictNulls, gatedTool } from "./tools.js";
+import { Dialect, dropStrictNulls, gatedTool, stripStrictNullsText } from "./tools.js";
 import type { GatedTool } from "./tools.js";
 
 export { Effect, FailureClass, State };
@@ -215,6 +217,30 @@ export function rejectedMessage(
 }
 
 /**
+ * The code of a call naming a tool the model was not shown: the sidecar's own code for a
+ * `name@version` outside the shown set (docs/ERRORS.md), and the MCP gateway's.
+ */
+export const NOT_LISTED = "unknown_tool_version";
+/** At most this many names are offered to the model in a not-listed answer. */
+export const AVAILABLE_MAX = 32;
+/** The model's unknown name is echoed back cut to this many characters (code points). */
+export const NAME_MAX = 100;
+
+/**
+ * What the model reads when it named a tool it was not shown: the name, the names it may use
+ * (sorted, at most AVAILABLE_MAX) and that nothing ran. The Python client writes the same text
+ * (tests/data/client-messages.json).
+ */
+export function notListedText(name: string, available: readonly string[]): string {
+  const shown = [...new Set(available)].sort();
+  const head = shown.slice(0, AVAILABLE_MAX).join(", ") || "none";
+  const more = shown.length > AVAILABLE_MAX ? ` and ${shown.length - AVAILABLE_MAX} more` : "";
+  const points = Array.from(name);
+  const cut = points.slice(0, NAME_MAX).join("") + (points.length > NAME_MAX ? "..." : "");
+  return `No tool named "${cut}" is listed for this call; available: ${head}${more}. Nothing ran.`;
+}
+
+/**
  * The idempotency key of a proposal: a hash of the session, the tool, the model call and the
  * provider's tool call id. Deterministic, so a runtime that restarts and proposes the same tool
  * call again in the same session gets the earlier invocation back (spec 6.8) instead of a second
@@ -259,31 +285,23 @@ export class Session {
   async propose(tools: ToolSet, call: ToolCall, opts: { call?: CallOptions } = {}): Promise<ProposeOutcome> {
     const tool = tools.resolve(call.name);
     if (tool === undefined) {
-      // Not a tool the model was shown: answered locally, nothing is proposed or run.
-      const rejection = { code: "unknown_tool", message: `no tool named ${JSON.stringify(call.name)}` };
+      // Not a tool the model was shown (a hallucinated or stale name): answered locally with the
+      // sidecar's own code for a tool outside the shown set; nothing is proposed or run.
+      const text = notListedText(call.name, tools.tools.map((t) => t.name));
       return {
         kind: OutcomeKind.Rejected,
         toolCallId: call.id,
         toolName: call.name,
         invocationId: "",
-        rejection: rejection as Rejection,
-        message: toolMessage(call.id, { status: "rejected", ...rejection }),
+        rejection: create(RejectionSchema, { code: NOT_LISTED, message: text }),
+        message: rejectedMessage(call.id, NOT_LISTED, text, []),
         response: undefined,
       };
     }
     let bytes: Uint8Array;
     if (typeof call.arguments === "string") {
-      if (tool.nullableOptional.length > 0) {
-        let parsed: unknown;
-        try {
-          parsed = JSON.parse(call.arguments);
-        } catch {
-          parsed = undefined; // let the sidecar reject the exact bytes
-        }
-        bytes = enc.encode(parsed === undefined ? call.arguments : JSON.stringify(dropStrictNulls(parsed, tool.nullableOptional)));
-      } else {
-        bytes = enc.encode(call.arguments);
-      }
+      // the exact bytes unless a strict-mode null is dropped (tools.ts stripStrictNullsText)
+      bytes = enc.encode(stripStrictNullsText(call.arguments, tool.nullableOptional));
     } else {
       bytes = enc.encode(JSON.stringify(dropStrictNulls(call.arguments, tool.nullableOptional)));
     }

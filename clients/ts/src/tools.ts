@@ -139,3 +139,57 @@ export function dropStrictNulls(args: unknown, pointers: readonly string[]): unk
   }
   return clone;
 }
+
+/** How many object members `value` holds, at any depth. */
+function members(value: unknown): number {
+  if (value === null || typeof value !== "object") return 0;
+  const items = Array.isArray(value) ? value : Object.values(value as Record<string, unknown>);
+  return (Array.isArray(value) ? 0 : items.length) + items.reduce((n: number, v) => n + members(v), 0);
+}
+
+/**
+ * Whether JSON.parse kept everything `text` says: no key repeated (a member per `:` outside
+ * strings) and every number exact (no integer beyond 2^53, nothing that overflows).
+ */
+function parsedExactly(text: string, parsed: unknown): boolean {
+  let colons = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (inString) {
+      if (c === "\\") i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"') {
+      inString = true;
+    } else if (c === ":") {
+      colons++;
+    } else if (c === "-" || (c >= "0" && c <= "9")) {
+      let j = i;
+      while (j < text.length && "+-0123456789.eE".includes(text[j]!)) j++;
+      const token = text.slice(i, j);
+      const n = Number(token);
+      if (!Number.isFinite(n) || (/^-?\d+$/.test(token) && !Number.isSafeInteger(n))) return false;
+      i = j - 1;
+    }
+  }
+  return colons === members(parsed);
+}
+
+/**
+ * The argument text with the nulls strict mode made the model send for optional properties
+ * removed. The exact text whenever nothing is dropped, it is not JSON, it repeats a key, or it
+ * holds a number JSON.parse cannot keep exactly: the sidecar's strict parse judges those bytes
+ * (re-serializing would silently keep one of two duplicate keys).
+ */
+export function stripStrictNullsText(text: string, pointers: readonly string[]): string {
+  if (pointers.length === 0) return text;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  const dropped = dropStrictNulls(parsed, pointers);
+  if (members(dropped) === members(parsed) || !parsedExactly(text, parsed)) return text;
+  return JSON.stringify(dropped);
+}

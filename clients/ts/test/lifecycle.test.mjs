@@ -167,10 +167,29 @@ describe("the lifecycle against a real sidecar", () => {
       assert.equal(msg.status, "rejected");
       assert.ok(msg.code.length > 0);
     }
-    // A name the model was never shown is refused locally.
+    // A name the model was never shown (hallucinated, or the callgate name instead of the legal
+    // one) is answered locally in the sidecar's own shape and code, with the names it may use.
     const tools = await s.tools(Dialect.OpenAI);
-    const o = await s.propose(tools, { id: "call_x4", name: "weather.get", arguments: "{}" });
-    assert.equal(o.kind, OutcomeKind.Rejected);
+    for (const name of ["weather.get", "send_money"]) {
+      const o = await s.propose(tools, { id: "call_x4", name, arguments: "{}" });
+      assert.equal(o.kind, OutcomeKind.Rejected);
+      assert.equal(o.rejection.code, "unknown_tool_version");
+      const msg = JSON.parse(o.message);
+      assert.equal(msg.tool_call_id, "call_x4");
+      assert.deepEqual(Object.keys(msg.content), Object.keys(JSON.parse(rs[0].message).content));
+      assert.equal(msg.content.code, "unknown_tool_version");
+      assert.match(msg.content.message, new RegExp(`No tool named "${name}".*available: calendar__create_event, weather__get`));
+    }
+    // A repeated key is refused by the sidecar even where a strict-mode null is dropped (the
+    // client must not re-serialize the arguments and keep one of the two values).
+    const dup = await s.propose(tools, {
+      id: "call_x5",
+      name: "calendar__create_event",
+      arguments: '{"title":"A","title":"B","start":"2026-07-20T09:00:00+08:00","duration_minutes":15,"calendar_id":null}',
+    });
+    assert.equal(dup.kind, OutcomeKind.Rejected);
+    assert.equal(dup.rejection.code, "duplicate_key");
+    assert.deepEqual(runs, []);
   });
 
   test("confirm: parked until the confirmer approves the digest, then runs", async () => {

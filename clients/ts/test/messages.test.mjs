@@ -5,7 +5,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { confirmMessage, deniedMessage, rejectedMessage } from "../dist/index.js";
+import { NOT_LISTED, confirmMessage, deniedMessage, notListedText, rejectedMessage } from "../dist/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const { cases } = JSON.parse(readFileSync(join(here, "../../../tests/data/client-messages.json"), "utf8"));
@@ -13,6 +13,7 @@ const { cases } = JSON.parse(readFileSync(join(here, "../../../tests/data/client
 function messageOf(c) {
   if (c.kind === "denied") return deniedMessage(c.tool_call_id, c.reasons, c.error_code);
   if (c.kind === "needs_confirmation") return confirmMessage(c.tool_call_id, c.expires_at);
+  if (c.kind === "not_listed") return rejectedMessage(c.tool_call_id, NOT_LISTED, notListedText(c.name, c.available), []);
   assert.equal(c.kind, "rejected");
   return rejectedMessage(c.tool_call_id, c.code, c.message, c.violations);
 }
@@ -24,5 +25,5 @@ for (const c of cases) {
 }
 
 test("the fixture covers every outcome with a message", () => {
-  assert.deepEqual([...new Set(cases.map((c) => c.kind))].sort(), ["denied", "needs_confirmation", "rejected"]);
+  assert.deepEqual([...new Set(cases.map((c) => c.kind))].sort(), ["denied", "needs_confirmation", "not_listed", "rejected"]);
 });
