@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -326,7 +327,7 @@ def test_an_idle_store_folds_its_wal_in_and_truncates_it(
         raise AssertionError(what)
 
     async def main() -> None:
-        w = lone_worker(path)
+        w = lone_worker(path, busy_timeout_ms=20_000)
         for i in range(30):
             await w.run(insert(f"k{i}", i))
         assert wal.stat().st_size > 0
@@ -341,7 +342,12 @@ def test_an_idle_store_folds_its_wal_in_and_truncates_it(
         reader.execute("SELECT count(*) FROM t").fetchone()  # pins a snapshot in the WAL
         await asyncio.sleep(0.5)  # idle looks that find the reader
         assert w.truncates == 1 and wal.stat().st_size > 0
-        await asyncio.wait_for(w.run(insert("during", 2)), 1)  # commits are not held
+        # commits are not held: a truncation that waited for the reader would hold this one for
+        # the whole busy timeout (20 s here; the loop's own commit too, so no asyncio timeout
+        # could see it), measured 2.7 s with a 3 s one
+        t0 = time.monotonic()
+        await w.run(insert("during", 2))
+        assert time.monotonic() - t0 < 5.0
         reader.execute("COMMIT")
         reader.close()
         await wait_for(lambda: w.truncates == 2, "no truncate once the reader let go")
