@@ -259,7 +259,6 @@ async def _pg_records(dsn: str) -> None:
 
 async def _pg_read_back(dsn: str) -> None:
     from callgate.store.idempotency.base import IdempotencyKey
-    from callgate.store.postgres import _TIME_ORDERED_INDEXES as pg_time_ordered_indexes
     from callgate.store.postgres import MIGRATIONS as PG_MIGRATIONS
     from callgate.store.postgres import PostgresStore
 
@@ -274,12 +273,6 @@ async def _pg_read_back(dsn: str) -> None:
         async with store._tx() as conn:
             cur = await conn.execute("SELECT max(version) FROM callgate_schema_version")
             assert (await cur.fetchone())[0] == len(PG_MIGRATIONS)
-            cur = await conn.execute(  # migration 8: each time-ordered index exists, filled whole
-                "SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
-                (list(pg_time_ordered_indexes),),
-            )
-            options = {name: opts for name, opts in await cur.fetchall()}
-            assert options == {name: ["fillfactor=100"] for name in pg_time_ordered_indexes}
     finally:
         await store.close()
 

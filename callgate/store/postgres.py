@@ -208,26 +208,6 @@ ALTER TABLE callgate_events ALTER COLUMN event_id DROP NOT NULL, ALTER COLUMN at
 """No ``event_id`` index; ``event_id`` and ``at`` NULL when they are the invocation's; ``data``
 as bytes (a packed row's compressed stages were base64 text) (:mod:`callgate.store.packed`)."""
 
-_TIME_ORDERED_INDEXES: Final = (
-    "callgate_invocations_pkey",
-    "callgate_events_pkey",
-    "callgate_invocations_open_deadline",
-    "callgate_invocations_ended",
-    "callgate_decisions_pkey",
-    "callgate_decisions_at",
-    f"{keys_pg.TABLE}_expires",
-    f"{keys_pg.TABLE}_invocation",
-)
-"""B-tree indexes whose new keys come in time order (ids start with their milliseconds; times):
-each insert lands on the rightmost leaf, and a rightmost split leaves the full page at the
-index's fillfactor, so the default (90) keeps a tenth of every leaf empty for inserts that never
-come there."""
-
-_V8: Final = ";\n".join(
-    f"ALTER INDEX IF EXISTS {name} SET (fillfactor = 100)" for name in _TIME_ORDERED_INDEXES
-)
-"""Leaves of the time-ordered indexes filled whole (pages split from now on; no rewrite)."""
-
 MIGRATIONS: Final = (
     Migration(1, "every record and the idempotency keys (one commit per answer)", _V1),
     Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
@@ -236,7 +216,6 @@ MIGRATIONS: Final = (
     Migration(5, "meters: reservations and bucketed totals (issue 30)", PG_MIGRATION),
     Migration(6, packed.EVENTS_MIGRATION, _V6),
     Migration(7, "meters: exact windows (per-call entries, running totals; issue 30)", PG_EXACT_MIGRATION),
-    Migration(8, "time-ordered indexes filled whole (fillfactor 100; issue 34 item 2)", _V8),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
