@@ -46,6 +46,7 @@ from bench_propose import PROPOSE, open_session, proposal
 
 SLOW_SWEEP = "[confirmation]\nsweep_interval_ms = 3600000\n"
 RUN_SECONDS = 10.0
+IDLE_S = 6.0
 
 
 def wchar(pid: int) -> int:
@@ -64,6 +65,16 @@ class SQLiteSide:
 
     def size(self) -> int:
         return sum(p.stat().st_size for p in (self.db, Path(f"{self.db}-wal")) if p.exists())
+
+    def wal(self) -> int:
+        w = Path(f"{self.db}-wal")
+        return w.stat().st_size if w.exists() else 0
+
+    def tables(self) -> int:
+        return self.db.stat().st_size
+
+    def relations(self) -> dict[str, int]:
+        return {}
 
     def written(self, pid: int) -> int:
         return wchar(pid)
@@ -112,6 +123,33 @@ class PostgresSide:
     def size(self) -> int:
         return int(self._one(f"SELECT pg_database_size('{self.name}')"))
 
+    def wal(self) -> int:
+        return 0  # the cluster's WAL is not the database's; "written" reports what it generated
+
+    def relations(self) -> dict[str, int]:
+        """Each table's and index's own size (``pg_relation_size``; TOAST is a table's)."""
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as c:
+            rows = c.execute(
+                "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relkind IN ('r', 'i', 't') AND n.nspname IN (current_schema(), 'pg_toast') "
+                "AND (c.relname LIKE 'callgate%' OR c.relname LIKE 'pg_toast%')"
+            ).fetchall()
+        return {str(name): int(size) for name, size in rows}
+
+    def tables(self) -> int:
+        """``pg_total_relation_size`` (heap, indexes, TOAST, free space and visibility maps) of
+        the store's tables together."""
+        return int(
+            self._one(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relkind = 'r' AND n.nspname = current_schema() AND c.relname LIKE 'callgate%'"
+            )
+        )
+
     def written(self, pid: int) -> int:
         return int(self._one("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')"))
 
@@ -135,8 +173,10 @@ def measure(label: str, checkout: Path, backend: str, n: int, pg_dsn: str) -> di
         go = GoLoad(target=sc.agent, tmp=tmp)
         reqs = go.requests("propose", [proposal(sid, i) for i in range(20000)])
         go.run(PROPOSE, reqs, seconds=1.0, inflight=4)  # warm-up
+        time.sleep(IDLE_S)  # measured from a store at rest (an idle store may fold its WAL in)
         inv0, ev0 = side.count("invocations"), side.count("events")
-        size0, w0 = side.size(), side.written(sc.proc.pid)
+        size0, w0, t0_tables, rel0 = side.size(), side.written(sc.proc.pid), side.tables(), side.relations()
+        wal_peak = side.wal()
         runs: list[dict[str, Any]] = []
         t0 = time.monotonic()
         while side.count("invocations") - inv0 < n:
@@ -144,16 +184,22 @@ def measure(label: str, checkout: Path, backend: str, n: int, pg_dsn: str) -> di
             if r["errors"]:
                 raise RuntimeError(f"{label}: {r['error_codes']}")
             runs.append(r)
+            wal_peak = max(wal_peak, side.wal())
         elapsed = time.monotonic() - t0
         invs, evs = side.count("invocations") - inv0, side.count("events") - ev0
-        size1, w1 = side.size(), side.written(sc.proc.pid)
+        size1, w1, t1_tables, rel1 = side.size(), side.written(sc.proc.pid), side.tables(), side.relations()
+        wal_end = side.wal()
+        time.sleep(IDLE_S)  # the sidecar at rest: an idle store may fold its WAL in
+        size_idle = side.size()
     folded = side.folded()
     p50 = statistics.median(r["percentiles_ms"]["50"] for r in runs)
     p99 = max(r["percentiles_ms"]["99"] for r in runs)
     return {
         "label": label, "proposals": invs, "events_rows": evs / invs, "rps": invs / elapsed,
         "p50_ms": p50, "p99_ms": p99, "disk_per": (size1 - size0) / invs, "written_per": (w1 - w0) / invs,
-        "folded_per": folded / invs,
+        "folded_per": folded / invs, "tables_per": (t1_tables - t0_tables) / invs,
+        "idle_per": (size_idle - size0) / invs,
+        "relations": {k: (v - rel0.get(k, 0)) / invs for k, v in rel1.items() if v != rel0.get(k, 0)}, "wal_peak": wal_peak, "wal_end": wal_end,
     }  # fmt: skip
 
 
@@ -177,26 +223,39 @@ def main() -> None:
         + f", client go, backend {a.backend}, {a.proposals:,} Proposes at 16 in flight per side"
     )
     print()
-    print("| side | round | Proposes | event rows / Propose | disk (file + WAL) / Propose | file after checkpoint / "
-          "Propose | written / Propose | Propose/s @16 | p50 | p99 (worst run) |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| side | round | Proposes | event rows / Propose | disk (file + WAL) / Propose | same, 6 s at rest | "
+          "tables / Propose | file after checkpoint / Propose | WAL peak / at end | written / Propose | "
+          "Propose/s @16 | p50 | p99 (worst run) |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    notes: list[str] = []
     try:
         for k in range(1, a.rounds + 1):
             pair = []
             for label, checkout in (("baseline", a.baseline.resolve()), ("new", ROOT)):
                 m = measure(label, checkout, a.backend, a.proposals, pg_dsn)
                 pair.append(m)
+                growth = ", ".join(
+                    f"{rel} {v:,.0f}" for rel, v in sorted(m["relations"].items(), key=lambda kv: -kv[1])
+                )
+                if growth:
+                    notes.append(f"{label}, round {k}: growth per Propose (B): {growth}")
                 print(f"| {label} | {k} | {m['proposals']:,} | {m['events_rows']:.2f} | {m['disk_per']:,.0f} B | "
-                      f"{m['folded_per']:,.0f} B | {m['written_per']:,.0f} B | {m['rps']:,.0f} | "
+                      f"{m['idle_per']:,.0f} B | {m['tables_per']:,.0f} B | "
+                      f"{m['folded_per']:,.0f} B | {m['wal_peak'] / 2**20:.1f} / {m['wal_end'] / 2**20:.1f} MiB | "
+                      f"{m['written_per']:,.0f} B | {m['rps']:,.0f} | "
                       f"{m['p50_ms']:.2f} ms | {m['p99_ms']:.2f} ms |", flush=True)  # fmt: skip
             b, n = pair
             print(f"| **new / baseline** | {k} | | {n['events_rows'] / b['events_rows']:.2f} | "
-                  f"**{n['disk_per'] / b['disk_per']:.2f}** | {n['folded_per'] / b['folded_per']:.2f} | "
+                  f"**{n['disk_per'] / b['disk_per']:.2f}** | {n['idle_per'] / b['idle_per']:.2f} | "
+                  f"{n['tables_per'] / b['tables_per']:.2f} | {n['folded_per'] / b['folded_per']:.2f} | | "
                   f"{n['written_per'] / b['written_per']:.2f} | **{n['rps'] / b['rps']:.2f}** | "
                   f"{n['p50_ms'] / b['p50_ms']:.2f} | {n['p99_ms'] / b['p99_ms']:.2f} |", flush=True)  # fmt: skip
     finally:
         if pg_dir:
             subprocess.run(["bash", str(ROOT / "scripts" / "postgres"), "stop", pg_dir], check=False)
+    print()
+    for note in notes:
+        print(f"* {note}")
     print()
     print("target (issue 34 item 2): <= 1.5 KB on disk per allowed Propose")
 

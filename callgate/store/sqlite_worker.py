@@ -29,7 +29,9 @@ waits for another connection's lock (the write lock is tried without a busy wait
 taken, the operation queues), and its commits never checkpoint: the connection's automatic
 checkpoint is off and a checkpointer thread, on a connection of its own, runs a ``PASSIVE``
 checkpoint after every :data:`CHECKPOINT_EVERY` commits, so the loop neither writes the database
-file nor syncs, and commits go on while the checkpoint copies and syncs.
+file nor syncs, and commits go on while the checkpoint copies and syncs. The WAL stays under
+:data:`WAL_RESTART_FRAMES` pages under load and is truncated to zero bytes once commits pause
+(:data:`IDLE_TRUNCATE_S`).
 """
 
 from __future__ import annotations
@@ -70,19 +72,32 @@ CHECKPOINT_EVERY = 100
 wal_checkpoint(PASSIVE)``; SQLite's automatic checkpoint, which would run inside whichever commit
 crosses 1,000 pages, is off). A Propose dirties ~5-10 pages, so this is near SQLite's default."""
 
-WAL_RESTART_FRAMES = 16384
-"""WAL frames (pages: 64 MiB at SQLite's 4 KiB, about once a second at 2,000 Propose/s) past
-which the checkpointer follows its PASSIVE checkpoint with a ``RESTART`` one. Under sustained
-writes a PASSIVE checkpoint never finds the whole WAL copied (commits append while it copies), so
-SQLite never starts the WAL over: measured on 2026-12-05, 1.37 GB of WAL and a 2.6 MiB
-shared-memory index after 30 s of Propose load, growing until the disk fills. ``RESTART`` waits
-for the commit in progress, holds the next ones while it copies the rest, and makes the next
-commit write the WAL from its start (at 8,192 frames, twice as often, Propose at 16 in flight
-measured 1,954/s against 2,007/s in five interleaved runs: within the noise, a cost of a few %
-at most)."""
-WAL_SIZE_LIMIT_BYTES = 2 * WAL_RESTART_FRAMES * 4096
-"""``PRAGMA journal_size_limit`` of a writer connection: a WAL file left larger than this (a
-restart that waited for a long reader) is truncated to it when the WAL starts over."""
+WAL_RESTART_FRAMES = 1024
+"""WAL frames (pages: 4 MiB at SQLite's 4 KiB) past which the checkpointer follows its PASSIVE
+checkpoint with a ``RESTART`` one (which does not wait: busy, it is tried again
+:data:`RESTART_TRIES` times, then at the next checkpoint; :func:`_without_waiting`). Under sustained writes a PASSIVE checkpoint never finds the
+whole WAL copied (commits append while it copies), so SQLite never starts the WAL over: measured
+on 2026-12-05, 1.37 GB of WAL and a 2.6 MiB shared-memory index after 30 s of Propose load,
+growing until the disk fills. ``RESTART`` holds the next commits while it copies the rest (what
+the PASSIVE one just before left: a few commits), and makes the next commit write the WAL from
+its start. It was 16,384 frames (64 MiB) until 2026-12-07: a WAL that
+size is ~670 B per allowed Propose over a 100,000-Propose run, more than the rows' own growth
+left of the 1.5 KB target (issue 34; docs/BENCHMARKS.md has the before/after throughput)."""
+RESTART_TRIES = 20
+RESTART_RETRY_S = 0.002
+"""A ``RESTART`` that found the write lock or a reader busy is tried again this many times, this
+long apart, on the checkpointer's thread (nobody waits for it): under load the writer thread
+holds the lock for most of the time, and gives it up between two transactions. Measured with
+one try per checkpoint: the WAL reached 18.5 MiB over 100,000 Proposes at 16 in flight."""
+WAL_SIZE_LIMIT_BYTES = WAL_RESTART_FRAMES * 4096
+"""``PRAGMA journal_size_limit`` of a writer connection: a WAL file left larger than this (it grew
+while the restarts found it busy) is truncated to it when the WAL starts over."""
+IDLE_TRUNCATE_S = 2.0
+"""With no commit for this long (measured between two looks of the checkpointer, so after 2-4 s
+without a commit) and commits since the WAL was last emptied, the checkpointer folds the WAL into
+the database and truncates it to zero bytes (``wal_checkpoint(TRUNCATE)``, without waiting for
+readers: busy, it tries at the next idle look). A store at rest then holds its records in the
+database file alone."""
 
 
 class Durability(str, Enum):
@@ -162,6 +177,10 @@ class SQLiteWorker:
         """PASSIVE checkpoints the checkpointer thread ran."""
         self.restarts = 0
         """``RESTART`` checkpoints it ran (:data:`WAL_RESTART_FRAMES`)."""
+        self.truncates = 0
+        """Idle ``TRUNCATE`` checkpoints it ran (:data:`IDLE_TRUNCATE_S`)."""
+        self._commit_total = 0
+        """Commits since the store opened (both paths; the checkpointer reads it to see idleness)."""
         self.inline_runs = 0
         """Operations the event loop ran itself (module docstring)."""
         self._ready = threading.Event()
@@ -257,7 +276,8 @@ class SQLiteWorker:
         the WAL is synced before the copy and the database after it, as SQLite's own checkpoint
         does); a busy or failed checkpoint is retried at the next request. A WAL that holds
         :data:`WAL_RESTART_FRAMES` or more after it is checkpointed again with ``RESTART``, so
-        that it starts over instead of growing for as long as commits never pause."""
+        that it starts over instead of growing for as long as commits never pause; once commits
+        pause (:data:`IDLE_TRUNCATE_S`) the WAL is folded in and truncated to zero bytes."""
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
@@ -271,27 +291,54 @@ class SQLiteWorker:
             )
             return
         try:
-            while True:
-                self._ckpt_wake.wait()
-                self._ckpt_wake.clear()
-                if self._ckpt_stop:
-                    return
-                with self._ckpt_lock:
-                    try:
-                        _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                        self.checkpoints += 1
-                        if frames >= WAL_RESTART_FRAMES:
-                            busy, _, _ = conn.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-                            self.restarts += not busy
-                    except sqlite3.Error:
-                        continue
+            self._checkpoint_loop(conn)
         finally:
             conn.close()
+
+    def _checkpoint_loop(self, conn: sqlite3.Connection) -> None:
+        seen = truncated = 0  # commit counts: at the last idle look, when the WAL was last emptied
+        while True:
+            woke = self._ckpt_wake.wait(IDLE_TRUNCATE_S)
+            if self._ckpt_stop:
+                return
+            if woke:
+                self._ckpt_wake.clear()
+                with self._ckpt_lock:
+                    self._checkpoint(conn)
+                continue
+            total = self._commit_total
+            if total == seen and total != truncated:  # idle for a whole look after some commits
+                with self._ckpt_lock:
+                    if self._truncate(conn):
+                        truncated = total
+            seen = total
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        """PASSIVE, then RESTART past :data:`WAL_RESTART_FRAMES` (a failure: retried next time)."""
+        try:
+            _, frames, _ = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error:
+            return
+        self.checkpoints += 1
+        if frames >= WAL_RESTART_FRAMES:
+            for _ in range(RESTART_TRIES):  # between two of the writer's transactions
+                if _without_waiting(conn, "RESTART", self._busy_ms):
+                    self.restarts += 1
+                    return
+                time.sleep(RESTART_RETRY_S)
+
+    def _truncate(self, conn: sqlite3.Connection) -> bool:
+        """Fold the whole WAL into the database and truncate it to zero bytes; False when a reader
+        or a writer held it."""
+        done = _without_waiting(conn, "TRUNCATE", self._busy_ms)
+        self.truncates += done
+        return done
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[Item]) -> None:
         if not batch:
             return
         self._commits += 1
+        self._commit_total += 1
         if self._barrier_error and any(durable for _, _, _, durable in batch):
             # After a failed sync a durable operation is refused before it writes anything.
             refused = [item for item in batch if item[3]]
@@ -375,6 +422,7 @@ class SQLiteWorker:
                 done = _try_alone(self._conn, op, self._busy_ms)
                 if done is not None:
                     self._commits += 1
+                    self._commit_total += 1
                     self.inline_runs += 1
                     if self._commits >= CHECKPOINT_EVERY:
                         self._request_checkpoint()  # the checkpointer thread's, off the loop
@@ -571,6 +619,22 @@ def _try_alone(conn: sqlite3.Connection, op: Op, busy_timeout_ms: int) -> tuple[
     except sqlite3.OperationalError:
         return None  # busy (or any failure to begin): the writer thread tries, and reports
     return _op_then_commit(conn, op)
+
+
+def _without_waiting(conn: sqlite3.Connection, mode: str, busy_timeout_ms: int) -> bool:
+    """``wal_checkpoint(mode)`` (``RESTART``/``TRUNCATE``) with ``busy_timeout`` 0: True when the
+    WAL was started over. Measured: such a checkpoint that waits for a reader holding a snapshot
+    (busy_timeout 3 s) held the event loop's own commit, begun with ``busy_timeout`` 0, for the
+    2.7 s it waited; without waiting it gives up at once and is tried again later."""
+    try:
+        conn.execute("PRAGMA busy_timeout=0")
+        try:
+            busy, _, _ = conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        finally:
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    except sqlite3.Error:
+        return False
+    return not busy
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
