@@ -111,6 +111,7 @@ ENTITIES = [
 DESCENDANTS = {"read": {"weather.read"}, "create": {"calendar.create"}, "delete": {"files.delete"}}
 RESOURCES = ("weather:x", "file:/a", "file:/etc/p")
 TENANTS = ("acme", "other")
+KINDS = ("file", "weather")
 
 
 def _random_policy(rng: random.Random, n: int) -> str:
@@ -141,6 +142,12 @@ def _random_policy(rng: random.Random, n: int) -> str:
             f'when {{ context.tenant == "{rng.choice(TENANTS)}" }}',
             f'unless {{ context.tenant == "{rng.choice(TENANTS)}" }}',
             "when { false }",
+            # shapes the reading of the scopes cannot decide (the solver pass does):
+            'when { context.tenant == "acme" && context.tenant == "other" }',  # never together
+            f'when {{ resource.kind == "{rng.choice(KINDS)}" }}',  # an attribute of the resource
+            "when { principal.tenant == context.tenant }",
+            "unless { principal.tenant == context.tenant }",
+            f'when {{ context.tenant == "{rng.choice(TENANTS)}" }} unless {{ context.tenant == "acme" }}',
         ]
     )
     effect = rng.choice(["permit", "permit", "forbid"])

@@ -1,0 +1,188 @@
+"""ListTools by policy's solver pass: the pairs the reading cannot decide, settled at snapshot build.
+
+:mod:`callgate.policy.reach` decides most (principal, action) pairs from the policies' scopes; a
+pair whose answer hangs on a condition (``when``/``unless``), a forbid that covers a permit only
+sometimes, a resource scope, ... is *undecided*. Here, once per snapshot (off the request path: the
+load runs in the reload's worker thread), every undecided pair of every principal class
+(:meth:`Reach.classes`) becomes one ``never_allowed`` check of the symbolic compiler
+(:mod:`callgate.policy.prove.runner`, the ``callgate-prove`` process and cvc5): the principal, its
+memberships pinned as the entity set has them, resource, context (arguments) and attributes free.
+Proved: the pair is hidden. Refuted (a request the set allows or confirms), unknown (the solver's
+time limit, the pass's wall-clock bound), an error, or no prover or solver on the machine: shown.
+Nothing unknown is ever hidden; the counts are logged and kept on :attr:`Reach.solver`.
+
+Answers are remembered per process for the same policy text, schema and checks (a reload of an
+unchanged set, the test suite's many sidecars), at most :data:`MEMO_MAX` sets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from callgate.base.errors import LoadError
+from callgate.policy.prove.properties import Kind, Property
+from callgate.policy.prove.runner import CedarSource, PropertyResult, ProverUnavailable, Status, run_checks
+from callgate.policy.reach import ClassKey, Reach, Uid
+
+log = logging.getLogger("callgate.policy")
+
+SOLVER_TIMEOUT_MS = 2_000
+"""The solver's limit per check (a pair past it stays shown)."""
+MEMO_MAX = 32
+_memo: OrderedDict[str, tuple[PropertyResult, ...]] = OrderedDict()
+
+
+@dataclass(frozen=True, slots=True)
+class SolverPass:
+    """What the pass did for one snapshot (logged; :attr:`Reach.solver`)."""
+
+    undecided: int
+    """Pairs (principal class, action) the reading could not decide."""
+    hidden: int
+    """Of them, proved never allowed nor confirmed: hidden."""
+    witnessed: int
+    """Refuted: a request is allowed or confirmed; shown."""
+    unknown: int
+    """No answer (time limit, error, no prover or solver): shown by caution."""
+    seconds: float
+    note: str = ""
+    """Why the pass did not run (no prover or solver)."""
+
+
+def _memberships(key: ClassKey, pinned: Sequence[Uid]) -> str:
+    ancestors = key[1]
+    return " && ".join(
+        f'principal in {t}::"{i}"' if (t, i) in ancestors else f'!(principal in {t}::"{i}")' for t, i in pinned
+    )
+
+
+def _pinned(reach: Reach) -> list[Uid]:
+    """Memberships to pin: the policies' entity literals of a type principals can be members of
+    (as the entity set's parents or the principal scopes have them), and every ancestor there."""
+    ancestors: set[Uid] = set()
+    for key in reach.classes():
+        ancestors |= key[1]
+    member_types = {u[0] for u in ancestors} | set(reach.member_types)
+    return sorted({u for u in reach.literals if u[0] in member_types} | ancestors)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The checks of one snapshot's pass: one ``never_allowed`` property per undecided pair."""
+
+    props: tuple[Property, ...]
+    pairs: tuple[tuple[ClassKey, str], ...]
+    """(principal class, action) of each property, in order."""
+
+
+def plan_checks(reach: Reach, actions: Iterable[str]) -> Plan:
+    """The undecided pairs of every principal class over ``actions``, as properties."""
+    wanted = frozenset(actions)
+    pinned = _pinned(reach)
+    props: list[Property] = []
+    pairs: list[tuple[ClassKey, str]] = []
+    for key, rep in reach.classes().items():
+        never, sure = reach.assess(rep, wanted)
+        when = _memberships(key, pinned)
+        for act in sorted(wanted - never - sure):
+            props.append(
+                Property(
+                    name=f"reach.{len(props)}",
+                    kind=Kind.NEVER_ALLOWED,
+                    source="policy.list_by_policy",
+                    actions=(act,),
+                    principals=(f'{reach.principal_type}::"{rep}"',),
+                    when=when,
+                )
+            )
+            pairs.append((key, act))
+    return Plan(tuple(props), tuple(pairs))
+
+
+def apply_results(reach: Reach, plan: Plan, results: Sequence[PropertyResult], seconds: float) -> SolverPass:
+    """Record the proved pairs on ``reach`` (hidden); every other answer leaves its pair shown."""
+    proved: dict[ClassKey, set[str]] = {}
+    witnessed = unknown = 0
+    for (key, act), r in zip(plan.pairs, results, strict=True):
+        if r.status is Status.PROVED:
+            proved.setdefault(key, set()).add(act)
+        elif r.status is Status.REFUTED:
+            witnessed += 1
+        else:
+            unknown += 1
+    reach.settle({k: frozenset(v) for k, v in proved.items()})
+    hidden = sum(len(v) for v in proved.values())
+    return _done(reach, SolverPass(len(plan.props), hidden, witnessed, unknown, seconds))
+
+
+def settle_reach(
+    reach: Reach,
+    *,
+    directory: Path,
+    policies: str,
+    schema: str,
+    shadow: Sequence[str],
+    actions: Iterable[str],
+    wall_ms: int,
+) -> SolverPass:
+    """Run the pass over ``actions`` (the schema's) and record its answers on ``reach``."""
+    start = time.monotonic()
+    plan = plan_checks(reach, actions)
+    if not plan.props:
+        return _done(reach, SolverPass(0, 0, 0, 0, time.monotonic() - start))
+    digest = hashlib.sha256()
+    for part in (policies, schema, "\x00".join(shadow), *(f"{p.scope()}|{p.actions}" for p in plan.props)):
+        digest.update(part.encode() + b"\x00")
+    memo_key = digest.hexdigest()
+    hit = _memo.get(memo_key)
+    if hit is not None:
+        _memo.move_to_end(memo_key)
+        return apply_results(reach, plan, hit, time.monotonic() - start)
+    source = CedarSource(directory, policies, schema, tuple(shadow))
+    try:
+        results = run_checks(
+            plan.props, source, solver_timeout_ms=SOLVER_TIMEOUT_MS, wall_seconds=max(wall_ms, 1) / 1000
+        )
+    except (ProverUnavailable, LoadError, OSError) as exc:
+        n = len(plan.props)
+        return _done(reach, SolverPass(n, 0, 0, n, time.monotonic() - start, str(exc)))
+    if all(r.status in (Status.PROVED, Status.REFUTED) for r in results):
+        _memo[memo_key] = tuple(results)  # only complete answers (a timeout may pass next time)
+        if len(_memo) > MEMO_MAX:
+            _memo.popitem(last=False)
+    return apply_results(reach, plan, results, time.monotonic() - start)
+
+
+def _done(reach: Reach, result: SolverPass) -> SolverPass:
+    reach.solver = result
+    if result.undecided == 0:
+        return result
+    if result.unknown:
+        log.warning(
+            "ListTools by policy: %d of %d undecided (principal class, action) pair(s) stay shown by "
+            "caution (%s); %d hidden by the solver, %d shown with a witness, %.2f s",
+            result.unknown,
+            result.undecided,
+            result.note or "no answer within the time limit",
+            result.hidden,
+            result.witnessed,
+            result.seconds,
+        )
+    else:
+        log.info(
+            "ListTools by policy: %d undecided pair(s) settled by the solver (%d hidden, %d shown), %.2f s",
+            result.undecided,
+            result.hidden,
+            result.witnessed,
+            result.seconds,
+        )
+    return result
+
+
+__all__ = ["Plan", "SolverPass", "apply_results", "plan_checks", "settle_reach"]
