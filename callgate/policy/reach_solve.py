@@ -58,7 +58,8 @@ class SolverPass:
 def _memberships(key: ClassKey, pinned: Sequence[Uid]) -> str:
     ancestors = key[1]
     return " && ".join(
-        f'principal in {t}::"{i}"' if (t, i) in ancestors else f'!(principal in {t}::"{i}")' for t, i in pinned
+        f'principal in {t}::"{i}"' if (t, i) in ancestors else f'!(principal in {t}::"{i}")'
+        for t, i in pinned
     )
 
 
