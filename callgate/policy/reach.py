@@ -97,6 +97,8 @@ class _Scoped:
     """The resource scope admits every ``Resource`` (unconstrained, or ``is Resource``)."""
     unconditional: bool
     """Its conditions surely hold (none, or only ``when { true }`` / ``unless { false }``)."""
+    literals: frozenset[Uid] = frozenset()
+    """The entity literals of its scopes and conditions."""
 
 
 def _conditions(raw: Any) -> bool | None:
@@ -218,7 +220,9 @@ class Reach:
             holds = _conditions(body.get("conditions"))
             if holds is False:
                 continue  # never applies: decides nothing
-            _literals(body, literals)
+            mine: set[Uid] = set()
+            _literals(body, mine)
+            literals |= mine
             actions, sure = action_scope(body.get("action"), action_type, descendants)
             scoped.append(
                 _Scoped(
@@ -228,6 +232,7 @@ class Reach:
                     action_sure=sure,
                     resource_all=_resource_all(body.get("resource"), resource_type),
                     unconditional=holds is True,
+                    literals=frozenset(mine),
                 )
             )
         named = frozenset(i for t, i in literals if t == principal_type)
@@ -348,6 +353,15 @@ class Reach:
             if extra:
                 out |= wanted & extra
         return out
+
+    def literals_for(self, action: str) -> frozenset[Uid]:
+        """The entity literals of the policies whose action scope could match ``action`` (the only
+        ones that can decide its requests)."""
+        out: set[Uid] = set()
+        for p in self.policies:
+            if p.actions is None or action in p.actions:
+                out |= p.literals
+        return frozenset(out)
 
     def classes(self) -> dict[ClassKey, str]:
         """Every principal class the snapshot can meet -> one principal id of it: each principal of

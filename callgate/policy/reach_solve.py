@@ -53,73 +53,86 @@ class SolverPass:
     seconds: float
     note: str = ""
     """Why the pass did not run (no prover or solver)."""
+    checks: int = 0
+    """Distinct questions put to the solver (pairs that ask the same share one)."""
 
 
-def _memberships(key: ClassKey, pinned: Sequence[Uid]) -> str:
-    ancestors = key[1]
-    return " && ".join(
-        f'principal in {t}::"{i}"' if (t, i) in ancestors else f'!(principal in {t}::"{i}")'
-        for t, i in pinned
-    )
-
-
-def _pinned(reach: Reach) -> list[Uid]:
-    """Memberships to pin: the policies' entity literals of a type principals can be members of
-    (as the entity set's parents or the principal scopes have them), and every ancestor there."""
+def _pinned(reach: Reach) -> frozenset[Uid]:
+    """Memberships the pass may pin: the policies' entity literals of a type principals can be
+    members of (as the entity set's parents or the principal scopes have them), and every
+    principal's ancestors."""
     ancestors: set[Uid] = set()
     for key in reach.classes():
         ancestors |= key[1]
     member_types = {u[0] for u in ancestors} | set(reach.member_types)
-    return sorted({u for u in reach.literals if u[0] in member_types} | ancestors)
+    return frozenset({u for u in reach.literals if u[0] in member_types} | ancestors)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """The checks of one snapshot's pass: one ``never_allowed`` property per undecided pair."""
+    """The checks of one snapshot's pass: one ``never_allowed`` property per distinct question."""
 
     props: tuple[Property, ...]
-    pairs: tuple[tuple[ClassKey, str], ...]
-    """(principal class, action) of each property, in order."""
+    pairs: tuple[tuple[tuple[ClassKey, str], ...], ...]
+    """For each property, the (principal class, action) pairs its answer settles."""
 
 
 def plan_checks(reach: Reach, actions: Iterable[str]) -> Plan:
-    """The undecided pairs of every principal class over ``actions``, as properties."""
+    """The undecided pairs of every principal class over ``actions``, as properties: the principal
+    (its id, which only matters when a policy names it) and its memberships in the entities the
+    action's policies mention (others cannot change the answer), pinned as the entity set has
+    them. Pairs that ask the same question share one property."""
     wanted = frozenset(actions)
     pinned = _pinned(reach)
-    props: list[Property] = []
-    pairs: list[tuple[ClassKey, str]] = []
+    relevant = {a: sorted(pinned & reach.literals_for(a)) for a in wanted}
+    questions: dict[
+        tuple[str, str | None, tuple[tuple[Uid, bool], ...]], tuple[str, list[tuple[ClassKey, str]]]
+    ] = {}
     for key, rep in reach.classes().items():
         never, sure = reach.assess(rep, wanted)
-        when = _memberships(key, pinned)
         for act in sorted(wanted - never - sure):
-            props.append(
-                Property(
-                    name=f"reach.{len(props)}",
-                    kind=Kind.NEVER_ALLOWED,
-                    source="policy.list_by_policy",
-                    actions=(act,),
-                    principals=(f'{reach.principal_type}::"{rep}"',),
-                    when=when,
-                )
+            members = tuple((u, u in key[1]) for u in relevant[act])
+            q = (act, key[0], members)
+            if q not in questions:
+                questions[q] = (rep, [])
+            questions[q][1].append((key, act))
+    props: list[Property] = []
+    pairs: list[tuple[tuple[ClassKey, str], ...]] = []
+    for (act, _, members), (rep, settled) in questions.items():
+        when = " && ".join(
+            f'principal in {t}::"{i}"' if inside else f'!(principal in {t}::"{i}")'
+            for (t, i), inside in members
+        )
+        props.append(
+            Property(
+                name=f"reach.{len(props)}",
+                kind=Kind.NEVER_ALLOWED,
+                source="policy.list_by_policy",
+                actions=(act,),
+                principals=(f'{reach.principal_type}::"{rep}"',),
+                when=when,
             )
-            pairs.append((key, act))
+        )
+        pairs.append(tuple(settled))
     return Plan(tuple(props), tuple(pairs))
 
 
 def apply_results(reach: Reach, plan: Plan, results: Sequence[PropertyResult], seconds: float) -> SolverPass:
-    """Record the proved pairs on ``reach`` (hidden); every other answer leaves its pair shown."""
+    """Record the proved pairs on ``reach`` (hidden); every other answer leaves its pairs shown."""
     proved: dict[ClassKey, set[str]] = {}
     witnessed = unknown = 0
-    for (key, act), r in zip(plan.pairs, results, strict=True):
+    for settled, r in zip(plan.pairs, results, strict=True):
         if r.status is Status.PROVED:
-            proved.setdefault(key, set()).add(act)
+            for key, act in settled:
+                proved.setdefault(key, set()).add(act)
         elif r.status is Status.REFUTED:
-            witnessed += 1
+            witnessed += len(settled)
         else:
-            unknown += 1
+            unknown += len(settled)
     reach.settle({k: frozenset(v) for k, v in proved.items()})
     hidden = sum(len(v) for v in proved.values())
-    return _done(reach, SolverPass(len(plan.props), hidden, witnessed, unknown, seconds))
+    undecided = sum(len(s) for s in plan.pairs)
+    return _done(reach, SolverPass(undecided, hidden, witnessed, unknown, seconds, checks=len(plan.props)))
 
 
 def settle_reach(
@@ -137,6 +150,7 @@ def settle_reach(
     plan = plan_checks(reach, actions)
     if not plan.props:
         return _done(reach, SolverPass(0, 0, 0, 0, time.monotonic() - start))
+    undecided = sum(len(s) for s in plan.pairs)
     digest = hashlib.sha256()
     for part in (policies, schema, "\x00".join(shadow), *(f"{p.scope()}|{p.actions}" for p in plan.props)):
         digest.update(part.encode() + b"\x00")
@@ -151,8 +165,8 @@ def settle_reach(
             plan.props, source, solver_timeout_ms=SOLVER_TIMEOUT_MS, wall_seconds=max(wall_ms, 1) / 1000
         )
     except (ProverUnavailable, LoadError, OSError) as exc:
-        n = len(plan.props)
-        return _done(reach, SolverPass(n, 0, 0, n, time.monotonic() - start, str(exc)))
+        n, c = undecided, len(plan.props)
+        return _done(reach, SolverPass(n, 0, 0, n, time.monotonic() - start, str(exc), checks=c))
     if all(r.status in (Status.PROVED, Status.REFUTED) for r in results):
         _memo[memo_key] = tuple(results)  # only complete answers (a timeout may pass next time)
         if len(_memo) > MEMO_MAX:
@@ -177,8 +191,10 @@ def _done(reach: Reach, result: SolverPass) -> SolverPass:
         )
     else:
         log.info(
-            "ListTools by policy: %d undecided pair(s) settled by the solver (%d hidden, %d shown), %.2f s",
+            "ListTools by policy: %d undecided pair(s) settled by the solver in %d check(s) "
+            "(%d hidden, %d shown), %.2f s",
             result.undecided,
+            result.checks,
             result.hidden,
             result.witnessed,
             result.seconds,
