@@ -12,24 +12,37 @@ context and arguments, attributes), as the reading of callgate/policy/reach.py h
   the conservative reading could not tell), counted. The example set has none.
 
 One prover run for all pairs (the real prover binary and cvc5 1.3.1, by scripts/prove and
-scripts/solver, as tests/test_prove.py).
+scripts/solver, as tests/test_prove.py). The snapshots' own solver pass
+(callgate/policy/reach_solve.py) settles the pairs the reading cannot decide; with it the shown set
+is exact on the example set and on all 200 generated sets; without an answer (no prover, the time
+bound) a pair stays shown.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import cedarpy
 import pytest
 
 from callgate.base.model import Effect
 from callgate.native import load_native
+from callgate.policy import reach_solve
 from callgate.policy.engines.cedar import load_cedar_dir
 from callgate.policy.prove.properties import Kind, Property
 from callgate.policy.prove.replay import Core, replay
-from callgate.policy.prove.runner import CedarSource, PropertyResult, Status, run_checks, run_checks_each
+from callgate.policy.prove.runner import (
+    BIN_ENV,
+    CedarSource,
+    PropertyResult,
+    Status,
+    run_checks,
+    run_checks_each,
+)
 from callgate.policy.reach import Reach, entity_parents
 from callgate.policy.reach_solve import Plan, apply_results, plan_checks
 from tests.conftest import POLICIES
@@ -199,3 +212,44 @@ def test_generated_sets_shown_iff_some_request_admitted() -> None:
     assert sum(p.unknown for p in passes) == 0
     # the shapes the reading cannot decide occur, and the solver pass hides some of them
     assert by_solver > 0 and settled > by_solver and hidden > by_solver and witnessed > 0
+
+
+CANCELLED = """
+@id("weather-cancelled")
+forbid (principal, action == Action::"weather.read", resource)
+when { principal.tenant == context.tenant };
+"""
+"""Cancels ``weather-read-own-tenant`` wherever it applies: weather is never allowed, which only
+the solver pass can tell (the reading sees a conditional permit and a conditional forbid)."""
+
+
+@pytest.mark.usefixtures("prover")
+def test_the_solver_pass_hides_what_it_proves_and_shows_what_it_cannot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "policies"
+    shutil.copytree(POLICIES, root, ignore=shutil.ignore_patterns("tests", "properties.toml"))
+    with open(root / "cedar" / "policies.cedar", "a") as fh:
+        fh.write(CANCELLED)
+    reach_solve._memo.clear()
+    solved = load_cedar_dir(root / "cedar", reach_solver_ms=60_000).reach
+    assert solved is not None and solved.solver is not None
+    assert solved.solver.unknown == 0 and solved.solver.hidden == 3  # alice, carol, anyone else
+    for who in ("alice", "bob", "carol", "zed"):
+        assert "weather.read" in solved.never(who, ACTIONS), who
+        assert "weather.read" not in solved.assess(who, ACTIONS)[0]  # the reading alone: shown
+    # no solver pass, the prover missing, or no answer in time: shown (never hidden on unknown)
+    off = load_cedar_dir(root / "cedar", reach_solver_ms=0).reach
+    assert off is not None and off.solver is None and "weather.read" not in off.never("bob", ACTIONS)
+    reach_solve._memo.clear()
+    monkeypatch.setenv(BIN_ENV, str(tmp_path / "no-such-prover"))
+    missing = load_cedar_dir(root / "cedar", reach_solver_ms=60_000).reach
+    assert missing is not None and missing.solver is not None
+    assert missing.solver.unknown == missing.solver.undecided > 0 and "not built" in missing.solver.note
+    assert not any("weather.read" in missing.never(w, ACTIONS) for w in ("alice", "bob", "carol", "zed"))
+    monkeypatch.undo()
+    reach_solve._memo.clear()
+    late = load_cedar_dir(root / "cedar", reach_solver_ms=1).reach  # a 1 ms bound: no answer
+    assert late is not None and late.solver is not None and late.solver.unknown > 0
+    assert late.solver.hidden + late.solver.witnessed + late.solver.unknown == late.solver.undecided
+    assert all("weather.read" not in late.never(w, ACTIONS) for w in ("alice", "bob", "carol", "zed"))
