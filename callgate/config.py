@@ -114,7 +114,7 @@ class PolicyConfig:
     docs/POLICIES.md, "ListTools by policy").
     A Propose for a hidden tool is answered by the engine's deny, marked ``hidden_by_policy`` on its
     event. No effect with Rego or OPA. False: every allowlisted tool."""
-    list_by_policy_solver_ms: int = 10_000
+    list_by_policy_solver_ms: int = 30_000
     """ListTools by policy: at each snapshot load, the (principal, tool) pairs the reading of the
     scopes cannot decide (conditions, forbids that cover a permit only sometimes) are settled by
     the symbolic compiler (``callgate policy prove``'s prover and solver, scripts/prove and
