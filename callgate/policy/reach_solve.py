@@ -164,7 +164,12 @@ def settle_reach(
         results = run_checks(
             plan.props, source, solver_timeout_ms=SOLVER_TIMEOUT_MS, wall_seconds=max(wall_ms, 1) / 1000
         )
-    except (ProverUnavailable, LoadError, OSError) as exc:
+    except ProverUnavailable as exc:  # a machine without scripts/prove: said once per process
+        n, c = undecided, len(plan.props)
+        return _done(
+            reach, SolverPass(n, 0, 0, n, time.monotonic() - start, str(exc), checks=c), _said_missing()
+        )
+    except (LoadError, OSError) as exc:
         n, c = undecided, len(plan.props)
         return _done(reach, SolverPass(n, 0, 0, n, time.monotonic() - start, str(exc), checks=c))
     if all(r.status in (Status.PROVED, Status.REFUTED) for r in results):
@@ -174,12 +179,21 @@ def settle_reach(
     return apply_results(reach, plan, results, time.monotonic() - start)
 
 
-def _done(reach: Reach, result: SolverPass) -> SolverPass:
+_missing_said = False
+
+
+def _said_missing() -> bool:
+    global _missing_said
+    said, _missing_said = _missing_said, True
+    return said
+
+
+def _done(reach: Reach, result: SolverPass, quiet: bool = False) -> SolverPass:
     reach.solver = result
     if result.undecided == 0:
         return result
     if result.unknown:
-        log.warning(
+        (log.info if quiet else log.warning)(
             "ListTools by policy: %d of %d undecided (principal class, action) pair(s) stay shown by "
             "caution (%s); %d hidden by the solver, %d shown with a witness, %.2f s",
             result.unknown,
