@@ -1,7 +1,7 @@
 """Issue 31 item 4: ListTools by policy checked by the symbolic compiler (``callgate policy prove``).
 
-For each (principal, capability) pair of the example policies and of a sample of the generated
-sets of tests/test_list_by_policy.py, one ``never_allowed`` property scoped to that principal and
+For each (principal, capability) pair of the example policies and of the 200 generated sets of
+tests/test_list_by_policy.py, one ``never_allowed`` property scoped to that principal and
 that action, with the principal's role memberships pinned to the snapshot's entity set (``when``:
 ``principal in Role::"r"`` or its negation for every role), everything else free (resource,
 context and arguments, attributes), as the reading of callgate/policy/reach.py has them:
@@ -9,7 +9,7 @@ context and arguments, attributes), as the reading of callgate/policy/reach.py h
 * hidden  => the prover proves it (never allowed or confirmed);
 * shown   => the prover refutes it with a witness, a request that the real engines (cedarpy and the
   compiled core, replayed) allow or confirm; or the pair is *shown by caution* (proved never, but
-  the conservative reading could not tell), counted. The example set has none.
+  neither the reading nor the solver pass could tell), counted: none on any set.
 
 One prover run for all pairs (the real prover binary and cvc5 1.3.1, by scripts/prove and
 scripts/solver, as tests/test_prove.py). The snapshots' own solver pass

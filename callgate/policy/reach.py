@@ -299,9 +299,14 @@ class Reach:
     def assess(self, principal_id: str, actions: Iterable[str]) -> tuple[frozenset[str], frozenset[str]]:
         """Of ``actions``: (never allowed nor confirmed, surely shown), by the reading alone; the
         rest are undecided (shown unless :meth:`settle` proved them never)."""
-        wanted = frozenset(actions)
+        return self._assess(
+            principal_id, frozenset(actions), self._ancestors((self.principal_type, principal_id))
+        )
+
+    def _assess(
+        self, principal_id: str, wanted: frozenset[str], ancestors: frozenset[Uid] | None
+    ) -> tuple[frozenset[str], frozenset[str]]:
         me = (self.principal_type, principal_id)
-        ancestors = self._ancestors(me)
         could: set[str] = set()
         any_action = False
         blocked: set[str] = set()
@@ -346,9 +351,10 @@ class Reach:
         """Of ``actions``, those no request of this principal can be allowed or confirmed: the
         reading's answer and what the solver pass proved for the principal's class."""
         wanted = frozenset(actions)
-        out, _ = self.assess(principal_id, wanted)
-        if self.proved:
-            key = self.class_key(principal_id)
+        ancestors = self._ancestors((self.principal_type, principal_id))
+        out, _ = self._assess(principal_id, wanted, ancestors)
+        if self.proved and ancestors is not None:
+            key = self.class_key(principal_id, ancestors)
             extra = self.proved.get(key) if key is not None else None
             if extra:
                 out |= wanted & extra

@@ -18,6 +18,7 @@ unchanged set, the test suite's many sidecars), at most :data:`MEMO_MAX` sets.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 from collections import OrderedDict
@@ -68,6 +69,12 @@ def _pinned(reach: Reach) -> frozenset[Uid]:
     return frozenset({u for u in reach.literals if u[0] in member_types} | ancestors)
 
 
+def _uid(u: Uid) -> str:
+    """Cedar's text of an entity uid (the id escaped as a string literal; one Cedar cannot read
+    makes the check an error, and the pair stays shown)."""
+    return f"{u[0]}::{json.dumps(u[1], ensure_ascii=False)}"
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The checks of one snapshot's pass: one ``never_allowed`` property per distinct question."""
@@ -100,8 +107,7 @@ def plan_checks(reach: Reach, actions: Iterable[str]) -> Plan:
     pairs: list[tuple[tuple[ClassKey, str], ...]] = []
     for (act, _, members), (rep, settled) in questions.items():
         when = " && ".join(
-            f'principal in {t}::"{i}"' if inside else f'!(principal in {t}::"{i}")'
-            for (t, i), inside in members
+            f"principal in {_uid(u)}" if inside else f"!(principal in {_uid(u)})" for u, inside in members
         )
         props.append(
             Property(
@@ -109,7 +115,7 @@ def plan_checks(reach: Reach, actions: Iterable[str]) -> Plan:
                 kind=Kind.NEVER_ALLOWED,
                 source="policy.list_by_policy",
                 actions=(act,),
-                principals=(f'{reach.principal_type}::"{rep}"',),
+                principals=(_uid((reach.principal_type, rep)),),
                 when=when,
             )
         )
