@@ -109,10 +109,18 @@ class PolicyConfig:
     refused like a broken set; so is one the prover cannot decide (unknown, no solver)."""
     list_by_policy: bool = True
     """ListTools (and the MCP gateway's ``tools/list``) shows a subject only the allowlisted tools
-    some request of theirs could be allowed or asked to confirm (Cedar; a conservative reading of
-    the policies' scopes that never hides a usable tool: docs/POLICIES.md, "ListTools by policy").
+    some request of theirs could be allowed or asked to confirm (Cedar; a reading of the policies'
+    scopes, then the solver pass below for what it cannot decide; it never hides a usable tool:
+    docs/POLICIES.md, "ListTools by policy").
     A Propose for a hidden tool is answered by the engine's deny, marked ``hidden_by_policy`` on its
     event. No effect with Rego or OPA. False: every allowlisted tool."""
+    list_by_policy_solver_ms: int = 30_000
+    """ListTools by policy: at each snapshot load, the (principal, tool) pairs the reading of the
+    scopes cannot decide (conditions, forbids that cover a permit only sometimes) are settled by
+    the symbolic compiler (``callgate policy prove``'s prover and solver, scripts/prove and
+    scripts/solver) within this many milliseconds in all; proved never allowed nor confirmed:
+    hidden. A timeout, an error or no prover on the machine keeps the tool shown (logged). ``0``:
+    no solver pass (undecided pairs are shown)."""
     shadow: tuple[str, ...] = ()
     """Policy ids in shadow mode besides those the policy files mark (Cedar ``@shadow``, Rego
     ``data.callgate.shadow``): evaluated and logged on the decision event, never enforced

@@ -94,6 +94,27 @@ forbid (principal == User::"carol", action, resource == Resource::"file:/x");
     assert reach.never("carol", ACTIONS) == {"weather.read", "calendar.create"}
 
 
+def test_conditions_that_surely_fail_or_hold_and_the_undecided_rest(tmp_path: Path) -> None:
+    reach = _reach(
+        tmp_path,
+        """
+@id("never-applies")
+permit (principal, action == Action::"files.delete", resource) when { false };
+
+@id("always-applies")
+permit (principal, action == Action::"weather.read", resource) when { true } unless { false };
+
+@id("sometimes")
+permit (principal, action == Action::"calendar.create", resource) when { context.tenant == "acme" };
+""",
+    )
+    never, shown = reach.assess("bob", ACTIONS)
+    assert never == {"files.delete"}  # a permit whose condition surely fails decides nothing
+    assert shown == {"weather.read"}  # surely shown: an unconditional permit and no forbid
+    assert reach.solver is None and not reach.proved  # no solver pass: calendar stays shown
+    assert reach.never("bob", ACTIONS) == {"files.delete"}
+
+
 # --- property: never hides what the real engine could allow -------------------------------------
 PRINCIPALS = ("alice", "bob", "carol", "zed")
 ENTITIES = [
@@ -111,6 +132,7 @@ ENTITIES = [
 DESCENDANTS = {"read": {"weather.read"}, "create": {"calendar.create"}, "delete": {"files.delete"}}
 RESOURCES = ("weather:x", "file:/a", "file:/etc/p")
 TENANTS = ("acme", "other")
+KINDS = ("file", "weather")
 
 
 def _random_policy(rng: random.Random, n: int) -> str:
@@ -141,6 +163,12 @@ def _random_policy(rng: random.Random, n: int) -> str:
             f'when {{ context.tenant == "{rng.choice(TENANTS)}" }}',
             f'unless {{ context.tenant == "{rng.choice(TENANTS)}" }}',
             "when { false }",
+            # shapes the reading of the scopes cannot decide (the solver pass does):
+            'when { context.tenant == "acme" && context.tenant == "other" }',  # never together
+            f'when {{ resource.kind == "{rng.choice(KINDS)}" }}',  # an attribute of the resource
+            "when { principal.tenant == context.tenant }",
+            "unless { principal.tenant == context.tenant }",
+            f'when {{ context.tenant == "{rng.choice(TENANTS)}" }} unless {{ context.tenant == "acme" }}',
         ]
     )
     effect = rng.choice(["permit", "permit", "forbid"])

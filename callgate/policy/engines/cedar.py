@@ -324,6 +324,7 @@ def load_cedar_dir(
     cores: SnapshotCores = SnapshotCores.BOTH,
     *,
     reach: bool = True,
+    reach_solver_ms: int = 0,
 ) -> CedarPolicies:
     """Load, parse and validate every ``*.cedar`` file (one policy set: ``policies.cedar`` and any
     other, :func:`policy_files`), ``schema.cedarschema`` and ``entities.json``.
@@ -332,7 +333,9 @@ def load_cedar_dir(
     in chunks of statements, validation per group of policies (:mod:`cedar_slices`); the long
     Cedar calls release the GIL, so a reload in a worker thread does not stall serving. ``cores``
     says which forms to prepare (:class:`SnapshotCores`; the server asks for one). ``reach``: read
-    what each principal could be allowed (``policy.list_by_policy``, :mod:`callgate.policy.reach`).
+    what each principal could be allowed (``policy.list_by_policy``, :mod:`callgate.policy.reach`);
+    ``reach_solver_ms`` > 0: settle the pairs that reading cannot decide with the symbolic compiler
+    within that bound (``policy.list_by_policy_solver_ms``, :mod:`callgate.policy.reach_solve`).
 
     Raises :class:`LoadError` (``policy_invalid``) with ``file:line`` where it can be located.
     """
@@ -483,6 +486,18 @@ def load_cedar_dir(
         else None
     )
     contexts = cedar_declared_contexts(sch_text)
+    if reading is not None and reach_solver_ms > 0:
+        from callgate.policy.reach_solve import settle_reach  # its prover runner imports this module
+
+        settle_reach(
+            reading,
+            directory=directory,
+            policies=pol_text,
+            schema=sch_text,
+            shadow=tuple(shadow),
+            actions=[a for a, c in contexts.items() if c.declared],
+            wall_ms=reach_solver_ms,
+        )
     session_use = SessionUse.build(static, descendants, contexts, action_type=ACTION_TYPE)
     time_plans = cedar_time_plans(sch_text)
     if native is not None:

@@ -32,7 +32,14 @@ POLICIES_FILE: Final = "policies.cedar"
 def _load(policy_dir: Path, policy: PolicyConfig) -> Engine:
     from callgate.policy.engines.cedar import CedarEngine, load_cedar_dir
 
-    return CedarEngine(load_cedar_dir(policy_dir / FOLDER, shadow=policy.shadow, reach=policy.list_by_policy))
+    return CedarEngine(
+        load_cedar_dir(
+            policy_dir / FOLDER,
+            shadow=policy.shadow,
+            reach=policy.list_by_policy,
+            reach_solver_ms=policy.list_by_policy_solver_ms,
+        )
+    )
 
 
 def _load_for_core(policy_dir: Path, policy: PolicyConfig, compiled: bool) -> Engine:
@@ -40,7 +47,13 @@ def _load_for_core(policy_dir: Path, policy: PolicyConfig, compiled: bool) -> En
 
     cores = SnapshotCores.NATIVE if compiled else SnapshotCores.PYTHON
     return CedarEngine(
-        load_cedar_dir(policy_dir / FOLDER, shadow=policy.shadow, cores=cores, reach=policy.list_by_policy)
+        load_cedar_dir(
+            policy_dir / FOLDER,
+            shadow=policy.shadow,
+            cores=cores,
+            reach=policy.list_by_policy,
+            reach_solver_ms=policy.list_by_policy_solver_ms,
+        )
     )
 
 

@@ -236,29 +236,50 @@ def run_checks(
 ) -> list[PropertyResult]:
     """Decide every property. Raises :class:`ProverUnavailable` when the binary or the solver is
     missing, :class:`LoadError` when a property's other set or revision cannot be read."""
+    return run_checks_each(
+        [(p, source) for p in props],
+        source.schema,
+        against=against,
+        solver_timeout_ms=solver_timeout_ms,
+        wall_seconds=wall_seconds,
+    )
+
+
+def run_checks_each(
+    items: Sequence[tuple[Property, CedarSource]],
+    schema: str,
+    *,
+    against: str = "",
+    solver_timeout_ms: int = DEFAULT_SOLVER_TIMEOUT_MS,
+    wall_seconds: float = DEFAULT_WALL_SECONDS,
+) -> list[PropertyResult]:
+    """:func:`run_checks` with each property about its own policy set (one ``schema`` for all):
+    one prover process for many sets (ListTools by policy's solver pass, its tests)."""
     binary, solver = prover_binary(), solver_path()
-    planned: list[tuple[str, _Check]] = []
-    failed: dict[str, str] = {}
-    for prop in props:
+    planned: list[tuple[str, _Check, CedarSource]] = []
+    failed: dict[int, str] = {}
+    for k, (prop, source) in enumerate(items):
         try:
             checks = checks_for(prop, source, against)
         except LoadError as exc:
-            failed[prop.name] = str(exc)
+            failed[k] = str(exc)
             continue
-        planned += [(f"{prop.name}#{i}", c) for i, c in enumerate(checks)]
+        planned += [(f"{k}#{i}", c, source) for i, c in enumerate(checks)]
     job = {
-        "schema": source.schema,
+        "schema": schema,
         "solver_timeout_ms": solver_timeout_ms,
-        "checks": [c.job(name, source) for name, c in planned],
+        "checks": [c.job(name, source) for name, c, source in planned],
     }
     answers = _run(binary, solver, json.dumps(job), wall_seconds) if planned else {}
+    by_item: dict[int, list[tuple[Mapping[str, Any] | None, _Check]]] = {}
+    for name, c, _ in planned:
+        by_item.setdefault(int(name.split("#", 1)[0]), []).append((answers.get(name), c))
     results: list[PropertyResult] = []
-    for prop in props:
-        if prop.name in failed:
-            results.append(PropertyResult(prop, Status.ERROR, failed[prop.name]))
-            continue
-        mine = [(name, c) for name, c in planned if c.prop is prop]
-        results.append(_combine(prop, [(answers.get(name), c) for name, c in mine]))
+    for k, (prop, _) in enumerate(items):
+        if k in failed:
+            results.append(PropertyResult(prop, Status.ERROR, failed[k]))
+        else:
+            results.append(_combine(prop, by_item.get(k, [])))
     return results
 
 

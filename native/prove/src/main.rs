@@ -17,7 +17,7 @@
 //! allows nothing outside it. Exit status: 0 when every check ran (whatever its answer), 2 on a
 //! malformed job, 3 when the solver cannot be started.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::str::FromStr;
 
@@ -91,8 +91,33 @@ fn policy_label(p: &Policy) -> String {
     p.annotation("id").map(str::to_string).unwrap_or_else(|| p.id().to_string())
 }
 
+/// Sets already read in their view, by (text, view, shadow): a job's checks often share one set
+/// (ListTools by policy asks one question per principal class and action of the same snapshot),
+/// and parsing it again per check cost more than the check.
+type SetCache = HashMap<(String, u8, bool, Vec<String>), PolicySet>;
+
 /// The policies of `spec` in its view, plus the scope's forbid.
-fn build_set(spec: &SetSpec, scope: Option<&str>) -> Result<PolicySet, String> {
+fn build_set(spec: &SetSpec, scope: Option<&str>, cache: &mut SetCache) -> Result<PolicySet, String> {
+    let key = (spec.text.clone(), spec.view as u8, spec.include_shadow, spec.shadow_ids.clone());
+    let mut out = match cache.get(&key) {
+        Some(set) => set.clone(),
+        None => {
+            let set = view_set(spec)?;
+            cache.insert(key, set.clone());
+            set
+        }
+    };
+    if let Some(scope) = scope {
+        let text = format!("@id(\"scope\")\nforbid (principal, action, resource) unless {{ {scope} }};");
+        let p = Policy::parse(Some(PolicyId::new("scope")), text)
+            .map_err(|e| format!("the scope does not parse as a Cedar condition: {e}"))?;
+        out.add(p).map_err(|e| format!("scope: {e}"))?;
+    }
+    Ok(out)
+}
+
+/// The policies of `spec` in its view.
+fn view_set(spec: &SetSpec) -> Result<PolicySet, String> {
     let parsed = PolicySet::from_str(&spec.text).map_err(|e| format!("policies do not parse: {e}"))?;
     let shadow: HashSet<&str> = spec.shadow_ids.iter().map(String::as_str).collect();
     let mut out = PolicySet::new();
@@ -121,12 +146,6 @@ fn build_set(spec: &SetSpec, scope: Option<&str>) -> Result<PolicySet, String> {
             p.new_id(id)
         };
         out.add(policy).map_err(|e| format!("policy {label}: {e}"))?;
-    }
-    if let Some(scope) = scope {
-        let text = format!("@id(\"scope\")\nforbid (principal, action, resource) unless {{ {scope} }};");
-        let p = Policy::parse(Some(PolicyId::new("scope")), text)
-            .map_err(|e| format!("the scope does not parse as a Cedar condition: {e}"))?;
-        out.add(p).map_err(|e| format!("scope: {e}"))?;
     }
     Ok(out)
 }
@@ -250,14 +269,14 @@ async fn run_env(
     }
 }
 
-async fn run_check(c: &mut Compiler, schema: &Schema, check: &Check) -> Outcome {
+async fn run_check(c: &mut Compiler, schema: &Schema, check: &Check, cache: &mut SetCache) -> Outcome {
     let scope = check.scope.as_deref();
-    let set = match build_set(&check.set, scope) {
+    let set = match build_set(&check.set, scope, cache) {
         Ok(s) => s,
         Err(e) => return Outcome::Error(e),
     };
     let other = match &check.other {
-        Some(o) => match build_set(o, scope) {
+        Some(o) => match build_set(o, scope, cache) {
             Ok(s) => Some(s),
             Err(e) => return Outcome::Error(format!("the other set: {e}")),
         },
@@ -340,8 +359,9 @@ async fn main() {
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
+    let mut cache = SetCache::new();
     for check in &job.checks {
-        let outcome = run_check(&mut compiler, &schema, check).await;
+        let outcome = run_check(&mut compiler, &schema, check, &mut cache).await;
         emit(&mut out, &check.name, &outcome);
         if let Outcome::Unknown(_) = outcome {
             // a solver that timed out or failed may be mid-answer: the next check gets a fresh one
