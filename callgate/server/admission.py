@@ -56,8 +56,8 @@ HEADROOM = 0.5
 measured on 2026-12-05, the ``1/limit`` step alone kept the limit at 16-20 through a 1,000/s open
 loop whose calls took 1-6 ms against the 50 ms target, and refused the bursts above it."""
 TAKEN_TTL_S = 0.5
-"""How long a call taken from gRPC core counts against the intake before the admission decides on
-it (:meth:`Admission.taken`); one cancelled before its handler ran is forgotten then."""
+"""How long a call taken from gRPC core counts against the intake before the interceptor sees it
+(:meth:`Admission.taken`); one cancelled before its handler started is forgotten then."""
 SMOOTHING = 0.2
 """Weight of the newest sample in the moving average of latency."""
 MIN_RETRY_MS = 5
@@ -125,7 +125,7 @@ class Admission:
         self._seconds = [0] * (len(SECONDS_BUCKETS) + 1)
         self._seconds_sum = 0.0
         self._taken: deque[float] = deque()
-        """When each call taken from gRPC core and not decided on yet was taken (:meth:`taken`)."""
+        """When each call taken from gRPC core and not seen by the interceptor yet was taken (:meth:`taken`)."""
         self._intake: asyncio.Event | None = None
         """Set when :meth:`intake_open` may have become true (:meth:`wait_intake`)."""
 
@@ -146,15 +146,17 @@ class Admission:
         return time_remaining <= 0 or (self._in_flight > 0 and time_remaining < self._expected)
 
     def taken(self) -> None:
-        """The server took a call from gRPC core that the admission has not decided on yet
-        (``server/intake.py``): it counts against the intake until :meth:`admit` or
-        :meth:`refuse_early` decides on a call, or for :data:`TAKEN_TTL_S` at most (a call
-        cancelled before its handler ran is never decided on)."""
+        """The server took a ``callgate.v1`` call from gRPC core (``server/intake.py``): it
+        counts against the intake until the interceptor sees it (:meth:`seen`), or for
+        :data:`TAKEN_TTL_S` at most (a call cancelled before its handler started is never seen).
+        Between the interceptor and :meth:`admit` (the request's receipt) a call counts nowhere:
+        one more can be taken meanwhile and is refused ``overloaded`` if the limit is full then
+        (counting it until :meth:`admit` leaked: under a flood many calls taken never reach it)."""
         self._taken.append(self._timer())
 
     def intake_open(self) -> bool:
         """Whether the server should take another ``callgate.v1`` call from gRPC core now: the
-        calls in flight and those taken but not decided on yet leave a slot free."""
+        calls in flight and those taken but not seen yet leave a slot free."""
         taken = self._taken
         if taken:
             expired = self._timer() - TAKEN_TTL_S
@@ -163,7 +165,7 @@ class Admission:
         return self._in_flight + len(taken) < int(self._limit)
 
     async def wait_intake(self) -> None:
-        """Return once :meth:`intake_open` (woken when a call ends or is decided on), or after
+        """Return once :meth:`intake_open` (woken when a call ends or a taken one is seen), or after
         the latency target at most: when nothing ended for that long the calls in flight are
         stalled (a held lock, a slow store), the calls waiting in gRPC core would not be served
         in time anyway, and one is let in to be refused ``overloaded`` with the retry hint, as
@@ -183,8 +185,9 @@ class Admission:
             except TimeoutError:
                 pass
 
-    def _decided(self) -> None:
-        """A call was admitted or refused: it no longer counts as taken."""
+    def seen(self) -> None:
+        """A call taken from gRPC core reached the interceptor (:meth:`taken`): it no longer
+        counts against the intake; :meth:`admit` or the early refusal decides on it next."""
         if self._taken:
             self._taken.popleft()
             if self._intake is not None and self.intake_open():
@@ -193,7 +196,6 @@ class Admission:
     def refuse_early(self, time_remaining: float | None) -> CallgateError:
         """The refusal of a call that found the limit :meth:`full` before its handler ran, by
         the same rules and counts as :meth:`admit` (the deadline rule first)."""
-        self._decided()
         if self._too_short(time_remaining):
             self._refused_deadline += 1
             return deadline_too_short(self.retry_after_ms())
@@ -204,7 +206,6 @@ class Admission:
         """Admit a call or raise its refusal (:func:`~callgate.base.errors.deadline_too_short`,
         :func:`~callgate.base.errors.overloaded`). ``time_remaining``: seconds left of the call's
         gRPC deadline (``None``: none). Returns the start time to hand to :meth:`release`."""
-        self._decided()
         if self._too_short(time_remaining):
             self._refused_deadline += 1
             raise deadline_too_short(self.retry_after_ms())
