@@ -31,6 +31,10 @@ A call that finds the limit full is refused before anything is done for it: the 
 asks :meth:`Admission.full` when gRPC hands it the call, before the request is decoded and
 before a handler runs, and answers with a status built once per retry hint (``overloaded``
 costs a fraction of a served call, not about as much: issue 34 item 7, docs/BENCHMARKS.md).
+Before that, the server itself asks :meth:`Admission.intake_open` before it takes the next
+``callgate.v1`` call from gRPC core (``server/intake.py``): while the limit is full the excess
+waits in gRPC core or is dropped there, and only what slips through (a call taken while the
+limit filled, one let in after a stall of a latency target) reaches the early refusal.
 Nothing is recorded for a refused call: it never reached the gate. The queue in front of Python
 (calls gRPC core accepted that the event loop has not picked up yet) is bounded separately by
 ``server.max_pending_rpcs`` (``server/app.py``); beyond it gRPC core drops the call before any
