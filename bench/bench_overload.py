@@ -24,7 +24,10 @@ against unloaded, the recovery time of the calm caller's p99 (the end of the fir
 after which every window is within 2x the unloaded p99), refusals by where they happened (in
 Python by the admission; in gRPC core, seen by the client as ``CANCELLED``), and where the CPU
 went: sidecar CPU per admitted call (capacity run) and per refusal (the rest of its CPU in the
-phase over the refusals), the generators' CPU and the rest of the box (other processes). At the
+phase over the refusals), the share of the sidecar's CPU that went into answered calls (answers
+x the capacity run's CPU per answer / the sidecar's CPU: goodput against what the sidecar got,
+whatever the generators and the rest of the box took), the generators' CPU and the rest of the
+box (other processes). At the
 end, the sidecar's event loop is stalled for 3 s (``bench/_stall_serve.py``, SIGUSR1) under an
 open loop at 2x: every call beyond the pending bound is then dropped by gRPC core alone, and the
 sidecar's CPU over the stall over those drops is the CPU of one drop (a refusal in Python costs
@@ -301,6 +304,10 @@ class Bench:
         rest_cpu = cpu_load - admitted_cpu * delta(m0, m1, "callgate_admission_seconds_count")
         gen_cpu = load.cpu_s + calm_go.cpu_s * s / (s + tail) + (time.process_time() - self_cpu0)
         goodput = r["throughput_rps"] / max(1e-9, capacity)
+        # the sidecar's CPU that went into answered calls (at the capacity run's CPU per answer):
+        # goodput against what the sidecar got, whatever the generators and the box took
+        answered = r["n"] + calm_go.result["n"] * s / (s + tail)
+        useful = answered * admitted_cpu / max(1e-9, cpu_load)
         p99_acc = admitted_p99_ms(m0, m1)
         late = delta(m0, m2, "callgate_admission_late_answers_total")
         rec = recovery_s(trace, s, s + tail, unloaded["p99_ms"])
@@ -313,7 +320,7 @@ class Bench:
             rss_ratio=rss_ratio, recovery_s=rec, refused_in_python=in_python, refused_in_core=in_core,
             refused_total=refused, calm=calm_go.result, generator_late_sends=r["late"],
             sidecar_cpu_s=cpu_load, sidecar_cpu_per_refusal_us=rest_cpu / max(1, refused) * 1e6,
-            generator_cpu_s=gen_cpu, box_busy_s=box_load, wall_s=wall_load,
+            generator_cpu_s=gen_cpu, box_busy_s=box_load, wall_s=wall_load, sidecar_cpu_on_answers=useful,
         )  # fmt: skip
         target_ms = 4 * a.target_ms
         print(
@@ -325,7 +332,8 @@ class Bench:
             f"unloaded (<= 1.5); recovery {rec:.2f} s (<= 2)\n"
             f"  refusals {refused} = {in_python:.0f} in Python (admission) + {in_core} in gRPC core (CANCELLED)"
             f" + {refused - in_python - in_core:.0f} other {codes}; CPU per refusal {out['sidecar_cpu_per_refusal_us']:.0f} us"
-            f" (admitted {admitted_cpu * 1e6:.0f} us); cores over {wall_load:.1f} s: sidecar {cpu_load / wall_load:.2f},"
+            f" (admitted {admitted_cpu * 1e6:.0f} us); sidecar CPU on answered calls {useful:.0%};"
+            f" cores over {wall_load:.1f} s: sidecar {cpu_load / wall_load:.2f},"
             f" generators {gen_cpu / wall_load:.2f}, rest of box {(box_load - cpu_load - gen_cpu) / wall_load:.2f}"
             f" of {os.cpu_count()}; generator late sends {r['late']}; load average {loadavg()}",
             flush=True,

@@ -44,9 +44,12 @@ class ServerConfig:
     """Serve gRPC server reflection on every listener."""
     max_concurrent_rpcs: int = 128
     """Per listener: the most ``callgate.v1`` calls handled at once, the ceiling of the adaptive
-    limit below. A call beyond the limit is refused at once with gRPC ``RESOURCE_EXHAUSTED``
-    (code ``overloaded``, with a retry hint) instead of waiting in a queue. Health and reflection
-    are never counted nor refused. ``0`` = no ceiling (the adaptive limit still applies)."""
+    limit below. While the limit is full the listener takes no further call from gRPC core:
+    calls beyond it wait in core's queue (``max_pending_rpcs``) and are taken as calls end, or
+    dropped there (``CANCELLED``); when nothing ends for ``admission_target_ms`` one is taken
+    and refused with gRPC ``RESOURCE_EXHAUSTED`` (code ``overloaded``, with a retry hint).
+    Health and reflection are never counted nor held. ``0`` = no ceiling (the adaptive limit
+    still applies)."""
     admission_target_ms: int = 50
     """Per listener: latency target of an admitted call, in milliseconds (time in the handler).
     The concurrency limit shrinks by 10% when calls take longer and grows by about one per

@@ -77,6 +77,10 @@ itself, not from the sidecar's Python, and carry no `ErrorInfo` and no `RetryInf
   capacity most refusals are these; each costs the sidecar about 60 µs of CPU, against about
   350 µs for an `overloaded` refusal in Python (docs/BENCHMARKS.md, "Issue 34 item 7: where
   goodput goes").
+  While the admission's limit is full the event loop takes no call from this queue
+  (`callgate/server/intake.py`), so a call beyond the limit waits here and is served in turn,
+  is dropped (`CANCELLED`), ends at its own deadline (`DEADLINE_EXCEEDED` at the caller, nothing
+  recorded), or, when nothing in flight ends for a latency target, is refused `overloaded`.
 - **`server.max_streams_per_connection`** (off by default; HTTP/2 `MAX_CONCURRENT_STREAMS`): a
   client at the limit holds further calls itself. grpcio clients wait (the call ends at its
   deadline with `DEADLINE_EXCEEDED` if no stream frees); grpc-go clients in

@@ -20,7 +20,9 @@ measured latency stays near the target, and refuses the rest at once instead of 
   refused: ``deadline_too_short`` (gRPC ``DEADLINE_EXCEEDED``); serving it would waste the work
   on an answer nobody reads. With nothing in flight the estimate may be stale (one slow call long
   ago) and the call is served, so short-deadline callers can never be locked out by an estimate
-  that only admitted calls could correct.
+  that only admitted calls could correct; a call whose deadline has already passed (it waited
+  in gRPC core or the event loop's queue) is refused the same way whatever is in flight, before
+  its handler runs: nothing is recorded for it.
 * **retry hint.** Both refusals carry the expected service time, rounded up to a millisecond and
   clamped to ``[MIN_RETRY_MS, MAX_RETRY_MS]``: as ``google.rpc.RetryInfo``, as
   ``grpc-retry-pushback-ms`` trailing metadata and as ``ErrorInfo.metadata.retry_after_ms``.
@@ -29,6 +31,10 @@ A call that finds the limit full is refused before anything is done for it: the 
 asks :meth:`Admission.full` when gRPC hands it the call, before the request is decoded and
 before a handler runs, and answers with a status built once per retry hint (``overloaded``
 costs a fraction of a served call, not about as much: issue 34 item 7, docs/BENCHMARKS.md).
+Before that, the server itself asks :meth:`Admission.intake_open` before it takes the next
+``callgate.v1`` call from gRPC core (``server/intake.py``): while the limit is full the excess
+waits in gRPC core or is dropped there, and only what slips through (a call taken while the
+limit filled, one let in after a stall of a latency target) reaches the early refusal.
 Nothing is recorded for a refused call: it never reached the gate. The queue in front of Python
 (calls gRPC core accepted that the event loop has not picked up yet) is bounded separately by
 ``server.max_pending_rpcs`` (``server/app.py``); beyond it gRPC core drops the call before any
@@ -37,9 +43,11 @@ Python runs, and the caller sees ``CANCELLED`` without a hint.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,6 +59,9 @@ HEADROOM = 0.5
 """A call faster than this fraction of the target grows an in-use limit by one (not ``1/limit``):
 measured on 2026-12-05, the ``1/limit`` step alone kept the limit at 16-20 through a 1,000/s open
 loop whose calls took 1-6 ms against the 50 ms target, and refused the bursts above it."""
+TAKEN_TTL_S = 0.5
+"""How long a call taken from gRPC core counts against the intake before the interceptor sees it
+(:meth:`Admission.taken`); one cancelled before its handler started is forgotten then."""
 SMOOTHING = 0.2
 """Weight of the newest sample in the moving average of latency."""
 MIN_RETRY_MS = 5
@@ -117,6 +128,10 @@ class Admission:
         self._answered_late = 0
         self._seconds = [0] * (len(SECONDS_BUCKETS) + 1)
         self._seconds_sum = 0.0
+        self._taken: deque[float] = deque()
+        """When each call taken from gRPC core and not seen by the interceptor yet was taken (:meth:`taken`)."""
+        self._intake: asyncio.Event | None = None
+        """Set when :meth:`intake_open` may have become true (:meth:`wait_intake`)."""
 
     def retry_after_ms(self) -> int:
         """The retry hint: the expected service time, in milliseconds, clamped."""
@@ -127,10 +142,65 @@ class Admission:
         its deadline rule): the interceptor asks before a handler or the request's decoding."""
         return self._in_flight >= int(self._limit)
 
+    def _too_short(self, time_remaining: float | None) -> bool:
+        """The deadline rule: a deadline already past (nothing in flight or not: nobody reads
+        the answer), or, while calls are in flight, shorter than the expected service time."""
+        if time_remaining is None:
+            return False
+        return time_remaining <= 0 or (self._in_flight > 0 and time_remaining < self._expected)
+
+    def taken(self) -> None:
+        """The server took a ``callgate.v1`` call from gRPC core (``server/intake.py``): it
+        counts against the intake until the interceptor sees it (:meth:`seen`), or for
+        :data:`TAKEN_TTL_S` at most (a call cancelled before its handler started is never seen).
+        Between the interceptor and :meth:`admit` (the request's receipt) a call counts nowhere:
+        one more can be taken meanwhile and is refused ``overloaded`` if the limit is full then
+        (counting it until :meth:`admit` leaked: under a flood many calls taken never reach it)."""
+        self._taken.append(self._timer())
+
+    def intake_open(self) -> bool:
+        """Whether the server should take another ``callgate.v1`` call from gRPC core now: the
+        calls in flight and those taken but not seen yet leave a slot free."""
+        taken = self._taken
+        if taken:
+            expired = self._timer() - TAKEN_TTL_S
+            while taken and taken[0] < expired:
+                taken.popleft()
+        return self._in_flight + len(taken) < int(self._limit)
+
+    async def wait_intake(self) -> None:
+        """Return once :meth:`intake_open` (woken when a call ends or a taken one is seen), or after
+        the latency target at most: when nothing ended for that long the calls in flight are
+        stalled (a held lock, a slow store), the calls waiting in gRPC core would not be served
+        in time anyway, and one is let in to be refused ``overloaded`` with the retry hint, as
+        before the intake waited (at most one per method per target: a trickle, not a flood)."""
+        if self.intake_open():
+            return
+        if self._intake is None:
+            self._intake = asyncio.Event()
+        until = self._timer() + self._s.target_s
+        while not self.intake_open():
+            left = until - self._timer()
+            if left <= 0:
+                return
+            self._intake.clear()
+            try:
+                await asyncio.wait_for(self._intake.wait(), min(left, TAKEN_TTL_S))
+            except TimeoutError:
+                pass
+
+    def seen(self) -> None:
+        """A call taken from gRPC core reached the interceptor (:meth:`taken`): it no longer
+        counts against the intake; :meth:`admit` or the early refusal decides on it next."""
+        if self._taken:
+            self._taken.popleft()
+            if self._intake is not None and self.intake_open():
+                self._intake.set()
+
     def refuse_early(self, time_remaining: float | None) -> CallgateError:
         """The refusal of a call that found the limit :meth:`full` before its handler ran, by
         the same rules and counts as :meth:`admit` (the deadline rule first)."""
-        if self._in_flight and time_remaining is not None and time_remaining < self._expected:
+        if self._too_short(time_remaining):
             self._refused_deadline += 1
             return deadline_too_short(self.retry_after_ms())
         self._refused_overloaded += 1
@@ -140,7 +210,7 @@ class Admission:
         """Admit a call or raise its refusal (:func:`~callgate.base.errors.deadline_too_short`,
         :func:`~callgate.base.errors.overloaded`). ``time_remaining``: seconds left of the call's
         gRPC deadline (``None``: none). Returns the start time to hand to :meth:`release`."""
-        if self._in_flight and time_remaining is not None and time_remaining < self._expected:
+        if self._too_short(time_remaining):
             self._refused_deadline += 1
             raise deadline_too_short(self.retry_after_ms())
         if self._in_flight >= int(self._limit):
@@ -171,6 +241,8 @@ class Admission:
         elif in_use:
             step = 1.0 if took < self._s.target_s * HEADROOM else 1.0 / self._limit
             self._limit = min(self._ceiling, self._limit + step)
+        if self._intake is not None and self.intake_open():
+            self._intake.set()
 
     def state(self) -> AdmissionState:
         """The current limit, calls in flight, expected latency and counters."""

@@ -40,6 +40,7 @@ from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
 from callgate.propose.idempotency import IdempotencyFlow
 from callgate.server.admission import SECONDS_BUCKETS, Admission, AdmissionSettings
+from callgate.server.intake import build_server
 from callgate.server.interceptors import CallgateInterceptor
 from callgate.server.reflect import enable_reflection
 from callgate.server.services import (
@@ -251,7 +252,8 @@ class Sidecar:
             ]
         if sc.max_streams_per_connection:
             options.append(("grpc.max_concurrent_streams", sc.max_streams_per_connection))
-        server = grpc.aio.server(
+        server = build_server(
+            admission,
             options=options,
             # admission off (target 0): gRPC's own fixed limit, counting every call, as before
             maximum_concurrent_rpcs=None if admission is not None else sc.max_concurrent_rpcs or None,

@@ -148,6 +148,8 @@ class CallgateInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         anything else as is."""
         method: str = handler_call_details.method
         admission = self._admission
+        if admission is not None and method.startswith(SERVICE_PREFIX):
+            admission.seen()  # taken from gRPC core by the intake (server/intake.py)
         if admission is not None and admission.full():
             early = self._early.get(method)
             if early is not None:  # a unary callgate.v1 method seen before: refused undecoded
