@@ -120,16 +120,20 @@ def test_an_argument_without_a_policy_type_is_named(
 ) -> None:
     path = write_tool(tmp_path / "tools", "t.x", obj({"id": {"type": "string"}, "x": prop}, ["id"]))
     decl = tool_declaration(path)
-    assert decl.args is None
+    assert decl.args is not None and decl.args.cedar() == "{ id: String }" and decl.error is None
+    assert [(u.name, u.pointer) for u in decl.unseen] == [("x", pointer)]
     assert cedar_schema(
         declared(tmp_path), BASE_CEDAR_SCHEMA + 'action "t.x" in [create];\n'
     )  # declared by hand: fine
-    # a schema that does not declare it, or none: left undeclared, and the tool alone is refused
-    assert "t.x" not in cedar_schema(declared(tmp_path), BASE_CEDAR_SCHEMA)
-    assert "t.x" not in cedar_schema(declared(tmp_path), None)
-    problem = tool_typing(tmp_path, ENGINES.get("cedar").folder).refused[str(path)]
+    # a schema that does not declare it, or none: generated without it; the argument alone is
+    # left out of context.args (the tool serves), with a warning naming it
+    assert 'action "t.x"' in cedar_schema(declared(tmp_path), None)
+    typing = tool_typing(tmp_path, ENGINES.get("cedar").folder)
+    assert not typing.refused and typing.unseen == {str(path): frozenset({"x"})}
+    (problem,) = typing.notes
     assert problem.place == "tool t.x@v1" and problem.warning
     assert problem.message.startswith(pointer + ":") and message in problem.message
+    assert "argument 'x' is left out of context.args of action 't.x'" in problem.message
     line = int(problem.file.rsplit(":", 1)[1])
     last = pointer.rsplit("/", 1)[1]
     assert f'"{last}"' in path.read_text().splitlines()[line - 1]

@@ -356,6 +356,7 @@ def _sample_context(tool: CompiledTool, args: Any) -> dict[str, Any]:
     from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 
     if isinstance(args, dict):
+        args = tool.seen(args)
         try:
             args = time_values(args, tool.times)
         except TimeValueError:
@@ -476,7 +477,7 @@ async def check_snapshot(cfg: Config, snap: PolicySnapshot) -> list[Finding]:
 
     def files_and_declarations() -> tuple[list[Finding], tuple[Engine, bool]]:
         found = inventory(policy_dir, name) + consistency(snap, policy_dir, name) + declared_types(policy_dir)
-        found += [_refusal(problem) for problem in snap.refused]
+        found += [_refusal(problem) for problem in (*snap.refused, *snap.unseen)]
         return found, shape_engine(cfg, snap)
 
     # Off the event loop: a reload is checked while the old snapshot serves (issue 15 item 3).
