@@ -355,5 +355,7 @@ def test_check_passes_and_names_a_policy_reading_a_left_out_argument(folder: Pat
     try:
         out = check()
         assert out.startswith("rc=1") and "reads-either" in out and "args.either" in out, out
+        # and why it is unknown: the warning naming the argument left out, with the error
+        assert "argument 'either' is left out of context.args of action 'mcp.shapes.pick'" in out, out
     finally:
         policies.write_text(CEDAR)

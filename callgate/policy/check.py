@@ -461,6 +461,20 @@ def declared_types(policy_dir: Path) -> list[Finding]:
     return out
 
 
+def left_out_findings(cfg: Config) -> list[Finding]:
+    """The arguments left out of ``context.args`` (no policy type), as warnings: printed with a
+    load error too, since a policy that reads one is refused by Cedar's validation as an unknown
+    attribute (``args.<name> ... not found``) and this names why."""
+    from callgate.policy.declare import tool_typing
+    from callgate.policy.engines.registry import ENGINES
+
+    try:
+        typing = tool_typing(cfg.path(cfg.policy.dir), ENGINES.get(cfg.policy.engine).folder)
+    except (LoadError, OSError):
+        return []
+    return [_refusal(problem) for problem in typing.notes]
+
+
 def _refusal(problem: Problem) -> Finding:
     """A ToolSpec refused alone (its action has no policy type): a warning, the set loads."""
     file, line = _split_source(problem.file)
