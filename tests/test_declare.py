@@ -307,3 +307,24 @@ def test_new_tool_scaffolds_a_loadable_denying_tool(
     assert main(["new", "tool", "billing.invoice_get", "--dir", str(policies)]) == 2  # twice: refused
     assert "exists" in capfd.readouterr().err
     assert ArgType("Long").cedar() == "Long"
+
+
+def test_an_untyped_argument_a_hand_written_schema_types_is_no_type_error(tmp_path: Path) -> None:
+    """An argument the ToolSpec cannot type (a union of two types) that the hand-written schema
+    declares (required, as String): not reported as missing from the ToolSpec, and not left out
+    of ``context.args`` (the action is not generated); ``callgate check`` warns that the ToolSpec
+    admits values the declared type has no room for."""
+    policies = copy_example(tmp_path)
+    path = policies / "tools" / "calendar.create_event@v1.json"
+    doc = json.loads(path.read_text())
+    for member in ("input_schema", "normalized_schema"):
+        doc[member]["properties"]["title"] = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    path.write_text(json.dumps(doc, indent=2))
+    decl = tool_declaration(path)
+    assert [u.name for u in decl.unseen] == ["title"]
+    problems = check_tools(policies, policy_folders())
+    assert problems and all(p.warning for p in problems), problems
+    assert all("admits values of other types than the String declared" in p.message for p in problems), (
+        problems
+    )
+    assert not tool_typing(policies, ENGINES.get("cedar").folder).unseen
