@@ -42,9 +42,9 @@ def edit(path: Path, old: str, new: str) -> str:
 
 
 def untypable_new_capability(text: str) -> str:
-    """The ToolSpec asks for a new capability and has an argument no policy type fits, so its
-    action cannot be generated (callgate/policy/declare.py) and the hand-written schema lacks it:
-    the half-done edit the consistency check refuses."""
+    """The ToolSpec asks for a new capability and has an argument no policy type fits: its action
+    is generated (callgate/policy/declare.py) without that argument, which is left out of
+    ``context.args``."""
     text = text.replace(
         '"required_capabilities": ["weather.read"]', '"required_capabilities": ["weather.forecast"]'
     )
@@ -160,9 +160,10 @@ def test_every_cedar_file_is_one_set_and_an_unknown_file_is_refused_by_name(tmp_
     assert rc == 1 and f"error: {cedar / 'notes.txt'}: file refused: not read by the cedar engine" in out, out
 
 
-def test_a_capability_no_schema_can_type_refuses_its_tool_alone(tmp_path: Path) -> None:
-    """Issue 27 item 3: the ToolSpec is named with the argument's pointer and not served; the
-    rest of the set is (it used to refuse the whole set)."""
+def test_an_argument_no_schema_can_type_is_left_out_of_its_tool_alone(tmp_path: Path) -> None:
+    """Issue 27 item 3, then the published servers' shapes: the ToolSpec is named with the
+    argument's pointer; the tool serves with only that argument left out of ``context.args`` (it
+    used to refuse the tool, and before that the whole set)."""
     proj = project(tmp_path)
     spec = proj / "policies" / WEATHER
     text = untypable_new_capability(spec.read_text())
@@ -172,8 +173,10 @@ def test_a_capability_no_schema_can_type_refuses_its_tool_alone(tmp_path: Path) 
     line = jsonpositions.locate(text, "/normalized_schema/properties/units/enum")[0]
     assert (
         f"warning: {spec}:{line}: /normalized_schema/properties/units/enum: tool weather.get@v1: "
-        "enum values must be all strings, integers or booleans: the tool is refused and not served"
+        "enum values must be all strings, integers or booleans: argument 'units' is left out of "
+        "context.args of action 'weather.forecast' (the tool is served"
     ) in out, out
+    assert "ok: 3 tools" in out and "weather.get@v1" in out, out
 
 
 def test_check_passes_the_example_policies_on_every_embedded_engine(tmp_path: Path) -> None:

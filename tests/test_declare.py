@@ -120,16 +120,20 @@ def test_an_argument_without_a_policy_type_is_named(
 ) -> None:
     path = write_tool(tmp_path / "tools", "t.x", obj({"id": {"type": "string"}, "x": prop}, ["id"]))
     decl = tool_declaration(path)
-    assert decl.args is None
+    assert decl.args is not None and decl.args.cedar() == "{ id: String }" and decl.error is None
+    assert [(u.name, u.pointer) for u in decl.unseen] == [("x", pointer)]
     assert cedar_schema(
         declared(tmp_path), BASE_CEDAR_SCHEMA + 'action "t.x" in [create];\n'
     )  # declared by hand: fine
-    # a schema that does not declare it, or none: left undeclared, and the tool alone is refused
-    assert "t.x" not in cedar_schema(declared(tmp_path), BASE_CEDAR_SCHEMA)
-    assert "t.x" not in cedar_schema(declared(tmp_path), None)
-    problem = tool_typing(tmp_path, ENGINES.get("cedar").folder).refused[str(path)]
+    # a schema that does not declare it, or none: generated without it; the argument alone is
+    # left out of context.args (the tool serves), with a warning naming it
+    assert 'action "t.x"' in cedar_schema(declared(tmp_path), None)
+    typing = tool_typing(tmp_path, ENGINES.get("cedar").folder)
+    assert not typing.refused and typing.unseen == {str(path): frozenset({"x"})}
+    (problem,) = typing.notes
     assert problem.place == "tool t.x@v1" and problem.warning
     assert problem.message.startswith(pointer + ":") and message in problem.message
+    assert "argument 'x' is left out of context.args of action 't.x'" in problem.message
     line = int(problem.file.rsplit(":", 1)[1])
     last = pointer.rsplit("/", 1)[1]
     assert f'"{last}"' in path.read_text().splitlines()[line - 1]
@@ -303,3 +307,24 @@ def test_new_tool_scaffolds_a_loadable_denying_tool(
     assert main(["new", "tool", "billing.invoice_get", "--dir", str(policies)]) == 2  # twice: refused
     assert "exists" in capfd.readouterr().err
     assert ArgType("Long").cedar() == "Long"
+
+
+def test_an_untyped_argument_a_hand_written_schema_types_is_no_type_error(tmp_path: Path) -> None:
+    """An argument the ToolSpec cannot type (a union of two types) that the hand-written schema
+    declares (required, as String): not reported as missing from the ToolSpec, and not left out
+    of ``context.args`` (the action is not generated); ``callgate check`` warns that the ToolSpec
+    admits values the declared type has no room for."""
+    policies = copy_example(tmp_path)
+    path = policies / "tools" / "calendar.create_event@v1.json"
+    doc = json.loads(path.read_text())
+    for member in ("input_schema", "normalized_schema"):
+        doc[member]["properties"]["title"] = {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+    path.write_text(json.dumps(doc, indent=2))
+    decl = tool_declaration(path)
+    assert [u.name for u in decl.unseen] == ["title"]
+    problems = check_tools(policies, policy_folders())
+    assert problems and all(p.warning for p in problems), problems
+    assert all("admits values of other types than the String declared" in p.message for p in problems), (
+        problems
+    )
+    assert not tool_typing(policies, ENGINES.get("cedar").folder).unseen

@@ -738,6 +738,21 @@ def test_filesystem_through_gateway(client: Client, fs_env: Published) -> None:
     f.done()
 
 
+def test_the_hand_declared_git_actions_are_what_import_generates(git_env: Published) -> None:
+    """This module declares its git actions by hand (GIT_ACTIONS), so it never exercised the
+    generated declarations: ``git_log``'s ``Optional[str] = None`` arguments (Pydantic's nullable
+    ``anyOf``) had no policy type there and the tool was not served without a hand edit. The
+    record each pinned ToolSpec generates must be the one written here
+    (tests/test_mcp_every_tool.py serves every tool from generated actions only)."""
+    from callgate.policy.declare import tool_declaration
+
+    for tool, (_, args) in GIT_ACTIONS.items():
+        decl = tool_declaration(git_env.tools_dir / f"git.{tool}@v1.json")
+        assert decl.error is None and not decl.unseen, (tool, decl.error, decl.unseen)
+        assert decl.args is not None
+        assert decl.args.cedar() == "{ " + ", ".join(sorted(a.strip() for a in args.split(", "))) + " }", tool
+
+
 def test_check_reports_the_changed_pin(git_env: Published) -> None:
     """``callgate mcp check`` names the altered pin and exits non-zero."""
     proc = cli(git_env.base, "mcp", "check", "--config", str(git_env.config))

@@ -1,5 +1,6 @@
-"""Issue 27 item 3, the two gaps left: an argument without a policy type refuses its ToolSpec
-alone (never the set), and an undeclared argument of a hand-written open schema is a validation
+"""Issue 27 item 3, the two gaps left: an argument without a policy type is left out of
+``context.args`` alone (its ToolSpec serves; it used to refuse the ToolSpec, and before that the
+set), and an undeclared argument of a hand-written open schema is a validation
 error naming it (never a policy evaluation error), through the real loader, ``callgate check``
 and a real sidecar (cedarpy and the compiled core)."""
 
@@ -77,21 +78,26 @@ def folder() -> Iterator[Path]:
     yield policy_folder(UNTYPED)
 
 
-def test_a_combinator_argument_refuses_its_tool_not_the_set(folder: Path) -> None:
-    snap = load_snapshot(folder)  # was: LoadError for the whole set
-    assert sorted(t.spec.key for t in snap.tools) == ["notes.add@v1", "notes.deep@v1"]
-    refused = {p.place: p for p in snap.refused}
-    assert sorted(refused) == [f"tool notes.pick_{k}@v1" for k in sorted(UNTYPED)]
+def test_a_combinator_argument_is_left_out_and_its_tool_serves(folder: Path) -> None:
+    snap = load_snapshot(folder)  # was: the tool refused (and before: LoadError for the set)
+    assert not snap.refused
+    picks = [f"notes.pick_{k}@v1" for k in sorted(UNTYPED)]
+    assert sorted(t.spec.key for t in snap.tools) == ["notes.add@v1", "notes.deep@v1", *picks]
+    assert all(snap.tools.get(k.split("@")[0], "v1").unseen == {"choice"} for k in picks)  # type: ignore[union-attr]
+    left = {p.place: p for p in snap.unseen}
+    assert sorted(left) == [f"tool {k}" for k in picks]
     for kind in UNTYPED:
-        problem = refused[f"tool notes.pick_{kind}@v1"]
+        problem = left[f"tool notes.pick_{kind}@v1"]
         path, line = problem.file.rsplit(":", 1)
         assert Path(path).name == f"notes.pick_{kind}@v1.json"
-        assert '"choice"' in Path(path).read_text().splitlines()[int(line) - 1]
-        assert problem.message.startswith("/input_schema/properties/choice: needs exactly one JSON type")
-        assert "refused and not served" in problem.message and problem.warning
+        pointer = problem.message.split(": ", 1)[0]
+        assert pointer.startswith("/input_schema/properties/choice"), problem.message
+        last = pointer.rsplit("/", 1)[1]
+        assert f'"{last}"' in Path(path).read_text().splitlines()[int(line) - 1]
+        assert "argument 'choice' is left out of context.args" in problem.message and problem.warning
 
 
-def test_check_names_the_refused_tool_and_pointer_and_passes(folder: Path) -> None:
+def test_check_names_the_left_out_argument_and_pointer_and_passes(folder: Path) -> None:
     toml = folder.parent / "callgate.toml"
     toml.write_text(f'[policy]\ndir = "{folder}"\n[store]\npath = "{folder.parent}/db"\n')
     r = cli("check", "--config", str(toml), "--offline")
@@ -100,7 +106,19 @@ def test_check_names_the_refused_tool_and_pointer_and_passes(folder: Path) -> No
     for kind in UNTYPED:
         line = next(ln for ln in out.splitlines() if f"notes.pick_{kind}@v1.json" in ln)
         assert line.startswith("warning:") and "/input_schema/properties/choice" in line, line
-        assert f"tool notes.pick_{kind}@v1" in line and "not served" in line, line
+        assert f"tool notes.pick_{kind}@v1" in line and "left out of context.args" in line, line
+    # a policy that reads the left-out argument fails the check, naming it
+    policies = folder / "cedar" / "policies.cedar"
+    policies.write_text(
+        POLICY + '@id("reads-choice") forbid (principal, action == Action::"notes.pick_any_of", resource) '
+        'when { context.args.choice == "x" };\n'
+    )
+    try:
+        r = cli("check", "--config", str(toml), "--offline")
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and "reads-choice" in out and "choice" in out, out
+    finally:
+        policies.write_text(POLICY)
 
 
 def sidecar(folder: Path, core: str) -> Any:
@@ -140,14 +158,20 @@ def test_an_undeclared_argument_is_a_validation_error_naming_it(core: str) -> No
         stop_sidecar(sc, tmp)
 
 
-def test_a_refused_tool_is_not_listed_and_the_others_serve(folder: Path) -> None:
-    sc, tmp = sidecar(folder, "python")
+@pytest.mark.parametrize("core", ["python", "native"])
+def test_a_tool_with_a_left_out_argument_is_listed_and_served(folder: Path, core: str) -> None:
+    sc, tmp = sidecar(folder, core)
     try:
         sid = sc.open_session()
         listed = {t.name for t in sc.list_tools(sid).tools}
-        assert listed == {"notes.add", "notes.deep"}, listed
+        assert listed == {"notes.add", "notes.deep", *(f"notes.pick_{k}" for k in UNTYPED)}, listed
         assert sc.propose(sid, "notes.add@v1", {"id": "n1"}).decision.effect == pb.ALLOW
-        r = sc.propose(sid, "notes.pick_any_of@v1", {"id": "n4", "choice": "a"}, proposal_id="c9")
-        assert r.rejection.code == "unknown_tool_version", r
+        for i, choice in enumerate(["a", 5]):  # either type of the union: the policy decides
+            r = sc.propose(sid, "notes.pick_any_of@v1", {"id": "n4", "choice": choice}, proposal_id=f"c{i}")
+            assert r.decision.effect == pb.ALLOW, r
+        # still validated against its schema: a value of neither type is refused, named
+        r = sc.propose(sid, "notes.pick_any_of@v1", {"id": "n5", "choice": [1]}, proposal_id="c9")
+        assert pb.State.Name(r.state) == "VALIDATION_REJECTED", r
+        assert any("choice" in v.pointer for v in r.rejection.violations), r.rejection
     finally:
         stop_sidecar(sc, tmp)

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from callgate.policy.declare import close_objects
+from callgate.policy.timevalues import non_null
 
 SCALE: Final = 4
 """Fractional digits kept for a ``number`` argument (Cedar ``decimal``'s maximum)."""
@@ -57,8 +58,12 @@ def _esc(name: str) -> str:
 
 def number_fields(schema: Any, pointer: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
     """``(field pointer, schema node)`` of every ``number`` field (``*`` for array items) reached
-    through ``properties`` and ``items``; other combinators are left to the policy typing,
-    which refuses that one tool with its pointer."""
+    through ``properties``, ``items`` and the one branch of a nullable union (``Optional[float]``:
+    :func:`~callgate.policy.timevalues.non_null`; the node is that branch); other combinators are
+    left to the policy typing, which leaves that one argument out of ``context.args``."""
+    if not isinstance(schema, Mapping):
+        return
+    schema = non_null(schema)
     if not isinstance(schema, Mapping):
         return
     kinds = _types(schema)
@@ -92,8 +97,8 @@ def normalized_schema(input_schema: Mapping[str, Any]) -> dict[str, Any]:
     decimal string (what the normalizers make of it; validated again after normalization)."""
     out = copy.deepcopy(dict(input_schema))
     close_objects(out)
-    for field, _ in list(number_fields(out)):
-        node = _node(out, field)
+    for _, node in list(number_fields(out)):
+        assert isinstance(node, dict)
         kinds = ["string" if k == "number" else k for k in _types(node) if k != "integer"]
         keep = {k: v for k, v in node.items() if k in ("description", "title")}
         node.clear()
@@ -101,13 +106,6 @@ def normalized_schema(input_schema: Mapping[str, Any]) -> dict[str, Any]:
         node["type"] = kinds[0] if len(kinds) == 1 else sorted(set(kinds))
         node["pattern"] = r"^-?[0-9]+(\.[0-9]+)?$"
     return out
-
-
-def _node(schema: dict[str, Any], field: str) -> dict[str, Any]:
-    node = schema
-    for seg in field.split("/")[1:]:
-        node = node["items"] if seg == "*" else node["properties"][seg.replace("~1", "/").replace("~0", "~")]
-    return node
 
 
 def upstream_number_fields(doc: Mapping[str, Any]) -> tuple[str, ...]:

@@ -356,6 +356,7 @@ def _sample_context(tool: CompiledTool, args: Any) -> dict[str, Any]:
     from callgate.policy.timevalues import NOW_KEY, TimeValueError, now_instant, time_values
 
     if isinstance(args, dict):
+        args = tool.seen(args)
         try:
             args = time_values(args, tool.times)
         except TimeValueError:
@@ -460,6 +461,20 @@ def declared_types(policy_dir: Path) -> list[Finding]:
     return out
 
 
+def left_out_findings(cfg: Config) -> list[Finding]:
+    """The arguments left out of ``context.args`` (no policy type), as warnings: printed with a
+    load error too, since a policy that reads one is refused by Cedar's validation as an unknown
+    attribute (``args.<name> ... not found``) and this names why."""
+    from callgate.policy.declare import tool_typing
+    from callgate.policy.engines.registry import ENGINES
+
+    try:
+        typing = tool_typing(cfg.path(cfg.policy.dir), ENGINES.get(cfg.policy.engine).folder)
+    except (LoadError, OSError):
+        return []
+    return [_refusal(problem) for problem in typing.notes]
+
+
 def _refusal(problem: Problem) -> Finding:
     """A ToolSpec refused alone (its action has no policy type): a warning, the set loads."""
     file, line = _split_source(problem.file)
@@ -476,7 +491,7 @@ async def check_snapshot(cfg: Config, snap: PolicySnapshot) -> list[Finding]:
 
     def files_and_declarations() -> tuple[list[Finding], tuple[Engine, bool]]:
         found = inventory(policy_dir, name) + consistency(snap, policy_dir, name) + declared_types(policy_dir)
-        found += [_refusal(problem) for problem in snap.refused]
+        found += [_refusal(problem) for problem in (*snap.refused, *snap.unseen)]
         return found, shape_engine(cfg, snap)
 
     # Off the event loop: a reload is checked while the old snapshot serves (issue 15 item 3).

@@ -27,13 +27,15 @@ from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import unquote
 
 import jsonschema
 
 from callgate.arguments.parse import ParseLimits, parse_json_document
+from callgate.base import jsonpointer
 from callgate.base.errors import CallgateError, LoadError, policy_invalid
 from callgate.policy.meters import declared_usage
-from callgate.policy.timevalues import field_kind
+from callgate.policy.timevalues import field_kind, is_null_schema, non_null
 
 if TYPE_CHECKING:
     from callgate.policy.engines.factory import PolicyFolder
@@ -61,6 +63,7 @@ __all__ = [
     "tool_typing",
     "type_diff",
     "ToolTyping",
+    "Unseen",
 ]
 
 PRINCIPALS_FILE: Final = "principals.json"
@@ -145,6 +148,9 @@ class ToolDecl:
     usage: str = ""
     """The Cedar type of ``context.usage`` (its declared meters, :mod:`callgate.policy.meters`);
     empty when the ToolSpec declares none."""
+    unseen: tuple[Unseen, ...] = field(default=(), compare=False)
+    """Top-level arguments with no policy type, left out of :attr:`args` (and of
+    ``context.args`` where the action is generated)."""
 
 
 class _TypeError(Exception):
@@ -154,26 +160,114 @@ class _TypeError(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """A top-level argument with no policy type (a union of two types, a free-form object, a
+    number without a decimal normalizer...): the tool is served, the argument is validated
+    against its schema and bound into the digest, and left out of ``context.args`` of the
+    actions generated for the tool (docs/MCP.md, "Arguments as policies see them")."""
+
+    name: str
+    pointer: str
+    """The schema pointer of the part that has no policy type (in the ToolSpec file)."""
+    why: str
+    source: str
+    """``file:line`` of :attr:`pointer`."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Scope:
+    """What typing one ToolSpec schema reads besides the node: the schema a local ``$ref``
+    resolves in, its pointer in the ToolSpec, the fields a ``decimal`` normalizer makes decimal."""
+
+    root: Any
+    base: str
+    decimals: frozenset[str]
+
+
+_SHAPE_KEYS: Final = ("type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "properties", "items")
+"""Keywords that decide a schema's JSON type (the others only constrain or annotate it)."""
+_UNRESOLVED: Final = object()
+
+
+def _unwrapped(
+    node: Any, schema_ptr: str, scope: _Scope, refs: frozenset[str]
+) -> tuple[Any, str, frozenset[str]]:
+    """``node`` as its type reads: a local ``$ref`` (``#/$defs/Model``: Pydantic's nested models
+    and enums) resolved, a one-schema ``allOf`` wrapper (``{"allOf": [{"$ref": ...}],
+    "default": ...}``) and a nullable union (:func:`~callgate.policy.timevalues.non_null`)
+    unwrapped, repeatedly; with the schema pointer of what is left (for messages)."""
+    while isinstance(node, Mapping):
+        others = [k for k in _SHAPE_KEYS if k in node]
+        if "$ref" in node:
+            ref = node["$ref"]
+            if others != ["$ref"]:
+                raise _TypeError(schema_ptr, "a $ref beside other type keywords has no single policy type")
+            if not isinstance(ref, str) or not ref.startswith("#"):
+                raise _TypeError(
+                    f"{schema_ptr}/$ref", "only a $ref into the same schema (#/$defs/...) has a policy type"
+                )
+            if ref in refs:
+                raise _TypeError(f"{schema_ptr}/$ref", f"a recursive $ref ({ref}) has no policy type")
+            target = _at(scope.root, unquote(ref[1:]))
+            if target is _UNRESOLVED:
+                raise _TypeError(f"{schema_ptr}/$ref", f"{ref} is not in the schema")
+            node, schema_ptr, refs = target, scope.base + unquote(ref[1:]), refs | {ref}
+            continue
+        all_of = node.get("allOf")
+        if others == ["allOf"] and isinstance(all_of, list) and len(all_of) == 1:
+            node, schema_ptr = all_of[0], f"{schema_ptr}/allOf/0"
+            continue
+        inner = non_null(node)
+        if inner is not node:
+            key = "anyOf" if "anyOf" in node else "oneOf"
+            at = next(i for i, b in enumerate(node[key]) if b is inner)
+            node, schema_ptr = inner, f"{schema_ptr}/{key}/{at}"
+            continue
+        break
+    return node, schema_ptr, refs
+
+
+def _at(root: Any, pointer: str) -> Any:
+    node = root
+    try:
+        for token in jsonpointer.split(pointer):
+            node = node[int(token)] if isinstance(node, list) else node[token]
+    except (KeyError, IndexError, TypeError, ValueError):
+        return _UNRESOLVED
+    return node
+
+
 def _arg_type(
-    node: Any, schema_ptr: str, field_ptr: str, decimals: frozenset[str], top: bool = False
+    node: Any,
+    schema_ptr: str,
+    field_ptr: str,
+    scope: _Scope,
+    top: bool = False,
+    refs: frozenset[str] = frozenset(),
 ) -> ArgType:
-    if field_ptr in decimals:
+    if field_ptr in scope.decimals:
         return ArgType("decimal")
     time_kind = field_kind(node) if top else None
     if time_kind is not None:  # a top-level date, date-time or duration (callgate/policy/timevalues.py)
         return ArgType(time_kind.cedar_type)
+    node, schema_ptr, refs = _unwrapped(node, schema_ptr, scope, refs)
     if not isinstance(node, Mapping):
         raise _TypeError(schema_ptr, "not a schema object")
     for key in ("enum", "const"):
         if key in node:
             values = node[key] if key == "enum" else [node[key]]
-            kinds = {_scalar_kind(v) for v in values} if isinstance(values, list) else {None}
+            kinds = {_scalar_kind(v) for v in values if v is not None} if isinstance(values, list) else {None}
             if len(kinds) == 1 and None not in kinds:
                 (kind,) = kinds
                 assert kind is not None
                 return ArgType(kind)
             raise _TypeError(f"{schema_ptr}/{key}", f"{key} values must be all strings, integers or booleans")
     raw = node.get("type")
+    if raw is None:
+        for key in ("anyOf", "oneOf"):
+            if isinstance(node.get(key), list):
+                return _union(node[key], f"{schema_ptr}/{key}", field_ptr, scope, refs)
     types = [raw] if isinstance(raw, str) else list(raw) if isinstance(raw, list) else []
     types = [t for t in types if t != "null"]
     if len(types) != 1:
@@ -199,10 +293,36 @@ def _arg_type(
         items = node.get("items")
         if not isinstance(items, Mapping):
             raise _TypeError(schema_ptr, "an array needs an 'items' schema to have a policy type (Set)")
-        return ArgType("Set", element=_arg_type(items, f"{schema_ptr}/items", f"{field_ptr}/*", decimals))
+        return ArgType(
+            "Set", element=_arg_type(items, f"{schema_ptr}/items", f"{field_ptr}/*", scope, refs=refs)
+        )
     if t == "object":
-        return _record(node, schema_ptr, field_ptr, decimals)
+        if "properties" not in node and node.get("additionalProperties", True) is not False:
+            raise _TypeError(
+                schema_ptr,
+                "an object with no declared properties (a free-form map) has no policy type (a record)",
+            )
+        return _record(node, schema_ptr, field_ptr, scope, refs)
     raise _TypeError(f"{schema_ptr}/type", f"type {t!r} has no policy type")
+
+
+def _union(
+    branches: list[Any], schema_ptr: str, field_ptr: str, scope: _Scope, refs: frozenset[str]
+) -> ArgType:
+    """An ``anyOf`` / ``oneOf`` of several non-null schemas: typed only when every branch has the
+    same policy type (zod's unions of string formats); a union of two types has none."""
+    found = [
+        _arg_type(b, f"{schema_ptr}/{i}", field_ptr, scope, refs=refs)
+        for i, b in enumerate(branches)
+        if not is_null_schema(b)
+    ]
+    if found and all(t == found[0] for t in found):
+        return found[0]
+    kinds = ", ".join(sorted({t.cedar() for t in found}))
+    raise _TypeError(
+        schema_ptr,
+        f"a union of {len(found)} schemas of different policy types ({kinds}) has no single policy type",
+    )
 
 
 def _scalar_kind(v: Any) -> str | None:
@@ -215,27 +335,39 @@ def _scalar_kind(v: Any) -> str | None:
     return None
 
 
-def _record(node: Mapping[str, Any], schema_ptr: str, field_ptr: str, decimals: frozenset[str]) -> ArgType:
+def _record(
+    node: Mapping[str, Any],
+    schema_ptr: str,
+    field_ptr: str,
+    scope: _Scope,
+    refs: frozenset[str] = frozenset(),
+    unseen: list[tuple[str, _TypeError]] | None = None,
+) -> ArgType:
+    """The record of ``node``'s properties. With ``unseen`` (the top level), a property with no
+    policy type is left out of the record and listed there instead of refusing the record."""
     props = node.get("properties", {})
     if not isinstance(props, Mapping):
         raise _TypeError(f"{schema_ptr}/properties", "must be an object")
     required = node.get("required", [])
     required = set(required) if isinstance(required, list) else set()
-    fields = tuple(
-        (
-            name,
-            _arg_type(
+    fields = []
+    for name, sub in sorted(props.items()):
+        try:
+            t = _arg_type(
                 sub,
                 f"{schema_ptr}/properties/{_esc(name)}",
                 f"{field_ptr}/{_esc(name)}",
-                decimals,
+                scope,
                 not field_ptr,
-            ),
-            name in required,
-        )
-        for name, sub in sorted(props.items())
-    )
-    return ArgType("Record", fields=fields)
+                refs,
+            )
+        except _TypeError as exc:
+            if unseen is None:
+                raise
+            unseen.append((name, exc))
+            continue
+        fields.append((name, t, name in required))
+    return ArgType("Record", fields=tuple(fields))
 
 
 def _esc(name: str) -> str:
@@ -272,10 +404,15 @@ def tool_declaration(path: Path) -> ToolDecl:
     )
     args: ArgType | None = None
     error: LoadError | None = None
+    left_out: list[tuple[str, _TypeError]] = []
+    root = doc.get(member, {})
     try:
-        args = _record(doc.get(member, {}), f"/{member}", "", decimals)
+        args = _record(root, f"/{member}", "", _Scope(root, f"/{member}", decimals), unseen=left_out)
     except _TypeError as exc:
         error = policy_invalid(f"{exc.pointer}: {exc.message}", source=f"{path}:{_line(text, exc.pointer)}")
+    unseen = tuple(
+        Unseen(name, exc.pointer, exc.message, f"{path}:{_line(text, exc.pointer)}") for name, exc in left_out
+    )
     caps = doc.get("required_capabilities", [])
     return ToolDecl(
         usage=declared_usage(doc, str(path)),
@@ -286,6 +423,7 @@ def tool_declaration(path: Path) -> ToolDecl:
         group=GROUP_OF_CLASS.get(str(doc.get("side_effect_class")), "read"),
         args=args,
         error=error,
+        unseen=unseen if error is None else (),
     )
 
 
@@ -468,6 +606,8 @@ def close_objects(node: Any, *, deep: bool = True) -> None:
     naming it, before any policy, not an evaluation error."""
     if not isinstance(node, dict):
         return
+    if deep and non_null(node) is not node:  # the one branch of a nullable union
+        close_objects(non_null(node))
     props = node.get("properties")
     if isinstance(props, dict):
         node.setdefault("additionalProperties", False)
@@ -483,11 +623,18 @@ class ToolTyping:
     """How the engine's schema types each ToolSpec (keyed by ToolSpec file)."""
 
     refused: Mapping[str, Problem]
-    """ToolSpecs not served: a capability they require has no action (an argument with no policy
-    type, and no hand-written declaration). Refused alone: the rest of the set serves."""
+    """ToolSpecs not served: a capability they require has no action (the ToolSpec's schema is
+    not an object of properties, and no hand-written declaration). Refused alone: the rest of the
+    set serves."""
     own_record: frozenset[str]
     """ToolSpecs whose every action is generated from their own arguments (so an argument their
     schema does not declare can never conform: :func:`close_objects`)."""
+    unseen: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """ToolSpec file -> the top-level arguments left out of ``context.args`` (no policy type,
+    :class:`Unseen`) because an action of the tool is generated: still validated and bound into
+    the digest, never seen by a policy."""
+    notes: tuple[Problem, ...] = ()
+    """One warning per argument in :attr:`unseen`, naming ``file:line`` and the pointer."""
 
 
 def tool_typing(policy_dir: Path, folder: PolicyFolder) -> ToolTyping:
@@ -501,8 +648,14 @@ def tool_typing(policy_dir: Path, folder: PolicyFolder) -> ToolTyping:
     generated = actions_of(decls, hand, strict=False)
     refused: dict[str, Problem] = {}
     own: set[str] = set()
+    unseen: dict[str, frozenset[str]] = {}
+    notes: list[Problem] = []
     for d in decls:
         caps = [c for c in d.capabilities if c not in GROUPS]
+        mine = [c for c in caps if c in generated]
+        if d.unseen and mine:  # the generated record has no room for them: left out for every action
+            unseen[d.source] = frozenset(u.name for u in d.unseen)
+            notes.extend(_unseen_problem(d, u, mine[0]) for u in d.unseen)
         missing = [c for c in caps if c not in hand and c not in generated]
         if missing:
             why = d.error.message if d.error is not None else f"capability {missing[0]!r} has no action"
@@ -516,14 +669,29 @@ def tool_typing(policy_dir: Path, folder: PolicyFolder) -> ToolTyping:
             )
         elif caps and all(c in generated and generated[c].args == d.args for c in caps):
             own.add(d.source)
-    return ToolTyping(refused, frozenset(own))
+    return ToolTyping(refused, frozenset(own), unseen, tuple(notes))
+
+
+def _unseen_problem(d: ToolDecl, u: Unseen, cap: str) -> Problem:
+    return Problem(
+        u.source,
+        f"tool {d.key}",
+        f"{u.pointer}: {u.why}: argument '{u.name}' is left out of context.args of action '{cap}' "
+        "(the tool is served; the argument is still validated against its schema and bound into "
+        "the digest; a policy that reads it fails callgate check); declare the action by hand to "
+        'type it (docs/MCP.md, "Arguments as policies see them")',
+        warning=True,
+    )
 
 
 # -- callgate check: ToolSpec argument types against the hand-written schemas -------------------
 
 
-def type_diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
-    """Where ``have`` (the engine's schema) differs from ``want`` (the ToolSpec), by path."""
+def type_diff(prefix: str, want: ArgType, have: ArgType, skip: Container[str] = ()) -> list[str]:
+    """Where ``have`` (the engine's schema) differs from ``want`` (the ToolSpec), by path;
+    ``skip``: top-level arguments the ToolSpec cannot type (:attr:`ToolDecl.unseen`), which a
+    hand-written schema types as it likes (``callgate check`` warns where the ToolSpec admits
+    values it has no room for: :func:`admits_more`)."""
     if want.kind != have.kind and not (want.kind in TIME_TYPES and have.kind == "String"):
         # a hand-written String keeps a time argument a string (the legacy form)
         return [f"{prefix}: the ToolSpec makes it {want.cedar()}, the schema {have.cedar()}"]
@@ -536,6 +704,8 @@ def type_diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
     w = {n: (t, r) for n, t, r in want.fields}
     h = {n: (t, r) for n, t, r in have.fields}
     for name in sorted(w.keys() | h.keys()):
+        if not prefix and name in skip:
+            continue
         path = f"{prefix}.{name}" if prefix else name
         if name not in h:
             out.append(
@@ -554,7 +724,9 @@ def type_diff(prefix: str, want: ArgType, have: ArgType) -> list[str]:
     return out
 
 
-def _open_places(node: Any, have: ArgType, ptr: str) -> list[tuple[str, str]]:
+def _open_places(
+    node: Any, have: ArgType, ptr: str, root: Any = None, base: str = ""
+) -> list[tuple[str, str]]:
     """Where a ToolSpec schema ``node`` admits arguments the record ``have`` cannot hold: an
     object not closed (``additionalProperties`` other than false), a property with no single
     policy type where the record types it; (schema pointer, what)."""
@@ -572,17 +744,17 @@ def _open_places(node: Any, have: ArgType, ptr: str) -> list[tuple[str, str]]:
                 continue  # the type diff below names it
             sub_ptr = f"{ptr}/properties/{_esc(name)}"
             if t.kind in ("Record", "Set"):
-                out.extend(_open_places(sub, t, sub_ptr))
+                out.extend(_open_places(sub, t, sub_ptr, root, base))
                 continue
             try:
-                _arg_type(sub, sub_ptr, sub_ptr, frozenset())
+                _arg_type(sub, sub_ptr, sub_ptr, _Scope(root, base, frozenset()))
             except _TypeError:
                 if t.kind not in TIME_TYPES and t.kind != "decimal":
                     out.append(
                         (sub_ptr, f"admits values of other types than the {t.cedar()} declared for it")
                     )
     elif have.kind == "Set" and have.element is not None:
-        out.extend(_open_places(node.get("items"), have.element, f"{ptr}/items"))
+        out.extend(_open_places(node.get("items"), have.element, f"{ptr}/items", root, base))
     return out
 
 
@@ -606,7 +778,7 @@ def admits_more(d: ToolDecl, cap: str, schema_path: Path, have: ArgType, text: s
             "(additionalProperties: false, one type) or declare them in the action's context.args",
             warning=True,
         )
-        for ptr, what in _open_places(doc.get(member), have, f"/{member}")
+        for ptr, what in _open_places(doc.get(member), have, f"/{member}", doc.get(member), f"/{member}")
     ]
 
 

@@ -378,7 +378,7 @@ def _policy_values(cases: list[RequestCase], tools_dir: Path | None) -> list[Req
         if text is not None:  # free text that hides characters, as Propose computes it
             ctx[TEXT_KEY] = text
         if tool is not None and isinstance(args, dict):
-            values = as_policy_values(args, tool.normalizers)
+            values = as_policy_values(tool.seen(args), tool.normalizers)
             try:
                 values = time_values(values, tool.times)
             except TimeValueError:

@@ -135,6 +135,9 @@ class PolicySnapshot:
     refused: tuple[Problem, ...] = ()
     """ToolSpecs refused alone (not in ``tools``): their action has no policy type
     (:func:`callgate.policy.declare.tool_typing`); ``callgate check`` names each."""
+    unseen: tuple[Problem, ...] = ()
+    """Arguments left out of ``context.args`` (no policy type; the tool serves):
+    ``callgate check`` warns of each."""
     memo: SnapshotMemo = field(default_factory=SnapshotMemo, init=False, compare=False, repr=False)
     """Per-request values of this snapshot, built once (:class:`SnapshotMemo`)."""
 
@@ -184,7 +187,11 @@ def load_snapshot(
         h.update(f"{t.spec.key}={t.spec.spec_digest}\n".encode())
     h.update(f"{engine.name}={engine.revision}\n".encode())
     return PolicySnapshot(
-        tools=tools, engine=engine, revision="sha256:" + h.hexdigest(), refused=tuple(typing.refused.values())
+        tools=tools,
+        engine=engine,
+        revision="sha256:" + h.hexdigest(),
+        refused=tuple(typing.refused.values()),
+        unseen=typing.notes,
     )
 
 
@@ -209,7 +216,12 @@ def _typed(tools: ToolRegistry, typing: ToolTyping, *, deep: bool) -> ToolRegist
                         closed, source=t.spec.source, dialect=t.spec.schema_dialect
                     ),
                 )
+        unseen = typing.unseen.get(t.spec.source)
+        if unseen:
+            t = replace(t, unseen=unseen)
         kept[t.spec.key] = t
+    for problem in typing.notes:
+        log.warning("%s", problem)
     return ToolRegistry(kept)
 
 

@@ -41,7 +41,9 @@ __all__ = [
     "TimeValueError",
     "cedar_time_context",
     "instant_of",
+    "is_null_schema",
     "millis_of",
+    "non_null",
     "now_instant",
     "time_fields",
     "time_values",
@@ -190,7 +192,8 @@ def now_instant(reference_clock: str, reference_time: datetime | None = None) ->
 
 def time_fields(schema: Any) -> tuple[TimeField, ...]:
     """The top-level properties of ``schema`` that are time values: one JSON type, ``string``
-    (``null`` aside), with ``format`` ``date``, ``date-time`` or ``duration``."""
+    (``null`` aside, also as a nullable ``anyOf``: :func:`non_null`), with ``format`` ``date``,
+    ``date-time`` or ``duration``."""
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(props, Mapping):
         return ()
@@ -202,8 +205,48 @@ def time_fields(schema: Any) -> tuple[TimeField, ...]:
     return tuple(out)
 
 
+_TYPE_KEYS: Final = ("type", "enum", "const")
+
+
+def is_null_schema(node: Any) -> bool:
+    """``{"type": "null"}`` (annotations such as ``title`` aside): the ``None`` of a Pydantic
+    ``Optional[X]`` / zod ``.nullable()``."""
+    if not isinstance(node, Mapping):
+        return False
+    raw = node.get("type")
+    return (raw == "null" or raw == ["null"]) and not any(
+        k in node for k in ("enum", "const", "anyOf", "oneOf", "allOf", "$ref")
+    )
+
+
+def non_null(node: Any) -> Any:
+    """The one non-null branch of a nullable union, else ``node`` itself: a schema with no
+    ``type``, ``enum`` or ``const`` of its own whose ``anyOf`` (or ``oneOf``) is exactly one
+    schema plus ``{"type": "null"}``, in any order (``Optional[X] = None`` as Pydantic writes it:
+    ``{"anyOf": [X, {"type": "null"}], "default": null}``) is typed as that schema, made
+    optional-nullable, like ``"type": [X, "null"]`` (docs/MCP.md, "Arguments as policies see
+    them"). The branch object itself is returned (not a copy): callers that rewrite it (the
+    decimal fields of :mod:`callgate.mcp.argtypes`) rewrite the schema."""
+    if not isinstance(node, Mapping) or any(k in node for k in _TYPE_KEYS):
+        return node
+    for key in ("anyOf", "oneOf"):
+        branches = node.get(key)
+        if key in node and isinstance(branches, list):
+            rest = [b for b in branches if not is_null_schema(b)]
+            if len(rest) == 1:
+                return rest[0]
+            return node
+    return node
+
+
 def field_kind(node: Any) -> TimeKind | None:
-    """The :class:`TimeKind` of one property schema, or None."""
+    """The :class:`TimeKind` of one property schema (the branch of a nullable union:
+    :func:`non_null`), or None."""
+    inner = non_null(node)
+    if inner is not node and isinstance(inner, Mapping) and isinstance(node, Mapping):
+        if "format" in node and "format" not in inner:  # a format beside the union applies to it
+            inner = {**inner, "format": node["format"]}
+        node = inner
     if not isinstance(node, Mapping) or "enum" in node or "const" in node:
         return None
     raw = node.get("type")

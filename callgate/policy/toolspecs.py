@@ -165,6 +165,15 @@ class CompiledTool:
     labels: tuple[str, ...] = ()
     """``result_labels``: what every result of the tool carries into its session."""
     """Declared meters (``context.usage``, issue 30: :mod:`callgate.policy.meters`)."""
+    unseen: frozenset[str] = frozenset()
+    """Top-level arguments with no policy type that the generated actions leave out of
+    ``context.args`` (:class:`callgate.policy.declare.Unseen`; set by the snapshot)."""
+
+    def seen(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """``args`` as ``context.args`` carries them: without the :attr:`unseen` arguments."""
+        if not self.unseen:
+            return args if isinstance(args, dict) else dict(args)
+        return {k: v for k, v in args.items() if k not in self.unseen}
 
 
 class ToolRegistry:

@@ -42,7 +42,7 @@ def policy_context(
     RFC 3339 text plus ``context.millis``: callgate/policy/timevalues.py). Raises
     :class:`TimeValueError`."""
     assert normalized.value is not None
-    values = as_policy_values(normalized.value, tool.normalizers)
+    values = as_policy_values(tool.seen(normalized.value), tool.normalizers)
     if tool.times:
         values = time_values(values, tool.times)
     ctx = normalized.context
@@ -71,7 +71,8 @@ def caller_context(context: Mapping[str, Any], tools: ToolRegistry, now: Any) ->
     text = text_context(args) if isinstance(args, Mapping) else None
     if text is not None:
         out[TEXT_KEY] = text
-    if tool is not None and tool.times and isinstance(args, Mapping):
+    if tool is not None and isinstance(args, Mapping):
+        out["args"] = args = tool.seen(args)
         try:
             out["args"] = time_values(args, tool.times)
         except TimeValueError:

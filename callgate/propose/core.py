@@ -448,8 +448,10 @@ class Core:
                     # a decimal or time argument is a Cedar decimal / datetime / duration in the
                     # policies' context, which the one-call decision does not build: the engine
                     # decides from the front's value
+                    # so is an argument left out of context.args (no policy type: tool.unseen)
                     None
                     if _time_args_declared(snapshot, tool)
+                    or tool.unseen
                     or any(s.kind == "decimal" for s in tool.normalizers.specs)
                     else tool.resource.template,
                 )
