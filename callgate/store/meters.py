@@ -51,6 +51,7 @@ import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import IntEnum
 from typing import Any, Final, Protocol
 
 from callgate.base.meters import LABEL_PREFIX, Contribution, Reading, Window, label_scope
@@ -286,8 +287,9 @@ def _fixed(d: _Dialect) -> dict[str, str]:
             "unentry": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms=? AND invocation_id=?",
             "add_timed": "UPDATE {t}meter_totals SET total = total + ? WHERE meter=? AND scope=? "
             "AND width_ms > 0 AND through_ms < ?",
-            "add_session": "INSERT INTO {t}meter_totals VALUES (?,?,0,?,0) ON CONFLICT (meter, scope, width_ms) "
-            "DO UPDATE SET total = {t}meter_totals.total + excluded.total",
+            "add_session": "INSERT INTO {t}meter_totals VALUES (?,?,0,?,?) ON CONFLICT (meter, scope, width_ms) "
+            "DO UPDATE SET total = {t}meter_totals.total + excluded.total, "
+            f"through_ms = {d.greatest}({{t}}meter_totals.through_ms, excluded.through_ms)",
             "prune": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms <= ? AND at_ms <= "
             "COALESCE((SELECT MIN(through_ms) FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0), ?)",
             "release": "DELETE FROM {t}meter_reservations WHERE invocation_id=?",
@@ -529,7 +531,7 @@ def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -
             yield _Stmt(_fixed(d)["unentry"], [meter, scope, at_ms, invocation_id])
         yield _Stmt(_fixed(d)["add_timed"], [amount, meter, scope, at_ms])
     if len(timed) < len(windows):
-        yield _Stmt(_fixed(d)["add_session"], [meter, scope + _SESSION_SEP + session_id, amount])
+        yield _Stmt(_fixed(d)["add_session"], [meter, scope + _SESSION_SEP + session_id, amount, at_ms])
 
 
 def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
@@ -560,22 +562,38 @@ def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
 
 @functools.lru_cache(maxsize=64)
 def _stale_sql(d: _Dialect, keeps: int) -> str:
-    """The next timed totals after a mark, in key order, each with whether it was not brought
-    forward for twice its meter's keep (``keeps`` (meter, keep) pairs in the CASE; args: now,
-    the pairs, the mark (meter, scope, width), how many to scan)."""
+    """The next totals after a mark, in key order, each with what retention does with it
+    (:class:`_Due`): a timed total not brought forward for twice its meter's keep (``keeps``
+    (meter, keep) pairs in the CASE), a session total idle past the idle time, or one written
+    before session totals kept their last time (``through_ms`` 0). Args: now, the pairs, the
+    idle time (ms; 0: sessions are kept), the idle cut-off, the mark (meter, scope, width), how
+    many to scan."""
     case = "CASE meter " + " ".join(["WHEN ? THEN ?"] * keeps) + " ELSE 0 END" if keeps else "0"
     return d.sql(
-        f"SELECT meter, scope, width_ms, CASE WHEN through_ms < ? - 2 * {d.greatest}(width_ms, {case}) "
-        "THEN 1 ELSE 0 END FROM {t}meter_totals WHERE width_ms > 0 AND (meter, scope, width_ms) > (?, ?, ?) "
-        "ORDER BY meter, scope, width_ms LIMIT ?"
+        f"SELECT meter, scope, width_ms, CASE WHEN width_ms > 0 THEN (CASE WHEN through_ms < "
+        f"? - 2 * {d.greatest}(width_ms, {case}) THEN 1 ELSE 0 END) WHEN ? = 0 THEN 0 "
+        "WHEN through_ms = 0 THEN 3 WHEN through_ms <= ? THEN 2 ELSE 0 END FROM {t}meter_totals "
+        "WHERE (meter, scope, width_ms) > (?, ?, ?) ORDER BY meter, scope, width_ms LIMIT ?"
     )
 
 
+class _Due(IntEnum):
+    """What a retention batch does with a total it scanned (:func:`_stale_sql`)."""
+
+    KEEP = 0
+    STALE = 1
+    """A timed total not read for twice its meter's keep: brought forward, its old entries go."""
+    IDLE = 2
+    """A session total (or label) no call of its session added to for the idle time: it goes."""
+    UNSTAMPED = 3
+    """A session total written before they kept their last time: stamped now (idle from now)."""
+
+
 SCAN_PER_BATCH: Final = 10
-"""A retention batch reads at most this many times ``batch`` timed totals (from where the last
-one stopped: there is no index on the edge, which every read moves) for its stale ones."""
+"""A retention batch reads at most this many times ``batch`` totals (from where the last
+one stopped: there is no index on the edge, which every read moves) for its due ones."""
 Mark = tuple[str, str, int]
-"""Where the scan of the timed totals stopped (a total's key); the start is ``("", "", 0)``."""
+"""Where the scan of the totals stopped (a total's key); the start is ``("", "", 0)``."""
 START: Final[Mark] = ("", "", 0)
 
 
@@ -596,6 +614,10 @@ def _purge_fixed(d: _Dialect) -> dict[str, str]:
             "u.meter FROM {t}meter_unknown u LEFT JOIN {t}invocations i ON i.invocation_id = u.invocation_id "
             f"WHERE i.invocation_id IS NULL OR i.state <> '{State.OUTCOME_UNKNOWN.value}' LIMIT ?)",
             # reservations of a Propose that never wrote its invocation, a day past their expiry
+            # a session total idle past the cut-off (checked again: a call may have added since)
+            "idle": "DELETE FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms=0 AND through_ms <= ?",
+            "stamp": "UPDATE {t}meter_totals SET through_ms=? WHERE meter=? AND scope=? AND width_ms=0 "
+            "AND through_ms=0",
             "reservations": "DELETE FROM {t}meter_reservations WHERE (invocation_id, meter) IN (SELECT "
             "r.invocation_id, r.meter FROM {t}meter_reservations r LEFT JOIN {t}invocations i ON "
             "i.invocation_id = r.invocation_id WHERE r.expires_ms < ? AND i.invocation_id IS NULL LIMIT ?)",
@@ -608,23 +630,35 @@ RESERVATION_GRACE_MS: Final = 86_400_000
 stopped counting at its expiry; the Propose that took it is long over)."""
 
 
-def _purge_steps(d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int, mark: Mark) -> Steps:
+def _purge_steps(
+    d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int, mark: Mark, idle_ms: int = 0
+) -> Steps:
     """One retention batch of the meter tables (``keeps``: the serving snapshot's longest
-    window per meter), scanning the timed totals after ``mark``: those not read for twice their
+    window per meter), scanning the totals after ``mark``: timed totals not read for twice their
     meter's keep are brought to ``now`` (so no entry they still count is lost), the entries of
-    their scopes past twice the keep go, then the totals of scopes with no entry left;
-    reconcile records no Reconcile can use; reservations never followed by their invocation.
-    Returns (rows deleted, the mark to go on from; None: the scan reached the end)."""
+    their scopes past twice the keep go, then the totals of scopes with no entry left; with
+    ``idle_ms``, session totals and session labels no call of their session added to for that
+    long go (the session counts as ended); reconcile records no Reconcile can use; reservations
+    never followed by their invocation. Returns (rows deleted, the mark to go on from; None: the
+    scan reached the end)."""
     pairs_args = [x for m, k in sorted(keeps.items()) for x in (m, k)]
     scan = limit * SCAN_PER_BATCH
-    rows = yield _Stmt(_stale_sql(d, len(keeps)), [now_ms, *pairs_args, *mark, scan], True)
-    stale = [(m, sc, w) for m, sc, w, old in rows if int(old)][:limit]
+    args = [now_ms, *pairs_args, idle_ms, now_ms - idle_ms, *mark, scan]
+    rows = yield _Stmt(_stale_sql(d, len(keeps)), args, True)
+    due = [(str(m), str(sc), int(w), _Due(int(k))) for m, sc, w, k in rows if int(k)][:limit]
     nxt: Mark | None = None
-    if len(stale) == limit:
-        nxt = (str(stale[-1][0]), str(stale[-1][1]), int(stale[-1][2]))
+    if len(due) == limit:
+        nxt = (due[-1][0], due[-1][1], due[-1][2])
     elif len(rows) == scan:
         nxt = (str(rows[-1][0]), str(rows[-1][1]), int(rows[-1][2]))
+    stale = [key[:3] for key in due if key[3] is _Due.STALE]
     deleted = 0
+    for meter, scope, _, kind in due:
+        if kind is _Due.IDLE:
+            gone = yield _Stmt(_purge_fixed(d)["idle"], [meter, scope, now_ms - idle_ms])
+            deleted += int(gone[0]) if gone else 0
+        elif kind is _Due.UNSTAMPED:
+            yield _Stmt(_purge_fixed(d)["stamp"], [now_ms, meter, scope])
     if stale:
         keys = {(str(m), str(sc), int(w)): None for m, sc, w in stale}
         pairs = sorted({(m, sc) for m, sc, _ in keys})
@@ -707,11 +741,12 @@ class MeterStore(Protocol):
         ...
 
     async def purge(
-        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START, idle_ms: int = 0
     ) -> tuple[int, Mark | None]:
         """One retention batch of the meter tables at ``now`` (``keeps``: the longest window per
-        meter the serving snapshot declares), scanning the timed totals after ``mark``: how many
-        rows were deleted, and where to go on (None: the scan reached the end)."""
+        meter the serving snapshot declares; ``idle_ms``: session totals and labels idle this
+        long go, 0: kept), scanning the totals after ``mark``: how many rows were deleted, and
+        where to go on (None: the scan reached the end)."""
         ...
 
 
@@ -790,11 +825,12 @@ class SQLiteMeters:
         return got[0].before
 
     async def purge(
-        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START, idle_ms: int = 0
     ) -> tuple[int, Mark | None]:
         """One retention batch of the meter tables (:func:`_purge_steps`)."""
         got: tuple[int, Mark | None] = await self._worker.run(
-            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit, mark)), alone=False
+            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit, mark, idle_ms)),
+            alone=False,
         )
         dropped = self._pending.expired(_ms(now) - RESERVATION_GRACE_MS)
         return got[0] + dropped, got[1]
@@ -856,12 +892,12 @@ class PostgresMeters:
         return got[0].before
 
     async def purge(
-        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START, idle_ms: int = 0
     ) -> tuple[int, Mark | None]:
         """One retention batch of the meter tables (:func:`_purge_steps`)."""
         async with self._store._tx() as conn:
             got: tuple[int, Mark | None] = await _run_pg(
-                conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit, mark)
+                conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit, mark, idle_ms)
             )
         return got
 
