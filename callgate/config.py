@@ -152,6 +152,11 @@ class RetentionConfig:
     then ``idempotency.expired_policy``). With ``expired_policy = new`` (and any retention set here)
     a key is deleted at its expiry (a missing key answers the same). With ``reject`` it is kept this long past its expiry
     to go on refusing, then deleted (a repeat after that is a new call); 0 keeps it for ever."""
+    sessions_idle_seconds: int = 0
+    """A session's session-window meter totals and its session labels are deleted once no call
+    of the session added to them for this long: the session counts as ended (a later call in it
+    starts from zero and without labels), so set it longer than any session lives. 0: kept for
+    ever (the store has no other session end)."""
     tombstones_seconds: int = 0
     """How long ``explain`` can still say an invocation expired (0: ``invocations_seconds``, or
     ``events_seconds`` when only events expire)."""
@@ -496,7 +501,7 @@ def validate(cfg: Config, *, source: str = "") -> Config:
         raise config_invalid("store.durability must be 'barrier' or 'per_answer'", source=source)
     r = cfg.store.retention
     seconds = (r.invocations_seconds, r.events_seconds, r.decisions_seconds, r.expired_keys_seconds)
-    if min(*seconds, r.tombstones_seconds) < 0:
+    if min(*seconds, r.tombstones_seconds, r.sessions_idle_seconds) < 0:
         raise config_invalid("store.retention: the *_seconds must be >= 0 (0 = kept for ever)", source=source)
     if r.events_seconds and r.invocations_seconds and r.events_seconds >= r.invocations_seconds:
         raise config_invalid(

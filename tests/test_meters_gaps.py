@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
+from callgate.base.meters import RESULT_LABELS_KEY
 from callgate.base.states import State
 from callgate.policy.meters import Contribution, Window, contributions, meter_keeps, registry_keeps
 from callgate.policy.toolspecs import load_tools
-from callgate.store.base import Move
+from callgate.store.base import EventRecord, InvocationRecord, Move
 from callgate.store.retention import Purger, RetentionPolicy
 from tests.test_meters import FIXTURE, _store
 from tests.test_store_contract import ev, inv
@@ -307,3 +308,95 @@ def test_the_upgrade_from_buckets_on_postgres_keeps_every_windows_total(request:
             await store.close()
 
     assert asyncio.run(run()) == (6, 1, 3, 0)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_idle_sessions_lose_their_session_totals_and_labels(kind: str, tmp_path: Path, request: Any) -> None:
+    """Fake clock. ``[store.retention] sessions_idle_seconds``: a session total and a session
+    label no call of their session added to for the idle time go; a session still adding keeps
+    both; a total written before session totals kept their time (``through_ms`` 0) is stamped
+    at the first pass and goes one idle time later; with no idle time nothing of a session goes."""
+    dsn = request.getfixturevalue("postgres_dsn") if kind == "postgres" else ""
+    session_w = Window("session", 0)
+    idle = timedelta(hours=6)
+
+    async def run() -> None:
+        store, settle = await _store(kind, tmp_path, dsn)
+        meters = store.meters()
+        purger = Purger(store, RetentionPolicy(sessions_idle=idle, batch=2), store_clock())
+        keepall = Purger(store, RetentionPolicy(decisions=timedelta(days=1), batch=2), store_clock())
+
+        async def call(name: str, sid: str, at: datetime) -> None:
+            k = Contribution("m", SCOPE, 1, (session_w,), 0)
+            await meters.reserve(name, sid, [k], at, at + timedelta(minutes=1))
+            await settle(name, State.COMMITTED)
+
+        async def label(name: str, sid: str, at: datetime) -> None:
+            t = at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            rec = InvocationRecord(
+                name, sid, "m", name, "w.read", "v1", "acme", "ana", State.EXECUTING, b"{}", created_at=t, updated_at=t
+            )  # fmt: skip
+            e = EventRecord(f"{name}.1", name, 1, t, "x", None, State.EXECUTING, "t", "s")
+            await store.create_invocation(rec, [e])
+            done = EventRecord(f"{name}.2", name, 2, t, "x", State.EXECUTING, State.COMMITTED, "t", "s",
+                               data={RESULT_LABELS_KEY: ["private"]})  # fmt: skip
+            assert await store.transition(replace(rec, state=State.COMMITTED), State.EXECUTING, [done])
+
+        async def seen(sid: str, at: datetime) -> tuple[int, tuple[str, ...]]:
+            return int(await meters.totals("m", SCOPE, session_w, sid, at)), await meters.labels("acme", sid)
+
+        for sid in ("quiet", "busy"):
+            await call(f"{sid}_1", sid, T0)
+            await label(f"{sid}_r", sid, T0)
+        # a total of the old layout: no time kept
+        await call("old_1", "old", T0)
+        if kind == "sqlite":
+            await store.worker.run(
+                lambda c: c.execute("UPDATE meter_totals SET through_ms=0 WHERE scope LIKE '%old'")
+            )
+        else:
+            async with store._tx() as conn:
+                await conn.execute("UPDATE callgate_meter_totals SET through_ms=0 WHERE scope LIKE '%%old'")
+        # no idle time configured: nothing of a session goes, however old
+        assert (await keepall.run_once(T0 + timedelta(days=30))).meters == 0
+        assert await seen("quiet", T0 + timedelta(days=30)) == (1, ("private",))
+        # the busy session adds one millisecond before its idle time runs out
+        await call("busy_2", "busy", T0 + idle - timedelta(milliseconds=1))
+        await label("busy_s", "busy", T0 + idle - timedelta(milliseconds=1))
+        # one millisecond before the idle time nothing goes; the old total is stamped
+        assert (await purger.run_once(T0 + idle - timedelta(milliseconds=1))).meters == 0
+        assert await seen("quiet", T0 + idle) == (1, ("private",))
+        # at it the quiet session's total and label go; the busy one keeps both; the old one waits
+        assert (await purger.run_once(T0 + idle)).meters == 2
+        assert await seen("quiet", T0 + idle) == (0, ())
+        assert await seen("busy", T0 + idle) == (2, ("private",))
+        assert await seen("old", T0 + idle) == (1, ())
+        # an idle time after the stamp the old one goes, and the busy one after its last call
+        later = T0 + 2 * idle
+        assert (await purger.run_once(later)).meters == 3
+        assert (await seen("old", later), await seen("busy", later)) == ((0, ()), (0, ()))
+        await store.close()
+
+    asyncio.run(run())
+
+
+def test_sqlite_pending_reservations_stay_bounded(tmp_path: Path) -> None:
+    """A reservation whose Propose never wrote its invocation (nor dropped it) counts until its
+    expiry; past :data:`PENDING_SWEEP_AT` held at once, a new one first drops the expired ones."""
+    from callgate.store.meters import PENDING_SWEEP_AT
+    from callgate.store.sqlite import SQLiteStore
+
+    async def run() -> None:
+        store = SQLiteStore(tmp_path / "p.db")
+        meters = store.meters()
+        k = Contribution("m", SCOPE, 1, (HOUR,), 0)
+        for i in range(PENDING_SWEEP_AT):
+            await meters.reserve(f"lost_{i}", "s1", [k], T0, T0 + timedelta(minutes=1))
+        assert await meters.totals("m", SCOPE, HOUR, "s1", T0 + timedelta(seconds=59)) == PENDING_SWEEP_AT
+        later = T0 + timedelta(minutes=1)
+        got = await meters.reserve("next", "s1", [k], later, later + timedelta(minutes=1))
+        assert got[0].before == 0
+        assert len(store._reserved._by_invocation) == 1
+        await store.close()
+
+    asyncio.run(run())

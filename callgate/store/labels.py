@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from datetime import datetime
 from typing import Any, Final
 
 from callgate.base.meters import LABEL_PREFIX, RESULT_LABELS_KEY, SESSION_WINDOW, label_scope
@@ -41,13 +42,16 @@ _SESSION_SEP: Final = "\x1e"
 _WIDTHS: Final = json.dumps([[SESSION_WINDOW, 0]])
 
 _ADD = (
-    "INSERT INTO {t}meter_totals VALUES (?,?,0,1,0) ON CONFLICT (meter, scope, width_ms) "
-    "DO UPDATE SET total = {t}meter_totals.total + 1"
+    "INSERT INTO {t}meter_totals VALUES (?,?,0,1,?) ON CONFLICT (meter, scope, width_ms) "
+    "DO UPDATE SET total = {t}meter_totals.total + 1, "
+    "through_ms = {greatest}({t}meter_totals.through_ms, excluded.through_ms)"
 )
+"""A session total's ``through_ms`` is when the session last added to it (retention of idle
+sessions: :data:`callgate.store.meters.SESSION_IDLE`)."""
 _UNKNOWN = "INSERT INTO {t}meter_unknown VALUES (?,?,?,1,0,?,?) ON CONFLICT DO NOTHING"
-_SQLITE: Final = (_ADD.replace("{t}", ""), _UNKNOWN.replace("{t}", ""))
+_SQLITE: Final = (_ADD.replace("{t}", "").replace("{greatest}", "max"), _UNKNOWN.replace("{t}", ""))
 _PG: Final = (
-    _ADD.replace("{t}", "callgate_").replace("?", "%s"),
+    _ADD.replace("{t}", "callgate_").replace("{greatest}", "GREATEST").replace("?", "%s"),
     _UNKNOWN.replace("{t}", "callgate_").replace("?", "%s"),
 )
 
@@ -69,11 +73,20 @@ def result_labels(
 def _rows(record: InvocationRecord, labels: Sequence[str]) -> Iterator[tuple[str, tuple[Any, ...]]]:
     """(which statement, its args) per label: the total, and the unknown row at OUTCOME_UNKNOWN."""
     scope = label_scope(record.tenant, record.session_id)
+    at_ms = _ms(record.updated_at) if labels else 0
     for label in labels:
         meter = LABEL_PREFIX + label
-        yield "add", (meter, scope + _SESSION_SEP + record.session_id)
+        yield "add", (meter, scope + _SESSION_SEP + record.session_id, at_ms)
         if record.state is State.OUTCOME_UNKNOWN:
             yield "unknown", (record.invocation_id, meter, scope, record.session_id, _WIDTHS)
+
+
+def _ms(at: str) -> int:
+    """An RFC 3339 time in milliseconds since the epoch (0 when it is not one)."""
+    try:
+        return int(datetime.fromisoformat(at).timestamp() * 1000)
+    except ValueError:
+        return 0
 
 
 def label_sqlite(c: Any, record: InvocationRecord, expected: State, events: Sequence[EventRecord]) -> None:

@@ -5,9 +5,12 @@ Tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
 
 * ``meter_reservations``: one row per (invocation, meter) while the call is in flight: its amount,
   scope, the proposal's time and the windows it counts in. Taken by :meth:`MeterStore.reserve`
-  after the idempotency claim found the key free, before the policy is asked, in one transaction
-  that reads the meter and inserts the row (SQLite: the one writer; PostgreSQL: a transaction
-  advisory lock per meter and scope, so sidecars sharing the database serialize on it). N
+  after the idempotency claim found the key free, before the policy is asked, atomically with
+  the reading of the meter. PostgreSQL: one transaction that reads and inserts the row, under a
+  transaction advisory lock per meter and scope, so sidecars sharing the database serialize on
+  it. SQLite (one sidecar per file): the reading runs on the one writer and the reservation is
+  kept in the process (:class:`Pending`, counted by every later reading) until the invocation's
+  own transaction writes it (:func:`write_reserved_sqlite`): no transaction of its own. N
   concurrent proposals therefore see N distinct ``before`` values.
 * ``meter_entries``: one row per final contribution (invocation, meter) to a meter with a timed
   window, at the proposal's time ``at_ms``; kept for twice the meter's longest window.
@@ -47,9 +50,11 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from enum import IntEnum
 from typing import Any, Final, Protocol
 
 from callgate.base.meters import LABEL_PREFIX, Contribution, Reading, Window, label_scope
@@ -58,6 +63,7 @@ from callgate.base.states import State
 __all__ = [
     "MeterStore",
     "PG_MIGRATION",
+    "Pending",
     "SQLITE_MIGRATION",
     "meters_of",
     "settle_pg",
@@ -225,6 +231,25 @@ def _advance_sql(d: _Dialect, keys: int) -> str:
 
 
 @functools.lru_cache(maxsize=128)
+def _peek_sql(d: _Dialect, keys: int) -> str:
+    """:func:`_advance_sql` as a read: ``keys`` running totals as they would be brought to
+    ``now`` (args 1, 2, 3: now), and how many entries bringing them there moves (0: nothing to
+    write). Args after the three ``now``: (meter, scope, width) per key."""
+    where = " OR ".join(["(meter=? AND scope=? AND width_ms=?)"] * keys)
+    crossed = (
+        "FROM {t}meter_entries e WHERE e.meter = t.meter AND e.scope = t.scope "
+        f"AND e.at_ms > {d.least}(t.through_ms, ? - t.width_ms) "
+        f"AND e.at_ms <= {d.greatest}(t.through_ms, ? - t.width_ms)"
+    )
+    return d.sql(
+        "SELECT meter, scope, width_ms, CASE WHEN width_ms = 0 THEN total ELSE total - (SELECT "
+        "COALESCE(SUM(CASE WHEN e.at_ms <= ? - t.width_ms THEN e.amount ELSE -e.amount END), 0) "
+        f"{crossed}) END, CASE WHEN width_ms = 0 THEN 0 ELSE (SELECT COUNT(*) {crossed}) END "
+        f"FROM {{t}}meter_totals t WHERE {where}"
+    )
+
+
+@functools.lru_cache(maxsize=128)
 def _in_flight_sql(d: _Dialect, shape: tuple[tuple[bool, ...], ...]) -> str:
     """The live reservations per (contribution, window) of ``shape`` (per contribution, per
     window: is it the session window): one statement. Args: per column (meter, scope, session id
@@ -265,11 +290,13 @@ def _fixed(d: _Dialect) -> dict[str, str]:
             "unentry": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms=? AND invocation_id=?",
             "add_timed": "UPDATE {t}meter_totals SET total = total + ? WHERE meter=? AND scope=? "
             "AND width_ms > 0 AND through_ms < ?",
-            "add_session": "INSERT INTO {t}meter_totals VALUES (?,?,0,?,0) ON CONFLICT (meter, scope, width_ms) "
-            "DO UPDATE SET total = {t}meter_totals.total + excluded.total",
+            "add_session": "INSERT INTO {t}meter_totals VALUES (?,?,0,?,?) ON CONFLICT (meter, scope, width_ms) "
+            "DO UPDATE SET total = {t}meter_totals.total + excluded.total, "
+            f"through_ms = {d.greatest}({{t}}meter_totals.through_ms, excluded.through_ms)",
             "prune": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms <= ? AND at_ms <= "
             "COALESCE((SELECT MIN(through_ms) FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0), ?)",
             "release": "DELETE FROM {t}meter_reservations WHERE invocation_id=?",
+            "sum": "SELECT COALESCE(SUM(amount), 0) FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms > ?",
             "labels": "SELECT meter FROM {t}meter_totals WHERE scope=? AND width_ms=0 AND total>0 "
             "AND meter LIKE 'label:%'",
         }.items()
@@ -363,6 +390,146 @@ def _reserve_steps(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """SQLite: a reservation taken by a Propose whose invocation is not written yet (process
+    memory; :class:`Pending`)."""
+
+    rows: tuple[tuple[Any, ...], ...]
+    """The ``meter_reservations`` rows, one per contribution."""
+    now_ms: int
+    expires_ms: int
+    advance: tuple[tuple[str, str, int], ...]
+    """Running totals the reading found entries to move for (brought to ``now_ms`` when written)."""
+    init: tuple[tuple[str, str, int], ...]
+    """Running totals that did not exist yet (created when written)."""
+
+
+PENDING_SWEEP_AT: Final = 1024
+"""In-process reservations held at once past which adding one first drops the expired ones (a
+Propose that raised between its reading and its write never dropped its own), so they stay
+bounded with retention off."""
+
+
+class Pending:
+    """SQLite (one sidecar per database file): the reservations of Proposes between their
+    reading and the write of their invocation, kept in memory and written **in the invocation's
+    own transaction** (:func:`write_reserved_sqlite`), so a Propose with meters costs no
+    transaction of its own. Readings and that write run on the store's writer one at a time, and
+    a reservation is in exactly one place: here, or in ``meter_reservations``. One that is never
+    written (its Propose failed before the write) counts until its expiry, as an unwritten
+    invocation's row did, and is dropped by :meth:`drop` or a day past its expiry (retention)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_invocation: dict[str, _Taken] = {}
+
+    def add(self, invocation_id: str, taken: _Taken) -> None:
+        with self._lock:
+            if len(self._by_invocation) >= PENDING_SWEEP_AT:  # Proposes that failed before their write
+                for i in [i for i, t in self._by_invocation.items() if t.expires_ms <= taken.now_ms]:
+                    del self._by_invocation[i]
+            self._by_invocation[invocation_id] = taken
+
+    def pop(self, invocation_id: str) -> _Taken | None:
+        with self._lock:
+            return self._by_invocation.pop(invocation_id, None)
+
+    def expired(self, before_ms: int) -> int:
+        """Drop the reservations whose expiry is before ``before_ms``: how many rows."""
+        with self._lock:
+            gone = [i for i, t in self._by_invocation.items() if t.expires_ms < before_ms]
+            return sum(len(self._by_invocation.pop(i).rows) for i in gone)
+
+    def in_flight(self, meter: str, scope: str, session_id: str | None, lo_ms: int, now_ms: int) -> int:
+        """What the live pending reservations add to a window (``session_id``: the session
+        window of that session; else the timed window after ``lo_ms``)."""
+        with self._lock:
+            taken = list(self._by_invocation.values())
+        total = 0
+        for t in taken:
+            if t.expires_ms <= now_ms:
+                continue
+            for _, m, sc, amount, at_ms, sid, _, _ in t.rows:
+                if (
+                    m == meter
+                    and sc == scope
+                    and (sid == session_id if session_id is not None else at_ms > lo_ms)
+                ):
+                    total += int(amount)
+        return total
+
+
+def _read_sqlite(
+    c: Any, pending: Pending, session_id: str, ks: Sequence[Contribution], now_ms: int
+) -> tuple[tuple[Reading, ...], tuple[tuple[str, str, int], ...], tuple[tuple[str, str, int], ...]]:
+    """The readings of ``ks`` at ``now_ms`` without writing (SQLite): final totals as they would
+    be brought to the edge, live reservations in the table and in :class:`Pending`; and the
+    totals the write should bring forward or create."""
+    keys: dict[tuple[str, str, int], None] = {}
+    wanted: list[tuple[tuple[str, str, int], Contribution, Window]] = []
+    flight_args: list[Any] = []
+    pairs: list[Any] = []
+    for k in ks:
+        pairs += (k.meter, k.scope)
+        for w in k.windows:
+            if w.ms:
+                key = (k.meter, k.scope, w.ms)
+                flight_args += (k.meter, k.scope, now_ms - w.ms)
+            else:
+                key = (k.meter, k.scope + _SESSION_SEP + session_id, 0)
+                flight_args += (k.meter, k.scope, session_id)
+            keys[key] = None
+            wanted.append((key, k, w))
+    got = c.execute(_peek_sql(SQLITE, len(keys)), [now_ms] * 5 + [x for key in keys for x in key]).fetchall()
+    finals = {(m, s, int(w)): int(t) for m, s, w, t, _ in got}
+    advance = tuple((m, s, int(w)) for m, s, w, _, moved in got if moved)
+    init = []
+    for key in keys:
+        if key not in finals:
+            meter, scope, width = key
+            if width == 0:
+                finals[key] = 0
+                continue
+            (row,) = c.execute(_fixed(SQLITE)["sum"], (meter, scope, now_ms - width)).fetchall()
+            finals[key] = int(row[0])
+            init.append(key)
+    shape = tuple(tuple(w.ms == 0 for w in k.windows) for k in ks)
+    (flight,) = c.execute(_in_flight_sql(SQLITE, shape), [*flight_args, now_ms, *pairs]).fetchall()
+    out = tuple(
+        Reading(
+            k.meter,
+            w.name,
+            finals[key]
+            + int(flight[i] or 0)
+            + pending.in_flight(k.meter, k.scope, None if w.ms else session_id, now_ms - w.ms, now_ms),
+            k.amount,
+            k.scale,
+        )
+        for i, (key, k, w) in enumerate(wanted)
+    )
+    return out, advance, tuple(init)
+
+
+def write_reserved_sqlite(c: Any, pending: Pending, invocation_id: str, state: State) -> None:
+    """In the transaction that writes a new invocation: its pending reservation becomes rows of
+    ``meter_reservations``, or goes when the invocation ends before the commit boundary (a
+    deny); either way the running totals its reading moved are brought forward (and missing
+    ones created), so the next reading starts from there."""
+    taken = pending.pop(invocation_id)
+    if taken is None:
+        return
+    now = taken.now_ms
+    if taken.advance:  # a deny's too
+        c.execute(
+            _advance_sql(SQLITE, len(taken.advance)), [now] * 4 + [x for key in taken.advance for x in key]
+        )
+    for meter, scope, width in taken.init:
+        c.execute(_fixed(SQLITE)["init"], (meter, scope, width, now - width, meter, scope, now - width))
+    if state not in RELEASE_STATES:
+        c.execute(_insert_sql(SQLITE, len(taken.rows)), [x for row in taken.rows for x in row])
+
+
 def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -> Steps:
     """Add (``sign`` 1) or take back (-1) one final contribution: its entry and its totals."""
     meter, scope, amount, at_ms, session_id, widths = row
@@ -378,7 +545,7 @@ def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -
             yield _Stmt(_fixed(d)["unentry"], [meter, scope, at_ms, invocation_id])
         yield _Stmt(_fixed(d)["add_timed"], [amount, meter, scope, at_ms])
     if len(timed) < len(windows):
-        yield _Stmt(_fixed(d)["add_session"], [meter, scope + _SESSION_SEP + session_id, amount])
+        yield _Stmt(_fixed(d)["add_session"], [meter, scope + _SESSION_SEP + session_id, amount, at_ms])
 
 
 def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
@@ -409,22 +576,38 @@ def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
 
 @functools.lru_cache(maxsize=64)
 def _stale_sql(d: _Dialect, keeps: int) -> str:
-    """The next timed totals after a mark, in key order, each with whether it was not brought
-    forward for twice its meter's keep (``keeps`` (meter, keep) pairs in the CASE; args: now,
-    the pairs, the mark (meter, scope, width), how many to scan)."""
+    """The next totals after a mark, in key order, each with what retention does with it
+    (:class:`_Due`): a timed total not brought forward for twice its meter's keep (``keeps``
+    (meter, keep) pairs in the CASE), a session total idle past the idle time, or one written
+    before session totals kept their last time (``through_ms`` 0). Args: now, the pairs, the
+    idle time (ms; 0: sessions are kept), the idle cut-off, the mark (meter, scope, width), how
+    many to scan."""
     case = "CASE meter " + " ".join(["WHEN ? THEN ?"] * keeps) + " ELSE 0 END" if keeps else "0"
     return d.sql(
-        f"SELECT meter, scope, width_ms, CASE WHEN through_ms < ? - 2 * {d.greatest}(width_ms, {case}) "
-        "THEN 1 ELSE 0 END FROM {t}meter_totals WHERE width_ms > 0 AND (meter, scope, width_ms) > (?, ?, ?) "
-        "ORDER BY meter, scope, width_ms LIMIT ?"
+        f"SELECT meter, scope, width_ms, CASE WHEN width_ms > 0 THEN (CASE WHEN through_ms < "
+        f"? - 2 * {d.greatest}(width_ms, {case}) THEN 1 ELSE 0 END) WHEN ? = 0 THEN 0 "
+        "WHEN through_ms = 0 THEN 3 WHEN through_ms <= ? THEN 2 ELSE 0 END FROM {t}meter_totals "
+        "WHERE (meter, scope, width_ms) > (?, ?, ?) ORDER BY meter, scope, width_ms LIMIT ?"
     )
 
 
+class _Due(IntEnum):
+    """What a retention batch does with a total it scanned (:func:`_stale_sql`)."""
+
+    KEEP = 0
+    STALE = 1
+    """A timed total not read for twice its meter's keep: brought forward, its old entries go."""
+    IDLE = 2
+    """A session total (or label) no call of its session added to for the idle time: it goes."""
+    UNSTAMPED = 3
+    """A session total written before they kept their last time: stamped now (idle from now)."""
+
+
 SCAN_PER_BATCH: Final = 10
-"""A retention batch reads at most this many times ``batch`` timed totals (from where the last
-one stopped: there is no index on the edge, which every read moves) for its stale ones."""
+"""A retention batch reads at most this many times ``batch`` totals (from where the last
+one stopped: there is no index on the edge, which every read moves) for its due ones."""
 Mark = tuple[str, str, int]
-"""Where the scan of the timed totals stopped (a total's key); the start is ``("", "", 0)``."""
+"""Where the scan of the totals stopped (a total's key); the start is ``("", "", 0)``."""
 START: Final[Mark] = ("", "", 0)
 
 
@@ -445,6 +628,10 @@ def _purge_fixed(d: _Dialect) -> dict[str, str]:
             "u.meter FROM {t}meter_unknown u LEFT JOIN {t}invocations i ON i.invocation_id = u.invocation_id "
             f"WHERE i.invocation_id IS NULL OR i.state <> '{State.OUTCOME_UNKNOWN.value}' LIMIT ?)",
             # reservations of a Propose that never wrote its invocation, a day past their expiry
+            # a session total idle past the cut-off (checked again: a call may have added since)
+            "idle": "DELETE FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms=0 AND through_ms <= ?",
+            "stamp": "UPDATE {t}meter_totals SET through_ms=? WHERE meter=? AND scope=? AND width_ms=0 "
+            "AND through_ms=0",
             "reservations": "DELETE FROM {t}meter_reservations WHERE (invocation_id, meter) IN (SELECT "
             "r.invocation_id, r.meter FROM {t}meter_reservations r LEFT JOIN {t}invocations i ON "
             "i.invocation_id = r.invocation_id WHERE r.expires_ms < ? AND i.invocation_id IS NULL LIMIT ?)",
@@ -457,23 +644,35 @@ RESERVATION_GRACE_MS: Final = 86_400_000
 stopped counting at its expiry; the Propose that took it is long over)."""
 
 
-def _purge_steps(d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int, mark: Mark) -> Steps:
+def _purge_steps(
+    d: _Dialect, now_ms: int, keeps: dict[str, int], limit: int, mark: Mark, idle_ms: int = 0
+) -> Steps:
     """One retention batch of the meter tables (``keeps``: the serving snapshot's longest
-    window per meter), scanning the timed totals after ``mark``: those not read for twice their
+    window per meter), scanning the totals after ``mark``: timed totals not read for twice their
     meter's keep are brought to ``now`` (so no entry they still count is lost), the entries of
-    their scopes past twice the keep go, then the totals of scopes with no entry left;
-    reconcile records no Reconcile can use; reservations never followed by their invocation.
-    Returns (rows deleted, the mark to go on from; None: the scan reached the end)."""
+    their scopes past twice the keep go, then the totals of scopes with no entry left; with
+    ``idle_ms``, session totals and session labels no call of their session added to for that
+    long go (the session counts as ended); reconcile records no Reconcile can use; reservations
+    never followed by their invocation. Returns (rows deleted, the mark to go on from; None: the
+    scan reached the end)."""
     pairs_args = [x for m, k in sorted(keeps.items()) for x in (m, k)]
     scan = limit * SCAN_PER_BATCH
-    rows = yield _Stmt(_stale_sql(d, len(keeps)), [now_ms, *pairs_args, *mark, scan], True)
-    stale = [(m, sc, w) for m, sc, w, old in rows if int(old)][:limit]
+    args = [now_ms, *pairs_args, idle_ms, now_ms - idle_ms, *mark, scan]
+    rows = yield _Stmt(_stale_sql(d, len(keeps)), args, True)
+    due = [(str(m), str(sc), int(w), _Due(int(k))) for m, sc, w, k in rows if int(k)][:limit]
     nxt: Mark | None = None
-    if len(stale) == limit:
-        nxt = (str(stale[-1][0]), str(stale[-1][1]), int(stale[-1][2]))
+    if len(due) == limit:
+        nxt = (due[-1][0], due[-1][1], due[-1][2])
     elif len(rows) == scan:
         nxt = (str(rows[-1][0]), str(rows[-1][1]), int(rows[-1][2]))
+    stale = [key[:3] for key in due if key[3] is _Due.STALE]
     deleted = 0
+    for meter, scope, _, kind in due:
+        if kind is _Due.IDLE:
+            gone = yield _Stmt(_purge_fixed(d)["idle"], [meter, scope, now_ms - idle_ms])
+            deleted += int(gone[0]) if gone else 0
+        elif kind is _Due.UNSTAMPED:
+            yield _Stmt(_purge_fixed(d)["stamp"], [now_ms, meter, scope])
     if stale:
         keys = {(str(m), str(sc), int(w)): None for m, sc, w in stale}
         pairs = sorted({(m, sc) for m, sc, _ in keys})
@@ -556,11 +755,12 @@ class MeterStore(Protocol):
         ...
 
     async def purge(
-        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START, idle_ms: int = 0
     ) -> tuple[int, Mark | None]:
         """One retention batch of the meter tables at ``now`` (``keeps``: the longest window per
-        meter the serving snapshot declares), scanning the timed totals after ``mark``: how many
-        rows were deleted, and where to go on (None: the scan reached the end)."""
+        meter the serving snapshot declares; ``idle_ms``: session totals and labels idle this
+        long go, 0: kept), scanning the totals after ``mark``: how many rows were deleted, and
+        where to go on (None: the scan reached the end)."""
         ...
 
 
@@ -576,19 +776,20 @@ def settle_sqlite(c: Any, invocation_id: str, state: State) -> None:
         _run_sqlite(c, _settle_steps(SQLITE, [(invocation_id, state)]))
 
 
-def settle_sqlite_rows(c: Any, rows: Sequence[tuple[str, State]]) -> None:
-    """:func:`settle_sqlite` for the invocations a batched Propose write ended (before the
-    commit boundary: releases only)."""
+def settle_sqlite_rows(c: Any, pending: Pending, rows: Sequence[tuple[str, State]]) -> None:
+    """The reservations of the invocations a Propose write created (:func:`write_reserved_sqlite`)."""
     for invocation_id, state in rows:
-        if state in RELEASE_STATES:
-            c.execute(_fixed(SQLITE)["release"], (invocation_id,))
+        write_reserved_sqlite(c, pending, invocation_id, state)
 
 
 class SQLiteMeters:
-    """:class:`MeterStore` on the SQLite store's writer thread (one transaction per reserve)."""
+    """:class:`MeterStore` on the SQLite store's writer thread. A reservation is a reading on the
+    writer plus an entry of the store's :class:`Pending`; the invocation's own transaction
+    writes it (:func:`write_reserved_sqlite`): no transaction of its own."""
 
-    def __init__(self, worker: Any) -> None:
+    def __init__(self, worker: Any, pending: Pending) -> None:
         self._worker = worker
+        self._pending = pending
 
     async def reserve(
         self,
@@ -599,31 +800,54 @@ class SQLiteMeters:
         expires: datetime,
     ) -> tuple[Reading, ...]:
         now_ms, exp_ms = _ms(now), _ms(expires)
-        result: tuple[Reading, ...] = await self._worker.run(
-            lambda c: _run_sqlite(
-                c, _reserve_steps(SQLITE, invocation_id, session_id, contributions, now_ms, exp_ms)
+        rows = tuple(
+            (
+                invocation_id,
+                k.meter,
+                k.scope,
+                k.amount,
+                now_ms,
+                session_id,
+                exp_ms,
+                _widths(k.windows, k.keep_ms),
             )
+            for k in contributions
         )
+
+        def op(c: Any) -> tuple[Reading, ...]:
+            readings, advance, init = _read_sqlite(c, self._pending, session_id, contributions, now_ms)
+            self._pending.add(invocation_id, _Taken(rows, now_ms, exp_ms, advance, init))
+            return readings
+
+        result: tuple[Reading, ...] = await self._worker.read(op)
         return result
 
     async def release(self, invocation_id: str) -> None:
-        await self._worker.run(lambda c: c.execute(_fixed(SQLITE)["release"], (invocation_id,)))
+        if self._pending.pop(invocation_id) is None:  # written after all: its rows go
+            await self._worker.run(lambda c: c.execute(_fixed(SQLITE)["release"], (invocation_id,)))
+
+    def write_pending(self, c: Any, invocation_id: str, state: State) -> None:
+        """:func:`write_reserved_sqlite` with this store's pending reservations (the writer's
+        connection ``c``, inside the transaction that writes the invocation)."""
+        write_reserved_sqlite(c, self._pending, invocation_id, state)
 
     async def totals(self, meter: str, scope: str, window: Window, session_id: str, now: datetime) -> int:
         k = Contribution(meter, scope, 0, (window,), 0)
         got: tuple[Reading, ...] = await self._worker.run(
-            lambda c: _run_sqlite(c, _reserve_steps(SQLITE, None, session_id, [k], _ms(now), 0))
+            lambda c: _read_sqlite(c, self._pending, session_id, [k], _ms(now))[0]
         )
         return got[0].before
 
     async def purge(
-        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START, idle_ms: int = 0
     ) -> tuple[int, Mark | None]:
         """One retention batch of the meter tables (:func:`_purge_steps`)."""
         got: tuple[int, Mark | None] = await self._worker.run(
-            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit, mark)), alone=False
+            lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit, mark, idle_ms)),
+            alone=False,
         )
-        return got
+        dropped = self._pending.expired(_ms(now) - RESERVATION_GRACE_MS)
+        return got[0] + dropped, got[1]
 
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id
@@ -682,12 +906,12 @@ class PostgresMeters:
         return got[0].before
 
     async def purge(
-        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START
+        self, now: datetime, keeps: Mapping[str, int], limit: int, mark: Mark = START, idle_ms: int = 0
     ) -> tuple[int, Mark | None]:
         """One retention batch of the meter tables (:func:`_purge_steps`)."""
         async with self._store._tx() as conn:
             got: tuple[int, Mark | None] = await _run_pg(
-                conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit, mark)
+                conn, _purge_steps(POSTGRES, _ms(now), dict(keeps), limit, mark, idle_ms)
             )
         return got
 

@@ -246,6 +246,8 @@ class RetentionPolicy:
     tombstones: timedelta = timedelta(0)
     """Zero: as long as ``invocations`` (or ``events``)."""
     expired_keys: timedelta = timedelta(0)
+    sessions_idle: timedelta = timedelta(0)
+    """Session meter totals and labels idle this long go (zero: kept)."""
     keys_expire_new: bool = False
     """``idempotency.expired_policy = new``: a key is deleted at its expiry."""
     batch: int = 100
@@ -257,7 +259,9 @@ class RetentionPolicy:
     def enabled(self) -> bool:
         """Whether the sidecar runs passes at all: some retention is configured (``expired_policy =
         new`` alone deletes nothing: off by default means nothing is ever deleted unasked)."""
-        return bool(self.invocations or self.events or self.decisions or self.expired_keys)
+        return bool(
+            self.invocations or self.events or self.decisions or self.expired_keys or self.sessions_idle
+        )
 
     @property
     def tombstone_retention(self) -> timedelta:
@@ -273,6 +277,7 @@ def policy_of(cfg: Config) -> RetentionPolicy:
         decisions=timedelta(seconds=r.decisions_seconds),
         tombstones=timedelta(seconds=r.tombstones_seconds),
         expired_keys=timedelta(seconds=r.expired_keys_seconds),
+        sessions_idle=timedelta(seconds=r.sessions_idle_seconds),
         keys_expire_new=cfg.idempotency.expired_policy == ExpiredPolicy.NEW.value,
         batch=r.batch,
         max_batches=r.max_batches,
@@ -478,8 +483,9 @@ class Purger:
         """Batches of the meter tables, going on from where the last pass stopped, until the scan
         of the timed totals reaches their end (the next pass starts over) or ``max_batches``."""
         total, keeps = 0, self.meter_keeps()
+        idle_ms = int(self.policy.sessions_idle.total_seconds() * 1000)
         for _ in range(self.policy.max_batches):
-            n, mark = await meters.purge(now, keeps, self.policy.batch, self._meter_mark)
+            n, mark = await meters.purge(now, keeps, self.policy.batch, self._meter_mark, idle_ms)
             total += n
             self._meter_mark = START if mark is None else mark
             if mark is None:

@@ -52,9 +52,11 @@ from callgate.store.labels import label_sqlite
 from callgate.store.meters import (
     SQLITE_EXACT_MIGRATION,
     SQLITE_MIGRATION,
+    Pending,
     SQLiteMeters,
     settle_sqlite,
     settle_sqlite_rows,
+    write_reserved_sqlite,
 )
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.packed import (
@@ -432,6 +434,8 @@ class _NewInvocation:
     row: tuple[Any, ...]
     events: tuple[EventRecord, ...]
     usage: dict[str, Usage]
+    reserved: Pending
+    """The store's meter reservations taken by Proposes not written yet (written here)."""
 
     def __call__(self, c: sqlite3.Connection) -> None:
         self.run_many(c, (self,))
@@ -453,9 +457,7 @@ class _NewInvocation:
                     t[n] += v
         if total:
             c.executemany(_ADD_USAGE, [(sid, *t) for sid, t in total.items()])
-        settle_sqlite_rows(
-            c, [(op.events[-1].invocation_id, op.events[-1].to_state) for op in ops if op.events]
-        )
+        settle_sqlite_rows(c, self.reserved, [(op.record.invocation_id, op.record.state) for op in ops])
         return [None] * len(ops)
 
 
@@ -670,6 +672,7 @@ class SQLiteStore:
             name="callgate-events", setup=_setup(legacy), fsync=fsync, on_barrier=on_barrier,
         )  # fmt: skip
         self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
+        self._reserved = Pending()
         self._path = str(path)
         self._purge_reader: sqlite3.Connection | None = None
         """Retention's own read connection (:meth:`_read_for_purge`), opened on first use."""
@@ -680,7 +683,7 @@ class SQLiteStore:
 
     def meters(self) -> SQLiteMeters:
         """The meter reservations and totals in this database, on this store's writer."""
-        return SQLiteMeters(self._worker)
+        return SQLiteMeters(self._worker, self._reserved)
 
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         return await self._worker.run(op)
@@ -744,7 +747,9 @@ class SQLiteStore:
         row = _INVOCATIONS.row(record)
         if claim is None and not record.idempotency_key and events and events[0].seq != 0:
             # the common Propose: merged with its batch's like it (one statement per table)
-            return await self._call(_NewInvocation(record, row, tuple(events), dict(usage or {})))
+            return await self._call(
+                _NewInvocation(record, row, tuple(events), dict(usage or {}), self._reserved)
+            )
 
         def op(c: sqlite3.Connection) -> ClaimResult | None:
             if claim is not None:
@@ -762,6 +767,7 @@ class SQLiteStore:
             if usage:
                 c.executemany(_ADD_USAGE, [(sid, *_usage_row(d)) for sid, d in usage.items()])
             _follow_key(c, record)
+            write_reserved_sqlite(c, self._reserved, record.invocation_id, record.state)
             return None
 
         return await self._call(op)
