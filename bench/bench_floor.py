@@ -12,7 +12,9 @@ open loop at 1,000 calls/s):
 * ``rows``: ``lean`` without the decision; ``decision``: ``lean`` without the rows (one writer
   round trip that writes nothing);
 * ``writer``: that empty round trip alone, then the first call's outcome;
-* ``cached``: the first call's outcome at once.
+* ``cached``: the first call's outcome at once;
+* ``base``: ``real`` from another checkout (``--baseline DIR``, with its own ``.venv``): the
+  code before a change, interleaved with the code after it in the same run.
 
 Each prints Propose and bare Check throughput at 16 in flight and p50 at 1 in flight, the ratios
 the issue sets targets on (>= 0.60 at 16, <= 1.5x at 1), the open loop's p99 and refusals
@@ -22,6 +24,7 @@ floor a Propose cannot go under while it is served by grpc.aio in Python; ``real
 all would meet them.
 
     .venv/bin/python bench/bench_floor.py [--seconds 4] [--rounds 1] [--modes real,lean,...]
+        [--baseline DIR]
 
 A benchmark prints; it is not a timed test.
 """
@@ -35,17 +38,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _harness import GoLoad, machine_line, sidecar
+from _harness import ROOT, GoLoad, machine_line, sidecar
 from bench_propose import CHECK, PROPOSE, open_session, proposal
 from grpc_health.v1 import health_pb2
 
-MODES = ("real", "lean", "rows", "decision", "writer", "cached")
+MODES = ("real", "lean", "rows", "decision", "writer", "cached", "base")
 
 
-def measure(mode: str, seconds: float) -> dict[str, Any]:
+def measure(mode: str, seconds: float, baseline: Path | None = None) -> dict[str, Any]:
     os.environ["CALLGATE_FLOOR"] = mode
-    runner = ("-m", "callgate") if mode == "real" else (str(Path(__file__).with_name("_floor_serve.py")),)
-    with sidecar(runner=runner) as sc:
+    real = mode in ("real", "base")
+    runner = ("-m", "callgate") if real else (str(Path(__file__).with_name("_floor_serve.py")),)
+    checkout = ROOT
+    if mode == "base":
+        if baseline is None:
+            raise SystemExit("mode base needs --baseline DIR (another checkout with its own .venv)")
+        checkout = baseline
+    with sidecar(runner=runner, checkout=checkout) as sc:
         sid = asyncio.run(open_session(sc.agent))
         go = GoLoad(target=sc.agent, tmp=Path(tempfile.mkdtemp(prefix="cg-floor-")))
         per = int(3000 * seconds * 1.5)
@@ -78,6 +87,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--modes", default=",".join(MODES), help="sidecars to measure, comma-separated")
+    ap.add_argument("--baseline", type=Path, default=None, help="the checkout mode base runs")
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
     unknown = sorted(set(modes) - set(MODES))
@@ -90,7 +100,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for k in range(1, a.rounds + 1):
         for mode in modes:
-            m = measure(mode, a.seconds)
+            m = measure(mode, a.seconds, a.baseline)
             p16, c16, p1, c1, ol = m["propose16"], m["check16"], m["propose1"], m["check1"], m["open1000"]
             print(f"| {mode} | {k} | {p16['rps']:,.0f} | {c16['rps']:,.0f} | **{p16['rps'] / c16['rps']:.2f}** | "
                   f"{p1['p50_ms']:.3f} / {c1['p50_ms']:.3f} ms | **{p1['p50_ms'] / c1['p50_ms']:.2f}x** | "
