@@ -71,19 +71,3 @@ def test_without_the_c_encoder_it_is_json_dumps(monkeypatch: pytest.MonkeyPatch)
 
 def test_the_c_encoder_is_used_here() -> None:
     assert jsontext._C_ENCODER is not None  # CPython with _json: the fast path is what runs
-
-
-def test_a_remembered_value_answers_its_kept_text() -> None:
-    """known_text answers a remembered object with the text kept for it, any other object
-    (an equal copy, a changed one after the table started again) encoded as compact_sorted."""
-    shared = {"effect": "allow", "reasons": [{"code": "policy_permit"}], "engine": "cedar"}
-    text = jsontext.remember_text(shared)
-    assert text == compact_sorted(shared)
-    assert jsontext.known_text(shared) is text  # kept, not encoded again
-    copy = dict(shared)
-    assert jsontext.known_text(copy) == text and jsontext.known_text(copy) is not text
-    assert jsontext.known_text([1, "a"]) == compact_sorted([1, "a"])
-    for n in range(jsontext.KNOWN_TEXTS_MAX):  # the table starts again past its size
-        jsontext.remember_text({"n": n})
-    assert jsontext.known_text(shared) == text
-    assert len(jsontext._known) <= jsontext.KNOWN_TEXTS_MAX

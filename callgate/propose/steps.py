@@ -39,7 +39,6 @@ from callgate.base.errors import (
 from callgate.base.events import EventKind
 from callgate.base.fastinit import builder
 from callgate.base.ids import new_id
-from callgate.base.jsontext import remember_text
 from callgate.base.model import (
     Decision,
     Effect,
@@ -278,11 +277,6 @@ def _compiled_decision(
         decision = decider.decide_answers(authz)
         return decision, decision_to_dict(decision)
 
-    def shared() -> tuple[Decision, dict[str, object]]:
-        decision, stored = build()
-        remember_text(stored)  # the store writes its text as kept (never changed: see above)
-        return decision, stored
-
     try:
         key = tuple(
             (m[0], tuple(m[1]), m[2], None if sh is None else (sh[0], tuple(sh[1]), sh[2])) for m, sh in authz
@@ -290,7 +284,7 @@ def _compiled_decision(
         hash(key)
     except TypeError:  # an answer of another shape: decided as is, not remembered
         return build()
-    return snapshot.memo.shared_decision(key, shared)
+    return snapshot.memo.shared_decision(key, build)
 
 
 def normalize_arguments(

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from callgate.base.clock import rfc3339
 from callgate.base.errors import store_unavailable
-from callgate.base.jsontext import compact_sorted, known_text
+from callgate.base.jsontext import compact_sorted
 from callgate.base.states import State
 from callgate.store.base import (
     PAST_DEADLINE_STATES,
@@ -236,12 +236,6 @@ def _dump(v: Any) -> str | None:
     return None if v is None else compact_sorted(v)
 
 
-def _dump_known(v: Any) -> str | None:
-    """:func:`_dump` of a record's mapping, which may be a shared value whose text is kept
-    (:func:`~callgate.base.jsontext.known_text`: a snapshot's shared decisions)."""
-    return None if v is None else known_text(v)
-
-
 def _tool_view_row(v: ToolViewRecord) -> tuple[Any, ...]:
     """The ``tool_views`` row of ``v`` (both backends). The views recorded from one shown set
     carry its JSON made once (``propose/sessions.py``), not per ListTools (0.34 ms a call at
@@ -275,7 +269,7 @@ _CONVERSIONS: dict[Any, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     int: (_identity, _identity),
     bytes: (_identity, bytes),
     State: (_state_value, _to_state),
-    Mapping[str, Any] | None: (_dump_known, _load_json),
+    Mapping[str, Any] | None: (_dump, _load_json),
 }
 
 R = TypeVar("R", InvocationRecord, AttemptRecord)
