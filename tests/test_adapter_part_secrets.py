@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
-from agents import Agent, Runner, ToolOutputFileContent, ToolOutputImage, ToolOutputText, function_tool
+from agents import (
+    Agent,
+    Runner,
+    RunState,
+    ToolOutputFileContent,
+    ToolOutputImage,
+    ToolOutputText,
+    function_tool,
+)
 from agents.testing import ScriptedModel as AgentsModel
 from agents.testing import assistant_message, function_call
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -26,7 +34,7 @@ from pydantic import SecretStr
 
 from callgate.adapters.langgraph import CallgateTools
 from callgate.adapters.openai_agents import Gate, Secret
-from callgate.client import AsyncClient, Client
+from callgate.client import AsyncClient, Client, Session
 from callgate.execute.redaction import Redactor
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import Running, calendar_secret, start_sidecar, stop_sidecar
@@ -162,9 +170,23 @@ def test_agents_parts_never_carry_a_secret(vault: Running) -> None:
         )  # fmt: skip
         agent = Agent(name="a", model=model, tools=g.tools, hooks=g.hooks())
         first = Runner.run_sync(agent, "book", context={}, run_config=RUN)
+        saved = first.to_state().to_string()
         state = first.to_state()
         state.approve(first.interruptions[0])
         result = Runner.run_sync(agent, state, run_config=RUN)
+        # the same saved state resumed again by a new gate (a second worker): replayed, not run
+        model2 = AgentsModel([[assistant_message("done")]])
+        g2 = Gate(
+            {"calendar.create_event": vault_event, "weather.get": get_weather},
+            client=cg, session=Session(cg, g.session.session_id, tenant="acme", subject="alice"),
+            executor_id="x", confirmer=cg.confirmer(), approver=lambda ctx: "alice",
+            external_ids={"calendar.create_event": lambda value: "evt_v"},
+        )  # fmt: skip
+        agent2 = Agent(name="a", model=model2, tools=g2.tools, hooks=g2.hooks())
+        again = asyncio.run(RunState.from_string(agent2, saved))
+        for interruption in again.get_interruptions():
+            again.approve(interruption)
+        replay = Runner.run_sync(agent2, again, run_config=RUN)
     (item,) = [
         i
         for i in result.new_items
@@ -179,3 +201,19 @@ def test_agents_parts_never_carry_a_secret(vault: Running) -> None:
     assert sent[6]["type"] == "input_image" and sent[6]["image_url"] == "data:image/png;base64," + PNG
     invocation_id = item.custom_data["callgate"]["invocation_id"]
     assert not FORMS.contains_known_secret(stored(vault, invocation_id))
+    (item2,) = [
+        i
+        for i in replay.new_items
+        if type(i).__name__ == "ToolCallOutputItem" and isinstance(i.raw_item, dict)
+    ]
+    shown = item2.raw_item["output"]
+    assert isinstance(shown, list) and len(shown) == 7, shown
+    assert not FORMS.contains_known_secret(json.dumps(shown, ensure_ascii=False))
+    assert shown[:2] == sent[:2]  # the envelope and the marked, redacted text as first answered
+    notes = [json.loads(p["text"]) for p in shown[2:]]
+    assert [n["type"] for n in notes] == ["callgate_not_replayed"] * 5, notes
+    nonce = json.loads(sent[0]["text"])["nonce"]
+    kinds = ["image", "file", "file", "image", "image"]  # the descriptors' strings stay marked
+    assert [n["part"]["type"] for n in notes] == [
+        f"⟦untrusted:{nonce}⟧{k}⟦/untrusted:{nonce}⟧" for k in kinds
+    ]

@@ -64,7 +64,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
 from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
-from callgate.adapters.parts import answer_parts, encoded_value, watched
+from callgate.adapters.parts import answer_parts, encoded_value, replayed_parts, watched
 from callgate.client import (
     Allowed,
     AsyncClient,
@@ -586,7 +586,9 @@ class CallgateTools:
         """The sidecar's tool message as the ``ToolMessage``; ``stored``: it is the invocation's
         stored tool message (fed into the next model call, :meth:`fed`)."""
         of = self.session.session_id if stored else ""
-        return Done(_message(call_id, legal, _content(message), invocation_id, of))
+        said = _message(call_id, legal, _content(message), invocation_id, of)
+        replayed = replayed_parts(message) if stored else None  # a result in parts: as parts
+        return Done(said if replayed is None else said.model_copy(update={"content": replayed}))
 
     async def _classify(
         self, io: _Io, call_id: str, legal: str, req: pb.ProposeRequest, steps: dict[str, Step],

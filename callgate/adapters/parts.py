@@ -181,4 +181,45 @@ def answer_parts(
     return [head, *shown]
 
 
-__all__ = ["BINARY_KEYS", "BLOCKS_KEY", "answer_parts", "descriptor", "encoded_value", "rebuilt", "watched"]
+def replayed_parts(message: str) -> list[dict[str, Any]] | None:
+    """What a replay's model gets for a stored ``ok`` message in parts (any process: only the
+    message is at hand), as the MCP gateway answers a replay: the envelope, then each text part
+    with the text the first answer had (marked, redacted), each other part as a
+    ``callgate_not_replayed`` text part naming its descriptor (type, size, sha256, its redacted
+    strings, all marked: its bytes were never kept). None for any other message."""
+    try:
+        content = json.loads(message)["content"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(content, dict) or content.get("status") != "ok" or content.get("truncated"):
+        return None
+    data = content.get("data")
+    encoded = data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
+    if not isinstance(encoded, list) or not encoded:
+        return None
+    envelope = {k: v for k, v in content.items() if k != "data"}
+    out = [{"type": "text", "text": json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))}]
+    for enc in encoded:
+        text = enc.get("text") if isinstance(enc, dict) else None
+        if isinstance(text, str) and not any(k in enc for k in ("bytes", "strings")):  # type is marked
+            out.append({"type": "text", "text": text})
+        else:
+            doc = {
+                "type": "callgate_not_replayed",
+                "message": "a part of the first answer that a replay does not carry (only its digest was kept)",
+                "part": enc,
+            }
+            out.append({"type": "text", "text": json.dumps(doc, ensure_ascii=False, sort_keys=True)})
+    return out
+
+
+__all__ = [
+    "BINARY_KEYS",
+    "BLOCKS_KEY",
+    "answer_parts",
+    "descriptor",
+    "encoded_value",
+    "rebuilt",
+    "replayed_parts",
+    "watched",
+]
