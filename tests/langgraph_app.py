@@ -68,12 +68,13 @@ the weather tool: only the sidecar knows it)."""
 def vault_parts(credential: str) -> list[dict[str, Any]]:
     """One part of each kind with a secret: the canary in a text (twice, once upper-cased), the
     invocation's credential in an image's bytes, the canary in a file's name and URL-encoded in
-    an image's URL; then a clean image that passes as given."""
+    an image's URL, lower-cased in a nested member; then a clean image that passes as given."""
     return [
         {"type": "text", "text": f"key {VAULT_CANARY} / {VAULT_CANARY.upper()}"},
         {"type": "image", "base64": base64.b64encode(b"PNG" + credential.encode()).decode(), "mime_type": "image/png"},
         {"type": "file", "base64": base64.b64encode(b"a,b").decode(), "mime_type": "text/csv", "filename": f"{VAULT_CANARY}.csv"},
         {"type": "image", "url": "https://maps.example/t.png?k=" + quote(VAULT_CANARY, safe="")},
+        {"type": "file", "base64": "YQ==", "mime_type": "text/plain", "extras": {"notes": [VAULT_CANARY.lower()]}},
         {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"},
     ]  # fmt: skip
 

@@ -108,16 +108,16 @@ def test_langgraph_parts_never_carry_a_secret(
     else:
         (msg,) = asyncio.run(_lg_async(vault, aio=path == "aio"))
     blocks = msg.content
-    assert isinstance(blocks, list) and len(blocks) == 6, blocks
+    assert isinstance(blocks, list) and len(blocks) == 7, blocks
     assert not FORMS.contains_known_secret(json.dumps(blocks, ensure_ascii=False))
     envelope = json.loads(blocks[0]["text"])
     nonce = envelope["nonce"]
     assert blocks[1]["text"] == (
         f"⟦untrusted:{nonce}⟧key [REDACTED:secret] / [REDACTED:secret]⟦/untrusted:{nonce}⟧"
     )
-    # the credential in the bytes, the canary in the file name and in the URL: withheld
-    assert [withheld(b) for b in blocks[2:5]] == [True, True, True], blocks
-    assert blocks[5] == {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"}
+    # the credential in the bytes, the canary in the file name, the URL, a nested member: withheld
+    assert [withheld(b) for b in blocks[2:6]] == [True, True, True, True], blocks
+    assert blocks[6] == {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"}
     record = stored(vault, envelope["invocation_id"])
     assert envelope["invocation_id"] in record and not FORMS.contains_known_secret(record)
 

@@ -51,8 +51,23 @@ def _binary(value: str) -> bool:
 
 
 def _strings(part: Mapping[str, Any]) -> dict[str, str]:
-    """The top-level strings of a non-text part that are not its bytes (URL, name, id, type)."""
-    return {k: v for k, v in part.items() if isinstance(v, str) and k not in BINARY_KEYS and not _binary(v)}
+    """Every string of a non-text part that is not its bytes (URL, name, id, nested ones too),
+    by its JSON Pointer."""
+    out: dict[str, str] = {}
+
+    def walk(value: Any, at: str, key: str) -> None:
+        if isinstance(value, str):
+            if key not in BINARY_KEYS and not _binary(value):
+                out[at] = value
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, f"{at}/{str(k).replace('~', '~0').replace('/', '~1')}", str(k))
+        elif isinstance(value, list | tuple):
+            for i, v in enumerate(value):
+                walk(v, f"{at}/{i}", key)
+
+    walk(part, "", "")
+    return out
 
 
 def descriptor(part: Mapping[str, Any]) -> dict[str, Any]:
