@@ -11,6 +11,7 @@ Every tool run appends a line to the ledger file, so runs are counted across pro
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -29,7 +31,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 from callgate.adapters.hitl import HITLFormat
-from callgate.adapters.langgraph import CallgateTools
+from callgate.adapters.langgraph import CallgateTools, tool_context
 from callgate.client import Client, Committed
 
 LEDGER_ENV = "CALLGATE_TEST_LEDGER"
@@ -53,7 +55,28 @@ def get_weather(city: str, date: str) -> Any:
             {"type": "text", "text": f"sunny in {city}"},
             {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"},
         ]
+    if city == "Vault":
+        return vault_parts(tool_context().credential)
     return {"city": city, "forecast": "sunny"}
+
+
+VAULT_CANARY = "Lg-Canary-7Qz9-vault"
+"""A configured secret of the sidecar in tests/test_adapter_part_secrets.py (never redeemed by
+the weather tool: only the sidecar knows it)."""
+
+
+def vault_parts(credential: str) -> list[dict[str, Any]]:
+    """One part of each kind with a secret: the canary in a text (twice, once upper-cased), the
+    invocation's credential in an image's bytes, the canary in a file's name and URL-encoded in
+    an image's URL, lower-cased in a nested member; then a clean image that passes as given."""
+    return [
+        {"type": "text", "text": f"key {VAULT_CANARY} / {VAULT_CANARY.upper()}"},
+        {"type": "image", "base64": base64.b64encode(b"PNG" + credential.encode()).decode(), "mime_type": "image/png"},
+        {"type": "file", "base64": base64.b64encode(b"a,b").decode(), "mime_type": "text/csv", "filename": f"{VAULT_CANARY}.csv"},
+        {"type": "image", "url": "https://maps.example/t.png?k=" + quote(VAULT_CANARY, safe="")},
+        {"type": "file", "base64": "YQ==", "mime_type": "text/plain", "extras": {"notes": [VAULT_CANARY.lower()]}},
+        {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"},
+    ]  # fmt: skip
 
 
 @tool(response_format="content_and_artifact")
@@ -85,6 +108,8 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any] | str]]] = {
     # two identical calls in one turn (parallel tool calls)
     "parallel": [("weather__get", WEATHER), ("weather__get", WEATHER)],
     "map": [("weather__get", {"city": "Lyon", "date": "2026-07-20"})],
+    # a forecast in parts with secrets in every part kind (tests/test_adapter_part_secrets.py)
+    "vault": [("weather__get", {"city": "Vault", "date": "2026-07-20"})],
     # arguments the provider could not parse (LangChain's invalid_tool_calls), beside a good call
     "badjson": [("weather__get", '{"city":"Paris",'), ("weather__get", WEATHER)],
 }

@@ -64,7 +64,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
 from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
-from callgate.adapters.parts import answer_parts, encoded_value
+from callgate.adapters.parts import answer_parts, encoded_value, replayed_parts, watched
 from callgate.client import (
     Allowed,
     AsyncClient,
@@ -586,7 +586,9 @@ class CallgateTools:
         """The sidecar's tool message as the ``ToolMessage``; ``stored``: it is the invocation's
         stored tool message (fed into the next model call, :meth:`fed`)."""
         of = self.session.session_id if stored else ""
-        return Done(_message(call_id, legal, _content(message), invocation_id, of))
+        said = _message(call_id, legal, _content(message), invocation_id, of)
+        replayed = replayed_parts(message) if stored else None  # a result in parts: as parts
+        return Done(said if replayed is None else said.model_copy(update={"content": replayed}))
 
     async def _classify(
         self, io: _Io, call_id: str, legal: str, req: pb.ProposeRequest, steps: dict[str, Step],
@@ -778,14 +780,18 @@ class CallgateTools:
         return request_.override(tool_call=call, tool=tool)
 
     def _answer(
-        self, request_: ToolCallRequest, res: ToolResult, parts: Sequence[Mapping[str, Any]] = ()
+        self,
+        request_: ToolCallRequest,
+        res: ToolResult,
+        parts: Sequence[Mapping[str, Any]] = (),
+        seen: Sequence[str | bytes] = (),
     ) -> ToolMessage:
         """The tool message; a result in content blocks as blocks: callgate's envelope (status,
         the markers' nonce) as the first text block, then the tool's blocks, text marked."""
         call = request_.tool_call
         of = self.session.session_id
         message = _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
-        shown = answer_parts(res.message, parts)
+        shown = answer_parts(res.message, parts, seen)
         return message if shown is None else message.model_copy(update={"content": shown})
 
     def execute(
@@ -796,8 +802,10 @@ class CallgateTools:
     ) -> ToolMessage:
         client, _ = self._sync()
         parts: list[dict[str, Any]] = []
+        seen: list[str | bytes] = []  # redeemed values and credentials: never in a part
 
         def fn(ctx: ToolContext) -> Committed:
+            ctx = watched(ctx, seen)
             token = _CURRENT.set(ctx)
             try:
                 return _committed(_invoked(execute, self._edited_call(step, request_, ctx)), parts)
@@ -805,7 +813,7 @@ class CallgateTools:
                 _CURRENT.reset(token)
 
         res = client.run(step.invocation_id, fn, executor_id=self.executor_id)
-        return self._answer(request_, res, parts)
+        return self._answer(request_, res, parts, seen)
 
     async def aexecute(
         self,
@@ -817,8 +825,10 @@ class CallgateTools:
         tool_context().redeem(name)`` inside the tool), or the sync helper in a worker thread."""
         if isinstance(self.client, AsyncClient):
             parts: list[dict[str, Any]] = []
+            seen: list[str | bytes] = []
 
             async def afn(ctx: ToolContext) -> Committed:
+                ctx = watched(ctx, seen)
                 token = _CURRENT.set(ctx)
                 try:
                     edited = self._edited_call(step, request_, ctx)
@@ -831,7 +841,7 @@ class CallgateTools:
                     _CURRENT.reset(token)
 
             res = await self.client.run(step.invocation_id, afn, executor_id=self.executor_id)
-            return self._answer(request_, res, parts)
+            return self._answer(request_, res, parts, seen)
         loop = asyncio.get_running_loop()
 
         def on_loop(req: ToolCallRequest) -> ToolMessage | Command[Any]:

@@ -68,7 +68,7 @@ from callgate.adapters.openai_agents_binding import (
     bind,
     with_descriptions,
 )
-from callgate.adapters.parts import answer_parts
+from callgate.adapters.parts import answer_parts, replayed_parts, watched
 from callgate.client import (
     Allowed,
     CallgateClientError,
@@ -307,17 +307,20 @@ class Gate:
         if isinstance(out, Allowed):
             loop = asyncio.get_running_loop()
             parts: list[dict[str, Any]] = []
+            seen: list[str | bytes] = []  # redeemed values and credentials: never in a part
             result = await asyncio.to_thread(
                 self.client.run,
                 out.invocation_id,
-                lambda c: binding.call(c, ctx, loop, parts),
+                lambda c: binding.call(watched(c, seen), ctx, loop, parts),
                 executor_id=self.executor_id,
             )
             answer = _answer(result.message, out.invocation_id, result.state)
-            shown = answer_parts(result.message, parts)
+            shown = answer_parts(result.message, parts, seen)
             return answer if shown is None else _Answer(shown, answer.envelope)
         status = out.state if isinstance(out, Replayed) else type(out).__name__.lower()
-        return _answer(out.message, out.invocation_id, status)
+        answer = _answer(out.message, out.invocation_id, status)
+        replayed = replayed_parts(out.message) if isinstance(out, Replayed) else None
+        return answer if replayed is None else _Answer(replayed, answer.envelope)
 
     async def _approved(self, ctx: AgentsToolContext[Any], out: NeedsConfirmation) -> _Answer | None:
         """The SDK approved: confirm through the confirmer, or wait for the console. None when

@@ -120,8 +120,10 @@ class Binding:
             return result
         found = structured_parts(result)
         if found is not None and parts is not None:
-            parts[:] = found
-            return Committed(encoded_value(found))
+            parts[:] = found  # a write's external id is read from the parts (a function of them)
+            return Committed(
+                encoded_value(found), self.external_id(found) if self.external_id is not None else ""
+            )
         value = _JSON.dump_python(result, mode="json")
         return Committed(value, self.external_id(value) if self.external_id is not None else "")
 

@@ -10,19 +10,35 @@ from the encoded message: text parts with the marked, redacted text, other parts
 them, in order; anything else (an error, a truncated or withheld result, a replay whose parts are
 gone) stays the encoded message's text.
 
+No secret reaches the model in any part (spec 6.10): the strings of a non-text part (a URL, a
+file name, a file id) go to ``EncodeResult`` too, and a part whose string the sidecar's redactor
+changed is withheld; every string of every part, its base64 data included, is also checked for
+the values redeemed for the call and its credential (:func:`watched` records them) with the MCP
+gateway's own check (:func:`callgate.execute.redaction.holds_secret`): such a part becomes a
+``callgate_withheld`` text part, as in the gateway.
+
 Plain mappings only (``{"type": "text", "text": ...}`` and any other ``{"type": ...}``): each SDK
 adapter converts its own part objects.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
+
+from callgate.client import ToolContext
+from callgate.execute.encode import unmarked_data
+from callgate.execute.redaction import holds_secret, withheld_note
 
 BLOCKS_KEY = "mcp_content"
 """The one member of the value ``EncodeResult`` gets for a result in parts (the MCP gateway's)."""
+
+BINARY_KEYS = frozenset({"data", "base64", "file_data"})
+"""Members of a part that hold its bytes (also any ``data:`` URL): recorded as size and sha256."""
 
 
 def _text(part: Mapping[str, Any]) -> str | None:
@@ -30,9 +46,34 @@ def _text(part: Mapping[str, Any]) -> str | None:
     return text if part.get("type") == "text" and isinstance(text, str) else None
 
 
+def _binary(value: str) -> bool:
+    return value.startswith("data:")
+
+
+def _strings(part: Mapping[str, Any]) -> dict[str, str]:
+    """Every string of a non-text part that is not its bytes (URL, name, id, nested ones too),
+    by its JSON Pointer."""
+    out: dict[str, str] = {}
+
+    def walk(value: Any, at: str, key: str) -> None:
+        if isinstance(value, str):
+            if key not in BINARY_KEYS and not _binary(value):
+                out[at] = value
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                walk(v, f"{at}/{str(k).replace('~', '~0').replace('/', '~1')}", str(k))
+        elif isinstance(value, list | tuple):
+            for i, v in enumerate(value):
+                walk(v, f"{at}/{i}", key)
+
+    walk(part, "", "")
+    return out
+
+
 def descriptor(part: Mapping[str, Any]) -> dict[str, Any]:
     """What ``EncodeResult`` records of one part: a text part's text; of any other its type, the
-    size and sha256 of its canonical JSON (an image's data or URL is never text for the model)."""
+    size and sha256 of its canonical JSON (an image's data is never text for the model) and its
+    other strings under ``strings`` (redacted and marked like any result string)."""
     text = _text(part)
     if text is not None:
         return {"type": "text", "text": text}
@@ -41,6 +82,7 @@ def descriptor(part: Mapping[str, Any]) -> dict[str, Any]:
         "type": str(part.get("type", "unknown")),
         "bytes": len(raw),
         "sha256": hashlib.sha256(raw).hexdigest(),
+        "strings": _strings(part),
     }
 
 
@@ -49,13 +91,74 @@ def encoded_value(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {BLOCKS_KEY: [descriptor(p) for p in parts]}
 
 
+def watched(ctx: ToolContext, seen: list[str | bytes]) -> ToolContext:
+    """``ctx`` whose ``redeem`` records each value it returns (sync or awaitable) in ``seen``,
+    with the attempt's credential: what :func:`answer_parts` checks every part for."""
+    if ctx.credential:
+        seen.append(ctx.credential)
+    redeem = ctx.redeem
+
+    async def later(pending: Awaitable[Any]) -> Any:
+        value = await pending
+        _record(value, seen)
+        return value
+
+    def recording(name: str) -> Any:
+        value = redeem(name)
+        if inspect.isawaitable(value):
+            return later(value)
+        _record(value, seen)
+        return value
+
+    return dataclasses.replace(ctx, redeem=recording)
+
+
+def _record(value: Any, seen: list[str | bytes]) -> None:
+    if isinstance(value, str | bytes) and value:
+        seen.append(value)
+
+
+def _all_strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, Mapping):
+        return [s for k, v in value.items() for s in (*_all_strings(k), *_all_strings(v))]
+    if isinstance(value, list | tuple):
+        return [s for v in value for s in _all_strings(v)]
+    return []
+
+
+def _shown(
+    part: Mapping[str, Any], enc: Any, plain: Any, secrets: Sequence[str | bytes]
+) -> dict[str, Any] | None:
+    """Part ``i`` for the model from its encoded descriptor ``enc`` (marked) and ``plain`` (the
+    same without the marks); a withheld note when a secret is in it; None when ``enc`` does not
+    fit the part."""
+    if not isinstance(enc, dict):
+        return None
+    kind = str(part.get("type", "unknown"))
+    if _text(part) is not None:
+        text = enc.get("text")
+        if not isinstance(text, str):
+            return None
+        if holds_secret(text, secrets):
+            return {"type": "text", "text": withheld_note(kind)}
+        return {"type": "text", "text": text}
+    strings = plain.get("strings") if isinstance(plain, dict) else None
+    # a string the sidecar's redactor changed (a configured secret or pattern in a URL or a
+    # name) or a redeemed value anywhere in the part: the part is withheld
+    if strings != _strings(part) or any(holds_secret(s, secrets) for s in _all_strings(part)):
+        return {"type": "text", "text": withheld_note(kind)}
+    return dict(part)
+
+
 def rebuilt(
-    message: str, parts: Sequence[Mapping[str, Any]]
+    message: str, parts: Sequence[Mapping[str, Any]], secrets: Sequence[str | bytes] = ()
 ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """From the encoded tool message of ``parts``: the envelope (the content without ``data``)
-    and the parts for the model (text parts with the encoded text, the others as given). None
-    unless the message is a complete ``ok`` one with one encoded descriptor per part (then the
-    caller answers with the message's text)."""
+    and the parts for the model (text parts with the encoded text, the others as given, any
+    part holding a secret as a withheld note). None unless the message is a complete ``ok`` one
+    with one encoded descriptor per part (then the caller answers with the message's text)."""
     try:
         content = json.loads(message)["content"]
     except (ValueError, KeyError, TypeError):
@@ -64,27 +167,28 @@ def rebuilt(
         return None
     data = content.get("data")
     encoded = data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
+    found, plain_data = unmarked_data(content)
+    plain = plain_data.get(BLOCKS_KEY) if found and isinstance(plain_data, dict) else None
     if not isinstance(encoded, list) or len(encoded) != len(parts):
         return None
+    if not isinstance(plain, list) or len(plain) != len(parts):
+        return None
     out: list[dict[str, Any]] = []
-    for part, enc in zip(parts, encoded, strict=True):
-        if not isinstance(enc, dict):
+    for part, enc, unmarked in zip(parts, encoded, plain, strict=True):
+        shown = _shown(part, enc, unmarked, secrets)
+        if shown is None:
             return None
-        if _text(part) is not None:
-            text = enc.get("text")
-            if not isinstance(text, str):
-                return None
-            out.append({"type": "text", "text": text})
-        else:  # its descriptor's strings are marked like any data: the part passes as given
-            out.append(dict(part))
+        out.append(shown)
     envelope = {k: v for k, v in content.items() if k != "data"}
     return envelope, out
 
 
-def answer_parts(message: str, parts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]] | None:
+def answer_parts(
+    message: str, parts: Sequence[Mapping[str, Any]], secrets: Sequence[str | bytes] = ()
+) -> list[dict[str, Any]] | None:
     """What the model gets for ``parts`` (:func:`rebuilt`): callgate's envelope (the status, the
     markers' nonce) as the first text part, then the parts; None when :func:`rebuilt` is."""
-    found = rebuilt(message, parts) if parts else None
+    found = rebuilt(message, parts, secrets) if parts else None
     if found is None:
         return None
     envelope, shown = found
@@ -92,4 +196,45 @@ def answer_parts(message: str, parts: Sequence[Mapping[str, Any]]) -> list[dict[
     return [head, *shown]
 
 
-__all__ = ["BLOCKS_KEY", "answer_parts", "descriptor", "encoded_value", "rebuilt"]
+def replayed_parts(message: str) -> list[dict[str, Any]] | None:
+    """What a replay's model gets for a stored ``ok`` message in parts (any process: only the
+    message is at hand), as the MCP gateway answers a replay: the envelope, then each text part
+    with the text the first answer had (marked, redacted), each other part as a
+    ``callgate_not_replayed`` text part naming its descriptor (type, size, sha256, its redacted
+    strings, all marked: its bytes were never kept). None for any other message."""
+    try:
+        content = json.loads(message)["content"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(content, dict) or content.get("status") != "ok" or content.get("truncated"):
+        return None
+    data = content.get("data")
+    encoded = data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
+    if not isinstance(encoded, list) or not encoded:
+        return None
+    envelope = {k: v for k, v in content.items() if k != "data"}
+    out = [{"type": "text", "text": json.dumps(envelope, ensure_ascii=False, separators=(",", ":"))}]
+    for enc in encoded:
+        text = enc.get("text") if isinstance(enc, dict) else None
+        if isinstance(text, str) and not any(k in enc for k in ("bytes", "strings")):  # type is marked
+            out.append({"type": "text", "text": text})
+        else:
+            doc = {
+                "type": "callgate_not_replayed",
+                "message": "a part of the first answer that a replay does not carry (only its digest was kept)",
+                "part": enc,
+            }
+            out.append({"type": "text", "text": json.dumps(doc, ensure_ascii=False, sort_keys=True)})
+    return out
+
+
+__all__ = [
+    "BINARY_KEYS",
+    "BLOCKS_KEY",
+    "answer_parts",
+    "descriptor",
+    "encoded_value",
+    "rebuilt",
+    "replayed_parts",
+    "watched",
+]

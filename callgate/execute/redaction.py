@@ -63,6 +63,7 @@ the strings joined together (one scan) and redact string by string only when one
 from __future__ import annotations
 
 import base64
+import binascii
 import html
 import json
 import math
@@ -78,9 +79,11 @@ __all__ = [
     "Redactor",
     "SCAN_FORMS_LIMIT",
     "SecretPattern",
+    "holds_secret",
     "marker",
     "secret_forms",
     "unique_keys",
+    "withheld_note",
 ]
 
 DEFAULT_MIN_SECRET_LENGTH = 8
@@ -510,3 +513,41 @@ def _secret_length(value: str | bytes | bytearray) -> int:
         return len(bytes(value).decode("utf-8"))
     except UnicodeDecodeError:
         return len(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Parts the encoder never sees as text (binary data, URLs): checked where they are answered
+
+
+def holds_secret(value: str, secrets: Iterable[str | bytes]) -> bool:
+    """Whether ``value`` (a string of a result part the encoder gets only as size and digest:
+    base64 data, a ``data:`` URL, a name) holds one of ``secrets`` (the values redeemed for the
+    call, its credential): as the decoded bytes or the text itself, or any form
+    :func:`secret_forms` lists (case ignored; forms shorter than
+    :data:`DEFAULT_MIN_SECRET_LENGTH` only as the literal). The MCP gateway's binary blocks and
+    the adapters' parts are checked by this one function."""
+    b64 = value.partition(",")[2] if value.startswith("data:") and ";base64," in value else value
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raw = value.encode("utf-8", "surrogatepass")
+    texts = (value.casefold(), raw.decode("latin-1").casefold(), raw.decode("utf-8", "replace").casefold())
+    for secret in secrets:
+        as_bytes = secret.encode("utf-8", "surrogatepass") if isinstance(secret, str) else bytes(secret)
+        if not as_bytes:
+            continue
+        if as_bytes in raw or (isinstance(secret, str) and secret in value):
+            return True
+        forms = (f.casefold() for f in secret_forms(secret) if len(f) >= DEFAULT_MIN_SECRET_LENGTH)
+        if any(form in text for form in forms for text in texts):
+            return True
+    return False
+
+
+def withheld_note(kind: str) -> str:
+    """The text answered in place of a result part of type ``kind`` that held a secret."""
+    doc = {
+        "type": "callgate_withheld",
+        "message": f"callgate withheld a {kind} block of this result: it contained a secret.",
+    }
+    return json.dumps(doc, sort_keys=True)

@@ -34,6 +34,7 @@ import mcp_types as types
 
 from callgate.client import Replayed, ToolResult
 from callgate.execute.encode import unmarked_data
+from callgate.execute.redaction import holds_secret, withheld_note
 from callgate.mcp.codes import McpCode
 
 BLOCKS_KEY = "mcp_content"
@@ -267,25 +268,15 @@ def _rebuild(original: types.ContentBlock, enc: Any) -> types.ContentBlock | Non
 
 
 def _holds_secret(block: types.ContentBlock, secrets: Iterable[str]) -> bool:
-    """Binary data that contains a secret redeemed for this call (as bytes or as base64 text)."""
+    """Binary data that contains a secret redeemed for this call (:func:`holds_secret`)."""
     data = getattr(block, "data", None)
     if isinstance(block, types.EmbeddedResource):
         data = getattr(block.resource, "blob", None)
-    if not isinstance(data, str):
-        return False
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
-    return any(s and (s.encode() in raw or s in data) for s in secrets)
+    return isinstance(data, str) and holds_secret(data, secrets)
 
 
 def _withheld_block(block: types.ContentBlock) -> types.TextContent:
-    doc = {
-        "type": "callgate_withheld",
-        "message": f"callgate withheld a {block.type} block of this result: it contained a secret.",
-    }
-    return types.TextContent(type="text", text=json.dumps(doc, sort_keys=True))
+    return types.TextContent(type="text", text=withheld_note(block.type))
 
 
 def block_answer(
