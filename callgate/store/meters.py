@@ -405,12 +405,6 @@ class _Taken:
     """Running totals that did not exist yet (created when written)."""
 
 
-PENDING_SWEEP_AT: Final = 1024
-"""In-process reservations held at once past which adding one first drops the expired ones (a
-Propose that raised between its reading and its write never dropped its own), so they stay
-bounded with retention off."""
-
-
 class Pending:
     """SQLite (one sidecar per database file): the reservations of Proposes between their
     reading and the write of their invocation, kept in memory and written **in the invocation's
@@ -426,9 +420,6 @@ class Pending:
 
     def add(self, invocation_id: str, taken: _Taken) -> None:
         with self._lock:
-            if len(self._by_invocation) >= PENDING_SWEEP_AT:  # Proposes that failed before their write
-                for i in [i for i, t in self._by_invocation.items() if t.expires_ms <= taken.now_ms]:
-                    del self._by_invocation[i]
             self._by_invocation[invocation_id] = taken
 
     def pop(self, invocation_id: str) -> _Taken | None:
