@@ -5,12 +5,9 @@ Tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
 
 * ``meter_reservations``: one row per (invocation, meter) while the call is in flight: its amount,
   scope, the proposal's time and the windows it counts in. Taken by :meth:`MeterStore.reserve`
-  after the idempotency claim found the key free, before the policy is asked, atomically with
-  the reading of the meter. PostgreSQL: one transaction that reads and inserts the row, under a
-  transaction advisory lock per meter and scope, so sidecars sharing the database serialize on
-  it. SQLite (one sidecar per file): the reading runs on the one writer and the reservation is
-  kept in the process (:class:`Pending`, counted by every later reading) until the invocation's
-  own transaction writes it (:func:`write_reserved_sqlite`): no transaction of its own. N
+  after the idempotency claim found the key free, before the policy is asked, in one transaction
+  that reads the meter and inserts the row (SQLite: the one writer; PostgreSQL: a transaction
+  advisory lock per meter and scope, so sidecars sharing the database serialize on it). N
   concurrent proposals therefore see N distinct ``before`` values.
 * ``meter_entries``: one row per final contribution (invocation, meter) to a meter with a timed
   window, at the proposal's time ``at_ms``; kept for twice the meter's longest window.
