@@ -501,21 +501,19 @@ def _read_sqlite(
 
 def write_reserved_sqlite(c: Any, pending: Pending, invocation_id: str, state: State) -> None:
     """In the transaction that writes a new invocation: its pending reservation becomes rows of
-    ``meter_reservations``, or goes when the invocation ends before the commit boundary (a
-    deny); either way the running totals its reading moved are brought forward (and missing
-    ones created), so the next reading starts from there."""
+    ``meter_reservations`` (the running totals its reading moved brought forward), or goes when
+    the invocation ends before the commit boundary (a deny)."""
     taken = pending.pop(invocation_id)
-    if taken is None:
+    if taken is None or state in RELEASE_STATES:
         return
     now = taken.now_ms
-    if taken.advance:  # a deny's too
+    if taken.advance:
         c.execute(
             _advance_sql(SQLITE, len(taken.advance)), [now] * 4 + [x for key in taken.advance for x in key]
         )
     for meter, scope, width in taken.init:
         c.execute(_fixed(SQLITE)["init"], (meter, scope, width, now - width, meter, scope, now - width))
-    if state not in RELEASE_STATES:
-        c.execute(_insert_sql(SQLITE, len(taken.rows)), [x for row in taken.rows for x in row])
+    c.execute(_insert_sql(SQLITE, len(taken.rows)), [x for row in taken.rows for x in row])
 
 
 def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -> Steps:
