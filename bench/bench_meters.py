@@ -32,7 +32,6 @@ from typing import Any
 
 from callgate.base.clock import FixedClock
 from callgate.base.model import Proposal, Subject
-from callgate.base.states import State
 from callgate.base.trace import TraceContext
 from callgate.config import load_config
 from callgate.policy.meters import Contribution, Window
@@ -98,28 +97,17 @@ def seed_sqlite(path: Path, invocations: int) -> None:
 
 
 async def reserve_cost(meters: Any, calls: int, start: int = 0) -> list[float]:
-    """The clock moves 100 ms per call: the windows' edges pass over the seeded entries.
-    SQLite: the reading, then (one transaction) the write the invocation's transaction does (the
-    reservation's rows, the totals the reading moved) and the release a deny's settle does;
-    PostgreSQL: the reserve transaction and the release."""
+    """The clock moves 100 ms per call: the windows' edges pass over the seeded entries."""
     out = []
-    worker = getattr(meters, "_worker", None)
     for i in range(calls):
         now = NOW + timedelta(milliseconds=100 * (start + i))
-        inv = f"inv_b{start + i}"
         t0 = time.perf_counter()
-        await meters.reserve(inv, "ses_bench", contributions(f"u{i % 1000}"), now, now + timedelta(minutes=1))
-        if worker is not None:
-            await worker.run(lambda c, inv=inv: _write_then_release(meters, c, inv))
-        else:
-            await meters.release(inv)
+        await meters.reserve(
+            f"inv_b{i}", "ses_bench", contributions(f"u{i % 1000}"), now, now + timedelta(minutes=1)
+        )
+        await meters.release(f"inv_b{i}")
         out.append(time.perf_counter() - t0)
     return out
-
-
-def _write_then_release(meters: Any, c: Any, inv: str) -> None:
-    meters.write_pending(c, inv, State.AUTHORIZED)
-    c.execute("DELETE FROM meter_reservations WHERE invocation_id=?", (inv,))
 
 
 async def interleaved(stores: dict[int, Any], calls: int, rounds: int = 5) -> dict[int, list[float]]:

@@ -181,14 +181,8 @@ async def _store(kind: str, tmp_path: Path, dsn: str) -> tuple[Any, Callable[[st
     if kind == "sqlite":
         lite = SQLiteStore(tmp_path / "m.db")
 
-        meters = lite.meters()
-
-        def write_then_settle(c: Any, inv: str, state: State) -> None:
-            meters.write_pending(c, inv, State.AUTHORIZED)  # as the invocation's write would
-            settle_sqlite(c, inv, state)
-
         async def settle_lite(inv: str, state: State) -> None:
-            await lite.worker.run(lambda c: write_then_settle(c, inv, state))
+            await lite.worker.run(lambda c: settle_sqlite(c, inv, state))
 
         return lite, settle_lite
     from callgate.store.postgres import PostgresStore

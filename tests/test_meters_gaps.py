@@ -378,25 +378,3 @@ def test_idle_sessions_lose_their_session_totals_and_labels(kind: str, tmp_path:
         await store.close()
 
     asyncio.run(run())
-
-
-def test_sqlite_pending_reservations_stay_bounded(tmp_path: Path) -> None:
-    """A reservation whose Propose never wrote its invocation (nor dropped it) counts until its
-    expiry; past :data:`PENDING_SWEEP_AT` held at once, a new one first drops the expired ones."""
-    from callgate.store.meters import PENDING_SWEEP_AT
-    from callgate.store.sqlite import SQLiteStore
-
-    async def run() -> None:
-        store = SQLiteStore(tmp_path / "p.db")
-        meters = store.meters()
-        k = Contribution("m", SCOPE, 1, (HOUR,), 0)
-        for i in range(PENDING_SWEEP_AT):
-            await meters.reserve(f"lost_{i}", "s1", [k], T0, T0 + timedelta(minutes=1))
-        assert await meters.totals("m", SCOPE, HOUR, "s1", T0 + timedelta(seconds=59)) == PENDING_SWEEP_AT
-        later = T0 + timedelta(minutes=1)
-        got = await meters.reserve("next", "s1", [k], later, later + timedelta(minutes=1))
-        assert got[0].before == 0
-        assert len(store._reserved._by_invocation) == 1
-        await store.close()
-
-    asyncio.run(run())

@@ -1,8 +1,11 @@
-"""Issue 30 item 3 on real processes: meters shared by two ``callgate serve`` sharing PostgreSQL,
-and a SIGKILL with reservations open.
+"""Issue 30 item 3 on real processes: meters shared by two ``callgate serve`` sharing PostgreSQL
+or one SQLite file, and a SIGKILL with reservations open.
 
 * 64 concurrent proposals split across two sidecars on one PostgreSQL, against a limit of 5:
   exactly 5 are allowed, every round, with replays mixed in (a replay answers its original).
+* The same on one SQLite file shared by two sidecars (several ``callgate mcp serve`` spawned by
+  MCP clients with one config, or a rolling restart on one volume): a reservation is a row
+  written in a transaction, so the other process sees it.
 * Crash: calls left committed, unknown, failed before commit and merely prepared, then SIGKILL
   and a restart; once the deadlines passed and the sweep ran, the meter a new call reads equals
   the number of COMMITTED + OUTCOME_UNKNOWN invocations in the event trail (both backends).
@@ -33,6 +36,7 @@ from tests.test_store_contract import fresh_pg_database
 RACERS = 64
 LIMIT = 5
 ROUNDS = 40  # 20 rounds of distinct keys and 20 with replays mixed in, alternating
+SQLITE_ROUNDS = 8  # two processes on one file serialise on its write lock: fewer rounds
 PG_STORE = '[store]\nbackend = "postgres"\ndsn_env = "CALLGATE_TEST_STORE_DSN"\n[confirmation]\nsweep_interval_ms = 200'
 SQLITE_STORE = '[store]\npath = "{tmp}/callgate.db"\n[confirmation]\nsweep_interval_ms = 200'
 
@@ -71,29 +75,53 @@ def two_pods(folder: Path, postgres_dsn: str) -> Iterator[list[pb_grpc.GateStub]
             shutil.rmtree(p.tmp, ignore_errors=True)
 
 
-@pytest.mark.postgres
-def test_64_proposals_across_two_sidecars_sharing_postgres(two_pods: list[pb_grpc.GateStub]) -> None:
-    for r in range(ROUNDS):
+@pytest.fixture
+def two_pods_one_sqlite_file(folder: Path, tmp_path: Path) -> Iterator[list[pb_grpc.GateStub]]:
+    store = SQLITE_STORE.replace("{tmp}", str(tmp_path))
+    pods = [pod_for(folder, store, {}) for _ in range(2)]
+    try:
+        yield [pb_grpc.GateStub(p.start()) for p in pods]
+    finally:
+        for p in pods:
+            p.stop()
+            shutil.rmtree(p.tmp, ignore_errors=True)
+
+
+def race(pods: list[pb_grpc.GateStub], rounds: int, name: str) -> None:
+    """``rounds`` rounds of 64 concurrent proposals split across ``pods``, against the limit of 5;
+    odd rounds mix replays in."""
+    for r in range(rounds):
         replays = r % 2 == 1
         sid = (
-            two_pods[0]
+            pods[0]
             .OpenSession(
-                pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id=f"pg-racer-{r}"), timezone="UTC")
+                pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id=f"{name}-{r}"), timezone="UTC")
             )
             .session_id
         )
-        for g in two_pods:
+        for g in pods:
             g.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="m"))
 
         def one(i: int, sid: str = sid, replays: bool = replays) -> Any:
             n = i % 40 if replays else i
-            return propose(two_pods[i % 2], sid, "mail.send@v1", f"x{n}@example.com", f"k{n}", f"p{i}")
+            return propose(pods[i % 2], sid, "mail.send@v1", f"x{n}@example.com", f"k{n}", f"p{i}")
 
         with ThreadPoolExecutor(max_workers=RACERS) as pool:
             answers = list(pool.map(one, range(RACERS)))
         allowed = {a.invocation_id for a in answers if a.decision.effect == pb.ALLOW}
         assert len(allowed) == LIMIT, (r, replays, len(allowed))
         assert not replays or any(a.idempotent_replay for a in answers), r
+
+
+@pytest.mark.postgres
+def test_64_proposals_across_two_sidecars_sharing_postgres(two_pods: list[pb_grpc.GateStub]) -> None:
+    race(two_pods, ROUNDS, "pg-racer")
+
+
+def test_64_proposals_across_two_sidecars_sharing_one_sqlite_file(
+    two_pods_one_sqlite_file: list[pb_grpc.GateStub],
+) -> None:
+    race(two_pods_one_sqlite_file, SQLITE_ROUNDS, "sqlite-racer")
 
 
 # --------------------------------------------------------------------------- kill -9

@@ -5,12 +5,9 @@ Tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
 
 * ``meter_reservations``: one row per (invocation, meter) while the call is in flight: its amount,
   scope, the proposal's time and the windows it counts in. Taken by :meth:`MeterStore.reserve`
-  after the idempotency claim found the key free, before the policy is asked, atomically with
-  the reading of the meter. PostgreSQL: one transaction that reads and inserts the row, under a
-  transaction advisory lock per meter and scope, so sidecars sharing the database serialize on
-  it. SQLite (one sidecar per file): the reading runs on the one writer and the reservation is
-  kept in the process (:class:`Pending`, counted by every later reading) until the invocation's
-  own transaction writes it (:func:`write_reserved_sqlite`): no transaction of its own. N
+  after the idempotency claim found the key free, before the policy is asked, in one transaction
+  that reads the meter and inserts the row (SQLite: the one writer; PostgreSQL: a transaction
+  advisory lock per meter and scope, so sidecars sharing the database serialize on it). N
   concurrent proposals therefore see N distinct ``before`` values.
 * ``meter_entries``: one row per final contribution (invocation, meter) to a meter with a timed
   window, at the proposal's time ``at_ms``; kept for twice the meter's longest window.
@@ -50,7 +47,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -63,7 +59,6 @@ from callgate.base.states import State
 __all__ = [
     "MeterStore",
     "PG_MIGRATION",
-    "Pending",
     "SQLITE_MIGRATION",
     "meters_of",
     "settle_pg",
@@ -231,25 +226,6 @@ def _advance_sql(d: _Dialect, keys: int) -> str:
 
 
 @functools.lru_cache(maxsize=128)
-def _peek_sql(d: _Dialect, keys: int) -> str:
-    """:func:`_advance_sql` as a read: ``keys`` running totals as they would be brought to
-    ``now`` (args 1, 2, 3: now), and how many entries bringing them there moves (0: nothing to
-    write). Args after the three ``now``: (meter, scope, width) per key."""
-    where = " OR ".join(["(meter=? AND scope=? AND width_ms=?)"] * keys)
-    crossed = (
-        "FROM {t}meter_entries e WHERE e.meter = t.meter AND e.scope = t.scope "
-        f"AND e.at_ms > {d.least}(t.through_ms, ? - t.width_ms) "
-        f"AND e.at_ms <= {d.greatest}(t.through_ms, ? - t.width_ms)"
-    )
-    return d.sql(
-        "SELECT meter, scope, width_ms, CASE WHEN width_ms = 0 THEN total ELSE total - (SELECT "
-        "COALESCE(SUM(CASE WHEN e.at_ms <= ? - t.width_ms THEN e.amount ELSE -e.amount END), 0) "
-        f"{crossed}) END, CASE WHEN width_ms = 0 THEN 0 ELSE (SELECT COUNT(*) {crossed}) END "
-        f"FROM {{t}}meter_totals t WHERE {where}"
-    )
-
-
-@functools.lru_cache(maxsize=128)
 def _in_flight_sql(d: _Dialect, shape: tuple[tuple[bool, ...], ...]) -> str:
     """The live reservations per (contribution, window) of ``shape`` (per contribution, per
     window: is it the session window): one statement. Args: per column (meter, scope, session id
@@ -296,7 +272,6 @@ def _fixed(d: _Dialect) -> dict[str, str]:
             "prune": "DELETE FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms <= ? AND at_ms <= "
             "COALESCE((SELECT MIN(through_ms) FROM {t}meter_totals WHERE meter=? AND scope=? AND width_ms > 0), ?)",
             "release": "DELETE FROM {t}meter_reservations WHERE invocation_id=?",
-            "sum": "SELECT COALESCE(SUM(amount), 0) FROM {t}meter_entries WHERE meter=? AND scope=? AND at_ms > ?",
             "labels": "SELECT meter FROM {t}meter_totals WHERE scope=? AND width_ms=0 AND total>0 "
             "AND meter LIKE 'label:%'",
         }.items()
@@ -388,146 +363,6 @@ def _reserve_steps(
             )
         yield _Stmt(_insert_sql(d, len(ks)), rows)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Taken:
-    """SQLite: a reservation taken by a Propose whose invocation is not written yet (process
-    memory; :class:`Pending`)."""
-
-    rows: tuple[tuple[Any, ...], ...]
-    """The ``meter_reservations`` rows, one per contribution."""
-    now_ms: int
-    expires_ms: int
-    advance: tuple[tuple[str, str, int], ...]
-    """Running totals the reading found entries to move for (brought to ``now_ms`` when written)."""
-    init: tuple[tuple[str, str, int], ...]
-    """Running totals that did not exist yet (created when written)."""
-
-
-PENDING_SWEEP_AT: Final = 1024
-"""In-process reservations held at once past which adding one first drops the expired ones (a
-Propose that raised between its reading and its write never dropped its own), so they stay
-bounded with retention off."""
-
-
-class Pending:
-    """SQLite (one sidecar per database file): the reservations of Proposes between their
-    reading and the write of their invocation, kept in memory and written **in the invocation's
-    own transaction** (:func:`write_reserved_sqlite`), so a Propose with meters costs no
-    transaction of its own. Readings and that write run on the store's writer one at a time, and
-    a reservation is in exactly one place: here, or in ``meter_reservations``. One that is never
-    written (its Propose failed before the write) counts until its expiry, as an unwritten
-    invocation's row did, and is dropped by :meth:`drop` or a day past its expiry (retention)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_invocation: dict[str, _Taken] = {}
-
-    def add(self, invocation_id: str, taken: _Taken) -> None:
-        with self._lock:
-            if len(self._by_invocation) >= PENDING_SWEEP_AT:  # Proposes that failed before their write
-                for i in [i for i, t in self._by_invocation.items() if t.expires_ms <= taken.now_ms]:
-                    del self._by_invocation[i]
-            self._by_invocation[invocation_id] = taken
-
-    def pop(self, invocation_id: str) -> _Taken | None:
-        with self._lock:
-            return self._by_invocation.pop(invocation_id, None)
-
-    def expired(self, before_ms: int) -> int:
-        """Drop the reservations whose expiry is before ``before_ms``: how many rows."""
-        with self._lock:
-            gone = [i for i, t in self._by_invocation.items() if t.expires_ms < before_ms]
-            return sum(len(self._by_invocation.pop(i).rows) for i in gone)
-
-    def in_flight(self, meter: str, scope: str, session_id: str | None, lo_ms: int, now_ms: int) -> int:
-        """What the live pending reservations add to a window (``session_id``: the session
-        window of that session; else the timed window after ``lo_ms``)."""
-        with self._lock:
-            taken = list(self._by_invocation.values())
-        total = 0
-        for t in taken:
-            if t.expires_ms <= now_ms:
-                continue
-            for _, m, sc, amount, at_ms, sid, _, _ in t.rows:
-                if (
-                    m == meter
-                    and sc == scope
-                    and (sid == session_id if session_id is not None else at_ms > lo_ms)
-                ):
-                    total += int(amount)
-        return total
-
-
-def _read_sqlite(
-    c: Any, pending: Pending, session_id: str, ks: Sequence[Contribution], now_ms: int
-) -> tuple[tuple[Reading, ...], tuple[tuple[str, str, int], ...], tuple[tuple[str, str, int], ...]]:
-    """The readings of ``ks`` at ``now_ms`` without writing (SQLite): final totals as they would
-    be brought to the edge, live reservations in the table and in :class:`Pending`; and the
-    totals the write should bring forward or create."""
-    keys: dict[tuple[str, str, int], None] = {}
-    wanted: list[tuple[tuple[str, str, int], Contribution, Window]] = []
-    flight_args: list[Any] = []
-    pairs: list[Any] = []
-    for k in ks:
-        pairs += (k.meter, k.scope)
-        for w in k.windows:
-            if w.ms:
-                key = (k.meter, k.scope, w.ms)
-                flight_args += (k.meter, k.scope, now_ms - w.ms)
-            else:
-                key = (k.meter, k.scope + _SESSION_SEP + session_id, 0)
-                flight_args += (k.meter, k.scope, session_id)
-            keys[key] = None
-            wanted.append((key, k, w))
-    got = c.execute(_peek_sql(SQLITE, len(keys)), [now_ms] * 5 + [x for key in keys for x in key]).fetchall()
-    finals = {(m, s, int(w)): int(t) for m, s, w, t, _ in got}
-    advance = tuple((m, s, int(w)) for m, s, w, _, moved in got if moved)
-    init = []
-    for key in keys:
-        if key not in finals:
-            meter, scope, width = key
-            if width == 0:
-                finals[key] = 0
-                continue
-            (row,) = c.execute(_fixed(SQLITE)["sum"], (meter, scope, now_ms - width)).fetchall()
-            finals[key] = int(row[0])
-            init.append(key)
-    shape = tuple(tuple(w.ms == 0 for w in k.windows) for k in ks)
-    (flight,) = c.execute(_in_flight_sql(SQLITE, shape), [*flight_args, now_ms, *pairs]).fetchall()
-    out = tuple(
-        Reading(
-            k.meter,
-            w.name,
-            finals[key]
-            + int(flight[i] or 0)
-            + pending.in_flight(k.meter, k.scope, None if w.ms else session_id, now_ms - w.ms, now_ms),
-            k.amount,
-            k.scale,
-        )
-        for i, (key, k, w) in enumerate(wanted)
-    )
-    return out, advance, tuple(init)
-
-
-def write_reserved_sqlite(c: Any, pending: Pending, invocation_id: str, state: State) -> None:
-    """In the transaction that writes a new invocation: its pending reservation becomes rows of
-    ``meter_reservations``, or goes when the invocation ends before the commit boundary (a
-    deny); either way the running totals its reading moved are brought forward (and missing
-    ones created), so the next reading starts from there."""
-    taken = pending.pop(invocation_id)
-    if taken is None:
-        return
-    now = taken.now_ms
-    if taken.advance:  # a deny's too
-        c.execute(
-            _advance_sql(SQLITE, len(taken.advance)), [now] * 4 + [x for key in taken.advance for x in key]
-        )
-    for meter, scope, width in taken.init:
-        c.execute(_fixed(SQLITE)["init"], (meter, scope, width, now - width, meter, scope, now - width))
-    if state not in RELEASE_STATES:
-        c.execute(_insert_sql(SQLITE, len(taken.rows)), [x for row in taken.rows for x in row])
 
 
 def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -> Steps:
@@ -776,20 +611,19 @@ def settle_sqlite(c: Any, invocation_id: str, state: State) -> None:
         _run_sqlite(c, _settle_steps(SQLITE, [(invocation_id, state)]))
 
 
-def settle_sqlite_rows(c: Any, pending: Pending, rows: Sequence[tuple[str, State]]) -> None:
-    """The reservations of the invocations a Propose write created (:func:`write_reserved_sqlite`)."""
+def settle_sqlite_rows(c: Any, rows: Sequence[tuple[str, State]]) -> None:
+    """:func:`settle_sqlite` for the invocations a batched Propose write ended (before the
+    commit boundary: releases only)."""
     for invocation_id, state in rows:
-        write_reserved_sqlite(c, pending, invocation_id, state)
+        if state in RELEASE_STATES:
+            c.execute(_fixed(SQLITE)["release"], (invocation_id,))
 
 
 class SQLiteMeters:
-    """:class:`MeterStore` on the SQLite store's writer thread. A reservation is a reading on the
-    writer plus an entry of the store's :class:`Pending`; the invocation's own transaction
-    writes it (:func:`write_reserved_sqlite`): no transaction of its own."""
+    """:class:`MeterStore` on the SQLite store's writer thread (one transaction per reserve)."""
 
-    def __init__(self, worker: Any, pending: Pending) -> None:
+    def __init__(self, worker: Any) -> None:
         self._worker = worker
-        self._pending = pending
 
     async def reserve(
         self,
@@ -800,41 +634,20 @@ class SQLiteMeters:
         expires: datetime,
     ) -> tuple[Reading, ...]:
         now_ms, exp_ms = _ms(now), _ms(expires)
-        rows = tuple(
-            (
-                invocation_id,
-                k.meter,
-                k.scope,
-                k.amount,
-                now_ms,
-                session_id,
-                exp_ms,
-                _widths(k.windows, k.keep_ms),
+        result: tuple[Reading, ...] = await self._worker.run(
+            lambda c: _run_sqlite(
+                c, _reserve_steps(SQLITE, invocation_id, session_id, contributions, now_ms, exp_ms)
             )
-            for k in contributions
         )
-
-        def op(c: Any) -> tuple[Reading, ...]:
-            readings, advance, init = _read_sqlite(c, self._pending, session_id, contributions, now_ms)
-            self._pending.add(invocation_id, _Taken(rows, now_ms, exp_ms, advance, init))
-            return readings
-
-        result: tuple[Reading, ...] = await self._worker.read(op)
         return result
 
     async def release(self, invocation_id: str) -> None:
-        if self._pending.pop(invocation_id) is None:  # written after all: its rows go
-            await self._worker.run(lambda c: c.execute(_fixed(SQLITE)["release"], (invocation_id,)))
-
-    def write_pending(self, c: Any, invocation_id: str, state: State) -> None:
-        """:func:`write_reserved_sqlite` with this store's pending reservations (the writer's
-        connection ``c``, inside the transaction that writes the invocation)."""
-        write_reserved_sqlite(c, self._pending, invocation_id, state)
+        await self._worker.run(lambda c: c.execute(_fixed(SQLITE)["release"], (invocation_id,)))
 
     async def totals(self, meter: str, scope: str, window: Window, session_id: str, now: datetime) -> int:
         k = Contribution(meter, scope, 0, (window,), 0)
         got: tuple[Reading, ...] = await self._worker.run(
-            lambda c: _read_sqlite(c, self._pending, session_id, [k], _ms(now))[0]
+            lambda c: _run_sqlite(c, _reserve_steps(SQLITE, None, session_id, [k], _ms(now), 0))
         )
         return got[0].before
 
@@ -846,8 +659,7 @@ class SQLiteMeters:
             lambda c: _run_sqlite(c, _purge_steps(SQLITE, _ms(now), dict(keeps), limit, mark, idle_ms)),
             alone=False,
         )
-        dropped = self._pending.expired(_ms(now) - RESERVATION_GRACE_MS)
-        return got[0] + dropped, got[1]
+        return got
 
     async def labels(self, tenant: str, session_id: str) -> tuple[str, ...]:
         scope = label_scope(tenant, session_id) + _SESSION_SEP + session_id

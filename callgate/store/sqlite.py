@@ -52,11 +52,9 @@ from callgate.store.labels import label_sqlite
 from callgate.store.meters import (
     SQLITE_EXACT_MIGRATION,
     SQLITE_MIGRATION,
-    Pending,
     SQLiteMeters,
     settle_sqlite,
     settle_sqlite_rows,
-    write_reserved_sqlite,
 )
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.packed import (
@@ -434,8 +432,6 @@ class _NewInvocation:
     row: tuple[Any, ...]
     events: tuple[EventRecord, ...]
     usage: dict[str, Usage]
-    reserved: Pending
-    """The store's meter reservations taken by Proposes not written yet (written here)."""
 
     def __call__(self, c: sqlite3.Connection) -> None:
         self.run_many(c, (self,))
@@ -457,7 +453,9 @@ class _NewInvocation:
                     t[n] += v
         if total:
             c.executemany(_ADD_USAGE, [(sid, *t) for sid, t in total.items()])
-        settle_sqlite_rows(c, self.reserved, [(op.record.invocation_id, op.record.state) for op in ops])
+        settle_sqlite_rows(
+            c, [(op.events[-1].invocation_id, op.events[-1].to_state) for op in ops if op.events]
+        )
         return [None] * len(ops)
 
 
@@ -672,7 +670,6 @@ class SQLiteStore:
             name="callgate-events", setup=_setup(legacy), fsync=fsync, on_barrier=on_barrier,
         )  # fmt: skip
         self._keys = SQLiteIdempotencyStore(path, worker=self._worker)
-        self._reserved = Pending()
         self._path = str(path)
         self._purge_reader: sqlite3.Connection | None = None
         """Retention's own read connection (:meth:`_read_for_purge`), opened on first use."""
@@ -683,7 +680,7 @@ class SQLiteStore:
 
     def meters(self) -> SQLiteMeters:
         """The meter reservations and totals in this database, on this store's writer."""
-        return SQLiteMeters(self._worker, self._reserved)
+        return SQLiteMeters(self._worker)
 
     async def _call(self, op: Callable[[sqlite3.Connection], T]) -> T:
         return await self._worker.run(op)
@@ -747,9 +744,7 @@ class SQLiteStore:
         row = _INVOCATIONS.row(record)
         if claim is None and not record.idempotency_key and events and events[0].seq != 0:
             # the common Propose: merged with its batch's like it (one statement per table)
-            return await self._call(
-                _NewInvocation(record, row, tuple(events), dict(usage or {}), self._reserved)
-            )
+            return await self._call(_NewInvocation(record, row, tuple(events), dict(usage or {})))
 
         def op(c: sqlite3.Connection) -> ClaimResult | None:
             if claim is not None:
@@ -767,7 +762,6 @@ class SQLiteStore:
             if usage:
                 c.executemany(_ADD_USAGE, [(sid, *_usage_row(d)) for sid, d in usage.items()])
             _follow_key(c, record)
-            write_reserved_sqlite(c, self._reserved, record.invocation_id, record.state)
             return None
 
         return await self._call(op)

@@ -442,28 +442,6 @@ class SQLiteWorker:
         finally:
             self._outstanding -= 1
 
-    async def read(self, op: Callable[[sqlite3.Connection], T]) -> T:
-        """``op(conn)``'s value for an ``op`` that only reads (meter readings): on an idle
-        writer, run on the event loop on the writer's connection with no transaction of its own
-        (nothing else writes this database while the connection's lock is held, so its
-        statements see one state, and there is nothing to commit); otherwise as :meth:`run`."""
-        if (
-            self._inline
-            and not self._closing
-            and not self._outstanding
-            and _loop_idle(asyncio.get_running_loop())
-            and self._conn_lock.acquire(blocking=False)
-        ):
-            try:
-                if not self._conn.in_transaction:
-                    try:
-                        return op(self._conn)
-                    except sqlite3.Error as exc:
-                        raise _store_error(exc) from None
-            finally:
-                self._conn_lock.release()
-        return await self.run(op)
-
     async def barrier(self) -> None:
         """Every transaction committed before this call is durable on disk when it returns
         (coalesced with the other barriers of the same batch); ``store_unavailable`` if not."""
