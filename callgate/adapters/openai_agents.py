@@ -9,7 +9,12 @@ callgate accepts) and the function's docstring. Per call:
 
 - the SDK asks ``needs_approval`` first: the call is proposed there (the idempotency key is
   derived from session, model call id, tool call id and tool, so a repeat anywhere replays);
-  only NEEDS_CONFIRMATION interrupts the run (``result.interruptions``);
+  only NEEDS_CONFIRMATION interrupts the run (``result.interruptions``). The SDK asks a person
+  by itself, without ``needs_approval``, for arguments it cannot parse: each tool's callgate
+  input guardrail, run before that (``run_config()``: the SDK's
+  ``pre_approval_tool_input_guardrails``), proposes the model's bytes and answers a refusal
+  (invalid JSON, schema, repeated keys, deny) to the model, so no one approves a call callgate
+  refuses; :meth:`Gate.confirmation` is what the approver is shown (callgate's summary);
 - ``on_invoke_tool`` proposes again (an idempotent replay when it already was: this is what lets a
   run state restored in another process resume) and: ALLOWED runs the function through the
   executor path (BeginAttempt -> the function with the canonical arguments and its injected
