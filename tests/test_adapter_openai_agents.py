@@ -342,8 +342,11 @@ def parked_and_saved(server: Running, *, with_confirmer: bool = True) -> tuple[S
 
 def test_a_saved_state_resumes_in_a_new_process_and_completes_exactly_once(sidecar: Running) -> None:
     session, saved, invocation_id = parked_and_saved(sidecar)
+    digest = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0].digest
     done = resume_elsewhere(sidecar, session, saved, "approve", "confirmer")
     assert done["final_output"] == "done" and done["interruptions"] == 0
+    [shown] = done["summaries"]  # callgate's summary, read from the sidecar by the new process
+    assert f"digest {digest}" in shown and '"calendar_id": "primary"' in shown, shown
     assert json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
     assert done["outputs"]["c4"]["custom_data"]["callgate"]["invocation_id"] == invocation_id
     assert len(upstream()) == 1
@@ -624,6 +627,26 @@ def test_a_call_callgate_refuses_never_asks_a_person_and_the_model_gets_callgate
     assert got["b3"]["status"] == "denied", got["b3"]
     assert (got["b4"]["status"], got["b4"]["code"]) == ("rejected", "duplicate_key"), got["b4"]
     assert console_pending(sidecar) == []
+
+
+def test_without_the_gates_run_config_the_sdk_asks_and_callgate_says_there_is_nothing_to_approve(
+    sidecar: Running,
+) -> None:
+    """Without ``gate.run_config()`` the SDK still asks a person about arguments it cannot parse
+    (its own fail-closed rule); ``gate.confirmation(item)`` is None: callgate holds no
+    confirmation for it, so the application rejects it instead of showing raw arguments."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        model = ScriptedModel(
+            [[function_call("weather__get", "not json", call_id="b1")], [assistant_message("ok")]]
+        )
+        g, agent = gate_of(cg, new_session(cg), model, with_confirmer=True)
+        first = Runner.run_sync(agent, "?", context=dict(USER), run_config=RUN)
+        [item] = first.interruptions
+        assert g.confirmation(item) is None
+        state = first.to_state()
+        state.approve(item)  # approved anyway: refused all the same, nothing runs
+        result = Runner.run_sync(agent, state, context=dict(USER), run_config=RUN)
+    assert json.loads(outputs(result)["b1"].output)["code"] == "invalid_json" and upstream() == []
 
 
 @pytest.mark.parametrize("decision", ["approve", "reject"])

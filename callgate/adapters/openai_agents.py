@@ -465,13 +465,11 @@ class Gate:
         """What the person approving ``item`` (one of ``state.get_interruptions()``) is shown:
         callgate's confirmation summary (the tool, the canonical normalized arguments the digest
         covers with hidden characters as marks, the digest, the expiry, who confirms), read
-        from the parked invocation (found by tool call id in a process that did not park it).
-        None when callgate holds no confirmation for it (a call it refused, which with
-        ``run_config()`` never interrupts): nothing to approve; reject it."""
-        call_id = item.call_id or ""
-        held = self._parked.get(call_id)
-        pending = held.pending if held is not None else None
-        if pending is None and call_id and item.tool_name in {t.name for t in self.tools}:
+        from the sidecar's parked invocation (found by tool call id: in any process). None when
+        callgate holds no confirmation for it now (a call it refused, which with
+        ``run_config()`` never interrupts, or one that expired or was decided): reject it."""
+        call_id, pending = item.call_id or "", None
+        if call_id and item.tool_name in {t.name for t in self.tools}:  # the sidecar's state now
             inv = self.session.find(call_id, str(item.tool_name), model_call_id=self.model_call_id)
             pending = parked(inv, call_id) if inv is not None else None
         if pending is None:
