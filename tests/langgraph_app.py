@@ -5,7 +5,8 @@ of tests/test_adapter_langgraph.py start it in their own process and resume it i
     python -m tests.langgraph_app SPEC.json      # prints one JSON line per thread resumed
 
 SPEC: ``{"agent", "executor", "confirmer" (optional), "session_id", "saver" ("sqlite:PATH" or
-"postgres:DSN"), "ledger", "approver", "hitl", "console_timeout", "resume": {thread: value}}``.
+"postgres:DSN"), "ledger", "approver", "hitl", "console_timeout", "resume": {thread: value}, "replay": [thread]}``
+(``replay``: run the thread again from its checkpoint before the tools node, LangGraph's replay).
 Every tool run appends a line to the ledger file, so runs are counted across processes.
 """
 
@@ -249,8 +250,12 @@ def cfg(thread: str) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
     with app(spec) as (_, graph):
-        for thread, value in spec["resume"].items():
+        for thread, value in spec.get("resume", {}).items():
             out = graph.invoke(Command(resume=value), cfg(thread))
+            print(json.dumps({"thread": thread, **summary(out)}), flush=True)
+        for thread in spec.get("replay", ()):  # LangGraph's replay: from the checkpoint before tools
+            before = next(s for s in graph.get_state_history(cfg(thread)) if s.next == ("tools",))
+            out = graph.invoke(None, before.config)
             print(json.dumps({"thread": thread, **summary(out)}), flush=True)
     return 0
 

@@ -89,6 +89,12 @@ def client_for(sockets: Path, *, with_confirmer: bool) -> Client:
 
 
 def gated_agent(cg: Client, session: Session, model: ScriptedModel, *, with_confirmer: bool) -> Agent[Any]:
+    return gate_and_agent(cg, session, model, with_confirmer=with_confirmer)[1]
+
+
+def gate_and_agent(
+    cg: Client, session: Session, model: ScriptedModel, *, with_confirmer: bool
+) -> tuple[Gate, Agent[Any]]:
     g = Gate(
         TOOLS,
         client=cg,
@@ -98,7 +104,7 @@ def gated_agent(cg: Client, session: Session, model: ScriptedModel, *, with_conf
         approver=(lambda ctx: str(ctx.context["user"])) if with_confirmer else None,
         external_ids={"calendar.create_event": "event_id"},
     )
-    return Agent(name="assistant", model=model, tools=g.tools, hooks=g.hooks())
+    return g, Agent(name="assistant", model=model, tools=g.tools, hooks=g.hooks())
 
 
 async def resume(
@@ -109,9 +115,11 @@ async def resume(
     with client_for(sockets, with_confirmer=with_confirmer) as cg:
         model = ScriptedModel([[assistant_message("done")]])
         session = Session(cg, session_id, tenant="acme", subject="alice")  # the runtime knows its user
-        agent = gated_agent(cg, session, model, with_confirmer=with_confirmer)
+        g, agent = gate_and_agent(cg, session, model, with_confirmer=with_confirmer)
         state = await RunState.from_string(agent, saved)
+        summaries = []
         for item in state.get_interruptions():
+            summaries.append(await asyncio.to_thread(g.confirmation, item))  # what the approver sees
             if decision == "approve":
                 state.approve(item)
             else:
@@ -126,6 +134,7 @@ async def resume(
         "final_output": result.final_output,
         "interruptions": len(result.interruptions),
         "outputs": outputs,
+        "summaries": summaries,
     }
 
 

@@ -8,6 +8,7 @@ resume shapes; every tool run is counted in a ledger file shared by the processe
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -585,6 +586,32 @@ def test_a_result_in_content_blocks_reaches_the_model_as_blocks_with_its_text_ma
     assert blocks[1]["text"] == f"⟦untrusted:{nonce}⟧sunny in Lyon⟦/untrusted:{nonce}⟧"
     assert blocks[2] == {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"}
     assert world.ledger() == ["weather Lyon"] and out["last"] == "done"
+
+
+def test_a_result_in_content_blocks_replayed_in_another_process_answers_in_blocks(world: World) -> None:
+    """The thread that answered in blocks (text + image) is replayed by LangGraph from its
+    checkpoint before the tools node, in a fresh process and graph: nothing runs again and the
+    model gets blocks, the text as first answered, the image as a ``callgate_not_replayed`` note
+    with its descriptor (its bytes were never kept)."""
+    first = world.start({"t-map": "map"})["t-map"]
+    ((call_id, shown),) = first["tools"].items()
+    again = world.resume({}, replay=["t-map"])["t-map"]
+    msg = again["tools"][call_id]
+    blocks = msg["content"]
+    assert isinstance(blocks, list) and [b["type"] for b in blocks] == ["text", "text", "text"], blocks
+    assert msg["status"] == "success" and world.ledger() == ["weather Lyon"] and again["last"] == "done"
+    envelope = json.loads(blocks[0]["text"])
+    assert envelope["status"] == "ok" and "data" not in envelope
+    assert blocks[1]["text"] == shown["content"][1]["text"]  # the first answer's marked text
+    assert f"⟦untrusted:{envelope['nonce']}⟧sunny in Lyon" in blocks[1]["text"]
+    note = json.loads(blocks[2]["text"])
+    assert note["type"] == "callgate_not_replayed", note
+    block = {"type": "image", "base64": MAP_PNG, "mime_type": "image/png"}  # as the tool gave it
+    canonical = json.dumps(block, sort_keys=True, separators=(",", ":")).encode()
+    assert note["part"]["bytes"] == len(canonical), note
+    assert hashlib.sha256(canonical).hexdigest() in note["part"]["sha256"], note  # marked, as strings are
+    assert "image" in note["part"]["type"], note
+    assert MAP_PNG not in json.dumps(blocks)
 
 
 def test_a_sidecar_restart_between_the_interrupt_and_the_resume_runs_once() -> None:

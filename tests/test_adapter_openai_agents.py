@@ -20,7 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, RunContextWrapper, RunHooks, Runner, ToolOutputImage, ToolOutputText, function_tool
+from agents import (
+    Agent,
+    RunContextWrapper,
+    RunHooks,
+    Runner,
+    RunState,
+    ToolOutputImage,
+    ToolOutputText,
+    function_tool,
+)
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from callgate.adapters.openai_agents import CallgateToolError, Gate
@@ -333,8 +342,11 @@ def parked_and_saved(server: Running, *, with_confirmer: bool = True) -> tuple[S
 
 def test_a_saved_state_resumes_in_a_new_process_and_completes_exactly_once(sidecar: Running) -> None:
     session, saved, invocation_id = parked_and_saved(sidecar)
+    digest = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0].digest
     done = resume_elsewhere(sidecar, session, saved, "approve", "confirmer")
     assert done["final_output"] == "done" and done["interruptions"] == 0
+    [shown] = done["summaries"]  # callgate's summary, read from the sidecar by the new process
+    assert f"digest {digest}" in shown and '"calendar_id": "primary"' in shown, shown
     assert json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
     assert done["outputs"]["c4"]["custom_data"]["callgate"]["invocation_id"] == invocation_id
     assert len(upstream()) == 1
@@ -586,21 +598,104 @@ def test_arguments_that_repeat_a_key_are_refused_as_the_sidecar_refuses_them(sid
     assert earlier is not None and pb.State.Name(earlier.state) == "CANCELLED_BEFORE_COMMIT"
 
 
-def test_unparsable_arguments_are_interrupted_by_the_sdk_and_refused_by_the_sidecar(sidecar: Running) -> None:
-    """The SDK interrupts a call whose arguments it cannot parse without asking the tool (its own
-    fail-closed default); approved, the exact bytes are proposed and refused: nothing runs."""
-    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+def test_a_call_callgate_refuses_never_asks_a_person_and_the_model_gets_callgates_answer(
+    sidecar: Running,
+) -> None:
+    """With ``gate.run_config()`` callgate decides before the SDK would ask a person (the SDK's
+    pre-approval tool input guardrails): arguments the SDK cannot parse (it would ask a person
+    without asking the tool), a schema violation, repeated keys and a policy deny are answered to
+    the model in callgate's shape; no interruption, nothing runs."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        dup = '{"city":"Paris","city":"Oslo","date":"2026-07-20"}'
         model = ScriptedModel(
-            [[function_call("weather__get", '{"city":"Paris",', call_id="b1")], [assistant_message("ok")]]
+            [
+                [
+                    function_call("weather__get", '{"city":"Paris",', call_id="b1"),
+                    function_call("weather__get", {"city": "Paris"}, call_id="b2"),
+                    function_call("calendar__create_event", {**EVENT, "duration_minutes": 600}, call_id="b3"),
+                    function_call("weather__get", dup, call_id="b4"),
+                ],
+                [assistant_message("ok")],
+            ]
         )
-        _, agent = gate_of(cg, new_session(cg), model)
-        first = Runner.run_sync(agent, "?", run_config=RUN)
-        assert [i.call_id for i in first.interruptions] == ["b1"]
+        g, agent = gate_of(cg, new_session(cg), model, with_confirmer=True)
+        result = Runner.run_sync(agent, "?", context=dict(USER), run_config=g.run_config(RUN))
+    assert not result.interruptions and result.final_output == "ok" and upstream() == []
+    got = {k: json.loads(v.output) for k, v in outputs(result).items()}
+    assert (got["b1"]["status"], got["b1"]["code"]) == ("rejected", "invalid_json"), got["b1"]
+    assert (got["b2"]["status"], got["b2"]["code"]) == ("rejected", "schema_violation"), got["b2"]
+    assert got["b3"]["status"] == "denied", got["b3"]
+    assert (got["b4"]["status"], got["b4"]["code"]) == ("rejected", "duplicate_key"), got["b4"]
+    assert console_pending(sidecar) == []
+
+
+def test_without_the_gates_run_config_the_sdk_asks_and_callgate_says_there_is_nothing_to_approve(
+    sidecar: Running,
+) -> None:
+    """Without ``gate.run_config()`` the SDK still asks a person about arguments it cannot parse
+    (its own fail-closed rule); ``gate.confirmation(item)`` is None: callgate holds no
+    confirmation for it, so the application rejects it instead of showing raw arguments."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        model = ScriptedModel(
+            [[function_call("weather__get", "not json", call_id="b1")], [assistant_message("ok")]]
+        )
+        g, agent = gate_of(cg, new_session(cg), model, with_confirmer=True)
+        first = Runner.run_sync(agent, "?", context=dict(USER), run_config=RUN)
+        [item] = first.interruptions
+        assert g.confirmation(item) is None
         state = first.to_state()
-        state.approve(first.interruptions[0])
-        result = Runner.run_sync(agent, state, run_config=RUN)
-    got = json.loads(outputs(result)["b1"].output)
-    assert got["status"] == "rejected" and got["code"] == "invalid_json" and upstream() == []
+        state.approve(item)  # approved anyway: refused all the same, nothing runs
+        result = Runner.run_sync(agent, state, context=dict(USER), run_config=RUN)
+    assert json.loads(outputs(result)["b1"].output)["code"] == "invalid_json" and upstream() == []
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_only_a_confirm_interrupts_and_the_approver_sees_callgates_summary(
+    sidecar: Running, decision: str
+) -> None:
+    """One turn with an unparsable call and a call policy sends for confirmation: exactly one
+    interruption (the confirm); ``gate.confirmation(item)`` is callgate's summary (the normalized
+    arguments, the digest), also in a new gate over the restored ``to_json`` state; approved it
+    runs once, rejected it never runs."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        model = ScriptedModel(
+            [
+                [
+                    function_call("weather__get", "not json", call_id="b1"),
+                    function_call("calendar__create_event", EVENT, call_id="c4"),
+                ],
+                [assistant_message("done")],
+            ]
+        )
+        g, agent = gate_of(cg, session, model, with_confirmer=True)
+        first = Runner.run_sync(agent, "?", context=dict(USER), run_config=g.run_config(RUN))
+        assert [i.call_id for i in first.interruptions] == ["c4"] and upstream() == []
+        summary = g.confirmation(first.interruptions[0])
+        invocation_id = parked_id(sidecar)
+        assert summary is not None and "calendar.create_event needs your confirmation" in summary
+        digest = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0].digest
+        assert digest in summary and '"calendar_id": "primary"' in summary  # normalized, not raw
+        stored = first.to_state().to_json()
+        # a new gate (nothing of the first kept) over the state restored from JSON
+        model2 = ScriptedModel([[assistant_message("done")]])
+        g2, agent2 = gate_of(
+            cg, Session(cg, session.session_id, tenant="acme", subject="alice"), model2, with_confirmer=True
+        )
+        state = asyncio.run(RunState.from_json(agent2, stored))
+        [item] = state.get_interruptions()
+        assert g2.confirmation(item) == summary
+        state.approve(item) if decision == "approve" else state.reject(item)
+        result = Runner.run_sync(agent2, state, run_config=g2.run_config(RUN))
+    assert not result.interruptions and result.final_output == "done"
+    assert json.loads(outputs(first)["b1"].output)["code"] == "invalid_json"
+    state_name, _ = trail(sidecar, invocation_id)
+    if decision == "approve":
+        assert json.loads(outputs(result)["c4"].output)["status"] == "ok"
+        assert len(upstream()) == 1 and state_name == "OBSERVED"
+    else:
+        assert upstream() == [] and state_name == "CANCELLED_BEFORE_COMMIT"
+    assert console_pending(sidecar) == []
 
 
 def test_parallel_identical_calls_are_two_calls(sidecar: Running) -> None:

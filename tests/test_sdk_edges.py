@@ -109,9 +109,8 @@ def test_a_result_in_parts_falls_back_to_the_encoded_text_unless_complete_and_ok
     def message(**content: Any) -> str:
         return json.dumps({"role": "tool", "tool_call_id": "c", "content": content})
 
-    ok = message(
-        status="ok", nonce="n", truncated=False, data={"mcp_content": [{"text": "⟦m⟧hi"}, {"type": "x"}]}
-    )
+    image = value["mcp_content"][1]  # its descriptor as the sidecar keeps it (strings unchanged)
+    ok = message(status="ok", nonce="n", truncated=False, data={"mcp_content": [{"text": "⟦m⟧hi"}, image]})
     shown = answer_parts(ok, parts)
     assert shown is not None and shown[1:] == [{"type": "text", "text": "⟦m⟧hi"}, parts[1]]
     assert json.loads(shown[0]["text"]) == {"status": "ok", "nonce": "n", "truncated": False}

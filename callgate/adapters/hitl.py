@@ -161,7 +161,7 @@ def parse_decisions(value: object, count: int) -> tuple[Decision, ...]:
     return tuple(_one(d, f"decisions[{i}]") for i, d in enumerate(items))
 
 
-def _description(a: Ask, how: str) -> str:
+def describe(a: Ask, how: str) -> str:
     """What the person reads: the tool, the arguments the digest covers (hidden characters,
     whitespace runs and letters of another script as marks, :mod:`callgate.client.visible`), the
     digest and the expiry."""
@@ -196,14 +196,14 @@ def request(asks: Sequence[Ask], fmt: HITLFormat, how: str, error: str = "") -> 
                     "allow_respond": True,
                     "allow_ignore": True,
                 },
-                "description": _description(a, how),
+                "description": describe(a, how),
                 "callgate": _callgate(a, how, error),
             }
             for a in asks
         ]
     return {
         "action_requests": [
-            {"name": a.name, "args": a.arguments, "description": _description(a, how)} for a in asks
+            {"name": a.name, "args": a.arguments, "description": describe(a, how)} for a in asks
         ],
         "review_configs": [
             {"action_name": a.name, "allowed_decisions": ["approve", "edit", "reject", "respond"]}
@@ -213,4 +213,14 @@ def request(asks: Sequence[Ask], fmt: HITLFormat, how: str, error: str = "") -> 
     }
 
 
-__all__ = ["IGNORED", "Ask", "Decision", "HITLFormat", "InvalidResume", "Kind", "parse_decisions", "request"]
+__all__ = [
+    "IGNORED",
+    "Ask",
+    "Decision",
+    "HITLFormat",
+    "InvalidResume",
+    "Kind",
+    "describe",
+    "parse_decisions",
+    "request",
+]

@@ -9,7 +9,12 @@ callgate accepts) and the function's docstring. Per call:
 
 - the SDK asks ``needs_approval`` first: the call is proposed there (the idempotency key is
   derived from session, model call id, tool call id and tool, so a repeat anywhere replays);
-  only NEEDS_CONFIRMATION interrupts the run (``result.interruptions``);
+  only NEEDS_CONFIRMATION interrupts the run (``result.interruptions``). The SDK asks a person
+  by itself, without ``needs_approval``, for arguments it cannot parse: each tool's callgate
+  input guardrail, run before that (``run_config()``: the SDK's
+  ``pre_approval_tool_input_guardrails``), proposes the model's bytes and answers a refusal
+  (invalid JSON, schema, repeated keys, deny) to the model, so no one approves a call callgate
+  refuses; :meth:`Gate.confirmation` is what the approver is shown (callgate's summary);
 - ``on_invoke_tool`` proposes again (an idempotent replay when it already was: this is what lets a
   run state restored in another process resume) and: ALLOWED runs the function through the
   executor path (BeginAttempt -> the function with the canonical arguments and its injected
@@ -55,11 +60,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agents import AgentHooks, FunctionTool, RunConfig, RunContextWrapper, RunState, ToolErrorFormatterArgs
+from agents import (
+    AgentHooks,
+    FunctionTool,
+    RunConfig,
+    RunContextWrapper,
+    RunState,
+    ToolApprovalItem,
+    ToolErrorFormatterArgs,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+)
 from agents.exceptions import AgentsException
+from agents.run_config import ToolExecutionConfig
 from agents.tool import FunctionToolCustomDataContext
 from agents.tool_context import ToolContext as AgentsToolContext
 
+from callgate.adapters.hitl import Ask, describe
 from callgate.adapters.openai_agents_binding import (
     Attempt,
     Binding,
@@ -75,8 +93,10 @@ from callgate.client import (
     Client,
     Confirmer,
     DeadlineExceeded,
+    Denied,
     NeedsConfirmation,
     Outcome,
+    Rejected,
     Replayed,
     Session,
     ToolCall,
@@ -212,7 +232,36 @@ class Gate:
             is_enabled=self._enabled(legal, user.is_enabled),
             needs_approval=self._needs_approval(legal),
             custom_data_extractor=self._custom_data,
+            tool_input_guardrails=[ToolInputGuardrail(self._guard(legal), name="callgate")],
         )
+
+    def _guard(self, legal: str) -> Callable[[ToolInputGuardrailData], Any]:
+        """The tool input guardrail: with ``run_config()`` (the SDK's
+        ``pre_approval_tool_input_guardrails``) it runs before the SDK would ask a person, so a
+        call callgate refuses (arguments the SDK cannot parse and never hands ``needs_approval``,
+        arguments that repeat a key, a schema violation, a policy deny) goes straight back to the
+        model as callgate's answer and no one is asked to approve it. The model's exact bytes are
+        proposed (or ``needs_approval``'s outcome is kept); ``on_invoke_tool`` uses the outcome."""
+
+        async def callgate(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+            call_id, raw = data.context.tool_call_id, data.context.tool_arguments
+            out = self._outcomes.get(call_id)
+            if repeats_a_key(raw) and not isinstance(out, Rejected):
+                out = await asyncio.to_thread(self._exact, out, call_id, legal, raw)
+            elif out is None:
+                out = await asyncio.to_thread(self._propose, call_id, legal, raw)
+                if isinstance(out, NeedsConfirmation):
+                    self._parked[call_id] = _Parked(legal, out)
+            self._outcomes[call_id] = out
+            if isinstance(out, CallgateClientError):
+                raise CallgateToolError(out)
+            if isinstance(out, Denied | Rejected):  # refused: the model is told, no one is asked
+                self._outcomes.pop(call_id, None)
+                self._parked.pop(call_id, None)
+                return ToolGuardrailFunctionOutput.reject_content(_content(out.message))
+            return ToolGuardrailFunctionOutput.allow()
+
+        return callgate
 
     def _propose(self, call_id: str, legal: str, arguments: bytes | str) -> Outcome | CallgateClientError:
         try:
@@ -278,7 +327,7 @@ class Gate:
         async def on_invoke_tool(ctx: AgentsToolContext[Any], input_json: str) -> str | list[dict[str, Any]]:
             call_id = ctx.tool_call_id
             out = self._outcomes.pop(call_id, None)
-            if repeats_a_key(input_json):  # the SDK parsed it last-key-wins for needs_approval
+            if repeats_a_key(input_json) and not isinstance(out, Rejected):  # parsed last-key-wins
                 out = await asyncio.to_thread(self._exact, out, call_id, legal, input_json)
             if out is None:  # resumed here (or unparsable for needs_approval): propose the bytes
                 out = await asyncio.to_thread(self._propose, call_id, legal, input_json)
@@ -404,9 +453,38 @@ class Gate:
             value = theirs(args)
             return await value if inspect.isawaitable(value) else value
 
+        execution = base.tool_execution or ToolExecutionConfig()
         return dataclasses.replace(
-            base, tool_not_found_behavior="return_error_to_model", tool_error_formatter=formatter
+            base,
+            tool_not_found_behavior="return_error_to_model",
+            tool_error_formatter=formatter,
+            tool_execution=dataclasses.replace(execution, pre_approval_tool_input_guardrails=True),
         )
+
+    def confirmation(self, item: ToolApprovalItem) -> str | None:
+        """What the person approving ``item`` (one of ``state.get_interruptions()``) is shown:
+        callgate's confirmation summary (the tool, the canonical normalized arguments the digest
+        covers with hidden characters as marks, the digest, the expiry, who confirms), read
+        from the sidecar's parked invocation (found by tool call id: in any process). None when
+        callgate holds no confirmation for it now (a call it refused, which with
+        ``run_config()`` never interrupts, or one that expired or was decided): reject it."""
+        call_id, pending = item.call_id or "", None
+        if call_id and item.tool_name in {t.name for t in self.tools}:  # the sidecar's state now
+            inv = self.session.find(call_id, str(item.tool_name), model_call_id=self.model_call_id)
+            pending = parked(inv, call_id) if inv is not None else None
+        if pending is None:
+            return None
+        tool = self.session.names.by_legal.get(str(item.tool_name))
+        ask = Ask(
+            name=str(item.tool_name),
+            arguments=json.loads(pending.normalized_arguments or b"{}"),
+            tool=tool[0] if tool is not None else str(item.tool_name),
+            tool_call_id=call_id,
+            invocation_id=pending.invocation_id,
+            digest=pending.digest,
+            expires_at=pending.expires_at,
+        )
+        return describe(ask, "resume" if self.confirmer is not None else "console")
 
     def _who(self, ctx: RunContextWrapper[Any]) -> str:
         approver = self.approver

@@ -12,7 +12,6 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from callgate.adapters.openai_agents import Attempt, Gate
 from callgate.client import Client
-from callgate.client.visible import visible_json
 
 set_tracing_disabled(True)
 RUN = "var/run"
@@ -60,8 +59,11 @@ with Client(f"{RUN}/agent.sock", executor=f"{RUN}/executor.sock", confirmer=f"{R
         saved = result.to_state().to_string()  # store it anywhere; resume later, in any process
         state = asyncio.run(RunState.from_string(agent, saved))
         for item in state.get_interruptions():
-            shown = visible_json(item.arguments or "{}")  # hidden characters as marks (issue 33)
-            answer = input(f"allow {item.tool_name} {shown}? [y/N] ") if sys.stdin.isatty() else "y"
+            shown = g.confirmation(item)  # callgate's summary: normalized arguments, digest, expiry
+            if shown is None:  # callgate holds no confirmation for it (it refused it): not asked
+                state.reject(item)
+                continue
+            answer = input(f"{shown}\nallow? [y/N] ") if sys.stdin.isatty() else "y"
             state.approve(item) if answer.lower() == "y" else state.reject(item)
         result = Runner.run_sync(agent, state, run_config=run)
     print(result.final_output)
