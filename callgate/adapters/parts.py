@@ -14,7 +14,7 @@ No secret reaches the model in any part (spec 6.10): the strings of a non-text p
 file name, a file id) go to ``EncodeResult`` too, and a part whose string the sidecar's redactor
 changed is withheld; every string of every part, its base64 data included, is also checked for
 the values redeemed for the call and its credential (:func:`watched` records them) with the MCP
-gateway's own check (:func:`callgate.execute.redaction.holds_secret`): such a part becomes a
+gateway's own check (:func:`callgate.client.resultforms.holds_secret`): such a part becomes a
 ``callgate_withheld`` text part, as in the gateway.
 
 Plain mappings only (``{"type": "text", "text": ...}`` and any other ``{"type": ...}``): each SDK
@@ -31,8 +31,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from callgate.client import ToolContext
-from callgate.execute.encode import unmarked_data
-from callgate.execute.redaction import holds_secret, withheld_note
+from callgate.client.resultforms import holds_secret, unmarked_data, withheld_note
 
 BLOCKS_KEY = "mcp_content"
 """The one member of the value ``EncodeResult`` gets for a result in parts (the MCP gateway's)."""

@@ -51,7 +51,6 @@ import hmac
 import json
 import math
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Literal
@@ -59,6 +58,7 @@ from typing import Any, Literal
 from callgate.base import jsonpointer
 from callgate.base.errors import CallgateError, ErrorCode
 from callgate.base.model import JSONValue
+from callgate.client.resultforms import CLOSE_PREFIX, OPEN_PREFIX, close_marker, open_marker, unmarked_data
 from callgate.execute.redaction import Redactor, unique_keys
 from callgate.policy.resultlimits import DEFAULT_MAX_BYTES, MIN_MAX_BYTES, limits_from_spec
 
@@ -92,9 +92,6 @@ MIN_STRING_PREVIEW = 16
 """Shortest preview (bytes) a shortened string keeps before whole leaves are dropped instead."""
 NONCE_HEX = 12
 
-OPEN_PREFIX = "\u27e6untrusted:"
-CLOSE_PREFIX = "\u27e6/untrusted:"
-_MARK_END = "\u27e7"
 TRUNCATION_MARK = "\u27e6truncated\u27e7"
 """Follows the closing boundary of a string the sidecar shortened."""
 _TRUNC_BYTES = len(TRUNCATION_MARK.encode("utf-8"))
@@ -158,16 +155,6 @@ _PH_BODY = "\ufdd3"
 _PH_BODY_JSON = '"\ufdd3"'
 
 
-def open_marker(nonce: str) -> str:
-    """``⟦untrusted:<nonce>⟧``: starts a string from the tool."""
-    return OPEN_PREFIX + nonce + _MARK_END
-
-
-def close_marker(nonce: str) -> str:
-    """``⟦/untrusted:<nonce>⟧``: ends it."""
-    return CLOSE_PREFIX + nonce + _MARK_END
-
-
 def _neutral_char(m: re.Match[str]) -> str:
     ch = m.group(0)
     if ch in _DELIMITERS:
@@ -187,37 +174,6 @@ def neutralize(text: str) -> tuple[str, int]:
     if not _needs_neutral(text):
         return text, 0
     return _NEUTRAL.subn(_neutral_char, text)
-
-
-def unmarked_data(content: Mapping[str, Any]) -> tuple[bool, Any]:
-    """The complete data of an untruncated ``ok`` message, from the message alone: ``content.data``
-    with the boundary markers of its nonce taken off (the inverse of step 3), equal to
-    :attr:`EncodedResult.data`. ``(False, None)`` for anything else (an error, a truncated
-    message, a missing nonce). Used where only the stored message is at hand, e.g. a replayed
-    answer whose structured result must be handed out again (docs/MCP.md)."""
-    nonce = content.get("nonce")
-    if content.get("status") != "ok" or content.get("truncated") is not False or not isinstance(nonce, str):
-        return False, None
-    if "data" not in content:
-        return False, None
-    opening, closing = open_marker(nonce), close_marker(nonce)
-    least = len(opening) + len(closing)
-
-    def strip(text: str) -> str:
-        if len(text) >= least and text.startswith(opening) and text.endswith(closing):
-            return text[len(opening) : len(text) - len(closing)]
-        return text
-
-    def walk(value: Any) -> Any:
-        if isinstance(value, str):
-            return strip(value)
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, dict):
-            return {strip(k): walk(v) for k, v in value.items()}
-        return value
-
-    return True, walk(content["data"])
 
 
 class ResultEncodingError(CallgateError):

@@ -62,16 +62,18 @@ the strings joined together (one scan) and redact string by string only when one
 
 from __future__ import annotations
 
-import base64
-import binascii
-import html
-import json
 import math
 import re
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from callgate.client.resultforms import (
+    DEFAULT_MIN_SECRET_LENGTH,
+    holds_secret,
+    secret_forms,
+    withheld_note,
+)
 
 __all__ = [
     "DEFAULT_MIN_SECRET_LENGTH",
@@ -86,8 +88,6 @@ __all__ = [
     "withheld_note",
 ]
 
-DEFAULT_MIN_SECRET_LENGTH = 8
-"""Shortest known secret (in characters of its text, or bytes when it is not UTF-8) accepted."""
 
 SCAN_FORMS_LIMIT = 512
 """Up to this many secret forms, presence is tested with ``in`` per form; above, with one regex."""
@@ -96,7 +96,6 @@ MAX_JSON_DEPTH = 256
 """Deepest JSON value :meth:`Redactor.redact_json` walks (deeper input raises ``ValueError``)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}\Z")
-_PCT = re.compile(r"%[0-9A-F]{2}")
 
 
 def marker(name: str) -> str:
@@ -156,59 +155,6 @@ DEFAULT_PATTERNS: tuple[SecretPattern, ...] = (
 
 # --------------------------------------------------------------------------------------------
 # Forms of a known secret
-
-
-def _b64_cores(data: bytes, encode: Any) -> set[str]:
-    """The base64 characters that depend only on ``data``, at byte alignments 0, 1 and 2."""
-    out: set[str] = set()
-    n = len(data)
-    for align in range(3):
-        text: str = encode(b"\x00" * align + data).decode("ascii")
-        start = -(-8 * align // 6)  # first character whose 6 bits all lie inside the secret
-        end = (8 * align + 8 * n) // 6  # one past the last such character
-        if end > start:
-            out.add(text[start:end])
-    return out
-
-
-def _lower_pct(text: str) -> str:
-    return _PCT.sub(lambda m: m.group(0).lower(), text)
-
-
-def secret_forms(value: str | bytes) -> frozenset[str]:
-    """Every text form of one known secret that :class:`Redactor` looks for (see module doc)."""
-    if isinstance(value, str):
-        raw = value.encode("utf-8", "surrogatepass")
-        text: str | None = value
-    else:
-        raw = bytes(value)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-    forms: set[str] = set()
-    if text is not None:
-        for t in {text, text.casefold()}:  # the rest of letter case is matching's (re.IGNORECASE)
-            forms.add(t)
-            escaped = {json.dumps(t)[1:-1], json.dumps(t, ensure_ascii=False)[1:-1]}
-            forms |= escaped | {e.replace("/", "\\/") for e in escaped}
-            for quote in (True, False):
-                escaped_html = html.escape(t, quote=quote)
-                forms |= {escaped_html, escaped_html.replace("&#x27;", "&#39;")}
-    for safe in ("", "/"):
-        for quoted in (
-            urllib.parse.quote_from_bytes(raw, safe=safe),
-            urllib.parse.quote_plus(raw, safe=safe),
-        ):
-            forms.add(quoted)
-            forms.add(_lower_pct(quoted))
-    forms.add(raw.hex())
-    forms.add(raw.hex().upper())
-    std = _b64_cores(raw, base64.b64encode)
-    forms |= std | _b64_cores(raw, base64.urlsafe_b64encode)
-    forms |= {urllib.parse.quote(core, safe="") for core in std}
-    forms.discard("")
-    return frozenset(forms)
 
 
 # --------------------------------------------------------------------------------------------
@@ -513,41 +459,3 @@ def _secret_length(value: str | bytes | bytearray) -> int:
         return len(bytes(value).decode("utf-8"))
     except UnicodeDecodeError:
         return len(value)
-
-
-# --------------------------------------------------------------------------------------------
-# Parts the encoder never sees as text (binary data, URLs): checked where they are answered
-
-
-def holds_secret(value: str, secrets: Iterable[str | bytes]) -> bool:
-    """Whether ``value`` (a string of a result part the encoder gets only as size and digest:
-    base64 data, a ``data:`` URL, a name) holds one of ``secrets`` (the values redeemed for the
-    call, its credential): as the decoded bytes or the text itself, or any form
-    :func:`secret_forms` lists (case ignored; forms shorter than
-    :data:`DEFAULT_MIN_SECRET_LENGTH` only as the literal). The MCP gateway's binary blocks and
-    the adapters' parts are checked by this one function."""
-    b64 = value.partition(",")[2] if value.startswith("data:") and ";base64," in value else value
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        raw = value.encode("utf-8", "surrogatepass")
-    texts = (value.casefold(), raw.decode("latin-1").casefold(), raw.decode("utf-8", "replace").casefold())
-    for secret in secrets:
-        as_bytes = secret.encode("utf-8", "surrogatepass") if isinstance(secret, str) else bytes(secret)
-        if not as_bytes:
-            continue
-        if as_bytes in raw or (isinstance(secret, str) and secret in value):
-            return True
-        forms = (f.casefold() for f in secret_forms(secret) if len(f) >= DEFAULT_MIN_SECRET_LENGTH)
-        if any(form in text for form in forms for text in texts):
-            return True
-    return False
-
-
-def withheld_note(kind: str) -> str:
-    """The text answered in place of a result part of type ``kind`` that held a secret."""
-    doc = {
-        "type": "callgate_withheld",
-        "message": f"callgate withheld a {kind} block of this result: it contained a secret.",
-    }
-    return json.dumps(doc, sort_keys=True)
