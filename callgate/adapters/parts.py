@@ -151,13 +151,10 @@ def _shown(
     return dict(part)
 
 
-def rebuilt(
-    message: str, parts: Sequence[Mapping[str, Any]], secrets: Sequence[str | bytes] = ()
-) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
-    """From the encoded tool message of ``parts``: the envelope (the content without ``data``)
-    and the parts for the model (text parts with the encoded text, the others as given, any
-    part holding a secret as a withheld note). None unless the message is a complete ``ok`` one
-    with one encoded descriptor per part (then the caller answers with the message's text)."""
+def _ok_blocks(message: str) -> tuple[dict[str, Any], Any] | None:
+    """The content of a complete ``ok`` encoded tool message and its encoded part descriptors
+    (``data``'s one :data:`BLOCKS_KEY` member, None when ``data`` is anything else); None for any
+    other message."""
     try:
         content = json.loads(message)["content"]
     except (ValueError, KeyError, TypeError):
@@ -165,7 +162,20 @@ def rebuilt(
     if not isinstance(content, dict) or content.get("status") != "ok" or content.get("truncated"):
         return None
     data = content.get("data")
-    encoded = data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
+    return content, data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
+
+
+def rebuilt(
+    message: str, parts: Sequence[Mapping[str, Any]], secrets: Sequence[str | bytes] = ()
+) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+    """From the encoded tool message of ``parts``: the envelope (the content without ``data``)
+    and the parts for the model (text parts with the encoded text, the others as given, any
+    part holding a secret as a withheld note). None unless the message is a complete ``ok`` one
+    with one encoded descriptor per part (then the caller answers with the message's text)."""
+    read = _ok_blocks(message)
+    if read is None:
+        return None
+    content, encoded = read
     found, plain_data = unmarked_data(content)
     plain = plain_data.get(BLOCKS_KEY) if found and isinstance(plain_data, dict) else None
     if not isinstance(encoded, list) or len(encoded) != len(parts):
@@ -201,14 +211,10 @@ def replayed_parts(message: str) -> list[dict[str, Any]] | None:
     with the text the first answer had (marked, redacted), each other part as a
     ``callgate_not_replayed`` text part naming its descriptor (type, size, sha256, its redacted
     strings, all marked: its bytes were never kept). None for any other message."""
-    try:
-        content = json.loads(message)["content"]
-    except (ValueError, KeyError, TypeError):
+    read = _ok_blocks(message)
+    if read is None:
         return None
-    if not isinstance(content, dict) or content.get("status") != "ok" or content.get("truncated"):
-        return None
-    data = content.get("data")
-    encoded = data.get(BLOCKS_KEY) if isinstance(data, dict) and len(data) == 1 else None
+    content, encoded = read
     if not isinstance(encoded, list) or not encoded:
         return None
     envelope = {k: v for k, v in content.items() if k != "data"}
