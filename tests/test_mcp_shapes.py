@@ -52,6 +52,7 @@ INPUT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "room": {"type": "string", "title": "Room"},
                 "floor": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                "width": {"anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}], "default": None},
             },
             "required": ["room"],
         },
@@ -88,7 +89,7 @@ core's schema subset has none)."""
 RECORD = (
     "{ branch?: String, color?: String, level?: String, limit?: Long, link?: String, mode?: String, "
     "ratio?: decimal, repo: String, shade?: String, since?: datetime, tags?: Set<String>, "
-    "where?: { floor?: Long, room: String } }"
+    "where?: { floor?: Long, room: String, width?: decimal } }"
 )
 UNSEEN = {
     "either": "/normalized_schema/properties/either/anyOf",
@@ -116,6 +117,8 @@ forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context
 forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context.args has shade && context.args.shade == "green" };
 @id("no-basement")
 forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context.args has where && context.args.where has floor && context.args.where.floor < 0 };
+@id("no-wide")
+forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context.args has where && context.args.where has width && context.args.where.width.greaterThan(decimal("2.0")) };
 @id("no-high")
 forbid (principal, action, resource) when { context.args has level && context.args.level == "high" };
 @id("no-secret-tag")
@@ -156,6 +159,8 @@ forbid contains "no-green-shade" if args.shade == "green"
 
 forbid contains "no-basement" if args.where.floor < 0
 
+forbid contains "no-wide" if args.where.width > 2
+
 forbid contains "no-high" if args.level == "high"
 
 forbid contains "no-secret-tag" if "secret" in args.tags
@@ -192,6 +197,8 @@ CASES = [
     case("an allOf $ref wrapper", {"shade": "green"}, "deny", "no-green-shade"),
     case("Optional[Model] by $ref", {"where": {"room": "b", "floor": -1}}, "deny", "no-basement"),
     case("a nested null", {"where": {"room": "b", "floor": None}}, "allow", "base"),
+    case("a number in a $ref target is a decimal", {"where": {"room": "b", "width": 2.5}}, "deny", "no-wide"),
+    case("a narrow one", {"where": {"room": "b", "width": 1.25}}, "allow", "base"),
     case("Literal const", {"mode": "fast"}, "allow", "base"),
     case("enum with null", {"level": "high"}, "deny", "no-high"),
     case("enum with null: null", {"level": None}, "allow", "base"),
@@ -241,7 +248,13 @@ def decide(engine: Any, snap: Any, c: dict[str, Any], lp: asyncio.AbstractEventL
 
 def test_import_types_every_shape(folder: Path) -> None:
     doc = json.loads((folder / "tools" / "shapes.pick@v1.json").read_text())
-    assert doc["normalizers"] == [{"kind": "decimal", "field": "/ratio", "scale": 4}]  # Optional[float]
+    assert doc["normalizers"] == [  # Optional[float], also in a $ref target (#/$defs/Where)
+        {"kind": "decimal", "field": "/ratio", "scale": 4},
+        {"kind": "decimal", "field": "/where/width", "scale": 4, "minimum": 0},
+    ]
+    defs = doc["normalized_schema"]["$defs"]
+    assert defs["Where"]["additionalProperties"] is False  # objects in $defs closed too
+    assert defs["Where"]["properties"]["width"]["anyOf"][0]["type"] == "string"
     ratio = doc["normalized_schema"]["properties"]["ratio"]["anyOf"]
     assert ratio[0]["type"] == "string" and ratio[1] == {"type": "null"}
     decl = tool_declaration(folder / "tools" / "shapes.pick@v1.json")

@@ -600,7 +600,8 @@ def rendered(policy_dir: Path, folder: PolicyFolder) -> Mapping[Path, str]:
 def close_objects(node: Any, *, deep: bool = True) -> None:
     """Set ``additionalProperties: false`` (unless the schema says otherwise) on an object schema
     that declares ``properties``, and when ``deep`` on every such object below it (through
-    ``properties`` and ``items``). A generated action types ``context.args`` as a record of the
+    ``properties``, ``items``, the branch of a nullable union, a one-schema ``allOf`` and the
+    ``$defs`` / ``definitions`` that local ``$ref`` s point into). A generated action types ``context.args`` as a record of the
     declared properties, which has no room for others (Cedar's records, nested too; the Rego
     contract checks the top level only): closed, an undeclared argument is a ``schema_violation``
     naming it, before any policy, not an evaluation error."""
@@ -616,6 +617,14 @@ def close_objects(node: Any, *, deep: bool = True) -> None:
                 close_objects(sub)
     if deep:
         close_objects(node.get("items"))
+        all_of = node.get("allOf")
+        if isinstance(all_of, list) and len(all_of) == 1:  # Pydantic v1's {"allOf": [{"$ref": ...}]}
+            close_objects(all_of[0])
+        for key in ("$defs", "definitions"):  # the targets of local $refs (nested models)
+            defs = node.get(key)
+            if isinstance(defs, dict):
+                for sub in defs.values():
+                    close_objects(sub)
 
 
 @dataclass(frozen=True, slots=True)
