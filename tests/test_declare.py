@@ -129,7 +129,7 @@ def test_an_argument_without_a_policy_type_is_named(
     # left out of context.args (the tool serves), with a warning naming it
     assert 'action "t.x"' in cedar_schema(declared(tmp_path), None)
     typing = tool_typing(tmp_path, ENGINES.get("cedar").folder)
-    assert not typing.refused and typing.unseen == {str(path): frozenset({"x"})}
+    assert not typing.refused and typing.unseen == {str(path): frozenset({"/x"})}
     (problem,) = typing.notes
     assert problem.place == "tool t.x@v1" and problem.warning
     assert problem.message.startswith(pointer + ":") and message in problem.message
