@@ -263,8 +263,12 @@ def test_truncated_structured_result_is_an_error_answer_the_client_can_page(rich
             assert listed["rich__big_table"].output_schema is not None
             small = await c.call_tool("rich__big_table", {"kb": 1})
             assert not small.is_error and small.structured_content is not None, text_of(small)
-            r = await c.call_tool("rich__big_table", {"kb": 40})
+            key = {"io.callgate/idempotency-key": f"big-{secrets.token_hex(4)}"}
+            r = await c.call_tool("rich__big_table", {"kb": 40}, meta=key)
             assert r.is_error and r.structured_content is None, text_of(r)
+            again = await c.call_tool("rich__big_table", {"kb": 40}, meta=key)  # replayed: the same
+            assert again.is_error and again.structured_content is None, text_of(again)
+            assert texts(again)[0] == texts(r)[0]
             note = json.loads(texts(r)[-1])
             assert note["type"] == "callgate_truncated" and note["tool"] == PAGE_TOOL
             assert json.loads(texts(r)[0])["truncated"] is True

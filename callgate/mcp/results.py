@@ -435,7 +435,9 @@ def replayed_result(out: Replayed, has_output_schema: bool) -> types.CallToolRes
         found, data = unmarked_data(content)
         if found and isinstance(data, dict):
             structured = data
-    return text_result(out.message, is_error=failed, structured=structured)
+    # a truncated first answer (no whole structured result): an error answer again, as it was
+    short = not failed and has_output_schema and structured is None
+    return text_result(out.message, is_error=failed or short, structured=structured)
 
 
 def _replay_failed(state: str) -> bool:
