@@ -129,7 +129,7 @@ def test_an_argument_without_a_policy_type_is_named(
     # left out of context.args (the tool serves), with a warning naming it
     assert 'action "t.x"' in cedar_schema(declared(tmp_path), None)
     typing = tool_typing(tmp_path, ENGINES.get("cedar").folder)
-    assert not typing.refused and typing.unseen == {str(path): frozenset({"x"})}
+    assert not typing.refused and typing.unseen == {str(path): frozenset({"/x"})}
     (problem,) = typing.notes
     assert problem.place == "tool t.x@v1" and problem.warning
     assert problem.message.startswith(pointer + ":") and message in problem.message
@@ -137,6 +137,55 @@ def test_an_argument_without_a_policy_type_is_named(
     line = int(problem.file.rsplit(":", 1)[1])
     last = pointer.rsplit("/", 1)[1]
     assert f'"{last}"' in path.read_text().splitlines()[line - 1]
+
+
+def test_a_member_without_a_policy_type_is_left_out_alone(tmp_path: Path) -> None:
+    """Untyped only deep inside (a free-form ``meta`` in the records of a Set): that member is
+    left out of the record, the argument (``points``, its ``x``) kept; ``seen`` strips it from
+    every item; a hand-written record without it is no type difference."""
+    from types import SimpleNamespace
+
+    from callgate.policy.declare import type_diff
+    from callgate.policy.toolspecs import CompiledTool
+
+    point = obj({"x": {"type": "integer"}, "meta": {"type": "object"}}, ["x"])
+    path = write_tool(
+        tmp_path / "tools",
+        "t.p",
+        obj({"id": {"type": "string"}, "points": {"type": "array", "items": point}}, ["id"]),
+    )
+    decl = tool_declaration(path)
+    assert decl.args is not None and decl.args.cedar() == "{ id: String, points?: Set<{ x: Long }> }"
+    (u,) = decl.unseen
+    assert (u.name, u.field, u.path) == ("points", "/points/*/meta", "points[].meta")
+    assert u.pointer == "/input_schema/properties/points/items/properties/meta"
+    typing = tool_typing(tmp_path, ENGINES.get("cedar").folder)
+    assert typing.unseen == {str(path): frozenset({"/points/*/meta"})}
+    assert "argument 'points[].meta' is left out of context.args" in typing.notes[0].message
+    have = ArgType(
+        "Record",
+        fields=(
+            ("id", ArgType("String"), True),
+            (
+                "points",
+                ArgType(
+                    "Set",
+                    element=ArgType(
+                        "Record", fields=(("meta", ArgType("String"), True), ("x", ArgType("Long"), True))
+                    ),
+                ),
+                False,
+            ),
+        ),
+    )
+    assert type_diff("", decl.args, have, {u.path}) == []
+    assert type_diff("", decl.args, have) == [
+        "points[].meta: required by the schema, not in the ToolSpec (every request is denied)"
+    ]
+    args = {"id": "a", "points": [{"x": 1, "meta": {"k": [1]}}, {"x": 2}, 3]}
+    tool = SimpleNamespace(unseen=typing.unseen[str(path)])  # what CompiledTool.seen reads
+    assert CompiledTool.seen(tool, args) == {"id": "a", "points": [{"x": 1}, {"x": 2}, 3]}  # type: ignore[arg-type]
+    assert args["points"][0] == {"x": 1, "meta": {"k": [1]}}  # the call's own arguments unchanged
 
 
 def test_two_toolspecs_typing_one_capability_differently(tmp_path: Path) -> None:

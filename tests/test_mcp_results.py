@@ -47,7 +47,14 @@ TOKENS = {secrets.token_urlsafe(32): "alice", secrets.token_urlsafe(32): "alice"
 
 pytestmark = pytest.mark.timeout(240)
 
-ACTIONS = {"media": "", "big": "kb: Long", "steps": "n: Long", "secret_image": "", "announce": ""}
+ACTIONS = {
+    "media": "",
+    "big": "kb: Long",
+    "big_table": "kb: Long",
+    "steps": "n: Long",
+    "secret_image": "",
+    "announce": "",
+}
 POLICIES = '@id("rich-read")\npermit (principal == User::"alice", action in Action::"read", resource);\n'
 
 
@@ -240,6 +247,35 @@ def test_truncated_result_is_read_through_the_paging_tool_by_its_session_only(ri
 
     with http_gateway(rich) as port:
         run(go(port), timeout=200)
+
+
+def test_truncated_structured_result_is_an_error_answer_the_client_can_page(rich: Published) -> None:
+    """A tool with an ``outputSchema`` whose result is cut (server-customer-segmentation's 21 KB
+    ``get-customer-data`` was the published case): no whole structured result to hand out, and
+    before, the success answer without ``structuredContent`` made the SDK client raise ("has an
+    output schema but did not return structured content") before the caller saw the text or
+    the paging note. Now it is an error answer with both; the pages give the whole data. A
+    result that fits keeps its ``structuredContent``."""
+
+    async def go() -> None:
+        async with stdio(rich) as c:
+            listed = {t.name: t for t in (await c.list_tools()).tools}
+            assert listed["rich__big_table"].output_schema is not None
+            small = await c.call_tool("rich__big_table", {"kb": 1})
+            assert not small.is_error and small.structured_content is not None, text_of(small)
+            key = {"io.callgate/idempotency-key": f"big-{secrets.token_hex(4)}"}
+            r = await c.call_tool("rich__big_table", {"kb": 40}, meta=key)
+            assert r.is_error and r.structured_content is None, text_of(r)
+            again = await c.call_tool("rich__big_table", {"kb": 40}, meta=key)  # replayed: the same
+            assert again.is_error and again.structured_content is None, text_of(again)
+            assert texts(again)[0] == texts(r)[0]
+            note = json.loads(texts(r)[-1])
+            assert note["type"] == "callgate_truncated" and note["tool"] == PAGE_TOOL
+            assert json.loads(texts(r)[0])["truncated"] is True
+            lines = (await read_all_pages(c, note))["lines"]
+            assert lines[0] == "line 000000 of the big result" and len(lines) > 1000
+
+    run(go(), timeout=200)
 
 
 # ------------------------------------------------------------------------------ progress, logging

@@ -52,6 +52,8 @@ INPUT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "room": {"type": "string", "title": "Room"},
                 "floor": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                "width": {"anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}], "default": None},
+                "notes": {"type": "object", "additionalProperties": True},
             },
             "required": ["room"],
         },
@@ -88,10 +90,11 @@ core's schema subset has none)."""
 RECORD = (
     "{ branch?: String, color?: String, level?: String, limit?: Long, link?: String, mode?: String, "
     "ratio?: decimal, repo: String, shade?: String, since?: datetime, tags?: Set<String>, "
-    "where?: { floor?: Long, room: String } }"
+    "where?: { floor?: Long, room: String, width?: decimal } }"
 )
-UNSEEN = {
+UNSEEN = {  # by path: a member nested in an argument is left out alone, the argument kept
     "either": "/normalized_schema/properties/either/anyOf",
+    "where.notes": "/normalized_schema/$defs/Where/properties/notes",
     "extra": "/normalized_schema/properties/extra",
     "meta": "/normalized_schema/properties/meta/anyOf/0",
 }
@@ -116,6 +119,8 @@ forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context
 forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context.args has shade && context.args.shade == "green" };
 @id("no-basement")
 forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context.args has where && context.args.where has floor && context.args.where.floor < 0 };
+@id("no-wide")
+forbid (principal, action == Action::"mcp.shapes.pick", resource) when { context.args has where && context.args.where has width && context.args.where.width.greaterThan(decimal("2.0")) };
 @id("no-high")
 forbid (principal, action, resource) when { context.args has level && context.args.level == "high" };
 @id("no-secret-tag")
@@ -156,6 +161,8 @@ forbid contains "no-green-shade" if args.shade == "green"
 
 forbid contains "no-basement" if args.where.floor < 0
 
+forbid contains "no-wide" if args.where.width > 2
+
 forbid contains "no-high" if args.level == "high"
 
 forbid contains "no-secret-tag" if "secret" in args.tags
@@ -192,6 +199,14 @@ CASES = [
     case("an allOf $ref wrapper", {"shade": "green"}, "deny", "no-green-shade"),
     case("Optional[Model] by $ref", {"where": {"room": "b", "floor": -1}}, "deny", "no-basement"),
     case("a nested null", {"where": {"room": "b", "floor": None}}, "allow", "base"),
+    case("a number in a $ref target is a decimal", {"where": {"room": "b", "width": 2.5}}, "deny", "no-wide"),
+    case("a narrow one", {"where": {"room": "b", "width": 1.25}}, "allow", "base"),
+    case(
+        "a nested dict left out, its argument seen",
+        {"where": {"room": "b", "floor": -1, "notes": {"a": 1}}},
+        "deny",
+        "no-basement",
+    ),
     case("Literal const", {"mode": "fast"}, "allow", "base"),
     case("enum with null", {"level": "high"}, "deny", "no-high"),
     case("enum with null: null", {"level": None}, "allow", "base"),
@@ -241,18 +256,31 @@ def decide(engine: Any, snap: Any, c: dict[str, Any], lp: asyncio.AbstractEventL
 
 def test_import_types_every_shape(folder: Path) -> None:
     doc = json.loads((folder / "tools" / "shapes.pick@v1.json").read_text())
-    assert doc["normalizers"] == [{"kind": "decimal", "field": "/ratio", "scale": 4}]  # Optional[float]
+    assert doc["normalizers"] == [  # Optional[float], also in a $ref target (#/$defs/Where)
+        {"kind": "decimal", "field": "/ratio", "scale": 4},
+        {"kind": "decimal", "field": "/where/width", "scale": 4, "minimum": 0},
+    ]
+    defs = doc["normalized_schema"]["$defs"]
+    assert defs["Where"]["additionalProperties"] is False  # objects in $defs closed too
+    assert defs["Where"]["properties"]["width"]["anyOf"][0]["type"] == "string"
     ratio = doc["normalized_schema"]["properties"]["ratio"]["anyOf"]
     assert ratio[0]["type"] == "string" and ratio[1] == {"type": "null"}
     decl = tool_declaration(folder / "tools" / "shapes.pick@v1.json")
     assert decl.error is None and decl.args is not None
     assert decl.args.cedar() == RECORD
-    assert {u.name: u.pointer for u in decl.unseen} == UNSEEN
+    assert {u.path: u.pointer for u in decl.unseen} == UNSEEN
+    assert {u.name for u in decl.unseen} == {"either", "extra", "meta", "where"}
     typing = tool_typing(folder, ENGINES.get("cedar").folder)
     tools = folder / "tools"
     assert not typing.refused
-    assert typing.unseen == {str(tools / f"shapes.{n}@v1.json"): set(UNSEEN) for n in ("flat", "pick")}
-    assert sorted(p.message.split(":", 1)[0] for p in typing.notes) == sorted([*UNSEEN.values()] * 2)
+    fields = {"/" + p.replace(".", "/") for p in UNSEEN}
+    assert typing.unseen == {
+        str(tools / "shapes.pick@v1.json"): fields,
+        str(tools / "shapes.flat@v1.json"): fields - {"/where/notes"},
+    }
+    flat = [v for k, v in UNSEEN.items() if "." not in k]
+    assert sorted(p.message.split(":", 1)[0] for p in typing.notes) == sorted([*UNSEEN.values(), *flat])
+    assert any("argument 'where.notes' is left out of context.args" in p.message for p in typing.notes)
     schema = cedar_schema(declared(folder), None)
     assert RECORD.replace("{ ", "").split(",")[0] in schema
     rego = rego_data(declared(folder), {}, "data.json")["callgate"]["schema"]["actions"]["mcp.shapes.pick"]
@@ -318,9 +346,16 @@ def test_rego_and_cedar_see_null_as_absent(folder: Path) -> None:
     from callgate.propose.authorize import policy_context
 
     snap = python_snapshot(folder)
-    tool, norm = normalized(snap, case("x", {"branch": None, "either": 1, "extra": {"a": 1}}, "allow"))
+    where = {"room": "b", "notes": {"a": 1}}
+    tool, norm = normalized(
+        snap, case("x", {"branch": None, "either": 1, "extra": {"a": 1}, "where": where}, "allow")
+    )
     ctx = policy_context(tool, norm)
-    assert set(ctx["args"]) == {"repo", "branch"}  # the left-out ones are gone before any engine
+    assert set(ctx["args"]) == {"repo", "branch", "where"}  # the left-out ones are gone before any engine
+    assert (
+        ctx["args"]["where"] == {"room": "b"} and norm.value is not None and norm.value["where"] == where
+    )  # a copy
+    ctx["args"].pop("where")
     assert to_cedar_value(ctx["args"]) == {"repo": "r"}
     request = AuthzRequest(Subject("acme", "ana"), "mcp.shapes.pick", "mcp:shapes.pick", ctx)
     assert build_input(request)["context"]["args"] == {"repo": "r"}
@@ -345,7 +380,7 @@ def test_check_passes_and_names_a_policy_reading_a_left_out_argument(folder: Pat
     out = check()
     assert out.startswith("rc=0"), out
     warned = [ln for ln in out.splitlines() if ln.startswith("warning:")]
-    assert len(warned) == 6 and all("left out of context.args" in ln for ln in warned), out
+    assert len(warned) == 7 and all("left out of context.args" in ln for ln in warned), out
     assert "not generated" not in out, out
     policies = folder / "cedar" / "policies.cedar"
     policies.write_text(

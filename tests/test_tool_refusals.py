@@ -83,7 +83,7 @@ def test_a_combinator_argument_is_left_out_and_its_tool_serves(folder: Path) -> 
     assert not snap.refused
     picks = [f"notes.pick_{k}@v1" for k in sorted(UNTYPED)]
     assert sorted(t.spec.key for t in snap.tools) == ["notes.add@v1", "notes.deep@v1", *picks]
-    assert all(snap.tools.get(k.split("@")[0], "v1").unseen == {"choice"} for k in picks)  # type: ignore[union-attr]
+    assert all(snap.tools.get(k.split("@")[0], "v1").unseen == {"/choice"} for k in picks)  # type: ignore[union-attr]
     left = {p.place: p for p in snap.unseen}
     assert sorted(left) == [f"tool {k}" for k in picks]
     for kind in UNTYPED:

@@ -30,7 +30,9 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
+from urllib.parse import unquote
 
+from callgate.base import jsonpointer
 from callgate.policy.declare import close_objects
 from callgate.policy.timevalues import non_null
 
@@ -58,25 +60,68 @@ def _esc(name: str) -> str:
 
 def number_fields(schema: Any, pointer: str = "") -> Iterator[tuple[str, Mapping[str, Any]]]:
     """``(field pointer, schema node)`` of every ``number`` field (``*`` for array items) reached
-    through ``properties``, ``items`` and the one branch of a nullable union (``Optional[float]``:
-    :func:`~callgate.policy.timevalues.non_null`; the node is that branch); other combinators are
-    left to the policy typing, which leaves that one argument out of ``context.args``."""
-    if not isinstance(schema, Mapping):
+    through ``properties``, ``items``, the one branch of a nullable union (``Optional[float]``:
+    :func:`~callgate.policy.timevalues.non_null`; the node is that branch), a local ``$ref``
+    (``#/$defs/Model``: the node is in the target, so every field that reaches it is a number
+    field) and a one-schema ``allOf`` wrapper; other combinators are left to the policy typing,
+    which leaves that one argument out of ``context.args``. A recursive ``$ref`` is not followed
+    again (its fields have no policy type anyway)."""
+    yield from _number_fields(schema, pointer, schema, frozenset())
+
+
+def _number_fields(
+    schema: Any, pointer: str, root: Any, refs: frozenset[str]
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    schema = _deref(schema, root, refs)
+    if schema is None:
         return
-    schema = non_null(schema)
-    if not isinstance(schema, Mapping):
-        return
-    kinds = _types(schema)
+    node, refs = schema
+    kinds = _types(node)
     if pointer and "number" in kinds:
-        yield pointer, schema
+        yield pointer, node
         return
-    props = schema.get("properties")
+    props = node.get("properties")
     if isinstance(props, Mapping):
         for name, sub in props.items():
-            yield from number_fields(sub, f"{pointer}/{_esc(str(name))}")
-    items = schema.get("items")
+            yield from _number_fields(sub, f"{pointer}/{_esc(str(name))}", root, refs)
+    items = node.get("items")
     if isinstance(items, Mapping):
-        yield from number_fields(items, f"{pointer}/*")
+        yield from _number_fields(items, f"{pointer}/*", root, refs)
+
+
+def _deref(node: Any, root: Any, refs: frozenset[str]) -> tuple[Mapping[str, Any], frozenset[str]] | None:
+    """``node`` with nullable unions, one-schema ``allOf`` wrappers and local ``$ref`` s
+    unwrapped (None: not a schema object, or a ``$ref`` already followed on this path)."""
+    while isinstance(node, Mapping):
+        inner = non_null(node)
+        if inner is not node:
+            node = inner
+            continue
+        all_of = node.get("allOf")
+        if isinstance(all_of, list) and len(all_of) == 1 and "type" not in node and "properties" not in node:
+            node = all_of[0]
+            continue
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            if not ref.startswith("#") or ref in refs:
+                return None
+            node, refs = _target(root, unquote(ref[1:])), refs | {ref}
+            continue
+        return node, refs
+    return None
+
+
+def _target(root: Any, pointer: str) -> Any:
+    node = root
+    try:
+        tokens = jsonpointer.split(pointer)
+    except ValueError:
+        return None
+    for token in tokens:
+        if not isinstance(node, Mapping) or token not in node:
+            return None
+        node = node[token]
+    return node
 
 
 def decimal_normalizers(input_schema: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -410,7 +410,12 @@ def answer_of(
         # untrusted-data marks (MCP clients check structuredContent against outputSchema);
         # the marked envelope is the text content beside it.
         structured = json.loads(res.structured_json)
-    answer = text_result(res.message, is_error=not ok, structured=structured)
+    # A truncated result of a tool with an output schema has no structured result to hand out
+    # (the sidecar validates only a whole one), and MCP clients refuse a successful answer of such
+    # a tool without one (the SDKs raise before the caller sees the text): answered as an error,
+    # which clients do not check, carrying the truncated text and the paging note.
+    short = ok and has_output_schema and structured is None and bool(res.next_page_token)
+    answer = text_result(res.message, is_error=not ok or short, structured=structured)
     return with_truncation_note(answer, res.message, res.next_page_token)
 
 
@@ -430,7 +435,9 @@ def replayed_result(out: Replayed, has_output_schema: bool) -> types.CallToolRes
         found, data = unmarked_data(content)
         if found and isinstance(data, dict):
             structured = data
-    return text_result(out.message, is_error=failed, structured=structured)
+    # a truncated first answer (no whole structured result): an error answer again, as it was
+    short = not failed and has_output_schema and structured is None
+    return text_result(out.message, is_error=failed or short, structured=structured)
 
 
 def _replay_failed(state: str) -> bool:

@@ -149,7 +149,7 @@ class ToolDecl:
     """The Cedar type of ``context.usage`` (its declared meters, :mod:`callgate.policy.meters`);
     empty when the ToolSpec declares none."""
     unseen: tuple[Unseen, ...] = field(default=(), compare=False)
-    """Top-level arguments with no policy type, left out of :attr:`args` (and of
+    """Arguments and members of arguments with no policy type, left out of :attr:`args` (and of
     ``context.args`` where the action is generated)."""
 
 
@@ -162,17 +162,30 @@ class _TypeError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Unseen:
-    """A top-level argument with no policy type (a union of two types, a free-form object, a
-    number without a decimal normalizer...): the tool is served, the argument is validated
-    against its schema and bound into the digest, and left out of ``context.args`` of the
-    actions generated for the tool (docs/MCP.md, "Arguments as policies see them")."""
+    """An argument, or a member of one (nested in its records or in the records of its Sets),
+    with no policy type (a union of two types, a free-form object, a number without a decimal
+    normalizer...): the tool is served, the argument is validated against its schema and bound
+    into the digest, and that one part is left out of ``context.args`` of the actions generated
+    for the tool, the rest of the argument kept (docs/MCP.md, "Arguments as policies see
+    them")."""
 
     name: str
+    """The top-level argument it is (in)."""
     pointer: str
     """The schema pointer of the part that has no policy type (in the ToolSpec file)."""
     why: str
     source: str
     """``file:line`` of :attr:`pointer`."""
+    field: str = ""
+    """The field pointer of what is left out (``/where/meta``; ``*`` for the items of a Set,
+    ``/points/*/meta``); ``/`` + :attr:`name` for a whole argument."""
+
+    @property
+    def path(self) -> str:
+        """:attr:`field` as :func:`type_diff` and ``callgate check`` name it (``where.meta``,
+        ``points[].meta``)."""
+        tokens = jsonpointer.split(self.field or "/" + _esc(self.name))
+        return "".join("[]" if t == "*" else f".{t}" if i else t for i, t in enumerate(tokens))
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +258,11 @@ def _arg_type(
     scope: _Scope,
     top: bool = False,
     refs: frozenset[str] = frozenset(),
+    unseen: list[tuple[str, _TypeError]] | None = None,
 ) -> ArgType:
+    """``node``'s policy type. With ``unseen``, a member of a record (also nested, also in the
+    records of a Set) that has none is left out of its record and listed there as (field
+    pointer, why); without, it raises :class:`_TypeError`."""
     if field_ptr in scope.decimals:
         return ArgType("decimal")
     time_kind = field_kind(node) if top else None
@@ -293,16 +310,15 @@ def _arg_type(
         items = node.get("items")
         if not isinstance(items, Mapping):
             raise _TypeError(schema_ptr, "an array needs an 'items' schema to have a policy type (Set)")
-        return ArgType(
-            "Set", element=_arg_type(items, f"{schema_ptr}/items", f"{field_ptr}/*", scope, refs=refs)
-        )
+        element = _arg_type(items, f"{schema_ptr}/items", f"{field_ptr}/*", scope, refs=refs, unseen=unseen)
+        return ArgType("Set", element=element)
     if t == "object":
         if "properties" not in node and node.get("additionalProperties", True) is not False:
             raise _TypeError(
                 schema_ptr,
                 "an object with no declared properties (a free-form map) has no policy type (a record)",
             )
-        return _record(node, schema_ptr, field_ptr, scope, refs)
+        return _record(node, schema_ptr, field_ptr, scope, refs, unseen)
     raise _TypeError(f"{schema_ptr}/type", f"type {t!r} has no policy type")
 
 
@@ -343,8 +359,9 @@ def _record(
     refs: frozenset[str] = frozenset(),
     unseen: list[tuple[str, _TypeError]] | None = None,
 ) -> ArgType:
-    """The record of ``node``'s properties. With ``unseen`` (the top level), a property with no
-    policy type is left out of the record and listed there instead of refusing the record."""
+    """The record of ``node``'s properties. With ``unseen``, a property with no policy type (here
+    or in a record below: :func:`_arg_type`) is left out of its record and listed there (field
+    pointer, why) instead of refusing the record; the record keeps every member that has one."""
     props = node.get("properties", {})
     if not isinstance(props, Mapping):
         raise _TypeError(f"{schema_ptr}/properties", "must be an object")
@@ -360,11 +377,12 @@ def _record(
                 scope,
                 not field_ptr,
                 refs,
+                unseen,
             )
         except _TypeError as exc:
             if unseen is None:
                 raise
-            unseen.append((name, exc))
+            unseen.append((f"{field_ptr}/{_esc(name)}", exc))
             continue
         fields.append((name, t, name in required))
     return ArgType("Record", fields=tuple(fields))
@@ -411,7 +429,10 @@ def tool_declaration(path: Path) -> ToolDecl:
     except _TypeError as exc:
         error = policy_invalid(f"{exc.pointer}: {exc.message}", source=f"{path}:{_line(text, exc.pointer)}")
     unseen = tuple(
-        Unseen(name, exc.pointer, exc.message, f"{path}:{_line(text, exc.pointer)}") for name, exc in left_out
+        Unseen(
+            jsonpointer.split(field)[0], exc.pointer, exc.message, f"{path}:{_line(text, exc.pointer)}", field
+        )
+        for field, exc in left_out
     )
     caps = doc.get("required_capabilities", [])
     return ToolDecl(
@@ -600,7 +621,8 @@ def rendered(policy_dir: Path, folder: PolicyFolder) -> Mapping[Path, str]:
 def close_objects(node: Any, *, deep: bool = True) -> None:
     """Set ``additionalProperties: false`` (unless the schema says otherwise) on an object schema
     that declares ``properties``, and when ``deep`` on every such object below it (through
-    ``properties`` and ``items``). A generated action types ``context.args`` as a record of the
+    ``properties``, ``items``, the branch of a nullable union, a one-schema ``allOf`` and the
+    ``$defs`` / ``definitions`` that local ``$ref`` s point into). A generated action types ``context.args`` as a record of the
     declared properties, which has no room for others (Cedar's records, nested too; the Rego
     contract checks the top level only): closed, an undeclared argument is a ``schema_violation``
     naming it, before any policy, not an evaluation error."""
@@ -616,6 +638,14 @@ def close_objects(node: Any, *, deep: bool = True) -> None:
                 close_objects(sub)
     if deep:
         close_objects(node.get("items"))
+        all_of = node.get("allOf")
+        if isinstance(all_of, list) and len(all_of) == 1:  # Pydantic v1's {"allOf": [{"$ref": ...}]}
+            close_objects(all_of[0])
+        for key in ("$defs", "definitions"):  # the targets of local $refs (nested models)
+            defs = node.get(key)
+            if isinstance(defs, dict):
+                for sub in defs.values():
+                    close_objects(sub)
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,9 +660,9 @@ class ToolTyping:
     """ToolSpecs whose every action is generated from their own arguments (so an argument their
     schema does not declare can never conform: :func:`close_objects`)."""
     unseen: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    """ToolSpec file -> the top-level arguments left out of ``context.args`` (no policy type,
-    :class:`Unseen`) because an action of the tool is generated: still validated and bound into
-    the digest, never seen by a policy."""
+    """ToolSpec file -> the field pointers (:attr:`Unseen.field`) of the arguments and members
+    left out of ``context.args`` (no policy type, :class:`Unseen`) because an action of the tool
+    is generated: still validated and bound into the digest, never seen by a policy."""
     notes: tuple[Problem, ...] = ()
     """One warning per argument in :attr:`unseen`, naming ``file:line`` and the pointer."""
 
@@ -654,7 +684,7 @@ def tool_typing(policy_dir: Path, folder: PolicyFolder) -> ToolTyping:
         caps = [c for c in d.capabilities if c not in GROUPS]
         mine = [c for c in caps if c in generated]
         if d.unseen and mine:  # the generated record has no room for them: left out for every action
-            unseen[d.source] = frozenset(u.name for u in d.unseen)
+            unseen[d.source] = frozenset(u.field for u in d.unseen)
             notes.extend(_unseen_problem(d, u, mine[0]) for u in d.unseen)
         missing = [c for c in caps if c not in hand and c not in generated]
         if missing:
@@ -676,7 +706,7 @@ def _unseen_problem(d: ToolDecl, u: Unseen, cap: str) -> Problem:
     return Problem(
         u.source,
         f"tool {d.key}",
-        f"{u.pointer}: {u.why}: argument '{u.name}' is left out of context.args of action '{cap}' "
+        f"{u.pointer}: {u.why}: argument '{u.path}' is left out of context.args of action '{cap}' "
         "(the tool is served; the argument is still validated against its schema and bound into "
         "the digest; a policy that reads it fails callgate check); declare the action by hand to "
         'type it (docs/MCP.md, "Arguments as policies see them")',
@@ -689,7 +719,8 @@ def _unseen_problem(d: ToolDecl, u: Unseen, cap: str) -> Problem:
 
 def type_diff(prefix: str, want: ArgType, have: ArgType, skip: Container[str] = ()) -> list[str]:
     """Where ``have`` (the engine's schema) differs from ``want`` (the ToolSpec), by path;
-    ``skip``: top-level arguments the ToolSpec cannot type (:attr:`ToolDecl.unseen`), which a
+    ``skip``: the arguments and members the ToolSpec cannot type (:attr:`Unseen.path` of
+    :attr:`ToolDecl.unseen`), which a
     hand-written schema types as it likes (``callgate check`` warns where the ToolSpec admits
     values it has no room for: :func:`admits_more`)."""
     if want.kind != have.kind and not (want.kind in TIME_TYPES and have.kind == "String"):
@@ -697,16 +728,16 @@ def type_diff(prefix: str, want: ArgType, have: ArgType, skip: Container[str] = 
         return [f"{prefix}: the ToolSpec makes it {want.cedar()}, the schema {have.cedar()}"]
     if want.kind == "Set":
         assert want.element is not None and have.element is not None
-        return type_diff(f"{prefix}[]", want.element, have.element)
+        return type_diff(f"{prefix}[]", want.element, have.element, skip)
     if want.kind != "Record":
         return []
     out: list[str] = []
     w = {n: (t, r) for n, t, r in want.fields}
     h = {n: (t, r) for n, t, r in have.fields}
     for name in sorted(w.keys() | h.keys()):
-        if not prefix and name in skip:
-            continue
         path = f"{prefix}.{name}" if prefix else name
+        if path in skip:
+            continue
         if name not in h:
             out.append(
                 f"{path}: in the ToolSpec, not declared in the schema (a request carrying it is denied)"
@@ -720,7 +751,7 @@ def type_diff(prefix: str, want: ArgType, have: ArgType, skip: Container[str] = 
                 out.append(
                     f"{path}: optional in the ToolSpec, required by the schema (a call without it is denied)"
                 )
-            out.extend(type_diff(path, wt, ht))
+            out.extend(type_diff(path, wt, ht, skip))
     return out
 
 

@@ -166,14 +166,29 @@ class CompiledTool:
     """``result_labels``: what every result of the tool carries into its session."""
     """Declared meters (``context.usage``, issue 30: :mod:`callgate.policy.meters`)."""
     unseen: frozenset[str] = frozenset()
-    """Top-level arguments with no policy type that the generated actions leave out of
-    ``context.args`` (:class:`callgate.policy.declare.Unseen`; set by the snapshot)."""
+    """Field pointers of the arguments and members (``/where/meta``, ``/points/*/meta``) with no
+    policy type that the generated actions leave out of ``context.args``
+    (:attr:`callgate.policy.declare.Unseen.field`; set by the snapshot)."""
 
     def seen(self, args: Mapping[str, Any]) -> dict[str, Any]:
-        """``args`` as ``context.args`` carries them: without the :attr:`unseen` arguments."""
-        if not self.unseen:
-            return args if isinstance(args, dict) else dict(args)
-        return {k: v for k, v in args.items() if k not in self.unseen}
+        """``args`` as ``context.args`` carries them: without the :attr:`unseen` arguments and
+        members (the rest of an argument kept; copies along the way, ``args`` unchanged)."""
+        out = args if isinstance(args, dict) else dict(args)
+        for field in sorted(self.unseen):
+            out = _without(out, jsonpointer.split(field))
+        return out
+
+
+def _without(value: Any, tokens: tuple[str, ...]) -> Any:
+    """``value`` without the member at ``tokens`` (``*``: in every item of an array)."""
+    head, rest = tokens[0], tokens[1:]
+    if head == "*" and isinstance(value, list):
+        return [_without(v, rest) for v in value] if rest else value
+    if not isinstance(value, dict) or head not in value:
+        return value
+    if not rest:
+        return {k: v for k, v in value.items() if k != head}
+    return {**value, head: _without(value[head], rest)}
 
 
 class ToolRegistry:

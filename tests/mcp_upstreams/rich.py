@@ -101,6 +101,10 @@ def build() -> MCPServer:
             i += 1
         return "".join(lines)
 
+    @server.tool(description="kb kilobytes of numbered lines, as a structured result.", annotations=read)
+    def big_table(kb: int) -> dict[str, list[str]]:
+        return {"lines": big(kb).splitlines()}
+
     @server.tool(
         description="n steps with progress and a log message each.", annotations=read, structured_output=False
     )

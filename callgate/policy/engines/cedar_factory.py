@@ -173,7 +173,7 @@ def _type_rules(policy_dir: Path, decls: Sequence[ToolDecl], texts: Mapping[str,
                 problems.extend(admits_more(d, cap, schema_path, cedar_args, texts[d.source]))
             if cedar_args is None or d.args is None:
                 continue  # not a literal record (Cedar validates requests at evaluation)
-            for msg in type_diff("", d.args, cedar_args, {u.name for u in d.unseen}):
+            for msg in type_diff("", d.args, cedar_args, {u.path for u in d.unseen}):
                 arg = msg.split(":", 1)[0]
                 problems.append(
                     Problem(d.source, arg_place(texts[d.source], arg), f"{cap} in {schema_path}: args.{msg}")

@@ -130,7 +130,7 @@ def _type_rules(policy_dir: Path, decls: Sequence[ToolDecl], texts: Mapping[str,
             entry = actions.get(cap) if isinstance(actions, Mapping) else None
             if not isinstance(entry, Mapping) or not isinstance(entry.get("args"), Mapping) or d.args is None:
                 continue
-            for msg in type_diff("", _shallow(d.args), _record(entry["args"]), {u.name for u in d.unseen}):
+            for msg in type_diff("", _shallow(d.args), _record(entry["args"]), {u.path for u in d.unseen}):
                 arg = msg.split(":", 1)[0]
                 problems.append(
                     Problem(d.source, arg_place(texts[d.source], arg), f"{cap} in {data_path}: args.{msg}")
