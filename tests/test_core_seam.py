@@ -188,23 +188,3 @@ def test_unsupported_tools_run_python_and_are_counted(tmp_path: Path) -> None:
     assert refused is not None and refused.code == "schema_violation"
     assert seen == ["unsupported_tool", "zone", "deferred"]
     assert dict(core.python_path) == {"unsupported_tool": 1, "zone": 1, "deferred": 1}
-
-
-@pytest.mark.parametrize(
-    "clock",
-    [
-        CLOCK,
-        "2026-07-19T06:00:00Z",
-        "2026-12-31T23:59:59.999999-09:30",
-        "1969-12-31T23:59:59.999500+00:00",
-        "1960-02-29T12:00:00.0004+05:45",
-        "2026-07-19T06:00:00",  # no offset: no datetime
-        "not a clock",
-    ],
-)
-def test_cedar_now_spells_the_reference_instant(clock: str) -> None:
-    """The one-call decision's ``context.now`` (written by ``isoformat``) is the policies' own
-    time value of the reference clock, to the character."""
-    from callgate.propose.core import _cedar_now, _cedar_now_reference
-
-    assert _cedar_now(clock) == _cedar_now_reference(clock)

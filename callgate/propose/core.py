@@ -31,7 +31,6 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
@@ -360,24 +359,7 @@ def _time_args_declared(snapshot: PolicySnapshot, tool: CompiledTool) -> bool:
 
 
 def _cedar_now(reference_clock: str) -> str | None:
-    """``context.now`` as Cedar's ``datetime`` text (None: no datetime, the engine decides): the
-    text of ``now_instant(reference_clock).cedar``, UTC truncated to the millisecond, written by
-    ``isoformat`` (half the CPU of the epoch arithmetic; ``tests/test_core_seam.py`` compares
-    both); an instant ``astimezone`` cannot move takes the reference's path."""
-    try:
-        dt = datetime.fromisoformat(reference_clock)
-    except ValueError:
-        return None
-    if dt.tzinfo is None:
-        return None
-    try:
-        return dt.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
-    except OverflowError:
-        return _cedar_now_reference(reference_clock)
-
-
-def _cedar_now_reference(reference_clock: str) -> str | None:
-    """:func:`_cedar_now` as the policies' time values spell it (the reference)."""
+    """``context.now`` as Cedar's ``datetime`` text (None: no datetime, the engine decides)."""
     try:
         return str(now_instant(reference_clock).cedar["__extn"]["arg"])
     except TimeValueError:
