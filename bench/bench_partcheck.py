@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import os
 import random
 import statistics
@@ -70,8 +71,8 @@ def main() -> None:
             base: list[float] = []
             check: list[float] = []
             for _ in range(args.rounds):  # interleaved: the same load for both
-                base.append(cpu_ms(lambda: descriptor(part), 1))
-                check.append(cpu_ms(lambda: check_parts(value, [PartData(0, raw)], red), 1))
+                base.append(cpu_ms(functools.partial(descriptor, part), 1))
+                check.append(cpu_ms(functools.partial(check_parts, value, [PartData(0, raw)], red), 1))
             b, c = statistics.median(base), statistics.median(check)
             print(f"{label:>8} {n:>7} {b:>14.1f} {c:>9.1f} {c / b:>6.1f}")
     if args.e2e_calls:
