@@ -170,6 +170,18 @@ def test_a_part_too_large_to_check_is_withheld(vault: Running, monkeypatch: pyte
     assert [note(b).endswith(UNCHECKED + ".") for b in blocks[1:]] == [True] * 5, [note(b) for b in blocks]
 
 
+def test_the_value_and_the_parts_sent_stay_within_one_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parts sent and the value's JSON (text parts included) share the limit, so a long
+    text beside an image cannot push ``EncodeResult`` past gRPC's message limit."""
+    image = {"type": "image", "base64": CLEAN, "mime_type": "image/png"}
+    size = len(canonical(image))
+    monkeypatch.setattr(parts_module, "MAX_CHECKED_BYTES", 6 * size)
+    assert [i for i, _ in parts_module.committed([image, image]).parts] == [0, 1]
+    text = {"type": "text", "text": "\u00e9" * size}  # 6 bytes a character in the value's JSON
+    done = parts_module.committed([text, image, image])
+    assert done.parts == () and len(done.result["mcp_content"]) == 3
+
+
 # ---------------------------------------------------------------- OpenAI Agents SDK
 
 

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
 from callgate.client import Committed, ToolContext
+from callgate.client.executor import dumps
 from callgate.client.resultforms import holds_secret, unmarked_data, withheld_note
 from callgate.gen.v1 import callgate_pb2 as pb
 
@@ -46,9 +47,10 @@ BINARY_KEYS = frozenset({"data", "base64", "file_data"})
 """Members of a part that hold its bytes (also any ``data:`` URL): recorded as size and sha256."""
 
 MAX_CHECKED_BYTES = 3 * 1024 * 1024
-"""Most bytes of parts sent with one ``EncodeResult`` for the sidecar's secret check (under
-gRPC's default 4 MiB message limit, with room for the value): non-text parts are sent in order
-while they fit; a part that does not is withheld unchecked (fail closed)."""
+"""Most bytes of one ``EncodeResult`` of a result in parts: the value's JSON (descriptors, text
+parts) and the parts sent for the sidecar's secret check, under gRPC's default 4 MiB message
+limit. Non-text parts are sent in order while they fit; a part that does not is withheld
+unchecked (fail closed)."""
 
 UNCHECKED = "it could not be checked for secrets"
 """The withheld note's reason for a part without a ``PART_CLEAN`` verdict."""
@@ -115,21 +117,27 @@ def encoded_value(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 def committed(parts: Sequence[Mapping[str, Any]], external_resource_id: str = "") -> Committed:
     """The :class:`Committed` of a result in parts: the value (:func:`encoded_value`) and each
-    non-text part's canonical JSON for the sidecar's secret check, in order while the total
-    stays within :data:`MAX_CHECKED_BYTES` (a part that does not fit is not sent, hence withheld)."""
+    non-text part's canonical JSON for the sidecar's secret check, in order while they and the
+    value's JSON stay within :data:`MAX_CHECKED_BYTES` (a part that does not fit is not sent,
+    hence withheld)."""
     blocks: list[dict[str, Any]] = []
-    sent: list[tuple[int, bytes]] = []
-    room = MAX_CHECKED_BYTES
+    raws: list[tuple[int, bytes]] = []
     for i, part in enumerate(parts):
-        if _text(part) is not None:
-            blocks.append({"type": "text", "text": _text(part)})
+        text = _text(part)
+        if text is not None:
+            blocks.append({"type": "text", "text": text})
             continue
         raw = canonical(part)
         blocks.append(_binary_descriptor(part, raw))
+        raws.append((i, raw))
+    value = {BLOCKS_KEY: blocks}
+    room = MAX_CHECKED_BYTES - len(dumps(value))  # the request carries both
+    sent: list[tuple[int, bytes]] = []
+    for i, raw in raws:
         if len(raw) <= room:
             sent.append((i, raw))
             room -= len(raw)
-    return Committed({BLOCKS_KEY: blocks}, external_resource_id, parts=tuple(sent))
+    return Committed(value, external_resource_id, parts=tuple(sent))
 
 
 def watched(ctx: ToolContext, seen: list[str | bytes]) -> ToolContext:
