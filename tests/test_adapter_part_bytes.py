@@ -18,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from agents import Agent, Runner, ToolOutputFileContent, ToolOutputImage, function_tool
@@ -34,7 +35,7 @@ from callgate.adapters.openai_agents import Gate
 from callgate.adapters.parts import UNCHECKED, canonical, encoded_value
 from callgate.client import AsyncClient, CallgateClientError, Client, Committed, ToolCall
 from callgate.client.outcomes import Allowed
-from callgate.execute.redaction import Redactor
+from callgate.execute.redaction import Redactor, holds_secret
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import Running, calendar_secret, start_sidecar, stop_sidecar
 from tests.langgraph_app import VAULT_CANARY, build, cfg
@@ -105,6 +106,25 @@ def note(part: dict[str, Any], key: str = "text") -> str:
 
 def held(part: dict[str, Any]) -> bool:
     return note(part).endswith("it contained a secret.")
+
+
+def test_the_sidecar_finds_what_the_client_finds_for_redeemed_values() -> None:
+    """:meth:`Redactor.holds_known_secret` (configured secrets, the sidecar) and
+    :func:`holds_secret` (redeemed values, the client) search the same views of a part's string."""
+    binary = bytes(range(256)) * 2  # a secret that is not UTF-8
+    red = Redactor([VAULT_CANARY, binary], patterns=())
+    forms = [
+        *HIDDEN,
+        png(quote(VAULT_CANARY, safe="").encode()),
+        png(json.dumps({"k": VAULT_CANARY + "\n"}).encode()),
+        "data:image/png;base64," + png(binary),
+        base64.b64encode(b"x" + CANARY).decode(),  # base64 text whose bytes hold it
+        "name-" + VAULT_CANARY.swapcase(),  # not base64: the text itself
+    ]
+    for form in forms:
+        assert red.holds_known_secret(form) and holds_secret(form, [VAULT_CANARY, binary]), form
+    for clean in (CLEAN, "data:image/png;base64," + CLEAN, "radar.png", VAULT_CANARY[:-1]):
+        assert not red.holds_known_secret(clean) and not holds_secret(clean, [VAULT_CANARY, binary])
 
 
 # ---------------------------------------------------------------- LangGraph
