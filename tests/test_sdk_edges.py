@@ -13,8 +13,9 @@ import json
 import sqlite3
 from typing import Any
 
-from callgate.adapters.parts import answer_parts, encoded_value
+from callgate.adapters.parts import UNCHECKED, answer_parts, encoded_value
 from callgate.client import AsyncClient, Client, Rejected, ToolCall
+from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import Running
 
 WEATHER = '{"city":"Paris","date":"2026-07-20"}'
@@ -111,8 +112,14 @@ def test_a_result_in_parts_falls_back_to_the_encoded_text_unless_complete_and_ok
 
     image = value["mcp_content"][1]  # its descriptor as the sidecar keeps it (strings unchanged)
     ok = message(status="ok", nonce="n", truncated=False, data={"mcp_content": [{"text": "⟦m⟧hi"}, image]})
-    shown = answer_parts(ok, parts)
+    shown = answer_parts(ok, parts, verdicts=[(1, pb.PART_CLEAN)])  # the sidecar found no secret
     assert shown is not None and shown[1:] == [{"type": "text", "text": "⟦m⟧hi"}, parts[1]]
+    for verdicts in ([], [(1, pb.PART_VERDICT_UNSPECIFIED)], [(0, pb.PART_CLEAN)]):  # not checked
+        unchecked = answer_parts(ok, parts, verdicts=verdicts)
+        assert unchecked is not None and json.loads(unchecked[2]["text"])["type"] == "callgate_withheld"
+        assert UNCHECKED in unchecked[2]["text"]
+    held = answer_parts(ok, parts, verdicts=[(1, pb.PART_HOLDS_SECRET)])
+    assert held is not None and "it contained a secret" in held[2]["text"]
     assert json.loads(shown[0]["text"]) == {"status": "ok", "nonce": "n", "truncated": False}
     for bad in (
         message(status="ok", truncated=True, data={"mcp_content": [{"text": "hi"}, {}]}),

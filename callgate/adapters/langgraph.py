@@ -64,7 +64,7 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
 from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
-from callgate.adapters.parts import answer_parts, encoded_value, replayed_parts, watched
+from callgate.adapters.parts import answer_parts, committed, replayed_parts, watched
 from callgate.client import (
     Allowed,
     AsyncClient,
@@ -235,7 +235,7 @@ def _committed(out: ToolMessage | Command[Any], parts: list[dict[str, Any]] | No
     blocks = _parts(content)
     if blocks is not None and parts is not None:
         parts[:] = blocks
-        return Committed(encoded_value(blocks))
+        return committed(blocks)  # the parts' bytes go to the sidecar's secret check
     if isinstance(content, str):
         try:
             parsed = json.loads(content)
@@ -791,7 +791,7 @@ class CallgateTools:
         call = request_.tool_call
         of = self.session.session_id
         message = _message(call.get("id") or "", call["name"], _content(res.message), res.invocation_id, of)
-        shown = answer_parts(res.message, parts, seen)
+        shown = answer_parts(res.message, parts, seen, res.part_verdicts)
         return message if shown is None else message.model_copy(update={"content": shown})
 
     def execute(

@@ -364,7 +364,7 @@ class Gate:
                 executor_id=self.executor_id,
             )
             answer = _answer(result.message, out.invocation_id, result.state)
-            shown = answer_parts(result.message, parts, seen)
+            shown = answer_parts(result.message, parts, seen, result.part_verdicts)
             return answer if shown is None else _Answer(shown, answer.envelope)
         status = out.state if isinstance(out, Replayed) else type(out).__name__.lower()
         answer = _answer(out.message, out.invocation_id, status)

@@ -41,7 +41,7 @@ from agents.tool import (
 from agents.tool_context import ToolContext as AgentsToolContext
 from pydantic import TypeAdapter, ValidationError
 
-from callgate.adapters.parts import encoded_value
+from callgate.adapters.parts import committed
 from callgate.client import CallgateClientError, Committed, NotReached, ToolContext
 
 
@@ -121,9 +121,7 @@ class Binding:
         found = structured_parts(result)
         if found is not None and parts is not None:
             parts[:] = found  # a write's external id is read from the parts (a function of them)
-            return Committed(
-                encoded_value(found), self.external_id(found) if self.external_id is not None else ""
-            )
+            return committed(found, self.external_id(found) if self.external_id is not None else "")
         value = _JSON.dump_python(result, mode="json")
         return Committed(value, self.external_id(value) if self.external_id is not None else "")
 

@@ -15,7 +15,12 @@ file name, a file id) go to ``EncodeResult`` too, and a part whose string the si
 changed is withheld; every string of every part, its base64 data included, is also checked for
 the values redeemed for the call and its credential (:func:`watched` records them) with the MCP
 gateway's own check (:func:`callgate.client.resultforms.holds_secret`): such a part becomes a
-``callgate_withheld`` text part, as in the gateway.
+``callgate_withheld`` text part, as in the gateway. A configured secret the tool never redeemed
+is known to the sidecar only (it never sends one to a client): :func:`committed` sends each
+non-text part's canonical JSON (what its descriptor's size and sha256 cover) with
+``EncodeResult`` (``parts``, checked by :mod:`callgate.execute.partcheck`, never stored), and
+a part is shown only when the sidecar answered ``PART_CLEAN`` for it; any other verdict, none
+(an older sidecar), or a part past :data:`MAX_CHECKED_BYTES` that was not sent: withheld.
 
 Plain mappings only (``{"type": "text", "text": ...}`` and any other ``{"type": ...}``): each SDK
 adapter converts its own part objects.
@@ -30,14 +35,25 @@ import json
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any
 
-from callgate.client import ToolContext
+from callgate.client import Committed, ToolContext
+from callgate.client.executor import dumps
 from callgate.client.resultforms import holds_secret, unmarked_data, withheld_note
+from callgate.gen.v1 import callgate_pb2 as pb
 
 BLOCKS_KEY = "mcp_content"
 """The one member of the value ``EncodeResult`` gets for a result in parts (the MCP gateway's)."""
 
 BINARY_KEYS = frozenset({"data", "base64", "file_data"})
 """Members of a part that hold its bytes (also any ``data:`` URL): recorded as size and sha256."""
+
+MAX_CHECKED_BYTES = 3 * 1024 * 1024
+"""Most bytes of one ``EncodeResult`` of a result in parts: the value's JSON (descriptors, text
+parts) and the parts sent for the sidecar's secret check, under gRPC's default 4 MiB message
+limit. Non-text parts are sent in order while they fit; a part that does not is withheld
+unchecked (fail closed)."""
+
+UNCHECKED = "it could not be checked for secrets"
+"""The withheld note's reason for a part without a ``PART_CLEAN`` verdict."""
 
 
 def _text(part: Mapping[str, Any]) -> str | None:
@@ -76,7 +92,16 @@ def descriptor(part: Mapping[str, Any]) -> dict[str, Any]:
     text = _text(part)
     if text is not None:
         return {"type": "text", "text": text}
-    raw = json.dumps(part, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+    return _binary_descriptor(part, canonical(part))
+
+
+def canonical(part: Mapping[str, Any]) -> bytes:
+    """A part's canonical JSON: what its descriptor's size and sha256 cover, and what the
+    sidecar's secret check reads."""
+    return json.dumps(part, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _binary_descriptor(part: Mapping[str, Any], raw: bytes) -> dict[str, Any]:
     return {
         "type": str(part.get("type", "unknown")),
         "bytes": len(raw),
@@ -88,6 +113,31 @@ def descriptor(part: Mapping[str, Any]) -> dict[str, Any]:
 def encoded_value(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The value ``EncodeResult`` gets for ``parts``."""
     return {BLOCKS_KEY: [descriptor(p) for p in parts]}
+
+
+def committed(parts: Sequence[Mapping[str, Any]], external_resource_id: str = "") -> Committed:
+    """The :class:`Committed` of a result in parts: the value (:func:`encoded_value`) and each
+    non-text part's canonical JSON for the sidecar's secret check, in order while they and the
+    value's JSON stay within :data:`MAX_CHECKED_BYTES` (a part that does not fit is not sent,
+    hence withheld)."""
+    blocks: list[dict[str, Any]] = []
+    raws: list[tuple[int, bytes]] = []
+    for i, part in enumerate(parts):
+        text = _text(part)
+        if text is not None:
+            blocks.append({"type": "text", "text": text})
+            continue
+        raw = canonical(part)
+        blocks.append(_binary_descriptor(part, raw))
+        raws.append((i, raw))
+    value = {BLOCKS_KEY: blocks}
+    room = MAX_CHECKED_BYTES - len(dumps(value))  # the request carries both
+    sent: list[tuple[int, bytes]] = []
+    for i, raw in raws:
+        if len(raw) <= room:
+            sent.append((i, raw))
+            room -= len(raw)
+    return Committed(value, external_resource_id, parts=tuple(sent))
 
 
 def watched(ctx: ToolContext, seen: list[str | bytes]) -> ToolContext:
@@ -128,11 +178,11 @@ def _all_strings(value: Any) -> list[str]:
 
 
 def _shown(
-    part: Mapping[str, Any], enc: Any, plain: Any, secrets: Sequence[str | bytes]
+    part: Mapping[str, Any], enc: Any, plain: Any, secrets: Sequence[str | bytes], verdict: int | None
 ) -> dict[str, Any] | None:
     """Part ``i`` for the model from its encoded descriptor ``enc`` (marked) and ``plain`` (the
-    same without the marks); a withheld note when a secret is in it; None when ``enc`` does not
-    fit the part."""
+    same without the marks); a withheld note when a secret is in it or, for a non-text part, the
+    sidecar's ``verdict`` is not ``PART_CLEAN``; None when ``enc`` does not fit the part."""
     if not isinstance(enc, dict):
         return None
     kind = str(part.get("type", "unknown"))
@@ -148,6 +198,10 @@ def _shown(
     # name) or a redeemed value anywhere in the part: the part is withheld
     if strings != _strings(part) or any(holds_secret(s, secrets) for s in _all_strings(part)):
         return {"type": "text", "text": withheld_note(kind)}
+    if verdict == pb.PART_HOLDS_SECRET:  # a configured secret in its bytes (the sidecar's check)
+        return {"type": "text", "text": withheld_note(kind)}
+    if verdict != pb.PART_CLEAN:  # not sent (too large), not answered (an older sidecar): closed
+        return {"type": "text", "text": withheld_note(kind, UNCHECKED)}
     return dict(part)
 
 
@@ -166,12 +220,18 @@ def _ok_blocks(message: str) -> tuple[dict[str, Any], Any] | None:
 
 
 def rebuilt(
-    message: str, parts: Sequence[Mapping[str, Any]], secrets: Sequence[str | bytes] = ()
+    message: str,
+    parts: Sequence[Mapping[str, Any]],
+    secrets: Sequence[str | bytes] = (),
+    verdicts: Sequence[tuple[int, int]] = (),
 ) -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
     """From the encoded tool message of ``parts``: the envelope (the content without ``data``)
-    and the parts for the model (text parts with the encoded text, the others as given, any
-    part holding a secret as a withheld note). None unless the message is a complete ``ok`` one
-    with one encoded descriptor per part (then the caller answers with the message's text)."""
+    and the parts for the model (text parts with the encoded text, the others as given when the
+    sidecar's ``verdicts`` (:attr:`callgate.client.ToolResult.part_verdicts`) call them clean,
+    any part holding a secret or unchecked as a withheld note). None unless the message is a
+    complete ``ok`` one with one encoded descriptor per part (then the caller answers with the
+    message's text)."""
+    verdict_of = dict(verdicts)
     read = _ok_blocks(message)
     if read is None:
         return None
@@ -183,8 +243,8 @@ def rebuilt(
     if not isinstance(plain, list) or len(plain) != len(parts):
         return None
     out: list[dict[str, Any]] = []
-    for part, enc, unmarked in zip(parts, encoded, plain, strict=True):
-        shown = _shown(part, enc, unmarked, secrets)
+    for i, (part, enc, unmarked) in enumerate(zip(parts, encoded, plain, strict=True)):
+        shown = _shown(part, enc, unmarked, secrets, verdict_of.get(i))
         if shown is None:
             return None
         out.append(shown)
@@ -193,11 +253,14 @@ def rebuilt(
 
 
 def answer_parts(
-    message: str, parts: Sequence[Mapping[str, Any]], secrets: Sequence[str | bytes] = ()
+    message: str,
+    parts: Sequence[Mapping[str, Any]],
+    secrets: Sequence[str | bytes] = (),
+    verdicts: Sequence[tuple[int, int]] = (),
 ) -> list[dict[str, Any]] | None:
     """What the model gets for ``parts`` (:func:`rebuilt`): callgate's envelope (the status, the
     markers' nonce) as the first text part, then the parts; None when :func:`rebuilt` is."""
-    found = rebuilt(message, parts, secrets) if parts else None
+    found = rebuilt(message, parts, secrets, verdicts) if parts else None
     if found is None:
         return None
     envelope, shown = found
@@ -236,7 +299,11 @@ def replayed_parts(message: str) -> list[dict[str, Any]] | None:
 __all__ = [
     "BINARY_KEYS",
     "BLOCKS_KEY",
+    "MAX_CHECKED_BYTES",
+    "UNCHECKED",
     "answer_parts",
+    "canonical",
+    "committed",
     "descriptor",
     "encoded_value",
     "rebuilt",

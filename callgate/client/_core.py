@@ -263,7 +263,7 @@ class ClientCore(Generic[Ch]):
                 raise step.error
             yield Announce(Stage.ENCODE)
             enc = yield Rpc(x.EncodeResult, step.request, self.timeout)
-            return tool_result(invocation_id, enc, step.state, attempts)
+            return tool_result(invocation_id, enc, step.state, attempts, step.request.parts)
 
 
 def _redeemer(

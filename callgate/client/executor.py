@@ -14,7 +14,7 @@ message recorded with the outcome (``recorded``, no argument text) and the error
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -48,6 +48,10 @@ class Committed:
     external_resource_id: str = ""
     commit_time: str = ""
     cost_micros: int = 0
+    parts: tuple[tuple[int, bytes], ...] = ()
+    """A result in parts (:mod:`callgate.adapters.parts` builds it): ``(descriptor index, the
+    part's canonical JSON)`` of each non-text part, sent with ``EncodeResult`` for the sidecar's
+    secret check and never stored; the verdicts are :attr:`ToolResult.part_verdicts`."""
 
 
 class ToolFailure(Exception):
@@ -119,6 +123,9 @@ class ToolResult:
     structured_json: str = ""
     """The result validated against the output schema, redacted, without the untrusted-data marks
     ("" without an output schema)."""
+    part_verdicts: tuple[tuple[int, int], ...] = ()
+    """``(descriptor index, PartVerdict number)`` of each part in :attr:`Committed.parts` the
+    sidecar answered for; a part without ``PART_CLEAN`` here must not reach the model."""
 
 
 def dumps(value: Any) -> bytes:
@@ -235,7 +242,9 @@ def after_report(
     state = state_name(rep.state)
     if done is not None:
         value = encode(done.result)
-        return Encode(pb.EncodeResultRequest(invocation_id=invocation_id, status="ok", value=value), state)
+        parts = [pb.ResultPart(index=i, data=d) for i, d in done.parts]  # checked, never stored
+        request = pb.EncodeResultRequest(invocation_id=invocation_id, status="ok", value=value, parts=parts)
+        return Encode(request, state)
     retry = rep.retry.retry and attempts < max_attempts and not isinstance(exc, OutcomeUnknown)
     if retry:
         return RetryAfter(rep.retry.backoff_ms / 1000)
@@ -256,8 +265,16 @@ def after_report(
     return Encode(pb.EncodeResultRequest(invocation_id=invocation_id, status="error", value=value), state)
 
 
-def tool_result(invocation_id: str, enc: pb.EncodeResultResponse, state: str, attempts: int) -> ToolResult:
-    """The helper's result from EncodeResult's answer."""
+def tool_result(
+    invocation_id: str,
+    enc: pb.EncodeResultResponse,
+    state: str,
+    attempts: int,
+    sent: Sequence[pb.ResultPart] = (),
+) -> ToolResult:
+    """The helper's result from EncodeResult's answer (``sent``: the request's parts, paired
+    with the answer's verdicts in order; an answer with fewer verdicts leaves parts out)."""
+    verdicts = tuple((p.index, int(v)) for p, v in zip(sent, enc.part_verdicts, strict=False))
     return ToolResult(
         invocation_id,
         enc.message.decode("utf-8", "replace"),
@@ -268,6 +285,7 @@ def tool_result(invocation_id: str, enc: pb.EncodeResultResponse, state: str, at
         enc.error_code,
         enc.next_page_token,
         enc.structured_json,
+        verdicts,
     )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "close_marker",
     "holds_secret",
     "open_marker",
+    "part_views",
     "secret_forms",
     "unmarked_data",
     "withheld_note",
@@ -96,6 +97,23 @@ def secret_forms(value: str | bytes) -> frozenset[str]:
     return frozenset(forms)
 
 
+def part_views(value: str) -> tuple[bytes, tuple[str, str, str]]:
+    """What a string of a result part is searched in for a secret: its bytes (the decoded base64
+    of a ``data:`` URL or of base64 text, else its UTF-8) and three casefolded texts (the string,
+    its bytes read as Latin-1 and as UTF-8). :func:`holds_secret` and the sidecar's
+    :meth:`~callgate.execute.redaction.Redactor.holds_known_secret` share it."""
+    b64 = value.partition(",")[2] if value.startswith("data:") and ";base64," in value else value
+    try:
+        raw = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        raw = value.encode("utf-8", "surrogatepass")
+    return raw, (
+        value.casefold(),
+        raw.decode("latin-1").casefold(),
+        raw.decode("utf-8", "replace").casefold(),
+    )
+
+
 def holds_secret(value: str, secrets: Iterable[str | bytes]) -> bool:
     """Whether ``value`` (a string of a result part the encoder gets only as size and digest:
     base64 data, a ``data:`` URL, a name) holds one of ``secrets`` (the values redeemed for the
@@ -103,12 +121,7 @@ def holds_secret(value: str, secrets: Iterable[str | bytes]) -> bool:
     :func:`secret_forms` lists (case ignored; forms shorter than
     :data:`DEFAULT_MIN_SECRET_LENGTH` only as the literal). The MCP gateway's binary blocks and
     the adapters' parts are checked by this one function."""
-    b64 = value.partition(",")[2] if value.startswith("data:") and ";base64," in value else value
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        raw = value.encode("utf-8", "surrogatepass")
-    texts = (value.casefold(), raw.decode("latin-1").casefold(), raw.decode("utf-8", "replace").casefold())
+    raw, texts = part_views(value)
     for secret in secrets:
         as_bytes = secret.encode("utf-8", "surrogatepass") if isinstance(secret, str) else bytes(secret)
         if not as_bytes:
@@ -121,11 +134,12 @@ def holds_secret(value: str, secrets: Iterable[str | bytes]) -> bool:
     return False
 
 
-def withheld_note(kind: str) -> str:
-    """The text answered in place of a result part of type ``kind`` that held a secret."""
+def withheld_note(kind: str, why: str = "it contained a secret") -> str:
+    """The text answered in place of a result part of type ``kind`` that held a secret (or, with
+    ``why``, that could not be checked for one: fail closed)."""
     doc = {
         "type": "callgate_withheld",
-        "message": f"callgate withheld a {kind} block of this result: it contained a secret.",
+        "message": f"callgate withheld a {kind} block of this result: {why}.",
     }
     return json.dumps(doc, sort_keys=True)
 

@@ -30,6 +30,7 @@ import json
 import os
 import random
 import secrets as _secrets
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
@@ -74,6 +75,7 @@ from callgate.execute.encode import (
     page,
 )
 from callgate.execute.expiry import judge
+from callgate.execute.partcheck import PartData, PartVerdict, check_parts, part_bytes
 from callgate.execute.redaction import Redactor
 from callgate.execute.retry import Advice, FailureClass, Reliability, RetryPolicy, advise, reliability
 from callgate.execute.secrets import SecretStore
@@ -162,6 +164,8 @@ class EncodedResult:
     """The validated result as compact UTF-8 JSON (cleaned and redacted like the message, without
     boundaries) when the ToolSpec has an ``output_schema``, the result conforms and the message
     is complete (not truncated, not withheld); empty otherwise."""
+    part_verdicts: tuple[PartVerdict, ...] = ()
+    """One per part sent with the result (:mod:`callgate.execute.partcheck`), in order."""
 
 
 MAX_POINTER_CHARS = 256
@@ -665,7 +669,12 @@ class Execution:
 
     # ------------------------------------------------------------------ results (6.10)
     async def encode(
-        self, invocation_id: str, status: str, value_bytes: bytes, trace: TraceContext
+        self,
+        invocation_id: str,
+        status: str,
+        value_bytes: bytes,
+        trace: TraceContext,
+        parts: Sequence[PartData] = (),
     ) -> EncodedResult:
         """Encode the executor's result as the 6.10 tool message and store it once.
 
@@ -673,7 +682,11 @@ class Execution:
         encoded, redacted and stored with its event (``result_encoded``, ``withheld``), so the
         trail keeps what the tool answered; it is never handed to the model: the state does not
         become OBSERVED, no repeat of the idempotency key replays it, it does not count against
-        the result-bytes budget, and ``GetResult`` answers ``output_after_cancel`` (6.7, 6.12)."""
+        the result-bytes budget, and ``GetResult`` answers ``output_after_cancel`` (6.7, 6.12).
+
+        ``parts``: the bytes of a result in parts' non-text parts, checked for known secrets
+        (:mod:`callgate.execute.partcheck`) and never stored; the verdicts are answered and the
+        withheld parts' positions recorded on the event."""
         from callgate.arguments.parse import ParseLimits, parse_json_document
 
         if status not in ("ok", "error"):
@@ -704,6 +717,7 @@ class Execution:
                 raise exc.restated(f"result value: {exc.message}") from None
             # A tool that declares its output gets no benefit of the doubt: not JSON is refused.
             check = OutputCheck(OutputVerdict.NOT_JSON, parse_code=exc.code.value)
+        verdicts = await self._check_parts(value, parts)
         max_bytes, max_items = limits_from_spec(tool.spec.result_limits)
         token = f"pg_{_secrets.token_hex(12)}"
         commit_status = {
@@ -750,6 +764,11 @@ class Execution:
         }
         if withheld:
             data["withheld"] = ErrorCode.OUTPUT_AFTER_CANCEL.value
+        if verdicts:  # positions only: the parts' bytes are never kept
+            data["parts_checked"] = len(verdicts)
+            data["parts_withheld"] = [
+                p.index for p, v in zip(parts, verdicts, strict=True) if v is PartVerdict.HOLDS_SECRET
+            ]
         if tool.output_schema is not None:
             data["output_schema"] = check.as_event()
         if refused:
@@ -770,7 +789,14 @@ class Execution:
             and encoded.data is not None
         ):
             structured = encoded.data
-        return EncodedResult(result, new, withheld, check, structured)
+        return EncodedResult(result, new, withheld, check, structured, verdicts)
+
+    async def _check_parts(self, value: Any, parts: Sequence[PartData]) -> tuple[PartVerdict, ...]:
+        """:func:`check_parts` with the sidecar's redactor (off the event loop when large)."""
+        if not parts:
+            return ()
+        check = functools.partial(check_parts, value, parts, self._redactor)
+        return await asyncio.to_thread(check) if part_bytes(parts) > 64 * 1024 else check()
 
     def _encode_checked(
         self, tool: CompiledTool, inp: EncodeInput, check: OutputCheck, token: str

@@ -71,6 +71,7 @@ from typing import Any
 from callgate.client.resultforms import (
     DEFAULT_MIN_SECRET_LENGTH,
     holds_secret,
+    part_views,
     secret_forms,
     withheld_note,
 )
@@ -233,7 +234,9 @@ class Redactor:
             (the message names the pattern, never a secret value).
     """
 
-    __slots__ = ("_forms", "_literal", "_overlap", "_patterns", "_scan_forms", "_secret_count", "_min_length")
+    __slots__ = (
+        "_forms", "_literal", "_overlap", "_patterns", "_raw", "_scan_forms", "_secret_count", "_min_length",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -272,6 +275,9 @@ class Redactor:
         for form, name in form_names.items():
             self._forms.setdefault(form.casefold(), name)
         self._secret_count = len(named)
+        self._raw: tuple[bytes, ...] = tuple(
+            v.encode("utf-8", "surrogatepass") if isinstance(v, str) else bytes(v) for _, v in named
+        )
         self._min_length = min_secret_length
         self._scan_forms: tuple[str, ...] | None = (
             tuple(sorted(self._forms, key=lambda f: (-len(f), f)))  # casefolded
@@ -329,6 +335,19 @@ class Redactor:
             folded = text.casefold()
             return any(form in folded for form in self._scan_forms)
         return self._literal is not None and self._literal.search(text) is not None
+
+    def holds_known_secret(self, value: str) -> bool:
+        """Whether a string of a result part's bytes (base64 data, a ``data:`` URL, a name) holds a
+        known secret: its bytes in the decoded data, or any form :meth:`contains_known_secret`
+        finds in the string or in the data read as Latin-1 or UTF-8 (the views
+        :func:`~callgate.client.resultforms.holds_secret` searches for redeemed values). Patterns
+        are not consulted (bytes are not text)."""
+        raw, texts = part_views(value)
+        if any(secret in raw for secret in self._raw):
+            return True
+        if self._scan_forms is not None:  # the views are casefolded already
+            return any(form in text for text in texts for form in self._scan_forms)
+        return any(self.contains_known_secret(text) for text in texts)
 
     def might_match_pattern(self, text: str) -> bool:
         """Whether any configured pattern matches somewhere in ``text`` (one search each)."""

@@ -23,6 +23,7 @@ from callgate.base.lru import remember
 from callgate.base.model import AuthzRequest, Decision, Effect, Proposal, Subject
 from callgate.base.states import State
 from callgate.execute.execution import Execution, Finding
+from callgate.execute.partcheck import PartData
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
@@ -540,13 +541,18 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     async def EncodeResult(
         self, request: pb.EncodeResultRequest, context: grpc.aio.ServicerContext
     ) -> pb.EncodeResultResponse:
-        encoded = await self._x.encode(request.invocation_id, request.status, request.value, current_trace())
+        parts = [PartData(p.index, p.data) for p in request.parts]  # checked, never stored
+        encoded = await self._x.encode(
+            request.invocation_id, request.status, request.value, current_trace(), parts
+        )
         result = encoded.result
+        verdicts = [v.value for v in encoded.part_verdicts]
         if encoded.withheld:  # recorded for the trail, never handed out (6.7, 6.12)
             return pb.EncodeResultResponse(
                 state=state_pb(encoded.invocation.state),  # type: ignore[arg-type]
                 redactions=result.redactions,
                 withheld=True,
+                part_verdicts=verdicts,  # type: ignore[arg-type]
             )
         return pb.EncodeResultResponse(
             message=result.message,
@@ -556,6 +562,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             redactions=result.redactions,
             structured_json=encoded.structured.decode("utf-8"),
             error_code=ErrorCode.RESULT_SCHEMA_INVALID.value if encoded.output.refused else "",
+            part_verdicts=verdicts,  # type: ignore[arg-type]
         )
 
     async def GetJwks(

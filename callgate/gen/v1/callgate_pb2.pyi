@@ -50,6 +50,12 @@ class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTCOME_UNKNOWN_COMMIT: _ClassVar[Outcome]
     OUTCOME_FAILED_AFTER_COMMIT: _ClassVar[Outcome]
 
+class PartVerdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PART_VERDICT_UNSPECIFIED: _ClassVar[PartVerdict]
+    PART_CLEAN: _ClassVar[PartVerdict]
+    PART_HOLDS_SECRET: _ClassVar[PartVerdict]
+
 class ReconcileFinding(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RECONCILE_FINDING_UNSPECIFIED: _ClassVar[ReconcileFinding]
@@ -86,6 +92,9 @@ OUTCOME_COMMITTED: Outcome
 OUTCOME_FAILED_BEFORE_COMMIT: Outcome
 OUTCOME_UNKNOWN_COMMIT: Outcome
 OUTCOME_FAILED_AFTER_COMMIT: Outcome
+PART_VERDICT_UNSPECIFIED: PartVerdict
+PART_CLEAN: PartVerdict
+PART_HOLDS_SECRET: PartVerdict
 RECONCILE_FINDING_UNSPECIFIED: ReconcileFinding
 RECONCILE_COMMITTED: ReconcileFinding
 RECONCILE_NOT_COMMITTED: ReconcileFinding
@@ -514,17 +523,27 @@ class ReportOutcomeResponse(_message.Message):
     def __init__(self, state: _Optional[_Union[State, str]] = ..., retry: _Optional[_Union[RetryAdvice, _Mapping]] = ...) -> None: ...
 
 class EncodeResultRequest(_message.Message):
-    __slots__ = ("invocation_id", "status", "value")
+    __slots__ = ("invocation_id", "status", "value", "parts")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     status: str
     value: bytes
-    def __init__(self, invocation_id: _Optional[str] = ..., status: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    parts: _containers.RepeatedCompositeFieldContainer[ResultPart]
+    def __init__(self, invocation_id: _Optional[str] = ..., status: _Optional[str] = ..., value: _Optional[bytes] = ..., parts: _Optional[_Iterable[_Union[ResultPart, _Mapping]]] = ...) -> None: ...
+
+class ResultPart(_message.Message):
+    __slots__ = ("index", "data")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    data: bytes
+    def __init__(self, index: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class EncodeResultResponse(_message.Message):
-    __slots__ = ("message", "truncated", "next_page_token", "state", "redactions", "withheld", "structured_json", "error_code")
+    __slots__ = ("message", "truncated", "next_page_token", "state", "redactions", "withheld", "structured_json", "error_code", "part_verdicts")
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
@@ -533,6 +552,7 @@ class EncodeResultResponse(_message.Message):
     WITHHELD_FIELD_NUMBER: _ClassVar[int]
     STRUCTURED_JSON_FIELD_NUMBER: _ClassVar[int]
     ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    PART_VERDICTS_FIELD_NUMBER: _ClassVar[int]
     message: bytes
     truncated: bool
     next_page_token: str
@@ -541,7 +561,8 @@ class EncodeResultResponse(_message.Message):
     withheld: bool
     structured_json: str
     error_code: str
-    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., redactions: _Optional[int] = ..., withheld: _Optional[bool] = ..., structured_json: _Optional[str] = ..., error_code: _Optional[str] = ...) -> None: ...
+    part_verdicts: _containers.RepeatedScalarFieldContainer[PartVerdict]
+    def __init__(self, message: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., next_page_token: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., redactions: _Optional[int] = ..., withheld: _Optional[bool] = ..., structured_json: _Optional[str] = ..., error_code: _Optional[str] = ..., part_verdicts: _Optional[_Iterable[_Union[PartVerdict, str]]] = ...) -> None: ...
 
 class GetJwksRequest(_message.Message):
     __slots__ = ()
