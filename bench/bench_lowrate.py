@@ -1,0 +1,193 @@
+"""Issue 30: why a Propose costs more CPU at a low open-loop rate than under load.
+
+Dogwood's comparison workload (``bench_dogwood.py``: ``mail.send@v1`` with a meter, 10 Cedar
+policies reading it, durability ``barrier``) on one real ``callgate serve``, driven by
+``bench/loadgen`` in four shapes, in turn (``--rounds`` times): closed loop at 16 and at 1 in
+flight, open loop at ``--rates`` (100/s by default). For each it prints p50, the sidecar's CPU
+per call, and per thread of the sidecar (``/proc/PID/task/*/schedstat``): CPU per call and times
+scheduled in per call (wake-ups), so a cost that only low rates pay (a thread hand-off, a wake-up
+of the loop, a timer) shows as a thread whose share grows when the calls stop overlapping. The
+load generator's own CPU per call is printed beside (it is not the sidecar's).
+
+    .venv/bin/python bench/bench_lowrate.py [--seconds 4] [--rounds 2] [--rates 100,10]
+        [--inflight 16,1] [--policies 10] [--phases] [--baseline DIR] [--json FILE]
+
+``--phases`` runs the sidecar under bench/_phase_serve.py and prints, per shape, the median wall
+and event-loop CPU of the Propose handler, of ``Gate.propose`` in it and of the store operations
+it awaited, how many of those ran on the loop or went to the writer thread, and the p50 minus the
+handler (gRPC core, the interceptor, the loop's scheduling). ``--baseline DIR`` runs another
+checkout's sidecar (with its own ``.venv``) before this one's in every round: a before/after in
+the same run.
+
+Threads are named by ``comm`` (gRPC core names its own); the sidecar's Python threads are
+``python``, told apart by creation order (``py1`` the SQLite writer of the event store, and so
+on; ``main`` is the event loop's). A benchmark prints; it is not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _harness import ROOT, GoLoad, dump, machine_line, sidecar
+from bench_dogwood import PROPOSE, folder, proposal, sessions
+
+
+def threads(pid: int) -> dict[str, tuple[int, int]]:
+    """Per thread of ``pid``: (run time ns, times scheduled in), keyed by a stable name."""
+    out: dict[str, tuple[int, int]] = {}
+    py = 0
+    for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+        try:
+            comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+            run, _wait, slices = Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if tid == pid:
+            name = "main"
+        elif comm.startswith("python"):
+            py += 1
+            name = f"py{py}"
+        else:
+            name = comm
+        while name in out:
+            name += "+"
+        out[name] = (int(run), int(slices))
+    return out
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def shape(
+    sc: Any, go: GoLoad, reqs: Path, offset: int, kind: str, value: float, seconds: float
+) -> dict[str, Any]:
+    t0, cpu0, kid0, la = threads(sc.proc.pid), sc.cpu_seconds(), children_cpu(), os.getloadavg()[0]
+    start = time.perf_counter()
+    if kind == "open":
+        r = go.run(PROPOSE, reqs, seconds=seconds, rate=value, offset=offset, timeout="30s")
+    else:
+        r = go.run(PROPOSE, reqs, seconds=seconds, inflight=int(value), offset=offset)
+    end = time.perf_counter()
+    t1, cpu1, kid1 = threads(sc.proc.pid), sc.cpu_seconds(), children_cpu()
+    n = max(1, r["n"])
+    per: dict[str, dict[str, float]] = {}
+    for name, (run, slices) in t1.items():
+        run0, sl0 = t0.get(name, (0, 0))
+        if run - run0 > 0:
+            per[name] = {"cpu_us": (run - run0) / 1e3 / n, "wakeups": (slices - sl0) / n}
+    total_ns = sum(v["cpu_us"] for v in per.values())
+    label = f"open {value:g}/s" if kind == "open" else f"closed {value:g} in flight"
+    print(
+        f"{label:<20} n={r['n']:>6} {r['throughput_rps']:>6.0f}/s p50={r['percentiles_ms']['50']:.2f} ms "
+        f"p99={r['percentiles_ms']['99']:.2f} ms errors={r['errors']} {r['error_codes'] or ''} CPU/call={(cpu1 - cpu0) * 1e6 / n:.0f} us "
+        f"(threads {total_ns:.0f} us) loadgen CPU/call={(kid1 - kid0) * 1e6 / n:.0f} us load1={la:.2f}"
+    )
+    for name, v in sorted(per.items(), key=lambda kv: -kv[1]["cpu_us"]):
+        if v["cpu_us"] >= 5 or v["wakeups"] >= 0.2:
+            print(f"    {name:<18} {v['cpu_us']:>7.0f} us/call  {v['wakeups']:>5.2f} wake-ups/call")
+    return {
+        "shape": label,
+        "n": r["n"],
+        "rps": r["throughput_rps"],
+        "p50_ms": r["percentiles_ms"]["50"],
+        "p99_ms": r["percentiles_ms"]["99"],
+        "errors": r["error_codes"],
+        "cpu_us_per_call": (cpu1 - cpu0) * 1e6 / n,
+        "loadgen_cpu_us_per_call": (kid1 - kid0) * 1e6 / n,
+        "load1": la,
+        "threads": per,
+        "window": (start, end),
+    }
+
+
+PHASES = ("handler", "gate", "store")
+
+
+def phases(runs: list[dict[str, Any]], path: Path) -> None:
+    """Median per phase of the calls each run's window holds (bench/_phase_serve.py)."""
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    print("phases (median per call, us; wall / event-loop CPU; store ops inline:queued per call):")
+    for run in runs:
+        start, end = run.pop("window")
+        got = [r for r in recs if start <= r["at"] <= end and "gate_wall" in r]
+        if not got:
+            continue
+        med = {
+            f"{p}_{k}": statistics.median(r[f"{p}_{k}"] for r in got) for p in PHASES for k in ("wall", "cpu")
+        }
+        med["inline"] = statistics.mean(r["inline"] for r in got)
+        med["queued"] = statistics.mean(r["queued"] for r in got)
+        med["outside_handler_wall"] = run["p50_ms"] * 1000 - med["handler_wall"]
+        run["phases"] = med
+        print(
+            f"  {run['shape']:<20} "
+            + "  ".join(f"{p} {med[p + '_wall']:.0f}/{med[p + '_cpu']:.0f}" for p in PHASES)
+            + f"  store ops {med['inline']:.1f}:{med['queued']:.1f}"
+            + f"  p50 minus handler {med['outside_handler_wall']:.0f}"
+        )
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=4.0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rates", default="100")
+    ap.add_argument("--inflight", default="16,1")
+    ap.add_argument("--policies", type=int, default=10)
+    ap.add_argument("--durability", default="barrier", choices=("barrier", "per_answer"))
+    ap.add_argument("--phases", action="store_true", help="time each Propose by phase (_phase_serve.py)")
+    ap.add_argument("--baseline", default="", help="another checkout (own .venv), run in turn with this one")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    print(machine_line(), flush=True)
+    root = Path(tempfile.mkdtemp(prefix="cg-lowrate-"))
+    shapes = [("closed", float(x)) for x in args.inflight.split(",") if x]
+    shapes += [("open", float(x)) for x in args.rates.split(",") if x]
+    out: list[dict[str, Any]] = []
+    runner: tuple[str, ...] = ("-m", "callgate")
+    if args.phases:
+        os.environ["CALLGATE_PHASES_OUT"] = str(root / "phases.jsonl")
+        runner = (str(Path(__file__).with_name("_phase_serve.py")),)
+    checkouts = [("this checkout", ROOT)]
+    if args.baseline:
+        checkouts.insert(0, ("baseline", Path(args.baseline)))
+    for rnd in range(args.rounds):
+        for name, checkout in checkouts:
+            print(f"-- round {rnd + 1}, {name} ({checkout})", flush=True)
+            with sidecar(
+                policy_dir=folder(root / f"{rnd}-{len(out)}", args.policies),
+                durability=args.durability,
+                runner=runner,
+                checkout=checkout,
+            ) as sc:
+                go = GoLoad(target=sc.agent, tmp=root)
+                sids = await sessions(sc.agent, 64, "s")
+                per = 4000 * int(args.seconds) + 2000
+                reqs = go.requests(
+                    "all", [proposal(sids[i % len(sids)], i) for i in range(per * (len(shapes) + 1))]
+                )
+                go.run(PROPOSE, reqs, seconds=2.0, inflight=4)  # warm-up
+                for i, (kind, value) in enumerate(shapes):
+                    got = shape(sc, go, reqs, per * (i + 1), kind, value, args.seconds)
+                    out.append({"checkout": name, "round": rnd + 1, **got})
+    if args.phases:
+        phases(out, root / "phases.jsonl")
+    else:
+        for run in out:
+            run.pop("window")
+    dump(args.json, {"durability": args.durability, "policies": args.policies, "runs": out})
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
