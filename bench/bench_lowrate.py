@@ -11,6 +11,7 @@ load generator's own CPU per call is printed beside (it is not the sidecar's).
 
     .venv/bin/python bench/bench_lowrate.py [--seconds 4] [--rounds 2] [--rates 100,10]
         [--inflight 16,1] [--policies 10] [--phases] [--baseline DIR] [--json FILE]
+    .venv/bin/python bench/bench_lowrate.py --gaps     # in process: the same work, spaced or not
 
 ``--phases`` runs the sidecar under bench/_phase_serve.py and prints, per shape, the median wall
 and event-loop CPU of the Propose handler, of ``Gate.propose`` in it and of the store operations
@@ -31,6 +32,7 @@ import asyncio
 import json
 import os
 import resource
+import sqlite3
 import statistics
 import tempfile
 import time
@@ -138,6 +140,80 @@ def phases(runs: list[dict[str, Any]], path: Path) -> None:
         )
 
 
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+async def gaps(root: Path, calls: int, rounds: int) -> dict[str, float]:
+    """In process, no gRPC and no other thread timed: the CPU (``time.thread_time``) of the same
+    work run back to back and with a 10 ms gap before each (asleep, or spinning on the CPU):
+    a bare SQLite write transaction (WAL, ``synchronous=NORMAL``), and a Propose of a metered
+    tool on the gate (compiled core, SQLite store) with its Cancel (bench_meters.py's gate)."""
+    from dataclasses import replace
+
+    import bench_meters as bm
+
+    from callgate.config import CoreConfig
+
+    db = sqlite3.connect(root / "gaps.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+
+    async def txn(i: int) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t (v) VALUES (?)", ("x" * 200,))
+        db.execute("COMMIT")
+
+    base = bm.load_config(bm.ROOT / "callgate.toml")
+    pol = bm.policy_folder(root / "gaps")
+    cfg = replace(base, core=CoreConfig(engine="native"), policy=replace(base.policy, dir=str(pol)))
+    cfg = replace(cfg, budgets=replace(cfg.budgets, max_tool_calls=10**9))
+    store = bm.SQLiteStore(root / "gaps-gate.db")
+    clock = bm.FixedClock(bm.NOW)
+    gate = bm.Shared.build(cfg, bm.load_snapshot(pol, policy=cfg.policy), store, clock, store.keys()).gate(
+        cfg, store, clock
+    )
+    s = await gate.open_session(bm.SessionSpec(subject=bm.Subject(tenant="acme", id="alice"), timezone="UTC"))
+    await gate.list_tools(s.session_id, "m")
+    trace = bm.TraceContext.from_traceparent(None)
+
+    async def propose(i: int) -> None:
+        raw = json.dumps({"to": f"x{i}", "n": 7}).encode()
+        got = await gate.propose(
+            bm.Proposal(s.session_id, "m", f"g{i}", "bench.metered", "v1", raw, f"g{i}"), trace
+        )
+        await gate.cancel(got.record.invocation_id, "bench", trace, session_id=s.session_id)
+
+    out: dict[str, float] = {}
+    k = 0
+    for rnd in range(rounds):
+        for name, work in (("sqlite txn", txn), ("propose+cancel", propose)):
+            for gap in ("none", "sleep 10 ms", "spin 10 ms"):
+                cpu = 0.0
+                for _ in range(calls):
+                    k += 1
+                    if gap.startswith("sleep"):
+                        time.sleep(0.01)
+                    elif gap.startswith("spin"):
+                        _spin(0.01)
+                    c0 = time.thread_time()
+                    await work(k)
+                    cpu += time.thread_time() - c0
+                us = cpu / calls * 1e6
+                print(
+                    f"  round {rnd + 1} {name:<15} gap {gap:<12} CPU/call {us:6.0f} us  load1={os.getloadavg()[0]:.2f}"
+                )
+                if rnd:  # the first round warms up
+                    key = f"{name}, gap {gap}"
+                    out[key] = min(out.get(key, us), us)
+    await store.close()
+    db.close()
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -147,11 +223,15 @@ async def main() -> None:
     ap.add_argument("--policies", type=int, default=10)
     ap.add_argument("--durability", default="barrier", choices=("barrier", "per_answer"))
     ap.add_argument("--phases", action="store_true", help="time each Propose by phase (_phase_serve.py)")
+    ap.add_argument("--gaps", action="store_true", help="only the in-process gap experiment (gaps())")
     ap.add_argument("--baseline", default="", help="another checkout (own .venv), run in turn with this one")
     ap.add_argument("--json")
     args = ap.parse_args()
     print(machine_line(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="cg-lowrate-"))
+    if args.gaps:
+        dump(args.json, await gaps(root, 200, max(2, args.rounds)))
+        return
     shapes = [("closed", float(x)) for x in args.inflight.split(",") if x]
     shapes += [("open", float(x)) for x in args.rates.split(",") if x]
     out: list[dict[str, Any]] = []
