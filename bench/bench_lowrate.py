@@ -11,7 +11,7 @@ load generator's own CPU per call is printed beside (it is not the sidecar's).
 
     .venv/bin/python bench/bench_lowrate.py [--seconds 4] [--rounds 2] [--rates 100,10]
         [--inflight 16,1] [--policies 10] [--phases] [--baseline DIR] [--json FILE]
-    .venv/bin/python bench/bench_lowrate.py --gaps     # in process: the same work, spaced or not
+    .venv/bin/python bench/bench_lowrate.py --gaps [--baseline DIR]   # in process, spaced or not
 
 ``--phases`` runs the sidecar under bench/_phase_serve.py and prints, per shape, the median wall
 and event-loop CPU of the Propose handler, of ``Gate.propose`` in it and of the store operations
@@ -214,6 +214,52 @@ async def gaps(root: Path, calls: int, rounds: int) -> dict[str, float]:
     return out
 
 
+async def lone_writes(root: Path, baseline: str, calls: int, rounds: int) -> dict[str, float]:
+    """In process: CPU of one small write through ``SQLiteWorker.run`` run by the event loop
+    itself (a lone operation), back to back and 10 ms apart, with this checkout's worker and, with
+    ``baseline``, that checkout's ``callgate/store/sqlite_worker.py`` in turn."""
+    import importlib.util
+
+    from callgate.store import sqlite_worker
+
+    mods: dict[str, Any] = {"this checkout": sqlite_worker}
+    if baseline:
+        spec = importlib.util.spec_from_file_location(
+            "baseline_worker", Path(baseline) / "callgate" / "store" / "sqlite_worker.py"
+        )
+        assert spec is not None and spec.loader is not None
+        mods = {"baseline": importlib.util.module_from_spec(spec), **mods}
+        spec.loader.exec_module(mods["baseline"])
+
+    def write(c: sqlite3.Connection) -> None:
+        c.execute("INSERT INTO t (v) VALUES (?)", ("x" * 200,))
+
+    schema = "CREATE TABLE IF NOT EXISTS t (k INTEGER PRIMARY KEY, v TEXT);"
+    workers = {
+        k: m.SQLiteWorker(root / f"lone-{i}.db", schema=schema, durability=m.Durability.BARRIER)
+        for i, (k, m) in enumerate(mods.items())
+    }
+    got: dict[str, list[float]] = {}
+    for rnd in range(rounds + 1):
+        for gap in (0.0, 0.01):
+            for name, w in workers.items():
+                cpu, before = 0.0, w.inline_runs
+                for _ in range(calls):
+                    if gap:
+                        time.sleep(gap)
+                    c0 = time.thread_time()
+                    await w.run(write)
+                    cpu += time.thread_time() - c0
+                if rnd and w.inline_runs - before == calls:  # the first round warms up
+                    got.setdefault(f"{name}, gap {gap * 1000:.0f} ms", []).append(cpu / calls * 1e6)
+    for w in workers.values():
+        await w.close()
+    out = {k: statistics.median(v) for k, v in got.items()}
+    for k, v in out.items():
+        print(f"  lone write on the loop, {k:<28} median {v:5.0f} us CPU  load1={os.getloadavg()[0]:.2f}")
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=4.0)
@@ -230,7 +276,8 @@ async def main() -> None:
     print(machine_line(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="cg-lowrate-"))
     if args.gaps:
-        dump(args.json, await gaps(root, 200, max(2, args.rounds)))
+        got = await lone_writes(root, args.baseline, 300, max(2, args.rounds))
+        dump(args.json, {**got, **await gaps(root, 200, max(2, args.rounds))})
         return
     shapes = [("closed", float(x)) for x in args.inflight.split(",") if x]
     shapes += [("open", float(x)) for x in args.rates.split(",") if x]
