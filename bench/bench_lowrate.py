@@ -12,6 +12,7 @@ load generator's own CPU per call is printed beside (it is not the sidecar's).
     .venv/bin/python bench/bench_lowrate.py [--seconds 4] [--rounds 2] [--rates 100,10]
         [--inflight 16,1] [--policies 10] [--phases] [--baseline DIR] [--json FILE]
     .venv/bin/python bench/bench_lowrate.py --gaps [--baseline DIR]   # in process, spaced or not
+    .venv/bin/python bench/bench_lowrate.py --keys [--rounds 8]       # the key store's time parsing
 
 ``--phases`` runs the sidecar under bench/_phase_serve.py and prints, per shape, the median wall
 and event-loop CPU of the Propose handler, of ``Gate.propose`` in it and of the store operations
@@ -146,32 +147,20 @@ def _spin(seconds: float) -> None:
         pass
 
 
-async def gaps(root: Path, calls: int, rounds: int) -> dict[str, float]:
-    """In process, no gRPC and no other thread timed: the CPU (``time.thread_time``) of the same
-    work run back to back and with a 10 ms gap before each (asleep, or spinning on the CPU):
-    a bare SQLite write transaction (WAL, ``synchronous=NORMAL``), and a Propose of a metered
-    tool on the gate (compiled core, SQLite store) with its Cancel (bench_meters.py's gate)."""
+async def metered_gate(root: Path) -> tuple[Any, Any]:
+    """bench_meters.py's gate in process (compiled core, SQLite store) and a keyed Propose of its
+    metered tool followed by the Cancel that settles it."""
     from dataclasses import replace
 
     import bench_meters as bm
 
     from callgate.config import CoreConfig
 
-    db = sqlite3.connect(root / "gaps.db", isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
-
-    async def txn(i: int) -> None:
-        db.execute("BEGIN IMMEDIATE")
-        db.execute("INSERT INTO t (v) VALUES (?)", ("x" * 200,))
-        db.execute("COMMIT")
-
     base = bm.load_config(bm.ROOT / "callgate.toml")
-    pol = bm.policy_folder(root / "gaps")
+    pol = bm.policy_folder(root / f"gate-{time.monotonic_ns()}")
     cfg = replace(base, core=CoreConfig(engine="native"), policy=replace(base.policy, dir=str(pol)))
     cfg = replace(cfg, budgets=replace(cfg.budgets, max_tool_calls=10**9))
-    store = bm.SQLiteStore(root / "gaps-gate.db")
+    store = bm.SQLiteStore(root / f"gate-{time.monotonic_ns()}.db")
     clock = bm.FixedClock(bm.NOW)
     gate = bm.Shared.build(cfg, bm.load_snapshot(pol, policy=cfg.policy), store, clock, store.keys()).gate(
         cfg, store, clock
@@ -186,6 +175,63 @@ async def gaps(root: Path, calls: int, rounds: int) -> dict[str, float]:
             bm.Proposal(s.session_id, "m", f"g{i}", "bench.metered", "v1", raw, f"g{i}"), trace
         )
         await gate.cancel(got.record.invocation_id, "bench", trace, session_id=s.session_id)
+
+    return store, propose
+
+
+async def key_times(root: Path, calls: int, rounds: int) -> dict[str, float]:
+    """In process, back to back: a keyed Propose + Cancel with the key store's times read by
+    ``strptime`` (before 2026-12-07) and by the current ``_parse_ts``, alternating rounds."""
+    from datetime import UTC, datetime
+
+    from callgate.store.idempotency import sqlite as keys_sqlite
+
+    current = keys_sqlite._parse_ts
+
+    def strptime(text: str) -> datetime:
+        return datetime.strptime(text, keys_sqlite._TS).replace(tzinfo=UTC)
+
+    store, propose = await metered_gate(root)
+    got: dict[str, list[float]] = {}
+    k = 0
+    for rnd in range(rounds + 1):
+        for name, parse in (("strptime", strptime), ("current", current)):
+            keys_sqlite._parse_ts = parse  # type: ignore[assignment]
+            cpu = 0.0
+            for _ in range(calls):
+                k += 1
+                c0 = time.thread_time()
+                await propose(k)
+                cpu += time.thread_time() - c0
+            if rnd:
+                got.setdefault(name, []).append(cpu / calls * 1e6)
+    keys_sqlite._parse_ts = current
+    await store.close()
+    out: dict[str, float] = {}
+    for name, v in got.items():
+        out[f"keyed propose+cancel, {name}, min"] = min(v)
+        out[f"keyed propose+cancel, {name}, median"] = statistics.median(v)
+        print(f"  keyed Propose+Cancel, times by {name:<9} min {min(v):5.0f} us  median {statistics.median(v):5.0f} us "
+              f"CPU  load1={os.getloadavg()[0]:.2f}")  # fmt: skip
+    return out
+
+
+async def gaps(root: Path, calls: int, rounds: int) -> dict[str, float]:
+    """In process, no gRPC and no other thread timed: the CPU (``time.thread_time``) of the same
+    work run back to back and with a 10 ms gap before each (asleep, or spinning on the CPU):
+    a bare SQLite write transaction (WAL, ``synchronous=NORMAL``), and a Propose of a metered
+    tool on the gate (compiled core, SQLite store) with its Cancel (bench_meters.py's gate)."""
+    db = sqlite3.connect(root / "gaps.db", isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+
+    async def txn(i: int) -> None:
+        db.execute("BEGIN IMMEDIATE")
+        db.execute("INSERT INTO t (v) VALUES (?)", ("x" * 200,))
+        db.execute("COMMIT")
+
+    store, propose = await metered_gate(root)
 
     out: dict[str, float] = {}
     k = 0
@@ -269,12 +315,16 @@ async def main() -> None:
     ap.add_argument("--policies", type=int, default=10)
     ap.add_argument("--durability", default="barrier", choices=("barrier", "per_answer"))
     ap.add_argument("--phases", action="store_true", help="time each Propose by phase (_phase_serve.py)")
+    ap.add_argument("--keys", action="store_true", help="only the key store's time parsing A/B (key_times())")
     ap.add_argument("--gaps", action="store_true", help="only the in-process gap experiment (gaps())")
     ap.add_argument("--baseline", default="", help="another checkout (own .venv), run in turn with this one")
     ap.add_argument("--json")
     args = ap.parse_args()
     print(machine_line(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="cg-lowrate-"))
+    if args.keys:
+        dump(args.json, await key_times(root, 300, max(2, args.rounds)))
+        return
     if args.gaps:
         got = await lone_writes(root, args.baseline, 300, max(2, args.rounds))
         dump(args.json, {**got, **await gaps(root, 200, max(2, args.rounds))})
