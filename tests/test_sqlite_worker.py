@@ -168,8 +168,8 @@ def test_a_lone_commit_never_waits_on_the_loop_for_another_connections_lock(tmp_
 
 def test_lone_operations_set_the_lock_wait_once_and_the_writer_still_waits(tmp_path: Path) -> None:
     """The loop's lone operations never wait for a lock, and set ``busy_timeout`` to 0 once for
-    a run of them, not around every BEGIN (docs/BENCHMARKS.md, "Issue 30: the low rate"); the
-    writer thread gets its configured wait back before its next batch."""
+    a run of them, not around every BEGIN (docs/BENCHMARKS.md, "Issue 30: what a call costs at a
+    low rate"); the writer thread gets its configured wait back before its next batch."""
 
     async def main() -> None:
         w = lone_worker(tmp_path / "w.db", busy_timeout_ms=5000)

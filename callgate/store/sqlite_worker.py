@@ -175,8 +175,8 @@ class SQLiteWorker:
         held to read or change it): the loop sets it once for a run of lone operations and the
         writer thread puts the configured wait back before its next batch
         (:meth:`_writer_waits`), instead of two ``PRAGMA`` statements around every lone BEGIN
-        (each a cold statement at a low call rate: docs/BENCHMARKS.md, "Issue 30: the low
-        rate")."""
+        (each a cold statement at a low call rate: docs/BENCHMARKS.md, "Issue 30: what a call
+        costs at a low rate")."""
         self._outstanding = 0
         """Operations queued to the writer thread and not yet settled (event-loop side)."""
         self._commits = 0
