@@ -548,3 +548,22 @@ def test_two_processes_race_exactly_one_new_per_key(backend: Backend, tmp_path: 
 
     backend.run(check)
     print(f"{backend.kind}: keys won p1={wins['p1']} p2={wins['p2']}")
+
+
+def test_stored_times_read_back_exactly_and_malformed_ones_still_fail() -> None:
+    """The SQLite key store reads its fixed-width UTC text by ``fromisoformat`` (a keyed Propose
+    reads six): every value it writes reads back equal, in UTC, as ``strptime`` read it."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from callgate.store.idempotency import sqlite as keys_sqlite
+
+    start = datetime(2026, 7, 19, 6, 0, 0, 123456, tzinfo=timezone(timedelta(hours=-7)))
+    for step in range(0, 10**12, 37_123_456_789):  # ~11 days apart, odd microseconds
+        t = start + timedelta(microseconds=step)
+        text = keys_sqlite._ts(t)
+        got = keys_sqlite._parse_ts(text)
+        assert got == t and got.tzinfo is UTC and got.utcoffset() == timedelta(0)
+        assert got == datetime.strptime(text, keys_sqlite._TS).replace(tzinfo=UTC)
+    for bad in ("2026-07-19T06:00:00.12345xZ", "2026-07-19 06:00:00.123456Z", "2026-07-19T06:00:00Z", ""):
+        with pytest.raises(ValueError):
+            keys_sqlite._parse_ts(bad)

@@ -166,6 +166,37 @@ def test_a_lone_commit_never_waits_on_the_loop_for_another_connections_lock(tmp_
     assert rows(tmp_path / "w.db") == {"a": 1}
 
 
+def test_lone_operations_set_the_lock_wait_once_and_the_writer_still_waits(tmp_path: Path) -> None:
+    """The loop's lone operations never wait for a lock, and set ``busy_timeout`` to 0 once for
+    a run of them, not around every BEGIN (docs/BENCHMARKS.md, "Issue 30: what a call costs at a
+    low rate"); the writer thread gets its configured wait back before its next batch."""
+
+    async def main() -> None:
+        w = lone_worker(tmp_path / "w.db", busy_timeout_ms=5000)
+        said: list[str] = []
+        w._conn.set_trace_callback(said.append)
+        for i in range(5):
+            assert await w.run(insert(f"a{i}", i)) == f"a{i}"
+        assert w.inline_runs == 5
+        assert [s for s in said if "busy_timeout" in s] == ["PRAGMA busy_timeout=0"], said
+        other = sqlite3.connect(tmp_path / "w.db", isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN EXCLUSIVE")  # another process holds the write lock for 0.3 s
+        asyncio.get_running_loop().call_later(0.3, other.execute, "COMMIT")
+        seen: list[int] = []
+        # the loop's try finds the lock taken at once; the writer thread waits for it
+        assert await w.run(on_thread("b", 1, seen)) == "b"
+        assert seen[0] != threading.get_ident() and w.inline_runs == 5
+        assert "PRAGMA busy_timeout=5000" in said
+        other.close()
+        await asyncio.sleep(0.05)
+        assert await w.run(insert("c", 2)) == "c"  # alone again: the loop's, without waiting
+        assert w.inline_runs == 6 and said.count("PRAGMA busy_timeout=0") == 2
+        await w.close()
+
+    asyncio.run(main())
+    assert rows(tmp_path / "w.db") == {**{f"a{i}": i for i in range(5)}, "b": 1, "c": 2}
+
+
 def test_commits_go_on_while_a_checkpoint_runs(tmp_path: Path) -> None:
     """The checkpointer thread has a connection of its own and holds no write lock: while it
     checkpoints (here: held in its lock, as during a slow copy and sync) commits go on, queued and

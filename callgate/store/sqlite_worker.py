@@ -170,6 +170,13 @@ class SQLiteWorker:
         """Held by whoever uses the connection: the writer thread for a batch (and its barrier and
         checkpoint), the event loop for an operation it runs alone (:meth:`run`)."""
         self._inline = self._commit_sync in ("NORMAL", "OFF")
+        self._loop_waits = False
+        """The connection's ``busy_timeout`` is 0, as the event loop left it (``_conn_lock``
+        held to read or change it): the loop sets it once for a run of lone operations and the
+        writer thread puts the configured wait back before its next batch
+        (:meth:`_writer_waits`), instead of two ``PRAGMA`` statements around every lone BEGIN
+        (each a cold statement at a low call rate: docs/BENCHMARKS.md, "Issue 30: what a call
+        costs at a low rate")."""
         self._outstanding = 0
         """Operations queued to the writer thread and not yet settled (event-loop side)."""
         self._commits = 0
@@ -244,6 +251,7 @@ class SQLiteWorker:
                         break
                     batch.append(nxt)
                 with self._conn_lock:
+                    self._writer_waits(conn)
                     self._run_batch(conn, batch)
                     if self._commits >= CHECKPOINT_EVERY:
                         self._request_checkpoint()
@@ -251,6 +259,16 @@ class SQLiteWorker:
             with self._conn_lock:
                 conn.close()
             self._fail_pending()
+
+    def _writer_waits(self, conn: sqlite3.Connection) -> None:
+        """Before a batch (``_conn_lock`` held): the writer thread waits up to ``busy_timeout``
+        for another connection's lock, whatever the event loop's lone operations left set."""
+        if self._loop_waits:
+            try:
+                conn.execute(f"PRAGMA busy_timeout={int(self._busy_ms)}")
+            except sqlite3.Error:
+                return  # tried again before the next batch; this one's BEGIN reports
+            self._loop_waits = False
 
     def _fail_pending(self) -> None:
         while True:
@@ -419,7 +437,7 @@ class SQLiteWorker:
             and self._conn_lock.acquire(blocking=False)
         ):
             try:
-                done = _try_alone(self._conn, op, self._busy_ms)
+                done = self._alone(op)
                 if done is not None:
                     self._commits += 1
                     self._commit_total += 1
@@ -441,6 +459,17 @@ class SQLiteWorker:
             return await fut
         finally:
             self._outstanding -= 1
+
+    def _alone(self, op: Op) -> tuple[bool, Any] | None:
+        """:func:`_try_alone` on the event loop (``_conn_lock`` held), which never waits for a
+        lock: the connection's ``busy_timeout`` is set to 0 once, not around every BEGIN."""
+        if not self._loop_waits:
+            try:
+                self._conn.execute("PRAGMA busy_timeout=0")
+            except sqlite3.Error:
+                return None  # the writer thread runs it, and reports
+            self._loop_waits = True
+        return _try_alone(self._conn, op)
 
     async def barrier(self) -> None:
         """Every transaction committed before this call is durable on disk when it returns
@@ -606,16 +635,13 @@ def _loop_idle(loop: asyncio.AbstractEventLoop) -> bool:
     return ready is not None and not ready
 
 
-def _try_alone(conn: sqlite3.Connection, op: Op, busy_timeout_ms: int) -> tuple[bool, Any] | None:
-    """:func:`_run_alone` on the event loop, which must not wait: None (nothing run) when another
-    connection holds the write lock. Once BEGIN IMMEDIATE holds it, nothing else in the
-    transaction waits on another connection (WAL; this connection never checkpoints on commit)."""
+def _try_alone(conn: sqlite3.Connection, op: Op) -> tuple[bool, Any] | None:
+    """:func:`_run_alone` on the event loop, which must not wait: ``conn``'s ``busy_timeout`` is
+    0 (:attr:`SQLiteWorker._loop_waits`), so None (nothing run) when another connection holds
+    the write lock. Once BEGIN IMMEDIATE holds it, nothing else in the transaction waits on
+    another connection (WAL; this connection never checkpoints on commit)."""
     try:
-        conn.execute("PRAGMA busy_timeout=0")
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        finally:
-            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError:
         return None  # busy (or any failure to begin): the writer thread tries, and reports
     return _op_then_commit(conn, op)
