@@ -27,7 +27,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -551,13 +551,15 @@ class PostgresStore:
                 budget = wait_budget(self._pool_timeout)
                 await conn.execute(_begin_sql(budget))
                 token = _HELD.set(_Held(self, asyncio.current_task(), conn, budget))
-                done = False
                 try:
                     yield
-                    done = True
-                finally:
+                except BaseException:  # the block's own error (or cancellation) goes on as it is
                     _HELD.reset(token)
-                    await conn.execute("COMMIT" if done else "ROLLBACK")
+                    with suppress(psycopg.Error, OSError):  # a broken connection: the pool drops it
+                        await conn.execute("ROLLBACK")
+                    raise
+                _HELD.reset(token)
+                await conn.execute("COMMIT")
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise store_unavailable(f"PostgreSQL store failed: {_brief(exc)}") from exc
 
