@@ -19,6 +19,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
+from callgate.base.states import State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from tests.conftest import POLICIES
@@ -340,3 +342,46 @@ def test_a_reservation_commits_with_its_invocation_or_not_at_all(folder: Path, p
     finally:
         pod.stop()
         shutil.rmtree(pod.tmp, ignore_errors=True)
+
+
+@pytest.mark.postgres
+def test_a_claim_lost_at_the_write_rolls_its_reservation_back_before_the_replay(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """In the held transaction, a claim that finds the key taken at the write (another call
+    claimed it after this one's look-up) rolls the transaction back at once: the reservation and
+    the meter locks go before the replay locks the original's row, and what the block writes
+    next (the replay's event) still commits."""
+    import asyncio
+
+    from callgate.policy.meters import Contribution, Window
+    from callgate.store.idempotency.base import ClaimKind
+    from tests.test_meters import _store
+    from tests.test_store_contract import NOW, claim, ev, inv
+
+    hour = Window("1h", 3_600_000)
+
+    async def run() -> None:
+        store, _ = await _store("postgres", tmp_path, postgres_dsn)
+        meters = store.meters()
+        k = Contribution("sends", "acme\x1fs:ana", 1, (hour,), 0)
+        await store.create_invocation(inv("i1", "k"), [ev("i1", 1, None, State.AUTHORIZED)], claim=claim("k"))
+        async with store.transaction():
+            (seen,) = await meters.reserve("i2", "s1", [k], NOW, NOW + timedelta(minutes=1))
+            assert seen.before == 0
+            lost = await store.create_invocation(
+                inv("i2", "k"), [ev("i2", 1, None, State.AUTHORIZED)], claim=claim("k")
+            )
+            assert lost is not None and lost.kind is ClaimKind.IN_PROGRESS
+            async with store._tx() as conn:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                )
+                assert await cur.fetchone() == (0,)  # the meter's lock went with the rollback
+            await store.append_events([ev("i1", 0, State.AUTHORIZED, State.AUTHORIZED)])
+        assert await store.get_invocation("i2") is None
+        assert [e.seq for e in await store.list_events("i1")] == [1, 2]
+        assert await meters.totals("sends", "acme\x1fs:ana", hour, "s1", NOW) == 0
+        await store.close()
+
+    asyncio.run(run())
