@@ -12,7 +12,13 @@ Two measurements, in one run, in process (the sidecar's own code; no RPC):
    its reservation) of a tool declaring three meters vs the same tool declaring none, same
    policies, same store, Python and compiled core. Target: at most 150 us more per Propose.
 
+3. **A metered Propose on PostgreSQL** (with ``--pg-dsn``): p50 wall time, CPU and the server's
+   commits per Propose of the three-meter tool vs the plain one (:func:`pg_propose`).
+   ``--pg-propose`` runs only this, on whichever callgate the interpreter imports: run it with
+   another checkout's ``.venv`` (e.g. ``/work/main/.venv/bin/python``) to compare, interleaved.
+
     .venv/bin/python bench/bench_meters.py [--calls 3000] [--history 1000000] [--pg-dsn DSN]
+                                           [--pg-propose]
 """
 
 from __future__ import annotations
@@ -261,16 +267,97 @@ async def cpu_per_propose(tmp: Path, calls: int, core: str) -> dict[str, float]:
     return {"none_us": out["bench.plain"], "three_us": out["bench.metered"], "extra_us": extra}
 
 
+def pg_database(dsn: str, name: str) -> str:
+    """A fresh database ``name`` on the server of ``dsn``: its DSN."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    with psycopg.connect(dsn, autocommit=True) as c:
+        c.execute(f"DROP DATABASE IF EXISTS {name}")
+        c.execute(f"CREATE DATABASE {name}")
+    params = conninfo_to_dict(dsn)
+    params["dbname"] = name
+    return make_conninfo(**params)
+
+
+async def pg_propose(tmp: Path, dsn: str, calls: int) -> dict[str, float]:
+    """3. A metered ``Gate.propose`` (allowed; then the ``Cancel`` that settles it) on the
+    PostgreSQL store, against the same tool without meters: p50 wall time of the Propose (its
+    store round trips and commits), sidecar CPU (``time.process_time``) per Propose + Cancel, and
+    the server's commits per Propose (``pg_stat_database.xact_commit``). Runs on whichever
+    callgate the interpreter imports (``--pg-propose`` with another checkout's ``.venv``: its code)."""
+    import psycopg
+
+    from callgate.config import CoreConfig
+    from callgate.store.postgres import PostgresStore
+
+    base = load_config(ROOT / "callgate.toml")
+    folder = policy_folder(tmp)
+    cfg = replace(base, core=CoreConfig(engine="native"), policy=replace(base.policy, dir=str(folder)))
+    cfg = replace(cfg, budgets=replace(cfg.budgets, max_tool_calls=10**9))
+    snap = load_snapshot(folder, policy=cfg.policy)
+    db = pg_database(dsn, "cg_bench_meters_propose")
+    store = PostgresStore(db)
+    await store.start()
+    clock = FixedClock(NOW)
+    gate = Shared.build(cfg, snap, store, clock, store.keys()).gate(cfg, store, clock)
+    s = await gate.open_session(SessionSpec(subject=Subject(tenant="acme", id="alice"), timezone="UTC"))
+    await gate.list_tools(s.session_id, "m")
+    trace = TraceContext.from_traceparent(None)
+    wall: dict[str, list[float]] = {"bench.plain": [], "bench.metered": []}
+    cpu: dict[str, float] = {}
+    commits: dict[str, float] = {}
+
+    def xact() -> int:
+        with psycopg.connect(db, autocommit=True) as c:
+            row = c.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()")
+            return int(row.fetchone()[0])  # type: ignore[index]
+
+    for rnd in range(4):  # interleaved rounds; the first warms up
+        for tool in wall:
+            raw = [json.dumps({"to": f"x{i}", "n": 7}).encode() for i in range(calls)]
+            took, c0, x0 = [], time.process_time(), xact()
+            for i in range(calls):
+                t0 = time.perf_counter()
+                got = await gate.propose(
+                    Proposal(s.session_id, "m", f"{tool}{rnd}-{i}", tool, "v1", raw[i], f"{tool}{rnd}-{i}"),
+                    trace,
+                )
+                took.append(time.perf_counter() - t0)
+                assert got.decision is not None and got.decision.effect.value == "allow", got
+                await gate.cancel(got.record.invocation_id, "bench", trace, session_id=s.session_id)
+            used = (time.process_time() - c0) / calls * 1e6
+            if rnd:
+                wall[tool] += took
+                cpu[tool] = min(cpu.get(tool, used), used)
+                commits[tool] = (xact() - x0 - 1) / calls  # less the xact() read itself
+    await store.close()
+    p50 = {t: statistics.median(x) * 1e6 for t, x in wall.items()}
+    for t in wall:
+        print(f"  postgres {t}: Propose p50 {p50[t]:.0f} us, p99 {sorted(wall[t])[int(len(wall[t]) * 0.99)] * 1e6:.0f} us, "
+              f"CPU per Propose+Cancel {cpu[t]:.0f} us, commits per Propose+Cancel {commits[t]:.2f}")  # fmt: skip
+    return {
+        **{f"p50_us_{t}": p50[t] for t in wall},
+        **{f"cpu_us_{t}": cpu[t] for t in wall},
+        **{f"commits_{t}": commits[t] for t in wall},
+    }
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=3000)
     ap.add_argument("--history", type=int, default=1_000_000)
     ap.add_argument("--pg-dsn", default="")
     ap.add_argument("--json", default="")
+    ap.add_argument("--pg-propose", action="store_true", help="only 3. (metered Propose on PostgreSQL)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-meters-"))
     results: dict[str, Any] = {}
     try:
+        if args.pg_propose:
+            print("3. Propose on PostgreSQL, three meters vs none")
+            results["pg_propose"] = await pg_propose(tmp, args.pg_dsn, args.calls)
+            return
         print("1. context cost vs stored history (three meters: reserve + release)")
         results["sqlite_history"] = await history_sqlite(tmp, args.history, args.calls)
         if args.pg_dsn:
@@ -278,6 +365,9 @@ async def main() -> None:
         print("2. sidecar CPU per Propose, three meters vs none")
         for core in ("python", "native"):
             results[f"cpu_{core}"] = await cpu_per_propose(tmp / core, args.calls, core)
+        if args.pg_dsn:
+            print("3. Propose on PostgreSQL, three meters vs none")
+            results["pg_propose"] = await pg_propose(tmp / "pg", args.pg_dsn, args.calls)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:

@@ -19,6 +19,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
+from callgate.base.states import State
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from tests.conftest import POLICIES
@@ -279,3 +281,107 @@ def test_reconciled_not_committed_releases_its_count_postgres(folder: Path, post
     finally:
         pod.stop()
         shutil.rmtree(pod.tmp, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- one commit (PostgreSQL)
+@pytest.mark.postgres
+def test_a_reservation_commits_with_its_invocation_or_not_at_all(folder: Path, postgres_dsn: str) -> None:
+    """Issue 30 item 3 ("reserved atomically with the idempotency claim"), on a real sidecar. The
+    invocation's write is held back (another transaction holds the invocations table in SHARE
+    mode, so the INSERT waits): while it waits no reservation is visible, since it is in the same
+    uncommitted transaction (a reservation committed on its own would count here, and would stay
+    if the write then failed). The lock wait ends within the call's deadline: the Propose is
+    refused ``store_unavailable`` (not DEADLINE_EXCEEDED) and neither the reservation nor the
+    invocation exists. Once the table is free, an allowed call commits both together."""
+    import psycopg
+
+    from tests.test_confirmation import error_reason
+
+    dsn = fresh_pg_database(postgres_dsn)
+    pod = pod_for(folder, PG_STORE, {"CALLGATE_TEST_STORE_DSN": dsn})
+    try:
+        gate = pb_grpc.GateStub(pod.start())
+        sid = gate.OpenSession(
+            pb.OpenSessionRequest(subject=pb.Subject(tenant="acme", id="atomic"), timezone="UTC")
+        ).session_id
+        gate.ListTools(pb.ListToolsRequest(session_id=sid, model_call_id="m"))
+        req = pb.ProposeRequest(
+            session_id=sid, model_call_id="m", proposal_id="a1", tool_name="sms.send", tool_version="v1",
+            arguments=json.dumps({"to": "+1"}).encode(), idempotency_key="a1",
+        )  # fmt: skip
+        with psycopg.connect(dsn, autocommit=True) as watch, psycopg.connect(dsn) as holder:
+            holder.execute("LOCK TABLE callgate_invocations IN SHARE MODE")
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                call = pool.submit(lambda: admitted(lambda: gate.Propose(req, timeout=4)))
+                for _ in range(400):  # until the invocation's INSERT waits for the table
+                    waiting = watch.execute(
+                        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                        "WHERE NOT l.granted AND c.relname = 'callgate_invocations'"
+                    ).fetchone()
+                    if waiting and waiting[0]:
+                        break
+                    time.sleep(0.02)
+                else:
+                    raise AssertionError("the Propose never reached the invocation's write")
+                seen = watch.execute("SELECT count(*) FROM callgate_meter_reservations").fetchone()
+                assert seen == (0,), "a reservation was committed before its invocation"
+                with pytest.raises(grpc.RpcError) as err:
+                    call.result()
+            holder.rollback()
+            assert err.value.code() is not grpc.StatusCode.DEADLINE_EXCEEDED
+            assert error_reason(err.value) == "store_unavailable"
+            assert watch.execute("SELECT count(*) FROM callgate_meter_reservations").fetchone() == (0,)
+            assert watch.execute("SELECT count(*) FROM callgate_invocations").fetchone() == (0,)
+            ok = propose(gate, sid, "sms.send@v1", "+2", "a2", "a2")
+            assert ok.decision.effect == pb.ALLOW
+            rows = watch.execute(
+                "SELECT r.invocation_id, i.state FROM callgate_meter_reservations r "
+                "JOIN callgate_invocations i USING (invocation_id)"
+            ).fetchall()
+            assert rows == [(ok.invocation_id, "PREPARED")]
+    finally:
+        pod.stop()
+        shutil.rmtree(pod.tmp, ignore_errors=True)
+
+
+@pytest.mark.postgres
+def test_a_claim_lost_at_the_write_rolls_its_reservation_back_before_the_replay(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """In the held transaction, a claim that finds the key taken at the write (another call
+    claimed it after this one's look-up) rolls the transaction back at once: the reservation and
+    the meter locks go before the replay locks the original's row, and what the block writes
+    next (the replay's event) still commits."""
+    import asyncio
+
+    from callgate.policy.meters import Contribution, Window
+    from callgate.store.idempotency.base import ClaimKind
+    from tests.test_meters import _store
+    from tests.test_store_contract import NOW, claim, ev, inv
+
+    hour = Window("1h", 3_600_000)
+
+    async def run() -> None:
+        store, _ = await _store("postgres", tmp_path, postgres_dsn)
+        meters = store.meters()
+        k = Contribution("sends", "acme\x1fs:ana", 1, (hour,), 0)
+        await store.create_invocation(inv("i1", "k"), [ev("i1", 1, None, State.AUTHORIZED)], claim=claim("k"))
+        async with store.transaction():
+            (seen,) = await meters.reserve("i2", "s1", [k], NOW, NOW + timedelta(minutes=1))
+            assert seen.before == 0
+            lost = await store.create_invocation(
+                inv("i2", "k"), [ev("i2", 1, None, State.AUTHORIZED)], claim=claim("k")
+            )
+            assert lost is not None and lost.kind is ClaimKind.IN_PROGRESS
+            async with store._tx() as conn:
+                cur = await conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+                )
+                assert await cur.fetchone() == (0,)  # the meter's lock went with the rollback
+            await store.append_events([ev("i1", 0, State.AUTHORIZED, State.AUTHORIZED)])
+        assert await store.get_invocation("i2") is None
+        assert [e.seq for e in await store.list_events("i1")] == [1, 2]
+        assert await meters.totals("sends", "acme\x1fs:ana", hour, "s1", NOW) == 0
+        await store.close()
+
+    asyncio.run(run())

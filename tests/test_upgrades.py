@@ -320,3 +320,64 @@ def test_a_checked_in_postgres_dump_opens_through_the_start_up(postgres_dsn: str
     dst = fresh_pg_database(postgres_dsn)
     _psql_restore(PG_DUMP_FIXTURE, dst)
     asyncio.run(_pg_read_back(dst))
+
+
+PG_V7_FIXTURE = UPGRADE / "postgres-v7"
+"""``make_pg_fixture.py`` run in a checkout at PostgreSQL schema version 7 (main before migration
+8 stored ``digest`` and ``policy_revision`` as bytes): ``.sql`` (the dump) and ``.json`` (each
+invocation's ``GetInvocation`` answer as that version gave it)."""
+
+
+def test_a_postgres_store_at_version_7_migrates_with_every_answer_unchanged(postgres_dsn: str) -> None:
+    """The dump of a v7 store, written by a real sidecar of that version with calls in every state,
+    opened by a sidecar of this code: the start-up migrates it (digests and revisions become
+    bytes) and every ``GetInvocation`` answer, record and events, equals the one v7 gave (hex on
+    the wire, as before); the calls go on."""
+    import os
+
+    import psycopg
+    from google.protobuf import json_format
+
+    from callgate.store.postgres import MIGRATIONS as PG_MIGRATIONS
+    from tests.test_store_contract import fresh_pg_database
+
+    manifest = json.loads(PG_V7_FIXTURE.with_suffix(".json").read_text())
+    dst = fresh_pg_database(postgres_dsn)
+    _psql_restore(PG_V7_FIXTURE.with_suffix(".sql"), dst)
+    env = "CALLGATE_TEST_UPGRADE_PG_DSN"
+    os.environ[env] = dst
+    try:
+        sc, tmp = start_sidecar(store=StoreConfig(backend="postgres", dsn_env=env), confirmation=SLOW)
+    finally:
+        del os.environ[env]
+    try:
+        for state, want in manifest["answers"].items():
+            iid = manifest["ids"][state]
+            got = sc.gate.GetInvocation(
+                pb.GetInvocationRequest(session_id=sc.session_of(iid), invocation_id=iid)
+            )
+            assert json_format.MessageToDict(got) == want, state
+        parked = manifest["answers"]["AUTHORIZED"]["invocation"]
+        done = sc.confirmations.Confirm(
+            pb.ConfirmRequest(
+                invocation_id=parked["invocationId"], digest=parked["digest"], confirmed_by="alice"
+            )
+        )
+        assert pb.State.Name(done.state) == "PREPARED"
+    finally:
+        stop_sidecar(sc, tmp)
+    with psycopg.connect(dst) as c:
+        version = c.execute("SELECT max(version) FROM callgate_schema_version").fetchone()
+        assert version is not None and version[0] == len(PG_MIGRATIONS) >= 8
+        types = dict(
+            c.execute(
+                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = "
+                "'callgate_invocations' AND column_name IN ('digest', 'policy_revision')"
+            ).fetchall()
+        )
+        assert types == {"digest": "bytea", "policy_revision": "bytea"}
+        sizes = c.execute(
+            "SELECT DISTINCT octet_length(digest), octet_length(policy_revision) FROM callgate_invocations "
+            "WHERE state <> 'PARSE_REJECTED'"
+        ).fetchall()
+        assert sizes == [(32, 32)]

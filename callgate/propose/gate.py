@@ -231,25 +231,27 @@ class Gate:
             return await self._finish(
                 call, call.refuse(claim, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
             )
-        call.usage, call.labels = await self.metering.prepare(
-            snap, tool, steps.with_value(normalized) if tool.meters else normalized, invocation_id=call.invocation_id, tenant=session.tenant,
-            subject=session.subject, session_id=session.session_id, now=call.now,
-        )  # fmt: skip
-        decision = await steps.authorize(call, tool, normalized, self.core)
-        if isinstance(decision, Rejection):  # the engine's schema cannot hold the arguments
-            outcome = await self._finish(call, decision, validated=validated)
-            if claim.key is not None:
+        # PostgreSQL: the reservation, the claim and the invocation in one transaction (one commit)
+        async with self.metering.transaction(tool):
+            call.usage, call.labels = await self.metering.prepare(
+                snap, tool, steps.with_value(normalized) if tool.meters else normalized, invocation_id=call.invocation_id, tenant=session.tenant,
+                subject=session.subject, session_id=session.session_id, now=call.now,
+            )  # fmt: skip
+            decision = await steps.authorize(call, tool, normalized, self.core)
+            if isinstance(decision, Rejection):  # the engine's schema cannot hold the arguments
+                outcome = await self._finish(call, decision, validated=validated)
+                if claim.key is not None:
+                    await self.keys.release_claim(claim.key, call.invocation_id, call.now)
+                return outcome
+            steps.decide(call, tool, decision, self._cfg.confirmation.ttl_seconds)
+            try:
+                outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
+            finally:  # a Propose that wrote no invocation of its own holds no reservation
+                if tool.meters and not call.written:
+                    await self.metering.release(call.invocation_id)
+            if decision.effect is Effect.DENY and claim.key is not None:
                 await self.keys.release_claim(claim.key, call.invocation_id, call.now)
             return outcome
-        steps.decide(call, tool, decision, self._cfg.confirmation.ttl_seconds)
-        try:
-            outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
-        finally:  # a Propose that wrote no invocation of its own holds no reservation
-            if tool.meters and not call.written:
-                await self.metering.release(call.invocation_id)
-        if decision.effect is Effect.DENY and claim.key is not None:
-            await self.keys.release_claim(claim.key, call.invocation_id, call.now)
-        return outcome
 
     async def _finish(
         self,

@@ -14,6 +14,7 @@ they are written with the outcome that makes the result exist (:mod:`callgate.st
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -27,7 +28,7 @@ from callgate.policy.meters import (
 )
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.store.meters import MeterStore, meters_of
+from callgate.store.meters import MeterStore, PostgresMeters, meters_of
 
 __all__ = ["Metering"]
 
@@ -86,6 +87,15 @@ class Metering:
             invocation_id, session_id, parts, now, now + timeout + self._ttl
         )
         return usage_context(readings), labels
+
+    def transaction(self, tool: CompiledTool) -> AbstractAsyncContextManager[None]:
+        """Where the store keeps its meters in a database shared by sidecars (PostgreSQL), one
+        transaction from the reservation to the invocation's write, so the two are committed
+        together or not at all (the meters' locks are held across the decision). Elsewhere (no
+        meters; SQLite, whose reservation is a writer transaction of its own) nothing."""
+        if tool.meters and isinstance(self._store, PostgresMeters):
+            return self._store.transaction()
+        return nullcontext()
 
     async def release(self, invocation_id: str) -> None:
         if self._store is not None:

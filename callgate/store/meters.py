@@ -48,6 +48,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Generator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
@@ -705,7 +706,15 @@ class PostgresMeters:
             )
             return result
 
+    def transaction(self) -> AbstractAsyncContextManager[None]:
+        """The store's transaction held across a Propose (:meth:`PostgresStore.transaction`):
+        :meth:`reserve` inside it is committed with the invocation's write, or not at all."""
+        cm: AbstractAsyncContextManager[None] = self._store.transaction()
+        return cm
+
     async def release(self, invocation_id: str) -> None:
+        if self._store.holds():  # reserved in the held transaction: its end decides
+            return
         async with self._store._tx() as conn:
             await conn.execute(_fixed(POSTGRES)["release"], (invocation_id,))
 

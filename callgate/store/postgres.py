@@ -23,11 +23,13 @@ error) raise :class:`~callgate.base.errors.CallgateError` with ``store_unavailab
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import replace
+from contextlib import asynccontextmanager, suppress
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -208,6 +210,15 @@ ALTER TABLE callgate_events ALTER COLUMN event_id DROP NOT NULL, ALTER COLUMN at
 """No ``event_id`` index; ``event_id`` and ``at`` NULL when they are the invocation's; ``data``
 as bytes (a packed row's compressed stages were base64 text) (:mod:`callgate.store.packed`)."""
 
+_V8: Final = r"""
+CREATE OR REPLACE FUNCTION callgate_v8_digest(t TEXT) RETURNS BYTEA LANGUAGE sql IMMUTABLE AS $$ SELECT CASE WHEN t ~ '^sha256:[0-9a-f]{64}$' THEN decode(substr(t, 8), 'hex') WHEN t = '' THEN ''::bytea ELSE '\xff'::bytea || convert_to(t, 'UTF8') || CASE WHEN octet_length(convert_to(t, 'UTF8')) = 31 THEN '\xff'::bytea ELSE ''::bytea END END $$;
+ALTER TABLE callgate_invocations ALTER COLUMN digest TYPE BYTEA USING callgate_v8_digest(digest),
+  ALTER COLUMN policy_revision TYPE BYTEA USING callgate_v8_digest(policy_revision);
+DROP FUNCTION callgate_v8_digest(TEXT)
+"""
+"""An invocation's ``digest`` and ``policy_revision`` as bytes (:func:`_digest_bytes`; issue 34
+item 2): ``sha256:`` and 64 hex digits (72 B stored) become the 32 bytes they name (33 B)."""
+
 MIGRATIONS: Final = (
     Migration(1, "every record and the idempotency keys (one commit per answer)", _V1),
     Migration(2, "deadline sweep index, tool messages fed into model calls, Authorize decisions", _V2),
@@ -216,6 +227,7 @@ MIGRATIONS: Final = (
     Migration(5, "meters: reservations and bucketed totals (issue 30)", PG_MIGRATION),
     Migration(6, packed.EVENTS_MIGRATION, _V6),
     Migration(7, "meters: exact windows (per-call entries, running totals; issue 30)", PG_EXACT_MIGRATION),
+    Migration(8, "invocations: digest and policy revision as bytes (issue 34 item 2)", _V8),
 )
 """The PostgreSQL store's schema, version by version (:mod:`callgate.store.migrations`)."""
 
@@ -255,14 +267,69 @@ _ADD_USAGE: Final = (
 _SELECT_EVENTS: Final = packed.select_events("callgate_", "%s")
 
 
+_SHA256: Final = "sha256:"
+_DIGEST_WIDTH: Final = 32
+_TEXT_MARK: Final = b"\xff"
+"""Starts (and, to keep it off 32 bytes, may end) a stored value that is not a SHA-256 digest:
+never in UTF-8 text, so the text is exactly what lies between the marks."""
+
+
+def _digest_bytes(text: str) -> bytes:
+    """How ``digest`` and ``policy_revision`` are stored (migration 8): ``sha256:`` and 64
+    lower-case hex digits as the 32 bytes they name; ``""`` as no bytes; any other text as its
+    UTF-8 between :data:`_TEXT_MARK` s, never 32 bytes long. :func:`_digest_text` reads it back."""
+    if len(text) == len(_SHA256) + 2 * _DIGEST_WIDTH and text.startswith(_SHA256):
+        try:
+            raw = bytes.fromhex(text[len(_SHA256) :])
+        except ValueError:
+            raw = b""
+        if raw.hex() == text[len(_SHA256) :]:
+            return raw
+    if not text:
+        return b""
+    marked = _TEXT_MARK + text.encode()
+    return marked + _TEXT_MARK if len(marked) == _DIGEST_WIDTH else marked
+
+
+def _digest_text(stored: bytes | memoryview | None) -> str:
+    """The text :func:`_digest_bytes` stored."""
+    raw = bytes(stored or b"")
+    if len(raw) == _DIGEST_WIDTH:
+        return _SHA256 + raw.hex()
+    return raw[1:].rstrip(_TEXT_MARK).decode() if raw else ""
+
+
+_DIGEST_COLUMNS: Final = tuple(_INVOCATIONS.columns.index(c) for c in ("digest", "policy_revision"))
+
+
+def _inv_row(record: InvocationRecord) -> tuple[Any, ...]:
+    """The row of an invocation as this store keeps it (:func:`_digest_bytes`)."""
+    row = list(_INVOCATIONS.row(record))
+    for i in _DIGEST_COLUMNS:
+        row[i] = _digest_bytes(row[i])
+    return tuple(row)
+
+
+def _inv_record(row: Sequence[Any]) -> InvocationRecord:
+    values = list(row)
+    for i in _DIGEST_COLUMNS:
+        values[i] = _digest_text(values[i])
+    return _INVOCATIONS.record(values)
+
+
 def _invocation(row: Sequence[Any] | None) -> InvocationRecord | None:
-    return None if row is None else _INVOCATIONS.record(row)
+    return None if row is None else _inv_record(row)
+
+
+def _event_rows(rows: list[Any]) -> list[Any]:
+    """Rows of :data:`_SELECT_EVENTS` with the invocation's digest and revision as text."""
+    return [(*r[:11], _digest_text(r[11]), _digest_text(r[12]), r[13]) for r in rows]
 
 
 async def _cas(
     conn: Conn, record: InvocationRecord, expected: State, extra: str = "", args: tuple[Any, ...] = ()
 ) -> bool:
-    row = _INVOCATIONS.row(record)
+    row = _inv_row(record)
     cur = await conn.execute(
         f"UPDATE callgate_invocations SET {_CAS_SETS} WHERE invocation_id=%s AND state=%s{extra}",
         (*row[1:], record.invocation_id, expected.value, *args),
@@ -328,6 +395,31 @@ async def _claim(conn: Conn, claim: KeyClaim, invocation_id: str) -> ClaimResult
         await keys_pg._write(conn, fresh)
         return ClaimResult(ClaimKind.NEW, fresh)
     return answer(d, existing)
+
+
+@dataclass(slots=True)
+class _Held:
+    """The transaction a task holds open across several store calls (:meth:`PostgresStore.transaction`)."""
+
+    store: PostgresStore
+    task: asyncio.Task[Any] | None
+    conn: Conn
+    lock_budget: float
+    """The lock wait (seconds) the transaction was begun with (``lock_timeout``)."""
+
+
+_HELD: ContextVar[_Held | None] = ContextVar("callgate_pg_held", default=None)
+"""The transaction the current task holds, if any (checked against the task: a task started
+inside the block inherits the variable but not the transaction)."""
+
+_REFRESH_S: Final = 0.05
+"""A held transaction's ``lock_timeout`` is cut again before its write when the call's budget
+shrank by more than this since it began (a slow decision)."""
+
+
+def _begin_sql(budget: float) -> str:
+    """Begin a transaction whose lock waits end within ``budget`` seconds (one round trip)."""
+    return f"BEGIN; SET LOCAL lock_timeout = '{max(1, int(budget * 1000))}ms'"
 
 
 class _Conflict(Exception):
@@ -418,7 +510,11 @@ class PostgresStore:
         """One transaction on one pooled connection; driver errors become ``store_unavailable``."""
         if not self._started or self._pool.closed:
             raise store_unavailable("PostgreSQL store is not started")
+        held = self._held()
         try:
+            if held is not None:  # the task's held transaction: its end commits or rolls back
+                yield held.conn
+                return
             async with (
                 self._pool.connection(timeout=wait_budget(self._pool_timeout)) as conn,
                 conn.transaction(),
@@ -426,6 +522,58 @@ class PostgresStore:
                 yield conn
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise store_unavailable(f"PostgreSQL store failed: {_brief(exc)}") from exc
+
+    def _held(self) -> _Held | None:
+        held = _HELD.get()
+        if held is None or held.store is not self or held.task is not asyncio.current_task():
+            return None
+        return held
+
+    def holds(self) -> bool:
+        """Whether the current task is inside :meth:`transaction` of this store."""
+        return self._held() is not None
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """Run every call this task makes on the store inside the block in one transaction,
+        committed when the block ends (rolled back if it raises): a metered Propose's meter
+        reservation, the idempotency claim and the invocation's write (issue 30 item 3). Lock
+        waits inside it (the meters' advisory locks, the key's row) end within the call's
+        budget (:func:`~callgate.base.deadline.wait_budget`), then ``store_unavailable``. Nested:
+        the outer block's transaction."""
+        if self._held() is not None:
+            yield
+            return
+        if not self._started or self._pool.closed:
+            raise store_unavailable("PostgreSQL store is not started")
+        try:
+            async with self._pool.connection(timeout=wait_budget(self._pool_timeout)) as conn:
+                budget = wait_budget(self._pool_timeout)
+                await conn.execute(_begin_sql(budget))
+                token = _HELD.set(_Held(self, asyncio.current_task(), conn, budget))
+                try:
+                    yield
+                except BaseException:  # the block's own error (or cancellation) goes on as it is
+                    _HELD.reset(token)
+                    with suppress(psycopg.Error, OSError):  # a broken connection: the pool drops it
+                        await conn.execute("ROLLBACK")
+                    raise
+                _HELD.reset(token)
+                await conn.execute("COMMIT")
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
+            raise store_unavailable(f"PostgreSQL store failed: {_brief(exc)}") from exc
+
+    async def _restart(self, held: _Held) -> None:
+        """Roll the held transaction back (its meter locks go) and begin a fresh one."""
+        held.lock_budget = wait_budget(self._pool_timeout)
+        await held.conn.execute("ROLLBACK; " + _begin_sql(held.lock_budget))
+
+    async def _refresh(self, conn: Conn) -> None:
+        """Cut a held transaction's lock waits to the call's budget now, if it shrank."""
+        held = self._held()
+        if held is not None and (budget := wait_budget(self._pool_timeout)) < held.lock_budget - _REFRESH_S:
+            held.lock_budget = budget
+            await conn.execute(f"SET LOCAL lock_timeout = '{max(1, int(budget * 1000))}ms'")
 
     async def _fetchone(self, sql: str, args: Sequence[Any]) -> Any:
         async with self._tx() as conn:
@@ -488,16 +636,23 @@ class PostgresStore:
     ) -> ClaimResult | None:
         try:
             async with self._tx() as conn:
+                await self._refresh(conn)
                 if claim is not None:
                     got = await _claim(conn, claim, record.invocation_id)
                     if got.kind is not ClaimKind.NEW:
                         raise _Lost(got)  # roll back: nothing of this invocation is written
-                await conn.execute(_INSERT_INVOCATION, _INVOCATIONS.row(record))
+                await conn.execute(_INSERT_INVOCATION, _inv_row(record))
                 await _insert_events(conn, events, record if events and events[0].seq == 1 else None)
                 for sid, d in (usage or {}).items():
                     await conn.execute(_ADD_USAGE, (sid, *_usage_row(d)))
                 await _follow_key(conn, record)
         except _Lost as lost:
+            held = self._held()
+            if held is not None:  # its reservation goes too, and its locks before the replay
+                try:
+                    await self._restart(held)
+                except (psycopg.Error, OSError) as exc:
+                    raise store_unavailable(f"PostgreSQL store failed: {_brief(exc)}") from exc
             return lost.result
         return None
 
@@ -554,7 +709,9 @@ class PostgresStore:
         return _invocation(row)
 
     async def list_events(self, invocation_id: str) -> list[EventRecord]:
-        events = packed.read_rows(await self._fetchall(_SELECT_EVENTS, (invocation_id,)), "callgate_events")
+        events = packed.read_rows(
+            _event_rows(await self._fetchall(_SELECT_EVENTS, (invocation_id,))), "callgate_events"
+        )
         if any(needs_arguments(e) for e in events):
             found = await self._fetchone(
                 "SELECT normalized_arguments FROM callgate_invocations WHERE invocation_id=%s",
@@ -570,7 +727,7 @@ class PostgresStore:
             q += " AND tenant=%s"
             args += (tenant,)
         rows = await self._fetchall(q + " ORDER BY created_at", args)
-        return [_INVOCATIONS.record(r) for r in rows]
+        return [_inv_record(r) for r in rows]
 
     # ------------------------------------------------------------------ attempts, results
     async def begin_attempt(
@@ -738,14 +895,14 @@ class PostgresStore:
             "AND deadline != '' AND deadline <= %s ORDER BY deadline LIMIT %s",
             (bound, limit),
         )
-        found = [_INVOCATIONS.record(r) for r in rows]
+        found = [_inv_record(r) for r in rows]
         return [inv for inv in found if datetime.fromisoformat(inv.deadline) <= now]
 
     # ------------------------------------------------------------------ retention
     async def expired_trails(self, before: str, now: datetime, limit: int, *, full: bool) -> list[Trail]:
         """:meth:`callgate.store.retention.RetainingStore.expired_trails`."""
         rows = await self._fetchall(_PURGE.expired_invocations(_INV_COLS), (before, now, limit))
-        return await self._trails([_INVOCATIONS.record(r) for r in rows], full)
+        return await self._trails([_inv_record(r) for r in rows], full)
 
     async def _trails(self, invs: Sequence[InvocationRecord], full: bool) -> list[Trail]:
         if not full:
@@ -765,7 +922,7 @@ class PostgresStore:
         """:meth:`callgate.store.retention.RetainingStore.events_due`."""
         mark = await self._fetchone(_PURGE.get_mark, (RecordKind.EVENTS.value,)) or ("", "")
         rows = await self._fetchall(_PURGE.events_due(_INV_COLS), (before, mark[0], mark[0], mark[1], limit))
-        return await self._trails([_INVOCATIONS.record(r) for r in rows], full)
+        return await self._trails([_inv_record(r) for r in rows], full)
 
     async def delete_events(self, trails: Sequence[Trail], expired_at: str, exported_to: str) -> int:
         """:meth:`callgate.store.retention.RetainingStore.delete_events`."""
@@ -849,7 +1006,7 @@ class PostgresStore:
             args += after
         q += " ORDER BY created_at, invocation_id LIMIT %s"
         rows = await self._fetchall(q, (*args, limit))
-        return [_INVOCATIONS.record(r) for r in rows]
+        return [_inv_record(r) for r in rows]
 
     async def barrier(self) -> None:
         """Nothing to do: a commit returns after the server flushed its WAL (``fsync = on``,
