@@ -24,6 +24,9 @@ from tests.mcp_env import Published, cli, run, stdio, text_of, write_config, wri
 
 pytestmark = pytest.mark.timeout(240)
 
+IMPORT = ("mcp", "import", "--side-effect", "t1=delete")
+"""``t1`` says ``destructiveHint: false``; the operator classes it ``delete`` all the same."""
+
 
 def upstream(mode: str = "") -> str:
     return f"""
@@ -56,7 +59,9 @@ def pinned(base: Path) -> list[str]:
 
 
 def test_every_page_is_pinned_listed_and_callable(folder: Published) -> None:
-    r = cli(folder.base, "mcp", "import", "--config", str(folder.config))
+    """Also: ``t1`` (``destructiveHint: false`` upstream, classed ``delete`` at import) is listed
+    with ``destructiveHint: true``; before, the upstream's ``false`` was shown for it."""
+    r = cli(folder.base, *IMPORT, "--config", str(folder.config))
     assert r.returncode == 0, r.stdout + r.stderr
     assert pinned(folder.base) == [f"paged.t{i}@v1.json" for i in range(7)]  # 3 pages: 3 + 3 + 1
     r = cli(folder.base, "mcp", "check", "--config", str(folder.config))
@@ -64,8 +69,13 @@ def test_every_page_is_pinned_listed_and_callable(folder: Published) -> None:
 
     async def go() -> None:
         async with stdio(folder) as c:
-            names = {t.name for t in (await c.list_tools()).tools}
-            assert {f"paged__t{i}" for i in range(7)} <= names, names
+            listed = {t.name: t for t in (await c.list_tools()).tools}
+            assert {f"paged__t{i}" for i in range(7)} <= set(listed), listed
+            # the hints are callgate's class: a tool it classes delete is never shown additive
+            t0, t1 = listed["paged__t0"].annotations, listed["paged__t1"].annotations
+            assert t0 is not None and t0.read_only_hint is True
+            assert t1 is not None and t1.read_only_hint is False and t1.destructive_hint is True, t1
+            assert t1.idempotent_hint is True  # the upstream's other hints pass
             res = await c.call_tool("paged__t6", {"text": "last page"})  # a tool of the third page
             assert not res.is_error and "t6: last page" in text_of(res), text_of(res)
 
@@ -82,14 +92,14 @@ def test_every_page_is_pinned_listed_and_callable(folder: Published) -> None:
 def test_a_listing_that_is_not_complete_is_refused_by_import_and_check(
     folder: Published, mode: str, why: str
 ) -> None:
-    r = cli(folder.base, "mcp", "import", "--config", str(folder.config))
+    r = cli(folder.base, *IMPORT, "--config", str(folder.config))
     assert r.returncode == 0, r.stdout + r.stderr  # pinned from the well-paged listing
     folder.config.write_text(folder.config.read_text().replace(upstream(), upstream(mode)))
     r = cli(folder.base, "mcp", "check", "--config", str(folder.config))
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"unreachable paged: ListingInvalid: tools/list {why}" in r.stdout, r.stdout
     shutil.rmtree(folder.base / "policies" / "tools")
-    r = cli(folder.base, "mcp", "import", "--config", str(folder.config))
+    r = cli(folder.base, *IMPORT, "--config", str(folder.config))
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"error: upstream paged: cannot list tools (ListingInvalid: tools/list {why})" in r.stdout, (
         r.stdout

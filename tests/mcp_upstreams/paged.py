@@ -6,7 +6,8 @@ an opaque ``nextCursor`` per page. ``PAGED_MODE`` breaks it as a buggy or hostil
   client that follows it never ends);
 * ``dup``: the last page lists the first page's first tool once more, with another description.
 
-Each tool ``t<i>`` takes ``text`` and answers ``t<i>: <text>``, so a test sees which tool ran.
+Each tool ``t<i>`` takes ``text`` and answers ``t<i>: <text>``, so a test sees which tool ran;
+``t1`` is hinted as an additive write (``destructiveHint: false``), the others as read-only.
 
 Run: ``python -m tests.mcp_upstreams.paged``.
 """
@@ -22,6 +23,13 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 
+def hints(i: int) -> types.ToolAnnotations:
+    """``t1`` says it writes additively (``destructiveHint: false``); the others are read-only."""
+    if i == 1:
+        return types.ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True)
+    return types.ToolAnnotations(read_only_hint=True)
+
+
 def tool(i: int, description: str = "") -> types.Tool:
     return types.Tool(
         name=f"t{i}",
@@ -31,7 +39,7 @@ def tool(i: int, description: str = "") -> types.Tool:
             "properties": {"text": {"type": "string", "maxLength": 100}},
             "required": ["text"],
         },
-        annotations=types.ToolAnnotations(read_only_hint=True),
+        annotations=hints(i),
     )
 
 
