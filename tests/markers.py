@@ -3,7 +3,8 @@
 ``@pytest.mark.opa`` (a real OPA server or the ``opa`` binary), ``@pytest.mark.postgres`` (a
 PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary), ``@pytest.mark.node`` (Node.js
 and the npm dependencies of the TypeScript client, tests/test_ts_client.py, and of the MCP tests,
-tests/mcp_node), ``@pytest.mark.image`` (buildah and mmdebstrap, Debian's packages, as root:
+tests/mcp_node, with the published MCP servers that need mcp 1.x in venvs of their own,
+scripts/mcp-pyvenv), ``@pytest.mark.image`` (buildah and mmdebstrap, Debian's packages, as root:
 tests/test_image.py builds and runs the container image with scripts/image),
 ``@pytest.mark.browser`` (Debian's headless Chromium, driven by Playwright: the console's browser
 test; scripts/chromium). They are registered in
@@ -78,7 +79,10 @@ PREPARE: dict[Needs, tuple[str, ...]] = {
 """What builds or installs each program (idempotent; seconds when it is already there)."""
 
 PREPARE_MORE: dict[Needs, tuple[tuple[str, ...], ...]] = {
-    Needs.NODE: (("scripts/mcp-node", "install"),),  # the MCP tests' Node side (tests/mcp_node)
+    Needs.NODE: (  # the MCP tests' published upstreams: Node side and mcp 1.x Python venvs
+        ("scripts/mcp-node", "install"),
+        ("scripts/mcp-pyvenv", "install"),
+    ),
     Needs.PROVE: (("scripts/solver", "path"),),  # cvc5 1.3.1 behind callgate/policy/prove/smtdriver.py
 }
 """Further install steps for a program, run after :data:`PREPARE`'s (same rules)."""

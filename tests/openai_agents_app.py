@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from agents import Agent, FunctionTool, RunConfig, Runner, RunState, function_tool, set_tracing_disabled
-from agents.testing import ScriptedModel, assistant_message
+from agents.testing import ScriptedModel, assistant_message, function_call
 from pydantic import SecretStr
 
 from callgate.adapters.openai_agents import Attempt, Gate, Secret
@@ -28,6 +28,8 @@ from callgate.client import Client, Session
 set_tracing_disabled(True)
 RUN = RunConfig(tracing_disabled=True)
 CANARY = "sk-upstream-canary-8d1f"
+LATER_EVENT = {"title": "Board review", "start": "2026-07-21T16:00:00+08:00", "duration_minutes": 90}
+"""The event the model books after a standing approval (``approve-always``): a call no one saw."""
 
 
 def _upstream(record: dict[str, Any]) -> None:
@@ -113,7 +115,10 @@ async def resume(
     """The second process: a new client, a new gate, the state restored with the SDK's own
     ``RunState.from_string``, the SDK's own decision, the run resumed."""
     with client_for(sockets, with_confirmer=with_confirmer) as cg:
-        model = ScriptedModel([[assistant_message("done")]])
+        script = [[assistant_message("done")]]
+        if decision == "approve-always":  # the model books another event after the approval
+            script.insert(0, [function_call("calendar__create_event", LATER_EVENT, call_id="c9")])
+        model = ScriptedModel(script)
         session = Session(cg, session_id, tenant="acme", subject="alice")  # the runtime knows its user
         g, agent = gate_and_agent(cg, session, model, with_confirmer=with_confirmer)
         state = await RunState.from_string(agent, saved)
@@ -122,6 +127,8 @@ async def resume(
             summaries.append(await asyncio.to_thread(g.confirmation, item))  # what the approver sees
             if decision == "approve":
                 state.approve(item)
+            elif decision == "approve-always":  # the SDK's standing approval of the tool
+                state.approve(item, always_approve=True)
             else:
                 state.reject(item)
         result = await Runner.run(agent, state, run_config=RUN)

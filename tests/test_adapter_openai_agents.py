@@ -37,7 +37,16 @@ from callgate.client import CallgateClientError, Client, Session
 from callgate.config import IdempotencyConfig, StoreConfig
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.conftest import ROOT, Running, calendar_secret, short_tmpdir, start_sidecar, stop_sidecar
-from tests.openai_agents_app import CANARY, RUN, TOOLS, client_for, gated_agent, resume
+from tests.openai_agents_app import (
+    CANARY,
+    LATER_EVENT,
+    RUN,
+    TOOLS,
+    client_for,
+    gate_and_agent,
+    gated_agent,
+    resume,
+)
 
 EVENT = {"title": "Standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 15}
 USER = {"user": "alice@agent-ui"}
@@ -823,4 +832,48 @@ def test_repeated_keys_parked_in_one_process_are_refused_and_cancelled_in_anothe
     done = asyncio.run(resume(sockets(sidecar), session.session_id, saved, "approve", with_confirmer=True))
     got = json.loads(done["outputs"]["d2"]["output"])
     assert got["code"] == "duplicate_key" and upstream() == [], got
+    assert console_pending(sidecar) == []
+
+
+def test_a_standing_approval_never_confirms_a_call_no_one_was_shown(sidecar: Running) -> None:
+    """``state.approve(item, always_approve=True)`` (the SDK's "always allow this tool"): the
+    approved call runs once; a later call of the tool, which the SDK then runs without an
+    interruption, was never shown to anyone, so the gate does not confirm it: it is cancelled,
+    the model gets ``not_confirmed`` (``confirmation_not_asked``), nothing runs. Before, the
+    confirmer confirmed it in the approver's name and the second event was created."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        model = ScriptedModel(
+            [
+                [function_call("calendar__create_event", EVENT, call_id="c4")],
+                [function_call("calendar__create_event", LATER_EVENT, call_id="c5")],
+                [assistant_message("done")],
+            ]
+        )
+        g, agent = gate_and_agent(cg, new_session(cg), model, with_confirmer=True)
+        first = Runner.run_sync(agent, "book both", context=dict(USER), run_config=g.run_config(RUN))
+        assert [i.call_id for i in first.interruptions] == ["c4"]
+        state = first.to_state()
+        state.approve(first.interruptions[0], always_approve=True)
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN))
+    assert not result.interruptions and result.final_output == "done"
+    assert [r["title"] for r in upstream()] == ["Standup"]  # the shown call only
+    got = json.loads(outputs(result)["c5"].output)
+    assert got["status"] == "not_confirmed" and got["code"] == "confirmation_not_asked", got
+    later = outputs(result)["c5"].custom_data["callgate"]["invocation_id"]
+    assert trail(sidecar, later)[0] == "CANCELLED_BEFORE_COMMIT"
+    assert console_pending(sidecar) == []
+
+
+def test_a_standing_approval_given_in_a_new_process_confirms_only_the_shown_call(sidecar: Running) -> None:
+    """The same in the second process (state restored with ``RunState.from_string``, approved
+    with ``always_approve=True``, resumed without the gate's run config): the restored call runs
+    once, the model's next booking is refused unconfirmed."""
+    session, saved, invocation_id = parked_and_saved(sidecar)
+    out = resume_elsewhere(sidecar, session, saved, "approve-always", "confirmer")
+    assert out["final_output"] == "done" and out["interruptions"] == 0
+    assert [r["title"] for r in upstream()] == ["Standup"]
+    assert json.loads(out["outputs"]["c4"]["output"])["status"] == "ok"
+    got = json.loads(out["outputs"]["c9"]["output"])
+    assert got["status"] == "not_confirmed" and got["code"] == "confirmation_not_asked", got
+    assert trail(sidecar, invocation_id)[0] == "OBSERVED"
     assert console_pending(sidecar) == []

@@ -160,6 +160,10 @@ def _content(message: str) -> str:
     return message
 
 
+NOT_ASKED = "confirmation_not_asked"
+"""The code of a call the SDK approved without an interruption (a standing approval): not run."""
+
+
 def _answer(message: str, invocation_id: str, status: str) -> _Answer:
     return _Answer(_content(message), {"invocation_id": invocation_id, "status": status})
 
@@ -194,6 +198,9 @@ class Gate:
         self.confirmer = confirmer
         self.approver = approver
         self._parked: dict[str, _Parked] = {}
+        self._unshown: set[str] = set()
+        """Calls parked by a new proposal of the guardrail that no ``needs_approval`` (no
+        interruption) has shown to a person yet: the SDK running one is a standing approval."""
         self._answers: dict[str, _Answer] = {}
         self._outcomes: dict[str, Outcome | CallgateClientError] = {}
         self._waiting: dict[str, NeedsConfirmation] = {}
@@ -249,9 +256,12 @@ class Gate:
             if repeats_a_key(raw) and not isinstance(out, Rejected):
                 out = await asyncio.to_thread(self._exact, out, call_id, legal, raw)
             elif out is None:
-                out = await asyncio.to_thread(self._propose, call_id, legal, raw)
+                proposed = await asyncio.to_thread(self._proposed, call_id, legal, raw)
+                out, fresh = proposed
                 if isinstance(out, NeedsConfirmation):
                     self._parked[call_id] = _Parked(legal, out)
+                if fresh:  # shown to no one yet: only needs_approval's interruption shows it
+                    self._unshown.add(call_id)
             self._outcomes[call_id] = out
             if isinstance(out, CallgateClientError):
                 raise CallgateToolError(out)
@@ -264,13 +274,20 @@ class Gate:
         return callgate
 
     def _propose(self, call_id: str, legal: str, arguments: bytes | str) -> Outcome | CallgateClientError:
+        return self._proposed(call_id, legal, arguments)[0]
+
+    def _proposed(
+        self, call_id: str, legal: str, arguments: bytes | str
+    ) -> tuple[Outcome | CallgateClientError, bool]:
+        """The outcome, and whether it parked a **new** invocation (not the replay of one parked
+        before): no interruption can have shown that one to a person yet."""
         try:
             out = self.session.propose(ToolCall(call_id, legal, arguments))
-            if isinstance(out, Replayed) and out.state == "AUTHORIZED":  # still parked
-                return self.session.parked(out.invocation_id, call_id) or out
-            return out
         except CallgateClientError as err:
-            return err
+            return err, False
+        if isinstance(out, Replayed) and out.state == "AUTHORIZED":  # still parked
+            return self.session.parked(out.invocation_id, call_id) or out, False
+        return out, isinstance(out, NeedsConfirmation)
 
     def _exact(
         self, earlier: Outcome | CallgateClientError | None, call_id: str, legal: str, input_json: str
@@ -303,6 +320,7 @@ class Gate:
             self._outcomes[call_id] = out  # an error too: on_invoke_tool raises it, nothing runs
             if isinstance(out, NeedsConfirmation):
                 self._parked[call_id] = _Parked(legal, out)
+                self._unshown.discard(call_id)  # the SDK interrupts the run with it
                 return True
             return False
 
@@ -329,11 +347,20 @@ class Gate:
             out = self._outcomes.pop(call_id, None)
             if repeats_a_key(input_json) and not isinstance(out, Rejected):  # parsed last-key-wins
                 out = await asyncio.to_thread(self._exact, out, call_id, legal, input_json)
+            fresh = False
             if out is None:  # resumed here (or unparsable for needs_approval): propose the bytes
-                out = await asyncio.to_thread(self._propose, call_id, legal, input_json)
+                proposed = await asyncio.to_thread(self._proposed, call_id, legal, input_json)
+                out, fresh = proposed
+            unasked = fresh or call_id in self._unshown
+            self._unshown.discard(call_id)
             self._parked.pop(call_id, None)
             if isinstance(out, CallgateClientError):
                 raise CallgateToolError(out)
+            if unasked and isinstance(out, NeedsConfirmation) and self.confirmer is not None:
+                # approved by the SDK although no interruption showed it (a standing approval)
+                answer = await asyncio.to_thread(self._not_asked, out)
+                self._answers[call_id] = answer
+                return answer.output
             try:
                 answer = await self._decide(ctx, out, binding)
             except CallgateClientError as err:
@@ -414,6 +441,26 @@ class Gate:
                 return self.session.wait_confirmed(out, timeout=WATCH_SLICE_S, cancel_on_close=True)
             except DeadlineExceeded:
                 continue  # still parked: watch again (the sidecar expires it at expires_at)
+
+    def _not_asked(self, out: Outcome) -> _Answer:
+        """A call the SDK ran as approved although it never interrupted the run for it (a
+        standing approval: ``state.approve(item, always_approve=True)`` approves the tool's later
+        calls without calling ``needs_approval``): no person saw this call's arguments or digest,
+        so the gate never confirms it. The new parked invocation is cancelled (it leaves the
+        console) and the model is told it did not run (``confirmation_not_asked``)."""
+        assert isinstance(out, NeedsConfirmation)
+        self._cancel(out.invocation_id, "approved without asking a person (a standing approval)")
+        message = tool_message(
+            out.tool_call_id,
+            {
+                "status": "not_confirmed",
+                "code": NOT_ASKED,
+                "message": "This call needs a person's confirmation of its exact arguments and none "
+                "was asked (a standing approval of the tool does not confirm a callgate call); it "
+                "did not run.",
+            },
+        )
+        return _answer(message, out.invocation_id, "not_confirmed")
 
     def _not_confirmed(self, out: NeedsConfirmation, code: str) -> _Answer:
         message = tool_message(

@@ -105,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _listings(mcp: McpConfig, base: Path, only: list[str]) -> dict[str, list[dict[str, Any]] | str]:
-    from callgate.mcp.upstreams import Upstream  # the SDK's client: imported only when used
+    from callgate.mcp.upstreams import ListingInvalid, Upstream  # the SDK's client: only when used
 
     out: dict[str, list[dict[str, Any]] | str] = {}
     for cfg in mcp.upstreams:
@@ -114,6 +114,8 @@ async def _listings(mcp: McpConfig, base: Path, only: list[str]) -> dict[str, li
         up = Upstream(cfg, base)
         try:
             out[cfg.name] = await up.list_tools()
+        except ListingInvalid as exc:  # the listing itself is unusable: say why
+            out[cfg.name] = f"{type(exc).__name__}: {exc}"
         except Exception as exc:
             out[cfg.name] = type(exc).__name__
         finally:

@@ -16,7 +16,7 @@ from callgate.mcp.codes import McpCode
 from callgate.mcp.config import McpConfig
 from callgate.mcp.notify import Listeners
 from callgate.mcp.pins import Pin, PinState, definition_sha256, read_pins
-from callgate.mcp.upstreams import Upstream
+from callgate.mcp.upstreams import ListingInvalid, Upstream
 
 log = logging.getLogger("callgate.mcp")
 
@@ -106,9 +106,8 @@ class Hosting:
         try:
             tools = await up.list_tools()
         except Exception as exc:  # an unreachable upstream: its tools are not shown nor called
-            log.warning(
-                "upstream %s: cannot list tools (%s); its tools are unavailable", name, type(exc).__name__
-            )
+            why = f"{type(exc).__name__}: {exc}" if isinstance(exc, ListingInvalid) else type(exc).__name__
+            log.warning("upstream %s: cannot list tools (%s); its tools are unavailable", name, why)
             self.view.listed_servers.discard(name)
             return
         self.view.set_listing(name, tools)

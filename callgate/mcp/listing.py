@@ -7,7 +7,9 @@ pin (its digest covers ``annotations``), come
 * ``title`` (top level, else ``annotations.title``);
 * the annotations ``destructiveHint``, ``idempotentHint``, ``openWorldHint`` and ``title``;
   ``readOnlyHint`` is callgate's: ``side_effect_class == "read_only"`` (the class the operator
-  confirmed at import is what policy and idempotency act on, so it is what clients are told).
+  confirmed at import is what policy and idempotency act on, so it is what clients are told),
+  and so is ``destructiveHint`` for a ``modify`` or ``delete`` tool: always true, whatever the
+  upstream said (a client is never told a tool callgate classes as destructive is additive).
 
 ``execution`` (task support, MCP 2025-11-25) is never shown: the gateway runs no tasks (an
 approval, the 6.7 commit boundary and the 6.10 encoding all need the call's result inside the
@@ -36,6 +38,10 @@ if TYPE_CHECKING:
 PASSED_HINTS = ("title", "destructiveHint", "idempotentHint", "openWorldHint")
 """Upstream annotations shown as the upstream declared them."""
 
+DESTRUCTIVE_CLASSES = frozenset({"modify", "delete"})
+"""Side-effect classes shown with ``destructiveHint: true`` whatever the upstream declared
+(``create`` is MCP's "additive updates": the upstream's hint is kept)."""
+
 TASK_REQUIRED = "task_required"
 """Why a tool is not served: its upstream declares ``execution.taskSupport: "required"``."""
 
@@ -58,12 +64,15 @@ UNSERVABLE_MESSAGES = {
 
 
 def annotations_for(tool: Tool, definition: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The annotations shown: the upstream's hints, callgate's ``readOnlyHint``."""
+    """The annotations shown: the upstream's hints, callgate's ``readOnlyHint`` (and
+    ``destructiveHint`` for a destructive class)."""
     upstream = (definition or {}).get("annotations")
     out: dict[str, Any] = {}
     if isinstance(upstream, Mapping):
         out.update({k: upstream[k] for k in PASSED_HINTS if k in upstream and upstream[k] is not None})
     out["readOnlyHint"] = tool.side_effect_class == "read_only"
+    if tool.side_effect_class in DESTRUCTIVE_CLASSES:
+        out["destructiveHint"] = True
     return out
 
 

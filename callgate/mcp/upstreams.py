@@ -266,7 +266,7 @@ class Upstream:
             else:
                 session = await self._listing()
                 conn = None
-        except (ConnectionError, OSError, MCPError, TimeoutError) as exc:
+        except (ConnectionError, OSError, MCPError, TimeoutError, ListingInvalid) as exc:
             if conn is not None:
                 await conn.close()
             return NotSent(type(exc).__name__)
@@ -382,18 +382,40 @@ def _drop(conn: _Connection | None) -> None:
         conn.dead = True
 
 
+MAX_LIST_PAGES = 1000
+"""At most this many ``tools/list`` pages are read from one upstream; a longer listing is refused."""
+
+
+class ListingInvalid(Exception):
+    """An upstream's ``tools/list`` that cannot be taken as its complete set of tools: a cursor it
+    answered before (a listing that never ends), more than :data:`MAX_LIST_PAGES` pages, or a tool
+    name listed twice (two definitions: which one would be pinned and called?). Fail closed: the
+    upstream is treated as unreachable (import and check name it; the gateway serves none of its
+    tools) instead of pinning or serving a part of its listing."""
+
+
 async def _list_all(session: ClientSession, timeout: float) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    names: set[str] = set()
+    seen: set[str] = set()
     cursor: str | None = None
     with anyio.fail_after(timeout):
-        for _ in range(1000):
+        for page in range(1, MAX_LIST_PAGES + 1):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             res = await session.list_tools(params=params)
-            out.extend(_dump(t) for t in res.tools)
+            for t in res.tools:
+                if t.name in names:
+                    raise ListingInvalid(f"tools/list names the tool {t.name!r} twice (page {page})")
+                names.add(t.name)
+                out.append(_dump(t))
             cursor = res.next_cursor
             if not cursor:
-                break
-    return out
+                return out
+            if cursor in seen:
+                raise ListingInvalid(f"tools/list answered the cursor of an earlier page again (page {page}): "
+                                     "its listing never ends")  # fmt: skip
+            seen.add(cursor)
+    raise ListingInvalid(f"tools/list has more than {MAX_LIST_PAGES} pages")
 
 
 def redeem_names(cfg: McpUpstreamConfig) -> dict[str, str]:
@@ -404,6 +426,7 @@ def redeem_names(cfg: McpUpstreamConfig) -> dict[str, str]:
 __all__ = [
     "Answered",
     "CallEnd",
+    "ListingInvalid",
     "Lost",
     "NotSent",
     "Refused",
