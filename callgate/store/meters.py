@@ -418,6 +418,9 @@ def _settle_steps(d: _Dialect, moves: Sequence[tuple[str, State]]) -> Steps:
     for invocation_id, state in moves:
         if state not in SETTLING:
             continue
+        if state not in FINAL_STATES and state not in _RECONCILED:  # released: nothing read back
+            yield _Stmt(_fixed(d)["release"], [invocation_id])
+            continue
         rows = yield _Stmt(_fixed(d)["take"], [invocation_id], True)
         if not rows:
             if state in _RECONCILED:
