@@ -272,13 +272,15 @@ def test_a_reading_that_moves_no_entry_writes_no_total(kind: str, tmp_path: Path
         hour = Window("1h", 3_600_000)
         k = Contribution("m", "acme\x1fs:ana", 1, (hour,), 0)
 
-        async def edge() -> int:
-            sql = "SELECT through_ms FROM {t}meter_totals WHERE meter='m' AND width_ms > 0"
+        async def edge(meter: str = "m") -> int:
+            sql = "SELECT through_ms FROM {t}meter_totals WHERE meter={p} AND width_ms > 0"
             if kind == "sqlite":
-                rows = await store.worker.run(lambda c: c.execute(sql.format(t="")).fetchall())
+                q = sql.format(t="", p="?")
+                rows = await store.worker.run(lambda c: c.execute(q, (meter,)).fetchall())
             else:
                 async with store._tx() as conn:
-                    rows = await (await conn.execute(sql.format(t="callgate_"))).fetchall()
+                    cur = await conn.execute(sql.format(t="callgate_", p="%s"), (meter,))
+                    rows = await cur.fetchall()
             return int(rows[0][0])
 
         async def seen(at: datetime) -> int:
@@ -303,6 +305,15 @@ def test_a_reading_that_moves_no_entry_writes_no_total(kind: str, tmp_path: Path
         assert await edge() == t0_ms - 1
         assert await seen(t0 + timedelta(minutes=30)) == 1  # further back: nothing crosses
         assert await edge() == t0_ms - 1
+        # an entry of amount 0 that leaves moves the edge too (the next read scans from there)
+        zero = Contribution("z", "acme\x1fs:ana", 0, (hour,), 0)
+        await meters.reserve("inv_3", "ses_1", [zero], t0, t0 + timedelta(minutes=1))
+        await settle("inv_3", State.COMMITTED)
+        assert await edge("z") == t0_ms - ms
+        await meters.reserve(
+            "inv_4", "ses_1", [zero], t0 + timedelta(hours=1), t0 + timedelta(hours=1, minutes=1)
+        )
+        assert await edge("z") == t0_ms
         await store.close()
 
     asyncio.run(run())

@@ -17,9 +17,10 @@ Tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
   A read at ``now`` moves the edge to ``now - width``: it subtracts the entries that crossed it
   since (or adds back those a clock that went back brings in again), so its cost is the entries
   that left the window since the last read (amortized O(1) per call), never the history. The
-  row is written only when those entries change the total: otherwise the edge stays where it
-  was (no entry lies between it and the new one, so the total is the same; issue 30 item 5:
-  a read that changes nothing writes nothing). A total that does not exist yet is computed
+  row is written only when an entry crossed: otherwise the edge stays where it was (no entry
+  lies between it and the new one, so the total is the same; issue 30 item 5: a read that
+  moves nothing writes nothing). An entry of amount 0 crossing moves it too, so the entries a
+  read scans stay those that left since the last read. A total that does not exist yet is computed
   once from the entries.
 * ``meter_unknown``: the contributions of an invocation that ended OUTCOME_UNKNOWN, until a
   Reconcile says what happened: FAILED_BEFORE_COMMIT takes them back out of the totals, COMMITTED
@@ -230,16 +231,19 @@ def _advance_sql(d: _Dialect, keys: int) -> str:
 
 @functools.lru_cache(maxsize=128)
 def _read_totals_sql(d: _Dialect, keys: int) -> str:
-    """Read ``keys`` running totals with what bringing each to ``now`` would take out of it (the
-    entries between its edge and ``now``'s, signed as :func:`_advance_sql` moves them): one
-    statement that writes nothing. Args: now (3 times), then (meter, scope, width) per key."""
+    """Read ``keys`` running totals with the entries between each one's edge and ``now``'s:
+    their signed sum (what bringing the total to ``now`` takes out of it, as
+    :func:`_advance_sql` moves it) and how many there are; one statement that writes nothing.
+    Args: now (3 times), then (meter, scope, width) per key."""
     where = " OR ".join(["(t.meter=? AND t.scope=? AND t.width_ms=?)"] * keys)
     return d.sql(
-        "SELECT t.meter, t.scope, t.width_ms, t.total, CASE WHEN t.width_ms = 0 THEN 0 ELSE "
-        "(SELECT COALESCE(SUM(CASE WHEN e.at_ms <= ? - t.width_ms THEN e.amount ELSE -e.amount END), 0) "
-        "FROM {t}meter_entries e WHERE e.meter = t.meter AND e.scope = t.scope "
+        "SELECT t.meter, t.scope, t.width_ms, t.total, "
+        "COALESCE(SUM(CASE WHEN e.at_ms <= ? - t.width_ms THEN e.amount ELSE -e.amount END), 0), "
+        "COUNT(e.at_ms) FROM {t}meter_totals t LEFT JOIN {t}meter_entries e ON t.width_ms > 0 "
+        "AND e.meter = t.meter AND e.scope = t.scope "
         f"AND e.at_ms > {d.least}(t.through_ms, ? - t.width_ms) "
-        f"AND e.at_ms <= {d.greatest}(t.through_ms, ? - t.width_ms)) END FROM {{t}}meter_totals t WHERE {where}"
+        f"AND e.at_ms <= {d.greatest}(t.through_ms, ? - t.width_ms) WHERE {where} "
+        "GROUP BY t.meter, t.scope, t.width_ms, t.total"
     )
 
 
@@ -353,10 +357,10 @@ def _reserve_steps(
         _read_totals_sql(d, len(keys)), [now_ms, now_ms, now_ms, *(x for key in keys for x in key)], True
     )
     finals: dict[tuple[str, str, int], int] = {}
-    for m, s, w, t, out in got:
+    for m, s, w, t, out, moved in got:
         key, crossed = (m, s, int(w)), int(out)
         finals[key] = int(t) - crossed
-        if crossed:  # entries crossed the window's edge: the total is brought to it (else it
+        if int(moved):  # entries crossed the window's edge: the total is brought to it (else it
             # stays as it is: the same value, at an edge no entry lies beyond; no row written)
             yield _Stmt(_fixed(d)["move"], [crossed, now_ms - key[2], *key])
     for key in keys:
