@@ -233,17 +233,20 @@ def _advance_sql(d: _Dialect, keys: int) -> str:
 def _read_totals_sql(d: _Dialect, keys: int) -> str:
     """Read ``keys`` running totals with the entries between each one's edge and ``now``'s:
     their signed sum (what bringing the total to ``now`` takes out of it, as
-    :func:`_advance_sql` moves it) and how many there are; one statement that writes nothing.
-    Args: now (3 times), then (meter, scope, width) per key."""
+    :func:`_advance_sql` moves it) and how many there are; one statement that writes nothing
+    (two index range searches per timed total; measured a little cheaper than one LEFT JOIN
+    with GROUP BY). Args: now (5 times), then (meter, scope, width) per key."""
     where = " OR ".join(["(t.meter=? AND t.scope=? AND t.width_ms=?)"] * keys)
-    return d.sql(
-        "SELECT t.meter, t.scope, t.width_ms, t.total, "
-        "COALESCE(SUM(CASE WHEN e.at_ms <= ? - t.width_ms THEN e.amount ELSE -e.amount END), 0), "
-        "COUNT(e.at_ms) FROM {t}meter_totals t LEFT JOIN {t}meter_entries e ON t.width_ms > 0 "
-        "AND e.meter = t.meter AND e.scope = t.scope "
+    between = (
+        "FROM {t}meter_entries e WHERE e.meter = t.meter AND e.scope = t.scope "
         f"AND e.at_ms > {d.least}(t.through_ms, ? - t.width_ms) "
-        f"AND e.at_ms <= {d.greatest}(t.through_ms, ? - t.width_ms) WHERE {where} "
-        "GROUP BY t.meter, t.scope, t.width_ms, t.total"
+        f"AND e.at_ms <= {d.greatest}(t.through_ms, ? - t.width_ms)"
+    )
+    return d.sql(
+        "SELECT t.meter, t.scope, t.width_ms, t.total, CASE WHEN t.width_ms = 0 THEN 0 ELSE "
+        "(SELECT COALESCE(SUM(CASE WHEN e.at_ms <= ? - t.width_ms THEN e.amount ELSE -e.amount END), 0) "
+        f"{between}) END, CASE WHEN t.width_ms = 0 THEN 0 ELSE (SELECT COUNT(*) {between}) END "
+        f"FROM {{t}}meter_totals t WHERE {where}"
     )
 
 
@@ -354,7 +357,7 @@ def _reserve_steps(
     if d.locks:
         yield _lock(list(zip(pairs[::2], pairs[1::2], strict=True)))
     got = yield _Stmt(
-        _read_totals_sql(d, len(keys)), [now_ms, now_ms, now_ms, *(x for key in keys for x in key)], True
+        _read_totals_sql(d, len(keys)), [*([now_ms] * 5), *(x for key in keys for x in key)], True
     )
     finals: dict[tuple[str, str, int], int] = {}
     for m, s, w, t, out, moved in got:
