@@ -146,6 +146,6 @@ class Tool:
         cedar: CedarSnapshot,
         principal: str,
         capabilities: list[str],
-        members: bytes,
+        members: dict[str, Any],
         now: str | None = None,
     ) -> Authz | None: ...

@@ -258,6 +258,67 @@ def test_a_count_leaves_the_window_exactly_at_its_edge(kind: str, tmp_path: Path
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_reading_that_moves_no_entry_writes_no_total(kind: str, tmp_path: Path, request: Any) -> None:
+    """Issue 30 item 5: a reading at a later time that moves no entry across the window's edge
+    leaves the running total's row as it is (its edge stays behind: no entry lies between it and
+    the new one, so the total is the same); the reading that moves an entry out brings the edge
+    there. The readings stay exact either way, the clock going back included."""
+    dsn = request.getfixturevalue("postgres_dsn") if kind == "postgres" else ""
+
+    async def run() -> None:
+        store, settle = await _store(kind, tmp_path, dsn)
+        meters = store.meters()
+        hour = Window("1h", 3_600_000)
+        k = Contribution("m", "acme\x1fs:ana", 1, (hour,), 0)
+
+        async def edge(meter: str = "m") -> int:
+            sql = "SELECT through_ms FROM {t}meter_totals WHERE meter={p} AND width_ms > 0"
+            if kind == "sqlite":
+                q = sql.format(t="", p="?")
+                rows = await store.worker.run(lambda c: c.execute(q, (meter,)).fetchall())
+            else:
+                async with store._tx() as conn:
+                    cur = await conn.execute(sql.format(t="callgate_", p="%s"), (meter,))
+                    rows = await cur.fetchall()
+            return int(rows[0][0])
+
+        async def seen(at: datetime) -> int:
+            return int(await meters.totals("m", k.scope, hour, "ses_1", at))
+
+        ms = 3_600_000
+        t0 = datetime(2026, 7, 19, 6, 0, 30, 123000, tzinfo=UTC)
+        t0_ms = int(t0.timestamp() * 1000)
+        await meters.reserve("inv_1", "ses_1", [k], t0, t0 + timedelta(minutes=1))
+        await settle("inv_1", State.COMMITTED)
+        assert await edge() == t0_ms - ms  # the total was made at the first reading
+        assert await seen(t0 + timedelta(minutes=10)) == 1
+        got = await meters.reserve(
+            "inv_2", "ses_1", [k], t0 + timedelta(minutes=20), t0 + timedelta(minutes=21)
+        )
+        assert got[0].before == 1
+        await settle("inv_2", State.CANCELLED_BEFORE_COMMIT)
+        assert await edge() == t0_ms - ms  # nothing crossed: the row was not written
+        assert await seen(t0 + timedelta(hours=1)) == 0  # the entry left: the edge moved to it
+        assert await edge() == t0_ms
+        assert await seen(t0 + timedelta(hours=1, milliseconds=-1)) == 1  # the clock went back
+        assert await edge() == t0_ms - 1
+        assert await seen(t0 + timedelta(minutes=30)) == 1  # further back: nothing crosses
+        assert await edge() == t0_ms - 1
+        # an entry of amount 0 that leaves moves the edge too (the next read scans from there)
+        zero = Contribution("z", "acme\x1fs:ana", 0, (hour,), 0)
+        await meters.reserve("inv_3", "ses_1", [zero], t0, t0 + timedelta(minutes=1))
+        await settle("inv_3", State.COMMITTED)
+        assert await edge("z") == t0_ms - ms
+        await meters.reserve(
+            "inv_4", "ses_1", [zero], t0 + timedelta(hours=1), t0 + timedelta(hours=1, minutes=1)
+        )
+        assert await edge("z") == t0_ms
+        await store.close()
+
+    asyncio.run(run())
+
+
 def read_then_egress(sc: Running, subject: str, read: tuple[str, str], egress: tuple[str, str]) -> str:
     """The read-then-exfiltrate flow through the Python client: ``egress`` is allowed in a session
     that read nothing labelled yet; ``read`` is allowed and runs to OBSERVED (its result carries

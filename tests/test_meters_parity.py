@@ -138,25 +138,51 @@ def test_compiled_core_in_one_call(folder: Path) -> None:
         tool = snap.tools.get(*key.split("@"))
         norm = reference_front(tool, json.dumps(args).encode(), CLOCK, "acme")
         meters = {m: ws for m, ws in usage.items() if m != "labels"}
-        if any(isinstance(v, Decimal) for ws in meters.values() for ba in ws.values() for v in ba.values()):
-            skipped += 1
-            continue  # the engine's JSON path writes decimal sums
-        members: dict[str, Any] = {"session": {"labels": usage.get("labels", [])}}
+        members: dict[str, Any] = {"session": {"labels": list(usage.get("labels", []))}}
         if meters:
             members["usage"] = meters
         answer = core.decide_metered(
-            snap,
-            tool,
-            norm.canonical,
-            "acme",
-            "ana",
-            norm.context.reference_clock,
-            json.dumps(members).encode(),
+            snap, tool, norm.canonical, "acme", "ana", norm.context.reference_clock, members
         )
+        if any(isinstance(v, Decimal) for ws in meters.values() for ba in ws.values() for v in ba.values()):
+            assert answer is None, name  # the engine's JSON path writes decimal sums
+            skipped += 1
+            continue
         assert answer is not None, name
         d = decider.decide_answers(answer[1])
         got[name], want[name] = (d.effect.value, sorted(d.policy_ids)), (effect, ids)
     assert got == want and len(got) == len(CASES) - skipped and len(got) >= 7 and skipped
+
+
+def test_compiled_core_leaves_other_values_to_the_engine(folder: Path) -> None:
+    """``context.usage`` reaches the compiled core as Python values (no JSON text): anything but
+    dicts, lists, strings and exact integers that fit i64 (a bool, a float, an integer past i64,
+    a non-string key) is answered None, so the engine decides (fail closed to the reference)."""
+    snap = load_snapshot(folder)
+    core = Core("native")
+    core.prepare(snap, eager=True)
+    name, (key, args), usage, _, _ = next(c for c in CASES if c[2] and "labels" not in c[2])
+    tool = snap.tools.get(*key.split("@"))
+    norm = reference_front(tool, json.dumps(args).encode(), CLOCK, "acme")
+    meter, windows = next(iter(usage.items()))
+    window = next(iter(windows))
+
+    def with_before(value: Any) -> Any:
+        members = {
+            "usage": {**usage, meter: {**windows, window: {**windows[window], "before": value}}},
+            "session": {"labels": []},
+        }
+        return core.decide_metered(
+            snap, tool, norm.canonical, "acme", "ana", norm.context.reference_clock, members
+        )
+
+    assert with_before(windows[window]["before"]) is not None, name  # the case itself is decided
+    for odd in (True, 1.0, 2**70, Decimal(1), None):
+        assert with_before(odd) is None, odd
+    assert core.decide_metered(
+        snap, tool, norm.canonical, "acme", "ana", norm.context.reference_clock,
+        {"usage": {1: {}}, "session": {"labels": []}},
+    ) is None  # fmt: skip
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

@@ -595,13 +595,13 @@ class Core:
         tenant: str,
         principal: str,
         reference_clock: str,
-        members: bytes,
+        members: dict[str, Any],
     ) -> tuple[str, tuple[Any, ...]] | None:
         """The compiled core's decision of a metered or labelled call after its reservation
-        (issue 30: ``members``, the JSON object of ``context.usage`` with integers only and
-        ``context.session``), from its canonical arguments:
-        ``(resource, answers)`` as :meth:`front`'s one-call decision, or None (the engine's
-        JSON path decides: another core, a tool the core does not run, no context projection)."""
+        (issue 30: ``members``, ``context.usage`` and ``context.session`` as Python values, no
+        JSON text), from its canonical arguments: ``(resource, answers)`` as :meth:`front`'s
+        one-call decision, or None (the engine's JSON path decides: another core, a tool the
+        core does not run, no context projection, a decimal sum in ``members``)."""
         decider = snapshot.engine.compiled
         cedar = decider.native_snapshot if decider is not None else None
         if cedar is None or self._native is None:

@@ -503,10 +503,10 @@ def _metered_on_core(
     out. None: the engine decides."""
     if core.cedar_core(call.snapshot) is not CoreKind.NATIVE:
         return None
+    # handed over as Python values (no JSON text): the core refuses a decimal sum (None), which
+    # the engine's JSON path writes as a Cedar decimal
     members: dict[str, Any] = {}
     if call.usage is not None:
-        if not all(type(v) is int for ws in call.usage.values() for ba in ws.values() for v in ba.values()):
-            return None  # decimal sums: the engine's JSON path writes them as Cedar decimals
         members[USAGE_KEY] = call.usage
     if call.labels is not None:
         members[SESSION_KEY] = {"labels": list(call.labels)}
@@ -514,7 +514,7 @@ def _metered_on_core(
         return None
     got = core.decide_metered(
         call.snapshot, tool, normalized.canonical, call.session.tenant, call.session.subject,
-        normalized.context.reference_clock, json.dumps(members, separators=(",", ":")).encode(),
+        normalized.context.reference_clock, members,
     )  # fmt: skip
     if got is None:
         return None

@@ -54,6 +54,43 @@ fn to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
     })
 }
 
+/// A context member handed over as Python values (issue 30: `usage`, `session`): dicts with
+/// string keys, lists, strings and exact `int`s that fit i64, at most 16 levels deep. None for
+/// anything else (a `Decimal` sum, a bool, a float): the caller leaves the decision to the
+/// engine, which writes such values as Cedar does.
+fn plain_value(v: &Bound<'_, PyAny>, depth: usize) -> Option<Value> {
+    if depth > 16 {
+        return None;
+    }
+    if v.is_exact_instance_of::<pyo3::types::PyInt>() {
+        return v.extract::<i64>().ok().map(|i| Value::Num(Num::Int(i)));
+    }
+    if let Ok(s) = v.cast::<pyo3::types::PyString>() {
+        return s.to_str().ok().map(|t| Value::Str(t.to_owned()));
+    }
+    if let Ok(d) = v.cast::<PyDict>() {
+        let mut out = Vec::with_capacity(d.len());
+        for (k, x) in d.iter() {
+            let k = k
+                .cast::<pyo3::types::PyString>()
+                .ok()?
+                .to_str()
+                .ok()?
+                .to_owned();
+            out.push((k, plain_value(&x, depth + 1)?));
+        }
+        return Some(Value::Object(out));
+    }
+    if let Ok(l) = v.cast::<PyList>() {
+        let mut out = Vec::with_capacity(l.len());
+        for x in l.iter() {
+            out.push(plain_value(&x, depth + 1)?);
+        }
+        return Some(Value::Array(out));
+    }
+    None
+}
+
 /// The code of the refusal of `parse_arguments` (or `parse_json_document` when `document`), or
 /// None when the bytes parse.
 #[pyfunction]
@@ -409,10 +446,12 @@ impl Tool {
     }
 
     /// The decision of `decide` for arguments already normalized (`canonical`: their canonical
-    /// JSON) with more context members (issue 30: `members`, a JSON object such as `{"usage":
-    /// ..., "session": {"labels": [...]}}` read after the idempotency claim). None when it cannot
-    /// be answered exactly here (as `decide`; also when a capability's policies have no context
-    /// projection): the Python engine decides.
+    /// JSON) with more context members (issue 30: `members`, a dict such as `{"usage": ...,
+    /// "session": {"labels": [...]}}` read after the idempotency claim, handed over as Python
+    /// values: no JSON text is written or read for them). None when it cannot be answered
+    /// exactly here (as `decide`; also when a capability's policies have no context projection,
+    /// or a member holds anything but dicts, lists, strings and exact integers, e.g. a decimal
+    /// sum): the Python engine decides.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (canonical, tenant, cedar, principal, capabilities, members, now=None))]
     fn decide_metered(
@@ -422,15 +461,23 @@ impl Tool {
         cedar: &Bound<'_, cedar::CedarSnapshot>,
         principal: &str,
         capabilities: Vec<String>,
-        members: &[u8],
+        members: &Bound<'_, PyDict>,
         now: Option<&str>,
     ) -> Option<Authz> {
-        let l = limits(canonical.len().max(members.len()) + 1, 1024);
-        let normalized = json::parse_document(canonical, &l).ok()?;
-        let Value::Object(extra) = json::parse_document(members, &l).ok()? else {
+        let Value::Object(extra) = plain_value(members.as_any(), 0)? else {
             return None;
         };
-        self.authorize(&normalized, cedar.get(), tenant, principal, &capabilities, now, &extra)
+        let l = limits(canonical.len() + 1, 1024);
+        let normalized = json::parse_document(canonical, &l).ok()?;
+        self.authorize(
+            &normalized,
+            cedar.get(),
+            tenant,
+            principal,
+            &capabilities,
+            now,
+            &extra,
+        )
     }
 }
 
