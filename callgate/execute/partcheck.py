@@ -15,8 +15,9 @@ The data must be exactly what the part's descriptor covers (its ``bytes`` and ``
 digest the trail keeps names what was checked; anything else is refused (``invalid_request``,
 naming ``parts[i]``) before the result is recorded. Data that is not a JSON object is a part's
 raw bytes (the MCP gateway's image, audio and blob blocks, whose descriptors cover the decoded
-bytes): checked as the decoded bytes of base64 data are (:func:`_raw_holds`). The data is read here and dropped: nothing of
-it reaches the store, the events (they get the withheld parts' positions) or a log.
+bytes): checked as the decoded bytes of base64 data are (:func:`_raw_holds`). The data is read
+here and dropped: nothing of it reaches the store, the events (they get the withheld parts'
+positions) or a log.
 """
 
 from __future__ import annotations
@@ -86,11 +87,12 @@ def _matches(part: PartData, at: int, blocks: list[Any], taken: set[int]) -> Non
 
 
 def _json_object(data: bytes) -> dict[str, Any] | None:
-    """A part's canonical JSON (an object), None for raw bytes."""
+    """A part's canonical JSON (an object), None for raw bytes. Numbers are kept as their text
+    (a JSON object among raw bytes has every string and number checked)."""
     if not data.lstrip().startswith(b"{"):
         return None
     try:
-        doc = json.loads(data)
+        doc = json.loads(data, parse_int=str, parse_float=str, parse_constant=str)
     except ValueError:  # UnicodeDecodeError is one
         return None
     return doc if isinstance(doc, dict) else None

@@ -189,7 +189,7 @@ def checked_parts(result: types.CallToolResult, value: Any) -> tuple[tuple[int, 
     """The bytes each binary block's descriptor covers, by the block's position, for the
     sidecar's secret check (``EncodeResultRequest.parts``, never stored): in order while they and
     ``value``'s JSON fit :data:`~callgate.adapters.parts.MAX_CHECKED_BYTES`; a block left out
-    gets no verdict and is withheld (:func:`block_answer`). None for a value not in block form."""
+    gets no verdict and is withheld (:func:`block_answer`). Empty for a value not in block form."""
     if not (isinstance(value, dict) and set(value) == {BLOCKS_KEY}):
         return ()
     room = MAX_CHECKED_BYTES - len(json_bytes(value))
