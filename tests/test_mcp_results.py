@@ -39,7 +39,7 @@ from tests.mcp_env import (
     write_config,
     write_policies,
 )
-from tests.mcp_upstreams.rich import BLOB_B64, PNG_B64, WAV_B64
+from tests.mcp_upstreams.rich import BLOB_B64, LEAK_FORMS, PNG_B64, UNREDEEMED, WAV_B64
 
 CANARY = "canary-rich-6b1d0e44f2"
 TOKENS = {secrets.token_urlsafe(32): "alice", secrets.token_urlsafe(32): "alice"}
@@ -54,6 +54,8 @@ ACTIONS = {
     "steps": "n: Long",
     "secret_image": "",
     "announce": "",
+    "leaky": "form: String",
+    "huge_image": "",
 }
 POLICIES = '@id("rich-read")\npermit (principal == User::"alice", action in Action::"read", resource);\n'
 
@@ -62,6 +64,7 @@ def _write(base: Path) -> Path:
     tools = {tool: ("read", args) for tool, args in ACTIONS.items()}
     write_policies(base, {"rich": tools, "richsec": tools}, POLICIES)
     (base / "canary.txt").write_text(CANARY + "\n")
+    (base / "unredeemed.txt").write_text(UNREDEEMED + "\n")
     py, root = json.dumps(sys.executable), json.dumps(str(ROOT))
     upstream = f'command = {py}\nargs = ["-W", "ignore", "-m", "tests.mcp_upstreams.rich"]\ncwd = {root}\n'
     return write_config(
@@ -70,7 +73,9 @@ def _write(base: Path) -> Path:
         f'[[mcp.upstreams]]\nname = "richsec"\n{upstream}'
         f'env = {{ PYTHONPATH = {root}, RICH_CANARY = {{ secret = "canary" }} }}\n',
         tokens=TOKENS,
-        head='[[secrets]]\nname = "canary"\nfile = "canary.txt"\ntools = ["richsec.secret_image"]\n',
+        head='[[secrets]]\nname = "canary"\nfile = "canary.txt"\ntools = ["richsec.secret_image"]\n'
+        # configured, never redeemed by rich.leaky: only the sidecar knows it
+        '[[secrets]]\nname = "unredeemed"\nfile = "unredeemed.txt"\ntools = ["richsec.secret_image"]\n',
     )
 
 
@@ -187,6 +192,38 @@ def test_binary_block_holding_a_secret_is_withheld(rich: Published) -> None:
             assert CANARY not in shown and base64.b64encode(CANARY.encode()).decode()[:16] not in shown
 
     run(go())
+
+
+def test_binary_blocks_holding_a_configured_secret_never_redeemed_are_withheld(rich: Published) -> None:
+    """Old main: the gateway checked binary blocks only for the call's redeemed values, so an
+    image, audio clip or blob holding another configured secret reached the client. Now each
+    binary block's bytes go to the sidecar's check (EncodeResult ``parts``): a block holding a
+    known secret in any form is the withheld note, a clean image passes as it came, an image
+    too large to check is withheld, and the bytes are never stored."""
+
+    async def go() -> None:
+        async with stdio(rich) as c:
+            for form in LEAK_FORMS:
+                r = await c.call_tool("rich__leaky", {"form": form})
+                assert not r.is_error, text_of(r)
+                assert [b.type for b in r.content] == ["image", "text", "text", "text", "text"], (form, r)
+                clean = r.content[0]
+                assert isinstance(clean, types.ImageContent) and clean.data == PNG_B64
+                notes = [json.loads(t) for t in texts(r)[:3]]
+                assert [n["type"] for n in notes] == ["callgate_withheld"] * 3, (form, notes)
+                assert "four blocks" in texts(r)[3]
+                shown = r.model_dump_json()
+                assert UNREDEEMED not in shown.casefold() and LEAK_FORMS[form].decode() not in shown, form
+            big = await c.call_tool("rich__huge_image", {})
+            assert not big.is_error, text_of(big)
+            assert [b.type for b in big.content] == ["text"], big.content[0].type
+            assert json.loads(texts(big)[0])["type"] == "callgate_withheld"
+
+    run(go())
+    stored = "".join(f.read_bytes().decode("latin-1") for f in sorted((rich.base / "var").glob("*.db*")))
+    assert stored and UNREDEEMED not in stored and base64.b64decode(PNG_B64).decode("latin-1") not in stored
+    for form in LEAK_FORMS.values():
+        assert form.decode() not in stored
 
 
 # ------------------------------------------------------------------------------ tools/list

@@ -13,12 +13,16 @@ withholds every part that is not :attr:`PartVerdict.CLEAN`.
 
 The data must be exactly what the part's descriptor covers (its ``bytes`` and ``sha256``), so the
 digest the trail keeps names what was checked; anything else is refused (``invalid_request``,
-naming ``parts[i]``) before the result is recorded. The data is read here and dropped: nothing of
-it reaches the store, the events (they get the withheld parts' positions) or a log.
+naming ``parts[i]``) before the result is recorded. Data that is not a JSON object is a part's
+raw bytes (the MCP gateway's image, audio and blob blocks, whose descriptors cover the decoded
+bytes): checked as the decoded bytes of base64 data are (:func:`_raw_holds`). The data is read
+here and dropped: nothing of it reaches the store, the events (they get the withheld parts'
+positions) or a log.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
@@ -82,13 +86,31 @@ def _matches(part: PartData, at: int, blocks: list[Any], taken: set[int]) -> Non
     taken.add(part.index)
 
 
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    """A part's canonical JSON (an object), None for raw bytes. Numbers are kept as their text
+    (a JSON object among raw bytes has every string and number checked)."""
+    if not data.lstrip().startswith(b"{"):
+        return None
+    try:
+        doc = json.loads(data, parse_int=str, parse_float=str, parse_constant=str)
+    except ValueError:  # UnicodeDecodeError is one
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _raw_holds(data: bytes, redactor: Redactor) -> bool:
+    """Raw bytes hold a known secret: the views of their base64 (the bytes themselves, read as
+    Latin-1 and as UTF-8), what a part's base64 ``data`` gets."""
+    return redactor.holds_known_secret(base64.b64encode(data).decode("ascii"))
+
+
 def check_parts(value: Any, parts: Sequence[PartData], redactor: Redactor) -> tuple[PartVerdict, ...]:
     """One verdict per part, in order (empty for no parts).
 
     Raises:
         CallgateError: ``invalid_request`` for parts beside a value not in parts, a part naming
             no descriptor (or one twice), data that does not match its descriptor's size and
-            sha256, data that is not UTF-8 JSON.
+            sha256.
     """
     if not parts:
         return ()
@@ -97,11 +119,11 @@ def check_parts(value: Any, parts: Sequence[PartData], redactor: Redactor) -> tu
     out: list[PartVerdict] = []
     for at, part in enumerate(parts):
         _matches(part, at, blocks, taken)
-        try:
-            doc = json.loads(part.data)
-        except ValueError:  # UnicodeDecodeError is one
-            raise invalid_request(f"parts[{at}]: data is not UTF-8 JSON") from None
-        found = any(redactor.holds_known_secret(s) for s in _strings(doc))
+        doc = _json_object(part.data)
+        if doc is None:
+            found = _raw_holds(part.data, redactor)
+        else:
+            found = any(redactor.holds_known_secret(s) for s in _strings(doc))
         out.append(PartVerdict.HOLDS_SECRET if found else PartVerdict.CLEAN)
     return tuple(out)
 

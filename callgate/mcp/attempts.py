@@ -45,7 +45,7 @@ from callgate.mcp.hosting import Hosting
 from callgate.mcp.notify import call_log
 from callgate.mcp.pins import Pin, PinState, definition_sha256
 from callgate.mcp.progress import CallProgress
-from callgate.mcp.results import answer_of, encode_value, error_result, json_bytes
+from callgate.mcp.results import answer_of, checked_parts, encode_value, error_result, json_bytes
 from callgate.mcp.session import McpSession, cancel
 from callgate.mcp.upstreams import Answered, CallEnd, Lost, NotSent, Refused, redeem_names
 
@@ -144,7 +144,9 @@ def outcome(end: CallEnd, pin: Pin, attempt_id: str) -> Committed:
     if isinstance(end, Answered) and not end.result.is_error:
         value = encode_value(end.result, has_output_schema=pin.has_output_schema)
         # MCP results carry no external id: a committed call is named by its attempt
-        return Committed(value, external_resource_id=f"mcp:{pin.server}.{pin.tool}:{attempt_id}")
+        # the binary blocks' bytes go to the sidecar's secret check (never stored)
+        parts = checked_parts(end.result, value)
+        return Committed(value, external_resource_id=f"mcp:{pin.server}.{pin.tool}:{attempt_id}", parts=parts)
     if isinstance(end, Lost):
         raise OutcomeUnknown(recorded=f"sent, no answer: {end.reason}")
     code, message = failure(end)

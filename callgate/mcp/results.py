@@ -32,9 +32,11 @@ from typing import Any
 
 import mcp_types as types
 
+from callgate.adapters.parts import MAX_CHECKED_BYTES
 from callgate.client import Replayed, ToolResult
 from callgate.execute.encode import unmarked_data
 from callgate.execute.redaction import holds_secret, withheld_note
+from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.mcp.codes import McpCode
 
 BLOCKS_KEY = "mcp_content"
@@ -135,13 +137,27 @@ def json_bytes(value: Any) -> bytes:
 # ------------------------------------------------------------------------------ upstream -> value
 
 
-def _binary(data: str) -> dict[str, Any]:
-    """Size and sha256 of base64 data (of the text as sent when it is not valid base64)."""
+def _raw(data: str) -> bytes:
+    """The bytes of base64 data (the text as sent when it is not valid base64)."""
     try:
-        raw = base64.b64decode(data, validate=True)
+        return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raw = data.encode()
+        return data.encode()
+
+
+def _binary(data: str) -> dict[str, Any]:
+    """Size and sha256 of base64 data (:func:`_raw`)."""
+    raw = _raw(data)
     return {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def _binary_data(block: types.ContentBlock) -> str | None:
+    """The base64 data of an image, audio or blob resource block (None for any other block)."""
+    if isinstance(block, types.ImageContent | types.AudioContent):
+        return block.data
+    if isinstance(block, types.EmbeddedResource) and isinstance(block.resource, types.BlobResourceContents):
+        return block.resource.blob
+    return None
 
 
 def _descriptor(block: types.ContentBlock) -> dict[str, Any]:
@@ -167,6 +183,24 @@ def _descriptor(block: types.ContentBlock) -> dict[str, Any]:
             e.update(_binary(r.blob))
         return e
     return {"type": str(getattr(block, "type", "unknown"))}
+
+
+def checked_parts(result: types.CallToolResult, value: Any) -> tuple[tuple[int, bytes], ...]:
+    """The bytes each binary block's descriptor covers, by the block's position, for the
+    sidecar's secret check (``EncodeResultRequest.parts``, never stored): in order while they and
+    ``value``'s JSON fit :data:`~callgate.adapters.parts.MAX_CHECKED_BYTES`; a block left out
+    gets no verdict and is withheld (:func:`block_answer`). Empty for a value not in block form."""
+    if not (isinstance(value, dict) and set(value) == {BLOCKS_KEY}):
+        return ()
+    room = MAX_CHECKED_BYTES - len(json_bytes(value))
+    sent: list[tuple[int, bytes]] = []
+    for i, block in enumerate(result.content):
+        data = _binary_data(block)
+        raw = None if data is None else _raw(data)
+        if raw is not None and len(raw) <= room:
+            sent.append((i, raw))
+            room -= len(raw)
+    return tuple(sent)
 
 
 def uses_blocks(result: types.CallToolResult, *, has_output_schema: bool) -> bool:
@@ -267,12 +301,12 @@ def _rebuild(original: types.ContentBlock, enc: Any) -> types.ContentBlock | Non
     return None
 
 
-def _holds_secret(block: types.ContentBlock, secrets: Iterable[str]) -> bool:
-    """Binary data that contains a secret redeemed for this call (:func:`holds_secret`)."""
-    data = getattr(block, "data", None)
-    if isinstance(block, types.EmbeddedResource):
-        data = getattr(block.resource, "blob", None)
-    return isinstance(data, str) and holds_secret(data, secrets)
+def _holds_secret(block: types.ContentBlock, secrets: Iterable[str], clean: bool) -> bool:
+    """Binary data the sidecar did not find clean (``clean``: its verdict ``PART_CLEAN``; a block
+    not sent or without a verdict stays unchecked), or that contains a secret redeemed for this
+    call (:func:`holds_secret`)."""
+    data = _binary_data(block)
+    return data is not None and (not clean or holds_secret(data, secrets))
 
 
 def _withheld_block(block: types.ContentBlock) -> types.TextContent:
@@ -280,20 +314,23 @@ def _withheld_block(block: types.ContentBlock) -> types.TextContent:
 
 
 def block_answer(
-    message: bytes | str, upstream: types.CallToolResult, *, page_token: str, secrets: Sequence[str] = ()
-) -> types.CallToolResult | None:
+    message: bytes | str, upstream: types.CallToolResult, *, page_token: str, secrets: Sequence[str] = (),
+    clean: frozenset[int] = frozenset(),
+) -> types.CallToolResult | None:  # fmt: skip
     """The answer in block form from the encoded tool message and the upstream's result. None
-    when the message is not an ``ok`` block-form message (then the caller answers with text)."""
+    when the message is not an ``ok`` block-form message (then the caller answers with text).
+    A binary block is shown only when its position is in ``clean`` (the sidecar's
+    ``PART_CLEAN``), else it is the gateway's withheld note."""
     found = _ok_blocks(message)
     if found is None:
         return None
     content, encoded = found
     blocks: list[types.ContentBlock] = []
-    for original, enc in zip(upstream.content, encoded, strict=False):
+    for i, (original, enc) in enumerate(zip(upstream.content, encoded, strict=False)):
         block = _rebuild(original, enc)
         if block is None:
             continue
-        blocks.append(_withheld_block(block) if _holds_secret(block, secrets) else block)
+        blocks.append(_withheld_block(block) if _holds_secret(block, secrets, i in clean) else block)
     cut = truncation_of(content, page_token)
     if cut is not None:
         blocks.append(cut.note())
@@ -401,7 +438,10 @@ def answer_of(
     # A result its output schema refused comes back as a refusal (result_schema_invalid).
     ok = answered is not None and not res.error_code
     if ok and answered is not None and uses_blocks(answered, has_output_schema=has_output_schema):
-        blocks = block_answer(res.message, answered, page_token=res.next_page_token, secrets=secrets)
+        clean = frozenset(i for i, v in res.part_verdicts if v == pb.PART_CLEAN)
+        blocks = block_answer(
+            res.message, answered, page_token=res.next_page_token, secrets=secrets, clean=clean
+        )
         if blocks is not None:
             return blocks
     structured: dict[str, Any] | None = None
@@ -451,6 +491,7 @@ __all__ = [
     "BLOCKS_KEY",
     "answer_of",
     "block_answer",
+    "checked_parts",
     "encode_value",
     "error_result",
     "json_bytes",
