@@ -127,6 +127,12 @@ class ToolResult:
     """``(descriptor index, PartVerdict number)`` of each part in :attr:`Committed.parts` the
     sidecar answered for; a part without ``PART_CLEAN`` here must not reach the model."""
 
+    @property
+    def clean_parts(self) -> frozenset[int]:
+        """The descriptor indexes the sidecar answered ``PART_CLEAN`` for: the only parts that may
+        reach the model (a part not here was withheld, not sent or not answered)."""
+        return frozenset(i for i, v in self.part_verdicts if v == pb.PART_CLEAN)
+
 
 def dumps(value: Any) -> bytes:
     """The helpers' default JSON form of a result or an error."""

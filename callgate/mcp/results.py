@@ -36,7 +36,6 @@ from callgate.adapters.parts import MAX_CHECKED_BYTES
 from callgate.client import Replayed, ToolResult
 from callgate.execute.encode import unmarked_data
 from callgate.execute.redaction import holds_secret, withheld_note
-from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.mcp.codes import McpCode
 
 BLOCKS_KEY = "mcp_content"
@@ -438,7 +437,7 @@ def answer_of(
     # A result its output schema refused comes back as a refusal (result_schema_invalid).
     ok = answered is not None and not res.error_code
     if ok and answered is not None and uses_blocks(answered, has_output_schema=has_output_schema):
-        clean = frozenset(i for i, v in res.part_verdicts if v == pb.PART_CLEAN)
+        clean = res.clean_parts
         blocks = block_answer(
             res.message, answered, page_token=res.next_page_token, secrets=secrets, clean=clean
         )
