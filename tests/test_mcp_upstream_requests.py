@@ -1,0 +1,86 @@
+"""Requests an upstream sends the gateway in the middle of a call (``sampling/createMessage``,
+``roots/list``, ``elicitation/create``): the gateway declares none of sampling, roots or
+elicitation to its upstreams and forwards none of them to its own client (docs/MCP.md,
+"Requests from upstreams"). Each is refused at once with a JSON-RPC error naming it (the SDK
+client's ``... not supported``), so the upstream's tool ends its call with that error: the MCP
+client sees an ``isError`` result naming the refusal, never a wait for the upstream's timeout,
+and the gateway and the connection serve the next call.
+
+Upstream: the SDK's ``MCPServer`` of tests/mcp_upstreams/asking.py; client: the official
+``mcp`` Python SDK, which itself declares sampling and elicitation (its callbacks answer, and
+would let the test see a forwarded request).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from tests.conftest import ROOT, short_tmpdir
+from tests.mcp_env import Published, cli, run, stdio, text_of, write_config, write_principals
+
+pytestmark = pytest.mark.timeout(240)
+
+UPSTREAM = f"""
+[[mcp.upstreams]]
+name = "asking"
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.mcp_upstreams.asking"]
+cwd = {json.dumps(str(ROOT))}
+timeout_seconds = 40.0
+"""
+"""A request left waiting would end the call as the upstream's timeout (``timeout``), not as
+the refusal the test expects."""
+
+
+@pytest.fixture
+def folder() -> Iterator[Published]:
+    base = short_tmpdir()
+    try:
+        (base / "policies" / "cedar").mkdir(parents=True)
+        (base / "policies" / "cedar" / "policies.cedar").write_text(
+            '@id("all") permit (principal == User::"alice", action, resource);\n'
+        )
+        write_principals(base)
+        yield Published(base, write_config(base, UPSTREAM), base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "refusal"),
+    [
+        ("asking__ask_model", {"question": "2+2?"}, "Sampling not supported"),
+        ("asking__ask_roots", {}, "List roots not supported"),
+        ("asking__ask_user", {"question": "go on?"}, "Elicitation not supported"),
+    ],
+)
+def test_an_upstream_request_is_refused_at_once(
+    folder: Published, tool: str, arguments: dict[str, Any], refusal: str
+) -> None:
+    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
+    assert r.returncode == 0, r.stdout + r.stderr
+    forwarded: list[str] = []
+
+    async def sampling(ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        forwarded.append("sampling")
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="4"), model="client-model"
+        )
+
+    async def go() -> None:
+        async with stdio(folder, sampling_callback=sampling) as c:
+            res = await c.call_tool(tool, arguments)
+            assert res.is_error, text_of(res)
+            assert refusal in text_of(res), text_of(res)
+            again = await c.call_tool("asking__plain", {"text": "next"})
+            assert not again.is_error and "plain: next" in text_of(again), text_of(again)
+
+    run(go())
+    assert forwarded == []  # never passed on to the gateway's own client
