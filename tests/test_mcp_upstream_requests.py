@@ -23,7 +23,7 @@ import mcp_types as types
 import pytest
 
 from tests.conftest import ROOT, short_tmpdir
-from tests.mcp_env import Published, cli, run, stdio, text_of, write_config, write_principals
+from tests.mcp_env import Published, cli, run, stdio, stdio_gateway, text_of, write_config, write_principals
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -84,3 +84,46 @@ def test_an_upstream_request_is_refused_at_once(
 
     run(go())
     assert forwarded == []  # never passed on to the gateway's own client
+
+
+KEY = "asking-key-5ecret-41c2d9e0"
+SECRET_UPSTREAM = f"""
+[[mcp.upstreams]]
+name = "sec"
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.mcp_upstreams.asking"]
+cwd = {json.dumps(str(ROOT))}
+env = {{ ASKING_KEY = {{ secret = "key" }} }}
+timeout_seconds = 40.0
+"""
+SECRET_HEAD = """
+[[secrets]]
+name = "key"
+file = "key.txt"
+tools = ["sec.progress_key"]
+"""
+
+
+def test_an_upstream_progress_message_is_redacted(folder: Published) -> None:
+    """The secret redeemed for a call, in the upstream's progress message, reaches the client
+    as ``[REDACTED:...]`` (like its log messages); before, progress messages were only
+    neutralized and the secret was shown."""
+    (folder.base / "key.txt").write_text(KEY + "\n")
+    write_config(folder.base, UPSTREAM + SECRET_UPSTREAM, head=SECRET_HEAD)
+    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
+    assert r.returncode == 0, r.stdout + r.stderr
+    messages: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message)
+
+    async def go() -> None:
+        async with stdio_gateway(folder) as (session, seen):
+            res = await session.call_tool("sec__progress_key", {}, progress_callback=on_progress)
+            assert not res.is_error and "done" in text_of(res), text_of(res)
+            assert KEY not in repr(seen)
+
+    run(go())
+    upstream = [m for m in messages if m and m.startswith("upstream sec")]
+    assert len(upstream) == 1 and "[REDACTED:" in upstream[0], messages
+    assert all(KEY not in (m or "") for m in messages), messages

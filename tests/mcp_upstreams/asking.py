@@ -1,7 +1,9 @@
 """A real MCP server (the SDK's ``MCPServer``, stdio) whose tools each send the client a request
 of their own in the middle of a call: ``ask_model`` sends ``sampling/createMessage``,
 ``ask_roots`` sends ``roots/list`` and ``ask_user`` sends ``elicitation/create``. Each answers
-with what the client answered, or lets the client's error end the call. ``plain`` asks nothing.
+with what the client answered, or lets the client's error end the call. ``plain`` asks nothing;
+``progress_key`` reports progress whose message holds the environment variable ``ASKING_KEY``
+(a secret the gateway redeemed for the call), then answers ``done``.
 
 callgate's gateway declares none of sampling, roots or elicitation to its upstreams (docs/MCP.md,
 "Requests from upstreams"), so each request is refused at once by the gateway's client session.
@@ -11,6 +13,7 @@ Run: ``python -m tests.mcp_upstreams.asking``.
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import mcp_types as types
@@ -49,6 +52,11 @@ def build() -> MCPServer:
     @server.tool(description="Answers without asking anything.", annotations=READ)
     def plain(text: str) -> str:
         return f"plain: {text}"
+
+    @server.tool(description="Report progress naming the key it was given.", annotations=READ)
+    async def progress_key(ctx: Context) -> str:
+        await ctx.report_progress(1, 2, f"working with key {os.environ.get('ASKING_KEY', '')}")
+        return "done"
 
     return server
 
