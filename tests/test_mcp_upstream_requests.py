@@ -13,6 +13,7 @@ would let the test see a forwarded request).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import sys
@@ -127,3 +128,28 @@ def test_an_upstream_progress_message_is_redacted(folder: Published) -> None:
     upstream = [m for m in messages if m and m.startswith("upstream sec")]
     assert len(upstream) == 1 and "[REDACTED:" in upstream[0], messages
     assert all(KEY not in (m or "") for m in messages), messages
+
+
+def test_an_upstream_that_cannot_be_listed_after_list_changed_is_announced(folder: Published) -> None:
+    """An upstream's ``tools/list_changed`` after which its ``tools/list`` fails: its tools leave
+    the gateway's ``tools/list`` and the client is sent ``notifications/tools/list_changed``;
+    before, they left silently (the client kept a stale list until it listed again)."""
+    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    async def go() -> None:
+        async with stdio_gateway(folder) as (session, seen):
+            assert "asking__plain" in {t.name for t in (await session.list_tools()).tools}
+            res = await session.call_tool("asking__break_listing", {})
+            assert not res.is_error, text_of(res)
+            for _ in range(200):  # the gateway re-lists the upstream in the background
+                if any(isinstance(m, types.ToolListChangedNotification) for m in seen):
+                    break
+                await asyncio.sleep(0.1)
+            assert any(isinstance(m, types.ToolListChangedNotification) for m in seen), seen
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert not {n for n in names if n.startswith("asking__")}, names
+            res = await session.call_tool("asking__plain", {"text": "x"})
+            assert res.is_error, text_of(res)  # not listed: never run
+
+    run(go())

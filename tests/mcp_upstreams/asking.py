@@ -3,7 +3,8 @@ of their own in the middle of a call: ``ask_model`` sends ``sampling/createMessa
 ``ask_roots`` sends ``roots/list`` and ``ask_user`` sends ``elicitation/create``. Each answers
 with what the client answered, or lets the client's error end the call. ``plain`` asks nothing;
 ``progress_key`` reports progress whose message holds the environment variable ``ASKING_KEY``
-(a secret the gateway redeemed for the call), then answers ``done``.
+(a secret the gateway redeemed for the call), then answers ``done``; ``break_listing`` makes
+every later ``tools/list`` an error and sends ``notifications/tools/list_changed``.
 
 callgate's gateway declares none of sampling, roots or elicitation to its upstreams (docs/MCP.md,
 "Requests from upstreams"), so each request is refused at once by the gateway's client session.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from typing import Any
 
 import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
@@ -57,6 +59,22 @@ def build() -> MCPServer:
     async def progress_key(ctx: Context) -> str:
         await ctx.report_progress(1, 2, f"working with key {os.environ.get('ASKING_KEY', '')}")
         return "done"
+
+    broken: list[bool] = []
+    listing = server.list_tools
+
+    async def list_tools() -> Any:
+        if broken:
+            raise RuntimeError("this server can no longer list its tools")
+        return await listing()
+
+    server.list_tools = list_tools  # type: ignore[method-assign]
+
+    @server.tool(description="Break tools/list from now on and say the tools changed.", annotations=READ)
+    async def break_listing(ctx: Context) -> str:
+        broken.append(True)
+        await ctx.session.send_tool_list_changed()
+        return "broken"
 
     return server
 
