@@ -17,10 +17,21 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import mcp_types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 
 from tests.conftest import ROOT, short_tmpdir
-from tests.mcp_env import Published, cli, run, stdio, text_of, write_config, write_principals
+from tests.mcp_env import (
+    Published,
+    cli,
+    run,
+    stdio,
+    stdio_gateway,
+    text_of,
+    write_config,
+    write_principals,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -105,3 +116,35 @@ def test_a_listing_that_is_not_complete_is_refused_by_import_and_check(
         r.stdout
     )
     assert not (folder.base / "policies" / "tools").exists() or pinned(folder.base) == []  # nothing written
+
+
+def test_a_client_cursor_is_refused_and_the_first_page_is_complete(folder: Published) -> None:
+    """The gateway's own ``tools/list`` is one page (no ``nextCursor``): a client that pages gets
+    every tool at once; a cursor the gateway never issued is refused with -32602 (MCP
+    pagination), never answered with the full list again (a client appending pages would see
+    every tool twice). Found by the edge trial: the cursor was ignored and the list repeated."""
+    r = cli(folder.base, *IMPORT, "--config", str(folder.config))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    async def go() -> None:
+        async with stdio(folder) as c:
+            first = await c.list_tools()
+            assert first.next_cursor is None
+            assert {f"paged__t{i}" for i in range(7)} <= {t.name for t in first.tools}
+            with pytest.raises(MCPError) as raised:
+                await c.list_tools(cursor="again")  # the high-level Client
+            assert raised.value.code == types.INVALID_PARAMS, raised.value
+            assert "unknown cursor" in raised.value.message, raised.value.message
+        async with stdio_gateway(folder) as (session, _):
+            whole = await session.list_tools()
+            assert whole.next_cursor is None and len(whole.tools) == len(first.tools)
+            with pytest.raises(MCPError) as raised:  # the raw ListToolsRequest with a cursor
+                await session.send_request(
+                    types.ListToolsRequest(params=types.PaginatedRequestParams(cursor="page-2")),
+                    types.ListToolsResult,
+                )
+            assert raised.value.code == types.INVALID_PARAMS, raised.value
+            res = await session.call_tool("paged__t0", {"text": "still served"})  # the session lives on
+            assert not res.is_error and "t0: still served" in text_of(res), text_of(res)
+
+    run(go())

@@ -42,7 +42,7 @@ from callgate.client import (
 from callgate.mcp.argtypes import as_numbers
 from callgate.mcp.codes import OUTCOME_UNKNOWN_MESSAGE, PIN_MESSAGES, McpCode, Refusals
 from callgate.mcp.hosting import Hosting
-from callgate.mcp.notify import call_log
+from callgate.mcp.notify import call_log, progress_text
 from callgate.mcp.pins import Pin, PinState, definition_sha256
 from callgate.mcp.progress import CallProgress
 from callgate.mcp.results import answer_of, checked_parts, encode_value, error_result, json_bytes
@@ -117,8 +117,10 @@ class UpstreamCall:
     async def _send(self, arguments: dict[str, Any], secrets: Mapping[str, str]) -> CallEnd:
         pin, s = self.pin, self.s
 
+        text = progress_text(pin.server, list(secrets.values()))
+
         async def progress(p: float, total: float | None, message: str | None) -> None:
-            await self.stages.upstream(pin.server, p, total, message)
+            await self.stages.upstream(pin.server, p, total, text(message))
 
         try:
             return await self.up.call(

@@ -111,6 +111,7 @@ def build_server(gw: Gateway, identity_of: Any) -> Server[Any]:
     """The low-level MCP server; ``identity_of(ctx) -> (Identity, connection key) | None``."""
 
     async def on_list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        listing.check_cursor(params)
         who = identity_of(ctx)
         if who is None:
             return types.ListToolsResult(tools=[])

@@ -108,7 +108,9 @@ class Hosting:
         except Exception as exc:  # an unreachable upstream: its tools are not shown nor called
             why = f"{type(exc).__name__}: {exc}" if isinstance(exc, ListingInvalid) else type(exc).__name__
             log.warning("upstream %s: cannot list tools (%s); its tools are unavailable", name, why)
-            self.view.listed_servers.discard(name)
+            if name in self.view.listed_servers:  # its tools leave tools/list: clients are told
+                self.view.listed_servers.discard(name)
+                await self.listeners.tools_changed(f"upstream {name} can no longer be listed")
             return
         self.view.set_listing(name, tools)
         for pin in self.view.pins().values():

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
+from mcp.shared.exceptions import MCPError
 
 from callgate.client import Tool
 from callgate.mcp.results import page_tool
@@ -101,6 +102,21 @@ def shown(
     ]
 
 
+UNKNOWN_CURSOR = (
+    "tools/list: unknown cursor: callgate's gateway lists every tool in one page and never "
+    'issues a nextCursor; list again without a cursor (docs/MCP.md, "Tool list paging")'
+)
+
+
+def check_cursor(params: types.PaginatedRequestParams | None) -> None:
+    """A client ``tools/list`` cursor is refused with -32602 (MCP pagination: "Invalid cursors
+    SHOULD result in an error with code -32602"): the gateway answers every tool in one page
+    with no ``nextCursor``, so any cursor is one it never issued. Answering the full list again
+    would hand a client that appends pages every tool twice."""
+    if params is not None and params.cursor is not None:
+        raise MCPError(types.INVALID_PARAMS, UNKNOWN_CURSOR)
+
+
 async def session_tools(s: McpSession, hosting: Hosting) -> list[types.Tool]:
     """``tools/list``: the session's ListTools view (a new model call), only pinned tools whose
     upstream still matches and that can be served, then the paging tool."""
@@ -123,8 +139,10 @@ async def session_tools(s: McpSession, hosting: Hosting) -> list[types.Tool]:
 
 __all__ = [
     "TASK_REQUIRED",
+    "UNKNOWN_CURSOR",
     "UNSERVABLE_MESSAGES",
     "annotations_for",
+    "check_cursor",
     "mcp_tool",
     "session_tools",
     "shown",

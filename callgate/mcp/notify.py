@@ -67,10 +67,10 @@ def cleaned(value: Any, redactor: Redactor | None, depth: int = 0) -> Any:
     return cleaned(str(value), redactor, depth + 1)
 
 
-def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], str]) -> LogFn:
-    """The sink of one call's upstream log messages. Its redactor is built at the first message
-    (most calls log nothing); when none can be built (a secret too short for redaction) nothing
-    is forwarded."""
+def call_redactor(server: str, secrets: Sequence[str]) -> Callable[[], Redactor | None]:
+    """The redactor of one call's upstream text (log and progress messages) with the secrets
+    redeemed for it, built at first use (most calls send none); None when none can be built (a
+    secret too short for redaction): then no upstream text of the call is forwarded."""
     redactors: list[Redactor | None] = []
 
     def redactor() -> Redactor | None:
@@ -78,11 +78,31 @@ def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], 
             try:
                 redactors.append(Redactor({f"secret_{i}": s for i, s in enumerate(secrets)}))
             except ValueError:
-                log.debug(
-                    "upstream %s: log messages of this call are not forwarded (secret too short)", server
-                )
+                log.debug("upstream %s: messages of this call are not forwarded (secret too short)", server)
                 redactors.append(None)
         return redactors[0]
+
+    return redactor
+
+
+def progress_text(server: str, secrets: Sequence[str]) -> Callable[[str | None], str | None]:
+    """An upstream progress message of one call, redacted like its log messages (None: no
+    message). Before, it reached the client with only neutralization: a secret the upstream
+    put in a progress message was shown."""
+    redactor = call_redactor(server, secrets)
+
+    def text(message: str | None) -> str | None:
+        if not message:
+            return None
+        r = redactor()
+        return r.redact(message)[0] if r is not None else None
+
+    return text
+
+
+def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], str]) -> LogFn:
+    """The sink of one call's upstream log messages (redacted by :func:`call_redactor`)."""
+    redactor = call_redactor(server, secrets)
 
     async def sink(level: str, data: Any, logger: str | None) -> None:
         if not at_least(level, floor()):
@@ -189,4 +209,14 @@ class GatewayServer(Server[Any]):
         )
 
 
-__all__ = ["LEVELS", "FolderWatch", "GatewayServer", "Listeners", "at_least", "call_log", "cleaned"]
+__all__ = [
+    "LEVELS",
+    "FolderWatch",
+    "GatewayServer",
+    "Listeners",
+    "at_least",
+    "call_log",
+    "call_redactor",
+    "cleaned",
+    "progress_text",
+]

@@ -1,0 +1,155 @@
+"""Requests an upstream sends the gateway in the middle of a call (``sampling/createMessage``,
+``roots/list``, ``elicitation/create``): the gateway declares none of sampling, roots or
+elicitation to its upstreams and forwards none of them to its own client (docs/MCP.md,
+"Requests from upstreams"). Each is refused at once with a JSON-RPC error naming it (the SDK
+client's ``... not supported``), so the upstream's tool ends its call with that error: the MCP
+client sees an ``isError`` result naming the refusal, never a wait for the upstream's timeout,
+and the gateway and the connection serve the next call.
+
+Upstream: the SDK's ``MCPServer`` of tests/mcp_upstreams/asking.py; client: the official
+``mcp`` Python SDK, which itself declares sampling and elicitation (its callbacks answer, and
+would let the test see a forwarded request).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from tests.conftest import ROOT, short_tmpdir
+from tests.mcp_env import Published, cli, run, stdio, stdio_gateway, text_of, write_config, write_principals
+
+pytestmark = pytest.mark.timeout(240)
+
+UPSTREAM = f"""
+[[mcp.upstreams]]
+name = "asking"
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.mcp_upstreams.asking"]
+cwd = {json.dumps(str(ROOT))}
+timeout_seconds = 40.0
+"""
+"""A request left waiting would end the call as the upstream's timeout (``timeout``), not as
+the refusal the test expects."""
+
+
+@pytest.fixture
+def folder() -> Iterator[Published]:
+    base = short_tmpdir()
+    try:
+        (base / "policies" / "cedar").mkdir(parents=True)
+        (base / "policies" / "cedar" / "policies.cedar").write_text(
+            '@id("all") permit (principal == User::"alice", action, resource);\n'
+        )
+        write_principals(base)
+        yield Published(base, write_config(base, UPSTREAM), base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "refusal"),
+    [
+        ("asking__ask_model", {"question": "2+2?"}, "Sampling not supported"),
+        ("asking__ask_roots", {}, "List roots not supported"),
+        ("asking__ask_user", {"question": "go on?"}, "Elicitation not supported"),
+    ],
+)
+def test_an_upstream_request_is_refused_at_once(
+    folder: Published, tool: str, arguments: dict[str, Any], refusal: str
+) -> None:
+    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
+    assert r.returncode == 0, r.stdout + r.stderr
+    forwarded: list[str] = []
+
+    async def sampling(ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        forwarded.append("sampling")
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="4"), model="client-model"
+        )
+
+    async def go() -> None:
+        async with stdio(folder, sampling_callback=sampling) as c:
+            res = await c.call_tool(tool, arguments)
+            assert res.is_error, text_of(res)
+            assert refusal in text_of(res), text_of(res)
+            again = await c.call_tool("asking__plain", {"text": "next"})
+            assert not again.is_error and "plain: next" in text_of(again), text_of(again)
+
+    run(go())
+    assert forwarded == []  # never passed on to the gateway's own client
+
+
+KEY = "asking-key-5ecret-41c2d9e0"
+SECRET_UPSTREAM = f"""
+[[mcp.upstreams]]
+name = "sec"
+command = {json.dumps(sys.executable)}
+args = ["-m", "tests.mcp_upstreams.asking"]
+cwd = {json.dumps(str(ROOT))}
+env = {{ ASKING_KEY = {{ secret = "key" }} }}
+timeout_seconds = 40.0
+"""
+SECRET_HEAD = """
+[[secrets]]
+name = "key"
+file = "key.txt"
+tools = ["sec.progress_key"]
+"""
+
+
+def test_an_upstream_progress_message_is_redacted(folder: Published) -> None:
+    """The secret redeemed for a call, in the upstream's progress message, reaches the client
+    as ``[REDACTED:...]`` (like its log messages); before, progress messages were only
+    neutralized and the secret was shown."""
+    (folder.base / "key.txt").write_text(KEY + "\n")
+    write_config(folder.base, UPSTREAM + SECRET_UPSTREAM, head=SECRET_HEAD)
+    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
+    assert r.returncode == 0, r.stdout + r.stderr
+    messages: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        messages.append(message)
+
+    async def go() -> None:
+        async with stdio_gateway(folder) as (session, seen):
+            res = await session.call_tool("sec__progress_key", {}, progress_callback=on_progress)
+            assert not res.is_error and "done" in text_of(res), text_of(res)
+            assert KEY not in repr(seen)
+
+    run(go())
+    upstream = [m for m in messages if m and m.startswith("upstream sec")]
+    assert len(upstream) == 1 and "[REDACTED:" in upstream[0], messages
+    assert all(KEY not in (m or "") for m in messages), messages
+
+
+def test_an_upstream_that_cannot_be_listed_after_list_changed_is_announced(folder: Published) -> None:
+    """An upstream's ``tools/list_changed`` after which its ``tools/list`` fails: its tools leave
+    the gateway's ``tools/list`` and the client is sent ``notifications/tools/list_changed``;
+    before, they left silently (the client kept a stale list until it listed again)."""
+    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    async def go() -> None:
+        async with stdio_gateway(folder) as (session, seen):
+            assert "asking__plain" in {t.name for t in (await session.list_tools()).tools}
+            res = await session.call_tool("asking__break_listing", {})
+            assert not res.is_error, text_of(res)
+            for _ in range(200):  # the gateway re-lists the upstream in the background
+                if any(isinstance(m, types.ToolListChangedNotification) for m in seen):
+                    break
+                await asyncio.sleep(0.1)
+            assert any(isinstance(m, types.ToolListChangedNotification) for m in seen), seen
+            names = {t.name for t in (await session.list_tools()).tools}
+            assert not {n for n in names if n.startswith("asking__")}, names
+            res = await session.call_tool("asking__plain", {"text": "x"})
+            assert res.is_error, text_of(res)  # not listed: never run
+
+    run(go())
