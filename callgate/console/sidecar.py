@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 
 from callgate.arguments import unitext
 from callgate.arguments.unitext import Flag
+from callgate.console.render import unseen
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
@@ -52,7 +53,7 @@ def flagged(value: Any, pointer: str = "") -> list[Flagged]:
     if isinstance(value, list):
         return [f for i, v in enumerate(value) for f in flagged(v, f"{pointer}/{i}")]
     if isinstance(value, str):
-        found = unitext.flags(value)
+        found = unitext.flags(value) | ({Flag.HIDDEN} if unseen(value) else set())
         if found:
             ordered = tuple(f for f in Flag if f in found)
             return [Flagged(pointer or "/", json.dumps(value, ensure_ascii=False), ordered)]
