@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -53,3 +56,49 @@ def test_characters_a_browser_draws_as_nothing_are_marked(parts: tuple[Sidecar, 
         assert card.count(mark) >= 3, key  # both argument boxes and the table
         row = re.search(r'<tr class="flagged" data-pointer="/title">.*?</tr>', card)
         assert row is not None and "hidden characters" in row.group(), key
+
+
+def _post(url: str, data: dict[str, str], headers: dict[str, str]) -> int:
+    req = urllib.request.Request(
+        url, data=urllib.parse.urlencode(data).encode(), method="POST",
+        headers={"Authorization": f"Bearer {ALICE}", "Content-Type": "application/x-www-form-urlencoded", **headers},
+    )  # fmt: skip
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a: object, **k: object) -> None:
+            return None
+
+    try:
+        with urllib.request.build_opener(NoRedirect).open(req, timeout=15) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_a_form_posted_from_another_site_changes_nothing(parts: tuple[Sidecar, Console]) -> None:
+    """Even with a valid CSRF token, a POST whose browser names another origin (or a sibling host
+    of the same site) is refused (403) and approves nothing; the console's own origin approves."""
+    sc, con = parts
+    sid = sc.session("acme", "alice")
+    parked = sc.propose(sid, {**EVENT, "title": "cross-site"}, "x1")
+    page = http(con.url + "/", token=ALICE)[1]
+    form = {
+        "csrf_token": re.search(r'name="csrf_token" value="([^"]+)"', page).group(1),  # type: ignore[union-attr]
+        "digest": parked.digest,
+        "confirm": parked.digest[: len("sha256:") + 12],
+    }
+    approve = f"{con.url}/t/acme/i/{parked.invocation_id}/approve"
+    for headers in (
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": con.url, "Sec-Fetch-Site": "same-site"},
+        {"Sec-Fetch-Site": "cross-site"},
+    ):
+        assert _post(approve, form, headers) == 403, headers
+        assert sc.state(sid, parked.invocation_id) == "AUTHORIZED", headers
+    # the console's own forms carry its origin: a page under no-referrer would send Origin: null
+    req = urllib.request.Request(con.url + "/", headers={"Authorization": f"Bearer {ALICE}"})
+    with urllib.request.urlopen(req, timeout=15) as r:
+        assert r.headers["Referrer-Policy"] == "same-origin"
+    assert _post(approve, form, {"Origin": con.url, "Sec-Fetch-Site": "same-origin"}) == 303
+    assert sc.state(sid, parked.invocation_id) == "PREPARED"
