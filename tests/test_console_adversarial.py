@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from callgate.gen.v1 import callgate_pb2 as pb
 from tests.console_fixture import ALICE, EVENT, Console, Sidecar, http, start_console, start_sidecar
 
 UNSEEN = {
@@ -102,3 +103,26 @@ def test_a_form_posted_from_another_site_changes_nothing(parts: tuple[Sidecar, C
         assert r.headers["Referrer-Policy"] == "same-origin"
     assert _post(approve, form, {"Origin": con.url, "Sec-Fetch-Site": "same-origin"}) == 303
     assert sc.state(sid, parked.invocation_id) == "PREPARED"
+
+
+@pytest.mark.parametrize("number", ["1e2", "100.0000000000000000001", "100.00"])
+def test_a_number_is_shown_as_the_model_wrote_it(parts: tuple[Sidecar, Console], number: str) -> None:
+    """The raw column shows a number as proposed (not re-printed from a float as ``100.0``), the
+    normalized one as it will run (``100``), and the table names the change."""
+    sc, con = parts
+    sid = sc.session("acme", "alice")
+    raw = '{"title": "T", "start": "2026-12-20T09:00:00", "calendar_id": "main", "duration_minutes": %s}'
+    parked = sc.gate.Propose(
+        pb.ProposeRequest(
+            session_id=sid, model_call_id="m", proposal_id=f"n-{number}", tool_name="calendar.create_event",
+            tool_version="v1", arguments=(raw % number).encode(), idempotency_key=f"k-n-{number}",
+        )
+    )  # fmt: skip
+    assert pb.State.Name(parked.state) == "AUTHORIZED"
+    card = _card(http(f"{con.url}/t/acme/i/{parked.invocation_id}", token=ALICE)[1], parked.invocation_id)
+    assert f'"duration_minutes": {number},\n' in card.split('<pre class="raw">')[1].split("</pre>")[0]
+    assert '"duration_minutes": 100,\n' in card.split('<pre class="normalized">')[1].split("</pre>")[0]
+    assert (
+        f"<td><code>/duration_minutes</code></td><td><code>{number}</code></td><td><code>100</code></td>"
+        in card
+    )
