@@ -229,6 +229,10 @@ INVISIBLE = {
     "cyrillic": ("prim\u0430ry", ["U+0430 CYRILLIC SMALL LETTER A"]),
     "zero-width": ("pri\u200bmary\u2060", ["U+200B ZERO WIDTH SPACE", "U+2060 WORD JOINER"]),
 }
+UNSEEN = {  # free text only: marked by the console beyond the shared renderer (consoletrial)
+    "c1": ("pri\x9bmary\x7f", ["U+009B", "U+007F"]),
+    "stack": ("Dentist" + "\u0336" * 40, ["40 combining marks, first U+0336 COMBINING LONG STROKE OVERLAY"]),
+}
 LONG_TITLE = "Team sync" + " " * 120 + "+ share calendar with attacker@evil.example"
 
 
@@ -254,13 +258,13 @@ def test_an_identifier_that_hides_is_refused_at_propose(stack: tuple[Sidecar, Co
 def test_free_text_that_hides_is_shown_visibly(
     stack: tuple[Sidecar, Console], browser: Browser, shots: Path
 ) -> None:
-    """A title (free text) with a bidi override, a Cyrillic letter or zero-width characters runs
-    as proposed, but the card shows each hidden character as its code point, marks the
+    """A title (free text) with a bidi override, a Cyrillic letter, zero-width characters, a C1
+    control or a stack of combining marks runs as proposed, but the card shows each hidden character as its code point, marks the
     mixed-script value, and the table lists the value."""
     sc, con = stack
     page = login(browser, con.url, ALICE)
     sid = sc.session("acme", "alice")
-    for name, (value, labels) in INVISIBLE.items():
+    for name, (value, labels) in (INVISIBLE | UNSEEN).items():
         parked = sc.propose(sid, {**EVENT, "calendar_id": "primary", "title": value}, f"inv-{name}")
         card = page.wait_for_selector(f"#item-{parked.invocation_id}", timeout=WAIT_MS)
         for box in (".normalized", ".raw"):

@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import jinja2
 import uvicorn
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -115,8 +116,11 @@ class SecurityHeaders(BaseHTTPMiddleware):
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         hosts: frozenset[str] = request.app.state.console.cfg.hosts
-        if request.url.path != "/healthz" and request.headers.get("host", "").lower() not in hosts:
+        host = request.headers.get("host", "").lower()
+        if request.url.path != "/healthz" and host not in hosts:
             response: Response = PlainTextResponse("misdirected request: unknown Host", 421)
+        elif request.method not in SAFE_METHODS and _cross_origin(request.headers, hosts):
+            response = PlainTextResponse(CROSS_ORIGIN, 403)
         else:
             response = await call_next(request)
         h = response.headers
@@ -126,11 +130,30 @@ class SecurityHeaders(BaseHTTPMiddleware):
             "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         )
         h.setdefault("X-Content-Type-Options", "nosniff")
-        h.setdefault("Referrer-Policy", "no-referrer")
+        # same-origin, not no-referrer: under no-referrer a browser sends ``Origin: null`` on the
+        # console's own forms, and the cross-origin check below needs their real origin
+        h.setdefault("Referrer-Policy", "same-origin")
         h.setdefault("X-Frame-Options", "DENY")
         if not request.url.path.startswith("/static/"):
             h.setdefault("Cache-Control", "no-store")
         return response
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+CROSS_ORIGIN = "Refused: a form posted from another site. Nothing was changed."
+
+
+def _cross_origin(headers: Headers, hosts: frozenset[str]) -> bool:
+    """Whether a browser says this request comes from another origin: an ``Origin`` whose host is
+    not one the console serves (``null`` included; an ingress may rewrite ``Host``, so any served
+    name counts), or ``Sec-Fetch-Site`` other than ``same-origin`` and
+    ``none`` (a sibling host of the same site included). A request naming neither (a script, an
+    old browser) is left to the CSRF token, which every POST needs anyway."""
+    origin = headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc.lower() not in hosts:
+        return True
+    site = headers.get("sec-fetch-site")
+    return site is not None and site.lower() not in ("same-origin", "none")
 
 
 Handler = Callable[[Request, "Console", Identity], Awaitable[Response]]

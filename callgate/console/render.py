@@ -6,12 +6,71 @@ override in the page would reorder what the person reads."""
 
 from __future__ import annotations
 
+import unicodedata
+
 from markupsafe import Markup, escape
 
 from callgate.arguments import unitext
 from callgate.arguments.unitext import SegKind
 
 _STRING = unitext.JSON_STRING
+_UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs"})
+"""Control, format, private-use, unassigned and surrogate code points: none has a glyph a person can
+read, so the console marks every one the shared renderer leaves as text (DEL, the C1 controls such
+as U+009B, U+FFF9..U+FFFB, U+13430..)."""
+_BLANK_GLYPHS = frozenset({0x2800, 0x1D159})
+"""Graphic characters drawn as nothing (BRAILLE PATTERN BLANK, MUSICAL SYMBOL NULL NOTEHEAD)."""
+COMBINING_MAX = 3
+"""Combining marks on one base shown as they are; a longer run is drawn over the lines around it
+(stacked marks can hide a neighbouring value), so it is shown as one mark naming its length."""
+
+
+def _unseen(ch: str) -> bool:
+    return unicodedata.category(ch) in _UNSEEN_CATEGORIES or ord(ch) in _BLANK_GLYPHS
+
+
+def _combining(ch: str) -> bool:
+    return unicodedata.category(ch) in ("Mn", "Me")
+
+
+def _label(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    return f"U+{ord(ch):04X} {name}" if name else f"U+{ord(ch):04X}"
+
+
+def _text(text: str) -> str:
+    """Text the shared renderer shows as is, with what a browser would still hide marked."""
+    html, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if _unseen(ch):
+            label = escape(_label(ch))
+            html.append(f'<span class="cp hidden" title="{label}">⟦{label}⟧</span>')
+            i += 1
+            continue
+        j = i
+        while j < len(text) and _combining(text[j]):
+            j += 1
+        if j - i > COMBINING_MAX:
+            label = escape(f"{j - i} combining marks, first {_label(ch)}")
+            html.append(f'<span class="cp hidden" title="{label}">⟦{label}⟧</span>')
+            i = j
+            continue
+        html.append(str(escape(text[i:j] if j > i else ch)))
+        i = max(j, i + 1)
+    return "".join(html)
+
+
+def unseen(text: str) -> bool:
+    """Whether ``text`` holds something the console marks beyond the shared renderer's marks."""
+    run = 0
+    for ch in text:
+        if _unseen(ch):
+            return True
+        run = run + 1 if _combining(ch) else 0
+        if run > COMBINING_MAX:
+            return True
+    return False
 
 
 def _marks(text: str, quote: str) -> str:
@@ -19,7 +78,7 @@ def _marks(text: str, quote: str) -> str:
     for seg in unitext.segments(text):
         label = escape(seg.label)
         if seg.kind is SegKind.TEXT:
-            html.append(str(escape(seg.text)))
+            html.append(_text(seg.text))
         elif seg.kind is SegKind.FOREIGN:
             html.append(
                 f'<mark class="cp foreign" title="{label}">{escape(seg.text)}<small>⟦{label}⟧</small></mark>'
@@ -53,4 +112,4 @@ def text_visible(text: str) -> Markup:
     return Markup(_marks(text, ""))
 
 
-__all__ = ["json_visible", "text_visible"]
+__all__ = ["COMBINING_MAX", "json_visible", "text_visible", "unseen"]

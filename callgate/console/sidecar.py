@@ -17,6 +17,7 @@ from grpc_status import rpc_status
 
 from callgate.arguments import unitext
 from callgate.arguments.unitext import Flag
+from callgate.console.render import unseen
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 
@@ -52,7 +53,7 @@ def flagged(value: Any, pointer: str = "") -> list[Flagged]:
     if isinstance(value, list):
         return [f for i, v in enumerate(value) for f in flagged(v, f"{pointer}/{i}")]
     if isinstance(value, str):
-        found = unitext.flags(value)
+        found = unitext.flags(value) | ({Flag.HIDDEN} if unseen(value) else set())
         if found:
             ordered = tuple(f for f in Flag if f in found)
             return [Flagged(pointer or "/", json.dumps(value, ensure_ascii=False), ordered)]
@@ -137,13 +138,40 @@ def _ints(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class Number:
+    """A JSON number as written (``1e2``, ``100.00``): shown as its text, never re-printed from a
+    float (``100.0`` would hide what the model proposed, or what will run)."""
+
+    text: str
+
+
+def _dumps(value: Any, pad: str | None) -> str:
+    """JSON text like ``json.dumps(sort_keys=True, ensure_ascii=False)``, indented by two spaces
+    when ``pad`` is not None, each :class:`Number` as its own text."""
+    if isinstance(value, Number):
+        return value.text
+    inner = None if pad is None else pad + "  "
+    sep, end = (", ", "") if inner is None else (",\n" + inner, "\n" + (pad or ""))
+    start = "" if inner is None else "\n" + inner
+    if isinstance(value, dict) and value:
+        body = sep.join(
+            f"{json.dumps(k, ensure_ascii=False)}: {_dumps(value[k], inner)}" for k in sorted(value)
+        )
+        return "{" + start + body + end + "}"
+    if isinstance(value, list) and value:
+        return "[" + start + sep.join(_dumps(v, inner) for v in value) + end + "]"
+    return json.dumps(value, ensure_ascii=False)
+
+
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    return _dumps(value, "")
 
 
 def _parsed(data: bytes) -> Any:
+    """Arguments (JSON text) with each number kept as written."""
     try:
-        return json.loads(data)
+        return json.loads(data, parse_float=Number, parse_int=Number, parse_constant=Number)
     except (ValueError, UnicodeDecodeError):
         return ABSENT
 
@@ -164,8 +192,8 @@ def changes(raw: Any, normalized: Any, pointer: str = "") -> list[Change]:
     return [
         Change(
             pointer or "/",
-            "(absent)" if raw is ABSENT else json.dumps(raw, ensure_ascii=False),
-            "(removed)" if normalized is ABSENT else json.dumps(normalized, ensure_ascii=False),
+            "(absent)" if raw is ABSENT else _dumps(raw, None),
+            "(removed)" if normalized is ABSENT else _dumps(normalized, None),
         )
     ]
 
@@ -310,6 +338,7 @@ __all__ = [
     "Change",
     "ConsoleCallError",
     "Flagged",
+    "Number",
     "PendingItem",
     "SidecarLink",
     "Trail",
