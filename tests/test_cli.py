@@ -48,6 +48,23 @@ def test_serve_without_config_or_policies_names_the_example() -> None:
     assert "`callgate serve --example` serves the packaged example policies" in first, first
 
 
+def test_check_refuses_core_native_without_the_compiled_core(tmp_path: Path) -> None:
+    """As in the sdist's pure-Python wheel: ``serve`` would refuse to start, so ``check`` fails."""
+    proj = _project_copy(tmp_path)
+    config = proj / "callgate.toml"
+    config.write_text(config.read_text() + '\n[core]\nengine = "native"\n')
+    no_core = "import sys; sys.modules['callgate._native'] = None; from callgate.cli.main import main; sys.exit(main())"
+    r = subprocess.run(
+        [sys.executable, "-c", no_core, "check", "--offline", "--config", str(config)],
+        cwd=proj, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"error: {config}: config_invalid: core.engine is 'native' but the compiled core" in r.stdout, (
+        r.stdout
+    )
+    assert callgate("check", "--offline", "--config", str(config), cwd=proj).returncode == 0  # built here
+
+
 def _project_copy(tmp_path: Path) -> Path:
     shutil.copytree(POLICIES, tmp_path / "policies")
     shutil.copy(ROOT / "callgate.toml", tmp_path / "callgate.toml")

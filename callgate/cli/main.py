@@ -151,6 +151,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     cfg = None
     try:
         cfg = _serve_config(args)
+        _check_core(cfg, str(args.config or "callgate.toml"))
         snap = load_snapshot_from_config(cfg)
         secrets = _check_secrets_and_keys(cfg)
     except LoadError as exc:
@@ -196,6 +197,18 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         policy_dir = Path(cfg.path(cfg.policy.dir))
         return min(1, check_against(policy_dir, tuple(cfg.policy.shadow), args.against, out, sys.stderr))
     return 0
+
+
+def _check_core(cfg: Config, source: str) -> None:
+    """``[core] engine = "native"`` where the compiled core does not load (the sdist's pure-Python
+    wheel, a build for another platform): ``serve`` refuses to start, so ``check`` says so first."""
+    from callgate.base.errors import LoadError, config_invalid
+    from callgate.propose.core import Core
+
+    try:
+        Core(cfg.core.engine)
+    except LoadError as exc:
+        raise config_invalid(exc.message, source=source) from None
 
 
 async def _probe_stores(cfg: Config) -> list[str]:
