@@ -287,6 +287,8 @@ def test_serve_example_runs_the_compiled_core(example_sidecar: Serving) -> None:
     (line,) = [ln for ln in text.splitlines() if "core: " in ln]
     assert "core: native; Cedar decisions: native" in line, line  # no tool on the Python stages
     assert "policy revision" in text and "ready" in text
+    # no checkout to build the prover in: the message says so, not "run scripts/prove build"
+    assert "site-packages/.cache/bin" not in text and "scripts/prove build (needs cargo), or" not in text
 
 
 def test_the_readme_client_loop_runs_from_the_slim_install(slim: Venv, example_sidecar: Serving) -> None:
