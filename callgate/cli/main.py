@@ -44,13 +44,16 @@ def _hint_without_policies(cfg: Config, err: TextIO) -> None:
     """``callgate serve`` with no config file and no policies in the working directory (a new
     user's first try after ``pip install``): the built-in defaults read ``./policies``, so say
     where the example and the scaffolding are before the load errors repeat."""
+    from callgate.cli.example import EXAMPLE_DIR
+
     policies = Path(cfg.path(cfg.policy.dir))
     if Path("callgate.toml").exists() or policies.is_dir():
         return
     print(
         f"callgate: no ./callgate.toml, so the built-in defaults: policies from {policies} (missing);"
         " serving NOT_READY until they appear. `callgate serve --example` serves the packaged"
-        " example policies; `callgate new tool` scaffolds your own (docs/CONFIG.md)",
+        f" example policies; copy {EXAMPLE_DIR / 'policies'} to ./policies to start your own"
+        " (`callgate new tool` then adds a tool to them; docs/CONFIG.md)",
         file=err,
     )
 
