@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import DATA, POLICIES, ROOT
+from tests.conftest import DATA, POLICIES, ROOT, short_tmpdir
 
 
 def callgate(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -21,6 +21,48 @@ def test_check_ok_on_example_policies() -> None:
     r = callgate("check", "--config", str(ROOT / "callgate.toml"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert "weather.get@v1" in r.stdout and "calendar.create_event@v1" in r.stdout
+
+
+def test_check_example_checks_the_packaged_policies(tmp_path: Path) -> None:
+    r = callgate("check", "--example", cwd=tmp_path)  # from any folder: the policies come with callgate
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok: 3 tools, engine cedar" in r.stdout and "weather.get@v1" in r.stdout, r.stdout
+
+
+def test_serve_without_config_or_policies_names_the_example() -> None:
+    workdir = short_tmpdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "callgate", "serve"],
+        cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()  # printed before the sidecar starts
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert (
+        f"no ./callgate.toml, so the built-in defaults: policies from {workdir}/policies (missing)" in first
+    )
+    assert "`callgate serve --example` serves the packaged example policies" in first, first
+
+
+def test_check_refuses_core_native_without_the_compiled_core(tmp_path: Path) -> None:
+    """As in the sdist's pure-Python wheel: ``serve`` would refuse to start, so ``check`` fails."""
+    proj = _project_copy(tmp_path)
+    config = proj / "callgate.toml"
+    config.write_text(config.read_text() + '\n[core]\nengine = "native"\n')
+    no_core = "import sys; sys.modules['callgate._native'] = None; from callgate.cli.main import main; sys.exit(main())"
+    r = subprocess.run(
+        [sys.executable, "-c", no_core, "check", "--offline", "--config", str(config)],
+        cwd=proj, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"error: {config}: config_invalid: core.engine is 'native' but the compiled core" in r.stdout, (
+        r.stdout
+    )
+    assert callgate("check", "--offline", "--config", str(config), cwd=proj).returncode == 0  # built here
 
 
 def _project_copy(tmp_path: Path) -> Path:

@@ -200,6 +200,20 @@ def test_the_wheel_carries_the_compiled_core_and_is_manylinux(built: Built) -> N
     assert {"callgate/_native.abi3.so", "callgate/example/callgate.toml", "callgate/cli/version.py"} <= names
     assert {f"callgate/example/policies/{p.relative_to(ROOT / 'policies')}" for p in (ROOT / "policies").rglob("*")
             if p.is_file()} <= names  # fmt: skip
+    # what a user of the wheel reads: the licence, the stubs, the schemas, the console's pages
+    shipped = {
+        "callgate-" + VERSION + ".dist-info/licenses/LICENSE",
+        "callgate/_native.pyi",
+        "callgate/py.typed",
+    }
+    shipped |= {p.relative_to(ROOT).as_posix() for p in (ROOT / "callgate").rglob("*")
+                if p.suffix in (".json", ".html", ".css", ".js") and "example" not in p.parts}  # fmt: skip
+    assert shipped <= names, sorted(shipped - names)
+    meta = zipfile.ZipFile(built.wheel).read(f"callgate-{VERSION}.dist-info/METADATA").decode()
+    for field in ("License-Expression: Apache-2.0", "License-File: LICENSE", "Requires-Python: >=3.11"):
+        assert f"\n{field}\n" in meta, field
+    extras = {ln.split(": ", 1)[1] for ln in meta.splitlines() if ln.startswith("Provides-Extra: ")}
+    assert {"sidecar", "openai-agents", "langgraph", "mcp", "console", "otlp", "prove"} <= extras, extras
     # auditwheel's verdict: the tag maturin set is the one the module's symbols allow
     assert 'is consistent with\nthe following platform tag: "manylinux_2_34_x86_64"' in built.log
 
@@ -222,6 +236,7 @@ def test_the_sdist_builds_a_pure_python_wheel_without_rust(built: Built, tmp_pat
     assert wheel.name == f"callgate-{VERSION}-py3-none-any.whl"
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "callgate/example/policies/tools/weather.get@v1.json" in names
+    assert f"callgate-{VERSION}.dist-info/licenses/LICENSE" in names
     assert not any("_native" in n for n in names)
 
 
@@ -235,6 +250,10 @@ def test_the_slim_install_has_no_sidecar(slim: Venv, outside: Path) -> None:
     serve = slim.run("callgate", "serve", "--example", cwd=outside)
     assert serve.returncode == 2
     assert "callgate serve needs the sidecar: pip install 'callgate[sidecar]'" in serve.stderr
+    for extra in ("mcp", "console"):  # the extras' commands say which extra, as serve does
+        run = slim.run("callgate", extra, *(["serve"] if extra == "mcp" else []), "-c", "c.toml", cwd=outside)
+        assert run.returncode == 2, run.stdout + run.stderr
+        assert f"callgate {extra} needs the '{extra}' extra (pip install 'callgate[{extra}]')" in run.stderr
     version = slim.run("callgate", "--version", cwd=outside)
     assert version.returncode == 0, version.stderr
     assert f"store schema: {NOT_INSTALLED}" in version.stdout
@@ -257,11 +276,19 @@ def test_callgate_version_names_every_part(full: Venv, outside: Path) -> None:
     assert here.engines == "cedar, rego, opa"
 
 
+def test_check_example_checks_the_packaged_policies(full: Venv, outside: Path) -> None:
+    run = full.run("callgate", "check", "--example", cwd=outside)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "ok: 3 tools, engine cedar" in run.stdout, run.stdout
+
+
 def test_serve_example_runs_the_compiled_core(example_sidecar: Serving) -> None:
     text = example_sidecar.text()
     (line,) = [ln for ln in text.splitlines() if "core: " in ln]
     assert "core: native; Cedar decisions: native" in line, line  # no tool on the Python stages
     assert "policy revision" in text and "ready" in text
+    # no checkout to build the prover in: the message says so, not "run scripts/prove build"
+    assert "site-packages/.cache/bin" not in text and "scripts/prove build (needs cargo), or" not in text
 
 
 def test_the_readme_client_loop_runs_from_the_slim_install(slim: Venv, example_sidecar: Serving) -> None:

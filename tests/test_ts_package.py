@@ -71,6 +71,7 @@ def test_packed_tarball_installs_into_an_empty_folder_and_runs_the_loop(
     _npm("install", str(tarball), cwd=app)
     installed = app / "node_modules" / "@callgate" / "client"
     assert not installed.is_symlink() and (installed / "dist" / "index.js").is_file()
+    assert (installed / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()  # package.json's Apache-2.0
     out = _run_loop(app, server)
     assert "weather__get: allowed" in out and "calendar__create_event: denied" in out, out
     assert '["ok","ok","denied","rejected"]' in out, out

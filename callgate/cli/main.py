@@ -30,6 +30,34 @@ def _config(path: str | None) -> Config:
     return load_config(default) if default.exists() else Config(base_dir=str(Path.cwd()))
 
 
+def _serve_config(args: argparse.Namespace) -> Config:
+    """``--example``'s config (the packaged example policies, state under the working directory)
+    or :func:`_config`'s."""
+    if getattr(args, "example", False):
+        from callgate.cli.example import example_config
+
+        return example_config(Path.cwd())
+    return _config(args.config)
+
+
+def _hint_without_policies(cfg: Config, err: TextIO) -> None:
+    """``callgate serve`` with no config file and no policies in the working directory (a new
+    user's first try after ``pip install``): the built-in defaults read ``./policies``, so say
+    where the example and the scaffolding are before the load errors repeat."""
+    from callgate.cli.example import EXAMPLE_DIR
+
+    policies = Path(cfg.path(cfg.policy.dir))
+    if Path("callgate.toml").exists() or policies.is_dir():
+        return
+    print(
+        f"callgate: no ./callgate.toml, so the built-in defaults: policies from {policies} (missing);"
+        " serving NOT_READY until they appear. `callgate serve --example` serves the packaged"
+        f" example policies; copy {EXAMPLE_DIR / 'policies'} to ./policies to start your own"
+        " (`callgate new tool` then adds a tool to them; docs/CONFIG.md)",
+        file=err,
+    )
+
+
 MALLOC_ARENAS = 4
 """glibc malloc arenas of a serving sidecar (``mallopt(M_ARENA_MAX)``), unless the environment
 sets ``MALLOC_ARENA_MAX``. glibc's default (8 per core) gives every thread that allocates its
@@ -102,12 +130,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from callgate.server.app import serve
 
-    if args.example:
-        from callgate.cli.example import example_config
-
-        cfg = example_config(Path.cwd())
-    else:
-        cfg = _config(args.config)
+    cfg = _serve_config(args)
+    if not args.example and not args.config:
+        _hint_without_policies(cfg, sys.stderr)
     freeze_startup_objects()
     from callgate.observability.logs import apply_log_format
 
@@ -128,7 +153,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
     cfg = None
     try:
-        cfg = _config(args.config)
+        cfg = _serve_config(args)
+        _check_core(cfg, str(args.config or "callgate.toml"))
         snap = load_snapshot_from_config(cfg)
         secrets = _check_secrets_and_keys(cfg)
     except LoadError as exc:
@@ -174,6 +200,18 @@ def cmd_check(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         policy_dir = Path(cfg.path(cfg.policy.dir))
         return min(1, check_against(policy_dir, tuple(cfg.policy.shadow), args.against, out, sys.stderr))
     return 0
+
+
+def _check_core(cfg: Config, source: str) -> None:
+    """``[core] engine = "native"`` where the compiled core does not load (the sdist's pure-Python
+    wheel, a build for another platform): ``serve`` refuses to start, so ``check`` says so first."""
+    from callgate.base.errors import LoadError, config_invalid
+    from callgate.propose.core import Core
+
+    try:
+        Core(cfg.core.engine)
+    except LoadError as exc:
+        raise config_invalid(exc.message, source=source) from None
 
 
 async def _probe_stores(cfg: Config) -> list[str]:
@@ -556,8 +594,21 @@ _EXTRA_COMMANDS = (
     ("mcp", "callgate.mcp.cli", "mcp", MCP_HELP),
     ("console", "callgate.console.cli", "starlette", CONSOLE_HELP),
 )
-"""Commands of optional extras: name, the module whose ``add_parser`` adds it (imported only when
-the command runs), the package whose presence lists it in ``--help``, and its help line."""
+"""Commands of optional extras: name (also the extra's name), the module whose ``add_parser``
+adds it (imported only when the command runs), the package whose presence lists it in
+``--help``, and its help line."""
+
+
+def _extra_missing(name: str, exc: ImportError) -> int:
+    """``callgate mcp`` / ``callgate console`` without their extra: say which one to install
+    (exit 2), as the sidecar's commands do in the slim install."""
+    print(
+        f"callgate {name} needs the '{name}' extra (pip install 'callgate[{name}]'): {exc}",
+        file=sys.stderr,
+    )
+    return 2
+
+
 _EXTRA_NAMES: Final = frozenset(name for name, *_ in _EXTRA_COMMANDS)
 
 
@@ -609,7 +660,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
-    p.add_argument("--config", "-c")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", "-c")
+    which.add_argument(
+        "--example", action="store_true", help="check the packaged example policies (serve --example's)"
+    )
     p.add_argument(
         "--offline",
         action="store_true",
@@ -690,8 +745,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if command == name:
             try:
                 add_extra_parser = importlib.import_module(cli_module).add_parser
-            except ImportError:  # the extra is not installed
-                continue
+            except ImportError as exc:  # the extra is not installed
+                return _extra_missing(name, exc)
             add_extra_parser(sub)
         elif importlib.util.find_spec(probe) is not None:  # listed in --help without importing it
             sub.add_parser(name, help=help_text, add_help=False)

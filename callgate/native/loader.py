@@ -71,7 +71,10 @@ def _imported() -> tuple[NativeModule | None, str]:
         if isinstance(exc, ModuleNotFoundError) and exc.name == NATIVE_MODULE:
             return None, NOT_BUILT
         # the file is there: the dynamic loader or the module's init refused it
-        return None, f"present but it does not load ({exc}); rebuild it with scripts/native build"
+        return None, (
+            f"present but it does not load ({exc}); rebuild it with scripts/native build in a "
+            "checkout, or install the wheel built for this platform (docs/NATIVE.md)"
+        )
 
 
 def load_native() -> NativeModule | None:

@@ -195,9 +195,14 @@ def prover_binary() -> Path:
     env = os.environ.get(BIN_ENV)
     path = Path(env) if env else REPO / ".cache" / "bin" / "callgate-prove"
     if not (path.is_file() and os.access(path, os.X_OK)):
-        raise ProverUnavailable(
-            f"the prover binary is not built ({path}): run scripts/prove build (needs cargo), "
-            f"or set {BIN_ENV}"
+        if env or (REPO / "scripts" / "prove").is_file():  # a checkout, or the variable's path
+            raise ProverUnavailable(
+                f"the prover binary is not built ({path}): run scripts/prove build (needs cargo), "
+                f"or set {BIN_ENV}"
+            )
+        raise ProverUnavailable(  # an installed wheel: no checkout to build it in
+            f"the prover binary is not part of the installed package: build it in a checkout "
+            f"(scripts/prove build, needs cargo) and set {BIN_ENV} to it (docs/PROVE.md)"
         )
     return path
 
