@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from agents import Agent, RunConfig, Runner, RunState, set_tracing_disabled
-from agents.mcp import MCPServerStdio, MCPToolMetaContext
+from agents.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp, MCPToolMetaContext
 from agents.testing import ScriptedModel, assistant_message
 
 set_tracing_disabled(True)
@@ -38,9 +39,24 @@ def call_key(ctx: MCPToolMetaContext) -> dict[str, Any] | None:
     return {IDEMPOTENCY_KEY: f"agents-{call_id}"} if call_id else None
 
 
-def gateway(config: Path, base: Path, *, keyed: bool = False) -> MCPServerStdio:
+def gateway(config: Path, base: Path, *, keyed: bool = False) -> MCPServer:
     """``callgate mcp serve`` as the SDK's stdio MCP server, approval asked for :data:`APPROVE`;
-    ``keyed``: each call carries :func:`call_key`."""
+    ``keyed``: each call carries :func:`call_key`. With ``CALLGATE_TEST_MCP_URL`` set, the SDK's
+    streamable HTTP server at that URL instead (bearer ``CALLGATE_TEST_MCP_TOKEN``): a running
+    ``callgate mcp serve --transport http`` both processes connect to."""
+    common: dict[str, Any] = {
+        "name": "callgate",
+        "cache_tools_list": True,
+        "client_session_timeout_seconds": 60,
+        "require_approval": {"always": {"tool_names": APPROVE}},
+        "tool_meta_resolver": call_key if keyed else None,
+    }
+    url = os.environ.get("CALLGATE_TEST_MCP_URL")
+    if url:
+        token = os.environ["CALLGATE_TEST_MCP_TOKEN"]
+        return MCPServerStreamableHttp(
+            params={"url": url, "headers": {"Authorization": f"Bearer {token}"}}, **common
+        )
     return MCPServerStdio(
         params={
             "command": sys.executable,
@@ -48,15 +64,11 @@ def gateway(config: Path, base: Path, *, keyed: bool = False) -> MCPServerStdio:
             "cwd": str(base),
             "env": {"PYTHONPATH": str(ROOT)},
         },
-        name="callgate",
-        cache_tools_list=True,
-        client_session_timeout_seconds=60,
-        require_approval={"always": {"tool_names": APPROVE}},
-        tool_meta_resolver=call_key if keyed else None,
+        **common,
     )
 
 
-def agent(server: MCPServerStdio, model: ScriptedModel) -> Agent[Any]:
+def agent(server: MCPServer, model: ScriptedModel) -> Agent[Any]:
     return Agent(name="notes", instructions="Keep notes.", model=model, mcp_servers=[server])
 
 

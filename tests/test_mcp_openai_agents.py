@@ -21,8 +21,8 @@ from agents import Runner
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 from tests.mcp_agents_app import RUN, agent, gateway, outputs
-from tests.mcp_env import ROOT
-from tests.test_mcp_gateway import Env
+from tests.mcp_env import ROOT, http_gateway
+from tests.test_mcp_gateway import TOKEN, Env
 
 
 @pytest.fixture(name="env")
@@ -142,3 +142,27 @@ def test_one_saved_state_resumed_twice_with_the_call_id_as_key_writes_once(env: 
     assert "noted: pay rent" in first["outputs"]["w7"]
     assert second["outputs"]["w7"] == first["outputs"]["w7"]  # the replay answers the same
     assert len(invocations(env, "up.write_note")) == 1
+
+
+@pytest.mark.timeout(300)
+def test_over_streamable_http_sdk_approval_in_another_process_runs_the_write_once(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same application with the SDK's ``MCPServerStreamableHttp`` (the 2026-07-28 protocol
+    it negotiates: no session) against one ``callgate mcp serve --transport http``: interrupted
+    here, approved and resumed in another process; the write runs once, callgate's confirmation
+    is refused to this client as over stdio."""
+    with http_gateway(env) as port:
+        monkeypatch.setenv("CALLGATE_TEST_MCP_URL", f"http://127.0.0.1:{port}/mcp")
+        monkeypatch.setenv("CALLGATE_TEST_MCP_TOKEN", TOKEN)
+        calls = [
+            function_call("up__write_note", {"text": "over http"}, call_id="w1"),
+            function_call("up__remove", {"name": "n1"}, call_id="d1"),
+        ]
+        result, _ = asyncio.run(first_run(env, calls))
+        assert sorted(i.call_id for i in result.interruptions) == ["d1", "w1"]
+        resumed = resume_elsewhere(env, result, "approve")
+    assert [x.get("text") for x in env.effects()] == ["over http"]
+    assert "noted: over http" in resumed["outputs"]["w1"]
+    assert "elicitation_unsupported" in resumed["outputs"]["d1"], resumed
+    assert [s for _, s in invocations(env, "up.remove")] == ["CANCELLED_BEFORE_COMMIT"]
