@@ -26,7 +26,8 @@
 //        "timeout_ms": 5000, "progress": true, "id": "label", "meta": {...},   // meta: _meta
 //        "abort_after_ms": 3000, "abort_on_progress": true},  // abort the request then, or at
 //                                       // its first progress notification (the SDK sends
-//                                       // notifications/cancelled)
+//                                       // notifications/cancelled; this harness only:
+//                                       // tests/mcp_clients.py's Python runner ignores them)
 //       {"op": "ping"}, {"op": "sleep", "ms": 100}
 //     ]
 //   }
