@@ -15,7 +15,8 @@ form                          variants
 literal text                  the secret as text (when its bytes are UTF-8), in any letter case
                               (matching ignores case: lower-, upper-, title- or mixed-cased
                               echoes are caught; ``casefold`` forms such as ``ß`` -> ``ss`` too)
-JSON-escaped                  ``json.dumps`` with and without ``ensure_ascii``, and with ``\\/``
+JSON-escaped                  ``json.dumps`` with and without ``ensure_ascii``, and with ``\\/``;
+                              and any other mix of legal JSON escapes (below)
 HTML-escaped                  ``html.escape`` with and without quotes, ``&#x27;`` and ``&#39;``
 URL-encoded                   ``quote``/``quote_plus`` with ``safe=""`` and ``safe="/"``, upper- and
                               lower-case ``%xx``
@@ -26,6 +27,15 @@ base64                        standard and URL-safe alphabets, at the three byte
                               secret's bytes are matched, which covers padded and unpadded forms.
                               The URL-encoded form of the standard alphabet is included.
 ============================  ====================================================================
+
+**Behind JSON escapes.** A tool result is often JSON text inside a string (an HTTP body, a
+document): the secret can be spelled there with any legal JSON escape per character
+(``s\\u006b-\\u0061...``, upper- or lower-case hex, ``\\/``, a surrogate pair), one document inside
+another. A text holding a backslash is therefore also read with its JSON escapes decoded, level
+after level (up to :data:`MAX_UNESCAPE_LEVELS`); a known secret form or a pattern match found in
+a decoded text is mapped back to the characters it decodes from, and those are replaced (the
+text around stays valid JSON). The presence checks read the decoded texts too, so the encoder's
+final check withholds what redaction could not take out.
 
 Occurrences may overlap (two secrets sharing characters); the union of all occurrence spans is
 redacted, so no fragment of either survives. A secret shorter than ``min_secret_length``
@@ -62,6 +72,7 @@ the strings joined together (one scan) and redact string by string only when one
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -89,6 +100,16 @@ __all__ = [
     "withheld_note",
 ]
 
+
+MAX_UNESCAPE_LEVELS = 4
+"""How many levels of JSON string escaping the redactor decodes when it looks through a text
+(a JSON document inside a string inside a JSON document ... is one level each)."""
+
+_JSON_ESCAPE = re.compile(
+    r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|([\"\\/bfnrt]))"
+)
+"""One legal JSON string escape: a surrogate pair, another ``\\uXXXX``, or a two-character one."""
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
 SCAN_FORMS_LIMIT = 512
 """Up to this many secret forms, presence is tested with ``in`` per form; above, with one regex."""
@@ -202,6 +223,123 @@ def _literal_regex(words: Iterable[str]) -> str:
         return pattern
     except (RecursionError, re.error, OverflowError):  # pragma: no cover - pathological sets only
         return "|".join(re.escape(w) for w in ordered)
+
+
+# --------------------------------------------------------------------------------------------
+# JSON text: the strings behind its escapes
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """A text with its JSON escapes decoded, and where each decoded escape came from."""
+
+    text: str
+    at: tuple[int, ...]
+    """Index in :attr:`text` of each decoded escape (increasing)."""
+    spans: tuple[tuple[int, int], ...]
+    """Its ``(start, end)`` in the text one level up."""
+
+    def up(self, start: int, end: int) -> tuple[int, int]:
+        """The span one level up that decodes to ``text[start:end]`` (``end > start``)."""
+        return self._where(start)[0], self._where(end - 1)[1]
+
+    def _where(self, index: int) -> tuple[int, int]:
+        i = bisect.bisect_right(self.at, index) - 1
+        if i >= 0 and self.at[i] == index:
+            return self.spans[i]
+        base, origin = (self.at[i] + 1, self.spans[i][1]) if i >= 0 else (0, 0)
+        pos = origin + index - base
+        return pos, pos + 1
+
+
+def _unescape(text: str) -> _View | None:
+    """``text`` with every legal JSON string escape decoded (``\\u0041``, ``\\/``, a surrogate
+    pair ...), wherever it stands; None when there is none."""
+    pieces: list[str] = []
+    at: list[int] = []
+    spans: list[tuple[int, int]] = []
+    pos = size = 0
+    for m in _JSON_ESCAPE.finditer(text):
+        literal = text[pos : m.start()]
+        pieces.append(literal)
+        size += len(literal)
+        high, low, code, simple = m.groups()
+        if high is not None:
+            ch = chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + (int(low, 16) - 0xDC00))
+        elif code is not None:
+            ch = chr(int(code, 16))
+        else:
+            ch = _SIMPLE_ESCAPES[simple]
+        pieces.append(ch)
+        at.append(size)
+        spans.append((m.start(), m.end()))
+        size += 1
+        pos = m.end()
+    if not at:
+        return None
+    pieces.append(text[pos:])
+    return _View("".join(pieces), tuple(at), tuple(spans))
+
+
+def _views(text: str) -> list[_View]:
+    """The texts behind ``text``'s JSON escapes, one per level, up to
+    :data:`MAX_UNESCAPE_LEVELS` (empty without a backslash)."""
+    out: list[_View] = []
+    while "\\" in text and len(out) < MAX_UNESCAPE_LEVELS:
+        view = _unescape(text)
+        if view is None:
+            break
+        out.append(view)
+        text = view.text
+    return out
+
+
+_DECODED: dict[str, str] = {}
+"""Each escape's character (a surrogate pair's one), filled as met; cleared at 4,096."""
+
+
+def _decode_escape(m: re.Match[str]) -> str:
+    escape = m.group()
+    ch = _DECODED.get(escape)
+    if ch is None:
+        if len(_DECODED) >= 4096:
+            _DECODED.clear()
+        view = _unescape(escape)
+        ch = _DECODED[escape] = view.text if view is not None else escape
+    return ch
+
+
+_LAST_DECODED: tuple[str, tuple[str, ...]] = ("", ())
+"""The last text :func:`_decoded` read and its answer (the known-secret and the pattern checks
+of one text in a row decode it once; one tuple, replaced whole, so threads only miss)."""
+
+
+def _decoded(text: str) -> tuple[str, ...]:
+    """The texts of :func:`_views` without their maps (about three times faster): what the
+    presence checks read."""
+    global _LAST_DECODED
+    last = _LAST_DECODED
+    if last[0] is text:
+        return last[1]
+    last_text = text
+    out: list[str] = []
+    while "\\" in text and len(out) < MAX_UNESCAPE_LEVELS:
+        nxt = _JSON_ESCAPE.sub(_decode_escape, text)
+        if nxt == text:
+            break
+        out.append(nxt)
+        text = nxt
+    answer = tuple(out)
+    if out:
+        _LAST_DECODED = (last_text, answer)
+    return answer
+
+
+def _to_top(chain: list[_View], level: int, start: int, end: int) -> tuple[int, int]:
+    """A span of ``chain[level].text`` as the span of the original text it decodes from."""
+    for view in reversed(chain[: level + 1]):
+        start, end = view.up(start, end)
+    return start, end
 
 
 # --------------------------------------------------------------------------------------------
@@ -325,12 +463,19 @@ class Redactor:
     # -- scanning ------------------------------------------------------------------------------
 
     def contains_known_secret(self, text: str) -> bool:
-        """Whether ``text`` contains any form of a known secret (patterns are not consulted).
+        """Whether ``text`` contains any form of a known secret (patterns are not consulted), as
+        written or behind JSON string escapes (``\\u0041``, ``\\/``, ... in any mix, up to
+        :data:`MAX_UNESCAPE_LEVELS` levels).
 
         Up to :data:`SCAN_FORMS_LIMIT` forms this is one ``in`` test per casefolded form in the
         casefolded text (C substring search, about three times faster than the trie regex for
         small sets); above, one search with the case-insensitive trie regex.
         """
+        if self._plain_holds(text):
+            return True
+        return "\\" in text and any(self._plain_holds(view) for view in _decoded(text))
+
+    def _plain_holds(self, text: str) -> bool:
         if self._scan_forms is not None:  # casefolded on both sides: a superset of the regex's matches
             folded = text.casefold()
             return any(form in folded for form in self._scan_forms)
@@ -345,19 +490,29 @@ class Redactor:
         raw, texts = part_views(value)
         if any(secret in raw for secret in self._raw):
             return True
-        if self._scan_forms is not None:  # the views are casefolded already
-            return any(form in text for text in texts for form in self._scan_forms)
+        if self._scan_forms is not None and any(  # the views are casefolded already
+            form in text for text in texts for form in self._scan_forms
+        ):
+            return True
         return any(self.contains_known_secret(text) for text in texts)
 
     def might_match_pattern(self, text: str) -> bool:
-        """Whether any configured pattern matches somewhere in ``text`` (one search each)."""
-        return any(p.regex.search(text) is not None for p in self._patterns)
+        """Whether any configured pattern matches somewhere in ``text`` (one search each), as
+        written or behind JSON string escapes."""
+        if any(p.regex.search(text) is not None for p in self._patterns):
+            return True
+        return (
+            bool(self._patterns)
+            and "\\" in text
+            and any(p.regex.search(view) is not None for view in _decoded(text) for p in self._patterns)
+        )
 
     def might_contain(self, text: str) -> bool:
         """Whether :meth:`redact` could change ``text``.
 
-        Also a sound pre-filter over several strings joined by any separator: a match inside one
-        string is a match inside the joined text (patterns anchored with ``\\A``/``\\Z`` aside).
+        Also a sound pre-filter over several strings joined by a separator that cannot continue a
+        JSON escape (``"\\n"`` does; not one of ``"\\/bfnrtu``): a match inside one string is a
+        match inside the joined text (patterns anchored with ``\\A``/``\\Z`` aside).
         """
         return self.contains_known_secret(text) or self.might_match_pattern(text)
 
@@ -370,12 +525,50 @@ class Redactor:
         can never consume half of a known secret and leave the other half.
         """
         count = 0
-        if self.contains_known_secret(text):
+        if self._plain_holds(text):
             text, count = self._redact_literals(text)
         for pat in self._patterns:
             if pat.regex.search(text) is None:
                 continue
             text, n = pat.regex.subn(_pattern_replacer(pat), text)
+            count += n
+        if "\\" in text:
+            text, n = self._redact_escaped(text)
+            count += n
+        return text, count
+
+    def _redact_escaped(self, text: str) -> tuple[str, int]:
+        """Redact what only the texts behind JSON escapes show (``s\\u006b-...``, ``\\/`` for
+        ``/``, one level inside another): each occurrence found in a decoded view is mapped back to
+        the characters it decodes from, and those are replaced. Repeated while a view still shows
+        something (a replacement can only shorten the text), at most
+        :data:`MAX_UNESCAPE_LEVELS` + 1 times; what is left then is the encoder's final check's
+        (which withholds the result)."""
+        count = 0
+        for _ in range(MAX_UNESCAPE_LEVELS + 1):
+            if not any(
+                self._plain_holds(view) or any(p.regex.search(view) for p in self._patterns)
+                for view in _decoded(text)
+            ):
+                break
+            chain = _views(text)
+            spans: list[tuple[int, int, int, str]] = []  # known secrets (0) before patterns (1)
+            for level, view in enumerate(chain):
+                if self._overlap is not None and self._plain_holds(view.text):
+                    for m in self._overlap.finditer(view.text):
+                        start, end = _to_top(chain, level, m.start(), m.start() + len(m.group(1)))
+                        spans.append(
+                            (start, end, 0, marker(self._forms.get(m.group(1).casefold(), "secret")))
+                        )
+                for pat in self._patterns:
+                    for m in pat.regex.finditer(view.text):
+                        group = pat.group if pat.group and m.start(pat.group) >= 0 else 0
+                        if m.end(group) > m.start(group):
+                            start, end = _to_top(chain, level, m.start(group), m.end(group))
+                            spans.append((start, end, 1, pat.marker))
+            if not spans:
+                break
+            text, n = _replace_spans(text, spans)
             count += n
         return text, count
 
@@ -439,6 +632,26 @@ class Redactor:
                 pairs.append((new_key, self._redact_value(child, counter, depth + 1)))
             return dict(unique_keys(pairs))
         raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _replace_spans(text: str, spans: list[tuple[int, int, int, str]]) -> tuple[str, int]:
+    """Replace the union of ``spans`` (start, end, rank, marker), each run of overlapping ones by
+    the marker of its first (at one start, the lowest rank); the number of runs."""
+    merged: list[tuple[int, int, str]] = []
+    for start, end, _, mark in sorted(spans, key=lambda s: (s[0], s[2], -s[1])):
+        if merged and start < merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end, merged[-1][2])
+            continue
+        merged.append((start, end, mark))
+    out: list[str] = []
+    pos = 0
+    for start, end, mark in merged:
+        out.append(text[pos:start])
+        out.append(mark)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), len(merged)
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
