@@ -75,7 +75,7 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,7 @@ from callgate.client.resultforms import (
     secret_forms,
     withheld_note,
 )
+from callgate.client.visible import mask_mark
 
 __all__ = [
     "DEFAULT_MIN_SECRET_LENGTH",
@@ -95,6 +96,7 @@ __all__ = [
     "SecretPattern",
     "holds_secret",
     "marker",
+    "mask_mark",
     "secret_forms",
     "unique_keys",
     "withheld_note",
@@ -345,6 +347,10 @@ def _to_top(chain: list[_View], level: int, start: int, end: int) -> tuple[int, 
 # --------------------------------------------------------------------------------------------
 
 
+_Mark = Callable[[bool, str, str], str]
+"""What replaces an occurrence: (a known secret?, its name or the pattern's, the text found)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _CompiledPattern:
     name: str
@@ -524,20 +530,55 @@ class Redactor:
         Known secrets go first and completely (union of overlapping occurrences), so a pattern
         can never consume half of a known secret and leave the other half.
         """
+        return self._apply(text, _redaction_mark)
+
+    def mask(self, text: str) -> tuple[str, int]:
+        """:meth:`redact` for a person's eyes (the confirmation console, ``callgate explain``):
+        each occurrence becomes ``⟦masked <name>⟧`` for a known secret (its configured name) and
+        ``⟦masked <pattern> …<last 4>⟧`` for a pattern's match of 16 or more characters whose
+        last four are letters or digits (the fingerprint that tells two keys apart), else
+        ``⟦masked <pattern>⟧`` (:func:`~callgate.client.visible.mask_mark`). A known secret never
+        shows a character of its own: the sidecar holds it, a person needs only its name."""
+        return self._apply(text, _mask_mark)
+
+    def mask_json(self, value: Any) -> tuple[Any, int]:
+        """:meth:`mask` over every string of a JSON-like value (keys too); anything that is not a
+        string, list or dict is kept as it is. Returns a new value and the count."""
+        counter = [0]
+        return self._mask_value(value, counter, 0), counter[0]
+
+    def _mask_value(self, value: Any, counter: list[int], depth: int) -> Any:
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH}")
+        if isinstance(value, str):
+            text, n = self.mask(value)
+            counter[0] += n
+            return text
+        if isinstance(value, (list, tuple)):
+            return [self._mask_value(v, counter, depth + 1) for v in value]
+        if isinstance(value, Mapping):
+            pairs = [
+                (self._mask_value(str(k), counter, depth + 1), self._mask_value(v, counter, depth + 1))
+                for k, v in value.items()
+            ]
+            return dict(unique_keys(pairs))
+        return value
+
+    def _apply(self, text: str, mark: _Mark) -> tuple[str, int]:
         count = 0
         if self._plain_holds(text):
-            text, count = self._redact_literals(text)
+            text, count = self._redact_literals(text, mark)
         for pat in self._patterns:
             if pat.regex.search(text) is None:
                 continue
-            text, n = pat.regex.subn(_pattern_replacer(pat), text)
+            text, n = pat.regex.subn(_pattern_replacer(pat, mark), text)
             count += n
         if "\\" in text:
-            text, n = self._redact_escaped(text)
+            text, n = self._redact_escaped(text, mark)
             count += n
         return text, count
 
-    def _redact_escaped(self, text: str) -> tuple[str, int]:
+    def _redact_escaped(self, text: str, mark: _Mark) -> tuple[str, int]:
         """Redact what only the texts behind JSON escapes show (``s\\u006b-...``, ``\\/`` for
         ``/``, one level inside another): each occurrence found in a decoded view is mapped back to
         the characters it decodes from, and those are replaced. Repeated while a view still shows
@@ -556,23 +597,25 @@ class Redactor:
             for level, view in enumerate(chain):
                 if self._overlap is not None and self._plain_holds(view.text):
                     for m in self._overlap.finditer(view.text):
-                        start, end = _to_top(chain, level, m.start(), m.start() + len(m.group(1)))
-                        spans.append(
-                            (start, end, 0, marker(self._forms.get(m.group(1).casefold(), "secret")))
-                        )
+                        found = m.group(1)
+                        start, end = _to_top(chain, level, m.start(), m.start() + len(found))
+                        name = self._forms.get(found.casefold(), "secret")
+                        spans.append((start, end, 0, mark(True, name, found)))
                 for pat in self._patterns:
                     for m in pat.regex.finditer(view.text):
                         group = pat.group if pat.group and m.start(pat.group) >= 0 else 0
                         if m.end(group) > m.start(group):
                             start, end = _to_top(chain, level, m.start(group), m.end(group))
-                            spans.append((start, end, 1, pat.marker))
+                            spans.append((start, end, 1, mark(False, pat.name, m.group(group))))
+            # a pattern can match a marker put in before (``://[REDACTED:...]@``): not again
+            spans = [sp for sp in spans if text[sp[0] : sp[1]] != sp[3]]
             if not spans:
                 break
             text, n = _replace_spans(text, spans)
             count += n
         return text, count
 
-    def _redact_literals(self, text: str) -> tuple[str, int]:
+    def _redact_literals(self, text: str, mark: _Mark) -> tuple[str, int]:
         assert self._overlap is not None
         spans: list[tuple[int, int, str]] = []
         for m in self._overlap.finditer(text):
@@ -587,7 +630,7 @@ class Redactor:
         pos = 0
         for start, end, name in spans:
             out.append(text[pos:start])
-            out.append(marker(name))
+            out.append(mark(True, name, text[start:end]))
             pos = end
         out.append(text[pos:])
         return "".join(out), len(spans)
@@ -673,15 +716,31 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return out
 
 
-def _pattern_replacer(pat: _CompiledPattern) -> Any:
+def _pattern_replacer(pat: _CompiledPattern, mark: _Mark) -> Any:
     def replace(m: re.Match[str]) -> str:
         if pat.group == 0 or m.start(pat.group) < 0:
-            return pat.marker
+            return mark(False, pat.name, m.group(0))
         whole = m.group(0)
         base = m.start()
-        return whole[: m.start(pat.group) - base] + pat.marker + whole[m.end(pat.group) - base :]
+        shown = mark(False, pat.name, m.group(pat.group))
+        return whole[: m.start(pat.group) - base] + shown + whole[m.end(pat.group) - base :]
 
     return replace
+
+
+def _redaction_mark(known: bool, name: str, found: str) -> str:
+    return marker(name)
+
+
+_FINGERPRINT = re.compile(r"[A-Za-z0-9]{4}")
+FINGERPRINT_FROM = 16
+"""A pattern's match shows its last four characters in a mask only from this length on."""
+
+
+def _mask_mark(known: bool, name: str, found: str) -> str:
+    if known or len(found) < FINGERPRINT_FROM or not _FINGERPRINT.fullmatch(found[-4:]):
+        return mask_mark(name)
+    return mask_mark(name, found[-4:])
 
 
 def _secret_length(value: str | bytes | bytearray) -> int:
