@@ -209,7 +209,9 @@ def test_binary_blocks_holding_a_configured_secret_never_redeemed_are_withheld(r
     image, audio clip or blob holding another configured secret reached the client. Now each
     binary block's bytes go to the sidecar's check (EncodeResult ``parts``): a block holding a
     known secret in any form is the withheld note, a clean image passes as it came, an image
-    too large to check is withheld, and the bytes are never stored."""
+    too large to check is withheld, and the bytes are never stored. A block holding a key no
+    one configured that a secret pattern describes (``pattern``) is withheld too: the check runs
+    the patterns over the bytes (before, only configured secret values were looked for)."""
 
     async def go() -> None:
         async with stdio(rich) as c:

@@ -72,6 +72,8 @@ the strings joined together (one scan) and redact string by string only when one
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
 import math
 import re
@@ -82,6 +84,7 @@ from typing import Any
 from callgate.client.resultforms import (
     DEFAULT_MIN_SECRET_LENGTH,
     holds_secret,
+    part_data,
     part_views,
     secret_forms,
     withheld_note,
@@ -91,6 +94,7 @@ from callgate.client.visible import mask_mark
 __all__ = [
     "DEFAULT_MIN_SECRET_LENGTH",
     "DEFAULT_PATTERNS",
+    "PATTERNS_ONLY",
     "Redactor",
     "SCAN_FORMS_LIMIT",
     "SecretPattern",
@@ -112,6 +116,13 @@ _JSON_ESCAPE = re.compile(
 )
 """One legal JSON string escape: a surrogate pair, another ``\\uXXXX``, or a two-character one."""
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+_URLSAFE_B64 = re.compile(r"[A-Za-z0-9_\-]+={0,2}")
+"""URL-safe base64 text (``part_data`` reads the standard alphabet only)."""
+
+PATTERN_TEXT_MAX = 1024
+"""Base64 text of a result part up to this length is also searched as text by the patterns
+(:meth:`Redactor.part_matches_pattern`); longer base64 only as the bytes it stands for."""
 
 SCAN_FORMS_LIMIT = 512
 """Up to this many secret forms, presence is tested with ``in`` per form; above, with one regex."""
@@ -477,8 +488,9 @@ class Redactor:
         casefolded text (C substring search, about three times faster than the trie regex for
         small sets); above, one search with the case-insensitive trie regex.
         """
-        if self._plain_holds(text):
-            return True
+        return self._plain_holds(text) or self._escaped_holds(text)
+
+    def _escaped_holds(self, text: str) -> bool:
         return "\\" in text and any(self._plain_holds(view) for view in _decoded(text))
 
     def _plain_holds(self, text: str) -> bool:
@@ -491,16 +503,45 @@ class Redactor:
         """Whether a string of a result part's bytes (base64 data, a ``data:`` URL, a name) holds a
         known secret: its bytes in the decoded data, or any form :meth:`contains_known_secret`
         finds in the string or in the data read as Latin-1 or UTF-8 (the views
-        :func:`~callgate.client.resultforms.holds_secret` searches for redeemed values). Patterns
-        are not consulted (bytes are not text)."""
+        :func:`~callgate.client.resultforms.holds_secret` searches for redeemed values); behind
+        JSON escapes, in the string and in the Latin-1 view (escapes are ASCII: one decoding of
+        the bytes covers JSON text inside any binary). Patterns are not consulted here
+        (:meth:`part_matches_pattern`)."""
         raw, texts = part_views(value)
         if any(secret in raw for secret in self._raw):
             return True
-        if self._scan_forms is not None and any(  # the views are casefolded already
-            form in text for text in texts for form in self._scan_forms
-        ):
+        if self._scan_forms is not None:  # the views are casefolded already
+            if any(form in text for text in texts for form in self._scan_forms):
+                return True
+        elif any(self._plain_holds(text) for text in texts):
             return True
-        return any(self.contains_known_secret(text) for text in texts)
+        return any(self._escaped_holds(text) for text in texts[:2])
+
+    def part_matches_pattern(self, value: str) -> bool:
+        """Whether a configured pattern matches in a string of a result part (base64 data, a
+        ``data:`` URL, a name): in the bytes that base64 data stands for
+        (:func:`~callgate.client.resultforms.part_data`) read as Latin-1, where every ASCII
+        credential format stays as it was written (patterns are ASCII); in the string itself when
+        it is not base64, or is base64 of at most :data:`PATTERN_TEXT_MAX` characters (an id, a
+        name that happens to be base64). Long base64 text is not searched as text: random base64
+        is full of ``sk-``-, ``AIza``-, ``xoxb-``-shaped runs (URL-safe base64 matches ``api_key``
+        in nearly every megabyte), which would withhold clean images."""
+        if not self._patterns:
+            return False
+        data = part_data(value)
+        if data is None and len(value) > PATTERN_TEXT_MAX and _URLSAFE_B64.fullmatch(value):
+            bare = value.rstrip("=")
+            try:
+                data = base64.urlsafe_b64decode(bare + "=" * (-len(bare) % 4))
+            except (binascii.Error, ValueError):  # a length no base64 has: read as text
+                data = None
+        if data is None or len(value) <= PATTERN_TEXT_MAX:
+            if self.might_match_pattern(value):
+                return True
+        if data is None:
+            return False
+        text = data.decode("latin-1")
+        return any(p.regex.search(text) is not None for p in self._patterns)
 
     def might_match_pattern(self, text: str) -> bool:
         """Whether any configured pattern matches somewhere in ``text`` (one search each), as
@@ -695,6 +736,11 @@ def _replace_spans(text: str, spans: list[tuple[int, int, int, str]]) -> tuple[s
         pos = end
     out.append(text[pos:])
     return "".join(out), len(merged)
+
+
+PATTERNS_ONLY = Redactor()
+"""No known secret, the default patterns: the masker of a surface built without the configured
+secrets (a confirmer listener constructed in a test, the MCP question without a masker)."""
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:

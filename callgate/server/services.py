@@ -24,7 +24,7 @@ from callgate.base.model import AuthzRequest, Decision, Effect, Proposal, Subjec
 from callgate.base.states import State
 from callgate.execute.execution import Execution, Finding
 from callgate.execute.partcheck import PartData
-from callgate.execute.redaction import Redactor
+from callgate.execute.redaction import PATTERNS_ONLY, Redactor
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
@@ -348,10 +348,6 @@ class GateService(pb_grpc.GateServicer):
             await self._gate.cancel(
                 invocation_id, "the agent closed its watch", current_trace(), session_id=session_id
             )
-
-
-PATTERNS_ONLY = Redactor()
-"""The masker of a confirmer listener built without one: the secret patterns only."""
 
 
 def masked_bytes(data: bytes, masker: Redactor) -> bytes:
