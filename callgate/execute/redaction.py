@@ -34,8 +34,9 @@ document): the secret can be spelled there with any legal JSON escape per charac
 another. A text holding a backslash is therefore also read with its JSON escapes decoded, level
 after level (up to :data:`MAX_UNESCAPE_LEVELS`); a known secret form or a pattern match found in
 a decoded text is mapped back to the characters it decodes from, and those are replaced (the
-text around stays valid JSON). The presence checks read the decoded texts too, so the encoder's
-final check withholds what redaction could not take out.
+text around stays valid JSON). The presence checks read the decoded texts too
+(:meth:`Redactor.contains_known_form` is the as-written check alone), so the encoder's check of
+the redacted strings withholds what redaction could not take out.
 
 Occurrences may overlap (two secrets sharing characters); the union of all occurrence spans is
 redacted, so no fragment of either survives. A secret shorter than ``min_secret_length``
@@ -311,20 +312,32 @@ _DECODED: dict[str, str] = {}
 """Each escape's character (a surrogate pair's one), filled as met; cleared at 4,096."""
 
 
-def _decode_escape(m: re.Match[str]) -> str:
-    escape = m.group()
-    ch = _DECODED.get(escape)
-    if ch is None:
-        if len(_DECODED) >= 4096:
-            _DECODED.clear()
-        view = _unescape(escape)
-        ch = _DECODED[escape] = view.text if view is not None else escape
-    return ch
-
-
 _LAST_DECODED: tuple[str, tuple[str, ...]] = ("", ())
 """The last text :func:`_decoded` read and its answer (the known-secret and the pattern checks
 of one text in a row decode it once; one tuple, replaced whole, so threads only miss)."""
+
+
+_ESCAPE_SPLIT = re.compile(f"({_JSON_ESCAPE.pattern})")
+""":data:`_JSON_ESCAPE` as one group: ``split`` gives text and escapes alternately (C speed)."""
+
+
+def _decode_all(text: str) -> str:
+    parts = _ESCAPE_SPLIT.split(text)
+    get = _DECODED.get
+    escapes = parts[1::6]  # the whole escape; its 4 inner groups follow it in the split
+    chars = [get(e) for e in escapes]
+    if None in chars:
+        for i, e in enumerate(escapes):
+            if chars[i] is None:
+                if len(_DECODED) >= 4096:
+                    _DECODED.clear()
+                view = _unescape(e)
+                chars[i] = _DECODED[e] = view.text if view is not None else e
+    texts = parts[0::6]  # the texts between, one more than the escapes
+    out: list[str] = [""] * (len(texts) + len(chars))
+    out[0::2] = texts
+    out[1::2] = [ch or "" for ch in chars]
+    return "".join(out)
 
 
 def _decoded(text: str) -> tuple[str, ...]:
@@ -337,7 +350,7 @@ def _decoded(text: str) -> tuple[str, ...]:
     last_text = text
     out: list[str] = []
     while "\\" in text and len(out) < MAX_UNESCAPE_LEVELS:
-        nxt = _JSON_ESCAPE.sub(_decode_escape, text)
+        nxt = _decode_all(text)
         if nxt == text:
             break
         out.append(nxt)
@@ -489,6 +502,13 @@ class Redactor:
         small sets); above, one search with the case-insensitive trie regex.
         """
         return self._plain_holds(text) or self._escaped_holds(text)
+
+    def contains_known_form(self, text: str) -> bool:
+        """Whether ``text`` contains a form of a known secret as written (not behind its JSON
+        escapes): for a text whose strings were checked behind their escapes already, e.g. a
+        message that is those strings JSON-encoded (:func:`~callgate.execute.encode.encode_result`
+        checks the strings with :meth:`contains_known_secret`, its message with this)."""
+        return self._plain_holds(text)
 
     def _escaped_holds(self, text: str) -> bool:
         return "\\" in text and any(self._plain_holds(view) for view in _decoded(text))
