@@ -430,3 +430,105 @@ def test_the_bucketed_meters_become_entries_at_upgrade(tmp_path: Path) -> None:
         await store.close()
 
     asyncio.run(run())
+
+
+# --------------------------------------------------------------------------- SQLite: one commit
+def test_sqlite_reservation_commits_with_its_invocation_and_a_moved_reading_is_decided_again(
+    tmp_path: Path,
+) -> None:
+    """Issue 30 item 5 (SQLite): inside :meth:`SQLiteMeters.fold` the reservation is written by
+    the invocation's own transaction. Two stores on one file stand for two processes (two
+    connections, one write lock). (1) After the reading nothing is reserved (another connection
+    sees no row); the write reserves with the invocation, in the key look-up's and the write's
+    two transactions (the reading was carried by the look-up). (2) Another connection reserves
+    between a reading and its write: the write writes no invocation and raises
+    ``MetersMoved`` with the reading under the lock (one more), at which the call is now reserved;
+    the next write needs no check. (3) The same on one connection (another call's write in
+    between). (4) A claim lost at the write leaves no reservation. (5) A deny reserves nothing."""
+    import sqlite3
+
+    from callgate.store.meters import MetersMoved
+    from tests.test_store_contract import NOW, claim, ev, inv
+
+    hour = Window("1h", 3_600_000)
+    k = Contribution("sends", "acme\x1fs:ana", 1, (hour,), 0)
+    later = NOW + timedelta(minutes=5)
+
+    def rows(path: Path) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(path) as c:
+            return c.execute("SELECT invocation_id FROM meter_reservations ORDER BY invocation_id").fetchall()
+
+    async def run() -> None:
+        path = tmp_path / "fold.db"
+        one, two = SQLiteStore(path), SQLiteStore(path)
+        m1, m2 = one.meters(), two.meters()
+        keys = one.keys()
+        try:
+            # (1) the reading rides on the key's look-up; the write reserves with the invocation
+            commits = one.worker._commit_total
+            async with m1.fold():
+                m1.read_ahead("i1", "s1", [k], NOW, later)
+                assert await keys.get(claim("k1").key) is None  # carries the reading
+                (seen,) = await m1.reserve("i1", "s1", [k], NOW, later)
+                assert seen.before == 0
+                assert one.worker._commit_total == commits + 1  # the reading took no transaction
+                assert rows(path) == []  # nothing reserved before the write
+                lost = await one.create_invocation(
+                    inv("i1", "k1", State.PREPARED), [ev("i1", 1, None, State.PREPARED)], claim=claim("k1")
+                )
+                assert lost is None
+                assert one.worker._commit_total == commits + 2
+            assert rows(path) == [("i1",)]
+            # (2) another connection (process) reserves between the reading and the write
+            async with m1.fold():
+                (seen,) = await m1.reserve("i2", "s1", [k], NOW, later)
+                assert seen.before == 1
+                (other,) = await m2.reserve("x2", "s1", [k], NOW, later)
+                assert other.before == 1
+                with pytest.raises(MetersMoved) as moved:
+                    await one.create_invocation(inv("i2", "k2", State.PREPARED), [ev("i2", 1, None, State.PREPARED)],
+                                                claim=claim("k2"))  # fmt: skip
+                assert [r.before for r in moved.value.readings] == [2]
+                assert await one.get_invocation("i2") is None
+                assert rows(path) == [("i1",), ("i2",), ("x2",)]  # reserved at the new reading
+                assert await one.create_invocation(
+                    inv("i2", "k2", State.PREPARED), [ev("i2", 1, None, State.PREPARED)], claim=claim("k2")
+                ) is None  # fmt: skip
+            assert rows(path) == [("i1",), ("i2",), ("x2",)]
+            assert await m1.totals("sends", k.scope, hour, "s1", NOW) == 3
+
+            # (3) the same connection: a concurrent call of the same sidecar reserves in between
+            async def other_call() -> None:
+                await m1.reserve("y4", "s1", [k], NOW, later)
+
+            async with m1.fold():
+                (seen,) = await m1.reserve("i4", "s1", [k], NOW, later)
+                assert seen.before == 3
+                await asyncio.create_task(other_call())
+                with pytest.raises(MetersMoved) as moved:
+                    await one.create_invocation(inv("i4", "k4", State.PREPARED), [ev("i4", 1, None, State.PREPARED)],
+                                                claim=claim("k4"))  # fmt: skip
+                assert [r.before for r in moved.value.readings] == [4]
+                await m1.release("i4")  # the call ends without its invocation: the reservation goes
+            assert ("i4",) not in rows(path)
+            # (4) a claim lost at the write: no invocation, so no reservation
+            async with m1.fold():
+                await m1.reserve("i5", "s1", [k], NOW, later)
+                lost = await one.create_invocation(
+                    inv("i5", "k1", State.PREPARED), [ev("i5", 1, None, State.PREPARED)], claim=claim("k1")
+                )
+                assert lost is not None
+            assert ("i5",) not in rows(path)
+            # (5) a deny reserves nothing
+            async with m1.fold():
+                await m1.reserve("i6", "s1", [k], NOW, later)
+                assert await one.create_invocation(
+                    inv("i6", "k6", State.AUTHORIZATION_REJECTED),
+                    [ev("i6", 1, None, State.AUTHORIZATION_REJECTED)], claim=claim("k6"),
+                ) is None  # fmt: skip
+            assert ("i6",) not in rows(path)
+        finally:
+            await one.close()
+            await two.close()
+
+    asyncio.run(run())
