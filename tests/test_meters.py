@@ -9,6 +9,7 @@ most 5 sends an hour and confirm refunds past 100.00 a day. A real sidecar (SQLi
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -527,6 +528,83 @@ def test_sqlite_reservation_commits_with_its_invocation_and_a_moved_reading_is_d
                     [ev("i6", 1, None, State.AUTHORIZATION_REJECTED)], claim=claim("k6"),
                 ) is None  # fmt: skip
             assert ("i6",) not in rows(path)
+        finally:
+            await one.close()
+            await two.close()
+
+    asyncio.run(run())
+
+
+def test_a_decision_whose_meters_moved_before_its_write_is_made_again(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 30 item 5 (SQLite, one commit): two gates on one file (two connections, as two
+    processes sharing it). ``ana`` has 4 sends this hour; her 5th is read at 4 and allowed, and
+    while the policy decides another process's 5th send commits. The write finds the meters
+    moved under the write lock: it writes no invocation, reserves at 5, and the policy decides
+    again: denied, its event records ``before`` 5. Exactly 5 allowed (the reading and the write
+    were two transactions; without the check under the lock this would be 6)."""
+    from dataclasses import replace
+
+    from callgate.base.clock import FixedClock
+    from callgate.base.model import Effect, Proposal, Subject
+    from callgate.base.trace import TraceContext
+    from callgate.config import load_config
+    from callgate.policy.snapshot import load_snapshot
+    from callgate.propose import steps
+    from callgate.propose.outcome import SessionSpec
+    from callgate.server.app import Shared
+    from tests.conftest import ROOT
+
+    folder = meter_folder(tmp_path_factory, "moved")
+    base = load_config(ROOT / "callgate.toml")
+    cfg = replace(base, policy=replace(base.policy, dir=str(folder)))
+    snap = load_snapshot(folder, policy=cfg.policy)
+    clock = FixedClock(CLOCK)
+    trace = TraceContext.from_traceparent(None)
+    decide = steps.authorize
+
+    async def run() -> None:
+        one, two = SQLiteStore(tmp_path / "shared.db"), SQLiteStore(tmp_path / "shared.db")
+        gate_a = Shared.build(cfg, snap, one, clock, one.keys()).gate(cfg, one, clock)
+        gate_b = Shared.build(cfg, snap, two, clock, two.keys()).gate(cfg, two, clock)
+        try:
+            sa = await gate_a.open_session(
+                SessionSpec(subject=Subject(tenant="acme", id="ana"), timezone="UTC")
+            )
+            sb = await gate_b.open_session(
+                SessionSpec(subject=Subject(tenant="acme", id="ana"), timezone="UTC")
+            )
+            await gate_a.list_tools(sa.session_id, "m")
+            await gate_b.list_tools(sb.session_id, "m")
+
+            def send(session_id: str, n: str) -> Proposal:
+                raw = json.dumps({"to": f"{n}@example.com"}).encode()
+                return Proposal(session_id, "m", n, "mail.send", "v1", raw, n)
+
+            for i in range(4):
+                got = await gate_a.propose(send(sa.session_id, f"a{i}"), trace)
+                assert got.decision is not None and got.decision.effect is Effect.ALLOW
+            asked: list[int] = []
+
+            async def meanwhile(call: Any, *a: Any, **kw: Any) -> Any:
+                if call.proposal.proposal_id == "a4":
+                    asked.append(call.usage["sends"]["1h"]["before"])
+                    if len(asked) == 1:  # another process's call commits during this decision
+                        other = await gate_b.propose(send(sb.session_id, "b0"), trace)
+                        assert other.decision is not None and other.decision.effect is Effect.ALLOW
+                return await decide(call, *a, **kw)
+
+            monkeypatch.setattr(steps, "authorize", meanwhile)
+            got = await gate_a.propose(send(sa.session_id, "a4"), trace)
+            assert asked == [4, 5]  # decided on 4, then again on the reading under the lock
+            assert got.decision is not None and got.decision.effect is Effect.DENY
+            _, events = await gate_a.get_invocation(got.record.invocation_id, session_id=sa.session_id)
+            (deciding_event,) = [e for e in events if e.kind == "authorization_rejected"]
+            assert deciding_event.data["usage"]["sends"]["1h"] == {"before": 5, "after": 6}
+            assert (
+                await one.meters().totals("sends", "acme\x1fs:ana", Window("1h", 3_600_000), "", CLOCK) == 5
+            )
         finally:
             await one.close()
             await two.close()
