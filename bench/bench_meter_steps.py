@@ -67,7 +67,9 @@ def timed(acc: dict[str, float], name: str, fn: Any) -> Any:
     return wrapper
 
 
-async def run(tmp: Path, calls: int, rounds: int, core: str) -> dict[str, dict[str, list[float]]]:
+async def run(
+    tmp: Path, calls: int, rounds: int, core: str, gap_ms: float = 0.0
+) -> dict[str, dict[str, list[float]]]:
     base = load_config(ROOT / "callgate.toml")
     folder = policy_folder(tmp)
     cfg = replace(base, core=CoreConfig(engine=core), policy=replace(base.policy, dir=str(folder)))
@@ -90,6 +92,8 @@ async def run(tmp: Path, calls: int, rounds: int, core: str) -> dict[str, dict[s
             raw = [json.dumps({"to": f"x{i}", "n": 7}).encode() for i in range(calls)]
             acc.clear()
             for i in range(calls):
+                if gap_ms:  # a call that comes alone (docs/BENCHMARKS.md "what a call costs at a low rate")
+                    time.sleep(gap_ms / 1000)
                 c0 = time.process_time()
                 got = await gate.propose(
                     Proposal(s.session_id, "m", f"{tool}{rnd}-{i}", tool, "v1", raw[i], f"{tool}{rnd}-{i}"),
@@ -130,17 +134,19 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--core", default="native")
     ap.add_argument("--label", default="")
+    ap.add_argument("--gap-ms", type=float, default=0.0, help="sleep this long before each call (not timed)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-steps-"))
     try:
-        per = await run(tmp, args.calls, args.rounds, args.core)
+        per = await run(tmp, args.calls, args.rounds, args.core, args.gap_ms)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load = os.getloadavg()
     label = args.label or str(Path(callgate.__file__).resolve().parents[1])
+    gap = f", {args.gap_ms:g} ms before each call" if args.gap_ms else ""
     print(
-        f"{label} ({args.core} core, {args.rounds} x {args.calls} calls per tool, load {load[0]:.1f}/{load[1]:.1f})"
+        f"{label} ({args.core} core, {args.rounds} x {args.calls} calls per tool{gap}, load {load[0]:.1f}/{load[1]:.1f})"
     )
     print(
         f"  {'step (us CPU per call)':<24}{'plain min/med':>16}{'metered min/med':>18}{'extra min/med':>16}"
