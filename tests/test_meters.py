@@ -535,11 +535,13 @@ def test_sqlite_reservation_commits_with_its_invocation_and_a_moved_reading_is_d
     asyncio.run(run())
 
 
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
 def test_a_decision_whose_meters_moved_before_its_write_is_made_again(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, keyed: bool
 ) -> None:
     """Issue 30 item 5 (SQLite, one commit): two gates on one file (two connections, as two
-    processes sharing it). ``ana`` has 4 sends this hour; her 5th is read at 4 and allowed, and
+    processes sharing it; keyed, the reading rides on the key's look-up; keyless, it is a
+    transaction of its own). ``ana`` has 4 sends this hour; her 5th is read at 4 and allowed, and
     while the policy decides another process's 5th send commits. The write finds the meters
     moved under the write lock: it writes no invocation, reserves at 5, and the policy decides
     again: denied, its event records ``before`` 5. Exactly 5 allowed (the reading and the write
@@ -580,7 +582,7 @@ def test_a_decision_whose_meters_moved_before_its_write_is_made_again(
 
             def send(session_id: str, n: str) -> Proposal:
                 raw = json.dumps({"to": f"{n}@example.com"}).encode()
-                return Proposal(session_id, "m", n, "mail.send", "v1", raw, n)
+                return Proposal(session_id, "m", n, "mail.send", "v1", raw, n if keyed else "")
 
             for i in range(4):
                 got = await gate_a.propose(send(sa.session_id, f"a{i}"), trace)
