@@ -72,6 +72,9 @@ REFUSALS = [
     (b'{"a": 1e400}', ErrorCode.NUMBER_OVERFLOW, None),
     (b'{"a": -1e400}', ErrorCode.NUMBER_OVERFLOW, None),
     (b'{"a": 1e-400}', ErrorCode.NUMBER_OVERFLOW, None),
+    (b'{"a": 100.0000000000000000001}', ErrorCode.NUMBER_OVERFLOW, None),
+    (b'{"a": 3.14159265358979323846}', ErrorCode.NUMBER_OVERFLOW, None),
+    (b'{"a": -1.234567e-320}', ErrorCode.NUMBER_OVERFLOW, None),
     (b'{"a": "\\ud800"}', ErrorCode.LONE_SURROGATE, "/a"),
     (b'{"a": ["x", "\\udc00"]}', ErrorCode.LONE_SURROGATE, "/a/1"),
     (b'{"\\ud800": 1}', ErrorCode.LONE_SURROGATE, "/\ud800"),
@@ -116,6 +119,32 @@ ACCEPTED = [
 def test_accepted_at_the_limits(raw: bytes) -> None:
     parsed = parse_arguments(raw, LIMITS)
     assert parsed.raw is raw  # the raw bytes are kept as they came (6.3)
+
+
+EXACT_FLOATS = [
+    (b"0.1", 0.1),
+    (b"1e22", 1e22),
+    (b"123.456e78", 123.456e78),
+    (b"0.30000000000000004", 0.30000000000000004),
+    (b"100.000000000000000000000", 100.0),  # trailing zeros: the same number
+    (b"0.000000000000000000000000000001", 1e-30),  # leading zeros: one significant digit
+    (b"5e-324", 5e-324),  # the smallest subnormal, exactly its shortest form
+    (b"-1.7976931348623157e308", -1.7976931348623157e308),
+    (b"123456789012345678901234567890", 123456789012345678901234567890),  # ints stay exact
+]
+
+
+@pytest.mark.parametrize("literal,expected", EXACT_FLOATS, ids=[r.decode() for r, _ in EXACT_FLOATS])
+def test_literals_a_double_holds_exactly_are_accepted(literal: bytes, expected: float) -> None:
+    value = parse_arguments(b'{"a": ' + literal + b"}").value["a"]
+    assert value == expected and type(value) is type(expected)
+
+
+def test_a_literal_finer_than_a_double_names_the_precision_loss() -> None:
+    with pytest.raises(RejectedError) as err:
+        parse_arguments(b'{"duration_minutes": 100.0000000000000000001}')
+    assert err.value.code is ErrorCode.NUMBER_OVERFLOW
+    assert "precision" in str(err.value) and "100" not in str(err.value)
 
 
 def test_deep_input_never_recurses() -> None:

@@ -11,6 +11,7 @@ invalid UTF-8, UTF-8 BOM   ``invalid_utf8`` / ``invalid_json``
 duplicate object key       ``duplicate_key`` (keys compared after unescaping)
 ``NaN``/``Infinity``       ``non_finite_number``
 float over/underflow       ``number_overflow`` (``1e400``; ``1e-400`` would read as 0)
+float precision loss       ``number_overflow`` (``100.0000000000000000001`` would read as 100)
 lone surrogate escape      ``lone_surrogate``
 bytes after the value      ``trailing_data``
 nesting > ``max_depth``    ``too_deep`` (pre-scan, never a RecursionError)
@@ -18,7 +19,10 @@ top level not an object    ``not_an_object`` (``parse_arguments`` only)
 anything else              ``invalid_json``
 =========================  =====================================================
 
-Integers stay exact Python ints (canonicalization later refuses those beyond I-JSON's ±(2^53-1)).
+A float literal must read as a double whose shortest form (``repr``) is the same number: a
+literal with more precision than a double would otherwise run as a number other than the one the
+model wrote and the approver saw. Literals of at most 15 significant digits in the normal range
+always round-trip and skip the exact ``Decimal`` compare. Integers stay exact Python ints (canonicalization later refuses those beyond I-JSON's ±(2^53-1)).
 Error messages give positions and JSON pointers, never the bytes themselves (they may hold
 secrets). The hot path is the stdlib C scanner with one prebuilt decoder; the slower checks
 (surrogates, pointer of a duplicate) run only when a cheap test says they may be needed.
@@ -29,7 +33,9 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from callgate.base import jsonpointer
@@ -62,6 +68,8 @@ _DEFAULT_LIMITS = ParseLimits()
 _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _NONZERO_MANTISSA = re.compile(r"-?0*(?:\.0*)?[1-9]")
+_SMALLEST_NORMAL = sys.float_info.min
+_EXPONENT = re.compile(r"[eE]")
 _DEPTH_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
@@ -75,6 +83,10 @@ class _NonFinite(Exception):
 
 class _Overflow(Exception):
     pass
+
+
+class _Inexact(_Overflow):
+    """A float literal that no double holds exactly as its shortest form (precision loss)."""
 
 
 def _pairs_strict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -94,7 +106,21 @@ def _float(text: str) -> float:
         raise _Overflow(text)
     if value == 0.0 and _NONZERO_MANTISSA.match(text):
         raise _Overflow(text)  # underflow: a non-zero literal would silently read as 0
+    if (len(text) > 15 or abs(value) < _SMALLEST_NORMAL) and not _round_trips(text, value):
+        raise _Inexact(text)  # precision loss: the literal would silently read as another number
     return value
+
+
+def _significant_digits(text: str) -> int:
+    mantissa = _EXPONENT.split(text, 1)[0]
+    return len(mantissa.lstrip("-").replace(".", "").strip("0"))
+
+
+def _round_trips(text: str, value: float) -> bool:
+    """Whether the literal is numerically the double's shortest form (``repr``)."""
+    if abs(value) >= _SMALLEST_NORMAL and _significant_digits(text) <= 15:
+        return True  # DBL_DIG: 15 significant digits always round-trip in the normal range
+    return Decimal(text) == Decimal(repr(value))
 
 
 _DECODER = json.JSONDecoder(
@@ -217,7 +243,7 @@ def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JS
         try:  # the same text up to the duplicate parses; locate the object
             value, end = _MARKING.raw_decode(text, start)
             found = _find_duplicate(value)
-        except (_NonFinite, _Overflow, ValueError, RecursionError):
+        except (_NonFinite, _Overflow, ValueError, RecursionError):  # _Inexact too
             found = None  # a later value is bad too: the duplicate came first, unlocated
         pointer, key = found if found else ("", "")
         raise duplicate_key(
@@ -226,6 +252,11 @@ def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JS
         ) from None
     except _NonFinite as exc:
         raise non_finite_number(f"{exc.args[0]} is not a JSON number", position={}) from None
+    except _Inexact:
+        raise number_overflow(
+            "a number has more precision than a double holds: it would read as a different number",
+            position={},
+        ) from None
     except _Overflow:
         raise number_overflow(
             "a number is outside the range of a double (overflow or underflow)",

@@ -272,6 +272,11 @@ impl<'a> Parser<'a> {
                 {
                     return Err(Refusal::NumberOverflow);
                 }
+                return Ok(Value::Num(Num::Float(f)));
+            }
+            if !round_trips(text, f)? {
+                // precision loss: the literal would silently read as another number
+                return Err(Refusal::NumberOverflow);
             }
             return Ok(Value::Num(Num::Float(f)));
         }
@@ -571,6 +576,33 @@ pub fn format_float(f: f64) -> String {
             format!("{}.{}e{}{}", &digits[..1], &digits[1..], sign, e.abs())
         }
     }
+}
+
+/// Whether a float literal (finite, non-zero `f`) is numerically the double's shortest form
+/// (Python's `repr`), as `_round_trips` in parse.py decides: up to 15 significant digits in the
+/// normal range always round-trip; otherwise the significant digits and decimal exponent of the
+/// literal are compared with those of the shortest form. `Defer` if the exponent does not fit.
+fn round_trips(text: &str, f: f64) -> Result<bool, Refusal> {
+    let (mantissa, exp) = match text.find(['e', 'E']) {
+        Some(p) => (&text[..p], &text[p + 1..]),
+        None => (text, "0"),
+    };
+    let mantissa = mantissa.trim_start_matches('-');
+    let (int_part, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all: String = [int_part, frac].concat();
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let digits = all.trim_matches('0');
+    if digits.len() <= 15 && f.abs() >= f64::MIN_POSITIVE {
+        return Ok(true);
+    }
+    let exp: i64 = exp.parse().map_err(|_| Refusal::Defer)?;
+    let sci_exp = i64::try_from(int_part.len())
+        .map_err(|_| Refusal::Defer)?
+        .checked_sub(1 + i64::try_from(lead).map_err(|_| Refusal::Defer)?)
+        .and_then(|e| e.checked_add(exp))
+        .ok_or(Refusal::Defer)?;
+    let (short, short_exp) = shortest_digits(f.abs());
+    Ok(short.trim_end_matches('0') == digits && i64::from(short_exp) == sci_exp)
 }
 
 /// The shortest digit string that reads back as `f` (positive, finite) and its decimal exponent
