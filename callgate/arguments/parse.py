@@ -120,7 +120,8 @@ def _round_trips(text: str, value: float) -> bool:
     """Whether the literal is numerically the double's shortest form (``repr``)."""
     if abs(value) >= _SMALLEST_NORMAL and _significant_digits(text) <= 15:
         return True  # DBL_DIG: 15 significant digits always round-trip in the normal range
-    return Decimal(text) == Decimal(repr(value))
+    shortest = repr(value)
+    return shortest == text or Decimal(text) == Decimal(shortest)  # as repr wrote it: exact
 
 
 _DECODER = json.JSONDecoder(
