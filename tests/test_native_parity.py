@@ -830,6 +830,23 @@ def test_generated_proposals_on_weather(args: dict[str, Any], clock_zone: tuple[
     COUNTS["front-compared"] += 1
 
 
+def test_a_proposal_with_a_literal_finer_than_a_double_is_refused_by_both_fronts() -> None:
+    """The adversarial trial: an argument written 100.0000000000000000001 ran as 100."""
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    snap = _snapshot(load_snapshot, ROOT)
+    tool = snap.tools.get("weather.get", "v1")
+    assert tool is not None
+    raw = b'{"city": "Paris", "days": 3.0000000000000000001}'
+    with pytest.raises(RejectedError) as err:
+        parse_arguments(raw, LIMITS)
+    assert err.value.code.value == "number_overflow"
+    clock, _ = CLOCKS[0]
+    answer = _core(snap).front(snap, tool, raw, "acme", "en", clock, LIMITS)
+    assert answer is not None and answer.code == "number_overflow"
+
+
 @PROPS
 @given(st.tuples(st.just("weather.get"), proposals) | st.tuples(st.just("files.delete"), file_proposals),
        st.sampled_from(CLOCKS[:3]), st.sampled_from([("acme", "bob"), ("acme", "alice"), ("evil", "eve")]))  # fmt: skip
