@@ -19,10 +19,11 @@ top level not an object    ``not_an_object`` (``parse_arguments`` only)
 anything else              ``invalid_json``
 =========================  =====================================================
 
-A float literal must read as a double whose shortest form (``repr``) is the same number: a
-literal with more precision than a double would otherwise run as a number other than the one the
-model wrote and the approver saw. Literals of at most 15 significant digits in the normal range
-always round-trip and skip the exact ``Decimal`` compare. Integers stay exact Python ints (canonicalization later refuses those beyond I-JSON's ±(2^53-1)).
+A float literal must be the double it reads as, to the precision it was written with (the double
+rounded to the literal's count of significant digits is the literal): a literal with more
+precision than a double would otherwise run as a number other than the one the model wrote and
+the approver saw. The shortest form and C's ``%.17g`` both pass. Literals of at most 15
+significant digits in the normal range always do and skip the exact ``Decimal`` compare. Integers stay exact Python ints (canonicalization later refuses those beyond I-JSON's ±(2^53-1)).
 Error messages give positions and JSON pointers, never the bytes themselves (they may hold
 secrets). The hot path is the stdlib C scanner with one prebuilt decoder; the slower checks
 (surrogates, pointer of a duplicate) run only when a cheap test says they may be needed.
@@ -36,7 +37,7 @@ import re
 import sys
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, Final
 
 from callgate.base import jsonpointer
 from callgate.base.errors import (
@@ -116,12 +117,23 @@ def _significant_digits(text: str) -> int:
     return len(mantissa.lstrip("-").replace(".", "").strip("0"))
 
 
+_MAX_EXACT_DIGITS: Final = 767
+"""A double's exact decimal expansion has at most 767 significant digits: a literal with more
+(after its trailing zeros) is never one."""
+
+
 def _round_trips(text: str, value: float) -> bool:
-    """Whether the literal is numerically the double's shortest form (``repr``)."""
-    if abs(value) >= _SMALLEST_NORMAL and _significant_digits(text) <= 15:
+    """Whether the literal is the double it reads as, to the precision it was written with: the
+    double rounded to the literal's own count of significant digits is the literal. So the
+    shortest form (``0.1``, what JavaScript, Python and Go print) and C's ``%.17g``
+    (``0.10000000000000001``, jansson's default) pass, and ``100.0000000000000000001`` or
+    ``1.0000000000000001`` (which read as 100 and 1) do not."""
+    digits = _significant_digits(text)
+    if abs(value) >= _SMALLEST_NORMAL and digits <= 15:
         return True  # DBL_DIG: 15 significant digits always round-trip in the normal range
-    shortest = repr(value)
-    return shortest == text or Decimal(text) == Decimal(shortest)  # as repr wrote it: exact
+    if digits > _MAX_EXACT_DIGITS:
+        return False
+    return Decimal(format(abs(value), f".{digits - 1}e")) == Decimal(text).copy_abs()  # both exact
 
 
 _DECODER = json.JSONDecoder(

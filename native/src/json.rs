@@ -578,10 +578,11 @@ pub fn format_float(f: f64) -> String {
     }
 }
 
-/// Whether a float literal (finite, non-zero `f`) is numerically the double's shortest form
-/// (Python's `repr`), as `_round_trips` in parse.py decides: up to 15 significant digits in the
-/// normal range always round-trip; otherwise the significant digits and decimal exponent of the
-/// literal are compared with those of the shortest form. `Defer` if the exponent does not fit.
+/// Whether a float literal (finite, non-zero `f`) is the double it reads as to the precision it
+/// was written with, as `_round_trips` in parse.py decides: up to 15 significant digits in the
+/// normal range always are; otherwise `f` rounded to the literal's count of significant digits
+/// must have the literal's digits and decimal exponent (the shortest form and C's `%.17g` pass).
+/// `Defer` if the exponent does not fit.
 fn round_trips(text: &str, f: f64) -> Result<bool, Refusal> {
     let (mantissa, exp) = match text.find(['e', 'E']) {
         Some(p) => (&text[..p], &text[p + 1..]),
@@ -601,9 +602,20 @@ fn round_trips(text: &str, f: f64) -> Result<bool, Refusal> {
         .checked_sub(1 + i64::try_from(lead).map_err(|_| Refusal::Defer)?)
         .and_then(|e| e.checked_add(exp))
         .ok_or(Refusal::Defer)?;
-    let (short, short_exp) = shortest_digits(f.abs());
-    Ok(short.trim_end_matches('0') == digits && i64::from(short_exp) == sci_exp)
+    if digits.len() > MAX_EXACT_DIGITS {
+        return Ok(false); // more than any double's exact expansion
+    }
+    // f rounded to the literal's count of significant digits (Rust's `{:.N e}` is correctly
+    // rounded, ties to even, as Python's format is): the literal must be that number
+    let rounded = format!("{:.*e}", digits.len() - 1, f.abs());
+    let (mant, rexp) = rounded.split_once('e').ok_or(Refusal::Defer)?;
+    let rexp: i64 = rexp.parse().map_err(|_| Refusal::Defer)?;
+    let rdigits: String = mant.chars().filter(|c| *c != '.').collect();
+    Ok(rdigits.trim_end_matches('0') == digits && rexp == sci_exp)
 }
+
+/// A double's exact decimal expansion has at most 767 significant digits.
+const MAX_EXACT_DIGITS: usize = 767;
 
 /// The shortest digit string that reads back as `f` (positive, finite) and its decimal exponent
 /// (`f` = d.ddd × 10^exp), as ECMA-262 7.1.12.1 picks it: of several shortest strings, the one
