@@ -276,6 +276,8 @@ def test_float_literals_finer_than_a_double(neg: bool, whole: str, frac: str, ex
     literal = ("-" if neg else "") + whole + (f".{frac}" if frac else "") + f"e{exp}"
     check_document(b'{"a": ' + literal.encode() + b"}", ParseLimits(max_bytes=200))
     check_document(b'{"a": ' + (repr(f) + "1").encode() + b"}", ParseLimits(max_bytes=200))
+    for fmt in (".17g", ".16g", ".20e"):  # fixed-precision prints (printf's %.17g): accepted alike
+        check_document(b'{"a": ' + format(f, fmt).encode() + b"}", ParseLimits(max_bytes=200))
 
 
 def test_a_literal_finer_than_a_double_is_refused_on_both_cores() -> None:
@@ -283,7 +285,15 @@ def test_a_literal_finer_than_a_double_is_refused_on_both_cores() -> None:
         raw = b'{"duration_minutes": ' + literal + b"}"
         assert N.parse_code(raw, 65536, 64) == "number_overflow"
         assert py_parse(raw, ParseLimits())[0] == "number_overflow"
-    for literal in (b"0.1", b"1e22", b"123.456e78", b"0.30000000000000004"):
+    for literal in (
+        b"0.1",
+        b"1e22",
+        b"123.456e78",
+        b"0.30000000000000004",
+        b"0.10000000000000001",
+        b"8.409999999999999E21",
+        b"4.9406564584124654e-324",
+    ):
         raw = b'{"a": ' + literal + b"}"
         assert N.parse_code(raw, 65536, 64) is None
         assert py_parse(raw, ParseLimits())[0] is None

@@ -131,7 +131,37 @@ EXACT_FLOATS = [
     (b"5e-324", 5e-324),  # the smallest subnormal, exactly its shortest form
     (b"-1.7976931348623157e308", -1.7976931348623157e308),
     (b"123456789012345678901234567890", 123456789012345678901234567890),  # ints stay exact
+    # C's %.17g (jansson's default, printf round trips): the double to 17 digits, not shortest
+    (b"0.10000000000000001", 0.1),
+    (b"4.9406564584124654e-324", 5e-324),
+    (b"1.7976931348623157e+308", 1.7976931348623157e308),
+    # older Java's Double.toString: 16 digits, not shortest, still the double to 16 digits
+    (b"8.409999999999999E21", 8.41e21),
+    # the double's exact expansion (more digits than any shortest form) is the double
+    (b"0.1000000000000000055511151231257827021181583404541015625", 0.1),
+    (b"-0.1000000000000000055511151231257827021181583404541015625", -0.1),
+    # 2**-24 = 5.9604644775390625e-08: repr writes ...063 (printf's 16 digits, ...062, name
+    # the double below it, and read as that one)
+    (b"5.960464477539063e-08", 2**-24),
 ]
+
+
+@pytest.mark.parametrize("fmt", [".17g", ".16g", ".18g", ".25g", ".40e"])
+def test_every_fixed_precision_print_of_a_double_is_accepted(fmt: str) -> None:
+    """A serializer printing with a fixed precision (printf "%.17g" and the like) writes the
+    double rounded to that many digits: it passes, and reads back as that double (with 16 digits
+    a neighbour may be named: it reads as the neighbour the digits name, exactly)."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        f = rng.choice([rng.uniform(-1e6, 1e6), rng.random() * 10 ** rng.randint(-320, 300)])
+        text = format(f, fmt)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        value = parse_arguments(b'{"a": ' + text.encode() + b"}").value["a"]
+        assert value == float(text)
+        assert value == f or fmt == ".16g"  # 16 digits may name a neighbour: that one, exactly
 
 
 @pytest.mark.parametrize("literal,expected", EXACT_FLOATS, ids=[r.decode() for r, _ in EXACT_FLOATS])

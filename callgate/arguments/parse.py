@@ -105,8 +105,10 @@ def _float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise _Overflow(text)
-    if value == 0.0 and _NONZERO_MANTISSA.match(text):
-        raise _Overflow(text)  # underflow: a non-zero literal would silently read as 0
+    if value == 0.0:
+        if _NONZERO_MANTISSA.match(text):
+            raise _Overflow(text)  # underflow: a non-zero literal would silently read as 0
+        return value
     if (len(text) > 15 or abs(value) < _SMALLEST_NORMAL) and not _round_trips(text, value):
         raise _Inexact(text)  # precision loss: the literal would silently read as another number
     return value
@@ -124,16 +126,19 @@ _MAX_EXACT_DIGITS: Final = 767
 
 def _round_trips(text: str, value: float) -> bool:
     """Whether the literal is the double it reads as, to the precision it was written with: the
-    double rounded to the literal's own count of significant digits is the literal. So the
-    shortest form (``0.1``, what JavaScript, Python and Go print) and C's ``%.17g``
-    (``0.10000000000000001``, jansson's default) pass, and ``100.0000000000000000001`` or
-    ``1.0000000000000001`` (which read as 100 and 1) do not."""
+    literal is the double's shortest form (``repr``: ``0.1``, what JavaScript, Python and Go
+    print) or the double rounded to the literal's own count of significant digits (C's
+    ``%.17g``, ``0.10000000000000001``, jansson's default; ties to even, as printf rounds).
+    ``100.0000000000000000001`` or ``1.0000000000000001`` (which read as 100 and 1) are neither."""
     digits = _significant_digits(text)
     if abs(value) >= _SMALLEST_NORMAL and digits <= 15:
         return True  # DBL_DIG: 15 significant digits always round-trip in the normal range
     if digits > _MAX_EXACT_DIGITS:
         return False
-    return Decimal(format(abs(value), f".{digits - 1}e")) == Decimal(text).copy_abs()  # both exact
+    literal = Decimal(text)  # exact, as are the compares (no arithmetic under the context)
+    if literal == Decimal(repr(value)):
+        return True  # the shortest form (2**-24 is 5.960464477539063e-08, a tie rounded up)
+    return Decimal(format(value, f".{digits - 1}e")) == literal
 
 
 _DECODER = json.JSONDecoder(

@@ -580,8 +580,9 @@ pub fn format_float(f: f64) -> String {
 
 /// Whether a float literal (finite, non-zero `f`) is the double it reads as to the precision it
 /// was written with, as `_round_trips` in parse.py decides: up to 15 significant digits in the
-/// normal range always are; otherwise `f` rounded to the literal's count of significant digits
-/// must have the literal's digits and decimal exponent (the shortest form and C's `%.17g` pass).
+/// normal range always are; otherwise the literal must have the digits and decimal exponent of
+/// `f` rounded to the literal's count of significant digits (C's `%.17g`) or of `f`'s shortest
+/// form (Python's `repr`).
 /// `Defer` if the exponent does not fit.
 fn round_trips(text: &str, f: f64) -> Result<bool, Refusal> {
     let (mantissa, exp) = match text.find(['e', 'E']) {
@@ -611,7 +612,12 @@ fn round_trips(text: &str, f: f64) -> Result<bool, Refusal> {
     let (mant, rexp) = rounded.split_once('e').ok_or(Refusal::Defer)?;
     let rexp: i64 = rexp.parse().map_err(|_| Refusal::Defer)?;
     let rdigits: String = mant.chars().filter(|c| *c != '.').collect();
-    Ok(rdigits.trim_end_matches('0') == digits && rexp == sci_exp)
+    if rdigits.trim_end_matches('0') == digits && rexp == sci_exp {
+        return Ok(true);
+    }
+    // or the shortest form (Python's repr: 2^-24 is 5.960464477539063e-08, a tie rounded up)
+    let (short, short_exp) = shortest_digits(f.abs());
+    Ok(short.trim_end_matches('0') == digits && i64::from(short_exp) == sci_exp)
 }
 
 /// A double's exact decimal expansion has at most 767 significant digits.
