@@ -35,8 +35,22 @@ from enum import Enum
 from functools import lru_cache
 from typing import Final
 
+MASK_MARK: Final = re.compile("\u27e6masked ([A-Za-z0-9_.\\-]{1,64})(?: \u2026([A-Za-z0-9]{4}))?\u27e7")
+"""A secret the sidecar masked for a person's eyes (:func:`mask_mark`): group 1 the configured
+secret's or the pattern's name, group 2 the last four characters a pattern's match shows."""
+
+
+def mask_mark(name: str, fingerprint: str = "") -> str:
+    """``⟦masked <name>⟧``, or ``⟦masked <name> …<fingerprint>⟧``: what a person is shown in
+    place of a secret in the arguments of a call they approve (docs/CONSOLE.md, "Secrets are
+    masked"). The approval stays bound to the exact arguments (their digest)."""
+    return f"\u27e6masked {name} \u2026{fingerprint}\u27e7" if fingerprint else f"\u27e6masked {name}\u27e7"
+
+
 __all__ = [
     "JSON_STRING",
+    "MASK_MARK",
+    "mask_mark",
     "OTHER_IGNORABLE",
     "STDLIB",
     "Renderer",
