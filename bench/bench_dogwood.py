@@ -143,10 +143,10 @@ async def sessions(target: str, count: int, tag: str) -> list[str]:
         return out
 
 
-def proposal(sid: str, i: int) -> pb.ProposeRequest:
+def proposal(sid: str, i: int, recipients: int = 97) -> pb.ProposeRequest:
     return pb.ProposeRequest(
         session_id=sid, model_call_id="bench", proposal_id=f"p{i}", tool_name="mail.send", tool_version="v1",
-        arguments=json.dumps({"to": f"user{i % 97}@example.com"}).encode(),
+        arguments=json.dumps({"to": f"user{i % recipients}@example.com"}).encode(),
     )  # fmt: skip
 
 

@@ -10,16 +10,24 @@ of the loop, a timer) shows as a thread whose share grows when the calls stop ov
 load generator's own CPU per call is printed beside (it is not the sidecar's).
 
     .venv/bin/python bench/bench_lowrate.py [--seconds 4] [--rounds 2] [--rates 100,10]
-        [--inflight 16,1] [--policies 10] [--phases] [--baseline DIR] [--json FILE]
+        [--inflight 16,1] [--policies 10] [--subjects 64] [--recipients 97] [--phases]
+        [--baseline DIR] [--variant NAME:KEY=VALUE,...] [--json FILE]
     .venv/bin/python bench/bench_lowrate.py --gaps [--baseline DIR]   # in process, spaced or not
     .venv/bin/python bench/bench_lowrate.py --keys [--rounds 8]       # the key store's time parsing
+    .venv/bin/python bench/bench_lowrate.py --entities [--baseline DIR]  # entity slices cached or not
 
 ``--phases`` runs the sidecar under bench/_phase_serve.py and prints, per shape, the median wall
 and event-loop CPU of the Propose handler, of ``Gate.propose`` in it and of the store operations
 it awaited, how many of those ran on the loop or went to the writer thread, and the p50 minus the
 handler (gRPC core, the interceptor, the loop's scheduling). ``--baseline DIR`` runs another
 checkout's sidecar (with its own ``.venv``) before this one's in every round: a before/after in
-the same run.
+the same run. ``--variant`` (repeatable) runs this checkout's sidecar once more per round with
+environment variables set for it (e.g. ``GRPC_POLL_STRATEGY=poll``), and these keys read by the
+bench: ``CPUS=1`` (the sidecar started on those CPUs only, ``+`` between several),
+``RUNNER=bench/_pin_serve.py`` (another runner: its keys go to its environment),
+``SUBJECTS=10,RECIPIENTS=49`` (the pairs the calls rotate over; 64 x 97 by default).
+``--entities`` times the compiled core's decision per call in one sidecar (bench/_decide_serve.py)
+with its (subject, resource) pairs past the entity-slice cache and within it.
 
 Threads are named by ``comm`` (gRPC core names its own); the sidecar's Python threads are
 ``python``, told apart by creation order (``py1`` the SQLite writer of the event store, and so
@@ -37,6 +45,8 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +122,35 @@ def shape(
         "threads": per,
         "window": (start, end),
     }
+
+
+_AFFINITY = os.sched_getaffinity(0)
+BENCH_KEYS = ("CPUS", "RUNNER", "SUBJECTS", "RECIPIENTS")
+"""Keys of a ``--variant`` that this bench reads (the rest go to the sidecar's environment)."""
+
+
+@contextmanager
+def variant_env(env: dict[str, str]) -> Iterator[None]:
+    """A variant's environment for the sidecar started inside (``CPUS``: the CPUs it may run on,
+    inherited from this process at its start; :func:`restore_affinity` then frees this one)."""
+    saved = {k: os.environ.get(k) for k in env}
+    cpus = env.get("CPUS")
+    os.environ.update({k: v for k, v in env.items() if k not in BENCH_KEYS})
+    if cpus:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split("+")})
+    try:
+        yield
+    finally:
+        restore_affinity()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def restore_affinity() -> None:
+    os.sched_setaffinity(0, _AFFINITY)
 
 
 PHASES = ("handler", "gate", "store")
@@ -216,6 +255,62 @@ async def key_times(root: Path, calls: int, rounds: int) -> dict[str, float]:
     return out
 
 
+async def entity_slices(root: Path, seconds: float, rounds: int, baseline: str) -> dict[str, float]:
+    """A sidecar under bench/_decide_serve.py (thread CPU of each ``Core.front`` and
+    ``Core.decide_metered``) per round and checkout (``baseline`` first, when given), each with
+    windows of calls whose (subject, resource) pairs rotate over 64 x 97 = 6,208 (the default
+    workload: more than the compiled core's 4,096 cached entity slices, FIFO, so every Cedar
+    request builds its slice) and over 64 x 7 = 448 (every slice cached): closed 16 in flight
+    and open 100/s for each. Prints the medians per window."""
+    os.environ["CALLGATE_DECIDE_OUT"] = str(root / "decide.json")
+    runner = (str(Path(__file__).with_name("_decide_serve.py")),)
+    checkouts = [("baseline", Path(baseline))] if baseline else []
+    checkouts.append(("this checkout", ROOT))
+    out: dict[str, float] = {}
+    for rnd in range(rounds):
+        for who, checkout in checkouts:
+            windows: list[tuple[str, float, float, float, float]] = []
+            with sidecar(
+                policy_dir=folder(root / f"entities-{rnd}-{who[0]}", 10), runner=runner, checkout=checkout
+            ) as sc:
+                go = GoLoad(target=sc.agent, tmp=root)
+                sids = await sessions(sc.agent, 64, "s")
+                per = int(4000 * seconds) + 1000
+                reqs = {
+                    n: go.requests(f"r{n}", [proposal(sids[i % 64], i, n) for i in range(per * 2 + 600)])
+                    for n in (97, 7)
+                }
+                go.run(PROPOSE, reqs[7], seconds=2.0, inflight=4, offset=per * 2)  # warm-up
+                for n in (97, 7):
+                    for k, (label, kw) in enumerate(
+                        (("closed 16", {"inflight": 16}), ("open 100/s", {"rate": 100.0}))
+                    ):
+                        t0 = time.perf_counter()
+                        r = go.run(PROPOSE, reqs[n], seconds=seconds, offset=per * k, timeout="30s", **kw)  # type: ignore[arg-type]
+                        windows.append(
+                            (
+                                f"{n} recipients, {label}",
+                                t0,
+                                time.perf_counter(),
+                                r["percentiles_ms"]["50"],
+                                os.getloadavg()[0],
+                            )
+                        )
+            time.sleep(0.5)
+            rec = json.loads((root / "decide.json").read_text())
+            print(f"-- round {rnd + 1}, {who} ({checkout})")
+            for label, a, b, p50, la in windows:
+                line = f"  {label:<26} p50 {p50:6.2f} ms"
+                for name, rows in rec.items():
+                    got = [x for x in rows if a <= x[0] <= b]
+                    if got:
+                        cpu = statistics.median(x[1] for x in got)
+                        out[f"round {rnd + 1} {who} {label} {name} cpu_us"] = cpu
+                        line += f"  {name} CPU median {cpu:4.0f} us (n={len(got)})"
+                print(line + f"  load1={la:.2f}", flush=True)
+    return out
+
+
 async def gaps(root: Path, calls: int, rounds: int) -> dict[str, float]:
     """In process, no gRPC and no other thread timed: the CPU (``time.thread_time``) of the same
     work run back to back and with a 10 ms gap before each (asleep, or spinning on the CPU):
@@ -313,17 +408,36 @@ async def main() -> None:
     ap.add_argument("--rates", default="100")
     ap.add_argument("--inflight", default="16,1")
     ap.add_argument("--policies", type=int, default=10)
+    ap.add_argument(
+        "--subjects", type=int, default=64, help="sessions (each its own subject) the calls rotate over"
+    )
+    ap.add_argument(
+        "--recipients", type=int, default=97, help="distinct recipients (resources) the calls rotate over"
+    )
     ap.add_argument("--durability", default="barrier", choices=("barrier", "per_answer"))
     ap.add_argument("--phases", action="store_true", help="time each Propose by phase (_phase_serve.py)")
     ap.add_argument("--keys", action="store_true", help="only the key store's time parsing A/B (key_times())")
     ap.add_argument("--gaps", action="store_true", help="only the in-process gap experiment (gaps())")
+    ap.add_argument(
+        "--entities", action="store_true", help="only the entity-slice A/B in one sidecar (entity_slices())"
+    )
     ap.add_argument("--baseline", default="", help="another checkout (own .venv), run in turn with this one")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME:KEY=VALUE,... this checkout's sidecar again with these environment variables "
+        "(CPUS=0 pins it to CPU 0 with sched_setaffinity); repeatable, run in turn with the others",
+    )
     ap.add_argument("--json")
     args = ap.parse_args()
     print(machine_line(), flush=True)
     root = Path(tempfile.mkdtemp(prefix="cg-lowrate-"))
     if args.keys:
         dump(args.json, await key_times(root, 300, max(2, args.rounds)))
+        return
+    if args.entities:
+        dump(args.json, await entity_slices(root, args.seconds, max(2, args.rounds), args.baseline))
         return
     if args.gaps:
         got = await lone_writes(root, args.baseline, 300, max(2, args.rounds))
@@ -336,23 +450,33 @@ async def main() -> None:
     if args.phases:
         os.environ["CALLGATE_PHASES_OUT"] = str(root / "phases.jsonl")
         runner = (str(Path(__file__).with_name("_phase_serve.py")),)
-    checkouts = [("this checkout", ROOT)]
+    checkouts: list[tuple[str, Path, dict[str, str]]] = [("this checkout", ROOT, {})]
     if args.baseline:
-        checkouts.insert(0, ("baseline", Path(args.baseline)))
+        checkouts.insert(0, ("baseline", Path(args.baseline), {}))
+    for spec in args.variant:
+        vname, _, pairs = spec.partition(":")
+        env = dict(kv.split("=", 1) for kv in pairs.split(",") if kv)
+        checkouts.append((vname, ROOT, env))
     for rnd in range(args.rounds):
-        for name, checkout in checkouts:
-            print(f"-- round {rnd + 1}, {name} ({checkout})", flush=True)
-            with sidecar(
-                policy_dir=folder(root / f"{rnd}-{len(out)}", args.policies),
-                durability=args.durability,
-                runner=runner,
-                checkout=checkout,
-            ) as sc:
+        for name, checkout, env in checkouts:
+            print(f"-- round {rnd + 1}, {name} ({checkout}) {env or ''}", flush=True)
+            with (
+                variant_env(env),
+                sidecar(
+                    policy_dir=folder(root / f"{rnd}-{len(out)}", args.policies),
+                    durability=args.durability,
+                    runner=(env["RUNNER"],) if "RUNNER" in env else runner,
+                    checkout=checkout,
+                ) as sc,
+            ):
+                restore_affinity()
                 go = GoLoad(target=sc.agent, tmp=root)
-                sids = await sessions(sc.agent, 64, "s")
+                sids = await sessions(sc.agent, int(env.get("SUBJECTS", args.subjects)), "s")
+                recipients = int(env.get("RECIPIENTS", args.recipients))
                 per = 4000 * int(args.seconds) + 2000
                 reqs = go.requests(
-                    "all", [proposal(sids[i % len(sids)], i) for i in range(per * (len(shapes) + 1))]
+                    "all",
+                    [proposal(sids[i % len(sids)], i, recipients) for i in range(per * (len(shapes) + 1))],
                 )
                 go.run(PROPOSE, reqs, seconds=2.0, inflight=4)  # warm-up
                 for i, (kind, value) in enumerate(shapes):

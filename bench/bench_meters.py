@@ -16,6 +16,7 @@ Two measurements, in one run, in process (the sidecar's own code; no RPC):
    commits per Propose of the three-meter tool vs the plain one (:func:`pg_propose`).
    ``--pg-propose`` runs only this, on whichever callgate the interpreter imports: run it with
    another checkout's ``.venv`` (e.g. ``/work/main/.venv/bin/python``) to compare, interleaved.
+   ``--cpu-only`` runs only 2., the same way.
 
     .venv/bin/python bench/bench_meters.py [--calls 3000] [--history 1000000] [--pg-dsn DSN]
                                            [--pg-propose]
@@ -350,6 +351,7 @@ async def main() -> None:
     ap.add_argument("--pg-dsn", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--pg-propose", action="store_true", help="only 3. (metered Propose on PostgreSQL)")
+    ap.add_argument("--cpu-only", action="store_true", help="only 2. (CPU per Propose, three meters vs none)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-meters-"))
     results: dict[str, Any] = {}
@@ -357,6 +359,11 @@ async def main() -> None:
         if args.pg_propose:
             print("3. Propose on PostgreSQL, three meters vs none")
             results["pg_propose"] = await pg_propose(tmp, args.pg_dsn, args.calls)
+            return
+        if args.cpu_only:
+            print("2. sidecar CPU per Propose, three meters vs none")
+            for core in ("python", "native"):
+                results[f"cpu_{core}"] = await cpu_per_propose(tmp / core, args.calls, core)
             return
         print("1. context cost vs stored history (three meters: reserve + release)")
         results["sqlite_history"] = await history_sqlite(tmp, args.history, args.calls)

@@ -15,6 +15,10 @@ Authz = tuple[str, list[tuple[Answer, Answer | None]]]
 RuleDay = tuple[str, int, int, int, int, int, int, int]
 
 __version__: str
+__build__: str
+"""The profile, optimization level, target and rustc of this build (native/build.rs)."""
+__source__: str
+"""``callgate-native-source:`` and the hash of the sources scripts/native built (``?`` elsewhere)."""
 
 def parse_code(raw: bytes, max_bytes: int, max_depth: int, document: bool = False) -> str | None: ...
 def parse_value(raw: bytes, max_bytes: int, max_depth: int) -> tuple[str | None, Any]: ...

@@ -1,5 +1,6 @@
 //! What `callgate --version` reports of this build (`callgate._native.__build__`): the profile,
-//! the optimization level, the target and the compiler that made the module.
+//! the optimization level, the target and the compiler that made the module; and the hash of the
+//! sources `scripts/native` built (`__source__`).
 use std::process::Command;
 
 fn main() {
@@ -18,6 +19,13 @@ fn main() {
         env("TARGET"),
         rustc
     );
+    // scripts/native passes the hash of the sources it builds; it then finds this text in the
+    // module, so a module another clone's build left in the shared target dir is never taken.
+    println!(
+        "cargo:rustc-env=CALLGATE_NATIVE_SOURCE=callgate-native-source:{}",
+        env("CALLGATE_NATIVE_SOURCE")
+    );
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=CALLGATE_NATIVE_SOURCE");
     println!("cargo:rerun-if-env-changed=RUSTC");
 }

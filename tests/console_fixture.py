@@ -74,8 +74,16 @@ class Sidecar:
             self.proc.wait(5)
 
 
-def start_sidecar(*, ttl_seconds: int = 600, dsn: str = "") -> Sidecar:
+def start_sidecar(*, ttl_seconds: int = 600, dsn: str = "", secret: str = "") -> Sidecar:
+    """``secret``: the calendar tool's ``calendar_api_token`` (a file in the sidecar's folder)."""
     tmp = Path(tempfile.mkdtemp(prefix="cg-con-", dir="/tmp"))
+    secrets = ""
+    if secret:
+        (tmp / "calendar.token").write_text(secret + "\n")
+        secrets = (
+            '[[secrets]]\nname = "calendar_api_token"\nfile = "calendar.token"\n'
+            'tools = ["calendar.create_event"]\nresources = ["calendar:*"]\n'
+        )
     store = (
         '[store]\nbackend = "postgres"\ndsn_env = "CALLGATE_TEST_STORE_DSN"\n'
         if dsn
@@ -86,7 +94,7 @@ def start_sidecar(*, ttl_seconds: int = 600, dsn: str = "") -> Sidecar:
         + f"""[confirmation]
 ttl_seconds = {ttl_seconds}
 sweep_interval_ms = 500
-{store}"""
+{store}{secrets}"""
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "callgate", "serve", "--config", str(tmp / "callgate.toml")],

@@ -3,7 +3,8 @@ reaches the model (spec 6.10), through the real OpenAI Agents SDK and LangGraph 
 and ``AsyncClient``) against a real sidecar: the client sends each non-text part's canonical
 JSON with ``EncodeResult`` (``parts``), the sidecar checks it for its known secrets
 (:mod:`callgate.execute.partcheck`) and answers a verdict per part; a part holding the canary
-(its raw bytes, base64 of it inside the bytes, its upper-case hex, the upper-cased text) is
+(its raw bytes, base64 of it inside the bytes, its upper-case hex, the upper-cased text), or a
+credential a secret pattern describes (an ``sk-...`` key in an env file, a PEM private key), is
 answered as a ``callgate_withheld`` text part, a clean image passes as given. The sidecar keeps
 none of the parts' bytes: the SQLite files (database and WAL) hold neither the canary in any form
 the redactor knows nor the images' own filler bytes; the event names the withheld positions.
@@ -61,6 +62,16 @@ HIDDEN = [
     png(CANARY.upper()),  # another letter case
 ]
 CLEAN = png(b"IEND")
+PEM = (
+    b"-----BEGIN " + b"PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END " + b"PRIVATE KEY-----\n"
+)
+PATTERNED = [
+    base64.b64encode(b"# deploy.env\nOPENAI_API_KEY=sk-" + b"partbytesQ7vX2mL9pR4tY8wZ1\n").decode(),
+    base64.b64encode(PEM).decode(),
+]
+"""Files holding credentials no one configured that a secret pattern describes (``api_key``,
+``private_key``): the sidecar's check applies its patterns to the bytes too."""
+PATTERN_FORMS = Redactor(["sk-partbytesQ7vX2mL9pR4tY8wZ1", "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"], patterns=())
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +148,8 @@ def get_weather(city: str, date: str) -> Any:
         *({"type": "image", "base64": b, "mime_type": "image/png"} for b in HIDDEN[:2]),
         {"type": "file", "base64": HIDDEN[2], "mime_type": "application/octet-stream"},
         {"type": "image", "base64": HIDDEN[3], "mime_type": "image/png"},
+        {"type": "file", "base64": PATTERNED[0], "mime_type": "text/plain"},
+        {"type": "file", "base64": PATTERNED[1], "mime_type": "application/x-pem-file"},
         {"type": "image", "base64": CLEAN, "mime_type": "image/png"},
     ]
 
@@ -171,13 +184,15 @@ def _langgraph(server: Running, *, aio: bool, thread: str) -> ToolMessage:
 def test_langgraph_withholds_a_configured_secret_in_part_bytes(vault: Running, path: str) -> None:
     msg = _langgraph(vault, aio=path == "aio", thread=f"t-bytes-{path}")
     blocks = msg.content
-    assert isinstance(blocks, list) and len(blocks) == 6, blocks
-    assert not FORMS.contains_known_secret(json.dumps(blocks, ensure_ascii=False))
-    assert [held(b) for b in blocks[1:5]] == [True] * 4, blocks
-    assert blocks[5] == {"type": "image", "base64": CLEAN, "mime_type": "image/png"}
+    assert isinstance(blocks, list) and len(blocks) == 8, len(blocks) if isinstance(blocks, list) else 0
+    shown = json.dumps(blocks, ensure_ascii=False)
+    clean = not FORMS.contains_known_secret(shown) and not PATTERN_FORMS.contains_known_secret(shown)
+    assert clean  # a bool: a failure never prints what was shown
+    assert [held(b) for b in blocks[1:7]] == [True] * 6, [note(b) for b in blocks]
+    assert blocks[7] == {"type": "image", "base64": CLEAN, "mime_type": "image/png"}
     invocation_id = json.loads(blocks[0]["text"])["invocation_id"]
     (done,) = [e for e in events(vault, invocation_id) if "parts_checked" in e]
-    assert done["parts_checked"] == 5 and done["parts_withheld"] == [0, 1, 2, 3], done
+    assert done["parts_checked"] == 7 and done["parts_withheld"] == [0, 1, 2, 3, 4, 5], done
     assert_not_stored(vault)
 
 
@@ -186,8 +201,8 @@ def test_a_part_too_large_to_check_is_withheld(vault: Running, monkeypatch: pyte
     with the unchecked reason (as with an older sidecar that answers no verdicts)."""
     monkeypatch.setattr(parts_module, "MAX_CHECKED_BYTES", 64)  # every part here is larger
     blocks = _langgraph(vault, aio=False, thread="t-bytes-big").content
-    assert isinstance(blocks, list) and len(blocks) == 6, blocks
-    assert [note(b).endswith(UNCHECKED + ".") for b in blocks[1:]] == [True] * 5, [note(b) for b in blocks]
+    assert isinstance(blocks, list) and len(blocks) == 8, len(blocks) if isinstance(blocks, list) else 0
+    assert [note(b).endswith(UNCHECKED + ".") for b in blocks[1:]] == [True] * 7, [note(b) for b in blocks]
 
 
 def test_the_value_and_the_parts_sent_stay_within_one_message(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,6 +233,7 @@ def radar(city: str, date: str) -> list[Any]:
         ToolOutputFileContent(file_data=HIDDEN[1], filename="radar.bin"),
         ToolOutputImage(image_url="data:image/png;base64," + HIDDEN[2]),
         ToolOutputFileContent(file_data="data:image/png;base64," + HIDDEN[3], filename="radar.png"),
+        ToolOutputFileContent(file_data=PATTERNED[0], filename="deploy.env"),
         ToolOutputImage(image_url="data:image/png;base64," + CLEAN),
     ]
 
@@ -238,13 +254,15 @@ def test_agents_withhold_a_configured_secret_in_part_bytes(vault: Running) -> No
         if type(i).__name__ == "ToolCallOutputItem" and isinstance(i.raw_item, dict)
     ]
     sent = item.raw_item["output"]
-    assert isinstance(sent, list) and len(sent) == 6, sent
-    assert not FORMS.contains_known_secret(json.dumps(sent, ensure_ascii=False))
-    assert [held(p) for p in sent[1:5]] == [True] * 4, sent
-    assert sent[5]["type"] == "input_image" and sent[5]["image_url"] == "data:image/png;base64," + CLEAN
+    assert isinstance(sent, list) and len(sent) == 7, len(sent) if isinstance(sent, list) else 0
+    shown = json.dumps(sent, ensure_ascii=False)
+    clean = not FORMS.contains_known_secret(shown) and not PATTERN_FORMS.contains_known_secret(shown)
+    assert clean  # a bool: a failure never prints what was shown
+    assert [held(p) for p in sent[1:6]] == [True] * 5, [note(p) for p in sent]
+    assert sent[6]["type"] == "input_image" and sent[6]["image_url"] == "data:image/png;base64," + CLEAN
     invocation_id = item.custom_data["callgate"]["invocation_id"]
     (done,) = [e for e in events(vault, invocation_id) if "parts_checked" in e]
-    assert done["parts_withheld"] == [0, 1, 2, 3], done
+    assert done["parts_withheld"] == [0, 1, 2, 3, 4], done
     assert_not_stored(vault)
 
 

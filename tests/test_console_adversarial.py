@@ -105,7 +105,7 @@ def test_a_form_posted_from_another_site_changes_nothing(parts: tuple[Sidecar, C
     assert sc.state(sid, parked.invocation_id) == "PREPARED"
 
 
-@pytest.mark.parametrize("number", ["1e2", "100.0000000000000000001", "100.00"])
+@pytest.mark.parametrize("number", ["1e2", "100.00", "100.000000000000000000"])
 def test_a_number_is_shown_as_the_model_wrote_it(parts: tuple[Sidecar, Console], number: str) -> None:
     """The raw column shows a number as proposed (not re-printed from a float as ``100.0``), the
     normalized one as it will run (``100``), and the table names the change."""
@@ -126,3 +126,18 @@ def test_a_number_is_shown_as_the_model_wrote_it(parts: tuple[Sidecar, Console],
         f"<td><code>/duration_minutes</code></td><td><code>{number}</code></td><td><code>100</code></td>"
         in card
     )
+
+
+def test_a_number_finer_than_a_double_never_reaches_the_approver(parts: tuple[Sidecar, Console]) -> None:
+    """``100.0000000000000000001`` would run as 100, not as the model wrote it: the strict parse
+    refuses it (``number_overflow``), so no card shows one number and runs another."""
+    sc, _ = parts
+    sid = sc.session("acme", "alice")
+    raw = b'{"title": "T", "start": "2026-12-20T09:00:00", "calendar_id": "main", "duration_minutes": 100.0000000000000000001}'
+    resp = sc.gate.Propose(
+        pb.ProposeRequest(
+            session_id=sid, model_call_id="m", proposal_id="n-fine", tool_name="calendar.create_event",
+            tool_version="v1", arguments=raw, idempotency_key="k-n-fine",
+        )
+    )  # fmt: skip
+    assert resp.rejection.code == "number_overflow", resp

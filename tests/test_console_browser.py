@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -56,9 +57,15 @@ def browser() -> Iterator[Browser]:
             b.close()
 
 
+CONSOLE_SECRET = "calendar-" + "tok-5Jf8Qw2Zr7Kp"
+"""The sidecar's ``calendar_api_token`` (a configured upstream secret)."""
+PATTERN_KEY = "sk-" + "consoleKeyA1b2C3d4E5f6G7h8"
+"""A key no one configured that the ``api_key`` secret pattern describes."""
+
+
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[Sidecar, Console]]:
-    sc = start_sidecar()
+    sc = start_sidecar(secret=CONSOLE_SECRET)
     try:
         con = start_console(sc.confirmer)
         try:
@@ -284,6 +291,77 @@ def test_free_text_that_hides_is_shown_visibly(
             assert card.query_selector(".normalized .cp.hidden") is not None
             assert "hidden characters" in row.inner_text()
     page.screenshot(path=str(shots / "console-invisible.png"), full_page=True)
+    page.context.close()
+
+
+def _holds_a_secret(text: str) -> list[str]:
+    """Which of the two secrets ``text`` shows in clear (names only: a failure prints no secret)."""
+    folded = text.casefold()
+    return [
+        n for n, v in (("configured", CONSOLE_SECRET), ("pattern", PATTERN_KEY)) if v.casefold() in folded
+    ]
+
+
+def test_a_secret_in_the_arguments_is_masked_for_the_approver(
+    stack: tuple[Sidecar, Console], browser: Browser, shots: Path
+) -> None:
+    """Old main showed an argument that is a credential in clear: in both argument boxes, the
+    table, the trail, the Confirmations answers and ``callgate explain``. Now the sidecar masks
+    each secret before it leaves for a person (the configured secret by its name, the pattern's
+    match with its last four characters), the card marks it and lists the value as holding a
+    masked secret, and the approval still binds the exact arguments: the digest is the one of
+    the unmasked arguments, and what runs holds the secret."""
+    sc, con = stack
+    page = login(browser, con.url, ALICE)
+    sid = sc.session("acme", "alice")
+    title = f"rotate {PATTERN_KEY} then {CONSOLE_SECRET} done"
+    parked = sc.propose(sid, {**EVENT, "calendar_id": "primary", "title": title}, "p-secret")
+    card = page.wait_for_selector(f"#item-{parked.invocation_id}", timeout=WAIT_MS)
+    tail = PATTERN_KEY[-4:]
+    for box in (".normalized", ".raw"):
+        shown = card.query_selector(box).inner_text()
+        marked = "⟦masked calendar_api_token⟧" in shown and f"⟦masked api_key …{tail}⟧" in shown
+        assert marked and "rotate" in shown and "done" in shown, box
+        assert card.query_selector(f"{box} .cp.masked[data-secret='calendar_api_token']") is not None, box
+        assert card.query_selector(f"{box} .cp.masked[data-secret='api_key']") is not None, box
+    row = card.query_selector('table.changes tr.flagged[data-pointer="/title"]')
+    assert row is not None and "masked secret" in row.inner_text()
+    assert _holds_a_secret(page.content()) == []
+    page.screenshot(path=str(shots / "console-masked.png"), full_page=True)
+
+    # The confirmer's gRPC answers carry the masks, never the secret; the digest is unchanged.
+    pending = [
+        p for p in sc.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending
+        if p.invocation_id == parked.invocation_id
+    ]  # fmt: skip
+    assert len(pending) == 1 and pending[0].digest == parked.digest
+    answered = (pending[0].normalized_arguments + pending[0].raw_arguments).decode()
+    assert _holds_a_secret(answered) == [] and "⟦masked calendar_api_token⟧" in answered
+    trail = sc.confirmations.GetTenantInvocation(
+        pb.GetTenantInvocationRequest(invocation_id=parked.invocation_id, tenant="acme")
+    )
+    assert _holds_a_secret(str(trail)) == []
+
+    # Approving binds the exact arguments: PREPARED, and what runs holds both secrets.
+    approve(page, f"#item-{parked.invocation_id}")
+    page.wait_for_selector("#done", timeout=WAIT_MS)
+    assert page.inner_text("#state") == "PREPARED"
+    assert _holds_a_secret(page.content()) == []  # the item page and its event trail
+    runs = sc.gate.GetInvocation(pb.GetInvocationRequest(invocation_id=parked.invocation_id, session_id=sid))
+    exact = runs.invocation.normalized_arguments.decode()
+    assert _holds_a_secret(exact) == ["configured", "pattern"] and runs.invocation.digest == parked.digest
+
+    # callgate explain shows the same masks (text and --json).
+    for fmt in ([], ["--json"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "callgate", "explain", "--config", str(sc.tmp / "callgate.toml"),
+             *fmt, parked.invocation_id],
+            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert out.returncode == 0, (fmt, out.returncode)
+        assert _holds_a_secret(out.stdout + out.stderr) == [], fmt
+        assert "⟦masked calendar_api_token⟧" in out.stdout and f"⟦masked api_key …{tail}⟧" in out.stdout, fmt
+        assert parked.digest in out.stdout, fmt
     page.context.close()
 
 

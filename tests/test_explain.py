@@ -232,6 +232,21 @@ def test_cli_explain_without_a_store_exits_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and "cannot open the event store" in r.stderr
 
 
+def test_cli_explain_refuses_when_it_cannot_read_the_secrets_to_mask(tmp_path: Path) -> None:
+    """explain masks each configured secret in the arguments it shows (docs/CONSOLE.md, "Secrets
+    are masked"); a secret it cannot read could not be masked, so it shows nothing (exit 2, fail
+    closed) and says which, before it opens the store."""
+    cfg = write_config(tmp_path, tmp_path / "missing.db")
+    cfg.write_text(
+        cfg.read_text()
+        + '\n[[secrets]]\nname = "calendar_api_token"\nenv = "CALLGATE_TEST_UNSET_SECRET_ENV"\n'
+        + 'tools = ["calendar.create_event"]\n'
+    )
+    r = run_cli("inv_x", "--config", str(cfg))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "needed to mask them" in r.stderr and "CALLGATE_TEST_UNSET_SECRET_ENV" in r.stderr
+
+
 def test_explain_a_rejected_proposal_with_hostile_bytes() -> None:
     sc, tmp = start_sidecar()
     try:

@@ -202,6 +202,7 @@ GRPC_CODES = {
     '{"text": "a", "n": NaN}': "non_finite_number",
     '{"text": "\\ud800"}': "lone_surrogate",
     '{"text": "a", "n": 1e400}': "number_overflow",
+    '{"text": "a", "n": 100.0000000000000000001}': "number_overflow",
     '{"text": "' + "x" * 70000 + '"}': "too_large",
     '["text"]': "not_an_object",
 }

@@ -302,6 +302,33 @@ def test_stdio_gateway_whole_chain(env: Env) -> None:
 
 
 @pytest.mark.timeout(200)
+def test_a_secret_in_the_arguments_is_masked_in_the_question(env: Env) -> None:
+    """Old main put the normalized arguments in the elicitation message as they were: a
+    configured secret (or an ``sk-...`` key) a model put in an argument was shown to the person
+    in clear. Now the question masks each one as the console does (``⟦masked canary⟧``,
+    ``⟦masked api_key …Zr7K⟧``); the approval still binds the exact arguments, which the
+    upstream gets."""
+    assert env.import_all().returncode == 0
+    yes = accept(True)
+    key = "sk-" + "gatewayQ2w9Lm4Xv8Tr5Zr7K"
+    name = f"{CANARY} {key}"
+
+    async def go() -> None:
+        async with stdio_gateway(env, yes) as (s, _):
+            await s.list_tools()
+            r = await s.call_tool("up__remove", {"name": name})
+            assert not r.is_error
+
+    run(go())
+    (asked,) = yes.asked  # type: ignore[attr-defined]
+    masked = "⟦masked canary⟧" in asked and "⟦masked api_key …Zr7K⟧" in asked and "digest: sha256:" in asked
+    clear = CANARY in asked or key in asked
+    assert masked and not clear  # booleans: a failure prints neither secret
+    ran = [e["name"] == name for e in env.effects() if e["tool"] == "remove"]
+    assert ran == [True]
+
+
+@pytest.mark.timeout(200)
 def test_confirmation_declined_cancels(env: Env) -> None:
     assert env.import_all().returncode == 0
     no = accept(False)

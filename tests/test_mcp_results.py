@@ -39,7 +39,16 @@ from tests.mcp_env import (
     write_config,
     write_policies,
 )
-from tests.mcp_upstreams.rich import BLOB_B64, LEAK_FORMS, PNG_B64, UNREDEEMED, WAV_B64
+from tests.mcp_upstreams.rich import (
+    BLOB_B64,
+    LEAK_FORMS,
+    PATTERN_KEY,
+    PNG_B64,
+    TEXT_LEAK_FORMS,
+    UNREDEEMED,
+    WAV_B64,
+)
+from tests.unescaped import behind_escapes
 
 CANARY = "canary-rich-6b1d0e44f2"
 TOKENS = {secrets.token_urlsafe(32): "alice", secrets.token_urlsafe(32): "alice"}
@@ -55,6 +64,7 @@ ACTIONS = {
     "secret_image": "",
     "announce": "",
     "leaky": "form: String",
+    "leaky_text": "form: String",
     "huge_image": "",
 }
 POLICIES = '@id("rich-read")\npermit (principal == User::"alice", action in Action::"read", resource);\n'
@@ -199,21 +209,25 @@ def test_binary_blocks_holding_a_configured_secret_never_redeemed_are_withheld(r
     image, audio clip or blob holding another configured secret reached the client. Now each
     binary block's bytes go to the sidecar's check (EncodeResult ``parts``): a block holding a
     known secret in any form is the withheld note, a clean image passes as it came, an image
-    too large to check is withheld, and the bytes are never stored."""
+    too large to check is withheld, and the bytes are never stored. A block holding a key no
+    one configured that a secret pattern describes (``pattern``) is withheld too: the check runs
+    the patterns over the bytes (before, only configured secret values were looked for)."""
 
     async def go() -> None:
         async with stdio(rich) as c:
             for form in LEAK_FORMS:
                 r = await c.call_tool("rich__leaky", {"form": form})
                 assert not r.is_error, text_of(r)
-                assert [b.type for b in r.content] == ["image", "text", "text", "text", "text"], (form, r)
+                kinds = [b.type for b in r.content]
+                assert kinds == ["image", "text", "text", "text", "text"], (form, kinds)  # never the data
                 clean = r.content[0]
                 assert isinstance(clean, types.ImageContent) and clean.data == PNG_B64
                 notes = [json.loads(t) for t in texts(r)[:3]]
                 assert [n["type"] for n in notes] == ["callgate_withheld"] * 3, (form, notes)
                 assert "four blocks" in texts(r)[3]
                 shown = r.model_dump_json()
-                assert UNREDEEMED not in shown.casefold() and LEAK_FORMS[form].decode() not in shown, form
+                unseen = UNREDEEMED not in shown.casefold() and LEAK_FORMS[form].decode() not in shown
+                assert unseen, form
             big = await c.call_tool("rich__huge_image", {})
             assert not big.is_error, text_of(big)
             assert [b.type for b in big.content] == ["text"], big.content[0].type
@@ -224,6 +238,38 @@ def test_binary_blocks_holding_a_configured_secret_never_redeemed_are_withheld(r
     assert stored and UNREDEEMED not in stored and base64.b64decode(PNG_B64).decode("latin-1") not in stored
     for form in LEAK_FORMS.values():
         assert form.decode() not in stored
+
+
+def test_a_secret_behind_mixed_json_escapes_in_a_text_block_is_redacted(rich: Published) -> None:
+    """Old main: a text block that is a JSON document whose string spells a configured secret
+    with other escapes than ``json.dumps`` writes (``\\u0075n\\u0072e...``, upper- or
+    lower-case hex, ``\\/``, one or two documents deep) reached the client: no known form of
+    the secret appears in the text. Now the redactor also reads the text behind its JSON escapes
+    and redacts the characters a secret, or a configured pattern's match, decodes from."""
+
+    async def go() -> None:
+        async with stdio(rich) as c:
+            for form in TEXT_LEAK_FORMS:
+                r = await c.call_tool("rich__leaky_text", {"form": form})
+                assert not r.is_error, form
+                shown = r.model_dump_json()
+                # booleans and names only: a failure never prints the text or a secret
+                leaked = [
+                    n
+                    for n, v in (("configured", UNREDEEMED), ("pattern", PATTERN_KEY))
+                    if behind_escapes(shown, v)
+                ]
+                assert not leaked, (form, leaked)
+                marked = "[REDACTED:secret]" in shown and "[REDACTED:api_key]" in shown
+                kept = "table" in shown  # the rest of the document is still there
+                assert marked and kept, form
+
+    run(go())
+    stored = "".join(f.read_bytes().decode("latin-1") for f in sorted((rich.base / "var").glob("*.db*")))
+    in_store = [
+        n for n, v in (("configured", UNREDEEMED), ("pattern", PATTERN_KEY)) if behind_escapes(stored, v)
+    ]
+    assert len(stored) > 0 and not in_store, in_store
 
 
 # ------------------------------------------------------------------------------ tools/list

@@ -9,6 +9,7 @@ most 5 sends an hour and confirm refunds past 100.00 a day. A real sidecar (SQLi
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -428,5 +429,186 @@ def test_the_bucketed_meters_become_entries_at_upgrade(tmp_path: Path) -> None:
         assert await meters.totals("m", scope, day, "ses_1", CLOCK + timedelta(hours=23)) == 2
         assert await meters.totals("m", scope, session, "ses_1", CLOCK + timedelta(days=9)) == 5
         await store.close()
+
+    asyncio.run(run())
+
+
+# --------------------------------------------------------------------------- SQLite: one commit
+def test_sqlite_reservation_commits_with_its_invocation_and_a_moved_reading_is_decided_again(
+    tmp_path: Path,
+) -> None:
+    """Issue 30 item 5 (SQLite): inside :meth:`SQLiteMeters.fold` the reservation is written by
+    the invocation's own transaction. Two stores on one file stand for two processes (two
+    connections, one write lock). (1) After the reading nothing is reserved (another connection
+    sees no row); the write reserves with the invocation, in the key look-up's and the write's
+    two transactions (the reading was carried by the look-up). (2) Another connection reserves
+    between a reading and its write: the write writes no invocation and raises
+    ``MetersMoved`` with the reading under the lock (one more), at which the call is now reserved;
+    the next write needs no check. (3) The same on one connection (another call's write in
+    between). (4) A claim lost at the write leaves no reservation. (5) A deny reserves nothing."""
+    import sqlite3
+
+    from callgate.store.meters import MetersMoved
+    from tests.test_store_contract import NOW, claim, ev, inv
+
+    hour = Window("1h", 3_600_000)
+    k = Contribution("sends", "acme\x1fs:ana", 1, (hour,), 0)
+    later = NOW + timedelta(minutes=5)
+
+    def rows(path: Path) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(path) as c:
+            return c.execute("SELECT invocation_id FROM meter_reservations ORDER BY invocation_id").fetchall()
+
+    async def run() -> None:
+        path = tmp_path / "fold.db"
+        one, two = SQLiteStore(path), SQLiteStore(path)
+        m1, m2 = one.meters(), two.meters()
+        keys = one.keys()
+        try:
+            # (1) the reading rides on the key's look-up; the write reserves with the invocation
+            commits = one.worker._commit_total
+            async with m1.fold():
+                m1.read_ahead("i1", "s1", [k], NOW, later)
+                assert await keys.get(claim("k1").key) is None  # carries the reading
+                (seen,) = await m1.reserve("i1", "s1", [k], NOW, later)
+                assert seen.before == 0
+                assert one.worker._commit_total == commits + 1  # the reading took no transaction
+                assert rows(path) == []  # nothing reserved before the write
+                lost = await one.create_invocation(
+                    inv("i1", "k1", State.PREPARED), [ev("i1", 1, None, State.PREPARED)], claim=claim("k1")
+                )
+                assert lost is None
+                assert one.worker._commit_total == commits + 2
+            assert rows(path) == [("i1",)]
+            # (2) another connection (process) reserves between the reading and the write
+            async with m1.fold():
+                (seen,) = await m1.reserve("i2", "s1", [k], NOW, later)
+                assert seen.before == 1
+                (other,) = await m2.reserve("x2", "s1", [k], NOW, later)
+                assert other.before == 1
+                with pytest.raises(MetersMoved) as moved:
+                    await one.create_invocation(inv("i2", "k2", State.PREPARED), [ev("i2", 1, None, State.PREPARED)],
+                                                claim=claim("k2"))  # fmt: skip
+                assert [r.before for r in moved.value.readings] == [2]
+                assert await one.get_invocation("i2") is None
+                assert rows(path) == [("i1",), ("i2",), ("x2",)]  # reserved at the new reading
+                assert await one.create_invocation(
+                    inv("i2", "k2", State.PREPARED), [ev("i2", 1, None, State.PREPARED)], claim=claim("k2")
+                ) is None  # fmt: skip
+            assert rows(path) == [("i1",), ("i2",), ("x2",)]
+            assert await m1.totals("sends", k.scope, hour, "s1", NOW) == 3
+
+            # (3) the same connection: a concurrent call of the same sidecar reserves in between
+            async def other_call() -> None:
+                await m1.reserve("y4", "s1", [k], NOW, later)
+
+            async with m1.fold():
+                (seen,) = await m1.reserve("i4", "s1", [k], NOW, later)
+                assert seen.before == 3
+                await asyncio.create_task(other_call())
+                with pytest.raises(MetersMoved) as moved:
+                    await one.create_invocation(inv("i4", "k4", State.PREPARED), [ev("i4", 1, None, State.PREPARED)],
+                                                claim=claim("k4"))  # fmt: skip
+                assert [r.before for r in moved.value.readings] == [4]
+                await m1.release("i4")  # the call ends without its invocation: the reservation goes
+            assert ("i4",) not in rows(path)
+            # (4) a claim lost at the write: no invocation, so no reservation
+            async with m1.fold():
+                await m1.reserve("i5", "s1", [k], NOW, later)
+                lost = await one.create_invocation(
+                    inv("i5", "k1", State.PREPARED), [ev("i5", 1, None, State.PREPARED)], claim=claim("k1")
+                )
+                assert lost is not None
+            assert ("i5",) not in rows(path)
+            # (5) a deny reserves nothing
+            async with m1.fold():
+                await m1.reserve("i6", "s1", [k], NOW, later)
+                assert await one.create_invocation(
+                    inv("i6", "k6", State.AUTHORIZATION_REJECTED),
+                    [ev("i6", 1, None, State.AUTHORIZATION_REJECTED)], claim=claim("k6"),
+                ) is None  # fmt: skip
+            assert ("i6",) not in rows(path)
+        finally:
+            await one.close()
+            await two.close()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_a_decision_whose_meters_moved_before_its_write_is_made_again(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, keyed: bool
+) -> None:
+    """Issue 30 item 5 (SQLite, one commit): two gates on one file (two connections, as two
+    processes sharing it; keyed, the reading rides on the key's look-up; keyless, it is a
+    transaction of its own). ``ana`` has 4 sends this hour; her 5th is read at 4 and allowed, and
+    while the policy decides another process's 5th send commits. The write finds the meters
+    moved under the write lock: it writes no invocation, reserves at 5, and the policy decides
+    again: denied, its event records ``before`` 5. Exactly 5 allowed (the reading and the write
+    were two transactions; without the check under the lock this would be 6)."""
+    from dataclasses import replace
+
+    from callgate.base.clock import FixedClock
+    from callgate.base.model import Effect, Proposal, Subject
+    from callgate.base.trace import TraceContext
+    from callgate.config import load_config
+    from callgate.policy.snapshot import load_snapshot
+    from callgate.propose import steps
+    from callgate.propose.outcome import SessionSpec
+    from callgate.server.app import Shared
+    from tests.conftest import ROOT
+
+    folder = meter_folder(tmp_path_factory, "moved")
+    base = load_config(ROOT / "callgate.toml")
+    cfg = replace(base, policy=replace(base.policy, dir=str(folder)))
+    snap = load_snapshot(folder, policy=cfg.policy)
+    clock = FixedClock(CLOCK)
+    trace = TraceContext.from_traceparent(None)
+    decide = steps.authorize
+
+    async def run() -> None:
+        one, two = SQLiteStore(tmp_path / "shared.db"), SQLiteStore(tmp_path / "shared.db")
+        gate_a = Shared.build(cfg, snap, one, clock, one.keys()).gate(cfg, one, clock)
+        gate_b = Shared.build(cfg, snap, two, clock, two.keys()).gate(cfg, two, clock)
+        try:
+            sa = await gate_a.open_session(
+                SessionSpec(subject=Subject(tenant="acme", id="ana"), timezone="UTC")
+            )
+            sb = await gate_b.open_session(
+                SessionSpec(subject=Subject(tenant="acme", id="ana"), timezone="UTC")
+            )
+            await gate_a.list_tools(sa.session_id, "m")
+            await gate_b.list_tools(sb.session_id, "m")
+
+            def send(session_id: str, n: str) -> Proposal:
+                raw = json.dumps({"to": f"{n}@example.com"}).encode()
+                return Proposal(session_id, "m", n, "mail.send", "v1", raw, n if keyed else "")
+
+            for i in range(4):
+                got = await gate_a.propose(send(sa.session_id, f"a{i}"), trace)
+                assert got.decision is not None and got.decision.effect is Effect.ALLOW
+            asked: list[int] = []
+
+            async def meanwhile(call: Any, *a: Any, **kw: Any) -> Any:
+                if call.proposal.proposal_id == "a4":
+                    asked.append(call.usage["sends"]["1h"]["before"])
+                    if len(asked) == 1:  # another process's call commits during this decision
+                        other = await gate_b.propose(send(sb.session_id, "b0"), trace)
+                        assert other.decision is not None and other.decision.effect is Effect.ALLOW
+                return await decide(call, *a, **kw)
+
+            monkeypatch.setattr(steps, "authorize", meanwhile)
+            got = await gate_a.propose(send(sa.session_id, "a4"), trace)
+            assert asked == [4, 5]  # decided on 4, then again on the reading under the lock
+            assert got.decision is not None and got.decision.effect is Effect.DENY
+            _, events = await gate_a.get_invocation(got.record.invocation_id, session_id=sa.session_id)
+            (deciding_event,) = [e for e in events if e.kind == "authorization_rejected"]
+            assert deciding_event.data["usage"]["sends"]["1h"] == {"before": 5, "after": 6}
+            assert (
+                await one.meters().totals("sends", "acme\x1fs:ana", Window("1h", 3_600_000), "", CLOCK) == 5
+            )
+        finally:
+            await one.close()
+            await two.close()
 
     asyncio.run(run())

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from callgate.base.model import AuthzRequest, Decision, Effect, Subject
+from callgate.policy.engines import cedar as cedar_engine
 from callgate.policy.engines.cedar import CedarEngine, CedarPolicies, load_cedar_dir
 from callgate.propose.core import Core, CoreKind, load_native
 from tests.conftest import POLICIES, reference_front
@@ -610,3 +611,36 @@ def test_typed_counts_reported() -> None:
         assert (
             typed.get("typed-allow", 0) and typed.get("typed-deny", 0) and typed.get("typed-authz-defer", 0)
         )
+
+
+def test_written_entities_decide_the_same_after_their_slices_are_evicted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A principal or resource absent from entities.json is written by the compiled core as an
+    entity of its own and checked against the schema whenever its slice is built. With a slice
+    cache of 2 entries and 4 x 3 (principal, resource) pairs in turn, so that nearly every request
+    rebuilds its slice, every decision equals the reference's, three times over: allowed where the
+    schema holds the written resources, an error deny every time where it does not (a resource
+    attribute the request cannot fill), never an allow remembered from an earlier request."""
+    monkeypatch.setattr(cedar_engine, "ENTITY_CACHE_SIZE", 2)
+    resource = "entity Resource { kind: String, name: String, tenant: String };"
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for d in (good, bad):
+        shutil.copytree(POLICIES / "cedar", d)
+    schema = (bad / "schema.cedarschema").read_text()
+    assert resource in schema
+    (bad / "schema.cedarschema").write_text(schema.replace(resource, resource[:-3] + ", owner: String };"))
+    for d, conforms in ((good, True), (bad, False)):
+        ref, nat = engines(load_cedar_dir(d))
+        for _ in range(3):
+            for user in ("alice", "bob", "zed", "yan"):  # two in entities.json, two written per request
+                for city in ("Paris", "Lyon", "Nice"):
+                    args = {"city": city, "date": "2026-12-07"}
+                    req = AuthzRequest(
+                        Subject("acme", user), "weather.read", f"weather:{city}", {"tool": "t", "args": args}
+                    )
+                    d_ = check(ref, nat, req)
+                    if conforms:
+                        assert d_.effect is Effect.ALLOW and not d_.error_code, d_
+                    else:
+                        assert d_.effect is Effect.DENY and d_.error_code, d_

@@ -158,6 +158,12 @@ EDGE_CASES = [
     b'{"a": 5e-324}',
     b'{"a": 1.7976931348623157e308}',
     b'{"a": 0.1}',
+    b'{"a": 100.0000000000000000001}',
+    b'{"a": -3.14159265358979323846}',
+    b'{"a": 1.234567e-320}',
+    b'{"a": 0.30000000000000004, "b": 1e22, "c": 123.456e78}',
+    b'{"a": 100.000000000000000000000, "b": 0.000000000000000000000000000001}',
+    b'{"a": 2.2250738585072014e-308, "b": 2.225073858507201e-308}',
     b'{"a": 100}',
     b'{"a": 1e21}',
     b'{"a": 1e20}',
@@ -253,6 +259,44 @@ def test_generated_documents(value: Any, ascii_only: bool, indent: int | None) -
 )
 def test_generated_bytes(raw: bytes) -> None:
     check_document(raw, ParseLimits(max_bytes=50, max_depth=4))
+
+
+@PROPS
+@given(
+    st.booleans(),
+    st.text("0123456789", min_size=1, max_size=24),
+    st.text("0123456789", max_size=24),
+    st.integers(-340, 320),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+def test_float_literals_finer_than_a_double(neg: bool, whole: str, frac: str, exp: int, f: float) -> None:
+    """Long literals (often finer than a double) and a double's shortest form with an extra
+    digit: both cores accept or refuse (``number_overflow``) each alike."""
+    whole = whole.lstrip("0") or "0"
+    literal = ("-" if neg else "") + whole + (f".{frac}" if frac else "") + f"e{exp}"
+    check_document(b'{"a": ' + literal.encode() + b"}", ParseLimits(max_bytes=200))
+    check_document(b'{"a": ' + (repr(f) + "1").encode() + b"}", ParseLimits(max_bytes=200))
+    for fmt in (".17g", ".16g", ".20e"):  # fixed-precision prints (printf's %.17g): accepted alike
+        check_document(b'{"a": ' + format(f, fmt).encode() + b"}", ParseLimits(max_bytes=200))
+
+
+def test_a_literal_finer_than_a_double_is_refused_on_both_cores() -> None:
+    for literal in (b"100.0000000000000000001", b"3.14159265358979323846", b"1.234567e-320"):
+        raw = b'{"duration_minutes": ' + literal + b"}"
+        assert N.parse_code(raw, 65536, 64) == "number_overflow"
+        assert py_parse(raw, ParseLimits())[0] == "number_overflow"
+    for literal in (
+        b"0.1",
+        b"1e22",
+        b"123.456e78",
+        b"0.30000000000000004",
+        b"0.10000000000000001",
+        b"8.409999999999999E21",
+        b"4.9406564584124654e-324",
+    ):
+        raw = b'{"a": ' + literal + b"}"
+        assert N.parse_code(raw, 65536, 64) is None
+        assert py_parse(raw, ParseLimits())[0] is None
 
 
 @PROPS
@@ -794,6 +838,23 @@ def test_generated_proposals_on_weather(args: dict[str, Any], clock_zone: tuple[
     if answer.code is None:
         assert same(answer.normalized, norm.value) and same(answer.parsed, validated.value)
     COUNTS["front-compared"] += 1
+
+
+def test_a_proposal_with_a_literal_finer_than_a_double_is_refused_by_both_fronts() -> None:
+    """The adversarial trial: an argument written 100.0000000000000000001 ran as 100."""
+    from callgate.policy.snapshot import load_snapshot
+    from tests.conftest import ROOT
+
+    snap = _snapshot(load_snapshot, ROOT)
+    tool = snap.tools.get("weather.get", "v1")
+    assert tool is not None
+    raw = b'{"city": "Paris", "days": 3.0000000000000000001}'
+    with pytest.raises(RejectedError) as err:
+        parse_arguments(raw, LIMITS)
+    assert err.value.code.value == "number_overflow"
+    clock, _ = CLOCKS[0]
+    answer = _core(snap).front(snap, tool, raw, "acme", "en", clock, LIMITS)
+    assert answer is not None and answer.code == "number_overflow"
 
 
 @PROPS

@@ -72,6 +72,9 @@ REFUSALS = [
     (b'{"a": 1e400}', ErrorCode.NUMBER_OVERFLOW, None),
     (b'{"a": -1e400}', ErrorCode.NUMBER_OVERFLOW, None),
     (b'{"a": 1e-400}', ErrorCode.NUMBER_OVERFLOW, None),
+    (b'{"a": 100.0000000000000000001}', ErrorCode.NUMBER_OVERFLOW, None),
+    (b'{"a": 3.14159265358979323846}', ErrorCode.NUMBER_OVERFLOW, None),
+    (b'{"a": -1.234567e-320}', ErrorCode.NUMBER_OVERFLOW, None),
     (b'{"a": "\\ud800"}', ErrorCode.LONE_SURROGATE, "/a"),
     (b'{"a": ["x", "\\udc00"]}', ErrorCode.LONE_SURROGATE, "/a/1"),
     (b'{"\\ud800": 1}', ErrorCode.LONE_SURROGATE, "/\ud800"),
@@ -116,6 +119,62 @@ ACCEPTED = [
 def test_accepted_at_the_limits(raw: bytes) -> None:
     parsed = parse_arguments(raw, LIMITS)
     assert parsed.raw is raw  # the raw bytes are kept as they came (6.3)
+
+
+EXACT_FLOATS = [
+    (b"0.1", 0.1),
+    (b"1e22", 1e22),
+    (b"123.456e78", 123.456e78),
+    (b"0.30000000000000004", 0.30000000000000004),
+    (b"100.000000000000000000000", 100.0),  # trailing zeros: the same number
+    (b"0.000000000000000000000000000001", 1e-30),  # leading zeros: one significant digit
+    (b"5e-324", 5e-324),  # the smallest subnormal, exactly its shortest form
+    (b"-1.7976931348623157e308", -1.7976931348623157e308),
+    (b"123456789012345678901234567890", 123456789012345678901234567890),  # ints stay exact
+    # C's %.17g (jansson's default, printf round trips): the double to 17 digits, not shortest
+    (b"0.10000000000000001", 0.1),
+    (b"4.9406564584124654e-324", 5e-324),
+    (b"1.7976931348623157e+308", 1.7976931348623157e308),
+    # older Java's Double.toString: 16 digits, not shortest, still the double to 16 digits
+    (b"8.409999999999999E21", 8.41e21),
+    # the double's exact expansion (more digits than any shortest form) is the double
+    (b"0.1000000000000000055511151231257827021181583404541015625", 0.1),
+    (b"-0.1000000000000000055511151231257827021181583404541015625", -0.1),
+    # 2**-24 = 5.9604644775390625e-08: repr writes ...063 (printf's 16 digits, ...062, name
+    # the double below it, and read as that one)
+    (b"5.960464477539063e-08", 2**-24),
+]
+
+
+@pytest.mark.parametrize("fmt", [".17g", ".16g", ".18g", ".25g", ".40e"])
+def test_every_fixed_precision_print_of_a_double_is_accepted(fmt: str) -> None:
+    """A serializer printing with a fixed precision (printf "%.17g" and the like) writes the
+    double rounded to that many digits: it passes, and reads back as that double (with 16 digits
+    a neighbour may be named: it reads as the neighbour the digits name, exactly)."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        f = rng.choice([rng.uniform(-1e6, 1e6), rng.random() * 10 ** rng.randint(-320, 300)])
+        text = format(f, fmt)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        value = parse_arguments(b'{"a": ' + text.encode() + b"}").value["a"]
+        assert value == float(text)
+        assert value == f or fmt == ".16g"  # 16 digits may name a neighbour: that one, exactly
+
+
+@pytest.mark.parametrize("literal,expected", EXACT_FLOATS, ids=[r.decode() for r, _ in EXACT_FLOATS])
+def test_literals_a_double_holds_exactly_are_accepted(literal: bytes, expected: float) -> None:
+    value = parse_arguments(b'{"a": ' + literal + b"}").value["a"]
+    assert value == expected and type(value) is type(expected)
+
+
+def test_a_literal_finer_than_a_double_names_the_precision_loss() -> None:
+    with pytest.raises(RejectedError) as err:
+        parse_arguments(b'{"duration_minutes": 100.0000000000000000001}')
+    assert err.value.code is ErrorCode.NUMBER_OVERFLOW
+    assert "precision" in str(err.value) and "100" not in str(err.value)
 
 
 def test_deep_input_never_recurses() -> None:

@@ -102,6 +102,14 @@ def _policies_with(tmp: Path, text_policy: dict[str, str]) -> Path:
 
 
 async def _propose(policies: Path, engine: str, args: dict[str, Any]) -> tuple[Any, list[Any]]:
+    return (await _propose_all(policies, engine, [json.dumps(_EVENT | args).encode()]))[0]
+
+
+_EVENT: dict[str, Any] = {"title": "x", "start": "2026-07-20T09:00"}
+
+
+async def _propose_all(policies: Path, engine: str, raws: list[bytes]) -> list[tuple[Any, list[Any]]]:
+    """Each raw argument document proposed (one gate, one session), with its events."""
     base = load_config(ROOT / "callgate.toml")
     cfg = replace(base, core=CoreConfig(engine=engine), policy=replace(base.policy, dir=str(policies)))
     snap = load_snapshot_from_config(cfg)
@@ -112,12 +120,14 @@ async def _propose(policies: Path, engine: str, args: dict[str, Any]) -> tuple[A
         gate = Shared.build(cfg, snap, store, clock, idem).gate(cfg, store, clock)
         s = await gate.open_session(SessionSpec(subject=Subject(tenant="acme", id="alice"), timezone="UTC"))
         await gate.list_tools(s.session_id, "m")
-        raw = json.dumps({"title": "x", "start": "2026-07-20T09:00", **args}).encode()
-        out = await gate.propose(
-            Proposal(s.session_id, "m", "p", "calendar.create_event", "v1", raw, "k"),
-            TraceContext.from_traceparent(None),
-        )
-        return out, await store.list_events(out.record.invocation_id)
+        found = []
+        for n, raw in enumerate(raws):
+            out = await gate.propose(
+                Proposal(s.session_id, "m", "p", "calendar.create_event", "v1", raw, f"k{n}"),
+                TraceContext.from_traceparent(None),
+            )
+            found.append((out, await store.list_events(out.record.invocation_id)))
+        return found
     finally:
         await store.close()
         await idem.close()
@@ -139,6 +149,66 @@ def test_a_declared_strip_is_a_recorded_normalization(tmp_path: Path, engine: st
     free = _policies_with(tmp_path / "free", {"/calendar_id": "free"})
     out, _ = asyncio.run(_propose(free, engine, {"calendar_id": BIDI}))
     assert out.rejection is None and json.loads(out.record.normalized_arguments)["calendar_id"] == BIDI
+
+
+HIDDEN_CLASSES = {
+    "DEL": "\x7f",
+    "C0 control": "\x01",
+    "C1 control (CSI)": "\x9b",
+    "C1 next line": "\x85",
+    "braille pattern blank": "\u2800",
+    "interlinear annotation anchor": "\ufff9",
+    "interlinear annotation terminator": "\ufffb",
+    "private use": "\ue000",
+    "supplementary private use": "\U000f0000",
+    "unassigned": "\u0378",
+    "Hangul filler": "\u3164",
+    "halfwidth Hangul filler": "\uffa0",
+}
+
+
+def test_controls_format_private_use_and_unassigned_are_hidden() -> None:
+    for name, c in HIDDEN_CLASSES.items():
+        if c == "\x85":  # NEXT LINE is whitespace: a whitespace mark, like a tab
+            assert unitext.flags(f"a{c}b") == {Flag.WHITESPACE_RUN}
+            continue
+        assert unitext.hidden_positions(f"pri{c}mary") == [3], name
+        assert Flag.HIDDEN in unitext.flags(f"pri{c}mary"), name  # a Hangul filler mixes, too
+        assert f"⟦U+{ord(c):04X}" in unitext.visible(f"pri{c}mary"), name
+    assert unitext.flags("a\tb\nc") == {Flag.WHITESPACE_RUN}  # whitespace stays whitespace
+    assert unitext.hidden_positions("a\tb\r\nc") == []
+
+
+@pytest.mark.parametrize("engine", ["python", "native"])
+def test_identifiers_holding_controls_private_use_or_unassigned_are_refused(
+    tmp_path: Path, engine: str
+) -> None:
+    """Each class raw (DEL is a raw byte JSON allows; the others UTF-8) and escaped (``\\u007f``),
+    both cores: refused ``text_refused`` naming the pointer, never parked for confirmation; under
+    ``identifier_strip`` removed; as free text kept as proposed."""
+    hidden = [c for c in HIDDEN_CLASSES.values() if c != "\x85"]
+    raws = [
+        json.dumps(_EVENT | {"calendar_id": f"pri{c}mary"}, ensure_ascii=ascii_only).encode()
+        for c in hidden
+        for ascii_only in (True, False)
+    ]
+    assert b'"pri\x7fmary"' in raws[1] and b"\\u007f" in raws[0]  # DEL raw and escaped
+    for (out, _), raw in zip(asyncio.run(_propose_all(POLICIES, engine, raws)), raws, strict=True):
+        assert out.rejection is not None, raw
+        assert out.rejection.code == ErrorCode.TEXT_REFUSED.value, raw
+        assert [v.pointer for v in out.rejection.violations] == ["/calendar_id"], raw
+    strip = _policies_with(tmp_path, {"/calendar_id": "identifier_strip", "/title": "free"})
+    stripped = [json.dumps(_EVENT | {"calendar_id": f"pri{c}mary"}).encode() for c in hidden]
+    for (out, _), raw in zip(asyncio.run(_propose_all(strip, engine, stripped)), stripped, strict=True):
+        assert out.rejection is None, raw
+        assert json.loads(out.record.normalized_arguments)["calendar_id"] == "primary", raw
+    free = [
+        json.dumps(_EVENT | {"title": f"t{c}x", "calendar_id": "primary"}, ensure_ascii=False).encode()
+        for c in hidden
+    ]
+    for (out, _), c in zip(asyncio.run(_propose_all(POLICIES, engine, free)), hidden, strict=True):
+        assert out.rejection is None, ascii(c)
+        assert json.loads(out.record.normalized_arguments)["title"] == f"t{c}x"
 
 
 def test_the_mcp_elicitation_shows_what_the_arguments_hide() -> None:

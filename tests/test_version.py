@@ -39,6 +39,25 @@ def test_version_prints_every_part() -> None:
     assert lines[4] == "policy engines: cedar, rego, opa"
 
 
+def test_the_package_carries_its_version_as_users_read_it() -> None:
+    """``callgate.__version__`` (what users and bug reports read first) is the installed
+    distribution's version, the same ``--version`` prints; any other attribute is still an
+    AttributeError."""
+    import callgate
+
+    assert callgate.__version__ == VERSION == version.package_version()
+    with pytest.raises(AttributeError, match="no attribute 'version'"):
+        callgate.version  # noqa: B018
+    run = subprocess.run(
+        [sys.executable, "-c", "import callgate; print(callgate.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert run.stdout.split() == [VERSION], run.stderr
+
+
 def test_one_version_names_every_artefact() -> None:
     """pyproject.toml's version is the chart's appVersion and image tag (tests/test_chart.py too),
     and the compiled core's crate carries it."""

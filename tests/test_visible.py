@@ -37,6 +37,7 @@ SAME = [
     "e\u0301",
     "\U000e0041tag",
     "\ufe0f\u034f\u115f",
+    "a\x7fb\x9bc\x01d\u2800e\ue000f\ufff9g\u0378",
     "Ωmega Ω",
     "pаypаl",
     "",

@@ -11,6 +11,7 @@ invalid UTF-8, UTF-8 BOM   ``invalid_utf8`` / ``invalid_json``
 duplicate object key       ``duplicate_key`` (keys compared after unescaping)
 ``NaN``/``Infinity``       ``non_finite_number``
 float over/underflow       ``number_overflow`` (``1e400``; ``1e-400`` would read as 0)
+float precision loss       ``number_overflow`` (``100.0000000000000000001`` would read as 100)
 lone surrogate escape      ``lone_surrogate``
 bytes after the value      ``trailing_data``
 nesting > ``max_depth``    ``too_deep`` (pre-scan, never a RecursionError)
@@ -18,7 +19,11 @@ top level not an object    ``not_an_object`` (``parse_arguments`` only)
 anything else              ``invalid_json``
 =========================  =====================================================
 
-Integers stay exact Python ints (canonicalization later refuses those beyond I-JSON's ±(2^53-1)).
+A float literal must be the double it reads as, to the precision it was written with (the double
+rounded to the literal's count of significant digits is the literal): a literal with more
+precision than a double would otherwise run as a number other than the one the model wrote and
+the approver saw. The shortest form and C's ``%.17g`` both pass. Literals of at most 15
+significant digits in the normal range always do and skip the exact ``Decimal`` compare. Integers stay exact Python ints (canonicalization later refuses those beyond I-JSON's ±(2^53-1)).
 Error messages give positions and JSON pointers, never the bytes themselves (they may hold
 secrets). The hot path is the stdlib C scanner with one prebuilt decoder; the slower checks
 (surrogates, pointer of a duplicate) run only when a cheap test says they may be needed.
@@ -29,8 +34,10 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, Final
 
 from callgate.base import jsonpointer
 from callgate.base.errors import (
@@ -62,6 +69,8 @@ _DEFAULT_LIMITS = ParseLimits()
 _WS = re.compile(r"[ \t\n\r]*")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _NONZERO_MANTISSA = re.compile(r"-?0*(?:\.0*)?[1-9]")
+_SMALLEST_NORMAL = sys.float_info.min
+_EXPONENT = re.compile(r"[eE]")
 _DEPTH_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 
 
@@ -75,6 +84,10 @@ class _NonFinite(Exception):
 
 class _Overflow(Exception):
     pass
+
+
+class _Inexact(_Overflow):
+    """A float literal that no double holds exactly as its shortest form (precision loss)."""
 
 
 def _pairs_strict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -92,9 +105,40 @@ def _float(text: str) -> float:
     value = float(text)
     if math.isinf(value):
         raise _Overflow(text)
-    if value == 0.0 and _NONZERO_MANTISSA.match(text):
-        raise _Overflow(text)  # underflow: a non-zero literal would silently read as 0
+    if value == 0.0:
+        if _NONZERO_MANTISSA.match(text):
+            raise _Overflow(text)  # underflow: a non-zero literal would silently read as 0
+        return value
+    if (len(text) > 15 or abs(value) < _SMALLEST_NORMAL) and not _round_trips(text, value):
+        raise _Inexact(text)  # precision loss: the literal would silently read as another number
     return value
+
+
+def _significant_digits(text: str) -> int:
+    mantissa = _EXPONENT.split(text, 1)[0]
+    return len(mantissa.lstrip("-").replace(".", "").strip("0"))
+
+
+_MAX_EXACT_DIGITS: Final = 767
+"""A double's exact decimal expansion has at most 767 significant digits: a literal with more
+(after its trailing zeros) is never one."""
+
+
+def _round_trips(text: str, value: float) -> bool:
+    """Whether the literal is the double it reads as, to the precision it was written with: the
+    literal is the double's shortest form (``repr``: ``0.1``, what JavaScript, Python and Go
+    print) or the double rounded to the literal's own count of significant digits (C's
+    ``%.17g``, ``0.10000000000000001``, jansson's default; ties to even, as printf rounds).
+    ``100.0000000000000000001`` or ``1.0000000000000001`` (which read as 100 and 1) are neither."""
+    digits = _significant_digits(text)
+    if abs(value) >= _SMALLEST_NORMAL and digits <= 15:
+        return True  # DBL_DIG: 15 significant digits always round-trip in the normal range
+    if digits > _MAX_EXACT_DIGITS:
+        return False
+    literal = Decimal(text)  # exact, as are the compares (no arithmetic under the context)
+    if literal == Decimal(repr(value)):
+        return True  # the shortest form (2**-24 is 5.960464477539063e-08, a tie rounded up)
+    return Decimal(format(value, f".{digits - 1}e")) == literal
 
 
 _DECODER = json.JSONDecoder(
@@ -217,7 +261,7 @@ def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JS
         try:  # the same text up to the duplicate parses; locate the object
             value, end = _MARKING.raw_decode(text, start)
             found = _find_duplicate(value)
-        except (_NonFinite, _Overflow, ValueError, RecursionError):
+        except (_NonFinite, _Overflow, ValueError, RecursionError):  # _Inexact too
             found = None  # a later value is bad too: the duplicate came first, unlocated
         pointer, key = found if found else ("", "")
         raise duplicate_key(
@@ -226,6 +270,11 @@ def parse_json_document(raw: bytes, limits: ParseLimits = _DEFAULT_LIMITS) -> JS
         ) from None
     except _NonFinite as exc:
         raise non_finite_number(f"{exc.args[0]} is not a JSON number", position={}) from None
+    except _Inexact:
+        raise number_overflow(
+            "a number has more precision than a double holds: it would read as a different number",
+            position={},
+        ) from None
     except _Overflow:
         raise number_overflow(
             "a number is outside the range of a double (overflow or underflow)",

@@ -2,7 +2,8 @@
 string arguments are **identifiers**, which must not hide anything, and which are free text.
 
 An identifier (an id, a path, an e-mail address, a URL, a name the resource template puts into
-the policy's resource) with hidden characters (default-ignorable or bidi controls) or letters of
+the policy's resource) with hidden characters (default-ignorable, bidi controls, controls, format, private-use and
+unassigned code points: :mod:`callgate.arguments.unitext`) or letters of
 writing systems with no script in common (UTS #39, :mod:`callgate.arguments.unitext`) is refused at
 propose with ``text_refused``, one violation per place naming its JSON pointer. A ToolSpec may
 ask for hidden characters to be removed instead (``identifier_strip``: recorded in the
@@ -67,6 +68,8 @@ IDENTIFIER_NAME: Final = re.compile(
 """Property names whose strings are identifiers by default (``calendar_id``, ``file_path``, ...)."""
 
 _KEYWORD: Final = "text_policy"
+_PLAIN_JSON: Final = re.compile(rb"[\t\n\r\x20-\x7e]*")
+"""JSON text that can hold no hidden character unless escaped (no DEL, no other control byte)."""
 
 
 def _is_string_schema(schema: Mapping[str, Any]) -> bool:
@@ -110,7 +113,7 @@ def _leaf_defaults(
 
 def _leaf(kind: TextClass) -> Any:
     def leaf(value: JSONValue, rctx: _Resolved) -> JSONValue | _Unchanged:
-        if not isinstance(value, str) or value.isascii():
+        if not isinstance(value, str) or (value.isascii() and value.isprintable()):
             return _UNCHANGED
         hidden = unitext.hidden_positions(value)
         out = value
@@ -219,8 +222,9 @@ class TextPolicy:
 
     def needs_python(self, raw: bytes, parsed: dict[str, JSONValue] | None) -> bool:
         """Whether this proposal, which the compiled core accepted, is one the policy refuses or
-        changes (the Python stages then answer it). Pure-ASCII bytes without escapes never are."""
-        if not self.rules or (raw.isascii() and b"\\u" not in raw):
+        changes (the Python stages then answer it). Printable ASCII bytes (and JSON's whitespace)
+        without ``\\u`` escapes never are; a raw DEL (0x7F, which JSON allows in a string) is."""
+        if not self.rules or (_PLAIN_JSON.fullmatch(raw) is not None and b"\\u" not in raw):
             return False
         value = parsed if parsed is not None else json.loads(raw)
         try:

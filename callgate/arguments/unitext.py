@@ -4,9 +4,12 @@ confirmation surface shows it.
 Three kinds of invisible difference:
 
 * **hidden characters**: Unicode's ``Default_Ignorable_Code_Point`` (zero-width space and joiner,
-  word joiner, soft hyphen, variation selectors, tags, ...) and ``Bidi_Control`` (the embeddings,
-  overrides and isolates that reorder what is shown: ``"\\u202eyramirp\\u202c"`` reads
-  "primary"); the properties come from the ``regex`` package's Unicode tables;
+  word joiner, soft hyphen, variation selectors, tags, Hangul fillers, ...), ``Bidi_Control`` (the
+  embeddings, overrides and isolates that reorder what is shown: ``"\\u202eyramirp\\u202c"``
+  reads "primary"), every control (``Cc``: C0, DEL, C1 such as U+009B), format (``Cf``: the
+  interlinear annotation characters U+FFF9-FFFB...), private-use (``Co``) and unassigned
+  (``Cn``) code point, and the blank U+2800 BRAILLE PATTERN BLANK; whitespace is not hidden (it is
+  its own kind, below); the properties come from the ``regex`` package's Unicode tables;
 * **mixed scripts**: letters of writing systems that have no script in common (``"prim\\u0430ry"``
   with a Cyrillic ``а``), after UTS #39 section 5.1's augmented sets (Han with Hiragana and
   Katakana, with Hangul, with Bopomofo are one writing system), from the ``disarm`` package
@@ -48,7 +51,12 @@ __all__ = [
 SCRIPT_DATA: Final = f"disarm {getattr(disarm, '__version__', '?')} (Unicode {disarm.UNICODE_VERSION})"
 """Where the script data comes from (docs, logs)."""
 
-_HIDDEN: Final = regex.compile(r"[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}]")
+_HIDDEN: Final = regex.compile(
+    r"(?!\s)[\p{Default_Ignorable_Code_Point}\p{Bidi_Control}\p{Cc}\p{Cf}\p{Co}\p{Cn}\u2800]"
+)
+"""A hidden character (the one definition: identifiers refused or stripped, free text flagged,
+every confirmation surface's marks). Whitespace controls (tab, line breaks, U+0085) are whitespace
+(:data:`_OTHER_SPACE`), not hidden."""
 _OTHER_SPACE: Final = regex.compile(r"[^\S ]")
 """Whitespace that is not U+0020 (tab, line breaks, NBSP, the U+2000 spaces, U+3000...)."""
 JSON_STRING: Final = regex.compile(r'"(?:[^"\\]|\\.)*"')
@@ -59,16 +67,22 @@ class Flag(str, Enum):
     """What a string hides (the names are stable: policy and events use them)."""
 
     HIDDEN = "hidden_characters"
-    """Default-ignorable or bidi control characters."""
+    """Default-ignorable, bidi control, control, format, private-use or unassigned characters
+    (and U+2800), whitespace aside."""
     MIXED_SCRIPT = "mixed_script"
     """Letters of writing systems with no script in common."""
     WHITESPACE_RUN = "whitespace_run"
     """Two or more spaces in a row, or whitespace other than the space."""
 
 
+def _plain_ascii(text: str) -> bool:
+    """Printable ASCII only: nothing hidden (DEL and the C0 controls are ASCII but not printable)."""
+    return text.isascii() and text.isprintable()
+
+
 def hidden_positions(text: str) -> list[int]:
     """Indexes of the hidden characters of ``text``."""
-    if text.isascii():
+    if _plain_ascii(text):
         return []
     return [m.start() for m in _HIDDEN.finditer(text)]
 
@@ -85,11 +99,10 @@ def flags(text: str) -> frozenset[Flag]:
     out: set[Flag] = set()
     if "  " in text or _OTHER_SPACE.search(text):
         out.add(Flag.WHITESPACE_RUN)
-    if not text.isascii():
-        if _HIDDEN.search(text):
-            out.add(Flag.HIDDEN)
-        if mixed_scripts(text):
-            out.add(Flag.MIXED_SCRIPT)
+    if not _plain_ascii(text) and _HIDDEN.search(text):
+        out.add(Flag.HIDDEN)
+    if mixed_scripts(text):
+        out.add(Flag.MIXED_SCRIPT)
     return frozenset(out)
 
 

@@ -159,7 +159,7 @@ DESCRIPTION: dict[ErrorCode, str] = {
     ErrorCode.INVALID_UTF8: "The argument bytes are not valid UTF-8.",
     ErrorCode.DUPLICATE_KEY: "An object has the same key twice (after unescaping).",
     ErrorCode.NON_FINITE_NUMBER: "NaN or Infinity literal.",
-    ErrorCode.NUMBER_OVERFLOW: "A number overflows (or a non-zero literal underflows) a double.",
+    ErrorCode.NUMBER_OVERFLOW: "A number overflows (or a non-zero literal underflows) a double, or a literal has more precision than a double holds (`100.0000000000000000001` would read as 100).",
     ErrorCode.LONE_SURROGATE: "A `\\uD800`-style escape without its pair.",
     ErrorCode.TRAILING_DATA: "Bytes after the JSON value.",
     ErrorCode.NOT_AN_OBJECT: "Arguments must be a JSON object.",

@@ -49,6 +49,7 @@ from callgate.store.sqlite import SQLiteReader
 
 if TYPE_CHECKING:
     from callgate.config import Config
+    from callgate.execute.redaction import Redactor
 
 
 class ExplainSource(Protocol):
@@ -597,6 +598,30 @@ async def explain(
         tool_message=message,
         context=context,
         notes=tuple(notes),
+    )
+
+
+def masked(x: Explanation, masker: Redactor) -> Explanation:
+    """``x`` as a person may read it: each secret in the proposal bytes, the stage outputs and the
+    normalized arguments masked (:meth:`~callgate.execute.redaction.Redactor.mask`: a configured
+    secret as ``⟦masked <name>⟧``, a pattern's match as ``⟦masked <pattern> …<last 4>⟧``), as the
+    confirmation console shows them. The digests and hashes stay those of the exact bytes. The
+    tool message was redacted before it was stored."""
+
+    def text(data: bytes) -> bytes:
+        decoded = data.decode("utf-8", "surrogateescape")
+        return masker.mask(decoded)[0].encode("utf-8", "surrogateescape") if decoded else data
+
+    stages = tuple(replace(s, output=masker.mask_json(dict(s.output))[0]) for s in x.stages)
+    auth = x.authorization
+    if auth is not None:  # a resource rendered from the arguments
+        auth = replace(auth, resource=masker.mask(auth.resource)[0])
+    return replace(
+        x,
+        authorization=auth,
+        raw_proposal=replace(x.raw_proposal, raw=text(x.raw_proposal.raw)),
+        stages=stages,
+        normalized_arguments=text(x.normalized_arguments),
     )
 
 

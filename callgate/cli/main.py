@@ -522,10 +522,19 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
             out,
         )
     spec_files = ex.spec_files_in(cfg.path(cfg.policy.dir))
+    try:
+        masker = _masker(cfg)
+    except CallgateError as exc:  # fail closed: no arguments shown that could not be masked
+        print(
+            f"error: the configured secrets are needed to mask them in the arguments shown: {exc}",
+            file=sys.stderr,
+        )
+        return 2
 
     async def fetch(source: Any) -> Any:  # Explanation | ExpiredInvocation | None (mypy cannot solve
         # the type parameter of _explain_from_store from a union)
-        return await ex.explain_or_expired(source, args.invocation_id, spec_files=spec_files)
+        found = await ex.explain_or_expired(source, args.invocation_id, spec_files=spec_files)
+        return ex.masked(found, masker) if isinstance(found, ex.Explanation) else found
 
     return _explain_from_store(
         cfg,
@@ -536,6 +545,21 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         args.json,
         out,
     )
+
+
+def _masker(cfg: Config) -> Any:
+    """The configured secrets by name and the secret patterns, as the confirmer listener masks
+    them (``callgate explain`` shows a person what the console does). Raises CallgateError
+    (``config_invalid``) when a secret cannot be read; the message never holds a value."""
+    from callgate.base.errors import config_invalid
+    from callgate.execute.redaction import Redactor
+    from callgate.execute.secrets import SecretStore
+
+    store = SecretStore.load(cfg.secrets, Path(cfg.base_dir))
+    try:
+        return Redactor(secrets=store.named())
+    except ValueError as exc:
+        raise config_invalid(f"secrets: {exc}") from None
 
 
 def _explain_from_store(

@@ -26,6 +26,8 @@ __all__ = [
     "close_marker",
     "holds_secret",
     "open_marker",
+    "part_bytes",
+    "part_data",
     "part_views",
     "secret_forms",
     "unmarked_data",
@@ -97,16 +99,27 @@ def secret_forms(value: str | bytes) -> frozenset[str]:
     return frozenset(forms)
 
 
+def part_data(value: str) -> bytes | None:
+    """The decoded base64 of a ``data:`` URL or of base64 text; None when ``value`` is neither."""
+    b64 = value.partition(",")[2] if value.startswith("data:") and ";base64," in value else value
+    try:
+        return base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def part_bytes(value: str) -> bytes:
+    """The bytes a string of a result part stands for: :func:`part_data`, else its UTF-8."""
+    data = part_data(value)
+    return value.encode("utf-8", "surrogatepass") if data is None else data
+
+
 def part_views(value: str) -> tuple[bytes, tuple[str, str, str]]:
     """What a string of a result part is searched in for a secret: its bytes (the decoded base64
     of a ``data:`` URL or of base64 text, else its UTF-8) and three casefolded texts (the string,
     its bytes read as Latin-1 and as UTF-8). :func:`holds_secret` and the sidecar's
     :meth:`~callgate.execute.redaction.Redactor.holds_known_secret` share it."""
-    b64 = value.partition(",")[2] if value.startswith("data:") and ";base64," in value else value
-    try:
-        raw = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        raw = value.encode("utf-8", "surrogatepass")
+    raw = part_bytes(value)
     return raw, (
         value.casefold(),
         raw.decode("latin-1").casefold(),

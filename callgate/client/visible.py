@@ -14,11 +14,12 @@ Three kinds of invisible difference become marks:
 
 What counts as hidden and which script a letter has is a :class:`Renderer`'s data. The sidecar's
 (:data:`callgate.arguments.unitext.RENDERER`) uses Unicode's ``Default_Ignorable_Code_Point`` and
-``Bidi_Control`` (the ``regex`` package) and UTS #39 scripts (``disarm``), the same data that
-refuses identifiers at propose. :data:`STDLIB` makes do with what ``unicodedata`` has, erring
-towards more marks: hidden is every format (``Cf``), control (``Cc``) and unassigned (``Cn``)
-character and the other default-ignorable ones (fillers, variation selectors, tags; a fixed
-table, :data:`OTHER_IGNORABLE`), and a letter's script is read from its character name
+``Bidi_Control`` with every ``Cc``, ``Cf``, ``Co`` and ``Cn`` character and U+2800 (the ``regex``
+package) and UTS #39 scripts (``disarm``), the same data that refuses identifiers at propose.
+:data:`STDLIB` makes do with what ``unicodedata`` has, erring towards more marks: hidden is every
+format (``Cf``), control (``Cc``), private-use (``Co``) and unassigned (``Cn``) character that is
+not whitespace, U+2800 BRAILLE PATTERN BLANK and the other default-ignorable ones (fillers,
+variation selectors, tags; a fixed table, :data:`OTHER_IGNORABLE`), and a letter's script is read from its character name
 (``CYRILLIC SMALL LETTER A``: Cyrillic), with UTS #39's augmented sets (Han with Hiragana and
 Katakana, with Hangul, with Bopomofo are one writing system) and the mathematical and modifier
 letters counting for no script. tests/test_visible.py holds it to the sidecar's renderer.
@@ -34,8 +35,22 @@ from enum import Enum
 from functools import lru_cache
 from typing import Final
 
+MASK_MARK: Final = re.compile("\u27e6masked ([A-Za-z0-9_.\\-]{1,64})(?: \u2026([A-Za-z0-9]{4}))?\u27e7")
+"""A secret the sidecar masked for a person's eyes (:func:`mask_mark`): group 1 the configured
+secret's or the pattern's name, group 2 the last four characters a pattern's match shows."""
+
+
+def mask_mark(name: str, fingerprint: str = "") -> str:
+    """``⟦masked <name>⟧``, or ``⟦masked <name> …<fingerprint>⟧``: what a person is shown in
+    place of a secret in the arguments of a call they approve (docs/CONSOLE.md, "Secrets are
+    masked"). The approval stays bound to the exact arguments (their digest)."""
+    return f"\u27e6masked {name} \u2026{fingerprint}\u27e7" if fingerprint else f"\u27e6masked {name}\u27e7"
+
+
 __all__ = [
     "JSON_STRING",
+    "MASK_MARK",
+    "mask_mark",
     "OTHER_IGNORABLE",
     "STDLIB",
     "Renderer",
@@ -173,6 +188,9 @@ OTHER_IGNORABLE: Final = (
 ``Other_Default_Ignorable_Code_Point`` and ``Variation_Selector`` (DerivedCoreProperties.txt;
 both closed sets, stable since Unicode 6.3, the tags block whole)."""
 
+_BRAILLE_BLANK: Final = 0x2800
+"""U+2800 BRAILLE PATTERN BLANK: a symbol (``So``) that shows as nothing."""
+
 _AUGMENTED: Final = {
     "Han": frozenset({"Han", "Japanese", "Korean", "Han with Bopomofo"}),
     "Hiragana": frozenset({"Hiragana", "Japanese"}),
@@ -191,10 +209,10 @@ _LETTERS: Final = frozenset({"Lu", "Ll", "Lt", "Lo"})
 
 
 def _stdlib_hidden(c: str) -> bool:
-    if unicodedata.category(c) in ("Cf", "Cc", "Cn"):
+    if unicodedata.category(c) in ("Cf", "Cc", "Cn", "Co"):
         return not c.isspace()
     o = ord(c)
-    return any(lo <= o <= hi for lo, hi in OTHER_IGNORABLE)
+    return o == _BRAILLE_BLANK or any(lo <= o <= hi for lo, hi in OTHER_IGNORABLE)
 
 
 def _stdlib_other_space(c: str) -> bool:

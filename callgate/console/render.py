@@ -12,6 +12,7 @@ from markupsafe import Markup, escape
 
 from callgate.arguments import unitext
 from callgate.arguments.unitext import SegKind
+from callgate.client.visible import MASK_MARK
 
 _STRING = unitext.JSON_STRING
 _UNSEEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Cs"})
@@ -39,7 +40,24 @@ def _label(ch: str) -> str:
 
 
 def _text(text: str) -> str:
-    """Text the shared renderer shows as is, with what a browser would still hide marked."""
+    """Text the shared renderer shows as is, secrets the sidecar masked shown as such marks, what
+    a browser would still hide marked."""
+    if "\u27e6masked " not in text:
+        return _shown(text)
+    html, pos = [], 0
+    for m in MASK_MARK.finditer(text):
+        html.append(_shown(text[pos : m.start()]))
+        name, tail = m.group(1), m.group(2)
+        label = escape(f"a secret ({name}) masked by callgate" + (f", ends in {tail}" if tail else ""))
+        html.append(
+            f'<span class="cp masked" data-secret="{escape(name)}" title="{label}">{escape(m.group())}</span>'
+        )
+        pos = m.end()
+    html.append(_shown(text[pos:]))
+    return "".join(html)
+
+
+def _shown(text: str) -> str:
     html, i = [], 0
     while i < len(text):
         ch = text[i]

@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import grpc
@@ -17,6 +18,7 @@ from grpc_status import rpc_status
 
 from callgate.arguments import unitext
 from callgate.arguments.unitext import Flag
+from callgate.client.visible import MASK_MARK
 from callgate.console.render import unseen
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
@@ -35,6 +37,14 @@ class Change:
     """The normalized value as JSON, or ``(removed)``."""
 
 
+class ConsoleFlag(Enum):
+    """What the console lists beside :class:`~callgate.arguments.unitext.Flag`."""
+
+    MASKED_SECRET = "masked_secret"
+    """The value holds a secret the sidecar masked (``⟦masked <name>⟧``): what runs is the
+    secret itself."""
+
+
 @dataclass(frozen=True, slots=True)
 class Flagged:
     """A string value the person should look at closely (:mod:`callgate.arguments.unitext`)."""
@@ -42,20 +52,21 @@ class Flagged:
     pointer: str
     value: str
     """The value as JSON."""
-    flags: tuple[Flag, ...]
+    flags: tuple[Flag | ConsoleFlag, ...]
 
 
 def flagged(value: Any, pointer: str = "") -> list[Flagged]:
     """Every string of ``value`` (objects and arrays walked) with hidden characters, mixed
-    scripts or whitespace runs."""
+    scripts or whitespace runs, or holding a secret the sidecar masked."""
     if isinstance(value, dict):
         return [f for k in sorted(value) for f in flagged(value[k], f"{pointer}/{_escape(k)}")]
     if isinstance(value, list):
         return [f for i, v in enumerate(value) for f in flagged(v, f"{pointer}/{i}")]
     if isinstance(value, str):
         found = unitext.flags(value) | ({Flag.HIDDEN} if unseen(value) else set())
-        if found:
-            ordered = tuple(f for f in Flag if f in found)
+        masked = (ConsoleFlag.MASKED_SECRET,) if MASK_MARK.search(value) else ()
+        if found or masked:
+            ordered = (*masked, *(f for f in Flag if f in found))
             return [Flagged(pointer or "/", json.dumps(value, ensure_ascii=False), ordered)]
     return []
 
@@ -336,6 +347,7 @@ class SidecarLink:
 
 __all__ = [
     "Change",
+    "ConsoleFlag",
     "ConsoleCallError",
     "Flagged",
     "Number",

@@ -727,13 +727,15 @@ def encode_result(
         )
         if redacted:
             break
-        # The strings themselves are scanned (a string may hold an escaped form of a secret,
-        # whose escaped form in turn is no known form), then the message: the envelope's own
-        # fields too. When the message has to be cut, the uncut data is scanned instead.
+        # The strings themselves are scanned, as written and behind their JSON escapes (a
+        # string may hold an escaped form of a secret, whose escaped form in turn is no known
+        # form), then the message as written: the envelope's own fields too (behind its escapes
+        # the message is the strings again). When the message has to be cut, the uncut data is
+        # scanned instead.
         if (
             not redactor.might_match_pattern(joined)
             and not redactor.contains_known_secret(joined)
-            and not redactor.contains_known_secret(text if whole else complete)
+            and not redactor.contains_known_form(text if whole else complete)
         ):
             break
         full, stats = _build(payload, redactor, neutral=neutral, redact=True, trusted=trusted, live=live)
@@ -745,11 +747,13 @@ def encode_result(
         text, omitted = _fit(env, full, inp.max_bytes, inp.max_items)
     remaining = complete_bytes if omitted.any else None
 
-    # Final check of the exact bytes (and of the complete data served by pages).
+    # Final check of the exact bytes (and of the complete data served by pages), and of the
+    # redacted strings behind their JSON escapes (what redaction could not take out).
     if (
         (redacted or not whole)
-        and redactor.contains_known_secret(text)
-        or (remaining is not None and redacted and redactor.contains_known_secret(complete))
+        and redactor.contains_known_form(text)
+        or (redacted and redactor.contains_known_secret("\n".join(stats.strings)))
+        or (remaining is not None and redacted and redactor.contains_known_form(complete))
     ):
         return _withheld(inp, redactor, nonce, stats.redactions, neutralized)
 

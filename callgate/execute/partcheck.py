@@ -1,4 +1,5 @@
-"""The bytes of a result's non-text parts, checked for the sidecar's known secrets and never kept
+"""The bytes of a result's non-text parts, checked for the sidecar's known secrets and configured
+secret patterns, and never kept
 (spec 6.10: "结果中的秘密、个人数据和凭证在回填前如何过滤").
 
 A result in parts reaches ``EncodeResult`` as ``{"mcp_content": [...]}``: a text part as its text
@@ -8,7 +9,9 @@ the call or not, and it must never send one to a client; so the client sends eac
 part's canonical JSON beside the value (``EncodeResultRequest.parts``), and the sidecar answers
 a verdict per part (``part_verdicts``): :attr:`PartVerdict.HOLDS_SECRET` when any string of the
 part (its base64 data decoded, a ``data:`` URL, a name) holds a known secret in any form the
-redactor knows (:meth:`~callgate.execute.redaction.Redactor.holds_known_secret`). The client
+redactor knows (:meth:`~callgate.execute.redaction.Redactor.holds_known_secret`), or a configured
+secret pattern (an ``sk-...`` key, a PEM private key ...) matches in it or in the bytes it stands
+for read as Latin-1 (:meth:`~callgate.execute.redaction.Redactor.part_matches_pattern`). The client
 withholds every part that is not :attr:`PartVerdict.CLEAN`.
 
 The data must be exactly what the part's descriptor covers (its ``bytes`` and ``sha256``), so the
@@ -100,8 +103,17 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
 
 def _raw_holds(data: bytes, redactor: Redactor) -> bool:
     """Raw bytes hold a known secret: the views of their base64 (the bytes themselves, read as
-    Latin-1 and as UTF-8), what a part's base64 ``data`` gets."""
-    return redactor.holds_known_secret(base64.b64encode(data).decode("ascii"))
+    Latin-1 and as UTF-8), what a part's base64 ``data`` gets; or a configured pattern matches
+    in the bytes read as Latin-1."""
+    return redactor.holds_known_secret(
+        base64.b64encode(data).decode("ascii")
+    ) or redactor.part_matches_pattern(base64.b64encode(data).decode("ascii"))
+
+
+def _string_holds(value: str, redactor: Redactor) -> bool:
+    """A string of a part's JSON holds a known secret or a configured pattern's match (in the
+    string or the bytes it stands for)."""
+    return redactor.holds_known_secret(value) or redactor.part_matches_pattern(value)
 
 
 def check_parts(value: Any, parts: Sequence[PartData], redactor: Redactor) -> tuple[PartVerdict, ...]:
@@ -123,7 +135,7 @@ def check_parts(value: Any, parts: Sequence[PartData], redactor: Redactor) -> tu
         if doc is None:
             found = _raw_holds(part.data, redactor)
         else:
-            found = any(redactor.holds_known_secret(s) for s in _strings(doc))
+            found = any(_string_holds(s, redactor) for s in _strings(doc))
         out.append(PartVerdict.HOLDS_SECRET if found else PartVerdict.CLEAN)
     return tuple(out)
 

@@ -15,7 +15,8 @@ form                          variants
 literal text                  the secret as text (when its bytes are UTF-8), in any letter case
                               (matching ignores case: lower-, upper-, title- or mixed-cased
                               echoes are caught; ``casefold`` forms such as ``ß`` -> ``ss`` too)
-JSON-escaped                  ``json.dumps`` with and without ``ensure_ascii``, and with ``\\/``
+JSON-escaped                  ``json.dumps`` with and without ``ensure_ascii``, and with ``\\/``;
+                              and any other mix of legal JSON escapes (below)
 HTML-escaped                  ``html.escape`` with and without quotes, ``&#x27;`` and ``&#39;``
 URL-encoded                   ``quote``/``quote_plus`` with ``safe=""`` and ``safe="/"``, upper- and
                               lower-case ``%xx``
@@ -26,6 +27,16 @@ base64                        standard and URL-safe alphabets, at the three byte
                               secret's bytes are matched, which covers padded and unpadded forms.
                               The URL-encoded form of the standard alphabet is included.
 ============================  ====================================================================
+
+**Behind JSON escapes.** A tool result is often JSON text inside a string (an HTTP body, a
+document): the secret can be spelled there with any legal JSON escape per character
+(``s\\u006b-\\u0061...``, upper- or lower-case hex, ``\\/``, a surrogate pair), one document inside
+another. A text holding a backslash is therefore also read with its JSON escapes decoded, level
+after level (up to :data:`MAX_UNESCAPE_LEVELS`); a known secret form or a pattern match found in
+a decoded text is mapped back to the characters it decodes from, and those are replaced (the
+text around stays valid JSON). The presence checks read the decoded texts too
+(:meth:`Redactor.contains_known_form` is the as-written check alone), so the encoder's check of
+the redacted strings withholds what redaction could not take out.
 
 Occurrences may overlap (two secrets sharing characters); the union of all occurrence spans is
 redacted, so no fragment of either survives. A secret shorter than ``min_secret_length``
@@ -62,33 +73,57 @@ the strings joined together (one scan) and redact string by string only when one
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from callgate.client.resultforms import (
     DEFAULT_MIN_SECRET_LENGTH,
     holds_secret,
+    part_data,
     part_views,
     secret_forms,
     withheld_note,
 )
+from callgate.client.visible import mask_mark
 
 __all__ = [
     "DEFAULT_MIN_SECRET_LENGTH",
     "DEFAULT_PATTERNS",
+    "PATTERNS_ONLY",
     "Redactor",
     "SCAN_FORMS_LIMIT",
     "SecretPattern",
     "holds_secret",
     "marker",
+    "mask_mark",
     "secret_forms",
     "unique_keys",
     "withheld_note",
 ]
 
+
+MAX_UNESCAPE_LEVELS = 4
+"""How many levels of JSON string escaping the redactor decodes when it looks through a text
+(a JSON document inside a string inside a JSON document ... is one level each)."""
+
+_JSON_ESCAPE = re.compile(
+    r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|([\"\\/bfnrt]))"
+)
+"""One legal JSON string escape: a surrogate pair, another ``\\uXXXX``, or a two-character one."""
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+_URLSAFE_B64 = re.compile(r"[A-Za-z0-9_\-]+={0,2}")
+"""URL-safe base64 text (``part_data`` reads the standard alphabet only)."""
+
+PATTERN_TEXT_MAX = 1024
+"""Base64 text of a result part up to this length is also searched as text by the patterns
+(:meth:`Redactor.part_matches_pattern`); longer base64 only as the bytes it stands for."""
 
 SCAN_FORMS_LIMIT = 512
 """Up to this many secret forms, presence is tested with ``in`` per form; above, with one regex."""
@@ -205,6 +240,139 @@ def _literal_regex(words: Iterable[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# JSON text: the strings behind its escapes
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """A text with its JSON escapes decoded, and where each decoded escape came from."""
+
+    text: str
+    at: tuple[int, ...]
+    """Index in :attr:`text` of each decoded escape (increasing)."""
+    spans: tuple[tuple[int, int], ...]
+    """Its ``(start, end)`` in the text one level up."""
+
+    def up(self, start: int, end: int) -> tuple[int, int]:
+        """The span one level up that decodes to ``text[start:end]`` (``end > start``)."""
+        return self._where(start)[0], self._where(end - 1)[1]
+
+    def _where(self, index: int) -> tuple[int, int]:
+        i = bisect.bisect_right(self.at, index) - 1
+        if i >= 0 and self.at[i] == index:
+            return self.spans[i]
+        base, origin = (self.at[i] + 1, self.spans[i][1]) if i >= 0 else (0, 0)
+        pos = origin + index - base
+        return pos, pos + 1
+
+
+def _unescape(text: str) -> _View | None:
+    """``text`` with every legal JSON string escape decoded (``\\u0041``, ``\\/``, a surrogate
+    pair ...), wherever it stands; None when there is none."""
+    pieces: list[str] = []
+    at: list[int] = []
+    spans: list[tuple[int, int]] = []
+    pos = size = 0
+    for m in _JSON_ESCAPE.finditer(text):
+        literal = text[pos : m.start()]
+        pieces.append(literal)
+        size += len(literal)
+        high, low, code, simple = m.groups()
+        if high is not None:
+            ch = chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + (int(low, 16) - 0xDC00))
+        elif code is not None:
+            ch = chr(int(code, 16))
+        else:
+            ch = _SIMPLE_ESCAPES[simple]
+        pieces.append(ch)
+        at.append(size)
+        spans.append((m.start(), m.end()))
+        size += 1
+        pos = m.end()
+    if not at:
+        return None
+    pieces.append(text[pos:])
+    return _View("".join(pieces), tuple(at), tuple(spans))
+
+
+def _views(text: str) -> list[_View]:
+    """The texts behind ``text``'s JSON escapes, one per level, up to
+    :data:`MAX_UNESCAPE_LEVELS` (empty without a backslash)."""
+    out: list[_View] = []
+    while "\\" in text and len(out) < MAX_UNESCAPE_LEVELS:
+        view = _unescape(text)
+        if view is None:
+            break
+        out.append(view)
+        text = view.text
+    return out
+
+
+_DECODED: dict[str, str] = {}
+"""Each escape's character (a surrogate pair's one), filled as met; cleared at 4,096."""
+
+
+_LAST_DECODED: tuple[str, tuple[str, ...]] = ("", ())
+"""The last text :func:`_decoded` read and its answer (the known-secret and the pattern checks
+of one text in a row decode it once; one tuple, replaced whole, so threads only miss)."""
+
+
+_ESCAPE_SPLIT = re.compile(f"({_JSON_ESCAPE.pattern})")
+""":data:`_JSON_ESCAPE` as one group: ``split`` gives text and escapes alternately (C speed)."""
+
+
+def _decode_all(text: str) -> str:
+    parts = _ESCAPE_SPLIT.split(text)
+    get = _DECODED.get
+    escapes = parts[1::6]  # the whole escape; its 4 inner groups follow it in the split
+    chars = [get(e) for e in escapes]
+    if None in chars:
+        for i, e in enumerate(escapes):
+            if chars[i] is None:
+                if len(_DECODED) >= 4096:
+                    _DECODED.clear()
+                view = _unescape(e)
+                chars[i] = _DECODED[e] = view.text if view is not None else e
+    texts = parts[0::6]  # the texts between, one more than the escapes
+    out: list[str] = [""] * (len(texts) + len(chars))
+    out[0::2] = texts
+    out[1::2] = [ch or "" for ch in chars]
+    return "".join(out)
+
+
+def _decoded(text: str) -> tuple[str, ...]:
+    """The texts of :func:`_views` without their maps (about three times faster): what the
+    presence checks read."""
+    global _LAST_DECODED
+    last = _LAST_DECODED
+    if last[0] is text:
+        return last[1]
+    last_text = text
+    out: list[str] = []
+    while "\\" in text and len(out) < MAX_UNESCAPE_LEVELS:
+        nxt = _decode_all(text)
+        if nxt == text:
+            break
+        out.append(nxt)
+        text = nxt
+    answer = tuple(out)
+    if out:
+        _LAST_DECODED = (last_text, answer)
+    return answer
+
+
+def _to_top(chain: list[_View], level: int, start: int, end: int) -> tuple[int, int]:
+    """A span of ``chain[level].text`` as the span of the original text it decodes from."""
+    for view in reversed(chain[: level + 1]):
+        start, end = view.up(start, end)
+    return start, end
+
+
+# --------------------------------------------------------------------------------------------
+
+
+_Mark = Callable[[bool, str, str], str]
+"""What replaces an occurrence: (a known secret?, its name or the pattern's, the text found)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,12 +493,27 @@ class Redactor:
     # -- scanning ------------------------------------------------------------------------------
 
     def contains_known_secret(self, text: str) -> bool:
-        """Whether ``text`` contains any form of a known secret (patterns are not consulted).
+        """Whether ``text`` contains any form of a known secret (patterns are not consulted), as
+        written or behind JSON string escapes (``\\u0041``, ``\\/``, ... in any mix, up to
+        :data:`MAX_UNESCAPE_LEVELS` levels).
 
         Up to :data:`SCAN_FORMS_LIMIT` forms this is one ``in`` test per casefolded form in the
         casefolded text (C substring search, about three times faster than the trie regex for
         small sets); above, one search with the case-insensitive trie regex.
         """
+        return self._plain_holds(text) or self._escaped_holds(text)
+
+    def contains_known_form(self, text: str) -> bool:
+        """Whether ``text`` contains a form of a known secret as written (not behind its JSON
+        escapes): for a text whose strings were checked behind their escapes already, e.g. a
+        message that is those strings JSON-encoded (:func:`~callgate.execute.encode.encode_result`
+        checks the strings with :meth:`contains_known_secret`, its message with this)."""
+        return self._plain_holds(text)
+
+    def _escaped_holds(self, text: str) -> bool:
+        return "\\" in text and any(self._plain_holds(view) for view in _decoded(text))
+
+    def _plain_holds(self, text: str) -> bool:
         if self._scan_forms is not None:  # casefolded on both sides: a superset of the regex's matches
             folded = text.casefold()
             return any(form in folded for form in self._scan_forms)
@@ -340,24 +523,63 @@ class Redactor:
         """Whether a string of a result part's bytes (base64 data, a ``data:`` URL, a name) holds a
         known secret: its bytes in the decoded data, or any form :meth:`contains_known_secret`
         finds in the string or in the data read as Latin-1 or UTF-8 (the views
-        :func:`~callgate.client.resultforms.holds_secret` searches for redeemed values). Patterns
-        are not consulted (bytes are not text)."""
+        :func:`~callgate.client.resultforms.holds_secret` searches for redeemed values); behind
+        JSON escapes, in the string and in the Latin-1 view (escapes are ASCII: one decoding of
+        the bytes covers JSON text inside any binary). Patterns are not consulted here
+        (:meth:`part_matches_pattern`)."""
         raw, texts = part_views(value)
         if any(secret in raw for secret in self._raw):
             return True
         if self._scan_forms is not None:  # the views are casefolded already
-            return any(form in text for text in texts for form in self._scan_forms)
-        return any(self.contains_known_secret(text) for text in texts)
+            if any(form in text for text in texts for form in self._scan_forms):
+                return True
+        elif any(self._plain_holds(text) for text in texts):
+            return True
+        return any(self._escaped_holds(text) for text in texts[:2])
+
+    def part_matches_pattern(self, value: str) -> bool:
+        """Whether a configured pattern matches in a string of a result part (base64 data, a
+        ``data:`` URL, a name): in the bytes that base64 data stands for
+        (:func:`~callgate.client.resultforms.part_data`) read as Latin-1, where every ASCII
+        credential format stays as it was written (patterns are ASCII); in the string itself when
+        it is not base64, or is base64 of at most :data:`PATTERN_TEXT_MAX` characters (an id, a
+        name that happens to be base64). Long base64 text is not searched as text: random base64
+        is full of ``sk-``-, ``AIza``-, ``xoxb-``-shaped runs (URL-safe base64 matches ``api_key``
+        in nearly every megabyte), which would withhold clean images."""
+        if not self._patterns:
+            return False
+        data = part_data(value)
+        if data is None and len(value) > PATTERN_TEXT_MAX and _URLSAFE_B64.fullmatch(value):
+            bare = value.rstrip("=")
+            try:
+                data = base64.urlsafe_b64decode(bare + "=" * (-len(bare) % 4))
+            except (binascii.Error, ValueError):  # a length no base64 has: read as text
+                data = None
+        if data is None or len(value) <= PATTERN_TEXT_MAX:
+            if self.might_match_pattern(value):
+                return True
+        if data is None:
+            return False
+        text = data.decode("latin-1")
+        return any(p.regex.search(text) is not None for p in self._patterns)
 
     def might_match_pattern(self, text: str) -> bool:
-        """Whether any configured pattern matches somewhere in ``text`` (one search each)."""
-        return any(p.regex.search(text) is not None for p in self._patterns)
+        """Whether any configured pattern matches somewhere in ``text`` (one search each), as
+        written or behind JSON string escapes."""
+        if any(p.regex.search(text) is not None for p in self._patterns):
+            return True
+        return (
+            bool(self._patterns)
+            and "\\" in text
+            and any(p.regex.search(view) is not None for view in _decoded(text) for p in self._patterns)
+        )
 
     def might_contain(self, text: str) -> bool:
         """Whether :meth:`redact` could change ``text``.
 
-        Also a sound pre-filter over several strings joined by any separator: a match inside one
-        string is a match inside the joined text (patterns anchored with ``\\A``/``\\Z`` aside).
+        Also a sound pre-filter over several strings joined by a separator that cannot continue a
+        JSON escape (``"\\n"`` does; not one of ``"\\/bfnrtu``): a match inside one string is a
+        match inside the joined text (patterns anchored with ``\\A``/``\\Z`` aside).
         """
         return self.contains_known_secret(text) or self.might_match_pattern(text)
 
@@ -369,17 +591,92 @@ class Redactor:
         Known secrets go first and completely (union of overlapping occurrences), so a pattern
         can never consume half of a known secret and leave the other half.
         """
+        return self._apply(text, _redaction_mark)
+
+    def mask(self, text: str) -> tuple[str, int]:
+        """:meth:`redact` for a person's eyes (the confirmation console, ``callgate explain``):
+        each occurrence becomes ``⟦masked <name>⟧`` for a known secret (its configured name) and
+        ``⟦masked <pattern> …<last 4>⟧`` for a pattern's match of 16 or more characters whose
+        last four are letters or digits (the fingerprint that tells two keys apart), else
+        ``⟦masked <pattern>⟧`` (:func:`~callgate.client.visible.mask_mark`). A known secret never
+        shows a character of its own: the sidecar holds it, a person needs only its name."""
+        return self._apply(text, _mask_mark)
+
+    def mask_json(self, value: Any) -> tuple[Any, int]:
+        """:meth:`mask` over every string of a JSON-like value (keys too); anything that is not a
+        string, list or dict is kept as it is. Returns a new value and the count."""
+        counter = [0]
+        return self._mask_value(value, counter, 0), counter[0]
+
+    def _mask_value(self, value: Any, counter: list[int], depth: int) -> Any:
+        if depth > MAX_JSON_DEPTH:
+            raise ValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH}")
+        if isinstance(value, str):
+            text, n = self.mask(value)
+            counter[0] += n
+            return text
+        if isinstance(value, (list, tuple)):
+            return [self._mask_value(v, counter, depth + 1) for v in value]
+        if isinstance(value, Mapping):
+            pairs = [
+                (self._mask_value(str(k), counter, depth + 1), self._mask_value(v, counter, depth + 1))
+                for k, v in value.items()
+            ]
+            return dict(unique_keys(pairs))
+        return value
+
+    def _apply(self, text: str, mark: _Mark) -> tuple[str, int]:
         count = 0
-        if self.contains_known_secret(text):
-            text, count = self._redact_literals(text)
+        if self._plain_holds(text):
+            text, count = self._redact_literals(text, mark)
         for pat in self._patterns:
             if pat.regex.search(text) is None:
                 continue
-            text, n = pat.regex.subn(_pattern_replacer(pat), text)
+            text, n = pat.regex.subn(_pattern_replacer(pat, mark), text)
+            count += n
+        if "\\" in text:
+            text, n = self._redact_escaped(text, mark)
             count += n
         return text, count
 
-    def _redact_literals(self, text: str) -> tuple[str, int]:
+    def _redact_escaped(self, text: str, mark: _Mark) -> tuple[str, int]:
+        """Redact what only the texts behind JSON escapes show (``s\\u006b-...``, ``\\/`` for
+        ``/``, one level inside another): each occurrence found in a decoded view is mapped back to
+        the characters it decodes from, and those are replaced. Repeated while a view still shows
+        something (a replacement can only shorten the text), at most
+        :data:`MAX_UNESCAPE_LEVELS` + 1 times; what is left then is the encoder's final check's
+        (which withholds the result)."""
+        count = 0
+        for _ in range(MAX_UNESCAPE_LEVELS + 1):
+            if not any(
+                self._plain_holds(view) or any(p.regex.search(view) for p in self._patterns)
+                for view in _decoded(text)
+            ):
+                break
+            chain = _views(text)
+            spans: list[tuple[int, int, int, str]] = []  # known secrets (0) before patterns (1)
+            for level, view in enumerate(chain):
+                if self._overlap is not None and self._plain_holds(view.text):
+                    for m in self._overlap.finditer(view.text):
+                        found = m.group(1)
+                        start, end = _to_top(chain, level, m.start(), m.start() + len(found))
+                        name = self._forms.get(found.casefold(), "secret")
+                        spans.append((start, end, 0, mark(True, name, found)))
+                for pat in self._patterns:
+                    for m in pat.regex.finditer(view.text):
+                        group = pat.group if pat.group and m.start(pat.group) >= 0 else 0
+                        if m.end(group) > m.start(group):
+                            start, end = _to_top(chain, level, m.start(group), m.end(group))
+                            spans.append((start, end, 1, mark(False, pat.name, m.group(group))))
+            # a pattern can match a marker put in before (``://[REDACTED:...]@``): not again
+            spans = [sp for sp in spans if text[sp[0] : sp[1]] != sp[3]]
+            if not spans:
+                break
+            text, n = _replace_spans(text, spans)
+            count += n
+        return text, count
+
+    def _redact_literals(self, text: str, mark: _Mark) -> tuple[str, int]:
         assert self._overlap is not None
         spans: list[tuple[int, int, str]] = []
         for m in self._overlap.finditer(text):
@@ -394,7 +691,7 @@ class Redactor:
         pos = 0
         for start, end, name in spans:
             out.append(text[pos:start])
-            out.append(marker(name))
+            out.append(mark(True, name, text[start:end]))
             pos = end
         out.append(text[pos:])
         return "".join(out), len(spans)
@@ -441,6 +738,31 @@ class Redactor:
         raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
+def _replace_spans(text: str, spans: list[tuple[int, int, int, str]]) -> tuple[str, int]:
+    """Replace the union of ``spans`` (start, end, rank, marker), each run of overlapping ones by
+    the marker of its first (at one start, the lowest rank); the number of runs."""
+    merged: list[tuple[int, int, str]] = []
+    for start, end, _, mark in sorted(spans, key=lambda s: (s[0], s[2], -s[1])):
+        if merged and start < merged[-1][1]:
+            if end > merged[-1][1]:
+                merged[-1] = (merged[-1][0], end, merged[-1][2])
+            continue
+        merged.append((start, end, mark))
+    out: list[str] = []
+    pos = 0
+    for start, end, mark in merged:
+        out.append(text[pos:start])
+        out.append(mark)
+        pos = end
+    out.append(text[pos:])
+    return "".join(out), len(merged)
+
+
+PATTERNS_ONLY = Redactor()
+"""No known secret, the default patterns: the masker of a surface built without the configured
+secrets (a confirmer listener constructed in a test, the MCP question without a masker)."""
+
+
 def unique_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """Make keys unique, keeping order: a repeated key gets the first free ``#2``, ``#3``, ..."""
     taken = {k for k, _ in pairs}
@@ -460,15 +782,31 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     return out
 
 
-def _pattern_replacer(pat: _CompiledPattern) -> Any:
+def _pattern_replacer(pat: _CompiledPattern, mark: _Mark) -> Any:
     def replace(m: re.Match[str]) -> str:
         if pat.group == 0 or m.start(pat.group) < 0:
-            return pat.marker
+            return mark(False, pat.name, m.group(0))
         whole = m.group(0)
         base = m.start()
-        return whole[: m.start(pat.group) - base] + pat.marker + whole[m.end(pat.group) - base :]
+        shown = mark(False, pat.name, m.group(pat.group))
+        return whole[: m.start(pat.group) - base] + shown + whole[m.end(pat.group) - base :]
 
     return replace
+
+
+def _redaction_mark(known: bool, name: str, found: str) -> str:
+    return marker(name)
+
+
+_FINGERPRINT = re.compile(r"[A-Za-z0-9]{4}")
+FINGERPRINT_FROM = 16
+"""A pattern's match shows its last four characters in a mask only from this length on."""
+
+
+def _mask_mark(known: bool, name: str, found: str) -> str:
+    if known or len(found) < FINGERPRINT_FROM or not _FINGERPRINT.fullmatch(found[-4:]):
+        return mask_mark(name)
+    return mask_mark(name, found[-4:])
 
 
 def _secret_length(value: str | bytes | bytearray) -> int:

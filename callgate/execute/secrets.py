@@ -67,6 +67,11 @@ class SecretStore:
         """Every secret value, for the redactor."""
         return [s.value for s in self._by_name.values()]
 
+    def named(self) -> dict[str, bytes]:
+        """Every secret by its configured name, for the masks a person sees (the confirmation
+        console, ``callgate explain``: ``⟦masked <name>⟧``)."""
+        return {name: s.value for name, s in self._by_name.items()}
+
     def release(self, name: str, tool_name: str, tool_version: str, resource: str) -> bytes:
         secret = self._by_name.get(name)
         if secret is None:

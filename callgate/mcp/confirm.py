@@ -24,6 +24,7 @@ from mcp_types.version import is_version_at_least
 
 from callgate.arguments import unitext
 from callgate.client import AsyncConfirmer, AsyncSession, CallgateClientError, NeedsConfirmation
+from callgate.execute.redaction import PATTERNS_ONLY, Redactor
 from callgate.mcp.codes import CONFIRM_MESSAGES, McpCode, Refusals
 from callgate.mcp.pins import Pin
 from callgate.mcp.results import error_result
@@ -85,9 +86,11 @@ class Confirmations:
 
     def __init__(
         self, confirmer: AsyncConfirmer, timeout_s: float, refusals: Refusals,
-        spawn: Callable[[Any], None],
+        spawn: Callable[[Any], None], masker: Redactor | None = None,
     ) -> None:  # fmt: skip
         self.confirmer = confirmer
+        self.masker = masker
+        """The configured secrets by name and the secret patterns: masked in the question."""
         self.timeout_s = timeout_s
         """``elicitation_timeout_seconds``: how long an answer is waited for."""
         self.refusals = refusals
@@ -106,7 +109,9 @@ class Confirmations:
         try:
             with anyio.fail_after(self.timeout_s):
                 res = await ctx.session.elicit_form(
-                    question(out, spec, version), CONFIRM_SCHEMA, related_request_id=ctx.request_id
+                    question(out, spec, version, self.masker),
+                    CONFIRM_SCHEMA,
+                    related_request_id=ctx.request_id,
                 )
         except TimeoutError:
             return McpCode.CONFIRMATION_TIMEOUT
@@ -156,7 +161,7 @@ class Confirmations:
         asyncio.get_running_loop().call_later(ttl + 1.0, self.expire, token)
         ask = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
-                message=question(out, spec, version), requested_schema=CONFIRM_SCHEMA
+                message=question(out, spec, version, self.masker), requested_schema=CONFIRM_SCHEMA
             )
         )
         return types.InputRequiredResult(
@@ -206,14 +211,17 @@ class Confirmations:
         return error_result(code, CONFIRM_MESSAGES[code])
 
 
-def question(out: NeedsConfirmation, spec: str, version: str) -> str:
+def question(out: NeedsConfirmation, spec: str, version: str, masker: Redactor | None = None) -> str:
     """What the human reads: the tool, the normalized arguments, the digest, the expiry. Hidden
     characters, whitespace runs and mixed scripts in the arguments are shown as marks
-    (``⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧``, :func:`callgate.arguments.unitext.visible_json`)."""
+    (``⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧``, :func:`callgate.arguments.unitext.visible_json`), each
+    secret as the console masks it (``⟦masked <name>⟧``, docs/CONSOLE.md "Secrets are masked";
+    ``masker`` None: the secret patterns only). The digest confirmed is the exact arguments'."""
     try:
         args = json.dumps(json.loads(out.normalized_arguments), ensure_ascii=False, indent=2, sort_keys=True)
     except ValueError:
         args = out.normalized_arguments.decode("utf-8", "replace")
+    args = (masker or PATTERNS_ONLY).mask(args)[0]
     args = unitext.visible_json(args)
     return (
         f"callgate: allow {spec}@{version} with these arguments?\n{args}\n"

@@ -24,6 +24,7 @@ import logging
 import secrets
 import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -32,7 +33,10 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPDeprecationWarning
 
+from callgate.base.errors import config_invalid
 from callgate.config import Config
+from callgate.execute.redaction import Redactor
+from callgate.execute.secrets import SecretStore
 from callgate.mcp import listing
 from callgate.mcp.callkey import IDEMPOTENCY_META_KEY, REQUEST_ID_META_KEY
 from callgate.mcp.calls import Answer, Calls
@@ -48,10 +52,24 @@ from callgate.mcp.session import Identity, McpSession, Sessions, sidecar_client
 log = logging.getLogger("callgate.mcp")
 
 
+def masker(cfg: Config) -> Redactor:
+    """The configured secrets by name and the secret patterns, masked in the question a person is
+    asked (as the console masks them, docs/CONSOLE.md "Secrets are masked"). Raises
+    CallgateError (``config_invalid``) when a secret cannot be read: the sidecar would refuse to
+    start on it too."""
+    store = SecretStore.load(cfg.secrets, Path(cfg.base_dir))
+    try:
+        return Redactor(secrets=store.named())
+    except ValueError as exc:
+        raise config_invalid(f"secrets: {exc}") from None
+
+
 class Gateway:
     """The MCP-facing half. ``start()`` connects the sidecar's listeners and the upstreams."""
 
-    def __init__(self, cfg: Config, mcp: McpConfig) -> None:
+    def __init__(self, cfg: Config, mcp: McpConfig, secrets_masker: Redactor | None = None) -> None:
+        """``secrets_masker``: the embedded sidecar's (:attr:`Components.masker`); else the
+        configured secrets are read here (:func:`masker`)."""
         self.cfg = cfg
         self.mcp = mcp
         self.client = sidecar_client(cfg)
@@ -67,8 +85,9 @@ class Gateway:
         """Counts of refused calls by code (read by tests and the log at exit)."""
         self.sessions = Sessions(self.client)
         self.confirmations = Confirmations(
-            self.client.confirmer(), mcp.elicitation_timeout_seconds, self.tally, self.hosting.spawn
-        )
+            self.client.confirmer(), mcp.elicitation_timeout_seconds, self.tally, self.hosting.spawn,
+            secrets_masker if secrets_masker is not None else masker(cfg),
+        )  # fmt: skip
         self.calls = Calls(mcp, self.client, self.hosting, self.confirmations, self.tally)
         self.watch = FolderWatch(cfg.path(cfg.policy.dir), self._policy_changed)
 

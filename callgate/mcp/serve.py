@@ -23,13 +23,15 @@ log = logging.getLogger("callgate.mcp")
 async def running_gateway(cfg: Config, mcp: McpConfig) -> AsyncIterator[Gateway]:
     """The embedded sidecar (unless ``sidecar = "external"``) and a started :class:`Gateway`."""
     sidecar: Any = None
+    secrets_masker = None
     if mcp.sidecar is SidecarMode.EMBEDDED:
         from callgate.server.app import Sidecar, build_components
 
         components = await build_components(cfg, tolerate_bad_policies=True)
+        secrets_masker = components.masker
         sidecar = Sidecar(components)
         await sidecar.start()
-    gw = Gateway(cfg, mcp)
+    gw = Gateway(cfg, mcp, secrets_masker)
     try:
         await gw.start()
         yield gw

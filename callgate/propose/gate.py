@@ -40,14 +40,23 @@ from callgate.base.errors import (
 from callgate.base.events import EventKind
 from callgate.base.fastinit import builder
 from callgate.base.ids import new_id
-from callgate.base.model import AuthzRequest, Decision, Effect, Proposal, ValidatedArguments
+from callgate.base.model import (
+    AuthzRequest,
+    Decision,
+    Effect,
+    NormalizedArguments,
+    Proposal,
+    ValidatedArguments,
+)
 from callgate.base.states import AFTER_BOUNDARY, CANCELLABLE, State
 from callgate.base.trace import TraceContext, new_span_id
 from callgate.config import Config
 from callgate.execute.usage import UsageMeter
+from callgate.policy.meters import usage_context
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.timevalues import now_instant
+from callgate.policy.toolspecs import CompiledTool
 from callgate.propose import steps
 from callgate.propose.authorize import caller_context
 from callgate.propose.confirmation import Confirmations, PendingPage
@@ -66,6 +75,7 @@ from callgate.store.base import (
     Usage,
 )
 from callgate.store.idempotency.base import IdempotencyKey
+from callgate.store.meters import MetersMoved
 from callgate.store.ownership import owned_invocation
 from callgate.store.trail import Trail, move, rewind
 
@@ -215,28 +225,51 @@ class Gate:
         validated, normalized = front
         if isinstance(normalized, Rejection):
             return await self._finish(call, normalized, validated=validated)
-        claim = await self.keys.claim(
-            p,
-            tool,
-            session,
-            normalized.digest,
-            call.invocation_id,
-            now=call.now,
-            trace=trace,
-            expire_stale=self.confirmations.expire_if_stale,
-        )
-        if isinstance(claim, ProposeOutcome):  # the same key and digest: the original answers
-            return claim
-        if isinstance(claim, Rejection):
-            return await self._finish(
-                call, call.refuse(claim, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
+        # SQLite: the meters are read in the key's look-up and reserved by the invocation's write
+        async with self.metering.fold(tool):
+            metered = steps.with_value(normalized) if tool.meters else normalized
+            if tool.meters:
+                self.metering.read_ahead(
+                    snap, tool, metered, invocation_id=call.invocation_id, tenant=session.tenant,
+                    subject=session.subject, session_id=session.session_id, now=call.now,
+                )  # fmt: skip
+            claim = await self.keys.claim(
+                p,
+                tool,
+                session,
+                normalized.digest,
+                call.invocation_id,
+                now=call.now,
+                trace=trace,
+                expire_stale=self.confirmations.expire_if_stale,
             )
-        # PostgreSQL: the reservation, the claim and the invocation in one transaction (one commit)
-        async with self.metering.transaction(tool):
-            call.usage, call.labels = await self.metering.prepare(
-                snap, tool, steps.with_value(normalized) if tool.meters else normalized, invocation_id=call.invocation_id, tenant=session.tenant,
-                subject=session.subject, session_id=session.session_id, now=call.now,
-            )  # fmt: skip
+            if isinstance(claim, ProposeOutcome):  # the same key and digest: the original answers
+                return claim
+            if isinstance(claim, Rejection):
+                return await self._finish(
+                    call, call.refuse(claim, State.VALIDATION_REJECTED, EventKind.VALIDATION_REJECTED)
+                )
+            # PostgreSQL: the reservation, the claim and the invocation in one transaction (one commit)
+            async with self.metering.transaction(tool):
+                call.usage, call.labels = await self.metering.prepare(
+                    snap, tool, metered, invocation_id=call.invocation_id, tenant=session.tenant,
+                    subject=session.subject, session_id=session.session_id, now=call.now,
+                )  # fmt: skip
+                return await self._decide_and_write(call, tool, normalized, validated, claim)
+
+    async def _decide_and_write(
+        self,
+        call: steps.ProposeCall,
+        tool: CompiledTool,
+        normalized: NormalizedArguments,
+        validated: ValidatedArguments,
+        claim: Claimed,
+    ) -> ProposeOutcome:
+        """Ask the policy, then write the invocation. On SQLite a metered call whose meters moved
+        between its reading and its write (another call or process reserved meanwhile) is asked
+        again on the reading taken under the write lock, at which it is then reserved
+        (:class:`~callgate.store.meters.MetersMoved`; at most once)."""
+        while True:
             decision = await steps.authorize(call, tool, normalized, self.core)
             if isinstance(decision, Rejection):  # the engine's schema cannot hold the arguments
                 outcome = await self._finish(call, decision, validated=validated)
@@ -246,9 +279,17 @@ class Gate:
             steps.decide(call, tool, decision, self._cfg.confirmation.ttl_seconds)
             try:
                 outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
-            finally:  # a Propose that wrote no invocation of its own holds no reservation
+            except MetersMoved as moved:  # nothing of the invocation written: decide again
+                rewind(call.trail, EventKind.NORMALIZED)
+                call.decision, call.deadline, call.confirmation_expires_at = None, "", ""
+                call.usage = usage_context(moved.readings)
+                continue
+            except BaseException:  # a Propose that wrote no invocation of its own holds no reservation
                 if tool.meters and not call.written:
                     await self.metering.release(call.invocation_id)
+                raise
+            if tool.meters and not call.written:
+                await self.metering.release(call.invocation_id)
             if decision.effect is Effect.DENY and claim.key is not None:
                 await self.keys.release_claim(claim.key, call.invocation_id, call.now)
             return outcome
@@ -272,6 +313,9 @@ class Gate:
         key_claim = self.keys.store_claim(claimed, call.now)
         try:
             lost = await self._store.create_invocation(record, call.trail.events, usage, key_claim)
+        except MetersMoved:  # nothing written; the call is decided again and keeps its key
+            self.usage.give_back(usage)
+            raise
         except Exception:
             self.usage.give_back(usage)
             if claimed is not None and claimed.key is not None:  # nothing recorded: free the key

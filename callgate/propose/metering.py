@@ -21,6 +21,7 @@ from typing import Any
 from callgate.base.errors import store_unavailable
 from callgate.base.model import NormalizedArguments
 from callgate.policy.meters import (
+    Contribution,
     MeterError,
     Reading,
     contributions,
@@ -28,7 +29,7 @@ from callgate.policy.meters import (
 )
 from callgate.policy.snapshot import PolicySnapshot
 from callgate.policy.toolspecs import CompiledTool
-from callgate.store.meters import MeterStore, PostgresMeters, meters_of
+from callgate.store.meters import MeterStore, PostgresMeters, SQLiteMeters, meters_of
 
 __all__ = ["Metering"]
 
@@ -68,10 +69,33 @@ class Metering:
         labels = await self._store.labels(tenant, session_id) if uses_labels else None
         if not tool.meters:  # the tool's own result labels are written with its outcome
             return None, labels
+        parts = self._store.planned(invocation_id) if isinstance(self._store, SQLiteMeters) else None
+        if parts is None:
+            try:
+                parts = self._parts(snapshot, tool, normalized, tenant, subject, session_id)
+            except MeterError as exc:
+                raise store_unavailable(f"{tool.spec.key}: {exc}") from None
+        readings: Sequence[Reading] = await self._store.reserve(
+            invocation_id, session_id, parts, now, self._expires(tool, now)
+        )
+        return usage_context(readings), labels
+
+    def _expires(self, tool: CompiledTool, now: Any) -> Any:
+        return now + timedelta(milliseconds=tool.spec.timeout_ms) + self._ttl
+
+    @staticmethod
+    def _parts(
+        snapshot: PolicySnapshot,
+        tool: CompiledTool,
+        normalized: NormalizedArguments,
+        tenant: str,
+        subject: str,
+        session_id: str,
+    ) -> tuple[Contribution, ...]:
         args = normalized.value if isinstance(normalized.value, Mapping) else {}
-        try:
-            resource = tool.resource.render(args) if any(m.scope == "resource" for m in tool.meters) else ""
-            parts = contributions(
+        resource = tool.resource.render(args) if any(m.scope == "resource" for m in tool.meters) else ""
+        return tuple(
+            contributions(
                 tool.meters,
                 args,
                 tenant=tenant,
@@ -80,13 +104,38 @@ class Metering:
                 resource=resource,
                 keeps=snapshot.meter_keeps(),
             )
-        except MeterError as exc:
-            raise store_unavailable(f"{tool.spec.key}: {exc}") from None
-        timeout = timedelta(milliseconds=tool.spec.timeout_ms)
-        readings: Sequence[Reading] = await self._store.reserve(
-            invocation_id, session_id, parts, now, now + timeout + self._ttl
         )
-        return usage_context(readings), labels
+
+    def fold(self, tool: CompiledTool) -> AbstractAsyncContextManager[None]:
+        """SQLite: a metered Propose's reservation is written by its invocation's transaction
+        (:meth:`SQLiteMeters.fold`; one commit): entered before the idempotency key's look-up,
+        which :meth:`read_ahead` lets carry the meters' reading. Elsewhere nothing."""
+        if tool.meters and isinstance(self._store, SQLiteMeters):
+            return self._store.fold()
+        return nullcontext()
+
+    def read_ahead(
+        self,
+        snapshot: PolicySnapshot,
+        tool: CompiledTool,
+        normalized: NormalizedArguments,
+        *,
+        invocation_id: str,
+        tenant: str,
+        subject: str,
+        session_id: str,
+        now: Any,
+    ) -> None:
+        """Inside :meth:`fold`: have the task's next writer transaction (the key's look-up) read
+        this call's meters too. An argument that cannot be counted reads nothing here
+        (:meth:`prepare` refuses it, after the key's look-up, as before)."""
+        if not tool.meters or not isinstance(self._store, SQLiteMeters):
+            return
+        try:
+            parts = self._parts(snapshot, tool, normalized, tenant, subject, session_id)
+        except MeterError:
+            return
+        self._store.read_ahead(invocation_id, session_id, parts, now, self._expires(tool, now))
 
     def transaction(self, tool: CompiledTool) -> AbstractAsyncContextManager[None]:
         """Where the store keeps its meters in a database shared by sidecars (PostgreSQL), one

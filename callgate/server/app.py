@@ -119,6 +119,9 @@ class Components:
     """Prometheus metrics of this sidecar (docs/OPERATE.md); served when configured."""
     watch: InvocationWatch | None = None
     """Wakes ``WatchInvocation`` streams on committed events (an event sink of the store)."""
+    masker: Redactor | None = None
+    """The configured secrets by name and the secret patterns: what the confirmer listener's
+    answers mask for a person (``⟦masked <name>⟧``; None: the patterns only)."""
 
     async def close(self) -> None:
         await self.gate.drain_usage()
@@ -176,6 +179,7 @@ async def build_components(
     gate = shared.gate(cfg, store, clock)
     try:
         redactor = Redactor(secrets=secrets.values())
+        masker = Redactor(secrets=secrets.named())
     except ValueError as exc:
         raise config_invalid(f"secrets: {exc}") from None
     cc = cfg.credentials
@@ -208,7 +212,7 @@ async def build_components(
     )
     return Components(
         config=cfg, clock=clock, store=store, idempotency=idempotency, gate=gate, execution=execution,
-        metrics=metrics, watch=watch,
+        metrics=metrics, watch=watch, masker=masker,
     )  # fmt: skip
 
 
@@ -265,7 +269,7 @@ class Sidecar:
             servicer = GateService(gate, execution, self.components.watch)
             add_gate_service(servicer, server)
         elif role == "confirmer":
-            servicer = ConfirmationsService(gate, self.components.watch)
+            servicer = ConfirmationsService(gate, self.components.watch, self.components.masker)
             pb_grpc.add_ConfirmationsServicer_to_server(servicer, server)
         elif role == "executor":
             servicer = ExecutorService(execution)

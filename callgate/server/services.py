@@ -24,6 +24,7 @@ from callgate.base.model import AuthzRequest, Decision, Effect, Proposal, Subjec
 from callgate.base.states import State
 from callgate.execute.execution import Execution, Finding
 from callgate.execute.partcheck import PartData
+from callgate.execute.redaction import PATTERNS_ONLY, Redactor
 from callgate.gen.v1 import callgate_pb2 as pb
 from callgate.gen.v1 import callgate_pb2_grpc as pb_grpc
 from callgate.propose.gate import Gate, ProposeOutcome, Rejection, SessionSpec
@@ -108,9 +109,10 @@ def invocation_pb(inv: InvocationRecord) -> pb.Invocation:
     )
 
 
-def event_pb(e: EventRecord) -> pb.Event:
+def event_pb(e: EventRecord, masker: Redactor | None = None) -> pb.Event:
+    """``masker``: the confirmer's answer, every string of the data masked."""
     data = struct_pb2.Struct()
-    data.update(dict(e.data))
+    data.update(dict(e.data) if masker is None else masker.mask_json(dict(e.data))[0])
     return pb.Event(
         event_id=e.event_id,
         invocation_id=e.invocation_id,
@@ -348,7 +350,21 @@ class GateService(pb_grpc.GateServicer):
             )
 
 
-def pending_pb(inv: InvocationRecord) -> pb.PendingConfirmation:
+def masked_bytes(data: bytes, masker: Redactor) -> bytes:
+    """Arguments (JSON text) as a person may see them: each secret masked
+    (:meth:`Redactor.mask`), every other byte as it is (bytes that are not UTF-8 kept by
+    ``surrogateescape``)."""
+    if not data:
+        return data
+    text = data.decode("utf-8", "surrogateescape")
+    if not masker.might_contain(text):
+        return data
+    return masker.mask(text)[0].encode("utf-8", "surrogateescape")
+
+
+def pending_pb(inv: InvocationRecord, masker: Redactor = PATTERNS_ONLY) -> pb.PendingConfirmation:
+    """A parked invocation for the confirmer: its arguments with each secret masked (the digest
+    is the digest of the exact arguments; approving binds them, not the masked text)."""
     d = decision_dict_pb(inv.decision)
     return pb.PendingConfirmation(
         invocation_id=inv.invocation_id,
@@ -356,18 +372,25 @@ def pending_pb(inv: InvocationRecord) -> pb.PendingConfirmation:
         tool_name=inv.tool_name,
         tool_version=inv.tool_version,
         subject=pb.Subject(tenant=inv.tenant, id=inv.subject),
-        normalized_arguments=inv.normalized_arguments,
+        normalized_arguments=masked_bytes(inv.normalized_arguments, masker),
         expires_at=inv.confirmation_expires_at,
         reasons=list(d.reasons) if d else [],
-        raw_arguments=inv.raw_arguments,
+        raw_arguments=masked_bytes(inv.raw_arguments, masker),
         created_at=inv.created_at,
     )
 
 
 class ConfirmationsService(pb_grpc.ConfirmationsServicer):
-    def __init__(self, gate: Gate, watch: InvocationWatch | None = None) -> None:
+    """The confirmer role. Every argument it answers (pending items, the trail of
+    GetTenantInvocation) has its secrets masked by ``masker`` (docs/CONSOLE.md, "Secrets are
+    masked"): a person approves what runs, but never reads a credential."""
+
+    def __init__(
+        self, gate: Gate, watch: InvocationWatch | None = None, masker: Redactor | None = None
+    ) -> None:
         self._gate = gate
         self._watch = watch or InvocationWatch()
+        self._masker = masker or PATTERNS_ONLY
 
     async def Confirm(
         self, request: pb.ConfirmRequest, context: grpc.aio.ServicerContext
@@ -389,20 +412,23 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
         self, request: pb.ListPendingRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListPendingResponse:
         page = await self._gate.list_pending(request.tenant, request.page_size, request.page_token)
-        out = [pending_pb(inv) for inv in page.pending]
+        out = [pending_pb(inv, self._masker) for inv in page.pending]
         return pb.ListPendingResponse(pending=out, next_page_token=page.next_page_token)
 
     async def WatchPending(
         self, request: pb.WatchPendingRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchPendingResponse]:
         async for pending in self._watch.pending_changes(self._gate, request.tenant):
-            yield pb.WatchPendingResponse(pending=[pending_pb(inv) for inv in pending])
+            yield pb.WatchPendingResponse(pending=[pending_pb(inv, self._masker) for inv in pending])
 
     async def GetTenantInvocation(
         self, request: pb.GetTenantInvocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInvocationResponse:
         inv, events = await self._gate.tenant_invocation(request.invocation_id, request.tenant)
-        return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
+        shown = invocation_pb(inv)
+        shown.normalized_arguments = masked_bytes(inv.normalized_arguments, self._masker)
+        shown.raw_arguments = masked_bytes(inv.raw_arguments, self._masker)
+        return pb.GetInvocationResponse(invocation=shown, events=[event_pb(e, self._masker) for e in events])
 
 
 def _value(v: struct_pb2.Value) -> Any:

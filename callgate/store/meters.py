@@ -8,7 +8,11 @@ Tables per backend (SQLite ``meter_*``, PostgreSQL ``callgate_meter_*``):
   after the idempotency claim found the key free, before the policy is asked, in one transaction
   that reads the meter and inserts the row (SQLite: the one writer; PostgreSQL: a transaction
   advisory lock per meter and scope, so sidecars sharing the database serialize on it). N
-  concurrent proposals therefore see N distinct ``before`` values.
+  concurrent proposals therefore see N distinct ``before`` values. A Propose's reservation is
+  committed with its invocation: on PostgreSQL the transaction holds the locks across the
+  decision (:meth:`PostgresMeters.transaction`); on SQLite the reading is checked again under
+  the write lock of the invocation's transaction, and a call whose meters moved is decided
+  again on the new reading, at which it is then reserved (:meth:`SQLiteMeters.fold`).
 * ``meter_entries``: one row per final contribution (invocation, meter) to a meter with a timed
   window, at the proposal's time ``at_ms``; kept for twice the meter's longest window.
 * ``meter_totals``: per meter, scope and window length (``width_ms``; 0 is the session window,
@@ -49,10 +53,12 @@ settles alike).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
-from collections.abc import Generator, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Generator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
@@ -63,6 +69,7 @@ from callgate.base.states import State
 
 __all__ = [
     "MeterStore",
+    "MetersMoved",
     "PG_MIGRATION",
     "SQLITE_MIGRATION",
     "meters_of",
@@ -383,20 +390,27 @@ def _reserve_steps(
         for i, (key, k, name) in enumerate(wanted)
     )
     if invocation_id is not None:
-        rows: list[Any] = []
-        for k in ks:
-            rows += (
-                invocation_id,
-                k.meter,
-                k.scope,
-                k.amount,
-                now_ms,
-                session_id,
-                exp_ms,
-                _widths(k.windows, k.keep_ms),
-            )
-        yield _Stmt(_insert_sql(d, len(ks)), rows)
+        yield _reservation(d, invocation_id, session_id, ks, now_ms, exp_ms)
     return out
+
+
+def _reservation(
+    d: _Dialect, invocation_id: str, session_id: str, ks: Sequence[Contribution], now_ms: int, exp_ms: int
+) -> _Stmt:
+    """The insert of an invocation's reservation rows (one per contribution)."""
+    rows: list[Any] = []
+    for k in ks:
+        rows += (
+            invocation_id,
+            k.meter,
+            k.scope,
+            k.amount,
+            now_ms,
+            session_id,
+            exp_ms,
+            _widths(k.windows, k.keep_ms),
+        )
+    return _Stmt(_insert_sql(d, len(ks)), rows)
 
 
 def _add_steps(d: _Dialect, invocation_id: str, row: Sequence[Any], sign: int) -> Steps:
@@ -656,11 +670,152 @@ def settle_sqlite_rows(c: Any, rows: Sequence[tuple[str, State]]) -> None:
             c.execute(_fixed(SQLITE)["release"], (invocation_id,))
 
 
+class MetersMoved(Exception):
+    """The meters a Propose's decision read moved before its invocation was written (SQLite,
+    :meth:`SQLiteMeters.fold`): nothing of the invocation was written; the call's reservation is
+    now committed at :attr:`readings`, the reading taken under the write lock, and the policy
+    must decide again on it (the write that follows then needs no check)."""
+
+    def __init__(self, readings: tuple[Reading, ...]) -> None:
+        super().__init__("the meters moved since they were read")
+        self.readings = readings
+
+
+FOLD_STATES: Final = frozenset({State.AUTHORIZED, State.PREPARED, State.AUTHORIZATION_REJECTED})
+"""An invocation written in one of these had its decision made on the meters' reading (an
+allow or a confirmation reserves; a deny only checks the reading it recorded)."""
+
+
+@dataclass(slots=True)
+class _Fold:
+    """A metered Propose's reservation on SQLite, written with its invocation (:meth:`SQLiteMeters.fold`)."""
+
+    meters: SQLiteMeters
+    task: asyncio.Task[Any] | None
+    invocation_id: str = ""
+    session_id: str = ""
+    parts: tuple[Contribution, ...] = ()
+    now_ms: int = 0
+    exp_ms: int = 0
+    ahead: Any = None
+    """The reading carried by the task's next writer transaction (the key's look-up)."""
+    readings: tuple[Reading, ...] | None = None
+    """What the decision read (None: nothing read yet)."""
+    stamp: tuple[int, int] = (-1, -1)
+    """(``PRAGMA data_version``, ``total_changes``) right after the reading: the same values
+    at the write mean no connection changed the database since, so the reading still holds."""
+    reserved: bool = False
+    """The reservation rows are committed (the meters moved: reserved at the new reading)."""
+    written: bool = False
+    """Committed with the invocation."""
+
+
+_FOLD: ContextVar[_Fold | None] = ContextVar("callgate_sqlite_fold", default=None)
+
+
+def _stamp(c: Any) -> tuple[int, int]:
+    return int(c.execute("PRAGMA data_version").fetchone()[0]), int(c.total_changes)
+
+
+def _read_stamped(c: Any, fold: _Fold) -> tuple[tuple[Reading, ...], tuple[int, int]]:
+    """The reading of ``fold``'s meters at its time (nothing reserved; a total some entry
+    crossed is brought to the edge), and the database's stamp after it."""
+    got = _run_sqlite(c, _reserve_steps(SQLITE, None, fold.session_id, fold.parts, fold.now_ms, 0))
+    return got, _stamp(c)
+
+
+def fold_sqlite(c: Any, fold: _Fold, state: State) -> tuple[Reading, ...] | None:
+    """Inside the transaction that writes ``fold``'s invocation in ``state`` (the write lock
+    held, before anything else of it is written): reserve at the reading the decision was made
+    on, or, if the meters moved since that reading, reserve at the new reading and return it
+    (then nothing else may be written: the policy decides again). A deny reserves nothing but
+    is checked the same way (its event records the reading)."""
+    if fold.readings is None or fold.reserved or fold.written or state not in FOLD_STATES:
+        return None
+    if _stamp(c) == fold.stamp:  # nothing changed the database since the reading: it holds
+        if state is not State.AUTHORIZATION_REJECTED:
+            stmt = _reservation(
+                SQLITE, fold.invocation_id, fold.session_id, fold.parts, fold.now_ms, fold.exp_ms
+            )
+            c.execute(stmt.sql, stmt.args)
+        return None
+    got: tuple[Reading, ...] = _run_sqlite(
+        c, _reserve_steps(SQLITE, fold.invocation_id, fold.session_id, fold.parts, fold.now_ms, fold.exp_ms)
+    )
+    if got == fold.readings:  # the same reading (a deny's rows go with its settle, as before)
+        return None
+    return got
+
+
+def unfold_sqlite(c: Any, fold: _Fold) -> None:
+    """Take back what :func:`fold_sqlite` reserved in this transaction (the write it came with
+    lost its idempotency key: no invocation, so no reservation)."""
+    c.execute(_fixed(SQLITE)["release"], (fold.invocation_id,))
+
+
+def held_fold(worker: Any) -> _Fold | None:
+    """The current task's fold on ``worker``'s database, if its reading is pending a write."""
+    fold = _FOLD.get()
+    if fold is None or fold.meters._worker is not worker or fold.task is not asyncio.current_task():
+        return None
+    if fold.readings is None or fold.reserved or fold.written:
+        return None
+    return fold
+
+
 class SQLiteMeters:
-    """:class:`MeterStore` on the SQLite store's writer thread (one transaction per reserve)."""
+    """:class:`MeterStore` on the SQLite store's writer thread. Inside :meth:`fold` a
+    reservation is written by the invocation's own transaction (one commit); elsewhere it is a
+    writer transaction of its own."""
 
     def __init__(self, worker: Any) -> None:
         self._worker = worker
+
+    def _fold(self) -> _Fold | None:
+        fold = _FOLD.get()
+        if fold is None or fold.meters is not self or fold.task is not asyncio.current_task():
+            return None
+        return fold
+
+    @asynccontextmanager
+    async def fold(self) -> AsyncIterator[None]:
+        """A metered Propose inside this block: :meth:`reserve` only reads (in the transaction
+        of the idempotency key's look-up when :meth:`read_ahead` named the reading first), and
+        the invocation's write (:meth:`SQLiteStore.create_invocation`) reserves in its own
+        transaction, under the write lock, if the reading still holds there; if the meters moved
+        it reserves at the new reading instead and raises :class:`MetersMoved` for the policy
+        to decide again. Exact across processes sharing the file: the reservation is written
+        under the one write lock with the reading it was decided on."""
+        token = _FOLD.set(_Fold(self, asyncio.current_task()))
+        try:
+            yield
+        finally:
+            _FOLD.reset(token)
+            self._worker.drop_ahead()
+
+    def read_ahead(
+        self,
+        invocation_id: str,
+        session_id: str,
+        contributions: Sequence[Contribution],
+        now: datetime,
+        expires: datetime,
+    ) -> None:
+        """Inside :meth:`fold`: read these meters in the task's next writer transaction, with
+        whatever it runs (the key's look-up), for :meth:`reserve` to use."""
+        fold = self._fold()
+        if fold is None:
+            return
+        fold.invocation_id, fold.session_id, fold.parts = invocation_id, session_id, tuple(contributions)
+        fold.now_ms, fold.exp_ms = _ms(now), _ms(expires)
+        fold.ahead = self._worker.ahead(lambda c: _read_stamped(c, fold))
+
+    def planned(self, invocation_id: str) -> tuple[Contribution, ...] | None:
+        """The contributions :meth:`read_ahead` was given for ``invocation_id`` (None: none)."""
+        fold = self._fold()
+        if fold is None or fold.invocation_id != invocation_id or not fold.parts:
+            return None
+        return fold.parts
 
     async def reserve(
         self,
@@ -671,6 +826,22 @@ class SQLiteMeters:
         expires: datetime,
     ) -> tuple[Reading, ...]:
         now_ms, exp_ms = _ms(now), _ms(expires)
+        fold = self._fold()
+        if fold is not None:
+            parts = tuple(contributions)
+            same = (fold.invocation_id, fold.session_id, fold.parts, fold.now_ms, fold.exp_ms) == (
+                invocation_id, session_id, parts, now_ms, exp_ms,
+            )  # fmt: skip
+            readings: tuple[Reading, ...]
+            if same and fold.ahead is not None and fold.ahead.done:
+                readings, fold.stamp = fold.ahead.value
+            else:
+                fold.invocation_id, fold.session_id, fold.parts = invocation_id, session_id, parts
+                fold.now_ms, fold.exp_ms = now_ms, exp_ms
+                self._worker.drop_ahead()
+                readings, fold.stamp = await self._worker.run(lambda c: _read_stamped(c, fold))
+            fold.readings = readings
+            return readings
         result: tuple[Reading, ...] = await self._worker.run(
             lambda c: _run_sqlite(
                 c, _reserve_steps(SQLITE, invocation_id, session_id, contributions, now_ms, exp_ms)
@@ -679,6 +850,9 @@ class SQLiteMeters:
         return result
 
     async def release(self, invocation_id: str) -> None:
+        fold = self._fold()
+        if fold is not None and fold.invocation_id == invocation_id and not fold.reserved:
+            return  # nothing committed: the reservation is written with the invocation or not at all
         await self._worker.run(lambda c: c.execute(_fixed(SQLITE)["release"], (invocation_id,)))
 
     async def totals(self, meter: str, scope: str, window: Window, session_id: str, now: datetime) -> int:

@@ -50,11 +50,16 @@ from callgate.store.idempotency.base import ClaimKind, ClaimResult, IdempotencyK
 from callgate.store.idempotency.sqlite import SQLiteIdempotencyStore
 from callgate.store.labels import label_sqlite
 from callgate.store.meters import (
+    FOLD_STATES,
     SQLITE_EXACT_MIGRATION,
     SQLITE_MIGRATION,
+    MetersMoved,
     SQLiteMeters,
+    fold_sqlite,
+    held_fold,
     settle_sqlite,
     settle_sqlite_rows,
+    unfold_sqlite,
 )
 from callgate.store.migrations import Migration, migrate_sqlite, sqlite_version, too_new
 from callgate.store.packed import (
@@ -742,18 +747,25 @@ class SQLiteStore:
         claim: KeyClaim | None = None,
     ) -> ClaimResult | None:
         row = _INVOCATIONS.row(record)
-        if claim is None and not record.idempotency_key and events and events[0].seq != 0:
+        fold = held_fold(self._worker)  # a metered Propose's reservation, written here
+        if fold is None and claim is None and not record.idempotency_key and events and events[0].seq != 0:
             # the common Propose: merged with its batch's like it (one statement per table)
             return await self._call(_NewInvocation(record, row, tuple(events), dict(usage or {})))
 
-        def op(c: sqlite3.Connection) -> ClaimResult | None:
+        def op(c: sqlite3.Connection) -> ClaimResult | _Moved | None:
+            if fold is not None:  # first: if the meters moved, only the reservation is written
+                moved = fold_sqlite(c, fold, record.state)
+                if moved is not None:
+                    return _Moved(moved)
             if claim is not None:
                 got = keys_sql.claim_op(
                     c, claim.key, claim.digest, record.invocation_id, claim.now, claim.retention,
                     claim.expired_policy,
                 )  # fmt: skip
-                if got.kind is not ClaimKind.NEW:
-                    return got  # nothing written: the key went to another invocation
+                if got.kind is not ClaimKind.NEW:  # nothing written: the key went to another invocation
+                    if fold is not None:
+                        unfold_sqlite(c, fold)
+                    return got
             c.execute(_INSERT_INVOCATION, row)
             if events and events[0].seq == 1:
                 _insert_new_events(c, [(events, record)])
@@ -764,7 +776,14 @@ class SQLiteStore:
             _follow_key(c, record)
             return None
 
-        return await self._call(op)
+        got = await self._call(op)
+        if isinstance(got, _Moved):
+            assert fold is not None
+            fold.readings, fold.reserved = got.readings, True
+            raise MetersMoved(got.readings)
+        if fold is not None and got is None and record.state in FOLD_STATES:
+            fold.written = True
+        return got
 
     async def transition(
         self, record: InvocationRecord, expected: State, events: Sequence[EventRecord]
@@ -1117,6 +1136,13 @@ class SQLiteStore:
             return [_INVOCATIONS.record(r) for r in c.execute(q, (*args, limit)).fetchall()]
 
         return await self._call(op)
+
+
+@dataclass(frozen=True, slots=True)
+class _Moved:
+    """What a metered invocation's write returns when the meters moved (:func:`fold_sqlite`)."""
+
+    readings: tuple[Any, ...]
 
 
 class _Conflict(Exception):

@@ -44,6 +44,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -112,6 +114,26 @@ class Durability(str, Enum):
 
 
 Item = tuple[Op, asyncio.AbstractEventLoop, "asyncio.Future[Any]", bool]
+
+
+@dataclass(slots=True)
+class Ahead:
+    """An operation a task wants run in the same transaction as its next one on a worker
+    (:meth:`SQLiteWorker.ahead`): e.g. a metered Propose's meter reading, carried by its
+    idempotency key's look-up (one transaction instead of two). :attr:`done` once the
+    transaction that ran it committed; :attr:`value` is then what it returned."""
+
+    worker: SQLiteWorker
+    task: asyncio.Task[Any] | None
+    op: Op
+    taken: bool = False
+    done: bool = False
+    value: Any = field(default=None)
+
+
+_AHEAD: ContextVar[Ahead | None] = ContextVar("callgate_sqlite_ahead", default=None)
+"""The operation the current task wants carried by its next one (checked against the task: a
+task started meanwhile inherits the variable, not the wish)."""
 
 
 class SQLiteWorker:
@@ -418,15 +440,46 @@ class SQLiteWorker:
                 pass
 
     # ------------------------------------------------------------------ API
+    def ahead(self, op: Op) -> Ahead:
+        """Run ``op`` first in the transaction of the current task's next :meth:`run` on this
+        worker (whatever that operation is), so both cost one transaction. Until that run
+        committed the returned :class:`Ahead` is not ``done`` (no such run, or it failed: the
+        caller runs ``op`` itself). :meth:`drop_ahead` forgets it."""
+        wish = Ahead(self, asyncio.current_task(), op)
+        _AHEAD.set(wish)
+        return wish
+
+    @staticmethod
+    def drop_ahead() -> None:
+        _AHEAD.set(None)
+
     async def run(
         self, op: Callable[[sqlite3.Connection], T], *, durable: bool = False, alone: bool = True
     ) -> T:
         """``op(conn)``'s value once its transaction committed; with ``durable`` once a barrier
         after that commit made it (and everything committed before) durable on disk. ``alone``
         False keeps ``op`` off the event loop even when the loop is idle (a long operation, e.g.
-        a sweep's slice of moves, would hold every call that arrives meanwhile)."""
+        a sweep's slice of moves, would hold every call that arrives meanwhile). An operation
+        the task asked to run ahead (:meth:`ahead`) runs first in the same transaction."""
         if self._closing or not self._thread.is_alive():
             raise store_unavailable("store is closed")
+        wish = _AHEAD.get()
+        if wish is None or wish.taken or wish.worker is not self or wish.task is not asyncio.current_task():
+            return await self._run(op, durable, alone)
+        wish.taken = True
+        box: list[Any] = []
+        first = wish.op
+
+        def both(c: sqlite3.Connection) -> T:
+            box[:] = [first(c)]
+            return op(c)
+
+        value = await self._run(both, durable, alone)  # raised: not done (the caller runs it)
+        if box:
+            wish.done, wish.value = True, box[0]
+        return value
+
+    async def _run(self, op: Callable[[sqlite3.Connection], T], durable: bool, alone: bool) -> T:
         loop = asyncio.get_running_loop()
         if (
             self._inline

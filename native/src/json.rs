@@ -272,6 +272,11 @@ impl<'a> Parser<'a> {
                 {
                     return Err(Refusal::NumberOverflow);
                 }
+                return Ok(Value::Num(Num::Float(f)));
+            }
+            if !round_trips(text, f)? {
+                // precision loss: the literal would silently read as another number
+                return Err(Refusal::NumberOverflow);
             }
             return Ok(Value::Num(Num::Float(f)));
         }
@@ -572,6 +577,51 @@ pub fn format_float(f: f64) -> String {
         }
     }
 }
+
+/// Whether a float literal (finite, non-zero `f`) is the double it reads as to the precision it
+/// was written with, as `_round_trips` in parse.py decides: up to 15 significant digits in the
+/// normal range always are; otherwise the literal must have the digits and decimal exponent of
+/// `f` rounded to the literal's count of significant digits (C's `%.17g`) or of `f`'s shortest
+/// form (Python's `repr`).
+/// `Defer` if the exponent does not fit.
+fn round_trips(text: &str, f: f64) -> Result<bool, Refusal> {
+    let (mantissa, exp) = match text.find(['e', 'E']) {
+        Some(p) => (&text[..p], &text[p + 1..]),
+        None => (text, "0"),
+    };
+    let mantissa = mantissa.trim_start_matches('-');
+    let (int_part, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all: String = [int_part, frac].concat();
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let digits = all.trim_matches('0');
+    if digits.len() <= 15 && f.abs() >= f64::MIN_POSITIVE {
+        return Ok(true);
+    }
+    let exp: i64 = exp.parse().map_err(|_| Refusal::Defer)?;
+    let sci_exp = i64::try_from(int_part.len())
+        .map_err(|_| Refusal::Defer)?
+        .checked_sub(1 + i64::try_from(lead).map_err(|_| Refusal::Defer)?)
+        .and_then(|e| e.checked_add(exp))
+        .ok_or(Refusal::Defer)?;
+    if digits.len() > MAX_EXACT_DIGITS {
+        return Ok(false); // more than any double's exact expansion
+    }
+    // f rounded to the literal's count of significant digits (Rust's `{:.N e}` is correctly
+    // rounded, ties to even, as Python's format is): the literal must be that number
+    let rounded = format!("{:.*e}", digits.len() - 1, f.abs());
+    let (mant, rexp) = rounded.split_once('e').ok_or(Refusal::Defer)?;
+    let rexp: i64 = rexp.parse().map_err(|_| Refusal::Defer)?;
+    let rdigits: String = mant.chars().filter(|c| *c != '.').collect();
+    if rdigits.trim_end_matches('0') == digits && rexp == sci_exp {
+        return Ok(true);
+    }
+    // or the shortest form (Python's repr: 2^-24 is 5.960464477539063e-08, a tie rounded up)
+    let (short, short_exp) = shortest_digits(f.abs());
+    Ok(short.trim_end_matches('0') == digits && i64::from(short_exp) == sci_exp)
+}
+
+/// A double's exact decimal expansion has at most 767 significant digits.
+const MAX_EXACT_DIGITS: usize = 767;
 
 /// The shortest digit string that reads back as `f` (positive, finite) and its decimal exponent
 /// (`f` = d.ddd × 10^exp), as ECMA-262 7.1.12.1 picks it: of several shortest strings, the one

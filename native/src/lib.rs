@@ -914,6 +914,7 @@ impl Tool {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("__build__", env!("CALLGATE_NATIVE_BUILD"))?; // native/build.rs
+    m.add("__source__", env!("CALLGATE_NATIVE_SOURCE"))?; // native/build.rs, scripts/native
     m.add_function(wrap_pyfunction!(parse_code, m)?)?;
     m.add_function(wrap_pyfunction!(parse_value, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_of, m)?)?;

@@ -816,7 +816,8 @@ class ConfirmationsServicer:
 
     def GetTenantInvocation(self, request, context):
         """An invocation of the tenant with its whole event trail (the explain view, 6.13); an
-        invocation of another tenant answers invocation_not_found like an unknown one.
+        invocation of another tenant answers invocation_not_found like an unknown one. Its arguments
+        and every string of its events' data have their secrets masked, as PendingConfirmation's.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

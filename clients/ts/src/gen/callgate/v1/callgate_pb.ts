@@ -1680,7 +1680,9 @@ export type PendingConfirmation = Message<"callgate.v1.PendingConfirmation"> & {
   subject?: Subject | undefined;
 
   /**
-   * What the user is asked to approve: the canonical normalized arguments.
+   * What the user is asked to approve: the canonical normalized arguments, with each secret in
+   * them (a configured secret, a match of a secret pattern) masked for a person's eyes
+   * (docs/CONSOLE.md, "Secrets are masked"). The digest is that of the exact arguments.
    *
    * @generated from field: bytes normalized_arguments = 6;
    */
@@ -1697,7 +1699,8 @@ export type PendingConfirmation = Message<"callgate.v1.PendingConfirmation"> & {
   reasons: Reason[];
 
   /**
-   * The model's argument bytes, exactly as proposed (shown beside the normalized arguments).
+   * The model's argument bytes, exactly as proposed (shown beside the normalized arguments),
+   * secrets masked as in normalized_arguments.
    *
    * @generated from field: bytes raw_arguments = 9;
    */
@@ -2510,7 +2513,8 @@ export const Confirmations: GenService<{
   },
   /**
    * An invocation of the tenant with its whole event trail (the explain view, 6.13); an
-   * invocation of another tenant answers invocation_not_found like an unknown one.
+   * invocation of another tenant answers invocation_not_found like an unknown one. Its arguments
+   * and every string of its events' data have their secrets masked, as PendingConfirmation's.
    *
    * @generated from rpc callgate.v1.Confirmations.GetTenantInvocation
    */

@@ -1,0 +1,65 @@
+"""Masks for a person's eyes (docs/CONSOLE.md, "Secrets are masked"): what the confirmer listener
+and ``callgate explain`` show in place of a secret in the arguments. The end-to-end path (a real
+``callgate serve``, ``callgate console`` in Chromium, the gRPC answers, ``callgate explain``) is
+tests/test_console_browser.py; this file holds the mark's rules. Failures name the case only."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from callgate.client.visible import MASK_MARK, mask_mark
+from callgate.execute.redaction import Redactor
+from callgate.server.services import masked_bytes
+
+TOKEN = "calendar-" + "tok-5Jf8Qw2Zr7Kp"
+KEY = "sk-" + "maskKeyA1b2C3d4E5f6G7h8"
+MASKER = Redactor({"calendar_api_token": TOKEN})
+
+
+def clear(text: str) -> bool:
+    folded = text.casefold()
+    return TOKEN.casefold() not in folded and KEY.casefold() not in folded
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "want"),
+    [
+        ("configured", f"use {TOKEN} now", "use ⟦masked calendar_api_token⟧ now"),
+        ("configured upper-cased", f"use {TOKEN.upper()}", "use ⟦masked calendar_api_token⟧"),
+        (
+            "configured, JSON escapes",
+            json.dumps("x" + TOKEN)[1:-1].replace("c", "\\u0063"),
+            "x⟦masked calendar_api_token⟧",
+        ),
+        ("pattern with fingerprint", f"key={KEY};", "key=⟦masked api_key …G7h8⟧;"),
+        ("pattern behind escapes", "key=" + KEY.replace("k", "\\u006b"), "key=⟦masked api_key …G7h8⟧"),
+        ("pattern, fingerprint not alphanumeric", "sk-abcdefghijklmnopqrstuv-_-_", "⟦masked api_key⟧"),
+        ("URL credentials, short", "https://bob:hunter2@db", "https://⟦masked url_credentials⟧@db"),
+        ("nothing", "a plain title", "a plain title"),
+    ],
+)
+def test_each_secret_becomes_its_mark(case: str, text: str, want: str) -> None:
+    got, count = MASKER.mask(text)
+    assert got == want and clear(got), case
+    assert count == (0 if case == "nothing" else 1), case
+
+
+def test_a_configured_secret_never_shows_a_character_and_the_marks_parse() -> None:
+    got, _ = MASKER.mask(f"{TOKEN} {KEY}")
+    marks = [(m.group(1), m.group(2)) for m in MASK_MARK.finditer(got)]
+    assert marks == [("calendar_api_token", None), ("api_key", "G7h8")]
+    assert TOKEN[-4:] not in got  # no fingerprint of a secret the sidecar holds
+    assert mask_mark("api_key", "G7h8") == "⟦masked api_key …G7h8⟧" and MASK_MARK.fullmatch(mask_mark("x"))
+
+
+def test_json_values_and_argument_bytes() -> None:
+    value = {"title": f"t {TOKEN}", f"k-{KEY}": [KEY, 3, None, True]}
+    got, count = MASKER.mask_json(value)
+    assert count == 3 and clear(json.dumps(got))
+    assert got["title"] == "t ⟦masked calendar_api_token⟧"
+    raw = json.dumps({"a": TOKEN, "b": "caf\u00e9"}).encode() + b"\xff"  # bytes that are not UTF-8 stay
+    shown = masked_bytes(raw, MASKER)
+    assert clear(shown.decode("utf-8", "replace")) and shown.endswith(b"\xff") and b'"caf\\u00e9"' in shown
+    assert masked_bytes(b'{"a": 1}', MASKER) == b'{"a": 1}'
