@@ -7,17 +7,20 @@ of tests/test_adapter_langgraph.py start it in their own process and resume it i
 SPEC: ``{"agent", "executor", "confirmer" (optional), "session_id", "saver" ("sqlite:PATH" or
 "postgres:DSN"), "ledger", "approver", "hitl", "console_timeout", "resume": {thread: value}, "replay": [thread]}``
 (``replay``: run the thread again from its checkpoint before the tools node, LangGraph's replay).
+With ``"asyncio": true`` the app is the asyncio one: ``AsyncClient``, the graph's coroutine agent
+node, ``ainvoke`` and ``AsyncSqliteSaver`` (saver ``"sqlite:PATH"``), resuming ``resume`` only.
 Every tool run appends a line to the ledger file, so runs are counted across processes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -33,7 +36,7 @@ from langgraph.types import Command
 
 from callgate.adapters.hitl import HITLFormat
 from callgate.adapters.langgraph import CallgateTools, tool_context
-from callgate.client import Client, Committed
+from callgate.client import AsyncClient, Client, Committed
 
 LEDGER_ENV = "CALLGATE_TEST_LEDGER"
 EVENT = {"title": "Standup", "start": "2026-07-20T09:00:00+08:00", "duration_minutes": 15}
@@ -227,6 +230,31 @@ def app(spec: dict[str, Any]) -> Iterator[tuple[CallgateTools, Any]]:
             yield gate, build(gate, cp)
 
 
+@asynccontextmanager
+async def aapp(spec: dict[str, Any]) -> AsyncIterator[tuple[CallgateTools, Any]]:
+    """:func:`app` as an asyncio application writes it: ``AsyncClient`` and ``AsyncSqliteSaver``."""
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    kind, _, where = spec["saver"].partition(":")
+    assert kind == "sqlite", spec["saver"]
+    os.environ[LEDGER_ENV] = spec["ledger"]
+    async with AsyncClient(spec["agent"], executor=spec["executor"], confirmer=spec.get("confirmer")) as cg:
+        session = await cg.session("acme", "alice", timezone="Asia/Shanghai", session_id=spec["session_id"])
+        gate = CallgateTools(
+            cg, session, TOOLS, executor_id="lg-test", approver=spec.get("approver", "alice"),
+            hitl=HITLFormat(spec.get("hitl", "langchain")), console_timeout=spec.get("console_timeout"),
+        )  # fmt: skip
+        async with AsyncSqliteSaver.from_conn_string(where) as cp:
+            yield gate, build(gate, cp, asynchronous=True)
+
+
+async def amain(spec: dict[str, Any]) -> None:
+    async with aapp(spec) as (_, graph):
+        for thread, value in spec.get("resume", {}).items():
+            out = await graph.ainvoke(Command(resume=value), cfg(thread))
+            print(json.dumps({"thread": thread, **summary(out)}), flush=True)
+
+
 def summary(out: dict[str, Any]) -> dict[str, Any]:
     """What a test asserts on: the interrupt payload (if any), each tool message, the last text."""
     intr = out.get("__interrupt__") or ()
@@ -249,6 +277,9 @@ def cfg(thread: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text())
+    if spec.get("asyncio"):
+        asyncio.run(amain(spec))
+        return 0
     with app(spec) as (_, graph):
         for thread, value in spec.get("resume", {}).items():
             out = graph.invoke(Command(resume=value), cfg(thread))

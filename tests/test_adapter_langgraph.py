@@ -30,7 +30,7 @@ from callgate.adapters.hitl import InvalidResume, parse_decisions
 from callgate.client import AsyncClient, AsyncSession, Client, DeadlineExceeded, Session, TransportError
 from callgate.config import IdempotencyConfig, StoreConfig
 from tests.conftest import ROOT, Running, short_tmpdir, start_sidecar, stop_sidecar
-from tests.langgraph_app import EVENT, MAP_PNG, app, build, cfg, summary
+from tests.langgraph_app import EVENT, MAP_PNG, aapp, app, build, cfg, summary
 
 SUBPROCESS_TIMEOUT_S = 120
 
@@ -309,6 +309,25 @@ def test_resume_from_a_postgres_checkpointer_in_another_process(world: World, po
     out = world.resume({thread: {"decisions": [{"type": "approve"}]}}, saver=saver, approver="bob")[thread]
     assert world.ledger() == ["calendar Standup"] and content(out)["status"] == "ok"
     assert world.invocation(ask["invocation_id"]).state.name == "OBSERVED"
+
+
+def test_an_asyncio_app_resumes_from_an_async_sqlite_checkpointer_in_another_process(world: World) -> None:
+    """The asyncio app (``AsyncClient``, ``ainvoke``, langgraph-checkpoint-sqlite's
+    ``AsyncSqliteSaver``) interrupted here on an AIMessage with an allowed and a confirmed call,
+    approved and resumed in another process: each runs once, the approver is recorded."""
+
+    async def first() -> dict[str, Any]:
+        async with aapp(world.spec(db="acheckpoints.db")) as (_, graph):
+            return summary(await graph.ainvoke({"messages": [HumanMessage("both")]}, cfg("t-aio")))
+
+    (ask,) = asked(asyncio.run(first()))
+    assert ask["tool"] == "calendar.create_event" and world.ledger() == []
+    approve = {"t-aio": {"decisions": [{"type": "approve"}]}}
+    out = world.resume(approve, db="acheckpoints.db", asyncio=True, approver="bob")["t-aio"]
+    assert sorted(world.ledger()) == ["calendar Standup", "weather Paris"]
+    assert [content(out, i)["status"] for i in range(2)] == ["ok", "ok"] and out["last"] == "done"
+    confirmed = [e for e in world.events(ask["invocation_id"]) if e.kind == "confirmed"]
+    assert [e.data["confirmed_by"] for e in confirmed] == ["bob"]
 
 
 REJECT_SHAPES = {

@@ -9,7 +9,11 @@ API (GetInvocation) on the gateway's own session."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,8 @@ import pytest
 from callgate.client import AsyncClient, CallgateClientError
 from callgate.client.aio import AsyncSession
 from callgate.gen.v1 import callgate_pb2 as pb
-from tests.mcp_env import accept, cli, payload, run, stdio_gateway, text_of
+from tests.mcp_clients import result_text, run_ts
+from tests.mcp_env import ROOT, accept, cli, payload, run, serve_params, stdio_gateway, text_of
 from tests.ports import free_port
 from tests.test_mcp_gateway import CANARY, Env, write_policies  # the module's fixtures
 
@@ -151,6 +156,76 @@ def test_cancel_before_the_boundary_cancels_the_invocation(env: Env) -> None:
 
     run(go())
     assert not [x for x in env.effects() if x["tool"] == "remove"]
+
+
+@pytest.mark.timeout(200)
+def test_cancel_while_the_gateway_waits_on_the_sidecar_ends_that_call_only(env: Env) -> None:
+    """notifications/cancelled while the gateway's gRPC call to the sidecar is out (here the
+    propose: an external sidecar, stopped with SIGSTOP so the call is surely in flight). grpc.aio
+    answers a cancelled await with a CancelledError of its own, which the SDK's per-request
+    cancel scope did not take for its own: it escaped and stopped the whole gateway (exit 0,
+    every later request "Connection closed"). Now only that call ends; the next is answered."""
+    assert env.import_all().returncode == 0
+    text = env.config.read_text()
+    env.config.write_text(text.replace("[mcp]\n", '[mcp]\nsidecar = "external"\n', 1))
+    log = env.base / "sidecar.log"
+    with log.open("wb") as err:
+        sidecar = subprocess.Popen(
+            [sys.executable, "-m", "callgate", "serve", "--config", str(env.config)],
+            cwd=env.base, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    env.procs.append(sidecar)
+    end = time.monotonic() + 90
+    while not (env.base / "run" / "a.sock").exists():
+        assert sidecar.poll() is None and time.monotonic() < end, log.read_text()
+        time.sleep(0.1)
+
+    async def go() -> None:
+        async with stdio_gateway(env) as (s, _):
+            await s.list_tools()
+            async with anyio.create_task_group() as tg:
+                sidecar.send_signal(signal.SIGSTOP)
+                try:
+                    tg.start_soon(s.call_tool, "up__lookup", {"city": "Oslo"})
+                    await anyio.sleep(1.0)  # the gateway waits on the stopped sidecar
+                    tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+                finally:
+                    sidecar.send_signal(signal.SIGCONT)
+            with anyio.fail_after(60):
+                r = await s.call_tool("up__lookup", {"city": "Bergen"})
+            assert not r.is_error and "Bergen: sunny" in text_of(r), text_of(r)
+
+    run(go())
+
+
+@pytest.mark.node
+@pytest.mark.timeout(200)
+def test_the_typescript_client_aborting_a_call_ends_that_call_only(env: Env) -> None:
+    """The TypeScript SDK client aborts a call at its first progress notification (the gateway's
+    "proposing": its gRPC call to the embedded sidecar is out, or about to be; the harness's
+    ``abort_on_progress``): that call ends, the next one on the connection is answered. Before,
+    an abort landing while the gRPC call was out stopped the gateway ("Connection closed")."""
+    assert env.import_all().returncode == 0
+    ts = run_ts(
+        {
+            "server": serve_params(env),
+            "steps": [
+                {"op": "list_tools"},
+                {
+                    "op": "call",
+                    "name": "up__hang",
+                    "arguments": {"seconds": 30},
+                    "abort_on_progress": True,
+                    "id": "aborted",
+                },
+                {"op": "sleep", "ms": 1000},
+                {"op": "call", "name": "up__lookup", "arguments": {"city": "Oslo"}, "id": "next"},
+            ],
+        }
+    )
+    aborted, nxt = ts.outcome("aborted"), ts.outcome("next")
+    assert aborted["event"] == "error" and "aborted by the scenario" in aborted["message"], aborted
+    assert nxt["event"] == "result" and not nxt["isError"] and "Oslo: sunny" in result_text(nxt), nxt
 
 
 @pytest.mark.timeout(200)

@@ -273,6 +273,42 @@ def test_idle_sessions_are_closed_after_the_configured_minutes(site: Site) -> No
     ).is_success
 
 
+# ---------------------------------------------------------------------------------- one session
+@pytest.mark.timeout(120)
+def test_a_session_is_its_subjects_a_stream_resumed_by_last_event_id_opens_and_delete_ends_it(
+    site: Site,
+) -> None:
+    """A session id works only with its subject's token; a client reconnecting its GET stream
+    with ``Last-Event-ID`` (the gateway keeps no event store, so there is nothing to replay)
+    gets a fresh stream, not an HTTP 500; DELETE ends the session."""
+    r = _open(site.url, BOB)
+    assert r.status_code == 200, r.text
+    session = r.headers["mcp-session-id"]
+    bob = {
+        **ACCEPT,
+        "authorization": f"Bearer {BOB}",
+        "mcp-protocol-version": "2025-11-25",
+        "mcp-session-id": session,
+    }
+    initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    assert httpx2.post(site.url, json=initialized, headers=bob, timeout=20).status_code == 202
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    alice = {**bob, "authorization": f"Bearer {ALICE}"}
+    assert httpx2.post(site.url, json=ping, headers=alice, timeout=20).status_code == 404  # not hers
+
+    def reconnect(last_event_id: str) -> tuple[int, str]:
+        sse = {**bob, "accept": "text/event-stream", "last-event-id": last_event_id}
+        with httpx2.stream("GET", site.url, headers=sse, timeout=20) as g:
+            return g.status_code, g.headers.get("content-type", "")
+
+    for last in ("0", "never-issued"):  # one after the other: one GET stream per session at a time
+        status, kind = reconnect(last)
+        assert (status, kind.split(";")[0]) == (200, "text/event-stream"), (last, status, kind)
+    assert httpx2.post(site.url, json=ping, headers=bob, timeout=20).is_success  # the session goes on
+    _close(site.url, BOB, session)
+    assert httpx2.post(site.url, json=ping, headers=bob, timeout=20).status_code == 404
+
+
 # ---------------------------------------------------------------------------------- Host / Origin
 def test_host_and_origin_checked_on_a_non_default_loopback_address(site: Site) -> None:
     host = f"{HOST}:{site.port}"

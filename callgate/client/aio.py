@@ -44,9 +44,30 @@ async def _call(
     fn: Callable[..., Awaitable[T]], request: Any, timeout: float, traceparent: str | None = None
 ) -> T:
     try:
-        return await fn(request, timeout=timeout, metadata=trace_metadata(traceparent))
+        return await _cancellable(fn(request, timeout=timeout, metadata=trace_metadata(traceparent)))
     except (grpc.RpcError, TypeError, ValueError) as err:  # TypeError, ValueError: undecodable
         raise failed(err) from None
+
+
+async def _cancellable(call: Awaitable[T]) -> T:
+    """Await a ``grpc.aio`` call so that cancelling the awaiting task raises the canceller's own
+    ``CancelledError`` (its message kept) and cancels the RPC. Awaited directly, a call cancelled
+    in flight raises a new, message-less ``CancelledError`` of grpc's; a canceller that knows its
+    cancellation by its message (anyio's cancel scopes, e.g. the MCP SDK's scope of one request)
+    takes it for someone else's and lets it through: it ended the whole MCP gateway."""
+    rpc = asyncio.ensure_future(call)
+    try:
+        return await asyncio.shield(rpc)
+    except asyncio.CancelledError:
+        rpc.cancel()
+        rpc.add_done_callback(_retrieved)
+        raise
+
+
+def _retrieved(rpc: asyncio.Future[Any]) -> None:
+    """Collects the outcome of an RPC whose awaiter was cancelled (nobody else will)."""
+    if not rpc.cancelled():
+        rpc.exception()
 
 
 async def _rpc(call: Rpc) -> Any:

@@ -6,6 +6,10 @@ Built from the SDK's parts rather than ``Server.streamable_http_app`` because th
 DNS-rebinding protection only when bound to 127.0.0.1, localhost or ::1 (then accepting any
 ``localhost:*`` origin), names the gateway itself as the authorization server when none is given,
 and has no per-subject session limit.
+
+The gateway keeps no event store (no stream resumability): a GET that reconnects its stream
+with ``Last-Event-ID`` names an event the gateway never issued and gets a fresh stream
+(:class:`NoReplay`; the SDK would end such a request without any response, an HTTP 500).
 """
 
 from __future__ import annotations
@@ -125,6 +129,27 @@ class HttpGateway:
     gate: SubjectGate
 
 
+LAST_EVENT_ID = b"last-event-id"
+
+
+class NoReplay:
+    """Drops ``Last-Event-ID`` from a GET: with no event store nothing can be replayed (the
+    gateway sends no event ids), so the reconnecting client gets a new stream for the session,
+    as from a server that does not offer resumability (MCP streamable HTTP, "Resumability and
+    Redelivery": the server MAY replay). The SDK's transport, handed the header without an
+    event store, returns without starting a response (HTTP 500)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            headers = [(k, v) for k, v in scope["headers"] if k.lower() != LAST_EVENT_ID]
+            if len(headers) != len(scope["headers"]):
+                scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)
+
+
 def build_http_app(
     server: Server[Any],
     cfg: McpHttpConfig,
@@ -143,7 +168,7 @@ def build_http_app(
         subjects=subjects,
         on_end=on_session_end,
     )
-    gate = SubjectGate(StreamableHTTPASGIApp(manager), subjects)
+    gate = SubjectGate(NoReplay(StreamableHTTPASGIApp(manager)), subjects)
     authorization_server = cfg.authorization_server or cfg.issuer
     metadata_url = (
         build_resource_metadata_url(_URL.validate_python(resource)) if authorization_server else None
@@ -168,4 +193,12 @@ def build_http_app(
     return HttpGateway(app, subjects, gate)
 
 
-__all__ = ["Allowlist", "HostOriginGuard", "HttpGateway", "RequireScopes", "build_http_app", "resource_url"]
+__all__ = [
+    "Allowlist",
+    "HostOriginGuard",
+    "HttpGateway",
+    "NoReplay",
+    "RequireScopes",
+    "build_http_app",
+    "resource_url",
+]

@@ -23,7 +23,11 @@
 //     "steps": [
 //       {"op": "list_tools"},
 //       {"op": "call", "name": "tool", "arguments": {...}, "elicitation": "decline",
-//        "timeout_ms": 5000, "progress": true, "id": "label", "meta": {...}},  // meta: _meta
+//        "timeout_ms": 5000, "progress": true, "id": "label", "meta": {...},   // meta: _meta
+//        "abort_after_ms": 3000, "abort_on_progress": true},  // abort the request then, or at
+//                                       // its first progress notification (the SDK sends
+//                                       // notifications/cancelled; this harness only:
+//                                       // tests/mcp_clients.py's Python runner ignores them)
 //       {"op": "ping"}, {"op": "sleep", "ms": 100}
 //     ]
 //   }
@@ -168,8 +172,19 @@ async function main() {
         });
       } else if (step.op === "call") {
         const options = { timeout: step.timeout_ms ?? timeout };
-        if (step.progress) {
-          options.onprogress = (p) => emit({ event: "progress", ...tag, ...p });
+        const abort = new AbortController();
+        const aborted = () => abort.abort(new Error("aborted by the scenario"));
+        if (step.abort_after_ms !== undefined || step.abort_on_progress) {
+          options.signal = abort.signal;
+        }
+        if (step.abort_after_ms !== undefined) {
+          setTimeout(aborted, step.abort_after_ms);
+        }
+        if (step.progress || step.abort_on_progress) {
+          options.onprogress = (p) => {
+            emit({ event: "progress", ...tag, ...p });
+            if (step.abort_on_progress && !abort.signal.aborted) aborted();
+          };
         }
         const params = { name: step.name, arguments: step.arguments ?? {} };
         if (step.meta) params._meta = step.meta;
