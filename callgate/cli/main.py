@@ -548,18 +548,11 @@ def cmd_explain(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
 
 
 def _masker(cfg: Config) -> Any:
-    """The configured secrets by name and the secret patterns, as the confirmer listener masks
-    them (``callgate explain`` shows a person what the console does). Raises CallgateError
-    (``config_invalid``) when a secret cannot be read; the message never holds a value."""
-    from callgate.base.errors import config_invalid
-    from callgate.execute.redaction import Redactor
-    from callgate.execute.secrets import SecretStore
+    """As the confirmer listener masks the arguments a person sees (``callgate explain`` shows what
+    the console does). Raises CallgateError (``config_invalid``); the message never holds a value."""
+    from callgate.execute.secrets import configured_masker
 
-    store = SecretStore.load(cfg.secrets, Path(cfg.base_dir))
-    try:
-        return Redactor(secrets=store.named())
-    except ValueError as exc:
-        raise config_invalid(f"secrets: {exc}") from None
+    return configured_masker(cfg.secrets, Path(cfg.base_dir))
 
 
 def _explain_from_store(

@@ -606,24 +606,7 @@ class Redactor:
         """:meth:`mask` over every string of a JSON-like value (keys too); anything that is not a
         string, list or dict is kept as it is. Returns a new value and the count."""
         counter = [0]
-        return self._mask_value(value, counter, 0), counter[0]
-
-    def _mask_value(self, value: Any, counter: list[int], depth: int) -> Any:
-        if depth > MAX_JSON_DEPTH:
-            raise ValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH}")
-        if isinstance(value, str):
-            text, n = self.mask(value)
-            counter[0] += n
-            return text
-        if isinstance(value, (list, tuple)):
-            return [self._mask_value(v, counter, depth + 1) for v in value]
-        if isinstance(value, Mapping):
-            pairs = [
-                (self._mask_value(str(k), counter, depth + 1), self._mask_value(v, counter, depth + 1))
-                for k, v in value.items()
-            ]
-            return dict(unique_keys(pairs))
-        return value
+        return self._walk(value, self.mask, False, counter, 0), counter[0]
 
     def _apply(self, text: str, mark: _Mark) -> tuple[str, int]:
         count = 0
@@ -678,23 +661,12 @@ class Redactor:
 
     def _redact_literals(self, text: str, mark: _Mark) -> tuple[str, int]:
         assert self._overlap is not None
-        spans: list[tuple[int, int, str]] = []
+        spans: list[tuple[int, int, int, str]] = []
         for m in self._overlap.finditer(text):
-            start = m.start()
-            end = start + len(m.group(1))
-            if spans and start < spans[-1][1]:
-                if end > spans[-1][1]:
-                    spans[-1] = (spans[-1][0], end, spans[-1][2])
-                continue
-            spans.append((start, end, self._forms.get(m.group(1).casefold(), "secret")))
-        out: list[str] = []
-        pos = 0
-        for start, end, name in spans:
-            out.append(text[pos:start])
-            out.append(mark(True, name, text[start:end]))
-            pos = end
-        out.append(text[pos:])
-        return "".join(out), len(spans)
+            found = m.group(1)
+            name = self._forms.get(found.casefold(), "secret")
+            spans.append((m.start(), m.start() + len(found), 0, mark(True, name, found)))
+        return _replace_spans(text, spans)
 
     def redact_json(self, value: Any) -> tuple[Any, int]:
         """Redact every string of a JSON value, object keys included; return a new value + count.
@@ -708,33 +680,43 @@ class Redactor:
             TypeError: a value that is not JSON (object keys must be ``str``).
         """
         counter = [0]
-        result = self._redact_value(value, counter, 0)
-        return result, counter[0]
+        return self._walk(value, self.redact, True, counter, 0), counter[0]
 
-    def _redact_value(self, value: Any, counter: list[int], depth: int) -> Any:
+    def _walk(
+        self,
+        value: Any,
+        change: Callable[[str], tuple[str, int]],
+        strict: bool,
+        counter: list[int],
+        depth: int,
+    ) -> Any:
+        """``change`` applied to every string of ``value`` (object keys too, repeated keys kept apart
+        by :func:`unique_keys`), counted in ``counter``. ``strict`` (:meth:`redact_json`): only JSON
+        values, else ``TypeError`` (a non-finite float: ``ValueError``); otherwise (:meth:`mask_json`)
+        any other value is kept as it is and keys are read with ``str``."""
         if depth > MAX_JSON_DEPTH:
             raise ValueError(f"JSON value nested deeper than {MAX_JSON_DEPTH}")
         if isinstance(value, str):
-            text, n = self.redact(value)
+            text, n = change(value)
             counter[0] += n
             return text
-        if value is None or isinstance(value, (bool, int)):
+        if isinstance(value, (list, tuple)):
+            return [self._walk(v, change, strict, counter, depth + 1) for v in value]
+        if isinstance(value, dict if strict else Mapping):
+            pairs: list[tuple[str, Any]] = []
+            for key, child in value.items():
+                if strict and not isinstance(key, str):
+                    raise TypeError("JSON object keys must be str")
+                new_key, n = change(key if strict else str(key))
+                counter[0] += n
+                pairs.append((new_key, self._walk(child, change, strict, counter, depth + 1)))
+            return dict(unique_keys(pairs))
+        if not strict or value is None or isinstance(value, (bool, int)):
             return value
         if isinstance(value, float):
             if not math.isfinite(value):
                 raise ValueError("non-finite number in a JSON value")
             return value
-        if isinstance(value, (list, tuple)):
-            return [self._redact_value(v, counter, depth + 1) for v in value]
-        if isinstance(value, dict):
-            pairs: list[tuple[str, Any]] = []
-            for key, child in value.items():
-                if not isinstance(key, str):
-                    raise TypeError("JSON object keys must be str")
-                new_key, n = self.redact(key)
-                counter[0] += n
-                pairs.append((new_key, self._redact_value(child, counter, depth + 1)))
-            return dict(unique_keys(pairs))
         raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from callgate.base.errors import (
     config_invalid,
@@ -20,6 +21,9 @@ from callgate.base.errors import (
     secret_not_found,
 )
 from callgate.config import SecretConfig
+
+if TYPE_CHECKING:
+    from callgate.execute.redaction import Redactor
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,3 +85,17 @@ class SecretStore:
                 f"secret '{name}' is not bound to {tool_name}@{tool_version} on this resource"
             )
         return secret.value
+
+
+def configured_masker(entries: Sequence[SecretConfig], base_dir: Path) -> Redactor:
+    """The configured secrets by name and the secret patterns, as a person sees them masked (the
+    confirmer listener, ``callgate explain``, the MCP gateway's question; docs/CONSOLE.md "Secrets
+    are masked"). Raises CallgateError (``config_invalid``) when a secret cannot be read; the
+    message never holds a value."""
+    from callgate.execute.redaction import Redactor
+
+    store = SecretStore.load(entries, base_dir)
+    try:
+        return Redactor(secrets=store.named())
+    except ValueError as exc:
+        raise config_invalid(f"secrets: {exc}") from None

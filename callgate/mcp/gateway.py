@@ -33,10 +33,9 @@ from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from callgate.base.errors import config_invalid
 from callgate.config import Config
 from callgate.execute.redaction import Redactor
-from callgate.execute.secrets import SecretStore
+from callgate.execute.secrets import configured_masker
 from callgate.mcp import listing
 from callgate.mcp.callkey import IDEMPOTENCY_META_KEY, REQUEST_ID_META_KEY
 from callgate.mcp.calls import Answer, Calls
@@ -54,14 +53,9 @@ log = logging.getLogger("callgate.mcp")
 
 def masker(cfg: Config) -> Redactor:
     """The configured secrets by name and the secret patterns, masked in the question a person is
-    asked (as the console masks them, docs/CONSOLE.md "Secrets are masked"). Raises
-    CallgateError (``config_invalid``) when a secret cannot be read: the sidecar would refuse to
-    start on it too."""
-    store = SecretStore.load(cfg.secrets, Path(cfg.base_dir))
-    try:
-        return Redactor(secrets=store.named())
-    except ValueError as exc:
-        raise config_invalid(f"secrets: {exc}") from None
+    asked (as the console masks them). Raises CallgateError (``config_invalid``) when a secret
+    cannot be read: the sidecar would refuse to start on it too."""
+    return configured_masker(cfg.secrets, Path(cfg.base_dir))
 
 
 class Gateway:

@@ -269,7 +269,7 @@ class Gate:
         between its reading and its write (another call or process reserved meanwhile) is asked
         again on the reading taken under the write lock, at which it is then reserved
         (:class:`~callgate.store.meters.MetersMoved`; at most once)."""
-        while True:
+        for again in (False, True):
             decision = await steps.authorize(call, tool, normalized, self.core)
             if isinstance(decision, Rejection):  # the engine's schema cannot hold the arguments
                 outcome = await self._finish(call, decision, validated=validated)
@@ -280,6 +280,9 @@ class Gate:
             try:
                 outcome = await self._finish(call, decision=decision, validated=validated, claimed=claim)
             except MetersMoved as moved:  # nothing of the invocation written: decide again
+                if again:  # the second write holds its reservation already: never here (fail closed)
+                    await self.metering.release(call.invocation_id)
+                    raise
                 rewind(call.trail, EventKind.NORMALIZED)
                 call.decision, call.deadline, call.confirmation_expires_at = None, "", ""
                 call.usage = usage_context(moved.readings)
@@ -293,6 +296,7 @@ class Gate:
             if decision.effect is Effect.DENY and claim.key is not None:
                 await self.keys.release_claim(claim.key, call.invocation_id, call.now)
             return outcome
+        raise AssertionError("unreachable: the second pass returns or raises")
 
     async def _finish(
         self,
