@@ -64,6 +64,11 @@ def get_weather(city: str, date: str) -> Any:
     return {"city": city, "forecast": "sunny"}
 
 
+LG_SECRET = "calTok-" + "Lg7Qz9mask-approver"
+"""The calendar tool's configured secret in the sidecar of the masking test (``secrets``)."""
+LG_KEY = "sk-" + "lgMaskKeyA1b2C3d4E5f6W9x8"
+"""A key the default ``api_key`` pattern describes (not configured)."""
+
 VAULT_CANARY = "Lg-Canary-7Qz9-vault"
 """A configured secret of the sidecar in tests/test_adapter_part_secrets.py (never redeemed by
 the weather tool: only the sidecar knows it)."""
@@ -116,6 +121,9 @@ SCRIPTS: dict[str, list[tuple[str, dict[str, Any] | str]]] = {
     "vault": [("weather__get", {"city": "Vault", "date": "2026-07-20"})],
     # arguments the provider could not parse (LangChain's invalid_tool_calls), beside a good call
     "badjson": [("weather__get", '{"city":"Paris",'), ("weather__get", WEATHER)],
+    # a title holding the sidecar's configured secret and an sk- key no one configured
+    # (tests/test_adapter_langgraph.py: masked in what the approver is shown, run as written)
+    "secrets": [("calendar__create_event", {**EVENT, "title": f"Standup {LG_SECRET} {LG_KEY}"})],
 }
 
 

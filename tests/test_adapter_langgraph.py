@@ -29,8 +29,8 @@ from langgraph.types import Command
 from callgate.adapters.hitl import InvalidResume, parse_decisions
 from callgate.client import AsyncClient, AsyncSession, Client, DeadlineExceeded, Session, TransportError
 from callgate.config import IdempotencyConfig, StoreConfig
-from tests.conftest import ROOT, Running, short_tmpdir, start_sidecar, stop_sidecar
-from tests.langgraph_app import EVENT, MAP_PNG, aapp, app, build, cfg, summary
+from tests.conftest import ROOT, Running, calendar_secret, short_tmpdir, start_sidecar, stop_sidecar
+from tests.langgraph_app import EVENT, LG_KEY, LG_SECRET, MAP_PNG, aapp, app, build, cfg, summary
 
 SUBPROCESS_TIMEOUT_S = 120
 
@@ -353,6 +353,58 @@ def test_the_hitl_description_shows_what_the_title_hides(world: World) -> None:
     assert "\u202e" not in text and asked(out["t-hidden"])[0]["digest"] in text
     assert action["args"]["title"] == "\u202eputdnats\u202c st\u0430ndup"
     assert world.ledger() == []
+
+
+@pytest.fixture
+def masking_world() -> Iterator[World]:
+    """A sidecar whose configured secret (the calendar tool's) is :data:`LG_SECRET`."""
+    running, tmp = start_sidecar(secrets=(calendar_secret("CALLGATE_TEST_LG_MASK_TOKEN", LG_SECRET),))
+    d = short_tmpdir()
+    try:
+        yield World(running, d, "ses-lgm-" + d.name)
+    finally:
+        stop_sidecar(running, tmp)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def shows_a_secret(value: Any) -> bool:
+    """Whether ``value`` (JSON-like) shows the configured secret or the key, in any case, as
+    written or JSON-escaped. A bool only: a failing assertion never prints either."""
+    text = (json.dumps(value, ensure_ascii=False) + json.dumps(value)).casefold()
+    return any(s.casefold() in text for s in (LG_SECRET, LG_KEY))
+
+
+@pytest.mark.parametrize("hitl", ["langchain", "agent_inbox"])
+def test_the_approver_sees_no_secret_and_the_approval_runs_the_exact_call_once(
+    masking_world: World, hitl: str
+) -> None:
+    """The interrupt payload (what the application shows its approver: ``args``, the
+    ``description``, the ``callgate`` member) masks the sidecar's configured secret by name and an
+    ``sk-`` key with its last four characters, as the console does; the digest in it is the exact
+    arguments', and the approval given in another process runs the call once with the real
+    values. Before, ``args`` and the description showed both in clear."""
+    w, thread = masking_world, "t-secrets-" + hitl
+    first = w.start({thread: "secrets"}, hitl=hitl)[thread]
+    payload = first["interrupt"]
+    assert not shows_a_secret(payload)
+    if hitl == "langchain":
+        ((action,), (meta,)) = payload["action_requests"], payload["callgate"]
+        args, text = action["args"], action["description"]
+    else:
+        (item,) = payload
+        args, text, meta = item["action_request"]["args"], item["description"], item["callgate"]
+    shown = f"Standup ⟦masked calendar_api_token⟧ ⟦masked api_key …{LG_KEY[-4:]}⟧"
+    assert args["title"] == shown and shown in text and meta["digest"] in text
+    inv = w.invocation(meta["invocation_id"])  # what is bound: the exact arguments and their digest
+    assert meta["digest"] == inv.digest and LG_SECRET in inv.normalized_arguments.decode()
+    assert w.ledger() == []
+    approve = {"decisions": [{"type": "approve"}]} if hitl == "langchain" else [{"type": "accept"}]
+    out = w.resume({thread: approve}, hitl=hitl, approver="bob")[thread]
+    assert w.ledger() == [f"calendar Standup {LG_SECRET} {LG_KEY}"]  # once, with the real values
+    assert content(out)["status"] == "ok" and out["last"] == "done"
+    assert w.invocation(meta["invocation_id"]).state.name == "OBSERVED"
+    confirmed = [e for e in w.events(meta["invocation_id"]) if e.kind == "confirmed"]
+    assert [e.data["confirmed_by"] for e in confirmed] == ["bob"]
 
 
 def test_reject_shapes_tell_the_model_run_nothing_and_leave_the_console(world: World) -> None:

@@ -877,3 +877,92 @@ def test_a_standing_approval_given_in_a_new_process_confirms_only_the_shown_call
     assert got["status"] == "not_confirmed" and got["code"] == "confirmation_not_asked", got
     assert trail(sidecar, invocation_id)[0] == "OBSERVED"
     assert console_pending(sidecar) == []
+
+
+# ---------------------------------------------------------------- secrets in the arguments
+AG_KEY = "sk-" + "agMaskKeyA1b2C3d4E5f6W9x8"
+"""A key the default ``api_key`` pattern describes (not configured)."""
+SECRET_EVENT = {**EVENT, "title": f"Standup {CANARY} {AG_KEY}"}
+"""A title holding the sidecar's configured secret (``calendar_api_token``) and the key."""
+MASKED_TITLE = f"Standup ⟦masked calendar_api_token⟧ ⟦masked api_key …{AG_KEY[-4:]}⟧"
+
+
+def shows_a_secret(text: str) -> bool:
+    """Whether ``text`` shows the configured secret or the key, in any case, as written or
+    JSON-escaped. A bool only: a failing assertion never prints either."""
+    folded = (text + json.dumps(text)).casefold()
+    return any(s.casefold() in folded for s in (CANARY, AG_KEY))
+
+
+def secret_booking(cg: Client, session: Session, *, with_confirmer: bool) -> tuple[Gate, Agent[Any], Any]:
+    model = ScriptedModel(
+        [[function_call("calendar__create_event", SECRET_EVENT, call_id="c4")], [assistant_message("done")]]
+    )
+    g, agent = gate_and_agent(cg, session, model, with_confirmer=with_confirmer)
+    first = Runner.run_sync(agent, "book it", context=dict(USER), run_config=g.run_config(RUN))
+    assert [i.call_id for i in first.interruptions] == ["c4"] and upstream() == []
+    return g, agent, first
+
+
+def test_the_approver_sees_no_secret_and_the_approval_in_a_new_process_runs_the_exact_call_once(
+    sidecar: Running,
+) -> None:
+    """``gate.confirmation(item)`` (what callgate puts in front of the approver) masks the
+    configured secret by name and the ``sk-`` key with its last four characters, in the process
+    that parked the call and in the one that restores the state and approves; the digest shown is
+    the exact arguments' and the approved call runs once with the real values. The SDK's own
+    ``ToolApprovalItem`` still carries the model's raw arguments (the SDK's, docs/CLIENTS.md).
+    Before, the summary showed both in clear."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        g, _, first = secret_booking(cg, session, with_confirmer=True)
+        summary = g.confirmation(first.interruptions[0])
+        saved = first.to_state().to_string()
+    assert summary is not None and not shows_a_secret(summary)
+    assert MASKED_TITLE in summary
+    pending = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0]
+    assert f"digest {pending.digest}" in summary
+    stored = sidecar.call(sidecar.sidecar.components.store.get_invocation(pending.invocation_id))
+    assert stored.digest == pending.digest and CANARY in stored.normalized_arguments.decode()
+    assert shows_a_secret(str(first.interruptions[0].arguments))  # the SDK's item: the model's raw call
+    done = resume_elsewhere(sidecar, session, saved, "approve", "confirmer")
+    [shown] = done["summaries"]
+    assert not shows_a_secret(shown) and MASKED_TITLE in shown and pending.digest in shown
+    assert done["final_output"] == "done" and json.loads(done["outputs"]["c4"]["output"])["status"] == "ok"
+    [ran] = upstream()
+    assert ran["title"] == SECRET_EVENT["title"] and ran["token_ok"] is True  # the real values, once
+    state_name, events = trail(sidecar, pending.invocation_id)
+    assert state_name == "OBSERVED" and event(events, "confirmed")["confirmed_by"] == "alice@agent-ui"
+
+
+def test_console_only_what_waits_for_the_console_is_listed_masked(sidecar: Running) -> None:
+    """Without a confirmer: ``gate.waiting()`` (a status line's calls waiting for the console)
+    carries the masked arguments beside the exact ones; the console's confirmation runs the call
+    once with the real values."""
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        g, agent, first = secret_booking(cg, new_session(cg), with_confirmer=False)
+        summary = g.confirmation(first.interruptions[0])
+        assert summary is not None and not shows_a_secret(summary) and MASKED_TITLE in summary
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        hooks = ToolStarted()
+        t, box = resume_in_thread(agent, state, hooks)
+        assert hooks.started.wait(30)
+        for _ in range(100):  # the tool reached its console wait
+            if g.waiting():
+                break
+            threading.Event().wait(0.1)
+        [waiting] = g.waiting()
+        assert not shows_a_secret(waiting.masked_arguments.decode())
+        assert json.loads(waiting.masked_arguments)["title"] == MASKED_TITLE
+        assert json.loads(waiting.normalized_arguments)["title"] == SECRET_EVENT["title"]
+        pending = sidecar.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending[0]
+        assert pending.digest == waiting.digest
+        sidecar.confirmations.Confirm(
+            pb.ConfirmRequest(invocation_id=waiting.invocation_id, digest=waiting.digest, confirmed_by="bob")
+        )
+        t.join(60)
+    assert "error" not in box, box.get("error")
+    assert json.loads(outputs(box["result"])["c4"].output)["status"] == "ok"
+    [ran] = upstream()
+    assert ran["title"] == SECRET_EVENT["title"] and ran["token_ok"] is True

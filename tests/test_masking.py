@@ -11,7 +11,7 @@ import pytest
 
 from callgate.client.visible import MASK_MARK, mask_mark
 from callgate.execute.redaction import Redactor
-from callgate.server.services import masked_bytes
+from callgate.server.services import masked_bytes, masked_json
 
 TOKEN = "calendar-" + "tok-5Jf8Qw2Zr7Kp"
 KEY = "sk-" + "maskKeyA1b2C3d4E5f6G7h8"
@@ -63,3 +63,24 @@ def test_json_values_and_argument_bytes() -> None:
     shown = masked_bytes(raw, MASKER)
     assert clear(shown.decode("utf-8", "replace")) and shown.endswith(b"\xff") and b'"caf\\u00e9"' in shown
     assert masked_bytes(b'{"a": 1}', MASKER) == b'{"a": 1}'
+
+
+def test_masked_json_masks_every_string_and_stays_json() -> None:
+    """``masked_arguments`` (what the adapters' approval prompts show): each string of the JSON
+    masked on its own, so a pattern that runs to the end of the text (a PEM key without its END
+    line) or across a string's end never takes the quotes and members after it; keys too; the
+    exact bytes when nothing is found."""
+    pem = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC"
+    doc = {"a": pem, "b": f"t {TOKEN}", KEY: 1, "n": [1.5, None, True]}
+    raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    assert masked_bytes(raw, MASKER)[-1:] != b"}"  # the text-level mask takes the rest of the document
+    shown = json.loads(masked_json(raw, MASKER))
+    assert shown == {
+        "a": "⟦masked private_key …AASC⟧",
+        "b": "t ⟦masked calendar_api_token⟧",
+        "⟦masked api_key …G7h8⟧": 1,
+        "n": [1.5, None, True],
+    }
+    assert clear(json.dumps(shown, ensure_ascii=False))
+    plain = b'{"title":"Standup","x":"\\u202e"}'
+    assert masked_json(plain, MASKER) is plain and masked_json(b"", MASKER) == b""

@@ -9,6 +9,11 @@ Interrupt payloads (what a person's UI is given):
   "config": {"allow_accept", "allow_edit", "allow_respond", "allow_ignore"}, "description"}``
   (each with its ``"callgate"`` member).
 
+The ``args`` and the ``description`` are the sidecar's masked copy of the normalized arguments
+(``masked_arguments``): each configured secret shown by name, each secret pattern's match with its
+last four characters (docs/CONSOLE.md "Secrets are masked"); the ``digest`` is the exact
+arguments', and what runs holds the real values.
+
 Resume values (:func:`parse_decisions`, whichever payload was sent), one decision per action, in
 order:
 
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from callgate.client import CallgateClientError
+from callgate.client import CallgateClientError, MalformedAnswer
 from callgate.client.visible import visible_json
 
 
@@ -80,7 +85,8 @@ class Ask:
     name: str
     """The name the model called (the legal name)."""
     arguments: Any
-    """The canonical normalized arguments the digest covers."""
+    """The normalized arguments the digest covers, as a person may see them: each secret in
+    them masked by the sidecar (:func:`shown_arguments`); the digest is the exact arguments'."""
     tool: str
     tool_call_id: str
     invocation_id: str
@@ -161,10 +167,24 @@ def parse_decisions(value: object, count: int) -> tuple[Decision, ...]:
     return tuple(_one(d, f"decisions[{i}]") for i, d in enumerate(items))
 
 
+def shown_arguments(masked: bytes, normalized: bytes) -> Any:
+    """The arguments a person is shown: the sidecar's masked copy of the normalized arguments
+    (``masked_arguments``: a configured secret as ``⟦masked <name>⟧``, a secret pattern's match as
+    ``⟦masked <pattern> …<last 4>⟧``, docs/CONSOLE.md "Secrets are masked"), parsed. Fails closed
+    (:class:`~callgate.client.MalformedAnswer`) when the sidecar sent none for arguments it has,
+    or sent something that is not JSON: never the exact arguments in their place."""
+    if not masked and normalized:
+        raise MalformedAnswer("a parked invocation without its masked arguments")
+    try:
+        return json.loads(masked or b"{}")
+    except ValueError:
+        raise MalformedAnswer("masked arguments that are not JSON") from None
+
+
 def describe(a: Ask, how: str) -> str:
-    """What the person reads: the tool, the arguments the digest covers (hidden characters,
-    whitespace runs and letters of another script as marks, :mod:`callgate.client.visible`), the
-    digest and the expiry."""
+    """What the person reads: the tool, the arguments the digest covers (secrets masked,
+    :func:`shown_arguments`; hidden characters, whitespace runs and letters of another script as
+    marks, :mod:`callgate.client.visible`), the digest and the expiry."""
     args = visible_json(json.dumps(a.arguments, ensure_ascii=False, indent=2, sort_keys=True))
     return (
         f"callgate: {a.tool} needs your confirmation ({how}); digest {a.digest}, until {a.expires_at}.\n"
@@ -223,4 +243,5 @@ __all__ = [
     "describe",
     "parse_decisions",
     "request",
+    "shown_arguments",
 ]

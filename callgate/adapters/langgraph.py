@@ -18,8 +18,9 @@ call's proposal id is the model's own tool call id.
 The node (:class:`CallgateToolNode`, a ``ToolNode`` subclass) proposes every tool call first:
 DENIED / REJECTED become the ``ToolMessage`` (nothing runs); calls that need a person are asked in
 one ``interrupt()`` in LangChain's human-in-the-loop shape (:mod:`callgate.adapters.hitl`:
-approve / edit / reject / respond, or Agent Inbox's accept / edit / ignore / response). An
-``edit`` cancels the original and proposes the edited call anew (its own digest; a new interrupt
+approve / edit / reject / respond, or Agent Inbox's accept / edit / ignore / response), the
+arguments in it with each secret masked by the sidecar (its ``masked_arguments``; the digest and
+what runs are the exact arguments'). An ``edit`` cancels the original and proposes the edited call anew (its own digest; a new interrupt
 when it needs confirmation too). Then ALLOWED and confirmed calls run through ``ToolNode`` itself
 (injected arguments, ``ToolRuntime``), inside the executor path (BeginAttempt -> the tool with
 the canonical arguments -> ReportOutcome -> EncodeResult, :meth:`Client.run`).
@@ -63,7 +64,16 @@ from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest, ToolInvocationError
 from langgraph.types import Command, interrupt
 
-from callgate.adapters.hitl import Ask, Decision, HITLFormat, InvalidResume, Kind, parse_decisions, request
+from callgate.adapters.hitl import (
+    Ask,
+    Decision,
+    HITLFormat,
+    InvalidResume,
+    Kind,
+    parse_decisions,
+    request,
+    shown_arguments,
+)
 from callgate.adapters.parts import answer_parts, committed, replayed_parts, watched
 from callgate.client import (
     Allowed,
@@ -626,13 +636,9 @@ class CallgateTools:
 
     @staticmethod
     def _ask(p: _Parked) -> Ask:
-        try:
-            shown = json.loads(p.inv.normalized_arguments)
-        except ValueError:
-            raise MalformedAnswer("normalized arguments that are not JSON") from None
         return Ask(
             p.legal,
-            shown,
+            shown_arguments(p.inv.masked_arguments, p.inv.normalized_arguments),
             p.req.tool_name,
             p.call_id,
             p.inv.invocation_id,

@@ -77,7 +77,7 @@ from agents.run_config import ToolExecutionConfig
 from agents.tool import FunctionToolCustomDataContext
 from agents.tool_context import ToolContext as AgentsToolContext
 
-from callgate.adapters.hitl import Ask, describe
+from callgate.adapters.hitl import Ask, describe, shown_arguments
 from callgate.adapters.openai_agents_binding import (
     Attempt,
     Binding,
@@ -511,8 +511,10 @@ class Gate:
     def confirmation(self, item: ToolApprovalItem) -> str | None:
         """What the person approving ``item`` (one of ``state.get_interruptions()``) is shown:
         callgate's confirmation summary (the tool, the canonical normalized arguments the digest
-        covers with hidden characters as marks, the digest, the expiry, who confirms), read
-        from the sidecar's parked invocation (found by tool call id: in any process). None when
+        covers with hidden characters as marks and each secret masked, the digest, the expiry,
+        who confirms), read from the sidecar's parked invocation (found by tool call id: in any
+        process; its ``masked_arguments``). Show this, not ``item.arguments`` (the model's raw
+        text, the SDK's, secrets in clear). None when
         callgate holds no confirmation for it now (a call it refused, which with
         ``run_config()`` never interrupts, or one that expired or was decided): reject it."""
         call_id, pending = item.call_id or "", None
@@ -524,7 +526,7 @@ class Gate:
         tool = self.session.names.by_legal.get(str(item.tool_name))
         ask = Ask(
             name=str(item.tool_name),
-            arguments=json.loads(pending.normalized_arguments or b"{}"),
+            arguments=shown_arguments(pending.masked_arguments, pending.normalized_arguments),
             tool=tool[0] if tool is not None else str(item.tool_name),
             tool_call_id=call_id,
             invocation_id=pending.invocation_id,
@@ -545,7 +547,8 @@ class Gate:
 
     def waiting(self) -> list[NeedsConfirmation]:
         """The calls this gate's runs are waiting on for the console's decision now (approved in
-        the SDK, no confirmer here): invocation id, digest, ``expires_at``; for a status line."""
+        the SDK, no confirmer here): invocation id, digest, ``expires_at``; for a status line
+        (its ``masked_arguments`` for a person, ``normalized_arguments`` are the exact bytes)."""
         return list(self._waiting.values())
 
     # ---------------------------------------------------------------- fed tool messages

@@ -175,6 +175,7 @@ def outcome_of(resp: pb.ProposeResponse, tool_call_id: str) -> Outcome:
             resp.confirmation_expires_at,
             resp.normalized_arguments,
             confirm_message(tool_call_id, resp.confirmation_expires_at),
+            resp.masked_arguments,
         )
     if effect == pb.ALLOW and state == "PREPARED" and resp.digest:
         return Allowed(resp.invocation_id, resp.digest, tool_call_id, resp.normalized_arguments)
@@ -214,6 +215,7 @@ def parked(inv: pb.Invocation, tool_call_id: str = "") -> NeedsConfirmation | No
         inv.confirmation_expires_at,
         inv.normalized_arguments,
         confirm_message(tool_call_id, inv.confirmation_expires_at),
+        inv.masked_arguments,
     )
 
 

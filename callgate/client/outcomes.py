@@ -46,7 +46,12 @@ class Denied:
 
 @dataclass(frozen=True)
 class NeedsConfirmation:
-    """Parked until a confirmer approves this exact digest (wait with ``wait_confirmed``)."""
+    """Parked until a confirmer approves this exact digest (wait with ``wait_confirmed``).
+    ``normalized_arguments`` are the exact arguments the digest covers (for a program);
+    ``masked_arguments`` the same as a person may be shown them, each secret masked by the sidecar
+    (``⟦masked <name>⟧``, a pattern's match as ``⟦masked <pattern> …<last 4>⟧``; docs/CLIENTS.md):
+    show a person these, never ``normalized_arguments``. Empty when the answer carried no
+    arguments (``omit_normalized_arguments``)."""
 
     invocation_id: str
     digest: str
@@ -54,6 +59,7 @@ class NeedsConfirmation:
     expires_at: str
     normalized_arguments: bytes
     message: str
+    masked_arguments: bytes = b""
 
 
 @dataclass(frozen=True)

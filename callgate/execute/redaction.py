@@ -17,9 +17,11 @@ literal text                  the secret as text (when its bytes are UTF-8), in 
                               echoes are caught; ``casefold`` forms such as ``ß`` -> ``ss`` too)
 JSON-escaped                  ``json.dumps`` with and without ``ensure_ascii``, and with ``\\/``;
                               and any other mix of legal JSON escapes (below)
-HTML-escaped                  ``html.escape`` with and without quotes, ``&#x27;`` and ``&#39;``
+HTML-escaped                  ``html.escape`` with and without quotes, ``&#x27;`` and ``&#39;``;
+                              and any mix of character references per character (below)
 URL-encoded                   ``quote``/``quote_plus`` with ``safe=""`` and ``safe="/"``, upper- and
-                              lower-case ``%xx``
+                              lower-case ``%xx``; and any mix of percent-escaped and plain
+                              characters (below)
 hex                           lower and upper case
 base64                        standard and URL-safe alphabets, at the three byte alignments the
                               secret can have inside a larger encoded blob (so ``base64("user:" +
@@ -28,15 +30,19 @@ base64                        standard and URL-safe alphabets, at the three byte
                               The URL-encoded form of the standard alphabet is included.
 ============================  ====================================================================
 
-**Behind JSON escapes.** A tool result is often JSON text inside a string (an HTTP body, a
-document): the secret can be spelled there with any legal JSON escape per character
-(``s\\u006b-\\u0061...``, upper- or lower-case hex, ``\\/``, a surrogate pair), one document inside
-another. A text holding a backslash is therefore also read with its JSON escapes decoded, level
-after level (up to :data:`MAX_UNESCAPE_LEVELS`); a known secret form or a pattern match found in
-a decoded text is mapped back to the characters it decodes from, and those are replaced (the
-text around stays valid JSON). The presence checks read the decoded texts too
-(:meth:`Redactor.contains_known_form` is the as-written check alone), so the encoder's check of
-the redacted strings withholds what redaction could not take out.
+**Behind JSON escapes, HTML references and percent-escapes.** A tool result is often JSON text
+inside a string (an HTTP body, a document), an HTML page or a URL: the secret can be spelled there
+with any legal JSON escape per character (``s\\u006b-\\u0061...``, upper- or lower-case hex,
+``\\/``, a surrogate pair, one document inside another), with HTML character references mixed in
+(``&#115;k-...``, ``&#x73;``, ``&amp;`` for a ``&`` of the secret, the ``;`` optional as HTML5
+reads them) or with some characters percent-escaped (``s%6B-...``, UTF-8 bytes, twice-encoded
+``%256B``). A text holding a backslash, ``&`` or ``%`` is therefore also read with those decoded:
+in each round its JSON escapes, then its HTML references, then its percent-escapes (each kind only
+when its first character is there), up to :data:`MAX_UNESCAPE_LEVELS` rounds; a known secret form
+or a pattern match found in a decoded text is mapped back to the characters it decodes from, and
+those are replaced (the text around stays valid JSON, HTML or URL). The presence checks read the
+decoded texts too (:meth:`Redactor.contains_known_form` is the as-written check alone), so the
+encoder's check of the redacted strings withholds what redaction could not take out.
 
 Occurrences may overlap (two secrets sharing characters); the union of all occurrence spans is
 redacted, so no fragment of either survives. A secret shorter than ``min_secret_length``
@@ -80,7 +86,8 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from html.entities import html5 as _HTML5
+from typing import Any, cast
 
 from callgate.client.resultforms import (
     DEFAULT_MIN_SECRET_LENGTH,
@@ -109,14 +116,22 @@ __all__ = [
 
 
 MAX_UNESCAPE_LEVELS = 4
-"""How many levels of JSON string escaping the redactor decodes when it looks through a text
-(a JSON document inside a string inside a JSON document ... is one level each)."""
+"""How many rounds of decoding the redactor reads a text behind (a JSON document inside a string
+inside a JSON document ..., an HTML reference to an ``&``, a percent-escaped ``%`` are one level
+each); a round decodes JSON escapes, then HTML references, then percent-escapes."""
 
-_JSON_ESCAPE = re.compile(
-    r"\\(?:u([dD][89abAB][0-9a-fA-F]{2})\\u([dD][c-fC-F][0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|([\"\\/bfnrt]))"
-)
-"""One legal JSON string escape: a surrogate pair, another ``\\uXXXX``, or a two-character one."""
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _c1(num: int) -> str:
+    try:
+        return bytes([num]).decode("cp1252")
+    except UnicodeDecodeError:  # the five bytes Windows-1252 leaves undefined: themselves
+        return chr(num)
+
+
+_C1_REFS = {num: _c1(num) for num in range(0x80, 0xA0)}
+"""``&#128;`` .. ``&#159;`` as HTML5 reads them (Windows-1252, as ``html.unescape``)."""
 
 _URLSAFE_B64 = re.compile(r"[A-Za-z0-9_\-]+={0,2}")
 """URL-safe base64 text (``part_data`` reads the standard alphabet only)."""
@@ -240,16 +255,18 @@ def _literal_regex(words: Iterable[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# JSON text: the strings behind its escapes
+# Text behind its escapes: JSON string escapes, HTML character references, percent-encoding
 
 
 @dataclass(frozen=True, slots=True)
 class _View:
-    """A text with its JSON escapes decoded, and where each decoded escape came from."""
+    """A text with its escapes decoded, and where each decoded piece came from."""
 
     text: str
     at: tuple[int, ...]
-    """Index in :attr:`text` of each decoded escape (increasing)."""
+    """Index in :attr:`text` where each decoded piece starts (increasing)."""
+    ends: tuple[int, ...]
+    """Where it ends (a named reference can stand for two characters)."""
     spans: tuple[tuple[int, int], ...]
     """Its ``(start, end)`` in the text one level up."""
 
@@ -259,57 +276,161 @@ class _View:
 
     def _where(self, index: int) -> tuple[int, int]:
         i = bisect.bisect_right(self.at, index) - 1
-        if i >= 0 and self.at[i] == index:
+        if i >= 0 and index < self.ends[i]:
             return self.spans[i]
-        base, origin = (self.at[i] + 1, self.spans[i][1]) if i >= 0 else (0, 0)
+        base, origin = (self.ends[i], self.spans[i][1]) if i >= 0 else (0, 0)
         pos = origin + index - base
         return pos, pos + 1
 
 
-def _unescape(text: str) -> _View | None:
-    """``text`` with every legal JSON string escape decoded (``\\u0041``, ``\\/``, a surrogate
-    pair ...), wherever it stands; None when there is none."""
-    pieces: list[str] = []
+_JSON_TOKEN = r"\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|[\"\\/bfnrt])"
+_HTML_TOKEN = r"&(?:#[0-9]+;?|#[xX][0-9a-fA-F]+;?|[A-Za-z][A-Za-z0-9]{0,31};?)"
+_PERCENT_TOKEN = r"%[0-9a-fA-F]{2}(?:%[0-9a-fA-F]{2})*"
+_JSON_SPLIT = re.compile(f"({_JSON_TOKEN})")
+"""A legal JSON string escape (a surrogate pair, another ``\\uXXXX``, a two-character one), as
+one group: ``split`` gives text and escapes alternately (C speed)."""
+_HTML_SPLIT = re.compile(f"({_HTML_TOKEN})")
+"""An HTML character reference: decimal, hexadecimal, or a name; the terminating ``;`` optional,
+as HTML5 reads them."""
+_PERCENT_SPLIT = re.compile(f"({_PERCENT_TOKEN})")
+"""A run of percent-escaped bytes (read as UTF-8)."""
+_KINDS = (("\\", _JSON_SPLIT), ("&", _HTML_SPLIT), ("%", _PERCENT_SPLIT))
+"""The escapes a text is read behind, in this order in each round, each only when its first
+character is in the text (a regular expression that starts with a literal is a fast search: one
+over all three kinds costs ten times as much on a text with none of them)."""
+
+
+def _may_hide(text: str) -> bool:
+    """Whether ``text`` holds a character an escape starts with (three C substring tests)."""
+    return "\\" in text or "&" in text or "%" in text
+
+
+def _json_char(token: str) -> str:
+    if token[1] != "u":
+        return _SIMPLE_ESCAPES[token[1]]
+    if len(token) == 12:  # a surrogate pair
+        return chr(0x10000 + ((int(token[2:6], 16) - 0xD800) << 10) + (int(token[8:12], 16) - 0xDC00))
+    return chr(int(token[2:6], 16))
+
+
+def _numeric_ref(token: str) -> str:
+    """The character of ``&#115;`` / ``&#x73;`` as HTML5 reads it: C1 controls as Windows-1252,
+    NUL, surrogates and beyond U+10FFFF as U+FFFD (other non-characters as themselves, where a
+    browser may drop them: a view that keeps them hides nothing)."""
+    body = token[2:].rstrip(";")
+    hexadecimal = body[:1] in "xX"
+    digits = (body[1:] if hexadecimal else body).lstrip("0") or "0"
+    if len(digits) > 8:  # far beyond U+10FFFF (and never a long int conversion)
+        return "\ufffd"
+    num = int(digits, 16 if hexadecimal else 10)
+    if num in _C1_REFS:
+        return _C1_REFS[num]
+    if num == 0 or 0xD800 <= num <= 0xDFFF or num > 0x10FFFF:
+        return "\ufffd"
+    return chr(num)
+
+
+def _named_ref(token: str) -> tuple[str, int]:
+    """What ``&name;`` stands for and how many characters of ``token`` it takes, as HTML5 reads
+    it (``html.unescape``): the whole name when it is one, else the longest legacy name it starts
+    with (``&ampx`` is ``&`` and ``x``); ``("", 0)`` when it is none."""
+    name = token[1:]
+    value = _HTML5.get(name)
+    if value is not None:
+        return value, len(token)
+    for x in range(len(name) - 1, 1, -1):
+        value = _HTML5.get(name[:x])
+        if value is not None:
+            return value, x + 1
+    return "", 0
+
+
+def _percent_chars(token: str) -> list[str]:
+    """The characters a run of percent escapes spells (UTF-8; a byte that is not UTF-8 as a lone
+    surrogate, which no secret form contains)."""
+    return list(bytes.fromhex(token.replace("%", "")).decode("utf-8", "surrogateescape"))
+
+
+def _decode_token(token: str) -> str:
+    """The text one escape (one of :data:`_KINDS`) stands for (itself when it is none)."""
+    head = token[0]
+    if head == "\\":
+        return _json_char(token)
+    if head == "%":
+        return "".join(_percent_chars(token))
+    if token[1] == "#":
+        return _numeric_ref(token)
+    value, used = _named_ref(token)
+    return value + token[used:] if used else token
+
+
+def _pieces(token: str, start: int) -> list[tuple[str, int, int]]:
+    """The decoded pieces of the escape ``token`` found at ``start``, each with the span it comes
+    from: one per escape or reference, one per character of a percent run (its bytes' escapes);
+    none for a name that is no reference."""
+    head = token[0]
+    if head == "\\":
+        return [(_json_char(token), start, start + len(token))]
+    if head == "%":
+        out: list[tuple[str, int, int]] = []
+        pos = start
+        for ch in _percent_chars(token):
+            size = 3 * len(ch.encode("utf-8", "surrogateescape"))
+            out.append((ch, pos, pos + size))
+            pos += size
+        return out
+    if token[1] == "#":
+        return [(_numeric_ref(token), start, start + len(token))]
+    value, used = _named_ref(token)
+    return [(value, start, start + used)] if used else []
+
+
+def _unescape(text: str, kind: re.Pattern[str]) -> _View | None:
+    """``text`` with every escape of one ``kind`` (:data:`_KINDS`: ``\\u0041``, ``\\/``, a
+    surrogate pair; ``&#115;``, ``&#x73;``, ``&amp;``; ``%6B``) decoded, wherever it stands, and
+    the map back; None when there is none."""
+    chunks: list[str] = []
     at: list[int] = []
+    ends: list[int] = []
     spans: list[tuple[int, int]] = []
     pos = size = 0
-    for m in _JSON_ESCAPE.finditer(text):
-        literal = text[pos : m.start()]
-        pieces.append(literal)
-        size += len(literal)
-        high, low, code, simple = m.groups()
-        if high is not None:
-            ch = chr(0x10000 + ((int(high, 16) - 0xD800) << 10) + (int(low, 16) - 0xDC00))
-        elif code is not None:
-            ch = chr(int(code, 16))
-        else:
-            ch = _SIMPLE_ESCAPES[simple]
-        pieces.append(ch)
-        at.append(size)
-        spans.append((m.start(), m.end()))
-        size += 1
-        pos = m.end()
+    for m in kind.finditer(text):
+        for piece, start, end in _pieces(m.group(), m.start()):
+            literal = text[pos:start]
+            chunks.append(literal)
+            size += len(literal)
+            chunks.append(piece)
+            at.append(size)
+            size += len(piece)
+            ends.append(size)
+            spans.append((start, end))
+            pos = end
     if not at:
         return None
-    pieces.append(text[pos:])
-    return _View("".join(pieces), tuple(at), tuple(spans))
+    chunks.append(text[pos:])
+    return _View("".join(chunks), tuple(at), tuple(ends), tuple(spans))
 
 
 def _views(text: str) -> list[_View]:
-    """The texts behind ``text``'s JSON escapes, one per level, up to
-    :data:`MAX_UNESCAPE_LEVELS` (empty without a backslash)."""
+    """The texts behind ``text``'s escapes: in each round (a level), its JSON escapes, then its
+    HTML references, then its percent-escapes decoded, one view per kind found, up to
+    :data:`MAX_UNESCAPE_LEVELS` rounds (empty without a backslash, ``&`` or ``%``)."""
     out: list[_View] = []
-    while "\\" in text and len(out) < MAX_UNESCAPE_LEVELS:
-        view = _unescape(text)
-        if view is None:
+    for _ in range(MAX_UNESCAPE_LEVELS):
+        found = len(out)
+        for char, kind in _KINDS:
+            if char in text:
+                view = _unescape(text, kind)
+                if view is not None:
+                    out.append(view)
+                    text = view.text
+        if len(out) == found:
             break
-        out.append(view)
-        text = view.text
     return out
 
 
 _DECODED: dict[str, str] = {}
-"""Each escape's character (a surrogate pair's one), filled as met; cleared at 4,096."""
+"""Each escape's text (:func:`_decode_token`), filled as met; cleared at 4,096."""
 
 
 _LAST_DECODED: tuple[str, tuple[str, ...]] = ("", ())
@@ -317,27 +438,19 @@ _LAST_DECODED: tuple[str, tuple[str, ...]] = ("", ())
 of one text in a row decode it once; one tuple, replaced whole, so threads only miss)."""
 
 
-_ESCAPE_SPLIT = re.compile(f"({_JSON_ESCAPE.pattern})")
-""":data:`_JSON_ESCAPE` as one group: ``split`` gives text and escapes alternately (C speed)."""
-
-
-def _decode_all(text: str) -> str:
-    parts = _ESCAPE_SPLIT.split(text)
+def _decode_all(text: str, kind: re.Pattern[str]) -> str:
+    parts = kind.split(text)
     get = _DECODED.get
-    escapes = parts[1::6]  # the whole escape; its 4 inner groups follow it in the split
+    escapes = parts[1::2]
     chars = [get(e) for e in escapes]
     if None in chars:
         for i, e in enumerate(escapes):
             if chars[i] is None:
                 if len(_DECODED) >= 4096:
                     _DECODED.clear()
-                view = _unescape(e)
-                chars[i] = _DECODED[e] = view.text if view is not None else e
-    texts = parts[0::6]  # the texts between, one more than the escapes
-    out: list[str] = [""] * (len(texts) + len(chars))
-    out[0::2] = texts
-    out[1::2] = [ch or "" for ch in chars]
-    return "".join(out)
+                chars[i] = _DECODED[e] = _decode_token(e)
+    parts[1::2] = chars
+    return "".join(cast(list[str], parts))
 
 
 def _decoded(text: str) -> tuple[str, ...]:
@@ -349,12 +462,16 @@ def _decoded(text: str) -> tuple[str, ...]:
         return last[1]
     last_text = text
     out: list[str] = []
-    while "\\" in text and len(out) < MAX_UNESCAPE_LEVELS:
-        nxt = _decode_all(text)
-        if nxt == text:
+    for _ in range(MAX_UNESCAPE_LEVELS):
+        found = len(out)
+        for char, kind in _KINDS:
+            if char in text:
+                nxt = _decode_all(text, kind)
+                if nxt != text:  # a decoded escape always shortens the text
+                    out.append(nxt)
+                    text = nxt
+        if len(out) == found:
             break
-        out.append(nxt)
-        text = nxt
     answer = tuple(out)
     if out:
         _LAST_DECODED = (last_text, answer)
@@ -495,7 +612,7 @@ class Redactor:
     def contains_known_secret(self, text: str) -> bool:
         """Whether ``text`` contains any form of a known secret (patterns are not consulted), as
         written or behind JSON string escapes (``\\u0041``, ``\\/``, ... in any mix, up to
-        :data:`MAX_UNESCAPE_LEVELS` levels).
+        :data:`MAX_UNESCAPE_LEVELS` levels), HTML character references and percent-escapes.
 
         Up to :data:`SCAN_FORMS_LIMIT` forms this is one ``in`` test per casefolded form in the
         casefolded text (C substring search, about three times faster than the trie regex for
@@ -511,7 +628,7 @@ class Redactor:
         return self._plain_holds(text)
 
     def _escaped_holds(self, text: str) -> bool:
-        return "\\" in text and any(self._plain_holds(view) for view in _decoded(text))
+        return _may_hide(text) and any(self._plain_holds(view) for view in _decoded(text))
 
     def _plain_holds(self, text: str) -> bool:
         if self._scan_forms is not None:  # casefolded on both sides: a superset of the regex's matches
@@ -524,8 +641,8 @@ class Redactor:
         known secret: its bytes in the decoded data, or any form :meth:`contains_known_secret`
         finds in the string or in the data read as Latin-1 or UTF-8 (the views
         :func:`~callgate.client.resultforms.holds_secret` searches for redeemed values); behind
-        JSON escapes, in the string and in the Latin-1 view (escapes are ASCII: one decoding of
-        the bytes covers JSON text inside any binary). Patterns are not consulted here
+        JSON escapes, HTML references and percent-escapes, in the string and in the Latin-1 view
+        (escapes are ASCII: one decoding of the bytes covers such text inside any binary). Patterns are not consulted here
         (:meth:`part_matches_pattern`)."""
         raw, texts = part_views(value)
         if any(secret in raw for secret in self._raw):
@@ -565,12 +682,12 @@ class Redactor:
 
     def might_match_pattern(self, text: str) -> bool:
         """Whether any configured pattern matches somewhere in ``text`` (one search each), as
-        written or behind JSON string escapes."""
+        written or behind JSON string escapes, HTML references and percent-escapes."""
         if any(p.regex.search(text) is not None for p in self._patterns):
             return True
         return (
             bool(self._patterns)
-            and "\\" in text
+            and _may_hide(text)
             and any(p.regex.search(view) is not None for view in _decoded(text) for p in self._patterns)
         )
 
@@ -612,19 +729,27 @@ class Redactor:
         count = 0
         if self._plain_holds(text):
             text, count = self._redact_literals(text, mark)
+        if _may_hide(text):  # before the patterns as written: a match spelled partly plain, partly
+            text, n = self._redact_escaped(text, mark)  # escaped, is taken whole from the views
+            count += n
         for pat in self._patterns:
             if pat.regex.search(text) is None:
                 continue
-            text, n = pat.regex.subn(_pattern_replacer(pat, mark), text)
-            count += n
-        if "\\" in text:
-            text, n = self._redact_escaped(text, mark)
-            count += n
+            spans: list[tuple[int, int, int, str]] = []
+            for m in pat.regex.finditer(text):
+                group = pat.group if pat.group and m.start(pat.group) >= 0 else 0
+                found = m.group(group)
+                shown = mark(False, pat.name, found)
+                if found and found != shown:  # not a marker put in before (``://[REDACTED:...]@``)
+                    spans.append((m.start(group), m.end(group), 1, shown))
+            if spans:
+                text, n = _replace_spans(text, spans)
+                count += n
         return text, count
 
     def _redact_escaped(self, text: str, mark: _Mark) -> tuple[str, int]:
-        """Redact what only the texts behind JSON escapes show (``s\\u006b-...``, ``\\/`` for
-        ``/``, one level inside another): each occurrence found in a decoded view is mapped back to
+        """Redact what only the texts behind escapes show (``s\\u006b-...``, ``\\/`` for
+        ``/``, ``&#115;k-...``, ``s%6B-...``, one level inside another): each occurrence found in a decoded view is mapped back to
         the characters it decodes from, and those are replaced. Repeated while a view still shows
         something (a replacement can only shorten the text), at most
         :data:`MAX_UNESCAPE_LEVELS` + 1 times; what is left then is the encoder's final check's
@@ -762,18 +887,6 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         seen.add(key)
         out.append((key, child))
     return out
-
-
-def _pattern_replacer(pat: _CompiledPattern, mark: _Mark) -> Any:
-    def replace(m: re.Match[str]) -> str:
-        if pat.group == 0 or m.start(pat.group) < 0:
-            return mark(False, pat.name, m.group(0))
-        whole = m.group(0)
-        base = m.start()
-        shown = mark(False, pat.name, m.group(pat.group))
-        return whole[: m.start(pat.group) - base] + shown + whole[m.end(pat.group) - base :]
-
-    return replace
 
 
 def _redaction_mark(known: bool, name: str, found: str) -> str:

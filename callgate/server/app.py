@@ -266,7 +266,7 @@ class Sidecar:
         execution = self.components.execution
         servicer: object
         if role == "agent":
-            servicer = GateService(gate, execution, self.components.watch)
+            servicer = GateService(gate, execution, self.components.watch, self.components.masker)
             add_gate_service(servicer, server)
         elif role == "confirmer":
             servicer = ConfirmationsService(gate, self.components.watch, self.components.masker)

@@ -82,7 +82,10 @@ def rejection_pb(r: Rejection | Mapping[str, Any] | None) -> pb.Rejection | None
     )
 
 
-def invocation_pb(inv: InvocationRecord) -> pb.Invocation:
+def invocation_pb(inv: InvocationRecord, masker: Redactor = PATTERNS_ONLY) -> pb.Invocation:
+    """``masker``: what ``masked_arguments`` of an invocation that waits or waited for a
+    confirmation is masked with (the arguments a runtime's approval prompt shows)."""
+    asked = inv.confirmation_expires_at
     return pb.Invocation(
         invocation_id=inv.invocation_id,
         session_id=inv.session_id,
@@ -106,6 +109,7 @@ def invocation_pb(inv: InvocationRecord) -> pb.Invocation:
         commit_time=inv.commit_time,
         cancel_requested_at=inv.cancel_requested_at,
         deadline=inv.deadline,
+        masked_arguments=masked_json(inv.normalized_arguments, masker) if asked else b"",
     )
 
 
@@ -128,14 +132,20 @@ def event_pb(e: EventRecord, masker: Redactor | None = None) -> pb.Event:
 
 
 def propose_pb(
-    o: ProposeOutcome, *, echo_arguments: bool = True, memo: SnapshotMemo | None = None
+    o: ProposeOutcome,
+    *,
+    echo_arguments: bool = True,
+    memo: SnapshotMemo | None = None,
+    masker: Redactor = PATTERNS_ONLY,
 ) -> pb.ProposeResponse:
     """``echo_arguments=False`` (the request's ``omit_normalized_arguments``): digest only.
     ``memo``: the serving snapshot's, where the decision's message is built once per distinct
     decision (:meth:`~callgate.policy.snapshot.SnapshotMemo.decision_form`: the compiled core's
-    decisions are shared values, :func:`callgate.propose.steps._compiled_decision`)."""
+    decisions are shared values, :func:`callgate.propose.steps._compiled_decision`). ``masker``:
+    the arguments of a parked invocation as a person may see them (``masked_arguments``)."""
     r = o.record
     d = o.decision
+    parked = echo_arguments and r.state is State.AUTHORIZED and bool(r.confirmation_expires_at)
     return pb.ProposeResponse(
         invocation_id=r.invocation_id,
         state=_STATE_PB[r.state],  # type: ignore[arg-type]
@@ -148,6 +158,7 @@ def propose_pb(
         validator=o.validator,
         idempotent_replay=o.idempotent_replay,
         replayed_message=o.replayed_message,
+        masked_arguments=masked_json(r.normalized_arguments, masker) if parked else b"",
     )
 
 
@@ -193,8 +204,19 @@ def add_gate_service(servicer: GateService, server: grpc.aio.Server) -> None:
 
 
 class GateService(pb_grpc.GateServicer):
-    def __init__(self, gate: Gate, execution: Execution, watch: InvocationWatch | None = None) -> None:
+    """The agent role. ``masker``: the configured secrets by name and the secret patterns, for
+    the ``masked_arguments`` of a parked invocation (what a runtime's approval prompt shows:
+    docs/CLIENTS.md); the exact arguments are answered as they are."""
+
+    def __init__(
+        self,
+        gate: Gate,
+        execution: Execution,
+        watch: InvocationWatch | None = None,
+        masker: Redactor | None = None,
+    ) -> None:
         self._gate = gate
+        self._masker = masker or PATTERNS_ONLY
         self._x = execution
         self._watch = watch if watch is not None else InvocationWatch()
         self._listings: OrderedDict[str, bytes] = OrderedDict()
@@ -296,6 +318,7 @@ class GateService(pb_grpc.GateServicer):
             outcome,
             echo_arguments=not request.omit_normalized_arguments,
             memo=None if snapshot is None else snapshot.memo,
+            masker=self._masker,
         )
 
     async def Cancel(self, request: pb.CancelRequest, context: grpc.aio.ServicerContext) -> pb.CancelResponse:
@@ -308,7 +331,9 @@ class GateService(pb_grpc.GateServicer):
         self, request: pb.GetInvocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInvocationResponse:
         inv, events = await self._gate.get_invocation(request.invocation_id, session_id=request.session_id)
-        return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
+        return pb.GetInvocationResponse(
+            invocation=invocation_pb(inv, self._masker), events=[event_pb(e) for e in events]
+        )
 
     async def FindInvocation(
         self, request: pb.FindInvocationRequest, context: grpc.aio.ServicerContext
@@ -316,13 +341,15 @@ class GateService(pb_grpc.GateServicer):
         inv, events = await self._gate.find_invocation(
             request.session_id, request.tool_name, request.tool_version, request.idempotency_key
         )
-        return pb.GetInvocationResponse(invocation=invocation_pb(inv), events=[event_pb(e) for e in events])
+        return pb.GetInvocationResponse(
+            invocation=invocation_pb(inv, self._masker), events=[event_pb(e) for e in events]
+        )
 
     async def ListParked(
         self, request: pb.ListParkedRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListParkedResponse:
         parked = await self._gate.list_parked(request.session_id)
-        return pb.ListParkedResponse(invocations=[invocation_pb(inv) for inv in parked])
+        return pb.ListParkedResponse(invocations=[invocation_pb(inv, self._masker) for inv in parked])
 
     async def WatchInvocation(
         self, request: pb.WatchInvocationRequest, context: grpc.aio.ServicerContext
@@ -333,7 +360,9 @@ class GateService(pb_grpc.GateServicer):
             async for inv, events, terminal in changes:
                 parked = inv.state is State.AUTHORIZED and not terminal
                 yield pb.WatchInvocationResponse(
-                    invocation=invocation_pb(inv), events=[event_pb(e) for e in events], terminal=terminal
+                    invocation=invocation_pb(inv, self._masker),
+                    events=[event_pb(e) for e in events],
+                    terminal=terminal,
                 )
         except (asyncio.CancelledError, GeneratorExit):
             remaining = context.time_remaining()
@@ -360,6 +389,26 @@ def masked_bytes(data: bytes, masker: Redactor) -> bytes:
     if not masker.might_contain(text):
         return data
     return masker.mask(text)[0].encode("utf-8", "surrogateescape")
+
+
+def masked_json(data: bytes, masker: Redactor) -> bytes:
+    """JSON arguments as a person may see them and a program can still read: every string of
+    the document (keys too) masked (:meth:`Redactor.mask_json`), so a mask never runs across a
+    string's end and the answer stays JSON (``masked_arguments``, an adapter's approval prompt);
+    the bytes as they are when nothing is found. Text that is not JSON: :func:`masked_bytes`."""
+    if not data:
+        return data
+    text = data.decode("utf-8", "surrogateescape")
+    if not masker.might_contain(text):
+        return data
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return masked_bytes(data, masker)
+    shown = masker.mask_json(value)[0]
+    return json.dumps(shown, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
 
 
 def pending_pb(inv: InvocationRecord, masker: Redactor = PATTERNS_ONLY) -> pb.PendingConfirmation:
@@ -425,7 +474,7 @@ class ConfirmationsService(pb_grpc.ConfirmationsServicer):
         self, request: pb.GetTenantInvocationRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetInvocationResponse:
         inv, events = await self._gate.tenant_invocation(request.invocation_id, request.tenant)
-        shown = invocation_pb(inv)
+        shown = invocation_pb(inv, self._masker)
         shown.normalized_arguments = masked_bytes(inv.normalized_arguments, self._masker)
         shown.raw_arguments = masked_bytes(inv.raw_arguments, self._masker)
         return pb.GetInvocationResponse(invocation=shown, events=[event_pb(e, self._masker) for e in events])

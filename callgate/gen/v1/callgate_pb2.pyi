@@ -253,7 +253,7 @@ class ProposeRequest(_message.Message):
     def __init__(self, session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., arguments: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., omit_normalized_arguments: _Optional[bool] = ...) -> None: ...
 
 class ProposeResponse(_message.Message):
-    __slots__ = ("invocation_id", "state", "decision", "digest", "normalized_arguments", "rejection", "confirmation_expires_at", "schema_dialect", "validator", "idempotent_replay", "replayed_message")
+    __slots__ = ("invocation_id", "state", "decision", "digest", "normalized_arguments", "rejection", "confirmation_expires_at", "schema_dialect", "validator", "idempotent_replay", "replayed_message", "masked_arguments")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
@@ -265,6 +265,7 @@ class ProposeResponse(_message.Message):
     VALIDATOR_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENT_REPLAY_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    MASKED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     state: State
     decision: Decision
@@ -276,7 +277,8 @@ class ProposeResponse(_message.Message):
     validator: str
     idempotent_replay: bool
     replayed_message: bytes
-    def __init__(self, invocation_id: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., confirmation_expires_at: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., validator: _Optional[str] = ..., idempotent_replay: _Optional[bool] = ..., replayed_message: _Optional[bytes] = ...) -> None: ...
+    masked_arguments: bytes
+    def __init__(self, invocation_id: _Optional[str] = ..., state: _Optional[_Union[State, str]] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., confirmation_expires_at: _Optional[str] = ..., schema_dialect: _Optional[str] = ..., validator: _Optional[str] = ..., idempotent_replay: _Optional[bool] = ..., replayed_message: _Optional[bytes] = ..., masked_arguments: _Optional[bytes] = ...) -> None: ...
 
 class CancelRequest(_message.Message):
     __slots__ = ("invocation_id", "reason", "session_id")
@@ -327,7 +329,7 @@ class Event(_message.Message):
     def __init__(self, event_id: _Optional[str] = ..., invocation_id: _Optional[str] = ..., seq: _Optional[int] = ..., at: _Optional[str] = ..., kind: _Optional[str] = ..., from_state: _Optional[_Union[State, str]] = ..., to_state: _Optional[_Union[State, str]] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., data: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class Invocation(_message.Message):
-    __slots__ = ("invocation_id", "session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "subject", "state", "digest", "normalized_arguments", "raw_arguments", "decision", "idempotency_key", "created_at", "updated_at", "confirmation_expires_at", "rejection", "attempts", "external_resource_id", "commit_time", "cancel_requested_at", "deadline")
+    __slots__ = ("invocation_id", "session_id", "model_call_id", "proposal_id", "tool_name", "tool_version", "subject", "state", "digest", "normalized_arguments", "raw_arguments", "decision", "idempotency_key", "created_at", "updated_at", "confirmation_expires_at", "rejection", "attempts", "external_resource_id", "commit_time", "cancel_requested_at", "deadline", "masked_arguments")
     INVOCATION_ID_FIELD_NUMBER: _ClassVar[int]
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
@@ -350,6 +352,7 @@ class Invocation(_message.Message):
     COMMIT_TIME_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_AT_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    MASKED_ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
     invocation_id: str
     session_id: str
     model_call_id: str
@@ -372,7 +375,8 @@ class Invocation(_message.Message):
     commit_time: str
     cancel_requested_at: str
     deadline: str
-    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., state: _Optional[_Union[State, str]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., raw_arguments: _Optional[bytes] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., confirmation_expires_at: _Optional[str] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., attempts: _Optional[int] = ..., external_resource_id: _Optional[str] = ..., commit_time: _Optional[str] = ..., cancel_requested_at: _Optional[str] = ..., deadline: _Optional[str] = ...) -> None: ...
+    masked_arguments: bytes
+    def __init__(self, invocation_id: _Optional[str] = ..., session_id: _Optional[str] = ..., model_call_id: _Optional[str] = ..., proposal_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., tool_version: _Optional[str] = ..., subject: _Optional[_Union[Subject, _Mapping]] = ..., state: _Optional[_Union[State, str]] = ..., digest: _Optional[str] = ..., normalized_arguments: _Optional[bytes] = ..., raw_arguments: _Optional[bytes] = ..., decision: _Optional[_Union[Decision, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., created_at: _Optional[str] = ..., updated_at: _Optional[str] = ..., confirmation_expires_at: _Optional[str] = ..., rejection: _Optional[_Union[Rejection, _Mapping]] = ..., attempts: _Optional[int] = ..., external_resource_id: _Optional[str] = ..., commit_time: _Optional[str] = ..., cancel_requested_at: _Optional[str] = ..., deadline: _Optional[str] = ..., masked_arguments: _Optional[bytes] = ...) -> None: ...
 
 class GetInvocationResponse(_message.Message):
     __slots__ = ("invocation", "events")

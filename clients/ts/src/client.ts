@@ -166,6 +166,12 @@ export interface NeedsConfirmation extends OutcomeBase {
   readonly invocationId: string;
   readonly digest: string;
   readonly expiresAt: string;
+  /**
+   * The normalized arguments as a person may be shown them (JSON, UTF-8): each secret masked by
+   * the sidecar (`⟦masked <name>⟧`; docs/CONSOLE.md "Secrets are masked"). Show an approver these;
+   * the digest and what runs are the exact arguments'.
+   */
+  readonly maskedArguments: Uint8Array;
 }
 export interface Rejected extends OutcomeBase {
   readonly kind: OutcomeKind.Rejected;
@@ -456,6 +462,7 @@ function classify(call: ToolCall, r: ProposeResponse): ProposeOutcome {
         invocationId: r.invocationId,
         digest: r.digest,
         expiresAt: r.confirmationExpiresAt,
+        maskedArguments: r.maskedArguments,
         message: confirmMessage(call.id, r.confirmationExpiresAt),
       };
     default:

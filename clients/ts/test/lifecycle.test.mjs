@@ -202,6 +202,8 @@ describe("the lifecycle against a real sidecar", () => {
     });
     assert.equal(o.kind, OutcomeKind.NeedsConfirmation);
     assert.equal(JSON.parse(o.message).content.status, "needs_confirmation");
+    // What an approver is shown: the sidecar's masked copy (nothing to mask here: the arguments).
+    assert.equal(JSON.parse(new TextDecoder().decode(o.maskedArguments)).title, "standup");
     // It cannot run before the confirmation.
     let runs = 0;
     await assert.rejects(
