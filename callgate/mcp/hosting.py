@@ -84,8 +84,9 @@ class Hosting:
             await self.refresh(name)
 
     async def close(self) -> None:
-        for up in self.upstreams.values():
-            await up.close()
+        """All at once: each stdio upstream gets its grace period after its stdin is closed
+        (the SDK's), and the client that stops the gateway waits only about that long."""
+        await asyncio.gather(*(up.close() for up in self.upstreams.values()))
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` in the background, holding a reference until it is done."""

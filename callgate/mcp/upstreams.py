@@ -9,6 +9,12 @@ and reused by later calls that redeemed the same values (each call still redeems
 own credential), until it has been idle that long (docs/MCP.md, "Secrets and warm
 connections").
 
+A stdio upstream never outlives the gateway: on Linux it is started through a launcher that asks
+the kernel to kill it when the gateway's process ends (``PR_SET_PDEATHSIG``), since a server
+stuck in a computation reads neither its stdin nor a cancel and would otherwise be left running
+for good when the gateway is stopped or killed in the middle of its call (docs/MCP.md,
+"Upstream processes").
+
 A call ends in one of four ways, which decide the ReportOutcome (6.7, 6.9):
 :class:`Answered` (the upstream answered, ``isError`` or not), :class:`Refused` (a JSON-RPC
 error: the tool did not run), :class:`NotSent` (no connection: the request never left) and
@@ -21,6 +27,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -45,6 +52,29 @@ ProgressFn = Callable[[float, float | None, str | None], Awaitable[None]]
 LogFn = Callable[[str, Any, str | None], Awaitable[None]]
 """``(level, data, logger)`` of an upstream ``notifications/message`` (callgate/mcp/notify.py)."""
 ListChanged = Callable[[str], Awaitable[None]]
+
+_LAUNCHER = """\
+import ctypes, os, signal, sys
+ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # the gateway ended before the line above took effect
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as exc:
+    print(f"callgate mcp: cannot start {sys.argv[2]!r}: {exc.strerror}", file=sys.stderr)
+    sys.exit(127)
+"""
+"""Run by the gateway's own interpreter (``-I -S``: no site, no environment), it makes the kernel
+kill the upstream when the gateway's process ends, then becomes the upstream (same pid)."""
+
+
+def launch(command: str, args: list[str]) -> tuple[str, list[str]]:
+    """``(command, args)`` that start ``command args`` as a child that dies with this process
+    (Linux); elsewhere unchanged."""
+    if not sys.platform.startswith("linux"):
+        return command, args
+    return sys.executable, ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), command, *args]
+
 
 # JSON-RPC codes the SDK client raises locally (no answer from the upstream).
 _LOCAL_CODES = frozenset({types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT})
@@ -118,8 +148,9 @@ class _Connection:
                 if value is not None:
                     env[k] = value
             cwd = str(self.base_dir / c.cwd) if c.cwd else None
+            command, args = launch(c.command, list(c.args))
             return stdio_client(
-                StdioServerParameters(command=c.command, args=list(c.args), env=env or None, cwd=cwd),
+                StdioServerParameters(command=command, args=args, env=env or None, cwd=cwd),
                 errlog=sys.stderr,
             )
         clean: dict[str, str] = {}
@@ -370,9 +401,7 @@ class Upstream:
     async def close(self) -> None:
         if self._reaper is not None:
             self._reaper.cancel()
-        for c in (self._conn, self._warm):
-            if c is not None:
-                await c.close()
+        await asyncio.gather(*(c.close() for c in (self._conn, self._warm) if c is not None))
         self._conn = self._warm = None
 
 
