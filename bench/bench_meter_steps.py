@@ -10,6 +10,11 @@ invocation's write (``create_invocation``; with ``sqlfold`` the reservation rows
 ``Gate.propose``, and the ``Cancel`` that settles the call. Same tools and policies as
 ``bench_meters.py`` part 2, compiled core by default; rounds alternate the two tools.
 
+``--parts`` also times finer parts inside those steps (:data:`PARTS`); ``--thread-clock`` times
+everything with ``time.thread_time`` of the event loop's thread (the bench's writes run inline on
+the idle loop), which leaves out the checkpointer thread's work that ``process_time`` charges to
+whichever step it overlaps (docs/BENCHMARKS.md "where the three meters' extra CPU goes").
+
 Run it with each checkout's interpreter, interleaved, e.g.::
 
     for i in 1 2 3; do
@@ -54,21 +59,64 @@ from callgate.store.sqlite import SQLiteStore
 
 STEPS = ("claim", "prepare", "authorize", "write", "propose", "cancel", "total")
 """``total``: ``Gate.propose`` + ``Cancel``, as ``bench_meters.py`` part 2 counts it."""
+PARTS = (
+    "front", "core.front", "read_ahead", "contributions", "reading", "core.decide_metered", "reserve_insert",
+    "settle",
+)  # fmt: skip
+"""Finer parts (``--parts``), each inside one of :data:`STEPS`: ``steps.front`` and the compiled
+core's ``front`` (the plain tool's one-call decision is in it), ``Metering.read_ahead`` and its
+``contributions``, the meters' reading (``_read_stamped``, in the key's look-up), the compiled
+core's ``decide_metered``, the reservation ``INSERT`` under the write lock (``fold_sqlite``) and
+the settle in the Cancel's transaction (``settle_sqlite``)."""
+
+
+CLOCK: list[Any] = [time.process_time]
+"""What the steps are timed with: ``time.process_time`` (every thread: the writer's and the
+checkpointer's work running meanwhile lands in the step it overlaps), or with ``--thread-clock``
+``time.thread_time`` (the event loop's thread alone: the bench's writes run inline on the idle
+loop, so a step's own work without the checkpointer's)."""
+
+
+def timed_sync(acc: dict[str, float], name: str, fn: Any) -> Any:
+    def wrapper(*a: Any, **kw: Any) -> Any:
+        c0 = CLOCK[0]()
+        try:
+            return fn(*a, **kw)
+        finally:
+            acc[name] += CLOCK[0]() - c0
+
+    return wrapper
+
+
+def time_parts(acc: dict[str, float], gate: Any) -> None:
+    """Wrap the finer parts (:data:`PARTS`) of whichever ``callgate`` the interpreter imports."""
+    import callgate.store.meters as meters
+    import callgate.store.sqlite as sqlite_store
+    from callgate.propose import metering
+
+    steps.front = timed_sync(acc, "front", steps.front)  # type: ignore[assignment]
+    gate.core.front = timed_sync(acc, "core.front", gate.core.front)
+    gate.core.decide_metered = timed_sync(acc, "core.decide_metered", gate.core.decide_metered)
+    gate.metering.read_ahead = timed_sync(acc, "read_ahead", gate.metering.read_ahead)
+    metering.contributions = timed_sync(acc, "contributions", metering.contributions)  # type: ignore[attr-defined]
+    meters._read_stamped = timed_sync(acc, "reading", meters._read_stamped)  # type: ignore[attr-defined]
+    sqlite_store.fold_sqlite = timed_sync(acc, "reserve_insert", sqlite_store.fold_sqlite)  # type: ignore[attr-defined]
+    sqlite_store.settle_sqlite = timed_sync(acc, "settle", sqlite_store.settle_sqlite)  # type: ignore[attr-defined]
 
 
 def timed(acc: dict[str, float], name: str, fn: Any) -> Any:
     async def wrapper(*a: Any, **kw: Any) -> Any:
-        c0 = time.process_time()
+        c0 = CLOCK[0]()
         try:
             return await fn(*a, **kw)
         finally:
-            acc[name] += time.process_time() - c0
+            acc[name] += CLOCK[0]() - c0
 
     return wrapper
 
 
 async def run(
-    tmp: Path, calls: int, rounds: int, core: str, gap_ms: float = 0.0
+    tmp: Path, calls: int, rounds: int, core: str, gap_ms: float = 0.0, parts: bool = False
 ) -> dict[str, dict[str, list[float]]]:
     base = load_config(ROOT / "callgate.toml")
     folder = policy_folder(tmp)
@@ -83,6 +131,8 @@ async def run(
     gate.metering.prepare = timed(acc, "prepare", gate.metering.prepare)  # type: ignore[method-assign]
     store.create_invocation = timed(acc, "write", store.create_invocation)  # type: ignore[method-assign]
     steps.authorize = timed(acc, "authorize", steps.authorize)  # type: ignore[assignment]
+    if parts:
+        time_parts(acc, gate)
     s = await gate.open_session(SessionSpec(subject=Subject(tenant="acme", id="alice"), timezone="UTC"))
     await gate.list_tools(s.session_id, "m")
     trace = TraceContext.from_traceparent(None)
@@ -94,20 +144,20 @@ async def run(
             for i in range(calls):
                 if gap_ms:  # a call that comes alone (docs/BENCHMARKS.md "what a call costs at a low rate")
                     time.sleep(gap_ms / 1000)
-                c0 = time.process_time()
+                c0 = CLOCK[0]()
                 got = await gate.propose(
                     Proposal(s.session_id, "m", f"{tool}{rnd}-{i}", tool, "v1", raw[i], f"{tool}{rnd}-{i}"),
                     trace,
                 )
-                c1 = time.process_time()
+                c1 = CLOCK[0]()
                 assert got.decision is not None and got.decision.effect.value == "allow", got
                 await gate.cancel(got.record.invocation_id, "bench", trace, session_id=s.session_id)
-                c2 = time.process_time()
+                c2 = CLOCK[0]()
                 acc["propose"] += c1 - c0
                 acc["cancel"] += c2 - c1
                 acc["total"] += c2 - c0
             if rnd:
-                for name in STEPS:
+                for name in STEPS + (PARTS if parts else ()):
                     per[tool][name].append(acc[name] / calls * 1e6)
     # not timed: what each Propose + Cancel runs on the writer's connection
     seen: list[str] = []
@@ -135,24 +185,30 @@ async def main() -> None:
     ap.add_argument("--core", default="native")
     ap.add_argument("--label", default="")
     ap.add_argument("--gap-ms", type=float, default=0.0, help="sleep this long before each call (not timed)")
+    ap.add_argument("--parts", action="store_true", help="also time the finer parts (PARTS)")
+    ap.add_argument("--thread-clock", action="store_true", help="time.thread_time (the loop's thread)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    if args.thread_clock:
+        CLOCK[0] = time.thread_time
     tmp = Path(tempfile.mkdtemp(prefix="cg-bench-steps-"))
     try:
-        per = await run(tmp, args.calls, args.rounds, args.core, args.gap_ms)
+        per = await run(tmp, args.calls, args.rounds, args.core, args.gap_ms, args.parts)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     load = os.getloadavg()
     label = args.label or str(Path(callgate.__file__).resolve().parents[1])
     gap = f", {args.gap_ms:g} ms before each call" if args.gap_ms else ""
+    clock = ", thread_time" if args.thread_clock else ""
     print(
-        f"{label} ({args.core} core, {args.rounds} x {args.calls} calls per tool{gap}, load {load[0]:.1f}/{load[1]:.1f})"
+        f"{label} ({args.core} core, {args.rounds} x {args.calls} calls per tool{gap}{clock}, "
+        f"load {load[0]:.1f}/{load[1]:.1f})"
     )
     print(
         f"  {'step (us CPU per call)':<24}{'plain min/med':>16}{'metered min/med':>18}{'extra min/med':>16}"
     )
     out: dict[str, Any] = {"label": label, "load": load[:2]}
-    for name in STEPS:
+    for name in STEPS + (PARTS if args.parts else ()):
         p, m = per["bench.plain"][name], per["bench.metered"][name]
         extra = [b - a for a, b in zip(p, m, strict=True)]
         out[name] = {"plain": p, "metered": m}
