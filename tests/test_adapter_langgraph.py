@@ -170,7 +170,8 @@ def test_an_async_graph_never_blocks_the_event_loop_while_it_waits_for_the_conso
 ) -> None:
     """``ainvoke`` of a graph whose approve waits for the console (no confirmer here): the loop
     keeps running other tasks meanwhile, and the console's confirmation is given by a task on
-    that same loop, so a gate that blocked the loop would never see it (console_timeout)."""
+    that same loop, so a gate that blocked the loop would never see it (console_timeout; 60 s:
+    10 s was once run out on the loaded 2-core box by a loop that was not blocked)."""
     from callgate.adapters.langgraph import CallgateTools
     from tests.langgraph_app import TOOLS
 
@@ -183,11 +184,11 @@ def test_an_async_graph_never_blocks_the_event_loop_while_it_waits_for_the_conso
             if kind == "aio":
                 acg = AsyncClient(a["agent"][0], executor=a["executor"][0])
                 session: Any = seen.aio(await acg.session("acme", "alice", timezone="Asia/Shanghai"))
-                gate = CallgateTools(acg, session, TOOLS, executor_id="lg", console_timeout=10)
+                gate = CallgateTools(acg, session, TOOLS, executor_id="lg", console_timeout=60)
             else:
                 cg = Client(a["agent"][0], executor=a["executor"][0])
                 session = seen.sync(cg.session("acme", "alice", timezone="Asia/Shanghai"))
-                gate = CallgateTools(cg, session, TOOLS, executor_id="lg", console_timeout=10)
+                gate = CallgateTools(cg, session, TOOLS, executor_id="lg", console_timeout=60)
             graph = build(gate, InMemorySaver(), asynchronous=True)
             first = summary(await graph.ainvoke({"messages": [HumanMessage("calendar")]}, cfg("t-loop")))
             (ask,) = asked(first)
