@@ -7,7 +7,6 @@ import asyncio
 import json
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -253,14 +252,30 @@ def test_inline_mode_and_new_policies(tmp_path: Path) -> None:
     assert e.authorize_batch_sync([request()])[0].effect is Effect.CONFIRM  # old set keeps serving
 
 
-def test_compiled_once_per_thread(engine: RegoEngine) -> None:
-    """A decision is bundle + entrypoint, far below a recompilation (~10 ms)."""
-    engine.authorize_batch_sync([request()])  # this thread's interpreter exists now
-    n = 200
-    t = time.perf_counter()
-    engine.authorize_batch_sync([request()] * n)
-    per_call = (time.perf_counter() - t) / n
-    assert per_call < 0.005, f"{per_call * 1e6:.0f} us per decision"
+def test_compiled_once_per_thread(engine: RegoEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision is bundle + entrypoint: the thread's interpreter and bundle are compiled on its
+    first call only (a recompilation per decision would cost ~10 ms; counted here, not timed:
+    speed is for bench/, and a timed check failed on the loaded box at 5.9 ms per decision)."""
+    compiled = type(engine._c)
+    compiles: list[threading.Thread] = []
+    real = compiled.compile
+
+    def counting(self: Any) -> tuple[Any, Any]:
+        compiles.append(threading.current_thread())
+        return real(self)
+
+    monkeypatch.setattr(compiled, "compile", counting)
+    engine.authorize_batch_sync([request()])  # this thread's interpreter exists now (or is made)
+    before = len(compiles)
+    assert before <= 1
+    for _ in range(20):
+        engine.authorize_batch_sync([request()] * 10)
+    assert len(compiles) == before  # 200 decisions, no compilation
+
+    other = threading.Thread(target=lambda: engine.authorize_batch_sync([request()] * 10))
+    other.start()
+    other.join()
+    assert compiles[before:] == [other]  # a new thread compiles its own, once
 
 
 def test_input_document_shape() -> None:
