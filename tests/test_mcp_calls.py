@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -30,16 +32,25 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.mcp_env import ROOT, accept, payload, run, stdio_gateway, text_of, wait_port
 from tests.test_mcp_gateway import TOKEN, Env
+from tests.test_mcp_gateway_more import imported_once
 
 PROTOCOL = "2025-11-25"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test here starts from the same import: taken once for the module (:func:`imported_once`)."""
+    return imported_once(tmp_path_factory.mktemp("pins") / "tools")
+
+
 @pytest.fixture
-def env() -> Any:
+def env(pins: Path) -> Any:
+    """A fresh ``Env`` (folder, stores, state, HTTP upstream), its upstreams pinned (a copy of
+    :func:`pins`, instead of the same ``import_all`` per test)."""
     e = Env()
+    shutil.copytree(pins, e.base / "policies" / "tools", dirs_exist_ok=True)
     e.start_http_upstream()
-    assert e.import_all().returncode == 0
     yield e
     e.close()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -31,10 +32,35 @@ from tests.ports import free_port
 from tests.test_mcp_gateway import CANARY, Env, write_policies  # the module's fixtures
 
 
-@pytest.fixture(name="env")
-def env_fixture() -> Any:
-    """The same as tests/test_mcp_gateway.py's ``env``: config, policies and the HTTP upstream."""
+def imported_once(out: Path) -> Path:
+    """``out``: ``policies/tools`` of one ``callgate mcp import --accept-proposed`` of a fresh
+    ``Env`` of tests/test_mcp_gateway.py (the stdio upstreams and the HTTP one). A pin names no
+    path or port of its folder (callgate/mcp/pins.py) and fresh upstreams list the same
+    definitions, so a copy of it is what each fresh ``Env``'s own import would write."""
     e = Env()
+    try:
+        e.start_http_upstream()
+        r = e.import_all()
+        assert r.returncode == 0, r.stdout + r.stderr
+        shutil.copytree(e.base / "policies" / "tools", out)
+    finally:
+        e.close()
+        shutil.rmtree(e.base, ignore_errors=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test here starts from the same import: taken once for the module (:func:`imported_once`)."""
+    return imported_once(tmp_path_factory.mktemp("pins") / "tools")
+
+
+@pytest.fixture(name="env")
+def env_fixture(pins: Path) -> Any:
+    """The same as tests/test_mcp_gateway.py's ``env`` (config, policies and the HTTP upstream),
+    its upstreams pinned (a copy of :func:`pins`, instead of the same ``import_all`` per test)."""
+    e = Env()
+    shutil.copytree(pins, tools_dir(e), dirs_exist_ok=True)
     e.start_http_upstream()
     yield e
     e.close()
@@ -96,7 +122,6 @@ def state(inv: pb.Invocation) -> str:
 # ---------------------------------------------------------------------------------- 1. structured
 @pytest.mark.timeout(200)
 def test_structured_content_checked_by_the_client_and_schema_refusal(env: Env) -> None:
-    assert env.import_all().returncode == 0
     spec = tools_dir(env) / "up.forecast@v1.json"
     doc = json.loads(spec.read_text())
     assert doc["output_schema"]["properties"]["temp_c"]["type"] == "integer"  # from outputSchema
@@ -133,7 +158,6 @@ def test_structured_content_checked_by_the_client_and_schema_refusal(env: Env) -
 def test_cancel_before_the_boundary_cancels_the_invocation(env: Env) -> None:
     """notifications/cancelled while the call waits for the user's confirmation (before
     BeginAttempt): CANCELLED_BEFORE_COMMIT, the upstream never called."""
-    assert env.import_all().returncode == 0
     asked = anyio.Event()
 
     async def never_answers(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -165,7 +189,6 @@ def test_cancel_while_the_gateway_waits_on_the_sidecar_ends_that_call_only(env: 
     answers a cancelled await with a CancelledError of its own, which the SDK's per-request
     cancel scope did not take for its own: it escaped and stopped the whole gateway (exit 0,
     every later request "Connection closed"). Now only that call ends; the next is answered."""
-    assert env.import_all().returncode == 0
     text = env.config.read_text()
     env.config.write_text(text.replace("[mcp]\n", '[mcp]\nsidecar = "external"\n', 1))
     log = env.base / "sidecar.log"
@@ -205,7 +228,6 @@ def test_the_typescript_client_aborting_a_call_ends_that_call_only(env: Env) -> 
     "proposing": its gRPC call to the embedded sidecar is out, or about to be; the harness's
     ``abort_on_progress``): that call ends, the next one on the connection is answered. Before,
     an abort landing while the gRPC call was out stopped the gateway ("Connection closed")."""
-    assert env.import_all().returncode == 0
     ts = run_ts(
         {
             "server": serve_params(env),
@@ -235,7 +257,6 @@ def test_cancel_after_the_boundary_is_recorded_and_withheld(env: Env, commit_fir
     recorded, the upstream request is cancelled (the SDK upstream sees it), the attempt is
     OUTCOME_UNKNOWN (MCP cancellation is unacknowledged), nothing reaches the client, and a
     retry replays instead of writing again."""
-    assert env.import_all().returncode == 0
     calls = env.state / "calls.jsonl"
     args = {"text": "slow", "seconds": 60, "commit_first": commit_first}
 
@@ -280,7 +301,6 @@ def test_cancel_after_the_boundary_is_recorded_and_withheld(env: Env, commit_fir
 # ---------------------------------------------------------------------------------- 3. list_changed
 @pytest.mark.timeout(250)
 def test_live_list_changed_hides_and_refuses_until_repinned(env: Env) -> None:
-    assert env.import_all().returncode == 0
 
     async def go() -> None:
         async with stdio_gateway(env) as (s, _):
@@ -342,7 +362,6 @@ def add_unreachable_upstreams(e: Env) -> None:
 
 @pytest.mark.timeout(250)
 def test_unreachable_upstream_is_not_reached_and_retry_allowed(env: Env) -> None:
-    assert env.import_all().returncode == 0
     add_unreachable_upstreams(env)
 
     async def go() -> None:
@@ -410,7 +429,6 @@ def test_secret_upstream_kept_warm_reuses_one_process_per_secret_value(env: Env)
     """``keep_warm_seconds``: calls that redeemed the same secret share one upstream process
     (each still redeems it with its own credential); after the idle time it is gone. Without
     it (``sec``), a process per call. The secret never reaches the client either way."""
-    assert env.import_all().returncode == 0
     text = env.config.read_text().replace(
         'tools = ["sec.echo_env", "web.echo_env"]',
         'tools = ["sec.echo_env", "web.echo_env", "warm.echo_env"]',

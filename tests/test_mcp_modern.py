@@ -9,9 +9,11 @@ trail is read through the public ``AsyncSession`` API."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -23,12 +25,21 @@ from mcp.shared.exceptions import MCPError
 from callgate.mcp.gateway import CONFIRM_INPUT_KEY
 from tests.mcp_env import ROOT, Elicit, accept, payload, run, text_of
 from tests.test_mcp_gateway import Env
-from tests.test_mcp_gateway_more import state, trail
+from tests.test_mcp_gateway_more import imported_once, state, trail
+
+
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test here starts from the same import: taken once for the module (:func:`imported_once`)."""
+    return imported_once(tmp_path_factory.mktemp("pins") / "tools")
 
 
 @pytest.fixture(name="env")
-def env_fixture() -> Any:
+def env_fixture(pins: Path) -> Any:
+    """A fresh ``Env`` (folder, stores, state, HTTP upstream), its upstreams pinned (a copy of
+    :func:`pins`, instead of the same ``import_all`` per test)."""
     e = Env()
+    shutil.copytree(pins, e.base / "policies" / "tools", dirs_exist_ok=True)
     e.start_http_upstream()
     yield e
     e.close()
@@ -61,7 +72,6 @@ DECLINE = types.ElicitResult(action="decline")
 
 @pytest.mark.timeout(200)
 def test_modern_confirmation_accepted_runs_once(env: Env) -> None:
-    assert env.import_all().returncode == 0
     yes = accept(True)
 
     async def go() -> None:
@@ -83,7 +93,6 @@ def test_modern_confirmation_accepted_runs_once(env: Env) -> None:
 
 @pytest.mark.timeout(200)
 def test_modern_confirmation_declined_never_runs(env: Env) -> None:
-    assert env.import_all().returncode == 0
     no = accept(False)
 
     async def go() -> None:
@@ -101,7 +110,6 @@ def test_modern_confirmation_declined_never_runs(env: Env) -> None:
 
 @pytest.mark.timeout(200)
 def test_modern_client_without_elicitation_fails_closed(env: Env) -> None:
-    assert env.import_all().returncode == 0
 
     async def go() -> None:
         async with modern_gateway(env) as c:  # declares no elicitation capability
@@ -117,7 +125,6 @@ def test_modern_client_without_elicitation_fails_closed(env: Env) -> None:
 def test_modern_tampered_or_replayed_continuation_refused(env: Env) -> None:
     """The client drives the round trip itself: whatever it sends back, only the parked
     invocation, with its arguments, answered once, can be confirmed."""
-    assert env.import_all().returncode == 0
     args = {"name": "keep-me"}
 
     async def go() -> None:

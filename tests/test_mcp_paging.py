@@ -51,18 +51,46 @@ timeout_seconds = 30.0
 """
 
 
+def make_folder(base: Path) -> Published:
+    (base / "policies" / "cedar").mkdir(parents=True)
+    (base / "policies" / "cedar" / "policies.cedar").write_text(
+        '@id("reads") permit (principal == User::"alice", action, resource);\n'
+    )
+    write_principals(base)
+    return Published(base, write_config(base, upstream()), base)
+
+
 @pytest.fixture
 def folder() -> Iterator[Published]:
     base = short_tmpdir()
     try:
-        (base / "policies" / "cedar").mkdir(parents=True)
-        (base / "policies" / "cedar" / "policies.cedar").write_text(
-            '@id("reads") permit (principal == User::"alice", action, resource);\n'
-        )
-        write_principals(base)
-        yield Published(base, write_config(base, upstream()), base)
+        yield make_folder(base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pins() -> Iterator[Path]:
+    """``policies/tools`` of one ``callgate mcp import`` (:data:`IMPORT`) of the well-paged
+    listing, in a folder of its own: the tests that start from it pinned copy it into their fresh
+    folder instead of importing the same listing again (a pin names no path of its folder);
+    :func:`test_every_page_is_pinned_listed_and_callable` still imports and checks it itself."""
+    base = short_tmpdir()
+    try:
+        published = make_folder(base)
+        r = cli(base, *IMPORT, "--config", str(published.config))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert pinned(base) == [f"paged.t{i}@v1.json" for i in range(7)]
+        yield base / "policies" / "tools"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def imported(folder: Published, pins: Path) -> Published:
+    """``folder`` pinned from the well-paged listing (what ``callgate mcp import`` writes)."""
+    shutil.copytree(pins, folder.base / "policies" / "tools", dirs_exist_ok=True)
+    return folder
 
 
 def pinned(base: Path) -> list[str]:
@@ -101,10 +129,9 @@ def test_every_page_is_pinned_listed_and_callable(folder: Published) -> None:
     ],
 )
 def test_a_listing_that_is_not_complete_is_refused_by_import_and_check(
-    folder: Published, mode: str, why: str
+    imported: Published, mode: str, why: str
 ) -> None:
-    r = cli(folder.base, *IMPORT, "--config", str(folder.config))
-    assert r.returncode == 0, r.stdout + r.stderr  # pinned from the well-paged listing
+    folder = imported  # pinned from the well-paged listing
     folder.config.write_text(folder.config.read_text().replace(upstream(), upstream(mode)))
     r = cli(folder.base, "mcp", "check", "--config", str(folder.config))
     assert r.returncode == 1, r.stdout + r.stderr
@@ -118,13 +145,12 @@ def test_a_listing_that_is_not_complete_is_refused_by_import_and_check(
     assert not (folder.base / "policies" / "tools").exists() or pinned(folder.base) == []  # nothing written
 
 
-def test_a_client_cursor_is_refused_and_the_first_page_is_complete(folder: Published) -> None:
+def test_a_client_cursor_is_refused_and_the_first_page_is_complete(imported: Published) -> None:
     """The gateway's own ``tools/list`` is one page (no ``nextCursor``): a client that pages gets
     every tool at once; a cursor the gateway never issued is refused with -32602 (MCP
     pagination), never answered with the full list again (a client appending pages would see
     every tool twice). Found by the edge trial: the cursor was ignored and the list repeated."""
-    r = cli(folder.base, *IMPORT, "--config", str(folder.config))
-    assert r.returncode == 0, r.stdout + r.stderr
+    folder = imported
 
     async def go() -> None:
         async with stdio(folder) as c:

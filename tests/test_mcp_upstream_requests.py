@@ -18,6 +18,7 @@ import json
 import shutil
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -40,18 +41,44 @@ timeout_seconds = 40.0
 the refusal the test expects."""
 
 
+def make_folder(base: Path) -> Published:
+    (base / "policies" / "cedar").mkdir(parents=True)
+    (base / "policies" / "cedar" / "policies.cedar").write_text(
+        '@id("all") permit (principal == User::"alice", action, resource);\n'
+    )
+    write_principals(base)
+    return Published(base, write_config(base, UPSTREAM), base)
+
+
 @pytest.fixture
 def folder() -> Iterator[Published]:
     base = short_tmpdir()
     try:
-        (base / "policies" / "cedar").mkdir(parents=True)
-        (base / "policies" / "cedar" / "policies.cedar").write_text(
-            '@id("all") permit (principal == User::"alice", action, resource);\n'
-        )
-        write_principals(base)
-        yield Published(base, write_config(base, UPSTREAM), base)
+        yield make_folder(base)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pins() -> Iterator[Path]:
+    """``policies/tools`` of one ``callgate mcp import --accept-proposed`` of :data:`UPSTREAM`
+    (a folder of its own): the tests that only need it pinned copy it into their fresh folder
+    instead of importing the same listing again (a pin names no path of its folder)."""
+    base = short_tmpdir()
+    try:
+        published = make_folder(base)
+        r = cli(base, "mcp", "import", "--config", str(published.config), "--accept-proposed")
+        assert r.returncode == 0, r.stdout + r.stderr
+        yield base / "policies" / "tools"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def imported(folder: Published, pins: Path) -> Published:
+    """``folder`` with :data:`UPSTREAM`'s tools pinned (what ``callgate mcp import`` writes)."""
+    shutil.copytree(pins, folder.base / "policies" / "tools", dirs_exist_ok=True)
+    return folder
 
 
 @pytest.mark.parametrize(
@@ -63,10 +90,9 @@ def folder() -> Iterator[Published]:
     ],
 )
 def test_an_upstream_request_is_refused_at_once(
-    folder: Published, tool: str, arguments: dict[str, Any], refusal: str
+    imported: Published, tool: str, arguments: dict[str, Any], refusal: str
 ) -> None:
-    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
-    assert r.returncode == 0, r.stdout + r.stderr
+    folder = imported
     forwarded: list[str] = []
 
     async def sampling(ctx: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
@@ -130,12 +156,11 @@ def test_an_upstream_progress_message_is_redacted(folder: Published) -> None:
     assert all(KEY not in (m or "") for m in messages), messages
 
 
-def test_an_upstream_that_cannot_be_listed_after_list_changed_is_announced(folder: Published) -> None:
+def test_an_upstream_that_cannot_be_listed_after_list_changed_is_announced(imported: Published) -> None:
     """An upstream's ``tools/list_changed`` after which its ``tools/list`` fails: its tools leave
     the gateway's ``tools/list`` and the client is sent ``notifications/tools/list_changed``;
     before, they left silently (the client kept a stale list until it listed again)."""
-    r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
-    assert r.returncode == 0, r.stdout + r.stderr
+    folder = imported
 
     async def go() -> None:
         async with stdio_gateway(folder) as (session, seen):
