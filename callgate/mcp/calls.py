@@ -32,7 +32,7 @@ from callgate.mcp.pins import Pin
 from callgate.mcp.progress import CallProgress
 from callgate.mcp.results import error_result, page_answer, page_arguments, replayed_result, text_result
 from callgate.mcp.session import McpSession, cancel
-from callgate.mcp.wire import as_proposed, wire_arguments, wire_call_of
+from callgate.mcp.wire import wire_arguments, wire_call_of
 
 Answer = types.CallToolResult | types.InputRequiredResult
 
@@ -67,7 +67,10 @@ class Calls:
         pin = self.hosting.view.pins().get(f"{spec}@{version}")
         raw = wire_arguments(wire_call_of(ctx), arguments)
         req = s.sidecar.prepare(ToolCall(_call_id(), name, raw))
-        req.arguments = as_proposed(raw, req.arguments)
+        # the arguments exactly as the client sent them: the client library's prepare drops a
+        # top-level null of an optional member (OpenAI strict mode has to send one), but an MCP
+        # client sends null only when it means null (a tool's "null = no limit" against a default)
+        req.arguments = raw
         req.idempotency_key = self._key(ctx, s, pin, meta)
         await stages.step("proposing")
         try:

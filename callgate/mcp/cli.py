@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,7 @@ from callgate.mcp.pins import (
     toolspec_for,
     write_toolspec,
 )
+from callgate.policy.toolspecs import compile_tool
 
 
 def add_parser(sub: Any) -> None:
@@ -158,6 +161,24 @@ def _classify(full: str, tool: Mapping[str, Any], classes: Mapping[str, SideEffe
     return None
 
 
+def refused_by_loader(doc: Mapping[str, Any]) -> str | None:
+    """Why ``callgate check`` and the sidecar would refuse the ToolSpec ``doc`` (its code and
+    first problem: ``toolspec_invalid: /input_schema/...: message``), else None. Checked with the
+    loader itself on a file of its own, so import never writes a ToolSpec that stops every tool of
+    the gateway from being served (an upstream ``inputSchema`` that is not JSON Schema 2020-12,
+    such as draft-04's boolean ``exclusiveMinimum``)."""
+    with tempfile.TemporaryDirectory(prefix="callgate-import-") as d:
+        path = Path(d) / "tool.json"
+        path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+        try:
+            compile_tool(path)
+        except LoadError as exc:
+            first = exc.violations[0] if exc.violations else None
+            where = f"{first.pointer}: {first.message}" if first is not None else exc.message
+            return f"{exc.code.value}: {where}"
+    return None
+
+
 def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[dict[str, Any]]],
           pinned: Mapping[str, Pinned], record: Mapping[str, Recorded], restore: set[str],
           classes: Mapping[str, SideEffect]) -> _Plan:  # fmt: skip
@@ -194,11 +215,16 @@ def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[
         for tname in sorted(naming):
             tool, n = listed[tname], naming[tname]
             got = _classify(n.name, tool, classes, args.accept_proposed)
+            doc = toolspec_for(server, tool, got[0] if got is not None else proposed_side_effect(tool),
+                               version=args.version, timeout_seconds=up.timeout_seconds,
+                               capability=n.capability, name=n.name)  # fmt: skip
+            if (why := refused_by_loader(doc)) is not None:
+                plan.notes.append(f"skipped {n.name}: {why} (in the upstream's definition; a ToolSpec the "
+                                  f"loader refuses would stop the whole gateway): not pinned (never shown)")  # fmt: skip
+                continue
             if got is None:
                 plan.unconfirmed.append(f"{n.name} (proposed: {proposed_side_effect(tool).value})")
                 continue
-            doc = toolspec_for(server, tool, got[0], version=args.version, timeout_seconds=up.timeout_seconds,
-                               capability=n.capability, name=n.name)  # fmt: skip
             plan.new.append((server, doc, got[0], got[1]))
         for key, p in pinned.items():
             if key.startswith(f"{server}/") and key.split("/", 1)[1] not in listed:
@@ -335,6 +361,11 @@ def cmd_check(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 unserved.add(str(tool["name"]))
                 bad += (name, str(tool["name"])) in pinned  # a pin that can never be served
                 print(f"unservable {name}.{tool['name']}: {why}: {UNSERVABLE_MESSAGES[why]}", file=out)
+            elif (name, str(tool["name"])) not in pinned and (
+                refused := refused_by_loader(toolspec_for(name, tool, proposed_side_effect(tool)))
+            ) is not None:  # import skips it (never pinned): not a difference to re-pin
+                unserved.add(str(tool["name"]))
+                print(f"unservable {name}.{tool['name']}: {refused} (in the upstream's definition)", file=out)
         for c in compare(name, pins, tools):
             if c.state is PinState.MATCH or (c.state is PinState.NEW and c.tool in unserved):
                 continue

@@ -249,18 +249,6 @@ def wire_arguments(call: WireCall | None, parsed: Mapping[str, Any] | None) -> b
     return json.dumps(dict(parsed or {}), ensure_ascii=False).encode()
 
 
-def as_proposed(raw: bytes, prepared: bytes) -> bytes:
-    """``prepared`` (the client library's null-stripping of ``raw``) only when ``raw`` is strict
-    JSON: a re-encoding must never hide a duplicate key or a lone surrogate from the parser."""
-    if prepared == raw:
-        return raw
-    try:
-        parse_json_document(raw, ENVELOPE_LIMITS)
-    except CallgateError:
-        return raw
-    return prepared
-
-
 # ---------------------------------------------------------------------------------------- stdio
 def _claim_stdio() -> tuple[BinaryIO, BinaryIO, Callable[[], None]]:
     """The wire on private descriptors; fd 0 reads the null device and fd 1 writes to stderr
@@ -438,7 +426,6 @@ __all__ = [
     "Screened",
     "StrictBody",
     "WireCall",
-    "as_proposed",
     "guard_endpoint",
     "screen",
     "strict_stdio_server",
