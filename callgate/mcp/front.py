@@ -6,19 +6,22 @@ for the started gateway (:class:`Started`) and is then handled by it (gateway.py
 answered from a gateway that is not started, and a start that fails ends the server.
 
 Also here, because the server needs them before the gateway: who is acting (:class:`Identity`),
-the connected clients told ``tools/list_changed`` (:class:`Listeners`) and the low-level server
-class declaring it (:class:`GatewayServer`).
+the connected clients told ``tools/list_changed`` (:class:`Listeners`), the policy folder's watch
+that tells them (:class:`FolderWatch`, started with the server: a change right after
+``initialize`` is announced) and the low-level server class declaring it (:class:`GatewayServer`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import secrets
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import mcp_types as types
@@ -87,6 +90,59 @@ class Listeners:
             except Exception as exc:  # a gone client: forget it
                 log.debug("tools/list_changed not sent: %s", type(exc).__name__)
                 self._sessions.pop(key, None)
+
+
+class FolderWatch:
+    """Polls the policy folder's files (name, mtime, size) and calls ``changed`` when they differ."""
+
+    def __init__(self, root: Path, changed: Callable[[], Awaitable[None]], interval: float = 0.5) -> None:
+        self.root, self.changed, self.interval = root, changed, interval
+        self._task: asyncio.Task[None] | None = None
+
+    def stamp(self) -> tuple[tuple[str, int, int], ...]:
+        out = []
+        try:
+            for p in sorted(self.root.rglob("*")):
+                if p.is_file():
+                    st = p.stat()
+                    out.append((str(p.relative_to(self.root)), st.st_mtime_ns, st.st_size))
+        except OSError:
+            pass
+        return tuple(out)
+
+    def start(self) -> None:
+        """Watch from now on (the first stamp is taken here, so a change right after is seen)."""
+        if self._task is None:
+            first = self.stamp()
+            self._task = asyncio.get_running_loop().create_task(self._run(first), name="mcp-policy-watch")
+
+    async def _run(self, last: tuple[tuple[str, int, int], ...]) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            now = self.stamp()
+            if now != last:
+                last = now
+                try:
+                    await self.changed()
+                except Exception as exc:
+                    log.warning("policy folder change not announced: %s", type(exc).__name__)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+
+
+def policy_watch(policy_dir: Path, listeners: Listeners) -> FolderWatch:
+    """The policy folder's watch, telling ``listeners`` when a pin or policy file changes."""
+
+    async def changed() -> None:
+        await listeners.tools_changed("the policy folder changed (pins or policies)")
+
+    return FolderWatch(policy_dir, changed)
 
 
 class GatewayServer(Server[Any]):
@@ -165,6 +221,7 @@ def init_options(server: Server[Any]) -> Any:
 __all__ = [
     "NOT_STARTED",
     "REQUEST_STATE_AUDIENCE",
+    "FolderWatch",
     "GatewayServer",
     "Identity",
     "IdentityOf",
@@ -172,4 +229,5 @@ __all__ = [
     "Started",
     "build_server",
     "init_options",
+    "policy_watch",
 ]

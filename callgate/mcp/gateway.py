@@ -38,9 +38,8 @@ from callgate.mcp.codes import McpCode, Refusals
 from callgate.mcp.config import McpConfig
 from callgate.mcp.confirm import CONFIRM_INPUT_KEY, Confirmations, arguments_sha256
 from callgate.mcp.confirm import question as _question
-from callgate.mcp.front import Identity, Listeners
+from callgate.mcp.front import FolderWatch, Identity, Listeners, policy_watch
 from callgate.mcp.hosting import Hosting
-from callgate.mcp.notify import FolderWatch
 from callgate.mcp.results import PAGE_TOOL, error_result
 from callgate.mcp.session import McpSession, Sessions, sidecar_client
 
@@ -59,10 +58,11 @@ class Gateway:
     upstreams (in the background) and watching the policy folder."""
 
     def __init__(self, cfg: Config, mcp: McpConfig, secrets_masker: Redactor | None = None, *,
-                 listeners: Listeners | None = None, hosting: Hosting | None = None) -> None:  # fmt: skip
+                 listeners: Listeners | None = None, hosting: Hosting | None = None,
+                 watch: FolderWatch | None = None) -> None:  # fmt: skip
         """``secrets_masker``: the embedded sidecar's (:attr:`Components.masker`); else the
-        configured secrets are read here (:func:`masker`). ``listeners`` and ``hosting``: those
-        the start made before the gateway (serve.py), else new ones."""
+        configured secrets are read here (:func:`masker`). ``listeners``, ``hosting`` and
+        ``watch``: those the start made before the gateway (serve.py), else new ones."""
         self.cfg = cfg
         self.mcp = mcp
         self.client = sidecar_client(cfg)
@@ -82,16 +82,13 @@ class Gateway:
             secrets_masker if secrets_masker is not None else masker(cfg),
         )  # fmt: skip
         self.calls = Calls(mcp, self.client, self.hosting, self.confirmations, self.tally)
-        self.watch = FolderWatch(cfg.path(cfg.policy.dir), self._policy_changed)
+        self.watch = watch if watch is not None else policy_watch(cfg.path(cfg.policy.dir), self.listeners)
 
     async def start(self) -> None:
         """Begin every upstream's first listing (all at once, not awaited: hosting.py) and the
         policy folder's watch."""
         self.hosting.begin()
         self.watch.start()
-
-    async def _policy_changed(self) -> None:
-        await self.listeners.tools_changed("the policy folder changed (pins or policies)")
 
     async def stop(self) -> None:
         await self.watch.stop()

@@ -17,17 +17,16 @@ sends it only to a request that opted in through ``_meta``).
 may have changed: an upstream's own ``tools/list_changed`` (after it was listed again), an
 upstream's first listing after a ``tools/list`` showed its tools from their pins (hosting.py), and
 a change in the policy folder (a re-pinned or edited ToolSpec, a policy file: the files the
-sidecar reloads), seen by :class:`FolderWatch`. The clients told are front.py's
+sidecar reloads), seen by front.py's :class:`~callgate.mcp.front.FolderWatch` (watching from the process's
+start, before ``initialize`` is answered). The clients told are front.py's
 :class:`~callgate.mcp.front.Listeners`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mcp.shared.exceptions import MCPDeprecationWarning
@@ -122,51 +121,8 @@ def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], 
     return sink
 
 
-class FolderWatch:
-    """Polls the policy folder's files (name, mtime, size) and calls ``changed`` when they differ."""
-
-    def __init__(self, root: Path, changed: Callable[[], Awaitable[None]], interval: float = 0.5) -> None:
-        self.root, self.changed, self.interval = root, changed, interval
-        self._task: asyncio.Task[None] | None = None
-
-    def stamp(self) -> tuple[tuple[str, int, int], ...]:
-        out = []
-        try:
-            for p in sorted(self.root.rglob("*")):
-                if p.is_file():
-                    st = p.stat()
-                    out.append((str(p.relative_to(self.root)), st.st_mtime_ns, st.st_size))
-        except OSError:
-            pass
-        return tuple(out)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="mcp-policy-watch")
-
-    async def _run(self) -> None:
-        last = self.stamp()
-        while True:
-            await asyncio.sleep(self.interval)
-            now = self.stamp()
-            if now != last:
-                last = now
-                try:
-                    await self.changed()
-                except Exception as exc:
-                    log.warning("policy folder change not announced: %s", type(exc).__name__)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-
-
 __all__ = [
     "LEVELS",
-    "FolderWatch",
     "at_least",
     "call_log",
     "call_redactor",

@@ -61,11 +61,13 @@ class GatewayStart:
     upstream's listing and is sent only when its pin matches (hosting.py)."""
 
     def __init__(self, cfg: Config, mcp: McpConfig, listeners: Listeners | None = None) -> None:
-        from callgate.mcp.front import Listeners
+        from callgate.mcp.front import Listeners, policy_watch
 
         self.cfg = cfg
         self.mcp = mcp
         self.listeners = listeners if listeners is not None else Listeners()
+        self.watch = policy_watch(cfg.path(cfg.policy.dir), self.listeners)
+        """Started with the server (a change right after ``initialize`` is announced)."""
         self._task: asyncio.Task[Gateway] | None = None
         self._began = 0.0
         self._hosting: Hosting | None = None
@@ -74,9 +76,10 @@ class GatewayStart:
         self._gateway: Gateway | None = None
 
     def begin(self) -> None:
-        """Start in the background (idempotent)."""
+        """Start in the background (idempotent); the policy folder is watched from now on."""
         if self._task is None:
             self._began = time.monotonic()
+            self.watch.start()
             self._task = asyncio.get_running_loop().create_task(self._start(), name="mcp-gateway-start")
 
     @property
@@ -111,7 +114,9 @@ class GatewayStart:
             self._sidecar = app.Sidecar(self._components)
             await self._sidecar.start()
         gateway = await _imported("callgate.mcp.gateway")
-        gw: Gateway = gateway.Gateway(self.cfg, self.mcp, masker, listeners=self.listeners, hosting=hosting)
+        gw: Gateway = gateway.Gateway(
+            self.cfg, self.mcp, masker, listeners=self.listeners, hosting=hosting, watch=self.watch
+        )
         self._gateway = gw
         await gw.start()
         log.info(
@@ -130,8 +135,10 @@ class GatewayStart:
             task.exception()  # retrieved (logged by the caller)
         if self._gateway is not None:
             await self._gateway.stop()
-        elif self._hosting is not None:
-            await self._hosting.close()
+        else:
+            await self.watch.stop()
+            if self._hosting is not None:
+                await self._hosting.close()
         if self._sidecar is not None:
             await self._sidecar.stop()
         elif self._components is not None:
