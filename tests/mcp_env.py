@@ -63,14 +63,20 @@ path = "var/idem{stores}.db"
 
 CONFIG_HEAD = config_head()
 
-MCP_HEAD = """
+LIST_WAIT = "list_wait_seconds = 120.0"
+"""``[mcp]``: a ``tools/list`` waits for every upstream's first listing (these tests check what a
+listing compared with the upstream shows; tests/test_mcp_startup.py checks the default, where
+an upstream still starting is shown from its pins)."""
+
+MCP_HEAD = f"""
 [mcp]
 elicitation_timeout_seconds = 30.0
+{LIST_WAIT}
 [mcp.identity]
 tenant = "acme"
 user = "alice"
 """
-"""The stdio gateway's identity: alice of tenant acme."""
+"""The stdio gateway's identity: alice of tenant acme; :data:`LIST_WAIT`."""
 
 
 def http_head(base: Path, tokens: dict[str, str]) -> str:

@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from tests import mcp_env
 from tests.conftest import short_tmpdir
 from tests.mcp_env import (
+    LIST_WAIT,
     ROOT,
     accept,
     cli,
@@ -90,6 +91,7 @@ tools = ["sec.echo_env", "web.echo_env"]
 
 [mcp]
 elicitation_timeout_seconds = 20.0
+{LIST_WAIT}
 [mcp.identity]
 tenant = "acme"
 user = "alice"

@@ -37,7 +37,7 @@ from mcp.shared.exceptions import MCPError
 
 from callgate.base.tokenstrength import weakness
 from tests.conftest import short_tmpdir
-from tests.mcp_env import ROOT, cli, config_head, run, terminate, text_of, wait_port
+from tests.mcp_env import LIST_WAIT, ROOT, cli, config_head, run, terminate, text_of, wait_port
 from tests.ports import free_port
 from tests.test_mcp_gateway import write_policies
 
@@ -74,6 +74,8 @@ def _config(
     path.write_text(
         config_head(stores=f"-{port}")
         + f"""
+[mcp]
+{LIST_WAIT}
 [mcp.http]
 tenant = "acme"
 listen = "{HOST}:{port}"

@@ -82,15 +82,16 @@ class Calls:
             return text_result(out.message, is_error=True)
         if isinstance(out, Replayed):
             return replayed_result(out, pin is not None and pin.has_output_schema)
-        # Allowed or NeedsConfirmation: only a pinned, matching upstream tool may go on.
-        refusal = await self.hosting.pin_refusal(pin)
-        if refusal is not None:
-            await cancel(s.sidecar, out.invocation_id, refusal.value)
-            self.refusals.count(refusal)
-            return error_result(refusal, PIN_MESSAGES[refusal], tool=f"{spec}@{version}")
-        assert pin is not None
         invocation_id = out.invocation_id
         try:
+            # Allowed or NeedsConfirmation: only a pinned, matching upstream tool may go on (an
+            # upstream still being listed for the first time is waited for: hosting.py).
+            refusal = await self.hosting.pin_refusal(pin)
+            if refusal is not None:
+                await cancel(s.sidecar, invocation_id, refusal.value)
+                self.refusals.count(refusal)
+                return error_result(refusal, PIN_MESSAGES[refusal], tool=f"{spec}@{version}")
+            assert pin is not None
             if isinstance(out, NeedsConfirmation):
                 await stages.step("waiting for the user's confirmation")
                 answer: McpCode | None
@@ -106,8 +107,9 @@ class Calls:
                     return self.confirmations.refused(answer)
             return await self._execute(ctx, s, invocation_id, pin, stages)
         except BaseException:
-            # a client cancel (or a failure of ours): before the boundary the invocation is
-            # cancelled; after it, Cancel records cancel_requested and the result is withheld
+            # a client cancel (or a failure of ours; also while the upstream's first listing is
+            # waited for): before the boundary the invocation is cancelled; after it, Cancel
+            # records cancel_requested and the result is withheld
             with anyio.CancelScope(shield=True):
                 await cancel(s.sidecar, invocation_id, "client_cancelled")
             raise

@@ -150,13 +150,21 @@ class McpConfig:
     """The MCP gateway (``callgate mcp``): docs/MCP.md."""
 
     sidecar: SidecarMode = SidecarMode.EMBEDDED
-    """``embedded``: run the sidecar in-process on ``[server]``'s sockets before answering;
-    ``external``: use an already-running sidecar at those sockets."""
+    """``embedded``: run the sidecar in-process on ``[server]``'s sockets (started in the
+    background: ``initialize`` is answered at once, ``tools/list`` and ``tools/call`` wait for
+    it); ``external``: use an already-running sidecar at those sockets."""
     executor_id: str = "mcp-gateway"
     """Executor identity (credential audience) the gateway begins attempts as."""
     elicitation_timeout_seconds: float = 120.0
     """How long a confirmation question waits for the user; then the call is cancelled (for a
     2026-07-28 client: how long the parked confirmation waits for its answer)."""
+    list_wait_seconds: float = 2.0
+    """How long a ``tools/list`` waits for upstreams whose first connect and listing (begun at
+    start, all at once) is not done yet; then their tools are shown from their pins (a call still
+    waits for the listing and is sent only when the live definition matches the pin) and clients
+    are told ``tools/list_changed`` when it is done. Set it above the upstreams' start time to
+    only ever show tools already compared with their upstream (clients with a long start-up
+    timeout); 0: never wait."""
     progress_after_seconds: float = 0.0
     """Gate-stage progress notifications are sent to clients that asked (``progressToken``) for
     calls still running after this long (0 = at every stage)."""
@@ -284,6 +292,8 @@ def parse_mcp(data: Any, source: str) -> McpConfig:
         raise config_invalid("mcp.upstreams: names must be unique", source=source)
     if cfg.elicitation_timeout_seconds <= 0:
         raise config_invalid("'mcp.elicitation_timeout_seconds' must be positive", source=source)
+    if not 0 <= cfg.list_wait_seconds <= 3600:
+        raise config_invalid("'mcp.list_wait_seconds' must be between 0 and 3600", source=source)
     if cfg.http.listen:
         check_loopback(cfg.http.listen, source=source)
     _check_http(cfg.http, source)

@@ -26,6 +26,7 @@ from callgate.arguments import unitext
 from callgate.client import AsyncConfirmer, AsyncSession, CallgateClientError, NeedsConfirmation
 from callgate.execute.redaction import PATTERNS_ONLY, Redactor
 from callgate.mcp.codes import CONFIRM_MESSAGES, McpCode, Refusals
+from callgate.mcp.front import REQUEST_STATE_AUDIENCE
 from callgate.mcp.pins import Pin
 from callgate.mcp.results import error_result
 from callgate.mcp.session import McpSession, cancel
@@ -41,9 +42,6 @@ with the declarative ``InputRequiredResult`` round trip instead of ``elicitation
 
 MAX_PARKED = 1024
 """Confirmations parked at once (2026-07-28 mode); past it the oldest is cancelled."""
-
-REQUEST_STATE_AUDIENCE = "callgate-mcp"
-"""Audience claim of the sealed ``requestState`` (the SDK's ``RequestStateBoundary``)."""
 
 CONFIRM_SCHEMA: dict[str, Any] = {
     "type": "object",

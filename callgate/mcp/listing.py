@@ -18,7 +18,9 @@ task, so it is not listed at all, and ``callgate mcp check`` names it (:func:`un
 ``"optional"`` tools are listed and called without a task.
 
 :func:`session_tools` is the whole answer: the session's ListTools view limited to pinned tools
-whose upstream definition still matches (hosting.py), then the paging tool (results.py).
+whose upstream definition still matches, or whose upstream is still being listed for the first
+time (hosting.py: shown from the pin, with callgate's annotations only), then the paging tool
+(results.py).
 """
 
 from __future__ import annotations
@@ -119,14 +121,14 @@ def check_cursor(params: types.PaginatedRequestParams | None) -> None:
 
 async def session_tools(s: McpSession, hosting: Hosting) -> list[types.Tool]:
     """``tools/list``: the session's ListTools view (a new model call), only pinned tools whose
-    upstream still matches and that can be served, then the paging tool."""
+    upstream still matches (or is not listed yet) and that can be served, then the paging tool."""
     pins = hosting.view.pins()
     tools: list[Tool] = []
     rendered: list[dict[str, Any]] = []
     definitions: list[Mapping[str, Any] | None] = []
     for tool, entry in await s.relist():
         pin = pins.get(f"{tool.name}@{tool.version}")
-        if pin is None or not hosting.matches(pin):
+        if pin is None or not hosting.listable(pin):
             continue
         definition = hosting.view.definition(pin)
         if unservable(definition or {}) is not None:

@@ -14,25 +14,22 @@ sends it only to a request that opted in through ``_meta``).
 **list_changed.** The gateway declares ``tools.listChanged`` and sends
 ``notifications/tools/list_changed`` to every connected client (on 2026-07-28, to every
 ``subscriptions/listen`` stream that asked for tool changes) when what ``tools/list`` shows
-may have changed: an upstream's own ``tools/list_changed`` (after it was listed again), and a
-change in the policy folder (a re-pinned or edited ToolSpec, a policy file: the files the sidecar
-reloads), seen by :class:`FolderWatch`.
+may have changed: an upstream's own ``tools/list_changed`` (after it was listed again), an
+upstream's first listing after a ``tools/list`` showed its tools from their pins (hosting.py), and
+a change in the policy folder (a re-pinned or edited ToolSpec, a policy file: the files the
+sidecar reloads), seen by front.py's :class:`~callgate.mcp.front.FolderWatch` (watching from the process's
+start, before ``initialize`` is answered). The clients told are front.py's
+:class:`~callgate.mcp.front.Listeners`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mcp.server.lowlevel import Server
-from mcp.server.lowlevel.server import NotificationOptions
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning
-from mcp.shared.subscriptions import ToolsListChanged
 
 from callgate.execute.encode import neutralize
 from callgate.execute.redaction import Redactor
@@ -124,96 +121,8 @@ def call_log(ctx: Any, server: str, secrets: Sequence[str], floor: Callable[[], 
     return sink
 
 
-class Listeners:
-    """Connected clients, for ``notifications/tools/list_changed``: the sessions of handshake-era
-    clients (2025-11-25), and the ``subscriptions/listen`` streams of 2026-07-28 clients (the
-    SDK's bus and :attr:`listen` handler)."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[Any, Any] = {}
-        self.bus = InMemorySubscriptionBus()
-        self.listen = ListenHandler(self.bus)
-
-    def add(self, key: Any, session: Any) -> None:
-        self._sessions[key] = session
-
-    async def tools_changed(self, why: str) -> None:
-        await self.bus.publish(ToolsListChanged())
-        if not self._sessions:
-            return
-        log.info("tools/list_changed sent to %d client(s): %s", len(self._sessions), why)
-        for key, session in list(self._sessions.items()):
-            try:
-                await session.send_tool_list_changed()
-            except Exception as exc:  # a gone client: forget it
-                log.debug("tools/list_changed not sent: %s", type(exc).__name__)
-                self._sessions.pop(key, None)
-
-
-class FolderWatch:
-    """Polls the policy folder's files (name, mtime, size) and calls ``changed`` when they differ."""
-
-    def __init__(self, root: Path, changed: Callable[[], Awaitable[None]], interval: float = 0.5) -> None:
-        self.root, self.changed, self.interval = root, changed, interval
-        self._task: asyncio.Task[None] | None = None
-
-    def stamp(self) -> tuple[tuple[str, int, int], ...]:
-        out = []
-        try:
-            for p in sorted(self.root.rglob("*")):
-                if p.is_file():
-                    st = p.stat()
-                    out.append((str(p.relative_to(self.root)), st.st_mtime_ns, st.st_size))
-        except OSError:
-            pass
-        return tuple(out)
-
-    def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="mcp-policy-watch")
-
-    async def _run(self) -> None:
-        last = self.stamp()
-        while True:
-            await asyncio.sleep(self.interval)
-            now = self.stamp()
-            if now != last:
-                last = now
-                try:
-                    await self.changed()
-                except Exception as exc:
-                    log.warning("policy folder change not announced: %s", type(exc).__name__)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
-
-
-class GatewayServer(Server[Any]):
-    """The low-level server, declaring ``tools.listChanged`` on every transport (the HTTP session
-    manager builds its initialization options without arguments)."""
-
-    def create_initialization_options(
-        self,
-        notification_options: NotificationOptions | None = None,
-        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-        extensions: dict[str, dict[str, Any]] | None = None,
-    ) -> Any:
-        return super().create_initialization_options(
-            notification_options or NotificationOptions(tools_changed=True),
-            experimental_capabilities,
-            extensions,
-        )
-
-
 __all__ = [
     "LEVELS",
-    "FolderWatch",
-    "GatewayServer",
-    "Listeners",
     "at_least",
     "call_log",
     "call_redactor",

@@ -12,16 +12,9 @@ from typing import Any
 from callgate.client import AsyncClient, AsyncSession, CallgateClientError, Dialect, Tool, ToolNames
 from callgate.config import Config
 from callgate.mcp.callkey import RequestScope
+from callgate.mcp.front import Identity
 
 log = logging.getLogger("callgate.mcp")
-
-
-@dataclass(frozen=True)
-class Identity:
-    """Who is acting: from ``[mcp.identity]`` (stdio) or the validated bearer token (HTTP)."""
-
-    tenant: str
-    subject: str
 
 
 @dataclass

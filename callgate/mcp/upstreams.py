@@ -213,6 +213,11 @@ class _Connection:
 
     async def close(self) -> None:
         self._stop.set()
+        if self._task is not None and not self._task.done() and not self._ready.is_set():
+            # still connecting (a gateway stopped while it starts): nothing waits on the stop
+            # event yet, so cancel the connect (the SDK's transport ends the child process)
+            self._task.cancel()
+            await asyncio.wait([self._task], timeout=10)
         if self._task is not None and not self._task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), 10)

@@ -117,6 +117,13 @@ async def _off_the_loop(fn: Callable[[Config], PolicySnapshot], cfg: Config) -> 
                 gc.enable()
 
 
+async def load_off_the_loop(cfg: Config) -> PolicySnapshot:
+    """:func:`load_snapshot_from_config` in a worker thread (as a reload runs it): the event loop
+    keeps answering meanwhile (``callgate mcp serve`` answers MCP clients while its embedded
+    sidecar starts). Raises what the load raises."""
+    return await _off_the_loop(load_snapshot_from_config, cfg)
+
+
 @dataclass
 class PolicyLifecycle:
     config: Config

@@ -34,7 +34,7 @@ from callgate.native import NOT_BUILT, native_missing
 from callgate.observability import PublishingStore
 from callgate.observability.build import build_sinks, observes_rpcs
 from callgate.observability.metrics import Metrics, MetricsServer
-from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle
+from callgate.policy.lifecycle import SNAPSHOT_HEALTH_SERVICE, PolicyLifecycle, load_off_the_loop
 from callgate.policy.serving import ServingSnapshot
 from callgate.policy.snapshot import PolicySnapshot, load_snapshot_from_config
 from callgate.propose.gate import Gate
@@ -148,14 +148,17 @@ async def build_components(
     idempotency: IdempotencyStore | None = None,
     environ: Mapping[str, str] | None = None,
     tolerate_bad_policies: bool = False,
+    load_in_thread: bool = False,
 ) -> Components:
     """Load the policy snapshot, secrets and keys; open the stores. Raises LoadError /
     CallgateError. With ``tolerate_bad_policies`` (``callgate serve``) a policy set that does not
-    load leaves the gate NOT_READY instead of failing: the lifecycle retries until it loads."""
+    load leaves the gate NOT_READY instead of failing: the lifecycle retries until it loads.
+    ``load_in_thread``: the snapshot is loaded in a worker thread (the event loop goes on
+    answering meanwhile: the MCP gateway's embedded sidecar)."""
     clock = clock or SystemClock()
     if snapshot is None:
         try:
-            snapshot = load_snapshot_from_config(cfg)
+            snapshot = await load_off_the_loop(cfg) if load_in_thread else load_snapshot_from_config(cfg)
         except LoadError as exc:
             if not tolerate_bad_policies:
                 raise
