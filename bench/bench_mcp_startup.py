@@ -300,9 +300,17 @@ def phases(code: Path, base: Path, config: Path) -> dict[str, float]:
     out["python -c pass"] = time.monotonic() - t
     for module in IMPORTS:
         r = subprocess.run(
-            [sys.executable, "-c", f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"],
-            cwd=base, env=_env(code), capture_output=True, text=True, check=True,
-        )  # fmt: skip  (cwd: not a checkout, so PYTHONPATH decides which callgate is imported)
+            [
+                sys.executable,
+                "-c",
+                f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)",
+            ],
+            cwd=base,
+            env=_env(code),
+            capture_output=True,
+            text=True,
+            check=True,
+        )  # cwd: not a checkout, so PYTHONPATH decides which callgate is imported
         out[f"import {module}"] = float(r.stdout.strip())
     r = subprocess.run(
         [sys.executable, "-c", PHASES, str(config)], cwd=base, env=_env(code), capture_output=True, text=True,
