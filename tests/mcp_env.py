@@ -4,7 +4,8 @@ the CLI, and the official MCP Python SDK client to ``callgate mcp serve`` over s
 streamable HTTP, with the small readers of its answers.
 
 Used by tests/test_mcp_gateway.py, test_mcp_http.py, test_mcp_numbers.py, test_mcp_published.py,
-test_mcp_rich_upstreams.py, test_mcp_results.py, test_mcp_names.py and test_mcp_in_the_wild.py.
+test_mcp_rich_upstreams.py, test_mcp_results.py, test_mcp_names.py, test_mcp_in_the_wild.py and
+test_mcp_import_globs.py.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ import json
 import logging
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,7 +30,7 @@ from callgate.mcp.importing import (
     tool_key,
     write_record,
 )
-from callgate.mcp.listing import UNSERVABLE_MESSAGES, unservable
+from callgate.mcp.listing import DESTRUCTIVE_CLASSES, UNSERVABLE_MESSAGES, unservable
 from callgate.mcp.pins import (
     PinState,
     SideEffect,
@@ -59,11 +60,18 @@ def add_parser(sub: Any) -> None:
     i.add_argument("--version", default="v1", help="ToolSpec version (default v1)")
     i.add_argument(
         "--side-effect", action="append", default=[], metavar="TOOL=CLASS",
-        help="side-effect class of a tool (upstream.tool or tool): read_only|create|modify|delete",
+        help="side-effect class of a tool (upstream.tool or tool): read_only|create|modify|delete. "
+             "TOOL may be a case-sensitive fnmatch pattern (*, ?, [...]) matched on upstream.tool and on "
+             "the bare tool name, e.g. 'git.git_*=modify'. An exact name beats any pattern; among "
+             "patterns the longest literal prefix wins (a pattern that matched only the bare name "
+             "counts 'upstream.' in it), then the first given. A pattern that matches no listed tool is "
+             "an error; a pattern may not give a tool hinted destructiveHint: true read_only or create "
+             "(give that by its exact name)",
     )  # fmt: skip
     i.add_argument(
         "--accept-proposed", action="store_true",
-        help="accept the class proposed from the annotations for every tool not given --side-effect",
+        help="accept the class proposed from the annotations for every tool no --side-effect name or "
+             "pattern matches",
     )  # fmt: skip
     i.add_argument(
         "--accept-changes", action="store_true",
@@ -126,17 +134,70 @@ async def _listings(mcp: McpConfig, base: Path, only: list[str]) -> dict[str, li
     return out
 
 
-def _classes(given: list[str]) -> dict[str, SideEffect] | str:
-    out: dict[str, SideEffect] = {}
+GLOB_CHARS = "*?["
+"""A ``--side-effect`` TOOL with one of these is an fnmatch pattern, else an exact name."""
+
+
+@dataclass(frozen=True)
+class _Given:
+    """The ``--side-effect`` answers: exact names, and patterns in the order given."""
+
+    exact: dict[str, SideEffect] = field(default_factory=dict)
+    patterns: list[tuple[str, SideEffect]] = field(default_factory=list)
+
+
+def _classes(given: list[str]) -> _Given | str:
+    out = _Given()
+    seen: dict[str, SideEffect] = {}
     for item in given:
         tool, sep, cls = item.partition("=")
+        if not sep or not tool:
+            return f"--side-effect {item!r}: expected TOOL=CLASS"
         try:
-            out[tool] = SideEffect(cls)
+            se = SideEffect(cls)
         except ValueError:
             return f"--side-effect {item!r}: expected TOOL=read_only|create|modify|delete"
-        if not sep:
-            return f"--side-effect {item!r}: expected TOOL=CLASS"
+        if seen.get(tool, se) is not se:
+            return f"--side-effect {item!r}: {tool!r} already given as {seen[tool].value}"
+        if tool in seen:
+            continue
+        seen[tool] = se
+        if any(c in tool for c in GLOB_CHARS):
+            out.patterns.append((tool, se))
+        else:
+            out.exact[tool] = se
     return out
+
+
+def _literal_prefix(pattern: str) -> int:
+    """How many characters of ``pattern`` come before its first ``*``, ``?`` or ``[``."""
+    return next((i for i, c in enumerate(pattern) if c in GLOB_CHARS), len(pattern))
+
+
+def _pattern_for(upstream: str, tname: str, patterns: Iterable[tuple[str, SideEffect]],
+                 ) -> tuple[str, SideEffect] | None:  # fmt: skip
+    """The pattern that classes upstream tool ``tname``: of those matching ``<upstream>.<tool>``
+    or the bare tool name, the one with the longest literal prefix, counted in the full name (a
+    pattern that matched only the bare name has ``<upstream>.`` added), then the first given."""
+    best: tuple[str, SideEffect] | None = None
+    score = -1
+    for pattern, cls in patterns:
+        if fnmatchcase(f"{upstream}.{tname}", pattern):
+            s = _literal_prefix(pattern)
+        elif fnmatchcase(tname, pattern):
+            s = len(upstream) + 1 + _literal_prefix(pattern)
+        else:
+            continue
+        if s > score:  # strictly longer: an equal one given later loses
+            best, score = (pattern, cls), s
+    return best
+
+
+def _unmatched(patterns: Iterable[tuple[str, SideEffect]], listed: Mapping[str, list[dict[str, Any]]],
+               ) -> list[str]:  # fmt: skip
+    """The patterns that match no tool the upstreams listed (a typo must not pass silently)."""
+    names = [(up, str(t["name"])) for up, tools in listed.items() for t in tools]
+    return [p for p, _ in patterns if not any(_pattern_for(u, t, [(p, SideEffect.MODIFY)]) for u, t in names)]
 
 
 @dataclass
@@ -146,19 +207,32 @@ class _Plan:
     new: list[tuple[str, dict[str, Any], SideEffect, str]] = field(default_factory=list)
     merges: list[tuple[Merge, dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     unconfirmed: list[str] = field(default_factory=list)
+    weakened: list[str] = field(default_factory=list)
+    """Tools hinted ``destructiveHint: true`` a pattern would class ``read_only`` or ``create``."""
     notes: list[str] = field(default_factory=list)
 
 
-def _classify(full: str, tool: Mapping[str, Any], classes: Mapping[str, SideEffect], accept: bool,
+def _classify(server: str, full: str, tool: Mapping[str, Any], given: _Given, accept: bool,
               ) -> tuple[SideEffect, str] | None:  # fmt: skip
-    cls = classes.get(full) or classes.get(str(tool["name"]))
+    """The class of a tool to pin and why: an exact ``--side-effect`` name (its ToolSpec name or
+    the bare tool name), else the winning pattern, else ``readOnlyHint``, else the proposal when
+    ``accept``; None: not confirmed."""
+    cls = given.exact.get(full) or given.exact.get(str(tool["name"]))
     if cls is not None:
         return cls, "given"
+    by = _pattern_for(server, str(tool["name"]), given.patterns)
+    if by is not None:
+        return by[1], f"pattern {by[0]!r}"
     if read_only_hinted(tool):
         return SideEffect.READ_ONLY, "readOnlyHint"
     if accept:
         return proposed_side_effect(tool), "accepted proposal"
     return None
+
+
+def _destructive_hinted(tool: Mapping[str, Any]) -> bool:
+    ann = tool.get("annotations") or {}
+    return ann.get("destructiveHint") is True and ann.get("readOnlyHint") is not True
 
 
 def refused_by_loader(doc: Mapping[str, Any]) -> str | None:
@@ -181,7 +255,7 @@ def refused_by_loader(doc: Mapping[str, Any]) -> str | None:
 
 def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[dict[str, Any]]],
           pinned: Mapping[str, Pinned], record: Mapping[str, Recorded], restore: set[str],
-          classes: Mapping[str, SideEffect]) -> _Plan:  # fmt: skip
+          classes: _Given) -> _Plan:  # fmt: skip
     plan = _Plan()
     for server, tools in listings.items():
         up = mcp.upstream(server)
@@ -214,7 +288,7 @@ def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[
             plan.notes.append(f"refused upstream {server} tool {tname!r}: {why}; not pinned (never shown)")
         for tname in sorted(naming):
             tool, n = listed[tname], naming[tname]
-            got = _classify(n.name, tool, classes, args.accept_proposed)
+            got = _classify(server, n.name, tool, classes, args.accept_proposed)
             doc = toolspec_for(server, tool, got[0] if got is not None else proposed_side_effect(tool),
                                version=args.version, timeout_seconds=up.timeout_seconds,
                                capability=n.capability, name=n.name)  # fmt: skip
@@ -225,12 +299,19 @@ def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[
             if got is None:
                 plan.unconfirmed.append(f"{n.name} (proposed: {proposed_side_effect(tool).value})")
                 continue
+            if got[1].startswith("pattern ") and _destructive_hinted(tool) and got[0] not in DESTRUCTIVE:
+                plan.weakened.append(f"{n.name} ({got[0].value} by {got[1]})")
+                continue
             plan.new.append((server, doc, got[0], got[1]))
         for key, p in pinned.items():
             if key.startswith(f"{server}/") and key.split("/", 1)[1] not in listed:
                 plan.notes.append(f"missing {p.doc.get('name')} (upstream {server} no longer lists tool "
                                   f"{key.split('/', 1)[1]!r}): the pin stays, the gateway hides it")  # fmt: skip
     return plan
+
+
+DESTRUCTIVE = frozenset(SideEffect(c) for c in DESTRUCTIVE_CLASSES)
+"""``modify`` and ``delete``: the only classes a pattern may give a ``destructiveHint: true`` tool."""
 
 
 def _review(plan: _Plan, out: TextIO) -> None:
@@ -285,14 +366,25 @@ def cmd_import(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if failed:
         return 1
     listed = {k: v for k, v in listings.items() if not isinstance(v, str)}
+    unmatched = _unmatched(classes.patterns, listed)
+    if unmatched:
+        print(f"error: --side-effect pattern(s) {', '.join(map(repr, unmatched))} match no tool listed by "
+              f"upstream(s) {', '.join(listed) or 'none'}; nothing written", file=out)  # fmt: skip
+        return 2
     plan = _plan(args, mcp, listed, pinned_files(tools_dir), record, restore, classes)
     for note in plan.notes:
         print(note, file=out)
     _review(plan, out)
     if plan.unconfirmed:
         print("error: side-effect class not confirmed for these tools (not read-only-hinted); pass "
-              "--side-effect TOOL=CLASS for each, or --accept-proposed:", file=out)  # fmt: skip
+              "--side-effect TOOL=CLASS for each (TOOL may be a pattern), or --accept-proposed:",
+              file=out)  # fmt: skip
         for line in plan.unconfirmed:
+            print(f"  {line}", file=out)
+    if plan.weakened:
+        print("error: a --side-effect pattern may not class a tool hinted destructiveHint: true below "
+              "modify; give these by exact name if you mean it:", file=out)  # fmt: skip
+        for line in plan.weakened:
             print(f"  {line}", file=out)
     conflicts = [m for m, _, _ in plan.merges if m.conflicts]
     if conflicts and not args.keep_edits:
@@ -304,7 +396,12 @@ def cmd_import(args: argparse.Namespace, out: TextIO | None = None) -> int:
         print(f"error: {len(changed)} upstream definition(s) changed since they were pinned: review the "
               "diff above, then re-run with --accept-changes to re-pin them (until then the gateway "
               "hides them)", file=out)  # fmt: skip
-    if plan.unconfirmed or (conflicts and not args.keep_edits) or (changed and not args.accept_changes):
+    if (
+        plan.unconfirmed
+        or plan.weakened
+        or (conflicts and not args.keep_edits)
+        or (changed and not args.accept_changes)
+    ):
         print("nothing written", file=out)
         return 1
     for m, gen, tool in plan.merges:
