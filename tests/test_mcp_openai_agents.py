@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,16 +25,24 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from tests.mcp_agents_app import RUN, agent, gateway, outputs
 from tests.mcp_env import ROOT, http_gateway
 from tests.test_mcp_gateway import TOKEN, Env
+from tests.test_mcp_gateway_more import imported_once
+
+
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test here starts from the same import: taken once for the module (:func:`imported_once`)."""
+    return imported_once(tmp_path_factory.mktemp("pins") / "tools")
 
 
 @pytest.fixture(name="env")
-def env_fixture() -> Any:
+def env_fixture(pins: Path) -> Any:
     """tests/test_mcp_gateway.py's folder (policies: ``remove`` needs callgate's confirmation,
-    notes with "forbidden" are denied), its upstreams, and the tools pinned."""
+    notes with "forbidden" are denied), its upstreams, and the tools pinned: a copy of
+    :func:`pins` (a pin names no path or port of its folder), instead of the same
+    ``callgate mcp import`` per test. Each test still has its own folder, stores and upstreams."""
     e = Env()
+    shutil.copytree(pins, e.base / "policies" / "tools", dirs_exist_ok=True)
     e.start_http_upstream()
-    r = e.import_all()
-    assert r.returncode == 0, r.stderr
     yield e
     e.close()
 
