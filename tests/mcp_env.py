@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -248,6 +249,24 @@ class Published:
         doc = json.loads(path.read_text())
         doc["upstream"]["definition_sha256"] = "0" * 64
         path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+@contextmanager
+def permit_all_folder(upstreams: str) -> Iterator[Published]:
+    """A fresh gateway folder with ``upstreams`` and one Cedar policy permitting alice everything
+    (for tests about the gateway, not the policy); removed afterwards."""
+    from tests.conftest import short_tmpdir
+
+    base = short_tmpdir()
+    try:
+        (base / "policies" / "cedar").mkdir(parents=True)
+        (base / "policies" / "cedar" / "policies.cedar").write_text(
+            '@id("all") permit (principal == User::"alice", action, resource);\n'
+        )
+        write_principals(base)
+        yield Published(base, write_config(base, upstreams), base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------------- the SDK client

@@ -13,14 +13,13 @@ Found by the wild trial: before, import wrote the ToolSpec, ``callgate check`` r
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ROOT, short_tmpdir
-from tests.mcp_env import Published, cli, run, stdio, text_of, write_config, write_principals
+from tests.conftest import ROOT
+from tests.mcp_env import Published, cli, permit_all_folder, run, stdio, text_of
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,16 +35,8 @@ timeout_seconds = 30.0
 
 @pytest.fixture
 def folder() -> Iterator[Published]:
-    base = short_tmpdir()
-    try:
-        (base / "policies" / "cedar").mkdir(parents=True)
-        (base / "policies" / "cedar" / "policies.cedar").write_text(
-            '@id("reads") permit (principal == User::"alice", action, resource);\n'
-        )
-        write_principals(base)
-        yield Published(base, write_config(base, UPSTREAM), base)
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    with permit_all_folder(UPSTREAM) as published:
+        yield published
 
 
 def test_a_tool_with_a_schema_that_is_not_2020_12_is_skipped_and_the_rest_served(folder: Published) -> None:

@@ -21,20 +21,19 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.conftest import ROOT, short_tmpdir
-from tests.mcp_env import Published, cli, run, stdio, text_of, write_config, write_principals
+from tests.conftest import ROOT
+from tests.mcp_env import Published, cli, permit_all_folder, run, stdio, text_of
 
-pytestmark = [
-    pytest.mark.timeout(240),
-    pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's"),
-]
+pytestmark = pytest.mark.timeout(240)  # Linux (PR_SET_PDEATHSIG), as the suite is
 
 
 def upstream(pidfile: Path) -> str:
@@ -49,29 +48,31 @@ timeout_seconds = 60.0
 """
 
 
+@dataclass(frozen=True)
+class Stuck:
+    folder: Published
+    pidfile: Path
+    """Where the upstream's ``block`` writes its process id."""
+
+
 @pytest.fixture
-def folder() -> Iterator[Published]:
-    base = short_tmpdir()
+def stuck() -> Iterator[Stuck]:
+    piddir = Path(tempfile.mkdtemp(prefix="cg-stuck-"))
     try:
-        (base / "policies" / "cedar").mkdir(parents=True)
-        (base / "policies" / "cedar" / "policies.cedar").write_text(
-            '@id("all") permit (principal == User::"alice", action, resource);\n'
-        )
-        write_principals(base)
-        published = Published(base, write_config(base, upstream(base / "stuck.pid")), base)
-        r = cli(base, "mcp", "import", "--config", str(published.config), "--accept-proposed")
-        assert r.returncode == 0, r.stdout + r.stderr
-        yield published
+        with permit_all_folder(upstream(piddir / "stuck.pid")) as folder:
+            r = cli(folder.base, "mcp", "import", "--config", str(folder.config), "--accept-proposed")
+            assert r.returncode == 0, r.stdout + r.stderr
+            yield Stuck(folder, piddir / "stuck.pid")
     finally:
-        pid = stuck_pid(base)
+        pid = stuck_pid(piddir / "stuck.pid")
         if pid is not None and alive(pid):
             os.kill(pid, signal.SIGKILL)  # never leave one behind, whatever the test found
-        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(piddir, ignore_errors=True)
 
 
-def stuck_pid(base: Path) -> int | None:
+def stuck_pid(pidfile: Path) -> int | None:
     try:
-        return int((base / "stuck.pid").read_text())
+        return int(pidfile.read_text())
     except (OSError, ValueError):
         return None
 
@@ -98,39 +99,39 @@ def wait_gone(pid: int, seconds: float) -> bool:
     return not alive(pid)
 
 
-async def wait_pidfile(base: Path) -> int:
+async def wait_pidfile(pidfile: Path) -> int:
     for _ in range(300):
-        pid = stuck_pid(base)
+        pid = stuck_pid(pidfile)
         if pid is not None:
             return pid
         await anyio.sleep(0.1)
     raise AssertionError("the upstream's block tool never started")
 
 
-def test_a_client_that_gives_up_and_leaves_takes_the_stuck_upstream_with_it(folder: Published) -> None:
+def test_a_client_that_gives_up_and_leaves_takes_the_stuck_upstream_with_it(stuck: Stuck) -> None:
     """The client cancels the call after a second and closes the session, as an application
     does on its own timeout; its SDK then stops the gateway (stdin closed, then a signal after
     its grace period). The stuck upstream is gone soon after."""
 
     async def go() -> int:
-        async with stdio(folder) as c:
+        async with stdio(stuck.folder) as c:
             first = await c.call_tool("stuck__ping", {})
             assert not first.is_error and "pong" in text_of(first), text_of(first)
             with anyio.move_on_after(1.5):
                 await c.call_tool("stuck__block", {})
-            return await wait_pidfile(folder.base)
+            return await wait_pidfile(stuck.pidfile)
 
     pid = run(go())
     assert wait_gone(pid, 15), f"the stuck upstream {pid} outlived its gateway"
 
 
-def test_a_killed_gateway_takes_the_stuck_upstream_with_it(folder: Published) -> None:
+def test_a_killed_gateway_takes_the_stuck_upstream_with_it(stuck: Stuck) -> None:
     """kill -9 of the gateway in the middle of the call: nothing of the gateway runs to stop the
     upstream, the kernel does."""
     state: dict[str, int] = {}
 
     async def go() -> None:
-        async with stdio(folder) as c:
+        async with stdio(stuck.folder) as c:
             async with anyio.create_task_group() as tg:
 
                 async def call() -> None:
@@ -140,7 +141,7 @@ def test_a_killed_gateway_takes_the_stuck_upstream_with_it(folder: Published) ->
                         pass
 
                 tg.start_soon(call)
-                pid = await wait_pidfile(folder.base)
+                pid = await wait_pidfile(stuck.pidfile)
                 state["upstream"], state["gateway"] = pid, parent_of(pid)
                 os.kill(state["gateway"], signal.SIGKILL)
                 with anyio.move_on_after(10):
