@@ -7,7 +7,6 @@ import asyncio
 import json
 import logging
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
@@ -42,7 +41,7 @@ from callgate.mcp.pins import (
     toolspec_for,
     write_toolspec,
 )
-from callgate.policy.toolspecs import compile_tool
+from callgate.policy.toolspecs import compile_tool_bytes
 
 
 def add_parser(sub: Any) -> None:
@@ -238,18 +237,15 @@ def _destructive_hinted(tool: Mapping[str, Any]) -> bool:
 def refused_by_loader(doc: Mapping[str, Any]) -> str | None:
     """Why ``callgate check`` and the sidecar would refuse the ToolSpec ``doc`` (its code and
     first problem: ``toolspec_invalid: /input_schema/...: message``), else None. Checked with the
-    loader itself on a file of its own, so import never writes a ToolSpec that stops every tool of
+    loader itself on the document's bytes, so import never writes a ToolSpec that stops every tool of
     the gateway from being served (an upstream ``inputSchema`` that is not JSON Schema 2020-12,
     such as draft-04's boolean ``exclusiveMinimum``)."""
-    with tempfile.TemporaryDirectory(prefix="callgate-import-") as d:
-        path = Path(d) / "tool.json"
-        path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
-        try:
-            compile_tool(path)
-        except LoadError as exc:
-            first = exc.violations[0] if exc.violations else None
-            where = f"{first.pointer}: {first.message}" if first is not None else exc.message
-            return f"{exc.code.value}: {where}"
+    try:
+        compile_tool_bytes(json.dumps(doc, ensure_ascii=False).encode(), f"<{doc.get('name')}>")
+    except LoadError as exc:
+        first = exc.violations[0] if exc.violations else None
+        where = f"{first.pointer}: {first.message}" if first is not None else exc.message
+        return f"{exc.code.value}: {where}"
     return None
 
 

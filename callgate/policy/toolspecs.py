@@ -239,9 +239,13 @@ def _meta_violations(doc: Any) -> list[Violation]:
 
 def compile_tool(path: Path) -> CompiledTool:
     """Load one ToolSpec file. Raises LoadError with ``file:line``."""
-    raw = path.read_bytes()
+    return compile_tool_bytes(path.read_bytes(), str(path))
+
+
+def compile_tool_bytes(raw: bytes, source: str) -> CompiledTool:
+    """One ToolSpec from its bytes (``callgate mcp import`` checks a ToolSpec before writing it);
+    ``source`` names it in errors (``source:line``). Raises LoadError."""
     text = raw.decode("utf-8", errors="replace")
-    source = str(path)
     try:
         doc = parse_json_document(raw, ParseLimits(max_bytes=4 * 1024 * 1024, max_depth=256))
     except RejectedError as exc:
