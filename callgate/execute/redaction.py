@@ -352,16 +352,12 @@ def _percent_chars(token: str) -> list[str]:
 
 
 def _decode_token(token: str) -> str:
-    """The text one escape (one of :data:`_KINDS`) stands for (itself when it is none)."""
-    head = token[0]
-    if head == "\\":
-        return _json_char(token)
-    if head == "%":
-        return "".join(_percent_chars(token))
-    if token[1] == "#":
-        return _numeric_ref(token)
-    value, used = _named_ref(token)
-    return value + token[used:] if used else token
+    """The text one escape (one of :data:`_KINDS`) stands for: its decoded pieces
+    (:func:`_pieces`), then what of it they do not take (``x`` of ``&ampx``; all of a name that
+    is no reference)."""
+    pieces = _pieces(token, 0)
+    used = pieces[-1][2] if pieces else 0
+    return "".join(piece for piece, _, _ in pieces) + token[used:]
 
 
 def _pieces(token: str, start: int) -> list[tuple[str, int, int]]:
