@@ -95,7 +95,9 @@ class Calls:
             if isinstance(out, NeedsConfirmation):
                 await stages.step("waiting for the user's confirmation")
                 answer: McpCode | None
-                if input_required(ctx):
+                if not self.confirmations.can_ask(ctx):  # refused, or decided in the console
+                    answer = await self.confirmations.wait_elsewhere(s, out, spec, version, stages)
+                elif input_required(ctx):
                     asked = self.confirmations.park(ctx, s, out, name, spec, version, arguments, pin)
                     if isinstance(asked, types.InputRequiredResult):
                         return asked  # parked: the client retries with the answer

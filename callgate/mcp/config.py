@@ -22,6 +22,18 @@ class UpstreamTransport(str, Enum):
     HTTP = "http"
 
 
+class NoElicitation(str, Enum):
+    """What a call that needs a confirmation does when the MCP client cannot be asked (it
+    declared no form elicitation: the OpenAI Agents SDK's MCP client, most IDE clients)."""
+
+    REFUSE = "refuse"
+    """Refused at once, ``elicitation_unsupported``; the invocation is cancelled."""
+    WAIT = "wait"
+    """The call waits (up to ``elicitation_timeout_seconds``) while the invocation is parked in
+    the sidecar for a person to decide through its confirmer role: the confirmation console
+    (docs/CONSOLE.md) or any client of the ``Confirmations`` service."""
+
+
 class SidecarMode(str, Enum):
     """Where the gateway's sidecar runs."""
 
@@ -158,6 +170,13 @@ class McpConfig:
     elicitation_timeout_seconds: float = 120.0
     """How long a confirmation question waits for the user; then the call is cancelled (for a
     2026-07-28 client: how long the parked confirmation waits for its answer)."""
+    confirm_without_elicitation: NoElicitation = NoElicitation.REFUSE
+    """A call that needs a confirmation from a client that cannot answer an elicitation:
+    ``refuse`` (``elicitation_unsupported``, nothing runs) or ``wait`` for a person to decide in
+    the confirmation console (``callgate console`` on ``[server] confirmer``) for up to
+    ``elicitation_timeout_seconds``; the client gets progress notifications naming the
+    invocation while it waits (when it sent a ``progressToken``), and a client that gives up
+    cancels the invocation. Its own request timeout must be longer than the wait."""
     list_wait_seconds: float = 2.0
     """How long a ``tools/list`` waits for upstreams whose first connect and listing (begun at
     start, all at once) is not done yet; then their tools are shown from their pins (a call still
@@ -362,6 +381,7 @@ __all__ = [
     "McpHttpConfig",
     "McpIdentityConfig",
     "McpUpstreamConfig",
+    "NoElicitation",
     "SecretRef",
     "SidecarMode",
     "UpstreamTransport",

@@ -2,7 +2,11 @@
 2026-07-28 and later) by the declarative ``InputRequiredResult`` round trip, where the invocation
 stays parked in the sidecar until the client retries the call with the answer and the sealed
 ``requestState``. An accepted answer is a Confirm bound to the sidecar's digest through the public
-client's confirmer role, recorded as ``mcp-elicitation:<tenant>/<subject>``."""
+client's confirmer role, recorded as ``mcp-elicitation:<tenant>/<subject>``.
+
+A client that cannot be asked (no form elicitation) is refused, or, with ``[mcp]
+confirm_without_elicitation = "wait"``, its call waits while a person decides in the confirmation
+console (:meth:`Confirmations.wait_elsewhere`: the sidecar's ``WatchInvocation``)."""
 
 from __future__ import annotations
 
@@ -23,11 +27,19 @@ import rfc8785
 from mcp_types.version import is_version_at_least
 
 from callgate.arguments import unitext
-from callgate.client import AsyncConfirmer, AsyncSession, CallgateClientError, NeedsConfirmation
+from callgate.client import (
+    AsyncConfirmer,
+    AsyncSession,
+    CallgateClientError,
+    DeadlineExceeded,
+    NeedsConfirmation,
+)
 from callgate.execute.redaction import PATTERNS_ONLY, Redactor
 from callgate.mcp.codes import CONFIRM_MESSAGES, McpCode, Refusals
+from callgate.mcp.config import NoElicitation
 from callgate.mcp.front import REQUEST_STATE_AUDIENCE
 from callgate.mcp.pins import Pin
+from callgate.mcp.progress import CallProgress
 from callgate.mcp.results import error_result
 from callgate.mcp.session import McpSession, cancel
 
@@ -49,6 +61,10 @@ CONFIRM_SCHEMA: dict[str, Any] = {
     "required": ["confirm"],
 }
 """The confirmation form: one boolean, ``true`` only when the user means it."""
+
+HEARTBEAT_S = 10.0
+"""While a call waits for a decision in the console, a progress notification every this often
+(clients that reset their request timeout on progress keep waiting)."""
 
 
 @dataclass(frozen=True)
@@ -85,8 +101,11 @@ class Confirmations:
     def __init__(
         self, confirmer: AsyncConfirmer, timeout_s: float, refusals: Refusals,
         spawn: Callable[[Any], None], masker: Redactor | None = None,
+        without_elicitation: NoElicitation = NoElicitation.REFUSE,
     ) -> None:  # fmt: skip
         self.confirmer = confirmer
+        self.without_elicitation = without_elicitation
+        """``[mcp] confirm_without_elicitation``: refuse, or wait for the console."""
         self.masker = masker
         """The configured secrets by name and the secret patterns: masked in the question."""
         self.timeout_s = timeout_s
@@ -96,6 +115,58 @@ class Confirmations:
         self._parked: dict[str, Parked] = {}
         """Confirmations waiting for the client's retry, by an unguessable token (256 bits,
         single use) carried in the sealed ``requestState``."""
+
+    @staticmethod
+    def can_ask(ctx: Any) -> bool:
+        """Whether this client declared form elicitation (it can be asked mid-call or through
+        ``InputRequiredResult``). A client that declared only URL elicitation cannot be."""
+        caps = ctx.session.client_capabilities
+        elicitation = caps.elicitation if caps is not None else None
+        return elicitation is not None and not (elicitation.form is None and elicitation.url is not None)
+
+    async def wait_elsewhere(
+        self, s: McpSession, out: NeedsConfirmation, spec: str, version: str, stages: CallProgress
+    ) -> McpCode | None:
+        """For a client that cannot be asked: refuse (``elicitation_unsupported``), or, with
+        ``confirm_without_elicitation = "wait"``, wait up to ``elicitation_timeout_seconds``
+        for a person's decision in the console (the invocation is parked in the sidecar,
+        AWAITING_CONFIRMATION; the console's Confirm binds the digest it showed). None = it was
+        confirmed with this digest: go on. The caller cancels the invocation on any code."""
+        if self.without_elicitation is NoElicitation.REFUSE:
+            return McpCode.ELICITATION_UNSUPPORTED
+        log.info(
+            "%s@%s waits for a confirmation in the console: invocation %s (client cannot be asked)",
+            spec, version, out.invocation_id,
+        )  # fmt: skip
+        waited = 0.0
+        while waited < self.timeout_s:
+            chunk = min(HEARTBEAT_S, self.timeout_s - waited)
+            await stages.waiting(
+                waited / self.timeout_s,
+                f"waiting for a person to confirm in the callgate console: invocation "
+                f"{out.invocation_id}, digest {out.digest}, expires {out.expires_at}",
+            )
+            try:
+                confirmed = await s.sidecar.wait_confirmed(out, timeout=chunk)
+            except DeadlineExceeded:
+                waited += chunk
+                continue
+            except CallgateClientError as exc:
+                log.info("watch of %s failed: %s", out.invocation_id, exc.code)
+                return McpCode.CONFIRMATION_TIMEOUT
+            return None if confirmed else await self._why_not(s, out.invocation_id)
+        return McpCode.CONFIRMATION_TIMEOUT
+
+    @staticmethod
+    async def _why_not(s: McpSession, invocation_id: str) -> McpCode:
+        """A parked invocation that ended without a confirmation: expired (timeout) or not."""
+        try:
+            kinds = {e.kind for e in await s.sidecar.events(invocation_id)}
+        except CallgateClientError:
+            return McpCode.CONFIRMATION_DECLINED
+        return (
+            McpCode.CONFIRMATION_TIMEOUT if "confirmation_expired" in kinds else McpCode.CONFIRMATION_DECLINED
+        )
 
     async def ask(
         self, ctx: Any, s: McpSession, out: NeedsConfirmation, spec: str, version: str
@@ -143,9 +214,7 @@ class Confirmations:
         the question goes back as this call's result; the client asks the human and retries
         the call with the answer and the ``requestState`` (sealed by the SDK's
         ``RequestStateBoundary``, naming a single-use entry of :attr:`_parked`)."""
-        caps = ctx.session.client_capabilities
-        elicitation = caps.elicitation if caps is not None else None
-        if elicitation is None or (elicitation.form is None and elicitation.url is not None):
+        if not self.can_ask(ctx):
             return McpCode.ELICITATION_UNSUPPORTED  # no form elicitation: nobody can be asked
         while len(self._parked) >= MAX_PARKED:
             oldest = next(iter(self._parked))
@@ -264,6 +333,7 @@ def arguments_sha256(arguments: Mapping[str, Any]) -> str:
 __all__ = [
     "CONFIRM_INPUT_KEY",
     "CONFIRM_SCHEMA",
+    "HEARTBEAT_S",
     "INPUT_REQUIRED_VERSION",
     "MAX_PARKED",
     "REQUEST_STATE_AUDIENCE",

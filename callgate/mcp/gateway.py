@@ -79,7 +79,7 @@ class Gateway:
         self.sessions = Sessions(self.client)
         self.confirmations = Confirmations(
             self.client.confirmer(), mcp.elicitation_timeout_seconds, self.tally, self.hosting.spawn,
-            secrets_masker if secrets_masker is not None else masker(cfg),
+            secrets_masker if secrets_masker is not None else masker(cfg), mcp.confirm_without_elicitation,
         )  # fmt: skip
         self.calls = Calls(mcp, self.client, self.hosting, self.confirmations, self.tally)
         self.watch = watch if watch is not None else policy_watch(cfg.path(cfg.policy.dir), self.listeners)

@@ -56,6 +56,11 @@ class CallProgress:
             return
         await self._send(float(self.stage_n), f"callgate: {message}")
 
+    async def waiting(self, fraction: float, message: str) -> None:
+        """A heartbeat of the current stage while it waits (``fraction`` of its wait elapsed,
+        0 <= fraction < 1): sent at once, whatever ``after``, inside ``(n, n + 1)``."""
+        await self._send(self.stage_n + min(max(fraction, 0.0), 1.0) * _CAP + 1e-6, f"callgate: {message}")
+
     async def upstream(self, server: str, progress: float, total: float | None, message: str | None) -> None:
         """An upstream ``notifications/progress`` during the current stage."""
         if not math.isfinite(progress) or progress < 0:
