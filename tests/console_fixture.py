@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -203,3 +204,15 @@ def http(
             return r.status, r.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()
+
+
+def decide(
+    url: str, token: str, tenant: str, invocation_id: str, digest: str, action: str = "approve"
+) -> int:
+    """What a person does in the console: read the list page's CSRF token, then post the card's
+    form (``approve`` or ``deny``) with the digest shown and its first characters typed back.
+    Returns the POST's status (303 when decided)."""
+    page = http(url + "/", token=token)[1]
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
+    form = {"csrf_token": csrf, "digest": digest, "note": "", "confirm": digest[:19]}
+    return http(f"{url}/t/{tenant}/i/{invocation_id}/{action}", token=token, data=form)[0]

@@ -28,7 +28,7 @@ from callgate.console import config
 from callgate.console.auth import Authenticator, Csrf, Identity, Tenants
 from callgate.console.config import AuthConfig, AuthMode, ConsoleConfig, TenantAccess
 from callgate.console.sidecar import changes
-from tests.console_fixture import ALICE, EVENT, GINA, free_port, http, start_console, start_sidecar
+from tests.console_fixture import ALICE, EVENT, GINA, decide, free_port, http, start_console, start_sidecar
 from tests.test_store_contract import fresh_pg_database
 
 ISSUER, AUDIENCE = "https://login.example", "callgate-console"
@@ -304,17 +304,7 @@ def test_one_console_serves_two_pods_on_one_postgres(postgres_dsn: str, hook: Ho
                 assert parked.invocation_id in body["text"]
                 status, page = http(con.url + "/", token=ALICE)
                 assert status == 200 and parked.invocation_id in page
-                csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
-                status, _ = http(
-                    con.url + f"/t/acme/i/{parked.invocation_id}/approve",
-                    token=ALICE,
-                    data={
-                        "csrf_token": csrf,
-                        "digest": parked.digest,
-                        "note": "",
-                        "confirm": parked.digest[:19],
-                    },
-                )
+                status = decide(con.url, ALICE, "acme", parked.invocation_id, parked.digest)
                 assert status == 303
                 assert a.state(sid, parked.invocation_id) == "PREPARED"  # pod a sees the confirmation
                 status, page = http(con.url + f"/t/acme/i/{parked.invocation_id}", token=ALICE)

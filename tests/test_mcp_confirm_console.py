@@ -9,7 +9,6 @@ socket, where a person approves or denies through the console's own form. The de
 from __future__ import annotations
 
 import asyncio
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 from callgate.client import AsyncClient, AsyncSession
 from callgate.gen.v1 import callgate_pb2 as pb
-from tests.console_fixture import ALICE, http, start_console
+from tests.console_fixture import ALICE, decide, http, start_console
 from tests.mcp_env import payload, run, stdio, text_of
 from tests.test_mcp_gateway import Env
 from tests.test_mcp_gateway_more import imported_once, invocations, state, trail
@@ -62,17 +61,7 @@ def decide_in_console(env: Env, action: str, invocation: pb.Invocation) -> None:
         status, page = http(con.url + "/", token=ALICE)
         assert status == 200 and invocation.invocation_id in page, page[:2000]
         assert "up.remove" in page and "note-a" in page  # the tool and the arguments that will run
-        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore[union-attr]
-        status, _ = http(
-            con.url + f"/t/acme/i/{invocation.invocation_id}/{action}",
-            token=ALICE,
-            data={
-                "csrf_token": csrf,
-                "digest": invocation.digest,
-                "note": "",
-                "confirm": invocation.digest[:19],
-            },
-        )
+        status = decide(con.url, ALICE, "acme", invocation.invocation_id, invocation.digest, action)
         assert status == 303, status
     finally:
         con.stop()
