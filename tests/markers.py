@@ -3,7 +3,7 @@
 ``@pytest.mark.opa`` (a real OPA server or the ``opa`` binary), ``@pytest.mark.postgres`` (a
 PostgreSQL server), ``@pytest.mark.helm`` (the ``helm`` binary), ``@pytest.mark.node`` (Node.js
 and the npm dependencies of the TypeScript client, tests/test_ts_client.py, and of the MCP tests,
-tests/mcp_node, with the published MCP servers that need mcp 1.x in venvs of their own,
+tests/mcp_node and tests/mcp_agents_js, with the published MCP servers that need mcp 1.x in venvs of their own,
 scripts/mcp-pyvenv), ``@pytest.mark.image`` (buildah and mmdebstrap, Debian's packages, as root:
 tests/test_image.py builds and runs the container image with scripts/image),
 ``@pytest.mark.browser`` (Debian's headless Chromium, driven by Playwright: the console's browser
