@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import logging
 import sys
@@ -38,6 +39,7 @@ from callgate.mcp.pins import (
     proposed_side_effect,
     read_only_hinted,
     read_pins,
+    spec_name,
     toolspec_for,
     write_toolspec,
 )
@@ -63,8 +65,8 @@ def add_parser(sub: Any) -> None:
              "TOOL may be a case-sensitive fnmatch pattern (*, ?, [...]) matched on upstream.tool and on "
              "the bare tool name, e.g. 'git.git_*=modify'. An exact name beats any pattern; among "
              "patterns the longest literal prefix wins (a pattern that matched only the bare name "
-             "counts 'upstream.' in it), then the first given. A pattern that matches no listed tool is "
-             "an error; a pattern may not give a tool hinted destructiveHint: true read_only or create "
+             "counts 'upstream.' in it), then the first given. A pattern that matches no listed tool, or "
+             "an exact name that names none, is an error; a pattern may not give a tool hinted destructiveHint: true read_only or create "
              "(give that by its exact name)",
     )  # fmt: skip
     i.add_argument(
@@ -199,6 +201,35 @@ def _unmatched(patterns: Iterable[tuple[str, SideEffect]], listed: Mapping[str, 
     return [p for p, _ in patterns if not any(_pattern_for(u, t, [(p, SideEffect.MODIFY)]) for u, t in names)]
 
 
+def _names_of(listed: Mapping[str, list[dict[str, Any]]], pinned: Mapping[str, Pinned]) -> list[str]:
+    """Every exact ``--side-effect`` name that names a listed tool: ``<upstream>.<tool>``, its
+    ToolSpec name (import's, or the pinned file's), and the bare tool name."""
+    out: dict[str, None] = {}
+    for up, tools in listed.items():
+        for t in tools:
+            tname = str(t["name"])
+            pin = pinned.get(tool_key(up, tname))
+            names = [f"{up}.{tname}", spec_name(up, tname), tname]
+            if pin is not None and isinstance(pin.doc.get("name"), str):
+                names.append(str(pin.doc["name"]))
+            out.update(dict.fromkeys(names))
+    return list(out)
+
+
+def _unknown_names(exact: Iterable[str], listed: Mapping[str, list[dict[str, Any]]],
+                   pinned: Mapping[str, Pinned]) -> list[str]:  # fmt: skip
+    """The exact ``--side-effect`` names that name no listed tool, each with the closest names
+    that do (a typo must not pass silently, as a pattern's does not: :func:`_unmatched`)."""
+    known = _names_of(listed, pinned)
+    out: list[str] = []
+    for name in exact:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        out.append(f"{name!r} (closest: {', '.join(map(repr, close))})" if close else repr(name))
+    return out
+
+
 @dataclass
 class _Plan:
     """What one import would write and say."""
@@ -216,7 +247,8 @@ def _classify(server: str, full: str, tool: Mapping[str, Any], given: _Given, ac
     """The class of a tool to pin and why: an exact ``--side-effect`` name (its ToolSpec name or
     the bare tool name), else the winning pattern, else ``readOnlyHint``, else the proposal when
     ``accept``; None: not confirmed."""
-    cls = given.exact.get(full) or given.exact.get(str(tool["name"]))
+    tname = str(tool["name"])
+    cls = given.exact.get(full) or given.exact.get(f"{server}.{tname}") or given.exact.get(tname)
     if cls is not None:
         return cls, "given"
     by = _pattern_for(server, str(tool["name"]), given.patterns)
@@ -362,12 +394,18 @@ def cmd_import(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if failed:
         return 1
     listed = {k: v for k, v in listings.items() if not isinstance(v, str)}
+    pinned = pinned_files(tools_dir)
     unmatched = _unmatched(classes.patterns, listed)
     if unmatched:
         print(f"error: --side-effect pattern(s) {', '.join(map(repr, unmatched))} match no tool listed by "
               f"upstream(s) {', '.join(listed) or 'none'}; nothing written", file=out)  # fmt: skip
+    unknown_names = _unknown_names(classes.exact, listed, pinned)
+    if unknown_names:
+        print(f"error: --side-effect name(s) {', '.join(unknown_names)} match no tool listed by "
+              f"upstream(s) {', '.join(listed) or 'none'}; nothing written", file=out)  # fmt: skip
+    if unmatched or unknown_names:
         return 2
-    plan = _plan(args, mcp, listed, pinned_files(tools_dir), record, restore, classes)
+    plan = _plan(args, mcp, listed, pinned, record, restore, classes)
     for note in plan.notes:
         print(note, file=out)
     _review(plan, out)
