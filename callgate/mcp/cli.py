@@ -117,7 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _listings(mcp: McpConfig, base: Path, only: list[str]) -> dict[str, list[dict[str, Any]] | str]:
-    from callgate.mcp.upstreams import ListingInvalid, Upstream  # the SDK's client: only when used
+    from callgate.mcp.upstreams import Upstream, listing_failure  # the SDK's client: only when used
 
     out: dict[str, list[dict[str, Any]] | str] = {}
     for cfg in mcp.upstreams:
@@ -126,10 +126,8 @@ async def _listings(mcp: McpConfig, base: Path, only: list[str]) -> dict[str, li
         up = Upstream(cfg, base)
         try:
             out[cfg.name] = await up.list_tools()
-        except ListingInvalid as exc:  # the listing itself is unusable: say why
-            out[cfg.name] = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:
-            out[cfg.name] = type(exc).__name__
+        except Exception as exc:  # say why: it cannot start, or its listing is unusable
+            out[cfg.name] = listing_failure(exc)
         finally:
             await up.close()
     return out
