@@ -158,8 +158,8 @@ def start_failure(cfg: McpUpstreamConfig, exc: BaseException | None) -> str:
             "the process ended before answering initialize" if stdio
             else "the connection closed before initialize was answered"
         )  # fmt: skip
-    if isinstance(err, FileNotFoundError) and stdio:
-        return f"cannot start {cfg.command!r}: {err.strerror or 'not found'}"
+    if isinstance(err, OSError) and stdio:  # the spawn itself (a cwd that does not exist...)
+        return f"cannot start {cfg.command!r}: {err}"
     if isinstance(err, MCPError):
         return f"initialize was answered with an error ({err.error.code}: {err.error.message[:200]})"
     if err is None:
