@@ -136,6 +136,22 @@ def test_exact_names_in_every_form_are_known(folder: Folder) -> None:
     assert folder.cls("remove") == "delete" and folder.cls("slow_note") == "modify"
 
 
+@pytest.mark.timeout(180)
+def test_an_exact_name_for_a_tool_already_pinned_is_said_not_applied(folder: Folder) -> None:
+    """A known name whose tool is pinned already: not an error, but the file's class stands and
+    import says so (it used to pass in silence, as if the tool had been classed)."""
+    assert folder.import_("--accept-proposed").returncode == 0
+    assert folder.cls("remove") == "modify"
+    r = folder.import_("--side-effect", "up.remove=delete", "--side-effect", "write_note=create")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        "note: --side-effect delete for up.remove not applied: it is pinned already as modify, the class in "
+        "up.remove@v1.json stands" in r.stdout
+    ), r.stdout  # fmt: skip
+    assert "for up.write_note" not in r.stdout, r.stdout  # given as it is pinned: nothing to say
+    assert folder.cls("remove") == "modify"
+
+
 @pytest.mark.timeout(120)
 def test_a_pattern_never_classes_a_destructive_hinted_tool_below_modify(folder: Folder) -> None:
     r = folder.import_("--accept-proposed", "--side-effect", "up.*=create")

@@ -65,9 +65,10 @@ def add_parser(sub: Any) -> None:
              "TOOL may be a case-sensitive fnmatch pattern (*, ?, [...]) matched on upstream.tool and on "
              "the bare tool name, e.g. 'git.git_*=modify'. An exact name beats any pattern; among "
              "patterns the longest literal prefix wins (a pattern that matched only the bare name "
-             "counts 'upstream.' in it), then the first given. A pattern that matches no listed tool, or "
-             "an exact name that names none, is an error; a pattern may not give a tool hinted destructiveHint: true read_only or create "
-             "(give that by its exact name)",
+             "counts 'upstream.' in it), then the first given. A pattern that matches no listed tool, "
+             "or an exact name that names none, is an error; a pattern may not give a tool hinted "
+             "destructiveHint: true read_only or create (give that by its exact name). A tool already "
+             "pinned keeps its file's class",
     )  # fmt: skip
     i.add_argument(
         "--accept-proposed", action="store_true",
@@ -240,13 +241,18 @@ class _Plan:
     notes: list[str] = field(default_factory=list)
 
 
+def _given_exact(server: str, tname: str, full: str, given: _Given) -> SideEffect | None:
+    """The class given by exact name for upstream tool ``tname``: by its ToolSpec name ``full``,
+    ``<upstream>.<tool>`` or the bare tool name."""
+    return given.exact.get(full) or given.exact.get(f"{server}.{tname}") or given.exact.get(tname)
+
+
 def _classify(server: str, full: str, tool: Mapping[str, Any], given: _Given, accept: bool,
               ) -> tuple[SideEffect, str] | None:  # fmt: skip
     """The class of a tool to pin and why: an exact ``--side-effect`` name (its ToolSpec name or
     the bare tool name), else the winning pattern, else ``readOnlyHint``, else the proposal when
     ``accept``; None: not confirmed."""
-    tname = str(tool["name"])
-    cls = given.exact.get(full) or given.exact.get(f"{server}.{tname}") or given.exact.get(tname)
+    cls = _given_exact(server, str(tool["name"]), full, given)
     if cls is not None:
         return cls, "given"
     by = _pattern_for(server, str(tool["name"]), given.patterns)
@@ -301,6 +307,11 @@ def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[
                 )  # fmt: skip
                 m = merge(key, pinned[key], gen, tool, record.get(key), keep_edits=args.keep_edits)
                 plan.merges.append((m, gen, tool))
+                given = _given_exact(server, tname, str(doc.get("name") or ""), classes)
+                if given is not None and given.value != cls:
+                    plan.notes.append(f"note: --side-effect {given.value} for {doc.get('name')} not applied: it is "
+                                      f"pinned already as {cls}, the class in {pinned[key].path.name} stands "
+                                      "(edit side_effect_class there to change it)")  # fmt: skip
             elif key in record and key not in restore:
                 name = record[key].generated.get("name", key)
                 plan.notes.append(f"removed {name} (upstream {server} tool {tname}): its ToolSpec was removed "
