@@ -22,12 +22,24 @@ from typing import Any
 import anyio
 import mcp_types as types
 import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from callgate.client import AsyncClient, CallgateClientError
 from callgate.client.aio import AsyncSession
 from callgate.gen.v1 import callgate_pb2 as pb
 from tests.mcp_clients import result_text, run_ts
-from tests.mcp_env import ROOT, accept, cli, payload, run, serve_params, stdio_gateway, text_of
+from tests.mcp_env import (
+    ROOT,
+    accept,
+    cli,
+    payload,
+    permit_all_folder,
+    run,
+    serve_params,
+    stdio_gateway,
+    text_of,
+)
 from tests.ports import free_port
 from tests.test_mcp_gateway import CANARY, Env, write_policies  # the module's fixtures
 
@@ -389,6 +401,114 @@ def test_unreachable_upstream_is_not_reached_and_retry_allowed(env: Env) -> None
                 assert len(invocations(env, f"{server}.write_note")) == 2
 
     run(go())
+
+
+DIES_ON_IMPORT = "from mcp.server.fastmcp import FastMCP"
+"""A server written for ``mcp<2`` run with this venv's mcp 2.x: it dies at its first import."""
+
+
+@pytest.mark.timeout(250)
+def test_an_upstream_that_cannot_start_is_named_with_why_and_the_rest_keep_serving() -> None:
+    """A command that does not exist (``typo``) and a server that dies on import (``dies``, a real
+    ``mcp<2`` import under mcp 2.x), beside a working one. Before: the upstream's stderr went
+    through bare (a traceback naming no upstream; the launcher's ``cannot start`` line without
+    the upstream's name) and the gateway said only ``cannot list tools (ConnectionError)``, as did
+    ``callgate mcp import``. Now each stderr line is logged as ``upstream NAME (stderr): ...``
+    and the failure names the upstream, why, and its stderr's last lines; the client sees the
+    working upstream's tools and ``upstream_unavailable`` (retryable, nothing sent) for the others."""
+    py, root = json.dumps(sys.executable), json.dumps(str(ROOT))
+    good = f"""
+[[mcp.upstreams]]
+name = "up"
+command = {py}
+args = ["-m", "tests.mcp_upstreams.server", "--state", "state"]
+cwd = {root}
+env = {{ PYTHONPATH = {root} }}
+timeout_seconds = 20.0
+"""
+    broken = f"""
+[[mcp.upstreams]]
+name = "typo"
+command = "callgate-no-such-mcp-server"
+timeout_seconds = 20.0
+
+[[mcp.upstreams]]
+name = "dies"
+command = {py}
+args = ["-c", {json.dumps(DIES_ON_IMPORT)}]
+timeout_seconds = 20.0
+"""
+    with permit_all_folder(good) as env:
+        (env.base / "state").mkdir()
+        env.config.write_text(env.config.read_text().replace('"state"', json.dumps(str(env.base / "state"))))
+        env.import_pins(declare_rest=False)
+        with env.config.open("a") as f:
+            f.write(broken)
+        base = json.loads((env.tools_dir / "up.lookup@v1.json").read_text())
+        for server in ("typo", "dies"):  # pinned while they worked
+            doc = {
+                **base, "name": f"{server}.lookup", "required_capabilities": [f"mcp.{server}.lookup"],
+                "resource_template": f"mcp:{server}.lookup", "upstream": {**base["upstream"], "server": server},
+            }  # fmt: skip
+            (env.tools_dir / f"{server}.lookup@v1.json").write_text(json.dumps(doc))
+
+        for server, why in (
+            ("typo", "cannot start 'callgate-no-such-mcp-server': No such file or directory"),
+            ("dies", "ModuleNotFoundError: No module named 'mcp.server.fastmcp'"),
+        ):
+            r = cli(env.base, "mcp", "import", "--config", str(env.config), "--upstream", server)
+            assert r.returncode == 1, r.stdout + r.stderr
+            first = r.stdout.splitlines()[0]
+            assert first.startswith(
+                f"error: upstream {server}: cannot list tools (the process ended before answering initialize; "
+                "its stderr ended with: "
+            ), first  # fmt: skip
+            assert why in first, first
+
+        log_path = env.base / "gateway.log"
+
+        async def go() -> tuple[set[str], dict[str, Any], types.CallToolResult]:
+            with log_path.open("w") as log:
+                params = StdioServerParameters(**serve_params(env))
+                async with stdio_client(params, errlog=log) as (read, write):
+                    async with ClientSession(read, write) as s:
+                        await s.initialize()
+                        names = {t.name for t in (await s.list_tools()).tools}
+                        refused = {
+                            server: payload(await s.call_tool(f"{server}__lookup", {"city": "Oslo"}))
+                            for server in ("typo", "dies")
+                        }
+                        return names, refused, await s.call_tool("up__lookup", {"city": "Oslo"})
+
+        names, refused, ok = run(go())
+        log_text = log_path.read_text()
+    assert "up__lookup" in names and not {"typo__lookup", "dies__lookup"} & names, names
+    for server, msg in refused.items():
+        assert msg["error"]["code"] == "upstream_unavailable" and msg["error"]["retryable"] is True, (
+            server,
+            msg,
+        )
+        assert msg["commit_status"] == "NOT_COMMITTED", msg
+    assert not ok.is_error and "Oslo" in text_of(ok), text_of(ok)
+    lines = log_text.splitlines()
+    warned = {
+        server: [x for x in lines if f"WARNING callgate.mcp: upstream {server}: cannot list tools (" in x]
+        for server in ("typo", "dies")
+    }
+    assert any(
+        "(the process ended before answering initialize; its stderr ended with: callgate mcp: cannot start "
+        "'callgate-no-such-mcp-server': No such file or directory); its tools are unavailable" in x
+        for x in warned["typo"]
+    ), log_text[-3000:]  # fmt: skip
+    assert any(
+        "(the process ended before answering initialize; its stderr ended with: " in x
+        and "No module named 'mcp.server.fastmcp'" in x
+        for x in warned["dies"]
+    ), log_text[-3000:]
+    # every line the upstreams wrote is a log line naming them, none goes through bare
+    tracebacks = [x for x in lines if "Traceback (most recent call last)" in x]
+    assert tracebacks and all("INFO callgate.mcp: upstream dies (stderr): Traceback" in x for x in tracebacks)
+    assert not [x for x in lines if x.startswith(("callgate mcp: cannot start", "ModuleNotFoundError"))]
 
 
 # ---------------------------------------------------------------------------------- 5. error codes

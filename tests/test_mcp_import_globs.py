@@ -1,7 +1,7 @@
 """``callgate mcp import --side-effect PATTERN=CLASS`` (docs/MCP.md, "Five minutes" step 2): glob
 patterns on ``<upstream>.<tool>`` and on the bare tool name, their precedence (exact name, then the
 longest literal prefix counted in the full name, then the first given), the error for a pattern
-that matches no listed tool, the refusal to class a ``destructiveHint: true`` tool below ``modify``
+that matches no listed tool and for an exact name that names none (with the closest names), the refusal to class a ``destructiveHint: true`` tool below ``modify``
 by pattern, and ``--accept-proposed`` for what no name or pattern matches.
 
 Each test runs one import against the real SDK upstream ``tests/mcp_upstreams/server.py`` over
@@ -102,6 +102,54 @@ def test_a_pattern_that_matches_no_tool_is_an_error(folder: Folder) -> None:
     assert r.returncode == 2, r.stdout + r.stderr
     assert "'up.rmove*'" in r.stdout and "match no tool listed" in r.stdout and "'up.*_note'" not in r.stdout
     assert not folder.written(), "nothing written"
+
+
+@pytest.mark.timeout(120)
+def test_an_exact_name_that_names_no_tool_is_an_error_with_the_closest_names(folder: Folder) -> None:
+    """A typo in an exact name (no glob character) was silently ignored: with ``--accept-proposed``
+    the tool the operator meant got the proposal (``up.remove``: ``modify``, not ``delete``)."""
+    r = folder.import_(
+        "--accept-proposed", "--side-effect", "up.rmove=delete", "--side-effect", "wirte_note=create",
+        "--side-effect", "up.write_note=create", "--side-effect", "no_such_thing=modify",
+        "--side-effect", "up.nope*=modify",
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    first = r.stdout.splitlines()
+    names = next(line for line in first if line.startswith("error: --side-effect name(s)"))
+    assert "'up.rmove' (closest: 'up.remove'" in names, names
+    assert "'wirte_note' (closest: 'write_note'" in names, names
+    assert "'no_such_thing' match" in names, names
+    assert names.count("'up.write_note'") == 1, names  # a known name: only among the closest
+    assert names.endswith("match no tool listed by upstream(s) up; nothing written"), names
+    assert any("pattern(s) 'up.nope*' match no tool listed" in line for line in first), r.stdout
+    assert not folder.written(), "nothing written"
+    assert not (folder.tools / ".mcp-import.lock").exists()
+
+
+@pytest.mark.timeout(120)
+def test_exact_names_in_every_form_are_known(folder: Folder) -> None:
+    """``<upstream>.<tool>``, the bare tool name: both name a listed tool (no error)."""
+    r = folder.import_(
+        "--accept-proposed", "--side-effect", "up.remove=delete", "--side-effect", "slow_note=modify"
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert folder.cls("remove") == "delete" and folder.cls("slow_note") == "modify"
+
+
+@pytest.mark.timeout(180)
+def test_an_exact_name_for_a_tool_already_pinned_is_said_not_applied(folder: Folder) -> None:
+    """A known name whose tool is pinned already: not an error, but the file's class stands and
+    import says so (it used to pass in silence, as if the tool had been classed)."""
+    assert folder.import_("--accept-proposed").returncode == 0
+    assert folder.cls("remove") == "modify"
+    r = folder.import_("--side-effect", "up.remove=delete", "--side-effect", "write_note=create")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (
+        "note: --side-effect delete for up.remove not applied: it is pinned already as modify, the class in "
+        "up.remove@v1.json stands" in r.stdout
+    ), r.stdout  # fmt: skip
+    assert "for up.write_note" not in r.stdout, r.stdout  # given as it is pinned: nothing to say
+    assert folder.cls("remove") == "modify"
 
 
 @pytest.mark.timeout(120)

@@ -38,7 +38,18 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from tests.conftest import short_tmpdir
 from tests.mcp_agents_app import RUN, agent, outputs
 from tests.mcp_clients import NODE_DIR
-from tests.mcp_env import Published, payload, serve_params, text_of, write_principals
+from tests.mcp_env import (
+    LIST_WAIT,
+    ROOT,
+    Published,
+    payload,
+    permit_all_folder,
+    run,
+    serve_params,
+    stdio_gateway,
+    text_of,
+    write_principals,
+)
 
 MODULES = NODE_DIR / "node_modules" / "@modelcontextprotocol"
 MEMORY_JS = MODULES / "server-memory" / "dist" / "index.js"
@@ -275,3 +286,84 @@ def test_a_start_that_fails_after_initialize_answers_the_waiting_request_and_exi
     assert "could not start" in answers[1]["error"]["message"], answers
     assert code == 2
     assert "cannot start" in err.read_text(), err.read_text()[-2000:]
+
+
+GATED_START = (
+    "import os, sys, time; from pathlib import Path; "
+    "p = Path(sys.argv[1]); end = time.monotonic() + 120; "
+    "[time.sleep(0.05) for _ in iter(lambda: p.exists() or time.monotonic() > end, True)]; "
+    "os.execvp(sys.argv[2], sys.argv[2:])"
+)
+"""Waits until the file ``argv[1]`` exists (at most 120 s), then execs ``argv[2:]``: an upstream
+that is listed exactly when the test lets it."""
+
+
+def entries(tools: list[types.Tool], prefix: str) -> dict[str, str]:
+    """``tools/list`` entries of one upstream as JSON text (camelCase, members the SDK got)."""
+    return {
+        t.name: t.model_dump_json(by_alias=True, exclude_none=True)
+        for t in tools
+        if t.name.startswith(prefix)
+    }
+
+
+def test_a_tool_shown_from_its_pin_looks_as_the_listed_tool_with_title_and_hints() -> None:
+    """The SDK upstream of tests/mcp_upstreams/rich.py (``media``: a ``title``, all four hints)
+    held back until the first ``tools/list`` was answered from the pins (``list_wait_seconds =
+    0``): each entry is the same JSON before and after its upstream was listed. Before, a tool
+    shown from its pin lacked ``title``, ``idempotentHint``, ``openWorldHint`` and the upstream's
+    ``destructiveHint: false``. A pin written before import kept them (its ``upstream`` block
+    without ``title``/``annotations``) still loads and is shown with callgate's hints only."""
+    gate = "gate"
+    up = f"""
+[[mcp.upstreams]]
+name = "rich"
+command = {json.dumps(sys.executable)}
+args = ["-c", {json.dumps(GATED_START)}, {json.dumps(gate)}, {json.dumps(sys.executable)}, "-W", "ignore",
+        "-m", "tests.mcp_upstreams.rich"]
+cwd = {json.dumps(str(ROOT))}
+env = {{ PYTHONPATH = {json.dumps(str(ROOT))} }}
+timeout_seconds = 60.0
+"""
+    with permit_all_folder(up) as env:
+        gate_file = env.base / gate
+        cfg = env.config.read_text().replace(LIST_WAIT, "list_wait_seconds = 0")
+        env.config.write_text(cfg.replace(json.dumps(gate), json.dumps(str(gate_file))))
+        gate_file.touch()  # listed at once during the import
+        env.import_pins(declare_rest=False)
+        gate_file.unlink()
+        old = env.tools_dir / "rich.big@v1.json"  # as written before the pin kept title and annotations
+        doc = json.loads(old.read_text())
+        assert doc["upstream"]["annotations"]["idempotentHint"] is True, doc["upstream"]
+        doc["upstream"] = {k: doc["upstream"][k] for k in ("server", "tool", "definition_sha256")}
+        old.write_text(json.dumps(doc, indent=2) + "\n")
+        media = json.loads((env.tools_dir / "rich.media@v1.json").read_text())["upstream"]
+        assert media["title"] == "Media sampler", media
+
+        async def go() -> tuple[dict[str, str], dict[str, str]]:
+            async with stdio_gateway(env) as (s, seen):
+                first = entries((await s.list_tools()).tools, "rich__")
+                changed = [m for m in seen if isinstance(m, types.ToolListChangedNotification)]
+                assert not changed, seen  # the upstream is held back: these came from the pins
+                gate_file.touch()
+                for _ in range(1200):
+                    if any(isinstance(m, types.ToolListChangedNotification) for m in seen):
+                        break
+                    await asyncio.sleep(0.05)
+                else:
+                    raise AssertionError(f"no tools/list_changed after the upstream was let start: {seen}")
+                return first, entries((await s.list_tools()).tools, "rich__")
+
+        first, live = run(go(), 150)
+    assert "rich__media" in first and set(first) == set(live), (first, live)
+    shown = json.loads(first["rich__media"])
+    assert shown["title"] == "Media sampler", shown
+    assert shown["annotations"] == {
+        "readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False,
+    }, shown  # fmt: skip
+    for name in first:
+        if name != "rich__big":
+            assert first[name] == live[name], (name, first[name], live[name])
+    # the old pin: callgate's hint only until the listing; then as listed
+    assert json.loads(first["rich__big"])["annotations"] == {"readOnlyHint": True}, first["rich__big"]
+    assert json.loads(live["rich__big"])["annotations"]["idempotentHint"] is True, live["rich__big"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import logging
 import sys
@@ -38,6 +39,7 @@ from callgate.mcp.pins import (
     proposed_side_effect,
     read_only_hinted,
     read_pins,
+    spec_name,
     toolspec_for,
     write_toolspec,
 )
@@ -63,9 +65,10 @@ def add_parser(sub: Any) -> None:
              "TOOL may be a case-sensitive fnmatch pattern (*, ?, [...]) matched on upstream.tool and on "
              "the bare tool name, e.g. 'git.git_*=modify'. An exact name beats any pattern; among "
              "patterns the longest literal prefix wins (a pattern that matched only the bare name "
-             "counts 'upstream.' in it), then the first given. A pattern that matches no listed tool is "
-             "an error; a pattern may not give a tool hinted destructiveHint: true read_only or create "
-             "(give that by its exact name)",
+             "counts 'upstream.' in it), then the first given. A pattern that matches no listed tool, "
+             "or an exact name that names none, is an error; a pattern may not give a tool hinted "
+             "destructiveHint: true read_only or create (give that by its exact name). A tool already "
+             "pinned keeps its file's class",
     )  # fmt: skip
     i.add_argument(
         "--accept-proposed", action="store_true",
@@ -115,7 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 async def _listings(mcp: McpConfig, base: Path, only: list[str]) -> dict[str, list[dict[str, Any]] | str]:
-    from callgate.mcp.upstreams import ListingInvalid, Upstream  # the SDK's client: only when used
+    from callgate.mcp.upstreams import Upstream, listing_failure  # the SDK's client: only when used
 
     out: dict[str, list[dict[str, Any]] | str] = {}
     for cfg in mcp.upstreams:
@@ -124,10 +127,8 @@ async def _listings(mcp: McpConfig, base: Path, only: list[str]) -> dict[str, li
         up = Upstream(cfg, base)
         try:
             out[cfg.name] = await up.list_tools()
-        except ListingInvalid as exc:  # the listing itself is unusable: say why
-            out[cfg.name] = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:
-            out[cfg.name] = type(exc).__name__
+        except Exception as exc:  # say why: it cannot start, or its listing is unusable
+            out[cfg.name] = listing_failure(exc)
         finally:
             await up.close()
     return out
@@ -199,6 +200,35 @@ def _unmatched(patterns: Iterable[tuple[str, SideEffect]], listed: Mapping[str, 
     return [p for p, _ in patterns if not any(_pattern_for(u, t, [(p, SideEffect.MODIFY)]) for u, t in names)]
 
 
+def _names_of(listed: Mapping[str, list[dict[str, Any]]], pinned: Mapping[str, Pinned]) -> list[str]:
+    """Every exact ``--side-effect`` name that names a listed tool: ``<upstream>.<tool>``, its
+    ToolSpec name (import's, or the pinned file's), and the bare tool name."""
+    out: dict[str, None] = {}
+    for up, tools in listed.items():
+        for t in tools:
+            tname = str(t["name"])
+            pin = pinned.get(tool_key(up, tname))
+            names = [f"{up}.{tname}", spec_name(up, tname), tname]
+            if pin is not None and isinstance(pin.doc.get("name"), str):
+                names.append(str(pin.doc["name"]))
+            out.update(dict.fromkeys(names))
+    return list(out)
+
+
+def _unknown_names(exact: Iterable[str], listed: Mapping[str, list[dict[str, Any]]],
+                   pinned: Mapping[str, Pinned]) -> list[str]:  # fmt: skip
+    """The exact ``--side-effect`` names that name no listed tool, each with the closest names
+    that do (a typo must not pass silently, as a pattern's does not: :func:`_unmatched`)."""
+    known = _names_of(listed, pinned)
+    out: list[str] = []
+    for name in exact:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        out.append(f"{name!r} (closest: {', '.join(map(repr, close))})" if close else repr(name))
+    return out
+
+
 @dataclass
 class _Plan:
     """What one import would write and say."""
@@ -211,12 +241,18 @@ class _Plan:
     notes: list[str] = field(default_factory=list)
 
 
+def _given_exact(server: str, tname: str, full: str, given: _Given) -> SideEffect | None:
+    """The class given by exact name for upstream tool ``tname``: by its ToolSpec name ``full``,
+    ``<upstream>.<tool>`` or the bare tool name."""
+    return given.exact.get(full) or given.exact.get(f"{server}.{tname}") or given.exact.get(tname)
+
+
 def _classify(server: str, full: str, tool: Mapping[str, Any], given: _Given, accept: bool,
               ) -> tuple[SideEffect, str] | None:  # fmt: skip
     """The class of a tool to pin and why: an exact ``--side-effect`` name (its ToolSpec name or
     the bare tool name), else the winning pattern, else ``readOnlyHint``, else the proposal when
     ``accept``; None: not confirmed."""
-    cls = given.exact.get(full) or given.exact.get(str(tool["name"]))
+    cls = _given_exact(server, str(tool["name"]), full, given)
     if cls is not None:
         return cls, "given"
     by = _pattern_for(server, str(tool["name"]), given.patterns)
@@ -271,6 +307,11 @@ def _plan(args: argparse.Namespace, mcp: McpConfig, listings: Mapping[str, list[
                 )  # fmt: skip
                 m = merge(key, pinned[key], gen, tool, record.get(key), keep_edits=args.keep_edits)
                 plan.merges.append((m, gen, tool))
+                given = _given_exact(server, tname, str(doc.get("name") or ""), classes)
+                if given is not None and given.value != cls:
+                    plan.notes.append(f"note: --side-effect {given.value} for {doc.get('name')} not applied: it is "
+                                      f"pinned already as {cls}, the class in {pinned[key].path.name} stands "
+                                      "(edit side_effect_class there to change it)")  # fmt: skip
             elif key in record and key not in restore:
                 name = record[key].generated.get("name", key)
                 plan.notes.append(f"removed {name} (upstream {server} tool {tname}): its ToolSpec was removed "
@@ -362,12 +403,18 @@ def cmd_import(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if failed:
         return 1
     listed = {k: v for k, v in listings.items() if not isinstance(v, str)}
+    pinned = pinned_files(tools_dir)
     unmatched = _unmatched(classes.patterns, listed)
     if unmatched:
         print(f"error: --side-effect pattern(s) {', '.join(map(repr, unmatched))} match no tool listed by "
               f"upstream(s) {', '.join(listed) or 'none'}; nothing written", file=out)  # fmt: skip
+    unknown_names = _unknown_names(classes.exact, listed, pinned)
+    if unknown_names:
+        print(f"error: --side-effect name(s) {', '.join(unknown_names)} match no tool listed by "
+              f"upstream(s) {', '.join(listed) or 'none'}; nothing written", file=out)  # fmt: skip
+    if unmatched or unknown_names:
         return 2
-    plan = _plan(args, mcp, listed, pinned_files(tools_dir), record, restore, classes)
+    plan = _plan(args, mcp, listed, pinned, record, restore, classes)
     for note in plan.notes:
         print(note, file=out)
     _review(plan, out)

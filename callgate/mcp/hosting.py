@@ -25,7 +25,7 @@ from callgate.mcp.codes import McpCode
 from callgate.mcp.config import McpConfig
 from callgate.mcp.front import Listeners
 from callgate.mcp.pins import Pin, PinState, definition_sha256, read_pins
-from callgate.mcp.upstreams import ListingInvalid, Upstream
+from callgate.mcp.upstreams import Upstream, listing_failure
 
 log = logging.getLogger("callgate.mcp")
 
@@ -162,8 +162,9 @@ class Hosting:
         try:
             tools = await up.list_tools()
         except Exception as exc:  # an unreachable upstream: its tools are not shown nor called
-            why = f"{type(exc).__name__}: {exc}" if isinstance(exc, ListingInvalid) else type(exc).__name__
-            log.warning("upstream %s: cannot list tools (%s); its tools are unavailable", name, why)
+            log.warning(
+                "upstream %s: cannot list tools (%s); its tools are unavailable", name, listing_failure(exc)
+            )
             if name in self.view.listed_servers:  # its tools leave tools/list: clients are told
                 self.view.listed_servers.discard(name)
                 await self.listeners.tools_changed(f"upstream {name} can no longer be listed")

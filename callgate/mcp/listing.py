@@ -19,8 +19,9 @@ task, so it is not listed at all, and ``callgate mcp check`` names it (:func:`un
 
 :func:`session_tools` is the whole answer: the session's ListTools view limited to pinned tools
 whose upstream definition still matches, or whose upstream is still being listed for the first
-time (hosting.py: shown from the pin, with callgate's annotations only), then the paging tool
-(results.py).
+time (hosting.py: shown from the pin, with the upstream's ``title`` and annotations as the pin
+keeps them, pins.py; a pin written before they were kept shows callgate's annotations only), then
+the paging tool (results.py).
 """
 
 from __future__ import annotations
@@ -130,7 +131,9 @@ async def session_tools(s: McpSession, hosting: Hosting) -> list[types.Tool]:
         pin = pins.get(f"{tool.name}@{tool.version}")
         if pin is None or not hosting.listable(pin):
             continue
-        definition = hosting.view.definition(pin)
+        definition: Mapping[str, Any] | None = hosting.view.definition(pin)
+        if definition is None:  # shown from its pin: the title and annotations import kept
+            definition = pin.shown
         if unservable(definition or {}) is not None:
             continue  # e.g. task-required: never listed, named by `callgate mcp check`
         tools.append(tool)

@@ -6,6 +6,14 @@ The pin is ``"upstream": {"server", "tool", "definition_sha256"}`` in the ToolSp
 ``definition_sha256`` is the hex sha256 of the RFC 8785 bytes of the definition's ``name``,
 ``description``, ``inputSchema``, ``outputSchema`` and ``annotations`` (members that are absent
 stay absent). Anything else an upstream may send (icons, ``_meta``, title) is not pinned.
+
+Beside the digest the block keeps what the gateway shows of the upstream's own definition
+besides the ToolSpec: its top-level ``title`` and its ``annotations`` as listed (members
+absent when the upstream sent none), so a tool shown from its pin before its upstream is listed
+(docs/MCP.md, "Start-up") looks as it does once listed. They are not part of the digest (the
+annotations are, as listed; the copy is for display and never compared). A pin written before
+they were kept has neither: such a tool is shown from its pin with callgate's annotations only
+until its upstream is listed (``callgate mcp import`` adds them, as an update, when run again).
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -25,6 +33,8 @@ from callgate.mcp.argtypes import decimal_normalizers, normalized_schema, upstre
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 PINNED_MEMBERS = ("name", "description", "inputSchema", "outputSchema", "annotations")
+SHOWN_MEMBERS = ("title", "annotations")
+"""What the pin keeps of the listed definition for ``tools/list`` (not digested there)."""
 
 
 class SideEffect(str, Enum):
@@ -50,6 +60,17 @@ class PinState(str, Enum):
 def definition_of(tool: Mapping[str, Any]) -> dict[str, Any]:
     """The pinned members of one ``tools/list`` entry (camelCase wire form)."""
     return {k: tool[k] for k in PINNED_MEMBERS if k in tool and tool[k] is not None}
+
+
+def shown_of(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """What the pin keeps for display: the upstream's ``title`` (a non-empty string) and
+    ``annotations`` (an object) as listed, each only when the upstream sent it."""
+    out: dict[str, Any] = {}
+    if isinstance(tool.get("title"), str) and tool["title"]:
+        out["title"] = tool["title"]
+    if isinstance(tool.get("annotations"), Mapping):
+        out["annotations"] = dict(tool["annotations"])
+    return out
 
 
 def definition_sha256(tool: Mapping[str, Any]) -> str:
@@ -110,6 +131,7 @@ def toolspec_for(
                 "server": upstream,
                 "tool": str(tool["name"]),
                 "definition_sha256": definition_sha256(tool),
+                **shown_of(tool),
             },
         }
     )
@@ -138,6 +160,9 @@ class Pin:
     number_fields: tuple[str, ...] = ()
     """Fields the ToolSpec normalizes to decimal strings that the upstream takes as JSON numbers
     (sent to it as numbers again: callgate/mcp/argtypes.py)."""
+    shown: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+    """The upstream's ``title`` and ``annotations`` as listed at import (:func:`shown_of`; the
+    pin's ``upstream`` block), or None: a pin written before they were kept."""
 
 
 def upstream_docs(tools_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
@@ -152,6 +177,14 @@ def upstream_docs(tools_dir: Path) -> Iterator[tuple[Path, dict[str, Any]]]:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("upstream"), dict):
             yield path, doc
+
+
+def _shown_in(upstream: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``title`` and ``annotations`` an ``upstream`` block keeps (None when it keeps
+    neither: written before they were kept)."""
+    if not any(k in upstream for k in SHOWN_MEMBERS):
+        return None
+    return shown_of(upstream)
 
 
 def read_pins(tools_dir: Path) -> list[Pin]:
@@ -171,6 +204,7 @@ def read_pins(tools_dir: Path) -> list[Pin]:
                     idempotency_supported=(doc.get("idempotency") or {}).get("supported") is True,
                     read_only=doc.get("side_effect_class") == "read_only",
                     number_fields=upstream_number_fields(doc),
+                    shown=_shown_in(up),
                 )
             )  # fmt: skip
         except KeyError:
@@ -229,6 +263,7 @@ __all__ = [
     "proposed_side_effect",
     "read_only_hinted",
     "read_pins",
+    "shown_of",
     "spec_name",
     "toolspec_for",
     "upstream_docs",

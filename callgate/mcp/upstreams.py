@@ -15,6 +15,12 @@ stuck in a computation reads neither its stdin nor a cancel and would otherwise 
 for good when the gateway is stopped or killed in the middle of its call (docs/MCP.md,
 "Upstream processes").
 
+A stdio upstream's stderr is read by the gateway, not passed through bare: each line is logged as
+``upstream NAME (stderr): ...`` and the last lines are kept, so an upstream that cannot start (a
+command that does not exist, a server that dies on import) is named with why: ``upstream NAME:
+the process ended before answering initialize; its stderr ended with: ...`` (docs/MCP.md,
+"Upstream processes").
+
 A call ends in one of four ways, which decide the ReportOutcome (6.7, 6.9):
 :class:`Answered` (the upstream answered, ``isError`` or not), :class:`Refused` (a JSON-RPC
 error: the tool did not run), :class:`NotSent` (no connection: the request never left) and
@@ -29,12 +35,14 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import anyio
 import httpx2
@@ -74,6 +82,89 @@ def launch(command: str, args: list[str]) -> tuple[str, list[str]]:
     if not sys.platform.startswith("linux"):
         return command, args
     return sys.executable, ["-I", "-S", "-c", _LAUNCHER, str(os.getpid()), command, *args]
+
+
+STDERR_TAIL_LINES = 3
+"""How many of an upstream's last stderr lines a start failure quotes."""
+STDERR_LINE_CHARS = 500
+"""Longer stderr lines are cut (logged and quoted)."""
+
+
+class _Stderr:
+    """A stdio upstream's stderr: a pipe whose lines a thread logs, naming the upstream, keeping
+    the last :data:`STDERR_TAIL_LINES` for :meth:`tail`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        r, w = os.pipe()
+        self.writer: TextIO | None = os.fdopen(w, "w")
+        self._reader = os.fdopen(r, "rb")
+        self.lines: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
+        self.ended = threading.Event()
+        threading.Thread(target=self._pump, name=f"mcp-stderr-{name}", daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            for raw in self._reader:
+                line = raw.decode("utf-8", "replace").rstrip()[:STDERR_LINE_CHARS]
+                if line.strip():
+                    self.lines.append(line.strip())
+                    log.info("upstream %s (stderr): %s", self.name, line)
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._reader.close()
+            self.ended.set()
+
+    def spawned(self) -> None:
+        """The child holds its own copy of the write end: close the gateway's, so the reader
+        sees the end of the stream when the child's ends."""
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    async def tail(self, wait: float = 1.0) -> str:
+        """``; its stderr ended with: a | b`` (the last lines, once the stream ended or after
+        ``wait`` seconds), or ``""`` when it wrote nothing."""
+        self.spawned()
+        await asyncio.to_thread(self.ended.wait, wait)
+        lines = list(self.lines)
+        return f"; its stderr ended with: {' | '.join(lines)}" if lines else ""
+
+
+class UpstreamStartFailed(ConnectionError):
+    """An upstream could not be started, connected or initialized; ``reason`` says why (with the
+    last lines of a stdio upstream's stderr)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"upstream {name}: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+def _leaf(exc: BaseException | None) -> BaseException | None:
+    """The first exception inside (nested) exception groups (anyio's task groups wrap them)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def start_failure(cfg: McpUpstreamConfig, exc: BaseException | None) -> str:
+    """Why a connection ended before ``initialize`` was answered, in words."""
+    err = _leaf(exc)
+    stdio = cfg.transport is UpstreamTransport.STDIO
+    if isinstance(err, MCPError) and err.error.code == types.CONNECTION_CLOSED:
+        return (
+            "the process ended before answering initialize" if stdio
+            else "the connection closed before initialize was answered"
+        )  # fmt: skip
+    if isinstance(err, OSError) and stdio:  # the spawn itself (a cwd that does not exist...)
+        return f"cannot start {cfg.command!r}: {err}"
+    if isinstance(err, MCPError):
+        return f"initialize was answered with an error ({err.error.code}: {err.error.message[:200]})"
+    if err is None:
+        return "the connection closed before initialize was answered"
+    return f"cannot connect ({type(err).__name__})"
 
 
 # JSON-RPC codes the SDK client raises locally (no answer from the upstream).
@@ -138,6 +229,8 @@ class _Connection:
         self.log_sinks: set[LogFn] = set()
         """The log sinks of the calls running on this connection (a message is forwarded only
         when exactly one runs: MCP logging names no request)."""
+        self.stderr: _Stderr | None = None
+        """A stdio upstream's stderr (its lines logged, the last ones kept)."""
 
     def _transport(self) -> Any:
         c = self.cfg
@@ -149,9 +242,11 @@ class _Connection:
                     env[k] = value
             cwd = str(self.base_dir / c.cwd) if c.cwd else None
             command, args = launch(c.command, list(c.args))
+            self.stderr = _Stderr(c.name)
+            assert self.stderr.writer is not None
             return stdio_client(
                 StdioServerParameters(command=command, args=args, env=env or None, cwd=cwd),
-                errlog=sys.stderr,
+                errlog=self.stderr.writer,
             )
         clean: dict[str, str] = {}
         for k, v in c.headers:
@@ -165,6 +260,8 @@ class _Connection:
         try:
             async with AsyncExitStack() as stack:
                 read, write = await stack.enter_async_context(self._transport())
+                if self.stderr is not None:
+                    self.stderr.spawned()
                 session = await stack.enter_async_context(
                     ClientSession(read, write, message_handler=self._on_message)
                 )
@@ -177,8 +274,13 @@ class _Connection:
             if not isinstance(exc, asyncio.CancelledError | Exception):
                 raise
         finally:
+            if self.stderr is not None:
+                self.stderr.spawned()
             self.dead = True
             self._ready.set()
+
+    async def _tail(self) -> str:
+        return await self.stderr.tail() if self.stderr is not None else ""
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification) and self.on_changed is not None:
@@ -202,13 +304,14 @@ class _Connection:
             await asyncio.wait_for(self._ready.wait(), self.cfg.timeout_seconds)
         except TimeoutError:
             await self.close()
-            raise ConnectionError(f"upstream {self.cfg.name}: no answer to initialize") from None
+            raise UpstreamStartFailed(
+                self.cfg.name,
+                f"no answer to initialize within {self.cfg.timeout_seconds:g} s{await self._tail()}",
+            ) from None
         if self.session is None or self.dead:
             err = self._error
             await self.close()
-            raise ConnectionError(
-                f"upstream {self.cfg.name}: cannot connect ({type(err).__name__ if err else 'closed'})"
-            )
+            raise UpstreamStartFailed(self.cfg.name, start_failure(self.cfg, err) + await self._tail())
         return self.session
 
     async def close(self) -> None:
@@ -305,6 +408,10 @@ class Upstream:
         except (ConnectionError, OSError, MCPError, TimeoutError, ListingInvalid) as exc:
             if conn is not None:
                 await conn.close()
+            if isinstance(exc, UpstreamStartFailed):
+                log.warning(
+                    "upstream %s: cannot call %s: %s; nothing was sent", self.cfg.name, tool, exc.reason
+                )
             return NotSent(type(exc).__name__)
         assert session is not None
         owner = warm if warm is not None else conn if conn is not None else self._conn
@@ -452,6 +559,18 @@ async def _list_all(session: ClientSession, timeout: float) -> list[dict[str, An
     raise ListingInvalid(f"tools/list has more than {MAX_LIST_PAGES} pages")
 
 
+def listing_failure(exc: BaseException) -> str:
+    """Why an upstream's ``tools/list`` failed, for the log and ``callgate mcp import|check``:
+    the start failure's reason (:class:`UpstreamStartFailed`), the unusable listing's problem
+    (:class:`ListingInvalid`), else the exception's type (an HTTP error's text may carry a URL
+    with credentials: not quoted)."""
+    if isinstance(exc, UpstreamStartFailed):
+        return exc.reason
+    if isinstance(exc, ListingInvalid):
+        return f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__
+
+
 def redeem_names(cfg: McpUpstreamConfig) -> dict[str, str]:
     """env/header key -> secret name, for the values a call must redeem."""
     return {k: v.secret for k, v in (*cfg.env, *cfg.headers) if isinstance(v, SecretRef)}
@@ -465,5 +584,7 @@ __all__ = [
     "NotSent",
     "Refused",
     "Upstream",
+    "UpstreamStartFailed",
+    "listing_failure",
     "redeem_names",
 ]
