@@ -13,24 +13,30 @@ client restarted it. Reproduced here with the official SDK client, as those clie
 do: gateway A answered ``initialize`` and its sidecar is serving; gateway B of the same folder
 starts, serves a call and stops; A's calls must still run. B's sidecar listened on private
 sockets (``$TMPDIR/callgate-sidecar-<pid>-*``), removed when it stopped; a folder a killed
-gateway left is removed by the next gateway that needs one.
+gateway left is removed by the next gateway that needs one. The sidecar's choice of listener is
+also checked without MCP (a served socket or a taken port: private; a stale file: replaced).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from callgate.base.clock import FixedClock
+from callgate.config import Config, IdempotencyConfig, ListenerConfig, ServerConfig, StoreConfig
+from callgate.server.app import Sidecar, build_components
+from tests.conftest import POLICIES, ROOT, SPEC_CLOCK, short_tmpdir
 from tests.mcp_env import Published, cli, permit_all_folder, run, stdio_gateway, text_of
 
 pytestmark = pytest.mark.timeout(240)
@@ -102,3 +108,78 @@ def test_a_gateway_keeps_its_sidecar_when_another_comes_and_goes(folder: Publish
             assert not res.is_error and "from c" in text_of(res), text_of(res)
 
     run(go(), timeout=200)
+
+
+def sidecar_config(tmp: Path, agent: ListenerConfig) -> Config:
+    """Only the agent role listens (``agent``); the stores under ``tmp``."""
+    none = ListenerConfig()
+    cfg = Config(
+        server=ServerConfig(agent=agent, confirmer=none, authorizer=none, executor=none),
+        store=StoreConfig(path=str(tmp / "callgate.db")),
+        idempotency=IdempotencyConfig(path=str(tmp / "idempotency.db")),
+        base_dir=str(POLICIES.parent),
+    )
+    return replace(cfg, policy=replace(cfg.policy, dir=str(POLICIES)))
+
+
+async def started(cfg: Config, *, private_when_taken: bool) -> Sidecar:
+    sc = Sidecar(
+        await build_components(cfg, clock=FixedClock(SPEC_CLOCK)), private_when_taken=private_when_taken
+    )
+    await sc.start()
+    return sc
+
+
+def test_the_sidecar_leaves_a_served_listener_to_its_process_and_replaces_a_stale_file() -> None:
+    """The embedded sidecar's choice of listener, without MCP: a Unix socket path or a TCP port
+    another live process serves -> a private socket (``callgate serve``, which does not ask for
+    it, takes the socket path over and fails on the port, as before); a socket file nobody
+    serves (its process died) -> the configured path."""
+    tmp = short_tmpdir()
+
+    async def go() -> None:
+        path = tmp / "agent.sock"
+        other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # another process's listener
+        other.bind(str(path))
+        other.listen()
+        sc = await started(sidecar_config(tmp, ListenerConfig(socket=str(path))), private_when_taken=True)
+        try:
+            (mine,) = sc.addresses["agent"]
+            assert mine.startswith("unix:") and mine != f"unix:{path}" and sc.private_dir is not None
+            assert served(Path(mine[5:])) and served(path)  # the other listener untouched
+        finally:
+            await sc.stop()
+        assert sc.private_dir is not None and not sc.private_dir.exists()
+        assert served(path)
+        other.close()  # the file stays, nobody serves it: stale
+        assert path.is_socket() and not served(path)
+        sc = await started(sidecar_config(tmp, ListenerConfig(socket=str(path))), private_when_taken=True)
+        try:
+            assert sc.addresses["agent"] == [f"unix:{path}"] and sc.private_dir is None
+            assert served(path)
+        finally:
+            await sc.stop()
+
+        taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        tcp = sidecar_config(tmp, ListenerConfig(tcp=f"127.0.0.1:{port}"))
+        sc = await started(tcp, private_when_taken=True)
+        try:
+            (mine,) = sc.addresses["agent"]
+            assert mine.startswith("unix:") and served(Path(mine[5:])), mine
+        finally:
+            await sc.stop()
+        components = await build_components(tcp, clock=FixedClock(SPEC_CLOCK))
+        try:
+            with pytest.raises(RuntimeError, match="Failed to bind"):
+                await Sidecar(components).start()
+        finally:
+            await components.close()
+        taken.close()
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 120))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
