@@ -22,7 +22,7 @@ the gateway can see); nothing unknown is ever run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +59,16 @@ class Gateway:
 
     def __init__(self, cfg: Config, mcp: McpConfig, secrets_masker: Redactor | None = None, *,
                  listeners: Listeners | None = None, hosting: Hosting | None = None,
-                 watch: FolderWatch | None = None) -> None:  # fmt: skip
+                 watch: FolderWatch | None = None,
+                 sidecar_addresses: Mapping[str, Sequence[str]] | None = None) -> None:  # fmt: skip
         """``secrets_masker``: the embedded sidecar's (:attr:`Components.masker`); else the
         configured secrets are read here (:func:`masker`). ``listeners``, ``hosting`` and
-        ``watch``: those the start made before the gateway (serve.py), else new ones."""
+        ``watch``: those the start made before the gateway (serve.py), else new ones.
+        ``sidecar_addresses``: where the embedded sidecar listens (``Sidecar.addresses``),
+        else the ``[server]`` listeners of ``cfg``."""
         self.cfg = cfg
         self.mcp = mcp
-        self.client = sidecar_client(cfg)
+        self.client = sidecar_client(cfg, sidecar_addresses)
         """The public client on the sidecar's agent, executor and confirmer listeners."""
         assert self.client.executor is not None
         self.executor = self.client.executor

@@ -111,12 +111,14 @@ class GatewayStart:
                 self.cfg, tolerate_bad_policies=True, load_in_thread=True
             )
             masker = self._components.masker
-            self._sidecar = app.Sidecar(self._components)
+            # one process per MCP client: another gateway of this config may serve the sockets
+            self._sidecar = app.Sidecar(self._components, private_when_taken=True)
             await self._sidecar.start()
         gateway = await _imported("callgate.mcp.gateway")
         gw: Gateway = gateway.Gateway(
-            self.cfg, self.mcp, masker, listeners=self.listeners, hosting=hosting, watch=self.watch
-        )
+            self.cfg, self.mcp, masker, listeners=self.listeners, hosting=hosting, watch=self.watch,
+            sidecar_addresses=self._sidecar.addresses if self._sidecar is not None else None,
+        )  # fmt: skip
         self._gateway = gw
         await gw.start()
         log.info(

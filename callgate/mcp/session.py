@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,11 +100,19 @@ async def cancel(sidecar: AsyncSession, invocation_id: str, reason: str) -> None
         log.warning("cancel of %s failed: %s", invocation_id, exc.code)
 
 
-def sidecar_client(cfg: Config) -> AsyncClient:
-    """The sidecar's agent, executor and confirmer listeners (``[server]`` of the config)."""
+def sidecar_client(cfg: Config, bound: Mapping[str, Sequence[str]] | None = None) -> AsyncClient:
+    """The sidecar's agent, executor and confirmer listeners: where the embedded sidecar of
+    this process listens (``bound``, its ``Sidecar.addresses``: the ``[server]`` listeners, or
+    private sockets when another gateway of this config serves those), else the ``[server]``
+    listeners of the config (an external sidecar)."""
     s = cfg.server
+
+    def at(role: str, listener: Any) -> str:
+        mine = (bound or {}).get(role)
+        return mine[0] if mine else _address(cfg, listener)
+
     return AsyncClient(
-        _address(cfg, s.agent), executor=_address(cfg, s.executor), confirmer=_address(cfg, s.confirmer)
+        at("agent", s.agent), executor=at("executor", s.executor), confirmer=at("confirmer", s.confirmer)
     )
 
 

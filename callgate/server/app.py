@@ -10,9 +10,13 @@ import asyncio
 import gc
 import logging
 import os
+import shutil
 import signal
+import socket
 import sys
-from collections.abc import Mapping
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from callgate.base.clock import Clock, SystemClock
 from callgate.base.errors import CallgateError, LoadError, config_invalid
-from callgate.config import ROLES, Config, ListenerConfig
+from callgate.config import ROLES, Config, ListenerConfig, ServerConfig
 from callgate.credentials.issuer import KeyRing
 from callgate.execute.execution import Execution
 from callgate.execute.redaction import Redactor
@@ -219,6 +223,41 @@ async def build_components(
     )  # fmt: skip
 
 
+PRIVATE_DIR_PREFIX = "callgate-sidecar-"
+"""``$TMPDIR/callgate-sidecar-<pid>-<random>``: the private sockets of a sidecar whose configured
+ones another process serves (:attr:`Sidecar.private_when_taken`)."""
+
+
+def _sweep_private_dirs() -> None:
+    """Remove the private socket folders of processes that are gone (killed before they could
+    remove their own: an MCP client stops its gateway with ``SIGKILL`` after a short grace)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{PRIVATE_DIR_PREFIX}*-*"):
+        pid = folder.name[len(PRIVATE_DIR_PREFIX) :].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or folder.lstat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # alive under another user, or unreadable: not ours to remove
+            continue
+
+
+def _served(path: Path) -> bool:
+    """A live process accepts connections on the Unix socket ``path`` (not a stale file)."""
+    if not path.is_socket():
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2.0)
+    try:
+        probe.connect(str(path))
+    except OSError:  # refused: nobody listens (a file left by a process that died)
+        return False
+    finally:
+        probe.close()
+    return True
+
+
 @dataclass
 class Sidecar:
     components: Components
@@ -233,8 +272,38 @@ class Sidecar:
     """The confirmation-expiry task (health service ``callgate.v1.ConfirmationSweeper``)."""
     admission: dict[str, Admission] = field(default_factory=dict)
     """Per role, the listener's admission rule (``server/admission.py``)."""
+    private_when_taken: bool = False
+    """Embedded in a process of its own per MCP client (``callgate mcp serve``), where several
+    processes of one config run at once: a configured listener another live process serves is
+    left to it and the role listens on a Unix socket in a private folder of this process
+    instead (:attr:`private_dir`; the embedding process reaches its sidecar at
+    :attr:`addresses`). Else (``callgate serve``) a configured socket path is taken over, as
+    before."""
+    private_dir: Path | None = None
+    """The private folder (mode 0700, removed at :meth:`stop`) when a listener was taken."""
 
-    def _add_role(self, role: str, listener: ListenerConfig) -> None:
+    def _private_socket(self, role: str) -> Path:
+        if self.private_dir is None:
+            _sweep_private_dirs()
+            self.private_dir = Path(tempfile.mkdtemp(prefix=f"{PRIVATE_DIR_PREFIX}{os.getpid()}-"))
+        return self.private_dir / f"{role}.sock"
+
+    def _socket_path(self, role: str, listener: ListenerConfig) -> Path:
+        """Where ``role`` binds its Unix socket: the configured path, unless another live process
+        serves it and :attr:`private_when_taken` (then a private one). gRPC unlinks the path
+        before it binds it and again when the server stops, so two processes on one path take
+        it from each other and the first to stop leaves the other without it."""
+        path = self.components.config.path(listener.socket).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if self.private_when_taken and _served(path):
+            private = self._private_socket(role)
+            log.info("%s socket %s is served by another process; this one listens on %s", role, path, private)
+            return private
+        if path.exists() or path.is_socket():
+            path.unlink()
+        return path
+
+    def _add_role(self, role: str, listener: ListenerConfig, socket_path: Path | None = None) -> None:
         if not listener.socket and not listener.tcp:
             return
         gate = self.components.gate
@@ -291,18 +360,23 @@ class Sidecar:
             )
             enable_reflection(names, server)
         bound: list[str] = []
-        cfg = self.components.config
-        if listener.socket:
-            path = cfg.path(listener.socket).resolve()
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.exists() or path.is_socket():
-                path.unlink()
-            server.add_insecure_port(f"unix:{path}")
-            bound.append(f"unix:{path}")
+        if socket_path is not None:
+            server.add_insecure_port(f"unix:{socket_path}")
+            bound.append(f"unix:{socket_path}")
         if listener.tcp:
             host, _, port = listener.tcp.rpartition(":")
-            real = server.add_insecure_port(listener.tcp)
-            bound.append(f"{host}:{real}")
+            try:
+                real = server.add_insecure_port(listener.tcp)
+            except RuntimeError:  # the port is taken
+                if not self.private_when_taken:
+                    raise
+                log.info("%s port %s is taken; this process listens on a private socket", role, listener.tcp)
+                if socket_path is None:
+                    private = self._private_socket(role)
+                    server.add_insecure_port(f"unix:{private}")
+                    bound.append(f"unix:{private}")
+            else:
+                bound.append(f"{host}:{real}")
         self.servers[role] = server
         if admission is not None:
             self.admission[role] = admission
@@ -328,13 +402,18 @@ class Sidecar:
 
     async def start(self) -> None:
         s = self.components.config.server
-        for role in ROLES:
-            self._add_role(role, getattr(s, role))
-        for role, server in self.servers.items():
-            await server.start()
-            for addr in self.addresses[role]:
-                if addr.startswith("unix:"):
-                    os.chmod(addr[5:], 0o660)
+        async with self._claim(s):
+            for role in ROLES:
+                listener = getattr(s, role)
+                if not listener.socket and not listener.tcp:
+                    continue
+                path = await asyncio.to_thread(self._socket_path, role, listener) if listener.socket else None
+                self._add_role(role, listener, path)
+            for role, server in self.servers.items():
+                await server.start()
+                for addr in self.addresses[role]:
+                    if addr.startswith("unix:"):
+                        os.chmod(addr[5:], 0o660)
         await self._set_health(False, False)  # NOT_SERVING until a good snapshot is ready
         c = self.components
         self.lifecycle = PolicyLifecycle(
@@ -412,6 +491,34 @@ class Sidecar:
             for a in addrs:
                 if a.startswith("unix:"):
                     Path(a[5:]).unlink(missing_ok=True)
+        if self.private_dir is not None:
+            shutil.rmtree(self.private_dir, ignore_errors=True)
+
+    @asynccontextmanager
+    async def _claim(self, s: ServerConfig) -> AsyncIterator[None]:
+        """With :attr:`private_when_taken`: an exclusive lock (``flock``) on a file beside each
+        configured socket, held from the check that its path is free until the servers listen,
+        so that two such processes starting together never both take one path."""
+        if not self.private_when_taken:
+            yield
+            return
+        import fcntl  # POSIX; only the embedding gateway asks for it
+
+        folders = sorted({
+            self.components.config.path(getattr(s, role).socket).resolve().parent
+            for role in ROLES if getattr(s, role).socket
+        })  # fmt: skip
+        held: list[int] = []
+        try:
+            for folder in folders:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd = os.open(folder / ".callgate-sockets.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                held.append(fd)
+                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            for fd in held:
+                os.close(fd)  # releases the lock
 
 
 GIL_SWITCH_INTERVAL_S = 0.001
