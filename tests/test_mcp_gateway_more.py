@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -161,6 +162,39 @@ def test_structured_content_checked_by_the_client_and_schema_refusal(env: Env) -
             # everything but them)
             shown = {k: v for k, v in payload(r).items() if k not in ("invocation_id", "nonce")}
             assert "99" not in json.dumps(shown), shown
+
+    run(go())
+
+
+@pytest.mark.timeout(200)
+def test_structured_content_omitted_the_client_gets_the_marked_text_only(env: Env) -> None:
+    """``[mcp] structured_content = "omit"``: for clients that give ``structuredContent`` to the
+    model (pydantic-ai), no ``outputSchema`` is listed and no result carries it, first answer or
+    replay; the data reaches the client only inside the marked text."""
+    text = env.config.read_text()
+    assert "\n[mcp]\n" in text
+    env.config.write_text(text.replace("\n[mcp]\n", '\n[mcp]\nstructured_content = "omit"\n', 1))
+    spec = tools_dir(env) / "up.forecast@v1.json"
+    doc = json.loads(spec.read_text())
+    doc["output_schema"]["properties"]["temp_c"]["maximum"] = 60  # the author tightens it
+    spec.write_text(json.dumps(doc))
+
+    async def go() -> None:
+        async with stdio_gateway(env) as (s, _):
+            listed = {t.name: t for t in (await s.list_tools()).tools}
+            assert listed["up__forecast"].output_schema is None
+            meta = {"io.callgate/idempotency-key": "k-forecast-omit"}
+            first = await s.call_tool("up__forecast", {"city": "Paris"}, meta=meta)
+            again = await s.call_tool("up__forecast", {"city": "Paris"}, meta=meta)  # a replay
+            for r in (first, again):
+                assert not r.is_error and r.structured_content is None, text_of(r)
+                data = payload(r)["data"]  # the upstream's text marked, its numbers as numbers
+                assert re.fullmatch(r"⟦untrusted:(\w+)⟧Paris⟦/untrusted:\1⟧", data["city"]), data
+                assert data["temp_c"] == 18, data
+            assert text_of(first) == text_of(again)
+            # still validated against the ToolSpec's output_schema: a non-conforming result is refused
+            r = await s.call_tool("up__forecast", {"city": "Venus"})
+            assert r.is_error and "result_schema_invalid" in text_of(r), text_of(r)
 
     run(go())
 

@@ -207,7 +207,10 @@ async def execute(ctx: Any, s: McpSession, invocation_id: str, pin: Pin, *, clie
     answered = end.result if isinstance(end, Answered) and not end.result.is_error else None
     if answered is None:
         refusals.count(failure(end)[0])
-    return answer_of(res, answered, has_output_schema=pin.has_output_schema, secrets=call.redeemed)
+    return answer_of(
+        res, answered, has_output_schema=pin.has_output_schema, secrets=call.redeemed,
+        structured_out=hosting.structured,
+    )  # fmt: skip
 
 
 __all__ = ["MAX_ATTEMPTS", "UpstreamCall", "execute", "failure", "outcome", "retryable"]

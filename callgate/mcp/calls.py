@@ -81,7 +81,8 @@ class Calls:
         if isinstance(out, Rejected | Denied):
             return text_result(out.message, is_error=True)
         if isinstance(out, Replayed):
-            return replayed_result(out, pin is not None and pin.has_output_schema)
+            # the first answer's structuredContent again, unless none is sent (structured_content)
+            return replayed_result(out, pin is not None and pin.has_output_schema and self.hosting.structured)
         invocation_id = out.invocation_id
         try:
             # Allowed or NeedsConfirmation: only a pinned, matching upstream tool may go on (an

@@ -34,6 +34,17 @@ class NoElicitation(str, Enum):
     (docs/CONSOLE.md) or any client of the ``Confirmations`` service."""
 
 
+class StructuredContent(str, Enum):
+    """Whether a tool's ``outputSchema`` and ``structuredContent`` reach MCP clients."""
+
+    PASS = "pass"
+    """Listed and sent: ``structuredContent`` is the validated, redacted result without the
+    untrusted-data marks (clients check it against ``outputSchema``), beside the marked text."""
+    OMIT = "omit"
+    """Neither: clients (and the models they feed) get the marked text only; for clients that
+    give ``structuredContent`` to the model (pydantic-ai)."""
+
+
 class SidecarMode(str, Enum):
     """Where the gateway's sidecar runs."""
 
@@ -177,6 +188,12 @@ class McpConfig:
     ``elicitation_timeout_seconds``; the client gets progress notifications naming the
     invocation while it waits (when it sent a ``progressToken``), and a client that gives up
     cancels the invocation. Its own request timeout must be longer than the wait."""
+    structured_content: StructuredContent = StructuredContent.PASS
+    """``pass``: a tool's ``outputSchema`` is listed and its results carry ``structuredContent``
+    (validated against it and redacted, but without the untrusted-data marks of 6.10, which the
+    schema would refuse) beside the marked text; ``omit``: neither is sent, so a client that hands
+    ``structuredContent`` to the model (pydantic-ai) gives it the marked text. Results are
+    validated against the ToolSpec's ``output_schema`` either way."""
     list_wait_seconds: float = 2.0
     """How long a ``tools/list`` waits for upstreams whose first connect and listing (begun at
     start, all at once) is not done yet; then their tools are shown from their pins (a call still
@@ -384,6 +401,7 @@ __all__ = [
     "NoElicitation",
     "SecretRef",
     "SidecarMode",
+    "StructuredContent",
     "UpstreamTransport",
     "load_gateway_config",
     "parse_mcp",

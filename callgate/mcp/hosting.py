@@ -22,7 +22,7 @@ from typing import Any
 
 from callgate.config import Config
 from callgate.mcp.codes import McpCode
-from callgate.mcp.config import McpConfig
+from callgate.mcp.config import McpConfig, StructuredContent
 from callgate.mcp.front import Listeners
 from callgate.mcp.pins import Pin, PinState, definition_sha256, read_pins
 from callgate.mcp.upstreams import Upstream, listing_failure
@@ -82,6 +82,9 @@ class Hosting:
 
     def __init__(self, cfg: Config, mcp: McpConfig, listeners: Listeners) -> None:
         self.view = PinView(cfg.path(cfg.policy.dir) / "tools")
+        self.structured = mcp.structured_content is StructuredContent.PASS
+        """``[mcp] structured_content``: whether ``outputSchema`` and ``structuredContent``
+        are sent to clients."""
         self.upstreams = {
             u.name: Upstream(u, Path(cfg.base_dir), on_changed=self._list_changed) for u in mcp.upstreams
         }

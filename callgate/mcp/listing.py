@@ -80,9 +80,18 @@ def annotations_for(tool: Tool, definition: Mapping[str, Any] | None) -> dict[st
     return out
 
 
-def mcp_tool(tool: Tool, rendered: Mapping[str, Any], definition: Mapping[str, Any] | None) -> types.Tool:
-    """One ``tools/list`` entry: the rendered ToolSpec plus title and annotations."""
+def mcp_tool(
+    tool: Tool,
+    rendered: Mapping[str, Any],
+    definition: Mapping[str, Any] | None,
+    *,
+    output_schema: bool = True,
+) -> types.Tool:
+    """One ``tools/list`` entry: the rendered ToolSpec plus title and annotations (without
+    ``outputSchema`` when ``output_schema`` is false: ``[mcp] structured_content = "omit"``)."""
     d = dict(rendered)
+    if not output_schema:
+        d.pop("outputSchema", None)
     annotations = annotations_for(tool, definition)
     title = (definition or {}).get("title") or annotations.get("title")
     if isinstance(title, str) and title:
@@ -96,10 +105,12 @@ def shown(
     tools: Sequence[Tool],
     rendered: Sequence[Mapping[str, Any]],
     definitions: Sequence[Mapping[str, Any] | None],
+    *,
+    output_schema: bool = True,
 ) -> list[types.Tool]:
     """The entries of tools that can be served (task-required ones left out)."""
     return [
-        mcp_tool(t, r, d)
+        mcp_tool(t, r, d, output_schema=output_schema)
         for t, r, d in zip(tools, rendered, definitions, strict=True)
         if d is None or unservable(d) is None
     ]
@@ -139,7 +150,7 @@ async def session_tools(s: McpSession, hosting: Hosting) -> list[types.Tool]:
         tools.append(tool)
         rendered.append(entry)
         definitions.append(definition)
-    return [*shown(tools, rendered, definitions), page_tool()]
+    return [*shown(tools, rendered, definitions, output_schema=hosting.structured), page_tool()]
 
 
 __all__ = [

@@ -427,11 +427,12 @@ def page_answer(message: bytes, truncated: bool, next_page_token: str) -> types.
 
 def answer_of(
     res: ToolResult, answered: types.CallToolResult | None, *, has_output_schema: bool,
-    secrets: Sequence[str] = (),
+    secrets: Sequence[str] = (), structured_out: bool = True,
 ) -> types.CallToolResult:  # fmt: skip
     """The answer from the executor's encoded result (``answered``: the upstream's result of a
     committed call, None for an error): block form, or one envelope text (errors, and results
-    validated against an ``output_schema``, with ``structuredContent``)."""
+    validated against an ``output_schema``, with ``structuredContent`` unless ``structured_out``
+    is false: ``[mcp] structured_content = "omit"``, the client was shown no ``outputSchema``)."""
     if res.withheld:
         return error_result(McpCode.RESULT_WITHHELD, "The call was cancelled; its result is withheld.")
     # A result its output schema refused comes back as a refusal (result_schema_invalid).
@@ -444,7 +445,7 @@ def answer_of(
         if blocks is not None:
             return blocks
     structured: dict[str, Any] | None = None
-    if ok and res.structured_json:
+    if ok and res.structured_json and structured_out:
         # Validated against the output schema and redacted by the sidecar, without the
         # untrusted-data marks (MCP clients check structuredContent against outputSchema);
         # the marked envelope is the text content beside it.
@@ -453,7 +454,7 @@ def answer_of(
     # (the sidecar validates only a whole one), and MCP clients refuse a successful answer of such
     # a tool without one (the SDKs raise before the caller sees the text): answered as an error,
     # which clients do not check, carrying the truncated text and the paging note.
-    short = ok and has_output_schema and structured is None and bool(res.next_page_token)
+    short = ok and has_output_schema and structured_out and structured is None and bool(res.next_page_token)
     answer = text_result(res.message, is_error=not ok or short, structured=structured)
     return with_truncation_note(answer, res.message, res.next_page_token)
 
