@@ -251,6 +251,19 @@ class Published:
         path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def module_upstream(name: str, module: str, timeout_s: float = 30.0) -> str:
+    """The ``[[mcp.upstreams]]`` TOML block of a test upstream run as ``python -m module`` from
+    the repository (tests/mcp_upstreams/)."""
+    return f"""
+[[mcp.upstreams]]
+name = "{name}"
+command = {json.dumps(sys.executable)}
+args = ["-m", "{module}"]
+cwd = {json.dumps(str(ROOT))}
+timeout_seconds = {timeout_s}
+"""
+
+
 @contextmanager
 def permit_all_folder(upstreams: str) -> Iterator[Published]:
     """A fresh gateway folder with ``upstreams`` and one Cedar policy permitting alice everything

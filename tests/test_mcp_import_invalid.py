@@ -12,25 +12,15 @@ Found by the wild trial: before, import wrote the ToolSpec, ``callgate check`` r
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.mcp_env import Published, cli, permit_all_folder, run, stdio, text_of
+from tests.mcp_env import Published, cli, module_upstream, permit_all_folder, run, stdio, text_of
 
 pytestmark = pytest.mark.timeout(240)
 
-UPSTREAM = f"""
-[[mcp.upstreams]]
-name = "draft"
-command = {json.dumps(sys.executable)}
-args = ["-m", "tests.mcp_upstreams.draft04"]
-cwd = {json.dumps(str(ROOT))}
-timeout_seconds = 30.0
-"""
+UPSTREAM = module_upstream("draft", "tests.mcp_upstreams.draft04")
 
 
 @pytest.fixture

@@ -11,26 +11,27 @@ instead of no limit, and a confirmed call ran with other arguments than the clie
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import ROOT, short_tmpdir
-from tests.mcp_env import Published, accept, cli, run, stdio, text_of, write_config, write_principals
+from tests.conftest import short_tmpdir
+from tests.mcp_env import (
+    Published,
+    accept,
+    cli,
+    module_upstream,
+    run,
+    stdio,
+    text_of,
+    write_config,
+    write_principals,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
-UPSTREAM = f"""
-[[mcp.upstreams]]
-name = "nul"
-command = {json.dumps(sys.executable)}
-args = ["-m", "tests.mcp_upstreams.nulls"]
-cwd = {json.dumps(str(ROOT))}
-timeout_seconds = 30.0
-"""
+UPSTREAM = module_upstream("nul", "tests.mcp_upstreams.nulls")
 
 POLICIES = """
 @id("search") permit (principal == User::"alice", action == Action::"mcp.nul.search", resource)

@@ -20,11 +20,9 @@ also checked without MCP (a served socket or a taken port: private; a stale file
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,19 +34,12 @@ import pytest
 from callgate.base.clock import FixedClock
 from callgate.config import Config, IdempotencyConfig, ListenerConfig, ServerConfig, StoreConfig
 from callgate.server.app import Sidecar, build_components
-from tests.conftest import POLICIES, ROOT, SPEC_CLOCK, short_tmpdir
-from tests.mcp_env import Published, cli, permit_all_folder, run, stdio_gateway, text_of
+from tests.conftest import POLICIES, SPEC_CLOCK, short_tmpdir
+from tests.mcp_env import Published, cli, module_upstream, permit_all_folder, run, stdio_gateway, text_of
 
 pytestmark = pytest.mark.timeout(240)
 
-UPSTREAM = f"""
-[[mcp.upstreams]]
-name = "draft"
-command = {json.dumps(sys.executable)}
-args = ["-m", "tests.mcp_upstreams.draft04"]
-cwd = {json.dumps(str(ROOT))}
-timeout_seconds = 30.0
-"""
+UPSTREAM = module_upstream("draft", "tests.mcp_upstreams.draft04")
 
 
 @pytest.fixture

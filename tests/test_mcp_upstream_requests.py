@@ -25,18 +25,21 @@ import mcp_types as types
 import pytest
 
 from tests.conftest import ROOT, short_tmpdir
-from tests.mcp_env import Published, cli, run, stdio, stdio_gateway, text_of, write_config, write_principals
+from tests.mcp_env import (
+    Published,
+    cli,
+    module_upstream,
+    run,
+    stdio,
+    stdio_gateway,
+    text_of,
+    write_config,
+    write_principals,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
-UPSTREAM = f"""
-[[mcp.upstreams]]
-name = "asking"
-command = {json.dumps(sys.executable)}
-args = ["-m", "tests.mcp_upstreams.asking"]
-cwd = {json.dumps(str(ROOT))}
-timeout_seconds = 40.0
-"""
+UPSTREAM = module_upstream("asking", "tests.mcp_upstreams.asking", 40.0)
 """A request left waiting would end the call as the upstream's timeout (``timeout``), not as
 the refusal the test expects."""
 
