@@ -251,16 +251,20 @@ class Published:
         path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
-def module_upstream(name: str, module: str, timeout_s: float = 30.0) -> str:
+def module_upstream(
+    name: str, module: str, timeout_s: float = 30.0, env: dict[str, str] | None = None
+) -> str:
     """The ``[[mcp.upstreams]]`` TOML block of a test upstream run as ``python -m module`` from
-    the repository (tests/mcp_upstreams/)."""
+    the repository (tests/mcp_upstreams/), with ``env`` added to its environment."""
+    pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in (env or {}).items())
+    env_line = f"env = {{ {pairs} }}\n" if pairs else ""
     return f"""
 [[mcp.upstreams]]
 name = "{name}"
 command = {json.dumps(sys.executable)}
 args = ["-m", "{module}"]
 cwd = {json.dumps(str(ROOT))}
-timeout_seconds = {timeout_s}
+{env_line}timeout_seconds = {timeout_s}
 """
 
 

@@ -11,9 +11,7 @@ a tool listed twice was pinned and served with one of its two definitions.
 
 from __future__ import annotations
 
-import json
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,10 +19,11 @@ import mcp_types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 
-from tests.conftest import ROOT, short_tmpdir
+from tests.conftest import short_tmpdir
 from tests.mcp_env import (
     Published,
     cli,
+    module_upstream,
     run,
     stdio,
     stdio_gateway,
@@ -40,15 +39,7 @@ IMPORT = ("mcp", "import", "--side-effect", "t1=delete")
 
 
 def upstream(mode: str = "") -> str:
-    return f"""
-[[mcp.upstreams]]
-name = "paged"
-command = {json.dumps(sys.executable)}
-args = ["-m", "tests.mcp_upstreams.paged"]
-cwd = {json.dumps(str(ROOT))}
-env = {{ PAGED_MODE = {json.dumps(mode)} }}
-timeout_seconds = 30.0
-"""
+    return module_upstream("paged", "tests.mcp_upstreams.paged", env={"PAGED_MODE": mode})
 
 
 def make_folder(base: Path) -> Published:

@@ -16,11 +16,9 @@ Python SDK over stdio, used as its users do.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -30,22 +28,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.conftest import ROOT
-from tests.mcp_env import Published, cli, permit_all_folder, run, stdio, text_of
+from tests.mcp_env import Published, cli, module_upstream, permit_all_folder, run, stdio, text_of
 
 pytestmark = pytest.mark.timeout(240)  # Linux (PR_SET_PDEATHSIG), as the suite is
 
 
 def upstream(pidfile: Path) -> str:
-    return f"""
-[[mcp.upstreams]]
-name = "stuck"
-command = {json.dumps(sys.executable)}
-args = ["-m", "tests.mcp_upstreams.stuck"]
-cwd = {json.dumps(str(ROOT))}
-env = {{ STUCK_PIDFILE = {json.dumps(str(pidfile))} }}
-timeout_seconds = 60.0
-"""
+    return module_upstream("stuck", "tests.mcp_upstreams.stuck", 60.0, env={"STUCK_PIDFILE": str(pidfile)})
 
 
 @dataclass(frozen=True)
