@@ -104,6 +104,71 @@ def test_check_reports_cedar_policy_line(tmp_path: Path) -> None:
     assert f"policies.cedar:{line}" in r.stdout, r.stdout
 
 
+def test_config_mistakes_name_the_file_and_place_without_a_traceback(tmp_path: Path) -> None:
+    """A new user's first mistakes: a config path that is missing or a folder, a typo in a key or
+    a section. Each is one ``error:`` line naming the file (and the line of the key, with the
+    closest known name), a non-zero exit, from every command that reads the config: never a
+    traceback."""
+    proj = _project_copy(tmp_path)
+    missing = proj / "nope.toml"
+    for args, rc in (
+        (("serve", "-c", str(missing)), 1),
+        (("check", "-c", str(missing)), 1),
+        (("eval", "-", "-c", str(missing)), 2),  # eval and policy test: 2 for what is not a case
+    ):
+        r = callgate(*args, cwd=proj)
+        assert r.returncode == rc, (args, r.stdout, r.stderr)
+        assert f"error: {missing}: config_invalid: config file not found" in r.stdout + r.stderr, r.stderr
+        assert "Traceback" not in r.stderr, r.stderr
+    r = callgate("check", "-c", str(proj), cwd=proj)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"error: {proj}: config_invalid: is a directory; --config names the TOML file" in r.stdout
+    config = proj / "callgate.toml"
+    config.write_text('[server]\nreflection = true\n\n[policy]\nengin = "cedar"\n')
+    r = callgate("serve", "-c", str(config), cwd=proj)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert (
+        f"error: {config}:5: config_invalid: unknown key 'policy.engin' (did you mean 'engine'?; known: dir,"
+        in r.stderr
+    ), r.stderr
+    config.write_text('[polcy]\nengine = "cedar"\n')
+    r = callgate("check", "-c", str(config), cwd=proj)
+    assert r.returncode == 1
+    assert f"error: {config}:1: config_invalid: unknown section [polcy] (did you mean 'policy'?;" in r.stdout
+
+
+def test_a_cedar_syntax_error_names_the_line_and_column_of_the_token(tmp_path: Path) -> None:
+    proj = _project_copy(tmp_path)
+    pol = proj / "policies" / "cedar" / "policies.cedar"
+    text = pol.read_text() + '\n@id("broken")\npermit (principal in Role::"admin" action, resource);\n'
+    pol.write_text(text)
+    r = callgate("check", "--config", str(proj / "callgate.toml"))
+    line = text.splitlines().index('@id("broken")') + 2
+    assert r.returncode == 1
+    assert f"error: {pol}:{line}:36: policy_invalid: syntax error: unexpected token `action`" in r.stdout, (
+        r.stdout
+    )
+
+
+def test_every_config_option_says_what_it_is() -> None:
+    """``--help`` of each command that takes ``--config`` explains it (a bare ``--config CONFIG``
+    left a new user guessing which file, and the default)."""
+    commands = [
+        ["serve"], ["check"], ["status"], ["eval"], ["explain"], ["policy", "test"], ["policy", "prove"],
+        ["new", "tool"], ["store", "backup"], ["store", "compact"], ["mcp", "serve"], ["mcp", "import"],
+        ["mcp", "check"], ["console"],
+    ]  # fmt: skip
+    bare = []
+    for words in commands:
+        r = callgate(*words, "--help")
+        assert r.returncode == 0, (words, r.stderr)
+        options = r.stdout.split("options:", 1)[1]
+        entry = options.split("--config CONFIG, -c CONFIG", 1)[1].split("\n  -", 1)[0]
+        if not entry.strip():
+            bare.append(" ".join(words))
+    assert not bare, f"--config without a help text: {bare}"
+
+
 def test_eval_runs_the_case_table_offline() -> None:
     r = callgate("eval", str(DATA / "gate_cases.json"), "--config", str(ROOT / "callgate.toml"))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -652,6 +652,9 @@ def _engine_names(command: str) -> tuple[str, ...] | None:
     return ENGINES.names()
 
 
+_CONFIG_HELP: Final = "TOML config (default: ./callgate.toml, else the built-in defaults; docs/CONFIG.md)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), "")
@@ -667,9 +670,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the gRPC sidecar")
     which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)"
-    )
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
     which.add_argument(
         "--example",
         action="store_true",
@@ -678,7 +679,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--config", "-c")
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
     which.add_argument(
         "--example", action="store_true", help="check the packaged example policies (serve --example's)"
     )
@@ -696,14 +697,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser(
         "status", help="a running sidecar's policy status: serving revision, refused files and why"
     )
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.add_argument("--target", help="gRPC address (default: the config's agent listener)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("eval", help="run proposal cases (.json or .jsonl, '-' for stdin) offline")
-    p.add_argument("file")
-    p.add_argument("--config", "-c")
+    p.add_argument(
+        "file", help="a case file: .json (a case, a list, or defaults + cases) or .jsonl; '-': stdin"
+    )
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("policy", help="policy authoring tools")
     policy_sub = p.add_subparsers(dest="policy_command", required=True)
@@ -711,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "test", help="run ALLOW/, DENY/, CONFIRM/ request files; non-zero exit unless all pass"
     )
     p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
@@ -726,7 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = new_sub.add_parser("tool", help="a ToolSpec, its Cedar and Rego rules and test requests")
     p.add_argument("name", help="NAME[@VERSION], e.g. payments.refund@v1 (version default v1)")
     p.add_argument("--dir", help="the policy folder (default: the config's policy.dir)")
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.add_argument(
         "--side-effect",
         default="read_only",
@@ -737,26 +740,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser(
         "explain", help="what happened to one invocation (the 8 questions of 6.13), from the event store"
     )
-    p.add_argument("invocation_id", nargs="?", default="")
+    p.add_argument(
+        "invocation_id", nargs="?", default="", help="inv_... (the Propose answer's invocation_id)"
+    )
     p.add_argument(
         "--decision",
         metavar="DECISION_ID",
         default="",
         help="show one recorded Authorizer.Authorize decision",
     )
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("store", help="the event store: an online backup, compaction")
     store_sub = p.add_subparsers(dest="store_command", required=True)
     p = store_sub.add_parser("backup", help="copy the SQLite store while the sidecar runs (consistent)")
     p.add_argument("target", help="the new backup file (must not exist)")
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.set_defaults(func=cmd_store_backup)
     p = store_sub.add_parser(
         "compact", help="shrink a stopped SQLite store once (VACUUM; afterwards retention shrinks it)"
     )
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.set_defaults(func=cmd_store_compact)
     for name, cli_module, probe, help_text in _EXTRA_COMMANDS:
         if command == name:
@@ -783,7 +788,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    rc: int = args.func(args)
+    try:
+        rc: int = args.func(args)
+    except Exception as exc:  # a config or policy a command could not load: say so, no traceback
+        from callgate.base.errors import LoadError
+
+        if not isinstance(exc, LoadError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return rc
 
 
