@@ -30,7 +30,8 @@ def cmd_console(args: argparse.Namespace) -> int:
             return 0
         return run(cfg)
     except CallgateError as exc:
-        print(f"callgate console: {exc.message}", file=sys.stderr)
+        where = "" if exc.message.startswith(str(args.config)) else f"{args.config}: "
+        print(f"callgate console: {where}{exc.message}", file=sys.stderr)
         return 2
 
 
