@@ -27,6 +27,7 @@ def test_check_example_checks_the_packaged_policies(tmp_path: Path) -> None:
     r = callgate("check", "--example", cwd=tmp_path)  # from any folder: the policies come with callgate
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok: 3 tools, engine cedar" in r.stdout and "weather.get@v1" in r.stdout, r.stdout
+    assert " INFO " not in r.stderr, r.stderr  # a one-shot command logs warnings and errors only
 
 
 def test_serve_without_config_or_policies_names_the_example() -> None:

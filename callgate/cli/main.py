@@ -652,6 +652,9 @@ def _engine_names(command: str) -> tuple[str, ...] | None:
     return ENGINES.names()
 
 
+_ONE_SHOT: Final = frozenset({"check", "status", "eval", "policy", "new", "explain", "store"})
+"""Commands that print an answer and exit: they log warnings and errors only (``-v``: debug)."""
+
 _CONFIG_HELP: Final = "TOML config (default: ./callgate.toml, else the built-in defaults; docs/CONFIG.md)"
 
 
@@ -783,8 +786,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 2
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+    logging.basicConfig(  # the one-shot commands print their answer; their INFO lines are noise
+        level=logging.DEBUG
+        if args.verbose
+        else logging.WARNING
+        if args.command in _ONE_SHOT
+        else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
