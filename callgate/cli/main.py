@@ -619,10 +619,9 @@ adds it (imported only when the command runs), the package whose presence lists 
 def _extra_missing(name: str, exc: ImportError) -> int:
     """``callgate mcp`` / ``callgate console`` without their extra: say which one to install
     (exit 2), as the sidecar's commands do in the slim install."""
-    print(
-        f"callgate {name} needs the '{name}' extra (pip install 'callgate[{name}]'): {exc}",
-        file=sys.stderr,
-    )
+    from callgate.cli.version import install_hint
+
+    print(f"callgate {name} needs the '{name}' extra ({install_hint(name)}): {exc}", file=sys.stderr)
     return 2
 
 
@@ -777,11 +776,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(words)
     if args.command not in _EXTRA_NAMES:
-        from callgate.cli.version import SIDECAR_EXTRA, missing_sidecar
+        from callgate.cli.version import SIDECAR_EXTRA, install_hint, missing_sidecar
 
         if missing := missing_sidecar():  # the slim install: the client and the adapters only
             print(
-                f"callgate {args.command} needs the sidecar: pip install 'callgate[{SIDECAR_EXTRA}]' "
+                f"callgate {args.command} needs the sidecar: {install_hint(SIDECAR_EXTRA)} "
                 f"(not installed: {', '.join(missing)})",
                 file=sys.stderr,
             )

@@ -14,9 +14,10 @@ def cmd_console(args: argparse.Namespace) -> int:
     try:
         from callgate.console.app import run
     except ImportError as exc:
+        from callgate.cli.version import install_hint
+
         print(
-            f"callgate console needs the 'console' extra (pip install 'callgate[console]'): {exc}",
-            file=sys.stderr,
+            f"callgate console needs the 'console' extra ({install_hint('console')}): {exc}", file=sys.stderr
         )
         return 2
 
