@@ -799,6 +799,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a config or policy a command could not load: say so, no traceback
         from callgate.base.errors import LoadError
 
+        if isinstance(exc, ImportError) and args.command in _EXTRA_NAMES:
+            return _extra_missing(args.command, exc)  # what the extra brings is not installed
         if not isinstance(exc, LoadError):
             raise
         print(f"error: {exc}", file=sys.stderr)

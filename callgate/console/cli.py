@@ -10,16 +10,7 @@ from callgate.base.errors import CallgateError
 
 def cmd_console(args: argparse.Namespace) -> int:
     from callgate.console import config
-
-    try:
-        from callgate.console.app import run
-    except ImportError as exc:
-        from callgate.cli.version import install_hint
-
-        print(
-            f"callgate console needs the 'console' extra ({install_hint('console')}): {exc}", file=sys.stderr
-        )
-        return 2
+    from callgate.console.app import run  # without the extra: ImportError, which main() names
 
     try:
         cfg = config.load(args.config)
