@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import DATA, POLICIES, ROOT, short_tmpdir
@@ -47,6 +48,44 @@ def test_serve_without_config_or_policies_names_the_example() -> None:
         f"no ./callgate.toml, so the built-in defaults: policies from {workdir}/policies (missing)" in first
     )
     assert "`callgate serve --example` serves the packaged example policies" in first, first
+
+
+def test_serve_not_ready_says_why_once_not_every_second() -> None:
+    """While nothing serves, the watcher retries the load every second (policy.watch_interval_ms):
+    the same refusal is logged at ERROR once (again after a minute), a different one at once, and
+    the set that loads says so."""
+    workdir = short_tmpdir()
+    log = workdir / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "callgate", "serve"],
+            cwd=workdir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+
+        def wait_for(text: str) -> str:
+            deadline = time.monotonic() + 60
+            while text not in (seen := log.read_text(errors="replace")):
+                assert proc.poll() is None and time.monotonic() < deadline, seen
+                time.sleep(0.1)
+            return seen
+
+        wait_for("callgate listening")
+        time.sleep(3.5)  # three retries or more, each finding the same missing folder
+        missing = "toolspec_invalid: ToolSpec directory not found"
+        refusals = [ln for ln in log.read_text().splitlines() if "refused: error:" in ln]
+        assert len(refusals) == 1 and missing in refusals[0] and "(start)" in refusals[0], refusals
+        shutil.copytree(POLICIES, workdir / "policies")
+        spec = workdir / "policies" / "tools" / "weather.get@v1.json"
+        good = spec.read_text()
+        spec.write_text(good.replace('"side_effect_class"', '"side_efect_class"'))
+        wait_for("unknown ToolSpec member 'side_efect_class'")  # another refusal: logged at once
+        spec.write_text(good)
+        wait_for("serving (file change, engine cedar)")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_check_refuses_core_native_without_the_compiled_core(tmp_path: Path) -> None:
