@@ -426,7 +426,7 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 
 
-def _key_line(text: str, where: str, key: str) -> int:
+def key_line(text: str, where: str, key: str) -> int:
     """Best effort: the line of ``key`` in the table ``where`` (``policy.``, ``store.retention.``;
     ``""`` for a section header ``[key]``) of the TOML ``text``, or 0 (tomllib keeps no places)."""
     table = where.rstrip(".")
@@ -448,7 +448,7 @@ def _key_line(text: str, where: str, key: str) -> int:
     return 0
 
 
-def _unknown(what: str, name: str, known: Iterable[str], source: str, line: int) -> LoadError:
+def unknown_name(what: str, name: str, known: Iterable[str], source: str, line: int) -> LoadError:
     """``unknown key 'policy.engin' (did you mean 'engine'?; known: ...)`` at ``file:line``."""
     names = sorted(known)
     close = difflib.get_close_matches(name.rsplit(".", 1)[-1], names, n=1)
@@ -464,7 +464,7 @@ def _build(cls: type[Any], data: dict[str, Any], where: str, source: str, text: 
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise _unknown("key", f"'{where}{key}'", known, source, _key_line(text, where, key))
+            raise unknown_name("key", f"'{where}{key}'", known, source, key_line(text, where, key))
         default = getattr(cls(), key)
         if isinstance(default, (ListenerConfig, RetentionConfig)):
             if not isinstance(value, dict):
@@ -645,7 +645,7 @@ def load_config(path: str | Path) -> Config:
         if key in EXTENSION_SECTIONS:
             continue  # read and validated by its own loader (callgate/mcp/config.py)
         if key not in _SECTIONS:
-            raise _unknown("section", f"[{key}]", _SECTIONS, source, _key_line(text, "", key))
+            raise unknown_name("section", f"[{key}]", _SECTIONS, source, key_line(text, "", key))
         if not isinstance(value, dict):
             raise config_invalid(f"[{key}] must be a table", source=source)
         kwargs[key] = _build(_SECTIONS[key], value, f"{key}.", source, text)
@@ -660,6 +660,8 @@ def with_overrides(cfg: Config, **sections: Any) -> Config:
 
 __all__ = [
     "Config",
+    "key_line",
+    "unknown_name",
     "BudgetsConfig",
     "ConfirmationConfig",
     "CredentialsConfig",
