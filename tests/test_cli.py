@@ -209,6 +209,25 @@ def test_every_config_option_says_what_it_is() -> None:
     assert not bare, f"--config without a help text: {bare}"
 
 
+def test_eval_and_policy_test_run_on_the_packaged_example(tmp_path: Path) -> None:
+    """From an installed wheel there is no callgate.toml to give: ``--example`` (as for ``serve``
+    and ``check``). docs/EVAL.md's case file, as written, passes on the example policies; ``policy
+    test --example`` runs the example's own tests; nothing is written to the folder."""
+    doc = (ROOT / "docs" / "EVAL.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## `callgate eval` case files") :]
+    cases = tmp_path / "cases.json"
+    cases.write_text(section.split("```json\n", 1)[1].split("```", 1)[0])
+    r = callgate("eval", str(cases), "--example", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["case"], x["pass"]) for x in results] == [("weather", True), ("bad json", True)], results
+    r = callgate("policy", "test", "--example", cwd=tmp_path)
+    assert r.returncode == 0 and "0 failed" in r.stdout, r.stdout + r.stderr
+    r = callgate("policy", "test", cwd=tmp_path)
+    assert r.returncode == 2 and "give DIR" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cases.json"]
+
+
 def test_eval_runs_the_case_table_offline() -> None:
     r = callgate("eval", str(DATA / "gate_cases.json"), "--config", str(ROOT / "callgate.toml"))
     assert r.returncode == 0, r.stdout + r.stderr

@@ -382,7 +382,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from callgate.cli.evalcases import load_cases
 
     try:
-        cfg = _config(args.config)
+        cfg = _serve_config(args)
         cases = load_cases(args.file)
         return asyncio.run(_eval(cfg, cases, out))
     except (CallgateError, json.JSONDecodeError, OSError, KeyError, ValueError) as exc:
@@ -412,10 +412,18 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from callgate.policy.policytest import run_command
 
     try:
-        cfg = _config(args.config)
+        cfg = _serve_config(args)
     except CallgateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.dir is None:  # --example: the packaged example's own tests
+        if not args.example:
+            print(
+                "error: give DIR (the folder holding ALLOW/, DENY/ and CONFIRM/), or --example",
+                file=sys.stderr,
+            )
+            return 2
+        args.dir = str(Path(cfg.path(cfg.policy.dir)) / "tests")
     return asyncio.run(run_command(cfg, Path(args.dir), engine=args.engine, opa_url=args.opa_url, out=out))
 
 
@@ -708,15 +716,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "file", help="a case file: .json (a case, a list, or defaults + cases) or .jsonl; '-': stdin"
     )
-    p.add_argument("--config", "-c", help=_CONFIG_HELP)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
+    which.add_argument(
+        "--example", action="store_true", help="run the cases on the packaged example policies"
+    )
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("policy", help="policy authoring tools")
     policy_sub = p.add_subparsers(dest="policy_command", required=True)
     p = policy_sub.add_parser(
         "test", help="run ALLOW/, DENY/, CONFIRM/ request files; non-zero exit unless all pass"
     )
-    p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
-    p.add_argument("--config", "-c", help=_CONFIG_HELP)
+    p.add_argument(
+        "dir",
+        nargs="?",
+        help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests; with --example: its own)",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
+    which.add_argument(
+        "--example",
+        action="store_true",
+        help="the packaged example policies (and their tests when DIR is not given)",
+    )
     p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
