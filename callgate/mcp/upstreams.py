@@ -43,6 +43,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -164,7 +165,18 @@ def start_failure(cfg: McpUpstreamConfig, exc: BaseException | None) -> str:
         return f"initialize was answered with an error ({err.error.code}: {err.error.message[:200]})"
     if err is None:
         return "the connection closed before initialize was answered"
-    return f"cannot connect ({type(err).__name__})"
+    if stdio:
+        return f"cannot connect ({type(err).__name__})"
+    return f"cannot connect to {where(cfg.url)} ({type(err).__name__})"
+
+
+def where(url: str) -> str:
+    """An upstream URL as logs may show it: scheme, host, port and path (no credentials, query or
+    fragment, which may carry a token)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}{parts.path}"
 
 
 # JSON-RPC codes the SDK client raises locally (no answer from the upstream).
