@@ -966,3 +966,98 @@ def test_console_only_what_waits_for_the_console_is_listed_masked(sidecar: Runni
     assert json.loads(outputs(box["result"])["c4"].output)["status"] == "ok"
     [ran] = upstream()
     assert ran["title"] == SECRET_EVENT["title"] and ran["token_ok"] is True
+
+
+# ---------------------------------------------------------------- the tool's own needs_approval
+def test_the_tools_own_async_needs_approval_still_asks_for_a_call_callgate_allows(sidecar: Running) -> None:
+    """A ``@function_tool(needs_approval=<async callable>)`` as the SDK's docs write one: the
+    application's rule is kept on top of callgate's decision (before, the gate replaced it and
+    the call ran unasked). A call callgate allows and the rule asks about interrupts the run; its
+    invocation is cancelled at once (nothing waits PREPARED), approved it is proposed anew and runs
+    once, rejected it never runs; a call the rule lets through runs at once. Resumed with a new
+    client and gate (``RunState.from_string``), which finds the asked calls by tool call id."""
+    asked_for: list[str] = []
+
+    async def rule(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+        asked_for.append(call_id)
+        return bool(params["city"] != "Oslo")
+
+    @function_tool(needs_approval=rule)
+    def get_weather(city: str, date: str) -> dict[str, str]:
+        """Forecast."""
+        with open(os.environ["CALLGATE_TEST_LEDGER"], "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": "weather.get", "city": city}) + "\n")
+        return {"city": city, "forecast": "sunny"}
+
+    def weather_gate(cg: Client, session: Session) -> Gate:
+        return Gate({"weather.get": get_weather}, client=cg, session=session, executor_id="x",
+                    confirmer=cg.confirmer(), approver="alice@agent-ui")  # fmt: skip
+
+    calls = [
+        function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="w1"),
+        function_call("weather__get", {"city": "Oslo", "date": "2026-07-20"}, call_id="w2"),
+        function_call("weather__get", {"city": "Rome", "date": "2026-07-20"}, call_id="w3"),
+    ]
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        g = weather_gate(cg, session)
+        agent = Agent(name="a", model=ScriptedModel([calls, [assistant_message("done")]]), tools=g.tools)
+        first = Runner.run_sync(agent, "?", run_config=g.run_config(RUN))
+        assert sorted(i.call_id for i in first.interruptions) == ["w1", "w3"]
+        assert [r["city"] for r in upstream()] == ["Oslo"]  # the rule let it through
+        saved = first.to_state().to_string()
+    assert console_pending(sidecar) == []  # nothing of callgate's to confirm, nothing held
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g = weather_gate(cg, Session(cg, session.session_id))
+        agent = Agent(name="a", model=ScriptedModel([[assistant_message("done")]]), tools=g.tools)
+        state = asyncio.run(RunState.from_string(agent, saved))
+        for item in state.get_interruptions():
+            summary = g.confirmation(item)
+            assert summary is not None and "needs_approval" in summary, summary
+            state.approve(item) if item.call_id == "w1" else state.reject(item)
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN))
+    assert result.final_output == "done"
+    assert [r["city"] for r in upstream()] == ["Oslo", "Paris"]  # approved: once; rejected: never
+    out = outputs(result)
+    assert json.loads(out["w1"].output)["status"] == "ok"
+    assert out["w3"].output == "Tool execution was not approved."
+    ran = out["w1"].custom_data["callgate"]["invocation_id"]
+    assert trail(sidecar, ran)[0] == "OBSERVED"
+    assert set(asked_for) == {"w1", "w2", "w3"}
+
+
+def test_streamed_run_with_a_standing_rejection_proposes_nothing_for_later_calls(sidecar: Running) -> None:
+    """``Runner.run_streamed`` interrupted and resumed streamed, the interruption rejected with
+    ``always_reject=True``: the parked call is denied (it leaves the console), the model's next
+    call of the tool is answered by the SDK without being proposed; nothing runs."""
+
+    async def run() -> Any:
+        with client_for(sockets(sidecar), with_confirmer=True) as cg:
+            model = ScriptedModel(
+                [
+                    [function_call("calendar__create_event", EVENT, call_id="c4")],
+                    [function_call("calendar__create_event", LATER_EVENT, call_id="c5")],
+                    [assistant_message("done")],
+                ]
+            )
+            g, agent = gate_and_agent(cg, new_session(cg), model, with_confirmer=True)
+            first = Runner.run_streamed(agent, "book both", context=dict(USER), run_config=g.run_config(RUN))
+            async for _ in first.stream_events():
+                pass
+            assert [i.call_id for i in first.interruptions] == ["c4"]
+            parked = parked_id(sidecar)
+            state = first.to_state()
+            state.reject(first.interruptions[0], always_reject=True)
+            again = Runner.run_streamed(agent, state, run_config=g.run_config(RUN))
+            async for _ in again.stream_events():
+                pass
+            later = g.session.find("c5", "calendar__create_event", model_call_id=g.model_call_id)
+            return again, parked, later
+
+    result, parked, later = asyncio.run(run())
+    assert result.final_output == "done" and not result.interruptions and upstream() == []
+    out = outputs(result)
+    assert out["c4"].output == out["c5"].output == "Tool execution was not approved."
+    assert trail(sidecar, parked)[0] == "CANCELLED_BEFORE_COMMIT"
+    assert console_pending(sidecar) == []
+    assert later is None  # c5 was never proposed
