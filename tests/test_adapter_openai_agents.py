@@ -26,9 +26,14 @@ from agents import (
     RunHooks,
     Runner,
     RunState,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
+    ToolOutputGuardrailData,
     ToolOutputImage,
     ToolOutputText,
     function_tool,
+    tool_input_guardrail,
+    tool_output_guardrail,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -1061,3 +1066,66 @@ def test_streamed_run_with_a_standing_rejection_proposes_nothing_for_later_calls
     assert trail(sidecar, parked)[0] == "CANCELLED_BEFORE_COMMIT"
     assert console_pending(sidecar) == []
     assert later is None  # c5 was never proposed
+
+
+def test_the_tools_own_guardrails_are_kept_and_a_refusal_ends_callgates_invocation(sidecar: Running) -> None:
+    """``@function_tool(tool_input_guardrails=..., tool_output_guardrails=...)`` as the SDK's docs
+    write them: kept on the gated tool (before, the gate dropped them and the call ran). The
+    tool's input guardrail runs after callgate's; when it refuses, nothing runs, the model gets its
+    message, and the invocation callgate allowed or parked for the call is cancelled at once (a
+    call that needed a person never interrupts and leaves the console). The output guardrail
+    replaces what the model gets of a call that ran once."""
+
+    @tool_input_guardrail
+    def no_rome_no_board(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        args = json.loads(data.context.tool_arguments or "{}")
+        if args.get("city") == "Rome" or args.get("title") == "Board review":
+            return ToolGuardrailFunctionOutput.reject_content("refused by the app")
+        return ToolGuardrailFunctionOutput.allow()
+
+    @tool_output_guardrail
+    def hide_oslo(data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        if "Oslo" in str(data.output):
+            return ToolGuardrailFunctionOutput.reject_content("output withheld by the app")
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_input_guardrails=[no_rome_no_board], tool_output_guardrails=[hide_oslo])
+    def get_weather(city: str, date: str) -> dict[str, str]:
+        """Forecast."""
+        with open(os.environ["CALLGATE_TEST_LEDGER"], "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": "weather.get", "city": city}) + "\n")
+        return {"city": city, "forecast": "sunny"}
+
+    guarded_event = function_tool(
+        TOOLS["calendar.create_event"].__wrapped__,  # type: ignore[attr-defined]
+        tool_input_guardrails=[no_rome_no_board],
+    )
+    calls = [
+        function_call("weather__get", {"city": "Rome", "date": "2026-07-20"}, call_id="w1"),
+        function_call("weather__get", {"city": "Oslo", "date": "2026-07-20"}, call_id="w2"),
+        function_call("calendar__create_event", LATER_EVENT, call_id="c1"),
+    ]
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g = Gate(
+            {"weather.get": get_weather, "calendar.create_event": guarded_event}, client=cg,
+            session=new_session(cg), executor_id="x", confirmer=cg.confirmer(), approver="alice@agent-ui",
+            external_ids={"calendar.create_event": "event_id"},
+        )  # fmt: skip
+        assert [t.get_name() for t in g.tools[0].tool_input_guardrails or []] == [
+            "callgate",
+            "no_rome_no_board",
+        ]
+        agent = Agent(name="a", model=ScriptedModel([calls, [assistant_message("done")]]), tools=g.tools)
+        result = Runner.run_sync(agent, "?", run_config=g.run_config(RUN))
+        ended = {
+            call_id: g.session.find(call_id, name, model_call_id=g.model_call_id)
+            for call_id, name in (("w1", "weather__get"), ("c1", "calendar__create_event"))
+        }
+    assert not result.interruptions and result.final_output == "done"
+    assert [r["city"] for r in upstream()] == ["Oslo"]  # Rome refused by the app; Oslo ran once
+    out = outputs(result)
+    assert out["w1"].output == "refused by the app" and out["c1"].output == "refused by the app"
+    assert out["w2"].output == "output withheld by the app"
+    assert console_pending(sidecar) == []  # the parked booking left the console at once
+    for call_id, inv in ended.items():
+        assert inv is not None and inv.state == pb.CANCELLED_BEFORE_COMMIT, (call_id, inv)

@@ -248,8 +248,36 @@ class Gate:
             is_enabled=self._enabled(legal, user.is_enabled),
             needs_approval=self._needs_approval(legal, user.needs_approval),
             custom_data_extractor=self._custom_data,
-            tool_input_guardrails=[ToolInputGuardrail(self._guard(legal), name="callgate")],
+            tool_input_guardrails=[
+                ToolInputGuardrail(self._guard(legal), name="callgate"),
+                *(self._theirs(g) for g in user.tool_input_guardrails or ()),
+            ],
+            tool_output_guardrails=list(user.tool_output_guardrails or ()) or None,
         )
+
+    def _theirs(self, guardrail: ToolInputGuardrail[Any]) -> ToolInputGuardrail[Any]:
+        """The wrapped tool's own input guardrail, kept (after callgate's, under its own name):
+        when it refuses the call (``reject_content`` or a tripwire), the invocation callgate
+        parked or allowed for it is cancelled at once (it leaves the console; nothing runs it)."""
+
+        async def theirs(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+            out = await guardrail.run(data)
+            if out.behavior["type"] != "allow":
+                call_id = data.context.tool_call_id
+                self._app_asked.pop(call_id, None)
+                self._unshown.discard(call_id)
+                held = self._parked.pop(call_id, None)
+                decided = self._outcomes.pop(call_id, None)
+                ended = held.pending if held is not None else decided
+                if isinstance(ended, Allowed | NeedsConfirmation):
+                    await asyncio.to_thread(
+                        self._cancel,
+                        ended.invocation_id,
+                        f"refused by the tool's guardrail {guardrail.get_name()}",
+                    )
+            return out
+
+        return ToolInputGuardrail(theirs, name=guardrail.get_name())
 
     def _guard(self, legal: str) -> Callable[[ToolInputGuardrailData], Any]:
         """The tool input guardrail: with ``run_config()`` (the SDK's
