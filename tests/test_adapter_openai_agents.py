@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from agents import (
     Agent,
+    GuardrailFunctionOutput,
+    InputGuardrailTripwireTriggered,
     RunContextWrapper,
     RunHooks,
     Runner,
@@ -32,6 +34,7 @@ from agents import (
     ToolOutputImage,
     ToolOutputText,
     function_tool,
+    input_guardrail,
     tool_input_guardrail,
     tool_output_guardrail,
 )
@@ -1129,3 +1132,37 @@ def test_the_tools_own_guardrails_are_kept_and_a_refusal_ends_callgates_invocati
     assert console_pending(sidecar) == []  # the parked booking left the console at once
     for call_id, inv in ended.items():
         assert inv is not None and inv.state == pb.CANCELLED_BEFORE_COMMIT, (call_id, inv)
+
+
+def test_a_run_ended_by_a_guardrails_tripwire_leaves_nothing_in_the_console_after_abandon(
+    sidecar: Running,
+) -> None:
+    """An agent input guardrail that trips (run in parallel with the model, the SDK's default)
+    ends the run with ``InputGuardrailTripwireTriggered`` after the model's booking was parked: no
+    state is left to resume it, so ``g.abandon(error)`` cancels the calls that run parked and the
+    console is empty; nothing of the booking ran."""
+
+    @input_guardrail
+    async def slow_tripwire(
+        ctx: RunContextWrapper[Any], agent: Agent[Any], data: Any
+    ) -> GuardrailFunctionOutput:
+        for _ in range(200):  # the model answers and the booking is parked meanwhile
+            if await asyncio.to_thread(console_pending, sidecar):
+                break
+            await asyncio.sleep(0.05)
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=True)
+
+    async def run() -> None:
+        with client_for(sockets(sidecar), with_confirmer=True) as cg:
+            model = ScriptedModel(
+                [[function_call("calendar__create_event", EVENT, call_id="c4")], [assistant_message("done")]]
+            )
+            g, agent = gate_and_agent(cg, new_session(cg), model, with_confirmer=True)
+            agent = agent.clone(input_guardrails=[slow_tripwire])
+            with pytest.raises(InputGuardrailTripwireTriggered) as exc:
+                await Runner.run(agent, "book it", context=dict(USER), run_config=g.run_config(RUN))
+            assert len(console_pending(sidecar)) == 1  # parked before the tripwire
+            await g.abandon(exc.value)
+
+    asyncio.run(run())
+    assert console_pending(sidecar) == [] and upstream() == []

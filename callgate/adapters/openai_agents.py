@@ -217,6 +217,9 @@ class Gate:
         self._handed: dict[str, str] = {}
         """Tool call id -> invocation id of a tool output the model gets (a stored tool message)."""
         self._looked: set[str] = set()
+        self._runs: weakref.WeakKeyDictionary[RunContextWrapper[Any], set[str]] = weakref.WeakKeyDictionary()
+        """The calls each run (its context) parked here: what :meth:`abandon` ends for a run
+        that raised."""
         self._adoptions: weakref.WeakKeyDictionary[RunContextWrapper[Any], asyncio.Future[None]] = (
             weakref.WeakKeyDictionary()
         )
@@ -369,6 +372,7 @@ class Gate:
             self._outcomes[call_id] = out  # an error too: on_invoke_tool raises it, nothing runs
             if isinstance(out, NeedsConfirmation):
                 self._parked[call_id] = _Parked(legal, out)
+                self._runs.setdefault(ctx, set()).add(call_id)
                 self._unshown.discard(call_id)  # the SDK interrupts the run with it
                 return True
             if isinstance(out, Allowed) and await _asks(theirs, ctx, params, call_id):
@@ -705,10 +709,24 @@ class Gate:
                 pass  # decided meanwhile, or the confirmer is down: cancel from the agent side
         self._cancel(pending.invocation_id, "rejected in the agent run")
 
-    async def abandon(self, state: RunState[Any]) -> None:
+    async def abandon(self, state: RunState[Any] | AgentsException) -> None:
         """The application drops an interrupted run: every parked invocation behind
         ``state``'s interruptions (of these tools) is cancelled at once (found by the tool call
-        id, ``FindInvocation``: nothing is proposed again)."""
+        id, ``FindInvocation``: nothing is proposed again). Given the exception a run ended with
+        (a guardrail's tripwire, ``MaxTurnsExceeded``, a tool error: no state to resume), every
+        call that run parked is cancelled (its ``run_data`` names the run; without one, every
+        call this gate holds parked)."""
+        if isinstance(state, AgentsException):
+            ctx = state.run_data.context_wrapper if state.run_data is not None else None
+            ids = set(self._runs.get(ctx, ())) if ctx is not None else set(self._parked)
+            for call_id in ids:
+                held = self._parked.pop(call_id, None)
+                self._outcomes.pop(call_id, None)
+                if held is not None:
+                    await asyncio.to_thread(
+                        self._cancel, held.pending.invocation_id, "the agent run ended with an error"
+                    )
+            return
         names = {t.name for t in self.tools}
         for item in state.get_interruptions():
             if item.tool_name in names and item.call_id:
