@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import HumanInTheLoopMiddleware
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
@@ -170,3 +171,37 @@ def test_arguments_the_agents_tool_refuses_are_reported_not_reached(
     assert content["status"] == "error" and content["commit_status"] == "NOT_COMMITTED", content
     invocation = world.invocation(said["artifact"]["invocation_id"])
     assert invocation.state == "FAILED_BEFORE_COMMIT"
+
+
+@pytest.mark.parametrize("order", ["hitl-listed-first", "callgate-listed-first"])
+def test_with_langchains_own_hitl_middleware_too_a_call_it_rejects_never_runs_and_is_ended(
+    world: World, order: str
+) -> None:
+    """``HumanInTheLoopMiddleware`` on the same tools as well, as LangChain's docs configure it:
+    both ask (LangChain runs ``after_model`` hooks last-listed first); approved by both, each
+    call runs once; rejected by LangChain's after callgate allowed or confirmed it, nothing runs
+    and the invocations are cancelled at the next model call (not left PREPARED)."""
+    with app(world.spec()) as (gate, _):
+        hitl = HumanInTheLoopMiddleware(interrupt_on={"calendar__create_event": True, "weather__get": True})
+        ours = middleware(gate)
+        stack = [hitl, ours] if order == "hitl-listed-first" else [ours, hitl]
+        agent = create_agent(ScriptedModel(), tools=[], middleware=stack, checkpointer=InMemorySaver())
+        for thread, theirs in (("yes", "approve"), ("no", "reject")):
+            out = agent.invoke({"messages": [HumanMessage("both")]}, cfg(thread))
+            planned: list[str] = []
+            while "__interrupt__" in out:
+                asked = out["__interrupt__"][0].value
+                ours_asked = "callgate" in asked
+                planned += [p["invocation_id"] for p in asked.get("callgate", [])]
+                kind = "approve" if ours_asked else theirs
+                decisions = {"decisions": [{"type": kind}] * len(asked["action_requests"])}
+                out = agent.invoke(Command(resume=decisions), cfg(thread))
+            if thread == "yes":
+                assert sorted(world.ledger()) == ["calendar Standup", "weather Paris"]
+                assert out["messages"][-1].content == "done"
+            else:
+                assert sorted(world.ledger()) == ["calendar Standup", "weather Paris"]  # nothing more
+                assert bool(planned) == (order == "hitl-listed-first")  # callgate asked first
+                for invocation_id in planned:  # confirmed by callgate, rejected by LangChain's
+                    assert world.invocation(invocation_id).state == "CANCELLED_BEFORE_COMMIT"
+    assert world.pending_ids() == set()

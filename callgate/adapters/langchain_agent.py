@@ -33,6 +33,7 @@ given twice, runs nothing twice.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any, NotRequired
 
@@ -50,7 +51,7 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 
 from callgate.adapters.langgraph import CallgateTools, Done, Run, Step
-from callgate.client import CallgateClientError, NotReached
+from callgate.client import AsyncSession, CallgateClientError, NotReached, Session
 
 STEPS_KEY = "callgate_steps"
 """The agent state's private key: tool call id -> the invocation that runs it and its tool."""
@@ -98,13 +99,35 @@ class CallgateMiddleware(AgentMiddleware[CallgateState, Any, Any]):
             return ModelResponse(result=result, structured_response=response.structured_response)
         return response
 
+    @staticmethod
+    def _unrun(request: ModelRequest[Any]) -> list[str]:
+        """Invocations planned to run whose call another middleware answered instead (e.g.
+        ``HumanInTheLoopMiddleware`` rejected it after callgate allowed or confirmed it): the
+        tool never ran them, so they are cancelled rather than left PREPARED until their deadline."""
+        found = (request.state or {}).get(STEPS_KEY)
+        kept: Mapping[str, Mapping[str, str]] = found if isinstance(found, Mapping) else {}
+        out = []
+        for m in request.messages:
+            if not isinstance(m, ToolMessage) or m.tool_call_id not in kept:
+                continue
+            planned = kept[m.tool_call_id].get("invocation_id")
+            art = m.artifact
+            if planned and not (isinstance(art, Mapping) and art.get("invocation_id") == planned):
+                out.append(planned)
+        return out
+
     def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]) -> Any:
+        _, session = self.gate._sync()
+        for invocation_id in self._unrun(request):
+            _cancel(session, invocation_id)
         listing = self.gate.list_tools(fed_invocation_ids=self.gate.fed(request.messages))
         return self._stamped(handler(request.override(tools=self._tools(request, listing.tools))))
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
     ) -> Any:
+        for invocation_id in self._unrun(request):
+            await _acancel(self.gate, invocation_id)
         listing = await self.gate.alist_tools(fed_invocation_ids=self.gate.fed(request.messages))
         return self._stamped(await handler(request.override(tools=self._tools(request, listing.tools))))
 
@@ -170,6 +193,26 @@ class CallgateMiddleware(AgentMiddleware[CallgateState, Any, Any]):
             return _reached(req, await handler(req))
 
         return await self.gate.aexecute(self._step(request), request, run)
+
+
+UNRUN = "the agent answered the call without running it (another middleware)"
+
+
+def _cancel(session: Session, invocation_id: str) -> None:
+    try:
+        session.cancel(invocation_id, reason=UNRUN)
+    except CallgateClientError:
+        pass  # best effort: a PREPARED invocation nobody runs ends at its deadline
+
+
+async def _acancel(gate: CallgateTools, invocation_id: str) -> None:
+    try:
+        if isinstance(gate.session, AsyncSession):
+            await gate.session.cancel(invocation_id, reason=UNRUN)
+        else:
+            await asyncio.to_thread(gate.session.cancel, invocation_id, reason=UNRUN)
+    except CallgateClientError:
+        pass
 
 
 def _reached(req: ToolCallRequest, out: ToolMessage | Command[Any]) -> ToolMessage | Command[Any]:
