@@ -28,6 +28,7 @@ from agents import (
     RunHooks,
     Runner,
     RunState,
+    SQLiteSession,
     ToolGuardrailFunctionOutput,
     ToolInputGuardrailData,
     ToolOutputGuardrailData,
@@ -1166,3 +1167,45 @@ def test_a_run_ended_by_a_guardrails_tripwire_leaves_nothing_in_the_console_afte
 
     asyncio.run(run())
     assert console_pending(sidecar) == [] and upstream() == []
+
+
+def test_a_run_with_an_sqlite_session_resumes_with_a_new_gate_and_keeps_one_history(
+    sidecar: Running, tmp_path: Path
+) -> None:
+    """The SDK's sessions (``SQLiteSession``) as its docs pair them with approvals: interrupted
+    with a session, the state saved, approved and resumed with a new client, gate and session
+    object over the same database: the call runs once and the conversation history holds the
+    call and its output once each."""
+    db = str(tmp_path / "conversation.db")
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        g, agent = gate_and_agent(
+            cg, session, ScriptedModel([[function_call("calendar__create_event", EVENT, call_id="c4")]]),
+            with_confirmer=True,
+        )  # fmt: skip
+        first = Runner.run_sync(
+            agent,
+            "book it",
+            context=dict(USER),
+            run_config=g.run_config(RUN),
+            session=SQLiteSession("conv", db),
+        )
+        assert [i.call_id for i in first.interruptions] == ["c4"]
+        saved = first.to_state().to_string()
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g, agent = gate_and_agent(
+            cg,
+            Session(cg, session.session_id),
+            ScriptedModel([[assistant_message("booked")]]),
+            with_confirmer=True,
+        )
+        state = asyncio.run(RunState.from_string(agent, saved))
+        for item in state.get_interruptions():
+            assert g.confirmation(item) is not None
+            state.approve(item)
+        conversation = SQLiteSession("conv", db)
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN), session=conversation)
+        items = asyncio.run(conversation.get_items())
+    assert result.final_output == "booked" and len(upstream()) == 1
+    kinds = [(i.get("type"), i.get("call_id")) for i in items if isinstance(i, dict) and i.get("call_id")]
+    assert kinds == [("function_call", "c4"), ("function_call_output", "c4")], kinds
