@@ -1209,3 +1209,39 @@ def test_a_run_with_an_sqlite_session_resumes_with_a_new_gate_and_keeps_one_hist
     assert result.final_output == "booked" and len(upstream()) == 1
     kinds = [(i.get("type"), i.get("call_id")) for i in items if isinstance(i, dict) and i.get("call_id")]
     assert kinds == [("function_call", "c4"), ("function_call_output", "c4")], kinds
+
+
+@pytest.mark.parametrize("other", ["undecided", "rejected"])
+def test_a_standing_approval_covers_the_calls_its_interruptions_showed_and_a_rejection_wins(
+    sidecar: Running, other: str
+) -> None:
+    """Two bookings parked in one turn, both interruptions (each shown with its own summary);
+    the first approved with ``always_approve=True``: the second, shown in the same list, is
+    covered by the standing approval (confirmed with its own digest) unless rejected explicitly,
+    which wins: it never runs and leaves the console."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        model = ScriptedModel(
+            [
+                [
+                    function_call("calendar__create_event", EVENT, call_id="c4"),
+                    function_call("calendar__create_event", LATER_EVENT, call_id="c5"),
+                ],
+                [assistant_message("done")],
+            ]
+        )
+        g, agent = gate_and_agent(cg, new_session(cg), model, with_confirmer=True)
+        first = Runner.run_sync(agent, "book both", context=dict(USER), run_config=g.run_config(RUN))
+        assert sorted(i.call_id for i in first.interruptions) == ["c4", "c5"]
+        assert all(g.confirmation(i) for i in first.interruptions)  # both shown
+        state = first.to_state()
+        for item in first.interruptions:
+            if item.call_id == "c4":
+                state.approve(item, always_approve=True)
+            elif other == "rejected":
+                state.reject(item)
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN))
+    assert result.final_output == "done" and console_pending(sidecar) == []
+    titles = sorted(r["title"] for r in upstream())  # the SDK runs a turn's calls concurrently
+    assert titles == (["Board review", "Standup"] if other == "undecided" else ["Standup"])
+    if other == "rejected":
+        assert outputs(result)["c5"].output == "Tool execution was not approved."
