@@ -1,0 +1,211 @@
+"""A published MCP server reached over HTTP, not started by the gateway: npm
+``@modelcontextprotocol/server-everything`` (the installed ``dist/index.js`` run with node) in its
+own HTTP modes, ``streamableHttp`` (``/mcp``) and the legacy ``sse`` (``GET /sse`` opens the event
+stream, ``POST /message`` carries the requests), each as an upstream of ``callgate mcp serve``
+(``transport = "http"`` and ``transport = "sse"``, docs/MCP.md "Upstreams over HTTP").
+
+Each: ``callgate mcp import --accept-proposed``, a Cedar policy written here (reads permitted, a
+write confirmed, a ``forbid`` on an argument), then the official Python SDK client over stdio to
+the gateway: unicode in and out, a number argument, a schema-invalid call, a call with upstream
+progress (one increasing sequence), the confirmed write, the forbidden call.
+
+And the two mistakes a user makes with them: an ``http`` upstream whose URL is a legacy SSE
+stream (before: ``initialize was answered with an error (-32601: Not Found)``, the SDK's spelling
+of the ``POST``'s 404) and an ``sse`` upstream whose URL is a streamable HTTP endpoint; ``import``
+names the transport to set and the ``[[mcp.upstreams]]`` table.
+
+server-everything listens on ``PORT`` of every interface (it has no host option); the test
+reaches it on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import short_tmpdir
+from tests.mcp_clients import NODE_DIR
+from tests.mcp_env import (
+    Published,
+    accept,
+    cli,
+    payload,
+    run,
+    stdio_gateway,
+    terminate,
+    text_of,
+    wait_port,
+    write_config,
+    write_principals,
+)
+from tests.ports import free_port
+
+EVERYTHING_JS = (
+    NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+)
+
+pytestmark = [pytest.mark.node, pytest.mark.timeout(300)]
+
+POLICIES = """
+@id("reads")
+permit (principal == User::"alice", action in Action::"read", resource);
+
+@id("no-shouting")
+forbid (principal, action == Action::"mcp.{name}.echo", resource)
+when { context.args.message like "*FORBIDDEN*" };
+
+@id("logging-needs-user")
+@confirm("turning on the upstream's logging needs the user's OK")
+permit (principal == User::"alice", action == Action::"mcp.{name}.toggle_simulated_logging", resource);
+"""
+
+
+def start_everything(mode: str, port: int) -> subprocess.Popen[bytes]:
+    """server-everything in ``mode`` on ``port``, once it listens."""
+    assert EVERYTHING_JS.is_file(), f"{EVERYTHING_JS} missing: run scripts/mcp-node install"
+    proc = subprocess.Popen(
+        ["node", str(EVERYTHING_JS), mode],
+        env={**os.environ, "PORT": str(port)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_port(port, 60, proc=proc)
+    except BaseException:
+        terminate(proc)
+        raise
+    return proc
+
+
+def url_of(mode: str, port: int) -> str:
+    return f"http://127.0.0.1:{port}/{'mcp' if mode == 'streamableHttp' else 'sse'}"
+
+
+@pytest.fixture(scope="module", params=["streamableHttp", "sse"])
+def everything(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """server-everything in one HTTP mode on a free port: (mode, the URL its client uses)."""
+    mode: str = request.param
+    port = free_port()
+    proc = start_everything(mode, port)
+    try:
+        yield mode, url_of(mode, port)
+    finally:
+        terminate(proc)
+
+
+def folder(base: Path, name: str, transport: str, url: str) -> Published:
+    (base / "policies" / "cedar").mkdir(parents=True)
+    (base / "policies" / "cedar" / "policies.cedar").write_text(POLICIES.replace("{name}", name))
+    write_principals(base)
+    upstream = f'\n[[mcp.upstreams]]\nname = "{name}"\ntransport = "{transport}"\nurl = "{url}"\n'
+    return Published(base, write_config(base, upstream), base)
+
+
+def test_published_server_over_http_and_sse(everything: tuple[str, str]) -> None:
+    mode, url = everything
+    name, transport = ("evh", "http") if mode == "streamableHttp" else ("evs", "sse")
+    base = short_tmpdir()
+    try:
+        env = folder(base, name, transport, url)
+        r = cli(base, "mcp", "import", "--config", str(env.config), "--accept-proposed")
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"pinned {name}.echo@v1" in r.stdout, r.stdout
+        r = cli(base, "check", "--config", str(env.config))
+        assert r.returncode == 0, r.stdout + r.stderr
+        yes = accept(True)
+
+        async def go() -> None:
+            async with stdio_gateway(env, yes) as (s, seen):
+                tools = {t.name for t in (await s.list_tools()).tools}
+                assert {
+                    f"{name}__echo",
+                    f"{name}__get-sum",
+                    f"{name}__trigger-long-running-operation",
+                } <= tools
+                text = "h\u00e9llo \u65e5\u672c \U0001f600 " + "\u00e9" * 3000
+                r = await s.call_tool(f"{name}__echo", {"message": text})
+                assert not r.is_error and f"Echo: {text}" in text_of(r), text_of(r)[:300]
+                r = await s.call_tool(f"{name}__get-sum", {"a": 1.5, "b": -2})
+                assert not r.is_error and "is -0.5" in text_of(r), text_of(r)
+                r = await s.call_tool(f"{name}__get-sum", {"a": "x", "b": 2})
+                assert r.is_error and payload(r)["code"] == "schema_violation", text_of(r)
+                # upstream progress over this transport, inside the gateway's one sequence
+                values: list[float] = []
+
+                async def progress(p: float, total: float | None, message: str | None) -> None:
+                    values.append(p)
+
+                r = await s.call_tool(
+                    f"{name}__trigger-long-running-operation", {"duration": 1, "steps": 2},
+                    progress_callback=progress,
+                )  # fmt: skip
+                assert not r.is_error and "completed" in text_of(r), text_of(r)
+                assert values == sorted(set(values)) and len([v for v in values if 3 < v < 4]) == 2, values
+                # forbidden: denied, never sent
+                r = await s.call_tool(f"{name}__echo", {"message": "FORBIDDEN words"})
+                assert r.is_error and payload(r)["reasons"] == ["policy_forbid"], text_of(r)
+                # the write the policy confirms: asked, then runs
+                r = await s.call_tool(f"{name}__toggle-simulated-logging", {})
+                assert not r.is_error and "logging" in text_of(r), text_of(r)
+                assert len(yes.asked) == 1 and "toggle-simulated-logging" in yes.asked[0]  # type: ignore[attr-defined]
+
+        run(go())
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_the_other_http_transport_is_named(everything: tuple[str, str]) -> None:
+    """``http`` against the SSE stream, ``sse`` against the streamable endpoint: ``import`` says
+    which transport to set, in which table (before: an SDK error code, or an exception's name)."""
+    mode, url = everything
+    wrong, want = ("sse", "http") if mode == "streamableHttp" else ("http", "sse")
+    base = short_tmpdir()
+    try:
+        env = folder(base, "other", wrong, url)
+        r = cli(base, "mcp", "import", "--config", str(env.config), "--accept-proposed")
+        assert r.returncode == 1, r.stdout + r.stderr
+        said = r.stdout + r.stderr
+        assert f'set transport = "{want}" in [[mcp.upstreams]] name = "other"' in said, said
+        assert not (base / "policies" / "tools").exists() or not any((base / "policies" / "tools").iterdir())
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["streamableHttp", "sse"])
+def test_an_upstream_that_restarted_is_reached_on_a_new_session(mode: str) -> None:
+    """The upstream restarts between two calls of one gateway session (a deploy, a crash, an
+    expired session): its sessions are gone. Before, the gateway kept the dead session: over
+    streamable HTTP every later call was refused ``upstream_refused`` (server-everything answers
+    400 for a session it does not know, which the SDK spells -32603 "Server returned an error
+    response"; a Python SDK server's 404 "Session not found" the same) until the gateway was
+    restarted; over SSE the next call was sent into the broken stream and ended
+    ``outcome_unknown``. Now the call is sent on a new session (the tool did not run on the old
+    one), after the new session's tools/list matched the pin."""
+    port = free_port()
+    name, transport = ("evh", "http") if mode == "streamableHttp" else ("evs", "sse")
+    base = short_tmpdir()
+    proc = start_everything(mode, port)
+    try:
+        env = folder(base, name, transport, url_of(mode, port))
+        r = cli(base, "mcp", "import", "--config", str(env.config), "--accept-proposed")
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        async def go() -> None:
+            nonlocal proc
+            async with stdio_gateway(env) as (s, _):
+                for n in range(3):
+                    if n:
+                        terminate(proc)
+                        proc = start_everything(mode, port)
+                    r = await s.call_tool(f"{name}__get-sum", {"a": n, "b": 2})
+                    assert not r.is_error and f"is {n + 2}." in text_of(r), (n, text_of(r))
+                    r = await s.call_tool(f"{name}__get-sum", {"a": n, "b": 3})
+                    assert not r.is_error and f"is {n + 3}." in text_of(r), (n, text_of(r))
+
+        run(go())
+    finally:
+        terminate(proc)
+        shutil.rmtree(base, ignore_errors=True)
