@@ -20,11 +20,15 @@ reaches it on 127.0.0.1 only.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -208,4 +212,109 @@ def test_an_upstream_that_restarted_is_reached_on_a_new_session(mode: str) -> No
         run(go())
     finally:
         terminate(proc)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """A streamable HTTP MCP server of this test, JSON answers only, whose ``write_note`` reaches
+    it and is then answered ``502 Bad Gateway`` with an HTML body, as a reverse proxy in front of
+    an upstream answers when the upstream dies or times out in the middle of the call."""
+
+    calls: list[dict[str, Any]] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _json(self, status: int, doc: dict[str, Any]) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("mcp-session-id", "flaky-1")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self.send_response(405)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_DELETE(self) -> None:
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_POST(self) -> None:
+        msg = json.loads(self.rfile.read(int(self.headers["content-length"])))
+        method, rid = msg.get("method"), msg.get("id")
+        if rid is None:  # a notification
+            self.send_response(202)
+            self.send_header("content-length", "0")
+            self.end_headers()
+        elif method == "initialize":
+            result = {
+                "protocolVersion": msg["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "flaky", "version": "1.0.0"},
+            }
+            self._json(200, {"jsonrpc": "2.0", "id": rid, "result": result})
+        elif method == "tools/list":
+            tool = {
+                "name": "write_note",
+                "description": "Write a note.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"],
+                },
+                "annotations": {"destructiveHint": False},
+            }
+            self._json(200, {"jsonrpc": "2.0", "id": rid, "result": {"tools": [tool]}})
+        elif method == "tools/call":
+            type(self).calls.append(msg["params"])
+            body = b"<html><body>502 Bad Gateway</body></html>"
+            self.send_response(502)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self._json(200, {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "no"}})
+
+
+def test_an_http_502_in_the_middle_of_a_call_is_outcome_unknown() -> None:
+    """Before, the SDK's stand-in for an error status without a JSON-RPC answer (-32603 "Server
+    returned an error response") made the call ``upstream_refused``, NOT_COMMITTED: a write that
+    may have committed behind the proxy, reported as not done, invites a retry. Now it is
+    ``outcome_unknown``, and the gateway does not send it again by itself."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    base = short_tmpdir()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+        (base / "policies" / "cedar").mkdir(parents=True)
+        (base / "policies" / "cedar" / "policies.cedar").write_text(
+            '@id("all") permit (principal == User::"alice", action, resource);\n'
+        )
+        write_principals(base)
+        env = Published(
+            base,
+            write_config(base, f'\n[[mcp.upstreams]]\nname = "flaky"\ntransport = "http"\nurl = "{url}"\n'),
+            base,
+        )
+        r = cli(base, "mcp", "import", "--config", str(env.config), "--accept-proposed")
+        assert r.returncode == 0, r.stdout + r.stderr
+
+        async def go() -> None:
+            async with stdio_gateway(env) as (s, _):
+                r = await s.call_tool("flaky__write_note", {"text": "h\u00e9llo"})
+                assert r.is_error, text_of(r)
+                doc = payload(r)
+                assert doc["code"] == "outcome_unknown" and doc["reason"] == "http_502", doc
+
+        run(go())
+        assert [c["arguments"] for c in _Flaky.calls] == [{"text": "h\u00e9llo"}]  # sent once, not again
+    finally:
+        server.shutdown()
         shutil.rmtree(base, ignore_errors=True)
