@@ -296,6 +296,9 @@ class _Connection:
         when exactly one runs: MCP logging names no request)."""
         self.stderr: _Stderr | None = None
         """A stdio upstream's stderr (its lines logged, the last ones kept)."""
+        self.reopened: dict[str, dict[str, Any]] | None = None
+        """A listing connection that replaced a dead one: its ``tools/list`` when it was opened,
+        by tool name (each call on it is checked against the pin)."""
 
     def _headers(self) -> dict[str, str]:
         """An HTTP upstream's headers, with this connection's redeemed secrets."""
@@ -468,20 +471,30 @@ class Upstream:
         self._closing: set[asyncio.Task[None]] = set()
 
     async def _listing(self) -> ClientSession:
-        session, _ = await self._listing_fresh()
+        session, _ = await self._listing_checked()
         return session
 
-    async def _listing_fresh(self) -> tuple[ClientSession, bool]:
-        """The listing connection, and whether it replaces one that died (a new process or a new
-        HTTP session: its tools are checked against the pin before a call is sent on it)."""
+    async def _listing_checked(self) -> tuple[ClientSession, dict[str, dict[str, Any]] | None]:
+        """The listing connection, and, when it replaced one that died (a new process or a new
+        HTTP session), the ``tools/list`` it answered when it was opened again: every call sent
+        on it is checked against the pin first (taken under the lock, so no call goes out on
+        the new connection before it was listed)."""
         async with self._lock:
-            fresh = False
             if self._conn is None or self._conn.dead:
-                fresh = self._conn is not None
-                self._conn = _Connection(self.cfg, self.base_dir, {}, self.on_changed)
-                await self._conn.open()
+                again = self._conn is not None
+                conn = _Connection(self.cfg, self.base_dir, {}, self.on_changed)
+                await conn.open()
+                if again:
+                    assert conn.session is not None
+                    try:
+                        tools = await _list_all(conn.session, self.cfg.timeout_seconds)
+                    except BaseException:
+                        await conn.close()
+                        raise
+                    conn.reopened = {str(t["name"]): t for t in tools}
+                self._conn = conn
             assert self._conn.session is not None
-            return self._conn.session, fresh
+            return self._conn.session, self._conn.reopened
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """``tools/list`` (every page) on the listing connection, as wire dicts."""
@@ -538,13 +551,11 @@ class Upstream:
                     await conn.close()
                     return NotSent("definition_changed")
             else:
-                session, fresh = await self._listing_fresh()
-                if fresh:
-                    listed = {t["name"]: t for t in await _list_all(session, self.cfg.timeout_seconds)}
-                    if tool not in listed or digest(listed[tool]) != expected_sha256:
-                        if self.on_changed is not None:  # the gateway lists it again, and says so
-                            await self.on_changed(self.cfg.name)
-                        return NotSent("definition_changed")
+                session, checked = await self._listing_checked()
+                if checked is not None and (tool not in checked or digest(checked[tool]) != expected_sha256):
+                    if self.on_changed is not None:  # the gateway lists it again, and says so
+                        await self.on_changed(self.cfg.name)
+                    return NotSent("definition_changed")
         except (ConnectionError, OSError, MCPError, TimeoutError, ListingInvalid) as exc:
             if conn is not None:
                 await conn.close()
