@@ -296,6 +296,10 @@ class _Connection:
         when exactly one runs: MCP logging names no request)."""
         self.stderr: _Stderr | None = None
         """A stdio upstream's stderr (its lines logged, the last ones kept)."""
+        self.gone = False
+        """The server no longer has this session (an HTTP refusal naming it, a broken SSE
+        stream): nothing more can come back on it, so the connection is closed when replaced
+        (a connection dropped for another reason may still carry other calls)."""
         self.reopened: dict[str, dict[str, Any]] | None = None
         """A listing connection that replaced a dead one: its ``tools/list`` when it was opened,
         by tool name (each call on it is checked against the pin)."""
@@ -378,11 +382,12 @@ class _Connection:
                 )
         elif isinstance(message, Exception):
             log.info("upstream %s: transport error %s", self.cfg.name, type(message).__name__)
-            if self.cfg.transport is UpstreamTransport.SSE:
+            if self.cfg.transport is UpstreamTransport.SSE and not isinstance(message, ValueError):
                 # the legacy SSE session is its event stream: once that broke (the server
                 # restarted or dropped it), no answer can come back on it; the next call opens a
-                # new one (and checks its tools/list against the pin) instead of sending into it
-                self.dead = True
+                # new one (and checks its tools/list against the pin) instead of sending into it;
+                # an event that is no JSON-RPC message (a ValueError) leaves the stream usable
+                self.dead = self.gone = True
         await anyio.lowlevel.checkpoint()
 
     async def open(self) -> ClientSession:
@@ -482,6 +487,10 @@ class Upstream:
         async with self._lock:
             if self._conn is None or self._conn.dead:
                 again = self._conn is not None
+                if self._conn is not None and self._conn.gone:  # a session the server forgot: close ours
+                    task = asyncio.get_running_loop().create_task(self._conn.close())
+                    self._closing.add(task)
+                    task.add_done_callback(self._closing.discard)
                 conn = _Connection(self.cfg, self.base_dir, {}, self.on_changed)
                 await conn.open()
                 if again:
@@ -664,11 +673,11 @@ class Upstream:
                     # nobody knows whether the tool ran, so never "not committed"
                     return Lost(f"http_{status}")
                 if status in (400, 404):  # a session the server no longer knows (a 4xx: not run)
-                    _drop(owner)
+                    _drop(owner, gone=True)
                     return Refused(types.INVALID_REQUEST, f"HTTP {status}: session not accepted")
                 return Refused(exc.code, f"HTTP {status}: {exc.message}")
             if session_gone(self.cfg, exc.code, exc.message):
-                _drop(owner)
+                _drop(owner, gone=True)
             return Refused(exc.code, exc.message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
             _drop(owner)
@@ -696,10 +705,12 @@ def session_gone(cfg: McpUpstreamConfig, code: int, message: str) -> bool:
     return cfg.transport is UpstreamTransport.HTTP and code in _SESSION_CODES and "session" in message.lower()
 
 
-def _drop(conn: _Connection | None) -> None:
-    """A lost connection is never reused (the listing one is reopened by the next call)."""
+def _drop(conn: _Connection | None, *, gone: bool = False) -> None:
+    """A lost connection is never reused (the listing one is reopened by the next call);
+    ``gone``: the server no longer has its session (closed when replaced)."""
     if conn is not None:
         conn.dead = True
+        conn.gone = conn.gone or gone
 
 
 MAX_LIST_PAGES = 1000
