@@ -44,6 +44,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -167,8 +168,22 @@ def start_failure(cfg: McpUpstreamConfig, exc: BaseException | None) -> str:
     if err is None:
         return "the connection closed before initialize was answered"
     if isinstance(err, httpx2.HTTPStatusError):
-        return f"cannot connect (GET {cfg.url} answered HTTP {err.response.status_code})"
+        return f"cannot connect (GET {shown_url(cfg.url)} answered HTTP {err.response.status_code})"
     return f"cannot connect ({type(err).__name__})"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as a message may show it: scheme, host, port and path; no user, password, query
+    or fragment (they may carry a credential)."""
+    u = urlsplit(url)
+    host = u.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{u.port}" if u.port else ""
+    except ValueError:  # not a number: not shown
+        port = ""
+    return f"{u.scheme}://{host}{port}{u.path}"
 
 
 def _wrong_transport(cfg: McpUpstreamConfig, err: BaseException | None) -> bool:
@@ -219,15 +234,15 @@ async def transport_hint(
     if cfg.transport is UpstreamTransport.HTTP:
         if await _speaks_sse(cfg.url, headers, min(cfg.timeout_seconds, 5.0)):
             return (
-                f"; {cfg.url} speaks the legacy HTTP+SSE transport (a GET opens an event stream naming "
+                f"; {shown_url(cfg.url)} speaks the legacy HTTP+SSE transport (a GET opens an event stream naming "
                 f'its endpoint), not streamable HTTP: set transport = "sse" in {table}'
             )
         return (
-            f"; is {cfg.url} the server's streamable HTTP endpoint? (a server that speaks only the "
+            f"; is {shown_url(cfg.url)} the server's streamable HTTP endpoint? (a server that speaks only the "
             f'legacy HTTP+SSE transport needs transport = "sse" and the URL of its event stream in {table})'
         )
     return (
-        f"; {cfg.url} opened no legacy SSE event stream: for a streamable HTTP server set "
+        f"; {shown_url(cfg.url)} opened no legacy SSE event stream: for a streamable HTTP server set "
         f'transport = "http" in {table}'
     )
 
