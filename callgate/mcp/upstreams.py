@@ -689,7 +689,9 @@ class Upstream:
                     return Lost(f"http_{status}")
                 if status in (400, 404):  # a session the server no longer knows (a 4xx: not run)
                     _drop(owner, gone=True)
-                    return Refused(types.INVALID_REQUEST, f"HTTP {status}: session not accepted")
+                    return Refused(
+                        types.INVALID_REQUEST, f"HTTP {status} with no JSON-RPC answer: session not accepted?"
+                    )
                 return Refused(exc.code, f"HTTP {status}: {exc.message}")
             if session_gone(self.cfg, exc.code, exc.message):
                 _drop(owner, gone=True)
