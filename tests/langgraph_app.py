@@ -5,7 +5,8 @@ of tests/test_adapter_langgraph.py start it in their own process and resume it i
     python -m tests.langgraph_app SPEC.json      # prints one JSON line per thread resumed
 
 SPEC: ``{"agent", "executor", "confirmer" (optional), "session_id", "saver" ("sqlite:PATH" or
-"postgres:DSN"), "ledger", "approver", "hitl", "console_timeout", "resume": {thread: value}, "replay": [thread]}``
+"postgres:DSN"), "ledger", "approver", "hitl", "console_timeout", "resume": {thread: value}, "replay": [thread],
+"kind" ("create_agent": LangChain's agent with callgate's middleware)}``
 (``replay``: run the thread again from its checkpoint before the tools node, LangGraph's replay).
 With ``"asyncio": true`` the app is the asyncio one: ``AsyncClient``, the graph's coroutine agent
 node, ``ainvoke`` and ``AsyncSqliteSaver`` (saver ``"sqlite:PATH"``), resuming ``resume`` only.
@@ -224,9 +225,20 @@ def saver(spec: str) -> Iterator[Any]:
         raise ValueError(f"unknown saver {spec!r}")
 
 
+def build_agent(gate: CallgateTools, checkpointer: Any) -> Any:
+    """LangChain's own agent, as its docs write one, with callgate as its middleware in place of
+    ``HumanInTheLoopMiddleware`` (the tools are the gate's)."""
+    from langchain.agents import create_agent
+
+    from callgate.adapters.langchain_agent import middleware
+
+    return create_agent(ScriptedModel(), tools=[], middleware=[middleware(gate)], checkpointer=checkpointer)
+
+
 @contextmanager
 def app(spec: dict[str, Any]) -> Iterator[tuple[CallgateTools, Any]]:
-    """The gate and the compiled graph of ``spec``; the session reopened by its id."""
+    """The gate and the compiled graph of ``spec`` (``"kind": "create_agent"``: LangChain's agent,
+    :func:`build_agent`); the session reopened by its id."""
     os.environ[LEDGER_ENV] = spec["ledger"]
     with Client(spec["agent"], executor=spec["executor"], confirmer=spec.get("confirmer")) as cg:
         session = cg.session("acme", "alice", timezone="Asia/Shanghai", session_id=spec["session_id"])
@@ -235,7 +247,7 @@ def app(spec: dict[str, Any]) -> Iterator[tuple[CallgateTools, Any]]:
             hitl=HITLFormat(spec.get("hitl", "langchain")), console_timeout=spec.get("console_timeout"),
         )  # fmt: skip
         with saver(spec["saver"]) as cp:
-            yield gate, build(gate, cp)
+            yield gate, (build_agent(gate, cp) if spec.get("kind") == "create_agent" else build(gate, cp))
 
 
 @asynccontextmanager

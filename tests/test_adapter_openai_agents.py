@@ -22,13 +22,22 @@ from typing import Any
 import pytest
 from agents import (
     Agent,
+    GuardrailFunctionOutput,
+    InputGuardrailTripwireTriggered,
     RunContextWrapper,
     RunHooks,
     Runner,
     RunState,
+    SQLiteSession,
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrailData,
+    ToolOutputGuardrailData,
     ToolOutputImage,
     ToolOutputText,
     function_tool,
+    input_guardrail,
+    tool_input_guardrail,
+    tool_output_guardrail,
 )
 from agents.testing import ScriptedModel, assistant_message, function_call
 
@@ -966,3 +975,273 @@ def test_console_only_what_waits_for_the_console_is_listed_masked(sidecar: Runni
     assert json.loads(outputs(box["result"])["c4"].output)["status"] == "ok"
     [ran] = upstream()
     assert ran["title"] == SECRET_EVENT["title"] and ran["token_ok"] is True
+
+
+# ---------------------------------------------------------------- the tool's own needs_approval
+def test_the_tools_own_async_needs_approval_still_asks_for_a_call_callgate_allows(sidecar: Running) -> None:
+    """A ``@function_tool(needs_approval=<async callable>)`` as the SDK's docs write one: the
+    application's rule is kept on top of callgate's decision (before, the gate replaced it and
+    the call ran unasked). A call callgate allows and the rule asks about interrupts the run; its
+    invocation is cancelled at once (nothing waits PREPARED), approved it is proposed anew and runs
+    once, rejected it never runs; a call the rule lets through runs at once. Resumed with a new
+    client and gate (``RunState.from_string``), which finds the asked calls by tool call id."""
+    asked_for: list[str] = []
+
+    async def rule(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
+        asked_for.append(call_id)
+        return bool(params["city"] != "Oslo")
+
+    @function_tool(needs_approval=rule)
+    def get_weather(city: str, date: str) -> dict[str, str]:
+        """Forecast."""
+        with open(os.environ["CALLGATE_TEST_LEDGER"], "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": "weather.get", "city": city}) + "\n")
+        return {"city": city, "forecast": "sunny"}
+
+    def weather_gate(cg: Client, session: Session) -> Gate:
+        return Gate({"weather.get": get_weather}, client=cg, session=session, executor_id="x",
+                    confirmer=cg.confirmer(), approver="alice@agent-ui")  # fmt: skip
+
+    calls = [
+        function_call("weather__get", {"city": "Paris", "date": "2026-07-20"}, call_id="w1"),
+        function_call("weather__get", {"city": "Oslo", "date": "2026-07-20"}, call_id="w2"),
+        function_call("weather__get", {"city": "Rome", "date": "2026-07-20"}, call_id="w3"),
+    ]
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        g = weather_gate(cg, session)
+        agent = Agent(name="a", model=ScriptedModel([calls, [assistant_message("done")]]), tools=g.tools)
+        first = Runner.run_sync(agent, "?", run_config=g.run_config(RUN))
+        assert sorted(i.call_id for i in first.interruptions) == ["w1", "w3"]
+        assert [r["city"] for r in upstream()] == ["Oslo"]  # the rule let it through
+        saved = first.to_state().to_string()
+    assert console_pending(sidecar) == []  # nothing of callgate's to confirm, nothing held
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g = weather_gate(cg, Session(cg, session.session_id))
+        agent = Agent(name="a", model=ScriptedModel([[assistant_message("done")]]), tools=g.tools)
+        state = asyncio.run(RunState.from_string(agent, saved))
+        for item in state.get_interruptions():
+            summary = g.confirmation(item)
+            assert summary is not None and "needs_approval" in summary, summary
+            state.approve(item) if item.call_id == "w1" else state.reject(item)
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN))
+    assert result.final_output == "done"
+    assert [r["city"] for r in upstream()] == ["Oslo", "Paris"]  # approved: once; rejected: never
+    out = outputs(result)
+    assert json.loads(out["w1"].output)["status"] == "ok"
+    assert out["w3"].output == "Tool execution was not approved."
+    ran = out["w1"].custom_data["callgate"]["invocation_id"]
+    assert trail(sidecar, ran)[0] == "OBSERVED"
+    assert set(asked_for) == {"w1", "w2", "w3"}
+
+
+def test_streamed_run_with_a_standing_rejection_proposes_nothing_for_later_calls(sidecar: Running) -> None:
+    """``Runner.run_streamed`` interrupted and resumed streamed, the interruption rejected with
+    ``always_reject=True``: the parked call is denied (it leaves the console), the model's next
+    call of the tool is answered by the SDK without being proposed; nothing runs."""
+
+    async def run() -> Any:
+        with client_for(sockets(sidecar), with_confirmer=True) as cg:
+            model = ScriptedModel(
+                [
+                    [function_call("calendar__create_event", EVENT, call_id="c4")],
+                    [function_call("calendar__create_event", LATER_EVENT, call_id="c5")],
+                    [assistant_message("done")],
+                ]
+            )
+            g, agent = gate_and_agent(cg, new_session(cg), model, with_confirmer=True)
+            first = Runner.run_streamed(agent, "book both", context=dict(USER), run_config=g.run_config(RUN))
+            async for _ in first.stream_events():
+                pass
+            assert [i.call_id for i in first.interruptions] == ["c4"]
+            parked = parked_id(sidecar)
+            state = first.to_state()
+            state.reject(first.interruptions[0], always_reject=True)
+            again = Runner.run_streamed(agent, state, run_config=g.run_config(RUN))
+            async for _ in again.stream_events():
+                pass
+            later = g.session.find("c5", "calendar__create_event", model_call_id=g.model_call_id)
+            return again, parked, later
+
+    result, parked, later = asyncio.run(run())
+    assert result.final_output == "done" and not result.interruptions and upstream() == []
+    out = outputs(result)
+    assert out["c4"].output == out["c5"].output == "Tool execution was not approved."
+    assert trail(sidecar, parked)[0] == "CANCELLED_BEFORE_COMMIT"
+    assert console_pending(sidecar) == []
+    assert later is None  # c5 was never proposed
+
+
+def test_the_tools_own_guardrails_are_kept_and_a_refusal_ends_callgates_invocation(sidecar: Running) -> None:
+    """``@function_tool(tool_input_guardrails=..., tool_output_guardrails=...)`` as the SDK's docs
+    write them: kept on the gated tool (before, the gate dropped them and the call ran). The
+    tool's input guardrail runs after callgate's; when it refuses, nothing runs, the model gets its
+    message, and the invocation callgate allowed or parked for the call is cancelled at once (a
+    call that needed a person never interrupts and leaves the console). The output guardrail
+    replaces what the model gets of a call that ran once."""
+
+    @tool_input_guardrail
+    def no_rome_no_board(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        args = json.loads(data.context.tool_arguments or "{}")
+        if args.get("city") == "Rome" or args.get("title") == "Board review":
+            return ToolGuardrailFunctionOutput.reject_content("refused by the app")
+        return ToolGuardrailFunctionOutput.allow()
+
+    @tool_output_guardrail
+    def hide_oslo(data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        if "Oslo" in str(data.output):
+            return ToolGuardrailFunctionOutput.reject_content("output withheld by the app")
+        return ToolGuardrailFunctionOutput.allow()
+
+    @function_tool(tool_input_guardrails=[no_rome_no_board], tool_output_guardrails=[hide_oslo])
+    def get_weather(city: str, date: str) -> dict[str, str]:
+        """Forecast."""
+        with open(os.environ["CALLGATE_TEST_LEDGER"], "a", encoding="utf-8") as f:
+            f.write(json.dumps({"tool": "weather.get", "city": city}) + "\n")
+        return {"city": city, "forecast": "sunny"}
+
+    guarded_event = function_tool(
+        TOOLS["calendar.create_event"].__wrapped__,  # type: ignore[attr-defined]
+        tool_input_guardrails=[no_rome_no_board],
+    )
+    calls = [
+        function_call("weather__get", {"city": "Rome", "date": "2026-07-20"}, call_id="w1"),
+        function_call("weather__get", {"city": "Oslo", "date": "2026-07-20"}, call_id="w2"),
+        function_call("calendar__create_event", LATER_EVENT, call_id="c1"),
+    ]
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g = Gate(
+            {"weather.get": get_weather, "calendar.create_event": guarded_event}, client=cg,
+            session=new_session(cg), executor_id="x", confirmer=cg.confirmer(), approver="alice@agent-ui",
+            external_ids={"calendar.create_event": "event_id"},
+        )  # fmt: skip
+        assert [t.get_name() for t in g.tools[0].tool_input_guardrails or []] == [
+            "callgate",
+            "no_rome_no_board",
+        ]
+        agent = Agent(name="a", model=ScriptedModel([calls, [assistant_message("done")]]), tools=g.tools)
+        result = Runner.run_sync(agent, "?", run_config=g.run_config(RUN))
+        ended = {
+            call_id: g.session.find(call_id, name, model_call_id=g.model_call_id)
+            for call_id, name in (("w1", "weather__get"), ("c1", "calendar__create_event"))
+        }
+    assert not result.interruptions and result.final_output == "done"
+    assert [r["city"] for r in upstream()] == ["Oslo"]  # Rome refused by the app; Oslo ran once
+    out = outputs(result)
+    assert out["w1"].output == "refused by the app" and out["c1"].output == "refused by the app"
+    assert out["w2"].output == "output withheld by the app"
+    assert console_pending(sidecar) == []  # the parked booking left the console at once
+    for call_id, inv in ended.items():
+        assert inv is not None and inv.state == pb.CANCELLED_BEFORE_COMMIT, (call_id, inv)
+
+
+def test_a_run_ended_by_a_guardrails_tripwire_leaves_nothing_in_the_console_after_abandon(
+    sidecar: Running,
+) -> None:
+    """An agent input guardrail that trips (run in parallel with the model, the SDK's default)
+    ends the run with ``InputGuardrailTripwireTriggered`` after the model's booking was parked: no
+    state is left to resume it, so ``g.abandon(error)`` cancels the calls that run parked and the
+    console is empty; nothing of the booking ran."""
+
+    @input_guardrail
+    async def slow_tripwire(
+        ctx: RunContextWrapper[Any], agent: Agent[Any], data: Any
+    ) -> GuardrailFunctionOutput:
+        for _ in range(200):  # the model answers and the booking is parked meanwhile
+            if await asyncio.to_thread(console_pending, sidecar):
+                break
+            await asyncio.sleep(0.05)
+        return GuardrailFunctionOutput(output_info=None, tripwire_triggered=True)
+
+    async def run() -> None:
+        with client_for(sockets(sidecar), with_confirmer=True) as cg:
+            model = ScriptedModel(
+                [[function_call("calendar__create_event", EVENT, call_id="c4")], [assistant_message("done")]]
+            )
+            g, agent = gate_and_agent(cg, new_session(cg), model, with_confirmer=True)
+            agent = agent.clone(input_guardrails=[slow_tripwire])
+            with pytest.raises(InputGuardrailTripwireTriggered) as exc:
+                await Runner.run(agent, "book it", context=dict(USER), run_config=g.run_config(RUN))
+            assert len(console_pending(sidecar)) == 1  # parked before the tripwire
+            await g.abandon(exc.value)
+
+    asyncio.run(run())
+    assert console_pending(sidecar) == [] and upstream() == []
+
+
+def test_a_run_with_an_sqlite_session_resumes_with_a_new_gate_and_keeps_one_history(
+    sidecar: Running, tmp_path: Path
+) -> None:
+    """The SDK's sessions (``SQLiteSession``) as its docs pair them with approvals: interrupted
+    with a session, the state saved, approved and resumed with a new client, gate and session
+    object over the same database: the call runs once and the conversation history holds the
+    call and its output once each."""
+    db = str(tmp_path / "conversation.db")
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        g, agent = gate_and_agent(
+            cg, session, ScriptedModel([[function_call("calendar__create_event", EVENT, call_id="c4")]]),
+            with_confirmer=True,
+        )  # fmt: skip
+        first = Runner.run_sync(
+            agent,
+            "book it",
+            context=dict(USER),
+            run_config=g.run_config(RUN),
+            session=SQLiteSession("conv", db),
+        )
+        assert [i.call_id for i in first.interruptions] == ["c4"]
+        saved = first.to_state().to_string()
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g, agent = gate_and_agent(
+            cg,
+            Session(cg, session.session_id),
+            ScriptedModel([[assistant_message("booked")]]),
+            with_confirmer=True,
+        )
+        state = asyncio.run(RunState.from_string(agent, saved))
+        for item in state.get_interruptions():
+            assert g.confirmation(item) is not None
+            state.approve(item)
+        conversation = SQLiteSession("conv", db)
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN), session=conversation)
+        items = asyncio.run(conversation.get_items())
+    assert result.final_output == "booked" and len(upstream()) == 1
+    kinds = [(i.get("type"), i.get("call_id")) for i in items if isinstance(i, dict) and i.get("call_id")]
+    assert kinds == [("function_call", "c4"), ("function_call_output", "c4")], kinds
+
+
+@pytest.mark.parametrize("other", ["undecided", "rejected"])
+def test_a_standing_approval_covers_the_calls_its_interruptions_showed_and_a_rejection_wins(
+    sidecar: Running, other: str
+) -> None:
+    """Two bookings parked in one turn, both interruptions (each shown with its own summary);
+    the first approved with ``always_approve=True``: the second, shown in the same list, is
+    covered by the standing approval (confirmed with its own digest) unless rejected explicitly,
+    which wins: it never runs and leaves the console."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        model = ScriptedModel(
+            [
+                [
+                    function_call("calendar__create_event", EVENT, call_id="c4"),
+                    function_call("calendar__create_event", LATER_EVENT, call_id="c5"),
+                ],
+                [assistant_message("done")],
+            ]
+        )
+        g, agent = gate_and_agent(cg, new_session(cg), model, with_confirmer=True)
+        first = Runner.run_sync(agent, "book both", context=dict(USER), run_config=g.run_config(RUN))
+        assert sorted(i.call_id for i in first.interruptions) == ["c4", "c5"]
+        assert all(g.confirmation(i) for i in first.interruptions)  # both shown
+        state = first.to_state()
+        for item in first.interruptions:
+            if item.call_id == "c4":
+                state.approve(item, always_approve=True)
+            elif other == "rejected":
+                state.reject(item)
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN))
+    assert result.final_output == "done" and console_pending(sidecar) == []
+    titles = sorted(r["title"] for r in upstream())  # the SDK runs a turn's calls concurrently
+    assert titles == (["Board review", "Standup"] if other == "undecided" else ["Standup"])
+    if other == "rejected":
+        assert outputs(result)["c5"].output == "Tool execution was not approved."

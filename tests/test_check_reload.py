@@ -426,3 +426,24 @@ def test_opa_never_gets_a_refused_rego_set(tmp_path: Path, opa_factory: Callable
         assert pb.State.Name(weather(sc).state) == "PREPARED"
     finally:
         stop_sidecar(sc, tmp)
+
+
+def test_each_cedar_validation_error_is_at_its_own_policy(tmp_path: Path) -> None:
+    """Two policies that do not validate, in two files: each is named at the line of its own
+    ``@id``. Before, every one was shown at the file and line of the first (found with a policy on
+    server-postgres's optional ``sql`` argument: three errors, all ``policies.cedar:1``)."""
+    proj = project(tmp_path)
+    cedar = proj / "policies" / "cedar"
+    main = cedar / "policies.cedar"
+    lines = main.read_text().count("\n")
+    main.write_text(
+        main.read_text()
+        + '\n@id("bad-one")\npermit (principal, action, resource)\nwhen { context.nope == 1 };\n'
+    )
+    (cedar / "more.cedar").write_text(
+        '// more\n\n@id("bad-two")\nforbid (principal, action, resource)\nwhen { context.nada == 2 };\n'
+    )
+    rc, out = check(proj)
+    assert rc == 1, out
+    assert f"{main}:{lines + 2}: policy:bad-one:" in out, out
+    assert f"{cedar / 'more.cedar'}:3: policy:bad-two:" in out, out

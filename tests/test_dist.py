@@ -226,7 +226,16 @@ def test_the_wheel_carries_the_compiled_core_and_is_manylinux(built: Built) -> N
     for field in ("License-Expression: Apache-2.0", "License-File: LICENSE", "Requires-Python: >=3.11"):
         assert f"\n{field}\n" in meta, field
     extras = {ln.split(": ", 1)[1] for ln in meta.splitlines() if ln.startswith("Provides-Extra: ")}
-    assert {"sidecar", "openai-agents", "langgraph", "mcp", "console", "otlp", "prove"} <= extras, extras
+    assert {
+        "sidecar",
+        "openai-agents",
+        "langgraph",
+        "langchain",
+        "mcp",
+        "console",
+        "otlp",
+        "prove",
+    } <= extras, extras
     # auditwheel's verdict: the tag maturin set is the one the module's symbols allow
     assert 'is consistent with\nthe following platform tag: "manylinux_2_34_x86_64"' in built.log
 

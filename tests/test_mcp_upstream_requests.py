@@ -29,6 +29,7 @@ from tests.mcp_env import (
     Published,
     cli,
     module_upstream,
+    permit_all_folder,
     run,
     stdio,
     stdio_gateway,
@@ -114,6 +115,80 @@ def test_an_upstream_request_is_refused_at_once(
 
     run(go())
     assert forwarded == []  # never passed on to the gateway's own client
+
+
+def test_an_upstream_ping_is_answered(imported: Published) -> None:
+    """``ping`` from the upstream in the middle of a call is answered by the gateway's client
+    session itself (it is no request on anyone's behalf), so the tool answers."""
+
+    async def go() -> None:
+        async with stdio(imported) as c:
+            res = await c.call_tool("asking__ping_client", {})
+            assert not res.is_error and "pong" in text_of(res), text_of(res)
+
+    run(go())
+
+
+@pytest.mark.node
+def test_a_client_s_roots_never_reach_server_filesystem() -> None:
+    """The published ``@modelcontextprotocol/server-filesystem`` replaces its allowed
+    directories with the client's roots when its client declares ``roots`` (it asks
+    ``roots/list`` after ``initialized`` and again on ``notifications/roots/list_changed``).
+    Its client is the gateway, which declares no roots: the folder of the config's ``args`` stays
+    the only one allowed, whatever the gateway's own client declares. Here that client declares
+    ``roots`` (``/`` and a folder beside the allowed one), is never asked for them, and sends
+    ``roots/list_changed``: a file outside the configured folder is still refused by the
+    upstream, the one inside is read."""
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from tests.mcp_clients import FILESYSTEM_JS
+    from tests.mcp_env import serve_params
+
+    assert FILESYSTEM_JS.is_file(), f"{FILESYSTEM_JS} missing: run scripts/mcp-node install"
+    base = short_tmpdir()
+    try:
+        allowed, outside = base / "allowed", base / "outside"
+        allowed.mkdir()
+        outside.mkdir()
+        (allowed / "in.txt").write_text("inside \u00e9\n")
+        (outside / "out.txt").write_text("outside-only-8f2c\n")
+        upstream = f"""
+[[mcp.upstreams]]
+name = "fs"
+command = "node"
+args = [{json.dumps(str(FILESYSTEM_JS))}, {json.dumps(str(allowed))}]
+timeout_seconds = 40.0
+"""
+        with permit_all_folder(upstream) as env:
+            r = cli(env.base, "mcp", "import", "--config", str(env.config), "--accept-proposed")
+            assert r.returncode == 0, r.stdout + r.stderr
+            asked: list[str] = []
+
+            async def roots(ctx: Any) -> types.ListRootsResult:
+                asked.append("roots/list")
+                return types.ListRootsResult(
+                    roots=[types.Root(uri="file:///"), types.Root(uri=outside.resolve().as_uri())]
+                )
+
+            async def go() -> None:
+                async with stdio_client(StdioServerParameters(**serve_params(env))) as (rd, wr):
+                    async with ClientSession(rd, wr, list_roots_callback=roots) as s:
+                        await s.initialize()
+                        await s.send_roots_list_changed()
+                        res = await s.call_tool("fs__list_allowed_directories", {})
+                        assert not res.is_error and str(allowed.resolve()) in text_of(res), text_of(res)
+                        assert str(outside) not in text_of(res), text_of(res)
+                        res = await s.call_tool("fs__read_text_file", {"path": str(outside / "out.txt")})
+                        assert res.is_error and "outside-only" not in text_of(res), text_of(res)
+                        assert "Access denied" in text_of(res), text_of(res)
+                        res = await s.call_tool("fs__read_text_file", {"path": str(allowed / "in.txt")})
+                        assert not res.is_error and "inside \u00e9" in text_of(res), text_of(res)
+
+            run(go())
+            assert asked == []
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 KEY = "asking-key-5ecret-41c2d9e0"

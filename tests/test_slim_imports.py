@@ -34,6 +34,7 @@ SLIM_MODULES = {  # module -> the extra its framework comes with
     "callgate.client": None,
     "callgate.adapters.openai_agents": "openai-agents",
     "callgate.adapters.langgraph": "langgraph",
+    "callgate.adapters.langchain_agent": "langchain",
 }
 
 PROBE = r"""

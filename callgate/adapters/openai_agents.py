@@ -9,7 +9,8 @@ callgate accepts) and the function's docstring. Per call:
 
 - the SDK asks ``needs_approval`` first: the call is proposed there (the idempotency key is
   derived from session, model call id, tool call id and tool, so a repeat anywhere replays);
-  only NEEDS_CONFIRMATION interrupts the run (``result.interruptions``). The SDK asks a person
+  only NEEDS_CONFIRMATION interrupts the run (``result.interruptions``), and an allowed call
+  the wrapped tool's own ``needs_approval`` asks about (kept on top: never fewer approvals). The SDK asks a person
   by itself, without ``needs_approval``, for arguments it cannot parse: each tool's callgate
   input guardrail, run before that (``run_config()``: the SDK's
   ``pre_approval_tool_input_guardrails``), proposes the model's bytes and answers a refusal
@@ -160,6 +161,11 @@ def _content(message: str) -> str:
     return message
 
 
+APP_ASKS = "the application asks a person first (the tool's own needs_approval)"
+"""The reason an allowed invocation is cancelled when the wrapped tool's own ``needs_approval``
+asks for an approval: nothing is held PREPARED while a person decides; the approved call is
+proposed anew (policy decides again) and runs."""
+
 NOT_ASKED = "confirmation_not_asked"
 """The code of a call the SDK approved without an interruption (a standing approval): not run."""
 
@@ -198,6 +204,9 @@ class Gate:
         self.confirmer = confirmer
         self.approver = approver
         self._parked: dict[str, _Parked] = {}
+        self._app_asked: dict[str, str] = {}
+        """Tool call id -> the legal name of a call callgate allows that the wrapped tool's own
+        ``needs_approval`` asks a person about (an application-level approval)."""
         self._unshown: set[str] = set()
         """Calls parked by a new proposal of the guardrail that no ``needs_approval`` (no
         interruption) has shown to a person yet: the SDK running one is a standing approval."""
@@ -208,6 +217,9 @@ class Gate:
         self._handed: dict[str, str] = {}
         """Tool call id -> invocation id of a tool output the model gets (a stored tool message)."""
         self._looked: set[str] = set()
+        self._runs: weakref.WeakKeyDictionary[RunContextWrapper[Any], set[str]] = weakref.WeakKeyDictionary()
+        """The calls each run (its context) parked here: what :meth:`abandon` ends for a run
+        that raised."""
         self._adoptions: weakref.WeakKeyDictionary[RunContextWrapper[Any], asyncio.Future[None]] = (
             weakref.WeakKeyDictionary()
         )
@@ -237,10 +249,38 @@ class Gate:
             on_invoke_tool=self._invoker(legal, binding),
             strict_json_schema=True,
             is_enabled=self._enabled(legal, user.is_enabled),
-            needs_approval=self._needs_approval(legal),
+            needs_approval=self._needs_approval(legal, user.needs_approval),
             custom_data_extractor=self._custom_data,
-            tool_input_guardrails=[ToolInputGuardrail(self._guard(legal), name="callgate")],
+            tool_input_guardrails=[
+                ToolInputGuardrail(self._guard(legal), name="callgate"),
+                *(self._theirs(g) for g in user.tool_input_guardrails or ()),
+            ],
+            tool_output_guardrails=list(user.tool_output_guardrails or ()) or None,
         )
+
+    def _theirs(self, guardrail: ToolInputGuardrail[Any]) -> ToolInputGuardrail[Any]:
+        """The wrapped tool's own input guardrail, kept (after callgate's, under its own name):
+        when it refuses the call (``reject_content`` or a tripwire), the invocation callgate
+        parked or allowed for it is cancelled at once (it leaves the console; nothing runs it)."""
+
+        async def theirs(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+            out = await guardrail.run(data)
+            if out.behavior["type"] != "allow":
+                call_id = data.context.tool_call_id
+                self._app_asked.pop(call_id, None)
+                self._unshown.discard(call_id)
+                held = self._parked.pop(call_id, None)
+                decided = self._outcomes.pop(call_id, None)
+                ended = held.pending if held is not None else decided
+                if isinstance(ended, Allowed | NeedsConfirmation):
+                    await asyncio.to_thread(
+                        self._cancel,
+                        ended.invocation_id,
+                        f"refused by the tool's guardrail {guardrail.get_name()}",
+                    )
+            return out
+
+        return ToolInputGuardrail(theirs, name=guardrail.get_name())
 
     def _guard(self, legal: str) -> Callable[[ToolInputGuardrailData], Any]:
         """The tool input guardrail: with ``run_config()`` (the SDK's
@@ -252,6 +292,8 @@ class Gate:
 
         async def callgate(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
             call_id, raw = data.context.tool_call_id, data.context.tool_arguments
+            if call_id in self._app_asked and not repeats_a_key(raw):
+                return ToolGuardrailFunctionOutput.allow()  # allowed; proposed anew once approved
             out = self._outcomes.get(call_id)
             if repeats_a_key(raw) and not isinstance(out, Rejected):
                 out = await asyncio.to_thread(self._exact, out, call_id, legal, raw)
@@ -313,14 +355,30 @@ class Gate:
             )
         return dataclasses.replace(out, tool_call_id=call_id)
 
-    def _needs_approval(self, legal: str) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Any]:
+    def _needs_approval(
+        self, legal: str, theirs: bool | Callable[..., Any]
+    ) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Any]:
+        """callgate's decision, and the wrapped tool's own ``needs_approval`` (a bool, or a sync
+        or async callable of ``(ctx, params, call_id)``, as the SDK takes it) on top: a call
+        callgate allows is still asked about when the application's rule says so (never fewer
+        approvals than the application wrote). Such an allowed invocation is cancelled at once
+        (nothing waits PREPARED while a person decides, :data:`APP_ASKS`); approved, the call is
+        proposed anew in ``on_invoke_tool`` and runs as policy then decides. A call callgate
+        refuses is never asked; one it parks is asked once (callgate's confirmation)."""
+
         async def needs_approval(ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str) -> bool:
             raw = json.dumps(params, ensure_ascii=False)
             out = await asyncio.to_thread(self._propose, call_id, legal, raw)
             self._outcomes[call_id] = out  # an error too: on_invoke_tool raises it, nothing runs
             if isinstance(out, NeedsConfirmation):
                 self._parked[call_id] = _Parked(legal, out)
+                self._runs.setdefault(ctx, set()).add(call_id)
                 self._unshown.discard(call_id)  # the SDK interrupts the run with it
+                return True
+            if isinstance(out, Allowed) and await _asks(theirs, ctx, params, call_id):
+                self._outcomes.pop(call_id, None)
+                self._app_asked[call_id] = legal
+                await asyncio.to_thread(self._cancel, out.invocation_id, APP_ASKS)
                 return True
             return False
 
@@ -353,6 +411,7 @@ class Gate:
                 out, fresh = proposed
             unasked = fresh or call_id in self._unshown
             self._unshown.discard(call_id)
+            self._app_asked.pop(call_id, None)
             self._parked.pop(call_id, None)
             if isinstance(out, CallgateClientError):
                 raise CallgateToolError(out)
@@ -517,13 +576,21 @@ class Gate:
         text, the SDK's, secrets in clear). None when
         callgate holds no confirmation for it now (a call it refused, which with
         ``run_config()`` never interrupts, or one that expired or was decided): reject it."""
-        call_id, pending = item.call_id or "", None
+        call_id, pending, inv = item.call_id or "", None, None
         if call_id and item.tool_name in {t.name for t in self.tools}:  # the sidecar's state now
             inv = self.session.find(call_id, str(item.tool_name), model_call_id=self.model_call_id)
             pending = parked(inv, call_id) if inv is not None else None
-        if pending is None:
-            return None
         tool = self.session.names.by_legal.get(str(item.tool_name))
+        if pending is None:
+            if inv is not None and self._app_approval(inv, call_id):
+                return (
+                    f"callgate: {tool[0] if tool is not None else item.tool_name} is allowed by policy "
+                    "and needs no confirmation of callgate's; your application's own rule (the "
+                    "tool's needs_approval) asks for this approval. Approved, the call is proposed "
+                    "again and runs if policy still allows it. Arguments are not shown here: "
+                    "callgate masks the secrets only of the arguments it asks about."
+                )
+            return None
         ask = Ask(
             name=str(item.tool_name),
             arguments=shown_arguments(pending.masked_arguments, pending.normalized_arguments),
@@ -534,6 +601,18 @@ class Gate:
             expires_at=pending.expires_at,
         )
         return describe(ask, "resume" if self.confirmer is not None else "console")
+
+    def _app_approval(self, inv: pb.Invocation, call_id: str) -> bool:
+        """Whether ``inv`` is a call callgate allowed that the tool's own ``needs_approval`` asks
+        about (here, or in the process that asked: its cancellation's reason)."""
+        if inv.state != pb.CANCELLED_BEFORE_COMMIT:
+            return False
+        if call_id in self._app_asked:
+            return True
+        return any(
+            e.kind == "cancelled" and dict(e.data).get("reason") == APP_ASKS
+            for e in self.session.events(inv.invocation_id)
+        )
 
     def _who(self, ctx: RunContextWrapper[Any]) -> str:
         approver = self.approver
@@ -602,6 +681,9 @@ class Gate:
                 self._parked.pop(call_id, None)
                 self._outcomes.pop(call_id, None)
                 await asyncio.to_thread(self._refuse, ctx, held.pending)
+        for call_id, name in list(self._app_asked.items()):  # cancelled when asked: nothing to end
+            if name == legal and ctx.is_tool_approved(legal, call_id) is False:
+                self._app_asked.pop(call_id, None)
 
     def _adopt(self) -> None:
         """Once per run: this session's calls parked by another process (a run state restored
@@ -627,10 +709,24 @@ class Gate:
                 pass  # decided meanwhile, or the confirmer is down: cancel from the agent side
         self._cancel(pending.invocation_id, "rejected in the agent run")
 
-    async def abandon(self, state: RunState[Any]) -> None:
+    async def abandon(self, state: RunState[Any] | AgentsException) -> None:
         """The application drops an interrupted run: every parked invocation behind
         ``state``'s interruptions (of these tools) is cancelled at once (found by the tool call
-        id, ``FindInvocation``: nothing is proposed again)."""
+        id, ``FindInvocation``: nothing is proposed again). Given the exception a run ended with
+        (a guardrail's tripwire, ``MaxTurnsExceeded``, a tool error: no state to resume), every
+        call that run parked is cancelled (its ``run_data`` names the run; without one, every
+        call this gate holds parked)."""
+        if isinstance(state, AgentsException):
+            ctx = state.run_data.context_wrapper if state.run_data is not None else None
+            ids = set(self._runs.get(ctx, ())) if ctx is not None else set(self._parked)
+            for call_id in ids:
+                held = self._parked.pop(call_id, None)
+                self._outcomes.pop(call_id, None)
+                if held is not None:
+                    await asyncio.to_thread(
+                        self._cancel, held.pending.invocation_id, "the agent run ended with an error"
+                    )
+            return
         names = {t.name for t in self.tools}
         for item in state.get_interruptions():
             if item.tool_name in names and item.call_id:
@@ -656,6 +752,20 @@ class _FedHooks(AgentHooks[Any]):
             await asyncio.to_thread(self._gate.record_model_call, list(input_items))
         except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
             raise CallgateToolError(err) from None
+
+
+async def _asks(
+    theirs: bool | Callable[..., Any], ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
+) -> bool:
+    """The wrapped tool's own ``needs_approval`` for this call (the SDK's forms: a bool, a sync
+    or async callable); an error in it asks (fail closed)."""
+    if not callable(theirs):
+        return bool(theirs)
+    try:
+        value = theirs(ctx, params, call_id)
+        return bool(await value if inspect.isawaitable(value) else value)
+    except Exception:
+        return True
 
 
 def _by_tool_name(

@@ -20,6 +20,9 @@ class UpstreamTransport(str, Enum):
 
     STDIO = "stdio"
     HTTP = "http"
+    SSE = "sse"
+    """The legacy HTTP+SSE transport (protocol 2024-11-05: a ``GET`` of ``url`` opens an event
+    stream that names the endpoint for the ``POST``s), for servers that speak nothing newer."""
 
 
 class NoElicitation(str, Enum):
@@ -138,7 +141,8 @@ class McpUpstreamConfig:
     """Name of the upstream (the prefix of its ToolSpecs: ``<name>.<tool>``): 1-32 letters, digits
     and ``-`` with single ``_`` between them (docs/MCP.md "Tool names")."""
     transport: UpstreamTransport = UpstreamTransport.STDIO
-    """``stdio`` (a child process) or ``http`` (MCP streamable HTTP)."""
+    """``stdio`` (a child process), ``http`` (MCP streamable HTTP) or ``sse`` (the legacy
+    HTTP+SSE transport: ``url`` is the event stream, e.g. ``http://127.0.0.1:9000/sse``)."""
     command: str = ""
     """stdio: the executable."""
     args: tuple[str, ...] = ()
@@ -148,9 +152,10 @@ class McpUpstreamConfig:
     env: tuple[tuple[str, Value], ...] = ()
     """stdio: extra environment variables; a value may be ``{ secret = "NAME" }``."""
     url: str = ""
-    """http: the endpoint, e.g. ``http://127.0.0.1:9000/mcp``."""
+    """http, sse: the endpoint, e.g. ``http://127.0.0.1:9000/mcp`` (sse: its event stream,
+    often ``/sse``)."""
     headers: tuple[tuple[str, Value], ...] = ()
-    """http: request headers; a value may be ``{ secret = "NAME" }``."""
+    """http, sse: request headers; a value may be ``{ secret = "NAME" }``."""
     timeout_seconds: float = 30.0
     """Connect/list timeout, and the call timeout of tools whose ToolSpec has no
     ``timeout_policy``."""
@@ -290,8 +295,10 @@ def _upstream(data: Any, i: int, source: str) -> McpUpstreamConfig:
         )
     if up.transport is UpstreamTransport.STDIO and not up.command:
         raise config_invalid(f"'{where}command' is required for a stdio upstream", source=source)
-    if up.transport is UpstreamTransport.HTTP and not up.url.startswith(("http://", "https://")):
-        raise config_invalid(f"'{where}url' must be an http(s) URL for an http upstream", source=source)
+    if up.transport is not UpstreamTransport.STDIO and not up.url.startswith(("http://", "https://")):
+        raise config_invalid(
+            f"'{where}url' must be an http(s) URL for an {up.transport.value} upstream", source=source
+        )
     if up.timeout_seconds <= 0:
         raise config_invalid(f"'{where}timeout_seconds' must be positive", source=source)
     if up.keep_warm_seconds < 0 or up.keep_warm_seconds > 3600:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -192,6 +193,42 @@ def _indented(title: str, lines: list[str]) -> list[str]:
     return [f"  {title}:", *(f"    {x}" for x in lines)]
 
 
+REORDERED_NOTE = (
+    "  note: only the order of words or items changed, as in a server that builds the text from "
+    "a set (a Python server does so differently in every process, under hash randomization): it will "
+    "differ again at the next start, and the gateway refuse the tool; give the upstream a fixed "
+    'seed, env = { PYTHONHASHSEED = "0" }, then import again'
+)
+"""Shown by a re-import whose definition change is :func:`reordered_only` (found with PyPI
+``mcp-shell-server``, whose description lists its allowed commands from a set)."""
+
+_WORD = re.compile(r"\w+|[^\w\s]")
+
+
+def reordered_only(old: Any, new: Any) -> bool:
+    """Whether two different definitions differ only in the order of the words (and
+    punctuation) of some of their strings, or of the items of some arrays (``enum``,
+    ``required``): the same JSON shape, every other value equal."""
+    if old == new:
+        return False
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                return False
+            if all(same(x, y) for x, y in zip(a, b, strict=True)):
+                return True
+            key = lambda v: json.dumps(v, sort_keys=True)  # noqa: E731
+            return sorted(map(key, a)) == sorted(map(key, b))  # the same items (an enum from a set)
+        if isinstance(a, str) and isinstance(b, str):
+            return a == b or sorted(_WORD.findall(a)) == sorted(_WORD.findall(b))
+        return bool(a == b) and type(a) is type(b)
+
+    return same(old, new)
+
+
 def merge(
     key: str, pinned: Pinned, generated: Mapping[str, Any], definition: Mapping[str, Any],
     recorded: Recorded | None, *, keep_edits: bool,
@@ -239,11 +276,10 @@ def merge(
         head = [f"  definition sha256 {old_sha[:16]}… -> {new_sha[:16]}…"]
         if recorded is None:
             head.append("  no import record: the pinned definition is unknown; the upstream's now:")
-        review = (
-            head
-            + _indented("definition", diff(old_def, definition_of(definition), "pinned", "upstream"))
-            + review
-        )
+        new_def = definition_of(definition)
+        if old_def is not _ABSENT and reordered_only(old_def, new_def):
+            head.append(REORDERED_NOTE)
+        review = head + _indented("definition", diff(old_def, new_def, "pinned", "upstream")) + review
     elif out != on_disk:
         change = Change.UPDATED
     else:

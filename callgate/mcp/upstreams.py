@@ -1,4 +1,4 @@
-"""Connections to upstream MCP servers (stdio child processes or streamable HTTP).
+"""Connections to upstream MCP servers (stdio child processes, streamable HTTP or legacy SSE).
 
 An upstream without secrets keeps one connection, opened at start and reopened after it died.
 An upstream whose env or headers name secrets gets a fresh connection per call, built with the
@@ -40,6 +40,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -49,6 +50,7 @@ import anyio
 import httpx2
 import mcp_types as types
 from mcp import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -165,18 +167,86 @@ def start_failure(cfg: McpUpstreamConfig, exc: BaseException | None) -> str:
         return f"initialize was answered with an error ({err.error.code}: {err.error.message[:200]})"
     if err is None:
         return "the connection closed before initialize was answered"
+    if isinstance(err, httpx2.HTTPStatusError):
+        return f"cannot connect (GET {shown_url(cfg.url)} answered HTTP {err.response.status_code})"
     if stdio:
         return f"cannot connect ({type(err).__name__})"
-    return f"cannot connect to {where(cfg.url)} ({type(err).__name__})"
+    return f"cannot connect to {shown_url(cfg.url)} ({type(err).__name__})"
 
 
-def where(url: str) -> str:
-    """An upstream URL as logs may show it: scheme, host, port and path (no credentials, query or
-    fragment, which may carry a token)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+def shown_url(url: str) -> str:
+    """``url`` as a message may show it: scheme, host, port and path; no user, password, query
+    or fragment (they may carry a credential)."""
+    u = urlsplit(url)
+    host = u.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = f":{u.port}" if u.port else ""
+    except ValueError:  # not a number: not shown
+        port = ""
+    return f"{u.scheme}://{host}{port}{u.path}"
+
+
+def _wrong_transport(cfg: McpUpstreamConfig, err: BaseException | None) -> bool:
+    """Whether an HTTP upstream's failure before ``initialize`` may be the other HTTP transport:
+    the server answered at the HTTP level (an error status, which the SDK's streamable client
+    spells as a JSON-RPC error of its own), not a refused connection or a timeout."""
+    if cfg.transport is UpstreamTransport.HTTP:
+        return isinstance(err, MCPError) and err.error.code in (types.METHOD_NOT_FOUND, types.INTERNAL_ERROR)
+    if cfg.transport is UpstreamTransport.SSE:
+        return isinstance(err, httpx2.HTTPStatusError | ValueError | MCPError)
+    return False
+
+
+async def _speaks_sse(url: str, headers: Mapping[str, str], timeout: float) -> bool:
+    """Whether a ``GET`` of ``url`` opens a legacy SSE stream whose first event is ``endpoint``
+    (read at most 4 KiB or ``timeout`` seconds; never raises)."""
+    try:
+        async with httpx2.AsyncClient(
+            headers=dict(headers), timeout=timeout, follow_redirects=False
+        ) as client:
+            async with client.stream("GET", url, headers={"accept": "text/event-stream"}) as response:
+                if response.status_code != 200:
+                    return False
+                if not response.headers.get("content-type", "").startswith("text/event-stream"):
+                    return False
+                seen = b""
+                with anyio.fail_after(timeout):
+                    async for chunk in response.aiter_bytes():
+                        seen += chunk
+                        if b"\n\n" in seen.replace(b"\r\n", b"\n") or len(seen) > 4096:
+                            break
+                return any(line.strip() == b"event: endpoint" for line in seen.splitlines())
+    except Exception:
+        return False
+
+
+async def transport_hint(
+    cfg: McpUpstreamConfig, err: BaseException | None, headers: Mapping[str, str]
+) -> str:
+    """For an HTTP upstream that failed before ``initialize`` was answered: what to change when
+    the URL speaks the other HTTP transport (``http`` against a legacy SSE server answers 404 or
+    405 to the ``POST``, ``sse`` against a streamable HTTP server a ``GET`` error), naming the
+    config's ``[[mcp.upstreams]]`` table; "" otherwise."""
+    err = _leaf(err)
+    if not _wrong_transport(cfg, err):
+        return ""
+    table = f'[[mcp.upstreams]] name = "{cfg.name}"'
+    if cfg.transport is UpstreamTransport.HTTP:
+        if await _speaks_sse(cfg.url, headers, min(cfg.timeout_seconds, 5.0)):
+            return (
+                f"; {shown_url(cfg.url)} speaks the legacy HTTP+SSE transport (a GET opens an event stream naming "
+                f'its endpoint), not streamable HTTP: set transport = "sse" in {table}'
+            )
+        return (
+            f"; is {shown_url(cfg.url)} the server's streamable HTTP endpoint? (a server that speaks only the "
+            f'legacy HTTP+SSE transport needs transport = "sse" and the URL of its event stream in {table})'
+        )
+    return (
+        f"; {shown_url(cfg.url)} opened no legacy SSE event stream: for a streamable HTTP server set "
+        f'transport = "http" in {table}'
+    )
 
 
 # JSON-RPC codes the SDK client raises locally (no answer from the upstream).
@@ -243,6 +313,22 @@ class _Connection:
         when exactly one runs: MCP logging names no request)."""
         self.stderr: _Stderr | None = None
         """A stdio upstream's stderr (its lines logged, the last ones kept)."""
+        self.gone = False
+        """The server no longer has this session (an HTTP refusal naming it, a broken SSE
+        stream): nothing more can come back on it, so the connection is closed when replaced
+        (a connection dropped for another reason may still carry other calls)."""
+        self.reopened: dict[str, dict[str, Any]] | None = None
+        """A listing connection that replaced a dead one: its ``tools/list`` when it was opened,
+        by tool name (each call on it is checked against the pin)."""
+
+    def _headers(self) -> dict[str, str]:
+        """An HTTP upstream's headers, with this connection's redeemed secrets."""
+        clean: dict[str, str] = {}
+        for k, v in self.cfg.headers:
+            value = self.values.get(k) if isinstance(v, SecretRef) else v
+            if value is not None:
+                clean[k] = value
+        return clean
 
     def _transport(self) -> Any:
         c = self.cfg
@@ -260,11 +346,14 @@ class _Connection:
                 StdioServerParameters(command=command, args=args, env=env or None, cwd=cwd),
                 errlog=self.stderr.writer,
             )
-        clean: dict[str, str] = {}
-        for k, v in c.headers:
-            value = self.values.get(k) if isinstance(v, SecretRef) else v
-            if value is not None:
-                clean[k] = value
+        clean = self._headers()
+        if c.transport is UpstreamTransport.SSE:
+            return sse_client(
+                c.url,
+                headers=clean,
+                timeout=c.timeout_seconds,
+                sse_read_timeout=max(c.timeout_seconds, 300.0),
+            )
         timeout = httpx2.Timeout(c.timeout_seconds, read=max(c.timeout_seconds, 300.0))
         return _HttpTransport(c.url, clean, timeout)
 
@@ -292,7 +381,9 @@ class _Connection:
             self._ready.set()
 
     async def _tail(self) -> str:
-        return await self.stderr.tail() if self.stderr is not None else ""
+        if self.stderr is not None:
+            return await self.stderr.tail()
+        return await transport_hint(self.cfg, self._error, self._headers())
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification) and self.on_changed is not None:
@@ -308,6 +399,12 @@ class _Connection:
                 )
         elif isinstance(message, Exception):
             log.info("upstream %s: transport error %s", self.cfg.name, type(message).__name__)
+            if self.cfg.transport is UpstreamTransport.SSE and not isinstance(message, ValueError):
+                # the legacy SSE session is its event stream: once that broke (the server
+                # restarted or dropped it), no answer can come back on it; the next call opens a
+                # new one (and checks its tools/list against the pin) instead of sending into it;
+                # an event that is no JSON-RPC message (a ValueError) leaves the stream usable
+                self.dead = self.gone = True
         await anyio.lowlevel.checkpoint()
 
     async def open(self) -> ClientSession:
@@ -341,6 +438,21 @@ class _Connection:
         self.dead = True
 
 
+_HTTP_ERRORS: ContextVar[list[int] | None] = ContextVar("callgate_mcp_http_errors", default=None)
+"""The HTTP error statuses of the ``POST``s of one call (set by :meth:`Upstream._send`; the SDK
+runs each POST in the context of the task that sent the request). The SDK's streamable HTTP
+client turns an error status without a JSON-RPC error body into an error of its own (-32603
+``Server returned an error response``), which tells a 400 from a 502 no more."""
+
+_SDK_HTTP_ERROR = "Server returned an error response"
+
+
+async def _note_http_error(response: httpx2.Response) -> None:
+    errors = _HTTP_ERRORS.get()
+    if errors is not None and response.status_code >= 400 and response.request.method == "POST":
+        errors.append(response.status_code)
+
+
 class _HttpTransport:
     """``streamable_http_client`` over an httpx2 client carrying the upstream's headers."""
 
@@ -350,7 +462,9 @@ class _HttpTransport:
 
     async def __aenter__(self) -> Any:
         client = await self._stack.enter_async_context(
-            httpx2.AsyncClient(headers=self.headers, timeout=self.timeout)
+            httpx2.AsyncClient(
+                headers=self.headers, timeout=self.timeout, event_hooks={"response": [_note_http_error]}
+            )
         )
         return await self._stack.enter_async_context(streamable_http_client(self.url, http_client=client))
 
@@ -379,12 +493,34 @@ class Upstream:
         self._closing: set[asyncio.Task[None]] = set()
 
     async def _listing(self) -> ClientSession:
+        session, _ = await self._listing_checked()
+        return session
+
+    async def _listing_checked(self) -> tuple[ClientSession, dict[str, dict[str, Any]] | None]:
+        """The listing connection, and, when it replaced one that died (a new process or a new
+        HTTP session), the ``tools/list`` it answered when it was opened again: every call sent
+        on it is checked against the pin first (taken under the lock, so no call goes out on
+        the new connection before it was listed)."""
         async with self._lock:
             if self._conn is None or self._conn.dead:
-                self._conn = _Connection(self.cfg, self.base_dir, {}, self.on_changed)
-                await self._conn.open()
+                again = self._conn is not None
+                if self._conn is not None and self._conn.gone:  # a session the server forgot: close ours
+                    task = asyncio.get_running_loop().create_task(self._conn.close())
+                    self._closing.add(task)
+                    task.add_done_callback(self._closing.discard)
+                conn = _Connection(self.cfg, self.base_dir, {}, self.on_changed)
+                await conn.open()
+                if again:
+                    assert conn.session is not None
+                    try:
+                        tools = await _list_all(conn.session, self.cfg.timeout_seconds)
+                    except BaseException:
+                        await conn.close()
+                        raise
+                    conn.reopened = {str(t["name"]): t for t in tools}
+                self._conn = conn
             assert self._conn.session is not None
-            return self._conn.session
+            return self._conn.session, self._conn.reopened
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """``tools/list`` (every page) on the listing connection, as wire dicts."""
@@ -397,7 +533,33 @@ class Upstream:
         on_log: LogFn | None = None,
     ) -> CallEnd:  # fmt: skip
         """Run one ``tools/call``. With secrets: a fresh connection built with them, whose
-        ``tools/list`` must still match ``expected_sha256`` (else :class:`NotSent`)."""
+        ``tools/list`` must still match ``expected_sha256`` (else :class:`NotSent`); so must a
+        listing connection opened again after the last one died.
+
+        An HTTP upstream that answers "session not found" (it restarted, or expired the session:
+        streamable HTTP's 404 for a session id it does not know) did not run the tool: the
+        connection is dropped and the call is sent once more on a new session (the client MUST
+        start a new session then, says the MCP transport spec), after the new session's
+        ``tools/list`` is checked against the pin. Before, the dead session was kept and every
+        later call was refused ``upstream_refused`` until the gateway restarted."""
+        end = await self._call_once(
+            tool, arguments, secrets, timeout, progress, expected_sha256, digest, on_log
+        )
+        if isinstance(end, Refused) and session_gone(self.cfg, end.code, end.message):
+            log.warning(
+                "upstream %s: its HTTP session is gone (%s); %s is sent again on a new session",
+                self.cfg.name, end.message[:100], tool,
+            )  # fmt: skip
+            end = await self._call_once(
+                tool, arguments, secrets, timeout, progress, expected_sha256, digest, on_log
+            )
+        return end
+
+    async def _call_once(
+        self, tool: str, arguments: Mapping[str, Any], secrets: Mapping[str, str], timeout: float,
+        progress: ProgressFn | None, expected_sha256: str, digest: Callable[[Mapping[str, Any]], str],
+        on_log: LogFn | None,
+    ) -> CallEnd:  # fmt: skip
         conn: _Connection | None = None
         warm: _Connection | None = None
         try:
@@ -415,8 +577,11 @@ class Upstream:
                     await conn.close()
                     return NotSent("definition_changed")
             else:
-                session = await self._listing()
-                conn = None
+                session, checked = await self._listing_checked()
+                if checked is not None and (tool not in checked or digest(checked[tool]) != expected_sha256):
+                    if self.on_changed is not None:  # the gateway lists it again, and says so
+                        await self.on_changed(self.cfg.name)
+                    return NotSent("definition_changed")
         except (ConnectionError, OSError, MCPError, TimeoutError, ListingInvalid) as exc:
             if conn is not None:
                 await conn.close()
@@ -507,6 +672,8 @@ class Upstream:
             if forward is not None:
                 await forward(progress, total, message)
 
+        errors: list[int] = []
+        token = _HTTP_ERRORS.set(errors)
         try:
             with anyio.fail_after(timeout):
                 result = await session.call_tool(tool, dict(arguments), progress_callback=on_progress)
@@ -516,10 +683,26 @@ class Upstream:
             if exc.code in _LOCAL_CODES:
                 _drop(owner)
                 return Lost("connection_lost" if exc.code == types.CONNECTION_CLOSED else "timeout")
+            if exc.code == types.INTERNAL_ERROR and exc.message == _SDK_HTTP_ERROR and errors:
+                status = errors[-1]
+                if status >= 500:
+                    # a 5xx without a JSON-RPC answer (a crash mid-call, a proxy's 502/504):
+                    # nobody knows whether the tool ran, so never "not committed"
+                    return Lost(f"http_{status}")
+                if status in (400, 404):  # a session the server no longer knows (a 4xx: not run)
+                    _drop(owner, gone=True)
+                    return Refused(
+                        types.INVALID_REQUEST, f"HTTP {status} with no JSON-RPC answer: session not accepted?"
+                    )
+                return Refused(exc.code, f"HTTP {status}: {exc.message}")
+            if session_gone(self.cfg, exc.code, exc.message):
+                _drop(owner, gone=True)
             return Refused(exc.code, exc.message)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
             _drop(owner)
             return Lost("connection_lost")
+        finally:
+            _HTTP_ERRORS.reset(token)
         return Answered(result)
 
     async def close(self) -> None:
@@ -529,10 +712,24 @@ class Upstream:
         self._conn = self._warm = None
 
 
-def _drop(conn: _Connection | None) -> None:
-    """A lost connection is never reused (the listing one is reopened by the next call)."""
+_SESSION_CODES = frozenset({types.INVALID_REQUEST, -32001})
+"""The codes of a streamable HTTP session the server does not know: -32600 (the SDK client's
+``Session terminated`` for a 404, the Python SDK server's ``Session not found``) and -32001 (the
+TypeScript SDK server's ``Session not found``)."""
+
+
+def session_gone(cfg: McpUpstreamConfig, code: int, message: str) -> bool:
+    """Whether an HTTP upstream refused a request because it no longer knows the session (the
+    request was not processed; a new session may send it again)."""
+    return cfg.transport is UpstreamTransport.HTTP and code in _SESSION_CODES and "session" in message.lower()
+
+
+def _drop(conn: _Connection | None, *, gone: bool = False) -> None:
+    """A lost connection is never reused (the listing one is reopened by the next call);
+    ``gone``: the server no longer has its session (closed when replaced)."""
     if conn is not None:
         conn.dead = True
+        conn.gone = conn.gone or gone
 
 
 MAX_LIST_PAGES = 1000

@@ -96,12 +96,31 @@ def load_error_findings(exc: LoadError) -> list[Finding]:
         return [Finding(Severity.ERROR, file, f"{exc.code.value}: {exc.message}", line)]
     out = []
     for v in exc.violations:
-        where = line
+        where, at = line, file
         if text and v.pointer.startswith("/"):
             ln, col = jsonpositions.locate(text, v.pointer)
             where = f"{ln}:{col}"
-        out.append(Finding(Severity.ERROR, file, f"{exc.code.value}: {v.message}", where, v.pointer))
+        elif file.endswith(".cedar") and v.pointer.startswith("policy:"):
+            at, where = _policy_line(file, v.pointer.removeprefix("policy:"), line)
+        out.append(Finding(Severity.ERROR, at, f"{exc.code.value}: {v.message}", where, v.pointer))
     return out
+
+
+def _policy_line(file: str, pid: str, line: str) -> tuple[str, str]:
+    """The ``.cedar`` file and line of the policy ``@id("pid")``, looked for in ``file`` and then
+    the other ``.cedar`` files of its folder; ``(file, line)`` when none has it (a positional id).
+    Before, every validation error of a set was shown at the line of the first one."""
+    pattern = re.compile(r'@id\(\s*"' + re.escape(pid) + r'"\s*\)')
+    first = Path(file)
+    for path in [first, *sorted(p for p in first.parent.glob("*.cedar") if p != first)]:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        m = pattern.search(text)
+        if m is not None:
+            return str(path), str(text.count("\n", 0, m.start()) + 1)
+    return file, line
 
 
 # -- inventory ----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """A real MCP server (the SDK's ``MCPServer``, stdio) whose tools each send the client a request
 of their own in the middle of a call: ``ask_model`` sends ``sampling/createMessage``,
 ``ask_roots`` sends ``roots/list`` and ``ask_user`` sends ``elicitation/create``. Each answers
-with what the client answered, or lets the client's error end the call. ``plain`` asks nothing;
+with what the client answered, or lets the client's error end the call. ``ping_client`` sends
+``ping`` (which every MCP client answers) and answers ``pong``. ``plain`` asks nothing;
 ``progress_key`` reports progress whose message holds the environment variable ``ASKING_KEY``
 (a secret the gateway redeemed for the call), then answers ``done``; ``break_listing`` makes
 every later ``tools/list`` an error and sends ``notifications/tools/list_changed``.
@@ -50,6 +51,11 @@ def build() -> MCPServer:
     async def ask_user(question: str, ctx: Context) -> str:
         answer = await ctx.elicit(question, Confirm)
         return f"user said: {answer.action}"
+
+    @server.tool(description="Ping the client, then answer.", annotations=READ)
+    async def ping_client(ctx: Context) -> str:
+        await ctx.session.send_ping()
+        return "pong"
 
     @server.tool(description="Answers without asking anything.", annotations=READ)
     def plain(text: str) -> str:
