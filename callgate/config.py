@@ -7,8 +7,11 @@ silently falls back to a default.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
+import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from enum import Enum
 from pathlib import Path
@@ -423,19 +426,50 @@ _SECTIONS: dict[str, type[Any]] = {
 }
 
 
-def _build(cls: type[Any], data: dict[str, Any], where: str, source: str) -> Any:
+def key_line(text: str, where: str, key: str) -> int:
+    """Best effort: the line of ``key`` in the table ``where`` (``policy.``, ``store.retention.``;
+    ``""`` for a section header ``[key]``) of the TOML ``text``, or 0 (tomllib keeps no places)."""
+    table = where.rstrip(".")
+    header = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+    if not table:
+        for n, line in enumerate(text.splitlines(), 1):
+            m = header.match(line)
+            if m and m.group(1).split(".")[0].strip("\"' ") == key:
+                return n
+        return 0
+    assign = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=")
+    current = ""
+    for n, line in enumerate(text.splitlines(), 1):
+        m = header.match(line)
+        if m:
+            current = m.group(1).replace(" ", "")
+        elif current == table and assign.match(line):
+            return n
+    return 0
+
+
+def unknown_name(what: str, name: str, known: Iterable[str], source: str, line: int) -> LoadError:
+    """``unknown key 'policy.engin' (did you mean 'engine'?; known: ...)`` at ``file:line``."""
+    names = sorted(known)
+    close = difflib.get_close_matches(name.rsplit(".", 1)[-1], names, n=1)
+    hint = f"did you mean '{close[0]}'?; " if close else ""
+    return config_invalid(
+        f"unknown {what} {name} ({hint}known: {', '.join(names)})",
+        source=f"{source}:{line}" if source and line else source,
+    )
+
+
+def _build(cls: type[Any], data: dict[str, Any], where: str, source: str, text: str = "") -> Any:
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise config_invalid(
-                f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})", source=source
-            )
+            raise unknown_name("key", f"'{where}{key}'", known, source, key_line(text, where, key))
         default = getattr(cls(), key)
         if isinstance(default, (ListenerConfig, RetentionConfig)):
             if not isinstance(value, dict):
                 raise config_invalid(f"'{where}{key}' must be a table", source=source)
-            kwargs[key] = _build(type(default), value, f"{where}{key}.", source)
+            kwargs[key] = _build(type(default), value, f"{where}{key}.", source, text)
             continue
         if isinstance(default, tuple) and isinstance(value, list) and all(isinstance(v, str) for v in value):
             kwargs[key] = tuple(value)
@@ -590,9 +624,14 @@ def load_config(path: str | Path) -> Config:
     p = Path(path)
     source = str(p)
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        text = p.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
         raise config_invalid("config file not found", source=source) from None
+    except IsADirectoryError:
+        raise config_invalid("is a directory; --config names the TOML file", source=source) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise config_invalid(f"cannot read: {getattr(exc, 'strerror', None) or exc}", source=source) from None
     except tomllib.TOMLDecodeError as exc:
         # tomllib messages end with "(at line L, column C)".
         raise config_invalid(str(exc), source=source) from None
@@ -601,17 +640,15 @@ def load_config(path: str | Path) -> Config:
         if key == "secrets":
             if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
                 raise config_invalid("[[secrets]] must be an array of tables", source=source)
-            kwargs["secrets"] = tuple(_build(SecretConfig, v, "secrets.", source) for v in value)
+            kwargs["secrets"] = tuple(_build(SecretConfig, v, "secrets.", source, text) for v in value)
             continue
         if key in EXTENSION_SECTIONS:
             continue  # read and validated by its own loader (callgate/mcp/config.py)
         if key not in _SECTIONS:
-            raise config_invalid(
-                f"unknown section [{key}] (known: {', '.join(sorted(_SECTIONS))})", source=source
-            )
+            raise unknown_name("section", f"[{key}]", _SECTIONS, source, key_line(text, "", key))
         if not isinstance(value, dict):
             raise config_invalid(f"[{key}] must be a table", source=source)
-        kwargs[key] = _build(_SECTIONS[key], value, f"{key}.", source)
+        kwargs[key] = _build(_SECTIONS[key], value, f"{key}.", source, text)
     cfg = Config(**kwargs, base_dir=str(p.resolve().parent))
     return validate(cfg, source=source)
 
@@ -623,6 +660,8 @@ def with_overrides(cfg: Config, **sections: Any) -> Config:
 
 __all__ = [
     "Config",
+    "key_line",
+    "unknown_name",
     "BudgetsConfig",
     "ConfirmationConfig",
     "CredentialsConfig",

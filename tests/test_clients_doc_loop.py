@@ -63,7 +63,7 @@ def test_the_documented_loop_runs_as_written(sidecar: Running, which: str) -> No
     sync_block, async_block = loop_blocks()
     block = sync_block if which == "sync" else async_block
     for role in ("agent", "executor"):
-        block = block.replace(f"run/{role}.sock", sidecar.sidecar.addresses[role][0])
+        block = block.replace(f"var/run/{role}.sock", sidecar.sidecar.addresses[role][0])
     ran: list[dict[str, Any]] = []
     sent: dict[str, Any] = {}
 

@@ -139,6 +139,62 @@ def test_config_refuses(tmp_path: Path, text: str, message: str) -> None:
     assert message in err.value.message
 
 
+def test_check_names_the_config_and_the_file_it_cannot_read(tmp_path: Path) -> None:
+    """``callgate console --check`` as a new user meets it: a secret file not made yet, a token
+    list that is not JSON. The line names the console's config and the file with the OS's reason
+    or where the JSON breaks, never a byte of the file; exit 2."""
+    import subprocess
+    import sys
+
+    cfg = write(tmp_path, BASE.replace("[console]", '[console]\nsecret_file = "csrf.key"'))
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "callgate", "console", "--config", str(cfg), "--check"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    r = check()
+    assert r.returncode == 2, r.stderr
+    assert (
+        f"callgate console: {cfg}: console.secret_file {tmp_path / 'csrf.key'}: cannot read "
+        "(No such file or directory)" in r.stderr
+    ), r.stderr
+    (tmp_path / "csrf.key").write_bytes(b"k" * 32)
+    (tmp_path / "tokens.json").write_text('{"a-long-enough-token-1": "alice",\n  "secret-token-of-bob" }')
+    r = check()
+    assert r.returncode == 2, r.stderr
+    assert (
+        f"callgate console: {cfg}: console.auth.tokens_file {tmp_path / 'tokens.json'}: cannot read "
+        "(not JSON: line 2, column 25)" in r.stderr
+    ), r.stderr
+    assert "secret-token" not in r.stderr and "a-long-enough" not in r.stderr
+    (tmp_path / "tokens.json").write_text(json.dumps({"a-long-enough-token-1": "alice"}))
+    assert check().returncode == 0
+
+
+def test_the_run_it_section_works_as_written(tmp_path: Path) -> None:
+    """docs/CONSOLE.md "Run it": its console.toml and the commands that make the two files it
+    names, run as written in an empty folder, end in ``console config ok``."""
+    import os
+    import subprocess
+    import sys
+
+    doc = (Path(__file__).resolve().parents[1] / "docs/CONSOLE.md").read_text()
+    section = doc[doc.index("## Run it") : doc.index("### Settings")]
+    (toml,) = re.findall(r"```toml\n(.*?)```", section, flags=re.DOTALL)
+    setup = re.findall(r"```bash\n(.*?)```", section, flags=re.DOTALL)[1]
+    (tmp_path / "console.toml").write_text(toml)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    r = subprocess.run(
+        ["bash", "-ec", setup], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0 and "console config ok: 1 tenant(s), auth static" in r.stdout, (
+        r.stdout + r.stderr
+    )
+    assert (tmp_path / "console-tokens.json").stat().st_mode & 0o077 == 0
+
+
 def test_every_config_field_is_documented() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs/CONSOLE.md").read_text()
     for cls, prefix in (

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from callgate.cli.version import NOT_INSTALLED, version_info
+from callgate.cli.version import version_info
 from tests.conftest import ROOT, short_tmpdir
 from tests.test_lock import _locked
 from tests.test_slim_imports import PROBE, sidecar_modules, sidecar_only_distributions
@@ -262,7 +262,7 @@ def test_the_sdist_builds_a_pure_python_wheel_without_rust(built: Built, tmp_pat
     assert not any("_native" in n for n in names)
 
 
-def test_the_slim_install_has_no_sidecar(slim: Venv, outside: Path) -> None:
+def test_the_slim_install_has_no_sidecar(slim: Venv, outside: Path, built: Built) -> None:
     leaked = installed(slim, outside) & sidecar_only_distributions("openai-agents")
     assert not leaked, f"the slim install pulled in the sidecar's distributions: {sorted(leaked)}"
     for module in ("callgate.client", "callgate.adapters.openai_agents"):
@@ -271,14 +271,17 @@ def test_the_slim_install_has_no_sidecar(slim: Venv, outside: Path) -> None:
         assert not sidecar_modules(json.loads(probe.stdout)["modules"]), module
     serve = slim.run("callgate", "serve", "--example", cwd=outside)
     assert serve.returncode == 2
-    assert "callgate serve needs the sidecar: pip install 'callgate[sidecar]'" in serve.stderr
+    # the pip command names the wheel it was installed from: no index publishes callgate
+    assert f"callgate serve needs the sidecar: pip install '{built.wheel}[sidecar]'" in serve.stderr
     for extra in ("mcp", "console"):  # the extras' commands say which extra, as serve does
         run = slim.run("callgate", extra, *(["serve"] if extra == "mcp" else []), "-c", "c.toml", cwd=outside)
         assert run.returncode == 2, run.stdout + run.stderr
-        assert f"callgate {extra} needs the '{extra}' extra (pip install 'callgate[{extra}]')" in run.stderr
+        assert (
+            f"callgate {extra} needs the '{extra}' extra (pip install '{built.wheel}[{extra}]')" in run.stderr
+        )
     version = slim.run("callgate", "--version", cwd=outside)
     assert version.returncode == 0, version.stderr
-    assert f"store schema: {NOT_INSTALLED}" in version.stdout
+    assert f"store schema: not installed (pip install '{built.wheel}[sidecar]')" in version.stdout
 
 
 def test_callgate_version_names_every_part(full: Venv, outside: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+import tomllib
 from pathlib import Path
 
 from callgate.base.errors import DESCRIPTION, ErrorCode
@@ -84,3 +85,21 @@ def test_the_path_check_finds_stale_references() -> None:
         for m in _PATH.finditer("see sidecar/app.py, `callgate/x.py`, scripts/test; /etc/callgate/a.py")
     ]
     assert found == ["sidecar/app.py", "callgate/x.py", "scripts/test"]
+
+
+_WHEEL = re.compile(r"callgate-([0-9][\w.+]*)-cp311-abi3-manylinux_2_34_x86_64\.whl")
+
+
+def test_the_wheel_the_docs_install_is_this_version() -> None:
+    """callgate is installed from its wheel file (no index publishes it), so README.md and docs/
+    name the file in their ``pip install '<wheel>[extra]'`` lines: each must be the wheel
+    scripts/dist builds now, pyproject.toml's version."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    named = [
+        (path.relative_to(ROOT), m.group(1))
+        for path, text in _sources()
+        if path.suffix == ".md"
+        for m in _WHEEL.finditer(text)
+    ]
+    assert len(named) >= 5, named  # README.md, docs/DEPLOY.md, docs/CLIENTS.md, docs/CONSOLE.md
+    assert [(p, v) for p, v in named if v != version] == []

@@ -135,8 +135,13 @@ def _broken_copy(tmp_path: Path, text: str) -> Path:
     [
         (
             '@id("a")\npermit (principal, action, resource);\n\n@id("b")\npermit (principal, action resource);\n',
-            4,
-            "syntax error",
+            "5:27",  # the line and column of the token Cedar names, not of the statement's @id
+            "syntax error: unexpected token `resource`",
+        ),
+        (
+            '@id("a")\npermit (principal, action, resource)\nwhen { context.a == 1 && };\n',
+            "3:26",  # Cedar sees this `}` only with the token after it
+            "syntax error: unexpected token `}`",
         ),
         (
             '@id("a")\npermit (principal, action, resource);\npermit (principal, action, resource);\n',
@@ -155,9 +160,16 @@ def _broken_copy(tmp_path: Path, text: str) -> Path:
             "typo",
         ),
     ],
-    ids=["syntax", "missing-id", "duplicate-id", "confirm-on-forbid", "schema-validation"],
+    ids=[
+        "syntax",
+        "syntax-lookahead",
+        "missing-id",
+        "duplicate-id",
+        "confirm-on-forbid",
+        "schema-validation",
+    ],
 )
-def test_load_errors_name_file_and_line(tmp_path: Path, text: str, line: int, fragment: str) -> None:
+def test_load_errors_name_file_and_line(tmp_path: Path, text: str, line: int | str, fragment: str) -> None:
     with pytest.raises(LoadError) as err:
         load_cedar_dir(_broken_copy(tmp_path, text))
     assert err.value.code is ErrorCode.POLICY_INVALID

@@ -439,6 +439,11 @@ def test_mcp_config_errors_name_file_and_key(tmp_path: Path) -> None:
 
     cases = {
         "[mcp]\nbogus = 1\n": "unknown key 'mcp.bogus'",
+        # a typo: its line and the closest known key
+        '\n[mcp]\nstructured_contnt = "omit"\n': (
+            "c.toml:3: config_invalid: unknown key 'mcp.structured_contnt' (did you mean 'structured_content'?;"
+        ),
+        '[[mcp.upstreams]]\nname = "a"\ntimeout_secs = 3\n': "(did you mean 'timeout_seconds'?;",
         '[[mcp.upstreams]]\nname = "a"\ntransport = "carrier-pigeon"\n': "'mcp.upstreams[0].transport' must be one of",
         '[[mcp.upstreams]]\nname = "a"\n': "'mcp.upstreams[0].command' is required",
         '[[mcp.upstreams]]\nname = "a"\ncommand = "x"\nenv = { K = { secret = "nope" } }\n': "secret 'nope'",

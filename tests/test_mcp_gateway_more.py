@@ -546,6 +546,28 @@ timeout_seconds = 20.0
 
 
 # ---------------------------------------------------------------------------------- 5. error codes
+def test_an_http_upstream_that_cannot_be_reached_is_named_by_its_url_without_secrets() -> None:
+    """docs/MCP.md "Five minutes" configures an HTTP upstream; one nobody listens on was named only
+    ``cannot connect (ConnectError)``. The line names the URL (scheme, host, port, path), never
+    its credentials or query, which may carry a token."""
+    port = free_port()
+    upstream = f"""
+[[mcp.upstreams]]
+name = "tickets"
+transport = "http"
+url = "http://bob:pa55word@127.0.0.1:{port}/mcp?token=s3cret#frag"
+timeout_seconds = 10.0
+"""
+    with permit_all_folder(upstream) as env:
+        r = cli(env.base, "mcp", "import", "--config", str(env.config), "--accept-proposed")
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert (
+            f"error: upstream tickets: cannot list tools (cannot connect to http://127.0.0.1:{port}/mcp "
+            "(ConnectError))" in r.stdout
+        ), r.stdout
+        assert not re.search("pa55word|s3cret|bob|frag", r.stdout + r.stderr), r.stdout + r.stderr
+
+
 def test_async_client_errors_keep_their_code_with_the_embedded_sidecar() -> None:
     """A refusal from the embedded sidecar reaches the gateway with its code and gRPC status
     (it used to arrive as UNKNOWN: grpc.aio's AioRpcError is not a grpc.Call)."""

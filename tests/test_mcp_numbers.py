@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import short_tmpdir
+from tests.conftest import ROOT, short_tmpdir
 from tests.markers import Needs, require
 from tests.mcp_clients import NODE_DIR
 from tests.mcp_env import (
@@ -81,57 +81,63 @@ timeout_seconds = 30.0
 
 def import_numbers(base: Path) -> Path:
     """Import, then keep the two tools with number arguments (the others are other issues'),
-    under lower_snake_case names (issue 27 item 1 maps names; until then by hand, as there)."""
+    under the names import gives them (kebab-case kept: docs/MCP.md "Tool names")."""
     r = cli(base, "mcp", "import", "--config", "callgate.toml", "--accept-proposed")
     assert r.returncode == 0, r.stdout + r.stderr
     tools = base / "policies" / "tools"
     for path in sorted(tools.glob("*.json")):
-        doc = json.loads(path.read_text())
-        path.unlink()
-        if doc["upstream"]["tool"] in KEEP:
-            doc["name"] = doc["name"].replace("-", "_")
-            (tools / f"{doc['name']}@v1.json").write_text(json.dumps(doc, indent=2))
+        if json.loads(path.read_text())["upstream"]["tool"] not in KEEP:
+            path.unlink()
     return tools
+
+
+def test_the_policies_are_the_docs() -> None:
+    """docs/MCP.md "From import to allow, confirm and deny" shows these policies and these names."""
+    doc = (ROOT / "docs" / "MCP.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## From import to allow, confirm and deny") : doc.index("## Arguments as")]
+    assert POLICIES.strip() in section
+    prose = " ".join(section.split())
+    assert "the client calls `everything__get-sum`" in prose and "rename" not in prose
 
 
 @pytest.mark.timeout(200)
 def test_number_arguments_are_cedar_decimals_and_reach_the_upstream_as_numbers(base: Path) -> None:
     tools = import_numbers(base)
-    doc = json.loads((tools / "everything.get_sum@v1.json").read_text())
+    doc = json.loads((tools / "everything.get-sum@v1.json").read_text())
     assert [n["field"] for n in doc["normalizers"]] == ["/a", "/b"], doc
     assert doc["normalized_schema"]["properties"]["a"]["type"] == "string"
     assert doc["normalized_schema"]["additionalProperties"] is False
     # no hand-written schema: the actions are generated, numbers typed as decimal
     r = cli(base, "check", "--config", "callgate.toml")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "everything.get_sum@v1" in r.stdout and "everything.trigger_long_running_operation@v1" in r.stdout
+    assert "everything.get-sum@v1" in r.stdout and "everything.trigger-long-running-operation@v1" in r.stdout
     yes = accept(True)
 
     async def go() -> None:
         env = Published(base, base / "callgate.toml", base)
         async with stdio_gateway(env, yes) as (s, _):
             names = {t.name for t in (await s.list_tools()).tools}
-            assert "everything__get_sum" in names, names
+            assert "everything__get-sum" in names, names
             # allow: both under 100; the upstream adds the numbers it got
-            r = await s.call_tool("everything__get_sum", {"a": 2.5, "b": 40})
+            r = await s.call_tool("everything__get-sum", {"a": 2.5, "b": 40})
             assert not r.is_error, text_of(r)
             assert "42.5" in payload(r)["data"], text_of(r)
             # confirm: a >= 100 asks the user, then runs
-            r = await s.call_tool("everything__get_sum", {"a": 150, "b": 0.25})
+            r = await s.call_tool("everything__get-sum", {"a": 150, "b": 0.25})
             assert not r.is_error, text_of(r)
             assert "150.25" in payload(r)["data"], text_of(r)
             assert len(yes.asked) == 1 and '"a": "150.0000"' in yes.asked[0]  # type: ignore[attr-defined]
             # deny: a forbid on a negative number
-            r = await s.call_tool("everything__get_sum", {"a": -1, "b": 2})
+            r = await s.call_tool("everything__get-sum", {"a": -1, "b": 2})
             assert r.is_error and payload(r)["status"] == "denied", text_of(r)
             assert payload(r)["reasons"] == ["policy_forbid"], text_of(r)
             # an argument the Cedar record has no room for: a schema violation naming it, not
             # a policy error (the imported normalized_schema closes the object)
-            r = await s.call_tool("everything__get_sum", {"a": 1, "b": 2, "c": 3})
+            r = await s.call_tool("everything__get-sum", {"a": 1, "b": 2, "c": 3})
             assert r.is_error and payload(r)["code"] == "schema_violation", text_of(r)
             assert "/c" in text_of(r) or "'c'" in text_of(r), text_of(r)
             # more fractional digits than Cedar's decimal keeps: refused, never rounded
-            r = await s.call_tool("everything__get_sum", {"a": 1.23456, "b": 1})
+            r = await s.call_tool("everything__get-sum", {"a": 1.23456, "b": 1})
             assert r.is_error and payload(r)["code"] == "decimal_invalid", text_of(r)
 
     run(go(), 180)
@@ -156,7 +162,7 @@ def test_check_names_an_action_no_request_can_match(base: Path) -> None:
     )
     r = cli(base, "check", "--config", "callgate.toml")
     out = r.stdout + r.stderr
-    assert "everything.get_sum@v1.json" in out and "tool everything.get_sum@v1" in out, out
+    assert "everything.get-sum@v1.json" in out and "tool everything.get-sum@v1" in out, out
     assert "no request can ever be allowed: action mcp.everything.get_sum" in out, out
     assert "declares no context" in out, out
-    assert "trigger_long_running_operation@v1.json" not in out, out  # that one can match
+    assert "trigger-long-running-operation@v1.json" not in out, out  # that one can match

@@ -253,3 +253,16 @@ def test_the_solver_pass_hides_what_it_proves_and_shows_what_it_cannot(
     assert late is not None and late.solver is not None and late.solver.unknown > 0
     assert late.solver.hidden + late.solver.witnessed + late.solver.unknown == late.solver.undecided
     assert all("weather.read" not in late.never(w, ACTIONS) for w in ("alice", "bob", "carol", "zed"))
+
+
+def test_a_missing_prover_says_how_to_build_it_or_turn_the_pass_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed wheel has no prover: every start warned, naming only a checkout's build. The
+    note (logged once per process) also names the setting that turns the pass off."""
+    reach_solve._memo.clear()
+    monkeypatch.setenv(BIN_ENV, str(tmp_path / "no-such-prover"))
+    missing = load_cedar_dir(POLICIES / "cedar", reach_solver_ms=60_000).reach
+    assert missing is not None and missing.solver is not None and missing.solver.unknown > 0
+    assert "not built" in missing.solver.note, missing.solver.note
+    assert missing.solver.note.endswith("or turn this pass off: [policy] list_by_policy_solver_ms = 0")

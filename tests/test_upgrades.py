@@ -218,6 +218,18 @@ def test_a_backup_never_overwrites_and_names_a_missing_store(tmp_path: Path) -> 
     )
     assert r.returncode == 1 and "none.db" in r.stdout and "no SQLite store" in r.stdout, r.stdout
     assert not (tmp_path / "b.db").exists()
+    (tmp_path / "none.db").write_bytes(b"")  # a store now; the target's folder is missing
+    nowhere = tmp_path / "no-such-dir" / "b.db"
+    r = subprocess.run(
+        [sys.executable, "-m", "callgate", "store", "backup", str(nowhere), "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"error: {nowhere}: config_invalid: the backup target's folder does not exist" in r.stdout, (
+        r.stdout
+    )
 
 
 # ----------------------------------------------------------------------------- PostgreSQL

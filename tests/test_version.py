@@ -4,6 +4,7 @@ from the installed wheel."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -78,7 +79,27 @@ def test_a_sidecar_command_in_the_slim_install_names_the_extra(
         in err
     )
     monkeypatch.setattr(version, "missing_sidecar", lambda: ("cedarpy",))
-    assert version.store_schema() == version.engine_names() == version.NOT_INSTALLED
+    assert version.store_schema() == version.engine_names() == version.not_installed()
+
+
+def test_the_install_hint_names_the_wheel_it_was_installed_from(tmp_path: Path) -> None:
+    """callgate is installed from its wheel file, not an index: ``pip install 'callgate[sidecar]'``
+    would ask the index for a distribution named callgate (none is published: it fails, or gets
+    someone else's). The hint names the file of PEP 610's direct_url.json while it is there."""
+    wheel = tmp_path / "dist dir" / "callgate-0.1.0-cp311-abi3-manylinux_2_34_x86_64.whl"
+    wheel.parent.mkdir()
+    wheel.write_bytes(b"PK")
+    url = "file://" + str(wheel).replace(" ", "%20")
+    archive = json.dumps({"url": url, "archive_info": {"hash": "sha256=00"}})
+    assert version.archive_of(archive) == wheel
+    assert version.archive_of(json.dumps({"url": str(tmp_path), "dir_info": {"editable": True}})) is None
+    assert version.archive_of(json.dumps({"url": "https://x/callgate.whl", "archive_info": {}})) is None
+    assert version.archive_of(None) is None and version.archive_of("{not json") is None
+    wheel.unlink()
+    assert version.archive_of(archive) is None  # moved away: the name, as for an index install
+    # this checkout's install is editable: the hint is the distribution's name
+    assert version.installed_from() is None
+    assert version.install_hint("mcp") == "pip install 'callgate[mcp]'"
 
 
 def test_the_full_install_misses_nothing_of_the_sidecar() -> None:

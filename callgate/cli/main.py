@@ -382,7 +382,7 @@ def cmd_eval(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from callgate.cli.evalcases import load_cases
 
     try:
-        cfg = _config(args.config)
+        cfg = _serve_config(args)
         cases = load_cases(args.file)
         return asyncio.run(_eval(cfg, cases, out))
     except (CallgateError, json.JSONDecodeError, OSError, KeyError, ValueError) as exc:
@@ -412,10 +412,18 @@ def cmd_policy_test(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from callgate.policy.policytest import run_command
 
     try:
-        cfg = _config(args.config)
+        cfg = _serve_config(args)
     except CallgateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.dir is None:  # --example: the packaged example's own tests
+        if not args.example:
+            print(
+                "error: give DIR (the folder holding ALLOW/, DENY/ and CONFIRM/), or --example",
+                file=sys.stderr,
+            )
+            return 2
+        args.dir = str(Path(cfg.path(cfg.policy.dir)) / "tests")
     return asyncio.run(run_command(cfg, Path(args.dir), engine=args.engine, opa_url=args.opa_url, out=out))
 
 
@@ -619,10 +627,9 @@ adds it (imported only when the command runs), the package whose presence lists 
 def _extra_missing(name: str, exc: ImportError) -> int:
     """``callgate mcp`` / ``callgate console`` without their extra: say which one to install
     (exit 2), as the sidecar's commands do in the slim install."""
-    print(
-        f"callgate {name} needs the '{name}' extra (pip install 'callgate[{name}]'): {exc}",
-        file=sys.stderr,
-    )
+    from callgate.cli.version import install_hint
+
+    print(f"callgate {name} needs the '{name}' extra ({install_hint(name)}): {exc}", file=sys.stderr)
     return 2
 
 
@@ -652,6 +659,12 @@ def _engine_names(command: str) -> tuple[str, ...] | None:
     return ENGINES.names()
 
 
+_ONE_SHOT: Final = frozenset({"check", "status", "eval", "policy", "new", "explain", "store"})
+"""Commands that print an answer and exit: they log warnings and errors only (``-v``: debug)."""
+
+_CONFIG_HELP: Final = "TOML config (default: ./callgate.toml, else the built-in defaults; docs/CONFIG.md)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), "")
@@ -667,9 +680,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the gRPC sidecar")
     which = p.add_mutually_exclusive_group()
-    which.add_argument(
-        "--config", "-c", help="TOML config (default: ./callgate.toml, else built-in defaults)"
-    )
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
     which.add_argument(
         "--example",
         action="store_true",
@@ -678,7 +689,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--config", "-c")
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
     which.add_argument(
         "--example", action="store_true", help="check the packaged example policies (serve --example's)"
     )
@@ -696,22 +707,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser(
         "status", help="a running sidecar's policy status: serving revision, refused files and why"
     )
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.add_argument("--target", help="gRPC address (default: the config's agent listener)")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("eval", help="run proposal cases (.json or .jsonl, '-' for stdin) offline")
-    p.add_argument("file")
-    p.add_argument("--config", "-c")
+    p.add_argument(
+        "file", help="a case file: .json (a case, a list, or defaults + cases) or .jsonl; '-': stdin"
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
+    which.add_argument(
+        "--example", action="store_true", help="run the cases on the packaged example policies"
+    )
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("policy", help="policy authoring tools")
     policy_sub = p.add_subparsers(dest="policy_command", required=True)
     p = policy_sub.add_parser(
         "test", help="run ALLOW/, DENY/, CONFIRM/ request files; non-zero exit unless all pass"
     )
-    p.add_argument("dir", help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests)")
-    p.add_argument("--config", "-c")
+    p.add_argument(
+        "dir",
+        nargs="?",
+        help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests; with --example: its own)",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
+    which.add_argument(
+        "--example",
+        action="store_true",
+        help="the packaged example policies (and their tests when DIR is not given)",
+    )
     p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
@@ -726,7 +753,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = new_sub.add_parser("tool", help="a ToolSpec, its Cedar and Rego rules and test requests")
     p.add_argument("name", help="NAME[@VERSION], e.g. payments.refund@v1 (version default v1)")
     p.add_argument("--dir", help="the policy folder (default: the config's policy.dir)")
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.add_argument(
         "--side-effect",
         default="read_only",
@@ -737,26 +764,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser(
         "explain", help="what happened to one invocation (the 8 questions of 6.13), from the event store"
     )
-    p.add_argument("invocation_id", nargs="?", default="")
+    p.add_argument(
+        "invocation_id", nargs="?", default="", help="inv_... (the Propose answer's invocation_id)"
+    )
     p.add_argument(
         "--decision",
         metavar="DECISION_ID",
         default="",
         help="show one recorded Authorizer.Authorize decision",
     )
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.add_argument("--json", action="store_true", help="machine-readable output (bytes as utf8 + base64)")
     p.set_defaults(func=cmd_explain)
     p = sub.add_parser("store", help="the event store: an online backup, compaction")
     store_sub = p.add_subparsers(dest="store_command", required=True)
     p = store_sub.add_parser("backup", help="copy the SQLite store while the sidecar runs (consistent)")
     p.add_argument("target", help="the new backup file (must not exist)")
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.set_defaults(func=cmd_store_backup)
     p = store_sub.add_parser(
         "compact", help="shrink a stopped SQLite store once (VACUUM; afterwards retention shrinks it)"
     )
-    p.add_argument("--config", "-c")
+    p.add_argument("--config", "-c", help=_CONFIG_HELP)
     p.set_defaults(func=cmd_store_compact)
     for name, cli_module, probe, help_text in _EXTRA_COMMANDS:
         if command == name:
@@ -769,21 +798,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(words)
     if args.command not in _EXTRA_NAMES:
-        from callgate.cli.version import SIDECAR_EXTRA, missing_sidecar
+        from callgate.cli.version import SIDECAR_EXTRA, install_hint, missing_sidecar
 
         if missing := missing_sidecar():  # the slim install: the client and the adapters only
             print(
-                f"callgate {args.command} needs the sidecar: pip install 'callgate[{SIDECAR_EXTRA}]' "
+                f"callgate {args.command} needs the sidecar: {install_hint(SIDECAR_EXTRA)} "
                 f"(not installed: {', '.join(missing)})",
                 file=sys.stderr,
             )
             return 2
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+    logging.basicConfig(  # the one-shot commands print their answer; their INFO lines are noise
+        level=logging.DEBUG
+        if args.verbose
+        else logging.WARNING
+        if args.command in _ONE_SHOT
+        else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    rc: int = args.func(args)
+    try:
+        rc: int = args.func(args)
+    except Exception as exc:  # a config or policy a command could not load: say so, no traceback
+        from callgate.base.errors import LoadError
+
+        if isinstance(exc, ImportError) and args.command in _EXTRA_NAMES:
+            return _extra_missing(args.command, exc)  # what the extra brings is not installed
+        if not isinstance(exc, LoadError):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     return rc
 
 

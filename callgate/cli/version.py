@@ -10,14 +10,16 @@ extra) the sidecar's lines say so instead of failing.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Final
+from urllib.parse import unquote, urlparse
 
 DISTRIBUTION: Final = "callgate"
 SIDECAR_EXTRA: Final = "sidecar"
-NOT_INSTALLED: Final = f"not installed (pip install 'callgate[{SIDECAR_EXTRA}]')"
 _STORES: Final = (("sqlite", "callgate.store.sqlite"), ("postgresql", "callgate.store.postgres"))
 """(backend, the module whose ``MIGRATIONS`` numbers its schema)."""
 _EXTRA_MARKER: Final = f'extra=="{SIDECAR_EXTRA}"'
@@ -93,15 +95,53 @@ def missing_sidecar() -> tuple[str, ...]:
     return tuple(missing)
 
 
+def installed_from() -> Path | None:
+    """The wheel or sdist file this installation was made from (PEP 610 ``direct_url.json``),
+    when it was a local file that is still there; None for an index, a folder or an editable."""
+    try:
+        raw = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
+    except metadata.PackageNotFoundError:
+        return None
+    return archive_of(raw)
+
+
+def archive_of(direct_url: str | None) -> Path | None:
+    """The local archive file a PEP 610 ``direct_url.json`` names, if it is still there."""
+    try:
+        info = json.loads(direct_url) if direct_url else None
+    except ValueError:
+        return None
+    if not isinstance(info, dict) or "archive_info" not in info:
+        return None
+    url = urlparse(str(info.get("url", "")))
+    if url.scheme != "file":
+        return None
+    path = Path(unquote(url.path))
+    return path if path.is_file() else None
+
+
+def install_hint(extra: str) -> str:
+    """The pip command that adds ``extra`` to this installation. callgate is installed from its
+    wheel (README.md, "Install without a clone"), not from an index: ``callgate[extra]`` would
+    ask the index for a distribution of that name, so name the file when it is known."""
+    source = installed_from()
+    return f"pip install '{source if source is not None else DISTRIBUTION}[{extra}]'"
+
+
+def not_installed() -> str:
+    """``--version``'s sidecar lines in the slim install."""
+    return f"not installed ({install_hint(SIDECAR_EXTRA)})"
+
+
 def store_schema() -> str:
     if missing_sidecar():
-        return NOT_INSTALLED
+        return not_installed()
     return ", ".join(f"{name} {len(importlib.import_module(module).MIGRATIONS)}" for name, module in _STORES)
 
 
 def engine_names() -> str:
     if missing_sidecar():
-        return NOT_INSTALLED
+        return not_installed()
     from callgate.policy.engines.registry import ENGINES
 
     return ", ".join(ENGINES.names())
@@ -111,4 +151,13 @@ def version_info() -> VersionInfo:
     return VersionInfo(package_version(), core_build(), proto_package(), store_schema(), engine_names())
 
 
-__all__ = ["NOT_INSTALLED", "SIDECAR_EXTRA", "VersionInfo", "missing_sidecar", "version_info"]
+__all__ = [
+    "SIDECAR_EXTRA",
+    "VersionInfo",
+    "archive_of",
+    "install_hint",
+    "installed_from",
+    "missing_sidecar",
+    "not_installed",
+    "version_info",
+]

@@ -70,6 +70,16 @@ class Identity:
     """The browser session's id (sign-out ends it); empty for a token sent in a header."""
 
 
+def unreadable(exc: Exception) -> str:
+    """Why a secret-holding file could not be read, never a byte of it: the OS's reason, or
+    where its JSON breaks."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: line {exc.lineno}, column {exc.colno}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return type(exc).__name__
+
+
 def _bearer(value: str) -> str:
     scheme, _, rest = value.strip().partition(" ")
     if rest and scheme.lower() == "bearer":
@@ -128,7 +138,9 @@ class StaticTokens:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise config_invalid(f"console.auth.tokens_file: cannot read ({type(exc).__name__})") from None
+            raise config_invalid(
+                f"console.auth.tokens_file {path}: cannot read ({unreadable(exc)})"
+            ) from None
         if not isinstance(data, dict) or not data:
             raise config_invalid("console.auth.tokens_file must be a non-empty JSON object")
         entries: dict[str, Identity] = {}
@@ -321,10 +333,11 @@ class Csrf:
     def load(cfg: ConsoleConfig) -> Csrf:
         if not cfg.secret_file:
             return Csrf(secrets.token_bytes(32))
+        path = cfg.path(cfg.secret_file)
         try:
-            key = cfg.path(cfg.secret_file).read_bytes().strip()
+            key = path.read_bytes().strip()
         except OSError as exc:
-            raise config_invalid(f"console.secret_file: cannot read ({type(exc).__name__})") from None
+            raise config_invalid(f"console.secret_file {path}: cannot read ({unreadable(exc)})") from None
         if len(key) < 32:
             raise config_invalid("console.secret_file must hold at least 32 bytes")
         return Csrf(key)

@@ -10,15 +10,7 @@ from callgate.base.errors import CallgateError
 
 def cmd_console(args: argparse.Namespace) -> int:
     from callgate.console import config
-
-    try:
-        from callgate.console.app import run
-    except ImportError as exc:
-        print(
-            f"callgate console needs the 'console' extra (pip install 'callgate[console]'): {exc}",
-            file=sys.stderr,
-        )
-        return 2
+    from callgate.console.app import run  # without the extra: ImportError, which main() names
 
     try:
         cfg = config.load(args.config)
@@ -30,7 +22,8 @@ def cmd_console(args: argparse.Namespace) -> int:
             return 0
         return run(cfg)
     except CallgateError as exc:
-        print(f"callgate console: {exc.message}", file=sys.stderr)
+        where = "" if exc.message.startswith(str(args.config)) else f"{args.config}: "
+        print(f"callgate console: {where}{exc.message}", file=sys.stderr)
         return 2
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from callgate.base.errors import LoadError, config_invalid
 from callgate.client.names import UPSTREAM_NAME
-from callgate.config import Config, check_loopback, load_config
+from callgate.config import Config, check_loopback, key_line, load_config, unknown_name
 
 
 class UpstreamTransport(str, Enum):
@@ -220,15 +220,21 @@ class McpConfig:
         return next((u for u in self.upstreams if u.name == name), None)
 
 
+def _text(source: str) -> str:
+    """The config file's text, for the line of a key (best effort: "" when unreadable)."""
+    try:
+        return Path(source).read_text(encoding="utf-8") if source else ""
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def _scalar(cls: type[Any], data: dict[str, Any], where: str, source: str) -> dict[str, Any]:
     known = {f.name for f in fields(cls)}
     defaults = cls()
     out: dict[str, Any] = {}
     for key, value in data.items():
         if key not in known:
-            raise config_invalid(
-                f"unknown key '{where}{key}' (known: {', '.join(sorted(known))})", source=source
-            )
+            raise unknown_name("key", f"'{where}{key}'", known, source, key_line(_text(source), where, key))
         default = getattr(defaults, key)
         if isinstance(default, Enum):
             try:

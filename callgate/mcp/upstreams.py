@@ -169,7 +169,9 @@ def start_failure(cfg: McpUpstreamConfig, exc: BaseException | None) -> str:
         return "the connection closed before initialize was answered"
     if isinstance(err, httpx2.HTTPStatusError):
         return f"cannot connect (GET {shown_url(cfg.url)} answered HTTP {err.response.status_code})"
-    return f"cannot connect ({type(err).__name__})"
+    if stdio:
+        return f"cannot connect ({type(err).__name__})"
+    return f"cannot connect to {shown_url(cfg.url)} ({type(err).__name__})"
 
 
 def shown_url(url: str) -> str:

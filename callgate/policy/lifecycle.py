@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,11 @@ async def load_off_the_loop(cfg: Config) -> PolicySnapshot:
     return await _off_the_loop(load_snapshot_from_config, cfg)
 
 
+RETRY_LOG_EVERY_S = 60.0
+"""While no snapshot serves, the watcher retries the load every ``policy.watch_interval_ms``; the
+same refusal is logged at ERROR again at most this often (a changed one at once)."""
+
+
 @dataclass
 class PolicyLifecycle:
     config: Config
@@ -152,6 +158,9 @@ class PolicyLifecycle:
     _sources: tuple[Any, Any] = (None, None)
     """``policy.reload_prove``: the Cedar texts serving and those of the set being loaded
     (:mod:`callgate.policy.prove.guard`)."""
+    _logged: tuple[tuple[str, ...], float] = ((), float("-inf"))
+    """The problems last logged at ERROR and when (monotonic): a retry that finds the same ones
+    logs them at DEBUG, at ERROR again once :data:`RETRY_LOG_EVERY_S` has passed."""
 
     @property
     def policy_dir(self) -> Path:
@@ -227,8 +236,15 @@ class PolicyLifecycle:
         self.last_error = "; ".join(f.render() for f in problems[:MAX_ERRORS_SHOWN])
         if len(problems) > MAX_ERRORS_SHOWN:
             self.last_error += f"; ... ({len(problems) - MAX_ERRORS_SHOWN} more)"
-        for f in problems:
-            log.error("policy load (%s) refused: %s", reason, f.render())
+        rendered, now = tuple(f.render() for f in problems), time.monotonic()
+        again = (
+            reason == "retry" and rendered == self._logged[0] and now - self._logged[1] < RETRY_LOG_EVERY_S
+        )
+        if not again:
+            self._logged = (rendered, now)
+        level = logging.DEBUG if again else logging.ERROR  # NOT_READY retries: say it once
+        for line in rendered:
+            log.log(level, "policy load (%s) refused: %s", reason, line)
         if current is not None and self._refused_revision != current.revision:
             log.warning(
                 "policy load (%s) refused; serving revision %s kept (restored: the refused set never served)",
@@ -236,7 +252,7 @@ class PolicyLifecycle:
                 current.revision,
             )
         else:
-            log.error("policy load (%s) refused; not ready (no good snapshot yet)", reason)
+            log.log(level, "policy load (%s) refused; not ready (no good snapshot yet)", reason)
         self.on_reload(False)
         await self.refresh_health()
         return False

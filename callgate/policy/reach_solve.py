@@ -172,9 +172,8 @@ def settle_reach(
         )
     except ProverUnavailable as exc:  # a machine without scripts/prove: said once per process
         n, c = undecided, len(plan.props)
-        return _done(
-            reach, SolverPass(n, 0, 0, n, time.monotonic() - start, str(exc), checks=c), _said_missing()
-        )
+        note = f"{exc}; or turn this pass off: [policy] list_by_policy_solver_ms = 0"
+        return _done(reach, SolverPass(n, 0, 0, n, time.monotonic() - start, note, checks=c), _said_missing())
     except (LoadError, OSError) as exc:
         n, c = undecided, len(plan.props)
         return _done(reach, SolverPass(n, 0, 0, n, time.monotonic() - start, str(exc), checks=c))

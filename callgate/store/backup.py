@@ -41,6 +41,8 @@ def backup_sqlite(source: Path, target: Path) -> BackupReport:
         raise config_invalid("no SQLite store at this path", source=str(source))
     if target.exists():
         raise config_invalid("the backup target exists; choose a new file", source=str(target))
+    if not target.parent.is_dir():
+        raise config_invalid("the backup target's folder does not exist", source=str(target))
     partial = target.with_name(target.name + ".partial")
     partial.unlink(missing_ok=True)
     try:

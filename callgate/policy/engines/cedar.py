@@ -232,16 +232,52 @@ def _statement_starts(text: str) -> list[int]:
     return starts
 
 
-def _locate_parse_error(text: str) -> int:
-    """Best-effort line of the first statement Cedar cannot parse (cedarpy gives no location)."""
+_UNEXPECTED = re.compile(r"unexpected token `([^`]+)`")
+
+
+def _locate_parse_error(text: str) -> tuple[int, int]:
+    """Best-effort ``(line, column)`` of a syntax error: the first statement Cedar cannot parse,
+    and in it the token Cedar names (cedarpy gives no location). Column 0: the statement's line
+    only (the message names no token, or no cut before one reproduces it)."""
     starts = _statement_starts(text)
     for k, s in enumerate(starts):
         end = starts[k + 1] if k + 1 < len(starts) else len(text)
         try:
             cedarpy.PolicySet.from_str(text[s:end])
-        except ValueError:
-            return _line_of(text, s)
-    return 1
+        except ValueError as exc:
+            at = _unexpected_token_at(text, s, end, str(exc))
+            if at is None:
+                return _line_of(text, s), 0
+            return _line_of(text, at), at - text.rfind("\n", 0, at)
+    return 1, 0
+
+
+def _unexpected_token_at(text: str, start: int, end: int, message: str) -> int | None:
+    """Offset of the token an ``unexpected token `X``` message is about: the first occurrence of
+    ``X`` in the statement whose text cut right after it already fails with ``message`` (every
+    cut before the real error fails as an unexpected end of input instead); failing that, cut
+    after the token that follows it (the parser may need that one to see the error)."""
+    m = _UNEXPECTED.search(message)
+    if m is None:
+        return None
+    found = list(re.finditer(re.escape(m.group(1)), text[start:end]))
+    for lookahead in (False, True):
+        for occurrence in found:
+            cut = start + occurrence.end()
+            if lookahead:
+                following = _NEXT_TOKEN.search(text, cut, end)
+                if following is None:
+                    continue
+                cut = following.end()
+            try:
+                cedarpy.PolicySet.from_str(text[start:cut])
+            except ValueError as exc:
+                if str(exc) == message:
+                    return start + occurrence.start()
+    return None
+
+
+_NEXT_TOKEN = re.compile(r"\w+|\S")
 
 
 def _id_lines(text: str, lines: LineIndex | None = None) -> dict[str, int]:
@@ -374,11 +410,12 @@ def load_cedar_dir(
             try:
                 cedarpy.policies_to_json_str(text)
             except ValueError as part_exc:
-                line = _locate_parse_error(text)
-                raise policy_invalid(f"syntax error: {part_exc}", source=f"{path}:{line}") from None
-        raise policy_invalid(
-            f"syntax error: {exc}", source=files.where(_locate_parse_error(pol_text))
-        ) from None
+                line, column = _locate_parse_error(text)
+                where = f"{path}:{line}:{column}" if column else f"{path}:{line}"
+                raise policy_invalid(f"syntax error: {part_exc}", source=where) from None
+        line, column = _locate_parse_error(pol_text)
+        where = files.where(line) + (f":{column}" if column else "")
+        raise policy_invalid(f"syntax error: {exc}", source=where) from None
 
     static: dict[str, Any] = est.get("staticPolicies", {})
     if est.get("templates"):

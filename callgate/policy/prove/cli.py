@@ -20,7 +20,9 @@ PROPERTIES_FILE = "properties.toml"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", "-c")
+    p.add_argument(
+        "--config", "-c", help="TOML config (default: ./callgate.toml, else the built-in defaults)"
+    )
     p.add_argument(
         "--properties",
         help=f"the properties file (default: {PROPERTIES_FILE} in the config's policy.dir)",
