@@ -139,6 +139,23 @@ def test_config_refuses(tmp_path: Path, text: str, message: str) -> None:
     assert message in err.value.message
 
 
+def test_a_raw_random_key_file_is_taken_whatever_bytes_it_ends_with(tmp_path: Path) -> None:
+    """``head -c 32 /dev/urandom > console-csrf.key``: raw bytes that begin or end with whitespace
+    bytes are the key as they are (stripping them left fewer than 32 and the console refused to
+    start); a text key keeps working without its trailing newline, and a short one is refused."""
+    cfg = ConsoleConfig(secret_file=str(tmp_path / "k"))
+    who = Identity("alice@acme.example", ("acme-approvers",))
+    raw = b"\n\t" + bytes(range(100, 128)) + b" \r"
+    (tmp_path / "k").write_bytes(raw)
+    assert Csrf.load(cfg).token(who) == Csrf(raw).token(who)
+    text = b"A" * 64
+    (tmp_path / "k").write_bytes(text + b"\n")
+    assert Csrf.load(cfg).token(who) == Csrf(text).token(who)
+    (tmp_path / "k").write_bytes(b"short key\n")
+    with pytest.raises(CallgateError, match="at least 32 bytes"):
+        Csrf.load(cfg)
+
+
 def test_check_names_the_config_and_the_file_it_cannot_read(tmp_path: Path) -> None:
     """``callgate console --check`` as a new user meets it: a secret file not made yet, a token
     list that is not JSON. The line names the console's config and the file with the OS's reason

@@ -323,6 +323,15 @@ class Tenants:
         )
 
 
+def _key_bytes(raw: bytes) -> bytes:
+    """The console's key from its file: a text key (base64, hex) without the whitespace around it
+    (the newline an editor or ``echo`` adds); raw random bytes (``head -c 32 /dev/urandom``) as
+    they are when taking the whitespace off their ends would leave fewer than 32 of them (a raw
+    key ends in a whitespace byte about 5% of the time: it was refused)."""
+    text = raw.strip()
+    return text if len(text) >= 32 or len(raw) < 32 else raw
+
+
 class Csrf:
     """Synchronizer tokens bound to the person (HMAC under the console's key)."""
 
@@ -335,9 +344,10 @@ class Csrf:
             return Csrf(secrets.token_bytes(32))
         path = cfg.path(cfg.secret_file)
         try:
-            key = path.read_bytes().strip()
+            raw = path.read_bytes()
         except OSError as exc:
             raise config_invalid(f"console.secret_file {path}: cannot read ({unreadable(exc)})") from None
+        key = _key_bytes(raw)
         if len(key) < 32:
             raise config_invalid("console.secret_file must hold at least 32 bytes")
         return Csrf(key)
