@@ -665,6 +665,13 @@ _ONE_SHOT: Final = frozenset({"check", "status", "eval", "policy", "new", "expla
 _CONFIG_HELP: Final = "TOML config (default: ./callgate.toml, else the built-in defaults; docs/CONFIG.md)"
 
 
+def _config_or_example(p: argparse.ArgumentParser, example_help: str) -> None:
+    """``--config FILE`` or ``--example`` (the packaged example policies), not both."""
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--config", "-c", help=_CONFIG_HELP)
+    which.add_argument("--example", action="store_true", help=example_help)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = next((w for w in words if not w.startswith("-")), "")
@@ -679,20 +686,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("serve", help="run the gRPC sidecar")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--config", "-c", help=_CONFIG_HELP)
-    which.add_argument(
-        "--example",
-        action="store_true",
-        help="serve the packaged example policies (Cedar + SQLite), Unix sockets and state in ./var",
+    _config_or_example(
+        p, "serve the packaged example policies (Cedar + SQLite), Unix sockets and state in ./var"
     )
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("check", help="validate config, ToolSpecs and policies; non-zero exit on error")
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--config", "-c", help=_CONFIG_HELP)
-    which.add_argument(
-        "--example", action="store_true", help="check the packaged example policies (serve --example's)"
-    )
+    _config_or_example(p, "check the packaged example policies (serve --example's)")
     p.add_argument(
         "--offline",
         action="store_true",
@@ -716,11 +715,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "file", help="a case file: .json (a case, a list, or defaults + cases) or .jsonl; '-': stdin"
     )
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--config", "-c", help=_CONFIG_HELP)
-    which.add_argument(
-        "--example", action="store_true", help="run the cases on the packaged example policies"
-    )
+    _config_or_example(p, "run the cases on the packaged example policies")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("policy", help="policy authoring tools")
     policy_sub = p.add_subparsers(dest="policy_command", required=True)
@@ -732,13 +727,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="?",
         help="folder holding ALLOW/, DENY/ and CONFIRM/ (the project's: policies/tests; with --example: its own)",
     )
-    which = p.add_mutually_exclusive_group()
-    which.add_argument("--config", "-c", help=_CONFIG_HELP)
-    which.add_argument(
-        "--example",
-        action="store_true",
-        help="the packaged example policies (and their tests when DIR is not given)",
-    )
+    _config_or_example(p, "the packaged example policies (and their tests when DIR is not given)")
     p.add_argument("--engine", choices=_engine_names(command), help="default: the config's policy.engine")
     p.add_argument("--opa-url", help="OPA server for --engine opa (default: the config's policy.opa_url)")
     p.set_defaults(func=cmd_policy_test)
