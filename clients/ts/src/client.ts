@@ -380,7 +380,7 @@ export class Session {
     opts: { call?: CallOptions } = {},
   ): Promise<Invocation | undefined> {
     const tool = tools.resolve(name);
-    if (tool === undefined) throw new CallgateError("unknown_tool", `no tool named ${JSON.stringify(name)}`);
+    if (tool === undefined) throw new CallgateError(ClientCode.UnknownTool, `no tool named ${JSON.stringify(name)}`);
     const key = idempotencyKey({
       sessionId: this.sessionId,
       modelCallId: tools.modelCallId,

@@ -220,6 +220,8 @@ describe("the lifecycle against a real sidecar", () => {
     const found = await s.find(tools, "call_c1", "calendar__create_event");
     assert.equal(found.invocationId, o.invocationId);
     assert.equal(await s.find(tools, "call_nope", "calendar__create_event"), undefined);
+    // A name the model was not shown is the client's own code (ClientCode), no call made.
+    await assert.rejects(s.find(tools, "call_c1", "calendar.create_event"), (e) => e instanceof CallgateError && e.code === ClientCode.UnknownTool);
     assert.deepEqual((await s.listParked()).map((i) => i.proposalId), ["call_c1"]);
     // The confirmer UI (another listener) approves the exact digest while the agent waits.
     const waiting = s.waitForConfirmation(o.invocationId, { timeoutMs: 20_000, pollMs: 50 });
