@@ -189,6 +189,14 @@ def test_syntax_errors_carry_line_and_column() -> None:
     assert err.value.metadata["line"] == "3" and "line 3" in err.value.message
 
 
+def test_an_unterminated_string_says_where_once() -> None:
+    """Python's decoder says "Unterminated string starting at"; the position is added once
+    ("... starting at line 1, column 7", never "at at")."""
+    with pytest.raises(RejectedError) as err:
+        parse_json_document(b'{"a": "abc')
+    assert err.value.message == "Unterminated string starting at line 1, column 7", err.value.message
+
+
 @pytest.mark.parametrize(
     "raw",
     [

@@ -346,9 +346,12 @@ def _parse_rejection(
     where = (
         f" at line {position['line']}, column {position['column']}" if position and "line" in position else ""
     )
+    # Python's decoder ends some messages in " at" ("Unterminated string starting at"): the
+    # position says where, once
+    head = message.removesuffix(" at") if where else message
     return RejectedError(
         code=code,
-        message=message + where,
+        message=head + where,
         violations=[Violation(pointer=pointer, message=message, keyword=code.value)]
         if pointer or not position
         else [],
