@@ -250,7 +250,8 @@ class Gate:
             strict_json_schema=True,
             is_enabled=self._enabled(legal, user.is_enabled),
             needs_approval=self._needs_approval(legal, user.needs_approval),
-            custom_data_extractor=self._custom_data,
+            custom_data_extractor=self._custom_data_of(user.custom_data_extractor),
+            defer_loading=user.defer_loading,
             tool_input_guardrails=[
                 ToolInputGuardrail(self._guard(legal), name="callgate"),
                 *(self._theirs(g) for g in user.tool_input_guardrails or ()),
@@ -393,6 +394,26 @@ class Gate:
             return bool(user)
 
         return is_enabled
+
+    def _custom_data_of(
+        self, theirs: Callable[[FunctionToolCustomDataContext], Any] | None
+    ) -> Callable[[FunctionToolCustomDataContext], Any]:
+        """The output item's SDK-only custom data: the wrapped tool's own
+        ``custom_data_extractor`` (kept: called with the same context, the model-visible output
+        callgate answered), and callgate's envelope under ``"callgate"`` (callgate's wins that
+        key). An error in theirs ends the run as the SDK ends it for an unwrapped tool."""
+
+        async def custom_data(data: FunctionToolCustomDataContext) -> Mapping[str, Any] | None:
+            ours = self._custom_data(data)
+            mine: Any = None
+            if theirs is not None:
+                mine = theirs(data)
+                mine = await mine if inspect.isawaitable(mine) else mine
+            if mine is None:
+                return ours
+            return {**mine, **(ours or {})}
+
+        return custom_data
 
     def _custom_data(self, data: FunctionToolCustomDataContext) -> Mapping[str, Any] | None:
         answer = self._answers.pop(data.tool_context.tool_call_id, None)
@@ -631,13 +652,18 @@ class Gate:
         return list(self._waiting.values())
 
     # ---------------------------------------------------------------- fed tool messages
-    def hooks(self) -> AgentHooks[Any]:
+    def hooks(self, theirs: AgentHooks[Any] | None = None) -> AgentHooks[Any]:
         """``Agent(..., hooks=gate.hooks())``: before each model call, tell the sidecar which of
         these tools' outputs are in its input (``ListTools`` with ``fed_invocation_ids`` under a
         model call id of its own), so ``callgate explain`` answers question 8 from the runtime's
         record (docs/OPERATE.md). Outputs handed out by another process (a restored run state)
-        are found by their tool call id (``FindInvocation``)."""
-        return _FedHooks(self)
+        are found by their tool call id (``FindInvocation``).
+
+        ``theirs``: the application's own ``AgentHooks`` for this agent (the SDK takes one
+        ``hooks`` per agent): every one of its callbacks still runs, first; callgate's record
+        follows on ``on_llm_start``. ``Runner.run(..., hooks=...)`` (``RunHooks``) is the
+        application's alone and is untouched."""
+        return _FedHooks(self, theirs)
 
     def record_model_call(self, input_items: Sequence[Any]) -> tuple[str, ...]:
         """One model call about to be made with ``input_items``: ListTools naming the invocations
@@ -709,16 +735,26 @@ class Gate:
                 pass  # decided meanwhile, or the confirmer is down: cancel from the agent side
         self._cancel(pending.invocation_id, "rejected in the agent run")
 
+    def _calls_of(self, ctx: RunContextWrapper[Any]) -> set[str]:
+        """The calls parked by the run of ``ctx`` and by the runs nested in it: an agent used as
+        a tool (``Agent.as_tool``) runs with a context of its own that shares the outer run's
+        ``usage`` (the SDK's accounting of one run)."""
+        ids: set[str] = set()
+        for run, calls in list(self._runs.items()):
+            if run is ctx or run.usage is ctx.usage:
+                ids |= calls
+        return ids
+
     async def abandon(self, state: RunState[Any] | AgentsException) -> None:
         """The application drops an interrupted run: every parked invocation behind
         ``state``'s interruptions (of these tools) is cancelled at once (found by the tool call
         id, ``FindInvocation``: nothing is proposed again). Given the exception a run ended with
         (a guardrail's tripwire, ``MaxTurnsExceeded``, a tool error: no state to resume), every
-        call that run parked is cancelled (its ``run_data`` names the run; without one, every
-        call this gate holds parked)."""
+        call that run parked is cancelled, in the agents it used as tools too (its ``run_data``
+        names the run; without one, every call this gate holds parked)."""
         if isinstance(state, AgentsException):
             ctx = state.run_data.context_wrapper if state.run_data is not None else None
-            ids = set(self._runs.get(ctx, ())) if ctx is not None else set(self._parked)
+            ids = self._calls_of(ctx) if ctx is not None else set(self._parked)
             for call_id in ids:
                 held = self._parked.pop(call_id, None)
                 self._outcomes.pop(call_id, None)
@@ -740,14 +776,41 @@ class Gate:
 
 
 class _FedHooks(AgentHooks[Any]):
-    """:meth:`Gate.hooks`."""
+    """:meth:`Gate.hooks`: the application's own hooks (``theirs``), then callgate's."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, theirs: AgentHooks[Any] | None = None) -> None:
         self._gate = gate
+        self._theirs = theirs
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_start(context, agent)
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_end(context, agent, output)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_handoff(context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_end(context, agent, tool, result)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_end(context, agent, response)
 
     async def on_llm_start(
         self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_start(context, agent, system_prompt, input_items)
         try:
             await asyncio.to_thread(self._gate.record_model_call, list(input_items))
         except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
