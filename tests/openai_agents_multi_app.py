@@ -65,9 +65,8 @@ async def resume(
         triage, _, gates = build(cg, session, model, with_confirmer=with_confirmer)
         state = await RunState.from_json(triage, json.loads(saved))
         summaries = []
-        for item in state.get_interruptions():
-            gate = next(g for g in gates if item.tool_name in {t.name for t in g.tools})
-            summaries.append(await asyncio.to_thread(gate.confirmation, item))
+        for item in state.get_interruptions():  # one gate answers for every agent's gated calls
+            summaries.append(await asyncio.to_thread(gates[0].confirmation, item))
             if decision == "approve":
                 state.approve(item)
             else:

@@ -277,6 +277,8 @@ def test_parallel_calls_some_denied_some_confirmed_some_rejected_in_one_turn(sid
     assert ran[1]["title"] == "Standup"
     out = outputs(result)
     assert out["c4"].custom_data["callgate"]["status"] == "OBSERVED"
+    assert json.loads(out["c2"].output)["status"] == "denied"  # answered, never asked
+    assert "c5" in out and "c1" in out
     assert console_pending(sidecar) == []
 
 
@@ -389,3 +391,104 @@ def test_a_run_that_raises_after_a_nested_agent_parked_a_call_leaves_nothing_aft
 
     asyncio.run(run())
     assert console_pending(sidecar) == [] and upstream() == []
+
+
+def test_two_parallel_nested_agents_each_park_a_call_and_each_decision_binds_to_its_call(
+    sidecar: Running,
+) -> None:
+    """The outer model calls two booking agents (each ``as_tool``) in one turn; each nested run
+    parks a booking of its own. Approving one and rejecting the other runs exactly the approved call's arguments,
+    once; dropping the other leaves the console."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        g = gated(cg, session, ("calendar.create_event",))
+        first = ScriptedModel(
+            [[function_call("calendar__create_event", EVENT, call_id="c4")], [assistant_message("ok")]]
+        )
+        second = ScriptedModel(
+            [[function_call("calendar__create_event", LATER, call_id="c5")], [assistant_message("ok")]]
+        )
+        standup = Agent(name="standup", model=first, tools=g.tools, hooks=g.hooks())
+        retro = Agent(name="retro", model=second, tools=g.tools, hooks=g.hooks())
+        # two different agents as two tools, both called in one turn
+        outer = Agent(
+            name="assistant", model=ScriptedModel(
+                [[function_call("book_standup", {"input": "x"}, call_id="o1"),
+                  function_call("book_retro", {"input": "y"}, call_id="o2")],
+                 [assistant_message("done")]]),
+            tools=[standup.as_tool("book_standup", "Books the standup."), retro.as_tool("book_retro", "Books the retro.")],
+        )  # fmt: skip
+        result = Runner.run_sync(outer, "book", context=dict(USER), run_config=g.run_config(RUN))
+        assert sorted(i.call_id for i in result.interruptions) == ["c4", "c5"]
+        assert len(console_pending(sidecar)) == 2
+        shown = {i.call_id: g.confirmation(i) or "" for i in result.interruptions}
+        assert "Standup" in shown["c4"] and "Retro" in shown["c5"]
+        state = result.to_state()
+        for item in result.interruptions:
+            state.approve(item) if item.call_id == "c4" else state.reject(item)
+        result = Runner.run_sync(outer, state, run_config=g.run_config(RUN))
+    assert result.final_output == "done"
+    assert [(u["tool"], u["title"]) for u in upstream()] == [("calendar.create_event", "Standup")]
+    assert console_pending(sidecar) == []
+
+
+def test_a_dropped_nested_interruption_restored_in_a_new_gate_leaves_the_console(sidecar: Running) -> None:
+    """``g.abandon(state)`` of a restored state whose interruption is a nested agent's call."""
+    from tests.openai_agents_multi_app import assistant_with_booker_tool
+
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        model = ScriptedModel(
+            [
+                [function_call("book", {"input": "book the standup"}, call_id="o1")],
+                [function_call("calendar__create_event", EVENT, call_id="c4")],
+            ]
+        )
+        outer, _, _ = assistant_with_booker_tool(cg, session, model, with_confirmer=True)
+        result = Runner.run_sync(outer, "book", context=dict(USER), run_config=RUN)
+        saved = json.dumps(result.to_state().to_json())
+        assert len(console_pending(sidecar)) == 1
+        outer2, _, gates = assistant_with_booker_tool(cg, Session_of(cg, session), model, with_confirmer=True)
+
+        async def drop() -> None:
+            state = await RunState.from_json(outer2, json.loads(saved))
+            assert [i.call_id for i in state.get_interruptions()] == ["c4"]
+            await gates[0].abandon(state)  # the triage agent's gate: the session's calls
+
+        asyncio.run(drop())
+    assert console_pending(sidecar) == [] and upstream() == []
+
+
+def test_an_agent_tools_own_approval_is_the_applications_and_the_nested_call_is_callgates(
+    sidecar: Running,
+) -> None:
+    """``as_tool(needs_approval=True)``: the SDK first asks about the agent tool call itself (not
+    a callgate tool: ``g.gates(item)`` False, no summary); approved, the nested run parks the
+    booking, which interrupts again with callgate's summary; approved, it runs once."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        session = new_session(cg)
+        g = gated(cg, session, ("calendar.create_event",))
+        model = ScriptedModel(
+            [
+                [function_call("book", {"input": "book the standup"}, call_id="o1")],
+                [function_call("calendar__create_event", EVENT, call_id="c4")],
+                [assistant_message("booked")],
+                [assistant_message("done")],
+            ]
+        )
+        booker = Agent(name="booker", model=model, tools=g.tools, hooks=g.hooks())
+        outer = Agent(
+            name="assistant", model=model, tools=[booker.as_tool("book", "Books.", needs_approval=True)]
+        )
+        result = Runner.run_sync(outer, "book", context=dict(USER), run_config=g.run_config(RUN))
+        seen: list[tuple[str, bool, bool]] = []
+        while result.interruptions:
+            state = result.to_state()
+            for item in result.interruptions:
+                seen.append((str(item.call_id), g.gates(item), g.confirmation(item) is not None))
+                state.approve(item)
+            result = Runner.run_sync(outer, state, run_config=g.run_config(RUN))
+    assert seen == [("o1", False, False), ("c4", True, True)]
+    assert result.final_output == "done"
+    assert [u["tool"] for u in upstream()] == ["calendar.create_event"]
+    assert console_pending(sidecar) == []

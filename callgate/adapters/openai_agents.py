@@ -593,12 +593,15 @@ class Gate:
         callgate's confirmation summary (the tool, the canonical normalized arguments the digest
         covers with hidden characters as marks and each secret masked, the digest, the expiry,
         who confirms), read from the sidecar's parked invocation (found by tool call id: in any
-        process; its ``masked_arguments``). Show this, not ``item.arguments`` (the model's raw
-        text, the SDK's, secrets in clear). None when
-        callgate holds no confirmation for it now (a call it refused, which with
-        ``run_config()`` never interrupts, or one that expired or was decided): reject it."""
+        process; its ``masked_arguments``), for a call of any of the session's gated tools (the
+        gate of another agent of the run, a handoff's or an ``Agent.as_tool``'s, too). Show
+        this, not ``item.arguments`` (the model's raw text, the SDK's, secrets in clear). None
+        when callgate holds no confirmation for it now (a call it refused, which with
+        ``run_config()`` never interrupts, or one that expired or was decided): reject it; and
+        for an item of a tool callgate does not gate (:meth:`gates` is False: the application's
+        own approval, e.g. ``as_tool(needs_approval=True)``), decided as without callgate."""
         call_id, pending, inv = item.call_id or "", None, None
-        if call_id and item.tool_name in {t.name for t in self.tools}:  # the sidecar's state now
+        if call_id and str(item.tool_name) in self.session.names.by_legal:  # the sidecar's state now
             inv = self.session.find(call_id, str(item.tool_name), model_call_id=self.model_call_id)
             pending = parked(inv, call_id) if inv is not None else None
         tool = self.session.names.by_legal.get(str(item.tool_name))
@@ -622,6 +625,11 @@ class Gate:
             expires_at=pending.expires_at,
         )
         return describe(ask, "resume" if self.confirmer is not None else "console")
+
+    def gates(self, item: ToolApprovalItem) -> bool:
+        """Whether ``item`` is a call of a tool callgate gates in this session (this gate's or
+        another agent's gate over the same session): :meth:`confirmation` answers for it."""
+        return bool(item.call_id) and str(item.tool_name) in self.session.names.by_legal
 
     def _app_approval(self, inv: pb.Invocation, call_id: str) -> bool:
         """Whether ``inv`` is a call callgate allowed that the tool's own ``needs_approval`` asks
@@ -747,7 +755,8 @@ class Gate:
 
     async def abandon(self, state: RunState[Any] | AgentsException) -> None:
         """The application drops an interrupted run: every parked invocation behind
-        ``state``'s interruptions (of these tools) is cancelled at once (found by the tool call
+        ``state``'s interruptions (of the session's gated tools: any agent's, nested ones too)
+        is cancelled at once (found by the tool call
         id, ``FindInvocation``: nothing is proposed again). Given the exception a run ended with
         (a guardrail's tripwire, ``MaxTurnsExceeded``, a tool error: no state to resume), every
         call that run parked is cancelled, in the agents it used as tools too (its ``run_data``
@@ -763,11 +772,11 @@ class Gate:
                         self._cancel, held.pending.invocation_id, "the agent run ended with an error"
                     )
             return
-        names = {t.name for t in self.tools}
+        names = self.session.names.by_legal  # any gate's tools of the session (several agents)
         for item in state.get_interruptions():
-            if item.tool_name in names and item.call_id:
+            if str(item.tool_name) in names and item.call_id:
                 inv = await asyncio.to_thread(
-                    self.session.find, item.call_id, item.tool_name, model_call_id=self.model_call_id
+                    self.session.find, item.call_id, str(item.tool_name), model_call_id=self.model_call_id
                 )
                 if inv is not None and parked(inv) is not None:
                     await asyncio.to_thread(self._cancel, inv.invocation_id, "the agent run was abandoned")
