@@ -492,3 +492,44 @@ def test_an_agent_tools_own_approval_is_the_applications_and_the_nested_call_is_
     assert result.final_output == "done"
     assert [u["tool"] for u in upstream()] == ["calendar.create_event"]
     assert console_pending(sidecar) == []
+
+
+@pytest.mark.parametrize("where", ["agents", "run"])
+def test_every_agents_model_call_is_recorded_with_the_gated_outputs_it_carries(
+    sidecar: Running, where: str
+) -> None:
+    """After a handoff the second agent's model call carries the first agent's gated output:
+    recorded as fed there too, whether callgate's hooks are on each agent (``g.hooks()``) or on
+    the run (``g.run_hooks(theirs)``, the application's own ``RunHooks`` still run)."""
+    from tests.openai_agents_multi_app import triage_and_booker
+    from tests.test_adapter_openai_agents import fed
+
+    calls: list[str] = []
+
+    class Mine(RunHooks[Any]):
+        async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
+            calls.append(f"llm:{agent.name}")
+
+        async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+            calls.append(f"handoff:{from_agent.name}->{to_agent.name}")
+
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        model = ScriptedModel(
+            [
+                [function_call("weather__get", WEATHER, call_id="c1")],
+                [function_call("transfer_to_booker", {}, call_id="h1")],
+                [assistant_message("booked")],
+            ]
+        )
+        triage, booker, gates = triage_and_booker(cg, new_session(cg), model, with_confirmer=True)
+        if where == "run":  # no hooks on the agents: the run's
+            booker = booker.clone(hooks=None)
+            triage = triage.clone(hooks=None, handoffs=[booker])
+        hooks = gates[0].run_hooks(Mine()) if where == "run" else Mine()
+        result = Runner.run_sync(
+            triage, "?", context=dict(USER), run_config=gates[0].run_config(RUN), hooks=hooks
+        )
+    assert result.final_output == "booked" and result.last_agent.name == "booker"
+    assert calls == ["llm:triage", "llm:triage", "handoff:triage->booker", "llm:booker"]
+    invocation_id = outputs(result)["c1"].custom_data["callgate"]["invocation_id"]
+    assert len(fed(sidecar, invocation_id)) == 2  # the triage's second call and the booker's

@@ -66,6 +66,7 @@ from agents import (
     FunctionTool,
     RunConfig,
     RunContextWrapper,
+    RunHooks,
     RunState,
     ToolApprovalItem,
     ToolErrorFormatterArgs,
@@ -673,6 +674,17 @@ class Gate:
         application's alone and is untouched."""
         return _FedHooks(self, theirs)
 
+    def run_hooks(self, theirs: RunHooks[Any] | None = None) -> RunHooks[Any]:
+        """``Runner.run(..., hooks=gate.run_hooks())``: :meth:`hooks` for a whole run (every
+        agent a handoff reaches, with no ``hooks=`` of callgate's on each): the same record
+        before each model call, of every gated tool of the session. ``theirs``: the
+        application's own ``RunHooks`` (the SDK takes one per run), every callback still run,
+        first. Give callgate's record either here or on the agents, not both (each model call
+        would be recorded twice). An agent used as a tool runs with the ``hooks`` its
+        ``as_tool(hooks=...)`` names (not the outer run's): give it these too, or its agent
+        :meth:`hooks`."""
+        return _FedRunHooks(self, theirs)
+
     def record_model_call(self, input_items: Sequence[Any]) -> tuple[str, ...]:
         """One model call about to be made with ``input_items``: ListTools naming the invocations
         whose tool messages they carry; those invocation ids."""
@@ -685,7 +697,7 @@ class Gate:
                 names[item["call_id"]] = item["name"]
             elif item.get("type") == "function_call_output":
                 outputs.append(item["call_id"])
-        ours = {t.name for t in self.tools}
+        ours = self.session.names.by_legal  # every gated tool of the session (any agent's gate)
         fed: list[str] = []
         for call_id in outputs:
             if call_id not in self._handed and call_id not in self._looked and names.get(call_id) in ours:
@@ -802,6 +814,48 @@ class _FedHooks(AgentHooks[Any]):
     async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
         if self._theirs is not None:
             await self._theirs.on_handoff(context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_end(context, agent, tool, result)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_end(context, agent, response)
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_start(context, agent, system_prompt, input_items)
+        try:
+            await asyncio.to_thread(self._gate.record_model_call, list(input_items))
+        except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
+            raise CallgateToolError(err) from None
+
+
+class _FedRunHooks(RunHooks[Any]):
+    """:meth:`Gate.run_hooks`: the application's own run hooks (``theirs``), then callgate's."""
+
+    def __init__(self, gate: Gate, theirs: RunHooks[Any] | None = None) -> None:
+        self._gate = gate
+        self._theirs = theirs
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_agent_start(context, agent)
+
+    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_agent_end(context, agent, output)
+
+    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_handoff(context, from_agent, to_agent)
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         if self._theirs is not None:
