@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -167,6 +168,16 @@ def test_a_nested_agents_gated_call_is_decided_in_a_new_process(
     ran = [u for u in upstream() if u["tool"] == "calendar.create_event"]
     assert len(ran) == (1 if decision == "approve" else 0)
     assert console_pending(sidecar) == []
+
+
+def confirm_now(server: Running, invocation_id: str) -> None:
+    from callgate.gen.v1 import callgate_pb2 as pb
+
+    found = server.confirmations.ListPending(pb.ListPendingRequest(tenant="acme")).pending
+    digest = next(p.digest for p in found if p.invocation_id == invocation_id)
+    server.confirmations.Confirm(
+        pb.ConfirmRequest(invocation_id=invocation_id, digest=digest, confirmed_by="ops@console")
+    )
 
 
 def confirm_in_console(server: Running, session_id: str, invocation_id: str) -> None:
@@ -533,3 +544,75 @@ def test_every_agents_model_call_is_recorded_with_the_gated_outputs_it_carries(
     assert calls == ["llm:triage", "llm:triage", "handoff:triage->booker", "llm:booker"]
     invocation_id = outputs(result)["c1"].custom_data["callgate"]["invocation_id"]
     assert len(fed(sidecar, invocation_id)) == 2  # the triage's second call and the booker's
+
+
+def test_a_call_parked_in_the_turn_that_hands_off_runs_once_and_the_handoff_follows(sidecar: Running) -> None:
+    """One gate shared by both agents; the first agent's turn parks a booking and hands off; the
+    approval runs the booking once, then the second agent answers (streamed)."""
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g = gated(cg, new_session(cg), ("weather.get", "calendar.create_event"))
+        model = ScriptedModel(
+            [
+                [
+                    function_call("calendar__create_event", EVENT, call_id="c4"),
+                    function_call("transfer_to_booker", {}, call_id="h1"),
+                ],
+                [assistant_message("booked")],
+            ]
+        )
+        booker = Agent(name="booker", model=model, tools=g.tools, hooks=g.hooks())
+        triage = Agent(name="triage", model=model, tools=g.tools, handoffs=[booker], hooks=g.hooks())
+
+        async def run() -> Any:
+            result = Runner.run_streamed(triage, "?", context=dict(USER), run_config=g.run_config(RUN))
+            async for _ in result.stream_events():
+                pass
+            assert [i.call_id for i in result.interruptions] == ["c4"]
+            state = result.to_state()
+            state.approve(result.interruptions[0])
+            again = Runner.run_streamed(triage, state, run_config=g.run_config(RUN))
+            async for _ in again.stream_events():
+                pass
+            return again
+
+        result = asyncio.run(run())
+    assert result.final_output == "booked" and result.last_agent.name == "booker"
+    assert [u["tool"] for u in upstream()] == ["calendar.create_event"]
+    assert console_pending(sidecar) == []
+
+
+def test_console_only_parallel_approvals_each_wait_for_the_console_and_run_once(sidecar: Running) -> None:
+    with client_for(sockets(sidecar), with_confirmer=False) as cg:
+        session = new_session(cg)
+        g = gated(cg, session, ("calendar.create_event",), with_confirmer=False)
+        model = ScriptedModel(
+            [
+                [
+                    function_call("calendar__create_event", EVENT, call_id="c4"),
+                    function_call("calendar__create_event", LATER, call_id="c5"),
+                ],
+                [assistant_message("done")],
+            ]
+        )
+        agent = Agent(name="a", model=model, tools=g.tools, hooks=g.hooks())
+        result = Runner.run_sync(agent, "?", run_config=g.run_config(RUN))
+        pending = console_pending(sidecar)
+        assert len(pending) == 2
+        state = result.to_state()
+        for item in result.interruptions:
+            state.approve(item)
+
+        def console() -> None:  # confirms each call once both tools wait for it
+            for _ in range(400):
+                if len(g.waiting()) == 2:
+                    break
+                time.sleep(0.05)
+            assert sorted(w.invocation_id for w in g.waiting()) == sorted(pending)
+            for invocation_id in pending:
+                confirm_now(sidecar, invocation_id)
+
+        threading.Thread(target=console).start()
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN))
+    assert result.final_output == "done"
+    assert sorted(u["title"] for u in upstream()) == ["Retro", "Standup"]
+    assert console_pending(sidecar) == []
