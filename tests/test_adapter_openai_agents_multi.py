@@ -616,3 +616,45 @@ def test_console_only_parallel_approvals_each_wait_for_the_console_and_run_once(
     assert result.final_output == "done"
     assert sorted(u["title"] for u in upstream()) == ["Retro", "Standup"]
     assert console_pending(sidecar) == []
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_deferred_gated_tools_in_a_namespace_run_and_are_decided_as_any(
+    sidecar: Running, decision: str
+) -> None:
+    """Tools the SDK's docs defer (``defer_loading=True``, a ``tool_namespace``, ``ToolSearchTool``):
+    gated, the deferred flag is kept and a namespaced call parks, is shown and decided as any."""
+    from agents import ToolSearchTool, tool_namespace
+
+    theirs = {
+        n: dataclasses.replace(TOOLS[n], defer_loading=True) for n in ("weather.get", "calendar.create_event")
+    }
+    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+        g = Gate(
+            theirs, client=cg, session=new_session(cg), executor_id="x", confirmer=cg.confirmer(),
+            approver=lambda ctx: str(ctx.context["user"]), external_ids={"calendar.create_event": "event_id"},
+        )  # fmt: skip
+        assert all(t.defer_loading for t in g.tools)
+        tools = [*tool_namespace(name="office", description="Office tools.", tools=g.tools), ToolSearchTool()]
+        model = ScriptedModel(
+            [
+                [
+                    function_call("weather__get", WEATHER, call_id="c1", namespace="office"),
+                    function_call("calendar__create_event", EVENT, call_id="c4", namespace="office"),
+                ],
+                [assistant_message("done")],
+            ]
+        )
+        agent = Agent(name="a", model=model, tools=tools, hooks=g.hooks())
+        result = Runner.run_sync(agent, "?", context=dict(USER), run_config=g.run_config(RUN))
+        assert [i.call_id for i in result.interruptions] == ["c4"]
+        assert "calendar.create_event" in (g.confirmation(result.interruptions[0]) or "")
+        state = result.to_state()
+        state.approve(result.interruptions[0]) if decision == "approve" else state.reject(
+            result.interruptions[0]
+        )
+        result = Runner.run_sync(agent, state, run_config=g.run_config(RUN))
+    assert result.final_output == "done"
+    ran = [u["tool"] for u in upstream()]
+    assert ran == (["weather.get", "calendar.create_event"] if decision == "approve" else ["weather.get"])
+    assert console_pending(sidecar) == []

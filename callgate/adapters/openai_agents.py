@@ -388,7 +388,7 @@ class Gate:
 
     def _enabled(self, legal: str, user: Any) -> Callable[[RunContextWrapper[Any], Any], Any]:
         async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-            await self._settle_rejections(ctx, legal)
+            await self._settle_rejections(ctx, legal, _namespaces(agent, legal))
             if callable(user):
                 value = user(ctx, agent)
                 return bool(await value if inspect.isawaitable(value) else value)
@@ -715,7 +715,9 @@ class Gate:
         return ids
 
     # ---------------------------------------------------------------- abandoned confirmations
-    async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
+    async def _settle_rejections(
+        self, ctx: RunContextWrapper[Any], legal: str, namespaces: Sequence[str] = ()
+    ) -> None:
         """The SDK's ``state.reject(item)`` calls nothing of the tool: it is seen here, when the
         resumed run lists the tools. The parked invocation is denied (confirmer) or cancelled."""
         adoption = self._adoptions.get(ctx)
@@ -723,12 +725,12 @@ class Gate:
             adoption = self._adoptions[ctx] = asyncio.ensure_future(asyncio.to_thread(self._adopt))
         await asyncio.shield(adoption)
         for call_id, held in list(self._parked.items()):
-            if held.legal == legal and ctx.is_tool_approved(legal, call_id) is False:
+            if held.legal == legal and _rejected(ctx, legal, call_id, namespaces):
                 self._parked.pop(call_id, None)
                 self._outcomes.pop(call_id, None)
                 await asyncio.to_thread(self._refuse, ctx, held.pending)
         for call_id, name in list(self._app_asked.items()):  # cancelled when asked: nothing to end
-            if name == legal and ctx.is_tool_approved(legal, call_id) is False:
+            if name == legal and _rejected(ctx, legal, call_id, namespaces):
                 self._app_asked.pop(call_id, None)
 
     def _adopt(self) -> None:
@@ -878,6 +880,26 @@ class _FedRunHooks(RunHooks[Any]):
             await asyncio.to_thread(self._gate.record_model_call, list(input_items))
         except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
             raise CallgateToolError(err) from None
+
+
+def _namespaces(agent: Any, legal: str) -> tuple[str, ...]:
+    """The namespaces (``tool_namespace(...)``, the SDK's ``_tool_namespace`` of its copies)
+    under which ``agent`` holds the gated tool ``legal``: the SDK records a decision of a
+    namespaced call under the qualified name ``namespace.name``."""
+    found = (
+        getattr(t, "_tool_namespace", None)
+        for t in getattr(agent, "tools", None) or ()
+        if getattr(t, "name", None) == legal
+    )
+    return tuple(dict.fromkeys(n for n in found if isinstance(n, str) and n))
+
+
+def _rejected(ctx: RunContextWrapper[Any], legal: str, call_id: str, namespaces: Sequence[str]) -> bool:
+    """Whether the SDK's ``state.reject`` decided this call (under its bare or qualified name)."""
+    return any(
+        ctx.is_tool_approved(name, call_id) is False
+        for name in (legal, *(f"{n}.{legal}" for n in namespaces))
+    )
 
 
 async def _asks(
