@@ -62,13 +62,14 @@ def second_process(
 
 
 # ---------------------------------------------------------------- handoffs
+@pytest.mark.parametrize("mode", ["confirmer", "console"])
 @pytest.mark.parametrize("decision", ["approve", "reject"])
 def test_a_handoff_to_an_agent_whose_gated_call_is_approved_in_a_new_process(
-    sidecar: Running, decision: str
+    sidecar: Running, decision: str, mode: str
 ) -> None:
     from tests.openai_agents_multi_app import triage_and_booker
 
-    with client_for(sockets(sidecar), with_confirmer=True) as cg:
+    with client_for(sockets(sidecar), with_confirmer=mode == "confirmer") as cg:
         session = new_session(cg)
         model = ScriptedModel(
             [
@@ -77,14 +78,18 @@ def test_a_handoff_to_an_agent_whose_gated_call_is_approved_in_a_new_process(
                 [function_call("calendar__create_event", EVENT, call_id="c4")],
             ]
         )
-        triage, _, gates = triage_and_booker(cg, session, model, with_confirmer=True)
+        triage, _, gates = triage_and_booker(cg, session, model, with_confirmer=mode == "confirmer")
         result = Runner.run_sync(triage, "book", context=dict(USER), run_config=gates[0].run_config(RUN))
         assert result.last_agent.name == "booker"
         assert [i.call_id for i in result.interruptions] == ["c4"]
         assert [u["tool"] for u in upstream()] == ["weather.get"]
         saved = json.dumps(result.to_state().to_json())
         session_id = session.session_id
-    out = second_process(sidecar, session_id, saved, decision, "confirmer")
+    if mode == "console" and decision == "approve":  # the console decides while the tool waits
+        threading.Thread(
+            target=confirm_in_console, args=(sidecar, session_id, console_pending(sidecar)[0])
+        ).start()
+    out = second_process(sidecar, session_id, saved, decision, mode)
     assert out["last_agent"] == "booker" and out["final_output"] == "booked"
     assert out["summaries"][0] and "calendar.create_event" in out["summaries"][0]
     ran = [u for u in upstream() if u["tool"] == "calendar.create_event"]
