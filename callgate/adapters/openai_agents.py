@@ -66,6 +66,7 @@ from agents import (
     FunctionTool,
     RunConfig,
     RunContextWrapper,
+    RunHooks,
     RunState,
     ToolApprovalItem,
     ToolErrorFormatterArgs,
@@ -250,7 +251,8 @@ class Gate:
             strict_json_schema=True,
             is_enabled=self._enabled(legal, user.is_enabled),
             needs_approval=self._needs_approval(legal, user.needs_approval),
-            custom_data_extractor=self._custom_data,
+            custom_data_extractor=self._custom_data_of(user.custom_data_extractor),
+            defer_loading=user.defer_loading,
             tool_input_guardrails=[
                 ToolInputGuardrail(self._guard(legal), name="callgate"),
                 *(self._theirs(g) for g in user.tool_input_guardrails or ()),
@@ -386,13 +388,33 @@ class Gate:
 
     def _enabled(self, legal: str, user: Any) -> Callable[[RunContextWrapper[Any], Any], Any]:
         async def is_enabled(ctx: RunContextWrapper[Any], agent: Any) -> bool:
-            await self._settle_rejections(ctx, legal)
+            await self._settle_rejections(ctx, legal, _namespaces(agent, legal))
             if callable(user):
                 value = user(ctx, agent)
                 return bool(await value if inspect.isawaitable(value) else value)
             return bool(user)
 
         return is_enabled
+
+    def _custom_data_of(
+        self, theirs: Callable[[FunctionToolCustomDataContext], Any] | None
+    ) -> Callable[[FunctionToolCustomDataContext], Any]:
+        """The output item's SDK-only custom data: the wrapped tool's own
+        ``custom_data_extractor`` (kept: called with the same context, the model-visible output
+        callgate answered), and callgate's envelope under ``"callgate"`` (callgate's wins that
+        key). An error in theirs ends the run as the SDK ends it for an unwrapped tool."""
+
+        async def custom_data(data: FunctionToolCustomDataContext) -> Mapping[str, Any] | None:
+            ours = self._custom_data(data)
+            mine: Any = None
+            if theirs is not None:
+                mine = theirs(data)
+                mine = await mine if inspect.isawaitable(mine) else mine
+            if mine is None:
+                return ours
+            return {**mine, **(ours or {})}
+
+        return custom_data
 
     def _custom_data(self, data: FunctionToolCustomDataContext) -> Mapping[str, Any] | None:
         answer = self._answers.pop(data.tool_context.tool_call_id, None)
@@ -572,12 +594,15 @@ class Gate:
         callgate's confirmation summary (the tool, the canonical normalized arguments the digest
         covers with hidden characters as marks and each secret masked, the digest, the expiry,
         who confirms), read from the sidecar's parked invocation (found by tool call id: in any
-        process; its ``masked_arguments``). Show this, not ``item.arguments`` (the model's raw
-        text, the SDK's, secrets in clear). None when
-        callgate holds no confirmation for it now (a call it refused, which with
-        ``run_config()`` never interrupts, or one that expired or was decided): reject it."""
+        process; its ``masked_arguments``), for a call of any of the session's gated tools (the
+        gate of another agent of the run, a handoff's or an ``Agent.as_tool``'s, too). Show
+        this, not ``item.arguments`` (the model's raw text, the SDK's, secrets in clear). None
+        when callgate holds no confirmation for it now (a call it refused, which with
+        ``run_config()`` never interrupts, or one that expired or was decided): reject it; and
+        for an item of a tool callgate does not gate (:meth:`gates` is False: the application's
+        own approval, e.g. ``as_tool(needs_approval=True)``), decided as without callgate."""
         call_id, pending, inv = item.call_id or "", None, None
-        if call_id and item.tool_name in {t.name for t in self.tools}:  # the sidecar's state now
+        if call_id and str(item.tool_name) in self.session.names.by_legal:  # the sidecar's state now
             inv = self.session.find(call_id, str(item.tool_name), model_call_id=self.model_call_id)
             pending = parked(inv, call_id) if inv is not None else None
         tool = self.session.names.by_legal.get(str(item.tool_name))
@@ -601,6 +626,11 @@ class Gate:
             expires_at=pending.expires_at,
         )
         return describe(ask, "resume" if self.confirmer is not None else "console")
+
+    def gates(self, item: ToolApprovalItem) -> bool:
+        """Whether ``item`` is a call of a tool callgate gates in this session (this gate's or
+        another agent's gate over the same session): :meth:`confirmation` answers for it."""
+        return bool(item.call_id) and str(item.tool_name) in self.session.names.by_legal
 
     def _app_approval(self, inv: pb.Invocation, call_id: str) -> bool:
         """Whether ``inv`` is a call callgate allowed that the tool's own ``needs_approval`` asks
@@ -631,13 +661,29 @@ class Gate:
         return list(self._waiting.values())
 
     # ---------------------------------------------------------------- fed tool messages
-    def hooks(self) -> AgentHooks[Any]:
+    def hooks(self, theirs: AgentHooks[Any] | None = None) -> AgentHooks[Any]:
         """``Agent(..., hooks=gate.hooks())``: before each model call, tell the sidecar which of
         these tools' outputs are in its input (``ListTools`` with ``fed_invocation_ids`` under a
         model call id of its own), so ``callgate explain`` answers question 8 from the runtime's
         record (docs/OPERATE.md). Outputs handed out by another process (a restored run state)
-        are found by their tool call id (``FindInvocation``)."""
-        return _FedHooks(self)
+        are found by their tool call id (``FindInvocation``).
+
+        ``theirs``: the application's own ``AgentHooks`` for this agent (the SDK takes one
+        ``hooks`` per agent): every one of its callbacks still runs, first; callgate's record
+        follows on ``on_llm_start``. ``Runner.run(..., hooks=...)`` (``RunHooks``) is the
+        application's alone and is untouched."""
+        return _FedHooks(self, theirs)
+
+    def run_hooks(self, theirs: RunHooks[Any] | None = None) -> RunHooks[Any]:
+        """``Runner.run(..., hooks=gate.run_hooks())``: :meth:`hooks` for a whole run (every
+        agent a handoff reaches, with no ``hooks=`` of callgate's on each): the same record
+        before each model call, of every gated tool of the session. ``theirs``: the
+        application's own ``RunHooks`` (the SDK takes one per run), every callback still run,
+        first. Give callgate's record either here or on the agents, not both (each model call
+        would be recorded twice). An agent used as a tool runs with the ``hooks`` its
+        ``as_tool(hooks=...)`` names (not the outer run's): give it these too, or its agent
+        :meth:`hooks`."""
+        return _FedRunHooks(self, theirs)
 
     def record_model_call(self, input_items: Sequence[Any]) -> tuple[str, ...]:
         """One model call about to be made with ``input_items``: ListTools naming the invocations
@@ -651,7 +697,7 @@ class Gate:
                 names[item["call_id"]] = item["name"]
             elif item.get("type") == "function_call_output":
                 outputs.append(item["call_id"])
-        ours = {t.name for t in self.tools}
+        ours = self.session.names.by_legal  # every gated tool of the session (any agent's gate)
         fed: list[str] = []
         for call_id in outputs:
             if call_id not in self._handed and call_id not in self._looked and names.get(call_id) in ours:
@@ -669,7 +715,9 @@ class Gate:
         return ids
 
     # ---------------------------------------------------------------- abandoned confirmations
-    async def _settle_rejections(self, ctx: RunContextWrapper[Any], legal: str) -> None:
+    async def _settle_rejections(
+        self, ctx: RunContextWrapper[Any], legal: str, namespaces: Sequence[str] = ()
+    ) -> None:
         """The SDK's ``state.reject(item)`` calls nothing of the tool: it is seen here, when the
         resumed run lists the tools. The parked invocation is denied (confirmer) or cancelled."""
         adoption = self._adoptions.get(ctx)
@@ -677,12 +725,12 @@ class Gate:
             adoption = self._adoptions[ctx] = asyncio.ensure_future(asyncio.to_thread(self._adopt))
         await asyncio.shield(adoption)
         for call_id, held in list(self._parked.items()):
-            if held.legal == legal and ctx.is_tool_approved(legal, call_id) is False:
+            if held.legal == legal and _rejected(ctx, legal, call_id, namespaces):
                 self._parked.pop(call_id, None)
                 self._outcomes.pop(call_id, None)
                 await asyncio.to_thread(self._refuse, ctx, held.pending)
         for call_id, name in list(self._app_asked.items()):  # cancelled when asked: nothing to end
-            if name == legal and ctx.is_tool_approved(legal, call_id) is False:
+            if name == legal and _rejected(ctx, legal, call_id, namespaces):
                 self._app_asked.pop(call_id, None)
 
     def _adopt(self) -> None:
@@ -709,16 +757,27 @@ class Gate:
                 pass  # decided meanwhile, or the confirmer is down: cancel from the agent side
         self._cancel(pending.invocation_id, "rejected in the agent run")
 
+    def _calls_of(self, ctx: RunContextWrapper[Any]) -> set[str]:
+        """The calls parked by the run of ``ctx`` and by the runs nested in it: an agent used as
+        a tool (``Agent.as_tool``) runs with a context of its own that shares the outer run's
+        ``usage`` (the SDK's accounting of one run)."""
+        ids: set[str] = set()
+        for run, calls in list(self._runs.items()):
+            if run is ctx or run.usage is ctx.usage:
+                ids |= calls
+        return ids
+
     async def abandon(self, state: RunState[Any] | AgentsException) -> None:
         """The application drops an interrupted run: every parked invocation behind
-        ``state``'s interruptions (of these tools) is cancelled at once (found by the tool call
+        ``state``'s interruptions (of the session's gated tools: any agent's, nested ones too)
+        is cancelled at once (found by the tool call
         id, ``FindInvocation``: nothing is proposed again). Given the exception a run ended with
         (a guardrail's tripwire, ``MaxTurnsExceeded``, a tool error: no state to resume), every
-        call that run parked is cancelled (its ``run_data`` names the run; without one, every
-        call this gate holds parked)."""
+        call that run parked is cancelled, in the agents it used as tools too (its ``run_data``
+        names the run; without one, every call this gate holds parked)."""
         if isinstance(state, AgentsException):
             ctx = state.run_data.context_wrapper if state.run_data is not None else None
-            ids = set(self._runs.get(ctx, ())) if ctx is not None else set(self._parked)
+            ids = self._calls_of(ctx) if ctx is not None else set(self._parked)
             for call_id in ids:
                 held = self._parked.pop(call_id, None)
                 self._outcomes.pop(call_id, None)
@@ -727,11 +786,11 @@ class Gate:
                         self._cancel, held.pending.invocation_id, "the agent run ended with an error"
                     )
             return
-        names = {t.name for t in self.tools}
+        names = self.session.names.by_legal  # any gate's tools of the session (several agents)
         for item in state.get_interruptions():
-            if item.tool_name in names and item.call_id:
+            if str(item.tool_name) in names and item.call_id:
                 inv = await asyncio.to_thread(
-                    self.session.find, item.call_id, item.tool_name, model_call_id=self.model_call_id
+                    self.session.find, item.call_id, str(item.tool_name), model_call_id=self.model_call_id
                 )
                 if inv is not None and parked(inv) is not None:
                     await asyncio.to_thread(self._cancel, inv.invocation_id, "the agent run was abandoned")
@@ -740,18 +799,107 @@ class Gate:
 
 
 class _FedHooks(AgentHooks[Any]):
-    """:meth:`Gate.hooks`."""
+    """:meth:`Gate.hooks`: the application's own hooks (``theirs``), then callgate's."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, theirs: AgentHooks[Any] | None = None) -> None:
         self._gate = gate
+        self._theirs = theirs
+
+    async def on_start(self, context: Any, agent: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_start(context, agent)
+
+    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_end(context, agent, output)
+
+    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_handoff(context, agent, source)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_end(context, agent, tool, result)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_end(context, agent, response)
 
     async def on_llm_start(
         self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_start(context, agent, system_prompt, input_items)
         try:
             await asyncio.to_thread(self._gate.record_model_call, list(input_items))
         except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
             raise CallgateToolError(err) from None
+
+
+class _FedRunHooks(RunHooks[Any]):
+    """:meth:`Gate.run_hooks`: the application's own run hooks (``theirs``), then callgate's."""
+
+    def __init__(self, gate: Gate, theirs: RunHooks[Any] | None = None) -> None:
+        self._gate = gate
+        self._theirs = theirs
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_agent_start(context, agent)
+
+    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_agent_end(context, agent, output)
+
+    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_handoff(context, from_agent, to_agent)
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_start(context, agent, tool)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_tool_end(context, agent, tool, result)
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_end(context, agent, response)
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        if self._theirs is not None:
+            await self._theirs.on_llm_start(context, agent, system_prompt, input_items)
+        try:
+            await asyncio.to_thread(self._gate.record_model_call, list(input_items))
+        except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
+            raise CallgateToolError(err) from None
+
+
+def _namespaces(agent: Any, legal: str) -> tuple[str, ...]:
+    """The namespaces (``tool_namespace(...)``, the SDK's ``_tool_namespace`` of its copies)
+    under which ``agent`` holds the gated tool ``legal``: the SDK records a decision of a
+    namespaced call under the qualified name ``namespace.name``."""
+    found = (
+        getattr(t, "_tool_namespace", None)
+        for t in getattr(agent, "tools", None) or ()
+        if getattr(t, "name", None) == legal
+    )
+    return tuple(dict.fromkeys(n for n in found if isinstance(n, str) and n))
+
+
+def _rejected(ctx: RunContextWrapper[Any], legal: str, call_id: str, namespaces: Sequence[str]) -> bool:
+    """Whether the SDK's ``state.reject`` decided this call (under its bare or qualified name)."""
+    return any(
+        ctx.is_tool_approved(name, call_id) is False
+        for name in (legal, *(f"{n}.{legal}" for n in namespaces))
+    )
 
 
 async def _asks(
