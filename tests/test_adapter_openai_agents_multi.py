@@ -259,6 +259,36 @@ def test_the_applications_own_hooks_and_callgates_both_run(sidecar: Running) -> 
     assert len(fed(sidecar, invocation_id)) == 1  # callgate's hook ran too
 
 
+def test_a_hook_a_later_sdk_adds_reaches_the_applications_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The combined hooks forward every ``on_*`` method of the SDK's hooks classes, not a list
+    written for one SDK version: a method the SDK adds later (simulated here) reaches the
+    application's own hooks, on agent and run hooks alike."""
+    import asyncio
+
+    from callgate.adapters.openai_agents import _FedHooks, _FedRunHooks
+
+    seen: list[str] = []
+
+    async def base_noop(self: Any, context: Any) -> None:
+        return None
+
+    for label, base, fed in (("agent", AgentHooks, _FedHooks), ("run", RunHooks, _FedRunHooks)):
+        monkeypatch.setattr(getattr(base, "__origin__", base), "on_future_event", base_noop, raising=False)
+
+        class Mine(base):  # type: ignore[misc, valid-type]
+            async def on_future_event(self, context: Any, label: str = label) -> None:
+                seen.append(label)
+
+            async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+                seen.append("tool_start")
+
+        hooks = fed(None, Mine())  # type: ignore[arg-type]
+        asyncio.run(hooks.on_future_event(None))
+        asyncio.run(hooks.on_tool_start(None, None, None))
+        asyncio.run(fed(None).on_future_event(None))  # no hooks of the application's: a no-op
+    assert seen == ["agent", "tool_start", "run", "tool_start"]
+
+
 # ---------------------------------------------------------------- one turn, many calls
 LATER = {"title": "Retro", "start": "2026-07-21T16:00:00+08:00", "duration_minutes": 30}
 DENIED = {**EVENT, "duration_minutes": 600}

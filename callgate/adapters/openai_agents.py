@@ -798,36 +798,19 @@ class Gate:
                 self._outcomes.pop(item.call_id, None)
 
 
-class _FedHooks(AgentHooks[Any]):
-    """:meth:`Gate.hooks`: the application's own hooks (``theirs``), then callgate's."""
+class _Fed:
+    """The application's own hooks (``theirs``), then callgate's record of what the model is fed
+    (``on_llm_start``). Every other ``on_*`` method of the SDK's hooks class is the application's
+    own, bound per instance, so a hook a later SDK version adds reaches it too."""
 
-    def __init__(self, gate: Gate, theirs: AgentHooks[Any] | None = None) -> None:
+    def __init__(self, gate: Gate, theirs: Any = None) -> None:
         self._gate = gate
         self._theirs = theirs
-
-    async def on_start(self, context: Any, agent: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_start(context, agent)
-
-    async def on_end(self, context: Any, agent: Any, output: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_end(context, agent, output)
-
-    async def on_handoff(self, context: Any, agent: Any, source: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_handoff(context, agent, source)
-
-    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_tool_start(context, agent, tool)
-
-    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_tool_end(context, agent, tool, result)
-
-    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_llm_end(context, agent, response)
+        if theirs is not None:
+            for name in dir(type(self)):
+                mine = getattr(theirs, name, None)
+                if name.startswith("on_") and name != "on_llm_start" and callable(mine):
+                    setattr(self, name, mine)
 
     async def on_llm_start(
         self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
@@ -840,46 +823,12 @@ class _FedHooks(AgentHooks[Any]):
             raise CallgateToolError(err) from None
 
 
-class _FedRunHooks(RunHooks[Any]):
-    """:meth:`Gate.run_hooks`: the application's own run hooks (``theirs``), then callgate's."""
+class _FedHooks(_Fed, AgentHooks[Any]):
+    """:meth:`Gate.hooks`: an agent's hooks."""
 
-    def __init__(self, gate: Gate, theirs: RunHooks[Any] | None = None) -> None:
-        self._gate = gate
-        self._theirs = theirs
 
-    async def on_agent_start(self, context: Any, agent: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_agent_start(context, agent)
-
-    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_agent_end(context, agent, output)
-
-    async def on_handoff(self, context: Any, from_agent: Any, to_agent: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_handoff(context, from_agent, to_agent)
-
-    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_tool_start(context, agent, tool)
-
-    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_tool_end(context, agent, tool, result)
-
-    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_llm_end(context, agent, response)
-
-    async def on_llm_start(
-        self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
-    ) -> None:
-        if self._theirs is not None:
-            await self._theirs.on_llm_start(context, agent, system_prompt, input_items)
-        try:
-            await asyncio.to_thread(self._gate.record_model_call, list(input_items))
-        except CallgateClientError as err:  # fail closed: the sidecar refused or is gone
-            raise CallgateToolError(err) from None
+class _FedRunHooks(_Fed, RunHooks[Any]):
+    """:meth:`Gate.run_hooks`: a run's hooks (every agent a handoff reaches)."""
 
 
 def _namespaces(agent: Any, legal: str) -> tuple[str, ...]:
