@@ -45,14 +45,14 @@ from callgate.mcp.pins import (
 )
 from callgate.policy.toolspecs import compile_tool_bytes
 
+_CONFIG_HELP = "the callgate.toml with the [mcp] tables (docs/MCP.md)"
+
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("mcp", help="the MCP gateway: callgate in front of MCP servers (docs/MCP.md)")
     msub = p.add_subparsers(dest="mcp_command", required=True)
     s = msub.add_parser("serve", help="run the MCP gateway (stdio by default)")
-    s.add_argument(
-        "--config", "-c", required=True, help="the callgate.toml with the [mcp] tables (docs/MCP.md)"
-    )
+    s.add_argument("--config", "-c", required=True, help=_CONFIG_HELP)
     s.add_argument(
         "--transport",
         choices=("stdio", "http"),
@@ -62,9 +62,7 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--listen", default="", help="HOST:PORT for --transport http (loopback)")
     s.set_defaults(func=cmd_serve)
     i = msub.add_parser("import", help="pin the upstreams' tools as ToolSpecs")
-    i.add_argument(
-        "--config", "-c", required=True, help="the callgate.toml with the [mcp] tables (docs/MCP.md)"
-    )
+    i.add_argument("--config", "-c", required=True, help=_CONFIG_HELP)
     i.add_argument("--upstream", action="append", default=[], help="only this upstream (repeatable)")
     i.add_argument("--out", default="", help="tools folder (default: <policy.dir>/tools)")
     i.add_argument("--version", default="v1", help="ToolSpec version (default v1)")
@@ -98,9 +96,7 @@ def add_parser(sub: Any) -> None:
     )  # fmt: skip
     i.set_defaults(func=cmd_import)
     c = msub.add_parser("check", help="compare the pins with the live upstreams; non-zero on any difference")
-    c.add_argument(
-        "--config", "-c", required=True, help="the callgate.toml with the [mcp] tables (docs/MCP.md)"
-    )
+    c.add_argument("--config", "-c", required=True, help=_CONFIG_HELP)
     c.set_defaults(func=cmd_check)
 
 
